@@ -1,0 +1,123 @@
+"""dsh: a pluggy host for the tool pipeline of LLM agent harnesses.
+
+Everything public is re-exported here; the modules behind it are private.
+"""
+
+from __future__ import annotations
+
+from . import hookspecs
+from ._errors import (
+    ConfigError,
+    DshError,
+    JsonSchemaError,
+    PluginLoadError,
+    ToolArgsError,
+    ToolNotFoundError,
+    ToolOutputError,
+)
+from ._hooks import hookimpl, hookspec
+from ._host import Host
+from ._json import FrozenDict, canonical_json, thaw
+from ._jsonsubset import assert_supported_json_schema, validate_json_schema_value
+from ._pipeline import TraceEvent
+from ._plugins import PluginInfo, PluginStatus
+from ._presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallKind,
+    view_to_json,
+)
+from ._registry import ToolRegistry
+from ._schema import Prop, to_json_schema
+from ._signal import AbortSignal
+from ._tool import ToolDefinition, ToolSchema, define_tool, tool
+from ._validate import validate_args
+from ._values import (
+    Accept,
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    Ask,
+    Block,
+    Deny,
+    ExecutionMode,
+    HookContext,
+    ImageBlock,
+    Scope,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolRestriction,
+    ToolRunContext,
+)
+
+__all__ = [
+    "AbortSignal",
+    "Accept",
+    "Allow",
+    "ApprovalOutcome",
+    "ApprovalRequest",
+    "Ask",
+    "Block",
+    "ConfigError",
+    "Deny",
+    "DiffCallView",
+    "DiffResultView",
+    "DshError",
+    "ExecutionMode",
+    "FileDiff",
+    "FileLocation",
+    "FrozenDict",
+    "GenericCallView",
+    "GenericResultView",
+    "HookContext",
+    "Host",
+    "ImageBlock",
+    "JsonSchemaError",
+    "PluginInfo",
+    "PluginLoadError",
+    "PluginStatus",
+    "Prop",
+    "ReadResultView",
+    "Scope",
+    "SearchResultView",
+    "TerminalCallView",
+    "TerminalResultView",
+    "TextBlock",
+    "ToolArgsError",
+    "ToolCallKind",
+    "ToolDefinition",
+    "ToolExecution",
+    "ToolExecutionInput",
+    "ToolExecutionResult",
+    "ToolFailure",
+    "ToolNotFoundError",
+    "ToolOutputError",
+    "ToolRegistry",
+    "ToolRestriction",
+    "ToolRunContext",
+    "ToolSchema",
+    "TraceEvent",
+    "assert_supported_json_schema",
+    "canonical_json",
+    "define_tool",
+    "hookimpl",
+    "hookspec",
+    "hookspecs",
+    "thaw",
+    "tool",
+    "to_json_schema",
+    "validate_args",
+    "validate_json_schema_value",
+    "view_to_json",
+]

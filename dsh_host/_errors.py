@@ -1,0 +1,127 @@
+"""The exception hierarchy.
+
+::
+
+    DshError(code)                  every error dsh raises or maps to a result code
+    ├── ToolArgsError               INVALID_ARGS        arguments a model sent do not fit the schema
+    ├── ToolNotFoundError           UNKNOWN_TOOL        no tool by that name is visible in the scope
+    ├── ToolOutputError             INVALID_TOOL_OUTPUT a tool returned something that is not JSON-safe
+    ├── JsonSchemaError             UNSUPPORTED_SCHEMA  a schema outside what dsh compiles or validates
+    ├── ConfigError                 CONFIG_ERROR        a config file, table or key is wrong
+    └── PluginLoadError             PLUGIN_LOAD_ERROR   a plugin could not be imported or registered
+
+A tool body may raise any `DshError` (or a subclass with its own ``code``); the pipeline turns it
+into an error result carrying that code. Anything else a body raises becomes ``TOOL_FAILED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "ConfigError",
+    "DshError",
+    "JsonSchemaError",
+    "PluginLoadError",
+    "ToolArgsError",
+    "ToolNotFoundError",
+    "ToolOutputError",
+]
+
+
+class DshError(Exception):
+    """Base of every dsh error; ``code`` is the machine-readable outcome code."""
+
+    code: str = "DSH_ERROR"
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        """The message without any ``Error:`` prefix."""
+        return str(self.args[0]) if self.args else ""
+
+
+class _ViolationsError(DshError):
+    _prefix = ""
+
+    def __init__(self, violations: Iterable[str], *, prefix: str | None = None) -> None:
+        self.violations: tuple[str, ...] = tuple(violations)
+        head = self._prefix if prefix is None else prefix
+        super().__init__(f"{head}{'; '.join(self.violations)}")
+
+
+class ToolArgsError(_ViolationsError):
+    """The arguments of a call violate the tool's parameter schema; ``violations`` lists them all."""
+
+    code = "INVALID_ARGS"
+    _prefix = "invalid arguments: "
+
+
+class ToolNotFoundError(DshError):
+    """No tool of that name is visible from the call's scope."""
+
+    code = "UNKNOWN_TOOL"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'unknown tool "{name}"')
+
+
+class ToolOutputError(_ViolationsError):
+    """A tool body returned a value that cannot become a JSON-safe result."""
+
+    code = "INVALID_TOOL_OUTPUT"
+
+    def __init__(self, tool: str, violations: Iterable[str]) -> None:
+        self.tool = tool
+        super().__init__(violations, prefix=f'tool "{tool}" returned invalid output: ')
+
+
+class JsonSchemaError(_ViolationsError):
+    """A schema uses something dsh does not support; ``violations`` lists every problem."""
+
+    code = "UNSUPPORTED_SCHEMA"
+    _prefix = "unsupported JSON schema: "
+
+
+class ConfigError(DshError):
+    """A configuration problem, naming the file, plugin and key involved and what to do."""
+
+    code = "CONFIG_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        plugin: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.path = path
+        self.plugin = plugin
+        self.key = key
+        where = ", ".join(
+            part
+            for part in (
+                path,
+                f"[plugin.{plugin}]" if plugin else None,
+                f"key {key!r}" if key else None,
+            )
+            if part
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class PluginLoadError(DshError):
+    """A plugin failed to import, register or validate its hook implementations."""
+
+    code = "PLUGIN_LOAD_ERROR"
+
+    def __init__(self, plugin: str, message: str, *, hints: Sequence[str] = ()) -> None:
+        self.plugin = plugin
+        self.hints = tuple(hints)
+        super().__init__(f"plugin {plugin!r}: {message}")

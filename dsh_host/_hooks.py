@@ -1,0 +1,145 @@
+"""pluggy markers for project ``dsh``, the plugin manager, and per-call hook dispatch.
+
+pluggy is synchronous: it would hand back a coroutine from an ``async def`` implementation without
+awaiting it. So the host reads each per-call hook's implementations in pluggy's call order
+(``tryfirst`` first, then the most recently registered, ``trylast`` last), caches them until a
+plugin is registered or unregistered, and calls and awaits them itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, final
+
+import attrs
+import pluggy
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROJECT",
+    "HookRelay",
+    "Impl",
+    "PluginFailure",
+    "hookimpl",
+    "hookspec",
+    "make_plugin_manager",
+]
+
+PROJECT = "dsh"
+ENTRY_POINT_GROUP = "dsh.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+"""Marker for hook specifications (used by `dsh_host.hookspecs`)."""
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marker for hook implementations: ``@hookimpl`` / ``@hookimpl(tryfirst=True)``."""
+
+
+class _PluginManager(pluggy.PluginManager):
+    """A `pluggy.PluginManager` that counts registrations, so cached orderings know when to refresh."""
+
+    generation = 0
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.generation += 1
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.generation += 1
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    """A fresh plugin manager with dsh's hook specifications added."""
+    from . import hookspecs
+
+    pm = _PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+@final
+@attrs.frozen
+class Impl:
+    """One hook implementation, ready to call."""
+
+    function: Callable[..., Any]
+    plugin: str
+    argnames: tuple[str, ...]
+    waterfall: bool
+    is_async: bool
+
+    async def __call__(self, **kwargs: Any) -> Any:
+        """Call with the keyword arguments this implementation accepts; await if needed."""
+        picked = {name: kwargs[name] for name in self.argnames}
+        result = self.function(**picked)
+        if self.is_async or inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class PluginFailure(Exception):
+    """A plugin raised inside a hook; carries who, where and the original exception."""
+
+    def __init__(self, plugin: str, hook: str, error: BaseException) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+        super().__init__(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}")
+
+
+class HookRelay:
+    """Ordered, cached implementations of each hook of one plugin manager."""
+
+    def __init__(self, pm: pluggy.PluginManager | None) -> None:
+        self.pm = pm
+        self._cache: dict[str, tuple[Impl, ...]] = {}
+        self._generation = -1
+
+    def impls(self, hook: str) -> tuple[Impl, ...]:
+        """Implementations of *hook* in call order (outermost / first asked first)."""
+        pm = self.pm
+        if pm is None:
+            return ()
+        generation = getattr(pm, "generation", None)
+        if generation is None or generation != self._generation:
+            self._cache.clear()
+            self._generation = generation if generation is not None else -1
+        cached = self._cache.get(hook)
+        if cached is None or generation is None:
+            cached = self._cache[hook] = self._collect(pm, hook)
+        return cached
+
+    @staticmethod
+    def _collect(pm: pluggy.PluginManager, hook: str) -> tuple[Impl, ...]:
+        caller = getattr(pm.hook, hook, None)
+        if caller is None:
+            return ()
+        out = []
+        for impl in reversed(caller.get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                raise TypeError(
+                    f"plugin {impl.plugin_name!r}: {hook} is called by dsh itself; "
+                    "hookwrapper/wrapper implementations are not supported (take call_next instead)"
+                )
+            argnames = tuple(impl.argnames)
+            out.append(
+                Impl(
+                    function=impl.function,
+                    plugin=impl.plugin_name,
+                    argnames=argnames,
+                    waterfall="call_next" in argnames,
+                    is_async=inspect.iscoroutinefunction(impl.function),
+                )
+            )
+        return tuple(out)
+
+    def plugin_name(self, plugin: object) -> str | None:
+        if self.pm is None:
+            return None
+        return self.pm.get_name(plugin)

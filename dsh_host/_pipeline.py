@@ -1,0 +1,558 @@
+"""The stage machine of one call (CONTRACT §4).
+
+::
+
+    A snapshot -> B aborted? -> C pre-execute -> D ask -> F guards -> G aborted?      (prepare)
+    -> H execute wrappers -> I dispatch (resolve, validate, body, normalise)          (dispatch)
+    -> K post-execute -> L finish -> M observers                                      (finalize)
+
+A denial, an abort after the gate, a body failure and an unknown tool are *POST* results:
+post-execute sees them. A plugin raising in C, D, F or H, and arguments that are not JSON, are
+*FINAL*: post-execute is skipped. Every call yields exactly one result and one observer round.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from ._errors import DshError, ToolArgsError, ToolNotFoundError, ToolOutputError
+from ._hooks import HookRelay, Impl, PluginFailure
+from ._json import canonical_json, freeze
+from ._signal import AbortSignal, _fuse
+from ._values import (
+    Accept,
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    Ask,
+    Block,
+    Deny,
+    HookContext,
+    ImageBlock,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+    ToolRunContext,
+    content_text,
+    to_content,
+)
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+    from ._tool import ToolDefinition
+
+__all__ = ["Pipeline", "Trace", "TraceEvent", "failure"]
+
+logger = logging.getLogger("dsh_host")
+
+
+@final
+@attrs.frozen
+class TraceEvent:
+    """One step of one call, for ``--trace``: the stage, the plugin consulted, what it said, how long."""
+
+    call_id: str
+    stage: str
+    plugin: str | None
+    outcome: str
+    seconds: float
+
+
+Trace = Callable[[TraceEvent], None]
+
+_ABORT_NAME = "AbortError"
+
+
+def failure(
+    message: str,
+    code: str | None,
+    name: str | None = None,
+    *,
+    decided_by: str | None = None,
+    contexts: tuple[HookContext, ...] = (),
+) -> ToolExecutionResult:
+    """An error result whose model-facing text is ``Error: <message>``."""
+    return ToolExecutionResult(
+        content=(TextBlock(f"Error: {message}"),),
+        is_error=True,
+        error=ToolFailure(message, code, name),
+        additional_contexts=contexts,
+        decided_by=decided_by,
+    )
+
+
+def _aborted(body_invoked: bool, contexts: tuple[HookContext, ...] = ()) -> ToolExecutionResult:
+    if body_invoked:
+        return failure("tool call aborted", "ABORTED", _ABORT_NAME, contexts=contexts)
+    return failure(
+        "tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH", _ABORT_NAME, contexts=contexts
+    )
+
+
+def _from_exception(exc: BaseException, default_code: str) -> tuple[str, str, str]:
+    if isinstance(exc, DshError):
+        return exc.message or type(exc).__name__, exc.code, type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<unprintable exception>"
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name), default_code, name
+
+
+def _plugin_failed(failure_: PluginFailure) -> ToolExecutionResult:
+    error = failure_.error
+    if isinstance(error, DshError):
+        message, code, name = _from_exception(error, "PLUGIN_FAILED")
+    else:
+        message = str(failure_)
+        code, name = "PLUGIN_FAILED", type(error).__name__
+    return failure(message, code, name, decided_by=failure_.plugin)
+
+
+@attrs.define
+class Prepared:
+    """The outcome of stages A–G: either dispatch *execution*, or finish with *result*."""
+
+    execution: ToolExecution
+    result: ToolExecutionResult | None = None
+    post: bool = True
+
+
+_PRE_TYPES = (Allow, Deny, Ask)
+_POST_TYPES = (Accept, Block)
+_ALLOW = Allow()
+_ACCEPT = Accept()
+_call_ids = itertools.count(1)
+
+
+class Pipeline:
+    """Runs calls for one `ToolRegistry`, calling its plugins' hooks."""
+
+    def __init__(self, registry: ToolRegistry, hooks: HookRelay, *, observer_timeout: float) -> None:
+        self.registry = registry
+        self.hooks = hooks
+        self.observer_timeout = observer_timeout
+
+    async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
+        prepared = await self.prepare(input, trace)
+        execution = prepared.execution
+        if prepared.result is not None:
+            return await self.finalize(execution, prepared.result, prepared.post, trace)
+        result, post = await self.dispatch(execution, trace)
+        return await self.finalize(execution, result, post, trace)
+
+    # -- hook calling ----------------------------------------------------------------------
+
+    async def _call(self, impl: Impl, hook: str, trace: Trace | None, **kwargs: Any) -> Any:
+        started = time.perf_counter() if trace is not None else 0.0
+        try:
+            value = await impl(**kwargs)
+        except PluginFailure:
+            raise
+        except Exception as exc:
+            raise PluginFailure(impl.plugin, hook, exc) from exc
+        if trace is not None:
+            call_id = kwargs["execution"].call_id if "execution" in kwargs else "?"
+            outcome = "abstained" if value is None else _describe(value)
+            trace(TraceEvent(call_id, hook, impl.plugin, outcome, time.perf_counter() - started))
+        return value
+
+    async def _first(
+        self,
+        hook: str,
+        kwargs: dict[str, Any],
+        default: Any,
+        accept: Callable[[Any], Any],
+        trace: Trace | None,
+    ) -> tuple[Any, str | None]:
+        """A firstresult chain whose links may take ``call_next`` (a waterfall)."""
+        impls = self.hooks.impls(hook)
+
+        async def run_from(i: int) -> tuple[Any, str | None]:
+            while i < len(impls):
+                impl = impls[i]
+                memo: list[tuple[Any, str | None]] = []
+                if impl.waterfall:
+
+                    async def call_next(_i: int = i + 1, _memo: list[Any] = memo) -> Any:
+                        if not _memo:
+                            _memo.append(await run_from(_i))
+                        return _memo[0][0]
+
+                    value = await self._call(impl, hook, trace, **kwargs, call_next=call_next)
+                else:
+                    value = await self._call(impl, hook, trace, **kwargs)
+                if value is None:
+                    if memo:
+                        return memo[0]
+                    i += 1
+                    continue
+                try:
+                    value = accept(value)
+                except TypeError as exc:
+                    raise PluginFailure(impl.plugin, hook, exc) from None
+                if memo and value is memo[0][0]:
+                    return memo[0]
+                return value, impl.plugin
+            return default, None
+
+        return await run_from(0)
+
+    # -- A to G ----------------------------------------------------------------------------
+
+    async def prepare(self, input: ToolExecutionInput, trace: Trace | None) -> Prepared:
+        signal = input.signal if input.signal is not None else AbortSignal()
+        try:
+            arguments = freeze(input.arguments, "arguments")
+        except ValueError as exc:
+            execution = ToolExecution(
+                call_id=input.call_id, name=input.name, arguments=None, scope=input.scope,
+                parent=input.parent, signal=signal,
+            )  # fmt: skip
+            message = f"tool arguments must be JSON: {exc}"
+            return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
+        execution = ToolExecution(
+            call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
+            parent=input.parent, signal=signal,
+        )  # fmt: skip
+        if signal.aborted:
+            return Prepared(execution, _aborted(False), False)
+        try:
+            return await self._gate(execution, trace)
+        except PluginFailure as exc:
+            return Prepared(execution, _plugin_failed(exc), False)
+
+    async def _gate(self, execution: ToolExecution, trace: Trace | None) -> Prepared:
+        decision: Any = _ALLOW
+        who: str | None = None
+        if self.hooks.impls("dsh_tool_pre_execute"):
+            decision, who = await self._first(
+                "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
+            )
+        if type(decision) is Deny:
+            return Prepared(execution, failure(decision.reason, "DENIED", decided_by=who))
+        if type(decision) is Ask:
+            denied = await self._ask(execution, decision, who, trace)
+            if denied is not None:
+                return denied
+        reason, guard = await self._guards(execution, trace)
+        if reason is not None:
+            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
+        if execution.signal.aborted:
+            return Prepared(execution, _aborted(False))
+        return Prepared(execution)
+
+    async def _ask(
+        self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None
+    ) -> Prepared | None:
+        request = ApprovalRequest(execution=execution, reason=ask.reason, asked_by=asker)
+        outcome, approver = await self._first(
+            "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE, _check_outcome,
+            trace,
+        )  # fmt: skip
+        name = execution.name
+        if outcome is ApprovalOutcome.ALLOWED_ONCE:
+            return None
+        if outcome is ApprovalOutcome.CANCELLED:
+            if execution.signal.aborted:
+                return Prepared(execution, _aborted(False))
+            message = f'approval for tool "{name}" was cancelled'
+            return Prepared(execution, failure(message, "DENIED", decided_by=approver))
+        if outcome is ApprovalOutcome.REJECTED:
+            message = f'tool "{name}" was rejected by {approver}'
+            return Prepared(execution, failure(message, "DENIED", decided_by=approver))
+        why = f" ({ask.reason})" if ask.reason else ""
+        message = f'tool "{name}" requires approval{why}, but no approval channel is available'
+        return Prepared(execution, failure(message, "DENIED", decided_by=asker))
+
+    async def _guards(
+        self, execution: ToolExecution, trace: Trace | None
+    ) -> tuple[str | None, str | None]:
+        for guard, name in self.registry.guards_for(execution.scope):
+            try:
+                reason = guard(execution)
+            except Exception as exc:
+                raise PluginFailure(name, "guard", exc) from exc
+            if reason is not None:
+                return _check_reason(reason, name), name
+        for impl in self.hooks.impls("dsh_tool_guard"):
+            reason = await self._call(impl, "dsh_tool_guard", trace, execution=execution)
+            if reason is not None:
+                return _check_reason(reason, impl.plugin), impl.plugin
+        return None, None
+
+    # -- H to J ----------------------------------------------------------------------------
+
+    async def dispatch(
+        self, execution: ToolExecution, trace: Trace | None
+    ) -> tuple[ToolExecutionResult, bool]:
+        """Run the wrappers and the body; return the result and whether post-execute sees it."""
+        state = _DispatchState()
+        impls = self.hooks.impls("dsh_tool_execute")
+        try:
+            if impls:
+                result = await self._wrap(impls, 0, execution, state, trace)
+            else:
+                result = await self._dispatch(execution, state, trace)
+        except PluginFailure as exc:
+            return _plugin_failed(exc), False
+        if execution.signal.aborted and not result.is_error:
+            result = _aborted(state.body_invoked, result.additional_contexts)
+        return result, True
+
+    async def _wrap(
+        self,
+        impls: tuple[Impl, ...],
+        i: int,
+        view: ToolExecution,
+        state: _DispatchState,
+        trace: Trace | None,
+    ) -> ToolExecutionResult:
+        if i == len(impls):
+            return await self._dispatch(view, state, trace)
+        impl = impls[i]
+        delegated: list[ToolExecutionResult] = []
+
+        async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
+            if signal is None:
+                result = await self._wrap(impls, i + 1, view, state, trace)
+            else:
+                if not isinstance(signal, AbortSignal):
+                    raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
+                fused, dispose = _fuse((view.signal, signal))
+                try:
+                    inner = attrs.evolve(view, signal=fused)
+                    result = await self._wrap(impls, i + 1, inner, state, trace)
+                finally:
+                    dispose()
+            delegated.append(result)
+            return result
+
+        result = await self._call(impl, "dsh_tool_execute", trace, execution=view, call_next=call_next)
+        if not isinstance(result, ToolExecutionResult):
+            error = TypeError(f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult")
+            raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        if result.decided_by is None and not any(result is r for r in delegated):
+            result = attrs.evolve(result, decided_by=impl.plugin)
+        return result
+
+    async def _dispatch(
+        self, view: ToolExecution, state: _DispatchState, trace: Trace | None
+    ) -> ToolExecutionResult:
+        started = time.perf_counter() if trace is not None else 0.0
+        tool = self.registry.get(view.name, view.scope)
+        if tool is None:
+            error = ToolNotFoundError(view.name)
+            return failure(error.message, error.code, "ToolNotFoundError")
+        if view.signal.aborted:
+            return _aborted(False)
+        args, violations = tool.prepare(view.arguments)
+        if violations:
+            error_ = ToolArgsError(violations)
+            return failure(error_.message, error_.code, "ToolArgsError")
+        context = ToolRunContext(view, tool)
+        state.body_invoked = True
+        result = await _run_body(tool, args, context)
+        if view.signal.aborted and not result.is_error:
+            result = _aborted(True)
+        if context._deferred:
+            contexts = (*context._deferred, *result.additional_contexts)
+            result = attrs.evolve(result, additional_contexts=contexts)
+        if trace is not None:
+            outcome = result.code or "ok"
+            trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
+        return result
+
+    # -- K to M ----------------------------------------------------------------------------
+
+    async def finalize(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        post: bool,
+        trace: Trace | None,
+    ) -> ToolExecutionResult:
+        if post and self.hooks.impls("dsh_tool_post_execute"):
+            result = await self._post(execution, result, trace)
+        for impl in self.hooks.impls("dsh_tool_result"):
+            await self._observe(impl, execution, result)
+        return result
+
+    async def _post(
+        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None
+    ) -> ToolExecutionResult:
+        kwargs = {"execution": execution, "result": result}
+        try:
+            decision, who = await self._first(
+                "dsh_tool_post_execute", kwargs, _ACCEPT, _check_post, trace
+            )
+        except PluginFailure as exc:
+            return _plugin_failed(exc)
+        if type(decision) is Block:
+            message = content_text(decision.feedback) or "tool result blocked by post-execute policy"
+            result = ToolExecutionResult(
+                content=decision.feedback,
+                is_error=True,
+                error=ToolFailure(message, "BLOCKED"),
+                additional_contexts=decision.additional_contexts,
+                decided_by=who,
+            )
+        elif decision.content is not None or decision.additional_contexts:
+            changes: dict[str, Any] = {}
+            if decision.content is not None:
+                changes["content"] = decision.content
+                changes["decided_by"] = who
+            if decision.additional_contexts:
+                contexts = (*result.additional_contexts, *decision.additional_contexts)
+                changes["additional_contexts"] = contexts
+            result = attrs.evolve(result, **changes)
+        if execution.signal.aborted and not result.is_error:
+            result = _aborted(True, result.additional_contexts)
+        return result
+
+    async def _observe(
+        self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
+    ) -> None:
+        try:
+            kwargs = {"execution": execution, "result": result}
+            value = impl.function(**{name: kwargs[name] for name in impl.argnames})
+            if inspect.isawaitable(value):
+                with trio.move_on_after(self.observer_timeout) as scope:
+                    await value
+                if scope.cancelled_caught:
+                    logger.warning(
+                        'tool "%s" (%s): dsh_tool_result observer %r did not finish within %ss; '
+                        "it was cancelled",
+                        execution.name, execution.call_id, impl.plugin, self.observer_timeout,
+                    )  # fmt: skip
+        except Exception as exc:
+            logger.warning(
+                'tool "%s" (%s): dsh_tool_result observer %r failed: %s: %s',
+                execution.name, execution.call_id, impl.plugin, type(exc).__name__, exc,
+            )  # fmt: skip
+
+
+@attrs.define
+class _DispatchState:
+    body_invoked: bool = False
+
+
+async def _run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
+    """Run the body in a cancel scope that follows the (fused) signal; never raises."""
+    value: Any = _MISSING
+    result: ToolExecutionResult | None = None
+    with trio.CancelScope() as scope:
+        unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())
+        try:
+            call: Callable[[], Any] = (
+                functools.partial(tool.execute, args, context)
+                if tool.takes_context
+                else functools.partial(tool.execute, args)
+            )
+            if tool.is_async:
+                value = await call()
+            else:
+                value = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+                if inspect.isawaitable(value):
+                    value = await value
+        except Exception as exc:
+            message, code, name = _from_exception(exc, "TOOL_FAILED")
+            result = failure(message, code, name)
+        finally:
+            unsubscribe()
+    if result is not None:
+        return result
+    if value is _MISSING:
+        return _aborted(True)
+    return _normalise(tool, value)
+
+
+_MISSING: Any = object()
+
+
+def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
+    try:
+        if isinstance(value, ToolExecutionResult):
+            return value
+        if tool.validate_output is not None:
+            frozen = freeze(value, "value")
+            violations = tool.validate_output(frozen)
+            if violations:
+                raise ToolOutputError(tool.name, violations)
+            return ToolExecutionResult(content=canonical_json(frozen))
+        if isinstance(value, str | TextBlock | ImageBlock):
+            return ToolExecutionResult(content=value)
+        if value is None:
+            return ToolExecutionResult(content=())
+        if isinstance(value, list | tuple) and all(
+            isinstance(v, str | TextBlock | ImageBlock) for v in value
+        ):
+            return ToolExecutionResult(content=to_content(value))
+        return ToolExecutionResult(content=canonical_json(freeze(value, "value")))
+    except ToolOutputError as exc:
+        return failure(exc.message, exc.code, "ToolOutputError")
+    except (ValueError, TypeError) as exc:
+        error = ToolOutputError(tool.name, [str(exc)])
+        return failure(error.message, error.code, "ToolOutputError")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Deny):
+        return f"deny: {value.reason}"
+    if isinstance(value, Ask):
+        return f"ask: {value.reason}" if value.reason else "ask"
+    if isinstance(value, Block):
+        return f"block: {content_text(value.feedback)}"
+    if isinstance(value, ToolExecutionResult):
+        return value.code or "ok"
+    if isinstance(value, ApprovalOutcome):
+        return value.value
+    if isinstance(value, str):
+        return f"deny: {value}"
+    return type(value).__name__.lower()
+
+
+def _check_pre(value: Any) -> Any:
+    if isinstance(value, _PRE_TYPES):
+        return value
+    raise TypeError(f"returned {value!r}; expected Allow(), Deny(reason), Ask() or None")
+
+
+def _check_post(value: Any) -> Any:
+    if isinstance(value, _POST_TYPES):
+        return value
+    raise TypeError(f"returned {value!r}; expected Accept(...), Block(feedback) or None")
+
+
+def _check_outcome(value: Any) -> ApprovalOutcome:
+    try:
+        return ApprovalOutcome(value)
+    except ValueError:
+        raise TypeError(
+            f"returned {value!r}; expected an ApprovalOutcome "
+            f"({', '.join(o.value for o in ApprovalOutcome)}) or None"
+        ) from None
+
+
+def _check_reason(reason: Any, who: str) -> str:
+    if isinstance(reason, str):
+        return reason
+    raise PluginFailure(who, "dsh_tool_guard", TypeError(f"returned {reason!r}; expected str or None"))
+
+
+def new_call_id() -> str:
+    """A process-unique call id for callers that have none (``call-1``, ``call-2``, ...)."""
+    return f"call-{next(_call_ids)}"
+

@@ -1,0 +1,384 @@
+"""The frozen values that cross the pipeline: content, contexts, decisions, inputs and results."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
+
+import attrs
+
+from ._json import freeze, thaw
+from ._signal import AbortSignal
+
+if TYPE_CHECKING:
+    from ._tool import ToolDefinition
+
+__all__ = [
+    "Accept",
+    "Allow",
+    "ApprovalOutcome",
+    "ApprovalRequest",
+    "Ask",
+    "Block",
+    "ContentBlock",
+    "Deny",
+    "ExecutionMode",
+    "HookContext",
+    "ImageBlock",
+    "Scope",
+    "TextBlock",
+    "ToolExecution",
+    "ToolExecutionInput",
+    "ToolExecutionResult",
+    "ToolFailure",
+    "ToolRestriction",
+    "ToolRunContext",
+]
+
+
+# -- content -------------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class TextBlock:
+    """Plain text for the model."""
+
+    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    type: Literal["text"] = attrs.field(default="text", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@final
+@attrs.frozen
+class ImageBlock:
+    """An image for the model: base64 ``data`` of a ``mime_type`` such as ``image/png``."""
+
+    data: str = attrs.field(validator=attrs.validators.instance_of(str))
+    mime_type: str = attrs.field(validator=attrs.validators.instance_of(str))
+    type: Literal["image"] = attrs.field(default="image", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "image", "data": self.data, "mime_type": self.mime_type}
+
+
+ContentBlock: TypeAlias = TextBlock | ImageBlock
+ContentLike: TypeAlias = "str | ContentBlock | Iterable[str | ContentBlock]"
+
+
+def to_content(value: Any) -> tuple[ContentBlock, ...]:
+    """Normalise ``str``, a block, or an iterable of those into a tuple of blocks."""
+    if isinstance(value, str):
+        return (TextBlock(value),)
+    if isinstance(value, TextBlock | ImageBlock):
+        return (value,)
+    if isinstance(value, Iterable) and not isinstance(value, bytes | dict):
+        out: list[ContentBlock] = []
+        for item in value:
+            if isinstance(item, str):
+                out.append(TextBlock(item))
+            elif isinstance(item, TextBlock | ImageBlock):
+                out.append(item)
+            else:
+                raise TypeError(
+                    f"content items must be str, TextBlock or ImageBlock, not {type(item).__name__}"
+                )
+        return tuple(out)
+    raise TypeError(f"content must be str, a content block or a list of them, not {type(value)!r}")
+
+
+def content_text(content: Iterable[ContentBlock]) -> str:
+    """Text blocks joined by newlines; other blocks as ``[<type> content]``."""
+    return "\n".join(b.text if isinstance(b, TextBlock) else f"[{b.type} content]" for b in content)
+
+
+@final
+@attrs.frozen
+class HookContext:
+    """Context for the model's next turn, kept apart from the tool result; ``source`` is a plugin name."""
+
+    content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"content": [b.to_json() for b in self.content], "source": self.source}
+
+
+def _to_contexts(value: Iterable[HookContext | str]) -> tuple[HookContext, ...]:
+    return tuple(c if isinstance(c, HookContext) else HookContext(c) for c in value)
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class ToolFailure:
+    """Why a call failed: ``message`` (no ``Error:`` prefix), ``code`` and error class ``name``."""
+
+    message: str
+    code: str | None = None
+    name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "code": self.code, "name": self.name}
+
+
+def _freeze_meta(value: Any) -> Any:
+    return freeze(value, "meta")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolExecutionResult:
+    """The outcome of one call, as the model and every observer see it.
+
+    ``content`` is what the model reads; an error's text is ``Error: <message>``. ``decided_by``
+    names the plugin that denied, asked, blocked or replaced the result, or is ``None``.
+    """
+
+    content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
+    is_error: bool = False
+    error: ToolFailure | None = None
+    additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
+    meta: Any = attrs.field(default=None, converter=_freeze_meta)
+    decided_by: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The content's text blocks joined by newlines."""
+        return content_text(self.content)
+
+    @property
+    def code(self) -> str | None:
+        """``error.code``, or ``None`` for a success."""
+        return self.error.code if self.error is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain JSON object (dicts and lists) for logs, wire formats and ``--json`` output."""
+        return {
+            "content": [b.to_json() for b in self.content],
+            "is_error": self.is_error,
+            "error": self.error.to_json() if self.error is not None else None,
+            "additional_contexts": [c.to_json() for c in self.additional_contexts],
+            "meta": thaw(self.meta),
+            "decided_by": self.decided_by,
+        }
+
+
+# -- decisions -----------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class Allow:
+    """Pre-execute decision: run the call (guards may still deny it)."""
+
+
+@final
+@attrs.frozen
+class Deny:
+    """Pre-execute decision: refuse the call; the model reads ``Error: <reason>``."""
+
+    reason: str
+
+
+@final
+@attrs.frozen
+class Ask:
+    """Pre-execute decision: run the call only if an approver answers ``allowed-once``."""
+
+    reason: str | None = None
+
+
+@final
+@attrs.frozen
+class Accept:
+    """Post-execute decision: keep the result, or replace its ``content``; add contexts."""
+
+    content: tuple[ContentBlock, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(to_content)
+    )
+    additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
+
+
+@final
+@attrs.frozen
+class Block:
+    """Post-execute decision: turn the result into an error whose content is ``feedback``."""
+
+    feedback: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
+    additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
+
+
+PreDecision: TypeAlias = Allow | Deny | Ask
+PostDecision: TypeAlias = Accept | Block
+
+
+class ApprovalOutcome(str, enum.Enum):
+    """What an approver answered."""
+
+    ALLOWED_ONCE = "allowed-once"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+
+
+class ExecutionMode(str, enum.Enum):
+    """How a call may be scheduled beside its siblings in a batch."""
+
+    PARALLEL = "parallel"
+    EXCLUSIVE = "exclusive"
+
+
+# -- scopes and calls ----------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class Scope:
+    """An agent's scope key; a scope sees its ancestors' tools, guards and restrictions."""
+
+    name: str
+    parent: Scope | None = None
+
+    def chain(self) -> tuple[Scope, ...]:
+        """This scope's ancestors, farthest first, then the scope itself."""
+        out: list[Scope] = []
+        scope: Scope | None = self
+        while scope is not None:
+            out.append(scope)
+            scope = scope.parent
+        return tuple(reversed(out))
+
+    def is_within(self, other: Scope) -> bool:
+        """Whether this scope is *other* or one of its descendants."""
+        scope: Scope | None = self
+        while scope is not None:
+            if scope == other:
+                return True
+            scope = scope.parent
+        return False
+
+
+def _optional_names(value: Iterable[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError("ToolRestriction names must be a list of tool names, not a string")
+    return frozenset(value)
+
+
+@final
+@attrs.frozen
+class ToolRestriction:
+    """A per-scope filter over global tools: ``allow`` keeps only those, ``deny`` removes those."""
+
+    allow: frozenset[str] | None = attrs.field(default=None, converter=_optional_names)
+    deny: frozenset[str] | None = attrs.field(default=None, converter=_optional_names)
+
+    def admits(self, name: str) -> bool:
+        return (self.allow is None or name in self.allow) and (
+            self.deny is None or name not in self.deny
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolExecutionInput:
+    """One call as the caller hands it over: the model's ``call_id``, tool ``name`` and ``arguments``."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    scope: Scope | None = None
+    parent: ToolExecution | None = None
+    signal: AbortSignal | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolExecution:
+    """The pipeline's frozen view of one call, shared by every hook of that call.
+
+    ``arguments`` is a deep-frozen JSON snapshot (``None`` when the caller's arguments were not
+    JSON); ``token`` identifies the call; ``signal`` is the caller's (a wrapper's replacement
+    inside ``dsh_tool_execute``).
+    """
+
+    call_id: str
+    name: str
+    arguments: Any
+    scope: Scope | None = None
+    parent: ToolExecution | None = attrs.field(default=None, repr=False)
+    signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False)
+    token: object = attrs.field(factory=object, repr=False, eq=False)
+
+
+@final
+@attrs.frozen
+class ToolRunContext:
+    """What a tool body receives beside its arguments: the call, its signal, and `defer_context`."""
+
+    execution: ToolExecution
+    tool: ToolDefinition = attrs.field(repr=False)
+    _deferred: list[HookContext] = attrs.field(factory=list, repr=False, alias="_deferred")
+
+    @property
+    def call_id(self) -> str:
+        return self.execution.call_id
+
+    @property
+    def name(self) -> str:
+        return self.execution.name
+
+    @property
+    def arguments(self) -> Any:
+        return self.execution.arguments
+
+    @property
+    def scope(self) -> Scope | None:
+        return self.execution.scope
+
+    @property
+    def signal(self) -> AbortSignal:
+        """Fused from the caller's signal and any a wrapper installed; the body's cancel scope follows it."""
+        return self.execution.signal
+
+    def defer_context(self, context: HookContext | str, source: str | None = None) -> None:
+        """Attach a context to this call's final result (kept in call order, dropped by a ``Block``)."""
+        if not isinstance(context, HookContext):
+            context = HookContext(context, source if source is not None else self.tool.name)
+        self._deferred.append(context)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ApprovalRequest:
+    """What an approver is asked: may this call run?"""
+
+    execution: ToolExecution
+    reason: str | None = None
+    asked_by: str | None = None
+
+    @property
+    def tool(self) -> str:
+        return self.execution.name
+
+    @property
+    def call_id(self) -> str:
+        return self.execution.call_id
+
+    @property
+    def arguments(self) -> Any:
+        return self.execution.arguments
+
+    @property
+    def signal(self) -> AbortSignal:
+        return self.execution.signal
+
+
+Guard: TypeAlias = Callable[[ToolExecution], "str | None"]

@@ -1,0 +1,296 @@
+"""Every hook a dsh plugin can implement: the plugin author's reference.
+
+A plugin is any object (usually a module) with functions marked ``@dsh_host.hookimpl`` whose names
+are the hook names below. An implementation may accept any *subset* of a hook's arguments, by name.
+
+Per-call hooks (``dsh_tool_*``) may be plain functions or ``async def``. The host calls them
+itself, in pluggy's call order: ``tryfirst`` implementations first, then the most recently
+registered first, ``trylast`` ones last. Plugins found through entry points are registered in a
+fixed order (the ``enable`` list, else sorted entry-point names), so that order never depends on
+what pip happened to install first.
+
+Phases, in the order one call meets them::
+
+    dsh_tool_pre_execute -> dsh_tool_approve (on Ask) -> dsh_tool_guard
+        -> dsh_tool_execute (wrappers around the body) -> dsh_tool_post_execute
+        -> dsh_tool_result (observers)
+
+A plugin that raises in any of them never crashes the host: the call ends with a
+``PLUGIN_FAILED`` error result that names the plugin, the hook and the exception, and
+``result.decided_by`` names the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ._hooks import hookspec
+
+if TYPE_CHECKING:
+    from ._host import Host
+    from ._presentation import CallView, ResultView
+    from ._tool import ToolDefinition
+    from ._values import (
+        Accept,
+        Allow,
+        ApprovalOutcome,
+        ApprovalRequest,
+        Ask,
+        Block,
+        Deny,
+        Scope,
+        ToolExecution,
+        ToolExecutionResult,
+    )
+
+    Register = Callable[[ToolDefinition, Scope | None], Callable[[], None]]
+
+__all__ = [
+    "dsh_host_started",
+    "dsh_plugin_config",
+    "dsh_present_call",
+    "dsh_present_result",
+    "dsh_register_tools",
+    "dsh_tool_approve",
+    "dsh_tool_execute",
+    "dsh_tool_guard",
+    "dsh_tool_post_execute",
+    "dsh_tool_pre_execute",
+    "dsh_tool_result",
+]
+
+
+# -- set-up ------------------------------------------------------------------------------------
+
+
+@hookspec
+def dsh_register_tools(register: Register) -> None:
+    """Register this plugin's tools.
+
+    Called once for every plugin, after its configuration was applied.
+
+    Args:
+        register: ``register(tool, scope=None)`` adds a `ToolDefinition` (from `define_tool` or
+            `tool`) and returns a function that removes it. A name another plugin already
+            registered in the same scope is an error naming both plugins.
+
+    Example::
+
+        @hookimpl
+        def dsh_register_tools(register):
+            register(read_file)
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_plugin_config() -> type | None:
+    """Return the attrs class this plugin's ``[plugin.<name>]`` TOML table is structured into.
+
+    Optional. The host structures the table with its cattrs converter: an unknown key, a wrong
+    type or a missing required value is a `ConfigError` that names the file, the plugin and the
+    key. With no table, the class is built from its defaults. Read the result with
+    ``host.config_for(plugin)`` (usually in `dsh_host_started`).
+
+    Stops at the first non-None result, so only implement it on your own plugin object.
+
+    Example::
+
+        @attrs.frozen
+        class Config:
+            greeting: str = "hello"
+
+        @hookimpl
+        def dsh_plugin_config():
+            return Config
+    """
+
+
+@hookspec
+def dsh_host_started(host: Host) -> None:
+    """Called once for every plugin after all plugins are registered and configured.
+
+    Args:
+        host: the `Host`; use ``host.config_for(self_or_module)`` to read your configuration and
+            ``host.registry`` to add guards or restrictions.
+
+    Example::
+
+        @hookimpl
+        def dsh_host_started(host):
+            global settings
+            settings = host.config_for(sys.modules[__name__])
+    """
+
+
+# -- one call ----------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def dsh_tool_pre_execute(
+    execution: ToolExecution, call_next: Callable[[], Awaitable[Allow | Deny | Ask]]
+) -> Allow | Deny | Ask | None | Awaitable[Allow | Deny | Ask | None]:
+    """Decide whether a call may run: `Allow`, `Deny` (with a reason), or `Ask` a human.
+
+    Runs for every call the model made, before its arguments are validated (so policy sees
+    malformed calls too). ``execution.arguments`` is a deep-frozen JSON snapshot.
+
+    **Chaining: firstresult.** The first implementation in call order that returns a decision wins;
+    return ``None`` to abstain. With no decision the call is allowed. An implementation that also
+    accepts ``call_next`` is a *waterfall link*: ``await call_next()`` runs the rest of the chain
+    (at most once) and returns its decision, which the link may return as is or replace.
+
+    ``Deny`` and an unanswered or rejected ``Ask`` end the call with a ``DENIED`` error result
+    (post-execute still sees it); ``result.decided_by`` names the plugin that decided. Guards
+    (`dsh_tool_guard`) run after an allow and may still deny.
+
+    Args:
+        execution: the call (``name``, ``arguments``, ``call_id``, ``scope``, ``signal``).
+        call_next: only for waterfall links; takes no arguments.
+
+    Example::
+
+        @hookimpl
+        def dsh_tool_pre_execute(execution):
+            if execution.name == "bash" and "rm -rf" in execution.arguments.get("command", ""):
+                return Deny("rm -rf is not allowed here")
+            return None
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_tool_approve(
+    request: ApprovalRequest,
+) -> ApprovalOutcome | None | Awaitable[ApprovalOutcome | None]:
+    """Answer an `Ask`: may this call run?
+
+    **Chaining: firstresult.** The first answer that is not ``None`` wins. If nobody answers, the
+    outcome is ``unavailable`` and the call is denied (fail closed). Only
+    ``ApprovalOutcome.ALLOWED_ONCE`` lets the call go on to the guards; ``rejected``,
+    ``cancelled`` and ``unavailable`` deny it. When an approver rejects, ``decided_by`` names
+    the approver; when nobody answers, it names the plugin that asked.
+
+    Args:
+        request: the call (``request.execution``), the asker's ``reason``, and ``asked_by``.
+            Honour ``request.signal``: return ``cancelled`` if it aborts while you wait.
+
+    Example::
+
+        @hookimpl
+        def dsh_tool_approve(request):
+            if request.tool == "read_file":
+                return ApprovalOutcome.ALLOWED_ONCE
+            return None
+    """
+
+
+@hookspec
+def dsh_tool_guard(execution: ToolExecution) -> str | None | Awaitable[str | None]:
+    """A last, monotonic check after the call was allowed: return a reason to deny it.
+
+    **Chaining: every guard, first reason wins.** Guards cannot allow anything, so no ordering of
+    plugins can undo a guard's denial. Registry guards (``registry.add_guard``) run first.
+
+    Example::
+
+        @hookimpl
+        def dsh_tool_guard(execution):
+            if len(json.dumps(execution.arguments)) > 100_000:
+                return "arguments larger than 100 kB"
+            return None
+    """
+
+
+@hookspec
+def dsh_tool_execute(
+    execution: ToolExecution,
+    call_next: Callable[..., Awaitable[ToolExecutionResult]],
+) -> ToolExecutionResult | Awaitable[ToolExecutionResult]:
+    """Wrap the tool body: time it out, sandbox it, retry it, measure it, or answer instead of it.
+
+    **Chaining: wrapper order.** The first implementation in call order is the outermost.
+    ``await call_next()`` runs the inner wrappers and the body and returns their result (never
+    raises for a tool failure); call it once, several times (retries) or not at all
+    (short-circuit). Return a `ToolExecutionResult`.
+
+    ``await call_next(signal=deadline)`` installs a replacement `AbortSignal` for the delegated
+    lifetime: the body's signal is fused from the caller's and yours, so aborting yours cancels
+    the body without aborting the caller. A body stopped by your signal comes back as
+    ``ABORTED``; replace it with your own error (the ``timeout`` plugin returns
+    ``TOOL_TIMEOUT``).
+
+    Raising here is a pipeline failure: the call ends ``PLUGIN_FAILED`` and post-execute is skipped.
+
+    Example::
+
+        @hookimpl
+        async def dsh_tool_execute(execution, call_next):
+            started = time.perf_counter()
+            result = await call_next()
+            metrics.observe(execution.name, time.perf_counter() - started)
+            return result
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_tool_post_execute(
+    execution: ToolExecution,
+    result: ToolExecutionResult,
+    call_next: Callable[[], Awaitable[Accept | Block]],
+) -> Accept | Block | None | Awaitable[Accept | Block | None]:
+    """Inspect a result: keep it (`Accept`), replace its content, add context, or `Block` it.
+
+    Runs for successes, tool failures, unknown tools and denials; not for pipeline failures.
+
+    **Chaining: firstresult, like `dsh_tool_pre_execute`**, including ``call_next`` waterfall
+    links: a link that wants to add a context *and* let the others decide does
+    ``decision = await call_next()`` and returns it with its own context added.
+    ``Accept(content=...)`` replaces the content; ``Block(feedback)`` turns the result into a
+    ``BLOCKED`` error whose content is the feedback, dropping earlier contexts. Contexts are kept
+    in order: the body's, the wrappers', then post-execute's.
+
+    Example::
+
+        @hookimpl
+        def dsh_tool_post_execute(execution, result):
+            if "BEGIN PRIVATE KEY" in result.text:
+                return Block("the output contained a private key; it was withheld")
+            return None
+    """
+
+
+@hookspec
+def dsh_tool_result(
+    execution: ToolExecution, result: ToolExecutionResult
+) -> None | Awaitable[None]:
+    """Observe the final, frozen result of every call (audit, metrics, logs).
+
+    **Chaining: every observer.** Exactly one notification per call, with the same result object
+    the caller receives. An observer that raises, or hangs past the host's observer timeout, is
+    logged and stops no other observer; it can never change the result.
+
+    Example::
+
+        @hookimpl
+        def dsh_tool_result(execution, result):
+            log.info("%s %s -> %s", execution.call_id, execution.name, result.code or "ok")
+    """
+
+
+# -- presentation ------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def dsh_present_call(tool: ToolDefinition, args: Any) -> CallView | None:
+    """Present a pending call as a card (`GenericCallView`, `TerminalCallView`, `DiffCallView`).
+
+    **Chaining: firstresult**; then the tool's own ``present_call``; then a generic card. A
+    presenter that raises is skipped. Must be pure: UIs call it while streaming and on replay.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_present_result(
+    tool: ToolDefinition, args: Any, result: ToolExecutionResult
+) -> ResultView | None:
+    """Present a finished call as a card; same chaining and fallbacks as `dsh_present_call`."""

@@ -1,0 +1,1 @@
+"""Built-in dsh plugins: tools, the file fence and process confinement."""

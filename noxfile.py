@@ -1,0 +1,46 @@
+"""Development sessions: ``nox -s tests``, ``lint``, ``typing``, ``docs``, ``bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.default_venv_backend = "venv"
+
+PACKAGES = ["dsh_host", "dsh_plugins_builtin"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (what CI runs)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", *PACKAGES, "tests", "noxfile.py", "bench")
+    session.run("ruff", "format", "--check", *PACKAGES, "tests", "noxfile.py", "bench")
+
+
+@nox.session
+def typing(session: nox.Session) -> None:
+    """mypy --strict over both packages."""
+    session.install("-e", ".[test]", "mypy")
+    session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx docs, warnings as errors."""
+    session.install("-e", ".[docs]")
+    session.run("sphinx-build", "-W", "-n", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Per-call overhead of the pipeline, as ratios to a bare await of the body."""
+    session.install("-e", ".[bench]")
+    session.run("python", "bench/bench_pipeline.py", *session.posargs)
