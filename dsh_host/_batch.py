@@ -54,7 +54,8 @@ async def run_batch(
     async def commit() -> None:
         for index, slot in enumerate(slots):
             await slot.ready.wait()
-            assert slot.execution is not None and slot.result is not None
+            assert slot.execution is not None
+            assert slot.result is not None
             results[index] = await pipeline.finalize(slot.execution, slot.result, slot.post, trace)
 
     async def dispatch(index: int, execution: ToolExecution) -> None:
@@ -90,7 +91,9 @@ async def run_batch(
                 continue
             limiter = trio.CapacityLimiter(max_parallel)
             async with trio.open_nursery() as pool:
-                while index < len(inputs) and not stopped() and mode(index) is ExecutionMode.PARALLEL:
+                while (
+                    index < len(inputs) and not stopped() and mode(index) is ExecutionMode.PARALLEL
+                ):
                     await limiter.acquire_on_behalf_of(index)
                     execution = await prepare(index)
                     if execution is None:

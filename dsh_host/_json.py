@@ -26,7 +26,9 @@ class NotJsonError(ValueError):
 
 
 def _immutable(self: object, *args: object, **kwargs: object) -> NoReturn:
-    raise TypeError("a frozen JSON object cannot be changed; copy it with dsh_host thaw() or dict()")
+    raise TypeError(
+        "a frozen JSON object cannot be changed; copy it with dsh_host thaw() or dict()"
+    )
 
 
 class FrozenDict(dict[str, Any]):
@@ -83,7 +85,9 @@ def _freeze(value: object, path: str, ancestors: set[int]) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 if not isinstance(key, str):
-                    raise NotJsonError(path, f"has key {key!r}, but JSON object keys must be strings")
+                    raise NotJsonError(
+                        path, f"has key {key!r}, but JSON object keys must be strings"
+                    )
                 key = str.__str__(key)
             out[key] = _freeze(item, f"{path}.{key}", ancestors)
         ancestors.discard(ident)
@@ -93,10 +97,8 @@ def _freeze(value: object, path: str, ancestors: set[int]) -> Any:
         if ident in ancestors:
             raise NotJsonError(path, "contains itself (a cycle is not JSON)")
         ancestors.add(ident)
-        items = tuple(
-            _freeze(item, f"{path}[{i}]", ancestors)
-            for i, item in enumerate(value)  # type: ignore[arg-type]
-        )
+        sequence: list[Any] | tuple[Any, ...] = value  # type: ignore[assignment]
+        items = tuple(_freeze(item, f"{path}[{i}]", ancestors) for i, item in enumerate(sequence))
         ancestors.discard(ident)
         return items
     if isinstance(value, bool):

@@ -18,7 +18,7 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -96,7 +96,10 @@ def _aborted(body_invoked: bool, contexts: tuple[HookContext, ...] = ()) -> Tool
     if body_invoked:
         return failure("tool call aborted", "ABORTED", _ABORT_NAME, contexts=contexts)
     return failure(
-        "tool call aborted before dispatch", "ABORTED_BEFORE_DISPATCH", _ABORT_NAME, contexts=contexts
+        "tool call aborted before dispatch",
+        "ABORTED_BEFORE_DISPATCH",
+        _ABORT_NAME,
+        contexts=contexts,
     )
 
 
@@ -123,7 +126,7 @@ def _plugin_failed(failure_: PluginFailure) -> ToolExecutionResult:
 
 @attrs.define
 class Prepared:
-    """The outcome of stages A–G: either dispatch *execution*, or finish with *result*."""
+    """The outcome of stages A-G: either dispatch *execution*, or finish with *result*."""
 
     execution: ToolExecution
     result: ToolExecutionResult | None = None
@@ -140,7 +143,9 @@ _call_ids = itertools.count(1)
 class Pipeline:
     """Runs calls for one `ToolRegistry`, calling its plugins' hooks."""
 
-    def __init__(self, registry: ToolRegistry, hooks: HookRelay, *, observer_timeout: float) -> None:
+    def __init__(
+        self, registry: ToolRegistry, hooks: HookRelay, *, observer_timeout: float
+    ) -> None:
         self.registry = registry
         self.hooks = hooks
         self.observer_timeout = observer_timeout
@@ -340,11 +345,15 @@ class Pipeline:
             delegated.append(result)
             return result
 
-        result = await self._call(impl, "dsh_tool_execute", trace, execution=view, call_next=call_next)
+        result = await self._call(
+            impl, "dsh_tool_execute", trace, execution=view, call_next=call_next
+        )
         if not isinstance(result, ToolExecutionResult):
-            error = TypeError(f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult")
+            error = TypeError(
+                f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
+            )
             raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
-        if result.decided_by is None and not any(result is r for r in delegated):
+        if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
             result = attrs.evolve(result, decided_by=impl.plugin)
         return result
 
@@ -365,8 +374,6 @@ class Pipeline:
         context = ToolRunContext(view, tool)
         state.body_invoked = True
         result = await _run_body(tool, args, context)
-        if view.signal.aborted and not result.is_error:
-            result = _aborted(True)
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -401,7 +408,9 @@ class Pipeline:
         except PluginFailure as exc:
             return _plugin_failed(exc)
         if type(decision) is Block:
-            message = content_text(decision.feedback) or "tool result blocked by post-execute policy"
+            message = (
+                content_text(decision.feedback) or "tool result blocked by post-execute policy"
+            )
             result = ToolExecutionResult(
                 content=decision.feedback,
                 is_error=True,
@@ -449,7 +458,9 @@ class _DispatchState:
     body_invoked: bool = False
 
 
-async def _run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
+async def _run_body(
+    tool: ToolDefinition, args: Any, context: ToolRunContext
+) -> ToolExecutionResult:
     """Run the body in a cancel scope that follows the (fused) signal; never raises."""
     value: Any = _MISSING
     result: ToolExecutionResult | None = None
@@ -476,7 +487,10 @@ async def _run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) ->
         return result
     if value is _MISSING:
         return _aborted(True)
-    return _normalise(tool, value)
+    result = _normalise(tool, value)
+    if context.signal.aborted and not result.is_error:
+        return _aborted(True)
+    return result
 
 
 _MISSING: Any = object()
@@ -506,6 +520,11 @@ def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
     except (ValueError, TypeError) as exc:
         error = ToolOutputError(tool.name, [str(exc)])
         return failure(error.message, error.code, "ToolOutputError")
+
+
+def _same_outcome(a: ToolExecutionResult, b: ToolExecutionResult) -> bool:
+    """Whether a wrapper passed *b* on without changing what the model reads."""
+    return a is b or (a.content == b.content and a.is_error == b.is_error and a.error == b.error)
 
 
 def _describe(value: Any) -> str:
@@ -549,10 +568,11 @@ def _check_outcome(value: Any) -> ApprovalOutcome:
 def _check_reason(reason: Any, who: str) -> str:
     if isinstance(reason, str):
         return reason
-    raise PluginFailure(who, "dsh_tool_guard", TypeError(f"returned {reason!r}; expected str or None"))
+    raise PluginFailure(
+        who, "dsh_tool_guard", TypeError(f"returned {reason!r}; expected str or None")
+    )
 
 
 def new_call_id() -> str:
     """A process-unique call id for callers that have none (``call-1``, ``call-2``, ...)."""
     return f"call-{next(_call_ids)}"
-

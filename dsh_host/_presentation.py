@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-class ToolCallKind(str, enum.Enum):
+class ToolCallKind(enum.StrEnum):
     """Picks an icon for a generic card."""
 
     READ = "read"

@@ -191,7 +191,7 @@ class ToolRegistry:
         chain (farthest first); the first reason denies, and ``decided_by`` is *name* (default:
         the function's qualified name).
         """
-        entry = (guard, name or getattr(guard, "__qualname__", repr(guard)))
+        entry = (guard, name or str(getattr(guard, "__qualname__", None) or repr(guard)))
         layer = self._layer(scope)
         layer.guards.append(entry)
         self._changed()

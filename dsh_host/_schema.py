@@ -80,7 +80,9 @@ def to_json_schema(parameters: Any) -> dict[str, Any]:
         return _attrs_schema(parameters, "parameters")
     if isinstance(parameters, Mapping) and isinstance(parameters.get("type"), str):
         if parameters["type"] != "object":
-            raise JsonSchemaError(['parameters.type must be "object": tool parameters are an object'])
+            raise JsonSchemaError(
+                ['parameters.type must be "object": tool parameters are an object']
+            )
         try:
             return typing.cast(dict[str, Any], thaw(freeze(parameters, "parameters")))
         except ValueError as exc:
@@ -387,6 +389,7 @@ def compile_parameters(schema: Mapping[str, Any]) -> Validator:
 def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
     import jsonschema
 
+    schema = thaw(schema)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -399,7 +402,7 @@ def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
 
     def validate(arguments: Any) -> list[str]:
         messages = []
-        for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path)):
+        for error in validator.iter_errors(arguments):
             path = ""
             for part in error.path:
                 path = f"{path}[{part}]" if isinstance(part, int) else _join(path, str(part))
@@ -407,7 +410,10 @@ def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
                 missing = error.message.split("'")[1] if "'" in error.message else error.message
                 messages.append(f'missing required property "{_join(path, missing)}"')
             elif error.validator == "type":
-                messages.append(f'"{_show(path)}" must be of type {_compact(error.validator_value)}')
+                kinds = error.validator_value
+                kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+                nouns = " or ".join(_TYPE_TESTS[k][1] if k in _TYPE_TESTS else k for k in kinds)
+                messages.append(f'"{_show(path)}" must be {nouns}')
             elif error.validator == "enum":
                 messages.append(f'"{_show(path)}" must be one of {_compact(error.validator_value)}')
             else:

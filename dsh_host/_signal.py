@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, final
 
@@ -81,10 +82,8 @@ class AbortSignal:
 
         def unsubscribe() -> None:
             if self._callbacks is callbacks:
-                try:
+                with contextlib.suppress(ValueError):
                     callbacks.remove(callback)
-                except ValueError:
-                    pass
 
         return unsubscribe
 

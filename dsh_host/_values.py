@@ -218,7 +218,7 @@ PreDecision: TypeAlias = Allow | Deny | Ask
 PostDecision: TypeAlias = Accept | Block
 
 
-class ApprovalOutcome(str, enum.Enum):
+class ApprovalOutcome(enum.StrEnum):
     """What an approver answered."""
 
     ALLOWED_ONCE = "allowed-once"
@@ -227,7 +227,7 @@ class ApprovalOutcome(str, enum.Enum):
     UNAVAILABLE = "unavailable"
 
 
-class ExecutionMode(str, enum.Enum):
+class ExecutionMode(enum.StrEnum):
     """How a call may be scheduled beside its siblings in a batch."""
 
     PARALLEL = "parallel"

@@ -129,7 +129,7 @@ def dsh_host_started(host: Host) -> None:
 @hookspec(firstresult=True)
 def dsh_tool_pre_execute(
     execution: ToolExecution, call_next: Callable[[], Awaitable[Allow | Deny | Ask]]
-) -> Allow | Deny | Ask | None | Awaitable[Allow | Deny | Ask | None]:
+) -> Allow | Deny | Ask | Awaitable[Allow | Deny | Ask | None] | None:
     """Decide whether a call may run: `Allow`, `Deny` (with a reason), or `Ask` a human.
 
     Runs for every call the model made, before its arguments are validated (so policy sees
@@ -161,7 +161,7 @@ def dsh_tool_pre_execute(
 @hookspec(firstresult=True)
 def dsh_tool_approve(
     request: ApprovalRequest,
-) -> ApprovalOutcome | None | Awaitable[ApprovalOutcome | None]:
+) -> ApprovalOutcome | Awaitable[ApprovalOutcome | None] | None:
     """Answer an `Ask`: may this call run?
 
     **Chaining: firstresult.** The first answer that is not ``None`` wins. If nobody answers, the
@@ -185,7 +185,7 @@ def dsh_tool_approve(
 
 
 @hookspec
-def dsh_tool_guard(execution: ToolExecution) -> str | None | Awaitable[str | None]:
+def dsh_tool_guard(execution: ToolExecution) -> str | Awaitable[str | None] | None:
     """A last, monotonic check after the call was allowed: return a reason to deny it.
 
     **Chaining: every guard, first reason wins.** Guards cannot allow anything, so no ordering of
@@ -237,7 +237,7 @@ def dsh_tool_post_execute(
     execution: ToolExecution,
     result: ToolExecutionResult,
     call_next: Callable[[], Awaitable[Accept | Block]],
-) -> Accept | Block | None | Awaitable[Accept | Block | None]:
+) -> Accept | Block | Awaitable[Accept | Block | None] | None:
     """Inspect a result: keep it (`Accept`), replace its content, add context, or `Block` it.
 
     Runs for successes, tool failures, unknown tools and denials; not for pipeline failures.
@@ -262,7 +262,7 @@ def dsh_tool_post_execute(
 @hookspec
 def dsh_tool_result(
     execution: ToolExecution, result: ToolExecutionResult
-) -> None | Awaitable[None]:
+) -> Awaitable[None] | None:
     """Observe the final, frozen result of every call (audit, metrics, logs).
 
     **Chaining: every observer.** Exactly one notification per call, with the same result object
@@ -282,10 +282,25 @@ def dsh_tool_result(
 
 @hookspec(firstresult=True)
 def dsh_present_call(tool: ToolDefinition, args: Any) -> CallView | None:
-    """Present a pending call as a card (`GenericCallView`, `TerminalCallView`, `DiffCallView`).
+    """Present a pending call as a card: `GenericCallView`, `TerminalCallView` or `DiffCallView`.
 
-    **Chaining: firstresult**; then the tool's own ``present_call``; then a generic card. A
-    presenter that raises is skipped. Must be pure: UIs call it while streaming and on replay.
+    **Chaining: firstresult.** The first card returned wins; then the tool's own
+    ``present_call``; then a generic card (the tool name and the raw arguments). A presenter that
+    raises, or returns something that is not a call view, is skipped.
+
+    Must be pure: UIs call it while the call streams in and again when a session is replayed.
+
+    Args:
+        tool: the `ToolDefinition` being called.
+        args: the arguments as the model sent them (not yet validated; may be malformed).
+
+    Example::
+
+        @hookimpl
+        def dsh_present_call(tool, args):
+            if tool.name == "deploy":
+                return TerminalCallView(title=f"deploy {args.get('env', '?')}")
+            return None
     """
 
 
@@ -293,4 +308,21 @@ def dsh_present_call(tool: ToolDefinition, args: Any) -> CallView | None:
 def dsh_present_result(
     tool: ToolDefinition, args: Any, result: ToolExecutionResult
 ) -> ResultView | None:
-    """Present a finished call as a card; same chaining and fallbacks as `dsh_present_call`."""
+    """Present a finished call as a card: a generic, terminal, diff, read or search view.
+
+    **Chaining: firstresult**, then the tool's own ``present_result``, then a generic card with
+    the result's content. Raising presenters are skipped, as for `dsh_present_call`.
+
+    Args:
+        tool: the `ToolDefinition` that ran.
+        args: the arguments as the model sent them.
+        result: the final, frozen `ToolExecutionResult`.
+
+    Example::
+
+        @hookimpl
+        def dsh_present_result(tool, args, result):
+            if tool.name == "deploy" and not result.is_error:
+                return GenericResultView(title="deployed", content=result.content)
+            return None
+    """

@@ -1,0 +1,121 @@
+"""The public surface: a sorted ``__all__`` of names that really are public."""
+
+from __future__ import annotations
+
+import inspect
+
+import attrs
+
+import dsh_host
+from dsh_host import hookspecs
+
+
+def test_all_is_sorted_and_complete():
+    assert dsh_host.__all__ == sorted(
+        dsh_host.__all__, key=str.lower
+    ) or dsh_host.__all__ == sorted(dsh_host.__all__)
+    public = {n for n in vars(dsh_host) if not n.startswith("_")} - {"annotations"}
+    assert set(dsh_host.__all__) == public
+
+
+def test_contract_names_are_exported():
+    required = [
+        "define_tool",
+        "tool",
+        "ToolDefinition",
+        "ToolSchema",
+        "Prop",
+        "ToolRegistry",
+        "Scope",
+        "ToolExecutionInput",
+        "ToolExecution",
+        "ToolRunContext",
+        "ToolExecutionResult",
+        "ToolFailure",
+        "TextBlock",
+        "ImageBlock",
+        "Allow",
+        "Deny",
+        "Ask",
+        "Accept",
+        "Block",
+        "ToolRestriction",
+        "AbortSignal",
+        "ApprovalRequest",
+        "ApprovalOutcome",
+        "GenericCallView",
+        "TerminalCallView",
+        "DiffCallView",
+        "GenericResultView",
+        "TerminalResultView",
+        "DiffResultView",
+        "FileLocation",
+        "FileDiff",
+        "ToolCallKind",
+        "Host",
+        "hookimpl",
+        "hookspec",
+        "to_json_schema",
+        "validate_args",
+        "assert_supported_json_schema",
+        "validate_json_schema_value",
+        "DshError",
+        "ToolArgsError",
+        "ToolNotFoundError",
+        "ToolOutputError",
+        "JsonSchemaError",
+        "ConfigError",
+        "PluginLoadError",
+    ]
+    assert set(required) <= set(dsh_host.__all__)
+
+
+def test_values_are_frozen_attrs_classes():
+    for name in [
+        "TextBlock",
+        "ImageBlock",
+        "ToolExecutionResult",
+        "ToolFailure",
+        "Allow",
+        "Deny",
+        "Ask",
+        "Accept",
+        "Block",
+        "Scope",
+        "ToolExecutionInput",
+        "ToolExecution",
+        "ToolRestriction",
+        "HookContext",
+        "ToolDefinition",
+        "ToolSchema",
+        "FileDiff",
+        "FileLocation",
+        "GenericCallView",
+    ]:
+        cls = getattr(dsh_host, name)
+        assert attrs.has(cls), name
+        assert cls.__setattr__ is not object.__setattr__, f"{name} is not frozen"
+
+
+def test_error_codes():
+    assert dsh_host.ToolArgsError(["x"]).code == "INVALID_ARGS"
+    assert dsh_host.ToolNotFoundError("t").code == "UNKNOWN_TOOL"
+    assert dsh_host.ToolOutputError("t", ["x"]).code == "INVALID_TOOL_OUTPUT"
+    assert dsh_host.JsonSchemaError(["x"]).code == "UNSUPPORTED_SCHEMA"
+    assert dsh_host.DshError("m", "MINE").code == "MINE"
+    assert dsh_host.ApprovalOutcome.ALLOWED_ONCE == "allowed-once"
+    assert dsh_host.ExecutionMode.PARALLEL == "parallel"
+
+
+def test_every_hookspec_is_typed_and_documented_with_an_example():
+    specs = [getattr(hookspecs, n) for n in hookspecs.__all__]
+    assert len(specs) == 11
+    for spec in specs:
+        doc = inspect.getdoc(spec) or ""
+        assert len(doc.splitlines()) >= 3, spec.__name__
+        assert spec.__name__.startswith("dsh_")
+        signature = inspect.signature(spec)
+        assert signature.return_annotation is not inspect.Signature.empty, spec.__name__
+        for param in signature.parameters.values():
+            assert param.annotation is not inspect.Parameter.empty, (spec.__name__, param.name)
+        assert "Example::" in doc, spec.__name__
