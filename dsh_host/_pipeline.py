@@ -27,7 +27,7 @@ import trio
 from ._errors import DshError, ToolArgsError, ToolNotFoundError, ToolOutputError
 from ._hooks import HookRelay, Impl, PluginFailure
 from ._json import canonical_json, freeze
-from ._signal import AbortSignal, _fuse
+from ._signal import AbortSignal, _fuse, _inert
 from ._values import (
     Accept,
     Allow,
@@ -218,7 +218,7 @@ class Pipeline:
     # -- A to G ----------------------------------------------------------------------------
 
     async def prepare(self, input: ToolExecutionInput, trace: Trace | None) -> Prepared:
-        signal = input.signal if input.signal is not None else AbortSignal()
+        signal = input.signal if input.signal is not None else _inert()
         try:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
@@ -462,6 +462,16 @@ async def _run_body(
     tool: ToolDefinition, args: Any, context: ToolRunContext
 ) -> ToolExecutionResult:
     """Run the body in a cancel scope that follows the (fused) signal; never raises."""
+    if context.signal._inert:
+        try:
+            if tool.is_async:
+                value = await (
+                    tool.execute(args, context) if tool.takes_context else tool.execute(args)
+                )
+                return _normalise(tool, value)
+        except Exception as exc:
+            message, code, name = _from_exception(exc, "TOOL_FAILED")
+            return failure(message, code, name)
     value: Any = _MISSING
     result: ToolExecutionResult | None = None
     with trio.CancelScope() as scope:
@@ -506,6 +516,8 @@ def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
             if violations:
                 raise ToolOutputError(tool.name, violations)
             return ToolExecutionResult(content=canonical_json(frozen))
+        if type(value) is str:
+            return ToolExecutionResult._success((TextBlock(value),))
         if isinstance(value, str | TextBlock | ImageBlock):
             return ToolExecutionResult(content=value)
         if value is None:

@@ -28,9 +28,10 @@ class AbortSignal:
             signal.abort("user pressed Esc")
     """
 
-    __slots__ = ("_aborted", "_callbacks", "_event", "_reason")
+    __slots__ = ("_aborted", "_callbacks", "_event", "_inert", "_reason")
 
     def __init__(self) -> None:
+        self._inert = False
         self._aborted = False
         self._reason: Any = None
         self._callbacks: list[_Callback] | None = None
@@ -99,6 +100,14 @@ class AbortSignal:
 
 def _noop() -> None:
     pass
+
+
+def _inert() -> AbortSignal:
+    """A signal for a call whose caller passed none: no one outside the pipeline holds it, so a
+    body running under it needs no cancel scope."""
+    signal = AbortSignal()
+    signal._inert = True
+    return signal
 
 
 def _fuse(signals: tuple[AbortSignal, ...]) -> tuple[AbortSignal, Callable[[], None]]:

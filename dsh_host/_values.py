@@ -147,6 +147,19 @@ class ToolExecutionResult:
     meta: Any = attrs.field(default=None, converter=_freeze_meta)
     decided_by: str | None = None
 
+    @classmethod
+    def _success(cls, content: tuple[ContentBlock, ...]) -> ToolExecutionResult:
+        """A success from already-normalised content, skipping the converters (the hot path)."""
+        self = object.__new__(cls)
+        set_ = object.__setattr__
+        set_(self, "content", content)
+        set_(self, "is_error", False)
+        set_(self, "error", None)
+        set_(self, "additional_contexts", ())
+        set_(self, "meta", None)
+        set_(self, "decided_by", None)
+        return self
+
     @property
     def text(self) -> str:
         """The content's text blocks joined by newlines."""
