@@ -462,17 +462,17 @@ async def _run_body(
     tool: ToolDefinition, args: Any, context: ToolRunContext
 ) -> ToolExecutionResult:
     """Run the body in a cancel scope that follows the (fused) signal; never raises."""
-    if context.signal._inert:
+    value: Any = _MISSING
+    if context.signal._inert and tool.is_async:
+        # Nobody outside the pipeline holds this signal: no cancel scope needed.
         try:
-            if tool.is_async:
-                value = await (
-                    tool.execute(args, context) if tool.takes_context else tool.execute(args)
-                )
-                return _normalise(tool, value)
+            value = await (
+                tool.execute(args, context) if tool.takes_context else tool.execute(args)
+            )
         except Exception as exc:
             message, code, name = _from_exception(exc, "TOOL_FAILED")
             return failure(message, code, name)
-    value: Any = _MISSING
+        return _normalise(tool, value)
     result: ToolExecutionResult | None = None
     with trio.CancelScope() as scope:
         unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())
