@@ -1,0 +1,528 @@
+"""Process confinement: every escape is denied, proven by checking the host afterwards.
+
+Each escape test runs once per backend ("bwrap", "landlock"). A backend the probe finds unusable
+is skipped, except when ``CI=true``: then it fails loudly, so a CI image without bubblewrap (or
+without Landlock) cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from dsh_plugins_builtin import _confine, _landlock
+from dsh_plugins_builtin._confine import (
+    SandboxUnavailable,
+    confine_argv,
+    probe_backends,
+    run_confined,
+    scrub_env,
+    select_backend,
+)
+from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
+
+CAP = 64_000
+
+
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    # The escape tests run with network = false, which Landlock honours only via "landlock-net".
+    key = "landlock-net" if name == "landlock" else name
+    reason = probe_backends()[key]
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
+        pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
+    return name
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def policy(ws: Path) -> SandboxPolicy:
+    return SandboxPolicy("workspace-write", ws)
+
+
+@pytest.fixture
+def outside_dir(policy: SandboxPolicy) -> Iterator[Path]:
+    """A real host directory outside every default writable root (not under /tmp)."""
+    for base in ("/var/tmp", str(Path.home())):
+        if os.path.isdir(base) and os.access(base, os.W_OK):
+            path = Path(tempfile.mkdtemp(prefix="dsh-confine-", dir=base)).resolve()
+            break
+    else:
+        pytest.skip("no writable directory outside /tmp for the $HOME test")
+    try:
+        roots = writable_roots(policy)
+        if any(path == r or r in path.parents for r in roots):
+            pytest.skip(f"{path} is inside a writable root {roots}")
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _marker() -> str:
+    """A unique, valid ``sleep`` duration used to find our processes in /proc."""
+    return f"{60 + int(uuid.uuid4().int % 10**6) / 10**7:.7f}"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+async def _assert_gone(marker: str) -> None:
+    """Bounded poll (a real process may need a moment to be reaped by its parent)."""
+    deadline = trio.current_time() + 2.0
+    while _processes_with(marker) and trio.current_time() < deadline:
+        await trio.sleep(0.02)
+    assert _processes_with(marker) == []
+
+
+def _pending_connection(sock: trio.socket.SocketType) -> bool:
+    """Whether a TCP connection is waiting in the listener's backlog (non-blocking, exact)."""
+    raw = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        raw.setblocking(False)
+        conn, _ = raw.accept()
+    except BlockingIOError:
+        return False
+    finally:
+        raw.close()
+    conn.close()
+    return True
+
+
+def _pending_datagram(sock: trio.socket.SocketType) -> bool:
+    raw = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        raw.setblocking(False)
+        raw.recv(65536)
+    except BlockingIOError:
+        return False
+    finally:
+        raw.close()
+    return True
+
+
+async def _tcp_listener() -> trio.socket.SocketType:
+    sock = trio.socket.socket()
+    await sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
+
+
+# --- escapes, per backend -------------------------------------------------------------------
+
+
+async def test_write_to_etc_denied(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    target = Path(f"/etc/dsh-escape-{uuid.uuid4().hex}")
+    result = await run_confined(
+        f"echo pwned > {target}", cwd=ws, policy=policy, backend=backend, timeout=30
+    )
+    assert result.backend == backend
+    assert result.exit_code not in (0, None)
+    assert not target.exists()
+
+
+async def test_write_to_home_denied(
+    backend: str,
+    ws: Path,
+    policy: SandboxPolicy,
+    outside_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOME", str(outside_dir))
+    result = await run_confined(
+        'echo pwned > "$HOME/escape.txt"; mkdir "$HOME/escape.d"',
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+    )
+    assert result.exit_code not in (0, None)
+    assert list(outside_dir.iterdir()) == []
+
+
+async def test_write_to_dev_shm_denied(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    target = Path(f"/dev/shm/dsh-escape-{uuid.uuid4().hex}")
+    await run_confined(f"echo pwned > {target}", cwd=ws, policy=policy, backend=backend, timeout=30)
+    assert not target.exists()  # bwrap: a private /dev; Landlock: only /dev/null is writable
+
+
+async def test_workspace_write_lands_inside(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    result = await run_confined(
+        "echo ok > in.txt && mkdir -p a/b && echo deep > a/b/c.txt && cat in.txt",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+    )
+    assert (result.exit_code, result.output) == (0, "ok\n")
+    assert (ws / "in.txt").read_text() == "ok\n"
+    assert (ws / "a/b/c.txt").read_text() == "deep\n"
+
+
+async def test_read_only_mode_denies_workspace_writes(backend: str, ws: Path) -> None:
+    (ws / "existing.txt").write_text("original")
+    policy = SandboxPolicy("read-only", ws)
+    result = await run_confined(
+        "echo pwned > new.txt; echo pwned > existing.txt; mkdir newdir; cat existing.txt",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+    )
+    assert "original" in result.output  # the tree stays readable
+    assert sorted(p.name for p in ws.iterdir()) == ["existing.txt"]
+    assert (ws / "existing.txt").read_text() == "original"
+
+
+async def test_loopback_tcp_unreachable(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    listener = await _tcp_listener()
+    with listener:
+        port = listener.getsockname()[1]
+        result = await run_confined(
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED",
+            cwd=ws,
+            policy=policy,
+            backend=backend,
+            timeout=30,
+        )
+        assert "CONNECTED" not in result.output
+        assert result.exit_code != 0
+        assert not _pending_connection(listener)
+
+
+async def test_loopback_udp_unreachable(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    receiver = trio.socket.socket(type=socket.SOCK_DGRAM)
+    with receiver:
+        await receiver.bind(("127.0.0.1", 0))
+        port = receiver.getsockname()[1]
+        await run_confined(
+            f"echo leak > /dev/udp/127.0.0.1/{port}",
+            cwd=ws,
+            policy=policy,
+            backend=backend,
+            timeout=30,
+        )
+        assert not _pending_datagram(receiver)
+
+
+async def test_network_true_reaches_loopback(backend: str, ws: Path) -> None:
+    """The positive control: the listener check does detect a connection that happens."""
+    policy = SandboxPolicy("workspace-write", ws, network=True)
+    listener = await _tcp_listener()
+    with listener:
+        port = listener.getsockname()[1]
+        result = await run_confined(
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED",
+            cwd=ws,
+            policy=policy,
+            backend=backend,
+            timeout=30,
+        )
+        assert "CONNECTED" in result.output
+        assert _pending_connection(listener)
+
+
+async def test_env_secrets_scrubbed(
+    backend: str, ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_API_KEY", "sk-secret-value-1")
+    monkeypatch.setenv("github_token", "ghp-secret-value-2")
+    monkeypatch.setenv("DSH_INTERNAL", "dsh-secret-value-3")
+    monkeypatch.setenv("DB_PASSWORD", "secret-value-4")
+    monkeypatch.setenv("KEEP_THIS_KEY", "allowed-value-5")
+    result = await run_confined(
+        "env; cat /proc/self/environ | tr '\\0' '\\n'",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+        env_allow=["KEEP_THIS_KEY"],
+    )
+    for secret in ("sk-secret-value-1", "ghp-secret-value-2", "dsh-secret-value-3"):
+        assert secret not in result.output
+    assert "secret-value-4" not in result.output
+    assert "KEEP_THIS_KEY=allowed-value-5" in result.output
+    for pair in ("NO_COLOR=1", "TERM=dumb", "PAGER=cat"):
+        assert pair in result.output.splitlines()
+
+
+async def test_background_process_does_not_outlive_the_call(
+    backend: str, ws: Path, policy: SandboxPolicy
+) -> None:
+    marker = _marker()
+    started = trio.current_time()
+    result = await run_confined(
+        f"(touch alive; sleep {marker}; touch late) & "
+        "while [ ! -e alive ]; do :; done; echo started",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+    )
+    assert trio.current_time() - started < 10  # did not wait for the sleeper
+    assert (result.exit_code, result.output) == (0, "started\n")
+    assert (ws / "alive").exists()  # the background child really ran
+    await _assert_gone(marker)
+    assert not (ws / "late").exists()
+
+
+async def test_output_is_capped(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    result = await run_confined(
+        "head -c 50000000 /dev/zero | tr '\\0' a",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=60,
+        max_output_bytes=CAP,
+    )
+    assert result.exit_code == 0
+    assert result.truncated
+    assert result.total_bytes == 50_000_000
+    assert len(result.output) <= CAP + 200
+    assert result.output.startswith("a" * 1000)
+    assert result.output.endswith("a" * 1000)
+    assert "49936000 of 50000000 bytes omitted" in result.output
+
+
+async def test_timeout_kills_the_group(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    marker = _marker()
+    started = trio.current_time()
+    result = await run_confined(
+        f"sleep {marker} & sleep {marker}; touch late",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=0.5,
+    )
+    assert trio.current_time() - started < 10
+    assert result.timed_out
+    assert result.exit_code is None
+    assert result.signal == 9
+    await _assert_gone(marker)
+    assert not (ws / "late").exists()
+
+
+async def test_cancellation_kills_the_group(backend: str, ws: Path, policy: SandboxPolicy) -> None:
+    marker = _marker()
+    started = trio.current_time()
+    with trio.move_on_after(0.5) as scope:
+        await run_confined(
+            f"sleep {marker} & sleep {marker}", cwd=ws, policy=policy, backend=backend, timeout=None
+        )
+    assert scope.cancelled_caught
+    assert trio.current_time() - started < 10  # killed, not waited for
+    await _assert_gone(marker)
+
+
+async def test_stdin_is_dev_null_and_streams_interleave(
+    backend: str, ws: Path, policy: SandboxPolicy
+) -> None:
+    result = await run_confined(
+        "cat; echo out; echo err >&2; echo out2; exit 7",
+        cwd=ws,
+        policy=policy,
+        backend=backend,
+        timeout=30,
+    )
+    assert (result.exit_code, result.output) == (7, "out\nerr\nout2\n")
+    assert not result.truncated
+    assert result.total_bytes == len(result.output)
+
+
+# --- unconfined and unavailable ---------------------------------------------------------------
+
+
+async def test_danger_full_access_runs_unconfined(ws: Path, outside_dir: Path) -> None:
+    policy = SandboxPolicy("danger-full-access", ws)
+    listener = await _tcp_listener()
+    with listener:
+        port = listener.getsockname()[1]
+        result = await run_confined(
+            f"echo free > {outside_dir}/f.txt && exec 3<>/dev/tcp/127.0.0.1/{port} && echo ok",
+            cwd=ws,
+            policy=policy,
+            timeout=30,
+        )
+        assert result.backend == "none"
+        assert result.output == "ok\n"
+        assert (outside_dir / "f.txt").read_text() == "free\n"
+        assert _pending_connection(listener)
+
+
+async def test_backend_none_refuses_confined_modes(ws: Path, policy: SandboxPolicy) -> None:
+    with pytest.raises(SandboxUnavailable, match="refusing to run the command unconfined"):
+        await run_confined("touch ran", cwd=ws, policy=policy, backend="none", timeout=30)
+    assert not (ws / "ran").exists()
+
+
+async def test_no_usable_backend_never_runs_unconfined(
+    ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        _confine,
+        "probe_backends",
+        lambda: {"bwrap": "not installed", "landlock": "ENOSYS", "landlock-net": "ENOSYS"},
+    )
+    with pytest.raises(SandboxUnavailable) as info:
+        await run_confined("touch ran", cwd=ws, policy=policy, timeout=30)
+    assert info.value.mode == "workspace-write"
+    assert info.value.reason == "bwrap: not installed; landlock: ENOSYS"
+    assert not (ws / "ran").exists()
+
+
+async def test_runner_failure_raises(ws: Path, policy: SandboxPolicy) -> None:
+    if probe_backends()["landlock"] is not None:
+        pytest.skip("landlock runner unusable here")
+    bad = policy.__class__("workspace-write", ws, writable_roots=(ws,))
+    # A runner that cannot open one of its writable roots exits 125 with its prefix.
+    argv = confine_argv(["true"], bad, "landlock")
+    argv.insert(argv.index("--"), "--rw")
+    argv.insert(argv.index("--"), str(ws / "missing"))
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == _landlock.EXIT_RUNNER_FAILURE
+    assert done.stderr.startswith(_landlock.PREFIX)
+    assert _confine._runner_failure(done.stderr, 125, "landlock") == done.stderr.strip()
+    # A command's own exit 125 without the prefix is an ordinary result.
+    assert _confine._runner_failure("boom\n", 125, "landlock") is None
+    assert _confine._runner_failure(f"{_landlock.PARTIAL_NOTICE}\nok\n", 125, "landlock") is None
+    assert _confine._runner_failure("bwrap: Can't chdir\n", 1, "bwrap") == "bwrap: Can't chdir"
+    result = await run_confined("echo boom; exit 125", cwd=ws, policy=bad, timeout=30)
+    assert result.exit_code == 125
+
+
+# --- units --------------------------------------------------------------------------------------
+
+
+def test_select_backend() -> None:
+    ws = Path("/nonexistent-ws")
+    strict = SandboxPolicy("workspace-write", ws)
+    networked = SandboxPolicy("workspace-write", ws, network=True)
+    all_ok = {"bwrap": None, "landlock": None, "landlock-net": None}
+    old_abi = {"bwrap": "missing", "landlock": None, "landlock-net": "Landlock ABI 3"}
+    assert select_backend(strict, "auto", all_ok) == "bwrap"
+    assert select_backend(strict, "landlock", all_ok) == "landlock"
+    assert select_backend(networked, "auto", old_abi) == "landlock"
+    with pytest.raises(SandboxUnavailable, match="landlock: Landlock ABI 3"):
+        select_backend(strict, "auto", old_abi)
+    danger = SandboxPolicy("danger-full-access", ws)
+    assert select_backend(danger, "auto", {}) == "none"
+    assert select_backend(danger, "none", {}) == "none"
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        select_backend(strict, "chroot", all_ok)
+
+
+def test_confine_argv_bwrap_shape(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv = confine_argv(
+        ["bash", "-c", "cmd"], SandboxPolicy("workspace-write", ws), "bwrap", cwd=ws
+    )
+    assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    assert argv[-4:] == ["--", "bash", "-c", "cmd"]
+    assert "--tmpfs" not in argv  # /tmp is a (default) writable root: bound, not masked
+    assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", "/tmp", "/tmp"]
+    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"):
+        assert flag in argv
+    assert argv[argv.index("--chdir") + 1] == str(ws)
+
+    read_only = confine_argv(["true"], SandboxPolicy("read-only", ws), "bwrap", cwd=ws)
+    assert "--bind" not in read_only
+    i = read_only.index("--tmpfs")
+    assert read_only[i : i + 5] == ["--tmpfs", "/tmp", "--ro-bind", str(ws), str(ws)]
+
+    ws_only = confine_argv(
+        ["true"], SandboxPolicy("workspace-write", ws, writable_roots=(ws,), network=True), "bwrap"
+    )
+    assert "--unshare-net" not in ws_only
+    i = ws_only.index("--tmpfs")
+    assert ws_only[i : i + 5] == ["--tmpfs", "/tmp", "--bind", str(ws), str(ws)]
+
+
+def test_confine_argv_landlock_shape(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws, "/tmp"))
+    argv = confine_argv(["bash", "-c", "cmd"], policy, "landlock")
+    runner = str(Path(_landlock.__file__).resolve())
+    assert argv == [
+        *(sys.executable, "-I", runner, "--rw", str(ws), "--rw", "/tmp", "--no-net"),
+        *("--", "bash", "-c", "cmd"),
+    ]
+    read_only = confine_argv(["true"], SandboxPolicy("read-only", ws, network=True), "landlock")
+    assert read_only == [sys.executable, "-I", runner, "--", "true"]
+
+
+def test_confine_argv_danger_and_none(tmp_path: Path) -> None:
+    danger = SandboxPolicy("danger-full-access", tmp_path)
+    assert confine_argv(["bash", "-c", "x"], danger, "bwrap") == ["bash", "-c", "x"]
+    with pytest.raises(SandboxUnavailable):
+        confine_argv(["true"], SandboxPolicy("read-only", tmp_path), "none")
+
+
+def test_scrub_env() -> None:
+    env = scrub_env(
+        {
+            "PATH": "/bin",
+            "HOME": "/home/u",
+            "OPENAI_API_KEY": "x",
+            "gh_token": "x",
+            "Client_Secret": "x",
+            "PGPASSWORD": "x",
+            "dsh_session": "x",
+            "DSH_HOME": "x",
+            "KEYBOARD": "x",  # the heuristic is by name: this goes too
+            "PASSPHRASE": "kept",  # ... and this one stays (a documented gap)
+            "TERM": "xterm-256color",
+            "AWS_ACCESS_KEY_ID": "allowed",
+        },
+        allow=["AWS_ACCESS_KEY_ID"],
+    )
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/home/u",
+        "PASSPHRASE": "kept",
+        "AWS_ACCESS_KEY_ID": "allowed",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+    }
+
+
+def test_probe_reports_every_backend_and_is_cached() -> None:
+    first = probe_backends()
+    assert set(first) == {"bwrap", "landlock", "landlock-net"}
+    assert all(v is None or isinstance(v, str) for v in first.values())
+    started = time.perf_counter()
+    assert probe_backends() == first
+    assert time.perf_counter() - started < 0.01  # no second probe

@@ -1,0 +1,304 @@
+"""The file fence: every escape is denied and nothing lands outside the roots."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dsh_plugins_builtin import _fence
+from dsh_plugins_builtin._fence import (
+    FenceDenied,
+    SandboxPolicy,
+    atomic_write_text,
+    check_read,
+    check_write,
+    resolve_target,
+    writable_roots,
+)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    path = tmp_path / "outside"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def policy(ws: Path) -> SandboxPolicy:
+    # tmp_path lives under /tmp, a default writable root: pin the roots to the workspace so
+    # that the sibling "outside" directory really is outside.
+    return SandboxPolicy("workspace-write", ws, writable_roots=(ws,))
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_write_inside_creates_parents_and_lands(ws: Path, policy: SandboxPolicy) -> None:
+    assert check_write("a/b/c.txt", policy) == ws / "a/b/c.txt"
+    atomic_write_text("a/b/c.txt", "hello", policy)
+    assert (ws / "a/b/c.txt").read_text() == "hello"
+    assert _tree(ws) == ["a", "a/b", "a/b/c.txt"]  # no temp file left behind
+
+
+def test_dotdot_traversal_denied(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    with pytest.raises(FenceDenied) as info:
+        check_write("../outside/x.txt", policy)
+    assert str(outside / "x.txt") in str(info.value)
+    assert "workspace-write mode" in str(info.value)
+    assert info.value.path == "../outside/x.txt"
+    assert info.value.mode == "workspace-write"
+    with pytest.raises(FenceDenied):
+        atomic_write_text("../outside/x.txt", "pwned", policy)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("a/../../outside/new/x.txt", "pwned", policy)
+    assert _tree(outside) == []
+    assert _tree(ws) == []
+
+
+def test_dotdot_that_stays_inside_is_allowed(ws: Path, policy: SandboxPolicy) -> None:
+    atomic_write_text("missing/../b.txt", "ok", policy)
+    assert (ws / "b.txt").read_text() == "ok"
+
+
+def test_absolute_path_outside_denied(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    passwd = Path("/etc/passwd").read_bytes()
+    with pytest.raises(FenceDenied) as info:
+        atomic_write_text("/etc/passwd", "pwned", policy)
+    assert str(info.value) == (
+        f'write to "/etc/passwd" denied: outside the writable roots ({ws}) '
+        "under workspace-write mode"
+    )
+    assert Path("/etc/passwd").read_bytes() == passwd
+    with pytest.raises(FenceDenied):
+        atomic_write_text(outside / "abs.txt", "pwned", policy)
+    assert not (outside / "abs.txt").exists()
+
+
+def test_unrelated_prefix_is_not_contained(tmp_path: Path, policy: SandboxPolicy) -> None:
+    sibling = tmp_path / "ws2"
+    sibling.mkdir()
+    with pytest.raises(FenceDenied):
+        atomic_write_text(sibling / "x.txt", "pwned", policy)
+    assert not (sibling / "x.txt").exists()
+
+
+def test_symlink_inside_pointing_at_etc_denied(ws: Path, policy: SandboxPolicy) -> None:
+    (ws / "passwd").symlink_to("/etc/passwd")
+    (ws / "etc").symlink_to("/etc")
+    before = Path("/etc/passwd").read_bytes()
+    with pytest.raises(FenceDenied) as info:
+        atomic_write_text("passwd", "pwned", policy)
+    assert '"passwd" (resolves to "/etc/passwd")' in str(info.value)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("etc/dsh-fence-escape", "pwned", policy)
+    assert Path("/etc/passwd").read_bytes() == before
+    assert not Path("/etc/dsh-fence-escape").exists()
+    assert (ws / "passwd").is_symlink()
+
+
+def test_symlinked_file_outside_denied(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    secret = outside / "secret.txt"
+    secret.write_text("original")
+    (ws / "link").symlink_to(secret)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("link", "pwned", policy)
+    assert secret.read_text() == "original"
+
+
+def test_dangling_symlink_pointing_outside_denied(
+    ws: Path, outside: Path, policy: SandboxPolicy
+) -> None:
+    (ws / "dangling").symlink_to(outside / "new.txt")
+    with pytest.raises(FenceDenied):
+        atomic_write_text("dangling", "pwned", policy)
+    assert not (outside / "new.txt").exists()
+
+
+def test_symlinked_directory_outside_denied(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    (ws / "d").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("d/f.txt", "pwned", policy)
+    assert _tree(outside) == []
+
+
+def test_new_nested_file_under_symlinked_directory_denied(
+    ws: Path, outside: Path, policy: SandboxPolicy
+) -> None:
+    (ws / "d").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FenceDenied) as info:
+        atomic_write_text("d/newdir/deep.txt", "pwned", policy)
+    assert str(outside / "newdir/deep.txt") in str(info.value)
+    assert not (outside / "newdir").exists()
+
+
+def test_missing_component_then_dotdot_into_symlink_denied(
+    ws: Path, outside: Path, policy: SandboxPolicy
+) -> None:
+    (ws / "d").symlink_to(outside, target_is_directory=True)
+    assert resolve_target("missing/../d/x", ws) == outside / "x"
+    with pytest.raises(FenceDenied):
+        atomic_write_text("missing/../d/x", "pwned", policy)
+    assert _tree(outside) == []
+
+
+def test_symlink_swapped_in_after_the_check(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    (ws / "sub").mkdir()
+    assert check_write("sub/f.txt", policy) == ws / "sub/f.txt"  # the tool's own check passes
+    (ws / "sub").rename(ws / "sub.old")
+    (ws / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("sub/f.txt", "pwned", policy)  # re-checks: now it points out
+    assert _tree(outside) == []
+
+
+def test_directory_swapped_for_symlink_during_the_write(
+    ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "sub").mkdir()
+
+    def swap(target: Path) -> None:
+        (ws / "sub").rename(ws / "sub.old")
+        (ws / "sub").symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(_fence, "_before_replace", swap)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("sub/f.txt", "pwned", policy)
+    assert _tree(outside) == []
+    assert _tree(ws / "sub.old") == []  # the temp file was removed
+
+
+def test_target_swapped_for_symlink_during_the_write(
+    ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = outside / "victim.txt"
+    victim.write_text("original")
+    (ws / "f.txt").write_text("mine")
+
+    def swap(target: Path) -> None:
+        (ws / "f.txt").unlink()
+        (ws / "f.txt").symlink_to(victim)
+
+    monkeypatch.setattr(_fence, "_before_replace", swap)
+    with pytest.raises(FenceDenied):
+        atomic_write_text("f.txt", "pwned", policy)
+    assert victim.read_text() == "original"
+    assert _tree(ws) == ["f.txt"]  # only the swapped-in link; the temp file is gone
+    assert _tree(outside) == ["victim.txt"]
+
+
+def test_read_only_denies_every_write(ws: Path) -> None:
+    policy = SandboxPolicy("read-only", ws)
+    (ws / "existing.txt").write_text("original")
+    for target in ("new.txt", "existing.txt", "dir/new.txt"):
+        with pytest.raises(FenceDenied) as info:
+            atomic_write_text(target, "pwned", policy)
+        assert f'write to "{target}"' in str(info.value)
+        assert "under read-only mode" in str(info.value)
+    assert (ws / "existing.txt").read_text() == "original"
+    assert _tree(ws) == ["existing.txt"]
+    assert writable_roots(policy) == ()
+
+
+def test_reads_outside_denied(ws: Path, outside: Path, policy: SandboxPolicy) -> None:
+    (ws / "in.txt").write_text("in")
+    (outside / "secret.txt").write_text("secret")
+    (ws / "leak").symlink_to(outside / "secret.txt")
+    assert check_read("in.txt", policy) == ws / "in.txt"
+    for target in ("../outside/secret.txt", "/etc/passwd", "leak"):
+        with pytest.raises(FenceDenied) as info:
+            check_read(target, policy)
+        assert f'read of "{target}"' in str(info.value)
+        assert "workspace-write mode" in str(info.value)
+    read_only = SandboxPolicy("read-only", ws, writable_roots=(ws,))
+    with pytest.raises(FenceDenied, match="read-only mode"):
+        check_read("/etc/passwd", read_only)
+
+
+def test_read_roots_and_danger_allow_reads(ws: Path, outside: Path) -> None:
+    (outside / "doc.txt").write_text("doc")
+    extra = SandboxPolicy("read-only", ws, writable_roots=(ws,), read_roots=(outside,))
+    assert check_read(outside / "doc.txt", extra) == outside / "doc.txt"
+    danger = SandboxPolicy("danger-full-access", ws)
+    assert check_read("/etc/passwd", danger) == Path("/etc/passwd")
+
+
+def test_danger_full_access_writes_anywhere(ws: Path, outside: Path) -> None:
+    policy = SandboxPolicy("danger-full-access", ws)
+    atomic_write_text(outside / "new/f.txt", "free", policy)
+    assert (outside / "new/f.txt").read_text() == "free"
+
+
+def test_nul_byte_rejected(ws: Path, policy: SandboxPolicy) -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        resolve_target("a\0b", ws)
+    with pytest.raises(FenceDenied, match="NUL byte"):
+        check_write("a\0/../../etc/passwd", policy)
+    with pytest.raises(FenceDenied, match="NUL byte"):
+        check_read("a\0b", policy)
+
+
+def test_symlink_loop_denied(ws: Path, policy: SandboxPolicy) -> None:
+    (ws / "loop").symlink_to(ws / "loop")
+    with pytest.raises(FenceDenied, match="cannot resolve"):
+        atomic_write_text("loop/x", "x", policy)
+
+
+def test_existing_mode_is_preserved(ws: Path, policy: SandboxPolicy) -> None:
+    target = ws / "script.sh"
+    target.write_text("old")
+    target.chmod(0o751)
+    atomic_write_text("script.sh", "new", policy)
+    assert target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o751
+
+
+def test_new_file_gets_umask_mode(ws: Path, policy: SandboxPolicy) -> None:
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text("new.txt", "x", policy)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((ws / "new.txt").stat().st_mode) == 0o644
+
+
+def test_file_used_as_directory_fails_without_writing(ws: Path, policy: SandboxPolicy) -> None:
+    (ws / "file.txt").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        atomic_write_text("file.txt/child", "x", policy)
+    assert _tree(ws) == ["file.txt"]
+
+
+def test_writing_the_root_itself_fails_without_touching_its_parent(
+    tmp_path: Path, ws: Path, policy: SandboxPolicy
+) -> None:
+    before = _tree(tmp_path)
+    with pytest.raises(IsADirectoryError):
+        atomic_write_text(".", "x", policy)
+    assert _tree(tmp_path) == before
+
+
+def test_default_writable_roots(ws: Path) -> None:
+    policy = SandboxPolicy("workspace-write", ws)
+    expected = {ws, Path("/tmp"), Path(tempfile.gettempdir())}
+    assert set(policy.writable_roots) == expected
+    assert len(policy.writable_roots) == len(expected)
+    assert policy.network is False
+    assert policy.read_roots == ()
+
+
+def test_unknown_mode_rejected(ws: Path) -> None:
+    with pytest.raises(ValueError, match="mode"):
+        SandboxPolicy("full", ws)  # type: ignore[arg-type]
