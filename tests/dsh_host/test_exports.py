@@ -119,3 +119,11 @@ def test_every_hookspec_is_typed_and_documented_with_an_example():
         for param in signature.parameters.values():
             assert param.annotation is not inspect.Parameter.empty, (spec.__name__, param.name)
         assert "Example::" in doc, spec.__name__
+
+
+def test_every_hook_is_in_the_generated_hook_reference():
+    import pathlib
+
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "reference" / "hooks.md").read_text()
+    for name in hookspecs.__all__:
+        assert f"autofunction:: dsh_host.hookspecs.{name}" in page, name
