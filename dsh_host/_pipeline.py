@@ -208,9 +208,9 @@ class Pipeline:
                     value = accept(value)
                 except TypeError as exc:
                     raise PluginFailure(impl.plugin, hook, exc) from None
-                if memo and value is memo[0][0]:
-                    return memo[0]
-                return value, impl.plugin
+                if memo and _same_decision(value, memo[0][0]):
+                    return value, memo[0][1]
+                return value, _who(impl.plugin, value)
             return default, None
 
         return await run_from(0)
@@ -532,6 +532,25 @@ def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
     except (ValueError, TypeError) as exc:
         error = ToolOutputError(tool.name, [str(exc)])
         return failure(error.message, error.code, "ToolOutputError")
+
+
+def _who(plugin: str, decision: Any) -> str:
+    """``plugin``, or ``plugin: detail`` when the decision carries a detail."""
+    detail = getattr(decision, "detail", None)
+    return f"{plugin}: {detail}" if detail else plugin
+
+
+def _same_decision(a: Any, b: Any) -> bool:
+    """Whether waterfall link *a* passed downstream decision *b* on, at most adding contexts."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or not attrs.has(type(a)):
+        return False
+    return all(
+        getattr(a, f.name) == getattr(b, f.name)
+        for f in attrs.fields(type(a))
+        if f.name != "additional_contexts"
+    )
 
 
 def _same_outcome(a: ToolExecutionResult, b: ToolExecutionResult) -> bool:

@@ -194,9 +194,14 @@ class Allow:
 @final
 @attrs.frozen
 class Deny:
-    """Pre-execute decision: refuse the call; the model reads ``Error: <reason>``."""
+    """Pre-execute decision: refuse the call; the model reads ``Error: <reason>``.
+
+    ``detail`` (optional) is appended to ``result.decided_by`` after the plugin's name, e.g.
+    ``permissions: rule bash(rm:*) in dsh.toml``.
+    """
 
     reason: str
+    detail: str | None = attrs.field(default=None, kw_only=True)
 
 
 @final
@@ -205,6 +210,7 @@ class Ask:
     """Pre-execute decision: run the call only if an approver answers ``allowed-once``."""
 
     reason: str | None = None
+    detail: str | None = attrs.field(default=None, kw_only=True)
 
 
 @final
@@ -216,6 +222,7 @@ class Accept:
         default=None, converter=attrs.converters.optional(to_content)
     )
     additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
+    detail: str | None = attrs.field(default=None, kw_only=True)
 
 
 @final
@@ -225,6 +232,7 @@ class Block:
 
     feedback: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
     additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
+    detail: str | None = attrs.field(default=None, kw_only=True)
 
 
 PreDecision: TypeAlias = Allow | Deny | Ask

@@ -828,3 +828,39 @@ async def test_execute_input_with_execution_fields(make_host):
     host = make_host(tools=[make_echo()])
     input = ToolExecutionInput(call_id="c9", name="echo", arguments={"text": "x"})
     assert (await host.registry.execute(input)).text == "x"
+
+
+async def test_decision_detail_is_appended_to_decided_by(make_host):
+    class Rules:
+        name = "permissions"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Deny("rm is not allowed", detail="rule bash(rm:*) in dsh.toml")
+
+    result = await make_host(Rules(), tools=[make_echo()]).call("echo", {"text": "x"})
+    assert result.decided_by == "permissions: rule bash(rm:*) in dsh.toml"
+    assert result.error.message == "rm is not allowed"
+
+
+async def test_link_that_only_adds_contexts_keeps_the_deciders_attribution(make_host):
+    class Reminder:
+        name = "reminder"
+
+        @hookimpl(tryfirst=True)
+        async def dsh_tool_post_execute(self, execution, result, call_next):
+            decision = await call_next()
+            contexts = (*decision.additional_contexts, HookContext("careful", "reminder"))
+            return attrs.evolve(decision, additional_contexts=contexts)
+
+    class Blocker:
+        name = "blocker"
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result):
+            return Block("withheld", detail="secret scanner")
+
+    result = await make_host(Blocker(), Reminder(), tools=[make_echo()]).call("echo", {"text": "x"})
+    assert result.code == "BLOCKED"
+    assert result.decided_by == "blocker: secret scanner"
+    assert [c.source for c in result.additional_contexts] == ["reminder"]
