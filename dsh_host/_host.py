@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import pathlib
-from collections.abc import Iterable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
+import attrs
 import pluggy
 
 from ._config import Config, find_config, load_config, structure_plugin_config
 from ._errors import ConfigError, PluginLoadError
 from ._hooks import HookRelay, make_plugin_manager
 from ._pipeline import Trace, new_call_id
-from ._plugins import PluginInfo, PluginStatus, check_hooks, plugin_name, select_entry_points
+from ._plugins import (
+    PluginInfo,
+    PluginStatus,
+    inspect_hooks,
+    installed_names,
+    plugin_name,
+    select_entry_points,
+)
 from ._presentation import (
     CALL_VIEWS,
     RESULT_VIEWS,
@@ -67,52 +77,66 @@ class Host:
         self.registry = ToolRegistry(
             hooks=self.hooks, observer_timeout=self.config.host.observer_timeout
         )
-        self._rows: list[PluginInfo] = []
+        self._rows: dict[str, PluginInfo] = {}
+        self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}
+        self._tools: dict[str, list[Callable[[], None]]] = {}
         environ = os.environ if environ is None else environ
         loaded: list[tuple[str, object, PluginInfo]] = []
         if load_entrypoints:
             chosen, left_out = select_entry_points(self.config, environ)
-            self._rows.extend(left_out)
+            self._left_out.extend(left_out)
             for ep in chosen:
-                dist = ep.dist.name if ep.dist is not None else None
-                version = ep.dist.version if ep.dist is not None else None
+                dist, version = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
                 row = PluginInfo(
                     name=ep.name, status=PluginStatus.ENABLED, distribution=dist, version=version
                 )
                 try:
                     plugin = ep.load()
-                except Exception as exc:
-                    self._fail(row, f"import of {ep.value!r} failed: {type(exc).__name__}: {exc}")
+                    if isinstance(plugin, type):
+                        # An entry point naming a class gets one instance per host, so
+                        # plugin state never leaks between hosts.
+                        plugin = plugin()
+                except (Exception, SystemExit) as exc:
+                    error = f"cannot import {ep.value!r}: {type(exc).__name__}: {exc}"
+                    self._left_out.append(
+                        attrs.evolve(row, status=PluginStatus.FAILED, error=error)
+                    )
                     continue
                 loaded.append((ep.name, plugin, row))
         for plugin in plugins:
             name = plugin_name(plugin)
-            loaded.append((name, plugin, PluginInfo(name=name, status=PluginStatus.ENABLED, source="object")))
-        for name, plugin, row in loaded:
-            self._register(name, plugin, row)
-        known = {row.name for row in self._rows}
-        for table in sorted(set(self.config.tables) - known):
-            listed = ", ".join(sorted(known)) or "(none)"
+            loaded.append(
+                (name, plugin, PluginInfo(name=name, status=PluginStatus.ENABLED, source="object"))
+            )
+        registered = [
+            (name, plugin) for name, plugin, row in loaded if self._add(name, plugin, row)
+        ]
+        known = sorted({row.name for row in self.plugins()} | installed_names())
+        for table in sorted(set(self.config.tables) - set(known)):
+            hint = difflib.get_close_matches(table, known, n=1)
+            did_you_mean = f" (did you mean [plugin.{hint[0]}]?)" if hint else ""
             raise ConfigError(
-                f"configures plugin {table!r}, which is not registered; registered: {listed}",
+                f"no plugin of this name is installed{did_you_mean}; "
+                f"installed: {', '.join(known) or '(none)'}",
                 path=self.config.source, plugin=table,
             )  # fmt: skip
-        for name, plugin, row in loaded:
-            if self.pm.is_registered(plugin) and (hook := self._impl_of(plugin, "dsh_register_tools")):
-                register = functools.partial(self._register_tool, owner=name)
+        for name, plugin in registered:
+            if (hook := self._impl_of(plugin, "dsh_register_tools")) is not None:
                 try:
-                    hook(register=register)
+                    hook(register=functools.partial(self._register_tool, owner=name))
                 except Exception as exc:
-                    self._unregister(plugin, name, f"dsh_register_tools failed: {type(exc).__name__}: {exc}")
-        for name, plugin, _row in loaded:
-            if self.pm.is_registered(plugin) and (hook := self._impl_of(plugin, "dsh_host_started")):
+                    self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}")
+        for name, plugin in registered:
+            if self.pm.is_registered(plugin) and (
+                hook := self._impl_of(plugin, "dsh_host_started")
+            ):
                 try:
                     hook(host=self)
                 except ConfigError:
                     raise
                 except Exception as exc:
-                    self._unregister(plugin, name, f"dsh_host_started failed: {type(exc).__name__}: {exc}")
+                    self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}")
 
     @classmethod
     def from_config(
@@ -131,40 +155,36 @@ class Host:
 
     # -- plugins ---------------------------------------------------------------------------
 
-    def _fail(self, row: PluginInfo, error: str) -> None:
-        self._rows.append(
-            PluginInfo(
-                name=row.name, status=PluginStatus.FAILED, distribution=row.distribution,
-                version=row.version, error=error, source=row.source,
-            )
-        )  # fmt: skip
+    def _add(self, name: str, plugin: object, row: PluginInfo) -> bool:
+        """Check, register and configure one plugin; ``False`` (and a failed row) if it cannot."""
 
-    def _register(self, name: str, plugin: object, row: PluginInfo) -> None:
+        def fail(error: str) -> bool:
+            self._left_out.append(attrs.evolve(row, status=PluginStatus.FAILED, error=error))
+            return False
+
+        if name in self._rows or self.pm.get_plugin(name) is not None:
+            return fail(f"another plugin is already registered under the name {name!r}")
         try:
-            if self.pm.get_plugin(name) is not None:
-                raise PluginLoadError(name, "another plugin is already registered under this name")
+            hooks = inspect_hooks(self.pm, plugin, name)
             self.pm.register(plugin, name=name)
-        except pluggy.PluginValidationError as exc:
-            self._fail(row, f"invalid hook implementation: {exc}")
-            return
-        except (ValueError, PluginLoadError) as exc:
-            self._fail(row, str(exc))
-            return
-        try:
-            hooks = check_hooks(self.pm, plugin, name)
         except PluginLoadError as exc:
-            self.pm.unregister(plugin)
-            self._fail(row, str(exc))
-            return
+            return fail(exc.message.removeprefix(f"plugin {name!r}: "))
+        except pluggy.PluginValidationError as exc:
+            return fail(f"invalid hook implementation: {' '.join(str(exc).split())}")
+        except Exception as exc:
+            return fail(f"cannot register: {_describe(exc)}")
         config_class = None
-        impl = self._impl_of(plugin, "dsh_plugin_config")
-        if impl is not None:
+        if (impl := self._impl_of(plugin, "dsh_plugin_config")) is not None:
             try:
                 config_class = impl()
             except Exception as exc:
                 self.pm.unregister(plugin)
-                self._fail(row, f"dsh_plugin_config failed: {type(exc).__name__}: {exc}")
-                return
+                return fail(f"dsh_plugin_config failed: {_describe(exc)}")
+            if config_class is not None and not (
+                isinstance(config_class, type) and attrs.has(config_class)
+            ):
+                self.pm.unregister(plugin)
+                return fail(f"dsh_plugin_config returned {config_class!r}; expected an attrs class")
         if config_class is not None:
             table = self.config.tables.get(name, {})
             self._configs[name] = structure_plugin_config(
@@ -172,27 +192,27 @@ class Host:
             )
         elif name in self.config.tables:
             raise ConfigError(
-                "this plugin takes no configuration; remove its table",
+                "this plugin takes no configuration (it has no dsh_plugin_config); remove the table",
                 path=self.config.source, plugin=name,
             )  # fmt: skip
-        self._rows.append(
-            PluginInfo(
-                name=name, status=PluginStatus.ENABLED, distribution=row.distribution,
-                version=row.version, hooks=hooks, source=row.source,
-                config_class=None if config_class is None else
-                f"{config_class.__module__}.{config_class.__qualname__}",
-            )
-        )  # fmt: skip
+        config_name = None
+        if config_class is not None:
+            config_name = f"{config_class.__module__}.{config_class.__qualname__}"
+        self._rows[name] = attrs.evolve(
+            row, hooks=hooks, config_class=config_name, order=len(self._rows) + 1
+        )
+        return True
 
-    def _unregister(self, plugin: object, name: str, error: str) -> None:
+    def _drop(self, plugin: object, name: str, error: str) -> None:
+        """Take a plugin out after a set-up hook failed: its hooks, its tools and its config."""
         self.pm.unregister(plugin)
-        for i, row in enumerate(self._rows):
-            if row.name == name and row.status is PluginStatus.ENABLED:
-                self._rows[i] = PluginInfo(
-                    name=name, status=PluginStatus.FAILED, distribution=row.distribution,
-                    version=row.version, hooks=row.hooks, config_class=row.config_class,
-                    error=error, source=row.source,
-                )  # fmt: skip
+        for unregister in reversed(self._tools.pop(name, [])):
+            unregister()
+        self._configs.pop(name, None)
+        row = self._rows.pop(name)
+        self._left_out.append(
+            attrs.evolve(row, status=PluginStatus.FAILED, error=error, order=None)
+        )
 
     def _impl_of(self, plugin: object, hook: str) -> Any:
         caller = getattr(self.pm.hook, hook)
@@ -201,12 +221,16 @@ class Host:
                 return functools.partial(_call_subset, impl.function, impl.argnames)
         return None
 
-    def _register_tool(self, tool: ToolDefinition, scope: Scope | None = None, *, owner: str) -> Any:
-        return self.registry.register(tool, scope, owner=owner)
+    def _register_tool(
+        self, tool: ToolDefinition, scope: Scope | None = None, *, owner: str
+    ) -> Callable[[], None]:
+        unregister = self.registry.register(tool, scope, owner=owner)
+        self._tools.setdefault(owner, []).append(unregister)
+        return unregister
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin the host knows of, sorted by name: enabled, disabled, blocked or failed."""
-        return sorted(self._rows, key=lambda row: row.name)
+        return sorted([*self._rows.values(), *self._left_out], key=lambda row: row.name)
 
     def config_for(self, plugin: object | str) -> Any:
         """The structured configuration of *plugin* (its object or name); ``None`` if it has none."""
@@ -246,13 +270,13 @@ class Host:
             for impl in self.hooks.impls("dsh_present_call"):
                 view = _safe(impl.function, CALL_VIEWS, tool=tool, args=args)
                 if view is not None:
-                    return view
+                    return typing.cast("CallView", view)
             if tool.present_call is not None:
                 typed = tool.args_or_none(args)
                 if typed is not None:
                     view = _safe(tool.present_call, CALL_VIEWS, typed)
                     if view is not None:
-                        return view
+                        return typing.cast("CallView", view)
         try:
             from ._json import freeze
 
@@ -270,14 +294,18 @@ class Host:
             for impl in self.hooks.impls("dsh_present_result"):
                 view = _safe(impl.function, RESULT_VIEWS, tool=tool, args=args, result=result)
                 if view is not None:
-                    return view
+                    return typing.cast("ResultView", view)
             if tool.present_result is not None:
                 typed = tool.args_or_none(args)
                 if typed is not None:
                     view = _safe(tool.present_result, RESULT_VIEWS, typed, result)
                     if view is not None:
-                        return view
+                        return typing.cast("ResultView", view)
         return GenericResultView(title=name, content=result.content)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _call_subset(function: Any, argnames: tuple[str, ...], **kwargs: Any) -> Any:
