@@ -2,7 +2,17 @@
 
 pluggy's own ``load_setuptools_entrypoints`` stops at the first plugin that fails to import; here
 every entry point is loaded on its own, and one that fails to import, to register, or that
-implements a hook dsh does not know, is reported as *failed* while the host runs on without it.
+implements a hook dsh does not know (or a known hook with argument names it does not pass), is
+reported as *failed* while the host runs on without it.
+
+Which entry points load, and in which order:
+
+* ``[plugins] disable`` blocks names before import (status ``blocked``);
+* ``DSH_DISABLE_PLUGIN_AUTOLOAD=1`` loads none, except those ``DSH_PLUGINS`` names;
+* ``DSH_PLUGINS=a,b`` and ``[plugins] enable`` are allow-lists (an empty one loads none); a
+  name left out of either is ``disabled``;
+* registration order is the ``enable`` list when given, else the ``DSH_PLUGINS`` list, else the
+  sorted entry-point names: never the accident of install order.
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ import difflib
 import enum
 import importlib
 import importlib.metadata
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, final
 
 import attrs
@@ -22,7 +33,15 @@ from ._config import Config
 from ._errors import ConfigError, PluginLoadError
 from ._hooks import ENTRY_POINT_GROUP
 
-__all__ = ["PluginInfo", "PluginStatus", "check_hooks", "plugin_name", "select_entry_points"]
+__all__ = [
+    "PluginInfo",
+    "PluginStatus",
+    "inspect_hooks",
+    "installed_names",
+    "load_module",
+    "plugin_name",
+    "select_entry_points",
+]
 
 PER_CALL_HOOKS = frozenset(
     {
@@ -36,7 +55,7 @@ PER_CALL_HOOKS = frozenset(
 )
 
 
-class PluginStatus(str, enum.Enum):
+class PluginStatus(str, enum.Enum):  # noqa: UP042 - a str enum, like ApprovalOutcome
     """Where a plugin stands: running, switched off in config, blocked, or broken."""
 
     ENABLED = "enabled"
@@ -48,7 +67,12 @@ class PluginStatus(str, enum.Enum):
 @final
 @attrs.frozen(kw_only=True)
 class PluginInfo:
-    """One row of ``dsh plugins``."""
+    """One row of ``dsh plugins``.
+
+    ``error`` says why a plugin failed, or why it was left out (disabled or blocked); ``order``
+    is an enabled plugin's place in registration order (1 = registered first; pluggy asks the
+    most recently registered first, unless ``tryfirst``/``trylast`` say otherwise).
+    """
 
     name: str
     status: PluginStatus
@@ -58,8 +82,10 @@ class PluginInfo:
     config_class: str | None = None
     error: str | None = None
     source: str = "entry point"
+    order: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """A plain JSON object, as ``dsh plugins --json`` prints it."""
         return {
             "name": self.name,
             "status": self.status.value,
@@ -69,6 +95,7 @@ class PluginInfo:
             "config_class": self.config_class,
             "error": self.error,
             "source": self.source,
+            "order": self.order,
         }
 
 
@@ -88,93 +115,174 @@ def _env_list(value: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _dist(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
+    dist = ep.dist
+    if dist is None:
+        return None, None
+    return dist.name, dist.version
+
+
+def _not_installed(name: str, installed: Iterable[str]) -> str:
+    names = sorted(installed)
+    hint = difflib.get_close_matches(name, names, n=1)
+    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    listed = ", ".join(names) or "(none)"
+    return f"no installed plugin is named {name!r}{did_you_mean}; installed: {listed}"
+
+
+def installed_names() -> set[str]:
+    """The names of every installed ``dsh.plugins`` entry point (nothing is imported)."""
+    return {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def select_entry_points(
     config: Config, environ: Mapping[str, str]
 ) -> tuple[list[importlib.metadata.EntryPoint], list[PluginInfo]]:
     """The entry points to load, in registration order, and rows for the ones left out.
 
+    Two distributions offering the same entry-point name are both reported *failed*: which
+    one would win depends on install order, and policy must not.
+
     Raises:
-        ConfigError: config names a plugin that is not installed (the message lists those that are).
+        ConfigError: ``[plugins] enable``/``disable`` or ``DSH_PLUGINS`` names a plugin that is
+            not installed (the message lists those that are).
     """
-    found: dict[str, importlib.metadata.EntryPoint] = {}
+    by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep)
-    installed = ", ".join(sorted(found)) or "(none)"
+        by_name.setdefault(ep.name, []).append(ep)
     selection = config.plugins
-    for key, names in (("plugins.enable", selection.enable or ()), ("plugins.disable", selection.disable)):
-        for name in names:
-            if name not in found:
-                hint = difflib.get_close_matches(name, found, n=1)
-                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise ConfigError(
-                    f"no installed plugin is named {name!r}{did_you_mean}; installed: {installed}",
-                    path=config.source, key=key,
-                )  # fmt: skip
-    for name in config.tables:
-        if name not in found:
-            raise ConfigError(
-                f"configures plugin {name!r}, which is not installed; installed: {installed}",
-                path=config.source, plugin=name,
-            )  # fmt: skip
-    enable = selection.enable
     env_enable = _env_list(environ.get("DSH_PLUGINS"))
+    for key, names in (
+        ("plugins.enable", selection.enable or ()),
+        ("plugins.disable", selection.disable),
+    ):
+        for name in names:
+            if name not in by_name:
+                raise ConfigError(_not_installed(name, by_name), path=config.source, key=key)
+    for name in env_enable or ():
+        if name not in by_name:
+            raise ConfigError(
+                f"the DSH_PLUGINS environment variable: {_not_installed(name, by_name)}"
+            )
     autoload_off = environ.get("DSH_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
-    order = list(enable) if enable is not None else sorted(found)
-    chosen: list[importlib.metadata.EntryPoint] = []
     rows: list[PluginInfo] = []
-    for name in sorted(found):
-        ep = found[name]
-        dist = ep.dist.name if ep.dist is not None else None
-        version = ep.dist.version if ep.dist is not None else None
+    left_out: set[str] = set()
+    for name in sorted(by_name):
+        eps = by_name[name]
         why: tuple[PluginStatus, str] | None = None
-        if name in selection.disable:
+        if len(eps) > 1:
+            owners = ", ".join(sorted(f"{d} {v}" for d, v in map(_dist, eps)))
+            why = (
+                PluginStatus.FAILED,
+                f"entry point {name!r} is provided by several distributions ({owners}); "
+                "uninstall all but one",
+            )
+        elif name in selection.disable:
             why = (PluginStatus.BLOCKED, f"blocked by plugins.disable in {config.describe()}")
-        elif autoload_off:
+        elif autoload_off and (env_enable is None or name not in env_enable):
             why = (PluginStatus.DISABLED, "DSH_DISABLE_PLUGIN_AUTOLOAD is set")
         elif env_enable is not None and name not in env_enable:
-            why = (PluginStatus.DISABLED, "not listed in DSH_PLUGINS")
-        elif enable is not None and name not in enable:
+            why = (PluginStatus.DISABLED, "not listed in the DSH_PLUGINS environment variable")
+        elif selection.enable is not None and name not in selection.enable:
             why = (PluginStatus.DISABLED, f"not listed in plugins.enable in {config.describe()}")
         if why is not None:
-            rows.append(
-                PluginInfo(name=name, status=why[0], distribution=dist, version=version, error=why[1])
-            )
-    left_out = {row.name for row in rows}
-    for name in order:
-        if name in found and name not in left_out:
-            chosen.append(found[name])
+            left_out.add(name)
+            for ep in eps:
+                dist, version = _dist(ep)
+                rows.append(
+                    PluginInfo(
+                        name=name, status=why[0], distribution=dist, version=version, error=why[1]
+                    )
+                )
+    if selection.enable is not None:
+        order = _unique(selection.enable)
+    elif env_enable is not None:
+        order = _unique(env_enable)
+    else:
+        order = sorted(by_name)
+    chosen = [by_name[name][0] for name in order if name not in left_out]
     return chosen, rows
 
 
-def check_hooks(pm: pluggy.PluginManager, plugin: object, name: str) -> tuple[str, ...]:
-    """The hooks *plugin* implements; raises `PluginLoadError` for unknown or misused ones."""
+def _signature(function: Any, argnames: Iterable[str]) -> str:
+    return f"{getattr(function, '__name__', 'hook')}({', '.join(argnames)})"
+
+
+def inspect_hooks(pm: pluggy.PluginManager, plugin: object, name: str) -> tuple[str, ...]:
+    """The hooks *plugin* implements, checked before it is registered.
+
+    Raises:
+        PluginLoadError: an implementation of a hook dsh does not know (``did you mean``), one
+            taking an argument its hook does not pass, a pluggy wrapper on a hook dsh calls
+            itself, or a function named like a hook but not marked ``@hookimpl``.
+    """
+    known = sorted(h for h, caller in vars(pm.hook).items() if caller.spec is not None)
     hooks: list[str] = []
-    for impl_name, caller in vars(pm.hook).items():
-        impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
-        if not impls:
+    for attr in dir(plugin):
+        opts = pm.parse_hookimpl_opts(plugin, attr)
+        if opts is None:
+            if attr in known and _is_function(plugin, attr):
+                raise PluginLoadError(
+                    name, f"defines {attr}() without @hookimpl; decorate it with @dsh_host.hookimpl"
+                )
             continue
-        if caller.spec is None:
-            known = [h for h in vars(pm.hook) if getattr(pm.hook, h).spec is not None]
-            hint = difflib.get_close_matches(impl_name, known, n=1)
+        hook = opts.get("specname") or attr
+        caller = getattr(pm.hook, hook, None)
+        if caller is None or caller.spec is None:
+            hint = difflib.get_close_matches(hook, known, n=1)
             did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise PluginLoadError(
-                name, f"implements unknown hook {impl_name!r}{did_you_mean}"
-            )
-        if impl_name in PER_CALL_HOOKS and any(i.hookwrapper or i.wrapper for i in impls):
+            listed = "" if hint else f"; dsh's hooks are: {', '.join(known)}"
+            raise PluginLoadError(name, f"implements unknown hook {hook!r}{did_you_mean}{listed}")
+        function = getattr(plugin, attr)
+        impl = pluggy.HookImpl(plugin, name, function, opts)
+        offered = (*caller.spec.argnames, *caller.spec.kwargnames)
+        extra = [arg for arg in impl.argnames if arg not in offered]
+        if extra:
+            listed = ", ".join(repr(arg) for arg in extra)
             raise PluginLoadError(
                 name,
-                f"{impl_name} cannot be a pluggy wrapper; dsh calls it itself "
+                f"{_signature(function, impl.argnames)} takes {listed}, which {hook} does not "
+                f"pass; its arguments are: {', '.join(caller.spec.argnames)} (accept any subset, "
+                "by name)",
+            )
+        if hook in PER_CALL_HOOKS and (opts.get("wrapper") or opts.get("hookwrapper")):
+            raise PluginLoadError(
+                name,
+                f"{hook} cannot be a pluggy wrapper; dsh calls it itself "
                 "(accept call_next to wrap the rest of the chain)",
             )
-        hooks.append(impl_name)
-    return tuple(sorted(hooks))
+        hooks.append(hook)
+    return tuple(sorted(set(hooks)))
+
+
+def _is_function(plugin: object, attr: str) -> bool:
+    value = inspect.getattr_static(plugin, attr, None)
+    return inspect.isfunction(value) or isinstance(value, staticmethod | classmethod)
 
 
 def load_module(spec: str) -> object:
-    """Import ``module`` or ``module:attribute`` for ``--plugin``."""
-    module_name, _, attribute = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in filter(None, attribute.split(".")):
-        obj = getattr(obj, part)
-    return obj
+    """Import ``module`` or ``module:attribute`` for ``--plugin``.
 
+    Raises:
+        PluginLoadError: the module cannot be imported (its own exception is chained) or has no
+            such attribute.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name:
+        raise PluginLoadError(spec, "expected MODULE or MODULE:ATTRIBUTE")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginLoadError(
+            spec, f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in filter(None, attribute.split(".")):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginLoadError(spec, f"{module_name!r} has no attribute {attribute!r}") from None
+    return obj
