@@ -75,12 +75,20 @@ class Impl:
     is_async: bool
 
     async def __call__(self, **kwargs: Any) -> Any:
-        """Call with the keyword arguments this implementation accepts; await if needed."""
-        picked = {name: kwargs[name] for name in self.argnames}
-        result = self.function(**picked)
-        if self.is_async or inspect.isawaitable(result):
+        """Call with the arguments this implementation accepts; await if needed."""
+        result = self.call_sync(kwargs)
+        if self.is_async or (result is not None and inspect.isawaitable(result)):
             result = await result
         return result
+
+    def call_sync(self, kwargs: dict[str, Any]) -> Any:
+        """Call without awaiting. pluggy's argnames are positional parameters, in order."""
+        names = self.argnames
+        if len(names) == 1:
+            return self.function(kwargs[names[0]])
+        if len(names) == 2:
+            return self.function(kwargs[names[0]], kwargs[names[1]])
+        return self.function(*[kwargs[name] for name in names])
 
 
 class PluginFailure(Exception):

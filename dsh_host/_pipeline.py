@@ -184,6 +184,16 @@ class Pipeline:
     ) -> tuple[Any, str | None]:
         """A firstresult chain whose links may take ``call_next`` (a waterfall)."""
         impls = self.hooks.impls(hook)
+        if not any(impl.waterfall for impl in impls):
+            for impl in impls:
+                value = await self._call(impl, hook, trace, **kwargs)
+                if value is not None:
+                    try:
+                        value = accept(value)
+                    except TypeError as exc:
+                        raise PluginFailure(impl.plugin, hook, exc) from None
+                    return value, _who(impl.plugin, value)
+            return default, None
 
         async def run_from(i: int) -> tuple[Any, str | None]:
             while i < len(impls):
@@ -435,8 +445,7 @@ class Pipeline:
         self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
     ) -> None:
         try:
-            kwargs = {"execution": execution, "result": result}
-            value = impl.function(**{name: kwargs[name] for name in impl.argnames})
+            value = impl.call_sync({"execution": execution, "result": result})
             if inspect.isawaitable(value):
                 with trio.move_on_after(self.observer_timeout) as scope:
                     await value
