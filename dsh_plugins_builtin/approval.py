@@ -1,0 +1,272 @@
+"""The ``approval`` plugin: answers an ``Ask`` on the terminal, or with a fixed answer.
+
+::
+
+    [plugin.approval]
+    mode = "auto"     # "terminal", "static", or "auto": terminal when stdin is a TTY, else static
+    answer = "deny"   # the static answer: "allow" or "deny"
+
+On a terminal it shows the tool, the asker's reason and a compact preview of the arguments,
+and asks ``[a]llow once / allow for this [r]un / [d]eny``; an empty line or end of input
+denies. *Allow for this run* remembers the call's fingerprint, the tool name together with the
+canonical JSON of its arguments, so the same call is allowed again without asking and a
+changed argument asks again.
+
+Its ``dsh_tool_approve`` is ``trylast``: approvers from other plugins are asked first.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from typing import Literal, Protocol, final
+
+import attrs
+import trio
+
+from dsh_host import ApprovalOutcome, ApprovalRequest, Host, canonical_json, hookimpl
+
+__all__ = ["ApprovalConfig", "ApprovalPlugin", "LineSource", "TextSink", "preview"]
+
+PREVIEW_CHARS = 200
+"""How many characters of the arguments' JSON the prompt shows."""
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ANSWERS = {
+    "a": ApprovalOutcome.ALLOWED_ONCE,
+    "allow": ApprovalOutcome.ALLOWED_ONCE,
+    "y": ApprovalOutcome.ALLOWED_ONCE,
+    "yes": ApprovalOutcome.ALLOWED_ONCE,
+    "r": "run",
+    "run": "run",
+    "d": ApprovalOutcome.REJECTED,
+    "deny": ApprovalOutcome.REJECTED,
+    "n": ApprovalOutcome.REJECTED,
+    "no": ApprovalOutcome.REJECTED,
+    "": ApprovalOutcome.REJECTED,
+}
+
+
+class LineSource(Protocol):
+    """What the prompt reads answers from: ``sys.stdin``, or a fake in tests."""
+
+    def readline(self) -> str: ...
+
+
+class TextSink(Protocol):
+    """What the prompt writes to: ``sys.stderr``, or a fake in tests."""
+
+    def write(self, text: str, /) -> object: ...
+
+    def flush(self) -> object: ...
+
+
+@final
+@attrs.frozen
+class ApprovalConfig:
+    """The ``[plugin.approval]`` table.
+
+    Attributes:
+        mode: ``terminal`` prompts on the terminal; ``static`` answers every ask with
+            ``answer``; ``auto`` prompts when stdin is a TTY and is static otherwise.
+        answer: the static answer, ``allow`` or ``deny``.
+    """
+
+    mode: Literal["auto", "terminal", "static"] = "auto"
+    answer: Literal["allow", "deny"] = "deny"
+
+
+@final
+class _Slot:
+    """One prompt's claim on the next line of input (shared with reader threads)."""
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+        self.closed = False
+        self.ready = threading.Event()
+
+
+@final
+class _LineReader:
+    """Hands lines of a blocking stream to prompts, one reader thread at a time.
+
+    A prompt waits in a worker thread that trio may abandon (on abort). The abandoned thread
+    stays blocked in ``readline``, so a later prompt does not start a second reader: the line
+    goes to whichever prompt is showing when it arrives, and a line typed while no prompt is
+    showing is dropped, so an answer is never applied to a call the user did not see.
+    """
+
+    def __init__(self, stream: LineSource) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._reading = False
+        self._current: _Slot | None = None
+
+    def claim(self) -> _Slot:
+        slot = _Slot()
+        with self._lock:
+            self._current = slot
+        return slot
+
+    def release(self, slot: _Slot) -> None:
+        with self._lock:
+            slot.closed = True
+            slot.ready.set()  # an abandoned waiter returns instead of waiting for ever
+            if self._current is slot:
+                self._current = None
+
+    def wait(self, slot: _Slot) -> str:
+        """Block (in a worker thread) until *slot* has a line; read it if nobody else is."""
+        while True:
+            with self._lock:
+                if slot.line is not None:
+                    return slot.line
+                if slot.closed:
+                    return ""
+                read = not self._reading
+                self._reading = True
+            if not read:
+                slot.ready.wait()
+                continue
+            try:
+                line = self._stream.readline()
+            except (OSError, ValueError):
+                line = ""
+            with self._lock:
+                self._reading = False
+                target = self._current
+                if target is not None:
+                    target.line = line
+                    target.ready.set()
+
+
+def _clean(text: str) -> str:
+    """*text* safe to print on a terminal: no escape sequences, line breaks or bidi overrides."""
+    return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r" else "?", text)
+
+
+def preview(arguments: object, limit: int = PREVIEW_CHARS) -> str:
+    """The canonical JSON of *arguments*, cut to *limit* characters with a count of the rest."""
+    text = canonical_json(arguments)
+    if len(text) <= limit:
+        return _clean(text)
+    return f"{_clean(text[:limit])}… (+{len(text) - limit} more chars)"
+
+
+@final
+class ApprovalPlugin:
+    """Answers ``dsh_tool_approve`` on a terminal or statically (see the module docstring).
+
+    Args:
+        stdin: where answers are read (default: ``sys.stdin`` at the time of the prompt).
+        stdout: where prompts are written (default: ``sys.stderr``).
+        isatty: override whether *stdin* is a terminal, for ``mode = "auto"``.
+    """
+
+    name = "approval"
+
+    def __init__(
+        self,
+        stdin: LineSource | None = None,
+        stdout: TextSink | None = None,
+        *,
+        isatty: bool | None = None,
+    ) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self._isatty = isatty
+        self._config = ApprovalConfig()
+        self._reader: _LineReader | None = None
+        self._lock = trio.Lock()
+        self._remembered: set[tuple[str, str]] = set()
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type[ApprovalConfig]:
+        return ApprovalConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        self._config = host.config_for(self)
+
+    @property
+    def mode(self) -> Literal["terminal", "static"]:
+        """The mode in effect: ``auto`` resolved against whether stdin is a terminal."""
+        if self._config.mode != "auto":
+            return self._config.mode
+        return "terminal" if self._stdin_is_tty() else "static"
+
+    def _stdin_is_tty(self) -> bool:
+        if self._isatty is not None:
+            return self._isatty
+        isatty = getattr(self._stdin or sys.stdin, "isatty", None)
+        try:
+            return callable(isatty) and bool(isatty())
+        except (OSError, ValueError):  # e.g. a closed stream
+            return False
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
+        if request.signal.aborted:
+            return ApprovalOutcome.CANCELLED
+        allow = self._config.answer == "allow"
+        if self._config.mode == "static":
+            return ApprovalOutcome.ALLOWED_ONCE if allow else ApprovalOutcome.REJECTED
+        if not self._stdin_is_tty():
+            # No terminal to ask on (CI, a pipe, the MCP transport): the ask is unavailable,
+            # hence denied, unless the config answers it.
+            return ApprovalOutcome.ALLOWED_ONCE if allow else ApprovalOutcome.UNAVAILABLE
+        fingerprint = (request.tool, canonical_json(request.arguments))
+        if fingerprint in self._remembered:
+            return ApprovalOutcome.ALLOWED_ONCE
+        outcome = ApprovalOutcome.CANCELLED
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await request.signal.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            async with self._lock:  # one prompt at a time
+                outcome = await self._prompt(request, fingerprint)
+            nursery.cancel_scope.cancel()
+        return outcome
+
+    async def _prompt(
+        self, request: ApprovalRequest, fingerprint: tuple[str, str]
+    ) -> ApprovalOutcome:
+        if fingerprint in self._remembered:  # answered while this one waited for its turn
+            return ApprovalOutcome.ALLOWED_ONCE
+        out = self._stdout or sys.stderr
+        lines = [f"dsh: tool {_clean(request.tool)!r} asks for approval"]
+        if request.reason:
+            plugin = (request.asked_by or "").partition(": ")[0]  # its detail repeats the reason
+            asker = f" ({_clean(plugin)})" if plugin else ""
+            lines.append(f"  reason{asker}: {_clean(request.reason)}")
+        lines.append(f"  arguments: {preview(request.arguments)}")
+        question = "[a]llow once / allow for this [r]un / [d]eny (default: deny): "
+        out.write("\n".join(lines) + "\n")
+        if self._reader is None:
+            self._reader = _LineReader(self._stdin or sys.stdin)
+        reader = self._reader
+        while True:
+            out.write(question)
+            out.flush()
+            slot = reader.claim()
+            try:
+                line = await trio.to_thread.run_sync(reader.wait, slot, abandon_on_cancel=True)
+            except trio.Cancelled:
+                out.write("(cancelled)\n")
+                raise
+            finally:
+                reader.release(slot)
+            answer = _ANSWERS.get(line.strip().lower())
+            if not line:  # end of input
+                out.write("\n")
+                answer = ApprovalOutcome.REJECTED
+            if answer == "run":
+                self._remembered.add(fingerprint)
+                return ApprovalOutcome.ALLOWED_ONCE
+            if isinstance(answer, ApprovalOutcome):
+                return answer
+            out.write("  please answer a, r or d\n")

@@ -1,0 +1,161 @@
+"""The ``guards`` plugin: limits on arguments and call counts, and the repeat-call reminder.
+
+::
+
+    [plugin.guards]
+    max_argument_bytes = 1_000_000       # UTF-8 bytes of the arguments' canonical JSON
+    max_calls_per_tool = { bash = 50 }   # calls per run (per host); tools not named: no limit
+    repeat_thresholds = [3, 5, 8]        # remind the model at these runs of identical calls
+
+The two limits are a ``dsh_tool_guard``: they deny, with a reason that names the limit and the
+key that raises it. The reminder is a ``dsh_tool_post_execute`` waterfall link: it counts a
+call (denied ones too), lets the rest of the chain decide, and adds a `HookContext` for the
+model to whatever was decided, a ``Block`` included, so it never stops another plugin.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, final
+
+import attrs
+
+from dsh_host import (
+    Accept,
+    Block,
+    HookContext,
+    Host,
+    Scope,
+    ToolExecution,
+    ToolExecutionResult,
+    canonical_json,
+    hookimpl,
+)
+
+__all__ = ["GuardsConfig", "GuardsPlugin"]
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value}")
+
+
+def _limits(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[str, int]) -> None:
+    for tool, limit in value.items():
+        if limit < 0:
+            raise ValueError(f"{attribute.name}.{tool} must be 0 (no calls) or more, got {limit}")
+
+
+def _thresholds(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    steps = itertools.pairwise(value)
+    if any(n < 2 for n in value) or any(a >= b for a, b in steps):
+        raise ValueError(
+            f"{attribute.name} must be strictly increasing integers of at least 2 "
+            f"(a run of one call is no repeat), got {list(value)}"
+        )
+
+
+@final
+@attrs.frozen
+class GuardsConfig:
+    """The ``[plugin.guards]`` table.
+
+    Attributes:
+        max_argument_bytes: the largest arguments a call may have, in UTF-8 bytes of their
+            canonical JSON.
+        max_calls_per_tool: tool name -> how many calls of it may run per host; 0 forbids it.
+        repeat_thresholds: run lengths of identical consecutive calls at which the model is
+            reminded to change its approach; empty turns the reminder off.
+    """
+
+    max_argument_bytes: int = attrs.field(default=1_000_000, validator=_positive)
+    max_calls_per_tool: Mapping[str, int] = attrs.field(factory=dict, validator=_limits)
+    repeat_thresholds: tuple[int, ...] = attrs.field(default=(3, 5, 8), validator=_thresholds)
+
+
+@final
+@attrs.define
+class _Streak:
+    tool: str
+    arguments: str
+    count: int
+
+
+@final
+class GuardsPlugin:
+    """Argument-size and call-count limits, and the repeat-call reminder."""
+
+    name = "guards"
+
+    def __init__(self) -> None:
+        self._config = GuardsConfig()
+        self._where = "[plugin.guards]"
+        self._calls: dict[str, int] = {}
+        self._streaks: dict[Scope | None, _Streak] = {}
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type[GuardsConfig]:
+        return GuardsConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        self._config = host.config_for(self)
+        if host.config.source is not None:
+            self._where = f"[plugin.{self.name}] of {host.config.source}"
+        else:
+            self._where = f"[plugin.{self.name}]"
+
+    @hookimpl
+    def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
+        size = len(canonical_json(execution.arguments).encode("utf-8"))
+        limit = self._config.max_argument_bytes
+        if size > limit:
+            return (
+                f'the arguments of "{execution.name}" are {size:,} bytes of JSON, over the '
+                f"limit of {limit:,}; send less at once, or raise max_argument_bytes in "
+                f"{self._where}"
+            )
+        name = execution.name
+        most = self._config.max_calls_per_tool.get(name)
+        if most is None:
+            return None
+        done = self._calls.get(name, 0)
+        if done >= most:
+            return (
+                f'"{name}" may be called at most {most} times per run and was called {done} '
+                f"times; the limit is max_calls_per_tool.{name} in {self._where}"
+            )
+        self._calls[name] = done + 1
+        return None
+
+    @hookimpl(tryfirst=True)
+    async def dsh_tool_post_execute(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        call_next: Callable[[], Awaitable[Accept | Block]],
+    ) -> Accept | Block:
+        count = self._count(execution)
+        decision = await call_next()
+        if count not in self._config.repeat_thresholds:
+            return decision
+        reminder = HookContext(
+            f'You have called "{execution.name}" with the same arguments {count} times in a '
+            "row. Repeating it will not give a different result: read the last result "
+            "carefully and change your approach (different arguments, another tool, or finish "
+            "if you have what you need).",
+            self.name,
+        )
+        contexts = (reminder, *decision.additional_contexts)
+        return attrs.evolve(decision, additional_contexts=contexts)
+
+    def _count(self, execution: ToolExecution) -> int:
+        """Count *execution* in its scope's run of identical calls; return the run's length."""
+        arguments = canonical_json(execution.arguments)
+        streak = self._streaks.get(execution.scope)
+        if streak is not None and (streak.tool, streak.arguments) == (execution.name, arguments):
+            streak.count += 1
+            return streak.count
+        self._streaks[execution.scope] = _Streak(execution.name, arguments, 1)
+        return 1
