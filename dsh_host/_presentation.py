@@ -7,6 +7,7 @@ or ``None`` to fall back to the generic card.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any, Literal, TypeAlias, final
 
 import attrs
@@ -68,6 +69,26 @@ def _content(value: Any) -> tuple[ContentBlock, ...]:
     return to_content(value)
 
 
+def _locations(value: Iterable[FileLocation]) -> tuple[FileLocation, ...]:
+    return tuple(value)
+
+
+def _diffs(value: Iterable[FileDiff]) -> tuple[FileDiff, ...]:
+    return tuple(value)
+
+
+def _lines(value: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
+    return tuple((int(n), str(t)) for n, t in value)
+
+
+def _matches(value: Iterable[tuple[str, int, str]]) -> tuple[tuple[str, int, str], ...]:
+    return tuple((str(p), int(n), str(t)) for p, n, t in value)
+
+
+def _paths(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class GenericCallView:
@@ -77,7 +98,7 @@ class GenericCallView:
     kind: ToolCallKind = ToolCallKind.OTHER
     raw_input: Any = attrs.field(default=None, converter=freeze)
     content: tuple[ContentBlock, ...] = attrs.field(default=(), converter=_content)
-    locations: tuple[FileLocation, ...] = attrs.field(default=(), converter=tuple)
+    locations: tuple[FileLocation, ...] = attrs.field(default=(), converter=_locations)
     card: Literal["generic"] = attrs.field(default="generic", init=False)
 
 
@@ -98,8 +119,8 @@ class DiffCallView:
     """A file create or edit about to happen."""
 
     title: str
-    diffs: tuple[FileDiff, ...] = attrs.field(converter=tuple)
-    locations: tuple[FileLocation, ...] = attrs.field(default=(), converter=tuple)
+    diffs: tuple[FileDiff, ...] = attrs.field(converter=_diffs)
+    locations: tuple[FileLocation, ...] = attrs.field(default=(), converter=_locations)
     card: Literal["diff"] = attrs.field(default="diff", init=False)
 
 
@@ -131,7 +152,7 @@ class DiffResultView:
     """A finished file change: the applied hunks, or the whole file when it is new."""
 
     title: str | None = None
-    diffs: tuple[FileDiff, ...] = attrs.field(converter=tuple)
+    diffs: tuple[FileDiff, ...] = attrs.field(converter=_diffs)
     card: Literal["diff"] = attrs.field(default="diff", init=False)
 
 
@@ -142,7 +163,7 @@ class ReadResultView:
 
     path: str
     offset: int
-    lines: tuple[tuple[int, str], ...] = attrs.field(converter=tuple)
+    lines: tuple[tuple[int, str], ...] = attrs.field(converter=_lines)
     total_lines: int
     title: str | None = None
     card: Literal["read"] = attrs.field(default="read", init=False)
@@ -154,8 +175,8 @@ class SearchResultView:
     """Search hits: ``matches`` are ``(path, line, text)``, or ``paths`` for a file search."""
 
     title: str | None = None
-    matches: tuple[tuple[str, int, str], ...] = attrs.field(default=(), converter=tuple)
-    paths: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    matches: tuple[tuple[str, int, str], ...] = attrs.field(default=(), converter=_matches)
+    paths: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     truncated: bool = False
     total: int = 0
     card: Literal["search"] = attrs.field(default="search", init=False)

@@ -1,0 +1,401 @@
+"""The file tools: ``read_file``, ``write_file``, ``edit_file`` and ``list_dir``.
+
+Each body is synchronous (the host runs it in a worker thread) and touches paths only through
+the `Sandbox` its plugin hands out, so every read is fenced and every write is fenced twice (once
+up front for a clean error, once right before the atomic replace).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dsh_host import DshError, ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
+from dsh_plugins_builtin import _presenters as present
+from dsh_plugins_builtin._tool_support import (
+    BINARY_SNIFF_BYTES,
+    ToolEnv,
+    binary_error,
+    bool_arg,
+    diff_hunks,
+    display_path,
+    guarded,
+    int_arg,
+    open_regular,
+    os_failure,
+    read_text_exact,
+    str_arg,
+)
+
+__all__ = ["make_file_tools"]
+
+DEFAULT_LIMIT = 2000
+MAX_LINE_CHARS = 2000
+MAX_EDIT_BYTES = 16 * 1024 * 1024
+MAX_DIR_ENTRIES = 1000
+_CHUNK = 1 << 20
+_MAX_LISTED_LINES = 20
+
+
+def _safe(args: Any) -> bool:
+    return True
+
+
+# -- read_file -----------------------------------------------------------------------------------
+
+
+class _Window:
+    """Collects the lines ``[offset, offset + limit)`` of a stream; counts the rest."""
+
+    def __init__(self, offset: int, limit: int) -> None:
+        self.first, self.last = offset, offset + limit - 1
+        self.lineno = 1  # the line the next text belongs to
+        self.parts: list[str] = []
+        self.size = 0
+        self.lines: list[tuple[int, str]] = []
+        self.ended_with_newline = True
+        self.any = False
+
+    def _add(self, text: str) -> None:
+        if self.first <= self.lineno <= self.last and text:
+            room = MAX_LINE_CHARS + 1 - self.size
+            if room > 0:
+                self.parts.append(text[:room])
+            self.size += len(text)
+
+    def _end_line(self) -> None:
+        if self.first <= self.lineno <= self.last:
+            line = "".join(self.parts).removesuffix("\r")
+            if self.size > MAX_LINE_CHARS:
+                line = (
+                    f"{line[:MAX_LINE_CHARS]} [... line truncated: "
+                    f"{self.size - MAX_LINE_CHARS} more characters]"
+                )
+            self.lines.append((self.lineno, line))
+        self.parts, self.size = [], 0
+        self.lineno += 1
+
+    def feed(self, text: str) -> None:
+        if not text:
+            return
+        self.any = True
+        self.ended_with_newline = text.endswith("\n")
+        newlines = text.count("\n")
+        if self.lineno + newlines < self.first or self.lineno > self.last:
+            self.lineno += newlines  # nothing of this chunk is shown
+            return
+        pieces = text.split("\n")
+        for piece in pieces[:-1]:
+            self._add(piece)
+            self._end_line()
+        self._add(pieces[-1])
+
+    def finish(self) -> int:
+        """Close the last line; return the total number of lines."""
+        if self.any and not self.ended_with_newline:
+            self._end_line()
+        return self.lineno - 1
+
+
+def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[str, _Window, int]:
+    real = env.sandbox().check_read(spelled)
+    fd = open_regular(real, spelled)
+    window = _Window(offset, limit)
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    consumed = 0
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            chunk = handle.read(_CHUNK)
+            if b"\0" in chunk[:BINARY_SNIFF_BYTES]:
+                raise binary_error(spelled, "it contains NUL bytes")
+            while chunk:
+                window.feed(decoder.decode(chunk))
+                consumed += len(chunk)
+                chunk = handle.read(_CHUNK)
+            window.feed(decoder.decode(b"", final=True))
+    except UnicodeDecodeError as exc:
+        where = consumed + exc.start
+        raise binary_error(spelled, f"not valid UTF-8 at byte {max(where, 0)}") from None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "read") from None
+    total = window.finish()
+    return display_path(real, env.workspace), window, total
+
+
+def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+    spelled = str_arg(args, "path")
+    offset = int_arg(args, "offset", 1, low=1)
+    limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
+    shown, window, total = _read_window(env, spelled, offset, limit)
+    meta = {"path": shown, "offset": offset, "count": len(window.lines), "total_lines": total}
+    if total == 0:
+        return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
+    if offset > total:
+        raise ToolArgsError(
+            [f'"offset" is {offset} but {shown} has only {total} lines; pass an offset from 1 '
+             f"to {total}"]
+        )  # fmt: skip
+    body = "\n".join(f"{number:>6}\t{text}" for number, text in window.lines)
+    last = window.lines[-1][0]
+    if last < total:
+        body += (
+            f"\n\n[showing lines {offset}-{last} of {total}; "
+            f"call read_file with offset={last + 1} to read more]"
+        )
+    return ToolExecutionResult(content=body, meta=meta)
+
+
+# -- write_file ----------------------------------------------------------------------------------
+
+
+def _existing_text(real: Any, spelled: str) -> str | None:
+    """The current text of a file about to be replaced, if it is a readable text file."""
+    if not os.path.lexists(real):
+        return None
+    try:
+        return read_text_exact(real, spelled, MAX_EDIT_BYTES)
+    except DshError as exc:
+        if exc.code == "NOT_A_FILE":
+            raise
+        return None  # binary, too large or unreadable: replaced, but no diff for it
+
+
+def _count(text: str) -> str:
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    return f"{lines} line{'s' * (lines != 1)}, {len(text.encode())} bytes"
+
+
+def _write_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+    spelled = str_arg(args, "path")
+    content = str_arg(args, "content")
+    sandbox = env.sandbox()
+    real = sandbox.check_write(spelled)
+    shown = display_path(real, env.workspace)
+    created = not os.path.lexists(real)
+    old = None if created else _existing_text(real, spelled)
+    if old == content:
+        return ToolExecutionResult(
+            content=f"{shown} already has this content; nothing was written",
+            meta={"path": shown, "created": False, "diffs": []},
+        )
+    try:
+        sandbox.write_text(spelled, content)
+    except OSError as exc:
+        raise os_failure(exc, spelled, "write") from None
+    diffs: list[dict[str, Any]] | None
+    if created:
+        diffs = [{"path": shown, "old_text": None, "new_text": content, "new_start": 1}]
+        if len(content) > 256 * 1024:
+            diffs = None
+    else:
+        diffs = None if old is None else diff_hunks(shown, old, content)
+    verb = "Created" if created else "Overwrote"
+    meta: dict[str, Any] = {"path": shown, "created": created}
+    if diffs is not None:
+        meta["diffs"] = diffs
+    return ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+
+
+# -- edit_file -----------------------------------------------------------------------------------
+
+
+def _match_lines(text: str, needle: str) -> list[int]:
+    lines: list[int] = []
+    start, line, scanned = 0, 1, 0
+    while (index := text.find(needle, start)) != -1:
+        line += text.count("\n", scanned, index)
+        scanned = index
+        lines.append(line)
+        start = index + len(needle)
+    return lines
+
+
+def _listed(lines: list[int]) -> str:
+    shown = ", ".join(str(n) for n in lines[:_MAX_LISTED_LINES])
+    return shown + (", ..." if len(lines) > _MAX_LISTED_LINES else "")
+
+
+def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+    spelled = str_arg(args, "path")
+    old_text = str_arg(args, "old_text")
+    new_text = str_arg(args, "new_text")
+    replace_all = bool_arg(args, "replace_all")
+    if not old_text:
+        raise ToolArgsError(['"old_text" must not be empty; use write_file to create a file'])
+    if old_text == new_text:
+        raise ToolArgsError(['"old_text" and "new_text" are identical; there is nothing to change'])
+    sandbox = env.sandbox()
+    real = sandbox.check_write(spelled)
+    text = read_text_exact(real, spelled, MAX_EDIT_BYTES)
+    shown = display_path(real, env.workspace)
+    lines = _match_lines(text, old_text)
+    if not lines and "\r\n" in text and "\r\n" not in old_text:
+        # The model copied the text with \n; the file uses CRLF.
+        crlf_old = old_text.replace("\n", "\r\n")
+        if lines := _match_lines(text, crlf_old):
+            old_text, new_text = crlf_old, new_text.replace("\n", "\r\n")
+    if not lines:
+        raise DshError(
+            f"old_text not found in {shown}; read the file again and copy the exact text "
+            "(whitespace and indentation must match)",
+            "EDIT_NO_MATCH",
+        )
+    if len(lines) > 1 and not replace_all:
+        raise DshError(
+            f"old_text matches {len(lines)} places in {shown} (lines {_listed(lines)}); "
+            "add context to make it unique or pass replace_all",
+            "EDIT_AMBIGUOUS",
+        )
+    updated = text.replace(old_text, new_text, -1 if replace_all else 1)
+    try:
+        sandbox.write_text(spelled, updated)
+    except OSError as exc:
+        raise os_failure(exc, spelled, "write") from None
+    count = len(lines)
+    where = f"line{'s' * (count != 1)} {_listed(lines)}"
+    meta: dict[str, Any] = {"path": shown, "replacements": count}
+    hunks = diff_hunks(shown, text, updated)
+    if hunks is not None:
+        meta["diffs"] = hunks
+    noun = "occurrence" if count == 1 else "occurrences"
+    return ToolExecutionResult(
+        content=f"Edited {shown}: replaced {count} {noun} ({where})", meta=meta
+    )
+
+
+# -- list_dir ------------------------------------------------------------------------------------
+
+
+def _list_dir(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+    spelled = str_arg(args, "path", ".")
+    real = env.sandbox().check_read(spelled)
+    shown = display_path(real, env.workspace)
+    try:
+        with os.scandir(real) as it:
+            entries = []
+            for entry in it:
+                if entry.is_symlink():
+                    entries.append(f"{entry.name}@")
+                elif entry.is_dir(follow_symlinks=False):
+                    entries.append(f"{entry.name}/")
+                else:
+                    entries.append(entry.name)
+    except NotADirectoryError:
+        raise DshError(
+            f'"{spelled}" is a file, not a directory; use read_file to read it', "NOT_A_DIRECTORY"
+        ) from None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "list") from None
+    entries.sort()
+    total = len(entries)
+    meta = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
+    if not entries:
+        return ToolExecutionResult(content=f"({shown} is an empty directory)", meta=meta)
+    body = "\n".join(entries[:MAX_DIR_ENTRIES])
+    if total > MAX_DIR_ENTRIES:
+        body += f"\n\n[showing {MAX_DIR_ENTRIES} of {total} entries; use glob to narrow down]"
+    return ToolExecutionResult(content=body, meta=meta)
+
+
+# -- definitions ---------------------------------------------------------------------------------
+
+_PATH = (
+    "Path of the file, relative to the workspace root (absolute paths are allowed but must stay "
+    "inside the sandbox's readable roots)."
+)
+
+
+def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
+    """The four file tools, bound to ``env`` (the ``tools`` plugin)."""
+    return [
+        define_tool(
+            name="read_file",
+            description=(
+                "Read a UTF-8 text file. Returns numbered lines like `cat -n` (line number, a tab, "
+                f"the line). Reads up to {DEFAULT_LIMIT} lines from `offset`; lines longer than "
+                f"{MAX_LINE_CHARS} characters are cut with a marker. Says how to read further "
+                "when the file is longer. Refuses binary files (NUL bytes or invalid UTF-8)."
+            ),
+            parameters={
+                "path": {"type": "string", "required": True, "description": _PATH},
+                "offset": {
+                    "type": "integer",
+                    "description": "1-based line number to start reading at (default 1).",
+                },
+                "limit": {
+                    "type": "integer",
+                    "description": f"Maximum number of lines to return (default {DEFAULT_LIMIT}).",
+                },
+            },
+            execute=guarded(lambda args, ctx: _read_file(env, args)),
+            is_concurrency_safe=_safe,
+            present_call=present.read_call,
+            present_result=present.read_result,
+        ),
+        define_tool(
+            name="write_file",
+            description=(
+                "Create a file, or replace a file's whole content. Parent directories are created. "
+                "The write is atomic. To change part of an existing file, prefer edit_file."
+            ),
+            parameters={
+                "path": {"type": "string", "required": True, "description": _PATH},
+                "content": {
+                    "type": "string",
+                    "required": True,
+                    "description": "The complete new content of the file (UTF-8 text).",
+                },
+            },
+            execute=guarded(lambda args, ctx: _write_file(env, args)),
+            present_call=present.write_call,
+            present_result=present.diff_result,
+        ),
+        define_tool(
+            name="edit_file",
+            description=(
+                "Replace an exact piece of text in a file. `old_text` must match the file exactly "
+                "(including whitespace and indentation) and, unless `replace_all` is true, exactly "
+                "once: include enough surrounding lines to make it unique. Copy it from read_file "
+                "output without the line-number prefix."
+            ),
+            parameters={
+                "path": {"type": "string", "required": True, "description": _PATH},
+                "old_text": {
+                    "type": "string",
+                    "required": True,
+                    "description": "The exact text to replace (non-empty).",
+                },
+                "new_text": {
+                    "type": "string",
+                    "required": True,
+                    "description": "The text to put in its place (may be empty to delete).",
+                },
+                "replace_all": {
+                    "type": "boolean",
+                    "description": "Replace every occurrence instead of exactly one (default false).",
+                },
+            },
+            execute=guarded(lambda args, ctx: _edit_file(env, args)),
+            present_call=present.edit_call,
+            present_result=present.diff_result,
+        ),
+        define_tool(
+            name="list_dir",
+            description=(
+                "List a directory's entries, sorted by name: `name/` for a directory, `name@` for "
+                f"a symlink, `name` for a file. At most {MAX_DIR_ENTRIES} entries are shown."
+            ),
+            parameters={
+                "path": {
+                    "type": "string",
+                    "description": "Directory relative to the workspace root (default: the root).",
+                },
+            },
+            execute=guarded(lambda args, ctx: _list_dir(env, args)),
+            is_concurrency_safe=_safe,
+            present_call=present.list_call,
+            present_result=present.list_result,
+        ),
+    ]

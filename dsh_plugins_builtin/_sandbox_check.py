@@ -1,0 +1,116 @@
+"""``dsh sandbox check``: the report behind `dsh_plugins_builtin.sandbox.sandbox_check_command`."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dsh_host import Host
+from dsh_plugins_builtin._confine import SandboxUnavailable, select_backend
+from dsh_plugins_builtin._fence import readable_roots, writable_roots
+
+__all__ = ["check_report", "render_report"]
+
+FIX_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or use a Linux kernel with "
+    'Landlock, or set [plugin.sandbox] mode = "danger-full-access" to run commands unconfined; '
+    "`dsh sandbox check` shows what works on this machine"
+)
+
+
+def _find_plugin(host: Host, plugin_class: type) -> tuple[Any, str | None]:
+    plugin = host.pm.get_plugin("sandbox")
+    if isinstance(plugin, plugin_class):
+        return plugin, None
+    if plugin is not None:
+        return None, "a plugin registered as 'sandbox' is not dsh's SandboxPlugin"
+    for row in host.plugins():
+        if row.name == "sandbox":
+            error = f" ({row.error})" if row.error else ""
+            return None, f"the sandbox plugin is {row.status.value}{error}"
+    return None, None
+
+
+def _check_host(config_path: str | None, plugin_class: type) -> Host:
+    """The host the configuration describes, with this plugin in it even if not installed."""
+    installed = importlib.metadata.entry_points(group="dsh.plugins", name="sandbox")
+    extra: list[object] = [] if installed else [plugin_class()]
+    return Host.from_config(config_path, plugins=extra)
+
+
+def check_report(
+    config_path: str | None,
+    plugin_class: type,
+    probe_backends: Callable[[], Mapping[str, str | None]],
+) -> tuple[dict[str, Any], int]:
+    """The report and the exit status of ``dsh sandbox check``.
+
+    Args:
+        config_path: ``--config``, or ``None`` to find the config file as ``dsh`` does.
+        plugin_class: `SandboxPlugin` (passed in to keep this module free of an import cycle).
+        probe_backends: What works on this machine (`dsh_plugins_builtin._confine`).
+
+    Returns:
+        ``(report, 0)`` when commands can run as configured, ``(report, 1)`` when ``bash``
+        would fail closed.
+
+    Raises:
+        ConfigError: The configuration is wrong.
+    """
+    host = _check_host(config_path, plugin_class)
+    plugin, problem = _find_plugin(host, plugin_class)
+    probes = probe_backends()
+    report: dict[str, Any] = {
+        "config": host.config.source,
+        "backends": {name: {"usable": why is None, "reason": why} for name, why in probes.items()},
+        "enabled": plugin is not None,
+        "problem": problem,
+    }
+    if plugin is None:
+        report["problem"] = (
+            f"{problem or 'the sandbox plugin is not loaded'}: write_file, edit_file and bash fail closed with SANDBOX_UNAVAILABLE; "
+            "enable the sandbox plugin"
+        )
+        return report, 1
+    policy, config = plugin.policy, plugin.config
+    report.update(
+        mode=policy.mode,
+        backend=config.backend,
+        network=policy.network,
+        workspace=str(policy.workspace),
+        writable_roots=[str(r) for r in writable_roots(policy)],
+        readable_roots=[str(r) for r in readable_roots(policy)],
+    )
+    try:
+        report["chosen"] = select_backend(policy, config.backend, probes)
+    except SandboxUnavailable as exc:
+        report["chosen"] = None
+        report["problem"] = f"{exc}; {FIX_HINT}"
+        return report, 1
+    return report, 0
+
+
+def render_report(report: dict[str, Any]) -> list[str]:
+    """The report as text lines."""
+    lines = ["sandbox backends on this machine:"]
+    for name, probe in report["backends"].items():
+        label = "landlock (network = false)" if name == "landlock-net" else name
+        verdict = "works" if probe["usable"] else f"unusable: {probe['reason']}"
+        lines.append(f"  {label:<28}{verdict}")
+    lines.append(f"config: {report['config'] or 'built-in defaults (no config file)'}")
+    if report.get("mode") is not None:
+        lines.append(
+            f"[plugin.sandbox] mode = {report['mode']}, backend = {report['backend']}, "
+            f"network = {str(report['network']).lower()}"
+        )
+        lines.append(f"workspace: {report['workspace']}")
+        lines.append(f"writable roots: {', '.join(report['writable_roots']) or 'none'}")
+    chosen = report.get("chosen")
+    if chosen == "none":
+        lines.append("bash runs UNCONFINED (danger-full-access): no backend is used")
+    elif chosen:
+        lines.append(f"bash commands would run confined by: {chosen}")
+    if report.get("problem"):
+        lines.append(f"problem: {report['problem']}")
+    return lines

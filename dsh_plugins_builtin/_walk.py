@@ -1,0 +1,234 @@
+"""A sorted directory walk that honours ``.gitignore`` files, and glob patterns for it.
+
+The walk never follows a symlinked directory (so it cannot leave the fenced root), always skips
+``.git``, and yields files in the order of their full paths, so results come out sorted without
+a final sort. ``.gitignore`` files apply as git applies them: each one to the paths below its
+directory, a deeper file overriding a shallower one, an ignored directory pruned whole. The
+``.gitignore`` files of the directories between the workspace and the search root apply too,
+unless the search root is itself ignored (a directory the caller names explicitly is searched).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pathspec
+
+from dsh_host import ToolArgsError
+
+__all__ = ["compile_glob", "expand_braces", "walk_files"]
+
+_MAX_EXPANSIONS = 256
+_Spec = tuple[str, pathspec.GitIgnoreSpec]  # (directory relative to the walk root, spec)
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """``a.{py,pyi}`` -> ``["a.py", "a.pyi"]`` (nested braces too; at most 256 results)."""
+    start = pattern.find("{")
+    if start == -1:
+        return [pattern]
+    depth = 0
+    parts: list[str] = []
+    last = start + 1
+    for index in range(start, len(pattern)):
+        char = pattern[index]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                parts.append(pattern[last:index])
+                head, tail = pattern[:start], pattern[index + 1 :]
+                out: list[str] = []
+                for part in parts:
+                    for expanded in expand_braces(head + part + tail):
+                        out.append(expanded)
+                        if len(out) > _MAX_EXPANSIONS:
+                            raise ToolArgsError([f"pattern {pattern!r} expands to too many globs"])
+                return out
+        elif char == "," and depth == 1:
+            parts.append(pattern[last:index])
+            last = index + 1
+    return [pattern]  # unbalanced: literal
+
+
+def _segment(seg: str) -> str:
+    out: list[str] = []
+    index = 0
+    while index < len(seg):
+        char = seg[index]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = seg.find(
+                "]", index + 2 if seg[index + 1 : index + 2] in ("!", "^") else index + 1
+            )
+            if end == -1:
+                out.append(re.escape(char))
+            else:
+                body = seg[index + 1 : end]
+                if body[:1] in ("!", "^"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                index = end
+        elif char == "\\" and index + 1 < len(seg):
+            index += 1
+            out.append(re.escape(seg[index]))
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return "".join(out)
+
+
+def _one_glob(pattern: str) -> tuple[str, int | None]:
+    segs = [s for s in pattern.split("/") if s not in ("", ".")]
+    if not segs:
+        raise ToolArgsError([f"pattern {pattern!r} matches nothing; try '**/*'"])
+    out: list[str] = []
+    for index, seg in enumerate(segs):
+        last = index == len(segs) - 1
+        if seg == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            out.append(_segment(seg) + ("" if last else "/"))
+    depth = None if "**" in segs else len(segs)
+    return "".join(out), depth
+
+
+def compile_glob(pattern: str) -> tuple[re.Pattern[str], int | None]:
+    """A regex over ``/``-separated relative paths, and the deepest level it can match.
+
+    ``*`` and ``?`` stay within one path segment, ``**`` as a whole segment spans any number of
+    directories, ``[...]`` is a character class and ``{a,b}`` alternatives.
+
+    Raises:
+        ToolArgsError: An absolute pattern, a ``..`` segment, or an empty pattern.
+    """
+    if pattern.startswith("/"):
+        raise ToolArgsError(
+            ["pattern must be relative (put the directory to search in `path`), e.g. '**/*.py'"]
+        )
+    if ".." in pattern.split("/"):
+        raise ToolArgsError(["pattern must not contain '..'; put the directory in `path` instead"])
+    regexes: list[str] = []
+    depths: list[int | None] = []
+    for expanded in expand_braces(pattern):
+        regex, depth = _one_glob(expanded)
+        regexes.append(regex)
+        depths.append(depth)
+    deepest = None if None in depths else max(d for d in depths if d is not None)
+    return re.compile("^(?:" + "|".join(regexes) + ")$", re.DOTALL), deepest
+
+
+def _load_spec(directory: str) -> pathspec.GitIgnoreSpec | None:
+    try:
+        with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except Exception:  # a malformed pattern disables that file, as git would skip the line
+        return None
+
+
+def _ancestor_specs(root: str, top: str) -> list[_Spec]:
+    """Specs of the directories from ``top`` down to ``root``'s parent, re-based on ``root``."""
+    if root == top or not root.startswith(top.rstrip("/") + "/"):
+        return []
+    rel_parts = root[len(top.rstrip("/")) + 1 :].split("/")
+    found: list[tuple[int, pathspec.GitIgnoreSpec]] = []
+    current = top
+    for depth in range(len(rel_parts)):
+        spec = _load_spec(current)
+        if spec is not None:
+            found.append((depth, spec))
+        current = os.path.join(current, rel_parts[depth])
+    # Re-base: a spec at ``depth`` sees the root as ``rel_parts[depth:]``.
+    out: list[_Spec] = []
+    for depth, spec in found:
+        prefix = "/".join(rel_parts[depth:])
+        out.append((f"\0{prefix}", spec))
+    return out
+
+
+def _check(specs: list[_Spec], rel: str) -> bool:
+    for base, spec in reversed(specs):
+        if base.startswith("\0"):  # an ancestor spec: prefix the root's path below it
+            sub = f"{base[1:]}/{rel}" if rel else base[1:] + "/"
+        else:
+            sub = rel[len(base) + 1 :] if base else rel
+        decision = spec.check_file(sub).include
+        if decision is not None:
+            return bool(decision)
+    return False
+
+
+def walk_files(
+    root: Path,
+    *,
+    top: Path | None,
+    respect_ignore: bool = True,
+    max_depth: int | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Yield ``(path relative to root, entry)`` for every non-directory entry, sorted by path.
+
+    Args:
+        root: A real, fenced directory.
+        top: The workspace (real); ``.gitignore`` files between it and ``root`` apply too.
+        respect_ignore: Honour ``.gitignore`` files (``.git`` is skipped either way).
+        max_depth: Do not descend past this many path segments (1 = only ``root``'s entries).
+        stop: Polled once per directory; a true result ends the walk.
+    """
+    specs: list[_Spec] = []
+    if respect_ignore and top is not None:
+        specs = _ancestor_specs(str(root), str(top))
+        if specs and _check(specs, ""):
+            specs = []  # the caller named an ignored directory: search it anyway
+    yield from _walk(str(root), "", 1, specs, respect_ignore, max_depth, stop)
+
+
+def _walk(
+    directory: str,
+    rel: str,
+    depth: int,
+    specs: list[_Spec],
+    respect_ignore: bool,
+    max_depth: int | None,
+    stop: Callable[[], bool],
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    if stop():
+        return
+    try:
+        with os.scandir(directory) as it:
+            entries = list(it)
+    except OSError:
+        return
+    if respect_ignore:
+        spec = _load_spec(directory)
+        if spec is not None:
+            specs = [*specs, (rel, spec)]
+    keyed: list[tuple[str, os.DirEntry[str], bool]] = []
+    for entry in entries:
+        if entry.name == ".git":
+            continue
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        keyed.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
+    keyed.sort(key=lambda item: item[0])
+    for _key, entry, is_dir in keyed:
+        path = f"{rel}/{entry.name}" if rel else entry.name
+        if specs and _check(specs, path + "/" if is_dir else path):
+            continue
+        if not is_dir:
+            yield path, entry
+        elif max_depth is None or depth < max_depth:
+            yield from _walk(entry.path, path, depth + 1, specs, respect_ignore, max_depth, stop)

@@ -1,0 +1,352 @@
+"""The ``sandbox`` plugin: the one sandbox policy the file tools and ``bash`` enforce.
+
+It hooks no pipeline stage. It holds a `SandboxPolicy` (mode, workspace, writable roots, read
+roots, network) built from ``[plugin.sandbox]`` and ``[host] workspace``, and offers the methods
+the ``tools`` plugin calls from inside its tool bodies:
+
+* `SandboxPlugin.check_read` / `SandboxPlugin.check_write`: the file fence
+  (`dsh_plugins_builtin._fence`); a denial raises `SandboxDeniedError` (``SANDBOX_DENIED``);
+* `SandboxPlugin.write_text`: an atomic write, fenced again right before the replace;
+* `SandboxPlugin.run`: ``bash -c`` confined by bubblewrap or Landlock
+  (`dsh_plugins_builtin._confine`); when nothing can confine the mode it raises
+  `SandboxUnavailableError` (``SANDBOX_UNAVAILABLE``) and nothing runs.
+
+`sandbox_check_command` is ``dsh sandbox check``: which backend works on this machine, why the
+others do not, and which one the current configuration would use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from dsh_host import ConfigError, DshError, Host, hookimpl
+from dsh_plugins_builtin._confine import (
+    ProcessResult,
+    SandboxUnavailable,
+    probe_backends,
+    run_confined,
+)
+from dsh_plugins_builtin._fence import (
+    FenceDenied,
+    SandboxMode,
+    SandboxPolicy,
+    atomic_write_text,
+    check_read,
+    check_write,
+)
+from dsh_plugins_builtin._sandbox_check import FIX_HINT, check_report, render_report
+
+__all__ = [
+    "SandboxConfig",
+    "SandboxDeniedError",
+    "SandboxError",
+    "SandboxPlugin",
+    "SandboxUnavailableError",
+    "sandbox_check_command",
+]
+
+Backend = Literal["auto", "bwrap", "landlock", "none"]
+MAX_OUTPUT_CAP = 64 * 1024 * 1024
+
+
+class SandboxError(DshError):
+    """A sandbox decision that ends a call; ``by`` is who decided, for ``result.decided_by``."""
+
+    def __init__(self, message: str, *, by: str | None = None) -> None:
+        """Build the error.
+
+        Args:
+            message: What happened and what to do, naming the path or command and the mode.
+            by: ``"sandbox: <mode> mode"`` and the like (see CONTRACT §13 on ``decided_by``).
+        """
+        super().__init__(message)
+        self.by = by
+
+
+class SandboxDeniedError(SandboxError):
+    """The file fence refused a path (``SANDBOX_DENIED``); the message names the path and mode."""
+
+    code = "SANDBOX_DENIED"
+
+
+class SandboxUnavailableError(SandboxError):
+    """Nothing can enforce the sandbox for this call, so nothing ran (``SANDBOX_UNAVAILABLE``)."""
+
+    code = "SANDBOX_UNAVAILABLE"
+
+
+def _check_cap(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not 1 <= value <= MAX_OUTPUT_CAP:
+        raise ValueError(
+            f"max_output_bytes must be between 1 and {MAX_OUTPUT_CAP} (bytes of command output "
+            f"kept per call), got {value!r}"
+        )
+
+
+def _check_names(what: str, *, paths: bool) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        for item in value or ():
+            if not item or (paths and "\0" in item):
+                raise ValueError(f"{attribute.name} entries must be non-empty {what}, got {item!r}")
+
+    return check
+
+
+@attrs.frozen
+class SandboxConfig:
+    """``[plugin.sandbox]``.
+
+    Attributes:
+        mode: ``read-only`` (nothing may be written), ``workspace-write`` (writes only under the
+            writable roots) or ``danger-full-access`` (no fence, commands run unconfined).
+        writable_roots: Where ``workspace-write`` may write. ``None`` (the default) means the
+            workspace, ``/tmp`` and the platform temp dir. A list replaces that set entirely;
+            relative entries resolve against the workspace (include ``"."`` to keep it).
+        read_roots: Extra directories the file tools may read besides the workspace and the
+            writable roots.
+        network: Whether ``bash`` commands may use the network.
+        backend: ``auto`` (bubblewrap, then Landlock), ``bwrap``, ``landlock``, or ``none``
+            (confines nothing: only ``danger-full-access`` can run commands then).
+        env_allow: Environment names kept for commands although they look secret.
+        max_output_bytes: Bytes of a command's output kept (its head and its tail).
+    """
+
+    mode: SandboxMode = "workspace-write"
+    writable_roots: tuple[str, ...] | None = attrs.field(
+        default=None, validator=_check_names("paths", paths=True)
+    )
+    read_roots: tuple[str, ...] = attrs.field(
+        default=(), validator=_check_names("paths", paths=True)
+    )
+    network: bool = False
+    backend: Backend = "auto"
+    env_allow: tuple[str, ...] = attrs.field(
+        default=(), validator=_check_names("names", paths=False)
+    )
+    max_output_bytes: int = attrs.field(default=64_000, validator=_check_cap)
+
+
+def _root(value: str, workspace: Path) -> Path:
+    return workspace / os.path.expanduser(value)
+
+
+def build_policy(config: SandboxConfig, workspace: Path) -> SandboxPolicy:
+    """The `SandboxPolicy` a configuration stands for.
+
+    Args:
+        config: The plugin configuration.
+        workspace: ``[host] workspace`` (made absolute here).
+
+    Returns:
+        The policy the fence and the confinement enforce.
+    """
+    ws = Path(os.path.abspath(workspace))
+    extra: dict[str, Any] = {}
+    if config.writable_roots is not None:
+        extra["writable_roots"] = tuple(_root(r, ws) for r in config.writable_roots)
+    return SandboxPolicy(
+        config.mode,
+        ws,
+        read_roots=tuple(_root(r, ws) for r in config.read_roots),
+        network=config.network,
+        **extra,
+    )
+
+
+class SandboxPlugin:
+    """Holds the sandbox policy; the file tools and ``bash`` enforce it through these methods."""
+
+    name = "sandbox"
+
+    def __init__(self) -> None:
+        """Create an unconfigured plugin; `dsh_host_started` configures it."""
+        self._config: SandboxConfig | None = None
+        self._policy: SandboxPolicy | None = None
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type:
+        """Declare `SandboxConfig` as the ``[plugin.sandbox]`` table."""
+        return SandboxConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        """Read the configuration and build the policy."""
+        config = host.config_for(self)
+        self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
+        self._policy = build_policy(self._config, host.workspace)
+
+    # -- what the tools read --------------------------------------------------------------
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The configuration in force (defaults before the host started)."""
+        return self._config if self._config is not None else SandboxConfig()
+
+    @property
+    def policy(self) -> SandboxPolicy:
+        """The policy in force.
+
+        Raises:
+            SandboxUnavailableError: The host has not started this plugin.
+        """
+        if self._policy is None:
+            raise SandboxUnavailableError(
+                "the sandbox plugin is registered but was not started by a host, so it has no "
+                "policy yet; refusing to touch files or run commands",
+                by="sandbox: not started",
+            )
+        return self._policy
+
+    @property
+    def _by(self) -> str:
+        return f"sandbox: {self.policy.mode} mode"
+
+    @property
+    def mode(self) -> str:
+        """``read-only``, ``workspace-write`` or ``danger-full-access``."""
+        return self.policy.mode
+
+    @property
+    def workspace(self) -> Path:
+        """The workspace relative paths resolve against."""
+        return self.policy.workspace
+
+    def check_read(self, path: str | os.PathLike[str]) -> Path:
+        """Fence a read.
+
+        Args:
+            path: As the model spelled it; relative paths resolve against the workspace.
+
+        Returns:
+            The real path to read.
+
+        Raises:
+            SandboxDeniedError: The path lies outside every readable root.
+        """
+        try:
+            return check_read(path, self.policy)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def check_write(self, path: str | os.PathLike[str]) -> Path:
+        """Fence a write (the write itself re-checks; see `write_text`).
+
+        Raises:
+            SandboxDeniedError: ``read-only`` mode, or the path lies outside the writable roots.
+        """
+        try:
+            return check_write(path, self.policy)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def write_text(self, path: str | os.PathLike[str], content: str) -> None:
+        """Write UTF-8 text atomically, creating parents; fenced again right before the replace.
+
+        Raises:
+            SandboxDeniedError: The fence refused the path, now or at the re-check.
+            OSError: The write itself failed (e.g. the target is a directory).
+        """
+        try:
+            atomic_write_text(path, content, self.policy)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def resolve_cwd(self, cwd: str | os.PathLike[str] | None) -> Path:
+        """The real working directory for a command (default: the workspace).
+
+        Raises:
+            SandboxDeniedError: The directory lies outside every readable root.
+            DshError: ``FILE_NOT_FOUND`` or ``NOT_A_DIRECTORY``.
+        """
+        spelled = "." if cwd is None else os.fspath(cwd)
+        real = self.check_read(spelled)
+        if not real.exists():
+            raise DshError(
+                f'cwd "{spelled}" does not exist (resolved to "{real}")', "FILE_NOT_FOUND"
+            )
+        if not real.is_dir():
+            raise DshError(f'cwd "{spelled}" is not a directory', "NOT_A_DIRECTORY")
+        return real
+
+    async def run(
+        self, command: str, cwd: str | os.PathLike[str] | None = None, timeout: float | None = None
+    ) -> ProcessResult:
+        """Run ``bash -c command`` under the policy.
+
+        Args:
+            command: The shell command.
+            cwd: The working directory (default: the workspace); fenced like a read.
+            timeout: Seconds before the command's process group is killed; ``None``: no limit.
+
+        Returns:
+            The output (head and tail within ``max_output_bytes``), exit status and backend.
+
+        Raises:
+            SandboxUnavailableError: No backend can confine the mode; nothing ran.
+            SandboxDeniedError: ``cwd`` lies outside every readable root.
+        """
+        policy = self.policy
+        config = self.config
+        workdir = await trio.to_thread.run_sync(self.resolve_cwd, cwd)
+        try:
+            return await run_confined(
+                command,
+                cwd=workdir,
+                policy=policy,
+                backend=config.backend,
+                timeout=timeout,
+                max_output_bytes=config.max_output_bytes,
+                env_allow=config.env_allow,
+            )
+        except SandboxUnavailable as exc:
+            raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=self._by) from None
+
+
+# -- dsh sandbox check ---------------------------------------------------------------------------
+
+
+def sandbox_check_command(argv: list[str] | None = None) -> int:
+    """``dsh sandbox check [--json] [--config PATH]``: which sandbox backend works here.
+
+    Probes bubblewrap and Landlock (each really runs ``true``), says why an unusable one is
+    unusable, and which one the current configuration would choose.
+
+    Args:
+        argv: The arguments after ``check`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 when commands can run as configured, 1 when ``bash`` would fail closed
+        (``SANDBOX_UNAVAILABLE``), 2 for a configuration error.
+    """
+    parser = argparse.ArgumentParser(
+        prog="dsh sandbox check",
+        description="Report which sandbox backend works on this machine and which one "
+        "the configuration would use.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--config", metavar="PATH", help="config file (default: $DSH_CONFIG, ./dsh.toml, ...)"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        report, status = check_report(args.config, SandboxPlugin, probe_backends)
+    except ConfigError as exc:
+        print(f"dsh sandbox check: config error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(render_report(report)))
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover - ``python -m dsh_plugins_builtin.sandbox``
+    raise SystemExit(sandbox_check_command())

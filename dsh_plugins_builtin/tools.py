@@ -1,0 +1,84 @@
+"""The ``tools`` plugin: the built-in coding tools, enforced by the ``sandbox`` plugin.
+
+Registers ``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
+``bash``. Paths are relative to ``[host] workspace`` (absolute paths are allowed, and fenced).
+Every path and every command goes through the ``sandbox`` plugin (found in `dsh_host_started`
+as ``host.pm.get_plugin("sandbox")``). Without it the tools fail closed: reads stay fenced to
+the workspace, and ``write_file``, ``edit_file`` and ``bash`` return ``SANDBOX_UNAVAILABLE``.
+
+The read-only tools are concurrency-safe; ``write_file``, ``edit_file`` and ``bash`` are
+exclusive. Each tool presents itself as a card (see `dsh_plugins_builtin._presenters`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from dsh_host import Host, ToolDefinition, hookimpl
+from dsh_plugins_builtin._bash_tool import make_bash_tool
+from dsh_plugins_builtin._file_tools import make_file_tools
+from dsh_plugins_builtin._search_tools import make_search_tools
+from dsh_plugins_builtin._tool_support import FailClosedSandbox, Sandbox
+
+__all__ = ["TOOL_NAMES", "ToolsPlugin"]
+
+TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash")
+
+
+class ToolsPlugin:
+    """Registers the built-in tools and routes their file and process access to the sandbox."""
+
+    name = "tools"
+
+    def __init__(self) -> None:
+        """Create the plugin; the workspace is the working directory until a host starts it."""
+        self._host: Host | None = None
+        self._plugin: object | None = None
+        self._workspace = Path.cwd()
+        self._fallback: FailClosedSandbox | None = None
+        self._fallback_why = ""
+
+    @property
+    def workspace(self) -> Path:
+        """``[host] workspace``, absolute."""
+        return self._workspace
+
+    @hookimpl
+    def dsh_register_tools(self, register: Callable[..., object]) -> None:
+        """Register the seven tools."""
+        tools: list[ToolDefinition] = [
+            *make_file_tools(self),
+            *make_search_tools(self),
+            make_bash_tool(self),
+        ]
+        for tool in tools:
+            register(tool)
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        """Remember the workspace and find the ``sandbox`` plugin."""
+        self._host = host
+        self._workspace = Path(os.path.abspath(host.workspace))
+        self._plugin = host.pm.get_plugin("sandbox")
+
+    def sandbox(self) -> Sandbox:
+        """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
+        plugin = self._plugin
+        host = self._host
+        if plugin is not None and host is not None and host.pm.is_registered(plugin):
+            if isinstance(plugin, Sandbox):
+                return plugin
+            why = (
+                "the plugin registered as 'sandbox' does not provide check_read, check_write, "
+                "write_text and run"
+            )
+        elif plugin is not None:
+            why = "the sandbox plugin failed to start and was removed"
+        else:
+            why = "the sandbox plugin is not enabled"
+        if self._fallback is None or self._fallback_why != why:
+            self._fallback = FailClosedSandbox(self._workspace, why)
+            self._fallback_why = why
+        return self._fallback

@@ -1,0 +1,281 @@
+"""The ``sandbox`` plugin alone: config, policy, its methods, ``dsh sandbox check``; and the
+``tools`` plugin's fail-closed handling of a missing, broken or foreign sandbox plugin."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_host import ConfigError, Host, hookimpl
+from dsh_plugins_builtin import sandbox as sandbox_module
+from dsh_plugins_builtin._fence import writable_roots
+from dsh_plugins_builtin.sandbox import (
+    SandboxConfig,
+    SandboxDeniedError,
+    SandboxPlugin,
+    SandboxUnavailableError,
+    sandbox_check_command,
+)
+from dsh_plugins_builtin.tools import ToolsPlugin
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def started(make_host: Any, ws: Path, **table: Any) -> SandboxPlugin:
+    plugin = SandboxPlugin()
+    make_host(plugin, config={"host": {"workspace": str(ws)}, "plugin": {"sandbox": table}})
+    return plugin
+
+
+# -- config and policy ---------------------------------------------------------------------------
+
+
+def test_config_defaults() -> None:
+    assert SandboxConfig() == SandboxConfig(
+        mode="workspace-write",
+        writable_roots=None,
+        read_roots=(),
+        network=False,
+        backend="auto",
+        env_allow=(),
+        max_output_bytes=64_000,
+    )
+
+
+def test_default_policy(make_host: Any, ws: Path) -> None:
+    plugin = started(make_host, ws)
+    policy = plugin.policy
+    assert (policy.mode, policy.workspace, policy.network) == ("workspace-write", ws, False)
+    roots = writable_roots(policy)
+    assert ws.resolve() in roots
+    assert Path(tempfile.gettempdir()).resolve() in roots
+    assert plugin.mode == "workspace-write"
+    assert plugin.workspace == ws
+
+
+def test_configured_policy(make_host: Any, ws: Path) -> None:
+    (ws / "out").mkdir()
+    plugin = started(
+        make_host,
+        ws,
+        mode="read-only",
+        writable_roots=["out", "~"],
+        read_roots=["/etc"],
+        network=True,
+    )
+    policy = plugin.policy
+    assert policy.writable_roots == (ws / "out", Path.home())
+    assert policy.read_roots == (Path("/etc"),)
+    assert (policy.mode, policy.network) == ("read-only", True)
+
+
+def test_relative_workspace_is_made_absolute(make_host: Any, ws: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(ws.parent)
+    plugin = SandboxPlugin()
+    make_host(plugin, config={"host": {"workspace": "ws"}})
+    assert plugin.workspace == ws
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"mode": "yolo"}, "key 'mode'"),
+        ({"backend": "docker"}, "key 'backend'"),
+        ({"max_output_bytes": 0}, "max_output_bytes must be between 1 and 67108864"),
+        ({"writable_roots": [""]}, "writable_roots entries must be non-empty paths"),
+        ({"env_allow": [""]}, "env_allow entries must be non-empty names"),
+        ({"network": "no"}, "key 'network'"),
+        ({"writeable_roots": ["x"]}, "writeable_roots"),
+    ],
+)
+def test_bad_config_is_a_config_error(
+    make_host: Any, ws: Path, table: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=r"\[plugin\.sandbox\]") as info:
+        started(make_host, ws, **table)
+    assert fragment in str(info.value)
+
+
+# -- methods -------------------------------------------------------------------------------------
+
+
+async def test_methods_map_fence_denials(make_host: Any, ws: Path) -> None:
+    plugin = started(make_host, ws, writable_roots=["."])
+    assert plugin.check_read("a.txt") == ws.resolve() / "a.txt"
+    with pytest.raises(
+        SandboxDeniedError, match=r'read of "/etc/passwd" denied: .* workspace-write'
+    ):
+        plugin.check_read("/etc/passwd")
+    with pytest.raises(SandboxDeniedError, match="outside the writable roots"):
+        plugin.check_write("../x")
+    plugin.write_text("d/f.txt", "hi")
+    assert (ws / "d/f.txt").read_text() == "hi"
+    with pytest.raises(SandboxDeniedError):
+        plugin.write_text("/etc/dsh-never", "x")
+    assert not Path("/etc/dsh-never").exists()
+
+
+async def test_an_unstarted_plugin_refuses_everything(ws: Path) -> None:
+    plugin = SandboxPlugin()
+    for call in (lambda: plugin.check_read("x"), lambda: plugin.write_text("x", "y")):
+        with pytest.raises(SandboxUnavailableError, match="was not started by a host"):
+            call()
+    with pytest.raises(SandboxUnavailableError):
+        await plugin.run("touch ran", cwd=str(ws))
+    assert not (ws / "ran").exists()
+
+
+async def test_tools_fail_closed_when_the_sandbox_failed_to_start(make_host: Any, ws: Path) -> None:
+    class Broken(SandboxPlugin):
+        @hookimpl
+        def dsh_host_started(self, host: Host) -> None:
+            raise RuntimeError("cannot build the policy")
+
+    host = make_host(ToolsPlugin(), Broken(), config={"host": {"workspace": str(ws)}})
+    assert [row.status.value for row in host.plugins() if row.name == "sandbox"] == ["failed"]
+    result = await host.call("write_file", {"path": "f.txt", "content": "x"})
+    assert result.code == "SANDBOX_UNAVAILABLE"
+    assert "the sandbox plugin failed to start and was removed" in result.text
+    assert not (ws / "f.txt").exists()
+
+
+async def test_tools_fail_closed_with_a_foreign_sandbox_plugin(make_host: Any, ws: Path) -> None:
+    class Impostor:
+        name = "sandbox"
+
+        def check_read(self, path: str) -> Path:
+            return Path("/")
+
+    host = make_host(ToolsPlugin(), Impostor(), config={"host": {"workspace": str(ws)}})
+    result = await host.call("bash", {"command": "touch ran"})
+    assert result.code == "SANDBOX_UNAVAILABLE"
+    assert "does not provide check_read, check_write, write_text and run" in result.text
+    denied = await host.call("read_file", {"path": "/etc/hostname"})
+    assert denied.code == "SANDBOX_DENIED"  # the impostor's permissive check_read is not used
+    assert not (ws / "ran").exists()
+
+
+# -- dsh sandbox check ---------------------------------------------------------------------------
+
+PROBES_OK = {"bwrap": None, "landlock": None, "landlock-net": None}
+PROBES_NONE = {
+    "bwrap": "bwrap is not installed (not found on PATH)",
+    "landlock": "the probe exited 125: landlock-run: ENOSYS",
+    "landlock-net": "the probe exited 125: landlock-run: ENOSYS",
+}
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Pretend these built-in plugins are the only ``dsh.plugins`` entry points."""
+    real = importlib.metadata.entry_points
+    fake = importlib.metadata.EntryPoints(
+        importlib.metadata.EntryPoint(
+            name, f"dsh_plugins_builtin.{name}:{name.title()}Plugin", "dsh.plugins"
+        )
+        for name in names
+    )
+
+    def entry_points(**params: Any) -> Any:
+        if params.get("group") == "dsh.plugins":
+            return fake.select(**{k: v for k, v in params.items() if k != "group"})
+        return real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory as the working directory, and no plugin installed through entry points."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("DSH_CONFIG", "DSH_DISABLE_PLUGIN_AUTOLOAD", "DSH_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    installed(monkeypatch)
+    return tmp_path
+
+
+def write_config(project: Path, table: str) -> Path:
+    path = project / "dsh.toml"
+    path.write_text(f'[host]\nworkspace = "."\n\n[plugin.sandbox]\n{table}\n')
+    return path
+
+
+def test_check_reports_backends_and_choice(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    config = write_config(project, 'mode = "workspace-write"')
+    assert sandbox_check_command([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "sandbox backends on this machine:",
+        "  bwrap                       works",
+        "  landlock                    works",
+        "  landlock (network = false)  works",
+    ]
+    assert f"config: {config}" in out
+    assert "[plugin.sandbox] mode = workspace-write, backend = auto, network = false" in out
+    assert out[-1] == "bash commands would run confined by: bwrap"
+
+
+def test_check_json_when_nothing_works(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_NONE))
+    write_config(project, 'backend = "auto"')
+    assert sandbox_check_command(["--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["backends"]["bwrap"] == {"usable": False, "reason": PROBES_NONE["bwrap"]}
+    assert report["chosen"] is None
+    assert "bwrap: bwrap is not installed" in report["problem"]
+    assert "apt-get install bubblewrap" in report["problem"]
+    assert report["workspace"] == str(project)
+
+
+def test_check_landlock_only_and_danger(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: probes)
+    write_config(project, "network = false")
+    assert sandbox_check_command(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chosen"] == "landlock"
+    write_config(project, 'mode = "danger-full-access"\nbackend = "none"')
+    assert sandbox_check_command([]) == 0
+    assert "bash runs UNCONFINED (danger-full-access)" in capsys.readouterr().out
+
+
+def test_check_backend_none_and_a_config_error(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    write_config(project, 'backend = "none"')
+    assert sandbox_check_command(["--json"]) == 1
+    assert 'backend \\"none\\" cannot confine' in capsys.readouterr().out
+    config = write_config(project, 'mode = "yolo"')
+    assert sandbox_check_command(["--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsh sandbox check: config error:")
+    assert "key 'mode'" in err
+
+
+def test_check_when_the_plugin_is_installed_but_blocked(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed(monkeypatch, "sandbox")
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    (project / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n')
+    assert sandbox_check_command(["--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["enabled"] is False
+    assert report["problem"].startswith("the sandbox plugin is blocked")
+    assert "fail closed with SANDBOX_UNAVAILABLE" in report["problem"]
