@@ -1,0 +1,211 @@
+"""``output_budget``: keep long tool output out of the model's context, saving it to a file instead.
+
+The outermost `dsh_tool_post_execute` link (``tryfirst``). It lets the rest of the chain decide
+first, then, for a successful result whose text is larger than ``max_inline_bytes`` (UTF-8),
+saves the full text to a private file and replaces the text with its head and tail around a
+notice saying how many bytes were cut and where the full text is::
+
+    <head>
+
+    [... 61,204 of 111,204 bytes cut here. The full output is saved in
+    /home/me/.cache/dsh-spill/bash-call-7-9f2c....txt: read it in parts with read_file
+    (offset/limit) or search it with grep ...]
+
+    <tail>
+
+The text that reaches the model, notice included, is never larger than ``max_inline_bytes``.
+Images and other non-text blocks are kept as they are; the contexts other plugins added are
+kept. Errors and ``Block`` decisions pass through untouched. Saving is best effort: if the file
+cannot be written (or the notice alone would not fit), the output passes on in full and a
+warning is logged on ``dsh_plugins_builtin.output_budget``.
+
+Spill files are created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) with mode ``0o600``
+and an unpredictable name in a directory created ``0o700``. They are never deleted by dsh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import final
+
+import attrs
+import platformdirs
+import trio
+
+from dsh_host import (
+    Accept,
+    Block,
+    Host,
+    ImageBlock,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionResult,
+    hookimpl,
+)
+
+__all__ = [
+    "NoticeDoesNotFit",
+    "OutputBudgetConfig",
+    "OutputBudgetPlugin",
+    "bound_text",
+    "default_spill_dir",
+]
+
+logger = logging.getLogger("dsh_plugins_builtin.output_budget")
+
+_FILE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def default_spill_dir() -> Path:
+    """``dsh-spill`` under the user cache directory (``~/.cache/dsh-spill`` on Linux)."""
+    return platformdirs.user_cache_path() / "dsh-spill"
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(
+            f"{attribute.name} must be a positive number of bytes, got {value}; "
+            "set it in [plugin.output_budget] to e.g. 50000"
+        )
+
+
+@final
+@attrs.frozen
+class OutputBudgetConfig:
+    """``[plugin.output_budget]``.
+
+    Attributes:
+        max_inline_bytes: the largest text (UTF-8 bytes) a successful result may show the model.
+        spill_dir: where full outputs are saved; relative to the workspace
+            (``[host] workspace``). Default: `default_spill_dir`.
+    """
+
+    max_inline_bytes: int = attrs.field(default=50_000, validator=_positive)
+    spill_dir: Path | None = None
+
+
+class NoticeDoesNotFit(ValueError):
+    """``max_inline_bytes`` cannot hold even the notice."""
+
+
+def bound_text(data: bytes, cap: int, path: str) -> str:
+    """Head and tail of the UTF-8 *data* around a notice naming *path*, at most *cap* bytes.
+
+    The notice is priced at its longest (every byte cut) before the rest of the budget is split,
+    half to the head and half to the tail; partial characters at the cut are dropped.
+
+    Raises:
+        NoticeDoesNotFit: *cap* cannot hold even the notice.
+    """
+    total = len(data)
+    budget = cap - len(_notice(total, total, path).encode("utf-8"))
+    if budget < 0:
+        raise NoticeDoesNotFit(f"max_inline_bytes={cap} cannot hold the notice itself")
+    head_size, tail_size = budget - budget // 2, budget // 2
+    head = data[:head_size].decode("utf-8", "ignore")
+    tail = data[total - tail_size :].decode("utf-8", "ignore") if tail_size else ""
+    cut = total - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}{_notice(cut, total, path)}{tail}"
+
+
+def _notice(cut: int, total: int, path: str) -> str:
+    return (
+        f"\n\n[... {cut:,} of {total:,} bytes cut here. The full output is saved in {path}: "
+        "read it in parts with read_file (offset/limit) or search it with grep ...]\n\n"
+    )
+
+
+class OutputBudgetPlugin:
+    """Bound the text of successful results; see the module docstring."""
+
+    name = "output_budget"
+
+    def __init__(self) -> None:
+        self.config = OutputBudgetConfig()
+        self.spill_dir = default_spill_dir()
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type[OutputBudgetConfig]:
+        return OutputBudgetConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        self.config = host.config_for(self)
+        configured = self.config.spill_dir
+        if configured is None:
+            self.spill_dir = default_spill_dir()
+        else:
+            self.spill_dir = host.workspace / configured.expanduser()
+
+    @hookimpl(tryfirst=True)
+    async def dsh_tool_post_execute(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        call_next: Callable[[], Awaitable[Accept | Block]],
+    ) -> Accept | Block:
+        decision = await call_next()
+        if result.is_error or not isinstance(decision, Accept):
+            return decision
+        content = decision.content if decision.content is not None else result.content
+        texts = [block.text for block in content if isinstance(block, TextBlock)]
+        cap = self.config.max_inline_bytes
+        if (sum(map(len, texts)) + len(texts)) * 4 <= cap:  # at most 4 UTF-8 bytes a character
+            return decision
+        data = "\n".join(texts).encode("utf-8", "replace")
+        if len(data) <= cap:
+            return decision
+        try:
+            text = await trio.to_thread.run_sync(self._spill, execution, data)
+        except Exception as exc:
+            logger.warning(
+                'output_budget: could not save the full output of tool "%s" (call %s, %d bytes) '
+                "in %s: %s: %s; the output was passed on in full. Set [plugin.output_budget] "
+                "spill_dir to a writable directory (or raise max_inline_bytes).",
+                execution.name, execution.call_id, len(data), self.spill_dir,
+                type(exc).__name__, exc,
+            )  # fmt: skip
+            return decision
+        bounded: list[TextBlock | ImageBlock] = []
+        placed = False
+        for block in content:  # the bounded text takes the place of the first text block
+            if not isinstance(block, TextBlock):
+                bounded.append(block)
+            elif not placed:
+                bounded.append(TextBlock(text))
+                placed = True
+        return Accept(content=bounded, additional_contexts=decision.additional_contexts)
+
+    def _spill(self, execution: ToolExecution, data: bytes) -> str:
+        """Save *data* to a new private file and return the bounded text (in a worker thread)."""
+        directory = self.spill_dir
+        name = f"{_safe(execution.name)}-{_safe(execution.call_id)}-{secrets.token_hex(8)}.txt"
+        path = directory / name
+        text = bound_text(data, self.config.max_inline_bytes, str(path))
+        if not directory.is_dir():
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, _FILE_FLAGS, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return text
+
+
+def _safe(part: str) -> str:
+    """A file-name-safe, bounded rendering of a tool name or call id."""
+    return _UNSAFE.sub("_", part)[:40] or "_"

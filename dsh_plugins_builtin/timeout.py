@@ -1,0 +1,227 @@
+"""``timeout``: give every tool call a time budget, and report ``TOOL_TIMEOUT`` when it runs out.
+
+A `dsh_tool_execute` wrapper registered ``trylast``, so it sits inside the other wrappers and
+its clock covers the tool body (not a permission prompt or an outer retry loop's back-off).
+
+The budget of a call, first match wins:
+
+1. ``per_tool`` in the plugin's config (``per_tool = { bash = 600000 }``);
+2. the tool's own ``timeout_ms`` (``define_tool(..., timeout_ms=...)``);
+3. ``default_ms`` (120000).
+
+When the budget runs out the plugin aborts the signal it installed for the body
+(``call_next(signal=deadline)``): the host cancels the body's trio cancel scope, and the call's
+result becomes ``Error: tool call timed out after <ms>ms`` (code ``TOOL_TIMEOUT``), whatever the
+body returned while unwinding. If the caller aborted first, the host's ``ABORTED`` result stands.
+
+The body gets ``grace_ms`` to unwind (shielded ``finally:`` cleanup, for instance). When the
+delegated call is still running after that, the plugin logs a warning and cancels its own cancel
+scope around ``call_next``, which interrupts everything inside that is not shielded (an inner
+wrapper that ignores the signal, say). Structured concurrency never abandons a task: a body that
+shields itself indefinitely keeps the call open until it finishes, and the result is then still
+``TOOL_TIMEOUT``. A synchronous body runs in a worker thread that the host stops waiting for at
+the deadline; the thread itself cannot be killed and runs on in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import final
+
+import attrs
+import trio
+
+from dsh_host import (
+    AbortSignal,
+    Host,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolFailure,
+    hookimpl,
+)
+
+__all__ = [
+    "TOOL_TIMEOUT",
+    "TimeoutConfig",
+    "TimeoutPlugin",
+    "ToolTimeoutReason",
+    "timeout_result",
+]
+
+TOOL_TIMEOUT = "TOOL_TIMEOUT"
+"""The outcome code of a call whose budget ran out."""
+
+logger = logging.getLogger("dsh_plugins_builtin.timeout")
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(
+            f"{attribute.name} must be a positive number of milliseconds, got {value}; "
+            "set it in [plugin.timeout] to e.g. 120000"
+        )
+
+
+def _not_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(
+            f"{attribute.name} must be zero or a positive number of milliseconds, got {value}"
+        )
+
+
+def _per_tool_positive(
+    instance: object, attribute: attrs.Attribute[dict[str, int]], value: dict[str, int]
+) -> None:
+    for tool, ms in value.items():
+        if ms <= 0:
+            raise ValueError(
+                f"per_tool.{tool} must be a positive number of milliseconds, got {ms}; "
+                f"remove the entry to use the tool's own timeout or default_ms"
+            )
+
+
+@final
+@attrs.frozen
+class TimeoutConfig:
+    """``[plugin.timeout]``.
+
+    Attributes:
+        default_ms: the budget of a tool with no ``per_tool`` entry and no ``timeout_ms``.
+        per_tool: budgets by tool name; they override the tool's own ``timeout_ms``.
+        grace_ms: how long a timed-out call may take to unwind before the plugin cancels
+            everything in it that is not shielded.
+    """
+
+    default_ms: int = attrs.field(default=120_000, validator=_positive)
+    per_tool: dict[str, int] = attrs.field(factory=dict, validator=_per_tool_positive)
+    grace_ms: int = attrs.field(default=2_000, validator=_not_negative)
+
+
+@final
+@attrs.frozen
+class ToolTimeoutReason:
+    """The reason on the body's signal when its budget ran out (``ctx.signal.reason``).
+
+    A body can bound its own shielded cleanup by the grace period::
+
+        finally:
+            with trio.CancelScope(shield=True) as cleanup:
+                reason = ctx.signal.reason
+                cleanup.deadline = getattr(reason, "grace_deadline", math.inf)
+                await tidy_up()
+
+    Attributes:
+        timeout_ms: the budget that ran out.
+        grace_ms: how long the call may take to unwind.
+        grace_deadline: the trio time (``trio.current_time()``) at which the grace ends.
+    """
+
+    timeout_ms: float
+    grace_ms: float
+    grace_deadline: float
+    code: str = attrs.field(default=TOOL_TIMEOUT, init=False)
+
+    def __str__(self) -> str:
+        return f"{TOOL_TIMEOUT} after {_ms(self.timeout_ms)}ms"
+
+
+@attrs.define
+class _Deadline:
+    """The state of one call's timer."""
+
+    fired: bool = False
+
+
+def timeout_result(ms: float) -> ToolExecutionResult:
+    """The result of a call whose budget of *ms* milliseconds ran out."""
+    message = f"tool call timed out after {_ms(ms)}ms"
+    return ToolExecutionResult(
+        content=f"Error: {message}",
+        is_error=True,
+        error=ToolFailure(message, TOOL_TIMEOUT, "ToolTimeoutError"),
+    )
+
+
+def _ms(ms: float) -> str:
+    return str(int(ms)) if float(ms).is_integer() else str(ms)
+
+
+class TimeoutPlugin:
+    """Time every tool call out after its budget; see the module docstring."""
+
+    name = "timeout"
+
+    def __init__(self) -> None:
+        self.config = TimeoutConfig()
+        self._host: Host | None = None
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type[TimeoutConfig]:
+        return TimeoutConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        self.config = host.config_for(self)
+        self._host = host
+
+    def budget_ms(self, execution: ToolExecution) -> float:
+        """The budget of *execution*: ``per_tool``, else the tool's ``timeout_ms``, else the default."""
+        override = self.config.per_tool.get(execution.name)
+        if override is not None:
+            return override
+        if self._host is not None:
+            tool = self._host.registry.get(execution.name, execution.scope)
+            if tool is not None and tool.timeout_ms is not None:
+                return tool.timeout_ms
+        return self.config.default_ms
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_execute(
+        self, execution: ToolExecution, call_next: Callable[..., Awaitable[ToolExecutionResult]]
+    ) -> ToolExecutionResult:
+        ms = self.budget_ms(execution)
+        deadline = AbortSignal()
+        state = _Deadline()
+        hard = trio.CancelScope()
+        result: ToolExecutionResult | None = None
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timer, execution, deadline, hard, ms, state)
+            try:
+                with hard:
+                    result = await call_next(signal=deadline)
+            except Exception as exc:  # re-raised below, outside the nursery, unwrapped
+                failure = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure  # an inner wrapper's bug stays a pipeline failure, timed out or not
+        if state.fired or result is None:  # no result: our own escalation cancelled call_next
+            return timeout_result(ms)
+        return result
+
+    async def _timer(
+        self,
+        execution: ToolExecution,
+        deadline: AbortSignal,
+        hard: trio.CancelScope,
+        ms: float,
+        state: _Deadline,
+    ) -> None:
+        await trio.sleep(ms / 1000)
+        if execution.signal.aborted:
+            return  # the caller (or an outer wrapper) aborted first: its outcome stands
+        grace = self.config.grace_ms
+        state.fired = True
+        deadline.abort(ToolTimeoutReason(ms, grace, trio.current_time() + grace / 1000))
+        if grace > 0:  # with no grace at all, cancelling at once is what was asked for: no warning
+            await trio.sleep(grace / 1000)
+            logger.warning(
+                'timeout: tool "%s" (call %s) timed out after %sms and was still running %sms '
+                "later; cancelling everything in it that is not shielded. A body that shields "
+                "itself keeps the call open until it finishes (the result will be TOOL_TIMEOUT); "
+                "raise [plugin.timeout] grace_ms if its cleanup needs longer.",
+                execution.name, execution.call_id, _ms(ms), grace,
+            )  # fmt: skip
+        hard.cancel()

@@ -1,0 +1,402 @@
+"""The ``audit`` plugin (one SQLite row per call) and the ``dsh audit`` command."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+import trio
+
+from dsh_host import (
+    ConfigError,
+    Deny,
+    Scope,
+    ToolExecutionInput,
+    define_tool,
+    hookimpl,
+)
+from dsh_plugins_builtin import audit
+from dsh_plugins_builtin.audit import (
+    AuditConfig,
+    AuditPlugin,
+    audit_command,
+    default_audit_path,
+    redact,
+)
+from dsh_plugins_builtin.output_budget import OutputBudgetPlugin
+from dsh_plugins_builtin.timeout import TimeoutPlugin
+from tests.conftest import make_echo
+
+LOGGER = "dsh_plugins_builtin.audit"
+
+
+@pytest.fixture(autouse=True)
+def private_data_dir(tmp_path, monkeypatch):
+    """Keep the default database out of the real user data directory."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "audit" / "calls.sqlite3"
+
+
+def audited(db: Path, **table):
+    return {"plugin": {"audit": {"path": str(db), **table}}}
+
+
+def rows(db: Path) -> list[dict]:
+    connection = sqlite3.connect(db)
+    connection.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in connection.execute("SELECT * FROM calls ORDER BY id")]
+    finally:
+        connection.close()
+
+
+def count(db: Path) -> int:
+    connection = sqlite3.connect(db)
+    try:
+        return connection.execute("SELECT count(*) FROM calls").fetchone()[0]
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def plugin():
+    plugin = AuditPlugin()
+    yield plugin
+    plugin.close()
+
+
+# -- one row per call -------------------------------------------------------------------------
+
+
+async def test_a_call_is_recorded_with_every_column(make_host, db, plugin):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    before = datetime.datetime.now(datetime.UTC)
+    await host.call("echo", {"text": "hi"}, call_id="c1", scope=Scope("agent-1"))
+    [row] = rows(db)
+    recorded = datetime.datetime.fromisoformat(row.pop("time"))
+    assert recorded.tzinfo == datetime.UTC
+    assert before - datetime.timedelta(seconds=1) <= recorded <= datetime.datetime.now(datetime.UTC)
+    assert row.pop("duration_ms") >= 0
+    assert row == {
+        "id": 1,
+        "call_id": "c1",
+        "tool": "echo",
+        "arguments": '{"text":"hi"}',
+        "is_error": 0,
+        "outcome": "ok",
+        "decision": None,
+        "decided_by": None,
+        "scope": "agent-1",
+    }
+
+
+async def test_denials_and_failures_are_recorded_with_who_decided(make_host, db, plugin):
+    class Denier:
+        name = "denier"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Deny("not this one") if execution.arguments.get("text") == "no" else None
+
+    host = make_host(plugin, Denier(), tools=[make_echo()], config=audited(db))
+    await host.call("echo", {"text": "no"}, call_id="d")
+    await host.call("nope", {}, call_id="u")
+    await host.call("echo", {"text": {1, 2}}, call_id="j")  # not JSON: FINAL, no pre-execute
+    denied, unknown, not_json = rows(db)
+    assert denied["duration_ms"] is not None  # pre-execute is tryfirst: it saw the denied call
+    assert (denied["outcome"], denied["decision"], denied["decided_by"], denied["is_error"]) == (
+        "DENIED", "not this one", "denier", 1,
+    )  # fmt: skip
+    assert (unknown["outcome"], unknown["decision"]) == ("UNKNOWN_TOOL", 'unknown tool "nope"')
+    assert (not_json["outcome"], not_json["arguments"], not_json["duration_ms"]) == (
+        "INVALID_ARGS", "null", None,
+    )  # fmt: skip
+
+
+async def test_duration_is_measured_from_pre_execute_on_the_trio_clock(
+    make_host, db, plugin, autojump_clock
+):
+    async def execute(args, ctx):
+        await trio.sleep(math.inf)
+
+    tool = define_tool(name="slow", description="", parameters={}, execute=execute, timeout_ms=250)
+    host = make_host(plugin, TimeoutPlugin(), tools=[tool], config=audited(db))
+    await host.call("slow", {})
+    [row] = rows(db)
+    assert (row["outcome"], row["decided_by"]) == ("TOOL_TIMEOUT", "timeout")
+    assert row["decision"] == "tool call timed out after 250ms"
+    assert row["duration_ms"] == pytest.approx(250)
+
+
+async def test_a_bounded_output_is_recorded_as_decided_by_output_budget(
+    make_host, db, plugin, tmp_path
+):
+    config = audited(db)
+    config["plugin"]["output_budget"] = {"max_inline_bytes": 500, "spill_dir": str(tmp_path / "s")}
+    host = make_host(plugin, OutputBudgetPlugin(), tools=[make_echo()], config=config)
+    result = await host.call("echo", {"text": "x" * 2000})
+    [row] = rows(db)
+    assert (row["outcome"], row["decided_by"]) == ("ok", "output_budget")
+    assert result.decided_by == "output_budget"
+
+
+async def test_no_start_time_is_kept_after_the_call(make_host, db, plugin):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    for i in range(5):
+        await host.call("echo", {"text": str(i)})
+    assert plugin._started == {}
+
+
+# -- redaction ----------------------------------------------------------------------------------
+
+
+def test_secret_named_keys_are_redacted_at_any_depth():
+    arguments = {
+        "api_key": "sk-1",
+        "command": "deploy",
+        "headers": {"Authorization": "Bearer x", "Accept": "json"},
+        "steps": [{"PASSWORD": "p"}, {"passwd": ["a"], "keep": 1}, "token"],
+        "GitHubToken": {"nested": "x"},
+        "client_secret": None,
+        "Credentials": 1,
+        "monkey": "a substring match, as documented",
+    }
+    assert redact(arguments) == {
+        "api_key": "[REDACTED]",
+        "command": "deploy",
+        "headers": {"Authorization": "[REDACTED]", "Accept": "json"},
+        "steps": [{"PASSWORD": "[REDACTED]"}, {"passwd": "[REDACTED]", "keep": 1}, "token"],
+        "GitHubToken": "[REDACTED]",
+        "client_secret": "[REDACTED]",
+        "Credentials": "[REDACTED]",
+        "monkey": "[REDACTED]",
+    }
+
+
+async def test_recorded_arguments_are_canonical_and_redacted(make_host, db, plugin):
+    tool = define_tool(name="t", description="", parameters={}, execute=lambda args: "ok")
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    await host.call("t", {"z": 1, "token": "abc", "a": {"secret": [1], "b": "é"}})
+    [row] = rows(db)
+    assert row["arguments"] == '{"a":{"b":"é","secret":"[REDACTED]"},"token":"[REDACTED]","z":1}'
+
+
+# -- concurrency and the thread -----------------------------------------------------------------
+
+
+async def test_a_thousand_concurrent_calls_make_a_thousand_rows(make_host, db, plugin):
+    tool = make_echo(is_concurrency_safe=lambda args: True)
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    inputs = [
+        ToolExecutionInput(call_id=f"c{i}", name="echo", arguments={"text": str(i)})
+        for i in range(1000)
+    ]
+    results = await host.registry.execute_batch(inputs, max_parallel=50)
+    assert all(not r.is_error for r in results)
+    assert count(db) == 1000
+    assert sorted(r["call_id"] for r in rows(db)) == sorted(f"c{i}" for i in range(1000))
+
+
+async def test_overlapping_observers_lose_no_rows(make_host, db, plugin):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    async with trio.open_nursery() as nursery:
+        for i in range(300):
+            nursery.start_soon(host.call, "echo", {"text": str(i)})
+    assert count(db) == 300
+
+
+async def test_writes_run_in_a_worker_thread(make_host, db, plugin, monkeypatch):
+    offloaded = []
+    real = trio.to_thread.run_sync
+
+    async def spy(fn, *args, **kwargs):
+        offloaded.append(getattr(fn, "__qualname__", fn))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(audit.trio.to_thread, "run_sync", spy)
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    await host.call("echo", {"text": "hi"})
+    assert offloaded == ["_Writer.write"]
+    assert count(db) == 1
+
+
+async def test_the_database_is_owner_only_and_in_wal_mode(make_host, db, plugin):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    await host.call("echo", {"text": "hi"})
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    connection = sqlite3.connect(db)
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+
+
+# -- a database that cannot be written ----------------------------------------------------------
+
+
+async def test_a_locked_database_is_reported_once_and_fails_no_call(make_host, db, plugin, caplog):
+    caplog.set_level(logging.WARNING, LOGGER)
+    host = make_host(plugin, tools=[make_echo()], config=audited(db, busy_timeout_ms=0))
+    await host.call("echo", {"text": "first"})
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        results = [await host.call("echo", {"text": str(i)}) for i in range(5)]
+        assert [r.text for r in results] == ["0", "1", "2", "3", "4"]
+        [warning] = caplog.records
+        assert warning.getMessage().startswith(f"audit: cannot record tool calls in {db}: ")
+        assert "database is locked" in warning.getMessage()
+        assert "reported once" in warning.getMessage()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await host.call("echo", {"text": "again"})
+    assert [r["arguments"] for r in rows(db)] == ['{"text":"first"}', '{"text":"again"}']
+    assert caplog.records[-1].getMessage() == (
+        f"audit: recording tool calls in {db} works again; 5 call(s) were not recorded"
+    )
+    assert len(caplog.records) == 2
+
+
+async def test_an_unusable_path_is_reported_once_and_fails_no_call(
+    make_host, tmp_path, plugin, caplog
+):
+    caplog.set_level(logging.WARNING, LOGGER)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    host = make_host(plugin, tools=[make_echo()], config=audited(blocker / "audit.sqlite3"))
+    for i in range(3):
+        assert (await host.call("echo", {"text": str(i)})).text == str(i)
+    assert len(caplog.records) == 1
+    assert "Set [plugin.audit] path to a writable file" in caplog.records[0].getMessage()
+
+
+async def test_a_database_that_is_not_sqlite_is_reported_once(make_host, db, plugin, caplog):
+    caplog.set_level(logging.WARNING, LOGGER)
+    db.parent.mkdir()
+    db.write_bytes(b"this is not a database" * 100)
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    for i in range(3):
+        assert not (await host.call("echo", {"text": str(i)})).is_error
+    [warning] = caplog.records
+    assert "DatabaseError" in warning.getMessage()
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+async def test_disabled_records_nothing(make_host, db, plugin):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db, enabled=False))
+    await host.call("echo", {"text": "hi"})
+    assert not db.exists()
+    assert plugin._started == {}
+
+
+async def test_the_default_path_is_in_the_user_data_dir(make_host, tmp_path, plugin):
+    assert default_audit_path() == tmp_path / "xdg-data" / "dsh" / "audit.sqlite3"
+    host = make_host(plugin, tools=[make_echo()])
+    await host.call("echo", {"text": "hi"})
+    assert count(default_audit_path()) == 1
+
+
+async def test_a_relative_path_is_in_the_workspace(make_host, tmp_path, plugin):
+    config = tmp_path / "project" / "dsh.toml"
+    config.parent.mkdir()
+    config.write_text('[host]\nworkspace = "."\n\n[plugin.audit]\npath = "logs/audit.db"\n')
+    host = make_host(plugin, tools=[make_echo()], config=str(config))
+    await host.call("echo", {"text": "hi"})
+    assert count(tmp_path / "project" / "logs" / "audit.db") == 1
+
+
+def test_the_config_defaults():
+    assert AuditConfig() == AuditConfig(path=None, enabled=True, busy_timeout_ms=5000)
+
+
+@pytest.mark.parametrize(
+    ("table", "words"),
+    [
+        ({"enabled": "yes"}, "key 'enabled': expected true or false"),
+        ({"busy_timeout_ms": -1}, "busy_timeout_ms must be zero or more milliseconds, got -1"),
+        ({"file": "x"}, "key 'file': unknown key"),
+    ],
+)
+def test_bad_config_is_refused_at_load(make_host, table, words):
+    with pytest.raises(ConfigError, match=r"\[plugin\.audit\]") as info:
+        make_host(AuditPlugin(), config={"plugin": {"audit": table}})
+    assert words in str(info.value)
+
+
+# -- dsh audit ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def recorded(make_host, db, plugin) -> Path:
+    """A database holding four calls: echo a, other b, echo token, echo d."""
+    host = make_host(plugin, tools=[make_echo(), make_echo("other")], config=audited(db))
+    await host.call("echo", {"text": "a"}, call_id="c1")
+    await host.call("other", {"text": "b"}, call_id="c2")
+    await host.call("echo", {"text": "c", "token": "t"}, call_id="c3")
+    await host.call("nope", {}, call_id="c4")
+    return db
+
+
+async def test_dsh_audit_json_prints_one_object_per_line(recorded, capsys):
+    assert audit_command(["--json", "--db", str(recorded)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    objects = [json.loads(line) for line in lines]
+    assert [o["call_id"] for o in objects] == ["c1", "c2", "c3", "c4"]
+    assert objects[2]["arguments"] == {"text": "c", "token": "[REDACTED]"}
+    assert objects[3]["is_error"] is True
+    assert objects[3]["outcome"] == "UNKNOWN_TOOL"
+    assert set(objects[0]) == {
+        "time", "call_id", "tool", "arguments", "is_error", "outcome", "decision",
+        "decided_by", "duration_ms", "scope",
+    }  # fmt: skip
+
+
+async def test_dsh_audit_filters_by_tool_and_keeps_the_last_n(recorded, capsys):
+    assert audit_command(["--json", "--tool", "echo", "--last", "1", "--db", str(recorded)]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["call_id"] == "c3"
+
+
+async def test_dsh_audit_prints_a_table(recorded, capsys):
+    assert audit_command(["--db", str(recorded), "--last", "2"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["TIME", "TOOL", "OUTCOME", "BY", "MS", "CALL", "ARGUMENTS"]
+    assert [line.split()[1:3] for line in lines] == [["echo", "ok"], ["nope", "UNKNOWN_TOOL"]]
+    assert lines[0].endswith('{"text":"c","token":"[REDACTED]"}')
+    assert lines[0].split()[5] == "c3"
+
+
+async def test_dsh_audit_reads_the_default_path(make_host, plugin, capsys):
+    host = make_host(plugin, tools=[make_echo()])
+    await host.call("echo", {"text": "hi"}, call_id="dflt")
+    assert audit_command(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["call_id"] == "dflt"
+
+
+def test_dsh_audit_without_a_database_says_so(tmp_path, capsys):
+    missing = tmp_path / "none.sqlite3"
+    assert audit_command(["--db", str(missing)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"dsh audit: cannot read {missing}: no audit database there")
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("argv", [["--last", "0"], ["--last", "x"], ["--bogus"]])
+def test_dsh_audit_rejects_bad_arguments(argv, capsys):
+    assert audit_command(argv) == 2
+    assert "usage: dsh audit" in capsys.readouterr().err
