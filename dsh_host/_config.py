@@ -36,9 +36,10 @@ from typing import Any, Literal, final
 
 import attrs
 import cattrs
+import cattrs.strategies
 
 from ._convert import make_converter
-from ._errors import ConfigError
+from ._errors import ConfigError, PluginLoadError
 
 __all__ = [
     "Config",
@@ -88,6 +89,8 @@ class Config:
 
 
 _CONVERTER = make_converter()
+# Unions of TOML scalars (``int | str``) pass through once `check_value` has checked them.
+cattrs.strategies.configure_union_passthrough(str | int | float | bool, _CONVERTER)
 
 
 def config_converter() -> cattrs.Converter:
@@ -211,6 +214,10 @@ def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., Config
         raise fail(message, key)
     try:
         return _CONVERTER.structure(dict(data), cls)
+    except cattrs.StructureHandlerNotFoundError as exc:  # the class's fault, not the file's
+        raise PluginLoadError(
+            cls.__qualname__, f"its config class cannot be structured: {exc}"
+        ) from exc
     except _STRUCTURE_ERRORS as exc:
         raise fail(f"invalid value: {_leaves(exc)}", None) from None
 
@@ -233,6 +240,7 @@ def structure_plugin_config(
     Raises:
         ConfigError: an unknown key, a value of the wrong type, a missing required key, or a
             value the class's own validators reject.
+        PluginLoadError: *cls* has a field type the converter cannot structure.
     """
 
     def fail(message: str, key: str | None) -> ConfigError:

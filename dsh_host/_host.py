@@ -187,9 +187,13 @@ class Host:
                 return fail(f"dsh_plugin_config returned {config_class!r}; expected an attrs class")
         if config_class is not None:
             table = self.config.tables.get(name, {})
-            self._configs[name] = structure_plugin_config(
-                table, config_class, plugin=name, where=self.config.source
-            )
+            try:
+                self._configs[name] = structure_plugin_config(
+                    table, config_class, plugin=name, where=self.config.source
+                )
+            except PluginLoadError as exc:
+                self.pm.unregister(plugin)
+                return fail(f"dsh_plugin_config: {exc.message}")
         elif name in self.config.tables:
             raise ConfigError(
                 "this plugin takes no configuration (it has no dsh_plugin_config); remove the table",

@@ -265,11 +265,12 @@ def _is_function(plugin: object, attr: str) -> bool:
 
 
 def load_module(spec: str) -> object:
-    """Import ``module`` or ``module:attribute`` for ``--plugin``.
+    """Import ``module`` or ``module:attribute`` for ``--plugin``; a class is instantiated, as
+    for an entry point that names a class.
 
     Raises:
-        PluginLoadError: the module cannot be imported (its own exception is chained) or has no
-            such attribute.
+        PluginLoadError: the module cannot be imported (its own exception is chained), has no
+            such attribute, or the class cannot be instantiated.
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name:
@@ -285,4 +286,9 @@ def load_module(spec: str) -> object:
             obj = getattr(obj, part)
         except AttributeError:
             raise PluginLoadError(spec, f"{module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise PluginLoadError(spec, f"{attribute}(): {type(exc).__name__}: {exc}") from exc
     return obj

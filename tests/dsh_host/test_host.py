@@ -9,7 +9,8 @@ def test_class_entry_points_are_instantiated_once_per_host():
     env = {"DSH_PLUGINS": "hook_commands"}
     first, second = Host(environ=env), Host(environ=env)
     a, b = first.pm.get_plugin("hook_commands"), second.pm.get_plugin("hook_commands")
-    assert a is not None and b is not None
+    assert a is not None
+    assert b is not None
     assert not isinstance(a, type)
     assert a is not b
     assert [r.name for r in first.plugins() if r.status.value == "enabled"] == ["hook_commands"]

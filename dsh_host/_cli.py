@@ -1,0 +1,332 @@
+"""The ``dsh`` command line: list plugins and tools, run calls, check config.
+
+Exit status: 0 success, 1 an error result, 2 bad usage (bad JSON, a config error, an unknown
+tool or subcommand, a bad line in a calls file). User errors are one message on stderr, never a
+traceback. ``main(argv)`` is the console script and is callable in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.metadata
+import json
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from ._config import config_converter, find_config
+from ._errors import ConfigError, PluginLoadError
+from ._host import Host
+from ._pipeline import TraceEvent
+from ._plugins import PluginStatus, load_module
+from ._render import (
+    Style,
+    approval_hint,
+    decision_line,
+    dump_toml,
+    plugin_origin,
+    render_call,
+    render_plugins,
+    render_result,
+    render_tools,
+    style_for,
+    trace_line,
+)
+
+__all__ = [
+    "UsageError",
+    "build_host",
+    "dump",
+    "json_object",
+    "main",
+    "make_parser",
+    "out",
+    "parse_json",
+    "stdout_style",
+    "unknown_tool",
+    "warn",
+]
+
+# Codes of results whose tool never ran: their card is the error text, not a result card.
+_NOT_RUN = frozenset(
+    {"DENIED", "PLUGIN_FAILED", "ABORTED_BEFORE_DISPATCH", "UNKNOWN_TOOL", "INVALID_ARGS"}
+)
+
+
+class UsageError(Exception):
+    """Bad usage: the message says what was wrong and what to do; ``dsh`` exits 2."""
+
+
+def out(line: str = "") -> None:
+    sys.stdout.write(f"{line}\n")
+
+
+def warn(line: str) -> None:
+    sys.stderr.write(f"{line}\n")
+
+
+def dump(value: Any, indent: int | None = 2) -> None:
+    out(json.dumps(value, indent=indent, ensure_ascii=False))
+
+
+def stdout_style() -> Style:
+    return style_for(sys.stdout, os.environ)
+
+
+def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
+    """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
+    objects = []
+    specs = [*args.plugin, *getattr(args, "sub_plugin", [])]
+    if specs and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(
+            os.getcwd()
+        )  # `--plugin myplugin` finds ./myplugin.py; appended: no shadowing
+    for spec in specs:
+        try:
+            objects.append(load_module(spec))
+        except PluginLoadError as exc:
+            raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
+    path = config or getattr(args, "sub_config", None) or args.config
+    source = pathlib.Path(path) if path else find_config()
+    entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
+    host = Host(source, plugins=objects, load_entrypoints=entrypoints)
+    failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
+    if failed and not quiet:
+        names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
+        warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
+        warn("dsh: see `dsh plugins` for the errors")
+    return host
+
+
+# -- plugins, tools, config -----------------------------------------------------------------
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    host = build_host(args, quiet=True)
+    if args.json:
+        dump([row.to_json() for row in host.plugins()])
+    else:
+        for line in render_plugins(host.plugins(), host.config.describe(), stdout_style()):
+            out(line)
+    return 0
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    host = build_host(args)
+    schemas = host.registry.schemas()
+    if args.json or args.format:
+        method = {None: "to_json", "openai": "to_openai", "anthropic": "to_anthropic"}
+        export = method.get(args.format, "to_mcp")
+        dump([getattr(schema, export)() for schema in schemas])
+        return 0
+    owners = {s.name: host.registry.owner(s.name) for s in schemas}
+    for line in render_tools(schemas, owners, stdout_style()):
+        out(line)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    host = build_host(args, config=args.path)
+    config = host.config
+    converter = config_converter()
+    tables: dict[tuple[str, ...], Any] = {
+        ("host",): converter.unstructure(config.host),
+        ("plugins",): converter.unstructure(config.plugins),
+    }
+    status = {row.name: row.status for row in host.plugins()}
+    for name, row_status in status.items():
+        if row_status is PluginStatus.ENABLED and (settings := host.config_for(name)) is not None:
+            tables[("plugin", name)] = converter.unstructure(settings)
+    notes = [
+        f"[plugin.{name}] not checked: the plugin is "
+        + (status[name].value if name in status else "not loaded (--no-entrypoints)")
+        for name in sorted(config.tables)
+        if status.get(name) is not PluginStatus.ENABLED
+    ]
+    names = ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD")
+    env = {key: os.environ[key] for key in names if key in os.environ}
+    if args.json:
+        effective = {".".join(path): table for path, table in tables.items()}
+        dump({"source": config.source, "environment": env, "config": effective, "notes": notes})
+        return 0
+    if config.source is None:
+        out("# no config file: built-in defaults (looked for --config, $DSH_CONFIG, ./dsh.toml")
+        out("# and [tool.dsh] in ./pyproject.toml)")
+    else:
+        out(f"# config: {config.source} (valid)")
+    for key, value in env.items():
+        out(f"# environment: {key}={value}")
+    for note in notes:
+        out(f"# {note}")
+    out("# effective configuration, defaults filled in:")
+    for line in dump_toml(tables):
+        out(line)
+    return 0
+
+
+# -- call -----------------------------------------------------------------------------------
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", type(None): "null"}.get(type(value))
+        raise UsageError(
+            f'{what} must be a JSON object such as {{"path": "README.md"}}, '
+            f"not {kind or json.dumps(value)}"
+        )
+    return value
+
+
+def parse_json(text: str, what: str, hint: str = "") -> Any:
+    """Parse *text*; a `UsageError` beginning with *what* (``the line is``) if it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} not valid JSON ({exc})" + (f"; {hint}" if hint else "")) from None
+
+
+def unknown_tool(host: Host, name: str) -> str:
+    known = [tool.name for tool in host.registry.tools()]
+    hint = difflib.get_close_matches(name, known, n=1)
+    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    listed = ", ".join(known) or "none; install a tool plugin"
+    return f"no tool named {name!r}{did_you_mean}; available: {listed}. See `dsh tools`."
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    shell = 'pass one JSON object, quoted for the shell: dsh call NAME \'{"key": "value"}\''
+    arguments = parse_json(args.arguments, "the arguments are", hint=shell)
+    arguments = json_object(arguments, "the arguments")
+    host = build_host(args)
+    if host.registry.get(args.name) is None:
+        raise UsageError(unknown_tool(host, args.name))
+    events: list[TraceEvent] = []
+
+    def trace(event: TraceEvent) -> None:
+        events.append(event)
+        if args.trace:
+            warn(trace_line(event))
+
+    result = trio.run(lambda: host.call(args.name, arguments, trace=trace))
+    if args.json:
+        dump(result.to_json())
+    else:
+        style = stdout_style()
+        for line in render_call(host.present_call(args.name, arguments), style):
+            out(line)
+        out(decision_line(result, events, style))
+        if result.code in _NOT_RUN:
+            for line in result.text.splitlines():
+                out(f"  {style.paint(line, 'red')}")
+        else:
+            for line in render_result(host.present_result(args.name, arguments, result), style):
+                out(line)
+        for context in result.additional_contexts:
+            for line in "\n".join(getattr(b, "text", "") for b in context.content).splitlines():
+                out(style.paint(f"  (context from {context.source or 'the tool'}) {line}", "dim"))
+        if result.is_error:
+            out(style.paint(f"  error code: {result.code}", "red"))
+    allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
+    allowed = allowed if isinstance(allowed, tuple | list) else None
+    for line in approval_hint(args.name, result, host.config.source, allowed):
+        warn(line)
+    return 1 if result.is_error else 0
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dsh-host")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _common(prefix: str) -> argparse.ArgumentParser:
+    """Host options, accepted before the command and after it."""
+    common = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS if prefix else None
+    group = common.add_argument_group("host options")
+    group.add_argument("--config", metavar="PATH", dest=f"{prefix}config", default=unset,
+                       help="config file (default: $DSH_CONFIG, ./dsh.toml, or [tool.dsh] in "
+                       "./pyproject.toml)")  # fmt: skip
+    group.add_argument("--plugin", metavar="MODULE[:ATTR]", action="append",
+                       dest=f"{prefix}plugin", default=unset if prefix else [],
+                       help="also register this plugin, after the entry points (repeatable)")  # fmt: skip
+    group.add_argument("--no-entrypoints", action="store_true", dest=f"{prefix}no_entrypoints",
+                       default=unset if prefix else False,
+                       help="load no installed plugins, only --plugin ones")  # fmt: skip
+    return common
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``dsh`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="dsh", parents=[_common("")],
+        description="A plugin host for the tool pipeline of LLM agent harnesses.",
+        epilog="Exit status: 0 success, 1 an error result, 2 bad usage or configuration.",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"dsh-host {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = [_common("sub_")]
+
+    p = sub.add_parser("plugins", parents=common, help="list plugins and their status")
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.set_defaults(handler=_cmd_plugins)
+
+    p = sub.add_parser("tools", parents=common, help="list the tools a model is offered")
+    p.add_argument("--json", action="store_true", help="print the schemas as JSON")
+    p.add_argument("--format", choices=("openai", "anthropic", "mcp"),
+                   help="print the tool list in this provider's JSON format")  # fmt: skip
+    p.set_defaults(handler=_cmd_tools)
+
+    p = sub.add_parser("call", parents=common, help="run one tool call through the pipeline")
+    p.add_argument("name", metavar="NAME", help="the tool")
+    p.add_argument("arguments", metavar="JSON", nargs="?", default="{}",
+                   help="the arguments, a JSON object (default: {})")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the result object as JSON")
+    p.add_argument("--trace", action="store_true", help="print every pipeline step to stderr")
+    p.set_defaults(handler=_cmd_call)
+
+    from ._cli_run import add_run_parser  # here: _cli_run imports this module's helpers
+
+    add_run_parser(sub, common)
+
+    p = sub.add_parser("config", parents=common, help="configuration commands")
+    config_sub = p.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    p = config_sub.add_parser("check", parents=common,
+                              help="validate a config file and print the effective configuration")  # fmt: skip
+    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: as found)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=_cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dsh`` with *argv* (default: ``sys.argv[1:]``); return the exit status."""
+    parser = make_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        status: int = args.handler(args)
+    except UsageError as exc:
+        warn(f"dsh {args.command}: error: {exc}")
+        return 2
+    except ConfigError as exc:
+        warn(f"dsh: config error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        warn("dsh: interrupted")
+        return 130
+    return status

@@ -1,0 +1,1 @@
+"""Deliberately broken dsh plugins; each module is one kind of mistake."""
