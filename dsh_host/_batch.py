@@ -7,7 +7,7 @@ settle, so results and their contexts come back in the order the model asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -42,6 +42,7 @@ async def run_batch(
     max_parallel: int,
     signal: AbortSignal | None,
     trace: Trace | None,
+    on_result: Callable[[int, ToolExecutionResult], None] | None = None,
 ) -> list[ToolExecutionResult]:
     slots = [_Slot() for _ in inputs]
     results: list[Any] = [None] * len(inputs)
@@ -57,6 +58,8 @@ async def run_batch(
             assert slot.execution is not None
             assert slot.result is not None
             results[index] = await pipeline.finalize(slot.execution, slot.result, slot.post, trace)
+            if on_result is not None:
+                on_result(index, results[index])
 
     async def dispatch(index: int, execution: ToolExecution) -> None:
         result, post = await pipeline.dispatch(execution, trace)

@@ -305,11 +305,63 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: as found)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_cmd_config)
+
+    p = sub.add_parser("mcp", parents=common, help="serve the gated tools over MCP")
+    mcp_sub = p.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
+    p = mcp_sub.add_parser("serve", parents=common,
+                           help="a Model Context Protocol server on stdin/stdout")  # fmt: skip
+    p.set_defaults(handler=_cmd_mcp)
+
+    # Commands of built-in plugins; main() hands their arguments over unparsed.
+    for name, summary in _DELEGATED.items():
+        sub.add_parser(name, help=summary[2], add_help=False)
     return parser
+
+
+# name -> (module, function, help): the command parses its own arguments.
+_DELEGATED = {
+    "audit": ("dsh_plugins_builtin.audit", "audit_command", "read the audit log of past calls"),
+    "sandbox": (
+        "dsh_plugins_builtin.sandbox",
+        "sandbox_check_command",
+        "`dsh sandbox check`: which sandbox backend works here, and why not the others",
+    ),
+}
+
+
+def _delegate(argv: Sequence[str]) -> int:
+    """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
+    import importlib
+
+    name, rest = argv[0], list(argv[1:])
+    if name == "sandbox":
+        if not rest or rest[0] != "check":
+            warn("dsh sandbox: error: the only command is `dsh sandbox check [--json]`")
+            return 2
+        rest = rest[1:]
+    module_name, function, _ = _DELEGATED[name]
+    try:
+        command = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        warn(f"dsh {name}: error: the built-in plugins are not importable here: {exc}")
+        return 2
+    status: int = command(rest)
+    return status
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from ._mcp import serve_stdio
+
+    host = build_host(args)
+    trio.run(serve_stdio, host)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dsh`` with *argv* (default: ``sys.argv[1:]``); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _DELEGATED:
+        return _delegate(argv)
     parser = make_parser()
     try:
         args = parser.parse_args(argv)

@@ -29,7 +29,6 @@ from ._cli import (
     unknown_tool,
     warn,
 )
-from ._hooks import hookimpl
 from ._host import Host
 from ._json import freeze
 from ._pipeline import TraceEvent
@@ -107,14 +106,13 @@ def _read_calls(path: str) -> list[_Line]:
 
 
 class _Progress:
-    """Counts finished calls on a terminal: an observer the CLI registers for ``dsh run``."""
+    """Counts finished calls on a terminal, for ``dsh run``."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.done = 0
 
-    @hookimpl(trylast=True)
-    def dsh_tool_result(self) -> None:
+    def __call__(self, index: int, result: ToolExecutionResult) -> None:
         self.done += 1
         sys.stderr.write(f"\r[{self.done}/{self.total}] calls finished")
         sys.stderr.flush()
@@ -132,8 +130,7 @@ def _dispatch_problem(host: Host, line: _Line) -> str | None:
 async def _dry_run(
     host: Host, inputs: list[ToolExecutionInput], trace: Any
 ) -> list[ToolExecutionResult | None]:
-    pipeline = host.registry._pipeline  # a public preview API is proposed in the report
-    return [(await pipeline.prepare(input, trace)).result for input in inputs]
+    return [await host.registry.preview(input, trace=trace) for input in inputs]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -157,12 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = None
     if not args.dry_run and not args.trace and sys.stderr.isatty():
         progress = _Progress(len(inputs))
-        host.pm.register(progress, name="dsh-cli-progress")
     if args.dry_run:
         outcomes: list[Any] = trio.run(_dry_run, host, inputs, trace)
     else:
         run = host.registry.execute_batch
-        outcomes = trio.run(lambda: run(inputs, max_parallel=args.max_parallel, trace=trace))
+        outcomes = trio.run(
+            lambda: run(inputs, max_parallel=args.max_parallel, trace=trace, on_result=progress)
+        )
     if progress is not None:
         sys.stderr.write("\r\x1b[K")
     by_line = dict(zip((line.number for line in calls), outcomes, strict=True))

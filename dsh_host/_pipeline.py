@@ -17,6 +17,7 @@ import functools
 import inspect
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, final
@@ -613,6 +614,9 @@ def _check_reason(reason: Any, who: str) -> str:
     )
 
 
+_RUN = secrets.token_hex(4)
+
+
 def new_call_id() -> str:
-    """A process-unique call id for callers that have none (``call-1``, ``call-2``, ...)."""
-    return f"call-{next(_call_ids)}"
+    """A call id for callers that have none: unique to this process run (``call-1f2e3d4c-1``)."""
+    return f"call-{_RUN}-{next(_call_ids)}"

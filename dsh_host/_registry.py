@@ -238,6 +238,18 @@ class ToolRegistry:
         """Run one call through the pipeline; never raises for anything a tool, plugin or model did."""
         return await self._pipeline.run(input, trace)
 
+    async def preview(
+        self, input: ToolExecutionInput, *, trace: Trace | None = None
+    ) -> ToolExecutionResult | None:
+        """What policy would make of *input*, without running it: a dry run.
+
+        Runs stages A-G (the snapshot, pre-execute, approval, guards); no wrapper, body,
+        post-execute or observer runs. Returns the result the call would end with there (a
+        denial, a plugin failure, arguments that are not JSON), or ``None`` when policy lets it
+        through to dispatch.
+        """
+        return (await self._pipeline.prepare(input, trace)).result
+
     async def execute_batch(
         self,
         inputs: Iterable[ToolExecutionInput],
@@ -245,17 +257,19 @@ class ToolRegistry:
         *,
         signal: Any = None,
         trace: Trace | None = None,
+        on_result: Callable[[int, ToolExecutionResult], None] | None = None,
     ) -> list[ToolExecutionResult]:
         """Run one model step's calls; results come back in model order.
 
         Calls whose tool is concurrency-safe run in a rolling pool of up to *max_parallel*; any
         other call is an exclusive barrier. Pre-execute, approval, guards and post-execute run in
         model order. When *signal* aborts, no new call starts, and the unstarted ones come back
-        ``ABORTED_BEFORE_DISPATCH``.
+        ``ABORTED_BEFORE_DISPATCH``. *on_result* (e.g. a progress display) is called with the
+        index and result of each call as it is finalised, in model order.
         """
         from ._batch import run_batch
 
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
         batch: Sequence[ToolExecutionInput] = list(inputs)
-        return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace)
+        return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace, on_result)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from dsh_host import Host, ToolDefinition, define_tool
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep every test (and every ``dsh`` subprocess) out of the user's real data, cache and
+    config directories: the audit and output_budget plugins write there by default."""
+    home = tempfile.mkdtemp(prefix="dsh-tests-")
+    for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        os.environ[name] = os.path.join(home, name.lower())
 
 
 def make_echo(name: str = "echo", **kwargs: Any) -> ToolDefinition:

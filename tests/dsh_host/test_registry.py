@@ -163,3 +163,47 @@ def test_guards_are_listed_global_first_then_the_scope_chain():
     remove()
     assert [n for _, n in registry.guards_for(child)] == ["global", "child"]
     assert [n for _, n in registry.guards_for(None)] == ["global"]
+
+
+async def test_preview_runs_policy_only(make_host):
+    from dsh_host import Deny, hookimpl
+
+    ran = []
+
+    class NoBig:
+        name = "no-big"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Deny("too big") if execution.arguments.get("text") == "big" else None
+
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            ran.append("observer")
+
+    async def execute(args, ctx):
+        ran.append("body")
+        return "x"
+
+    host = make_host(
+        NoBig(), tools=[define_tool(name="t", description="", parameters={}, execute=execute)]
+    )
+    allowed = await host.registry.preview(ToolExecutionInput(call_id="1", name="t", arguments={}))
+    denied = await host.registry.preview(
+        ToolExecutionInput(call_id="2", name="t", arguments={"text": "big"})
+    )
+    assert allowed is None
+    assert (denied.code, denied.decided_by) == ("DENIED", "no-big")
+    assert ran == []
+
+
+async def test_on_result_reports_each_call_in_model_order():
+    registry = ToolRegistry()
+    registry.register(make_echo(is_concurrency_safe=lambda a: True))
+    seen = []
+    inputs = [
+        ToolExecutionInput(call_id=str(i), name="echo", arguments={"text": str(i)})
+        for i in range(5)
+    ]
+    await registry.execute_batch(inputs, on_result=lambda i, r: seen.append((i, r.text)))
+    assert seen == [(i, str(i)) for i in range(5)]

@@ -1,0 +1,77 @@
+"""The commands ``dsh`` hands to built-in plugins (``audit``, ``sandbox check``) and ``mcp serve``,
+run as a user would: ``python -m dsh_host`` in a fresh working directory, all entry points loaded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def dsh(*argv: str, cwd, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *argv],
+        cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def ws(tmp_path):
+    (tmp_path / "notes.txt").write_text("one\ntwo\n")
+    (tmp_path / "dsh.toml").write_text(f'[plugin.audit]\npath = "{tmp_path / "audit.db"}"\n')
+    return tmp_path
+
+
+def test_audit_reads_back_the_calls_dsh_made(ws):
+    assert dsh("call", "read_file", '{"path": "notes.txt"}', cwd=ws).returncode == 0
+    assert dsh("call", "bash", '{"command": "ls"}', cwd=ws).returncode == 1
+    listed = dsh("audit", "--json", "--db", str(ws / "audit.db"), cwd=ws)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["tool"], r["outcome"]) for r in rows] == [("read_file", "ok"), ("bash", "DENIED")]
+    assert rows[1]["decided_by"] == "permissions: default ask"
+    assert rows[0]["call_id"] != rows[1]["call_id"]  # ids are unique across dsh runs
+
+
+def test_sandbox_check_reports_backends(ws):
+    checked = dsh("sandbox", "check", "--json", cwd=ws)
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    assert "bwrap" in json.dumps(report)
+    assert dsh("sandbox", cwd=ws).returncode == 2
+
+
+def test_mcp_serve_runs_the_default_stack_over_stdio(ws):
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18"},
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "notes.txt"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": "ls"}},
+        },
+    ]
+    served = dsh("mcp", "serve", cwd=ws, stdin="".join(json.dumps(r) + "\n" for r in requests))
+    assert served.returncode == 0, served.stderr
+    replies = {r["id"]: r for r in map(json.loads, served.stdout.splitlines())}
+    assert {t["name"] for t in replies[2]["result"]["tools"]} >= {"read_file", "bash", "grep"}
+    assert "two" in replies[3]["result"]["content"][0]["text"]
+    assert replies[3]["result"]["isError"] is False
+    # no terminal behind the MCP transport: the ask is unavailable, hence denied
+    assert replies[4]["result"]["isError"] is True
+    assert replies[4]["result"]["_meta"]["dsh/code"] == "DENIED"
