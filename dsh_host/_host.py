@@ -91,14 +91,16 @@ class Host:
                 row = PluginInfo(
                     name=ep.name, status=PluginStatus.ENABLED, distribution=dist, version=version
                 )
+                verb = "import"
                 try:
                     plugin = ep.load()
                     if isinstance(plugin, type):
                         # An entry point naming a class gets one instance per host, so
                         # plugin state never leaks between hosts.
+                        verb = "instantiate"
                         plugin = plugin()
                 except (Exception, SystemExit) as exc:
-                    error = f"cannot import {ep.value!r}: {type(exc).__name__}: {exc}"
+                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}"
                     self._left_out.append(
                         attrs.evolve(row, status=PluginStatus.FAILED, error=error)
                     )

@@ -168,11 +168,13 @@ class Pipeline:
         except PluginFailure:
             raise
         except Exception as exc:
+            if trace is not None:
+                outcome = f"raised {type(exc).__name__}: {exc}"
+                _emit(trace, kwargs, hook, impl.plugin, outcome, started)
             raise PluginFailure(impl.plugin, hook, exc) from exc
         if trace is not None:
-            call_id = kwargs["execution"].call_id if "execution" in kwargs else "?"
             outcome = "abstained" if value is None else _describe(value)
-            trace(TraceEvent(call_id, hook, impl.plugin, outcome, time.perf_counter() - started))
+            _emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
 
     async def _first(
@@ -279,6 +281,9 @@ class Pipeline:
             trace,
         )  # fmt: skip
         name = execution.name
+        if trace is not None and approver is None:
+            outcome_text = "unavailable: no approver answered"
+            trace(TraceEvent(execution.call_id, "dsh_tool_approve", None, outcome_text, 0.0))
         if outcome is ApprovalOutcome.ALLOWED_ONCE:
             return None
         if outcome is ApprovalOutcome.CANCELLED:
@@ -289,18 +294,26 @@ class Pipeline:
         if outcome is ApprovalOutcome.REJECTED:
             message = f'tool "{name}" was rejected by {approver}'
             return Prepared(execution, failure(message, "DENIED", decided_by=approver))
-        why = f" ({ask.reason})" if ask.reason else ""
-        message = f'tool "{name}" requires approval{why}, but no approval channel is available'
+        message = f'tool "{name}" requires approval, but no approval channel is available'
+        if ask.reason:
+            message = f"{message}. Reason for asking: {ask.reason}"
         return Prepared(execution, failure(message, "DENIED", decided_by=asker))
 
     async def _guards(
         self, execution: ToolExecution, trace: Trace | None
     ) -> tuple[str | None, str | None]:
         for guard, name in self.registry.guards_for(execution.scope):
+            started = time.perf_counter() if trace is not None else 0.0
             try:
                 reason = guard(execution)
             except Exception as exc:
+                if trace is not None:
+                    outcome = f"raised {type(exc).__name__}: {exc}"
+                    _emit(trace, {"execution": execution}, "guard", name, outcome, started)
                 raise PluginFailure(name, "guard", exc) from exc
+            if trace is not None:
+                outcome = "abstained" if reason is None else f"deny: {reason}"
+                _emit(trace, {"execution": execution}, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
         for impl in self.hooks.impls("dsh_tool_guard"):
@@ -405,7 +418,11 @@ class Pipeline:
         if post and self.hooks.impls("dsh_tool_post_execute"):
             result = await self._post(execution, result, trace)
         for impl in self.hooks.impls("dsh_tool_result"):
-            await self._observe(impl, execution, result)
+            started = time.perf_counter() if trace is not None else 0.0
+            outcome = await self._observe(impl, execution, result)
+            if trace is not None:
+                kwargs = {"execution": execution}
+                _emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
         return result
 
     async def _post(
@@ -444,7 +461,8 @@ class Pipeline:
 
     async def _observe(
         self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
-    ) -> None:
+    ) -> str:
+        """Run one observer, contained; say how it went (for the trace)."""
         try:
             value = impl.call_sync({"execution": execution, "result": result})
             if inspect.isawaitable(value):
@@ -456,11 +474,14 @@ class Pipeline:
                         "it was cancelled",
                         execution.name, execution.call_id, impl.plugin, self.observer_timeout,
                     )  # fmt: skip
+                    return f"cancelled after {self.observer_timeout}s"
         except Exception as exc:
             logger.warning(
                 'tool "%s" (%s): dsh_tool_result observer %r failed: %s: %s',
                 execution.name, execution.call_id, impl.plugin, type(exc).__name__, exc,
             )  # fmt: skip
+            return f"raised {type(exc).__name__}: {exc} (contained)"
+        return "observed"
 
 
 @attrs.define
@@ -542,6 +563,14 @@ def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
     except (ValueError, TypeError) as exc:
         error = ToolOutputError(tool.name, [str(exc)])
         return failure(error.message, error.code, "ToolOutputError")
+
+
+def _emit(
+    trace: Trace, kwargs: dict[str, Any], stage: str, plugin: str, outcome: str, started: float
+) -> None:
+    execution = kwargs.get("execution") or getattr(kwargs.get("request"), "execution", None)
+    call_id = execution.call_id if execution is not None else "?"
+    trace(TraceEvent(call_id, stage, plugin, outcome, time.perf_counter() - started))
 
 
 def _who(plugin: str, decision: Any) -> str:

@@ -192,8 +192,12 @@ def define_tool(
     )
 
 
+@typing.overload
+def tool(fn: Callable[..., Any], /) -> ToolDefinition: ...
+
+
+@typing.overload
 def tool(
-    fn: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -203,7 +207,22 @@ def tool(
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Any], Any] | None = None,
     output_schema: Mapping[str, Any] | None = None,
-) -> Any:
+) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Any = None,
+    timeout_ms: float | None = None,
+    is_concurrency_safe: Callable[[Any], Any] | None = None,
+    present_call: Callable[[Any], Any] | None = None,
+    present_result: Callable[[Any, Any], Any] | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
     """Decorator form of `define_tool`: the function is the body.
 
     The name defaults to the function's name and the description to its docstring; *parameters*

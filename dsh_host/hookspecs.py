@@ -116,10 +116,12 @@ def dsh_host_started(host: Host) -> None:
 
     Example::
 
-        @hookimpl
-        def dsh_host_started(host):
-            global settings
-            settings = host.config_for(sys.modules[__name__])
+        class GreeterPlugin:
+            name = "greeter"
+
+            @hookimpl
+            def dsh_host_started(self, host):
+                self.config = host.config_for(self)  # state lives on the plugin object
     """
 
 

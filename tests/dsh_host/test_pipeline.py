@@ -199,7 +199,8 @@ async def test_ask_with_no_approver_is_unavailable_and_names_the_asker(make_host
     result = await host.call("echo", {"text": "hi"})
     assert result.code == "DENIED"
     assert result.error.message == (
-        'tool "echo" requires approval (a human should look), but no approval channel is available'
+        'tool "echo" requires approval, but no approval channel is available. '
+        "Reason for asking: a human should look"
     )
     assert result.decided_by == "asker"
     assert recorder.stages == ["post", "result"]
@@ -864,3 +865,45 @@ async def test_link_that_only_adds_contexts_keeps_the_deciders_attribution(make_
     assert result.code == "BLOCKED"
     assert result.decided_by == "blocker: secret scanner"
     assert [c.source for c in result.additional_contexts] == ["reminder"]
+
+
+async def test_trace_shows_every_plugin_consulted_including_failures(make_host):
+    events = []
+
+    class Observer:
+        name = "observer"
+
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            raise RuntimeError("observer bug")
+
+    host = make_host(AskAlways(), Observer(), tools=[make_echo()])
+    await host.call("echo", {"text": "x"}, call_id="c1", trace=events.append)
+    seen = [(e.call_id, e.stage, e.plugin, e.outcome) for e in events]
+    assert ("c1", "dsh_tool_pre_execute", "asker", "ask: a human should look") in seen
+    assert ("c1", "dsh_tool_approve", None, "unavailable: no approver answered") in seen
+    assert (
+        "c1",
+        "dsh_tool_result",
+        "observer",
+        "raised RuntimeError: observer bug (contained)",
+    ) in seen
+
+    events.clear()
+    host = make_host(Raises("dsh_tool_pre_execute"), tools=[make_echo()])
+    host.registry.add_guard(lambda e: None, name="quiet-guard")
+    await host.call("echo", {"text": "x"}, call_id="c2", trace=events.append)
+    assert [(e.stage, e.plugin, e.outcome) for e in events] == [
+        ("dsh_tool_pre_execute", "raises-in-dsh_tool_pre_execute", "raised RuntimeError: boom")
+    ]
+    events.clear()
+    await make_host(tools=[make_echo()]).call(
+        "echo", {"text": "x"}, call_id="c3", trace=events.append
+    )
+    host = make_host(tools=[make_echo()])
+    host.registry.add_guard(lambda e: "no", name="strict-guard")
+    await host.call("echo", {"text": "x"}, call_id="c4", trace=events.append)
+    assert ("c4", "guard", "strict-guard", "deny: no") in [
+        (e.call_id, e.stage, e.plugin, e.outcome) for e in events
+    ]
+    assert all(e.seconds >= 0 for e in events)

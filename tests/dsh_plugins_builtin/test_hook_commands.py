@@ -199,7 +199,7 @@ async def test_permission_decision_ask_without_approver_fails_closed(tmp_path):
     h = host(tmp_path, settings(tmp_path, pre=[group(hook)]))
     result = await call(h)
     assert result.code == "DENIED"
-    assert "(needs approval)" in result.text
+    assert result.text.endswith("Reason for asking: needs approval")
     assert result.decided_by == "hook_commands"
 
 

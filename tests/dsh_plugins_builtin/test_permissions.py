@@ -49,9 +49,10 @@ def outcome(result, config: str) -> str:
         assert where == config
         assert result.decided_by == f"permissions: rule {rule} in {config}"
         return f"deny {rule}"
-    head, _, tail = message.partition(" requires approval (")
+    head, _, tail = message.partition(
+        " requires approval, but no approval channel is available. Reason for asking: "
+    )
     assert head.startswith('tool "')
-    assert tail.endswith("), but no approval channel is available")
     if tail.startswith("approval required by rule "):
         rule, _, where = tail.removeprefix("approval required by rule ").partition(" in ")
         assert where.startswith(config)
@@ -179,8 +180,8 @@ async def test_with_no_config_the_read_only_tools_are_allowed_and_the_rest_asks(
         assert not (await host.call(tool, {"path": "."})).is_error
     result = await host.call("write_file", {"path": "x"})
     assert result.error.message == (
-        'tool "write_file" requires approval (no rule matched write_file; the default is ask), '
-        "but no approval channel is available"
+        'tool "write_file" requires approval, but no approval channel is available. '
+        "Reason for asking: no rule matched write_file; the default is ask"
     )
     assert result.decided_by == "permissions: default ask"
 
@@ -205,7 +206,7 @@ async def test_the_default_applies_when_no_rule_matches(default):
         assert result.text == "Error: no rule matched bash; the default is deny"
         assert result.decided_by == "permissions: default deny"
     else:
-        assert "(no rule matched bash; the default is ask)" in result.text
+        assert result.text.endswith("Reason for asking: no rule matched bash; the default is ask")
 
 
 async def test_a_reason_names_the_config_file(tmp_path):
