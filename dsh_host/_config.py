@@ -38,7 +38,7 @@ import attrs
 import cattrs
 import cattrs.strategies
 
-from ._convert import make_converter
+from ._convert import shared_converter
 from ._errors import ConfigError, PluginLoadError
 
 __all__ = [
@@ -88,9 +88,7 @@ class Config:
         return self.source or "the built-in defaults"
 
 
-_CONVERTER = make_converter()
-# Unions of TOML scalars (``int | str``) pass through once `check_value` has checked them.
-cattrs.strategies.configure_union_passthrough(str | int | float | bool, _CONVERTER)
+_CONVERTER = shared_converter()
 
 
 def config_converter() -> cattrs.Converter:

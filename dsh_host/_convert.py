@@ -6,6 +6,10 @@ Rules:
   misspelt config key or argument name never passes silently;
 * tuples, lists, sets and frozensets are structured from any JSON array (including frozen tuples);
 * `pathlib.Path` is structured from a string;
+* unions of JSON/TOML scalars (``int | str``) pass values through as they are;
+* values are checked strictly *before* they get here (tool arguments by their JSON Schema,
+  config tables by `dsh_host._config.check_value`), so cattrs' lenient scalar coercions
+  (``5`` to ``"5"``) never decide anything;
 * errors are reported with every failing field at once (`cattrs.transform_error`).
 """
 
@@ -16,8 +20,9 @@ import pathlib
 from typing import Any, TypeVar
 
 import cattrs
+import cattrs.strategies
 
-__all__ = ["error_messages", "make_converter", "structure"]
+__all__ = ["error_messages", "make_converter", "shared_converter", "structure"]
 
 T = TypeVar("T")
 
@@ -26,6 +31,7 @@ def configure_converter(converter: cattrs.Converter) -> None:
     """Apply dsh's rules (module docstring) to *converter*."""
     converter.register_structure_hook(pathlib.Path, lambda value, _: pathlib.Path(value))
     converter.register_unstructure_hook(pathlib.Path, str)
+    cattrs.strategies.configure_union_passthrough(str | int | float | bool, converter)
 
 
 def make_converter() -> cattrs.Converter:
@@ -36,13 +42,14 @@ def make_converter() -> cattrs.Converter:
 
 
 @functools.cache
-def _shared() -> cattrs.Converter:
+def shared_converter() -> cattrs.Converter:
+    """The converter dsh structures tool arguments and config tables with."""
     return make_converter()
 
 
 def structure(value: Any, cls: type[T]) -> T:
     """Structure *value* into *cls* with the shared converter; raises cattrs' exception groups."""
-    return _shared().structure(value, cls)
+    return shared_converter().structure(value, cls)
 
 
 def error_messages(exc: BaseException, path: str = "$") -> list[str]:
