@@ -105,6 +105,9 @@ def _read_calls(path: str) -> list[_Line]:
     return lines
 
 
+_PREVIEW = 160  # characters of a call's arguments shown in the listing
+
+
 class _Progress:
     """Counts finished calls on a terminal, for ``dsh run``."""
 
@@ -218,6 +221,8 @@ def _report(
         dump({**head, **result.to_json()}, None)
         return result.is_error
     arguments = json.dumps(line.arguments, ensure_ascii=False)
+    if len(arguments) > _PREVIEW:
+        arguments = f"{arguments[:_PREVIEW]}... ({len(arguments.encode())} bytes)"
     out(f"{style.bullet} {style.paint(line.id or '', 'bold')} {line.name} {arguments}")
     if result is None:
         out(f"  {style.paint(f'{style.ok} would run', 'green', 'bold')}")

@@ -598,6 +598,8 @@ def _same_outcome(a: ToolExecutionResult, b: ToolExecutionResult) -> bool:
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, Allow):
+        return f"allow: {value.detail}" if value.detail else "allow"
     if isinstance(value, Deny):
         return f"deny: {value.reason}"
     if isinstance(value, Ask):

@@ -214,13 +214,16 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
         return style.paint(f"{style.no} aborted", "yellow", "bold")
     notes = []
     for event in events:
-        if event.stage == "dsh_tool_pre_execute" and event.outcome == "allow" and event.plugin:
-            notes.append(f"allowed by {event.plugin}")
+        allowed = event.outcome == "allow" or event.outcome.startswith("allow: ")
+        if event.stage == "dsh_tool_pre_execute" and allowed and event.plugin:
+            why = event.outcome.removeprefix("allow").removeprefix(": ")
+            notes.append(f"allowed by {event.plugin}" + (f": {why}" if why else ""))
         elif event.stage == "dsh_tool_approve" and event.outcome == "allowed-once":
             notes.append(f"approved once by {event.plugin}")
     head = "; ".join(dict.fromkeys(notes)) or "allowed"
     if result.is_error:
-        return style.paint(f"{style.no} {head}, then failed", "red", "bold")
+        cause = f"{code} from {who}" if who else code
+        return style.paint(f"{style.no} {head}, then failed ({cause})", "red", "bold")
     if who:
         head += f"; result replaced by {who}"
     return style.paint(f"{style.ok} {head}", "green", "bold")

@@ -188,7 +188,13 @@ class ToolExecutionResult:
 @final
 @attrs.frozen
 class Allow:
-    """Pre-execute decision: run the call (guards may still deny it)."""
+    """Pre-execute decision: run the call (guards may still deny it).
+
+    ``detail`` (optional) says why, for ``--trace`` and ``dsh call`` (``rule read_file in
+    dsh.toml``); an allowed call's ``decided_by`` stays ``None``.
+    """
+
+    detail: str | None = attrs.field(default=None, kw_only=True)
 
 
 @final

@@ -309,13 +309,15 @@ def parse_rule(text: str, effect: Effect = "deny", home: str | None = None) -> R
 @final
 @attrs.frozen
 class Verdict:
-    """What the rules say about one call: the ``effect``; the deny or ask ``rule`` that decided;
-    ``defaulted`` when no rule matched; and ``note``: why allow rules for the tool did not apply."""
+    """What the rules say about one call: the ``effect``; the deny or ask ``rule`` that decided,
+    or the allow rules that covered it (``allowed_by``); ``defaulted`` when no rule matched; and
+    ``note``: why allow rules for the tool did not apply."""
 
     effect: Effect
     rule: Rule | None = None
     defaulted: bool = False
     note: str | None = None
+    allowed_by: tuple[Rule, ...] = ()
 
 
 class _Call:
@@ -348,22 +350,32 @@ class _Call:
             return any(rule.path.matches(p) for p in spellings)
         return True
 
-    def allowed_by(self, rules: Sequence[Rule]) -> bool:
+    def allowed_by(self, rules: Sequence[Rule]) -> tuple[Rule, ...]:
+        """The allow rules that together cover this call, or ``()`` when they do not."""
         if not rules:
-            return False
+            return ()
         if self.name in FILE_TOOLS:
             target = self.target
             if target is None or target.outside is not None:
-                return False
-            return any(
-                r.path is None or all(r.path.matches(p) for p in target.relative) for r in rules
-            )
-        if any(r.command is None for r in rules):
-            return True
+                return ()
+            for r in rules:
+                if r.path is None or all(r.path.matches(p) for p in target.relative):
+                    return (r,)
+            return ()
+        for r in rules:
+            if r.command is None:
+                return (r,)
         parsed = self.command
         if parsed is None or not parsed.complete or not parsed.parts:
-            return False
-        return all(any(r.command.allows(p) for r in rules if r.command) for p in parsed.parts)
+            return ()
+        used: list[Rule] = []
+        for part in parsed.parts:
+            rule = next((r for r in rules if r.command and r.command.allows(part)), None)
+            if rule is None:
+                return ()
+            if rule not in used:
+                used.append(rule)
+        return tuple(used)
 
     def note(self) -> str | None:
         """Why allow rules for this tool did not apply, when the reason is not plain."""
@@ -419,6 +431,7 @@ class RuleSet:
             if call.caught_by(rule):
                 return Verdict("ask", rule)
         allow = self._allow.get(name, ())
-        if call.allowed_by(allow):
-            return Verdict("allow")
+        used = call.allowed_by(allow)
+        if used:
+            return Verdict("allow", allowed_by=used)
         return Verdict(self.default, defaulted=True, note=call.note() if allow else None)

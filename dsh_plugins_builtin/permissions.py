@@ -103,7 +103,11 @@ class PermissionsPlugin:
 
     def _decision(self, name: str, verdict: Verdict) -> PreDecision:
         if verdict.effect == "allow":
-            return Allow()
+            if not verdict.allowed_by:
+                return Allow(detail="default allow")
+            rules = ", ".join(rule.text for rule in verdict.allowed_by)
+            noun = "rule" if len(verdict.allowed_by) == 1 else "rules"
+            return Allow(detail=f"{noun} {rules} in {self._where}")
         if verdict.rule is not None:
             detail = f"rule {verdict.rule.text} in {self._where}"
             how = "denied" if verdict.effect == "deny" else "approval required"
@@ -126,4 +130,4 @@ class PermissionsPlugin:
             return own
         downstream = await call_next()
         stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
-        return downstream if stricter or isinstance(own, Allow) else own
+        return downstream if stricter else own
