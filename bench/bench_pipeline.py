@@ -31,9 +31,11 @@ import importlib.metadata
 import json
 import math
 import os
+import pathlib
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -200,6 +202,30 @@ def _host(plugins: list[object]) -> dsh_host.Host:
     return host
 
 
+BUILTINS = ["tools", "sandbox", "permissions", "approval", "timeout", "guards", "output_budget"]
+
+
+def _default_stack(*, audit: bool) -> dsh_host.Host:
+    """The built-ins as `dsh` loads them (entry points), with echo allowed by a permission rule.
+
+    Audit writes to a database in a temporary directory, like a user's would.
+    """
+    where = pathlib.Path(tempfile.mkdtemp(prefix="dsh-bench-"))
+    config = {
+        "host": {"workspace": str(where)},
+        "plugins": {"enable": [*BUILTINS, "audit"] if audit else BUILTINS},
+        "plugin": {
+            "permissions": {"allow": ["echo"]},
+            "guards": {"max_argument_bytes": 1_000_000},
+            "output_budget": {"spill_dir": str(where / "spill")},
+            **({"audit": {"path": str(where / "audit.sqlite3")}} if audit else {}),
+        },
+    }
+    host = dsh_host.Host(config, environ={})
+    host.registry.register(_echo_tool())
+    return host
+
+
 @dataclass
 class DshSetup:
     """The per-call cases, the batch case, and the registries the plugin cases run on."""
@@ -219,6 +245,8 @@ def _dsh_setup(settings: Settings) -> DshSetup:
             [AsyncPreExecute(), ExecuteWrapper(), AsyncPostExecuteAndObserve()]
         ).registry,
         "plugin_one": _host([AllHooks()]).registry,
+        "default": _default_stack(audit=True).registry,
+        "default_no_audit": _default_stack(audit=False).registry,
     }
     valid = dsh_host.ToolExecutionInput(call_id="call-1", name="echo", arguments=VALID_ARGS)
     invalid = dsh_host.ToolExecutionInput(call_id="call-1", name="echo", arguments=INVALID_ARGS)
@@ -243,6 +271,16 @@ def _dsh_setup(settings: Settings) -> DshSetup:
             "plugin_one",
             "execute: valid call, 1 plugin, all 4 hooks",
             functools.partial(plugged["plugin_one"].execute, valid),
+        ),
+        Case(
+            "default",
+            "execute: valid call, default stack (audit included)",
+            functools.partial(plugged["default"].execute, valid),
+        ),
+        Case(
+            "default_no_audit",
+            "execute: valid call, default stack without audit",
+            functools.partial(plugged["default_no_audit"].execute, valid),
         ),
         Case(
             "invalid",
@@ -275,6 +313,8 @@ async def _check_dsh(setup: DshSetup) -> None:
     assert all(not r.is_error and r.text == TEXT for r in results)
     # The plugin cases consult every hook (observers are not traced: count their impls instead).
     for key, registry in setup.plugged.items():
+        if key.startswith("default"):
+            continue
         events: list[dsh_host.TraceEvent] = []
         check = dsh_host.ToolExecutionInput(call_id="check", name="echo", arguments=VALID_ARGS)
         await registry.execute(check, trace=events.append)
@@ -443,7 +483,7 @@ def _report(
     elapsed: float,
 ) -> dict[str, Any]:
     base = dsh_cases[0].median_us()
-    numbered = dict(zip(["1", "2", "3", "3b", "3c", "4", "5"], dsh_cases, strict=True))
+    numbered = dict(zip(["1", "2", "3", "3b", "3c", "3d", "3e", "4", "5"], dsh_cases, strict=True))
     numbered.update(zip(["6", "6b", "6c"], pyd_cases.values(), strict=False))
     rows = [
         {
@@ -460,6 +500,12 @@ def _report(
         for num, case in numbered.items()
     ]
     plugins = numbered["3"].median_us()
+    stack = {
+        "default_over_bare_pipeline": _ratio(numbered["3d"].median_us(), numbered["2"].median_us()),
+        "default_without_audit_over_bare_pipeline": _ratio(
+            numbered["3e"].median_us(), numbered["2"].median_us()
+        ),
+    }
     comparison: dict[str, Any] = {"available": PYDANTIC_AI_ERROR is None, "target": TARGET}
     if PYDANTIC_AI_ERROR is None:
         comparison["version"] = importlib.metadata.version("pydantic-ai-slim")
@@ -484,6 +530,7 @@ def _report(
         "settings": settings.__dict__,
         "seconds": elapsed,
         "cases": rows,
+        "default_stack": stack,
         "pydantic_ai": comparison,
     }
 
@@ -512,6 +559,11 @@ def _print_table(report: dict[str, Any]) -> None:
             f"{row['best_us_per_call']:>8.2f}"
         )
     print()
+    stack = report["default_stack"]
+    print(
+        f"default stack / bare pipeline (case 3d / case 2): {stack['default_over_bare_pipeline']:.1f}x; "
+        f"without audit (3e / 2): {stack['default_without_audit_over_bare_pipeline']:.1f}x"
+    )
     comparison = report["pydantic_ai"]
     if not comparison["available"]:
         print(

@@ -505,7 +505,7 @@ async def _run_body(
             return failure(message, code, name)
         return _normalise(tool, value)
     result: ToolExecutionResult | None = None
-    with trio.CancelScope() as scope:
+    with trio.CancelScope(deadline=context.signal.deadline) as scope:
         unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())
         try:
             call: Callable[[], Any] = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, final
 
@@ -13,12 +14,24 @@ __all__ = ["AbortSignal"]
 _Callback = Callable[["AbortSignal"], None]
 
 
+def _now() -> float | None:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # outside trio.run
+        return None
+
+
 @final
 class AbortSignal:
     """A flag the caller raises once to cancel the calls it handed this signal to.
 
     Abort it from the trio thread (use `trio.from_thread.run_sync` elsewhere). Aborting runs
     every subscriber at once, so a body's cancel scope is cancelled synchronously.
+
+    A signal may also carry a *deadline* (`after`, `at`): it counts as aborted once trio's clock
+    passes it, and a tool body running under it is cancelled then, with no timer task of its
+    own. This is how an execute wrapper installs a timeout:
+    ``await call_next(signal=AbortSignal.after(30))``.
 
     Example::
 
@@ -28,35 +41,77 @@ class AbortSignal:
             signal.abort("user pressed Esc")
     """
 
-    __slots__ = ("_aborted", "_callbacks", "_event", "_inert", "_reason")
+    __slots__ = (
+        "_aborted",
+        "_aborted_at",
+        "_callbacks",
+        "_deadline",
+        "_deadline_reason",
+        "_event",
+        "_inert",
+        "_reason",
+    )
 
     def __init__(self) -> None:
         self._inert = False
         self._aborted = False
+        self._aborted_at: float | None = None
         self._reason: Any = None
+        self._deadline = math.inf
+        self._deadline_reason: Any = None
         self._callbacks: list[_Callback] | None = None
         self._event: trio.Event | None = None
 
+    @classmethod
+    def at(cls, deadline: float, reason: Any = None) -> AbortSignal:
+        """A signal that aborts with *reason* once `trio.current_time` reaches *deadline*."""
+        signal = cls()
+        signal._deadline = deadline
+        signal._deadline_reason = "deadline passed" if reason is None else reason
+        return signal
+
+    @classmethod
+    def after(cls, seconds: float, reason: Any = None) -> AbortSignal:
+        """A signal that aborts *seconds* from now (on trio's clock); call it inside `trio.run`."""
+        return cls.at(trio.current_time() + seconds, reason)
+
     def __repr__(self) -> str:
-        state = f"aborted, reason={self._reason!r}" if self._aborted else "live"
+        state = f"aborted, reason={self._reason!r}" if self.aborted else "live"
         return f"<AbortSignal {state}>"
 
     @property
+    def deadline(self) -> float:
+        """The trio time this signal aborts at by itself (`math.inf`: none)."""
+        return self._deadline
+
+    @property
     def aborted(self) -> bool:
-        """Whether `abort` has been called."""
+        """Whether `abort` has been called, or the deadline has passed."""
+        if not self._aborted and self._deadline != math.inf:
+            now = _now()
+            if now is not None and now >= self._deadline:
+                self._abort(self._deadline_reason, self._deadline)
         return self._aborted
+
+    @property
+    def aborted_at(self) -> float | None:
+        """The trio time it was aborted at (its deadline, for a deadline); ``None`` if unknown."""
+        return self._aborted_at if self.aborted else None
 
     @property
     def reason(self) -> Any:
         """What `abort` was given (``"aborted"`` when it was given nothing); ``None`` while live."""
-        return self._reason
+        return self._reason if self.aborted else None
 
     def abort(self, reason: Any = None) -> None:
         """Abort the signal; later calls do nothing. Subscribers run now, in subscription order."""
-        if self._aborted:
-            return
+        if not self.aborted:
+            self._abort("aborted" if reason is None else reason, _now())
+
+    def _abort(self, reason: Any, at: float | None) -> None:
         self._aborted = True
-        self._reason = "aborted" if reason is None else reason
+        self._aborted_at = at
+        self._reason = reason
         callbacks, self._callbacks = self._callbacks, None
         if self._event is not None:
             self._event.set()
@@ -65,15 +120,21 @@ class AbortSignal:
 
     async def wait(self) -> None:
         """Sleep until the signal is aborted (at once if it already is)."""
-        if self._aborted:
+        if self.aborted:
             return
         if self._event is None:
             self._event = trio.Event()
-        await self._event.wait()
+        with trio.move_on_at(self._deadline):
+            await self._event.wait()
+        self.aborted  # noqa: B018 - reading it aborts a signal whose deadline passed
 
     def _subscribe(self, callback: _Callback) -> Callable[[], None]:
-        """Run *callback* on abort (now, if already aborted); return a function that unsubscribes."""
-        if self._aborted:
+        """Run *callback* on abort (now, if already aborted); return a function that unsubscribes.
+
+        A deadline does not run callbacks when it passes (nothing watches the clock): code
+        that must act at the deadline uses `deadline` (as the body's cancel scope does).
+        """
+        if self.aborted:
             callback(self)
             return _noop
         if self._callbacks is None:
@@ -92,7 +153,8 @@ class AbortSignal:
     def any(cls, signals: Iterable[AbortSignal]) -> AbortSignal:
         """A new signal that aborts, with the same reason, as soon as any of *signals* does.
 
-        The new signal stays subscribed to its sources for their lifetime.
+        It takes the earliest of their deadlines, and stays subscribed to its sources for their
+        lifetime.
         """
         fused, _ = _fuse(tuple(signals))
         return fused
@@ -115,11 +177,16 @@ def _fuse(signals: tuple[AbortSignal, ...]) -> tuple[AbortSignal, Callable[[], N
     fused = AbortSignal()
     for signal in signals:
         if signal.aborted:
-            fused.abort(signal.reason)
+            fused._abort(signal.reason, signal.aborted_at)
             return fused, _noop
+    earliest = min(signals, key=lambda s: s._deadline, default=None)
+    if earliest is not None and earliest._deadline != math.inf:
+        fused._deadline = earliest._deadline
+        fused._deadline_reason = earliest._deadline_reason
 
     def forward(source: AbortSignal) -> None:
-        fused.abort(source.reason)
+        if not fused._aborted:
+            fused._abort(source.reason, source.aborted_at)
 
     unsubscribers = [signal._subscribe(forward) for signal in signals]
 

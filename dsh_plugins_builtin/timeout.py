@@ -9,17 +9,18 @@ The budget of a call, first match wins:
 2. the tool's own ``timeout_ms`` (``define_tool(..., timeout_ms=...)``);
 3. ``default_ms`` (120000).
 
-When the budget runs out the plugin aborts the signal it installed for the body
-(``call_next(signal=deadline)``): the host cancels the body's trio cancel scope, and the call's
-result becomes ``Error: tool call timed out after <ms>ms`` (code ``TOOL_TIMEOUT``), whatever the
-body returned while unwinding. If the caller aborted first, the host's ``ABORTED`` result stands.
+The plugin installs a signal for the body that carries the deadline
+(``call_next(signal=AbortSignal.at(deadline))``), so no timer task runs per call: the host gives
+the body's trio cancel scope that deadline, and when it passes the call's result becomes
+``Error: tool call timed out after <ms>ms`` (code ``TOOL_TIMEOUT``), whatever the body returned
+while unwinding. If the caller aborted first, the host's ``ABORTED`` result stands.
 
-The body gets ``grace_ms`` to unwind (shielded ``finally:`` cleanup, for instance). When the
-delegated call is still running after that, the plugin logs a warning and cancels its own cancel
-scope around ``call_next``, which interrupts everything inside that is not shielded (an inner
-wrapper that ignores the signal, say). Structured concurrency never abandons a task: a body that
-shields itself indefinitely keeps the call open until it finishes, and the result is then still
-``TOOL_TIMEOUT``. A synchronous body runs in a worker thread that the host stops waiting for at
+The body gets ``grace_ms`` to unwind (shielded ``finally:`` cleanup, for instance). The plugin's
+own cancel scope around ``call_next`` has its deadline at the end of the grace period: if the
+delegated call is still running then, everything inside it that is not shielded is cancelled
+(an inner wrapper that ignores the signal, say) and a warning is logged. Structured concurrency
+never abandons a task: a body that shields itself indefinitely keeps the call open until it
+finishes, and the result is then still ``TOOL_TIMEOUT``. A synchronous body runs in a worker thread that the host stops waiting for at
 the deadline; the thread itself cannot be killed and runs on in the background.
 """
 
@@ -126,13 +127,6 @@ class ToolTimeoutReason:
         return f"{TOOL_TIMEOUT} after {_ms(self.timeout_ms)}ms"
 
 
-@attrs.define
-class _Deadline:
-    """The state of one call's timer."""
-
-    fired: bool = False
-
-
 def timeout_result(ms: float) -> ToolExecutionResult:
     """The result of a call whose budget of *ms* milliseconds ran out."""
     message = f"tool call timed out after {_ms(ms)}ms"
@@ -180,48 +174,37 @@ class TimeoutPlugin:
     async def dsh_tool_execute(
         self, execution: ToolExecution, call_next: Callable[..., Awaitable[ToolExecutionResult]]
     ) -> ToolExecutionResult:
+        # No timer task: the deadline rides on the signal, and the host runs the body in a
+        # cancel scope with that deadline; the grace period is a second deadline, on our scope.
         ms = self.budget_ms(execution)
-        deadline = AbortSignal()
-        state = _Deadline()
-        hard = trio.CancelScope()
-        result: ToolExecutionResult | None = None
-        failure: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._timer, execution, deadline, hard, ms, state)
-            try:
-                with hard:
-                    result = await call_next(signal=deadline)
-            except Exception as exc:  # re-raised below, outside the nursery, unwrapped
-                failure = exc
-            finally:
-                nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure  # an inner wrapper's bug stays a pipeline failure, timed out or not
-        if state.fired or result is None:  # no result: our own escalation cancelled call_next
+        grace = self.config.grace_ms
+        expires = trio.current_time() + ms / 1000
+        reason = ToolTimeoutReason(ms, grace, expires + grace / 1000)
+        deadline = AbortSignal.at(expires, reason)
+        with trio.CancelScope(deadline=reason.grace_deadline) as hard:
+            result = await call_next(signal=deadline)
+        caller = execution.signal
+        if caller.aborted and (caller.aborted_at is None or caller.aborted_at < expires):
+            # The caller (or an outer wrapper) aborted first: its outcome stands.
+            return result if not hard.cancelled_caught else _aborted()
+        if hard.cancelled_caught:
+            if grace > 0:  # with no grace at all, cancelling at once is what was asked for
+                logger.warning(
+                    'timeout: tool "%s" (call %s) timed out after %sms and was still running %sms '
+                    "later; cancelled everything in it that was not shielded. Raise "
+                    "[plugin.timeout] grace_ms if its cleanup needs longer.",
+                    execution.name, execution.call_id, _ms(ms), grace,
+                )  # fmt: skip
+            return timeout_result(ms)
+        if deadline.aborted:
             return timeout_result(ms)
         return result
 
-    async def _timer(
-        self,
-        execution: ToolExecution,
-        deadline: AbortSignal,
-        hard: trio.CancelScope,
-        ms: float,
-        state: _Deadline,
-    ) -> None:
-        await trio.sleep(ms / 1000)
-        if execution.signal.aborted:
-            return  # the caller (or an outer wrapper) aborted first: its outcome stands
-        grace = self.config.grace_ms
-        state.fired = True
-        deadline.abort(ToolTimeoutReason(ms, grace, trio.current_time() + grace / 1000))
-        if grace > 0:  # with no grace at all, cancelling at once is what was asked for: no warning
-            await trio.sleep(grace / 1000)
-            logger.warning(
-                'timeout: tool "%s" (call %s) timed out after %sms and was still running %sms '
-                "later; cancelling everything in it that is not shielded. A body that shields "
-                "itself keeps the call open until it finishes (the result will be TOOL_TIMEOUT); "
-                "raise [plugin.timeout] grace_ms if its cleanup needs longer.",
-                execution.name, execution.call_id, _ms(ms), grace,
-            )  # fmt: skip
-        hard.cancel()
+
+def _aborted() -> ToolExecutionResult:
+    """What the host reports for a call its caller aborted, for when our scope cut it short."""
+    return ToolExecutionResult(
+        content="Error: tool call aborted",
+        is_error=True,
+        error=ToolFailure("tool call aborted", "ABORTED", "AbortError"),
+    )

@@ -65,3 +65,46 @@ def test_freeze_makes_deep_immutable_json_that_dumps_and_copies():
 
 def test_canonical_json_is_stable():
     assert canonical_json({"b": 1, "a": [True, None, "é"]}) == '{"a":[true,null,"é"],"b":1}'
+
+
+async def test_a_deadline_signal_aborts_by_itself_without_a_task(autojump_clock):
+    signal = AbortSignal.after(5, "too slow")
+    assert not signal.aborted
+    assert signal.deadline == trio.current_time() + 5
+    await trio.sleep(4.9)
+    assert not signal.aborted
+    await signal.wait()
+    assert trio.current_time() == 5
+    assert signal.aborted
+    assert signal.reason == "too slow"
+    assert signal.aborted_at == 5
+
+
+async def test_a_fused_signal_takes_the_earliest_deadline(autojump_clock):
+    late, early = AbortSignal.after(10), AbortSignal.after(3, "early")
+    fused = AbortSignal.any([late, AbortSignal(), early])
+    assert fused.deadline == early.deadline
+    await trio.sleep(3)
+    assert fused.aborted
+    assert fused.reason == "early"
+
+
+async def test_a_body_under_a_deadline_signal_is_cancelled_on_time(make_host, autojump_clock):
+    from dsh_host import define_tool, hookimpl
+
+    class Deadline:
+        name = "deadline"
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            return await call_next(signal=AbortSignal.after(2))
+
+    async def hang(args, ctx):
+        await trio.sleep_forever()
+
+    host = make_host(
+        Deadline(), tools=[define_tool(name="hang", description="", parameters={}, execute=hang)]
+    )
+    result = await host.call("hang", {})
+    assert result.code == "ABORTED"
+    assert trio.current_time() == 2
