@@ -36,7 +36,7 @@ def typing(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx docs, warnings as errors."""
     session.install("-e", ".[docs]")
-    session.run("sphinx-build", "-W", "-n", "-b", "html", "docs", "docs/_build/html")
+    session.run("sphinx-build", "-W", "-b", "html", "docs", "docs/_build/html")
 
 
 @nox.session
