@@ -35,26 +35,6 @@ from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
 CAP = 64_000
 
 
-@pytest.fixture(params=["bwrap", "landlock"])
-def backend(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    # The escape tests run with network = false, which Landlock honours only via "landlock-net".
-    key = "landlock-net" if name == "landlock" else name
-    reason = probe_backends()[key]
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
-        pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
-    return name
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 @pytest.fixture
 def policy(ws: Path) -> SandboxPolicy:
     return SandboxPolicy("workspace-write", ws)

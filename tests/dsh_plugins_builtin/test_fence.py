@@ -22,13 +22,6 @@ from dsh_plugins_builtin._fence import (
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     path = tmp_path / "outside"
     path.mkdir()

@@ -38,13 +38,6 @@ def ok(text: str, meta: Any = None) -> ToolExecutionResult:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def host(make_host: Any, ws: Path) -> Host:
     host: Host = make_host(
         ToolsPlugin(),

@@ -24,13 +24,6 @@ from dsh_plugins_builtin.sandbox import (
 from dsh_plugins_builtin.tools import ToolsPlugin
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def started(make_host: Any, ws: Path, **table: Any) -> SandboxPlugin:
     plugin = SandboxPlugin()
     make_host(plugin, config={"host": {"workspace": str(ws)}, "plugin": {"sandbox": table}})

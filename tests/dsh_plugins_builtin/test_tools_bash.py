@@ -13,35 +13,9 @@ from typing import Any
 
 import pytest
 
-from dsh_host import Host
 from dsh_plugins_builtin import _confine
-from dsh_plugins_builtin._confine import probe_backends
-from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
-
-
-@pytest.fixture(params=["bwrap", "landlock"])
-def backend(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    reason = probe_backends()["landlock-net" if name == "landlock" else name]
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
-        pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
-    return name
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
-    config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
-    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
-    return host
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 
 async def test_output_exit_code_and_meta(make_host: Any, ws: Path, backend: str) -> None:

@@ -25,27 +25,7 @@ import trio
 
 from dsh_host import AbortSignal, Host
 from dsh_plugins_builtin import _fence
-from dsh_plugins_builtin._confine import probe_backends
-from dsh_plugins_builtin.sandbox import SandboxPlugin
-from dsh_plugins_builtin.tools import ToolsPlugin
-
-
-@pytest.fixture(params=["bwrap", "landlock"])
-def backend(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    reason = probe_backends()["landlock-net" if name == "landlock" else name]
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
-        pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
-    return name
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 
 @pytest.fixture
@@ -55,16 +35,16 @@ def outside(tmp_path: Path) -> Path:
     return path
 
 
-def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
+def escape_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
+    """The workspace is the only writable root: the `outside` directories live under /tmp,
+    which is a writable root by default."""
     sandbox.setdefault("writable_roots", [str(ws)])
-    config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
-    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
-    return host
+    return tools_host(make_host, ws, **sandbox)
 
 
 @pytest.fixture
 def host(make_host: Any, ws: Path) -> Host:
-    return tools_host(make_host, ws)
+    return escape_host(make_host, ws)
 
 
 def tree(path: Path) -> list[str]:
@@ -180,7 +160,7 @@ def outside_home(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_bash_write_to_etc(make_host: Any, ws: Path, backend: str) -> None:
-    host = tools_host(make_host, ws, backend=backend)
+    host = escape_host(make_host, ws, backend=backend)
     target = Path(f"/etc/dsh-escape-{uuid.uuid4().hex}")
     result = await host.call("bash", {"command": f"echo pwned > {target}"})
     assert (result.is_error, result.meta["backend"]) == (False, backend)
@@ -192,7 +172,7 @@ async def test_bash_write_to_home(
     make_host: Any, ws: Path, backend: str, outside_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(outside_home))
-    host = tools_host(make_host, ws, backend=backend)
+    host = escape_host(make_host, ws, backend=backend)
     result = await host.call(
         "bash", {"command": 'echo pwned > "$HOME/escape.txt"; mkdir "$HOME/escape.d"'}
     )
@@ -225,7 +205,7 @@ async def test_bash_reaching_loopback(
     make_host: Any, ws: Path, backend: str, network: bool
 ) -> None:
     """``network = false`` blocks it; ``true`` is the control proving the check detects it."""
-    host = tools_host(make_host, ws, backend=backend, network=network)
+    host = escape_host(make_host, ws, backend=backend, network=network)
     with await _listener() as listener:
         port = listener.getsockname()[1]
         command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED"
@@ -240,7 +220,7 @@ async def test_bash_reading_an_env_secret(
     monkeypatch.setenv("MY_API_KEY", "sk-secret-value-1")
     monkeypatch.setenv("DSH_SESSION_TOKEN", "secret-value-2")
     monkeypatch.setenv("KEPT_TOKEN", "allowed-value-3")
-    host = tools_host(make_host, ws, backend=backend, env_allow=["KEPT_TOKEN"])
+    host = escape_host(make_host, ws, backend=backend, env_allow=["KEPT_TOKEN"])
     result = await host.call("bash", {"command": "env; cat /proc/self/environ | tr '\\0' '\\n'"})
     assert "sk-secret-value-1" not in result.text
     assert "secret-value-2" not in result.text
@@ -251,7 +231,7 @@ async def test_bash_under_read_only_cannot_write_the_workspace(
     make_host: Any, ws: Path, backend: str
 ) -> None:
     (ws / "existing.txt").write_text("original")
-    host = tools_host(make_host, ws, backend=backend, mode="read-only")
+    host = escape_host(make_host, ws, backend=backend, mode="read-only")
     result = await host.call(
         "bash",
         {"command": "echo pwned > new.txt; echo pwned > existing.txt; mkdir d; cat existing.txt"},
@@ -292,7 +272,7 @@ async def test_bash_background_process_does_not_outlive_the_call(
     make_host: Any, ws: Path, backend: str
 ) -> None:
     marker = f"{60 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
-    host = tools_host(make_host, ws, backend=backend)
+    host = escape_host(make_host, ws, backend=backend)
     result = await host.call(
         "bash",
         {
@@ -310,7 +290,7 @@ async def test_bash_background_process_does_not_outlive_the_call(
 async def test_bash_abort_kills_the_process_group(make_host: Any, ws: Path, backend: str) -> None:
     marker = f"{60 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
     os.mkfifo(ws / "ready")
-    host = tools_host(make_host, ws, backend=backend)
+    host = escape_host(make_host, ws, backend=backend)
     signal = AbortSignal()
     results = []
 
@@ -332,7 +312,7 @@ async def test_bash_abort_kills_the_process_group(make_host: Any, ws: Path, back
 
 
 async def test_bash_printing_50_mb_is_capped(make_host: Any, ws: Path, backend: str) -> None:
-    host = tools_host(make_host, ws, backend=backend)
+    host = escape_host(make_host, ws, backend=backend)
     result = await host.call("bash", {"command": "head -c 50000000 /dev/zero | tr '\\0' a"})
     assert result.meta["total_bytes"] == 50_000_000
     assert result.meta["truncated"] is True

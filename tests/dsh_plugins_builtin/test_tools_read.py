@@ -10,23 +10,8 @@ import pytest
 
 from dsh_host import ExecutionMode, Host, ToolExecutionInput
 from dsh_plugins_builtin import _file_tools
-from dsh_plugins_builtin.sandbox import SandboxPlugin
-from dsh_plugins_builtin.tools import TOOL_NAMES, ToolsPlugin
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-def tools_host(make_host: Any, ws: Path, sandbox: dict[str, Any] | None = None) -> Host:
-    config: dict[str, Any] = {"host": {"workspace": str(ws)}}
-    if sandbox is not None:
-        config["plugin"] = {"sandbox": sandbox}
-    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
-    return host
+from dsh_plugins_builtin.tools import TOOL_NAMES
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 
 @pytest.fixture
@@ -194,7 +179,7 @@ async def test_absolute_paths_inside_and_outside(host: Host, ws: Path, tmp_path:
 
 async def test_read_roots_extend_what_can_be_read(make_host: Any, ws: Path, tmp_path: Path) -> None:
     extra = Path("/etc")
-    host = tools_host(make_host, ws, {"read_roots": [str(extra)]})
+    host = tools_host(make_host, ws, read_roots=[str(extra)])
     result = await host.call("read_file", {"path": "/etc/hostname"})
     assert result.code != "SANDBOX_DENIED"
     denied = await host.call("read_file", {"path": "/usr/lib/os-release"})

@@ -22,13 +22,6 @@ def put(root: Path, files: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def host(make_host: Any, ws: Path) -> Host:
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config={"host": {"workspace": str(ws)}})
     return host

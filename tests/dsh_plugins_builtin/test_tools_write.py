@@ -10,23 +10,8 @@ import pytest
 
 from dsh_host import Host
 from dsh_plugins_builtin import _fence
-from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-def tools_host(make_host: Any, ws: Path, sandbox: dict[str, Any] | None = None) -> Host:
-    config: dict[str, Any] = {"host": {"workspace": str(ws)}}
-    if sandbox is not None:
-        config["plugin"] = {"sandbox": sandbox}
-    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
-    return host
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 
 @pytest.fixture
@@ -210,7 +195,7 @@ async def test_edit_missing_and_binary_files(host: Host, ws: Path) -> None:
 
 
 async def test_read_only_mode_denies_writes_and_edits(make_host: Any, ws: Path) -> None:
-    host = tools_host(make_host, ws, {"mode": "read-only"})
+    host = tools_host(make_host, ws, mode="read-only")
     (ws / "e.txt").write_text("a\n")
     write = await host.call("write_file", {"path": "new.txt", "content": "x"})
     assert write.code == "SANDBOX_DENIED"
@@ -226,7 +211,7 @@ async def test_read_only_mode_denies_writes_and_edits(make_host: Any, ws: Path) 
 
 
 async def test_danger_full_access_writes_outside(make_host: Any, ws: Path, tmp_path: Path) -> None:
-    host = tools_host(make_host, ws, {"mode": "danger-full-access", "writable_roots": [str(ws)]})
+    host = tools_host(make_host, ws, mode="danger-full-access", writable_roots=[str(ws)])
     target = tmp_path / "elsewhere" / "f.txt"
     result = await host.call("write_file", {"path": str(target), "content": "free"})
     assert (result.is_error, target.read_text()) == (False, "free")

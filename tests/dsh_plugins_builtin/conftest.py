@@ -1,0 +1,43 @@
+"""Fixtures shared by the built-in plugin tests: a workspace, sandbox backends, a tools host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_host import Host
+from dsh_plugins_builtin._confine import probe_backends
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An empty workspace directory (under the test's tmp_path, which stays outside it)."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each confinement backend. On CI (``CI=true``) one that does not work here fails the
+    test loudly; elsewhere it is skipped with the probe's reason."""
+    name: str = request.param
+    # The escape tests run with network = false, which Landlock honours only via "landlock-net".
+    reason = probe_backends()["landlock-net" if name == "landlock" else name]
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
+        pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
+    return name
+
+
+def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
+    """A host with the tools and sandbox plugins, rooted at *ws*; *sandbox* is its table."""
+    config: dict[str, Any] = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    return host
