@@ -19,7 +19,6 @@ from ._hooks import hookimpl, hookspec
 from ._host import Host
 from ._json import FrozenDict, canonical_json, thaw
 from ._jsonsubset import assert_supported_json_schema, validate_json_schema_value
-from ._pipeline import TraceEvent
 from ._plugins import PluginInfo, PluginStatus
 from ._presentation import (
     DiffCallView,
@@ -39,6 +38,7 @@ from ._registry import ToolRegistry
 from ._schema import Prop, to_json_schema
 from ._signal import AbortSignal
 from ._tool import ToolDefinition, ToolSchema, define_tool, tool
+from ._trace import TraceEvent
 from ._validate import validate_args
 from ._values import (
     Accept,

@@ -17,8 +17,9 @@ from ._signal import AbortSignal
 from ._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
-    from ._pipeline import Pipeline, Trace
+    from ._pipeline import Pipeline
     from ._registry import ToolRegistry
+    from ._trace import Trace
 
 __all__ = ["run_batch"]
 

@@ -22,7 +22,6 @@ import trio
 from ._config import config_converter, find_config
 from ._errors import ConfigError, PluginLoadError
 from ._host import Host
-from ._pipeline import TraceEvent
 from ._plugins import PluginStatus, load_module
 from ._render import (
     Style,
@@ -37,6 +36,7 @@ from ._render import (
     style_for,
     trace_line,
 )
+from ._trace import TraceEvent
 
 __all__ = [
     "UsageError",

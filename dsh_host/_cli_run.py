@@ -31,8 +31,8 @@ from ._cli import (
 )
 from ._host import Host
 from ._json import freeze
-from ._pipeline import TraceEvent
 from ._render import Style, decision_line, trace_line
+from ._trace import TraceEvent
 from ._values import ToolExecutionInput, ToolExecutionResult
 
 __all__ = ["add_run_parser", "cmd_run"]

@@ -16,7 +16,7 @@ import pluggy
 from ._config import Config, find_config, load_config, structure_plugin_config
 from ._errors import ConfigError, PluginLoadError
 from ._hooks import HookRelay, make_plugin_manager
-from ._pipeline import Trace, new_call_id
+from ._pipeline import new_call_id
 from ._plugins import (
     PluginInfo,
     PluginStatus,
@@ -36,6 +36,7 @@ from ._presentation import (
 from ._registry import ToolRegistry
 from ._signal import AbortSignal
 from ._tool import ToolDefinition
+from ._trace import Trace
 from ._values import Scope, ToolExecutionInput, ToolExecutionResult
 
 __all__ = ["Host"]

@@ -13,22 +13,24 @@ post-execute sees them. A plugin raising in C, D, F or H, and arguments that are
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from ._errors import DshError, ToolArgsError, ToolNotFoundError, ToolOutputError
+from ._body import run_body
+from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, PluginFailure
-from ._json import canonical_json, freeze
+from ._json import freeze
+from ._outcomes import aborted, failure, plugin_failed
 from ._signal import AbortSignal, _fuse, _inert
+from ._trace import Trace, TraceEvent, describe, emit
 from ._values import (
     Accept,
     Allow,
@@ -37,92 +39,20 @@ from ._values import (
     Ask,
     Block,
     Deny,
-    HookContext,
-    ImageBlock,
-    TextBlock,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolFailure,
     ToolRunContext,
     content_text,
-    to_content,
 )
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
-    from ._tool import ToolDefinition
 
-__all__ = ["Pipeline", "Trace", "TraceEvent", "failure"]
+__all__ = ["Pipeline", "Prepared", "new_call_id"]
 
 logger = logging.getLogger("dsh_host")
-
-
-@final
-@attrs.frozen
-class TraceEvent:
-    """One step of one call, for ``--trace``: the stage, the plugin consulted, what it said, how long."""
-
-    call_id: str
-    stage: str
-    plugin: str | None
-    outcome: str
-    seconds: float
-
-
-Trace = Callable[[TraceEvent], None]
-
-_ABORT_NAME = "AbortError"
-
-
-def failure(
-    message: str,
-    code: str | None,
-    name: str | None = None,
-    *,
-    decided_by: str | None = None,
-    contexts: tuple[HookContext, ...] = (),
-) -> ToolExecutionResult:
-    """An error result whose model-facing text is ``Error: <message>``."""
-    return ToolExecutionResult(
-        content=(TextBlock(f"Error: {message}"),),
-        is_error=True,
-        error=ToolFailure(message, code, name),
-        additional_contexts=contexts,
-        decided_by=decided_by,
-    )
-
-
-def _aborted(body_invoked: bool, contexts: tuple[HookContext, ...] = ()) -> ToolExecutionResult:
-    if body_invoked:
-        return failure("tool call aborted", "ABORTED", _ABORT_NAME, contexts=contexts)
-    return failure(
-        "tool call aborted before dispatch",
-        "ABORTED_BEFORE_DISPATCH",
-        _ABORT_NAME,
-        contexts=contexts,
-    )
-
-
-def _from_exception(exc: BaseException, default_code: str) -> tuple[str, str, str]:
-    if isinstance(exc, DshError):
-        return exc.message or type(exc).__name__, exc.code, type(exc).__name__
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<unprintable exception>"
-    name = type(exc).__name__
-    return (f"{name}: {text}" if text else name), default_code, name
-
-
-def _plugin_failed(failure_: PluginFailure) -> ToolExecutionResult:
-    error = failure_.error
-    if isinstance(error, DshError):
-        message, code, name = _from_exception(error, "PLUGIN_FAILED")
-    else:
-        message = str(failure_)
-        code, name = "PLUGIN_FAILED", type(error).__name__
-    return failure(message, code, name, decided_by=failure_.plugin)
 
 
 @attrs.define
@@ -170,11 +100,11 @@ class Pipeline:
         except Exception as exc:
             if trace is not None:
                 outcome = f"raised {type(exc).__name__}: {exc}"
-                _emit(trace, kwargs, hook, impl.plugin, outcome, started)
+                emit(trace, kwargs, hook, impl.plugin, outcome, started)
             raise PluginFailure(impl.plugin, hook, exc) from exc
         if trace is not None:
-            outcome = "abstained" if value is None else _describe(value)
-            _emit(trace, kwargs, hook, impl.plugin, outcome, started)
+            outcome = "abstained" if value is None else describe(value)
+            emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
 
     async def _first(
@@ -246,11 +176,11 @@ class Pipeline:
             parent=input.parent, signal=signal,
         )  # fmt: skip
         if signal.aborted:
-            return Prepared(execution, _aborted(False), False)
+            return Prepared(execution, aborted(False), False)
         try:
             return await self._gate(execution, trace)
         except PluginFailure as exc:
-            return Prepared(execution, _plugin_failed(exc), False)
+            return Prepared(execution, plugin_failed(exc), False)
 
     async def _gate(self, execution: ToolExecution, trace: Trace | None) -> Prepared:
         decision: Any = _ALLOW
@@ -269,7 +199,7 @@ class Pipeline:
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if execution.signal.aborted:
-            return Prepared(execution, _aborted(False))
+            return Prepared(execution, aborted(False))
         return Prepared(execution)
 
     async def _ask(
@@ -288,7 +218,7 @@ class Pipeline:
             return None
         if outcome is ApprovalOutcome.CANCELLED:
             if execution.signal.aborted:
-                return Prepared(execution, _aborted(False))
+                return Prepared(execution, aborted(False))
             message = f'approval for tool "{name}" was cancelled'
             return Prepared(execution, failure(message, "DENIED", decided_by=approver))
         if outcome is ApprovalOutcome.REJECTED:
@@ -309,11 +239,11 @@ class Pipeline:
             except Exception as exc:
                 if trace is not None:
                     outcome = f"raised {type(exc).__name__}: {exc}"
-                    _emit(trace, {"execution": execution}, "guard", name, outcome, started)
+                    emit(trace, {"execution": execution}, "guard", name, outcome, started)
                 raise PluginFailure(name, "guard", exc) from exc
             if trace is not None:
                 outcome = "abstained" if reason is None else f"deny: {reason}"
-                _emit(trace, {"execution": execution}, "guard", name, outcome, started)
+                emit(trace, {"execution": execution}, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
         for impl in self.hooks.impls("dsh_tool_guard"):
@@ -336,9 +266,9 @@ class Pipeline:
             else:
                 result = await self._dispatch(execution, state, trace)
         except PluginFailure as exc:
-            return _plugin_failed(exc), False
+            return plugin_failed(exc), False
         if execution.signal.aborted and not result.is_error:
-            result = _aborted(state.body_invoked, result.additional_contexts)
+            result = aborted(state.body_invoked, result.additional_contexts)
         return result, True
 
     async def _wrap(
@@ -390,14 +320,14 @@ class Pipeline:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
         if view.signal.aborted:
-            return _aborted(False)
+            return aborted(False)
         args, violations = tool.prepare(view.arguments)
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
         context = ToolRunContext(view, tool)
         state.body_invoked = True
-        result = await _run_body(tool, args, context)
+        result = await run_body(tool, args, context)
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -422,7 +352,7 @@ class Pipeline:
             outcome = await self._observe(impl, execution, result)
             if trace is not None:
                 kwargs = {"execution": execution}
-                _emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
+                emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
         return result
 
     async def _post(
@@ -434,7 +364,7 @@ class Pipeline:
                 "dsh_tool_post_execute", kwargs, _ACCEPT, _check_post, trace
             )
         except PluginFailure as exc:
-            return _plugin_failed(exc)
+            return plugin_failed(exc)
         if type(decision) is Block:
             message = (
                 content_text(decision.feedback) or "tool result blocked by post-execute policy"
@@ -456,7 +386,7 @@ class Pipeline:
                 changes["additional_contexts"] = contexts
             result = attrs.evolve(result, **changes)
         if execution.signal.aborted and not result.is_error:
-            result = _aborted(True, result.additional_contexts)
+            result = aborted(True, result.additional_contexts)
         return result
 
     async def _observe(
@@ -489,90 +419,6 @@ class _DispatchState:
     body_invoked: bool = False
 
 
-async def _run_body(
-    tool: ToolDefinition, args: Any, context: ToolRunContext
-) -> ToolExecutionResult:
-    """Run the body in a cancel scope that follows the (fused) signal; never raises."""
-    value: Any = _MISSING
-    if context.signal._inert and tool.is_async:
-        # Nobody outside the pipeline holds this signal: no cancel scope needed.
-        try:
-            value = await (
-                tool.execute(args, context) if tool.takes_context else tool.execute(args)
-            )
-        except Exception as exc:
-            message, code, name = _from_exception(exc, "TOOL_FAILED")
-            return failure(message, code, name)
-        return _normalise(tool, value)
-    result: ToolExecutionResult | None = None
-    with trio.CancelScope(deadline=context.signal.deadline) as scope:
-        unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())
-        try:
-            call: Callable[[], Any] = (
-                functools.partial(tool.execute, args, context)
-                if tool.takes_context
-                else functools.partial(tool.execute, args)
-            )
-            if tool.is_async:
-                value = await call()
-            else:
-                value = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
-                if inspect.isawaitable(value):
-                    value = await value
-        except Exception as exc:
-            message, code, name = _from_exception(exc, "TOOL_FAILED")
-            result = failure(message, code, name)
-        finally:
-            unsubscribe()
-    if result is not None:
-        return result
-    if value is _MISSING:
-        return _aborted(True)
-    result = _normalise(tool, value)
-    if context.signal.aborted and not result.is_error:
-        return _aborted(True)
-    return result
-
-
-_MISSING: Any = object()
-
-
-def _normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
-    try:
-        if isinstance(value, ToolExecutionResult):
-            return value
-        if tool.validate_output is not None:
-            frozen = freeze(value, "value")
-            violations = tool.validate_output(frozen)
-            if violations:
-                raise ToolOutputError(tool.name, violations)
-            return ToolExecutionResult(content=canonical_json(frozen))
-        if type(value) is str:
-            return ToolExecutionResult._success((TextBlock(value),))
-        if isinstance(value, str | TextBlock | ImageBlock):
-            return ToolExecutionResult(content=value)
-        if value is None:
-            return ToolExecutionResult(content=())
-        if isinstance(value, list | tuple) and all(
-            isinstance(v, str | TextBlock | ImageBlock) for v in value
-        ):
-            return ToolExecutionResult(content=to_content(value))
-        return ToolExecutionResult(content=canonical_json(freeze(value, "value")))
-    except ToolOutputError as exc:
-        return failure(exc.message, exc.code, "ToolOutputError")
-    except (ValueError, TypeError) as exc:
-        error = ToolOutputError(tool.name, [str(exc)])
-        return failure(error.message, error.code, "ToolOutputError")
-
-
-def _emit(
-    trace: Trace, kwargs: dict[str, Any], stage: str, plugin: str, outcome: str, started: float
-) -> None:
-    execution = kwargs.get("execution") or getattr(kwargs.get("request"), "execution", None)
-    call_id = execution.call_id if execution is not None else "?"
-    trace(TraceEvent(call_id, stage, plugin, outcome, time.perf_counter() - started))
-
-
 def _who(plugin: str, decision: Any) -> str:
     """``plugin``, or ``plugin: detail`` when the decision carries a detail."""
     detail = getattr(decision, "detail", None)
@@ -595,24 +441,6 @@ def _same_decision(a: Any, b: Any) -> bool:
 def _same_outcome(a: ToolExecutionResult, b: ToolExecutionResult) -> bool:
     """Whether a wrapper passed *b* on without changing what the model reads."""
     return a is b or (a.content == b.content and a.is_error == b.is_error and a.error == b.error)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Allow):
-        return f"allow: {value.detail}" if value.detail else "allow"
-    if isinstance(value, Deny):
-        return f"deny: {value.reason}"
-    if isinstance(value, Ask):
-        return f"ask: {value.reason}" if value.reason else "ask"
-    if isinstance(value, Block):
-        return f"block: {content_text(value.feedback)}"
-    if isinstance(value, ToolExecutionResult):
-        return value.code or "ok"
-    if isinstance(value, ApprovalOutcome):
-        return value.value
-    if isinstance(value, str):
-        return f"deny: {value}"
-    return type(value).__name__.lower()
 
 
 def _check_pre(value: Any) -> Any:

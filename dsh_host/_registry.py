@@ -19,7 +19,7 @@ from ._values import (
 )
 
 if TYPE_CHECKING:
-    from ._pipeline import Trace
+    from ._trace import Trace
 
 __all__ = ["ToolRegistry"]
 

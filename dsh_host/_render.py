@@ -16,7 +16,6 @@ from typing import IO, Any, final
 import attrs
 
 from ._json import thaw
-from ._pipeline import TraceEvent
 from ._plugins import PluginInfo, PluginStatus
 from ._presentation import (
     CallView,
@@ -33,6 +32,7 @@ from ._presentation import (
     ToolCallKind,
 )
 from ._tool import ToolSchema
+from ._trace import TraceEvent
 from ._values import ImageBlock, TextBlock, ToolExecutionResult
 
 __all__ = [
