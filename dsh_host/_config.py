@@ -82,10 +82,14 @@ class Config:
     host: HostSettings = attrs.field(factory=HostSettings)
     plugins: PluginSelection = attrs.field(factory=PluginSelection)
     tables: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    given: bool = False
+    """Whether it was given as a dict rather than read from a file (or left at the defaults)."""
 
     def describe(self) -> str:
         """Where this configuration came from, for messages."""
-        return self.source or "the built-in defaults"
+        if self.source is not None:
+            return self.source
+        return "the configuration given to Host" if self.given else "the built-in defaults"
 
 
 _CONVERTER = shared_converter()
@@ -190,7 +194,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
                 f"must be a table ([plugin.{name}] with keys under it), not {_got(table)}",
                 path=where, plugin=name,
             )  # fmt: skip
-    return Config(source=where, host=host, plugins=plugins, tables=dict(tables))
+    given = where is None
+    return Config(source=where, host=host, plugins=plugins, tables=dict(tables), given=given)
 
 
 # -- structuring -----------------------------------------------------------------------------

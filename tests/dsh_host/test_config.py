@@ -390,3 +390,10 @@ def test_a_config_class_the_converter_cannot_structure_fails_the_plugin():
     assert row.status.value == "failed"
     assert "config class cannot be structured" in (row.error or "")
     assert host.pm.get_plugin("odd") is None
+
+
+def test_a_config_dict_describes_itself_as_given_to_host():
+    from dsh_host._config import load_config as load
+
+    assert load({"plugin": {}}).describe() == "the configuration given to Host"
+    assert load(None).describe() == "the built-in defaults"

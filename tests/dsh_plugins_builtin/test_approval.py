@@ -389,7 +389,7 @@ async def test_the_prompt_shows_the_rule_that_asked_and_remembers_the_call():
     assert (await host.call("bash", call)).text == "pushed"
     assert stdin.reads == 1
     assert (
-        "  reason (permissions): approval required by rule bash(git push:*) in the built-in defaults\n"
+        "  reason (permissions): approval required by rule bash(git push:*) in the configuration given to Host\n"
         in out.getvalue()
     )
     stdin.feed("")

@@ -216,10 +216,10 @@ async def test_a_reason_names_the_config_file(tmp_path):
     assert result.decided_by == f"permissions: rule bash(rm:*) in {config}"
 
 
-async def test_a_reason_without_a_config_file_says_so():
+async def test_a_reason_from_a_config_dict_says_so():
     host = make({"plugin": {"permissions": {"deny": ["bash(rm:*)"]}}})
     result = await host.call("bash", {"command": "rm x"})
-    assert result.text == "Error: denied by rule bash(rm:*) in the built-in defaults"
+    assert result.text == "Error: denied by rule bash(rm:*) in the configuration given to Host"
 
 
 async def test_deny_beats_ask_beats_allow_for_the_same_call():
@@ -295,11 +295,11 @@ class Downstream:
         ({"allow": ["bash"]}, Ask("look"), "other", "DENIED"),
         ({"allow": ["bash"]}, Allow(), None, None),
         ({"allow": ["bash"]}, None, None, None),
-        ({"ask": ["bash"]}, Allow(), "permissions: rule bash in the built-in defaults", "DENIED"),
+        ({"ask": ["bash"]}, Allow(), "permissions: rule bash in the configuration given to Host", "DENIED"),
         (
             {"ask": ["bash"]},
             Ask("look"),
-            "permissions: rule bash in the built-in defaults",
+            "permissions: rule bash in the configuration given to Host",
             "DENIED",
         ),
         ({"ask": ["bash"]}, Deny("no"), "other", "DENIED"),
@@ -316,5 +316,5 @@ async def test_a_denial_does_not_consult_the_plugins_after_it():
     other = Downstream(Allow())
     host = make({"plugin": {"permissions": {"deny": ["bash"]}}}, other)
     result = await host.call("bash", {"command": "ls"})
-    assert result.text == "Error: denied by rule bash in the built-in defaults"
+    assert result.text == "Error: denied by rule bash in the configuration given to Host"
     assert other.calls == 0
