@@ -295,7 +295,12 @@ class Downstream:
         ({"allow": ["bash"]}, Ask("look"), "other", "DENIED"),
         ({"allow": ["bash"]}, Allow(), None, None),
         ({"allow": ["bash"]}, None, None, None),
-        ({"ask": ["bash"]}, Allow(), "permissions: rule bash in the configuration given to Host", "DENIED"),
+        (
+            {"ask": ["bash"]},
+            Allow(),
+            "permissions: rule bash in the configuration given to Host",
+            "DENIED",
+        ),
         (
             {"ask": ["bash"]},
             Ask("look"),
