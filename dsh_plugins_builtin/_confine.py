@@ -391,7 +391,7 @@ def _runner_failure(output: str, exit_code: int | None, backend: str) -> str | N
     """Return the runner's own failure line if the wrapper (not the command) failed."""
     if exit_code is None or exit_code == 0:
         return None
-    lines = [line for line in output.splitlines() if line != _landlock.PARTIAL_NOTICE]
+    lines = output.splitlines()
     first = lines[0] if lines else ""
     if backend == "landlock" and exit_code == _landlock.EXIT_RUNNER_FAILURE:
         return first if first.startswith(_landlock.PREFIX) else None

@@ -20,9 +20,9 @@ shadow it through ``sys.path``.) The module is stdlib-only and talks to the kern
 4. ABI >= 6: signal scoping, so the command cannot signal processes outside its domain;
 5. ``landlock_restrict_self`` and ``execvp(CMD)``.
 
-Any failure to confine exits 125 with one stderr line starting ``landlock-run: ``. On an ABI
-below 3 (no ``TRUNCATE`` right: a file outside the roots could still be truncated) the runner
-prints exactly ``landlock-run: partial enforcement (older Landlock ABI)`` and continues.
+Any failure to confine exits 125 with one stderr line starting ``landlock-run: ``. That
+includes an ABI below 3, which has no ``TRUNCATE`` right (a file outside the roots could still
+be truncated): the runner fails closed rather than confine partly.
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ import stat
 import sys
 from collections.abc import Sequence
 
-__all__ = ["EXIT_RUNNER_FAILURE", "PARTIAL_NOTICE", "PREFIX", "landlock_abi", "main"]
+__all__ = ["EXIT_RUNNER_FAILURE", "PREFIX", "landlock_abi", "main"]
 
 PREFIX = "landlock-run: "
-PARTIAL_NOTICE = "landlock-run: partial enforcement (older Landlock ABI)"
 EXIT_RUNNER_FAILURE = 125
 
 # The Landlock syscalls have the same numbers on every architecture.
@@ -216,7 +215,10 @@ def _confine(writable: Sequence[str], *, block_network: bool) -> None:
             f"Landlock ABI {abi} cannot restrict the network (needs ABI 4); refusing network=false"
         )
     if abi < 3:
-        print(PARTIAL_NOTICE, file=sys.stderr, flush=True)
+        raise _RunnerError(
+            f"Landlock ABI {abi} cannot stop truncating files outside the writable roots "
+            "(needs ABI 3); install bubblewrap instead"
+        )
     ctypes.set_errno(0)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _RunnerError(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")

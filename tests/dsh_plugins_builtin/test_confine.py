@@ -394,7 +394,6 @@ async def test_runner_failure_raises(ws: Path, policy: SandboxPolicy) -> None:
     assert _confine._runner_failure(done.stderr, 125, "landlock") == done.stderr.strip()
     # A command's own exit 125 without the prefix is an ordinary result.
     assert _confine._runner_failure("boom\n", 125, "landlock") is None
-    assert _confine._runner_failure(f"{_landlock.PARTIAL_NOTICE}\nok\n", 125, "landlock") is None
     assert _confine._runner_failure("bwrap: Can't chdir\n", 1, "bwrap") == "bwrap: Can't chdir"
     result = await run_confined("echo boom; exit 125", cwd=ws, policy=bad, timeout=30)
     assert result.exit_code == 125
@@ -506,3 +505,11 @@ def test_probe_reports_every_backend_and_is_cached() -> None:
     started = time.perf_counter()
     assert probe_backends() == first
     assert time.perf_counter() - started < 0.01  # no second probe
+
+
+def test_landlock_below_abi_3_fails_closed(monkeypatch, capsys):
+    """No TRUNCATE right below ABI 3: the runner refuses rather than confine partly."""
+    monkeypatch.setattr(_landlock, "landlock_abi", lambda: 2)
+    status = _landlock.main(["--rw", "/tmp", "--", "true"])
+    assert status == _landlock.EXIT_RUNNER_FAILURE
+    assert "cannot stop truncating files outside the writable roots" in capsys.readouterr().err
