@@ -105,6 +105,10 @@ def _read_calls(path: str) -> list[_Line]:
     return lines
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 _PREVIEW = 160  # characters of a call's arguments shown in the listing
 
 
@@ -181,7 +185,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         failed += _report(args, host, line, by_line[line.number], events.get(line.id or ""), style)
     if not args.json:
         verb = "would fail" if args.dry_run else "failed"
-        summary = f"{len(calls)} calls, {failed} {verb}" + (f", {bad} bad lines" if bad else "")
+        summary = f"{_count(len(calls), 'call')}, {failed} {verb}"
+        if bad:
+            summary += f", {_count(bad, 'bad line')}"
         out(style.paint(summary, "dim"))
     return 2 if bad else 1 if failed else 0
 

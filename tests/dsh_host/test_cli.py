@@ -838,3 +838,12 @@ def test_run_shows_at_most_ten_lines_of_each_result(dsh, workdir):
     assert "    row 9" in out
     assert "    row 10" not in out
     assert "... (2 more lines)" in out
+
+
+def test_run_summary_counts_in_words(dsh, workdir):
+    (workdir / "one.jsonl").write_text(
+        '{"id": "a", "name": "echo", "arguments": {"text": "x"}}\nnope\n'
+    )
+    status, out, _ = dsh("run", "one.jsonl")
+    assert status == 2
+    assert "1 call, 0 failed, 1 bad line" in out
