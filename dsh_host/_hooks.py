@@ -146,8 +146,3 @@ class HookRelay:
                 )
             )
         return tuple(out)
-
-    def plugin_name(self, plugin: object) -> str | None:
-        if self.pm is None:
-            return None
-        return self.pm.get_name(plugin)

@@ -64,9 +64,6 @@ class Prop:
         return out
 
 
-Parameters: TypeAlias = "Mapping[str, Prop | Mapping[str, Any]] | type"
-
-
 # -- DSL and attrs compilation -----------------------------------------------------------------
 
 

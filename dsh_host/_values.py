@@ -66,7 +66,6 @@ class ImageBlock:
 
 
 ContentBlock: TypeAlias = TextBlock | ImageBlock
-ContentLike: TypeAlias = "str | ContentBlock | Iterable[str | ContentBlock]"
 
 
 def to_content(value: Any) -> tuple[ContentBlock, ...]:
@@ -242,7 +241,6 @@ class Block:
 
 
 PreDecision: TypeAlias = Allow | Deny | Ask
-PostDecision: TypeAlias = Accept | Block
 
 
 class ApprovalOutcome(enum.StrEnum):
@@ -280,15 +278,6 @@ class Scope:
             out.append(scope)
             scope = scope.parent
         return tuple(reversed(out))
-
-    def is_within(self, other: Scope) -> bool:
-        """Whether this scope is *other* or one of its descendants."""
-        scope: Scope | None = self
-        while scope is not None:
-            if scope == other:
-                return True
-            scope = scope.parent
-        return False
 
 
 def _optional_names(value: Iterable[str] | None) -> frozenset[str] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from dsh_host import (
@@ -111,11 +111,6 @@ def _raw(args: Mapping[str, Any]) -> dict[str, Any]:
     return dict(args)
 
 
-def _seq(items: Iterable[Any]) -> Any:
-    """A tuple for a view field (the views' ``converter=tuple`` fields type-check as unbound)."""
-    return tuple(items)
-
-
 # -- read_file -----------------------------------------------------------------------------------
 
 
@@ -139,7 +134,7 @@ def read_call(args: Any) -> GenericCallView | None:
         title=f"Read {path}{window}",
         kind=ToolCallKind.READ,
         raw_input=_raw(args),
-        locations=_seq([FileLocation(path, start)]),
+        locations=tuple([FileLocation(path, start)]),
     )
 
 
@@ -161,7 +156,7 @@ def read_result(args: Any, result: Any) -> ReadResultView | None:
             return None
         lines.append((int(match.group(1)), match.group(2)))
     return ReadResultView(
-        path=path, offset=offset, lines=_seq(lines), total_lines=total, title=path
+        path=path, offset=offset, lines=tuple(lines), total_lines=total, title=path
     )
 
 
@@ -176,8 +171,8 @@ def write_call(args: Any) -> DiffCallView | None:
         return None
     return DiffCallView(
         title=f"Write {path}",
-        diffs=_seq([FileDiff(path, None, content)]),
-        locations=_seq([FileLocation(path)]),
+        diffs=tuple([FileDiff(path, None, content)]),
+        locations=tuple([FileLocation(path)]),
     )
 
 
@@ -189,8 +184,8 @@ def edit_call(args: Any) -> DiffCallView | None:
         return None
     return DiffCallView(
         title=f"Edit {path}",
-        diffs=_seq([FileDiff(path, old or None, new)]),
-        locations=_seq([FileLocation(path)]),
+        diffs=tuple([FileDiff(path, old or None, new)]),
+        locations=tuple([FileLocation(path)]),
     )
 
 
@@ -217,7 +212,7 @@ def diff_result(args: Any, result: Any) -> DiffResultView | None:
         title = f"Wrote {path}"
     else:
         title = f"Edited {path}"
-    return DiffResultView(title=title, diffs=_seq(diffs))
+    return DiffResultView(title=title, diffs=tuple(diffs))
 
 
 # -- list_dir ------------------------------------------------------------------------------------
@@ -233,7 +228,7 @@ def list_call(args: Any) -> GenericCallView | None:
         return None
     return GenericCallView(
         title=f"List {path}", kind=ToolCallKind.READ, raw_input=_raw(args),
-        locations=_seq([FileLocation(path)]),
+        locations=tuple([FileLocation(path)]),
     )  # fmt: skip
 
 
@@ -275,7 +270,7 @@ def glob_result(args: Any, result: Any) -> SearchResultView | None:
     if paths is None or total is None or meta is None:
         return None
     truncated = meta.get("truncated") is True
-    return SearchResultView(title=_search_title("Glob", args, "pattern"), paths=_seq(paths),
+    return SearchResultView(title=_search_title("Glob", args, "pattern"), paths=tuple(paths),
                             truncated=truncated, total=total)  # fmt: skip
 
 
@@ -302,7 +297,7 @@ def grep_result(args: Any, result: Any) -> SearchResultView | None:
             return None
         matches.append((found.group(1), int(found.group(2)), found.group(3)))
     truncated = meta.get("truncated") is True
-    return SearchResultView(title=_search_title("Grep", args, "pattern"), matches=_seq(matches),
+    return SearchResultView(title=_search_title("Grep", args, "pattern"), matches=tuple(matches),
                             truncated=truncated, total=len(matches))  # fmt: skip
 
 
