@@ -6,7 +6,7 @@ import inspect
 import math
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, final
+from typing import Any, Literal, final
 
 import attrs
 import cattrs
@@ -59,6 +59,29 @@ def _check_timeout(instance: ToolDefinition, attribute: attrs.Attribute[Any], va
         )
 
 
+PathAccess = Literal["read", "write"]
+"""How a tool uses a path argument: ``"read"`` (read rules apply) or ``"write"`` (edit rules)."""
+
+
+def _freeze_paths(value: Mapping[str, str] | None) -> FrozenDict:
+    out = freeze(dict(value or {}), "paths")
+    for key, access in out.items():
+        if access not in ("read", "write"):
+            raise ValueError(
+                f"paths[{key!r}] must be 'read' or 'write' (how the tool uses that argument), "
+                f"not {access!r}"
+            )
+    return out  # type: ignore[no-any-return]
+
+
+def _freeze_keys(value: Mapping[str, str] | None) -> FrozenDict:
+    out = freeze(dict(value or {}), "claude_keys")
+    for key, other in out.items():
+        if not isinstance(other, str) or not other:
+            raise ValueError(f"claude_keys[{key!r}] must be a non-empty string, not {other!r}")
+    return out  # type: ignore[no-any-return]
+
+
 def _check_name(instance: ToolDefinition, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"a tool name must be a non-empty string, not {value!r}")
@@ -71,6 +94,10 @@ class ToolDefinition:
 
     Build one with `define_tool` or `tool`. ``parameters`` is the compiled JSON Schema;
     ``args_type`` is the attrs class arguments are structured into, when one was given.
+    ``paths`` maps each argument that names a file or directory to ``"read"`` or ``"write"``,
+    so path rules (``Read(...)``, ``Edit(...)``) reach the tool. ``claude_name`` and
+    ``claude_keys`` (dsh argument -> Claude Code key) say how the tool is spelled in Claude
+    Code material: permission rules, hook matchers and hook payloads.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -83,6 +110,9 @@ class ToolDefinition:
     present_result: Callable[[Any, Any], Any] | None = attrs.field(default=None, repr=False)
     output_schema: FrozenDict | None = attrs.field(default=None, repr=False)
     args_type: type | None = attrs.field(default=None, repr=False)
+    paths: FrozenDict = attrs.field(factory=FrozenDict, converter=_freeze_paths, repr=False)
+    claude_name: str | None = attrs.field(default=None, repr=False)
+    claude_keys: FrozenDict = attrs.field(factory=FrozenDict, converter=_freeze_keys, repr=False)
     # Derived once, here, so no call pays for them.
     validate: Validator = attrs.field(init=False, repr=False, eq=False)
     validate_output: Validator | None = attrs.field(init=False, repr=False, eq=False)
@@ -145,6 +175,9 @@ def define_tool(
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Any], Any] | None = None,
     output_schema: Mapping[str, Any] | None = None,
+    paths: Mapping[str, PathAccess] | None = None,
+    claude_name: str | None = None,
+    claude_keys: Mapping[str, str] | None = None,
 ) -> ToolDefinition:
     """Build a `ToolDefinition`.
 
@@ -164,6 +197,11 @@ def define_tool(
         present_call: ``f(args) -> CallView | None``; pure. Invalid arguments give ``None``.
         present_result: ``f(args, result) -> ResultView | None``; pure.
         output_schema: If given, the body returns a JSON value that must fit it.
+        paths: Which arguments are paths, and whether the tool reads or writes them
+            (``{"path": "read"}``); read rules and edit rules apply through them.
+        claude_name: The tool's name in Claude Code material (``"Read"``), if it has one.
+        claude_keys: dsh argument name -> Claude Code key (``{"path": "file_path"}``), for hook
+            payloads and rules; unmapped keys keep their names.
 
     Raises:
         JsonSchemaError: *parameters* or *output_schema* cannot be compiled; the message names
@@ -189,6 +227,9 @@ def define_tool(
         present_result=present_result,
         output_schema=output,
         args_type=args_type,
+        paths=paths,
+        claude_name=claude_name,
+        claude_keys=claude_keys,
     )
 
 
@@ -207,6 +248,9 @@ def tool(
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Any], Any] | None = None,
     output_schema: Mapping[str, Any] | None = None,
+    paths: Mapping[str, PathAccess] | None = None,
+    claude_name: str | None = None,
+    claude_keys: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
 
 
@@ -222,6 +266,9 @@ def tool(
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Any], Any] | None = None,
     output_schema: Mapping[str, Any] | None = None,
+    paths: Mapping[str, PathAccess] | None = None,
+    claude_name: str | None = None,
+    claude_keys: Mapping[str, str] | None = None,
 ) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
     """Decorator form of `define_tool`: the function is the body.
 
@@ -261,6 +308,9 @@ def tool(
             present_call=present_call,
             present_result=present_result,
             output_schema=output_schema,
+            paths=paths,
+            claude_name=claude_name,
+            claude_keys=claude_keys,
         )
 
     return build(fn) if fn is not None else build

@@ -136,7 +136,9 @@ class ToolExecutionResult:
     """The outcome of one call, as the model and every observer see it.
 
     ``content`` is what the model reads; an error's text is ``Error: <message>``. ``decided_by``
-    names the plugin that denied, asked, blocked or replaced the result, or is ``None``.
+    is exactly the registered name of the plugin that denied, asked, blocked or replaced the
+    result, or ``None``; ``decision_detail`` says which rule or why (``rule bash(rm:*) in
+    dsh.toml``), or is ``None``.
     """
 
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
@@ -145,6 +147,7 @@ class ToolExecutionResult:
     additional_contexts: tuple[HookContext, ...] = attrs.field(default=(), converter=_to_contexts)
     meta: Any = attrs.field(default=None, converter=_freeze_meta)
     decided_by: str | None = None
+    decision_detail: str | None = None
 
     @classmethod
     def _success(cls, content: tuple[ContentBlock, ...]) -> ToolExecutionResult:
@@ -157,6 +160,7 @@ class ToolExecutionResult:
         set_(self, "additional_contexts", ())
         set_(self, "meta", None)
         set_(self, "decided_by", None)
+        set_(self, "decision_detail", None)
         return self
 
     @property
@@ -178,6 +182,7 @@ class ToolExecutionResult:
             "additional_contexts": [c.to_json() for c in self.additional_contexts],
             "meta": thaw(self.meta),
             "decided_by": self.decided_by,
+            "decision_detail": self.decision_detail,
         }
 
 

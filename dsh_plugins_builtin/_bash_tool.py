@@ -132,4 +132,6 @@ def make_bash_tool(env: ToolEnv) -> ToolDefinition:
         timeout_ms=MAX_TIMEOUT_MS + 5_000,
         present_call=present.bash_call,
         present_result=present.bash_result,
+        claude_name="Bash",
+        claude_keys={"timeout_ms": "timeout"},
     )

@@ -333,6 +333,9 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
             is_concurrency_safe=_safe,
             present_call=present.read_call,
             present_result=present.read_result,
+            paths={"path": "read"},
+            claude_name="Read",
+            claude_keys={"path": "file_path"},
         ),
         define_tool(
             name="write_file",
@@ -351,6 +354,9 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
             execute=guarded(lambda args, ctx: _write_file(env, args)),
             present_call=present.write_call,
             present_result=present.diff_result,
+            paths={"path": "write"},
+            claude_name="Write",
+            claude_keys={"path": "file_path"},
         ),
         define_tool(
             name="edit_file",
@@ -380,6 +386,9 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
             execute=guarded(lambda args, ctx: _edit_file(env, args)),
             present_call=present.edit_call,
             present_result=present.diff_result,
+            paths={"path": "write"},
+            claude_name="Edit",
+            claude_keys={"path": "file_path", "old_text": "old_string", "new_text": "new_string"},
         ),
         define_tool(
             name="list_dir",
@@ -397,5 +406,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
             is_concurrency_safe=_safe,
             present_call=present.list_call,
             present_result=present.list_result,
+            paths={"path": "read"},
+            claude_name="LS",
         ),
     ]

@@ -256,6 +256,8 @@ def make_search_tools(env: ToolEnv) -> list[ToolDefinition]:
             is_concurrency_safe=_safe,
             present_call=present.glob_call,
             present_result=present.glob_result,
+            paths={"path": "read"},
+            claude_name="Glob",
         ),
         define_tool(
             name="grep",
@@ -289,5 +291,8 @@ def make_search_tools(env: ToolEnv) -> list[ToolDefinition]:
             is_concurrency_safe=_safe,
             present_call=present.grep_call,
             present_result=present.grep_result,
+            paths={"path": "read"},
+            claude_name="Grep",
+            claude_keys={"ignore_case": "-i"},
         ),
     ]

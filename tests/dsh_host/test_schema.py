@@ -12,6 +12,7 @@ import pytest
 from dsh_host import (
     JsonSchemaError,
     Prop,
+    ToolExecutionResult,
     ToolRunContext,
     _schema,
     define_tool,
@@ -319,3 +320,33 @@ def test_define_tool_rejects_bad_timeouts():
         ).timeout_ms
         == 30000
     )
+
+
+def test_paths_and_claude_names_are_frozen_and_checked():
+    t = define_tool(
+        name="x",
+        description="",
+        parameters={"p": {"type": "string"}},
+        execute=lambda a: "",
+        paths={"p": "read"},
+        claude_name="X",
+        claude_keys={"p": "file_path"},
+    )
+    assert t.paths == {"p": "read"}
+    assert t.claude_keys == {"p": "file_path"}
+    assert t.claude_name == "X"
+    with pytest.raises(TypeError):
+        t.paths["q"] = "write"
+    with pytest.raises(ValueError, match="must be 'read' or 'write'"):
+        define_tool(
+            name="x", description="", parameters={}, execute=lambda a: "", paths={"p": "rw"}
+        )
+    with pytest.raises(ValueError, match="non-empty string"):
+        define_tool(
+            name="x", description="", parameters={}, execute=lambda a: "", claude_keys={"p": ""}
+        )
+
+
+def test_decision_detail_is_in_json():
+    r = ToolExecutionResult(content="x", decided_by="p", decision_detail="rule a")
+    assert r.to_json()["decision_detail"] == "rule a"
