@@ -684,6 +684,7 @@ async def test_block_turns_the_result_into_an_error_and_drops_earlier_contexts(m
         ],
         "meta": None,
         "decided_by": "blocker",
+        "decision_detail": None,
     }
 
 

@@ -57,6 +57,7 @@ def assert_timed_out(result: ToolExecutionResult, ms: int) -> None:
         "additional_contexts": [],
         "meta": None,
         "decided_by": "timeout",
+        "decision_detail": None,
     }
 
 
