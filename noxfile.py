@@ -1,4 +1,4 @@
-"""Development sessions: ``nox -s tests``, ``lint``, ``typing``, ``docs``, ``bench``."""
+"""Development sessions: ``nox -s tests``, ``lint``, ``typing``, ``docs``, ``bench``, ``soak``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,13 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (what CI runs)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The load, fault and fuzz suite at full size (100,000 calls; minutes, not seconds)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "soak", *session.posargs, env={"DSH_SOAK": "full"})
 
 
 @nox.session

@@ -37,7 +37,7 @@ from ._registry import ToolRegistry
 from ._signal import AbortSignal
 from ._tool import ToolDefinition
 from ._trace import Trace
-from ._values import Scope, ToolExecutionInput, ToolExecutionResult
+from ._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
 
 __all__ = ["Host"]
 
@@ -269,6 +269,21 @@ class Host:
             signal=signal,
         )  # fmt: skip
         return await self.registry.execute(input, trace=trace)
+
+    def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
+        """Why policy withholds *path* (absolute, real) from the running *execution*, or ``None``.
+
+        Asks every ``dsh_path_denied`` implementation (firstresult). A plugin that raises denies,
+        so a broken policy plugin never lets a path through.
+        """
+        hook = self.pm.hook.dsh_path_denied
+        if not hook.get_hookimpls():
+            return None
+        try:
+            reason = hook(execution=execution, path=path, access=access)
+        except Exception as exc:
+            return f"the path policy failed ({_describe(exc)}), so the path is withheld"
+        return reason if reason is None or isinstance(reason, str) else str(reason)
 
     def present_call(self, name: str, args: Any, scope: Scope | None = None) -> CallView:
         """A card for a pending call: plugin presenters, then the tool's own, then a generic card."""

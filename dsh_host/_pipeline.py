@@ -160,20 +160,22 @@ class Pipeline:
 
     # -- A to G ----------------------------------------------------------------------------
 
-    async def prepare(self, input: ToolExecutionInput, trace: Trace | None) -> Prepared:
+    async def prepare(
+        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
+    ) -> Prepared:
         signal = input.signal if input.signal is not None else _inert()
         try:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
             execution = ToolExecution(
                 call_id=input.call_id, name=input.name, arguments=None, scope=input.scope,
-                parent=input.parent, signal=signal,
+                parent=input.parent, signal=signal, dry_run=dry_run,
             )  # fmt: skip
             message = f"tool arguments must be JSON: {exc}"
             return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
         execution = ToolExecution(
             call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-            parent=input.parent, signal=signal,
+            parent=input.parent, signal=signal, dry_run=dry_run,
         )  # fmt: skip
         if signal.aborted:
             return Prepared(execution, aborted(False), False)

@@ -248,7 +248,7 @@ class ToolRegistry:
         denial, a plugin failure, arguments that are not JSON), or ``None`` when policy lets it
         through to dispatch.
         """
-        return (await self._pipeline.prepare(input, trace)).result
+        return (await self._pipeline.prepare(input, trace, dry_run=True)).result
 
     async def execute_batch(
         self,

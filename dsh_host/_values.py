@@ -327,7 +327,9 @@ class ToolExecution:
 
     ``arguments`` is a deep-frozen JSON snapshot (``None`` when the caller's arguments were not
     JSON); ``token`` identifies the call; ``signal`` is the caller's (a wrapper's replacement
-    inside ``dsh_tool_execute``).
+    inside ``dsh_tool_execute``). ``dry_run`` is true when the call is only previewed
+    (``dsh run --dry-run``, `ToolRegistry.preview`): a hook must not have side effects then
+    (run no command, write no file) and should answer as it would for a real call.
     """
 
     call_id: str
@@ -337,6 +339,7 @@ class ToolExecution:
     parent: ToolExecution | None = attrs.field(default=None, repr=False)
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False)
     token: object = attrs.field(factory=object, repr=False, eq=False)
+    dry_run: bool = attrs.field(default=False, repr=False)
 
 
 @final

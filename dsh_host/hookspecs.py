@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dsh_host_started",
+    "dsh_path_denied",
     "dsh_plugin_config",
     "dsh_present_call",
     "dsh_present_result",
@@ -276,6 +277,40 @@ def dsh_tool_result(
         @hookimpl
         def dsh_tool_result(execution, result):
             log.info("%s %s -> %s", execution.call_id, execution.name, result.code or "ok")
+    """
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | None:
+    """Say whether policy withholds one file or directory from a tool that is already running.
+
+    A pre-execute hook sees the paths a call names; a search (``grep .``, ``glob **``) meets
+    files no argument names. Tools that read or write files they discover call this (through
+    `Host.path_denied`) for each one, and leave out every path that gets a reason, telling the
+    model how many were withheld by policy. It must be **synchronous, fast and pure**: it is
+    called from worker threads, once per file a search meets.
+
+    **Chaining: firstresult.** The first reason wins; ``None`` from every plugin lets the path
+    through.
+
+    Args:
+        execution: the call that is running.
+        path: the absolute, real path (symlinks resolved) of the file or directory.
+        access: ``"read"`` or ``"write"``.
+
+    Returns:
+        A reason (``"denied by rule Read(./secrets/**) in dsh.toml"``), or ``None``.
+
+    Example::
+
+        @hookimpl
+        def dsh_path_denied(execution, path, access):
+            if access == "read" and "/secrets/" in path:
+                return "secrets are off limits"
+            return None
     """
 
 

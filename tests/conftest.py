@@ -20,6 +20,12 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[name] = os.path.join(home, name.lower())
 
 
+def soak_size(ci: int, full: int) -> int:
+    """The size of a soak or fuzz run: *ci* in the test suite, *full* under ``nox -s soak``
+    (which sets ``DSH_SOAK=full``). Mark such tests ``@pytest.mark.soak``."""
+    return full if os.environ.get("DSH_SOAK") == "full" else ci
+
+
 def make_echo(name: str = "echo", **kwargs: Any) -> ToolDefinition:
     """A tool that returns its ``text`` argument."""
 

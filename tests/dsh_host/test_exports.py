@@ -109,7 +109,7 @@ def test_error_codes():
 
 def test_every_hookspec_is_typed_and_documented_with_an_example():
     specs = [getattr(hookspecs, n) for n in hookspecs.__all__]
-    assert len(specs) == 11
+    assert len(specs) == 12
     for spec in specs:
         doc = inspect.getdoc(spec) or ""
         assert len(doc.splitlines()) >= 3, spec.__name__
