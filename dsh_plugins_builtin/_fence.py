@@ -36,11 +36,16 @@ import attrs
 __all__ = [
     "SANDBOX_MODES",
     "FenceDenied",
+    "RootPin",
+    "RootReplaced",
     "SandboxMode",
     "SandboxPolicy",
     "atomic_write_text",
+    "check_pinned",
     "check_read",
     "check_write",
+    "pin_roots",
+    "protected_paths",
     "readable_roots",
     "resolve_target",
     "writable_roots",
@@ -115,6 +120,96 @@ class SandboxPolicy:
     )
     read_roots: tuple[Path, ...] = attrs.field(converter=_abs_paths, default=())
     network: bool = False
+    protected: tuple[str, ...] = (".git", ".claude", ".dsh")
+    config_file: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_abs_path)
+    )
+    pins: tuple[RootPin, ...] = ()
+
+
+@attrs.frozen
+class RootPin:
+    """A root as it was when the host started: its canonical path and its device and inode."""
+
+    path: Path
+    real: Path
+    dev: int
+    ino: int
+
+
+class RootReplaced(Exception):
+    """A pinned root was replaced (moved, swapped for a symlink) after the host started."""
+
+    def __init__(self, pin: RootPin, now: str) -> None:
+        super().__init__(
+            f'the sandbox root "{pin.path}" was replaced after the host started ({now}); '
+            "refusing to run: restart dsh if the move was intended"
+        )
+        self.pin = pin
+
+
+def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
+    """Return *policy* with every root it names (workspace, writable and read roots) pinned.
+
+    Each existing root is resolved once, here, and its device and inode recorded; `check_pinned`
+    later refuses a call whose root has since been replaced. Missing roots are not pinned (they
+    match nothing, as before).
+    """
+    pins: dict[Path, RootPin] = {}
+    for root in (policy.workspace, *policy.writable_roots, *policy.read_roots):
+        if root in pins:
+            continue
+        try:
+            real = Path(_resolve_abs(str(root)))
+            st = os.stat(real, follow_symlinks=False)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            pins[root] = RootPin(root, real, st.st_dev, st.st_ino)
+    return attrs.evolve(policy, pins=tuple(pins.values()))
+
+
+def check_pinned(policy: SandboxPolicy) -> None:
+    """Raise `RootReplaced` if a pinned root's path no longer leads to the same directory.
+
+    The check walks each root path without following a final symlink: a root that is now a
+    symlink, or a directory with another device or inode, fails.
+    """
+    for pin in policy.pins:
+        try:
+            real = _resolve_abs(str(pin.path))
+            st = os.stat(pin.path, follow_symlinks=False)
+        except (OSError, ValueError) as exc:
+            raise RootReplaced(pin, f"it cannot be inspected: {exc}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise RootReplaced(pin, "it is now a symbolic link")
+        if real != str(pin.real) or (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+            raise RootReplaced(pin, "it is now another directory")
+
+
+def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
+    """The absolute paths that stay read-only inside writable roots, to every tool and command.
+
+    Relative entries of ``policy.protected`` are taken under each writable root (canonical, as
+    `writable_roots` gives them); absolute entries as they are; the config file the host was
+    started with is added when it lies in a writable root. Paths need not exist: a protected
+    ``.git`` that does not exist yet may not be created either.
+    """
+    roots = writable_roots(policy)
+    if not roots or roots == (Path("/"),):
+        return ()
+    out: dict[Path, None] = {}
+    for entry in policy.protected:
+        if os.path.isabs(entry):
+            out.setdefault(Path(_resolve_abs(os.path.normpath(entry))), None)
+            continue
+        for root in roots:
+            out.setdefault(Path(_resolve_abs(os.path.join(str(root), entry))), None)
+    if policy.config_file is not None:
+        config = Path(_resolve_abs(str(policy.config_file)))
+        if any(_within(str(config), str(root)) for root in roots):
+            out.setdefault(config, None)
+    return tuple(out)
 
 
 def _resolve_abs(path: str) -> str:

@@ -41,6 +41,7 @@ from dsh_plugins_builtin._fence import (
     atomic_write_text,
     check_read,
     check_write,
+    pin_roots,
 )
 from dsh_plugins_builtin._sandbox_check import FIX_HINT, check_report, render_report
 
@@ -117,6 +118,11 @@ class SandboxConfig:
             (confines nothing: only ``danger-full-access`` can run commands then).
         env_allow: Environment names kept for commands although they look secret.
         max_output_bytes: Bytes of a command's output kept (its head and its tail).
+        protected: Paths that stay read-only inside the writable roots, to every tool and to
+            ``bash``: relative entries under each writable root, absolute ones as they are.
+            The config file the host was started with is always added when it lies in a
+            writable root (a ``dsh.toml`` the model could rewrite would change the next run's
+            policy).
     """
 
     mode: SandboxMode = "workspace-write"
@@ -132,18 +138,25 @@ class SandboxConfig:
         default=(), validator=_check_names("names", paths=False)
     )
     max_output_bytes: int = attrs.field(default=64_000, validator=_check_cap)
+    protected: tuple[str, ...] = attrs.field(
+        default=(".git", ".claude", ".dsh"), validator=_check_names("paths", paths=True)
+    )
 
 
 def _root(value: str, workspace: Path) -> Path:
     return workspace / os.path.expanduser(value)
 
 
-def build_policy(config: SandboxConfig, workspace: Path) -> SandboxPolicy:
-    """The `SandboxPolicy` a configuration stands for.
+def build_policy(
+    config: SandboxConfig, workspace: Path, config_file: str | os.PathLike[str] | None = None
+) -> SandboxPolicy:
+    """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
     Args:
         config: The plugin configuration.
         workspace: ``[host] workspace`` (made absolute here).
+        config_file: The config file the host was started with, if any (it is protected when
+            it lies in a writable root).
 
     Returns:
         The policy the fence and the confinement enforce.
@@ -152,13 +165,16 @@ def build_policy(config: SandboxConfig, workspace: Path) -> SandboxPolicy:
     extra: dict[str, Any] = {}
     if config.writable_roots is not None:
         extra["writable_roots"] = tuple(_root(r, ws) for r in config.writable_roots)
-    return SandboxPolicy(
+    policy = SandboxPolicy(
         config.mode,
         ws,
         read_roots=tuple(_root(r, ws) for r in config.read_roots),
         network=config.network,
+        protected=config.protected,
+        config_file=config_file,
         **extra,
     )
+    return pin_roots(policy)
 
 
 class SandboxPlugin:
@@ -181,7 +197,7 @@ class SandboxPlugin:
         """Read the configuration and build the policy."""
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self._policy = build_policy(self._config, host.workspace)
+        self._policy = build_policy(self._config, host.workspace, host.config.source)
 
     # -- what the tools read --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+import attrs
 import pytest
 
 from dsh_plugins_builtin import _fence
@@ -295,3 +296,46 @@ def test_default_writable_roots(ws: Path) -> None:
 def test_unknown_mode_rejected(ws: Path) -> None:
     with pytest.raises(ValueError, match="mode"):
         SandboxPolicy("full", ws)  # type: ignore[arg-type]
+
+
+# -- pinned roots and protected paths ------------------------------------------------------------
+
+
+def test_a_root_replaced_by_a_symlink_or_another_directory_fails_the_pin_check(tmp_path):
+    from dsh_plugins_builtin._fence import RootReplaced, check_pinned, pin_roots
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
+    check_pinned(policy)  # control: nothing changed
+    ws.rename(tmp_path / "away")
+    ws.symlink_to(outside)
+    with pytest.raises(RootReplaced, match="now a symbolic link"):
+        check_pinned(policy)
+    ws.unlink()
+    ws.mkdir()
+    with pytest.raises(RootReplaced, match="now another directory"):
+        check_pinned(policy)
+
+
+def test_protected_paths_lie_under_every_writable_root_with_the_config_file(tmp_path):
+    from dsh_plugins_builtin._fence import protected_paths
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    config = ws / "dsh.toml"
+    policy = SandboxPolicy(
+        "workspace-write", ws, writable_roots=(ws, other), config_file=config,
+        protected=(".git", "/etc/abs"),
+    )  # fmt: skip
+    assert set(protected_paths(policy)) == {
+        ws / ".git", other / ".git", Path("/etc/abs"), config,
+    }  # fmt: skip
+    outside_config = attrs.evolve(policy, config_file=tmp_path / "dsh.toml")
+    assert tmp_path / "dsh.toml" not in protected_paths(outside_config)
+    assert protected_paths(attrs.evolve(policy, mode="read-only")) == ()
+    assert protected_paths(attrs.evolve(policy, mode="danger-full-access")) == ()
