@@ -17,7 +17,7 @@ from ._errors import (
 )
 from ._hooks import hookimpl, hookspec
 from ._host import Host
-from ._json import FrozenDict, canonical_json, thaw
+from ._json import FrozenDict, JsonInputError, canonical_json, parse_json, thaw
 from ._jsonsubset import assert_supported_json_schema, validate_json_schema_value
 from ._plugins import PluginInfo, PluginStatus
 from ._presentation import (
@@ -37,6 +37,7 @@ from ._presentation import (
 from ._registry import ToolRegistry
 from ._schema import Prop, to_json_schema
 from ._signal import AbortSignal
+from ._text import printable
 from ._tool import ToolDefinition, ToolSchema, define_tool, tool
 from ._trace import TraceEvent
 from ._validate import validate_args
@@ -83,6 +84,7 @@ __all__ = [
     "HookContext",
     "Host",
     "ImageBlock",
+    "JsonInputError",
     "JsonSchemaError",
     "PluginInfo",
     "PluginLoadError",
@@ -114,6 +116,8 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "hookspecs",
+    "parse_json",
+    "printable",
     "thaw",
     "to_json_schema",
     "tool",

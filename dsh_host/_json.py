@@ -13,7 +13,22 @@ import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-__all__ = ["FrozenDict", "NotJsonError", "canonical_json", "freeze", "thaw"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "FrozenDict",
+    "JsonInputError",
+    "NotJsonError",
+    "canonical_json",
+    "freeze",
+    "parse_json",
+    "thaw",
+]
+
+MAX_DEPTH = 512
+"""How deeply arrays and objects from a model or a client may nest."""
+MAX_INT_DIGITS = 4300
+"""How many digits an integer from a model or a client may have (Python's own default bound)."""
 
 
 class NotJsonError(ValueError):
@@ -124,3 +139,86 @@ def thaw(value: Any) -> Any:
 def canonical_json(value: Any) -> str:
     """Compact JSON with sorted keys: the same text for equal values (used for fingerprints)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class JsonInputError(ValueError):
+    """JSON text from a model or a client was refused; the message says why, in plain words."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JsonInputError(f"duplicate object key {json.dumps(key)}: give each key once")
+            seen.add(key)
+    return out
+
+
+def _constant(name: str) -> NoReturn:
+    raise JsonInputError(f"{name} is not a JSON value")
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonInputError(f"the number {text[:40]} is too large for a JSON number here")
+    return value
+
+
+def _integer(text: str) -> int:
+    digits = len(text) - (text[0] == "-")
+    if digits > MAX_INT_DIGITS:
+        raise JsonInputError(
+            f"an integer has {digits} digits; at most {MAX_INT_DIGITS} are accepted"
+        )
+    return int(text)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse JSON from a model or a client, strictly.
+
+    Refuses what `json.loads` lets through silently or chokes on: a duplicate object key (which
+    value would policy see?), ``NaN``/``Infinity``, a number too large to be finite, an integer
+    of more than `MAX_INT_DIGITS` digits, and nesting deeper than *max_depth*. Every other valid
+    JSON value passes, lone surrogates (``"\\ud800"``) included. Time is linear in the size.
+
+    Raises:
+        JsonInputError: the text is not JSON, or is refused; the message says which and where.
+    """
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_constant,
+            parse_float=_number,
+            parse_int=_integer,
+        )
+    except JsonInputError:
+        raise
+    except RecursionError:
+        raise JsonInputError(f"JSON nested more than {max_depth} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise JsonInputError(f"not valid JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # bytes that are not UTF-8
+        raise JsonInputError(f"not valid JSON: {exc}") from None
+    if _depth_exceeds(value, max_depth):
+        raise JsonInputError(f"JSON nested more than {max_depth} levels deep")
+    return value

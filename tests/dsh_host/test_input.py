@@ -1,0 +1,72 @@
+"""Strict JSON input (`parse_json`) and terminal-safe text (`printable`)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dsh_host import JsonInputError, parse_json, printable
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"path": "a", "path": "b"}', 'duplicate object key "path"'),
+        ('{"a": {"k": 1, "k": 2}}', 'duplicate object key "k"'),
+        ('{"x": NaN}', "NaN is not a JSON value"),
+        ("[Infinity]", "Infinity is not a JSON value"),
+        ("1e400", "too large"),
+        ("9" * 4301, "4301 digits"),
+        ("-" + "9" * 4301, "4301 digits"),
+        ("[" * 513 + "]" * 513, "nested more than 512 levels"),
+        ("[" * 100_000 + "]" * 100_000, "nested more than 512 levels"),
+        ('{"a": ' * 60_000 + "1" + "}" * 60_000, "nested more than 512 levels"),
+        ("{", "not valid JSON"),
+        (b"\xff\xfe{", "not valid JSON"),
+    ],
+)
+def test_refused_input_says_why(text, message):
+    with pytest.raises(JsonInputError, match=message.replace("(", r"\(")):
+        parse_json(text)
+
+
+def test_every_other_json_value_passes():
+    assert parse_json('{"s": "\\udcff", "n": -12, "f": 1.5, "a": [null, true]}') == {
+        "s": "\udcff",
+        "n": -12,
+        "f": 1.5,
+        "a": [None, True],
+    }
+    assert parse_json("[" * 512 + "]" * 512) is not None
+    assert parse_json("9" * 4300) == int("9" * 4300)
+    assert parse_json(b'{"a": 1}') == {"a": 1}
+
+
+def test_deep_input_is_refused_in_linear_time():
+    started = time.perf_counter()
+    with pytest.raises(JsonInputError):
+        parse_json("[" * 5_000_000)
+    assert time.perf_counter() - started < 5  # milliseconds in practice; quadratic would be hours
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("git status", "git status"),
+        ("a\x1b[2Kb", "a\\x1b[2Kb"),
+        ("rm -rf /\r# harmless", "rm -rf /\\r# harmless"),
+        ("echo\u202eevil", "echo\\u202eevil"),
+        ("x\u200by", "x\\u200by"),
+        ("line\nnext\ttab", "line\\nnext\\ttab"),
+        ("bad \udcff", "bad \\udcff"),
+        ("\x7f\x85", "\\x7f\\x85"),
+    ],
+)
+def test_printable_escapes_what_a_terminal_would_act_on(text, shown):
+    assert printable(text) == shown
+
+
+def test_printable_keeps_newlines_and_tabs_on_request_but_never_carriage_returns():
+    assert printable("a\n\tb\r\x1b", newlines=True) == "a\n\tb\\r\\x1b"
+    assert printable("plain ünïcode ✓") == "plain ünïcode ✓"
