@@ -298,6 +298,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub, common)
 
+    from ._scaffold import add_new_parser
+
+    add_new_parser(sub)
+
     p = sub.add_parser("config", parents=common, help="configuration commands")
     config_sub = p.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
     p = config_sub.add_parser("check", parents=common,
