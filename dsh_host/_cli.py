@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from ._completion import add_completion_parser, autocomplete, tool_names
 from ._config import config_converter, find_config
 from ._errors import ConfigError, PluginLoadError
 from ._host import Host
@@ -287,7 +288,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_tools)
 
     p = sub.add_parser("call", parents=common, help="run one tool call through the pipeline")
-    p.add_argument("name", metavar="NAME", help="the tool")
+    tool_arg = p.add_argument("name", metavar="NAME", help="the tool")
+    tool_arg.completer = tool_names  # type: ignore[attr-defined]  # read by argcomplete
     p.add_argument("arguments", metavar="JSON", nargs="?", default="{}",
                    help="the arguments, a JSON object (default: {})")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result object as JSON")
@@ -301,6 +303,7 @@ def make_parser() -> argparse.ArgumentParser:
     from ._scaffold import add_new_parser
 
     add_new_parser(sub)
+    add_completion_parser(sub)
 
     p = sub.add_parser("config", parents=common, help="configuration commands")
     config_sub = p.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
@@ -367,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in _DELEGATED:
         return _delegate(argv)
     parser = make_parser()
+    autocomplete(parser)  # answers and exits when the shell asks for completions
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error argparse reported
