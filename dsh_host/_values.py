@@ -349,7 +349,7 @@ class ToolRunContext:
 
     execution: ToolExecution
     tool: ToolDefinition = attrs.field(repr=False)
-    _deferred: list[HookContext] = attrs.field(factory=list, repr=False, alias="_deferred")
+    _deferred: list[HookContext] = attrs.field(init=False, factory=list, repr=False)
 
     @property
     def call_id(self) -> str:
