@@ -310,7 +310,11 @@ class Host:
     def present_result(
         self, name: str, args: Any, result: ToolExecutionResult, scope: Scope | None = None
     ) -> ResultView:
-        """A card for a finished call, with the same fallbacks as `present_call`."""
+        """A card for a finished call, with the same fallbacks as `present_call`.
+
+        The last fallback, a generic card, keeps the title of the call's own card and shows the
+        result's raw content.
+        """
         tool = self.registry.get(name, scope)
         if tool is not None:
             for impl in self.hooks.impls("dsh_present_result"):
@@ -323,7 +327,10 @@ class Host:
                     view = _safe(tool.present_result, RESULT_VIEWS, typed, result)
                     if view is not None:
                         return typing.cast("ResultView", view)
-        return GenericResultView(title=name, content=result.content)
+        # No result presenter: the card keeps the title the pending call's card had.
+        return GenericResultView(
+            title=self.present_call(name, args, scope).title, content=result.content
+        )
 
 
 def _describe(exc: BaseException) -> str:

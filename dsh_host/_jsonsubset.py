@@ -150,26 +150,40 @@ _Visit = Generator[tuple[object, str], None, None]
 
 
 def assert_supported_json_schema(schema: object) -> None:
-    """Check that *schema* stays inside the supported JSON Schema subset.
+    """Check that *schema* is a structured-output schema: an object-rooted node of the subset.
 
     Args:
         schema: A raw JSON Schema (dicts, lists, scalars) to check; paths are rooted at ``schema``.
 
     Raises:
         JsonSchemaError: When anything is outside the subset; ``violations`` lists every problem
-            in walk order (e.g. ``schema.anyOf is not a supported keyword (...)``).
+            in walk order (e.g. ``schema.anyOf is not a supported keyword (...)``), starting with
+            a root that is not ``{"type": "object", ...}``.
     """
     violations: list[str] = []
+    rec = _record(schema)
+    if rec is not None and rec.get("type") != "object":
+        violations.append(
+            'schema must be rooted at an object node ({"type": "object", ...}); '
+            f"its type is {_compact(rec.get('type'))}"
+        )
+    violations.extend(node_violations(schema))
+    if violations:
+        raise JsonSchemaError(violations)
+
+
+def node_violations(schema: object, path: str = "schema") -> list[str]:
+    """Every way *schema* steps outside the subset, as a node (any root type), in walk order."""
+    violations: list[str] = []
     ancestors: set[int] = set()
-    stack: list[_Visit] = [_check_node(schema, "schema", violations, ancestors)]
+    stack: list[_Visit] = [_check_node(schema, path, violations, ancestors)]
     while stack:
         child = next(stack[-1], None)
         if child is None:
             stack.pop()
         else:
             stack.append(_check_node(child[0], child[1], violations, ancestors))
-    if violations:
-        raise JsonSchemaError(violations)
+    return violations
 
 
 def _check_node(node: object, p: str, out: list[str], ancestors: set[int]) -> _Visit:

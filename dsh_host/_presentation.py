@@ -2,6 +2,12 @@
 
 Presenters are pure functions of the call's arguments (and result); they return one of these views,
 or ``None`` to fall back to the generic card.
+
+The union of card kinds is **open**. Every card has a ``card`` tag and a ``title``; besides the
+seed's three kinds (``generic``, ``terminal``, ``diff``), dsh has ``read`` and ``search`` result
+cards, and later versions may add more. A consumer that meets a kind it does not know shows it
+as a generic card: the card's ``title`` and the result's own content. The CLI and the MCP server
+follow that rule.
 """
 
 from __future__ import annotations
@@ -197,7 +203,11 @@ RESULT_VIEWS = (
 
 
 def view_to_json(view: CallView | ResultView) -> dict[str, Any]:
-    """A plain JSON object for a view (``card`` first), e.g. for ``dsh call --json``."""
+    """A plain JSON object for a view, its ``card`` tag first.
+
+    The ``card`` tag is the discriminator a UI switches on. The union is open: treat a kind you
+    do not know as ``generic`` (show its ``title`` and the result's content).
+    """
 
     def plain(value: Any) -> Any:
         if attrs.has(type(value)):

@@ -30,6 +30,15 @@ from ._json import freeze, thaw
 
 __all__ = ["Prop", "compile_parameters", "to_json_schema"]
 
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""`Prop.default` when the property has no default (``None`` is the JSON default ``null``)."""
+
 _DSL_TYPES = ("string", "number", "integer", "boolean", "object", "array")
 _PROP_KEYS = ("type", "required", "description", "enum", "default", "properties", "items")
 
@@ -48,7 +57,8 @@ class Prop:
     required: bool = False
     description: str | None = None
     enum: Sequence[str] | None = None
-    default: Any = None
+    default: Any = UNSET
+    """A model-visible annotation; ``None`` is a real default (``null``). Unset by default."""
     properties: Mapping[str, Prop | Mapping[str, Any]] | None = None
     items: Prop | Mapping[str, Any] | None = None
 
@@ -57,10 +67,12 @@ class Prop:
         out: dict[str, Any] = {"type": self.type}
         if self.required:
             out["required"] = True
-        for key in ("description", "enum", "default", "properties", "items"):
+        for key in ("description", "enum", "properties", "items"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.default is not UNSET:
+            out["default"] = self.default
         return out
 
 
@@ -152,7 +164,7 @@ def _compile_node(spec: Mapping[str, Any], path: str, errors: list[str]) -> dict
             errors.append(f"{path}.enum must be a non-empty list of strings on a string property")
         else:
             node["enum"] = list(enum_values)
-    if "default" in spec and spec["default"] is not None:
+    if "default" in spec:
         try:
             node["default"] = thaw(freeze(spec["default"], f"{path}.default"))
         except ValueError as exc:
@@ -208,8 +220,7 @@ def _attrs_schema(cls: type, path: str) -> dict[str, Any]:
             except ValueError:
                 pass
             else:
-                if default is not None:
-                    node["default"] = default
+                node["default"] = default
         properties[name] = node
     if errors:
         raise JsonSchemaError(errors)
@@ -263,10 +274,6 @@ Validator: TypeAlias = Callable[[Any], list[str]]
 _Check: TypeAlias = Callable[[Any, str, list[str]], None]
 
 
-def _show(path: str) -> str:
-    return path or "arguments"
-
-
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -317,18 +324,18 @@ def _fits_subset(node: Any) -> bool:
     )
 
 
-def _compile_check(node: Mapping[str, Any]) -> _Check:
+def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
     test, noun = _TYPE_TESTS[node["type"]]
     enum_values = node.get("enum")
     if node["type"] == "object":
-        props = [(k, _compile_check(v)) for k, v in node.get("properties", {}).items()]
+        props = [(k, _compile_check(v, root)) for k, v in node.get("properties", {}).items()]
         required = tuple(node.get("required", ()))
         closed = node.get("additionalProperties") is False
         declared = frozenset(node.get("properties", {}))
 
         def check_object(value: Any, path: str, errors: list[str]) -> None:
             if not isinstance(value, Mapping):
-                errors.append(f'"{_show(path)}" must be an object')
+                errors.append(f'"{(path or root)}" must be an object')
                 return
             for key in required:
                 if key not in value:
@@ -343,11 +350,11 @@ def _compile_check(node: Mapping[str, Any]) -> _Check:
 
         return check_object
     if node["type"] == "array":
-        item_check = _compile_check(node["items"]) if "items" in node else None
+        item_check = _compile_check(node["items"], root) if "items" in node else None
 
         def check_array(value: Any, path: str, errors: list[str]) -> None:
             if type(value) is not tuple and type(value) is not list:
-                errors.append(f'"{_show(path)}" must be an array')
+                errors.append(f'"{(path or root)}" must be an array')
                 return
             if item_check is not None:
                 for i, item in enumerate(value):
@@ -360,19 +367,23 @@ def _compile_check(node: Mapping[str, Any]) -> _Check:
     def check_scalar(value: Any, path: str, errors: list[str]) -> None:
         if not test(value):
             if node["type"] == "number" and type(value) is float:
-                errors.append(f'"{_show(path)}" must be a finite JSON number')
+                errors.append(f'"{(path or root)}" must be a finite JSON number')
             else:
-                errors.append(f'"{_show(path)}" must be {noun}')
+                errors.append(f'"{(path or root)}" must be {noun}')
         elif allowed is not None and value not in allowed:
-            errors.append(f'"{_show(path)}" must be one of {shown_enum}')
+            errors.append(f'"{(path or root)}" must be one of {shown_enum}')
 
     return check_scalar
 
 
-def compile_parameters(schema: Mapping[str, Any]) -> Validator:
-    """Compile *schema* once into a function from arguments to the list of violations."""
+def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Validator:
+    """Compile *schema* once into a function from a value to the list of violations.
+
+    *root* names the whole value in messages (``"arguments" must be an object``; a tool's
+    output schema uses ``"output"``).
+    """
     if _fits_subset(schema):
-        check = _compile_check(schema)
+        check = _compile_check(schema, root)
 
         def validate(arguments: Any) -> list[str]:
             errors: list[str] = []
@@ -380,10 +391,10 @@ def compile_parameters(schema: Mapping[str, Any]) -> Validator:
             return errors
 
         return validate
-    return _jsonschema_validator(schema)
+    return _jsonschema_validator(schema, root)
 
 
-def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
+def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
     import jsonschema
 
     schema = thaw(schema)
@@ -391,7 +402,8 @@ def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        raise JsonSchemaError([f"parameters is not a valid JSON Schema: {exc.message}"]) from None
+        what = "parameters" if root == "arguments" else f"the {root} schema"
+        raise JsonSchemaError([f"{what} is not a valid JSON Schema: {exc.message}"]) from None
     checker = cls.TYPE_CHECKER.redefine(
         "array", lambda _checker, value: isinstance(value, list | tuple)
     )
@@ -410,11 +422,13 @@ def _jsonschema_validator(schema: Mapping[str, Any]) -> Validator:
                 kinds = error.validator_value
                 kinds = [kinds] if isinstance(kinds, str) else list(kinds)
                 nouns = " or ".join(_TYPE_TESTS[k][1] if k in _TYPE_TESTS else k for k in kinds)
-                messages.append(f'"{_show(path)}" must be {nouns}')
+                messages.append(f'"{(path or root)}" must be {nouns}')
             elif error.validator == "enum":
-                messages.append(f'"{_show(path)}" must be one of {_compact(error.validator_value)}')
+                messages.append(
+                    f'"{(path or root)}" must be one of {_compact(error.validator_value)}'
+                )
             else:
-                messages.append(f'"{_show(path)}": {error.message}')
+                messages.append(f'"{(path or root)}": {error.message}')
         return messages
 
     return validate

@@ -125,7 +125,9 @@ class ToolDefinition:
         setattr_(
             self,
             "validate_output",
-            None if self.output_schema is None else compile_parameters(self.output_schema),
+            None
+            if self.output_schema is None
+            else compile_parameters(self.output_schema, root="output"),
         )
         setattr_(self, "is_async", inspect.iscoroutinefunction(self.execute))
         setattr_(self, "takes_context", _positional_count(self.execute) >= 2)

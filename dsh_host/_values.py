@@ -368,6 +368,16 @@ class ToolRunContext:
         return self.execution.scope
 
     @property
+    def token(self) -> object:
+        """The call's identity token (``execution.token``)."""
+        return self.execution.token
+
+    @property
+    def parent(self) -> Any:
+        """The outer call's identity, for a nested call (``execution.parent``), else ``None``."""
+        return self.execution.parent
+
+    @property
     def signal(self) -> AbortSignal:
         """Fused from the caller's signal and any a wrapper installed; the body's cancel scope follows it."""
         return self.execution.signal

@@ -19,17 +19,30 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from dsh_host._errors import JsonSchemaError
-from dsh_host._jsonsubset import assert_supported_json_schema, validate_json_schema_value
+from dsh_host._jsonsubset import (
+    assert_supported_json_schema,
+    node_violations,
+    validate_json_schema_value,
+)
 
 SUBSET = "type/oneOf/properties/required/additionalProperties/items/enum/const + annotations"
 
 
 def violations_of(schema: object) -> list[str]:
-    try:
-        assert_supported_json_schema(schema)
-    except JsonSchemaError as error:
-        return list(error.violations)
-    return []
+    """The subset's verdict on *schema* as a node (any root type: the node-shape tests)."""
+    return node_violations(schema)
+
+
+def test_a_structured_output_schema_must_be_rooted_at_an_object():
+    with pytest.raises(JsonSchemaError) as info:
+        assert_supported_json_schema({"type": "string"})
+    assert info.value.code == "UNSUPPORTED_SCHEMA"
+    assert info.value.violations == (
+        'schema must be rooted at an object node ({"type": "object", ...}); its type is "string"',
+    )
+    with pytest.raises(JsonSchemaError, match="rooted at an object"):
+        assert_supported_json_schema({"oneOf": [{"type": "object"}]})
+    assert_supported_json_schema({"type": "object", "properties": {"v": {"type": "string"}}})
 
 
 class Trap(Mapping[str, Any]):
@@ -268,7 +281,7 @@ def test_const_checks():
 
 def test_error_carries_every_violation():
     with pytest.raises(JsonSchemaError) as caught:
-        assert_supported_json_schema({"type": "string", "title": 1, "pattern": "x"})
+        assert_supported_json_schema({"type": "object", "title": 1, "pattern": "x"})
     assert caught.value.code == "UNSUPPORTED_SCHEMA"
     assert caught.value.violations == (
         f"schema.pattern is not a supported keyword (subset: {SUBSET})",
@@ -700,7 +713,7 @@ def schema_and_value(draw: st.DrawFn) -> tuple[dict[str, Any], Any]:
 @given(schema_and_value())
 def test_agrees_with_jsonschema(case):
     schema, value = case
-    assert_supported_json_schema(schema)
+    assert node_violations(schema) == []
     Draft202012Validator.check_schema(schema)
     ours = validate_json_schema_value(schema, value)
     assert all(isinstance(message, str) for message in ours)

@@ -908,3 +908,16 @@ async def test_trace_shows_every_plugin_consulted_including_failures(make_host):
         (e.call_id, e.stage, e.plugin, e.outcome) for e in events
     ]
     assert all(e.seconds >= 0 for e in events)
+
+
+async def test_the_body_context_exposes_the_calls_identity(make_host):
+    seen = {}
+
+    def execute(args, ctx):
+        seen.update(token=ctx.token, parent=ctx.parent, execution=ctx.execution)
+        return "ok"
+
+    tool = define_tool(name="t", description="", parameters={}, execute=execute)
+    await make_host(tools=[tool]).call("t", {})
+    assert seen["token"] is seen["execution"].token
+    assert seen["parent"] is None

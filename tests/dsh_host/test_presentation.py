@@ -9,6 +9,7 @@ from dsh_host import (
     GenericResultView,
     TerminalCallView,
     ToolCallKind,
+    ToolExecutionResult,
     define_tool,
     hookimpl,
     view_to_json,
@@ -90,3 +91,17 @@ def test_views_serialise_to_json_with_the_card_first():
         "title": "edit a.py",
         "diffs": [{"path": "a.py", "old_text": None, "new_text": "x\n"}],
     }
+
+
+def test_a_generic_result_card_keeps_the_title_of_the_call_card(make_host):
+    tool = define_tool(
+        name="open", description="", parameters={"path": {"type": "string"}},
+        execute=lambda args: "ok",
+        present_call=lambda args: GenericCallView(title=f"Open {args['path']}"),
+    )  # fmt: skip
+    host = make_host(tools=[tool])
+    result = ToolExecutionResult(content="raw output")
+    view = host.present_result("open", {"path": "/a"}, result)
+    assert (view.card, view.title) == ("generic", "Open /a")
+    assert view.content == result.content
+    assert host.present_result("open", {"path": 3}, result).title == "open"  # invalid: generic

@@ -179,7 +179,34 @@ def test_attrs_class_gives_a_schema_that_passes_the_metaschema():
         "items": {"type": "string"},
         "default": [],
     }
-    assert schema["properties"]["ratio"] == {"type": ["number", "null"]}
+    # A null default is a model-visible annotation like any other (seed: keep null defaults).
+    assert schema["properties"]["ratio"] == {"type": ["number", "null"], "default": None}
+
+
+def test_a_null_default_is_kept_and_an_unset_one_is_not():
+    compiled = to_json_schema(
+        {
+            "a": Prop(type="string", default=None),
+            "b": Prop(type="string"),
+            "c": {"type": "string", "default": None},
+        }
+    )
+    assert compiled["properties"] == {
+        "a": {"type": "string", "default": None},
+        "b": {"type": "string"},
+        "c": {"type": "string", "default": None},
+    }
+
+
+async def test_an_output_schema_violation_names_the_output(make_host):
+    tool = define_tool(
+        name="t", description="", parameters={}, execute=lambda args: "a string",
+        output_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+    )  # fmt: skip
+    result = await make_host(tools=[tool]).call("t", {})
+    assert result.code == "INVALID_TOOL_OUTPUT"
+    assert '"output" must be an object' in result.text
+    assert "arguments" not in result.text
 
 
 async def test_attrs_arguments_are_structured_into_the_class(make_host):
