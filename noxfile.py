@@ -48,6 +48,6 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Per-call overhead of the pipeline, as ratios to a bare await of the body."""
+    """The hot path, as ratios to a bare await, pluggy and peers (``-- --check``: vs targets)."""
     session.install("-e", ".[bench]")
     session.run("python", "bench/bench_pipeline.py", *session.posargs)

@@ -1,24 +1,14 @@
-"""Per-call overhead of the dsh tool pipeline, as ratios to a bare ``await`` of the tool body.
+"""The dsh hot path, measured against a bare ``await``, pluggy, and peer frameworks, in one run.
 
-Run with ``nox -s bench`` (or ``python bench/bench_pipeline.py [--quick] [--json]``).
+Run with ``nox -s bench`` (or ``python bench/bench_pipeline.py [--quick] [--json] [--check]``).
+``--check`` prints each figure of the hot-path table against its target. Benchmarks are not
+tests: nothing fails on a missed target; the exit status is 0 either way.
 
-Everything is measured in one process. Each case is timed in batches (``--calls`` calls per
-batch, ``--reps`` batches); a case's figure is the median of the per-batch per-call times. The
-cases of one event loop are timed round-robin, batch by batch, and the trio (dsh) and asyncio
-(pydantic-ai) loops alternate over ``--rounds`` rounds, so drift on a shared machine hits every
-case alike.
-
-Cases:
-
-1. a bare ``await`` of the tool body (the baseline every ratio is relative to);
-2. ``registry.execute`` of a valid call, no plugins;
-3. the same through three trivial plugins (pre-execute, execute wrapper, post-execute + result
-   observer); 3b is the same with every hook ``async def``; 3c puts all four hooks on one plugin;
-4. ``registry.execute`` of an invalid call (a required argument missing), no plugins;
-5. 10,000 concurrency-safe calls through one ``registry.execute_batch``, per call;
-6. pydantic-ai's ``ToolManager.handle_call`` of the same valid call with trivial
-   ``before_tool_execute`` / ``wrap_tool_execute`` / ``after_tool_execute`` capabilities
-   (see `_pydantic_ai_round` for exactly how its ``ToolManager`` is built).
+Method: everything runs in one process. Each case is timed in batches (``--calls`` calls per
+batch); a case's figures are the minimum and the median of its per-batch per-call times. The
+cases of one event loop are timed round-robin, batch by batch, and the trio loop (dsh) and the
+asyncio loop (the peers) alternate over ``--rounds`` rounds, so drift on a shared machine hits
+every case alike. Garbage collection is paused while a batch is timed and run between batches.
 """
 
 from __future__ import annotations
@@ -37,16 +27,18 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pluggy
 import trio
 
 import dsh_host
 
 try:
-    from pydantic_ai import Agent, RunContext, Tool
+    from pydantic_ai import RunContext, Tool
     from pydantic_ai.capabilities import AbstractCapability, CombinedCapability
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.models.test import TestModel
@@ -59,12 +51,30 @@ except ImportError as exc:  # the `bench` extra installs it
 else:
     PYDANTIC_AI_ERROR = None
 
-TARGET = 0.5
-"""The three-plugin valid call should cost at most this fraction of pydantic-ai's."""
+try:
+    from langchain_core.tools import StructuredTool
+except ImportError as exc:
+    LANGCHAIN_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+else:
+    LANGCHAIN_ERROR = None
+
+try:
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+except ImportError as exc:
+    AGENTS_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+else:
+    AGENTS_ERROR = None
 
 TEXT = "hello"
 VALID_ARGS: dict[str, Any] = {"text": TEXT, "n": 3}
+VALID_JSON = json.dumps(VALID_ARGS)
 INVALID_ARGS: dict[str, Any] = {"n": 3}  # "text" is required
+EXTRA_IMPLS = 8
+"""How many extra trivial pre-execute implementations the per-impl cost is measured over."""
+PARKED = 10_000
+"""How many in-flight calls the memory figure parks."""
+READ_BYTES = 1_400
 
 Call = Callable[[], Awaitable[Any]]
 
@@ -96,17 +106,10 @@ class Case:
     samples: list[float] = field(default_factory=list)  # ns per call, one per batch
 
     def median_us(self) -> float:
-        return statistics.median(self.samples) / 1000
+        return statistics.median(self.samples) / 1000 if self.samples else math.nan
 
     def best_us(self) -> float:
-        return min(self.samples) / 1000
-
-    def spread(self) -> float:
-        """Interquartile range over the median, as a fraction."""
-        if len(self.samples) < 4:
-            return (max(self.samples) - min(self.samples)) / statistics.median(self.samples)
-        q1, _, q3 = statistics.quantiles(self.samples, n=4)
-        return (q3 - q1) / statistics.median(self.samples)
+        return min(self.samples) / 1000 if self.samples else math.nan
 
 
 async def _time_round_robin(cases: list[Case], awaits: int, reps: int, warmup: int) -> None:
@@ -117,10 +120,15 @@ async def _time_round_robin(cases: list[Case], awaits: int, reps: int, warmup: i
     for _ in range(reps):
         for case in cases:
             call = case.call
-            started = time.perf_counter_ns()
-            for _ in range(awaits):
-                await call()
-            elapsed = time.perf_counter_ns() - started
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter_ns()
+                for _ in range(awaits):
+                    await call()
+                elapsed = time.perf_counter_ns() - started
+            finally:
+                gc.enable()
             case.samples.append(elapsed / (awaits * case.calls_per_await))
 
 
@@ -138,6 +146,12 @@ class PreExecute:
         return None
 
 
+class Guard:
+    @dsh_host.hookimpl
+    def dsh_tool_guard(self, execution: dsh_host.ToolExecution) -> None:
+        return None
+
+
 class ExecuteWrapper:
     @dsh_host.hookimpl
     async def dsh_tool_execute(
@@ -148,42 +162,17 @@ class ExecuteWrapper:
         return await call_next()
 
 
-class PostExecuteAndObserve:
+class PostExecute:
     @dsh_host.hookimpl
     def dsh_tool_post_execute(
         self, execution: dsh_host.ToolExecution, result: dsh_host.ToolExecutionResult
     ) -> None:
         return None
 
-    @dsh_host.hookimpl
-    def dsh_tool_result(
-        self, execution: dsh_host.ToolExecution, result: dsh_host.ToolExecutionResult
-    ) -> None:
-        return None
 
-
-class AsyncPreExecute:
-    @dsh_host.hookimpl
-    async def dsh_tool_pre_execute(self, execution: dsh_host.ToolExecution) -> None:
-        return None
-
-
-class AsyncPostExecuteAndObserve:
-    @dsh_host.hookimpl
-    async def dsh_tool_post_execute(
-        self, execution: dsh_host.ToolExecution, result: dsh_host.ToolExecutionResult
-    ) -> None:
-        return None
-
-    @dsh_host.hookimpl
-    async def dsh_tool_result(
-        self, execution: dsh_host.ToolExecution, result: dsh_host.ToolExecutionResult
-    ) -> None:
-        return None
-
-
-class AllHooks(PreExecute, ExecuteWrapper, PostExecuteAndObserve):
-    """One plugin object implementing all four hooks (the counterpart of pydantic-ai case 6b)."""
+def _named(plugin: Any, name: str) -> Any:
+    plugin.name = name  # a host registers each plugin under its own name
+    return plugin
 
 
 def _echo_tool() -> dsh_host.ToolDefinition:
@@ -203,125 +192,143 @@ def _host(plugins: list[object]) -> dsh_host.Host:
 
 
 BUILTINS = ["tools", "sandbox", "permissions", "approval", "timeout", "guards", "output_budget"]
+BUILTINS += ["hook_commands"]
 
 
-def _default_stack(*, audit: bool) -> dsh_host.Host:
+def _default_stack(
+    where: pathlib.Path, *, audit: bool, extra: tuple[dsh_host.ToolDefinition, ...] = ()
+) -> dsh_host.Host:
     """The built-ins as `dsh` loads them (entry points), with echo allowed by a permission rule.
 
-    Audit writes to a database in a temporary directory, like a user's would.
+    The workspace is *where*/ws, the only writable root, so the audit database beside it lies
+    outside every writable root, as the audit plugin requires.
     """
-    where = pathlib.Path(tempfile.mkdtemp(prefix="dsh-bench-"))
+    workspace = where / "ws"
+    workspace.mkdir(parents=True, exist_ok=True)
     config = {
-        "host": {"workspace": str(where)},
+        "host": {"workspace": str(workspace)},
         "plugins": {"enable": [*BUILTINS, "audit"] if audit else BUILTINS},
         "plugin": {
-            "permissions": {"allow": ["echo"]},
+            "permissions": {"allow": ["echo", "park", "read_file"]},
+            "sandbox": {"writable_roots": ["."]},
             "guards": {"max_argument_bytes": 1_000_000},
-            "output_budget": {"spill_dir": str(where / "spill")},
             **({"audit": {"path": str(where / "audit.sqlite3")}} if audit else {}),
         },
     }
     host = dsh_host.Host(config, environ={})
     host.registry.register(_echo_tool())
+    for tool in extra:
+        host.registry.register(tool)
     return host
 
 
 @dataclass
 class DshSetup:
-    """The per-call cases, the batch case, and the registries the plugin cases run on."""
+    """The per-call cases, the batch cases, and the registries behind them."""
 
     cases: list[Case]
-    batch: Case
-    plugged: dict[str, dsh_host.ToolRegistry]
+    batches: list[Case]
+    registries: dict[str, dsh_host.ToolRegistry]
+    read_path: pathlib.Path
 
 
-def _dsh_setup(settings: Settings) -> DshSetup:
+def _dsh_setup(settings: Settings, where: pathlib.Path) -> DshSetup:
     """Build the registries and cases (outside any event loop)."""
     bare = dsh_host.ToolRegistry()
     bare.register(_echo_tool())
-    plugged = {
-        "plugins": _host([PreExecute(), ExecuteWrapper(), PostExecuteAndObserve()]).registry,
-        "plugins_async": _host(
-            [AsyncPreExecute(), ExecuteWrapper(), AsyncPostExecuteAndObserve()]
-        ).registry,
-        "plugin_one": _host([AllHooks()]).registry,
-        "default": _default_stack(audit=True).registry,
-        "default_no_audit": _default_stack(audit=False).registry,
+    registries = {
+        "valid": bare,
+        "host0": _host([]).registry,
+        "plugins4": _host([PreExecute(), Guard(), ExecuteWrapper(), PostExecute()]).registry,
+        "impls": _host([_named(PreExecute(), f"pre-{i}") for i in range(EXTRA_IMPLS)]).registry,
+        "default": _default_stack(where / "audit-on", audit=True).registry,
+        "default_no_audit": _default_stack(where / "audit-off", audit=False).registry,
     }
-    valid = dsh_host.ToolExecutionInput(call_id="call-1", name="echo", arguments=VALID_ARGS)
-    invalid = dsh_host.ToolExecutionInput(call_id="call-1", name="echo", arguments=INVALID_ARGS)
-    batch = [
+    tools_host = _default_stack(where / "read", audit=False)
+    read_path = where / "read" / "ws" / "notes.txt"
+    read_path.write_text(("x" * 69 + "\n") * (READ_BYTES // 70))
+    registries["read_file"] = tools_host.registry
+
+    def execute(key: str, arguments: Any = VALID_ARGS, name: str = "echo") -> Call:
+        call = dsh_host.ToolExecutionInput(call_id="call-1", name=name, arguments=arguments)
+        return functools.partial(registries[key].execute, call)
+
+    async def plain_read() -> str:
+        with open(read_path, encoding="utf-8") as file:
+            return file.read()
+
+    cases = [
+        Case("bare", "bare await of the tool body", functools.partial(body, VALID_ARGS, None)),
+        Case("valid", "execute: valid call, no plugins", execute("valid")),
+        Case("host0", "execute: valid call, a Host with no plugins", execute("host0")),
+        Case(
+            "plugins4",
+            "execute: 4 trivial plugins (pre, guard, wrapper, post)",
+            execute("plugins4"),
+        ),
+        Case("impls", f"execute: {EXTRA_IMPLS} trivial pre-execute impls", execute("impls")),
+        Case("default", "execute: the default stack, audit on", execute("default")),
+        Case(
+            "default_no_audit", "execute: the default stack, audit off", execute("default_no_audit")
+        ),
+        Case(
+            "invalid", "execute: invalid call (no text), no plugins", execute("valid", INVALID_ARGS)
+        ),
+        Case("plain_read", f"open().read() of a {READ_BYTES:,}-byte file", plain_read),
+        Case(
+            "read_file",
+            "read_file through tools + sandbox (default stack)",
+            execute("read_file", {"path": "notes.txt"}, "read_file"),
+        ),
+    ]
+    many = [
         dsh_host.ToolExecutionInput(call_id=f"call-{i}", name="echo", arguments=VALID_ARGS)
         for i in range(settings.batch_size)
     ]
-    cases = [
-        Case("bare", "bare await of the tool body", functools.partial(body, VALID_ARGS, None)),
-        Case("valid", "execute: valid call, no plugins", functools.partial(bare.execute, valid)),
+    one = many[:1]
+    batches = [
         Case(
-            "plugins",
-            "execute: valid call, 3 plugins",
-            functools.partial(plugged["plugins"].execute, valid),
+            "batch",
+            f"execute_batch: {settings.batch_size:,} calls, per call",
+            functools.partial(bare.execute_batch, many),
+            calls_per_await=settings.batch_size,
         ),
         Case(
-            "plugins_async",
-            "execute: valid call, 3 plugins, all hooks async",
-            functools.partial(plugged["plugins_async"].execute, valid),
+            "execute_seq",
+            f"execute: {settings.batch_size:,} calls one after another, per call",
+            functools.partial(_sequential, bare, many),
+            calls_per_await=settings.batch_size,
         ),
-        Case(
-            "plugin_one",
-            "execute: valid call, 1 plugin, all 4 hooks",
-            functools.partial(plugged["plugin_one"].execute, valid),
-        ),
-        Case(
-            "default",
-            "execute: valid call, default stack (audit included)",
-            functools.partial(plugged["default"].execute, valid),
-        ),
-        Case(
-            "default_no_audit",
-            "execute: valid call, default stack without audit",
-            functools.partial(plugged["default_no_audit"].execute, valid),
-        ),
-        Case(
-            "invalid",
-            "execute: invalid call (no text), no plugins",
-            functools.partial(bare.execute, invalid),
-        ),
+        Case("batch1", "execute_batch: a batch of 1", functools.partial(bare.execute_batch, one)),
     ]
-    batch_case = Case(
-        "batch",
-        f"execute_batch: {settings.batch_size:,} calls, per call",
-        functools.partial(bare.execute_batch, batch),
-        calls_per_await=settings.batch_size,
-    )
-    return DshSetup(cases, batch_case, plugged)
+    return DshSetup(cases, batches, registries, read_path)
+
+
+async def _sequential(registry: dsh_host.ToolRegistry, inputs: list[Any]) -> None:
+    for item in inputs:
+        await registry.execute(item)
 
 
 async def _check_dsh(setup: DshSetup) -> None:
     """Fail loudly if a case does not do what its label says."""
     by_key = {case.key: case for case in setup.cases}
     assert await by_key["bare"].call() == TEXT
-    for key in ("valid", *setup.plugged):
+    for key in ("valid", "host0", "plugins4", "impls", "default", "default_no_audit"):
         result = await by_key[key].call()
         assert not result.is_error, (key, result)
         assert result.text == TEXT, (key, result)
     result = await by_key["invalid"].call()
-    assert result.is_error, result
     assert result.code == "INVALID_ARGS", result
-    results = await setup.batch.call()
-    assert len(results) == setup.batch.calls_per_await
-    assert all(not r.is_error and r.text == TEXT for r in results)
-    # The plugin cases consult every hook (observers are not traced: count their impls instead).
-    for key, registry in setup.plugged.items():
-        if key.startswith("default"):
-            continue
-        events: list[dsh_host.TraceEvent] = []
-        check = dsh_host.ToolExecutionInput(call_id="check", name="echo", arguments=VALID_ARGS)
-        await registry.execute(check, trace=events.append)
-        stages = [e.stage for e in events]
-        for hook in ("dsh_tool_pre_execute", "dsh_tool_execute", "dsh_tool_post_execute"):
-            assert stages.count(hook) == 1, (key, stages)
-        assert len(registry.hooks.impls("dsh_tool_result")) == 1, key
+    read = await by_key["read_file"].call()
+    assert not read.is_error, read
+    assert "xxx" in read.text, read
+    events: list[dsh_host.TraceEvent] = []
+    check = dsh_host.ToolExecutionInput(call_id="check", name="echo", arguments=VALID_ARGS)
+    await setup.registries["plugins4"].execute(check, trace=events.append)
+    stages = [e.stage for e in events]
+    for hook in ("dsh_tool_pre_execute", "dsh_tool_execute", "dsh_tool_post_execute"):
+        assert stages.count(hook) == 1, stages
+    assert len(setup.registries["impls"].hooks.impls("dsh_tool_pre_execute")) == EXTRA_IMPLS
 
 
 async def _dsh_round(setup: DshSetup, settings: Settings, first: bool) -> None:
@@ -330,10 +337,98 @@ async def _dsh_round(setup: DshSetup, settings: Settings, first: bool) -> None:
     reps = settings.per_round(settings.reps)
     await _time_round_robin(setup.cases, settings.calls, reps, settings.warmup)
     reps = settings.per_round(settings.batch_reps)
-    await _time_round_robin([setup.batch], 1, reps, settings.batch_size)
+    await _time_round_robin(setup.batches[:2], 1, reps, settings.batch_size)
+    await _time_round_robin(setup.batches[2:], settings.calls, reps, settings.warmup)
 
 
-# -- pydantic-ai ---------------------------------------------------------------------------------
+# -- pluggy's own cost per implementation --------------------------------------------------------
+
+
+def _pluggy_per_impl(settings: Settings) -> tuple[float, float]:
+    """Nanoseconds per extra implementation of a plain pluggy hook call: (min, median)."""
+    spec = pluggy.HookspecMarker("benchpluggy")
+    impl = pluggy.HookimplMarker("benchpluggy")
+
+    class Spec:
+        @spec
+        def hook(self, execution: Any) -> None: ...
+
+    class Impl:
+        @impl
+        def hook(self, execution: Any) -> None:
+            return None
+
+    def manager(n: int) -> Any:
+        pm = pluggy.PluginManager("benchpluggy")
+        pm.add_hookspecs(Spec)
+        for _ in range(n):
+            pm.register(Impl())
+        return pm.hook.hook
+
+    zero, many = manager(0), manager(EXTRA_IMPLS)
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(settings.reps):
+        for hook, out in ((zero, samples[0]), (many, samples[1])):
+            gc.disable()
+            started = time.perf_counter_ns()
+            for _ in range(settings.calls):
+                hook(execution=None)
+            out.append((time.perf_counter_ns() - started) / settings.calls)
+            gc.enable()
+    best = (min(samples[1]) - min(samples[0])) / EXTRA_IMPLS
+    median = (statistics.median(samples[1]) - statistics.median(samples[0])) / EXTRA_IMPLS
+    return best, median
+
+
+# -- memory per in-flight call -------------------------------------------------------------------
+
+
+async def _parked_bytes(where: pathlib.Path, *, dsh: bool) -> float:
+    """Traced bytes per parked call: a default-stack call blocked in its body, or a bare task."""
+    release = trio.Event()
+    parked = 0
+
+    async def park(args: Any, ctx: Any) -> str:
+        nonlocal parked
+        parked += 1
+        await release.wait()
+        return "ok"
+
+    async def bare_task() -> None:
+        nonlocal parked
+        parked += 1
+        await release.wait()
+
+    tool = dsh_host.define_tool(name="park", description="", parameters={}, execute=park)
+    host = _default_stack(where, audit=True, extra=(tool,)) if dsh else None
+    if host is not None:
+        await host.call("echo", VALID_ARGS)  # the first call builds any lazy state
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    async with trio.open_nursery() as nursery:
+        for i in range(PARKED):
+            if host is not None:
+                nursery.start_soon(functools.partial(host.call, "park", {}, call_id=f"p{i}"))
+            else:
+                nursery.start_soon(bare_task)
+        while parked < PARKED:
+            await trio.sleep(0)
+        gc.collect()
+        during = tracemalloc.get_traced_memory()[0]
+        release.set()
+    tracemalloc.stop()
+    return (during - before) / PARKED
+
+
+def _memory(where: pathlib.Path) -> dict[str, float]:
+    return {
+        "dsh_bytes_per_call": trio.run(functools.partial(_parked_bytes, where / "mem", dsh=True)),
+        "trio_bytes_per_task": trio.run(functools.partial(_parked_bytes, where / "mem", dsh=False)),
+    }
+
+
+# -- peers: pydantic-ai, LangChain, OpenAI Agents ---------------------------------------------------------------------------------
 
 
 async def pyd_echo(ctx: RunContext[None], text: str, n: int | None = None) -> str:
@@ -394,198 +489,202 @@ def _pyd_capabilities() -> dict[str, type[Any]]:
     }
 
 
-PYD_LABELS = {
+PEER_LABELS = {
+    "pyd0": "pydantic-ai handle_call: no capabilities",
     "pyd3": "pydantic-ai handle_call: 3 capabilities",
-    "pyd1": "pydantic-ai handle_call: 1 capability, 3 hooks",
-    "pyd_agent": "pydantic-ai handle_call: 3 caps, Agent-built",
+    "langchain": "LangChain StructuredTool.ainvoke",
+    "agents": "OpenAI Agents FunctionTool.on_invoke_tool",
 }
 
 
-PYD_DISPATCH: dict[str, list[str]] = {}
-"""The root capability's dispatch order per pydantic-ai case, recorded by the first round."""
+async def peer_echo(text: str, n: int | None = None) -> str:
+    """Echo the text back."""
+    return text
 
 
-def _dispatch_names(manager: Any) -> list[str]:
-    root = manager.root_capability
-    members = getattr(root, "_dispatch", None) or getattr(root, "capabilities", [root])
-    return [type(c).__name__ for c in members]
+async def _peer_round(cases: dict[str, Case], settings: Settings, first: bool) -> None:
+    """Build each peer's tool once per round and time one call of it per await.
 
-
-async def _pydantic_ai_round(cases: dict[str, Case], settings: Settings, first: bool) -> None:
-    """Build pydantic-ai ToolManagers for a run step and time ``handle_call`` on each.
-
-    * ``pyd3`` (case 6, the headline), no Agent::
-
-          toolset = FunctionToolset([Tool(pyd_echo, name="echo", takes_ctx=True)])
-          root = CombinedCapability([BeforeExecute(), WrapExecute(), AfterExecute()])
-          ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
-          manager = await ToolManager(toolset, root_capability=root).for_run_step(ctx)
-
-      ``CombinedCapability`` is what an Agent wraps its capabilities in, and
-      ``ToolManager(...).for_run_step(run_context)`` is how ``Agent.iter`` builds a step's manager.
-    * ``pyd1`` (case 6b): the same with one capability class implementing all three hooks.
-    * ``pyd_agent`` (case 6c): the manager a real run builds, from
-      ``Agent(TestModel(call_tools=[]), tools=[the same Tool], capabilities=[the three])``:
-      ``run.ctx.deps.tool_manager`` inside ``agent.iter(...)`` once the step resolved its tools.
-      It also dispatches the agent's own capabilities (ToolSearch, PendingMessageDrain).
-
-    Only ``handle_call`` is timed, on one prebuilt ``ToolCallPart`` with dict arguments.
+    * ``pyd0``/``pyd3``: ``ToolManager(FunctionToolset([Tool(echo)]), root_capability=...)``
+      ``.for_run_step(RunContext(...))`` (how ``Agent.iter`` builds a step's manager), with no
+      capabilities and with trivial ``before``/``wrap``/``after`` capabilities, timed on
+      ``handle_call`` of one prebuilt ``ToolCallPart`` with dict arguments.
+    * ``langchain``: ``StructuredTool.from_function(coroutine=echo).ainvoke(args)``.
+    * ``agents``: ``function_tool(echo).on_invoke_tool(ToolContext(...), json_args)``.
     """
-    caps = _pyd_capabilities()
-    three = [caps["before"](), caps["wrap"](), caps["after"]()]
-
-    async def hand_built(root: Any) -> Any:
-        ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
-        toolset = FunctionToolset[None]([_pyd_tool()])
-        return await ToolManager[None](toolset, root_capability=root).for_run_step(ctx)
-
-    managers: dict[str, Any] = {
-        "pyd3": await hand_built(CombinedCapability(three)),
-        "pyd1": await hand_built(CombinedCapability([caps["all"]()])),
-    }
-    agent = Agent(TestModel(call_tools=[]), tools=[_pyd_tool()], capabilities=three)
-    call = ToolCallPart(tool_name="echo", args=dict(VALID_ARGS), tool_call_id="call-1")
-    async with agent.iter("benchmark") as run:
-        async for _node in run:
-            manager = run.ctx.deps.tool_manager
-            if manager.tools:
-                managers["pyd_agent"] = manager
-                break
-        assert "pyd_agent" in managers, "the agent run never resolved its tools"
-        for key, manager in managers.items():
+    timed: list[Case] = []
+    if PYDANTIC_AI_ERROR is None:
+        caps = _pyd_capabilities()
+        three = CombinedCapability([caps["before"](), caps["wrap"](), caps["after"]()])
+        call = ToolCallPart(tool_name="echo", args=dict(VALID_ARGS), tool_call_id="call-1")
+        for key, root in (("pyd0", None), ("pyd3", three)):
+            ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+            toolset = FunctionToolset[None]([_pyd_tool()])
+            manager = await ToolManager[None](toolset, root_capability=root).for_run_step(ctx)
             if first:
                 assert await manager.handle_call(call) == TEXT, key
-                names = _dispatch_names(manager)
-                wanted = (
-                    ["AllThree"]
-                    if key == "pyd1"
-                    else ["BeforeExecute", "WrapExecute", "AfterExecute"]
-                )
-                assert all(n in names for n in wanted), (key, names)
-                PYD_DISPATCH[key] = names
             cases[key].call = functools.partial(manager.handle_call, call)
-        await _time_round_robin(
-            list(cases.values()), settings.calls, settings.per_round(settings.reps), settings.warmup
+            timed.append(cases[key])
+    if LANGCHAIN_ERROR is None:
+        lc = StructuredTool.from_function(coroutine=peer_echo, name="echo")
+        cases["langchain"].call = functools.partial(lc.ainvoke, dict(VALID_ARGS))
+        timed.append(cases["langchain"])
+    if AGENTS_ERROR is None:
+        tool = function_tool(peer_echo)
+        ctx = ToolContext(
+            context=None, tool_name="echo", tool_call_id="call-1", tool_arguments=VALID_JSON
         )
+        cases["agents"].call = functools.partial(tool.on_invoke_tool, ctx, VALID_JSON)
+        timed.append(cases["agents"])
+    for case in timed:
+        if first:
+            assert await case.call() == TEXT, case.key
+    await _time_round_robin(
+        timed, settings.calls, settings.per_round(settings.reps), settings.warmup
+    )
 
 
 # -- reporting -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Row:
+    """One figure of the hot-path table: a ratio, its target, and how it was measured."""
+
+    figure: str
+    best: float
+    median: float
+    target: float | None
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None or math.isnan(self.median):
+            return "-"
+        return "met" if self.median <= self.target else "NOT met"
+
+
 def _ratio(a: float, b: float) -> float:
-    return a / b if b else float("nan")
+    return a / b if b and not math.isnan(b) else math.nan
+
+
+def _rows(
+    by: dict[str, Case], pluggy_ns: tuple[float, float], memory: dict[str, float]
+) -> list[Row]:
+    def pair(a: str, b: str) -> tuple[float, float]:
+        if a not in by or b not in by:
+            return math.nan, math.nan
+        return _ratio(by[a].best_us(), by[b].best_us()), _ratio(
+            by[a].median_us(), by[b].median_us()
+        )
+
+    def per_impl(stat: Callable[[Case], float]) -> float:
+        return (stat(by["impls"]) - stat(by["host0"])) * 1000 / EXTRA_IMPLS
+
+    impl_best = _ratio(per_impl(Case.best_us), pluggy_ns[0])
+    impl_median = _ratio(per_impl(Case.median_us), pluggy_ns[1])
+    memory_ratio = _ratio(memory["dsh_bytes_per_call"], memory["trio_bytes_per_task"])
+    table = [
+        ("4 trivial plugins / pydantic-ai, no capabilities", *pair("plugins4", "pyd0"), 0.5),
+        ("4 trivial plugins / pydantic-ai, 3 capabilities", *pair("plugins4", "pyd3"), 0.2),
+        ("4 trivial plugins / LangChain StructuredTool", *pair("plugins4", "langchain"), None),
+        ("4 trivial plugins / OpenAI Agents FunctionTool", *pair("plugins4", "agents"), None),
+        ("valid call, no plugins / bare await", *pair("valid", "bare"), 30.0),
+        ("each extra trivial impl / pluggy's own per impl", impl_best, impl_median, 1.5),
+        ("default stack, audit on / bare pipeline", *pair("default", "valid"), 5.0),
+        ("default stack, audit off / bare pipeline", *pair("default_no_audit", "valid"), 3.0),
+        ("memory per parked call, default stack / bare trio task", memory_ratio, memory_ratio, 2.5),
+        ("execute_batch per call / execute (10,000 calls)", *pair("batch", "execute_seq"), 1.3),
+        ("execute_batch of 1 / execute", *pair("batch1", "valid"), 1.5),
+        ("read_file of a 1.4 KB file / open().read()", *pair("read_file", "plain_read"), 5.0),
+    ]
+    return [Row(figure, best, median, target) for figure, best, median, target in table]
 
 
 def _report(
     settings: Settings,
-    dsh_cases: list[Case],
-    pyd_cases: dict[str, Case],
+    cases: list[Case],
+    pluggy_ns: tuple[float, float],
+    memory: dict[str, float],
     elapsed: float,
 ) -> dict[str, Any]:
-    base = dsh_cases[0].median_us()
-    numbered = dict(zip(["1", "2", "3", "3b", "3c", "3d", "3e", "4", "5"], dsh_cases, strict=True))
-    numbered.update(zip(["6", "6b", "6c"], pyd_cases.values(), strict=False))
-    rows = [
-        {
-            "id": num,
-            "case": case.key,
-            "label": case.label,
-            "us_per_call": case.median_us(),
-            "best_us_per_call": case.best_us(),
-            "iqr_fraction": case.spread(),
-            "ratio_to_bare_await": _ratio(case.median_us(), base),
-            "batches": len(case.samples),
-            "samples_ns_per_call": [round(x, 1) for x in case.samples],
-        }
-        for num, case in numbered.items()
-    ]
-    plugins = numbered["3"].median_us()
-    stack = {
-        "default_over_bare_pipeline": _ratio(numbered["3d"].median_us(), numbered["2"].median_us()),
-        "default_without_audit_over_bare_pipeline": _ratio(
-            numbered["3e"].median_us(), numbered["2"].median_us()
-        ),
-    }
-    comparison: dict[str, Any] = {"available": PYDANTIC_AI_ERROR is None, "target": TARGET}
-    if PYDANTIC_AI_ERROR is None:
-        comparison["version"] = importlib.metadata.version("pydantic-ai-slim")
-        comparison["ratios"] = {
-            key: _ratio(plugins, case.median_us()) for key, case in pyd_cases.items()
-        }
-        comparison["ratio"] = comparison["ratios"]["pyd3"]
-        comparison["ratio_fastest_batches"] = _ratio(
-            numbered["3"].best_us(), pyd_cases["pyd3"].best_us()
-        )
-        comparison["one_plugin_vs_one_capability"] = _ratio(
-            numbered["3c"].median_us(), pyd_cases["pyd1"].median_us()
-        )
-        comparison["capabilities"] = PYD_DISPATCH
-        comparison["meets_target"] = comparison["ratio"] <= TARGET
-    else:
-        comparison["skipped"] = PYDANTIC_AI_ERROR
+    by = {case.key: case for case in cases if case.samples}
+    base = by["bare"].median_us()
+    versions = {"dsh-host": importlib.metadata.version("dsh-host")}
+    for dist, error in (
+        ("pydantic-ai-slim", PYDANTIC_AI_ERROR),
+        ("langchain-core", LANGCHAIN_ERROR),
+        ("openai-agents", AGENTS_ERROR),
+    ):
+        versions[dist] = importlib.metadata.version(dist) if error is None else f"missing: {error}"
     return {
         "python": platform.python_version(),
         "trio": trio.__version__,
+        "pluggy": pluggy.__version__,
         "cpus": os.cpu_count(),
+        "versions": versions,
         "settings": settings.__dict__,
         "seconds": elapsed,
-        "cases": rows,
-        "default_stack": stack,
-        "pydantic_ai": comparison,
+        "cases": [
+            {
+                "case": case.key,
+                "label": case.label,
+                "best_us_per_call": case.best_us(),
+                "median_us_per_call": case.median_us(),
+                "x_bare_await": _ratio(case.median_us(), base),
+                "batches": len(case.samples),
+            }
+            for case in by.values()
+        ],
+        "pluggy_ns_per_impl": {"best": pluggy_ns[0], "median": pluggy_ns[1]},
+        "memory": memory,
+        "table": [{**row.__dict__, "verdict": row.verdict} for row in _rows(by, pluggy_ns, memory)],
+        "elsewhere": {
+            "bash -c true, Landlock / bwrap (target <= 1.2)": "python bench/bench_tools.py",
+            "grep on a 31 MB tree / ripgrep (target <= 1.5)": "python bench/bench_search.py",
+        },
     }
 
 
-def _print_table(report: dict[str, Any]) -> None:
+def _print_cases(report: dict[str, Any]) -> None:
     s = report["settings"]
     print(
-        f"dsh pipeline per-call overhead - Python {report['python']}, trio {report['trio']}, "
-        f"{report['cpus']} CPUs"
+        f"dsh hot path - Python {report['python']}, trio {report['trio']}, pluggy "
+        f"{report['pluggy']}, {report['cpus']} CPUs, {report['seconds']:.1f} s"
     )
     print(
-        f"median of per-batch per-call times: {s['reps']} batches x {s['calls']:,} calls "
-        f"(execute_batch: {s['batch_reps']} x {s['batch_size']:,}), {s['rounds']} rounds, "
-        f"{report['seconds']:.1f} s"
+        f"per-batch per-call times: {s['reps']} batches x {s['calls']:,} calls, "
+        f"{s['rounds']} rounds (trio and asyncio alternating), gc paused while timing"
     )
     print()
-    width = max(len(r["label"]) for r in report["cases"]) + 2
-    print(f"{'':<4}{'case':<{width}} {'µs/call':>9} {'IQR':>6} {'x bare await':>13} {'fastest':>8}")
-    print("-" * (width + 43))
-    for row in report["cases"]:
-        if row["id"] == "6":
-            print()
+    width = max(len(c["label"]) for c in report["cases"]) + 2
+    print(f"{'case':<{width}} {'min µs':>9} {'median µs':>10} {'x bare await':>13}")
+    for c in report["cases"]:
         print(
-            f"{row['id']:<4}{row['label']:<{width}} {row['us_per_call']:>9.2f} "
-            f"{row['iqr_fraction']:>6.0%} {row['ratio_to_bare_await']:>13.1f} "
-            f"{row['best_us_per_call']:>8.2f}"
+            f"{c['label']:<{width}} {c['best_us_per_call']:>9.2f} "
+            f"{c['median_us_per_call']:>10.2f} {c['x_bare_await']:>13.1f}"
         )
+    p, m = report["pluggy_ns_per_impl"], report["memory"]
+    print(f"pluggy, per extra implementation: {p['best']:.0f} ns min, {p['median']:.0f} ns median")
+    print(
+        f"memory per parked call: dsh default stack {m['dsh_bytes_per_call']:,.0f} B, "
+        f"bare trio task {m['trio_bytes_per_task']:,.0f} B"
+    )
+    for dist, version in report["versions"].items():
+        if version.startswith("missing"):
+            print(f"{dist} not measured ({version}); install the `bench` extra")
+
+
+def _print_check(report: dict[str, Any]) -> None:
     print()
-    stack = report["default_stack"]
-    print(
-        f"default stack / bare pipeline (case 3d / case 2): {stack['default_over_bare_pipeline']:.1f}x; "
-        f"without audit (3e / 2): {stack['default_without_audit_over_bare_pipeline']:.1f}x"
-    )
-    comparison = report["pydantic_ai"]
-    if not comparison["available"]:
+    width = max(len(r["figure"]) for r in report["table"]) + 2
+    print(f"{'figure (ratio)':<{width}} {'min':>7} {'median':>7} {'target':>7}  verdict")
+    for r in report["table"]:
+        target = f"<= {r['target']:g}" if r["target"] is not None else ""
         print(
-            f"pydantic-ai comparison skipped: cannot import pydantic_ai ({comparison['skipped']}); "
-            "install the `bench` extra (pip install -e '.[bench]', as `nox -s bench` does)"
+            f"{r['figure']:<{width}} {r['best']:>7.2f} {r['median']:>7.2f} {target:>7}  {r['verdict']}"
         )
-        return
-    verdict = "met" if comparison["meets_target"] else "NOT met"
-    ratios = comparison["ratios"]
-    print(
-        f"dsh/pydantic-ai {comparison['version']} (3 plugins, case 3 / case 6): "
-        f"{comparison['ratio']:.2f}x  (target <= {TARGET:.2f}x: {verdict}; "
-        f"fastest batches: {comparison['ratio_fastest_batches']:.2f}x)"
-    )
-    print(
-        f"  sensitivity: 3 vs 6c (Agent-built manager) {ratios['pyd_agent']:.2f}x; "
-        f"3 vs 6b (one capability) {ratios['pyd1']:.2f}x; "
-        f"3c vs 6b (one plugin vs one capability) {comparison['one_plugin_vs_one_capability']:.2f}x"
-    )
-    for num, key in (("6", "pyd3"), ("6b", "pyd1"), ("6c", "pyd_agent")):
-        names = " > ".join(comparison["capabilities"].get(key, []))
-        print(f"  {num:<2} root capability dispatch: {names}")
+    for figure, command in report["elsewhere"].items():
+        print(f"{figure}: measured by `{command}`")
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -595,39 +694,43 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument("--check", action="store_true", help="print each figure against its target")
     parser.add_argument("--reps", type=int, help="batches per case (default 20; quick 6)")
     parser.add_argument("--calls", type=int, help="calls per batch (default 2000)")
     parser.add_argument("--rounds", type=int, help="trio/asyncio alternations (default 4; quick 1)")
     options = parser.parse_args(argv)
     settings = Settings(
         reps=options.reps or (6 if options.quick else 20),
-        calls=options.calls or 2000,
+        calls=options.calls or (500 if options.quick else 2000),
         batch_reps=3 if options.quick else 8,
         batch_size=10_000,
-        warmup=500 if options.quick else 2000,
+        warmup=200 if options.quick else 2000,
         rounds=options.rounds or (1 if options.quick else 4),
     )
     started = time.perf_counter()
-    setup = _dsh_setup(settings)
-    pyd_cases = (
-        {key: Case(key, label, _unset) for key, label in PYD_LABELS.items()}
-        if PYDANTIC_AI_ERROR is None
-        else {}
-    )
-    for index in range(settings.rounds):
-        gc.collect()
-        trio.run(_dsh_round, setup, settings, index == 0)
-        if pyd_cases:
-            gc.collect()
-            asyncio.run(_pydantic_ai_round(pyd_cases, settings, index == 0))
-    report = _report(
-        settings, [*setup.cases, setup.batch], pyd_cases, time.perf_counter() - started
-    )
+    with tempfile.TemporaryDirectory(prefix="dsh-bench-") as tmp:
+        where = pathlib.Path(tmp)
+        setup = _dsh_setup(settings, where)
+        peers = {key: Case(key, label, _unset) for key, label in PEER_LABELS.items()}
+        for index in range(settings.rounds):
+            trio.run(_dsh_round, setup, settings, index == 0)
+            asyncio.run(_peer_round(peers, settings, index == 0))
+        pluggy_ns = _pluggy_per_impl(settings)
+        memory = _memory(where)
+        report = _report(
+            settings,
+            [*setup.cases, *setup.batches, *peers.values()],
+            pluggy_ns,
+            memory,
+            time.perf_counter() - started,
+        )
     if options.json:
         json.dump(report, sys.stdout, indent=2)
         print()
-    else:
-        _print_table(report)
+        return 0
+    _print_cases(report)
+    if options.check:
+        _print_check(report)
     return 0
 
 
