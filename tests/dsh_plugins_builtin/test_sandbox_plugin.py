@@ -239,9 +239,13 @@ def test_check_landlock_only_and_danger(
 ) -> None:
     probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
     monkeypatch.setattr(sandbox_module, "probe_backends", lambda: probes)
-    write_config(project, "network = false")
+    # The config file in the workspace is protected too: only read-only leaves Landlock usable.
+    write_config(project, 'mode = "read-only"')
     assert sandbox_check_command(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chosen"] == "landlock"
+    write_config(project, "network = false")  # .git & co. in writable roots: Landlock refuses
+    assert sandbox_check_command(["--json"]) == 1
+    assert "[plugin.sandbox] protected" in json.loads(capsys.readouterr().out)["problem"]
     write_config(project, 'mode = "danger-full-access"\nbackend = "none"')
     assert sandbox_check_command([]) == 0
     assert "bash runs UNCONFINED (danger-full-access)" in capsys.readouterr().out
