@@ -73,6 +73,7 @@ __all__ = [
     "run_confined",
     "scrub_env",
     "select_backend",
+    "startup_problem",
 ]
 
 BACKENDS: Final = ("bwrap", "landlock")
@@ -319,7 +320,8 @@ def _protected_problem(policy: SandboxPolicy) -> str | None:
     return (
         f"[plugin.sandbox] protected: {shown} lie inside writable roots, and Landlock cannot "
         "keep a path read-only inside a writable tree; use bwrap (install bubblewrap, "
-        'backend = "bwrap"), or move those paths out of the writable roots, or set '
+        'backend = "bwrap"), or move those paths out of the writable roots (a config file '
+        "there is always protected: keep it outside, e.g. with DSH_CONFIG), or set "
         "protected = [] to accept that commands may rewrite them"
     )
 
@@ -362,6 +364,44 @@ def select_backend(
             return name
         reasons.append(f"{name}: {reason}")
     raise SandboxUnavailable("; ".join(reasons), mode=policy.mode)
+
+
+def startup_problem(
+    policy: SandboxPolicy, backend: str, probes: Mapping[str, str | None]
+) -> tuple[str, str] | None:
+    """What in the configuration this machine cannot enforce, as ``(key, message)``.
+
+    ``None`` when a backend confines the policy, or when nothing can confine anything here
+    (then every command fails closed with ``SANDBOX_UNAVAILABLE`` and ``dsh sandbox check``
+    says why). A configuration that *would* be enforceable after changing one key is an error
+    at start naming that key: never a quietly weaker sandbox.
+    """
+    if policy.mode == "danger-full-access" or backend == "none":
+        return None
+    try:
+        select_backend(policy, backend, probes)
+    except SandboxUnavailable as exc:
+        reason = exc.reason
+    else:
+        return None
+    landlock_ok = probes.get("landlock") is None
+    landlock_net_ok = probes.get("landlock-net") is None
+    bwrap_ok = probes.get("bwrap") is None and backend in ("auto", "bwrap")
+    if backend == "bwrap":
+        return "backend", f'backend = "bwrap" cannot be used here: {reason}'
+    if bwrap_ok:
+        return None
+    if landlock_ok and not policy.network and not landlock_net_ok:
+        return "network", (
+            "network = false cannot be enforced here (bwrap is unusable and "
+            f"{probes.get('landlock-net')}); install bubblewrap, or set network = true knowingly"
+        )
+    problem = _protected_problem(policy)
+    if landlock_ok and problem is not None:
+        return "protected", problem.removeprefix("[plugin.sandbox] protected: ")
+    if backend == "landlock":
+        return "backend", f'backend = "landlock" cannot be used here: {reason}'
+    return None
 
 
 def _under(path: Path, root: Path) -> bool:

@@ -98,7 +98,7 @@ class SeccompUnavailable(Exception):
 
 def _build(block_network: bool) -> bytes:
     try:
-        import pyseccomp as sc  # loads libseccomp.so.2 with ctypes at import
+        import pyseccomp as sc  # type: ignore[import-untyped]  # loads libseccomp.so.2
     except Exception as exc:  # ImportError, OSError, or AttributeError without the library
         raise SeccompUnavailable(
             f"libseccomp is not usable ({exc}); install the Debian package libseccomp2"
@@ -120,9 +120,7 @@ def _build(block_network: bool) -> bytes:
     for request in (_TIOCSTI, _TIOCLINUX):
         flt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     if block_network:
-        flt.add_rule(
-            sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, _AF_UNIX)
-        )
+        flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, _AF_UNIX))
     with tempfile.TemporaryFile() as out:
         flt.export_bpf(out)
         out.seek(0)
@@ -149,4 +147,6 @@ def filter_bpf(block_network: bool) -> bytes:
     try:
         return _build(block_network)
     except OSError as exc:
-        raise SeccompUnavailable(f"libseccomp refused the filter: {os.strerror(exc.errno or 0)}")
+        raise SeccompUnavailable(
+            f"libseccomp refused the filter: {os.strerror(exc.errno or 0)}"
+        ) from None

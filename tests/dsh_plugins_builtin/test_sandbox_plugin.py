@@ -205,7 +205,7 @@ def write_config(project: Path, table: str) -> Path:
 def test_check_reports_backends_and_choice(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     config = write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -223,7 +223,7 @@ def test_check_reports_backends_and_choice(
 def test_check_json_when_nothing_works(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_NONE))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_NONE))
     write_config(project, 'backend = "auto"')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -238,14 +238,17 @@ def test_check_landlock_only_and_danger(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: probes)
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: probes)
     # The config file in the workspace is protected too: only read-only leaves Landlock usable.
     write_config(project, 'mode = "read-only"')
     assert sandbox_check_command(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chosen"] == "landlock"
-    write_config(project, "network = false")  # .git & co. in writable roots: Landlock refuses
-    assert sandbox_check_command(["--json"]) == 1
-    assert "[plugin.sandbox] protected" in json.loads(capsys.readouterr().out)["problem"]
+    # .git & co. in writable roots and no bwrap: Landlock cannot enforce it, an error at start.
+    write_config(project, "network = false")
+    assert sandbox_check_command(["--json"]) == 2
+    err = capsys.readouterr().err
+    assert "[plugin.sandbox], key 'protected'" in err
+    assert "Landlock cannot keep a path read-only" in err
     write_config(project, 'mode = "danger-full-access"\nbackend = "none"')
     assert sandbox_check_command([]) == 0
     assert "bash runs UNCONFINED (danger-full-access)" in capsys.readouterr().out
@@ -254,7 +257,7 @@ def test_check_landlock_only_and_danger(
 def test_check_backend_none_and_a_config_error(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     write_config(project, 'backend = "none"')
     assert sandbox_check_command(["--json"]) == 1
     assert 'backend \\"none\\" cannot confine' in capsys.readouterr().out
@@ -269,7 +272,7 @@ def test_check_when_the_plugin_is_installed_but_blocked(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     installed(monkeypatch, "sandbox")
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     (project / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
