@@ -14,7 +14,8 @@ loads the seccomp program (`dsh_plugins_builtin._seccomp`). `Prepared.preexec` i
 2. in the grandchild, which goes on to ``exec`` the command: ``PR_SET_PDEATHSIG(SIGKILL)``,
    ``PR_SET_NO_NEW_PRIVS``, ``landlock_restrict_self`` with ABI 5 ``IOCTL_DEV`` handled (no
    ``ioctl`` on any device outside the writable roots) and the ABI 6 scopes (signals always,
-   abstract Unix sockets with ``network = false``), every capability dropped (bounding set,
+   abstract Unix sockets with ``network = false``), a private IPC namespace (through a user
+   namespace for an ordinary user, where the kernel allows one), every capability dropped (bounding set,
    ambient, effective, permitted, inheritable), then the seccomp filter.
 
 The host's Python interpreter is forked, never started, per command. Any failure to confine
@@ -76,6 +77,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SECCOMP_MODE_FILTER = 2
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
@@ -231,9 +234,37 @@ class Prepared:
             self._fail(what)
         return result
 
+    def _private_ipc(self) -> None:
+        """A new IPC namespace, so SysV shared memory and semaphores die with the command.
+
+        Root unshares it directly; an ordinary user goes through a user namespace mapping only
+        its own uid and gid. Where neither is allowed (user namespaces disabled) SysV IPC stays
+        shared with the host: a documented limit of this backend.
+        """
+        libc = self._libc
+        if libc.unshare(ctypes.c_int(_CLONE_NEWIPC)) == 0:
+            return
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWIPC)) != 0:
+            return
+        for name, text in (
+            ("uid_map", f"{uid} {uid} 1\n"),
+            ("setgroups", "deny\n"),
+            ("gid_map", f"{gid} {gid} 1\n"),
+        ):
+            try:
+                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+                try:
+                    os.write(fd, text.encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                self._fail(f"writing /proc/self/{name} in the new user namespace")
+
     def confine_self(self) -> None:
         """Confine the calling process for good (no way back). Call only in a forked child."""
         libc = self._libc
+        self._private_ipc()
         self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         ctypes.set_errno(0)
