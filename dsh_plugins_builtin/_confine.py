@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import signal as _signal
@@ -582,6 +583,7 @@ async def _run(
     timeout: float | None,
     cap: int,
     supervised: bool = False,
+    info: tuple[int, int] | None = None,
     **spawn: Any,
 ) -> tuple[_Output, int | None, bool]:
     read_fd, write_fd = os.pipe()
@@ -601,6 +603,8 @@ async def _run(
         raise
     finally:
         os.close(write_fd)
+        if info is not None:
+            os.close(info[1])  # bwrap's copy is the only writer now
     pidfd: int | None
     try:
         pidfd = os.pidfd_open(proc.pid)
@@ -620,15 +624,20 @@ async def _run(
                 await _wait_exited(proc, pidfd)
         _kill_group(proc.pid)
 
+    namespace = _Namespace()
     try:
         async with trio.open_nursery() as nursery:
             drained = trio.Event()
             nursery.start_soon(_pump, stream, out, drained)
+            if info is not None:
+                nursery.start_soon(namespace.watch, info[0])
             with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
                 await _wait_exited(proc, pidfd)
             timed_out = deadline.cancelled_caught
             await stop()  # the timeout, or background children left after the exit
             await proc.wait()
+            if info is not None:
+                await namespace.wait_gone()
             with trio.move_on_after(_DRAIN_GRACE):
                 await drained.wait()
             nursery.cancel_scope.cancel()
@@ -641,9 +650,44 @@ async def _run(
     finally:
         if pidfd is not None:
             os.close(pidfd)
+        namespace.close()
         with trio.CancelScope(shield=True):
             await stream.aclose()
     return out, proc.returncode, timed_out
+
+
+class _Namespace:
+    """The init of bwrap's PID namespace, from ``--info-fd``: when it has exited, the kernel has
+    killed and reaped every process in the namespace (``setsid`` ones included)."""
+
+    def __init__(self) -> None:
+        self.pidfd: int | None = None
+        self.known = trio.Event()
+
+    async def watch(self, info_fd: int) -> None:
+        data = bytearray()
+        async with trio.lowlevel.FdStream(info_fd) as stream:
+            while chunk := await stream.receive_some(_READ_CHUNK):
+                data += chunk
+                try:
+                    pid = int(json.loads(data)["child-pid"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                with contextlib.suppress(OSError):  # already gone: so is the namespace
+                    self.pidfd = os.pidfd_open(pid)
+                break
+        self.known.set()
+
+    async def wait_gone(self) -> None:
+        with trio.move_on_after(_SUPERVISOR_GRACE):
+            await self.known.wait()
+            if self.pidfd is not None:
+                await trio.lowlevel.wait_readable(self.pidfd)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 async def run_confined(
@@ -714,15 +758,18 @@ async def run_confined(
         path = resolved[0]
         assert path is not None  # the probe failed otherwise
         seccomp_fd = _seccomp_pipe(filter_bpf(not policy.network))
+        info_r, info_w = os.pipe()
         try:
             wrapped = confine_argv(argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd)
+            wrapped[1:1] = ["--info-fd", str(info_w)]
             out, returncode, timed_out = await _run(
                 wrapped,
                 cwd=cwd,
                 env=env,
                 timeout=timeout,
                 cap=max_output_bytes,
-                pass_fds=(seccomp_fd,),
+                pass_fds=(seccomp_fd, info_w),
+                info=(info_r, info_w),
             )
         finally:
             os.close(seccomp_fd)
