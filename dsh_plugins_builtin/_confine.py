@@ -222,7 +222,7 @@ def resolve_bwrap(
                 f'[plugin.sandbox] bwrap = "{configured}" lies in a writable root ({real}), so a '
                 "command could replace it; install bwrap outside the writable roots"
             )
-        if not (real.is_file() and os.access(real, os.X_OK)):
+        if not (os.path.isfile(real) and os.access(real, os.X_OK)):
             return None, f'[plugin.sandbox] bwrap = "{configured}" is not an executable file'
         return str(real), f'configured: [plugin.sandbox] bwrap = "{configured}"'
     skipped: list[str] = []
@@ -230,8 +230,8 @@ def resolve_bwrap(
         if not os.path.isabs(entry):
             continue  # a relative PATH entry depends on the working directory
         candidate = Path(entry) / "bwrap"
-        if not (candidate.is_file() and os.access(candidate, os.X_OK)):
-            continue
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue  # (os.path.isfile: an unreadable PATH entry is no error)
         real = _canonical(candidate)
         if _inside_any(real, roots):
             skipped.append(str(candidate))
