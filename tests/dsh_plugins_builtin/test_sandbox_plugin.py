@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,29 @@ def test_check_reports_backends_and_choice(
     assert f"config: {config}" in out
     assert "[plugin.sandbox] mode = workspace-write, backend = auto, network = false" in out
     assert out[-1] == "bash commands would run confined by: bwrap"
+    assert any(line.startswith("bwrap binary: /") and "PATH" in line for line in out)
+
+
+def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    real = shutil.which("bwrap") or "/usr/bin/bwrap"
+    write_config(project, f'bwrap = "{real}"')
+    assert sandbox_check_command(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bwrap"]["why"] == f'configured: [plugin.sandbox] bwrap = "{real}"'
+    planted = project / "bwrap"
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    write_config(project, f'bwrap = "{planted}"')
+    assert sandbox_check_command([]) == 2
+    err = capsys.readouterr().err
+    assert "key 'bwrap'" in err
+    assert "lies in a writable root" in err
+    write_config(project, 'bwrap = "bwrap"')
+    assert sandbox_check_command([]) == 2
+    assert "is not an absolute path" in capsys.readouterr().err
 
 
 def test_check_json_when_nothing_works(
