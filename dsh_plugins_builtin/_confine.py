@@ -69,6 +69,7 @@ __all__ = [
     "ProcessResult",
     "SandboxUnavailable",
     "confine_argv",
+    "prepare_landlock",
     "probe_backends",
     "resolve_bwrap",
     "run_confined",
@@ -405,6 +406,20 @@ def startup_problem(
     return None
 
 
+def prepare_landlock(policy: SandboxPolicy) -> None:
+    """Build the Landlock ruleset and seccomp program for ``policy`` now (at start), not at the
+    first command.
+
+    Raises:
+        SandboxUnavailable: Landlock cannot confine the policy here.
+    """
+    roots = tuple(str(root) for root in writable_roots(policy))
+    try:
+        _landlock_prepared(roots, not policy.network)
+    except _landlock.LandlockUnavailable as exc:
+        raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
+
+
 def _under(path: Path, root: Path) -> bool:
     return root == Path("/") or path == root or root in path.parents
 
@@ -438,6 +453,8 @@ def _bwrap_argv(
     for path in sorted(mounts, key=lambda p: (len(p.parts), str(p))):
         out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
     for path in protected_paths(policy):
+        if not _inside_any(path, rw):
+            continue  # outside every writable root it is read-only already
         if os.path.lexists(path):
             out += ["--ro-bind", str(path), str(path)]
         else:

@@ -18,6 +18,7 @@ others do not, and which one the current configuration would use.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,9 +32,11 @@ from dsh_host import ConfigError, DshError, Host, hookimpl
 from dsh_plugins_builtin._confine import (
     ProcessResult,
     SandboxUnavailable,
+    prepare_landlock,
     probe_backends,
     resolve_bwrap,
     run_confined,
+    select_backend,
     startup_problem,
 )
 from dsh_plugins_builtin._fence import (
@@ -217,10 +220,14 @@ class SandboxPlugin:
             )
         if policy.mode == "danger-full-access" or config.backend == "none":
             return
-        problem = startup_problem(policy, config.backend, probe_backends(self.bwrap))
+        probes = probe_backends(self.bwrap)
+        problem = startup_problem(policy, config.backend, probes)
         if problem is not None:
             key, message = problem
             raise ConfigError(message, path=host.config.source, plugin=self.name, key=key)
+        with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
+            if select_backend(policy, config.backend, probes) == "landlock":
+                prepare_landlock(policy)  # the ruleset is built once, here
 
     @property
     def bwrap(self) -> tuple[str | None, str]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -31,6 +30,7 @@ from dsh_plugins_builtin._confine import (
     select_backend,
 )
 from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 CAP = 64_000
 
@@ -439,7 +439,8 @@ def test_confine_argv_bwrap_shape(tmp_path: Path) -> None:
     for flag in ("--unshare-all", "--unshare-user-try", "--die-with-parent", "--new-session"):
         assert flag in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
-    assert "--share-net" not in argv and "--seccomp" not in argv
+    assert "--share-net" not in argv
+    assert "--seccomp" not in argv
     # A missing protected path gets a read-only tmpfs; an existing one a read-only bind.
     i = argv.index(str(ws / ".git"))
     assert argv[i - 1 : i + 3] == ["--tmpfs", str(ws / ".git"), "--remount-ro", str(ws / ".git")]
@@ -524,3 +525,34 @@ def test_landlock_below_abi_3_fails_closed(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(_landlock, "landlock_abi", lambda: 3)
     with pytest.raises(_landlock.LandlockUnavailable, match="cannot restrict the network"):
         _landlock.prepare(["/tmp"], block_network=True)
+
+
+def test_protected_paths_outside_the_writable_roots_are_not_bound(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=("/etc", ".git"))
+    argv = confine_argv(["true"], policy, "bwrap")
+    assert "/etc" not in argv  # read-only already: no mount point is made for it
+    assert str(ws / ".git") in argv
+
+
+async def test_landlock_is_prepared_once_at_start(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    calls: list[tuple[str, ...]] = []
+    real = _landlock.prepare
+
+    def counting(writable: Any, *, block_network: bool) -> _landlock.Prepared:
+        calls.append(tuple(writable))
+        return real(writable, block_network=block_network)
+
+    monkeypatch.setattr(_landlock, "prepare", counting)
+    _confine._landlock_prepared.cache_clear()
+    host = tools_host(make_host, ws, backend="landlock", writable_roots=["."])
+    assert calls == [(str(ws),)]  # built by dsh_host_started, before any command
+    for _ in range(2):
+        result = await host.call("bash", {"command": "echo ok > f"})
+        assert not result.is_error
+    assert calls == [(str(ws),)]
