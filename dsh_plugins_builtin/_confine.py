@@ -413,7 +413,7 @@ def prepare_landlock(policy: SandboxPolicy) -> None:
     Raises:
         SandboxUnavailable: Landlock cannot confine the policy here.
     """
-    roots = tuple(str(root) for root in writable_roots(policy))
+    roots = tuple(str(root) for root in _rw_roots(policy))
     try:
         _landlock_prepared(roots, not policy.network)
     except _landlock.LandlockUnavailable as exc:
@@ -428,15 +428,60 @@ def _canonical(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _rw_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
+    """The writable roots as pinned at start (their real paths then), never re-resolved: a root
+    swapped for a symlink later must not move the confinement with it. A policy that was never
+    pinned (built by hand) uses `writable_roots`."""
+    current = writable_roots(policy)
+    if not policy.pins or policy.mode != "workspace-write":
+        return current
+    pinned = {pin.path: pin.real for pin in policy.pins}
+    out: dict[Path, None] = {}
+    for root in policy.writable_roots:
+        real = pinned.get(root)
+        if real is not None:  # a root missing at start matches nothing
+            out.setdefault(real, None)
+    return tuple(out)
+
+
+def _open_roots(policy: SandboxPolicy, opened: list[int]) -> dict[Path, int]:
+    """Open every writable root and check it is still the pinned directory (appends to
+    ``opened``). bwrap then binds these descriptors, so a swap after this check binds nothing
+    else."""
+    pins = {pin.real: pin for pin in policy.pins}
+    fds: dict[Path, int] = {}
+    for root in _rw_roots(policy):
+        try:
+            fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f'the writable root "{root}" cannot be opened ({exc.strerror}); it was replaced '
+                "or removed since the host started",
+                mode=policy.mode,
+            ) from None
+        opened.append(fd)
+        st = os.fstat(fd)
+        pin = pins.get(root)
+        if pin is not None and (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+            raise SandboxUnavailable(
+                f'the writable root "{pin.path}" was replaced since the host started (it is now '
+                "another directory); restart the host on the intended directory",
+                mode=policy.mode,
+            )
+        fds[root] = fd
+    return fds
+
+
 def _bwrap_argv(
     argv: Sequence[str],
     policy: SandboxPolicy,
     cwd: Path | None,
     bwrap: str = "bwrap",
     seccomp_fd: int | None = None,
+    root_fds: Mapping[Path, int] | None = None,
 ) -> list[str]:
     tmp = _canonical(Path("/tmp"))
-    rw = writable_roots(policy)
+    rw = _rw_roots(policy)
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     mounts: dict[Path, bool] = {}  # path -> writable
     if not any(_under(tmp, root) for root in rw):
@@ -450,8 +495,12 @@ def _bwrap_argv(
     for root in rw:
         if not any(_under(root, other) for other in rw if other != root):
             mounts[root] = True  # a root nested in another writable root is already writable
+    fds = root_fds or {}
     for path in sorted(mounts, key=lambda p: (len(p.parts), str(p))):
-        out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
+        if mounts[path] and path in fds:
+            out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
+        else:
+            out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
     for path in protected_paths(policy):
         if not _inside_any(path, rw):
             continue  # outside every writable root it is read-only already
@@ -481,6 +530,7 @@ def confine_argv(
     cwd: Path | None = None,
     bwrap: str = "bwrap",
     seccomp_fd: int | None = None,
+    root_fds: Mapping[Path, int] | None = None,
 ) -> list[str]:
     """Build the command line that runs ``argv`` confined by ``backend`` under ``policy``.
 
@@ -491,6 +541,7 @@ def confine_argv(
         cwd: The working directory (bwrap ``--chdir``; kept visible under a masked ``/tmp``).
         bwrap: The bwrap binary (`resolve_bwrap`).
         seccomp_fd: The descriptor bwrap reads the seccomp filter from.
+        root_fds: Open descriptors of the writable roots, bound with ``--bind-fd``.
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
@@ -503,7 +554,7 @@ def confine_argv(
     if policy.mode == "danger-full-access":
         return list(argv)
     if backend == "bwrap":
-        return _bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd)
+        return _bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds)
     if backend == "landlock":
         return list(argv)
     if backend == "none":
@@ -617,6 +668,8 @@ async def _run(
         )
     except BaseException:
         os.close(read_fd)
+        if info is not None:
+            os.close(info[0])
         raise
     finally:
         os.close(write_fd)
@@ -757,7 +810,7 @@ async def run_confined(
     chosen = select_backend(policy, backend, probes)
     argv = ["bash", "-c", command]
     if chosen == "landlock":
-        roots = tuple(str(root) for root in writable_roots(policy))
+        roots = tuple(str(root) for root in _rw_roots(policy))
         try:
             prepared = _landlock_prepared(roots, not policy.network)
         except _landlock.LandlockUnavailable as exc:
@@ -774,10 +827,15 @@ async def run_confined(
     else:
         path = resolved[0]
         assert path is not None  # the probe failed otherwise
-        seccomp_fd = _seccomp_pipe(filter_bpf(not policy.network))
-        info_r, info_w = os.pipe()
+        fds: list[int] = []
         try:
-            wrapped = confine_argv(argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd)
+            root_fds = _open_roots(policy, fds)
+            seccomp_fd = _seccomp_pipe(filter_bpf(not policy.network))
+            fds.append(seccomp_fd)
+            wrapped = confine_argv(
+                argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd, root_fds=root_fds
+            )
+            info_r, info_w = os.pipe()  # _run owns both from here
             wrapped[1:1] = ["--info-fd", str(info_w)]
             out, returncode, timed_out = await _run(
                 wrapped,
@@ -785,11 +843,12 @@ async def run_confined(
                 env=env,
                 timeout=timeout,
                 cap=max_output_bytes,
-                pass_fds=(seccomp_fd, info_w),
+                pass_fds=(seccomp_fd, info_w, *root_fds.values()),
                 info=(info_r, info_w),
             )
         finally:
-            os.close(seccomp_fd)
+            for fd in fds:
+                os.close(fd)
     result = _result(out, returncode, timed_out, chosen)
     if not timed_out:
         failure = _runner_failure(result.output, result.exit_code, chosen)

@@ -400,3 +400,27 @@ def test_unenforceable_network_false_is_an_error_at_start(
     with pytest.raises(ConfigError, match=r"key 'network'.*network = false cannot be enforced"):
         escape_host(make_host, ws, "auto", protected=[])
     escape_host(make_host, ws, "auto", protected=[], network=True)  # control
+
+
+async def test_root_swapped_right_after_the_check_binds_nothing_else(
+    make_host: Any, ws: Path, backend: str, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap lands between the pin check and the spawn: bwrap binds the descriptor it
+    opened and checked, Landlock's rules hold the directories opened at start."""
+    from dsh_plugins_builtin import _confine
+
+    host = escape_host(make_host, ws, backend)
+    real_check = _confine.check_pinned
+
+    def check_then_swap(policy: Any) -> None:
+        real_check(policy)
+        if ws.is_dir() and not ws.is_symlink():
+            ws.rename(ws.parent / "ws-away")
+            ws.symlink_to(outside)
+
+    monkeypatch.setattr(_confine, "check_pinned", check_then_swap)
+    result = await host.call("bash", {"command": f"echo pwned > {ws}/x; echo pwned > x"})
+    assert not (outside / "x").exists()
+    if backend == "bwrap":
+        assert result.code == "SANDBOX_UNAVAILABLE"
+        assert str(ws) in result.text
