@@ -330,15 +330,16 @@ async def test_row15_setsid_and_setpgid_children_are_killed(
 ) -> None:
     marker = f"{1000 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
     host = escape_host(make_host, ws, backend)
-    await bash(
+    result = await bash(
         host,
         f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & "
         f'python3 -c \'import os, time; os.setpgid(0, 0); os.execvp("sleep", ["sleep", "{marker}"])\' '
         "</dev/null >/dev/null 2>&1 & "
         f"setsid sh -c 'sleep {marker}' </dev/null >/dev/null 2>&1 & "
-        f"while [ $(pgrep -f -c {marker}) -lt 3 ]; do :; done; echo started",
+        f"while [ $(pgrep -f -c '^sleep {marker}') -lt 3 ]; do :; done; echo started",
     )
     left = _with_marker(marker)
+    assert result.text == "started"  # all three had left the group before the command ended
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert left == []
