@@ -339,9 +339,9 @@ async def test_row15_setsid_and_setpgid_children_are_killed(
         f"while [ $(pgrep -f -c '^sleep {marker}') -lt 3 ]; do :; done; echo started",
     )
     left = _with_marker(marker)
-    assert result.text == "started"  # all three had left the group before the command ended
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
+    assert result.text == "started"  # all three had left the group before the command ended
     assert left == []
 
 
