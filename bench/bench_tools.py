@@ -5,8 +5,9 @@ Run with ``python bench/bench_tools.py [--calls 20] [--runs 5] [--root /work/mai
 1. **Sandbox overhead of ``bash``.** ``bash -c true`` through ``host.call`` (validation, the tool
    body, the sandbox plugin, ``run_confined``), once per configuration per round, rounds
    interleaved so drift hits every configuration alike: unconfined (``danger-full-access``),
-   ``bwrap`` and ``landlock``. Reported: the median of ``--calls`` calls, and the cost each
-   backend adds over the unconfined median.
+   ``bwrap`` and ``landlock``, and a raw ``bwrap ... true`` spawn (the same profile minus the
+   seccomp filter, no dsh at all). Reported: the median of ``--calls`` calls, the cost each
+   backend adds over the unconfined median, and each median as a ratio to the raw bwrap spawn.
 2. **``grep`` vs ``grep -rn``.** The ``grep`` tool over ``--root`` through ``host.call``, against
    ``grep -rnE PATTERN ROOT`` and against ``grep -nE PATTERN FILES...`` over exactly the files
    the tool searches (the tool skips ``.git`` and ``.gitignore``d files; ``grep -rn`` reads
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,24 +62,41 @@ async def bench_bash(workspace: Path, calls: int) -> dict[str, Any]:
     for backend in ("bwrap", "landlock"):
         reason = probes["landlock-net" if backend == "landlock" else backend]
         if reason is None:
-            configs[backend] = make_host(workspace, backend=backend)
+            # Landlock refuses protected paths inside writable roots: measure it without any.
+            extra: dict[str, Any] = {"protected": []} if backend == "landlock" else {}
+            configs[backend] = make_host(workspace, backend=backend, writable_roots=["."], **extra)
         else:
             skipped[backend] = reason
+    bwrap = shutil.which("bwrap")
+    raw = None
+    if bwrap is not None:
+        raw = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
+        raw += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--", "true"]
     samples: dict[str, list[float]] = {name: [] for name in configs}
+    raw_samples: list[float] = []
     for host in configs.values():  # warm-up: imports, first fork
         await time_call(host, "bash", {"command": "true"})
     for _ in range(calls):
         for name, host in configs.items():
             elapsed, _result = await time_call(host, "bash", {"command": "true"})
             samples[name].append(elapsed)
+        if raw is not None:
+            started = time.perf_counter()
+            await trio.run_process(raw)
+            raw_samples.append(time.perf_counter() - started)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     base = medians["unconfined"]
+    raw_median = statistics.median(raw_samples) if raw_samples else None
     return {
         "calls": calls,
         "median_ms": {name: round(m * 1000, 2) for name, m in medians.items()},
         "added_ms": {
             name: round((m - base) * 1000, 2) for name, m in medians.items() if name != "unconfined"
         },
+        "raw_bwrap_true_ms": None if raw_median is None else round(raw_median * 1000, 2),
+        "ratio_to_raw_bwrap": {}
+        if raw_median is None
+        else {name: round(m / raw_median, 2) for name, m in medians.items()},
         "skipped": skipped,
     }
 
@@ -158,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, ms in bash["median_ms"].items():
         added = bash["added_ms"].get(name)
         extra = f"  (+{added} ms over unconfined)" if added is not None else ""
+        ratio = bash["ratio_to_raw_bwrap"].get(name)
+        extra += f"  x{ratio} a raw bwrap spawn" if ratio is not None else ""
         print(f"  {name:<11} {ms:8.2f} ms{extra}")
+    if bash["raw_bwrap_true_ms"] is not None:
+        print(f"  {'raw bwrap':<11} {bash['raw_bwrap_true_ms']:8.2f} ms  (bwrap ... true, no dsh)")
     for name, reason in bash["skipped"].items():
         print(f"  {name:<11} skipped: {reason}")
     grep = report["grep"]

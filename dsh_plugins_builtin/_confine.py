@@ -2,32 +2,34 @@
 
 A command runs as ``bash -c CMD`` wrapped by the first backend that works on this host:
 
-* ``bwrap``: read-only bind of ``/``, every writable root bound read-write, a fresh ``/dev`` and
-  ``/proc``, a fresh ``/tmp`` unless ``/tmp`` is itself a writable root (paths under a masked
-  ``/tmp`` that must stay visible, such as the workspace, are bound back read-only),
-  ``--unshare-net`` unless ``network`` is true, ``--unshare-pid``, ``--die-with-parent`` and
-  ``--new-session``. Capabilities are dropped by bwrap.
-* ``landlock``: the `dsh_plugins_builtin._landlock` runner (run by path with ``python -I``),
-  which restricts itself and execs the command. Reads stay unrestricted; writes are allowed
-  under the writable roots and on ``/dev/null`` only. With ``network = false`` it needs
-  Landlock ABI >= 4 (TCP rules) and adds a seccomp filter refusing non-``AF_UNIX`` sockets, so
-  UDP cannot leave either; below ABI 4 Landlock is reported as unable to satisfy
-  ``network = false`` and is not used (fail closed, never a silently networked run).
+* ``bwrap`` (resolved once, to an absolute path outside every writable root; see
+  `resolve_bwrap`): read-only bind of ``/``, every writable root bound read-write at its pinned
+  real path, every protected path (`dsh_plugins_builtin._fence.protected_paths`) bound
+  read-only over it (a missing one gets an empty directory, created as the mount point, so it
+  cannot be created by the command either), a fresh ``/dev`` and ``/proc``, a fresh ``/tmp``
+  unless ``/tmp`` is itself a writable root, ``--unshare-all`` (user where the kernel allows
+  it, IPC, UTS, cgroup, PID; network unless ``network`` is true), ``--cap-drop ALL``,
+  ``--die-with-parent``, ``--new-session`` and the seccomp filter of
+  `dsh_plugins_builtin._seccomp` through ``--seccomp FD``.
+* ``landlock``: set up in the forked child before ``exec`` (`dsh_plugins_builtin._landlock`):
+  a supervisor that kills every descendant when the command ends, Landlock (writes only under
+  the writable roots), no capabilities, ``no_new_privs`` and the same seccomp filter. It cannot
+  keep protected paths read-only inside a writable root, so it is refused when there are any.
+
+Before every spawn the pinned roots are checked (`dsh_plugins_builtin._fence.check_pinned`); a
+root replaced since the host started ends the call with `SandboxUnavailable` naming it.
 
 Known gap (both backends): ``network = false`` does not stop connecting to a host *pathname*
-Unix socket that the read-only filesystem view exposes (a Docker or D-Bus socket, say); bwrap's
-new network namespace and Landlock's abstract-socket scoping only cover abstract sockets.
+Unix socket that the read-only filesystem view exposes (a Docker or D-Bus socket, say).
 
 When no backend can confine a non-``danger-full-access`` mode, `SandboxUnavailable` is raised
 and nothing runs. ``danger-full-access`` runs unconfined and reports ``backend="none"``.
 
 Every run is a fresh process group (``start_new_session``) with stdin on ``/dev/null`` and stdout
-and stderr interleaved in one pipe. Only a head and a tail of the output are kept (memory stays
-bounded whatever the command prints). On timeout, on cancellation and after a normal exit the
-whole group is killed with ``SIGKILL``, so background children do not outlive the call; under
-bwrap the PID namespace dies with the command. Known limit: under ``landlock`` (and unconfined
-``danger-full-access``) a child that calls ``setsid`` leaves the group and survives; the output
-pipe is then abandoned after a short drain grace.
+and stderr interleaved in one pipe. Only a head and a tail of the output are kept. On timeout,
+on cancellation and after a normal exit every process of the command is killed: under bwrap
+the PID namespace dies with it; under Landlock the supervisor kills every descendant, the ones
+that left the group with ``setsid`` included.
 
 The environment is scrubbed of names containing ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD``
 (case-insensitive) and of every ``DSH_*`` name, except names on the caller's allow-list; then
@@ -39,38 +41,48 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
-import shutil
 import signal as _signal
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
 
 from dsh_plugins_builtin import _landlock
-from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
+from dsh_plugins_builtin._fence import (
+    RootReplaced,
+    SandboxPolicy,
+    check_pinned,
+    protected_paths,
+    writable_roots,
+)
+from dsh_plugins_builtin._seccomp import SeccompUnavailable, filter_bpf
 
 __all__ = [
     "BACKENDS",
     "ProcessResult",
     "SandboxUnavailable",
     "confine_argv",
+    "prepare_landlock",
     "probe_backends",
+    "resolve_bwrap",
     "run_confined",
     "scrub_env",
     "select_backend",
+    "startup_problem",
 ]
 
 BACKENDS: Final = ("bwrap", "landlock")
 _BACKEND_CHOICES: Final = ("auto", "bwrap", "landlock", "none")
-_RUNNER: Final = Path(_landlock.__file__).resolve()
 _PROBE_TIMEOUT: Final = 10.0
 _DRAIN_GRACE: Final = 1.0
+_SUPERVISOR_GRACE: Final = 5.0
 _READ_CHUNK: Final = 65536
 _SECRET_MARKERS: Final = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _FORCED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
@@ -145,10 +157,29 @@ def scrub_env(environ: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str
     return env
 
 
-def _probe_run(argv: list[str]) -> str | None:
+def _seccomp_pipe(program: bytes) -> int:
+    """A pipe holding ``program`` (bwrap reads ``--seccomp FD`` to its end); the read end."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)  # a few KiB: fits the pipe buffer, never blocks
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+@functools.cache
+def _landlock_prepared(roots: tuple[str, ...], block_network: bool) -> _landlock.Prepared:
+    return _landlock.prepare(roots, block_network=block_network)
+
+
+def _probe_run(argv: list[str], **extra: Any) -> str | None:
     try:
         done = subprocess.run(
             argv,
+            **extra,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=_PROBE_TIMEOUT,
@@ -165,48 +196,136 @@ def _probe_run(argv: list[str]) -> str | None:
     return f"the probe exited {done.returncode}: {detail}"
 
 
+def _inside_any(path: Path, roots: Iterable[Path]) -> bool:
+    return any(_under(path, root) for root in roots)
+
+
+def resolve_bwrap(
+    policy: SandboxPolicy | None = None, configured: str | None = None
+) -> tuple[str | None, str]:
+    """Find the bwrap binary to trust: absolute, executable, outside every writable root.
+
+    Args:
+        policy: Its writable roots are excluded (a planted ``bwrap`` there is skipped).
+        configured: ``[plugin.sandbox] bwrap``: used as given, or refused, never searched around.
+
+    Returns:
+        ``(path, why)``: the real path (``None`` when there is none) and a sentence saying why.
+    """
+    roots = writable_roots(policy) if policy is not None else ()
+    roots = () if roots == (Path("/"),) else roots
+    if configured is not None:
+        if not os.path.isabs(configured):
+            return None, f'[plugin.sandbox] bwrap = "{configured}" is not an absolute path'
+        real = _canonical(Path(configured))
+        if _inside_any(real, roots):
+            return None, (
+                f'[plugin.sandbox] bwrap = "{configured}" lies in a writable root ({real}), so a '
+                "command could replace it; install bwrap outside the writable roots"
+            )
+        if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            return None, f'[plugin.sandbox] bwrap = "{configured}" is not an executable file'
+        return str(real), f'configured: [plugin.sandbox] bwrap = "{configured}"'
+    skipped: list[str] = []
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue  # a relative PATH entry depends on the working directory
+        candidate = Path(entry) / "bwrap"
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue  # (os.path.isfile: an unreadable PATH entry is no error)
+        real = _canonical(candidate)
+        if _inside_any(real, roots):
+            skipped.append(str(candidate))
+            continue
+        note = f" (skipped {', '.join(skipped)}: inside a writable root)" if skipped else ""
+        return str(real), f"found on PATH as {candidate}{note}"
+    if skipped:
+        return None, (
+            f"the only bwrap on PATH ({', '.join(skipped)}) lies in a writable root, where a "
+            "command could have planted it; install bubblewrap system-wide or set "
+            "[plugin.sandbox] bwrap"
+        )
+    return None, "bwrap is not installed (not found on PATH)"
+
+
+def _seccomp_reason(block_network: bool) -> str | None:
+    try:
+        filter_bpf(block_network)
+    except SeccompUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _probe_bwrap(bwrap: str) -> str | None:
+    reason = _seccomp_reason(True)
+    if reason is not None:
+        return reason
+    read_fd = _seccomp_pipe(filter_bpf(True))
+    try:
+        return _probe_run(
+            [
+                bwrap,
+                *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
+                *("--unshare-all", "--unshare-user-try", "--cap-drop", "ALL"),
+                *("--die-with-parent", "--new-session", "--seccomp", str(read_fd), "--", "true"),
+            ],
+            pass_fds=(read_fd,),
+        )
+    finally:
+        os.close(read_fd)
+
+
+def _probe_landlock(block_network: bool) -> str | None:
+    try:
+        prepared = _landlock_prepared((), block_network)
+    except _landlock.LandlockUnavailable as exc:
+        return str(exc)
+    return _probe_run(["true"], preexec_fn=prepared.preexec)
+
+
 @functools.cache
-def _probe_all() -> tuple[tuple[str, str | None], ...]:
-    results: list[tuple[str, str | None]] = []
+def _probe_all(bwrap: str | None, bwrap_why: str) -> tuple[tuple[str, str | None], ...]:
     if not sys.platform.startswith("linux"):
         reason = f"bwrap and Landlock are Linux-only (platform {sys.platform})"
         return (("bwrap", reason), ("landlock", reason), ("landlock-net", reason))
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        results.append(("bwrap", "bwrap is not installed (not found on PATH)"))
-    else:
-        results.append(
-            (
-                "bwrap",
-                _probe_run(
-                    [
-                        bwrap,
-                        *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"),
-                        *("--tmpfs", "/tmp", "--unshare-net", "--unshare-pid"),
-                        *("--die-with-parent", "--new-session", "--", "true"),
-                    ]
-                ),
-            )
-        )
-    runner = [sys.executable, "-I", str(_RUNNER)]
-    landlock = _probe_run([*runner, "--", "true"])
-    results.append(("landlock", landlock))
-    results.append(("landlock-net", landlock or _probe_run([*runner, "--no-net", "--", "true"])))
-    return tuple(results)
+    landlock = _probe_landlock(False)
+    return (
+        ("bwrap", bwrap_why if bwrap is None else _probe_bwrap(bwrap)),
+        ("landlock", landlock),
+        ("landlock-net", landlock or _probe_landlock(True)),
+    )
 
 
-def probe_backends() -> dict[str, str | None]:
+def probe_backends(bwrap: tuple[str | None, str] | None = None) -> dict[str, str | None]:
     """Report which confinement backends work here (probed once per process, then cached).
 
-    Each backend really runs ``true``: ``bwrap`` with the full profile, the Landlock runner once
-    without and once with ``--no-net``.
+    Each backend really runs ``true``: ``bwrap`` with the full profile and the seccomp filter,
+    Landlock once without and once with ``network = false``.
+
+    Args:
+        bwrap: `resolve_bwrap`'s answer (default: resolved from ``PATH``).
 
     Returns:
         ``{"bwrap": ..., "landlock": ..., "landlock-net": ...}`` mapping to ``None`` when the
         backend works, else the reason it does not. ``landlock-net`` is Landlock able to honour
         ``network = false``.
     """
-    return dict(_probe_all())
+    path, why = resolve_bwrap() if bwrap is None else bwrap
+    return dict(_probe_all(path, why))
+
+
+def _protected_problem(policy: SandboxPolicy) -> str | None:
+    inside = protected_paths(policy)
+    if not inside:
+        return None
+    shown = ", ".join(str(p) for p in inside[:4]) + (" ..." if len(inside) > 4 else "")
+    return (
+        f"[plugin.sandbox] protected: {shown} lie inside writable roots, and Landlock cannot "
+        "keep a path read-only inside a writable tree; use bwrap (install bubblewrap, "
+        'backend = "bwrap"), or move those paths out of the writable roots (a config file '
+        "there is always protected: keep it outside, e.g. with DSH_CONFIG), or set "
+        "protected = [] to accept that commands may rewrite them"
+    )
 
 
 def select_backend(
@@ -241,10 +360,64 @@ def select_backend(
     for name in candidates:
         key = "landlock-net" if name == "landlock" and not policy.network else name
         reason = results.get(key, "not probed")
+        if reason is None and name == "landlock":
+            reason = _protected_problem(policy)
         if reason is None:
             return name
         reasons.append(f"{name}: {reason}")
     raise SandboxUnavailable("; ".join(reasons), mode=policy.mode)
+
+
+def startup_problem(
+    policy: SandboxPolicy, backend: str, probes: Mapping[str, str | None]
+) -> tuple[str, str] | None:
+    """What in the configuration this machine cannot enforce, as ``(key, message)``.
+
+    ``None`` when a backend confines the policy, or when nothing can confine anything here
+    (then every command fails closed with ``SANDBOX_UNAVAILABLE`` and ``dsh sandbox check``
+    says why). A configuration that *would* be enforceable after changing one key is an error
+    at start naming that key: never a quietly weaker sandbox.
+    """
+    if policy.mode == "danger-full-access" or backend == "none":
+        return None
+    try:
+        select_backend(policy, backend, probes)
+    except SandboxUnavailable as exc:
+        reason = exc.reason
+    else:
+        return None
+    landlock_ok = probes.get("landlock") is None
+    landlock_net_ok = probes.get("landlock-net") is None
+    bwrap_ok = probes.get("bwrap") is None and backend in ("auto", "bwrap")
+    if backend == "bwrap":
+        return "backend", f'backend = "bwrap" cannot be used here: {reason}'
+    if bwrap_ok:
+        return None
+    if landlock_ok and not policy.network and not landlock_net_ok:
+        return "network", (
+            "network = false cannot be enforced here (bwrap is unusable and "
+            f"{probes.get('landlock-net')}); install bubblewrap, or set network = true knowingly"
+        )
+    problem = _protected_problem(policy)
+    if landlock_ok and problem is not None:
+        return "protected", problem.removeprefix("[plugin.sandbox] protected: ")
+    if backend == "landlock":
+        return "backend", f'backend = "landlock" cannot be used here: {reason}'
+    return None
+
+
+def prepare_landlock(policy: SandboxPolicy) -> None:
+    """Build the Landlock ruleset and seccomp program for ``policy`` now (at start), not at the
+    first command.
+
+    Raises:
+        SandboxUnavailable: Landlock cannot confine the policy here.
+    """
+    roots = tuple(str(root) for root in _rw_roots(policy))
+    try:
+        _landlock_prepared(roots, not policy.network)
+    except _landlock.LandlockUnavailable as exc:
+        raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -255,10 +428,61 @@ def _canonical(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _bwrap_argv(argv: Sequence[str], policy: SandboxPolicy, cwd: Path | None) -> list[str]:
+def _rw_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
+    """The writable roots as pinned at start (their real paths then), never re-resolved: a root
+    swapped for a symlink later must not move the confinement with it. A policy that was never
+    pinned (built by hand) uses `writable_roots`."""
+    current = writable_roots(policy)
+    if not policy.pins or policy.mode != "workspace-write":
+        return current
+    pinned = {pin.path: pin.real for pin in policy.pins}
+    out: dict[Path, None] = {}
+    for root in policy.writable_roots:
+        real = pinned.get(root)
+        if real is not None:  # a root missing at start matches nothing
+            out.setdefault(real, None)
+    return tuple(out)
+
+
+def _open_roots(policy: SandboxPolicy, opened: list[int]) -> dict[Path, int]:
+    """Open every writable root and check it is still the pinned directory (appends to
+    ``opened``). bwrap then binds these descriptors, so a swap after this check binds nothing
+    else."""
+    pins = {pin.real: pin for pin in policy.pins}
+    fds: dict[Path, int] = {}
+    for root in _rw_roots(policy):
+        try:
+            fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f'the writable root "{root}" cannot be opened ({exc.strerror}); it was replaced '
+                "or removed since the host started",
+                mode=policy.mode,
+            ) from None
+        opened.append(fd)
+        st = os.fstat(fd)
+        pin = pins.get(root)
+        if pin is not None and (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+            raise SandboxUnavailable(
+                f'the writable root "{pin.path}" was replaced since the host started (it is now '
+                "another directory); restart the host on the intended directory",
+                mode=policy.mode,
+            )
+        fds[root] = fd
+    return fds
+
+
+def _bwrap_argv(
+    argv: Sequence[str],
+    policy: SandboxPolicy,
+    cwd: Path | None,
+    bwrap: str = "bwrap",
+    seccomp_fd: int | None = None,
+    root_fds: Mapping[Path, int] | None = None,
+) -> list[str]:
     tmp = _canonical(Path("/tmp"))
-    rw = writable_roots(policy)
-    out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    rw = _rw_roots(policy)
+    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     mounts: dict[Path, bool] = {}  # path -> writable
     if not any(_under(tmp, root) for root in rw):
         out += ["--tmpfs", str(tmp)]
@@ -271,38 +495,57 @@ def _bwrap_argv(argv: Sequence[str], policy: SandboxPolicy, cwd: Path | None) ->
     for root in rw:
         if not any(_under(root, other) for other in rw if other != root):
             mounts[root] = True  # a root nested in another writable root is already writable
+    fds = root_fds or {}
     for path in sorted(mounts, key=lambda p: (len(p.parts), str(p))):
-        out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
-    if not policy.network:
-        out.append("--unshare-net")
-    out += ["--unshare-pid", "--die-with-parent", "--new-session"]
+        if mounts[path] and path in fds:
+            out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
+        else:
+            out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
+    for path in protected_paths(policy):
+        if not _inside_any(path, rw):
+            continue  # outside every writable root it is read-only already
+        if os.path.lexists(path):
+            out += ["--ro-bind", str(path), str(path)]
+        else:
+            # Not there yet: an empty read-only tmpfs is mounted there (bwrap leaves its empty
+            # mount point directory behind), so the command cannot create it, nor
+            # .git/config or .claude/hooks/x inside it.
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+    out += ["--unshare-all", "--unshare-user-try"]
+    if policy.network:
+        out.append("--share-net")
+    out += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
     if cwd is not None:
         out += ["--chdir", str(_canonical(cwd))]
     return [*out, "--", *argv]
 
 
-def _landlock_argv(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
-    out = [sys.executable, "-I", str(_RUNNER)]
-    for root in writable_roots(policy):
-        out += ["--rw", str(root)]
-    if not policy.network:
-        out.append("--no-net")
-    return [*out, "--", *argv]
-
-
 def confine_argv(
-    argv: Sequence[str], policy: SandboxPolicy, backend: str, *, cwd: Path | None = None
+    argv: Sequence[str],
+    policy: SandboxPolicy,
+    backend: str,
+    *,
+    cwd: Path | None = None,
+    bwrap: str = "bwrap",
+    seccomp_fd: int | None = None,
+    root_fds: Mapping[Path, int] | None = None,
 ) -> list[str]:
     """Build the command line that runs ``argv`` confined by ``backend`` under ``policy``.
 
     Args:
         argv: The command to confine, e.g. ``["bash", "-c", command]``.
-        policy: The sandbox policy (mode, roots, network).
+        policy: The sandbox policy (mode, roots, network, protected paths).
         backend: ``"bwrap"`` or ``"landlock"``; ``"none"`` only for ``danger-full-access``.
         cwd: The working directory (bwrap ``--chdir``; kept visible under a masked ``/tmp``).
+        bwrap: The bwrap binary (`resolve_bwrap`).
+        seccomp_fd: The descriptor bwrap reads the seccomp filter from.
+        root_fds: Open descriptors of the writable roots, bound with ``--bind-fd``.
 
     Returns:
-        The wrapped argv; ``argv`` unchanged for ``danger-full-access``.
+        The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
+        (which confines in the child before ``exec``, with no wrapper process).
 
     Raises:
         SandboxUnavailable: ``backend="none"`` for a confined mode.
@@ -311,9 +554,9 @@ def confine_argv(
     if policy.mode == "danger-full-access":
         return list(argv)
     if backend == "bwrap":
-        return _bwrap_argv(argv, policy, cwd)
+        return _bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds)
     if backend == "landlock":
-        return _landlock_argv(argv, policy)
+        return list(argv)
     if backend == "none":
         raise SandboxUnavailable(
             'backend "none" cannot confine; only danger-full-access runs unconfined',
@@ -401,7 +644,15 @@ def _runner_failure(output: str, exit_code: int | None, backend: str) -> str | N
 
 
 async def _run(
-    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None, cap: int
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    cap: int,
+    supervised: bool = False,
+    info: tuple[int, int] | None = None,
+    **spawn: Any,
 ) -> tuple[_Output, int | None, bool]:
     read_fd, write_fd = os.pipe()
     try:
@@ -413,12 +664,17 @@ async def _run(
             cwd=str(cwd),
             env=env,
             start_new_session=True,
+            **spawn,
         )
     except BaseException:
         os.close(read_fd)
+        if info is not None:
+            os.close(info[0])
         raise
     finally:
         os.close(write_fd)
+        if info is not None:
+            os.close(info[1])  # bwrap's copy is the only writer now
     pidfd: int | None
     try:
         pidfd = os.pidfd_open(proc.pid)
@@ -427,30 +683,81 @@ async def _run(
     stream = trio.lowlevel.FdStream(read_fd)
     out = _Output(cap)
     timed_out = False
+
+    async def stop() -> None:
+        # The Landlock supervisor kills every descendant (setsid ones too) on SIGTERM; a
+        # SIGKILL would orphan them. It is our code, so it answers; the group kill follows.
+        if supervised and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, _signal.SIGTERM)
+            with trio.move_on_after(_SUPERVISOR_GRACE):
+                await _wait_exited(proc, pidfd)
+        _kill_group(proc.pid)
+
+    namespace = _Namespace()
     try:
         async with trio.open_nursery() as nursery:
             drained = trio.Event()
             nursery.start_soon(_pump, stream, out, drained)
+            if info is not None:
+                nursery.start_soon(namespace.watch, info[0])
             with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
                 await _wait_exited(proc, pidfd)
             timed_out = deadline.cancelled_caught
-            _kill_group(proc.pid)  # the timeout, or background children left after the exit
+            await stop()  # the timeout, or background children left after the exit
             await proc.wait()
+            if info is not None:
+                await namespace.wait_gone()
             with trio.move_on_after(_DRAIN_GRACE):
                 await drained.wait()
             nursery.cancel_scope.cancel()
     except BaseException:
-        if proc.returncode is None:  # not reaped yet, so the group id cannot be recycled
-            _kill_group(proc.pid)
         with trio.CancelScope(shield=True):
+            if proc.returncode is None:  # not reaped yet, so the group id cannot be recycled
+                await stop()
             await proc.wait()
         raise
     finally:
         if pidfd is not None:
             os.close(pidfd)
+        namespace.close()
         with trio.CancelScope(shield=True):
             await stream.aclose()
     return out, proc.returncode, timed_out
+
+
+class _Namespace:
+    """The init of bwrap's PID namespace, from ``--info-fd``: when it has exited, the kernel has
+    killed and reaped every process in the namespace (``setsid`` ones included)."""
+
+    def __init__(self) -> None:
+        self.pidfd: int | None = None
+        self.known = trio.Event()
+
+    async def watch(self, info_fd: int) -> None:
+        data = bytearray()
+        async with trio.lowlevel.FdStream(info_fd) as stream:
+            while chunk := await stream.receive_some(_READ_CHUNK):
+                data += chunk
+                try:
+                    pid = int(json.loads(data)["child-pid"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                with contextlib.suppress(OSError):  # already gone: so is the namespace
+                    self.pidfd = os.pidfd_open(pid)
+                break
+        self.known.set()
+
+    async def wait_gone(self) -> None:
+        with trio.move_on_after(_SUPERVISOR_GRACE):
+            await self.known.wait()
+            if self.pidfd is not None:
+                await trio.lowlevel.wait_readable(self.pidfd)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 async def run_confined(
@@ -462,11 +769,12 @@ async def run_confined(
     timeout: float | None,
     max_output_bytes: int = 64_000,
     env_allow: Sequence[str] = (),
+    bwrap: tuple[str | None, str] | None = None,
 ) -> ProcessResult:
     """Run ``bash -c command`` confined by ``policy``.
 
-    Honours trio cancellation: if the caller's cancel scope fires, the process group is killed
-    and ``Cancelled`` propagates.
+    Honours trio cancellation: if the caller's cancel scope fires, every process of the command
+    is killed and ``Cancelled`` propagates.
 
     Args:
         command: The shell command.
@@ -474,41 +782,90 @@ async def run_confined(
         policy: The sandbox policy.
         backend: ``"auto"``, ``"bwrap"``, ``"landlock"`` or ``"none"`` (``"none"`` only works for
             ``danger-full-access``, which never confines anyway).
-        timeout: Seconds before the process group is killed; ``None`` for no limit.
+        timeout: Seconds before the command is killed; ``None`` for no limit.
         max_output_bytes: How many output bytes to keep (a head and a tail).
         env_allow: Names to keep in the environment even though they look secret.
+        bwrap: `resolve_bwrap`'s answer, resolved once at start (default: resolved now).
 
     Returns:
         The result; ``backend`` says what confined it.
 
     Raises:
-        SandboxUnavailable: No backend can confine the policy (nothing was run), or the chosen
-            runner failed to set up confinement.
+        SandboxUnavailable: No backend can confine the policy (nothing was run), a pinned root
+            was replaced, or the chosen backend failed to set up confinement.
         ValueError: Unknown backend.
     """
-    if policy.mode == "danger-full-access":
-        chosen = select_backend(policy, backend, {})
-    else:
-        probes = await trio.to_thread.run_sync(probe_backends)
-        chosen = select_backend(policy, backend, probes)
-    argv = confine_argv(["bash", "-c", command], policy, chosen, cwd=cwd)
     env = scrub_env(os.environ, env_allow)
-    out, returncode, timed_out = await _run(
-        argv, cwd=cwd, env=env, timeout=timeout, cap=max_output_bytes
-    )
-    exit_code = returncode if returncode is not None and returncode >= 0 else None
-    sig = -returncode if returncode is not None and returncode < 0 else None
-    text = out.text()
+    if policy.mode == "danger-full-access":
+        out, returncode, timed_out = await _run(
+            ["bash", "-c", command], cwd=cwd, env=env, timeout=timeout, cap=max_output_bytes
+        )
+        return _result(out, returncode, timed_out, "none")
+    try:
+        check_pinned(policy)
+    except RootReplaced as exc:
+        raise SandboxUnavailable(str(exc), mode=policy.mode) from None
+    resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
+    probes = await trio.to_thread.run_sync(probe_backends, resolved)
+    chosen = select_backend(policy, backend, probes)
+    argv = ["bash", "-c", command]
+    if chosen == "landlock":
+        roots = tuple(str(root) for root in _rw_roots(policy))
+        try:
+            prepared = _landlock_prepared(roots, not policy.network)
+        except _landlock.LandlockUnavailable as exc:
+            raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
+        out, returncode, timed_out = await _run(
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            cap=max_output_bytes,
+            supervised=True,
+            preexec_fn=prepared.preexec,
+        )
+    else:
+        path = resolved[0]
+        assert path is not None  # the probe failed otherwise
+        fds: list[int] = []
+        try:
+            root_fds = _open_roots(policy, fds)
+            seccomp_fd = _seccomp_pipe(filter_bpf(not policy.network))
+            fds.append(seccomp_fd)
+            wrapped = confine_argv(
+                argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd, root_fds=root_fds
+            )
+            info_r, info_w = os.pipe()  # _run owns both from here
+            wrapped[1:1] = ["--info-fd", str(info_w)]
+            out, returncode, timed_out = await _run(
+                wrapped,
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                cap=max_output_bytes,
+                pass_fds=(seccomp_fd, info_w, *root_fds.values()),
+                info=(info_r, info_w),
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+    result = _result(out, returncode, timed_out, chosen)
     if not timed_out:
-        failure = _runner_failure(text, exit_code, chosen)
+        failure = _runner_failure(result.output, result.exit_code, chosen)
         if failure is not None:
             raise SandboxUnavailable(f"{chosen} failed to confine: {failure}", mode=policy.mode)
+    return result
+
+
+def _result(out: _Output, returncode: int | None, timed_out: bool, backend: str) -> ProcessResult:
+    exit_code = returncode if returncode is not None and returncode >= 0 else None
+    sig = -returncode if returncode is not None and returncode < 0 else None
     return ProcessResult(
-        output=text,
+        output=out.text(),
         exit_code=exit_code,
         signal=sig,
         truncated=out.truncated,
         timed_out=timed_out,
-        backend=chosen,
+        backend=backend,
         total_bytes=out.total,
     )

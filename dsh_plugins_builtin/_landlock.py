@@ -1,40 +1,49 @@
-"""Landlock runner: confine this process, then exec a command.
+r"""Landlock confinement, set up in the child between ``fork`` and ``exec`` (no runner process).
 
-Usage::
+`prepare` runs in the host, once per policy: it checks the kernel's Landlock ABI, builds the
+ruleset (read+execute under ``/``, read+write on the ``/dev/null`` node only, every handled right
+under each writable root, the roots opened once so the rules hold the pinned directories) and
+loads the seccomp program (`dsh_plugins_builtin._seccomp`). `Prepared.preexec` is then given to
+``subprocess``/``trio`` as ``preexec_fn``; in the forked child it:
 
-    python -I -m dsh_plugins_builtin._landlock [--rw PATH]... [--no-net] -- CMD [ARG...]
+1. makes the child a *supervisor*: ``PR_SET_CHILD_SUBREAPER``, then ``fork``; the supervisor
+   closes every descriptor, waits for the command, and on its exit (or on ``SIGTERM`` from the
+   host, for a timeout or a cancellation) ``SIGKILL``\s every descendant still alive, the ones
+   that called ``setsid``/``setpgid`` included (they were re-parented to it), then exits with
+   the command's status;
+2. in the grandchild, which goes on to ``exec`` the command: ``PR_SET_PDEATHSIG(SIGKILL)``,
+   ``PR_SET_NO_NEW_PRIVS``, ``landlock_restrict_self`` with ABI 5 ``IOCTL_DEV`` handled (no
+   ``ioctl`` on any device outside the writable roots) and the ABI 6 scopes (signals always,
+   abstract Unix sockets with ``network = false``), a private IPC namespace (through a user
+   namespace for an ordinary user, where the kernel allows one), every capability dropped (bounding set,
+   ambient, effective, permitted, inheritable), then the seccomp filter.
 
-(`dsh_plugins_builtin._confine` runs this file by path with ``python -I``, so a workspace cannot
-shadow it through ``sys.path``.) The module is stdlib-only and talks to the kernel through
-``ctypes`` syscalls:
-
-1. ``prctl(PR_SET_NO_NEW_PRIVS)``;
-2. ``landlock_create_ruleset`` handling every filesystem right the kernel's ABI knows (except
-   ``IOCTL_DEV``), then ``landlock_add_rule`` granting read+execute under ``/``, read+write on
-   the ``/dev/null`` node only, and every right under each ``--rw`` path;
-3. with ``--no-net``: Landlock ABI >= 4 TCP bind/connect rules (none granted, so all denied),
-   ABI >= 6 abstract-unix-socket scoping, **and** a seccomp filter that refuses ``socket()`` for
-   every family except ``AF_UNIX`` and refuses ``io_uring_setup`` (Landlock's net rules cover TCP
-   only, so without the filter UDP, e.g. DNS, would still leave the box). Below ABI 4, or on an
-   architecture the filter does not know, ``--no-net`` is refused: the runner never pretends;
-4. ABI >= 6: signal scoping, so the command cannot signal processes outside its domain;
-5. ``landlock_restrict_self`` and ``execvp(CMD)``.
-
-Any failure to confine exits 125 with one stderr line starting ``landlock-run: ``. That
-includes an ABI below 3, which has no ``TRUNCATE`` right (a file outside the roots could still
-be truncated): the runner fails closed rather than confine partly.
+The host's Python interpreter is forked, never started, per command. Any failure to confine
+in the child prints one stderr line starting ``landlock-run: `` and exits 125, before the
+command runs. An ABI below 3 (no ``TRUNCATE`` right) or, with ``network = false``, below 4 (no
+TCP rules) is refused in `prepare`: the backend never confines partly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-import platform
+import signal
 import stat
-import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-__all__ = ["EXIT_RUNNER_FAILURE", "PREFIX", "landlock_abi", "main"]
+from dsh_plugins_builtin._seccomp import SeccompUnavailable, filter_bpf
+
+__all__ = [
+    "EXIT_RUNNER_FAILURE",
+    "PREFIX",
+    "LandlockUnavailable",
+    "Prepared",
+    "landlock_abi",
+    "prepare",
+]
 
 PREFIX = "landlock-run: "
 EXIT_RUNNER_FAILURE = 125
@@ -52,26 +61,26 @@ _FS_READ_FILE = 1 << 2
 _FS_READ_DIR = 1 << 3
 _FS_REFER = 1 << 13  # ABI 2
 _FS_TRUNCATE = 1 << 14  # ABI 3
+_FS_IOCTL_DEV = 1 << 15  # ABI 5
 _FS_V1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
-_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
+_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 _NET_BIND_TCP = 1 << 0  # ABI 4
 _NET_CONNECT_TCP = 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
 _SCOPE_SIGNAL = 1 << 1  # ABI 6
 
-_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
 _PR_SET_SECCOMP = 22
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SECCOMP_MODE_FILTER = 2
-_SECCOMP_RET_ALLOW = 0x7FFF0000
-_SECCOMP_RET_ERRNO = 0x00050000
-_EACCES = 13
-_AF_UNIX = 1
-
-# machine -> (AUDIT_ARCH, __NR_socket, __NR_io_uring_setup)
-_SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, 41, 425),
-    "aarch64": (0xC00000B7, 198, 425),
-}
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -90,24 +99,24 @@ class _PathBeneathAttr(ctypes.Structure):
     ]
 
 
-class _SockFilter(ctypes.Structure):
-    _fields_ = [
-        ("code", ctypes.c_uint16),
-        ("jt", ctypes.c_uint8),
-        ("jf", ctypes.c_uint8),
-        ("k", ctypes.c_uint32),
-    ]
-
-
 class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
     _fields_ = [
-        ("len", ctypes.c_uint16),
-        ("filter", ctypes.POINTER(_SockFilter)),
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
     ]
 
 
-class _RunnerError(Exception):
-    """Confinement could not be established."""
+class LandlockUnavailable(Exception):
+    """Landlock cannot confine as asked on this kernel; the message says why."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -150,14 +159,16 @@ def _fs_handled(abi: int) -> int:
         handled |= _FS_REFER
     if abi >= 3:
         handled |= _FS_TRUNCATE
-    return handled  # IOCTL_DEV (ABI 5) is deliberately left unhandled
+    if abi >= 5:
+        handled |= _FS_IOCTL_DEV
+    return handled
 
 
 def _add_path_rule(libc: ctypes.CDLL, ruleset_fd: int, path: str, access: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as exc:
-        raise _RunnerError(f"cannot open {path!r}: {exc.strerror}") from None
+        raise LandlockUnavailable(f"cannot open {path!r}: {exc.strerror}") from None
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= _FS_FILE_RIGHTS  # directory-only rights are invalid on a file
@@ -171,58 +182,252 @@ def _add_path_rule(libc: ctypes.CDLL, ruleset_fd: int, path: str, access: int) -
             ctypes.c_uint32(0),
         )
     except OSError as exc:
-        raise _RunnerError(f"landlock_add_rule({path!r}) failed: {exc.strerror}") from None
+        raise LandlockUnavailable(f"landlock_add_rule({path!r}) failed: {exc.strerror}") from None
     finally:
         os.close(fd)
 
 
-def _install_net_filter(libc: ctypes.CDLL) -> None:
-    machine = platform.machine()
-    if machine not in _SECCOMP_ARCHES:
-        raise _RunnerError(f"cannot block the network on architecture {machine!r}")
-    audit_arch, nr_socket, nr_io_uring_setup = _SECCOMP_ARCHES[machine]
-    ld_abs = 0x20  # BPF_LD | BPF_W | BPF_ABS
-    jeq = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
-    jge = 0x35  # BPF_JMP | BPF_JGE | BPF_K
-    ret = 0x06  # BPF_RET | BPF_K
-    program = [
-        (ld_abs, 0, 0, 4),  # 0: A = seccomp_data.arch
-        (jeq, 0, 7, audit_arch),  # 1: foreign arch -> deny (9)
-        (ld_abs, 0, 0, 0),  # 2: A = seccomp_data.nr
-        (jge, 5, 0, 0x40000000),  # 3: x32 syscalls -> deny (9)
-        (jeq, 4, 0, nr_io_uring_setup),  # 4: io_uring (socket ops bypass socket()) -> deny
-        (jeq, 0, 2, nr_socket),  # 5: not socket() -> allow (8)
-        (ld_abs, 0, 0, 16),  # 6: A = low 32 bits of args[0] (little-endian)
-        (jeq, 0, 1, _AF_UNIX),  # 7: AF_UNIX -> allow (8), else deny (9)
-        (ret, 0, 0, _SECCOMP_RET_ALLOW),  # 8
-        (ret, 0, 0, _SECCOMP_RET_ERRNO | _EACCES),  # 9
-    ]
-    filters = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
-    prog = _SockFprog(len=len(program), filter=filters)
-    ctypes.set_errno(0)
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+def _cap_last() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return 63
+
+
+class Prepared:
+    """A ruleset and a seccomp program built once, applied in each child by `preexec`."""
+
+    def __init__(self, ruleset_fd: int, program: bytes, abi: int) -> None:
+        """Keep the ruleset descriptor and the filter; nothing is applied yet.
+
+        Args:
+            ruleset_fd: The Landlock ruleset (close-on-exec; lives as long as the host).
+            program: The raw seccomp BPF program.
+            abi: The kernel's Landlock ABI.
+        """
+        self.ruleset_fd = ruleset_fd
+        self.abi = abi
+        self._program = ctypes.create_string_buffer(program, len(program))
+        self._fprog = _SockFprog(len=len(program) // 8, filter=ctypes.addressof(self._program))
+        self._libc = _libc()
+        self._cap_last = _cap_last()
+        machine = os.uname().machine
+        if machine not in _SYS_CAPSET:
+            raise LandlockUnavailable(f"cannot drop capabilities on architecture {machine!r}")
+        self._nr_capset = _SYS_CAPSET[machine]
+        self._cap_header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
+        self._cap_data = (_CapData * 2)()
+
+    def _fail(self, what: str) -> NoReturn:
         err = ctypes.get_errno()
-        raise _RunnerError(f"installing the seccomp network filter failed: {os.strerror(err)}")
+        message = f"{PREFIX}{what} failed: {os.strerror(err)}\n".encode()
+        try:
+            os.write(2, message)
+        finally:
+            os._exit(EXIT_RUNNER_FAILURE)
+
+    def _prctl(self, what: str, *args: int) -> int:
+        ctypes.set_errno(0)
+        result = int(self._libc.prctl(*(ctypes.c_ulong(a) for a in args)))
+        if result < 0:
+            self._fail(what)
+        return result
+
+    def _private_ipc(self) -> None:
+        """A new IPC namespace, so SysV shared memory and semaphores die with the command.
+
+        Root unshares it directly; an ordinary user goes through a user namespace mapping only
+        its own uid and gid. Where neither is allowed (user namespaces disabled) SysV IPC stays
+        shared with the host: a documented limit of this backend.
+        """
+        libc = self._libc
+        if libc.unshare(ctypes.c_int(_CLONE_NEWIPC)) == 0:
+            return
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWIPC)) != 0:
+            return
+        for name, text in (
+            ("uid_map", f"{uid} {uid} 1\n"),
+            ("setgroups", "deny\n"),
+            ("gid_map", f"{gid} {gid} 1\n"),
+        ):
+            try:
+                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+                try:
+                    os.write(fd, text.encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                self._fail(f"writing /proc/self/{name} in the new user namespace")
+
+    def confine_self(self) -> None:
+        """Confine the calling process for good (no way back). Call only in a forked child."""
+        libc = self._libc
+        self._private_ipc()
+        self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        ctypes.set_errno(0)
+        if (
+            libc.syscall(
+                ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(self.ruleset_fd), ctypes.c_uint32(0)
+            )
+            < 0
+        ):
+            self._fail("landlock_restrict_self")
+        privileged = os.geteuid() == 0
+        for cap in range(self._cap_last + 1):
+            ctypes.set_errno(0)
+            dropped = libc.prctl(ctypes.c_ulong(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), 0, 0, 0)
+            # Without CAP_SETPCAP (an ordinary user) the bounding set cannot shrink; with no
+            # capabilities and no_new_privs it can never be used either.
+            if dropped < 0 and privileged:
+                self._fail(f"dropping capability {cap} from the bounding set")
+        ctypes.set_errno(0)
+        libc.prctl(
+            ctypes.c_ulong(_PR_CAP_AMBIENT), ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0
+        )
+        ctypes.set_errno(0)
+        if (
+            libc.syscall(
+                ctypes.c_long(self._nr_capset),
+                ctypes.byref(self._cap_header),
+                ctypes.byref(self._cap_data),
+            )
+            < 0
+        ):
+            self._fail("capset")
+        ctypes.set_errno(0)
+        if (
+            libc.prctl(
+                ctypes.c_ulong(_PR_SET_SECCOMP),
+                ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                ctypes.byref(self._fprog),
+                0,
+                0,
+            )
+            < 0
+        ):
+            self._fail("installing the seccomp filter")
+
+    def preexec(self) -> None:
+        """The ``preexec_fn``: fork a supervisor, confine the grandchild, which then execs."""
+        blocked = {signal.SIGTERM, signal.SIGCHLD}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        self._prctl("prctl(PR_SET_CHILD_SUBREAPER)", _PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        try:
+            pid = os.fork()
+        except OSError:
+            self._fail("fork")
+        if pid == 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            self.confine_self()
+            return
+        _supervise(pid)
 
 
-def _confine(writable: Sequence[str], *, block_network: bool) -> None:
+def _children() -> list[int]:
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as handle:
+            return [int(pid) for pid in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every child until none is left (orphans of killed ones come back as children)."""
+    while True:
+        kids = _children()
+        if not kids:
+            while True:  # reap anything /proc did not list
+                try:
+                    pid, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    return
+                if pid == 0:
+                    break
+            continue
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _supervise(child: int) -> NoReturn:
+    """Wait for the command, then kill every descendant; exit as the command did."""
+    status: int | None = None
+    try:
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        while status is None:
+            info = signal.sigwaitinfo({signal.SIGTERM, signal.SIGCHLD})
+            if info.si_signo == signal.SIGTERM:
+                break
+            while True:
+                try:
+                    pid, st = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if pid == child:
+                    status = st
+                    break
+        _kill_descendants()
+    finally:
+        if status is None or os.WIFSIGNALED(status):
+            sig = signal.SIGKILL if status is None else os.WTERMSIG(status)
+            if sig != signal.SIGKILL:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            os.kill(os.getpid(), sig)
+            os._exit(128 + sig)
+        os._exit(os.waitstatus_to_exitcode(status))
+
+
+def prepare(writable: Sequence[str], *, block_network: bool) -> Prepared:
+    """Build the ruleset and the seccomp program for one policy (in the host, once).
+
+    Args:
+        writable: The writable roots (real paths; opened now, so later swaps do not matter).
+        block_network: Refuse TCP (Landlock ABI 4), abstract Unix sockets (ABI 6) and every
+            socket family but ``AF_UNIX`` (seccomp).
+
+    Returns:
+        The prepared confinement; hand `Prepared.preexec` to the spawn.
+
+    Raises:
+        LandlockUnavailable: This kernel cannot confine as asked (the message says why).
+    """
     libc = _libc()
     abi = landlock_abi()
     if abi < 1:
-        raise _RunnerError("Landlock is not supported or not enabled by this kernel")
+        raise LandlockUnavailable("Landlock is not supported or not enabled by this kernel")
     if block_network and abi < 4:
-        raise _RunnerError(
+        raise LandlockUnavailable(
             f"Landlock ABI {abi} cannot restrict the network (needs ABI 4); refusing network=false"
         )
     if abi < 3:
-        raise _RunnerError(
+        raise LandlockUnavailable(
             f"Landlock ABI {abi} cannot stop truncating files outside the writable roots "
             "(needs ABI 3); install bubblewrap instead"
         )
-    ctypes.set_errno(0)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise _RunnerError(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
-
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        raise LandlockUnavailable(
+            "/proc/PID/task/TID/children is missing (kernel without CONFIG_PROC_CHILDREN), so "
+            "the descendants of a command cannot be found and killed"
+        )
+    try:
+        program = filter_bpf(block_network)
+    except SeccompUnavailable as exc:
+        raise LandlockUnavailable(str(exc)) from None
     handled_fs = _fs_handled(abi)
     attr = _RulesetAttr(handled_access_fs=handled_fs, handled_access_net=0, scoped=0)
     if block_network:
@@ -238,71 +443,14 @@ def _confine(writable: Sequence[str], *, block_network: bool) -> None:
             ctypes.c_uint32(0),
         )
     except OSError as exc:
-        raise _RunnerError(f"landlock_create_ruleset failed: {exc.strerror}") from None
+        raise LandlockUnavailable(f"landlock_create_ruleset failed: {exc.strerror}") from None
     try:
         _add_path_rule(libc, ruleset_fd, "/", _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR)
-        null_rights = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)
+        null_rights = _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE
         _add_path_rule(libc, ruleset_fd, "/dev/null", null_rights)
         for path in writable:
             _add_path_rule(libc, ruleset_fd, path, handled_fs)
-        if block_network:
-            _install_net_filter(libc)
-        try:
-            _syscall(
-                libc,
-                ctypes.c_long(_SYS_RESTRICT_SELF),
-                ctypes.c_int(ruleset_fd),
-                ctypes.c_uint32(0),
-            )
-        except OSError as exc:
-            raise _RunnerError(f"landlock_restrict_self failed: {exc.strerror}") from None
-    finally:
+        return Prepared(ruleset_fd, program, abi)
+    except BaseException:
         os.close(ruleset_fd)
-
-
-def _parse(argv: Sequence[str]) -> tuple[list[str], bool, list[str]]:
-    writable: list[str] = []
-    block_network = False
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            command = list(argv[i + 1 :])
-            if not command:
-                raise _RunnerError("no command after --")
-            return writable, block_network, command
-        if arg == "--rw" and i + 1 < len(argv):
-            writable.append(argv[i + 1])
-            i += 2
-        elif arg == "--no-net":
-            block_network = True
-            i += 1
-        else:
-            raise _RunnerError(f"unexpected argument {arg!r}")
-    raise _RunnerError("usage: _landlock [--rw PATH]... [--no-net] -- CMD [ARG...]")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Confine the current process and exec the command; return only on failure.
-
-    Args:
-        argv: The arguments (defaults to ``sys.argv[1:]``).
-
-    Returns:
-        125 when confinement failed, 127 (or 126) when the command could not be executed.
-    """
-    try:
-        writable, block_network, command = _parse(sys.argv[1:] if argv is None else argv)
-        _confine(writable, block_network=block_network)
-    except _RunnerError as exc:
-        print(f"{PREFIX}{exc}", file=sys.stderr, flush=True)
-        return EXIT_RUNNER_FAILURE
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        print(f"{command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsh_host import Host
-from dsh_plugins_builtin._confine import SandboxUnavailable, select_backend
+from dsh_plugins_builtin._confine import SandboxUnavailable, resolve_bwrap, select_backend
 from dsh_plugins_builtin._fence import readable_roots, writable_roots
 
 __all__ = ["check_report", "render_report"]
@@ -42,7 +42,7 @@ def _check_host(config_path: str | None, plugin_class: type) -> Host:
 def check_report(
     config_path: str | None,
     plugin_class: type,
-    probe_backends: Callable[[], Mapping[str, str | None]],
+    probe_backends: Callable[..., Mapping[str, str | None]],
 ) -> tuple[dict[str, Any], int]:
     """The report and the exit status of ``dsh sandbox check``.
 
@@ -60,9 +60,11 @@ def check_report(
     """
     host = _check_host(config_path, plugin_class)
     plugin, problem = _find_plugin(host, plugin_class)
-    probes = probe_backends()
+    bwrap = plugin.bwrap if plugin is not None else resolve_bwrap()
+    probes = probe_backends(bwrap)
     report: dict[str, Any] = {
         "config": host.config.source,
+        "bwrap": {"path": bwrap[0], "why": bwrap[1]},
         "backends": {name: {"usable": why is None, "reason": why} for name, why in probes.items()},
         "enabled": plugin is not None,
         "problem": problem,
@@ -98,6 +100,8 @@ def render_report(report: dict[str, Any]) -> list[str]:
         label = "landlock (network = false)" if name == "landlock-net" else name
         verdict = "works" if probe["usable"] else f"unusable: {probe['reason']}"
         lines.append(f"  {label:<28}{verdict}")
+    bwrap = report["bwrap"]
+    lines.append(f"bwrap binary: {bwrap['path'] or 'none'} ({bwrap['why']})")
     lines.append(f"config: {report['config'] or 'built-in defaults (no config file)'}")
     if report.get("mode") is not None:
         lines.append(

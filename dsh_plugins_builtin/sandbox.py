@@ -18,6 +18,7 @@ others do not, and which one the current configuration would use.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,8 +32,12 @@ from dsh_host import ConfigError, DshError, Host, hookimpl
 from dsh_plugins_builtin._confine import (
     ProcessResult,
     SandboxUnavailable,
+    prepare_landlock,
     probe_backends,
+    resolve_bwrap,
     run_confined,
+    select_backend,
+    startup_problem,
 )
 from dsh_plugins_builtin._fence import (
     FenceDenied,
@@ -123,6 +128,9 @@ class SandboxConfig:
             The config file the host was started with is always added when it lies in a
             writable root (a ``dsh.toml`` the model could rewrite would change the next run's
             policy).
+        bwrap: The absolute path of the bubblewrap binary to use. ``None`` (the default) finds
+            it on ``PATH`` once, at start, skipping any candidate inside a writable root (where
+            a command could plant one). A configured path inside a writable root is refused.
     """
 
     mode: SandboxMode = "workspace-write"
@@ -141,6 +149,7 @@ class SandboxConfig:
     protected: tuple[str, ...] = attrs.field(
         default=(".git", ".claude", ".dsh"), validator=_check_names("paths", paths=True)
     )
+    bwrap: str | None = None
 
 
 def _root(value: str, workspace: Path) -> Path:
@@ -186,6 +195,7 @@ class SandboxPlugin:
         """Create an unconfigured plugin; `dsh_host_started` configures it."""
         self._config: SandboxConfig | None = None
         self._policy: SandboxPolicy | None = None
+        self._bwrap: tuple[str | None, str] | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type:
@@ -198,6 +208,31 @@ class SandboxPlugin:
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
         self._policy = build_policy(self._config, host.workspace, host.config.source)
+        self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
+        self._check_enforceable(host)
+
+    def _check_enforceable(self, host: Host) -> None:
+        """Refuse at start a configuration this machine cannot enforce (never run weaker)."""
+        config, policy = self.config, self.policy
+        if config.bwrap is not None and self.bwrap[0] is None:
+            raise ConfigError(
+                f"{self.bwrap[1]}", path=host.config.source, plugin=self.name, key="bwrap"
+            )
+        if policy.mode == "danger-full-access" or config.backend == "none":
+            return
+        probes = probe_backends(self.bwrap)
+        problem = startup_problem(policy, config.backend, probes)
+        if problem is not None:
+            key, message = problem
+            raise ConfigError(message, path=host.config.source, plugin=self.name, key=key)
+        with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
+            if select_backend(policy, config.backend, probes) == "landlock":
+                prepare_landlock(policy)  # the ruleset is built once, here
+
+    @property
+    def bwrap(self) -> tuple[str | None, str]:
+        """The bwrap binary resolved at start (``None`` if there is none) and why that one."""
+        return self._bwrap if self._bwrap is not None else resolve_bwrap(None, None)
 
     # -- what the tools read --------------------------------------------------------------
 
@@ -321,6 +356,7 @@ class SandboxPlugin:
                 timeout=timeout,
                 max_output_bytes=config.max_output_bytes,
                 env_allow=config.env_allow,
+                bwrap=self.bwrap,
             )
         except SandboxUnavailable as exc:
             raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=self._by) from None

@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -31,13 +29,15 @@ from dsh_plugins_builtin._confine import (
     select_backend,
 )
 from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
+from tests.dsh_plugins_builtin.conftest import tools_host
 
 CAP = 64_000
 
 
 @pytest.fixture
 def policy(ws: Path) -> SandboxPolicy:
-    return SandboxPolicy("workspace-write", ws)
+    # No protected paths: Landlock refuses a policy with some (see test_escapes_process.py).
+    return SandboxPolicy("workspace-write", ws, protected=())
 
 
 @pytest.fixture
@@ -217,7 +217,7 @@ async def test_loopback_udp_unreachable(backend: str, ws: Path, policy: SandboxP
 
 async def test_network_true_reaches_loopback(backend: str, ws: Path) -> None:
     """The positive control: the listener check does detect a connection that happens."""
-    policy = SandboxPolicy("workspace-write", ws, network=True)
+    policy = SandboxPolicy("workspace-write", ws, network=True, protected=())
     listener = await _tcp_listener()
     with listener:
         port = listener.getsockname()[1]
@@ -371,7 +371,11 @@ async def test_no_usable_backend_never_runs_unconfined(
     monkeypatch.setattr(
         _confine,
         "probe_backends",
-        lambda: {"bwrap": "not installed", "landlock": "ENOSYS", "landlock-net": "ENOSYS"},
+        lambda bwrap=None: {
+            "bwrap": "not installed",
+            "landlock": "ENOSYS",
+            "landlock-net": "ENOSYS",
+        },
     )
     with pytest.raises(SandboxUnavailable) as info:
         await run_confined("touch ran", cwd=ws, policy=policy, timeout=30)
@@ -380,22 +384,23 @@ async def test_no_usable_backend_never_runs_unconfined(
     assert not (ws / "ran").exists()
 
 
-async def test_runner_failure_raises(ws: Path, policy: SandboxPolicy) -> None:
-    if probe_backends()["landlock"] is not None:
-        pytest.skip("landlock runner unusable here")
-    bad = policy.__class__("workspace-write", ws, writable_roots=(ws,))
-    # A runner that cannot open one of its writable roots exits 125 with its prefix.
-    argv = confine_argv(["true"], bad, "landlock")
-    argv.insert(argv.index("--"), "--rw")
-    argv.insert(argv.index("--"), str(ws / "missing"))
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    assert done.returncode == _landlock.EXIT_RUNNER_FAILURE
-    assert done.stderr.startswith(_landlock.PREFIX)
-    assert _confine._runner_failure(done.stderr, 125, "landlock") == done.stderr.strip()
+async def test_setup_failure_in_the_child_raises(
+    ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that cannot confine itself exits 125 with the prefix before the command runs."""
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    prepared = _confine._landlock_prepared((str(ws),), True)
+    broken = _landlock.Prepared(-1, b"", prepared.abi)  # restrict_self on fd -1 fails
+    monkeypatch.setattr(_confine, "_landlock_prepared", lambda roots, net: broken)
+    with pytest.raises(SandboxUnavailable, match="landlock failed to confine: landlock-run: "):
+        await run_confined("touch ran", cwd=ws, policy=policy, backend="landlock", timeout=30)
+    assert not (ws / "ran").exists()
     # A command's own exit 125 without the prefix is an ordinary result.
     assert _confine._runner_failure("boom\n", 125, "landlock") is None
     assert _confine._runner_failure("bwrap: Can't chdir\n", 1, "bwrap") == "bwrap: Can't chdir"
-    result = await run_confined("echo boom; exit 125", cwd=ws, policy=bad, timeout=30)
+    monkeypatch.undo()
+    result = await run_confined("echo boom; exit 125", cwd=ws, policy=policy, timeout=30)
     assert result.exit_code == 125
 
 
@@ -404,8 +409,8 @@ async def test_runner_failure_raises(ws: Path, policy: SandboxPolicy) -> None:
 
 def test_select_backend() -> None:
     ws = Path("/nonexistent-ws")
-    strict = SandboxPolicy("workspace-write", ws)
-    networked = SandboxPolicy("workspace-write", ws, network=True)
+    strict = SandboxPolicy("workspace-write", ws, protected=())
+    networked = SandboxPolicy("workspace-write", ws, network=True, protected=())
     all_ok = {"bwrap": None, "landlock": None, "landlock-net": None}
     old_abi = {"bwrap": "missing", "landlock": None, "landlock-net": "Landlock ABI 3"}
     assert select_backend(strict, "auto", all_ok) == "bwrap"
@@ -428,11 +433,23 @@ def test_confine_argv_bwrap_shape(tmp_path: Path) -> None:
     )
     assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     assert argv[-4:] == ["--", "bash", "-c", "cmd"]
-    assert "--tmpfs" not in argv  # /tmp is a (default) writable root: bound, not masked
+    assert argv.index("--tmpfs") > argv.index("--bind")  # /tmp is a writable root, not masked
     assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", "/tmp", "/tmp"]
-    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"):
+    for flag in ("--unshare-all", "--unshare-user-try", "--die-with-parent", "--new-session"):
         assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert "--share-net" not in argv
+    assert "--seccomp" not in argv
+    # A missing protected path gets a read-only tmpfs; an existing one a read-only bind.
+    i = argv.index(str(ws / ".git"))
+    assert argv[i - 1 : i + 3] == ["--tmpfs", str(ws / ".git"), "--remount-ro", str(ws / ".git")]
     assert argv[argv.index("--chdir") + 1] == str(ws)
+
+    (ws / ".claude").mkdir()
+    argv = confine_argv(["true"], SandboxPolicy("workspace-write", ws), "bwrap", seccomp_fd=7)
+    i = argv.index(str(ws / ".claude")) - 1
+    assert argv[i : i + 3] == ["--ro-bind", str(ws / ".claude"), str(ws / ".claude")]
+    assert argv[argv.index("--seccomp") + 1] == "7"
 
     read_only = confine_argv(["true"], SandboxPolicy("read-only", ws), "bwrap", cwd=ws)
     assert "--bind" not in read_only
@@ -442,23 +459,15 @@ def test_confine_argv_bwrap_shape(tmp_path: Path) -> None:
     ws_only = confine_argv(
         ["true"], SandboxPolicy("workspace-write", ws, writable_roots=(ws,), network=True), "bwrap"
     )
-    assert "--unshare-net" not in ws_only
+    assert "--share-net" in ws_only
     i = ws_only.index("--tmpfs")
     assert ws_only[i : i + 5] == ["--tmpfs", "/tmp", "--bind", str(ws), str(ws)]
 
 
-def test_confine_argv_landlock_shape(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws, "/tmp"))
-    argv = confine_argv(["bash", "-c", "cmd"], policy, "landlock")
-    runner = str(Path(_landlock.__file__).resolve())
-    assert argv == [
-        *(sys.executable, "-I", runner, "--rw", str(ws), "--rw", "/tmp", "--no-net"),
-        *("--", "bash", "-c", "cmd"),
-    ]
-    read_only = confine_argv(["true"], SandboxPolicy("read-only", ws, network=True), "landlock")
-    assert read_only == [sys.executable, "-I", runner, "--", "true"]
+def test_confine_argv_landlock_has_no_wrapper(tmp_path: Path) -> None:
+    """Landlock confines in the child before exec: no runner, no interpreter per command."""
+    policy = SandboxPolicy("workspace-write", tmp_path, protected=())
+    assert confine_argv(["bash", "-c", "cmd"], policy, "landlock") == ["bash", "-c", "cmd"]
 
 
 def test_confine_argv_danger_and_none(tmp_path: Path) -> None:
@@ -502,14 +511,51 @@ def test_probe_reports_every_backend_and_is_cached() -> None:
     first = probe_backends()
     assert set(first) == {"bwrap", "landlock", "landlock-net"}
     assert all(v is None or isinstance(v, str) for v in first.values())
-    started = time.perf_counter()
-    assert probe_backends() == first
-    assert time.perf_counter() - started < 0.01  # no second probe
+
+    def no_second_probe(*args: object, **kwargs: object) -> None:
+        raise AssertionError("probed twice")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_confine, "_probe_run", no_second_probe)
+        assert probe_backends() == first
 
 
-def test_landlock_below_abi_3_fails_closed(monkeypatch, capsys):
-    """No TRUNCATE right below ABI 3: the runner refuses rather than confine partly."""
+def test_landlock_below_abi_3_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TRUNCATE right below ABI 3, no TCP rules below 4: refused, never a partial sandbox."""
     monkeypatch.setattr(_landlock, "landlock_abi", lambda: 2)
-    status = _landlock.main(["--rw", "/tmp", "--", "true"])
-    assert status == _landlock.EXIT_RUNNER_FAILURE
-    assert "cannot stop truncating files outside the writable roots" in capsys.readouterr().err
+    with pytest.raises(_landlock.LandlockUnavailable, match="cannot stop truncating"):
+        _landlock.prepare(["/tmp"], block_network=False)
+    monkeypatch.setattr(_landlock, "landlock_abi", lambda: 3)
+    with pytest.raises(_landlock.LandlockUnavailable, match="cannot restrict the network"):
+        _landlock.prepare(["/tmp"], block_network=True)
+
+
+def test_protected_paths_outside_the_writable_roots_are_not_bound(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=("/etc", ".git"))
+    argv = confine_argv(["true"], policy, "bwrap")
+    assert "/etc" not in argv  # read-only already: no mount point is made for it
+    assert str(ws / ".git") in argv
+
+
+async def test_landlock_is_prepared_once_at_start(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    calls: list[tuple[str, ...]] = []
+    real = _landlock.prepare
+
+    def counting(writable: Any, *, block_network: bool) -> _landlock.Prepared:
+        calls.append(tuple(writable))
+        return real(writable, block_network=block_network)
+
+    monkeypatch.setattr(_landlock, "prepare", counting)
+    _confine._landlock_prepared.cache_clear()
+    host = tools_host(make_host, ws, backend="landlock", writable_roots=["."])
+    assert calls == [(str(ws),)]  # built by dsh_host_started, before any command
+    for _ in range(2):
+        result = await host.call("bash", {"command": "echo ok > f"})
+        assert not result.is_error
+    assert calls == [(str(ws),)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,7 @@ def write_config(project: Path, table: str) -> Path:
 def test_check_reports_backends_and_choice(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     config = write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -218,12 +219,35 @@ def test_check_reports_backends_and_choice(
     assert f"config: {config}" in out
     assert "[plugin.sandbox] mode = workspace-write, backend = auto, network = false" in out
     assert out[-1] == "bash commands would run confined by: bwrap"
+    assert any(line.startswith("bwrap binary: /") and "PATH" in line for line in out)
+
+
+def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    real = shutil.which("bwrap") or "/usr/bin/bwrap"
+    write_config(project, f'bwrap = "{real}"')
+    assert sandbox_check_command(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bwrap"]["why"] == f'configured: [plugin.sandbox] bwrap = "{real}"'
+    planted = project / "bwrap"
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    write_config(project, f'bwrap = "{planted}"')
+    assert sandbox_check_command([]) == 2
+    err = capsys.readouterr().err
+    assert "key 'bwrap'" in err
+    assert "lies in a writable root" in err
+    write_config(project, 'bwrap = "bwrap"')
+    assert sandbox_check_command([]) == 2
+    assert "is not an absolute path" in capsys.readouterr().err
 
 
 def test_check_json_when_nothing_works(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_NONE))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_NONE))
     write_config(project, 'backend = "auto"')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -238,10 +262,17 @@ def test_check_landlock_only_and_danger(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: probes)
-    write_config(project, "network = false")
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: probes)
+    # The config file in the workspace is protected too: only read-only leaves Landlock usable.
+    write_config(project, 'mode = "read-only"')
     assert sandbox_check_command(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chosen"] == "landlock"
+    # .git & co. in writable roots and no bwrap: Landlock cannot enforce it, an error at start.
+    write_config(project, "network = false")
+    assert sandbox_check_command(["--json"]) == 2
+    err = capsys.readouterr().err
+    assert "[plugin.sandbox], key 'protected'" in err
+    assert "Landlock cannot keep a path read-only" in err
     write_config(project, 'mode = "danger-full-access"\nbackend = "none"')
     assert sandbox_check_command([]) == 0
     assert "bash runs UNCONFINED (danger-full-access)" in capsys.readouterr().out
@@ -250,7 +281,7 @@ def test_check_landlock_only_and_danger(
 def test_check_backend_none_and_a_config_error(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     write_config(project, 'backend = "none"')
     assert sandbox_check_command(["--json"]) == 1
     assert 'backend \\"none\\" cannot confine' in capsys.readouterr().out
@@ -265,7 +296,7 @@ def test_check_when_the_plugin_is_installed_but_blocked(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     installed(monkeypatch, "sandbox")
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda: dict(PROBES_OK))
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     (project / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)

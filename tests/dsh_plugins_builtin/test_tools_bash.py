@@ -142,7 +142,11 @@ async def test_no_usable_backend_never_runs_unconfined(
     monkeypatch.setattr(
         _confine,
         "probe_backends",
-        lambda: {"bwrap": "not installed", "landlock": "ENOSYS", "landlock-net": "ENOSYS"},
+        lambda bwrap=None: {
+            "bwrap": "not installed",
+            "landlock": "ENOSYS",
+            "landlock-net": "ENOSYS",
+        },
     )
     host = tools_host(make_host, ws)
     result = await host.call("bash", {"command": "touch ran"})

@@ -1,0 +1,152 @@
+"""The seccomp filter every confined command runs under (bwrap and Landlock alike).
+
+The filter is compiled to classic BPF by libseccomp (through the ``pyseccomp`` ctypes binding),
+once per ``network`` setting, and handed over as raw bytes: bwrap reads it from the file
+descriptor given to ``--seccomp FD``; the Landlock backend loads it with
+``prctl(PR_SET_SECCOMP)`` in the child between fork and exec.
+
+It follows the container default profile where that applies to a shell command: the default
+action is *allow*, and these calls fail with ``EPERM`` (``EAFNOSUPPORT`` for sockets):
+
+* ``mount``, ``umount2``, ``pivot_root``, the new mount API (``open_tree``, ``move_mount``,
+  ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``), ``chroot``;
+* ``setns``, ``unshare`` and ``clone`` with any ``CLONE_NEW*`` flag; ``clone3`` fails with
+  ``ENOSYS`` (its flags live in memory seccomp cannot read, so the C library falls back to
+  ``clone``, which is checked);
+* ``keyctl``, ``add_key``, ``request_key`` (the kernel keyring is not namespaced);
+* ``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``kcmp``, ``pidfd_getfd``;
+* ``mknod``/``mknodat`` of a character or block device (FIFOs and sockets stay allowed);
+* ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)`` (typing into or driving a terminal);
+* kernel-wide knobs: module loading, ``kexec_*``, ``bpf``, ``perf_event_open``, ``userfaultfd``,
+  ``open_by_handle_at``, ``name_to_handle_at``, ``acct``, ``swapon``/``swapoff``, ``reboot``,
+  clock setting, ``iopl``/``ioperm``, ``quotactl``, ``io_uring_*`` (ring operations bypass the
+  other rules);
+* with ``network = false``: ``socket()`` of every family but ``AF_UNIX``.
+
+A system call of a foreign architecture (32-bit calls on a 64-bit host) kills the process.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import stat
+import tempfile
+from typing import Final
+
+__all__ = ["SeccompUnavailable", "filter_bpf"]
+
+_EPERM_CALLS: Final = (
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "iopl",
+    "ioperm",
+    "quotactl",
+    "lookup_dcookie",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+)
+# Every CLONE_NEW* flag: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET.
+_CLONE_NEW_MASK: Final = 0x80 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000
+_CLONE_NEW_MASK_ALL: Final = _CLONE_NEW_MASK | 0x10000000 | 0x20000000 | 0x40000000
+_TIOCSTI: Final = 0x5412
+_TIOCLINUX: Final = 0x541C
+_AF_UNIX: Final = 1
+
+
+class SeccompUnavailable(Exception):
+    """libseccomp (or the ``pyseccomp`` binding) is missing, or it refused the filter."""
+
+
+def _build(block_network: bool) -> bytes:
+    try:
+        import pyseccomp as sc  # type: ignore[import-untyped]  # loads libseccomp.so.2
+    except Exception as exc:  # ImportError, OSError, or AttributeError without the library
+        raise SeccompUnavailable(
+            f"libseccomp is not usable ({exc}); install the Debian package libseccomp2"
+        ) from None
+    deny = sc.ERRNO(errno.EPERM)
+    flt = sc.SyscallFilter(sc.ALLOW)
+    for name in _EPERM_CALLS:
+        flt.add_rule(deny, name)
+    # Namespaces: none may be created from inside.
+    for bit in _flag_bits(_CLONE_NEW_MASK_ALL):
+        flt.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, bit, bit))
+        flt.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
+    flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    # Devices and terminals.
+    fmt = stat.S_IFMT(0o177777)
+    for kind in (stat.S_IFCHR, stat.S_IFBLK):
+        flt.add_rule(deny, "mknod", sc.Arg(1, sc.MASKED_EQ, fmt, kind))
+        flt.add_rule(deny, "mknodat", sc.Arg(2, sc.MASKED_EQ, fmt, kind))
+    for request in (_TIOCSTI, _TIOCLINUX):
+        flt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    if block_network:
+        flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, _AF_UNIX))
+    with tempfile.TemporaryFile() as out:
+        flt.export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+def _flag_bits(mask: int) -> list[int]:
+    return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+@functools.cache
+def filter_bpf(block_network: bool) -> bytes:
+    """The filter as raw classic-BPF instructions (8 bytes each), built once per setting.
+
+    Args:
+        block_network: Also refuse ``socket()`` for every family but ``AF_UNIX``.
+
+    Returns:
+        The program, as ``bwrap --seccomp`` and ``PR_SET_SECCOMP`` take it.
+
+    Raises:
+        SeccompUnavailable: libseccomp cannot be loaded or refused a rule.
+    """
+    try:
+        return _build(block_network)
+    except OSError as exc:
+        raise SeccompUnavailable(
+            f"libseccomp refused the filter: {os.strerror(exc.errno or 0)}"
+        ) from None

@@ -1,0 +1,427 @@
+"""Escapes from a ``bash`` call, one test per row of issue 8's table that is about processes.
+
+Every test goes through the whole pipeline (``host.call("bash", ...)``), once per backend
+(``bwrap`` and ``landlock``; with ``CI=true`` a backend that does not work fails instead of
+skipping), and checks on the host that nothing was written or reached; each has its control (the
+same command, aimed inside the workspace or run unconfined, does its thing, so the check can
+fail). Tests touch only what they created: directories under ``tmp_path``, a pseudo-terminal
+they opened, a process they started. `test_escapes_unprivileged.py` runs this module again as an
+unprivileged user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tty
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_host import ConfigError, Host
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+
+ZERO_CAPS = "0000000000000000"
+
+
+def escape_host(make_host: Any, ws: Path, backend: str, **sandbox: Any) -> Host:
+    """Only the workspace is writable; Landlock gets no protected paths (it refuses them)."""
+    sandbox.setdefault("writable_roots", ["."])
+    if backend == "landlock":
+        sandbox.setdefault("protected", [])
+    table = {"backend": backend, **sandbox}
+    config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": table}}
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    return host
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory the test owns, outside every writable root of `escape_host`."""
+    path = tmp_path / "outside"
+    path.mkdir()
+    return path
+
+
+async def bash(host: Host, command: str) -> Any:
+    result = await host.call("bash", {"command": command, "timeout_ms": 60_000})
+    assert not result.is_error, result.text
+    return result
+
+
+# -- row 1: remount / writable, then write anywhere ----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "read-only"])
+async def test_row1_remount_root_rw(
+    make_host: Any, ws: Path, backend: str, outside: Path, mode: str
+) -> None:
+    host = escape_host(make_host, ws, backend, mode=mode)
+    result = await bash(
+        host,
+        f"grep CapEff /proc/self/status; mount -o remount,rw,bind / ; mount -o remount,rw / ; "
+        f"mount -t tmpfs none {outside} ; echo pwned > {outside}/x ; echo ok > control",
+    )
+    assert f"CapEff:\t{ZERO_CAPS}" in result.text
+    assert not (outside / "x").exists()
+    assert (ws / "control").exists() == (mode == "workspace-write")  # the control
+
+
+# -- row 2: unmount /proc, enter the host's namespaces, read a host process's environment -------
+
+
+@pytest.fixture
+def host_process() -> Iterator[tuple[int, str]]:
+    """A process of ours outside the sandbox, with a secret in its environment."""
+    secret = f"row2-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "ROW2_SECRET_VALUE": secret},
+    )
+    try:
+        yield proc.pid, secret
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdin is not None
+        proc.stdin.close()
+
+
+async def test_row2_proc_unmount_and_nsenter(
+    make_host: Any, ws: Path, backend: str, host_process: tuple[int, str]
+) -> None:
+    pid, secret = host_process
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    host = escape_host(make_host, ws, backend)
+    result = await bash(
+        host,
+        f"umount -l /proc; umount /proc; cat /proc/{pid}/environ; "
+        f"nsenter --net=/proc/{pid}/ns/net --mount=/proc/{pid}/ns/mnt true && echo entered; "
+        f"nsenter -t {pid} -n true && echo entered; "
+        f"(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo connected; ls /proc/{pid}/ >/dev/null",
+    )
+    assert secret not in result.text
+    assert "entered" not in result.text
+    assert "connected" not in result.text
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nothing connected
+    listener.close()
+    # Control: unconfined, the same read finds the secret.
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert secret.encode() in environ
+
+
+# -- row 3: mknod a block device in the workspace ------------------------------------------------
+
+
+async def test_row3_mknod_device(make_host: Any, ws: Path, backend: str) -> None:
+    host = escape_host(make_host, ws, backend)
+    result = await bash(
+        host, "mknod blk b 7 0; mknod chr c 1 3; mkfifo fifo && echo fifo-made; echo ok > control"
+    )
+    assert not (ws / "blk").exists()
+    assert not (ws / "chr").exists()
+    assert "fifo-made" in result.text
+    assert stat.S_ISFIFO((ws / "fifo").stat().st_mode)
+    assert (ws / "control").exists()
+
+
+# -- row 4: TIOCSTI into a terminal --------------------------------------------------------------
+
+_INJECT = (
+    "import fcntl, os, sys, termios; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NOCTTY); "
+    "[fcntl.ioctl(fd, termios.TIOCSTI, c) for c in (b'i', b'd', b'\\n')]; print('injected')"
+)
+
+
+def _pending(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 100)
+    except BlockingIOError:
+        return b""
+
+
+@pytest.fixture
+def pty_pair() -> Iterator[tuple[int, int, str]]:
+    """A pseudo-terminal the test opened (never a real terminal), raw so reads need no newline."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    try:
+        yield master, slave, os.ttyname(slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+async def test_row4_tiocsti(
+    make_host: Any, ws: Path, backend: str, pty_pair: tuple[int, int, str]
+) -> None:
+    _, slave, path = pty_pair
+    host = escape_host(make_host, ws, backend)
+    result = await bash(host, f"python3 -c {_quote(_INJECT)} {path}; echo ok > control")
+    assert "injected" not in result.text
+    assert _pending(slave) == b""
+    assert (ws / "control").exists()
+    if os.geteuid() == 0:  # Control: root unconfined can inject, so the check can see it.
+        done = subprocess.run(
+            [sys.executable, "-c", _INJECT, path], capture_output=True, check=False
+        )
+        if done.returncode == 0:
+            assert _pending(slave) == b"id\n"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+# -- row 8: a bwrap planted in a PATH directory inside the workspace -----------------------------
+
+
+def _plant(ws: Path) -> tuple[Path, Path]:
+    bindir = ws / ".venv" / "bin"
+    bindir.mkdir(parents=True)
+    marker = ws.parent / "planted-ran"
+    fake = bindir / "bwrap"
+    fake.write_text(
+        f'#!/bin/sh\necho planted > "{marker}"\nwhile [ "$1" != -- ]; do shift; done\n'
+        'shift\nexec "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake, marker
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)  # row 8 is about bwrap only
+async def test_row8_planted_bwrap(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, marker = _plant(ws)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    host = escape_host(make_host, ws, backend)
+    result = await bash(host, f"touch {ws.parent}/outside-write; echo ok > control")
+    assert not marker.exists()
+    assert not (ws.parent / "outside-write").exists()
+    assert (result.meta["backend"], result.meta["confined"]) == ("bwrap", True)
+    plugin = host.pm.get_plugin("sandbox")
+    assert isinstance(plugin, SandboxPlugin)
+    assert plugin.bwrap[0] is not None
+    assert not plugin.bwrap[0].startswith(str(ws))
+    assert "skipped" in plugin.bwrap[1]
+    assert str(fake) in plugin.bwrap[1]
+    # Control: the planted file does run when executed, so the marker check can fail.
+    subprocess.run([str(fake), "--", "true"], check=True)
+    assert marker.exists()
+    # Configuring it explicitly is refused at start, naming the key.
+    with pytest.raises(ConfigError, match=r"key 'bwrap'.*lies in a writable root"):
+        escape_host(make_host, ws, backend, bwrap=str(fake))
+
+
+# -- row 9: the sandboxed side rewrites what the host runs per call ------------------------------
+
+
+async def test_row9_nothing_from_a_writable_root_is_executed(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch, outside: Path
+) -> None:
+    """Landlock used to exec a Python runner per call; now no interpreter is started at all:
+    a planted ``sys.executable`` in the workspace is never run, and confinement still holds."""
+    marker = ws.parent / "interpreter-ran"
+    fake = ws / "python"
+    fake.write_text(f'#!/bin/sh\necho ran > "{marker}"\nexec "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    host = escape_host(make_host, ws, backend)
+    result = await bash(host, f"echo pwned > {outside}/x; echo ok > control")
+    assert not marker.exists()
+    assert not (outside / "x").exists()
+    assert (ws / "control").exists()
+    assert result.meta["confined"] is True
+    subprocess.run([str(fake), "true"], check=True)  # control: the plant works when run
+    assert marker.exists()
+
+
+# -- row 14: SysV shared memory and the kernel keyring -------------------------------------------
+
+_SHM = (
+    "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+    "i = libc.shmget(int(sys.argv[1]), 1 << 20, 0o1600); print('shm', i, ctypes.get_errno())"
+)
+_KEY = (
+    "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+    "r = libc.syscall(int(sys.argv[1]), b'user', b'row14', b'v', 1, -2); "
+    "print('add_key', r, ctypes.get_errno())"
+)
+
+
+def _shm_keys() -> set[int]:
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return {int(line.split()[0]) for line in lines}
+
+
+def _remove_shm(key: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(key, 0, 0)
+    if shmid >= 0:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def _add_key_nr() -> int:
+    import pyseccomp  # type: ignore[import-untyped]
+
+    return int(pyseccomp.resolve_syscall(pyseccomp.system_arch(), "add_key"))
+
+
+async def test_row14_sysv_shm_and_keyring(make_host: Any, ws: Path, backend: str) -> None:
+    key = 0x64000000 + uuid.uuid4().int % 0xFFFFFF
+    host = escape_host(make_host, ws, backend)
+    try:
+        result = await bash(
+            host,
+            f"python3 -c {_quote(_SHM)} {key}; python3 -c {_quote(_KEY)} {_add_key_nr()}",
+        )
+        assert "shm " in result.text  # the segment may be made, inside a private namespace
+        assert key not in _shm_keys()  # ... and is gone with it
+        assert "add_key -1 1" in result.text  # EPERM: no keyring
+        # Control: unconfined, the same command leaves the segment on the host.
+        danger = make_host(
+            ToolsPlugin(),
+            SandboxPlugin(),
+            config={
+                "host": {"workspace": str(ws)},
+                "plugin": {"sandbox": {"mode": "danger-full-access"}},
+            },
+        )
+        await bash(danger, f"python3 -c {_quote(_SHM)} {key}")
+        assert key in _shm_keys()
+    finally:
+        _remove_shm(key)
+
+
+# -- row 15: setsid / setpgid children outlive the call ------------------------------------------
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+async def test_row15_setsid_and_setpgid_children_are_killed(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    marker = f"{1000 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
+    host = escape_host(make_host, ws, backend)
+    result = await bash(
+        host,
+        f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & "
+        f'python3 -c \'import os, time; os.setpgid(0, 0); os.execvp("sleep", ["sleep", "{marker}"])\' '
+        "</dev/null >/dev/null 2>&1 & "
+        f"setsid sh -c 'sleep {marker}' </dev/null >/dev/null 2>&1 & "
+        f"while [ $(pgrep -f -c '^sleep {marker}') -lt 3 ]; do :; done; echo started",
+    )
+    left = _with_marker(marker)
+    for pid in left:  # never leave them behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert result.text == "started"  # all three had left the group before the command ended
+    assert left == []
+
+
+# -- item 3: protected paths stay read-only to commands, even when they do not exist yet ---------
+
+
+async def test_protected_paths_are_read_only_to_bash(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[core]\n")
+    config = ws / "dsh.toml"
+    config.write_text(f'[host]\nworkspace = "{ws}"\n[plugin.sandbox]\nbackend = "{backend}"\n')
+    if backend == "landlock":
+        with pytest.raises(ConfigError, match=r"key 'protected'.*Landlock cannot keep"):
+            make_host(ToolsPlugin(), SandboxPlugin(), config=str(config))
+        return
+    host = make_host(ToolsPlugin(), SandboxPlugin(), config=str(config))
+    await bash(
+        host,
+        "echo '[core] fsmonitor = evil' >> .git/config; mkdir -p .claude/hooks; "
+        "echo x > .claude/hooks/x; echo x > .dsh; echo 'mode = \"danger-full-access\"' >> dsh.toml;"
+        " echo ok > control",
+    )
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / ".claude" / "hooks").exists()
+    assert not (ws / ".dsh").is_file()
+    assert "danger" not in config.read_text()
+    assert (ws / "control").read_text() == "ok\n"
+
+
+# -- item 5: a root replaced after start ---------------------------------------------------------
+
+
+async def test_replaced_root_fails_closed(
+    make_host: Any, ws: Path, backend: str, outside: Path
+) -> None:
+    host = escape_host(make_host, ws, backend)
+    await bash(host, "echo ok > control")  # control
+    assert (ws / "control").exists()
+    ws.rename(ws.parent / "ws-away")
+    ws.symlink_to(outside)
+    result = await host.call("bash", {"command": "echo pwned > x"})
+    assert result.code == "SANDBOX_UNAVAILABLE"
+    assert str(ws) in result.text
+    assert not (outside / "x").exists()
+
+
+# -- start-up: what the machine cannot enforce is an error naming the key ------------------------
+
+
+def test_unenforceable_network_false_is_an_error_at_start(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probes = {"bwrap": "not installed", "landlock": None, "landlock-net": "Landlock ABI 3"}
+    monkeypatch.setattr("dsh_plugins_builtin.sandbox.probe_backends", lambda bwrap=None: probes)
+    with pytest.raises(ConfigError, match=r"key 'network'.*network = false cannot be enforced"):
+        escape_host(make_host, ws, "auto", protected=[])
+    escape_host(make_host, ws, "auto", protected=[], network=True)  # control
+
+
+async def test_root_swapped_right_after_the_check_binds_nothing_else(
+    make_host: Any, ws: Path, backend: str, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap lands between the pin check and the spawn: bwrap binds the descriptor it
+    opened and checked, Landlock's rules hold the directories opened at start."""
+    from dsh_plugins_builtin import _confine
+
+    host = escape_host(make_host, ws, backend)
+    real_check = _confine.check_pinned
+
+    def check_then_swap(policy: Any) -> None:
+        real_check(policy)
+        if ws.is_dir() and not ws.is_symlink():
+            ws.rename(ws.parent / "ws-away")
+            ws.symlink_to(outside)
+
+    monkeypatch.setattr(_confine, "check_pinned", check_then_swap)
+    result = await host.call("bash", {"command": f"echo pwned > {ws}/x; echo pwned > x"})
+    assert not (outside / "x").exists()
+    if backend == "bwrap":
+        assert result.code == "SANDBOX_UNAVAILABLE"
+        assert str(ws) in result.text

@@ -1,0 +1,92 @@
+"""The process escape tests, again as an unprivileged user, so one ``python -m pytest`` covers both.
+
+As root, `test_escape_tests_pass_as_an_unprivileged_user` re-runs `test_escapes_process.py` as
+``nobody`` (``setpriv --reuid --regid --clear-groups``) in a temporary directory that user owns,
+and asserts that run passes. The checkout and the interpreter must be reachable by that user;
+``.ci/run`` makes their directories traversable (``chmod o+x``).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "tests/dsh_plugins_builtin/test_escapes_process.py"
+USER = "nobody"
+
+
+@pytest.fixture
+def user_dir() -> Iterator[tuple[pwd.struct_passwd, Path]]:
+    """A directory under /tmp owned by the throwaway user (pytest's own tmp dir is 0700)."""
+    entry = pwd.getpwnam(USER)
+    path = Path(tempfile.mkdtemp(prefix="dsh-unprivileged-"))
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    try:
+        yield entry, path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _as(entry: pwd.struct_passwd, *argv: str) -> list[str]:
+    return [
+        "setpriv",
+        *(f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"),
+        "--",
+        *argv,
+    ]
+
+
+def test_escape_tests_pass_as_an_unprivileged_user(
+    user_dir: tuple[pwd.struct_passwd, Path],
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("already unprivileged: test_escapes_process.py ran as this very user")
+    entry, home = user_dir
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **({"CI": os.environ["CI"]} if "CI" in os.environ else {}),
+    }
+    reach = subprocess.run(
+        _as(entry, sys.executable, "-c", "import dsh_host, dsh_plugins_builtin, pyseccomp"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert reach.returncode == 0, (
+        f"user {USER!r} cannot run {sys.executable} on {REPO}: {reach.stderr.strip()[-400:]}; "
+        "make every directory on the way traversable (chmod o+x; .ci/run does it)"
+    )
+    done = subprocess.run(
+        _as(
+            entry,
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"),
+            *("--basetemp", str(home / "pytest"), MODULE),
+        ),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    report = (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0, report
+    summary = done.stdout.strip().splitlines()[-1]
+    assert " passed" in summary, report
+    assert "failed" not in summary, report
+    assert "error" not in summary, report
