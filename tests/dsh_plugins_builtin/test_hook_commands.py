@@ -321,15 +321,9 @@ async def test_matcher_filters_tools(tmp_path, matcher, denied):
 # -- failures --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        "sleep 30 &\necho $! > {pid}\nwait",  # the shell waits on its backgrounded child
-        "sleep 30 &\necho $! > {pid}",  # the shell exits; the child keeps stdout open
-    ],
-)
-async def test_hook_past_its_timeout_is_killed_with_its_group_and_denies(tmp_path, caplog, body):
+async def test_hook_past_its_timeout_is_killed_with_its_tree_and_denies(tmp_path, caplog):
     pidfile = tmp_path / "sleeper.pid"
+    body = "sleep 30 &\necho $! > {pid}\nwait"  # the shell waits on its backgrounded child
     slow = sh(tmp_path, "slow", body.format(pid=shlex.quote(str(pidfile))))
     h = host(tmp_path, settings(tmp_path, pre=[group(slow, timeout=0.5)]))
     started = time.monotonic()
@@ -343,6 +337,18 @@ async def test_hook_past_its_timeout_is_killed_with_its_group_and_denies(tmp_pat
     assert "fail_closed is true" in result.text
     assert "timed out" in caplog.text
     await wait_gone(int(pidfile.read_text()))  # the backgrounded grandchild died too
+
+
+async def test_a_hook_that_exits_decides_and_its_leftover_children_are_killed(tmp_path):
+    pidfile = tmp_path / "sleeper.pid"
+    body = f"sleep 30 &\necho $! > {shlex.quote(str(pidfile))}"  # exits; the child keeps stdout
+    quick = sh(tmp_path, "quick", body)
+    h = host(tmp_path, settings(tmp_path, pre=[group(quick, timeout=20)]))
+    started = time.monotonic()
+    result = await call(h)
+    assert time.monotonic() - started < 10  # not the hook's timeout: its own exit decided
+    assert (result.text, result.is_error) == ("hi", False)
+    await wait_gone(int(pidfile.read_text()))
 
 
 async def test_timeout_ms_applies_to_hooks_without_their_own_timeout(tmp_path):
@@ -440,6 +446,8 @@ async def test_hooks_receive_the_call_as_json_on_stdin(tmp_path):
     where = str(tmp_path)
     common = {
         "session_id": None,
+        "transcript_path": None,
+        "permission_mode": "default",
         "tool_name": "echo",
         "tool_input": {"text": "hello"},
         "tool_use_id": "toolu_1",
