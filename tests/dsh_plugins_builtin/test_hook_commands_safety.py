@@ -124,7 +124,7 @@ def test_a_symlink_in_the_workspace_to_a_script_outside_is_refused(ws, outside):
 def test_a_script_outside_that_links_into_the_workspace_is_refused(ws, outside):
     target = script(ws, "real.sh", "exit 0")
     (outside / "check.sh").symlink_to(target)
-    with pytest.raises(ConfigError, match="real.sh"):
+    with pytest.raises(ConfigError, match=r"real\.sh"):
         build(ws, settings(ws, str(outside / "check.sh")))
 
 
