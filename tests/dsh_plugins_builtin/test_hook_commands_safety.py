@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from dsh_host import ConfigError, Deny, Host, ToolExecutionInput, hookimpl
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
@@ -327,3 +328,51 @@ async def test_a_dry_run_keeps_a_downstream_denial_and_its_attribution(ws, outsi
     assert result is not None
     assert (result.code, result.decided_by) == ("DENIED", "denier")
     assert not marker.exists()
+
+
+# -- hostile input -------------------------------------------------------------------------------
+
+
+async def test_a_cancelled_call_kills_the_hook_tree(ws, outside):
+    pidfile, fifo = outside / "child.pid", outside / "started"
+    os.mkfifo(fifo)
+    hook = script(
+        outside,
+        "slow.sh",
+        f"setsid sh -c 'echo $$ > {pidfile}; echo go > {fifo}; exec sleep 60' &\nwait",
+    )
+    host = build(ws, settings(ws, str(hook)))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_once_started() -> None:
+                await trio.to_thread.run_sync(fifo.read_text, abandon_on_cancel=True)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(cancel_once_started)
+            await host.call("echo", {"text": "hi"})
+    assert gone(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ud800 lone surrogate",
+        "\x1b[2J\x1b[H\r\x00 control characters",
+        "x" * 5_000_000,  # larger than any pipe buffer
+    ],
+    ids=["surrogate", "controls", "huge"],
+)
+async def test_hostile_arguments_reach_the_hook_exactly(ws, outside, text):
+    out = outside / "seen.json"
+    code = outside / "seen.py"
+    code.write_text(
+        "import json, sys\n"
+        "data = json.load(sys.stdin)\n"
+        f"open({str(out)!r}, 'w').write(json.dumps(data['tool_input']['text']))\n"
+    )
+    ignores = script(outside, "ignores.sh", "exit 0")  # never reads its stdin
+    host = build(ws, settings(ws, str(ignores), f"{sys.executable} {code}"))
+    result = await host.call("echo", {"text": text})
+    assert result.is_error is False
+    assert json.loads(out.read_text()) == text
