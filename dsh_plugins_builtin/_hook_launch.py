@@ -147,11 +147,15 @@ def plan_launch(
         if found is None:
             raise HookRefused(f"its executable {words[0]!r} was not found on PATH ({path_env})")
         checked = [_check(found, "executable", exposure)]
+        executable = os.path.abspath(found)  # as found: multi-call binaries read argv[0]
+        args = []
         for word in words[1:]:
             full = os.path.join(cwd, word)
             if os.path.isfile(full):
                 checked.append(_check(full, "file argument", exposure))
-        return Launch((checked[0], *words[1:]), shell=False, checked=tuple(checked))
+                word = os.path.abspath(full)  # never re-resolved against a moved cwd
+            args.append(word)
+        return Launch((executable, *args), shell=False, checked=tuple(checked))
     return Launch(
         (shell, "-c", command), shell=True, checked=_check_snippet(command, cwd, env, exposure)
     )

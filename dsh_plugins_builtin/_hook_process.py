@@ -260,13 +260,12 @@ async def run_tree(
         cut_lifeline()
         with trio.CancelScope(shield=True), trio.move_on_after(grace) as late:
             await process.wait()
-        if late.cancelled_caught:
-            process.kill()  # the reaper is stuck; last resort (its tree may survive)
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            if late.cancelled_caught:
+                process.kill()  # the reaper is stuck; last resort (its tree may survive)
                 await process.wait()
-        await status.aclose()
-        for stream in (process.stdout, process.stderr):
-            await stream.aclose()
+            for stream in (status, process.stdin, process.stdout, process.stderr):
+                await stream.aclose()
     if stopped == "overflow":
         name = "stdout" if out.overflowed else "stderr"
         return TreeRun("overflow", stdout=out.data, stderr=err.data, overflow=name)

@@ -54,7 +54,13 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin._fence import protected_paths, writable_roots
+from dsh_plugins_builtin._fence import (
+    RootReplaced,
+    SandboxPolicy,
+    check_pinned,
+    protected_paths,
+    writable_roots,
+)
 from dsh_plugins_builtin._hook_launch import (
     Exposure,
     HookRefused,
@@ -310,9 +316,8 @@ def _kind(value: Any) -> str:
 # -- the plugin ----------------------------------------------------------------------------------
 
 
-def _exposure(host: Host) -> Exposure | None:
-    """What the sandboxed side can write, from the sandbox plugin's policy (``None``: no
-    sandbox plugin, or ``danger-full-access``: nothing is confined, nothing to check against)."""
+def _policy(host: Host) -> SandboxPolicy | None:
+    """The sandbox plugin's policy (``None``: there is no sandbox plugin)."""
     sandbox = host.pm.get_plugin("sandbox")
     if sandbox is None:
         return None
@@ -322,8 +327,14 @@ def _exposure(host: Host) -> Exposure | None:
         from dsh_plugins_builtin.sandbox import build_policy
 
         policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
-    if policy.mode == "danger-full-access":
-        return None
+    return policy if isinstance(policy, SandboxPolicy) else None
+
+
+def _exposure(policy: SandboxPolicy | None) -> Exposure:
+    """What the sandboxed side can write (nothing to check against without a sandbox plugin or
+    under ``danger-full-access``, where nothing is confined)."""
+    if policy is None or policy.mode == "danger-full-access":
+        return Exposure()
     return Exposure(writable_roots(policy), protected_paths(policy))
 
 
@@ -339,6 +350,7 @@ class HookCommandsPlugin:
         self.env: dict[str, str] = {}
         self.interpreter = os.path.realpath(sys.executable)
         self._host: Host | None = None
+        self.policy: SandboxPolicy | None = None
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
 
@@ -366,7 +378,8 @@ class HookCommandsPlugin:
         self.hooks = {event: tuple(h for h in found if h.event == event) for event in EVENTS}
 
     def _plan(self, host: Host, hooks: list[HookCommand]) -> list[HookCommand]:
-        exposure = _exposure(host) or Exposure()
+        self.policy = _policy(host)
+        exposure = _exposure(self.policy)
         workspace = str(self.workspace)
         env = {**os.environ, "DSH_PROJECT_DIR": workspace, "CLAUDE_PROJECT_DIR": workspace}
         env["PATH"] = safe_path_env(env.get("PATH", os.defpath), exposure)
@@ -401,6 +414,11 @@ class HookCommandsPlugin:
     async def _run(
         self, hook: HookCommand, payload: Mapping[str, Any], abort: AbortSignal
     ) -> Verdict:
+        if self.policy is not None:
+            try:
+                check_pinned(self.policy)  # hooks run in the workspace, by paths inside it
+            except RootReplaced as exc:
+                return Verdict(decision="deny", reason=f"{hook.describe()} was not run: {exc}")
         timeout = hook.timeout if hook.timeout is not None else self.config.timeout_ms / 1000
         verdict = await run_hook(
             hook, payload, cwd=self.workspace, env=self.env, interpreter=self.interpreter,

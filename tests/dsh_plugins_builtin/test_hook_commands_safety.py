@@ -376,3 +376,19 @@ async def test_hostile_arguments_reach_the_hook_exactly(ws, outside, text):
     result = await host.call("echo", {"text": text})
     assert result.is_error is False
     assert json.loads(out.read_text()) == text
+
+
+async def test_a_replaced_workspace_runs_no_hook(ws, outside):
+    pwned = outside / "pwned"
+    script(ws, ".claude/hooks/check.sh", "exit 0")
+    host = build(ws, settings(ws, '"$CLAUDE_PROJECT_DIR"/.claude/hooks/check.sh'))
+    assert (await host.call("echo", {"text": "hi"})).text == "hi"  # control
+    fake = outside / "fake"
+    script(fake, ".claude/hooks/check.sh", f"touch {shlex.quote(str(pwned))}")
+    ws.rename(outside / "away")
+    ws.symlink_to(fake)
+    result = await host.call("echo", {"text": "hi"})
+    assert result.code == "DENIED"
+    assert "was not run" in result.text
+    assert "was replaced after the host started" in result.text
+    assert not pwned.exists()
