@@ -375,6 +375,7 @@ class HookCommandsPlugin:
                 ) from None  # fmt: skip
         if found:
             found = self._plan(host, found)
+            self._warn_exposed_settings()
         self.hooks = {event: tuple(h for h in found if h.event == event) for event in EVENTS}
 
     def _plan(self, host: Host, hooks: list[HookCommand]) -> list[HookCommand]:
@@ -410,6 +411,18 @@ class HookCommandsPlugin:
                 ) from None  # fmt: skip
             planned.append(attrs.evolve(hook, launch=launch))
         return planned
+
+    def _warn_exposed_settings(self) -> None:
+        exposure = _exposure(self.policy)
+        for source in self.config.settings:
+            path = os.path.realpath(self.workspace / source)
+            if exposure.exposed(path):
+                log.warning(
+                    "settings file %r lies in a writable root of the sandbox (%s) and is not "
+                    "protected: a tool could rewrite it and change the hooks of the next run; "
+                    "keep it under .claude/ or outside the writable roots",
+                    source, path,
+                )  # fmt: skip
 
     async def _run(
         self, hook: HookCommand, payload: Mapping[str, Any], abort: AbortSignal

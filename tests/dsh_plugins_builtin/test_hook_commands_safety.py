@@ -4,6 +4,7 @@ process tree never outlives the hook, its output is capped, and a dry run runs n
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import stat
@@ -392,3 +393,16 @@ async def test_a_replaced_workspace_runs_no_hook(ws, outside):
     assert "was not run" in result.text
     assert "was replaced after the host started" in result.text
     assert not pwned.exists()
+
+
+def test_a_settings_file_a_tool_could_rewrite_is_warned_about(ws, outside, caplog):
+    hook = script(outside, "ok.sh", "exit 0")
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        build(ws, settings(ws, str(hook)))
+    assert "settings file 'hooks.json' lies in a writable root" in caplog.text
+    caplog.clear()
+    (ws / ".claude").mkdir()
+    (ws / "hooks.json").rename(ws / ".claude" / "settings.json")
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        build(ws, ".claude/settings.json")
+    assert "writable root" not in caplog.text
