@@ -5,9 +5,10 @@ script (or plant an executable a hook's ``PATH`` finds) would run code unconfine
 call. So, for every hook command, at start:
 
 * A **plain command** (words and quotes only: no ``$``, `````, ``|``, ``;``, ``&``, ``<``,
-  ``>``, ``(``, ``)``, globs, ``~``, backslashes, comments or assignments) is split with `shlex`
-  as the shell would, its executable resolved to an absolute path through ``PATH``, and it is
-  run directly as that argv, with no shell in between.
+  ``>``, ``(``, ``)``, globs, ``~``, backslashes, comments or assignments, and not starting
+  with a shell builtin such as ``exit`` or ``echo``) is split with `shlex` as the shell would,
+  its executable resolved to an absolute path through ``PATH``, and it is run directly as that
+  argv, with no shell in between.
 * Anything else is a **shell snippet**, run with ``/bin/sh -c``. It is split with `shlex`
   (punctuation as separate tokens; ``$VAR``, ``${VAR}`` and ``~`` expanded with the hook's own
   environment, ``CLAUDE_PROJECT_DIR`` included); every word in command position is resolved
@@ -39,6 +40,14 @@ _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;", "((", "))", "!", 
 _REDIRECTS = {">", ">>", ">|", "&>", "&>>", "<>", ">&"}
 _KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "in",
              "case", "esac", "time", "!", "{", "}", "function", "select", "coproc"}  # fmt: skip
+
+
+# Words the shell runs itself (and, for echo and printf, differently from the binaries of the
+# same name): a command starting with one runs through the shell.
+_BUILTINS = {"exit", "cd", ":", ".", "source", "export", "read", "set", "shift", "eval", "exec",
+             "return", "trap", "unset", "wait", "ulimit", "umask", "alias", "type", "command",
+             "echo", "printf", "test", "[", "true", "false", "kill", "pwd", "getopts", "hash",
+             "readonly", "times"}  # fmt: skip
 
 
 class HookRefused(Exception):
@@ -142,7 +151,7 @@ def plan_launch(
         words = shlex.split(command) if plain else []
     except ValueError as exc:
         raise HookRefused(f"it cannot be parsed as a command line: {exc}") from None
-    if plain and words and "=" not in words[0]:
+    if plain and words and "=" not in words[0] and words[0] not in _BUILTINS:
         found = _which(words[0], path_env, cwd)
         if found is None:
             raise HookRefused(f"its executable {words[0]!r} was not found on PATH ({path_env})")

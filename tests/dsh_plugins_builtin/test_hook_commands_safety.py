@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from dsh_host import ConfigError, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_plugins_builtin._hook_launch import Exposure, plan_launch, safe_path_env
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -406,3 +407,37 @@ def test_a_settings_file_a_tool_could_rewrite_is_warned_about(ws, outside, caplo
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
         build(ws, ".claude/settings.json")
     assert "writable root" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [("exit 2", "DENIED"), ("echo 'a\\tb'; exit 0", None), ("true", None), (": ok", None)],
+)
+async def test_shell_builtins_run_through_the_shell(ws, command, code):
+    host = build(ws, settings(ws, command))
+    assert (await host.call("echo", {"text": "hi"})).code == code
+
+
+def test_a_plain_command_runs_directly_with_absolute_paths(ws, outside):
+    script(ws, ".claude/hooks/check.py", "")
+    exposure = Exposure((ws,), (ws / ".claude",))
+    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"}
+    launch = plan_launch(
+        "python3 .claude/hooks/check.py --strict", cwd=str(ws), env=env, exposure=exposure,
+        shell="/bin/sh",
+    )  # fmt: skip
+    assert launch.shell is False
+    assert os.path.isabs(launch.argv[0])
+    assert launch.argv[1:] == (str(ws / ".claude/hooks/check.py"), "--strict")
+    snippet = plan_launch(
+        "cat | python3 .claude/hooks/check.py", cwd=str(ws), env=env, exposure=exposure,
+        shell="/bin/sh",
+    )  # fmt: skip
+    assert snippet.argv == ("/bin/sh", "-c", "cat | python3 .claude/hooks/check.py")
+    assert str(ws / ".claude/hooks/check.py") in snippet.checked
+
+
+def test_safe_path_drops_relative_and_exposed_entries(ws, outside):
+    exposure = Exposure((ws,), (ws / ".claude",))
+    path = f"{ws}/bin:.::bin:{outside}:{ws}/.claude/bin:/usr/bin"
+    assert safe_path_env(path, exposure) == f"{outside}:{ws}/.claude/bin:/usr/bin"
