@@ -79,6 +79,8 @@ NAME = "hook_commands"
 Event: TypeAlias = Literal["PreToolUse", "PostToolUse"]
 EVENTS: tuple[Event, ...] = ("PreToolUse", "PostToolUse")
 _SUMMARY_MAX = 500  # characters of a failing hook's stderr quoted in a reason
+# hookSpecificOutput keys that rewrite a call's input or output: not supported, so a failure
+_REWRITES = ("updatedInput", "updatedMCPToolOutput", "updatedToolOutput")
 
 
 @attrs.frozen
@@ -269,6 +271,8 @@ def interpret(hook: HookCommand, stdout: str) -> Verdict:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return Verdict(failure=f"{hook.describe()} printed JSON that does not parse: {exc}")
+    if message := _text(data.get("systemMessage")):
+        log.warning("%s says: %s", hook.describe(), _summary(message))
     decision: Literal["deny", "ask", "allow"] | None = None
     reason = _text(data.get("reason"))
     contexts = [_text(data.get("additionalContext"))]
@@ -284,6 +288,12 @@ def interpret(hook: HookCommand, stdout: str) -> Verdict:
                 failure=f"{hook.describe()} answered for hookEventName {claimed!r}, not {hook.event!r}"
             )
         contexts.append(_text(specific.get("additionalContext")))
+        rewrite = next((k for k in _REWRITES if specific.get(k) is not None), None)
+        if rewrite is not None:  # ignoring it would run what the hook meant to change
+            return Verdict(
+                failure=f"{hook.describe()} asked to rewrite the call with {rewrite}, which dsh "
+                "does not support"
+            )
         permission = specific.get("permissionDecision")
         if hook.event == "PreToolUse" and permission is not None:
             if permission not in ("deny", "ask", "allow"):

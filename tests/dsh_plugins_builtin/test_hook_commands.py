@@ -630,3 +630,26 @@ async def test_bare_event_map_and_several_files_run_in_order(tmp_path):
 def test_timeout_ms_must_be_positive(tmp_path):
     with pytest.raises(ConfigError, match="hook_commands"):
         host(tmp_path, timeout_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("event", "key"),
+    [("PreToolUse", "updatedInput"), ("PostToolUse", "updatedMCPToolOutput")],
+)
+async def test_a_rewrite_dsh_cannot_apply_fails_closed(tmp_path, event, key):
+    out = {"hookSpecificOutput": {"hookEventName": event, key: {"text": "sanitised"}}}
+    hook = prints(tmp_path, "rewrite", out)
+    side = "pre" if event == "PreToolUse" else "post"
+    h = host(tmp_path, settings(tmp_path, **{side: [group(hook)]}))
+    result = await call(h, text="raw")
+    assert result.code == ("DENIED" if side == "pre" else "BLOCKED")
+    assert f"asked to rewrite the call with {key}, which dsh does not support" in result.text
+    assert "raw" not in result.text
+
+
+async def test_system_message_is_logged_for_the_user(tmp_path, caplog):
+    hook = prints(tmp_path, "msg", {"systemMessage": "formatting took 3 s"})
+    h = host(tmp_path, settings(tmp_path, pre=[group(hook)]))
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        assert (await call(h)).text == "hi"
+    assert "says: formatting took 3 s" in caplog.text
