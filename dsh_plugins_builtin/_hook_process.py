@@ -1,32 +1,43 @@
 """Run one hook command as a process tree that cannot outlive its run.
 
 A process group is not enough to bound a hook: a child that calls ``setsid`` (or double-forks)
-leaves the group and outlives ``killpg``. So every hook runs under a small *reaper*: a Python
-interpreter started with ``-I -S`` and the code below passed with ``-c`` (no file that a tool
-could rewrite), which
+leaves the group and outlives ``killpg``. So every hook runs under a *reaper*, a process that
 
 1. makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan of the
    hook's tree -- a ``setsid`` or double-forked child included -- is re-parented to it, not to
    init;
 2. forks the hook in a new session, with the hook's stdin, stdout and stderr (pipes to the host);
 3. waits until the hook exits **or** its *lifeline* pipe from the host reaches end of file (the
-   host closes it on a timeout, an abort, an output cap, or when it dies itself);
+   host closes it on a timeout, an abort, an output cap, a cancellation, or when it dies);
 4. then kills every process left in the tree: it SIGKILLs each of its children, reaps them, and
    repeats until it has none (the killed children's own children are re-parented to it, so the
    loop reaches every descendant), and reports what the hook did on a status pipe.
 
+The reapers are forked by one *runner* process per plugin, started once when the host starts:
+the host's Python interpreter with ``-I -S`` and the code below passed with ``-c`` (no file a
+tool could rewrite), detached from the host (its own session) and serving requests on a
+``SOCK_SEQPACKET`` socket: each request is the hook's argv and working directory, with the five
+pipe ends passed as file descriptors (``SCM_RIGHTS``). Forking the already-started runner costs
+about a millisecond; starting an interpreter per hook would cost tens. The runner exits when the
+host's end of the socket closes (the plugin is collected, or the host dies).
+
 Why hand-written: no packaged library does "subreaper + kill the whole tree" (``psutil`` finds
 children but cannot re-parent a ``setsid`` escapee; cgroups and PID namespaces need privileges
-that an ordinary user may not have). The reaper is some forty lines of standard library.
+that an ordinary user may not have). The runner is some eighty lines of standard library.
 
 The host reads the hook's stdout and stderr, each capped; more than the cap is a failure (the
-tree is killed), as is a timeout or an abort. `run_tree` never raises for the hook.
+tree is killed), as is a timeout or an abort. `HookRunner.run` never raises for the hook.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import socket
+import subprocess
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -35,15 +46,13 @@ import trio
 
 from dsh_host import AbortSignal
 
-__all__ = ["REAPER_CODE", "TreeRun", "run_tree"]
+__all__ = ["RUNNER_CODE", "HookRunner", "TreeRun"]
 
-# Runs as ``python -I -S -c REAPER_CODE <lifeline fd> <status fd> <argv...>``.
-REAPER_CODE = r"""
-import ctypes, os, select, signal, sys
-life, status = int(sys.argv[1]), int(sys.argv[2])
-argv = sys.argv[3:]
-def report(text):
-    os.write(status, text.encode("utf-8", "replace"))
+# Runs as ``python -I -S -c RUNNER_CODE <socket fd>``.
+RUNNER_CODE = r"""
+import ctypes, json, os, select, signal, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ctl = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=int(sys.argv[1]))
 def children():
     me = os.getpid()
     try:
@@ -72,37 +81,79 @@ def reap_all():
             os.waitpid(-1, 0)
         except ChildProcessError:
             return
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.prctl(36, 1, 0, 0, 0) != 0:
-    report("error cannot become a child subreaper: " + os.strerror(ctypes.get_errno()))
-    sys.exit(0)
-rd, wr = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        os.close(life); os.close(status); os.close(rd)
-        os.setsid()
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        os.execv(argv[0], argv)
-    except BaseException as exc:
-        os.write(wr, (type(exc).__name__ + ": " + str(exc)).encode("utf-8", "replace"))
-    os._exit(127)
-os.close(wr)
-failed = os.read(rd, 4096)
-os.close(rd)
-if failed:
+def serve(request, fds):
+    stdin, stdout, stderr, life, status = fds
+    def report(text):
+        os.write(status, text.encode("utf-8", "replace"))
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    report(f"pid {os.getpid()}\n")
+    if libc.prctl(36, 1, 0, 0, 0) != 0:
+        report("error cannot become a child subreaper: " + os.strerror(ctypes.get_errno()))
+        return
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2)):
+                os.dup2(src, dst)
+            for name in os.listdir("/proc/self/fd"):
+                if int(name) > 2 and int(name) != wr:
+                    try:
+                        os.close(int(name))
+                    except OSError:
+                        pass
+            os.chdir(request["cwd"])
+            os.setsid()
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execv(request["argv"][0], request["argv"])
+        except BaseException as exc:
+            os.write(wr, (type(exc).__name__ + ": " + str(exc)).encode("utf-8", "replace"))
+        os._exit(127)
+    os.close(wr)
+    for fd in (stdin, stdout, stderr):
+        os.close(fd)
+    failed = os.read(rd, 4096)
+    os.close(rd)
+    if failed:
+        reap_all()
+        report("error " + failed.decode("utf-8", "replace"))
+        return
+    pidfd = os.pidfd_open(pid)
+    ready = select.select([pidfd, life], [], [])[0]
+    outcome = "killed"
+    if pidfd in ready:
+        _, st = os.waitpid(pid, 0)
+        outcome = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"exit {os.WEXITSTATUS(st)}"
     reap_all()
-    report("error " + failed.decode("utf-8", "replace"))
-    sys.exit(0)
-pidfd = os.pidfd_open(pid)
-ready = select.select([pidfd, life], [], [])[0]
-outcome = "killed"
-if pidfd in ready:
-    _, st = os.waitpid(pid, 0)
-    outcome = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"exit {os.WEXITSTATUS(st)}"
-reap_all()
-report(outcome)
+    report(outcome)
+if os.fork() != 0:
+    os._exit(0)  # the host waits for this first process at once; the runner lives on, detached
+os.setsid()
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
+while True:
+    try:
+        message, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 5)
+    except InterruptedError:
+        continue
+    except OSError:
+        break
+    if not message:
+        break
+    if len(fds) == 5:
+        try:
+            request = json.loads(message)
+        except ValueError:
+            request = None
+        if request is not None and os.fork() == 0:
+            try:
+                ctl.close()
+                serve(request, fds)
+            finally:
+                os._exit(0)
+    for fd in fds:
+        os.close(fd)
 """
 
 
@@ -160,49 +211,125 @@ async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
             await stream.send_all(data)
 
 
-async def run_tree(
-    interpreter: str,
-    argv: Sequence[str],
+class HookRunner:
+    """The runner process of one plugin: forks a reaper per hook run (see the module docstring).
+
+    Args:
+        interpreter: The absolute path of the Python interpreter that runs the runner.
+        env: The environment every hook runs with.
+    """
+
+    def __init__(self, interpreter: str, env: Mapping[str, str]) -> None:
+        self.interpreter = interpreter
+        self.env = dict(env)
+        self._sock: socket.socket | None = None
+
+    def start(self) -> None:
+        """Start the runner (once, when the host starts; again only if it died)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            first = subprocess.Popen(
+                [self.interpreter, "-I", "-S", "-c", RUNNER_CODE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), env=self.env, cwd="/",
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if first.wait() != 0:  # it forks the runner and exits
+                raise OSError(f"the hook runner exited with code {first.returncode} at start")
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        weakref.finalize(self, ours.close)
+
+    def close(self) -> None:
+        """Close the socket; the runner then exits (running hooks are killed by their reapers
+        when their lifelines close)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    async def _send(self, message: bytes, fds: list[int]) -> None:
+        for attempt in range(2):
+            if self._sock is None:
+                self.start()
+            assert self._sock is not None
+            try:
+                while True:
+                    try:
+                        socket.send_fds(self._sock, [message], fds)
+                        return
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_writable(self._sock)
+            except (BrokenPipeError, ConnectionError):
+                self.close()  # the runner died: start another one, once
+                if attempt:
+                    raise
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes,
+        cwd: str,
+        timeout: float,
+        abort: AbortSignal,
+        max_output_bytes: int,
+        grace: float = 10.0,
+    ) -> TreeRun:
+        """Run *argv* under a reaper and return what it did; never raises for the hook.
+
+        Args:
+            argv: The hook's argv; ``argv[0]`` an absolute path.
+            stdin: Bytes written to the hook's stdin (then closed).
+            cwd: The hook's working directory.
+            timeout: Seconds the whole tree may run.
+            abort: The call's signal: an abort kills the tree.
+            max_output_bytes: The cap on each of stdout and stderr.
+            grace: Seconds to wait for the reaper to finish killing the tree once told to.
+        """
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        life_r, life_w = os.pipe()
+        status_r, status_w = os.pipe()
+        theirs = [in_r, out_w, err_w, life_r, status_w]
+        try:
+            request = json.dumps({"argv": list(argv), "cwd": cwd}).encode()
+            await self._send(request, theirs)
+        except (OSError, ValueError) as exc:
+            for fd in (in_w, out_r, err_r, life_w, status_r):
+                os.close(fd)
+            return TreeRun("error", error=f"the hook runner is unavailable: {exc}")
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return await _supervise(
+            trio.lowlevel.FdStream(in_w), trio.lowlevel.FdStream(out_r),
+            trio.lowlevel.FdStream(err_r), trio.lowlevel.FdStream(status_r), life_w,
+            stdin=stdin, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
+            grace=grace,
+        )  # fmt: skip
+
+
+async def _supervise(
+    stdin_stream: trio.lowlevel.FdStream,
+    stdout: trio.lowlevel.FdStream,
+    stderr: trio.lowlevel.FdStream,
+    status: trio.lowlevel.FdStream,
+    life_w: int,
     *,
     stdin: bytes,
-    cwd: str,
-    env: Mapping[str, str],
     timeout: float,
     abort: AbortSignal,
     max_output_bytes: int,
-    grace: float = 10.0,
+    grace: float,
 ) -> TreeRun:
-    """Run *argv* under the reaper and return what it did; never raises for the hook.
-
-    Args:
-        interpreter: The absolute path of the Python interpreter that runs the reaper.
-        argv: The hook's argv; ``argv[0]`` an absolute path.
-        stdin: Bytes written to the hook's stdin (then closed).
-        cwd: The hook's working directory.
-        env: The hook's whole environment.
-        timeout: Seconds the whole tree may run.
-        abort: The call's signal: an abort kills the tree.
-        max_output_bytes: The cap on each of stdout and stderr.
-        grace: Seconds to wait for the reaper to finish killing the tree once told to.
-    """
-    life_r, life_w = os.pipe()
-    status_r, status_w = os.pipe()
-    try:
-        process = await trio.lowlevel.open_process(
-            [interpreter, "-I", "-S", "-c", REAPER_CODE, str(life_r), str(status_w), *argv],
-            stdin=-1, stdout=-1, stderr=-1, cwd=cwd, env=dict(env),
-            pass_fds=(life_r, status_w), start_new_session=True,
-        )  # fmt: skip
-    except OSError as exc:
-        for fd in (life_r, life_w, status_r, status_w):
-            os.close(fd)
-        return TreeRun("error", error=str(exc))
-    os.close(life_r)
-    os.close(status_w)
     overflow = trio.Event()
     out = _Reader("stdout", max_output_bytes, overflow)
     err = _Reader("stderr", max_output_bytes, overflow)
-    status = trio.lowlevel.FdStream(status_r)
     said: list[bytes] = []
     stopped: Literal["timeout", "aborted", "overflow"] | None = None
 
@@ -214,7 +341,7 @@ async def run_tree(
 
     async def read_status() -> None:
         while chunk := await status.receive_some(4096):
-            said.append(chunk)
+            said.append(bytes(chunk))
 
     async def watch() -> None:
         async with trio.open_nursery() as watchers:
@@ -235,48 +362,49 @@ async def run_tree(
             watchers.start_soon(on_overflow)
         cut_lifeline()  # the reaper kills the tree; the pipes then close
 
-    assert process.stdin is not None
-    assert process.stdout is not None
-    assert process.stderr is not None
+    async def until(deadline: float) -> None:
+        nonlocal stopped
+        await trio.sleep_until(deadline)
+        stopped = stopped or "timeout"
+        cut_lifeline()
+
     try:
         async with trio.open_nursery() as nursery:
-            deadline = trio.current_time() + timeout
             nursery.start_soon(watch)
-
-            async def until_deadline() -> None:
-                nonlocal stopped
-                await trio.sleep_until(deadline)
-                stopped = stopped or "timeout"
-                cut_lifeline()
-
-            nursery.start_soon(until_deadline)
+            nursery.start_soon(until, trio.current_time() + timeout)
             async with trio.open_nursery() as io:
-                io.start_soon(_feed, process.stdin, stdin)
-                io.start_soon(out.drain, process.stdout)
-                io.start_soon(err.drain, process.stderr)
+                io.start_soon(_feed, stdin_stream, stdin)
+                io.start_soon(out.drain, stdout)
+                io.start_soon(err.drain, stderr)
                 io.start_soon(read_status)
             nursery.cancel_scope.cancel()
     finally:
         cut_lifeline()
-        with trio.CancelScope(shield=True), trio.move_on_after(grace) as late:
-            await process.wait()
         with trio.CancelScope(shield=True):
+            with trio.move_on_after(grace) as late:
+                await read_status()  # to end of file: the reaper has killed the tree and left
             if late.cancelled_caught:
-                process.kill()  # the reaper is stuck; last resort (its tree may survive)
-                await process.wait()
-            for stream in (status, process.stdin, process.stdout, process.stderr):
+                _kill_reaper(said)  # stuck: last resort (its tree may survive)
+            for stream in (status, stdin_stream, stdout, stderr):
                 await stream.aclose()
     if stopped == "overflow":
         name = "stdout" if out.overflowed else "stderr"
         return TreeRun("overflow", stdout=out.data, stderr=err.data, overflow=name)
     if stopped is not None:
         return TreeRun(stopped, stdout=out.data, stderr=err.data)
-    text = b"".join(said).decode("utf-8", "replace")
-    kind, _, rest = text.partition(" ")
+    lines = b"".join(said).decode("utf-8", "replace").split("\n", 1)
+    kind, _, rest = (lines[1] if len(lines) > 1 else "").partition(" ")
     if kind == "exit":
         return TreeRun("exited", int(rest), out.data, err.data)
     if kind == "signal":
         return TreeRun("signaled", int(rest), out.data, err.data)
     if kind == "error":
         return TreeRun("error", stdout=out.data, stderr=err.data, error=rest)
-    return TreeRun("error", error=f"the hook reaper ended without a report ({process.returncode})")
+    return TreeRun("error", error="the hook's reaper ended without a report")
+
+
+def _kill_reaper(said: list[bytes]) -> None:
+    first = b"".join(said).split(b"\n", 1)[0]
+    if first.startswith(b"pid "):
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(first[4:]), signal.SIGKILL)

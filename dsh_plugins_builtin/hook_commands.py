@@ -69,7 +69,7 @@ from dsh_plugins_builtin._hook_launch import (
     safe_path_env,
 )
 from dsh_plugins_builtin._hook_payload import hook_names, tool_input, tool_response
-from dsh_plugins_builtin._hook_process import TreeRun, run_tree
+from dsh_plugins_builtin._hook_process import HookRunner, TreeRun
 
 __all__ = ["HookCommand", "HookCommandsConfig", "HookCommandsPlugin", "load_settings"]
 
@@ -226,18 +226,17 @@ async def run_hook(
     hook: HookCommand,
     payload: Mapping[str, Any],
     *,
+    runner: HookRunner,
     cwd: Path,
-    env: Mapping[str, str],
-    interpreter: str,
     timeout: float,
     abort: AbortSignal,
     max_output_bytes: int,
 ) -> Verdict:
     """Run *hook* with *payload* on stdin and interpret what it did. Never raises for the hook."""
     assert hook.launch is not None, "hooks are planned when the host starts"
-    run: TreeRun = await run_tree(
-        interpreter, hook.launch.argv, stdin=(json.dumps(payload) + "\n").encode(),
-        cwd=str(cwd), env=env, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
+    run: TreeRun = await runner.run(
+        hook.launch.argv, stdin=(json.dumps(payload) + "\n").encode(), cwd=str(cwd),
+        timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
     )  # fmt: skip
     stderr = run.stderr.decode("utf-8", errors="replace").strip()
     if run.outcome == "error":
@@ -361,6 +360,7 @@ class HookCommandsPlugin:
         self.interpreter = os.path.realpath(sys.executable)
         self._host: Host | None = None
         self.policy: SandboxPolicy | None = None
+        self.runner: HookRunner | None = None
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
 
@@ -420,6 +420,16 @@ class HookCommandsPlugin:
                     path=host.config.source, plugin=NAME, key="settings",
                 ) from None  # fmt: skip
             planned.append(attrs.evolve(hook, launch=launch))
+        if self.runner is not None:
+            self.runner.close()
+        self.runner = HookRunner(self.interpreter, env)
+        try:
+            self.runner.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot start the process that runs hooks ({self.interpreter}): {exc}",
+                path=host.config.source, plugin=NAME, key="settings",
+            ) from None  # fmt: skip
         return planned
 
     def _warn_exposed_settings(self) -> None:
@@ -443,9 +453,10 @@ class HookCommandsPlugin:
             except RootReplaced as exc:
                 return Verdict(decision="deny", reason=f"{hook.describe()} was not run: {exc}")
         timeout = hook.timeout if hook.timeout is not None else self.config.timeout_ms / 1000
+        assert self.runner is not None, "the runner starts with the host when there are hooks"
         verdict = await run_hook(
-            hook, payload, cwd=self.workspace, env=self.env, interpreter=self.interpreter,
-            timeout=timeout, abort=abort, max_output_bytes=self.config.max_output_bytes,
+            hook, payload, runner=self.runner, cwd=self.workspace, timeout=timeout, abort=abort,
+            max_output_bytes=self.config.max_output_bytes,
         )  # fmt: skip
         if verdict.failure is not None:
             action = "fails closed" if self.config.fail_closed else "ignored (fail_closed = false)"

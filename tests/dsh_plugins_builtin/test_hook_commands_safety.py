@@ -441,3 +441,11 @@ def test_safe_path_drops_relative_and_exposed_entries(ws, outside):
     exposure = Exposure((ws,), (ws / ".claude",))
     path = f"{ws}/bin:.::bin:{outside}:{ws}/.claude/bin:/usr/bin"
     assert safe_path_env(path, exposure) == f"{outside}:{ws}/.claude/bin:/usr/bin"
+
+
+async def test_hooks_still_run_after_the_runner_went_away(ws, outside):
+    hook = script(outside, "block.sh", "exit 2")
+    host = build(ws, settings(ws, str(hook)))
+    assert (await host.call("echo", {"text": "hi"})).code == "DENIED"
+    host.pm.get_plugin("hook_commands").runner.close()  # as if the runner had died
+    assert (await host.call("echo", {"text": "hi"})).code == "DENIED"
