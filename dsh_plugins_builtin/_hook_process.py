@@ -13,7 +13,8 @@ leaves the group and outlives ``killpg``. So every hook runs under a *reaper*, a
    repeats until it has none (the killed children's own children are re-parented to it, so the
    loop reaches every descendant), and reports what the hook did on a status pipe.
 
-The reapers are forked by one *runner* process per plugin, started once when the host starts:
+The reapers are forked by one *runner* process per interpreter, started when the first host with
+hooks starts:
 the host's Python interpreter with ``-I -S`` and the code below passed with ``-c`` (no file a
 tool could rewrite), detached from the host (its own session) and serving requests on a
 ``SOCK_SEQPACKET`` socket: each request is the hook's argv and working directory, with the five
@@ -46,7 +47,7 @@ import trio
 
 from dsh_host import AbortSignal
 
-__all__ = ["RUNNER_CODE", "HookRunner", "TreeRun"]
+__all__ = ["RUNNER_CODE", "HookRunner", "TreeRun", "shared_runner"]
 
 # Runs as ``python -I -S -c RUNNER_CODE <socket fd>``.
 RUNNER_CODE = r"""
@@ -107,7 +108,7 @@ def serve(request, fds):
             os.setsid()
             for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
-            os.execv(request["argv"][0], request["argv"])
+            os.execve(request["argv"][0], request["argv"], request["env"])
         except BaseException as exc:
             os.write(wr, (type(exc).__name__ + ": " + str(exc)).encode("utf-8", "replace"))
         os._exit(127)
@@ -214,15 +215,21 @@ async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
 class HookRunner:
     """The runner process of one plugin: forks a reaper per hook run (see the module docstring).
 
+    One runner per interpreter serves every host of the process (`shared_runner`); each request
+    carries the hook's argv, working directory and environment.
+
     Args:
         interpreter: The absolute path of the Python interpreter that runs the runner.
-        env: The environment every hook runs with.
     """
 
-    def __init__(self, interpreter: str, env: Mapping[str, str]) -> None:
+    def __init__(self, interpreter: str) -> None:
         self.interpreter = interpreter
-        self.env = dict(env)
         self._sock: socket.socket | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the runner is up (as far as the host knows)."""
+        return self._sock is not None
 
     def start(self) -> None:
         """Start the runner (once, when the host starts; again only if it died)."""
@@ -230,7 +237,7 @@ class HookRunner:
         try:
             first = subprocess.Popen(
                 [self.interpreter, "-I", "-S", "-c", RUNNER_CODE, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=self.env, cwd="/",
+                pass_fds=(theirs.fileno(),), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             if first.wait() != 0:  # it forks the runner and exits
@@ -274,6 +281,7 @@ class HookRunner:
         *,
         stdin: bytes,
         cwd: str,
+        env: Mapping[str, str],
         timeout: float,
         abort: AbortSignal,
         max_output_bytes: int,
@@ -285,6 +293,7 @@ class HookRunner:
             argv: The hook's argv; ``argv[0]`` an absolute path.
             stdin: Bytes written to the hook's stdin (then closed).
             cwd: The hook's working directory.
+            env: The hook's whole environment.
             timeout: Seconds the whole tree may run.
             abort: The call's signal: an abort kills the tree.
             max_output_bytes: The cap on each of stdout and stderr.
@@ -297,7 +306,7 @@ class HookRunner:
         status_r, status_w = os.pipe()
         theirs = [in_r, out_w, err_w, life_r, status_w]
         try:
-            request = json.dumps({"argv": list(argv), "cwd": cwd}).encode()
+            request = json.dumps({"argv": list(argv), "cwd": cwd, "env": dict(env)}).encode()
             await self._send(request, theirs)
         except (OSError, ValueError) as exc:
             for fd in (in_w, out_r, err_r, life_w, status_r):
@@ -312,6 +321,18 @@ class HookRunner:
             stdin=stdin, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
             grace=grace,
         )  # fmt: skip
+
+
+_RUNNERS: dict[str, HookRunner] = {}
+
+
+def shared_runner(interpreter: str) -> HookRunner:
+    """The process's runner for *interpreter*, started if it is not up (raises `OSError` if it
+    cannot start)."""
+    runner = _RUNNERS.setdefault(interpreter, HookRunner(interpreter))
+    if not runner.started:
+        runner.start()
+    return runner
 
 
 async def _supervise(

@@ -69,7 +69,7 @@ from dsh_plugins_builtin._hook_launch import (
     safe_path_env,
 )
 from dsh_plugins_builtin._hook_payload import hook_names, tool_input, tool_response
-from dsh_plugins_builtin._hook_process import HookRunner, TreeRun
+from dsh_plugins_builtin._hook_process import HookRunner, TreeRun, shared_runner
 
 __all__ = ["HookCommand", "HookCommandsConfig", "HookCommandsPlugin", "load_settings"]
 
@@ -228,6 +228,7 @@ async def run_hook(
     *,
     runner: HookRunner,
     cwd: Path,
+    env: Mapping[str, str],
     timeout: float,
     abort: AbortSignal,
     max_output_bytes: int,
@@ -236,7 +237,7 @@ async def run_hook(
     assert hook.launch is not None, "hooks are planned when the host starts"
     run: TreeRun = await runner.run(
         hook.launch.argv, stdin=(json.dumps(payload) + "\n").encode(), cwd=str(cwd),
-        timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
+        env=env, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
     )  # fmt: skip
     stderr = run.stderr.decode("utf-8", errors="replace").strip()
     if run.outcome == "error":
@@ -420,11 +421,8 @@ class HookCommandsPlugin:
                     path=host.config.source, plugin=NAME, key="settings",
                 ) from None  # fmt: skip
             planned.append(attrs.evolve(hook, launch=launch))
-        if self.runner is not None:
-            self.runner.close()
-        self.runner = HookRunner(self.interpreter, env)
         try:
-            self.runner.start()
+            self.runner = shared_runner(self.interpreter)
         except OSError as exc:
             raise ConfigError(
                 f"cannot start the process that runs hooks ({self.interpreter}): {exc}",
@@ -455,7 +453,8 @@ class HookCommandsPlugin:
         timeout = hook.timeout if hook.timeout is not None else self.config.timeout_ms / 1000
         assert self.runner is not None, "the runner starts with the host when there are hooks"
         verdict = await run_hook(
-            hook, payload, runner=self.runner, cwd=self.workspace, timeout=timeout, abort=abort,
+            hook, payload, runner=self.runner, cwd=self.workspace, env=self.env, timeout=timeout,
+            abort=abort,
             max_output_bytes=self.config.max_output_bytes,
         )  # fmt: skip
         if verdict.failure is not None:

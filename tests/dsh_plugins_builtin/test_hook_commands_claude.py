@@ -4,6 +4,7 @@ hooks are written, a settings file in Claude Code's own format, and dsh's built-
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,10 @@ if tool in ("Read", "Edit", "Write"):
 sys.exit(0)
 """
 
-# Records every payload it is given (one JSON object per line) and lets the call through.
-RECORD = """\
-import json, sys
-data = json.load(sys.stdin)
-with open({out!r}, "a") as f:
-    f.write(json.dumps(data) + "\\n")
-"""
+
+def record(log: Path) -> str:
+    """A hook that appends every payload it is given (one JSON line each) to *log*."""
+    return f"cat >> {shlex.quote(str(log))}"
 
 
 def claude_settings(ws: Path, pre: list[Any], post: list[Any] = ()) -> str:
@@ -167,8 +165,7 @@ async def test_bash_runs_when_the_guard_allows_it(make_host, ws, backend):
     ],
 )  # fmt: skip
 async def test_matchers_match_either_spelling(make_host, ws, pattern, blocked):
-    block = hook_script(ws, "block.py", "import sys\nsys.exit(2)\n")
-    host = tools_hooks_host(make_host, ws, claude_settings(ws, [matcher(pattern, block)]))
+    host = tools_hooks_host(make_host, ws, claude_settings(ws, [matcher(pattern, "exit 2")]))
 
     async def execute(args: Any, ctx: Any) -> str:
         return "ok"
@@ -197,8 +194,8 @@ async def test_matchers_match_either_spelling(make_host, ws, pattern, blocked):
 
 async def test_payloads_in_claude_codes_shape_for_every_builtin(make_host, ws):
     log = ws.parent / "payloads.jsonl"
-    record = hook_script(ws, "record.py", RECORD.format(out=str(log)))
-    files = claude_settings(ws, [matcher("*", record)], [matcher("*", record)])
+    record_to = record(log)
+    files = claude_settings(ws, [matcher("*", record_to)], [matcher("*", record_to)])
     host = tools_hooks_host(make_host, ws, files)
     (ws / "src").mkdir()
     (ws / "src" / "a.py").write_text("one\ntwo = 2\nthree\n")
@@ -277,8 +274,8 @@ async def test_payloads_in_claude_codes_shape_for_every_builtin(make_host, ws):
 
 async def test_bash_payload_and_response(make_host, ws, backend):
     log = ws.parent / "payloads.jsonl"
-    record = hook_script(ws, "record.py", RECORD.format(out=str(log)))
-    files = claude_settings(ws, [matcher("Bash", record)], [matcher("Bash", record)])
+    record_to = record(log)
+    files = claude_settings(ws, [matcher("Bash", record_to)], [matcher("Bash", record_to)])
     config = {
         "host": {"workspace": str(ws)},
         "plugin": {
@@ -304,8 +301,8 @@ async def test_bash_payload_and_response(make_host, ws, backend):
 
 async def test_a_failed_tool_gets_the_generic_response(make_host, ws):
     log = ws.parent / "payloads.jsonl"
-    record = hook_script(ws, "record.py", RECORD.format(out=str(log)))
-    host = tools_hooks_host(make_host, ws, claude_settings(ws, [], [matcher("Read", record)]))
+    record_to = record(log)
+    host = tools_hooks_host(make_host, ws, claude_settings(ws, [], [matcher("Read", record_to)]))
     result = await host.call("read_file", {"path": "missing.txt"})
     assert result.is_error
     (post,) = (json.loads(line) for line in log.read_text().splitlines())
