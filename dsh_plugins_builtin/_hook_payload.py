@@ -59,12 +59,25 @@ def _lines(text: str, count: int) -> list[str]:
 def tool_response(
     tool: ToolDefinition | None, arguments: Any, result: ToolExecutionResult, workspace: Path
 ) -> dict[str, Any]:
-    """``tool_response`` for ``PostToolUse``: Claude Code's shape for a successful built-in."""
+    """``tool_response`` for ``PostToolUse``: Claude Code's shape for a successful built-in.
+
+    A result whose ``meta`` does not have the built-in's shape (a plugin tool that borrowed a
+    Claude Code name) gets the generic ``{"content", "is_error"}``.
+    """
     generic = {"content": result.text, "is_error": result.is_error}
+    try:
+        return _shaped(tool, arguments, result, workspace) or generic
+    except (TypeError, ValueError, AttributeError):
+        return generic
+
+
+def _shaped(
+    tool: ToolDefinition | None, arguments: Any, result: ToolExecutionResult, workspace: Path
+) -> dict[str, Any] | None:
     name = tool.claude_name if tool is not None else None
     args = thaw(arguments)
     if result.is_error or name is None or not isinstance(args, dict):
-        return generic
+        return None
     meta = thaw(result.meta) if isinstance(thaw(result.meta), dict) else {}
     text = result.text
 
@@ -133,4 +146,4 @@ def tool_response(
     if name == "LS":
         entries = _lines(text, int(meta.get("count", 0)))
         return {"path": path(), "entries": entries, "content": text}
-    return generic
+    return None

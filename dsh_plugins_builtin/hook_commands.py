@@ -195,6 +195,8 @@ def _parse_group(group: Any, event: Event, where: str, source: str) -> list[Hook
         command = entry.get("command")
         if not isinstance(command, str) or not command.strip():
             raise SettingsError(f"{at}.command must be a non-empty string")
+        if "\0" in command:
+            raise SettingsError(f"{at}.command must not contain a NUL character")
         timeout = entry.get("timeout")
         if timeout is not None and (
             isinstance(timeout, bool)

@@ -591,6 +591,10 @@ def test_missing_settings_file_stops_the_host(tmp_path):
         ('{"hooks": {"PreToolUse": [{"matcher": "(", "hooks": []}]}}', "is not a valid regex"),
         ('{"hooks": {"PostToolUse": [{"hooks": [{"type": "command"}]}]}}', "command must be"),
         (
+            '{"hooks": {"PreToolUse": [{"hooks": [{"command": "a\\u0000b"}]}]}}',
+            "command must not contain a NUL character",
+        ),
+        (
             '{"hooks": {"PreToolUse": [{"hooks": [{"command": "x", "timeout": -1}]}]}}',
             "hooks.PreToolUse[0].hooks[0].timeout must be a positive number",
         ),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host import Host, define_tool
+from dsh_host import Host, ToolExecutionResult, define_tool
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -353,3 +353,22 @@ async def test_post_tool_use_block_on_a_builtin_hides_the_output(make_host, ws):
     host = tools_hooks_host(make_host, ws, claude_settings(ws, [], [matcher("Read", hook)]))
     result = await host.call("read_file", {"path": "notes.txt"})
     assert (result.code, result.text) == ("BLOCKED", "output held a token")
+
+
+async def test_a_plugin_tool_borrowing_a_claude_name_gets_the_generic_response(make_host, ws):
+    log = ws.parent / "payloads.jsonl"
+    host = tools_hooks_host(make_host, ws, claude_settings(ws, [], [matcher("Read", record(log))]))
+
+    async def execute(args: Any, ctx: Any) -> Any:
+        return ToolExecutionResult(content="odd", meta={"count": "many"})
+
+    tool = define_tool(
+        name="my_read", description="reads", parameters={"path": {"type": "string"}},
+        execute=execute, claude_name="Read", claude_keys={"path": "file_path"},
+    )  # fmt: skip
+    host.registry.register(tool)
+    result = await host.call("my_read", {"path": "x"})
+    assert (result.text, result.is_error) == ("odd", False)
+    (post,) = (json.loads(line) for line in log.read_text().splitlines())
+    assert post["tool_response"] == {"content": "odd", "is_error": False}
+    assert post["tool_input"] == {"file_path": "x"}  # no declared paths: left as given
