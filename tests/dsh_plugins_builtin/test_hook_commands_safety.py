@@ -21,7 +21,7 @@ from dsh_plugins_builtin._hook_launch import Exposure, plan_launch, safe_path_en
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
-from tests.conftest import make_echo
+from tests.conftest import make_echo, soak_size
 
 
 @pytest.fixture
@@ -449,3 +449,22 @@ async def test_hooks_still_run_after_the_runner_went_away(ws, outside):
     assert (await host.call("echo", {"text": "hi"})).code == "DENIED"
     host.pm.get_plugin("hook_commands").runner.close()  # as if the runner had died
     assert (await host.call("echo", {"text": "hi"})).code == "DENIED"
+
+
+@pytest.mark.soak
+async def test_parallel_calls_share_the_runner_and_leak_no_descriptor(ws, outside):
+    count = soak_size(24, 400)
+    for i in range(count):
+        (ws / f"f{i}.txt").write_text(f"line {i}\n")
+    guard = script(outside, "guard.sh", "grep -q f3.txt && { echo no f3 >&2; exit 2; }; exit 0")
+    host = build(ws, settings(ws, str(guard), event="PreToolUse"), max_output_bytes=10_000)
+    calls = [
+        ToolExecutionInput(call_id=f"c{i}", name="read_file", arguments={"path": f"f{i}.txt"})
+        for i in range(count)
+    ]
+    await host.registry.execute_batch(calls[:2])  # warm up
+    before = len(os.listdir("/proc/self/fd"))
+    results = await host.registry.execute_batch(calls, max_parallel=8)
+    assert [r.code for r in results] == [("DENIED" if i == 3 else None) for i in range(count)]
+    assert results[5].text == "     1\tline 5"
+    assert len(os.listdir("/proc/self/fd")) == before
