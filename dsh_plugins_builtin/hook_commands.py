@@ -1,9 +1,10 @@
 """``hook_commands``: run the command hooks of Claude Code ``settings.json`` files.
 
-``PreToolUse`` hooks become a `dsh_tool_pre_execute` implementation (deny, ask or allow a call);
+``PreToolUse`` hooks become a `dsh_tool_pre_execute` waterfall link (deny, ask or allow a call);
 ``PostToolUse`` hooks become a `dsh_tool_post_execute` waterfall link (block a result or add
-context for the model). Each hook is ``/bin/sh -c <command>`` run in the workspace, fed the call
-as JSON on stdin, in its own process group, killed as a group when it outlives its timeout.
+context for the model). Each hook reads Claude Code's payload as JSON on stdin
+(see `_hook_payload`: ``tool_name`` ``Bash``/``Read``/... and Claude Code's ``tool_input`` keys
+for every tool that declares a Claude Code name); matchers match either spelling of the name.
 
 Outcomes of one hook run:
 
@@ -11,30 +12,32 @@ Outcomes of one hook run:
 * exit 0 with stdout starting with ``{``: Claude Code's JSON output (``decision``,
   ``hookSpecificOutput.permissionDecision``, ``continue``, ``additionalContext``);
 * exit 0 with other stdout: no decision;
-* anything else (another exit code, death by a signal, a timeout, JSON that does not parse, a
-  command that cannot start) is a *failure*: logged, and with ``fail_closed`` (the default) it
-  denies the call or blocks the result.
+* anything else (another exit code, death by a signal, a timeout, output past the cap, JSON
+  that does not parse, a command that cannot start) is a *failure*: logged, and with
+  ``fail_closed`` (the default) it denies the call or blocks the result. Claude Code instead
+  treats exit 1 and other codes as a non-blocking error shown to the user: ``fail_closed =
+  false`` gives that behaviour.
 
 Settings files are read once, when the host starts; one that is missing or malformed is a
-`ConfigError` (fail closed at load).
+`ConfigError` (fail closed at load), and so is a hook whose executable or script lies where a
+tool could rewrite it (see `_hook_launch`). Each run is a process tree bounded by a subreaper
+(see `_hook_process`): every descendant is killed when the hook ends. During a dry run no hook
+runs; the decision's detail says which would have.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
 import re
-import signal
-import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import attrs
-import trio
 
 from dsh_host import (
     AbortSignal,
@@ -46,11 +49,27 @@ from dsh_host import (
     Deny,
     HookContext,
     Host,
+    ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     hookimpl,
-    thaw,
 )
+from dsh_plugins_builtin._fence import (
+    RootReplaced,
+    SandboxPolicy,
+    check_pinned,
+    protected_paths,
+    writable_roots,
+)
+from dsh_plugins_builtin._hook_launch import (
+    Exposure,
+    HookRefused,
+    Launch,
+    plan_launch,
+    safe_path_env,
+)
+from dsh_plugins_builtin._hook_payload import hook_names, tool_input, tool_response
+from dsh_plugins_builtin._hook_process import HookRunner, TreeRun, shared_runner
 
 __all__ = ["HookCommand", "HookCommandsConfig", "HookCommandsPlugin", "load_settings"]
 
@@ -60,6 +79,8 @@ NAME = "hook_commands"
 Event: TypeAlias = Literal["PreToolUse", "PostToolUse"]
 EVENTS: tuple[Event, ...] = ("PreToolUse", "PostToolUse")
 _SUMMARY_MAX = 500  # characters of a failing hook's stderr quoted in a reason
+# hookSpecificOutput keys that rewrite a call's input or output: not supported, so a failure
+_REWRITES = ("updatedInput", "updatedMCPToolOutput", "updatedToolOutput")
 
 
 @attrs.frozen
@@ -70,13 +91,16 @@ class HookCommandsConfig:
         settings: Claude Code settings files (JSON, with a ``hooks`` key), relative to the
             workspace; their hooks run in list order. Empty: the plugin does nothing.
         timeout_ms: how long a hook may run when it sets no ``timeout`` (seconds) of its own.
-        fail_closed: a hook that fails (times out, crashes, prints malformed JSON) denies the
-            call or blocks the result; ``false`` logs the failure and ignores the hook.
+        fail_closed: a hook that fails (exits 1 or another code but 0 and 2, times out, is
+            killed, prints too much or malformed JSON) denies the call or blocks the result;
+            ``false`` logs the failure and ignores the hook (Claude Code's behaviour).
+        max_output_bytes: the cap on each of a hook's stdout and stderr; more is a failure.
     """
 
     settings: tuple[str, ...] = ()
     timeout_ms: int = attrs.field(default=60_000, validator=attrs.validators.gt(0))
     fail_closed: bool = True
+    max_output_bytes: int = attrs.field(default=1_000_000, validator=attrs.validators.gt(0))
 
 
 @attrs.frozen
@@ -89,10 +113,13 @@ class HookCommand:
     timeout: float | None  # seconds; None: the plugin's timeout_ms
     source: str  # the settings file, as configured
     pattern: re.Pattern[str] | None = attrs.field(default=None, eq=False)  # None: every tool
+    where: str = ""  # hooks.PreToolUse[0].hooks[1]
+    launch: Launch | None = attrs.field(default=None, eq=False)  # set when the host starts
 
-    def matches(self, tool: str) -> bool:
-        """Whether this hook runs for *tool*: its matcher regex matches the whole name."""
-        return self.pattern is None or self.pattern.fullmatch(tool) is not None
+    def matches(self, *names: str) -> bool:
+        """Whether this hook runs for a tool called any of *names* (dsh's, Claude Code's):
+        its matcher regex matches one whole name."""
+        return self.pattern is None or any(self.pattern.fullmatch(n) for n in names)
 
     def describe(self) -> str:
         command = self.command if len(self.command) <= 200 else self.command[:199] + "…"
@@ -168,6 +195,8 @@ def _parse_group(group: Any, event: Event, where: str, source: str) -> list[Hook
         command = entry.get("command")
         if not isinstance(command, str) or not command.strip():
             raise SettingsError(f"{at}.command must be a non-empty string")
+        if "\0" in command:
+            raise SettingsError(f"{at}.command must not contain a NUL character")
         timeout = entry.get("timeout")
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -178,7 +207,7 @@ def _parse_group(group: Any, event: Event, where: str, source: str) -> list[Hook
             raise SettingsError(
                 f"{at}.timeout must be a positive number of seconds, not {timeout!r}"
             )
-        out.append(HookCommand(event, matcher, command, timeout, source, pattern))
+        out.append(HookCommand(event, matcher, command, timeout, source, pattern, at))
     return out
 
 
@@ -195,72 +224,44 @@ class Verdict:
     failure: str | None = None
 
 
-class _Started(trio.TaskStatus[trio.Process]):
-    """Keeps the process `trio.run_process` started, so a timeout can kill its whole group."""
-
-    process: trio.Process | None = None
-
-    def started(self, value: trio.Process | None = None) -> None:
-        self.process = value
-
-
-async def _kill_group(process: trio.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-
-
-async def _cancel_on_abort(abort: AbortSignal, scope: trio.CancelScope) -> None:
-    await abort.wait()
-    scope.cancel()
-
-
 async def run_hook(
     hook: HookCommand,
     payload: Mapping[str, Any],
     *,
+    runner: HookRunner,
     cwd: Path,
+    env: Mapping[str, str],
     timeout: float,
     abort: AbortSignal,
+    max_output_bytes: int,
 ) -> Verdict:
     """Run *hook* with *payload* on stdin and interpret what it did. Never raises for the hook."""
-    workspace = str(cwd)
-    env = {**os.environ, "DSH_PROJECT_DIR": workspace, "CLAUDE_PROJECT_DIR": workspace}
-    stdin = (json.dumps(payload) + "\n").encode()
-    started = _Started()
-    completed: subprocess.CompletedProcess[bytes] | None = None
-    error: OSError | None = None
-    with trio.move_on_after(timeout) as deadline:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_abort, abort, deadline)
-            try:
-                completed = await trio.run_process(
-                    ["/bin/sh", "-c", hook.command], stdin=stdin, capture_stdout=True,
-                    capture_stderr=True, check=False, deliver_cancel=_kill_group,
-                    task_status=started, cwd=cwd, env=env, start_new_session=True,
-                )  # fmt: skip
-            except OSError as exc:
-                error = exc
-            nursery.cancel_scope.cancel()
-    if completed is None and started.process is not None:
-        await _kill_group(started.process)  # a timeout while a child still held a pipe open
-    if error is not None:
-        return Verdict(failure=f"{hook.describe()} could not start: {error}")
-    if completed is None:
-        if abort.aborted:
-            return Verdict(failure=f"{hook.describe()} was killed: the call was aborted")
+    assert hook.launch is not None, "hooks are planned when the host starts"
+    run: TreeRun = await runner.run(
+        hook.launch.argv, stdin=(json.dumps(payload) + "\n").encode(), cwd=str(cwd),
+        env=env, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
+    )  # fmt: skip
+    stderr = run.stderr.decode("utf-8", errors="replace").strip()
+    if run.outcome == "error":
+        return Verdict(failure=f"{hook.describe()} could not start: {run.error}")
+    if run.outcome == "aborted":
+        return Verdict(failure=f"{hook.describe()} was killed: the call was aborted")
+    if run.outcome == "timeout":
         return Verdict(failure=f"{hook.describe()} timed out after {timeout:g} s and was killed")
-    stdout = completed.stdout.decode("utf-8", errors="replace")
-    stderr = completed.stderr.decode("utf-8", errors="replace").strip()
-    code = completed.returncode
+    if run.outcome == "overflow":
+        return Verdict(
+            failure=f"{hook.describe()} printed more than {max_output_bytes} bytes on "
+            f"{run.overflow} and was killed (raise [plugin.{NAME}] max_output_bytes if that "
+            "much is expected)"
+        )
+    code = run.code if run.outcome == "exited" else -run.code
     if code == 2:
         return Verdict(decision="deny", reason=stderr or None)
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         said = f": {_summary(stderr)}" if stderr else ""
         return Verdict(failure=f"{hook.describe()} {how}{said}")
-    return interpret(hook, stdout)
+    return interpret(hook, run.stdout.decode("utf-8", errors="replace"))
 
 
 def interpret(hook: HookCommand, stdout: str) -> Verdict:
@@ -272,6 +273,8 @@ def interpret(hook: HookCommand, stdout: str) -> Verdict:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return Verdict(failure=f"{hook.describe()} printed JSON that does not parse: {exc}")
+    if message := _text(data.get("systemMessage")):
+        log.warning("%s says: %s", hook.describe(), _summary(message))
     decision: Literal["deny", "ask", "allow"] | None = None
     reason = _text(data.get("reason"))
     contexts = [_text(data.get("additionalContext"))]
@@ -287,6 +290,12 @@ def interpret(hook: HookCommand, stdout: str) -> Verdict:
                 failure=f"{hook.describe()} answered for hookEventName {claimed!r}, not {hook.event!r}"
             )
         contexts.append(_text(specific.get("additionalContext")))
+        rewrite = next((k for k in _REWRITES if specific.get(k) is not None), None)
+        if rewrite is not None:  # ignoring it would run what the hook meant to change
+            return Verdict(
+                failure=f"{hook.describe()} asked to rewrite the call with {rewrite}, which dsh "
+                "does not support"
+            )
         permission = specific.get("permissionDecision")
         if hook.event == "PreToolUse" and permission is not None:
             if permission not in ("deny", "ask", "allow"):
@@ -319,6 +328,28 @@ def _kind(value: Any) -> str:
 # -- the plugin ----------------------------------------------------------------------------------
 
 
+def _policy(host: Host) -> SandboxPolicy | None:
+    """The sandbox plugin's policy (``None``: there is no sandbox plugin)."""
+    sandbox = host.pm.get_plugin("sandbox")
+    if sandbox is None:
+        return None
+    try:
+        policy = sandbox.policy
+    except Exception:  # the sandbox plugin has not started yet: build the policy it will build
+        from dsh_plugins_builtin.sandbox import build_policy
+
+        policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
+    return policy if isinstance(policy, SandboxPolicy) else None
+
+
+def _exposure(policy: SandboxPolicy | None) -> Exposure:
+    """What the sandboxed side can write (nothing to check against without a sandbox plugin or
+    under ``danger-full-access``, where nothing is confined)."""
+    if policy is None or policy.mode == "danger-full-access":
+        return Exposure()
+    return Exposure(writable_roots(policy), protected_paths(policy))
+
+
 class HookCommandsPlugin:
     """Runs Claude Code ``PreToolUse`` / ``PostToolUse`` command hooks from settings files."""
 
@@ -328,6 +359,11 @@ class HookCommandsPlugin:
         self.config = HookCommandsConfig()
         self.workspace = Path.cwd()
         self.hooks: dict[Event, tuple[HookCommand, ...]] = {event: () for event in EVENTS}
+        self.env: dict[str, str] = {}
+        self.interpreter = os.path.realpath(sys.executable)
+        self._host: Host | None = None
+        self.policy: SandboxPolicy | None = None
+        self.runner: HookRunner | None = None
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
 
@@ -337,8 +373,10 @@ class HookCommandsPlugin:
 
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
+        """Read the settings files; resolve and check every hook's executable and scripts."""
         self.config = host.config_for(self)
         self.workspace = host.workspace
+        self._host = host
         found: list[HookCommand] = []
         for source in self.config.settings:
             try:
@@ -348,38 +386,134 @@ class HookCommandsPlugin:
                     f"settings file {source!r}: {exc}; fix it or remove it from the list",
                     path=host.config.source, plugin=NAME, key="settings",
                 ) from None  # fmt: skip
+        if found:
+            found = self._plan(host, found)
+            self._warn_exposed_settings()
         self.hooks = {event: tuple(h for h in found if h.event == event) for event in EVENTS}
+
+    def _plan(self, host: Host, hooks: list[HookCommand]) -> list[HookCommand]:
+        self.policy = _policy(host)
+        exposure = _exposure(self.policy)
+        workspace = str(self.workspace)
+        env = {**os.environ, "DSH_PROJECT_DIR": workspace, "CLAUDE_PROJECT_DIR": workspace}
+        env["PATH"] = safe_path_env(env.get("PATH", os.defpath), exposure)
+        self.env = env
+        try:
+            shell = plan_launch("/bin/sh", cwd=workspace, env=env, exposure=exposure, shell="")
+            runner = plan_launch(
+                self.interpreter, cwd=workspace, env=env, exposure=exposure, shell=""
+            )
+        except HookRefused as exc:
+            raise ConfigError(
+                f"cannot run hooks safely: the shell or the Python interpreter that runs them "
+                f"is exposed: {exc}",
+                path=host.config.source, plugin=NAME, key="settings",
+            ) from None  # fmt: skip
+        self.interpreter = runner.argv[0]
+        planned = []
+        for hook in hooks:
+            try:
+                launch = plan_launch(
+                    hook.command, cwd=workspace, env=env, exposure=exposure, shell=shell.argv[0]
+                )
+            except HookRefused as exc:
+                raise ConfigError(
+                    f"settings file {hook.source!r}: {hook.event} hook {hook.command!r} "
+                    f"({hook.where}) is refused: {exc}",
+                    path=host.config.source, plugin=NAME, key="settings",
+                ) from None  # fmt: skip
+            planned.append(attrs.evolve(hook, launch=launch))
+        try:
+            self.runner = shared_runner(self.interpreter)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot start the process that runs hooks ({self.interpreter}): {exc}",
+                path=host.config.source, plugin=NAME, key="settings",
+            ) from None  # fmt: skip
+        return planned
+
+    def _warn_exposed_settings(self) -> None:
+        exposure = _exposure(self.policy)
+        for source in self.config.settings:
+            path = os.path.realpath(self.workspace / source)
+            if exposure.exposed(path):
+                log.warning(
+                    "settings file %r lies in a writable root of the sandbox (%s) and is not "
+                    "protected: a tool could rewrite it and change the hooks of the next run; "
+                    "keep it under .claude/ or outside the writable roots",
+                    source, path,
+                )  # fmt: skip
 
     async def _run(
         self, hook: HookCommand, payload: Mapping[str, Any], abort: AbortSignal
     ) -> Verdict:
+        if self.policy is not None:
+            try:
+                check_pinned(self.policy)  # hooks run in the workspace, by paths inside it
+            except RootReplaced as exc:
+                return Verdict(decision="deny", reason=f"{hook.describe()} was not run: {exc}")
         timeout = hook.timeout if hook.timeout is not None else self.config.timeout_ms / 1000
-        verdict = await run_hook(hook, payload, cwd=self.workspace, timeout=timeout, abort=abort)
+        assert self.runner is not None, "the runner starts with the host when there are hooks"
+        verdict = await run_hook(
+            hook, payload, runner=self.runner, cwd=self.workspace, env=self.env, timeout=timeout,
+            abort=abort,
+            max_output_bytes=self.config.max_output_bytes,
+        )  # fmt: skip
         if verdict.failure is not None:
             action = "fails closed" if self.config.fail_closed else "ignored (fail_closed = false)"
             log.warning("%s; %s", verdict.failure, action)
         return verdict
 
-    def _payload(self, event: Event, execution: ToolExecution) -> dict[str, Any]:
+    def _tool(self, execution: ToolExecution) -> ToolDefinition | None:
+        if self._host is None:
+            return None
+        return self._host.registry.get(execution.name, execution.scope)
+
+    def _payload(
+        self, event: Event, execution: ToolExecution, tool: ToolDefinition | None
+    ) -> dict[str, Any]:
         return {
             "session_id": None,
-            "hook_event_name": event,
-            "tool_name": execution.name,
-            "tool_input": thaw(execution.arguments),
-            "tool_use_id": execution.call_id,
+            "transcript_path": None,
             "cwd": str(self.workspace),
+            "permission_mode": "default",
+            "hook_event_name": event,
+            "tool_name": hook_names(tool, execution.name)[0],
+            "tool_input": tool_input(tool, execution.arguments, self.workspace),
+            "tool_use_id": execution.call_id,
         }
 
     def _failed(self, failure: str, what: str) -> str:
         return f"{failure}; {what} because [plugin.{NAME}] fail_closed is true"
 
+    @staticmethod
+    def _would_run(hooks: list[HookCommand]) -> str:
+        ran = "; ".join(f"would run hook {h.command!r} from {h.source}" for h in hooks)
+        return f"{ran} (not run: dry run)"
+
     @hookimpl
-    async def dsh_tool_pre_execute(self, execution: ToolExecution) -> Allow | Deny | Ask | None:
-        """Run the matching PreToolUse hooks in order: the first deny wins, then ask, then allow."""
-        hooks = [h for h in self.hooks["PreToolUse"] if h.matches(execution.name)]
+    async def dsh_tool_pre_execute(
+        self, execution: ToolExecution, call_next: Callable[[], Awaitable[Allow | Deny | Ask]]
+    ) -> Allow | Deny | Ask | None:
+        """Run the matching PreToolUse hooks in order: the first deny wins, then ask, then allow.
+
+        In a dry run no hook runs: the downstream decision is returned, an allow carrying
+        "would run hook ..." as its detail.
+        """
+        tool = self._tool(execution)
+        names = hook_names(tool, execution.name)
+        hooks = [h for h in self.hooks["PreToolUse"] if h.matches(*names)]
         if not hooks:
             return None
-        payload = self._payload("PreToolUse", execution)
+        if execution.dry_run:
+            decision = await call_next()
+            if not isinstance(decision, Allow):
+                return decision
+            detail = self._would_run(hooks)
+            if decision.detail:
+                detail = f"{detail}; then {decision.detail}"
+            return Allow(detail=detail)
+        payload = self._payload("PreToolUse", execution, tool)
         contexts: list[str] = []
         asks: list[str | None] = []
         allowed = False
@@ -415,11 +549,13 @@ class HookCommandsPlugin:
         """Run the matching PostToolUse hooks: block the result, or add their contexts."""
         contexts = list(self._pending.pop(execution.token, ()))
         ran_tool = result.code not in ("DENIED", "ABORTED_BEFORE_DISPATCH")
-        hooks = [h for h in self.hooks["PostToolUse"] if ran_tool and h.matches(execution.name)]
-        if hooks:
+        tool = self._tool(execution)
+        names = hook_names(tool, execution.name)
+        hooks = [h for h in self.hooks["PostToolUse"] if ran_tool and h.matches(*names)]
+        if hooks and not execution.dry_run:
             payload = {
-                **self._payload("PostToolUse", execution),
-                "tool_response": {"content": result.text, "is_error": result.is_error},
+                **self._payload("PostToolUse", execution, tool),
+                "tool_response": tool_response(tool, execution.arguments, result, self.workspace),
             }
             for hook in hooks:
                 verdict = await self._run(hook, payload, execution.signal)

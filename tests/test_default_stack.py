@@ -29,7 +29,8 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "secrets" / "key.txt").write_text("hunter2\n")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "app.py").write_text("def main():\n    return 1\n")
-    hook = tmp_path / "no_forbidden.py"
+    hook = tmp_path / ".claude" / "hooks" / "no_forbidden.py"  # protected: tools cannot rewrite it
+    hook.parent.mkdir(parents=True)
     hook.write_text(
         textwrap.dedent(
             """

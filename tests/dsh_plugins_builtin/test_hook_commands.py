@@ -321,15 +321,9 @@ async def test_matcher_filters_tools(tmp_path, matcher, denied):
 # -- failures --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        "sleep 30 &\necho $! > {pid}\nwait",  # the shell waits on its backgrounded child
-        "sleep 30 &\necho $! > {pid}",  # the shell exits; the child keeps stdout open
-    ],
-)
-async def test_hook_past_its_timeout_is_killed_with_its_group_and_denies(tmp_path, caplog, body):
+async def test_hook_past_its_timeout_is_killed_with_its_tree_and_denies(tmp_path, caplog):
     pidfile = tmp_path / "sleeper.pid"
+    body = "sleep 30 &\necho $! > {pid}\nwait"  # the shell waits on its backgrounded child
     slow = sh(tmp_path, "slow", body.format(pid=shlex.quote(str(pidfile))))
     h = host(tmp_path, settings(tmp_path, pre=[group(slow, timeout=0.5)]))
     started = time.monotonic()
@@ -343,6 +337,18 @@ async def test_hook_past_its_timeout_is_killed_with_its_group_and_denies(tmp_pat
     assert "fail_closed is true" in result.text
     assert "timed out" in caplog.text
     await wait_gone(int(pidfile.read_text()))  # the backgrounded grandchild died too
+
+
+async def test_a_hook_that_exits_decides_and_its_leftover_children_are_killed(tmp_path):
+    pidfile = tmp_path / "sleeper.pid"
+    body = f"sleep 30 &\necho $! > {shlex.quote(str(pidfile))}"  # exits; the child keeps stdout
+    quick = sh(tmp_path, "quick", body)
+    h = host(tmp_path, settings(tmp_path, pre=[group(quick, timeout=20)]))
+    started = time.monotonic()
+    result = await call(h)
+    assert time.monotonic() - started < 10  # not the hook's timeout: its own exit decided
+    assert (result.text, result.is_error) == ("hi", False)
+    await wait_gone(int(pidfile.read_text()))
 
 
 async def test_timeout_ms_applies_to_hooks_without_their_own_timeout(tmp_path):
@@ -440,6 +446,8 @@ async def test_hooks_receive_the_call_as_json_on_stdin(tmp_path):
     where = str(tmp_path)
     common = {
         "session_id": None,
+        "transcript_path": None,
+        "permission_mode": "default",
         "tool_name": "echo",
         "tool_input": {"text": "hello"},
         "tool_use_id": "toolu_1",
@@ -583,6 +591,10 @@ def test_missing_settings_file_stops_the_host(tmp_path):
         ('{"hooks": {"PreToolUse": [{"matcher": "(", "hooks": []}]}}', "is not a valid regex"),
         ('{"hooks": {"PostToolUse": [{"hooks": [{"type": "command"}]}]}}', "command must be"),
         (
+            '{"hooks": {"PreToolUse": [{"hooks": [{"command": "a\\u0000b"}]}]}}',
+            "command must not contain a NUL character",
+        ),
+        (
             '{"hooks": {"PreToolUse": [{"hooks": [{"command": "x", "timeout": -1}]}]}}',
             "hooks.PreToolUse[0].hooks[0].timeout must be a positive number",
         ),
@@ -622,3 +634,26 @@ async def test_bare_event_map_and_several_files_run_in_order(tmp_path):
 def test_timeout_ms_must_be_positive(tmp_path):
     with pytest.raises(ConfigError, match="hook_commands"):
         host(tmp_path, timeout_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("event", "key"),
+    [("PreToolUse", "updatedInput"), ("PostToolUse", "updatedMCPToolOutput")],
+)
+async def test_a_rewrite_dsh_cannot_apply_fails_closed(tmp_path, event, key):
+    out = {"hookSpecificOutput": {"hookEventName": event, key: {"text": "sanitised"}}}
+    hook = prints(tmp_path, "rewrite", out)
+    side = "pre" if event == "PreToolUse" else "post"
+    h = host(tmp_path, settings(tmp_path, **{side: [group(hook)]}))
+    result = await call(h, text="raw")
+    assert result.code == ("DENIED" if side == "pre" else "BLOCKED")
+    assert f"asked to rewrite the call with {key}, which dsh does not support" in result.text
+    assert "raw" not in result.text
+
+
+async def test_system_message_is_logged_for_the_user(tmp_path, caplog):
+    hook = prints(tmp_path, "msg", {"systemMessage": "formatting took 3 s"})
+    h = host(tmp_path, settings(tmp_path, pre=[group(hook)]))
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        assert (await call(h)).text == "hi"
+    assert "says: formatting took 3 s" in caplog.text

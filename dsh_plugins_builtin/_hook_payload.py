@@ -1,0 +1,149 @@
+"""What a hook command reads on stdin: Claude Code's hook payload, for dsh's tools.
+
+A tool that declares a Claude Code name (`ToolDefinition.claude_name`) is presented to hooks as
+Claude Code presents it: ``tool_name`` is that name (``Bash``, ``Read``, ``Write``, ``Edit``,
+``Glob``, ``Grep``, ``LS``), ``tool_input`` uses its Claude Code keys
+(`ToolDefinition.claude_keys`; unmapped keys keep their names) with relative path arguments
+made absolute against the workspace, as Claude Code's are; a successful ``PostToolUse`` result
+gets a ``tool_response`` in the shape Claude Code gives that tool. Other tools keep their dsh
+name and arguments, and every other result is ``{"content": <text>, "is_error": <bool>}``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dsh_host import ToolDefinition, ToolExecutionResult, thaw
+
+__all__ = ["hook_names", "tool_input", "tool_response"]
+
+_GREP_LINE = re.compile(r"^(.*?):(\d+):")
+_READ_LINE = re.compile(r"^ *\d+\t")
+
+
+def hook_names(tool: ToolDefinition | None, name: str) -> tuple[str, ...]:
+    """The names a matcher may use for a call: dsh's and, if declared, Claude Code's."""
+    if tool is None or not tool.claude_name or tool.claude_name == name:
+        return (name,)
+    return (tool.claude_name, name)
+
+
+def _absolute(value: Any, workspace: Path) -> Any:
+    if isinstance(value, str) and value and not os.path.isabs(value):
+        return os.path.join(str(workspace), value)
+    return value
+
+
+def tool_input(tool: ToolDefinition | None, arguments: Any, workspace: Path) -> Any:
+    """``tool_input``: the call's arguments, in Claude Code's keys when the tool declares them."""
+    args = thaw(arguments)
+    if tool is None or not tool.claude_name or not isinstance(args, dict):
+        return args
+    keys: Mapping[str, str] = tool.claude_keys
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if key in tool.paths:
+            value = _absolute(value, workspace)
+        out[keys.get(key, key)] = value
+    return out
+
+
+def _lines(text: str, count: int) -> list[str]:
+    return text.split("\n")[:count] if count > 0 else []
+
+
+def tool_response(
+    tool: ToolDefinition | None, arguments: Any, result: ToolExecutionResult, workspace: Path
+) -> dict[str, Any]:
+    """``tool_response`` for ``PostToolUse``: Claude Code's shape for a successful built-in.
+
+    A result whose ``meta`` does not have the built-in's shape (a plugin tool that borrowed a
+    Claude Code name) gets the generic ``{"content", "is_error"}``.
+    """
+    generic = {"content": result.text, "is_error": result.is_error}
+    try:
+        return _shaped(tool, arguments, result, workspace) or generic
+    except (TypeError, ValueError, AttributeError):
+        return generic
+
+
+def _shaped(
+    tool: ToolDefinition | None, arguments: Any, result: ToolExecutionResult, workspace: Path
+) -> dict[str, Any] | None:
+    name = tool.claude_name if tool is not None else None
+    args = thaw(arguments)
+    if result.is_error or name is None or not isinstance(args, dict):
+        return None
+    meta = thaw(result.meta) if isinstance(thaw(result.meta), dict) else {}
+    text = result.text
+
+    def path(default: str = ".") -> str:
+        value = args.get("path", default)
+        return str(_absolute(value if isinstance(value, str) else default, workspace))
+
+    if name == "Bash":
+        return {
+            "stdout": text,
+            "stderr": "",
+            "interrupted": bool(meta.get("timed_out")),
+            "isImage": False,
+        }
+    if name == "Read":
+        count = int(meta.get("count", 0))
+        lines = [_READ_LINE.sub("", line, count=1) for line in _lines(text, count)]
+        return {
+            "type": "text",
+            "file": {
+                "filePath": path(),
+                "content": "\n".join(lines),
+                "numLines": count,
+                "startLine": int(meta.get("offset", 1)),
+                "totalLines": int(meta.get("total_lines", count)),
+            },
+        }
+    if name == "Write":
+        created = meta.get("created")
+        return {
+            "type": "create" if created else "update",
+            "filePath": path(),
+            "content": args.get("content"),
+            "success": True,
+        }
+    if name == "Edit":
+        return {
+            "filePath": path(),
+            "oldString": args.get("old_text"),
+            "newString": args.get("new_text"),
+            "replaceAll": bool(args.get("replace_all", False)),
+            "userModified": False,
+            "success": True,
+        }
+    if name == "Glob":
+        found = _lines(text, int(meta.get("count", 0)))
+        return {
+            "filenames": [os.path.join(str(workspace), f) for f in found],
+            "numFiles": len(found),
+            "truncated": bool(meta.get("truncated")),
+            "durationMs": 0,
+        }
+    if name == "Grep":
+        matches = _lines(text, int(meta.get("count", 0)))
+        files: dict[str, None] = {}
+        for line in matches:
+            if hit := _GREP_LINE.match(line):
+                files.setdefault(os.path.join(str(workspace), hit.group(1)), None)
+        return {
+            "mode": "content",
+            "content": "\n".join(matches),
+            "numLines": len(matches),
+            "numFiles": len(files),
+            "filenames": list(files),
+        }
+    if name == "LS":
+        entries = _lines(text, int(meta.get("count", 0)))
+        return {"path": path(), "entries": entries, "content": text}
+    return None
