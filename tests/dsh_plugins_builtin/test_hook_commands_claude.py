@@ -133,14 +133,21 @@ async def test_the_guard_lets_ordinary_calls_through(guarded, ws):
 
 
 async def test_bash_runs_when_the_guard_allows_it(make_host, ws, backend):
-    guard = hook_script(ws, "guard.py", GUARD)
+    sandbox: dict[str, Any] = {"writable_roots": ["."], "backend": backend}
+    if backend == "landlock":
+        # Landlock cannot keep .claude/ read-only inside the workspace (the host refuses the
+        # default protected paths there), so the hook lives outside every writable root.
+        sandbox["protected"] = []
+        outside = ws.parent / "hooks"
+        outside.mkdir()
+        (outside / "guard.py").write_text(GUARD)
+        guard = f'{sys.executable} "{outside / "guard.py"}"'
+    else:
+        guard = hook_script(ws, "guard.py", GUARD)
     files = claude_settings(ws, [matcher("Bash", guard)])
     config = {
         "host": {"workspace": str(ws)},
-        "plugin": {
-            "sandbox": {"writable_roots": ["."], "backend": backend},
-            "hook_commands": {"settings": [files]},
-        },
+        "plugin": {"sandbox": sandbox, "hook_commands": {"settings": [files]}},
     }
     host = make_host(ToolsPlugin(), SandboxPlugin(), HookCommandsPlugin(), config=config)
     result = await host.call("bash", {"command": "echo fine > made.txt && cat made.txt"})
@@ -276,12 +283,12 @@ async def test_bash_payload_and_response(make_host, ws, backend):
     log = ws.parent / "payloads.jsonl"
     record_to = record(log)
     files = claude_settings(ws, [matcher("Bash", record_to)], [matcher("Bash", record_to)])
+    sandbox: dict[str, Any] = {"writable_roots": ["."], "backend": backend}
+    if backend == "landlock":
+        sandbox["protected"] = []  # Landlock cannot keep them read-only inside the workspace
     config = {
         "host": {"workspace": str(ws)},
-        "plugin": {
-            "sandbox": {"writable_roots": ["."], "backend": backend},
-            "hook_commands": {"settings": [files]},
-        },
+        "plugin": {"sandbox": sandbox, "hook_commands": {"settings": [files]}},
     }
     host = make_host(ToolsPlugin(), SandboxPlugin(), HookCommandsPlugin(), config=config)
     result = await host.call("bash", {"command": "echo out", "timeout_ms": 5000})
