@@ -1,19 +1,42 @@
 """The file tools: ``read_file``, ``write_file``, ``edit_file`` and ``list_dir``.
 
-Each body is synchronous (the host runs it in a worker thread) and touches paths only through
-the `Sandbox` its plugin hands out, so every read is fenced and every write is fenced twice (once
-up front for a clean error, once right before the atomic replace).
+They touch paths only through the `Sandbox` their plugin hands out: every read is fenced and
+opened beneath its root following no symlink, every write is fenced twice (once up front for a
+clean error, once right before the atomic rename) and published by a rename in the held parent
+directory.
+
+``read_file`` and ``list_dir`` are synchronous bodies (the host runs them in a worker thread).
+``write_file`` and ``edit_file`` are async bodies around a worker thread, so that:
+
+* writes to one resolved path are serialised inside the host (``env.path_lock``), whichever
+  entry point the calls came through;
+* ``edit_file`` replaces the file only if it is still the one it read (device, inode, size,
+  mtime and ctime): an edit from another process in between is ``EDIT_CONFLICT``;
+* a write is either committed, and its result says so even when a deadline passed meanwhile
+  (`dsh_plugins_builtin._commit`), or not made at all when the call reports an error.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from dsh_host import DshError, ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
+import trio
+
+from dsh_host import (
+    DshError,
+    ToolArgsError,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    define_tool,
+)
 from dsh_plugins_builtin import _presenters as present
+from dsh_plugins_builtin._commit import CommitCancelled, CommitGate, record_commit
+from dsh_plugins_builtin._fence import FileStamp, WriteConflict, resolve_target
 from dsh_plugins_builtin._tool_support import (
     BINARY_SNIFF_BYTES,
     ToolEnv,
@@ -22,8 +45,9 @@ from dsh_plugins_builtin._tool_support import (
     diff_hunks,
     display_path,
     guarded,
+    guarded_async,
     int_arg,
-    open_regular,
+    open_file,
     os_failure,
     read_text_exact,
     str_arg,
@@ -100,8 +124,7 @@ class _Window:
 
 
 def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[str, _Window, int]:
-    real = env.sandbox().check_read(spelled)
-    fd = open_regular(real, spelled)
+    fd, real = open_file(env.sandbox(), spelled)
     window = _Window(offset, limit)
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     consumed = 0
@@ -150,16 +173,20 @@ def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
 # -- write_file ----------------------------------------------------------------------------------
 
 
-def _existing_text(real: Any, spelled: str) -> str | None:
-    """The current text of a file about to be replaced, if it is a readable text file."""
-    if not os.path.lexists(real):
-        return None
+def _existing(env: ToolEnv, spelled: str) -> tuple[str | None, FileStamp | None]:
+    """The current text (if a readable text file) and stamp of a file about to be replaced."""
     try:
-        return read_text_exact(real, spelled, MAX_EDIT_BYTES)
+        fd, _ = open_file(env.sandbox(), spelled)
     except DshError as exc:
+        if exc.code == "FILE_NOT_FOUND":
+            return None, None
         if exc.code == "NOT_A_FILE":
             raise
-        return None  # binary, too large or unreadable: replaced, but no diff for it
+        return None, None  # unreadable: replaced, but no diff for it
+    try:
+        return read_text_exact(fd, spelled, MAX_EDIT_BYTES)
+    except DshError:
+        return None, None  # binary or too large: replaced, but no diff for it
 
 
 def _count(text: str) -> str:
@@ -167,23 +194,41 @@ def _count(text: str) -> str:
     return f"{lines} line{'s' * (lines != 1)}, {len(text.encode())} bytes"
 
 
-def _write_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _commit_write(
+    env: ToolEnv,
+    spelled: str,
+    text: str,
+    gate: CommitGate,
+    result: ToolExecutionResult,
+    expect: FileStamp | None = None,
+) -> ToolExecutionResult:
+    """Write ``text`` through the sandbox; ``result`` is what a committed write reports."""
+    gate.result = result
+    try:
+        env.sandbox().write_text(spelled, text, expect=expect, commit=gate.committing)
+    except WriteConflict as exc:
+        raise DshError(
+            f"{exc}; nothing was written. Read the file again and redo the edit", "EDIT_CONFLICT"
+        ) from None
+    except CommitCancelled as exc:
+        raise DshError(f"{exc}; nothing was written", "ABORTED") from None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "write") from None
+    return result
+
+
+def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     content = str_arg(args, "content")
-    sandbox = env.sandbox()
-    real = sandbox.check_write(spelled)
+    real = env.sandbox().check_write(spelled)
     shown = display_path(real, env.workspace)
     created = not os.path.lexists(real)
-    old = None if created else _existing_text(real, spelled)
+    old = None if created else _existing(env, spelled)[0]
     if old == content:
         return ToolExecutionResult(
             content=f"{shown} already has this content; nothing was written",
             meta={"path": shown, "created": False, "diffs": []},
         )
-    try:
-        sandbox.write_text(spelled, content)
-    except OSError as exc:
-        raise os_failure(exc, spelled, "write") from None
     diffs: list[dict[str, Any]] | None
     if created:
         diffs = [{"path": shown, "old_text": None, "new_text": content, "new_start": 1}]
@@ -195,7 +240,8 @@ def _write_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     meta: dict[str, Any] = {"path": shown, "created": created}
     if diffs is not None:
         meta["diffs"] = diffs
-    return ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+    result = ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+    return _commit_write(env, spelled, content, gate, result)
 
 
 # -- edit_file -----------------------------------------------------------------------------------
@@ -217,7 +263,7 @@ def _listed(lines: list[int]) -> str:
     return shown + (", ..." if len(lines) > _MAX_LISTED_LINES else "")
 
 
-def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _edit_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     old_text = str_arg(args, "old_text")
     new_text = str_arg(args, "new_text")
@@ -228,7 +274,13 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
         raise ToolArgsError(['"old_text" and "new_text" are identical; there is nothing to change'])
     sandbox = env.sandbox()
     real = sandbox.check_write(spelled)
-    text = read_text_exact(real, spelled, MAX_EDIT_BYTES)
+    fd, read_real = open_file(sandbox, spelled)
+    text, read_stamp = read_text_exact(fd, spelled, MAX_EDIT_BYTES)
+    if read_real != real:
+        raise DshError(
+            f'"{spelled}" changed while it was being read; nothing was written. Retry the edit',
+            "EDIT_CONFLICT",
+        )
     shown = display_path(real, env.workspace)
     lines = _match_lines(text, old_text)
     if not lines and "\r\n" in text and "\r\n" not in old_text:
@@ -249,10 +301,6 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
             "EDIT_AMBIGUOUS",
         )
     updated = text.replace(old_text, new_text, -1 if replace_all else 1)
-    try:
-        sandbox.write_text(spelled, updated)
-    except OSError as exc:
-        raise os_failure(exc, spelled, "write") from None
     count = len(lines)
     where = f"line{'s' * (count != 1)} {_listed(lines)}"
     meta: dict[str, Any] = {"path": shown, "replacements": count}
@@ -260,43 +308,94 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     if hunks is not None:
         meta["diffs"] = hunks
     noun = "occurrence" if count == 1 else "occurrences"
-    return ToolExecutionResult(
+    result = ToolExecutionResult(
         content=f"Edited {shown}: replaced {count} {noun} ({where})", meta=meta
     )
+    return _commit_write(env, spelled, updated, gate, result, read_stamp)
+
+
+WriteBody = Callable[[ToolEnv, Mapping[str, Any], CommitGate], ToolExecutionResult]
+
+
+def _serialised(env: ToolEnv, body: WriteBody) -> Callable[..., Any]:
+    """An async body: ``body`` in a worker thread, one writer per resolved path, gated commit."""
+
+    async def run(args: Mapping[str, Any], ctx: ToolRunContext) -> ToolExecutionResult:
+        spelled = str_arg(args, "path")
+        real = await trio.to_thread.run_sync(env.sandbox().check_write, spelled)
+        async with env.path_lock(str(real)):
+            gate = CommitGate()
+            try:
+                return await trio.to_thread.run_sync(
+                    functools.partial(body, env, args, gate), abandon_on_cancel=True
+                )
+            finally:
+                # The host stops waiting for the thread when the call is cancelled: from here
+                # on the thread cannot commit, and a commit it made is reported (the ledger).
+                if gate.close() and gate.result is not None:
+                    record_commit(gate.result)
+
+    return guarded_async(run)
 
 
 # -- list_dir ------------------------------------------------------------------------------------
 
 
-def _list_dir(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _withheld(env: ToolEnv, ctx: ToolRunContext | None, real: str, name: str, link: bool) -> bool:
+    if ctx is None:
+        return False
+    path = os.path.join(real, name)
+    if env.path_denied(ctx.execution, path, "read") is not None:
+        return True
+    if link:
+        try:
+            target = str(resolve_target(path, env.workspace))
+        except (OSError, ValueError):
+            return False
+        return target != path and env.path_denied(ctx.execution, target, "read") is not None
+    return False
+
+
+def _list_dir(
+    env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None = None
+) -> ToolExecutionResult:
     spelled = str_arg(args, "path", ".")
-    real = env.sandbox().check_read(spelled)
+    fd, real = open_file(env.sandbox(), spelled, directory=True)
     shown = display_path(real, env.workspace)
+    withheld = 0
     try:
-        with os.scandir(real) as it:
+        with os.scandir(fd) as it:
             entries = []
             for entry in it:
-                if entry.is_symlink():
+                link = entry.is_symlink()
+                if _withheld(env, ctx, str(real), entry.name, link):
+                    withheld += 1
+                elif link:
                     entries.append(f"{entry.name}@")
                 elif entry.is_dir(follow_symlinks=False):
                     entries.append(f"{entry.name}/")
                 else:
                     entries.append(entry.name)
-    except NotADirectoryError:
-        raise DshError(
-            f'"{spelled}" is a file, not a directory; use read_file to read it', "NOT_A_DIRECTORY"
-        ) from None
     except OSError as exc:
         raise os_failure(exc, spelled, "list") from None
+    finally:
+        os.close(fd)
     entries.sort()
     total = len(entries)
-    meta = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
+    meta: dict[str, Any] = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
+    note = ""
+    if withheld:
+        meta["withheld"] = withheld
+        note = (
+            f"\n\n[{withheld} entr{'y' if withheld == 1 else 'ies'} withheld by policy "
+            "(a path rule denies reading them)]"
+        )
     if not entries:
-        return ToolExecutionResult(content=f"({shown} is an empty directory)", meta=meta)
+        return ToolExecutionResult(content=f"({shown} is an empty directory){note}", meta=meta)
     body = "\n".join(entries[:MAX_DIR_ENTRIES])
     if total > MAX_DIR_ENTRIES:
         body += f"\n\n[showing {MAX_DIR_ENTRIES} of {total} entries; use glob to narrow down]"
-    return ToolExecutionResult(content=body, meta=meta)
+    return ToolExecutionResult(content=body + note, meta=meta)
 
 
 # -- definitions ---------------------------------------------------------------------------------
@@ -351,7 +450,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "The complete new content of the file (UTF-8 text).",
                 },
             },
-            execute=guarded(lambda args, ctx: _write_file(env, args)),
+            execute=_serialised(env, _write_file),
             present_call=present.write_call,
             present_result=present.diff_result,
             paths={"path": "write"},
@@ -383,7 +482,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "Replace every occurrence instead of exactly one (default false).",
                 },
             },
-            execute=guarded(lambda args, ctx: _edit_file(env, args)),
+            execute=_serialised(env, _edit_file),
             present_call=present.edit_call,
             present_result=present.diff_result,
             paths={"path": "write"},
@@ -402,7 +501,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "Directory relative to the workspace root (default: the root).",
                 },
             },
-            execute=guarded(lambda args, ctx: _list_dir(env, args)),
+            execute=guarded(lambda args, ctx: _list_dir(env, args, ctx)),
             is_concurrency_safe=_safe,
             present_call=present.list_call,
             present_result=present.list_result,

@@ -7,22 +7,35 @@ as ``host.pm.get_plugin("sandbox")``). Without it the tools fail closed: reads s
 the workspace, and ``write_file``, ``edit_file`` and ``bash`` return ``SANDBOX_UNAVAILABLE``.
 
 The read-only tools are concurrency-safe; ``write_file``, ``edit_file`` and ``bash`` are
-exclusive. Each tool presents itself as a card (see `dsh_plugins_builtin._presenters`).
+exclusive. Writes to one resolved path are serialised inside the host (`ToolsPlugin.path_lock`),
+whichever entry point (``host.call``, ``execute_batch``, MCP) the calls came through. Each tool
+presents itself as a card (see `dsh_plugins_builtin._presenters`).
+
+At start, when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a writable
+root, a warning is logged on ``dsh_plugins_builtin.tools``: a tool could change the next run's
+policy (see `dsh_plugins_builtin._fence.config_warning`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from dsh_host import Host, ToolDefinition, hookimpl
+import trio
+
+from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
 from dsh_plugins_builtin._bash_tool import make_bash_tool
+from dsh_plugins_builtin._fence import config_warning
 from dsh_plugins_builtin._file_tools import make_file_tools
 from dsh_plugins_builtin._search_tools import make_search_tools
 from dsh_plugins_builtin._tool_support import FailClosedSandbox, Sandbox
 
 __all__ = ["TOOL_NAMES", "ToolsPlugin"]
+
+logger = logging.getLogger("dsh_plugins_builtin.tools")
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash")
 
@@ -39,6 +52,7 @@ class ToolsPlugin:
         self._workspace = Path.cwd()
         self._fallback: FailClosedSandbox | None = None
         self._fallback_why = ""
+        self._locks: dict[str, tuple[trio.Lock, int]] = {}
 
     @property
     def workspace(self) -> Path:
@@ -62,6 +76,32 @@ class ToolsPlugin:
         self._host = host
         self._workspace = Path(os.path.abspath(host.workspace))
         self._plugin = host.pm.get_plugin("sandbox")
+        policy = getattr(self._plugin, "_policy", None)
+        warning = config_warning(policy) if policy is not None else None
+        if warning is not None:
+            logger.warning("sandbox: %s", warning)
+
+    @asynccontextmanager
+    async def path_lock(self, key: str) -> AsyncIterator[None]:
+        """Hold the write lock of one resolved path (created on demand, dropped when unused)."""
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = trio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
+        """Why policy withholds ``path`` from ``execution`` (`Host.path_denied`), or ``None``."""
+        host = self._host
+        return None if host is None else host.path_denied(execution, path, access)
 
     def sandbox(self) -> Sandbox:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""

@@ -1,0 +1,189 @@
+"""Open a path beneath a directory descriptor without ever following a symlink.
+
+The file fence decides *which* real path a call may touch; this module makes sure the file
+that is then opened is that path, even when a hostile process swaps a directory for a
+symlink while the call runs. Two ways, chosen once at import:
+
+* Linux >= 5.6: ``openat2(2)`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+  RESOLVE_NO_MAGICLINKS``. The kernel refuses any symlink, any ``..`` that climbs out and any
+  ``/proc`` magic link at every component (``ELOOP`` / ``EXDEV``), atomically.
+* elsewhere (or when ``openat2`` is filtered, e.g. by a seccomp profile that predates it): a
+  walk from the directory descriptor, one component at a time, each opened
+  ``O_PATH | O_DIRECTORY | O_NOFOLLOW``, the last with ``O_NOFOLLOW``.
+
+Hand-written because no maintained PyPI distribution binds ``openat2`` (checked December
+2026); ``os`` has no binding either. It is a single ``syscall(2)`` through ``ctypes``.
+
+The paths handed in here are already canonical (the fence resolved every symlink the model
+spelled, so symlinks *inside* a root that stay inside keep working); what is refused here is
+only a symlink that appeared after that resolution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import platform
+from typing import Any, Final
+
+__all__ = [
+    "HAVE_OPENAT2",
+    "mkdir_beneath",
+    "open_beneath",
+    "open_dir_nofollow",
+]
+
+_O_PATH: Final[int] = getattr(os, "O_PATH", os.O_RDONLY)
+DIR_FLAGS: Final[int] = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_RESOLVE = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+
+# openat2 has the same number on every architecture that has it (the unified syscall table).
+_SYS_OPENAT2 = 437
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+def _load_syscall() -> Any:
+    if platform.system() != "Linux":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    fn = libc.syscall
+    fn.restype = ctypes.c_long
+    return fn
+
+
+_syscall = _load_syscall()
+
+
+def _openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
+    assert _syscall is not None
+    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    fd = _syscall(
+        _SYS_OPENAT2,
+        ctypes.c_int(dirfd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
+
+
+def _probe() -> bool:
+    if _syscall is None:
+        return False
+    root = os.open("/", DIR_FLAGS)
+    try:
+        fd = _openat2(root, ".", DIR_FLAGS, 0)
+    except OSError:
+        return False  # ENOSYS (old kernel) or EPERM (a seccomp filter): walk instead
+    finally:
+        os.close(root)
+    os.close(fd)
+    return True
+
+
+HAVE_OPENAT2: Final[bool] = _probe()
+"""Whether ``openat2`` works here (else `open_beneath` walks component by component)."""
+
+
+def _split(rel: str) -> list[str]:
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        # Canonical paths never hold "..": refuse rather than climb.
+        raise OSError(errno.EXDEV, "path climbs out of its root", rel)
+    return parts
+
+
+def _walk(dirfd: int, parts: list[str]) -> int:
+    """Open the directory ``parts`` beneath ``dirfd`` one component at a time (a new fd)."""
+    fd = os.dup(dirfd)
+    try:
+        for name in parts:
+            child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o666, *, walk: bool = False) -> int:
+    """Open ``rel`` beneath ``dirfd``, following no symlink and never leaving ``dirfd``.
+
+    Args:
+        dirfd: A directory descriptor (``O_PATH`` is enough).
+        rel: A path relative to it, with no symlinks and no ``..`` (``""`` or ``"."``: the
+            directory itself).
+        flags: ``os.open`` flags; ``O_NOFOLLOW`` and ``O_CLOEXEC`` are added.
+        mode: The mode of a file ``O_CREAT`` makes.
+        walk: Walk component by component even where ``openat2`` works (tests use it).
+
+    Returns:
+        A new descriptor.
+
+    Raises:
+        OSError: ``ELOOP`` (a symlink on the way), ``EXDEV`` (an escape), or as ``open`` would.
+    """
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    parts = _split(rel)
+    if HAVE_OPENAT2 and not walk:
+        return _openat2(dirfd, "/".join(parts) or ".", flags, mode)
+    if not parts:
+        return os.open(".", flags & ~os.O_NOFOLLOW, mode, dir_fd=dirfd)
+    parent = _walk(dirfd, parts[:-1])
+    try:
+        return os.open(parts[-1], flags, mode, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def mkdir_beneath(dirfd: int, rel: str, mode: int = 0o777, *, walk: bool = False) -> int:
+    """Open the directory ``rel`` beneath ``dirfd``, creating missing levels; a new ``O_PATH`` fd.
+
+    Each level is created with ``mkdirat`` in its held parent and opened ``O_NOFOLLOW``, so a
+    symlink raced in at any level fails (``ELOOP`` / ``ENOTDIR``) instead of being followed.
+    """
+    fd = os.dup(dirfd)
+    try:
+        for name in _split(rel):
+            try:
+                child = open_beneath(fd, name, DIR_FLAGS, walk=walk)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, mode, dir_fd=fd)
+                child = open_beneath(fd, name, DIR_FLAGS, walk=walk)
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_dir_nofollow(path: str, *, walk: bool = False) -> int:
+    """Open the absolute, canonical directory ``path`` from ``/`` following no symlink."""
+    root = os.open("/", DIR_FLAGS)
+    try:
+        return open_beneath(root, path.lstrip("/"), DIR_FLAGS | os.O_DIRECTORY, walk=walk)
+    finally:
+        os.close(root)
