@@ -56,35 +56,37 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-def _load_syscall() -> Any:
+def _load_openat2() -> Any:
+    """``syscall(SYS_openat2, ...)`` as a typed ctypes function, or ``None`` off Linux."""
     if platform.system() != "Linux":
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-    fn = libc.syscall
-    fn.restype = ctypes.c_long
-    return fn
+    prototype = ctypes.CFUNCTYPE(
+        ctypes.c_long,
+        ctypes.c_long,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.POINTER(_OpenHow),
+        ctypes.c_size_t,
+        use_errno=True,
+    )
+    return prototype(("syscall", libc))
 
 
-_syscall = _load_syscall()
+_syscall = _load_openat2()
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
-    assert _syscall is not None
     how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
-    fd = _syscall(
-        _SYS_OPENAT2,
-        ctypes.c_int(dirfd),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
+    fd: int = _syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), how, _HOW_SIZE)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
-    return int(fd)
+    return fd
 
 
 def _probe() -> bool:
@@ -180,10 +182,17 @@ def mkdir_beneath(dirfd: int, rel: str, mode: int = 0o777, *, walk: bool = False
         raise
 
 
+_slash_fd: int | None = None
+
+
+def _slash() -> int:
+    """A descriptor of ``/``, opened once (``/`` itself is never a symlink)."""
+    global _slash_fd
+    if _slash_fd is None:
+        _slash_fd = os.open("/", DIR_FLAGS)
+    return _slash_fd
+
+
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:
     """Open the absolute, canonical directory ``path`` from ``/`` following no symlink."""
-    root = os.open("/", DIR_FLAGS)
-    try:
-        return open_beneath(root, path.lstrip("/"), DIR_FLAGS | os.O_DIRECTORY, walk=walk)
-    finally:
-        os.close(root)
+    return open_beneath(_slash(), path.lstrip("/"), DIR_FLAGS | os.O_DIRECTORY, walk=walk)

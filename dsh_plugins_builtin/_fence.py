@@ -568,7 +568,11 @@ def _open_root(root: Path, policy: SandboxPolicy) -> int:
 
 
 def _relative(key: Path, root: Path) -> str:
-    return os.path.relpath(key, root) if key != root else "."
+    """``key`` below ``root`` (both canonical, ``key`` under ``root``), as a relative path."""
+    text, base = str(key), str(root)
+    if text == base:
+        return "."
+    return text[len(base) :].lstrip("/")
 
 
 def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, Path]:

@@ -8,6 +8,7 @@ commands refused with ``SANDBOX_UNAVAILABLE``).
 from __future__ import annotations
 
 import difflib
+import functools
 import errno
 import os
 import stat
@@ -231,10 +232,18 @@ def bool_arg(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
 # -- paths, files and errors ---------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=16)
+def _real_workspace(workspace: Path) -> str:
+    return os.path.realpath(workspace)
+
+
 def display_path(real: Path | str, workspace: Path) -> str:
-    """``real`` relative to the workspace when it lies under it, else absolute."""
+    """``real`` relative to the workspace when it lies under it, else absolute.
+
+    The workspace's real path is taken once per workspace (it is a pinned root).
+    """
     text = os.fspath(real)
-    base = os.path.realpath(workspace)
+    base = _real_workspace(workspace)
     if text == base:
         return "."
     if text.startswith(base.rstrip("/") + "/"):

@@ -53,6 +53,7 @@ class ToolsPlugin:
         self._fallback: FailClosedSandbox | None = None
         self._fallback_why = ""
         self._locks: dict[str, tuple[trio.Lock, int]] = {}
+        self._checked: object | None = None
 
     @property
     def workspace(self) -> Path:
@@ -108,7 +109,10 @@ class ToolsPlugin:
         plugin = self._plugin
         host = self._host
         if plugin is not None and host is not None and host.pm.is_registered(plugin):
-            if isinstance(plugin, Sandbox):
+            if plugin is self._checked:
+                return plugin  # type: ignore[return-value]
+            if isinstance(plugin, Sandbox):  # a Protocol check costs ~30 us: once per plugin
+                self._checked = plugin
                 return plugin
             why = (
                 "the plugin registered as 'sandbox' does not provide check_read, check_write, "
