@@ -27,6 +27,7 @@ import ctypes.util
 import errno
 import os
 import platform
+import stat
 from typing import Any, Final
 
 __all__ = [
@@ -115,12 +116,27 @@ def _split(rel: str) -> list[str]:
     return parts
 
 
+def _open_nofollow(name: str, flags: int, mode: int, dirfd: int) -> int:
+    """``openat`` with ``O_NOFOLLOW``; a symlink met is ``ELOOP`` whatever the flags say."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dirfd)
+    except NotADirectoryError:
+        # O_DIRECTORY | O_NOFOLLOW on a symlink says ENOTDIR: tell a symlink from a file.
+        try:
+            link = stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
+        except OSError:
+            link = False
+        if link:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        raise
+
+
 def _walk(dirfd: int, parts: list[str]) -> int:
     """Open the directory ``parts`` beneath ``dirfd`` one component at a time (a new fd)."""
     fd = os.dup(dirfd)
     try:
         for name in parts:
-            child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            child = _open_nofollow(name, DIR_FLAGS, 0, fd)
             os.close(fd)
             fd = child
         return fd
@@ -154,7 +170,7 @@ def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o666, *, walk: b
         return os.open(".", flags & ~os.O_NOFOLLOW, mode, dir_fd=dirfd)
     parent = _walk(dirfd, parts[:-1])
     try:
-        return os.open(parts[-1], flags, mode, dir_fd=parent)
+        return _open_nofollow(parts[-1], flags, mode, parent)
     finally:
         os.close(parent)
 

@@ -32,6 +32,7 @@ from dsh_plugins_builtin._fence import config_warning
 from dsh_plugins_builtin._file_tools import make_file_tools
 from dsh_plugins_builtin._search_tools import make_search_tools
 from dsh_plugins_builtin._tool_support import FailClosedSandbox, Sandbox
+from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = ["TOOL_NAMES", "ToolsPlugin"]
 
@@ -73,12 +74,21 @@ class ToolsPlugin:
 
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
-        """Remember the workspace and find the ``sandbox`` plugin."""
+        """Remember the workspace, find the ``sandbox`` plugin, warn about a writable config."""
         self._host = host
         self._workspace = Path(os.path.abspath(host.workspace))
         self._plugin = host.pm.get_plugin("sandbox")
-        policy = getattr(self._plugin, "_policy", None)
-        warning = config_warning(policy) if policy is not None else None
+        self._warn_about_config(host)
+
+    def _warn_about_config(self, host: Host) -> None:
+        plugin = self._plugin
+        if not isinstance(plugin, SandboxPlugin):
+            return
+        # The sandbox plugin may start after this one: build its policy from its config.
+        config = host.config_for(plugin)
+        if not isinstance(config, SandboxConfig):
+            return
+        warning = config_warning(build_policy(config, host.workspace, host.config.source))
         if warning is not None:
             logger.warning("sandbox: %s", warning)
 
