@@ -122,13 +122,17 @@ def _open_nofollow(name: str, flags: int, mode: int, dirfd: int) -> int:
         return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dirfd)
     except NotADirectoryError:
         # O_DIRECTORY | O_NOFOLLOW on a symlink says ENOTDIR: tell a symlink from a file.
-        try:
-            link = stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
-        except OSError:
-            link = False
-        if link:
+        if _is_link(name, dirfd):
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
         raise
+
+
+def _is_link(rel: str, dirfd: int) -> bool:
+    """Whether ``rel`` is a symlink now (only to classify an error; never to decide access)."""
+    try:
+        return stat.S_ISLNK(os.stat(rel, dir_fd=dirfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _walk(dirfd: int, parts: list[str]) -> int:
@@ -165,7 +169,14 @@ def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o666, *, walk: b
     flags |= os.O_NOFOLLOW | os.O_CLOEXEC
     parts = _split(rel)
     if HAVE_OPENAT2 and not walk:
-        return _openat2(dirfd, "/".join(parts) or ".", flags, mode)
+        joined = "/".join(parts) or "."
+        try:
+            return _openat2(dirfd, joined, flags, mode)
+        except NotADirectoryError:
+            # O_DIRECTORY | O_NOFOLLOW on a final symlink says ENOTDIR: tell it from a file.
+            if _is_link(joined, dirfd):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), joined) from None
+            raise
     if not parts:
         return os.open(".", flags & ~os.O_NOFOLLOW, mode, dir_fd=dirfd)
     parent = _walk(dirfd, parts[:-1])
