@@ -63,6 +63,11 @@ class CommitGate:
             yield
             self._state = "committed"
 
+    def check_open(self) -> None:
+        """Raise `CommitCancelled` if the call already stopped waiting (skip the work)."""
+        if self._state != "open":
+            raise CommitCancelled("the call was cancelled before the write began")
+
     def close(self) -> bool:
         """Stop any later commit; return whether the write was committed (waits for one)."""
         with self._lock:

@@ -22,6 +22,7 @@ import codecs
 import functools
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -221,6 +222,14 @@ def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> Tool
     spelled = str_arg(args, "path")
     content = str_arg(args, "content")
     real = env.sandbox().check_write(spelled)
+    with env.path_lock(str(real)):
+        gate.check_open()
+        return _write_locked(env, spelled, content, real, gate)
+
+
+def _write_locked(
+    env: ToolEnv, spelled: str, content: str, real: Path, gate: CommitGate
+) -> ToolExecutionResult:
     shown = display_path(real, env.workspace)
     created = not os.path.lexists(real)
     old = None if created else _existing(env, spelled)[0]
@@ -272,8 +281,22 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolE
         raise ToolArgsError(['"old_text" must not be empty; use write_file to create a file'])
     if old_text == new_text:
         raise ToolArgsError(['"old_text" and "new_text" are identical; there is nothing to change'])
+    real = env.sandbox().check_write(spelled)
+    with env.path_lock(str(real)):
+        gate.check_open()
+        return _edit_locked(env, spelled, old_text, new_text, replace_all, real, gate)
+
+
+def _edit_locked(
+    env: ToolEnv,
+    spelled: str,
+    old_text: str,
+    new_text: str,
+    replace_all: bool,
+    real: Path,
+    gate: CommitGate,
+) -> ToolExecutionResult:
     sandbox = env.sandbox()
-    real = sandbox.check_write(spelled)
     fd, read_real = open_file(sandbox, spelled)
     text, read_stamp = read_text_exact(fd, spelled, MAX_EDIT_BYTES)
     if read_real != real:
@@ -318,22 +341,22 @@ WriteBody = Callable[[ToolEnv, Mapping[str, Any], CommitGate], ToolExecutionResu
 
 
 def _serialised(env: ToolEnv, body: WriteBody) -> Callable[..., Any]:
-    """An async body: ``body`` in a worker thread, one writer per resolved path, gated commit."""
+    """An async body around ``body`` in a worker thread whose commit is gated (see `_commit`).
+
+    The thread holds ``env.path_lock`` of the resolved path from its read to its commit.
+    """
 
     async def run(args: Mapping[str, Any], ctx: ToolRunContext) -> ToolExecutionResult:
-        spelled = str_arg(args, "path")
-        real = await trio.to_thread.run_sync(env.sandbox().check_write, spelled)
-        async with env.path_lock(str(real)):
-            gate = CommitGate()
-            try:
-                return await trio.to_thread.run_sync(
-                    functools.partial(body, env, args, gate), abandon_on_cancel=True
-                )
-            finally:
-                # The host stops waiting for the thread when the call is cancelled: from here
-                # on the thread cannot commit, and a commit it made is reported (the ledger).
-                if gate.close() and gate.result is not None:
-                    record_commit(gate.result)
+        gate = CommitGate()
+        try:
+            return await trio.to_thread.run_sync(
+                functools.partial(body, env, args, gate), abandon_on_cancel=True
+            )
+        finally:
+            # The host stops waiting for the thread when the call is cancelled: from here on
+            # the thread cannot commit, and a commit it made is reported (the ledger).
+            if gate.close() and gate.result is not None:
+                record_commit(gate.result)
 
     return guarded_async(run)
 

@@ -8,12 +8,12 @@ commands refused with ``SANDBOX_UNAVAILABLE``).
 from __future__ import annotations
 
 import difflib
-import functools
 import errno
+import functools
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -86,8 +86,8 @@ class ToolEnv(Protocol):
 
     def sandbox(self) -> Sandbox: ...  # pragma: no cover - protocol
 
-    def path_lock(self, key: str) -> AbstractAsyncContextManager[None]:
-        """Serialise the writes to one resolved path inside the host."""
+    def path_lock(self, key: str) -> AbstractContextManager[None]:
+        """Serialise the writes to one resolved path inside the host (held in a worker thread)."""
         ...  # pragma: no cover - protocol
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:

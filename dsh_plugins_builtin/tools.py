@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-
-import trio
 
 from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
 from dsh_plugins_builtin._bash_tool import make_bash_tool
@@ -53,7 +52,8 @@ class ToolsPlugin:
         self._workspace = Path.cwd()
         self._fallback: FailClosedSandbox | None = None
         self._fallback_why = ""
-        self._locks: dict[str, tuple[trio.Lock, int]] = {}
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._locks_guard = threading.Lock()
         self._checked: object | None = None
 
     @property
@@ -92,22 +92,28 @@ class ToolsPlugin:
         if warning is not None:
             logger.warning("sandbox: %s", warning)
 
-    @asynccontextmanager
-    async def path_lock(self, key: str) -> AsyncIterator[None]:
-        """Hold the write lock of one resolved path (created on demand, dropped when unused)."""
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = trio.Lock()
-        self._locks[key] = (lock, users + 1)
+    @contextmanager
+    def path_lock(self, key: str) -> Iterator[None]:
+        """Hold the write lock of one resolved path (from a worker thread; made on demand).
+
+        Every write tool call of this host takes it around its read, check and commit, so
+        writes to one file are serialised whichever entry point they came through.
+        """
+        with self._locks_guard:
+            lock, users = self._locks.get(key, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            self._locks[key] = (lock, users + 1)
         try:
-            async with lock:
+            with lock:
                 yield
         finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+            with self._locks_guard:
+                users = self._locks[key][1]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
         """Why policy withholds ``path`` from ``execution`` (`Host.path_denied`), or ``None``."""
