@@ -32,6 +32,7 @@ from typing import Any, Final
 
 __all__ = [
     "HAVE_OPENAT2",
+    "makedirs_nofollow",
     "mkdir_beneath",
     "open_beneath",
     "open_dir_nofollow",
@@ -223,3 +224,12 @@ def _slash() -> int:
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:
     """Open the absolute, canonical directory ``path`` from ``/`` following no symlink."""
     return open_beneath(_slash(), path.lstrip("/"), DIR_FLAGS | os.O_DIRECTORY, walk=walk)
+
+
+def makedirs_nofollow(path: str, mode: int = 0o700, *, walk: bool = False) -> int:
+    """Open the absolute, canonical directory ``path``, creating missing levels with ``mode``.
+
+    Nothing on the way may be a symlink (``ELOOP``): for host-side files (spill files) whose
+    directory an agent might swap for a link while the host runs.
+    """
+    return mkdir_beneath(_slash(), path.lstrip("/"), mode, walk=walk)

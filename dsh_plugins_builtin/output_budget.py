@@ -21,6 +21,16 @@ warning is logged on ``dsh_plugins_builtin.output_budget``.
 
 Spill files are created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) with mode ``0o600``
 and an unpredictable name in a directory created ``0o700``. They are never deleted by dsh.
+
+The host never follows a symlink an agent planted (issue 8, item 7): the spill directory is
+resolved once, at start, to its canonical path; each spill then opens that path from ``/`` one
+component at a time following no symlink (``openat2`` / ``O_NOFOLLOW``, see
+`dsh_plugins_builtin._beneath`), creating missing levels ``0o700``, and creates the file in the
+held directory. A directory swapped for a symlink after start makes the spill fail (the output
+passes in full, with a warning) instead of writing elsewhere. The default location is the
+user's cache directory, outside the workspace; a ``spill_dir`` inside the workspace is allowed
+but warned about at start, since a tool can read and delete what is spilled there (add it to
+``[plugin.sandbox] protected`` to make it read-only to the tools).
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
+from dsh_plugins_builtin._beneath import makedirs_nofollow
 
 __all__ = [
     "NoticeDoesNotFit",
@@ -145,9 +156,21 @@ class OutputBudgetPlugin:
         self.config = host.config_for(self)
         configured = self.config.spill_dir
         if configured is None:
-            self.spill_dir = default_spill_dir()
+            spill_dir = default_spill_dir()
         else:
-            self.spill_dir = host.workspace / configured.expanduser()
+            spill_dir = host.workspace / configured.expanduser()
+        # Canonical once, here; every spill then follows no symlink at all.
+        self.spill_dir = Path(os.path.realpath(spill_dir))
+        workspace = os.path.realpath(host.workspace)
+        if configured is not None and (
+            str(self.spill_dir) == workspace or str(self.spill_dir).startswith(workspace + "/")
+        ):
+            logger.warning(
+                "output_budget: [plugin.output_budget] spill_dir = %s lies in the workspace: the "
+                "tools can read and delete the outputs saved there. Leave spill_dir unset (the "
+                "user cache directory) or add it to [plugin.sandbox] protected.",
+                self.spill_dir,
+            )
 
     @hookimpl(tryfirst=True)
     async def dsh_tool_post_execute(
@@ -194,15 +217,17 @@ class OutputBudgetPlugin:
         name = f"{_safe(execution.name)}-{_safe(execution.call_id)}-{secrets.token_hex(8)}.txt"
         path = directory / name
         text = bound_text(data, self.config.max_inline_bytes, str(path))
-        if not directory.is_dir():
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, _FILE_FLAGS, 0o600)
+        dir_fd = makedirs_nofollow(str(directory), 0o700)
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
+            fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+            except BaseException:
+                os.unlink(name, dir_fd=dir_fd)
+                raise
+        finally:
+            os.close(dir_fd)
         return text
 
 
