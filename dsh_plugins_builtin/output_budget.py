@@ -29,8 +29,9 @@ component at a time following no symlink (``openat2`` / ``O_NOFOLLOW``, see
 held directory. A directory swapped for a symlink after start makes the spill fail (the output
 passes in full, with a warning) instead of writing elsewhere. The default location is the
 user's cache directory, outside the workspace; a ``spill_dir`` inside the workspace is allowed
-but warned about at start, since a tool can read and delete what is spilled there (add it to
-``[plugin.sandbox] protected`` to make it read-only to the tools).
+but warned about at start, since a tool can read and delete what is spilled there, unless it
+lies under a ``[plugin.sandbox] protected`` path (``.dsh/spill`` does, by default), which is
+read-only to the tools.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ from dsh_host import (
     hookimpl,
 )
 from dsh_plugins_builtin._beneath import makedirs_nofollow
+from dsh_plugins_builtin._fence import protected_paths
+from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = [
     "NoticeDoesNotFit",
@@ -161,10 +164,7 @@ class OutputBudgetPlugin:
             spill_dir = host.workspace / configured.expanduser()
         # Canonical once, here; every spill then follows no symlink at all.
         self.spill_dir = Path(os.path.realpath(spill_dir))
-        workspace = os.path.realpath(host.workspace)
-        if configured is not None and (
-            str(self.spill_dir) == workspace or str(self.spill_dir).startswith(workspace + "/")
-        ):
+        if configured is not None and _unprotected_in_workspace(host, self.spill_dir):
             logger.warning(
                 "output_budget: [plugin.output_budget] spill_dir = %s lies in the workspace: the "
                 "tools can read and delete the outputs saved there. Leave spill_dir unset (the "
@@ -229,6 +229,19 @@ class OutputBudgetPlugin:
         finally:
             os.close(dir_fd)
         return text
+
+
+def _unprotected_in_workspace(host: Host, spill_dir: Path) -> bool:
+    """Whether ``spill_dir`` lies in the workspace and no sandbox protected path covers it."""
+    text, workspace = str(spill_dir), os.path.realpath(host.workspace)
+    if text != workspace and not text.startswith(workspace + "/"):
+        return False
+    sandbox = host.pm.get_plugin("sandbox")
+    config = host.config_for(sandbox) if isinstance(sandbox, SandboxPlugin) else None
+    if not isinstance(config, SandboxConfig):
+        return True
+    protected = protected_paths(build_policy(config, host.workspace, host.config.source))
+    return not any(text == str(p) or text.startswith(f"{p}/") for p in protected)
 
 
 def _safe(part: str) -> str:

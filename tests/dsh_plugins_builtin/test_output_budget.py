@@ -30,6 +30,7 @@ from dsh_plugins_builtin.output_budget import (
     bound_text,
     default_spill_dir,
 )
+from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.timeout import TimeoutPlugin
 
 NOTICE = re.compile(
@@ -318,6 +319,11 @@ async def test_a_spill_dir_in_the_workspace_is_warned_about_at_start(make_host, 
     assert "[plugin.sandbox] protected" in record.getMessage()
     caplog.clear()
     make_host(OutputBudgetPlugin(), config=budget(tmp_path / "elsewhere"))
+    assert caplog.records == []
+    # Under a protected path of the sandbox (.dsh by default) the tools cannot touch it.
+    protected = {"host": {"workspace": str(tmp_path)}}
+    protected["plugin"] = {"output_budget": {"spill_dir": ".dsh/spill"}, "sandbox": {}}
+    make_host(OutputBudgetPlugin(), SandboxPlugin(), config=protected)
     assert caplog.records == []
 
 
