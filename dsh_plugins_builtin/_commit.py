@@ -68,6 +68,12 @@ class CommitGate:
         if self._state != "open":
             raise CommitCancelled("the call was cancelled before the write began")
 
+    def mark_committed(self) -> None:
+        """Record a commit made outside `committing` (if the call is still waiting for it)."""
+        with self._lock:
+            if self._state == "open":
+                self._state = "committed"
+
     def close(self) -> bool:
         """Stop any later commit; return whether the write was committed (waits for one)."""
         with self._lock:

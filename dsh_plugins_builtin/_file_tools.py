@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -195,6 +196,15 @@ def _count(text: str) -> str:
     return f"{lines} line{'s' * (lines != 1)}, {len(text.encode())} bytes"
 
 
+@functools.lru_cache(maxsize=8)
+def _takes_commit(write_text: Callable[..., object]) -> bool:
+    try:
+        parameters = inspect.signature(write_text).parameters
+    except (TypeError, ValueError):
+        return False
+    return "commit" in parameters and "expect" in parameters
+
+
 def _commit_write(
     env: ToolEnv,
     spelled: str,
@@ -205,8 +215,17 @@ def _commit_write(
 ) -> ToolExecutionResult:
     """Write ``text`` through the sandbox; ``result`` is what a committed write reports."""
     gate.result = result
+    sandbox = env.sandbox()
     try:
-        env.sandbox().write_text(spelled, text, expect=expect, commit=gate.committing)
+        if _takes_commit(sandbox.write_text):
+            sandbox.write_text(spelled, text, expect=expect, commit=gate.committing)
+        else:
+            # A third-party sandbox with the plain write_text(path, content): no compare-and-
+            # swap, and a cancellation that lands during its write cannot stop it (holding the
+            # gate around it would block the event loop for as long as the write takes).
+            gate.check_open()
+            sandbox.write_text(spelled, text)
+            gate.mark_committed()
     except WriteConflict as exc:
         raise DshError(
             f"{exc}; nothing was written. Read the file again and redo the edit", "EDIT_CONFLICT"

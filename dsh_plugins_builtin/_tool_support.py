@@ -26,6 +26,7 @@ from dsh_plugins_builtin._fence import (
     SandboxPolicy,
     check_read,
     open_read,
+    pin_roots,
     stamp,
 )
 from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxError, SandboxUnavailableError
@@ -117,7 +118,7 @@ class FailClosedSandbox:
     def __init__(self, workspace: Path, why: str = "the sandbox plugin is not enabled") -> None:
         """Build the fallback."""
         ws = Path(os.path.abspath(workspace))
-        self._policy = SandboxPolicy("read-only", ws, writable_roots=(ws,))
+        self._policy = pin_roots(SandboxPolicy("read-only", ws, writable_roots=(ws,)))
         self._why = why
 
     def check_read(self, path: str) -> Path:

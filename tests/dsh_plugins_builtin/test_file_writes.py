@@ -3,6 +3,7 @@ that tell the truth about a commit even past a deadline."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,7 @@ async def test_a_write_still_running_at_its_deadline_times_out_and_changes_nothi
         reached.set()
         release.wait(10)
 
+    @functools.wraps(original)
     def write_text(self: SandboxPlugin, *args: Any, **kwargs: Any) -> None:
         try:
             original(self, *args, **kwargs)
@@ -197,6 +199,7 @@ async def test_a_write_committed_as_the_deadline_passes_reports_the_commit(
     committed, release = threading.Event(), threading.Event()
     original = SandboxPlugin.write_text
 
+    @functools.wraps(original)
     def write_text(self: SandboxPlugin, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         committed.set()
@@ -231,3 +234,38 @@ async def test_a_write_within_its_budget_is_unchanged_by_the_ledger(
     result = await host.call("write_file", {"path": "f.txt", "content": "x\n"})
     assert not result.is_error
     assert result.text == "Created f.txt (1 line, 2 bytes)"
+
+
+async def test_a_third_party_sandbox_with_a_plain_write_text_still_writes(
+    make_host: Any, ws: Path
+) -> None:
+    """A sandbox plugin written against the older ``write_text(path, content)`` keeps working."""
+
+    class PlainSandbox:
+        name = "sandbox"
+        mode = "workspace-write"
+
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def check_read(self, path: str) -> Path:
+            return ws / path
+
+        def check_write(self, path: str) -> Path:
+            return ws / path
+
+        def write_text(self, path: str, content: str) -> None:
+            self.writes.append(path)
+            (ws / path).write_text(content)
+
+        async def run(self, command: str, cwd: str | None = None, timeout: float | None = None):
+            raise AssertionError("not used")
+
+    sandbox = PlainSandbox()
+    host = make_host(ToolsPlugin(), sandbox, config={"host": {"workspace": str(ws)}})
+    result = await host.call("write_file", {"path": "f.txt", "content": "a\n"})
+    assert not result.is_error, result.text
+    edit = await host.call("edit_file", {"path": "f.txt", "old_text": "a", "new_text": "b"})
+    assert not edit.is_error, edit.text
+    assert (ws / "f.txt").read_text() == "b\n"
+    assert sandbox.writes == ["f.txt", "f.txt"]
