@@ -145,8 +145,11 @@ class SandboxPolicy:
         default=None, converter=attrs.converters.optional(_abs_path)
     )
     pins: tuple[RootPin, ...] = ()
-    resolved: _Resolved | None = attrs.field(default=None, eq=False, repr=False)
-    """The canonical roots and protected paths, computed once by `pin_roots` (else per call)."""
+    resolved: _Resolved | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """The canonical roots and protected paths, computed once by `pin_roots` (else per call).
+
+    Not an ``__init__`` argument, so ``attrs.evolve`` never carries it over to a changed policy.
+    """
 
 
 @attrs.frozen
@@ -195,9 +198,10 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
             continue
         if stat.S_ISDIR(st.st_mode):
             pins[root] = RootPin(root, real, st.st_dev, st.st_ino)
-    pinned = attrs.evolve(policy, pins=tuple(pins.values()), resolved=None)
+    pinned = attrs.evolve(policy, pins=tuple(pins.values()))
     resolved = _Resolved(readable_roots(pinned), writable_roots(pinned), protected_paths(pinned))
-    return attrs.evolve(pinned, resolved=resolved)
+    object.__setattr__(pinned, "resolved", resolved)  # frozen: set once, right after creation
+    return pinned
 
 
 def check_pinned(policy: SandboxPolicy) -> None:

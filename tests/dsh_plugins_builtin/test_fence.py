@@ -417,3 +417,16 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     monkeypatch.setattr(_fence, "check_read", check_then_swap)
     with pytest.raises(FenceDenied):  # the retry judges the path again: now it points out
         open_read("d/f.txt", policy)
+
+
+def test_a_policy_derived_from_a_pinned_one_does_not_keep_its_resolved_roots(
+    tmp_path: Path,
+) -> None:
+    from dsh_plugins_builtin._fence import pin_roots
+
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
+    wider = attrs.evolve(policy, writable_roots=(ws, other))
+    assert writable_roots(wider) == (ws, other)
