@@ -346,12 +346,20 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
         The canonical absolute path.
 
     Raises:
-        ValueError: The path contains a NUL byte.
+        ValueError: The path contains a NUL byte, or a lone surrogate it cannot be encoded with.
         OSError: A symlink loop, or an ancestor that cannot be inspected.
     """
     spelled = os.fspath(path)
     if "\0" in spelled:
         raise ValueError("path contains a NUL byte")
+    try:
+        os.fsencode(spelled)
+    except UnicodeEncodeError as exc:
+        char = spelled[exc.start]
+        raise ValueError(
+            f"the path holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), "
+            "which no file name can hold"
+        ) from None
     joined = os.path.join(os.path.abspath(os.fspath(workspace)), spelled)
     return Path(_resolve_abs(joined))
 

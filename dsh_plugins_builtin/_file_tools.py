@@ -191,6 +191,20 @@ def _existing(env: ToolEnv, spelled: str) -> tuple[str | None, FileStamp | None]
         return None, None  # binary or too large: replaced, but no diff for it
 
 
+def _utf8(text: str, name: str) -> None:
+    """Refuse text that UTF-8 cannot encode (a lone surrogate) before anything is touched."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        raise ToolArgsError(
+            [
+                f'"{name}" holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), '
+                "which a UTF-8 file cannot hold; send valid text"
+            ]
+        ) from None
+
+
 def _count(text: str) -> str:
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     return f"{lines} line{'s' * (lines != 1)}, {len(text.encode())} bytes"
@@ -240,6 +254,7 @@ def _commit_write(
 def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     content = str_arg(args, "content")
+    _utf8(content, "content")
     real = env.sandbox().check_write(spelled)
     with env.path_lock(str(real)):
         gate.check_open()
@@ -300,6 +315,7 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolE
         raise ToolArgsError(['"old_text" must not be empty; use write_file to create a file'])
     if old_text == new_text:
         raise ToolArgsError(['"old_text" and "new_text" are identical; there is nothing to change'])
+    _utf8(new_text, "new_text")
     real = env.sandbox().check_write(spelled)
     with env.path_lock(str(real)):
         gate.check_open()

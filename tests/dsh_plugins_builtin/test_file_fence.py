@@ -362,3 +362,29 @@ async def test_list_dir_withholds_entries_a_path_rule_denies_and_says_how_many(
     plain = await tools_host(make_host, ws).call("list_dir", {})
     assert "withheld" not in plain.text
     assert "withheld" not in plain.meta
+
+
+# -- hostile input ---------------------------------------------------------------------------
+
+
+async def test_lone_surrogates_in_paths_and_text_get_clear_errors_and_nothing_is_written(
+    host: Host, ws: Path
+) -> None:
+    bad_path = await host.call("write_file", {"path": "\ud800.txt", "content": "x"})
+    assert _error(bad_path)[0] == "SANDBOX_DENIED"
+    assert "lone surrogate (U+D800 at character 0)" in bad_path.error.message
+    bad_text = await host.call("write_file", {"path": "s.txt", "content": "a\ud800b"})
+    assert _error(bad_text)[0] == "INVALID_ARGS"
+    assert '"content" holds a lone surrogate (U+D800 at character 1)' in bad_text.error.message
+    (ws / "e.txt").write_text("x\n")
+    bad_edit = await host.call(
+        "edit_file", {"path": "e.txt", "old_text": "x", "new_text": "\udfff"}
+    )
+    assert _error(bad_edit)[0] == "INVALID_ARGS"
+    assert sorted(p.name for p in ws.iterdir()) == ["e.txt"]
+    # "\udcff" is how Python spells the undecodable byte 0xff in a file name: it round-trips.
+    ok = await host.call("write_file", {"path": "\udcff.txt", "content": "x\n"})
+    assert not ok.is_error
+    assert (ws / b"\xff.txt".decode("utf-8", "surrogateescape")).read_text() == "x\n"
+    listing = await host.call("list_dir", {})
+    assert "\udcff.txt" in listing.text.splitlines()
