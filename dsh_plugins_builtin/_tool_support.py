@@ -265,9 +265,10 @@ def os_failure(exc: OSError, spelled: str, action: str) -> DshError:
         return DshError(f"{shown}: a component of the path is not a directory", "FILE_NOT_FOUND")
     if isinstance(exc, PermissionError):
         return DshError(f"permission denied: cannot {action} {shown}", "PERMISSION_DENIED")
-    if exc.errno == errno.ELOOP:
+    if exc.errno in (errno.ELOOP, errno.EXDEV):
         return SandboxDeniedError(
-            f"cannot {action} {shown}: it became a symlink after the sandbox check"
+            f"cannot {action} {shown}: a symlink appeared on the path after the sandbox check "
+            "(it kept changing while the call ran); nothing outside the sandbox was touched"
         )
     return DshError(f"cannot {action} {shown}: {exc.strerror or exc}", "IO_ERROR")
 
