@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -321,6 +322,49 @@ async def test_read_file_never_returns_the_outside_file_while_a_symlink_is_swapp
     control = await host.call("read_file", {"path": "d/secret.txt"})
     assert not control.is_error
     assert "inside" in control.text
+
+
+async def test_write_file_never_lands_outside_while_a_symlink_is_swapped_in(
+    host: Host, ws: Path, outside: Path
+) -> None:
+    real = ws / "d"
+    real.mkdir()
+    parked = ws / "d-parked"
+    stop = threading.Event()
+
+    def swapper() -> None:
+        while not stop.is_set():
+            os.rename(real, parked)
+            try:
+                os.symlink(outside, real)
+                os.unlink(real)
+            except FileExistsError:
+                pass  # write_file re-created the missing "d" first: it is inside, fine
+            while True:  # put the real directory back, whatever a write created meanwhile
+                if real.is_dir() and not real.is_symlink():
+                    shutil.rmtree(real, ignore_errors=True)
+                try:
+                    os.rename(parked, real)
+                    break
+                except OSError:
+                    continue
+            os.sched_yield()
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    codes: set[str] = set()
+    try:
+        for i in range(120):
+            result = await host.call("write_file", {"path": "d/f.txt", "content": f"{i}\n"})
+            codes.add(result.error.code if result.is_error else "ok")
+    finally:
+        stop.set()
+        thread.join()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert codes <= {"ok", "SANDBOX_DENIED", "FILE_NOT_FOUND"}, codes
+    control = await host.call("write_file", {"path": "d/f.txt", "content": "last\n"})
+    assert not control.is_error
+    assert (real / "f.txt").read_text() == "last\n"
 
 
 # -- list_dir and path rules -----------------------------------------------------------------
