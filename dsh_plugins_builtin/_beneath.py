@@ -210,15 +210,12 @@ def mkdir_beneath(dirfd: int, rel: str, mode: int = 0o777, *, walk: bool = False
         raise
 
 
-_slash_fd: int | None = None
+_SLASH_FD: Final[int] = os.open("/", DIR_FLAGS)  # "/" itself is never a symlink
 
 
 def _slash() -> int:
-    """A descriptor of ``/``, opened once (``/`` itself is never a symlink)."""
-    global _slash_fd
-    if _slash_fd is None:
-        _slash_fd = os.open("/", DIR_FLAGS)
-    return _slash_fd
+    """A descriptor of ``/``, opened once at import (one less open per call)."""
+    return _SLASH_FD
 
 
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:
