@@ -46,7 +46,8 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _RESOLVE = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 
-# openat2 has the same number on every architecture that has it (the unified syscall table).
+# openat2 is 437 on every architecture of the unified syscall table (x86, arm, arm64, riscv,
+# powerpc, s390, ...); alpha, mips and ia64 differ and use the walk.
 _SYS_OPENAT2 = 437
 
 
@@ -60,8 +61,8 @@ class _OpenHow(ctypes.Structure):
 
 def _load_openat2() -> Any:
     """``syscall(SYS_openat2, ...)`` as a typed ctypes function, or ``None`` off Linux."""
-    if platform.system() != "Linux":
-        return None
+    if platform.system() != "Linux" or platform.machine().startswith(("alpha", "mips", "ia64")):
+        return None  # those number their syscalls differently: walk instead
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
