@@ -113,9 +113,27 @@ class _Window:
             self.lineno += newlines  # nothing of this chunk is shown
             return
         pieces = text.split("\n")
-        for piece in pieces[:-1]:
-            self._add(piece)
-            self._end_line()
+        whole = pieces[:-1]
+        if (
+            not self.size
+            and self.first <= self.lineno
+            and self.lineno + len(whole) - 1 <= self.last
+            and max(map(len, pieces)) <= MAX_LINE_CHARS
+        ):
+            # The common case (a small file, a chunk inside the window): no per-line calls.
+            start = self.lineno
+            self.lines.extend(
+                zip(
+                    range(start, start + len(whole)),
+                    [p.removesuffix("\r") for p in whole],
+                    strict=True,
+                )
+            )
+            self.lineno += len(whole)
+        else:
+            for piece in whole:
+                self._add(piece)
+                self._end_line()
         self._add(pieces[-1])
 
     def finish(self) -> int:
