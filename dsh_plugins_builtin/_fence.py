@@ -11,12 +11,26 @@ the real path of its deepest existing ancestor is taken and the missing suffix r
   read root.
 * ``read-only``: every write is denied; reads as for ``workspace-write``.
 
-`atomic_write_text` publishes a write through a temp file and ``os.replace``. It walks to the
-parent directory one component at a time without following symlinks (``O_NOFOLLOW``), creates
-missing parents (fencing each), and re-checks the fence right before the replace, so a symlink
-swapped in after the caller's check is caught. A residual race between that re-check and the
-``rename`` syscall is accepted; the rename itself happens inside the held directory, so it can
-never follow a symlink out of it.
+Inside writable roots, the `protected_paths` (``.git``, ``.claude``, ``.dsh`` and the config
+file in use, by default) stay read-only: `check_write` refuses them and everything under them.
+
+The fence decides *which* real path a call may touch; `open_read` and `atomic_write_text` then
+open it race-free: the root is opened from ``/`` without following symlinks and compared with
+its pin, and the rest of the path is opened beneath that root descriptor with ``openat2``
+(``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``; see `dsh_plugins_builtin._beneath`). A symlink
+swapped in after the check makes the call fail (after a short retry), never read or write
+outside. Symlinks that stay inside a root keep working: the fence resolves them first, and
+the descriptor walk follows the canonical path they lead to.
+
+`atomic_write_text` publishes a write through a temp file created in the held parent
+directory and ``renameat`` there, so a hard link to a file outside is never written through
+and the rename can never follow a symlink out. The caller may pass an ``expect`` stamp (the
+file's device, inode, size, mtime and ctime when it was read: a compare-and-swap, so an edit
+from another process is a `WriteConflict`) and a ``commit`` context manager held around the
+final check and the rename (the tools use it to decide atomically between "committed" and
+"the call gave up"). A file replaced in place within one timestamp tick and with the same
+size, or between the check and the ``rename`` syscall, is a residual race POSIX offers no
+compare-and-rename to close.
 """
 
 from __future__ import annotations
@@ -27,27 +41,35 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Literal
 
 import attrs
 
+from dsh_plugins_builtin._beneath import mkdir_beneath, open_beneath, open_dir_nofollow
+
 __all__ = [
     "SANDBOX_MODES",
     "FenceDenied",
+    "FileStamp",
     "RootPin",
     "RootReplaced",
     "SandboxMode",
     "SandboxPolicy",
+    "WriteConflict",
     "atomic_write_text",
     "check_pinned",
     "check_read",
     "check_write",
+    "config_warning",
+    "open_read",
     "pin_roots",
     "protected_paths",
     "readable_roots",
     "resolve_target",
+    "stamp",
     "writable_roots",
 ]
 
@@ -55,8 +77,6 @@ SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "danger-full-access")
 
 _MAX_SYMLINKS = 40  # the Linux MAXSYMLINKS
-_O_PATH: int = getattr(os, "O_PATH", os.O_RDONLY)
-_DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 PathArg = str | os.PathLike[str]
 
@@ -125,6 +145,18 @@ class SandboxPolicy:
         default=None, converter=attrs.converters.optional(_abs_path)
     )
     pins: tuple[RootPin, ...] = ()
+    resolved: _Resolved | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """The canonical roots and protected paths, computed once by `pin_roots` (else per call).
+
+    Not an ``__init__`` argument, so ``attrs.evolve`` never carries it over to a changed policy.
+    """
+
+
+@attrs.frozen
+class _Resolved:
+    readable: tuple[Path, ...]
+    writable: tuple[Path, ...]
+    protected: tuple[Path, ...]
 
 
 @attrs.frozen
@@ -166,7 +198,10 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
             continue
         if stat.S_ISDIR(st.st_mode):
             pins[root] = RootPin(root, real, st.st_dev, st.st_ino)
-    return attrs.evolve(policy, pins=tuple(pins.values()))
+    pinned = attrs.evolve(policy, pins=tuple(pins.values()))
+    resolved = _Resolved(readable_roots(pinned), writable_roots(pinned), protected_paths(pinned))
+    object.__setattr__(pinned, "resolved", resolved)  # frozen: set once, right after creation
+    return pinned
 
 
 def check_pinned(policy: SandboxPolicy) -> None:
@@ -176,6 +211,19 @@ def check_pinned(policy: SandboxPolicy) -> None:
     symlink, or a directory with another device or inode, fails.
     """
     for pin in policy.pins:
+        if pin.path == pin.real:
+            # The common case, one syscall: a canonical path opened following no symlink.
+            try:
+                fd = open_dir_nofollow(str(pin.real))
+            except OSError as exc:
+                raise RootReplaced(pin, _gone(exc)) from None
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            if (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+                raise RootReplaced(pin, "it is now another directory")
+            continue
         try:
             real = _resolve_abs(str(pin.path))
             st = os.stat(pin.path, follow_symlinks=False)
@@ -187,6 +235,14 @@ def check_pinned(policy: SandboxPolicy) -> None:
             raise RootReplaced(pin, "it is now another directory")
 
 
+def _gone(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+        return "it, or a directory above it, is now a symbolic link"
+    if exc.errno == errno.ENOENT:
+        return "it no longer exists"
+    return f"it cannot be opened: {exc.strerror or exc}"
+
+
 def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     """The absolute paths that stay read-only inside writable roots, to every tool and command.
 
@@ -195,6 +251,8 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     started with is added when it lies in a writable root. Paths need not exist: a protected
     ``.git`` that does not exist yet may not be created either.
     """
+    if policy.resolved is not None:
+        return policy.resolved.protected
     roots = writable_roots(policy)
     if not roots or roots == (Path("/"),):
         return ()
@@ -205,11 +263,39 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
             continue
         for root in roots:
             out.setdefault(Path(_resolve_abs(os.path.join(str(root), entry))), None)
-    if policy.config_file is not None:
-        config = Path(_resolve_abs(str(policy.config_file)))
-        if any(_within(str(config), str(root)) for root in roots):
-            out.setdefault(config, None)
+    config = _config_in_roots(policy, roots)
+    if config is not None and config.name != "pyproject.toml":
+        # A pyproject.toml is edited legitimately; `config_warning` says what that risks.
+        out.setdefault(config, None)
     return tuple(out)
+
+
+def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:
+    if policy.config_file is None:
+        return None
+    config = Path(_resolve_abs(str(policy.config_file)))
+    return config if any(_within(str(config), str(root)) for root in roots) else None
+
+
+def config_warning(policy: SandboxPolicy) -> str | None:
+    """A warning for the start of a run when a tool could rewrite the policy of the next one.
+
+    That is the case when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a
+    writable root: the file is not locked (agents edit it legitimately), so a tool may change
+    the ``[tool.dsh]`` table the next run reads.
+    """
+    roots = writable_roots(policy)
+    if roots == (Path("/"),):
+        return None
+    config = _config_in_roots(policy, roots)
+    if config is None or config.name != "pyproject.toml":
+        return None
+    return (
+        f"the config in use is [tool.dsh] in {config}, inside a writable root: a tool (write_file, "
+        "edit_file, bash) can change it, and with it the sandbox policy of the next run. Move the "
+        "[tool.dsh] table to a dsh.toml (protected from every tool), or point DSH_CONFIG at a "
+        "file outside the workspace"
+    )
 
 
 def _resolve_abs(path: str) -> str:
@@ -260,12 +346,20 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
         The canonical absolute path.
 
     Raises:
-        ValueError: The path contains a NUL byte.
+        ValueError: The path contains a NUL byte, or a lone surrogate it cannot be encoded with.
         OSError: A symlink loop, or an ancestor that cannot be inspected.
     """
     spelled = os.fspath(path)
     if "\0" in spelled:
         raise ValueError("path contains a NUL byte")
+    try:
+        os.fsencode(spelled)
+    except UnicodeEncodeError as exc:
+        char = spelled[exc.start]
+        raise ValueError(
+            f"the path holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), "
+            "which no file name can hold"
+        ) from None
     joined = os.path.join(os.path.abspath(os.fspath(workspace)), spelled)
     return Path(_resolve_abs(joined))
 
@@ -301,6 +395,8 @@ def writable_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
         return (Path("/"),)
     if policy.mode == "read-only":
         return ()
+    if policy.resolved is not None:
+        return policy.resolved.writable
     return _canonical_roots(policy.writable_roots)
 
 
@@ -316,6 +412,8 @@ def readable_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
     """
     if policy.mode == "danger-full-access":
         return (Path("/"),)
+    if policy.resolved is not None:
+        return policy.resolved.readable
     return _canonical_roots((policy.workspace, *policy.writable_roots, *policy.read_roots))
 
 
@@ -401,6 +499,7 @@ def check_write(path: PathArg, policy: SandboxPolicy) -> Path:
         )
     roots = writable_roots(policy)
     if any(_within(str(key), str(root)) for root in roots):
+        _check_protected(spelled, key, policy)
         return key
     raise FenceDenied(
         f"write to {_describe(spelled, key)} denied: outside the writable roots "
@@ -408,6 +507,31 @@ def check_write(path: PathArg, policy: SandboxPolicy) -> Path:
         path=spelled,
         mode=policy.mode,
     )
+
+
+def _check_protected(spelled: str, key: Path, policy: SandboxPolicy) -> None:
+    """Refuse a write at or under a protected path (judged by real and by spelled location)."""
+    protected = protected_paths(policy)
+    if not protected:
+        return
+    lexical = os.path.normpath(os.path.join(str(policy.workspace), spelled))
+    for path in protected:
+        text = str(path)
+        if _within(str(key), text) or _within(lexical, text):
+            what = (
+                "the config file in use"
+                if policy.config_file is not None
+                and path == Path(_resolve_abs(str(policy.config_file)))
+                else "protected"
+            )
+            raise FenceDenied(
+                f'write to {_describe(spelled, key)} denied: "{path}" is {what} and read-only to '
+                f"every tool inside the writable roots (key [plugin.sandbox] protected, which "
+                f"adds the config file in use). Edit it yourself outside the agent, or change "
+                f"[plugin.sandbox] protected if the agent must write there",
+                path=spelled,
+                mode=policy.mode,
+            )
 
 
 def _before_replace(target: Path) -> None:
@@ -423,39 +547,100 @@ def _changed(spelled: str, policy: SandboxPolicy, what: str) -> FenceDenied:
     )
 
 
-def _open_parent(parent: Path, spelled: str, policy: SandboxPolicy) -> int:
-    """Open ``parent`` without following any symlink, creating (and fencing) missing levels."""
-    fd = os.open("/", _DIR_FLAGS)
-    current = "/"
+# -- race-free opening -----------------------------------------------------------------------
+
+_RACED = (errno.ELOOP, errno.EXDEV)
+_RETRIES = 3
+
+
+def _root_of(key: Path, roots: tuple[Path, ...]) -> Path:
+    """The deepest root ``key`` lies under (the caller has checked that one does)."""
+    best = Path("/")
+    for root in roots:
+        if _within(str(key), str(root)) and len(str(root)) > len(str(best)):
+            best = root
+    return best
+
+
+def _open_root(root: Path, policy: SandboxPolicy) -> int:
+    """Open a canonical root from ``/`` following no symlink; compare it with its pin."""
+    pin = next((p for p in policy.pins if p.real == root), None)
     try:
-        for name in parent.parts[1:]:
-            current = os.path.join(current, name)
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                check_write(current, policy)  # fence every directory we are about to create
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o777, dir_fd=fd)
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    raise _changed(spelled, policy, f'the directory "{current}"') from None
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                    raise _changed(spelled, policy, f'the directory "{current}"') from None
-                raise NotADirectoryError(
-                    errno.ENOTDIR, os.strerror(errno.ENOTDIR), current
-                ) from None
-            os.close(fd)
-            fd = child
-            if not stat.S_ISDIR(os.fstat(fd).st_mode):  # O_PATH|O_NOFOLLOW opens a symlink itself
-                raise _changed(spelled, policy, f'the directory "{current}"')
-        return fd
-    except BaseException:
-        os.close(fd)
+        fd = open_dir_nofollow(str(root))
+    except OSError as exc:
+        if pin is not None:
+            raise RootReplaced(pin, _gone(exc)) from None
         raise
+    if pin is not None:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+            os.close(fd)
+            raise RootReplaced(pin, "it is now another directory")
+    return fd
+
+
+def _relative(key: Path, root: Path) -> str:
+    """``key`` below ``root`` (both canonical, ``key`` under ``root``), as a relative path."""
+    text, base = str(key), str(root)
+    if text == base:
+        return "."
+    return text[len(base) :].lstrip("/")
+
+
+def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, Path]:
+    """Fence a read, then open it beneath its root without following any symlink.
+
+    Args:
+        path: As spelled (relative paths resolve against the workspace).
+        policy: The sandbox policy.
+        directory: Open a directory (for listing) instead of a file.
+
+    Returns:
+        A new read-only descriptor (``O_NONBLOCK``: a FIFO does not hang the call) and the
+        canonical path it is.
+
+    Raises:
+        FenceDenied: As `check_read`.
+        RootReplaced: The root the path lies under was replaced since the host started.
+        OSError: As ``open`` would; ``ELOOP`` when the path kept changing under the call.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
+    for attempt in range(_RETRIES):
+        key = check_read(path, policy)
+        root = _root_of(key, readable_roots(policy))
+        root_fd = _open_root(root, policy)
+        try:
+            return open_beneath(root_fd, _relative(key, root), flags), key
+        except OSError as exc:
+            # A symlink raced in after the check: judge the path again (never follow it).
+            if exc.errno not in _RACED or attempt == _RETRIES - 1:
+                raise
+        finally:
+            os.close(root_fd)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@attrs.frozen
+class FileStamp:
+    """What identifies one version of a file: device, inode, size, mtime and ctime (ns)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+def stamp(st: os.stat_result) -> FileStamp:
+    """The `FileStamp` of a ``stat`` result."""
+    return FileStamp(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class WriteConflict(Exception):
+    """The file changed since the caller read it (`atomic_write_text`'s ``expect``)."""
+
+
+# -- atomic writes -----------------------------------------------------------------------------
 
 
 def _same_dir(fd: int, path: Path) -> bool:
@@ -467,62 +652,73 @@ def _same_dir(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def _write_replace_unfenced(key: Path, data: bytes) -> None:
-    key.parent.mkdir(parents=True, exist_ok=True)
-    old_mode: int | None = None
+def _open_parent(key: Path, spelled: str, policy: SandboxPolicy) -> int:
+    """Open (creating missing levels) the parent of ``key`` beneath its writable root."""
+    roots = writable_roots(policy)
+    root = _root_of(key, roots)
+    root_fd = _open_root(root, policy)
     try:
-        st = os.stat(key)
-        if stat.S_ISREG(st.st_mode):
-            old_mode = stat.S_IMODE(st.st_mode)
-    except OSError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{key.name}.", suffix=".tmp", dir=key.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            mask = os.umask(0)
-            os.umask(mask)
-            os.fchmod(handle.fileno(), old_mode if old_mode is not None else 0o666 & ~mask)
-        os.replace(tmp, key)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        return mkdir_beneath(root_fd, _relative(key.parent, root))
+    except OSError as exc:
+        if exc.errno in _RACED:
+            raise _changed(spelled, policy, "a directory on the way") from None
+        if exc.errno == errno.ENOTDIR:
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), spelled) from None
         raise
+    finally:
+        os.close(root_fd)
+
+
+def _check_expected(dir_fd: int, name: str, expect: FileStamp, spelled: str) -> None:
+    try:
+        now = stamp(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+    except FileNotFoundError:
+        raise WriteConflict(f'"{spelled}" was deleted since it was read') from None
+    if now != expect:
+        raise WriteConflict(f'"{spelled}" was changed by someone else since it was read')
 
 
 def atomic_write_text(
-    target: PathArg, content: str, policy: SandboxPolicy, *, encoding: str = "utf-8"
+    target: PathArg,
+    content: str,
+    policy: SandboxPolicy,
+    *,
+    encoding: str = "utf-8",
+    expect: FileStamp | None = None,
+    commit: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> None:
     """Write ``content`` to ``target`` atomically, fencing it under ``policy``.
 
-    The text goes to a temp file in the target's directory, the fence is re-checked (the target
-    re-resolved) right before ``os.replace``, and the temp file is removed on any failure.
-    Missing parent directories are created, each one fenced. An existing target's permission
-    bits are preserved. A symlink at the target is replaced, never followed.
+    The text goes to a temp file created in the target's directory (held by a descriptor
+    opened beneath the writable root), the fence is re-checked right before the rename, and
+    the temp file is removed on any failure. Missing parent directories are created. An
+    existing target's permission bits are preserved. A symlink or hard link at the target is
+    replaced, never written through.
 
     Args:
         target: The path as spelled (relative paths resolve against the workspace).
         content: The text to write.
         policy: The sandbox policy.
         encoding: The text encoding.
+        expect: The stamp of the file as the caller read it; the write happens only if the
+            file is still that one (else `WriteConflict`).
+        commit: A context manager entered around the ``expect`` check and the rename; raising
+            from it cancels the write.
 
     Raises:
-        FenceDenied: The write is outside the policy, now or at the re-check.
+        FenceDenied: The write is outside the policy (or protected), now or at the re-check.
+        RootReplaced: The root was replaced since the host started.
+        WriteConflict: ``expect`` no longer matches.
         OSError: The write itself failed (e.g. the target is a directory).
     """
     spelled = os.fspath(target)
     data = content.encode(encoding)
     key = check_write(spelled, policy)
-    if policy.mode == "danger-full-access":
-        _write_replace_unfenced(key, data)
-        return
     name = key.name
     if not name or key in writable_roots(policy):
         # A root is a directory; never create a temp file in its (unfenced) parent.
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(key))
-    dir_fd = _open_parent(key.parent, spelled, policy)
+    dir_fd = _open_parent(key, spelled, policy)
     tmp_name: str | None = None
     try:
         old_mode: int | None = None
@@ -545,8 +741,17 @@ def atomic_write_text(
         fresh = check_write(spelled, policy)  # raises FenceDenied if it now points out
         if fresh != key or not _same_dir(dir_fd, key.parent):
             raise _changed(spelled, policy, "the target")
-        os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        tmp_name = None
+        with commit() if commit is not None else contextlib.nullcontext():
+            if expect is not None:
+                _check_expected(dir_fd, name, expect, spelled)
+            os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            tmp_name = None
+        with contextlib.suppress(OSError):  # make the rename durable; best effort
+            sync_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+            try:
+                os.fsync(sync_fd)
+            finally:
+                os.close(sync_fd)
     finally:
         if tmp_name is not None:
             with contextlib.suppress(OSError):

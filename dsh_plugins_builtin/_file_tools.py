@@ -1,19 +1,44 @@
 """The file tools: ``read_file``, ``write_file``, ``edit_file`` and ``list_dir``.
 
-Each body is synchronous (the host runs it in a worker thread) and touches paths only through
-the `Sandbox` its plugin hands out, so every read is fenced and every write is fenced twice (once
-up front for a clean error, once right before the atomic replace).
+They touch paths only through the `Sandbox` their plugin hands out: every read is fenced and
+opened beneath its root following no symlink, every write is fenced twice (once up front for a
+clean error, once right before the atomic rename) and published by a rename in the held parent
+directory.
+
+``read_file`` and ``list_dir`` are synchronous bodies (the host runs them in a worker thread).
+``write_file`` and ``edit_file`` are async bodies around a worker thread, so that:
+
+* writes to one resolved path are serialised inside the host (``env.path_lock``), whichever
+  entry point the calls came through;
+* ``edit_file`` replaces the file only if it is still the one it read (device, inode, size,
+  mtime and ctime): an edit from another process in between is ``EDIT_CONFLICT``;
+* a write is either committed, and its result says so even when a deadline passed meanwhile
+  (`dsh_plugins_builtin._commit`), or not made at all when the call reports an error.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from dsh_host import DshError, ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
+import trio
+
+from dsh_host import (
+    DshError,
+    ToolArgsError,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    define_tool,
+)
 from dsh_plugins_builtin import _presenters as present
+from dsh_plugins_builtin._commit import CommitCancelled, CommitGate, record_commit
+from dsh_plugins_builtin._fence import FileStamp, WriteConflict, resolve_target
 from dsh_plugins_builtin._tool_support import (
     BINARY_SNIFF_BYTES,
     ToolEnv,
@@ -22,8 +47,9 @@ from dsh_plugins_builtin._tool_support import (
     diff_hunks,
     display_path,
     guarded,
+    guarded_async,
     int_arg,
-    open_regular,
+    open_file,
     os_failure,
     read_text_exact,
     str_arg,
@@ -87,9 +113,27 @@ class _Window:
             self.lineno += newlines  # nothing of this chunk is shown
             return
         pieces = text.split("\n")
-        for piece in pieces[:-1]:
-            self._add(piece)
-            self._end_line()
+        whole = pieces[:-1]
+        if (
+            not self.size
+            and self.first <= self.lineno
+            and self.lineno + len(whole) - 1 <= self.last
+            and max(map(len, pieces)) <= MAX_LINE_CHARS
+        ):
+            # The common case (a small file, a chunk inside the window): no per-line calls.
+            start = self.lineno
+            self.lines.extend(
+                zip(
+                    range(start, start + len(whole)),
+                    [p.removesuffix("\r") for p in whole],
+                    strict=True,
+                )
+            )
+            self.lineno += len(whole)
+        else:
+            for piece in whole:
+                self._add(piece)
+                self._end_line()
         self._add(pieces[-1])
 
     def finish(self) -> int:
@@ -100,8 +144,7 @@ class _Window:
 
 
 def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[str, _Window, int]:
-    real = env.sandbox().check_read(spelled)
-    fd = open_regular(real, spelled)
+    fd, real = open_file(env.sandbox(), spelled)
     window = _Window(offset, limit)
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     consumed = 0
@@ -150,16 +193,34 @@ def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
 # -- write_file ----------------------------------------------------------------------------------
 
 
-def _existing_text(real: Any, spelled: str) -> str | None:
-    """The current text of a file about to be replaced, if it is a readable text file."""
-    if not os.path.lexists(real):
-        return None
+def _existing(env: ToolEnv, spelled: str) -> tuple[str | None, FileStamp | None]:
+    """The current text (if a readable text file) and stamp of a file about to be replaced."""
     try:
-        return read_text_exact(real, spelled, MAX_EDIT_BYTES)
+        fd, _ = open_file(env.sandbox(), spelled)
     except DshError as exc:
+        if exc.code == "FILE_NOT_FOUND":
+            return None, None
         if exc.code == "NOT_A_FILE":
             raise
-        return None  # binary, too large or unreadable: replaced, but no diff for it
+        return None, None  # unreadable: replaced, but no diff for it
+    try:
+        return read_text_exact(fd, spelled, MAX_EDIT_BYTES)
+    except DshError:
+        return None, None  # binary or too large: replaced, but no diff for it
+
+
+def _utf8(text: str, name: str) -> None:
+    """Refuse text that UTF-8 cannot encode (a lone surrogate) before anything is touched."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        raise ToolArgsError(
+            [
+                f'"{name}" holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), '
+                "which a UTF-8 file cannot hold; send valid text"
+            ]
+        ) from None
 
 
 def _count(text: str) -> str:
@@ -167,23 +228,68 @@ def _count(text: str) -> str:
     return f"{lines} line{'s' * (lines != 1)}, {len(text.encode())} bytes"
 
 
-def _write_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+@functools.lru_cache(maxsize=8)
+def _takes_commit(write_text: Callable[..., object]) -> bool:
+    try:
+        parameters = inspect.signature(write_text).parameters
+    except (TypeError, ValueError):
+        return False
+    return "commit" in parameters and "expect" in parameters
+
+
+def _commit_write(
+    env: ToolEnv,
+    spelled: str,
+    text: str,
+    gate: CommitGate,
+    result: ToolExecutionResult,
+    expect: FileStamp | None = None,
+) -> ToolExecutionResult:
+    """Write ``text`` through the sandbox; ``result`` is what a committed write reports."""
+    gate.result = result
+    sandbox = env.sandbox()
+    try:
+        if _takes_commit(sandbox.write_text):
+            sandbox.write_text(spelled, text, expect=expect, commit=gate.committing)
+        else:
+            # A third-party sandbox with the plain write_text(path, content): no compare-and-
+            # swap, and a cancellation that lands during its write cannot stop it (holding the
+            # gate around it would block the event loop for as long as the write takes).
+            gate.check_open()
+            sandbox.write_text(spelled, text)
+            gate.mark_committed()
+    except WriteConflict as exc:
+        raise DshError(
+            f"{exc}; nothing was written. Read the file again and redo the edit", "EDIT_CONFLICT"
+        ) from None
+    except CommitCancelled as exc:
+        raise DshError(f"{exc}; nothing was written", "ABORTED") from None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "write") from None
+    return result
+
+
+def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     content = str_arg(args, "content")
-    sandbox = env.sandbox()
-    real = sandbox.check_write(spelled)
+    _utf8(content, "content")
+    real = env.sandbox().check_write(spelled)
+    with env.path_lock(str(real)):
+        gate.check_open()
+        return _write_locked(env, spelled, content, real, gate)
+
+
+def _write_locked(
+    env: ToolEnv, spelled: str, content: str, real: Path, gate: CommitGate
+) -> ToolExecutionResult:
     shown = display_path(real, env.workspace)
     created = not os.path.lexists(real)
-    old = None if created else _existing_text(real, spelled)
+    old = None if created else _existing(env, spelled)[0]
     if old == content:
         return ToolExecutionResult(
             content=f"{shown} already has this content; nothing was written",
             meta={"path": shown, "created": False, "diffs": []},
         )
-    try:
-        sandbox.write_text(spelled, content)
-    except OSError as exc:
-        raise os_failure(exc, spelled, "write") from None
     diffs: list[dict[str, Any]] | None
     if created:
         diffs = [{"path": shown, "old_text": None, "new_text": content, "new_start": 1}]
@@ -195,7 +301,8 @@ def _write_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     meta: dict[str, Any] = {"path": shown, "created": created}
     if diffs is not None:
         meta["diffs"] = diffs
-    return ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+    result = ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+    return _commit_write(env, spelled, content, gate, result)
 
 
 # -- edit_file -----------------------------------------------------------------------------------
@@ -217,7 +324,7 @@ def _listed(lines: list[int]) -> str:
     return shown + (", ..." if len(lines) > _MAX_LISTED_LINES else "")
 
 
-def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _edit_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     old_text = str_arg(args, "old_text")
     new_text = str_arg(args, "new_text")
@@ -226,9 +333,30 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
         raise ToolArgsError(['"old_text" must not be empty; use write_file to create a file'])
     if old_text == new_text:
         raise ToolArgsError(['"old_text" and "new_text" are identical; there is nothing to change'])
+    _utf8(new_text, "new_text")
+    real = env.sandbox().check_write(spelled)
+    with env.path_lock(str(real)):
+        gate.check_open()
+        return _edit_locked(env, spelled, old_text, new_text, replace_all, real, gate)
+
+
+def _edit_locked(
+    env: ToolEnv,
+    spelled: str,
+    old_text: str,
+    new_text: str,
+    replace_all: bool,
+    real: Path,
+    gate: CommitGate,
+) -> ToolExecutionResult:
     sandbox = env.sandbox()
-    real = sandbox.check_write(spelled)
-    text = read_text_exact(real, spelled, MAX_EDIT_BYTES)
+    fd, read_real = open_file(sandbox, spelled)
+    text, read_stamp = read_text_exact(fd, spelled, MAX_EDIT_BYTES)
+    if read_real != real:
+        raise DshError(
+            f'"{spelled}" changed while it was being read; nothing was written. Retry the edit',
+            "EDIT_CONFLICT",
+        )
     shown = display_path(real, env.workspace)
     lines = _match_lines(text, old_text)
     if not lines and "\r\n" in text and "\r\n" not in old_text:
@@ -249,10 +377,6 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
             "EDIT_AMBIGUOUS",
         )
     updated = text.replace(old_text, new_text, -1 if replace_all else 1)
-    try:
-        sandbox.write_text(spelled, updated)
-    except OSError as exc:
-        raise os_failure(exc, spelled, "write") from None
     count = len(lines)
     where = f"line{'s' * (count != 1)} {_listed(lines)}"
     meta: dict[str, Any] = {"path": shown, "replacements": count}
@@ -260,43 +384,94 @@ def _edit_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     if hunks is not None:
         meta["diffs"] = hunks
     noun = "occurrence" if count == 1 else "occurrences"
-    return ToolExecutionResult(
+    result = ToolExecutionResult(
         content=f"Edited {shown}: replaced {count} {noun} ({where})", meta=meta
     )
+    return _commit_write(env, spelled, updated, gate, result, read_stamp)
+
+
+WriteBody = Callable[[ToolEnv, Mapping[str, Any], CommitGate], ToolExecutionResult]
+
+
+def _serialised(env: ToolEnv, body: WriteBody) -> Callable[..., Any]:
+    """An async body around ``body`` in a worker thread whose commit is gated (see `_commit`).
+
+    The thread holds ``env.path_lock`` of the resolved path from its read to its commit.
+    """
+
+    async def run(args: Mapping[str, Any], ctx: ToolRunContext) -> ToolExecutionResult:
+        gate = CommitGate()
+        try:
+            return await trio.to_thread.run_sync(
+                functools.partial(body, env, args, gate), abandon_on_cancel=True
+            )
+        finally:
+            # The host stops waiting for the thread when the call is cancelled: from here on
+            # the thread cannot commit, and a commit it made is reported (the ledger).
+            if gate.close() and gate.result is not None:
+                record_commit(gate.result)
+
+    return guarded_async(run)
 
 
 # -- list_dir ------------------------------------------------------------------------------------
 
 
-def _list_dir(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _withheld(env: ToolEnv, ctx: ToolRunContext | None, real: str, name: str, link: bool) -> bool:
+    if ctx is None:
+        return False
+    path = os.path.join(real, name)
+    if env.path_denied(ctx.execution, path, "read") is not None:
+        return True
+    if link:
+        try:
+            target = str(resolve_target(path, env.workspace))
+        except (OSError, ValueError):
+            return False
+        return target != path and env.path_denied(ctx.execution, target, "read") is not None
+    return False
+
+
+def _list_dir(
+    env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None = None
+) -> ToolExecutionResult:
     spelled = str_arg(args, "path", ".")
-    real = env.sandbox().check_read(spelled)
+    fd, real = open_file(env.sandbox(), spelled, directory=True)
     shown = display_path(real, env.workspace)
+    withheld = 0
     try:
-        with os.scandir(real) as it:
+        with os.scandir(fd) as it:
             entries = []
             for entry in it:
-                if entry.is_symlink():
+                link = entry.is_symlink()
+                if _withheld(env, ctx, str(real), entry.name, link):
+                    withheld += 1
+                elif link:
                     entries.append(f"{entry.name}@")
                 elif entry.is_dir(follow_symlinks=False):
                     entries.append(f"{entry.name}/")
                 else:
                     entries.append(entry.name)
-    except NotADirectoryError:
-        raise DshError(
-            f'"{spelled}" is a file, not a directory; use read_file to read it', "NOT_A_DIRECTORY"
-        ) from None
     except OSError as exc:
         raise os_failure(exc, spelled, "list") from None
+    finally:
+        os.close(fd)
     entries.sort()
     total = len(entries)
-    meta = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
+    meta: dict[str, Any] = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
+    note = ""
+    if withheld:
+        meta["withheld"] = withheld
+        note = (
+            f"\n\n[{withheld} entr{'y' if withheld == 1 else 'ies'} withheld by policy "
+            "(a path rule denies reading them)]"
+        )
     if not entries:
-        return ToolExecutionResult(content=f"({shown} is an empty directory)", meta=meta)
+        return ToolExecutionResult(content=f"({shown} is an empty directory){note}", meta=meta)
     body = "\n".join(entries[:MAX_DIR_ENTRIES])
     if total > MAX_DIR_ENTRIES:
         body += f"\n\n[showing {MAX_DIR_ENTRIES} of {total} entries; use glob to narrow down]"
-    return ToolExecutionResult(content=body, meta=meta)
+    return ToolExecutionResult(content=body + note, meta=meta)
 
 
 # -- definitions ---------------------------------------------------------------------------------
@@ -351,7 +526,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "The complete new content of the file (UTF-8 text).",
                 },
             },
-            execute=guarded(lambda args, ctx: _write_file(env, args)),
+            execute=_serialised(env, _write_file),
             present_call=present.write_call,
             present_result=present.diff_result,
             paths={"path": "write"},
@@ -383,7 +558,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "Replace every occurrence instead of exactly one (default false).",
                 },
             },
-            execute=guarded(lambda args, ctx: _edit_file(env, args)),
+            execute=_serialised(env, _edit_file),
             present_call=present.edit_call,
             present_result=present.diff_result,
             paths={"path": "write"},
@@ -402,7 +577,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": "Directory relative to the workspace root (default: the root).",
                 },
             },
-            execute=guarded(lambda args, ctx: _list_dir(env, args)),
+            execute=guarded(lambda args, ctx: _list_dir(env, args, ctx)),
             is_concurrency_safe=_safe,
             present_call=present.list_call,
             present_result=present.list_result,

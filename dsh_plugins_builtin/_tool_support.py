@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import difflib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolFailure
+from dsh_host import DshError, ToolArgsError, ToolExecution, ToolExecutionResult, ToolFailure
 from dsh_plugins_builtin._confine import ProcessResult
-from dsh_plugins_builtin._fence import FenceDenied, SandboxPolicy, check_read
+from dsh_plugins_builtin._fence import (
+    FenceDenied,
+    FileStamp,
+    RootReplaced,
+    SandboxPolicy,
+    check_read,
+    open_read,
+    pin_roots,
+    stamp,
+)
 from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxError, SandboxUnavailableError
 
 __all__ = [
@@ -31,6 +42,7 @@ __all__ = [
     "guarded",
     "guarded_async",
     "int_arg",
+    "open_file",
     "open_regular",
     "os_failure",
     "read_text_exact",
@@ -53,7 +65,14 @@ class Sandbox(Protocol):
 
     def check_write(self, path: str) -> Path: ...  # pragma: no cover - protocol
 
-    def write_text(self, path: str, content: str) -> None: ...  # pragma: no cover - protocol
+    def write_text(
+        self,
+        path: str,
+        content: str,
+        *,
+        expect: FileStamp | None = None,
+        commit: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None: ...  # pragma: no cover - protocol
 
     async def run(
         self, command: str, cwd: str | None = None, timeout: float | None = None
@@ -67,6 +86,14 @@ class ToolEnv(Protocol):
     def workspace(self) -> Path: ...  # pragma: no cover - protocol
 
     def sandbox(self) -> Sandbox: ...  # pragma: no cover - protocol
+
+    def path_lock(self, key: str) -> AbstractContextManager[None]:
+        """Serialise the writes to one resolved path inside the host (held in a worker thread)."""
+        ...  # pragma: no cover - protocol
+
+    def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
+        """Why policy withholds ``path`` from ``execution`` (``Host.path_denied``), or ``None``."""
+        ...  # pragma: no cover - protocol
 
 
 def _unavailable(what: str, why: str) -> SandboxUnavailableError:
@@ -91,7 +118,7 @@ class FailClosedSandbox:
     def __init__(self, workspace: Path, why: str = "the sandbox plugin is not enabled") -> None:
         """Build the fallback."""
         ws = Path(os.path.abspath(workspace))
-        self._policy = SandboxPolicy("read-only", ws, writable_roots=(ws,))
+        self._policy = pin_roots(SandboxPolicy("read-only", ws, writable_roots=(ws,)))
         self._why = why
 
     def check_read(self, path: str) -> Path:
@@ -104,11 +131,23 @@ class FailClosedSandbox:
             )
             raise SandboxDeniedError(reason, by=f"tools: {self._why}") from None
 
+    def open_read(self, path: str, *, directory: bool = False) -> tuple[int, Path]:
+        """Open a read fenced to the workspace only, race-free (see `_fence.open_read`)."""
+        try:
+            return open_read(path, self._policy, directory=directory)
+        except FenceDenied as exc:
+            reason = exc.reason.replace(
+                "under read-only mode", f"({self._why}, so reads stay inside the workspace)"
+            )
+            raise SandboxDeniedError(reason, by=f"tools: {self._why}") from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=f"tools: {self._why}") from None
+
     def check_write(self, path: str) -> Path:
         """Refuse: writing needs the sandbox plugin."""
         raise _unavailable(f'writing "{path}"', self._why)
 
-    def write_text(self, path: str, content: str) -> None:
+    def write_text(self, path: str, content: str, **_: Any) -> None:
         """Refuse: writing needs the sandbox plugin."""
         raise _unavailable(f'writing "{path}"', self._why)
 
@@ -194,10 +233,18 @@ def bool_arg(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
 # -- paths, files and errors ---------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=16)
+def _real_workspace(workspace: Path) -> str:
+    return os.path.realpath(workspace)
+
+
 def display_path(real: Path | str, workspace: Path) -> str:
-    """``real`` relative to the workspace when it lies under it, else absolute."""
+    """``real`` relative to the workspace when it lies under it, else absolute.
+
+    The workspace's real path is taken once per workspace (it is a pinned root).
+    """
     text = os.fspath(real)
-    base = os.path.realpath(workspace)
+    base = _real_workspace(workspace)
     if text == base:
         return "."
     if text.startswith(base.rstrip("/") + "/"):
@@ -218,11 +265,26 @@ def os_failure(exc: OSError, spelled: str, action: str) -> DshError:
         return DshError(f"{shown}: a component of the path is not a directory", "FILE_NOT_FOUND")
     if isinstance(exc, PermissionError):
         return DshError(f"permission denied: cannot {action} {shown}", "PERMISSION_DENIED")
-    if exc.errno == errno.ELOOP:
+    if exc.errno in (errno.ELOOP, errno.EXDEV):
         return SandboxDeniedError(
-            f"cannot {action} {shown}: it became a symlink after the sandbox check"
+            f"cannot {action} {shown}: a symlink appeared on the path after the sandbox check "
+            "(it kept changing while the call ran); nothing outside the sandbox was touched"
         )
     return DshError(f"cannot {action} {shown}: {exc.strerror or exc}", "IO_ERROR")
+
+
+def _checked_regular(fd: int, spelled: str) -> os.stat_result:
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:  # pragma: no cover - fstat of an open fd does not fail
+        os.close(fd)
+        raise os_failure(exc, spelled, "read") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        hint = "; use list_dir to see what it holds" if stat.S_ISDIR(st.st_mode) else ""
+        raise DshError(f'"{spelled}" is {kind}{hint}', "NOT_A_FILE")
+    return st
 
 
 def open_regular(real: Path, spelled: str) -> int:
@@ -232,17 +294,44 @@ def open_regular(real: Path, spelled: str) -> int:
         fd = os.open(real, flags)
     except OSError as exc:
         raise os_failure(exc, spelled, "read") from None
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError as exc:  # pragma: no cover - fstat of an open fd does not fail
-        os.close(fd)
-        raise os_failure(exc, spelled, "read") from None
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        hint = "; use list_dir to see what it holds" if stat.S_ISDIR(mode) else ""
-        raise DshError(f'"{spelled}" is {kind}{hint}', "NOT_A_FILE")
+    _checked_regular(fd, spelled)
     return fd
+
+
+def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tuple[int, Path]:
+    """Fence and open ``spelled`` for reading through the sandbox, race-free where it can.
+
+    A sandbox with ``open_read`` (the ``sandbox`` plugin, `FailClosedSandbox`) opens the path
+    beneath its root following no symlink; any other is asked for ``check_read`` and the path
+    opened ``O_NOFOLLOW``. Files must be regular files (``NOT_A_FILE`` otherwise).
+
+    Returns:
+        A descriptor (the caller closes it) and the real path.
+    """
+    opener = getattr(sandbox, "open_read", None)
+    if opener is None:
+        real = sandbox.check_read(spelled)
+        if directory:
+            try:
+                fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                raise os_failure(exc, spelled, "list") from None
+            return fd, real
+        return open_regular(real, spelled), real
+    try:
+        fd, real = opener(spelled, directory=directory)
+    except NotADirectoryError:
+        if directory:
+            raise DshError(
+                f'"{spelled}" is a file, not a directory; use read_file to read it',
+                "NOT_A_DIRECTORY",
+            ) from None
+        raise os_failure(NotADirectoryError(), spelled, "read") from None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "list" if directory else "read") from None
+    if not directory:
+        _checked_regular(fd, spelled)
+    return fd, real
 
 
 def binary_error(spelled: str, why: str) -> DshError:
@@ -253,18 +342,20 @@ def binary_error(spelled: str, why: str) -> DshError:
     )
 
 
-def read_text_exact(real: Path, spelled: str, max_bytes: int) -> str:
-    """A whole UTF-8 text file, line endings untouched.
+def read_text_exact(fd: int, spelled: str, max_bytes: int) -> tuple[str, FileStamp]:
+    """A whole UTF-8 text file from an open descriptor (closed here), line endings untouched.
+
+    Returns:
+        The text and the `FileStamp` of the file it was read from.
 
     Raises:
-        DshError: ``FILE_NOT_FOUND``, ``NOT_A_FILE``, ``BINARY_FILE`` or ``FILE_TOO_LARGE``.
+        DshError: ``BINARY_FILE`` or ``FILE_TOO_LARGE`` (or an I/O error).
     """
-    fd = open_regular(real, spelled)
     try:
         with os.fdopen(fd, "rb") as handle:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
             # Read what the file holds (a read(max_bytes) would allocate max_bytes every time).
-            data = handle.read(max_bytes + 1) if size > max_bytes else handle.read()
+            data = handle.read(max_bytes + 1) if st.st_size > max_bytes else handle.read()
     except OSError as exc:
         raise os_failure(exc, spelled, "read") from None
     if len(data) > max_bytes:
@@ -275,7 +366,7 @@ def read_text_exact(real: Path, spelled: str, max_bytes: int) -> str:
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         raise binary_error(spelled, "it contains NUL bytes")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), stamp(st)
     except UnicodeDecodeError as exc:
         raise binary_error(spelled, f"not valid UTF-8 at byte {exc.start}") from None
 

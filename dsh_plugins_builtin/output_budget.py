@@ -21,6 +21,17 @@ warning is logged on ``dsh_plugins_builtin.output_budget``.
 
 Spill files are created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) with mode ``0o600``
 and an unpredictable name in a directory created ``0o700``. They are never deleted by dsh.
+
+The host never follows a symlink an agent planted (issue 8, item 7): the spill directory is
+resolved once, at start, to its canonical path; each spill then opens that path from ``/`` one
+component at a time following no symlink (``openat2`` / ``O_NOFOLLOW``, see
+`dsh_plugins_builtin._beneath`), creating missing levels ``0o700``, and creates the file in the
+held directory. A directory swapped for a symlink after start makes the spill fail (the output
+passes in full, with a warning) instead of writing elsewhere. The default location is the
+user's cache directory, outside the workspace; a ``spill_dir`` inside the workspace is allowed
+but warned about at start, since a tool can read and delete what is spilled there, unless it
+lies under a ``[plugin.sandbox] protected`` path (``.dsh/spill`` does, by default), which is
+read-only to the tools.
 """
 
 from __future__ import annotations
@@ -47,6 +58,9 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
+from dsh_plugins_builtin._beneath import makedirs_nofollow
+from dsh_plugins_builtin._fence import protected_paths
+from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = [
     "NoticeDoesNotFit",
@@ -145,9 +159,18 @@ class OutputBudgetPlugin:
         self.config = host.config_for(self)
         configured = self.config.spill_dir
         if configured is None:
-            self.spill_dir = default_spill_dir()
+            spill_dir = default_spill_dir()
         else:
-            self.spill_dir = host.workspace / configured.expanduser()
+            spill_dir = host.workspace / configured.expanduser()
+        # Canonical once, here; every spill then follows no symlink at all.
+        self.spill_dir = Path(os.path.realpath(spill_dir))
+        if configured is not None and _unprotected_in_workspace(host, self.spill_dir):
+            logger.warning(
+                "output_budget: [plugin.output_budget] spill_dir = %s lies in the workspace: the "
+                "tools can read and delete the outputs saved there. Leave spill_dir unset (the "
+                "user cache directory) or add it to [plugin.sandbox] protected.",
+                self.spill_dir,
+            )
 
     @hookimpl(tryfirst=True)
     async def dsh_tool_post_execute(
@@ -194,16 +217,31 @@ class OutputBudgetPlugin:
         name = f"{_safe(execution.name)}-{_safe(execution.call_id)}-{secrets.token_hex(8)}.txt"
         path = directory / name
         text = bound_text(data, self.config.max_inline_bytes, str(path))
-        if not directory.is_dir():
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, _FILE_FLAGS, 0o600)
+        dir_fd = makedirs_nofollow(str(directory), 0o700)
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
+            fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+            except BaseException:
+                os.unlink(name, dir_fd=dir_fd)
+                raise
+        finally:
+            os.close(dir_fd)
         return text
+
+
+def _unprotected_in_workspace(host: Host, spill_dir: Path) -> bool:
+    """Whether ``spill_dir`` lies in the workspace and no sandbox protected path covers it."""
+    text, workspace = str(spill_dir), os.path.realpath(host.workspace)
+    if text != workspace and not text.startswith(workspace + "/"):
+        return False
+    sandbox = host.pm.get_plugin("sandbox")
+    config = host.config_for(sandbox) if isinstance(sandbox, SandboxPlugin) else None
+    if not isinstance(config, SandboxConfig):
+        return True
+    protected = protected_paths(build_policy(config, host.workspace, host.config.source))
+    return not any(text == str(p) or text.startswith(f"{p}/") for p in protected)
 
 
 def _safe(part: str) -> str:

@@ -22,6 +22,8 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,11 +43,15 @@ from dsh_plugins_builtin._confine import (
 )
 from dsh_plugins_builtin._fence import (
     FenceDenied,
+    FileStamp,
+    RootReplaced,
     SandboxMode,
     SandboxPolicy,
     atomic_write_text,
+    check_pinned,
     check_read,
     check_write,
+    open_read,
     pin_roots,
 )
 from dsh_plugins_builtin._sandbox_check import FIX_HINT, check_report, render_report
@@ -270,6 +276,15 @@ class SandboxPlugin:
         """The workspace relative paths resolve against."""
         return self.policy.workspace
 
+    def _pinned(self) -> SandboxPolicy:
+        """The policy, after checking that no root was replaced since the host started."""
+        policy = self.policy
+        try:
+            check_pinned(policy)
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
+        return policy
+
     def check_read(self, path: str | os.PathLike[str]) -> Path:
         """Fence a read.
 
@@ -281,34 +296,77 @@ class SandboxPlugin:
 
         Raises:
             SandboxDeniedError: The path lies outside every readable root.
+            SandboxUnavailableError: A root was replaced since the host started.
         """
         try:
-            return check_read(path, self.policy)
+            return check_read(path, self._pinned())
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def open_read(
+        self, path: str | os.PathLike[str], *, directory: bool = False
+    ) -> tuple[int, Path]:
+        """Fence a read and open it race-free (no symlink followed out of its root).
+
+        Returns:
+            A new read-only descriptor (the caller closes it) and the real path.
+
+        Raises:
+            SandboxDeniedError: The path lies outside every readable root.
+            SandboxUnavailableError: A root was replaced since the host started.
+            OSError: As ``open`` would.
+        """
+        policy = self._pinned()
+        try:
+            return open_read(path, policy, directory=directory)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
 
     def check_write(self, path: str | os.PathLike[str]) -> Path:
         """Fence a write (the write itself re-checks; see `write_text`).
 
         Raises:
-            SandboxDeniedError: ``read-only`` mode, or the path lies outside the writable roots.
+            SandboxDeniedError: ``read-only`` mode, the path lies outside the writable roots,
+                or at or under a protected path (``[plugin.sandbox] protected``).
+            SandboxUnavailableError: A root was replaced since the host started.
         """
         try:
-            return check_write(path, self.policy)
+            return check_write(path, self._pinned())
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=self._by) from None
 
-    def write_text(self, path: str | os.PathLike[str], content: str) -> None:
+    def write_text(
+        self,
+        path: str | os.PathLike[str],
+        content: str,
+        *,
+        expect: FileStamp | None = None,
+        commit: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
         """Write UTF-8 text atomically, creating parents; fenced again right before the replace.
+
+        Args:
+            path: As the model spelled it.
+            content: The text.
+            expect: Write only if the file is still the one with this stamp (else
+                `dsh_plugins_builtin._fence.WriteConflict`).
+            commit: Entered around the final check and the rename (see
+                `dsh_plugins_builtin._fence.atomic_write_text`).
 
         Raises:
             SandboxDeniedError: The fence refused the path, now or at the re-check.
+            SandboxUnavailableError: A root was replaced since the host started.
             OSError: The write itself failed (e.g. the target is a directory).
         """
+        policy = self._pinned()
         try:
-            atomic_write_text(path, content, self.policy)
+            atomic_write_text(path, content, policy, expect=expect, commit=commit)
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=self._by) from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
 
     def resolve_cwd(self, cwd: str | os.PathLike[str] | None) -> Path:
         """The real working directory for a command (default: the workspace).

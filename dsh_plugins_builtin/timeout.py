@@ -20,8 +20,15 @@ own cancel scope around ``call_next`` has its deadline at the end of the grace p
 delegated call is still running then, everything inside it that is not shielded is cancelled
 (an inner wrapper that ignores the signal, say) and a warning is logged. Structured concurrency
 never abandons a task: a body that shields itself indefinitely keeps the call open until it
-finishes, and the result is then still ``TOOL_TIMEOUT``. A synchronous body runs in a worker thread that the host stops waiting for at
-the deadline; the thread itself cannot be killed and runs on in the background.
+finishes, and the result is then still ``TOOL_TIMEOUT``. A synchronous body runs in a worker
+thread that the host stops waiting for at the deadline; the thread itself cannot be killed and
+runs on in the background.
+
+An error result means nothing changed: a write that was committed (``write_file`` /
+``edit_file`` renamed its file into place) is reported as the success it is, even when the
+deadline passed meanwhile, with a note that the budget ran out. The plugin opens a
+`dsh_plugins_builtin._commit.CommitLedger` around the call for this; the file tools record
+a committed write there, and refuse to commit once the call has stopped waiting for them.
 """
 
 from __future__ import annotations
@@ -36,11 +43,13 @@ import trio
 from dsh_host import (
     AbortSignal,
     Host,
+    TextBlock,
     ToolExecution,
     ToolExecutionResult,
     ToolFailure,
     hookimpl,
 )
+from dsh_plugins_builtin._commit import commit_ledger
 
 __all__ = [
     "TOOL_TIMEOUT",
@@ -181,8 +190,11 @@ class TimeoutPlugin:
         expires = trio.current_time() + ms / 1000
         reason = ToolTimeoutReason(ms, grace, expires + grace / 1000)
         deadline = AbortSignal.at(expires, reason)
-        with trio.CancelScope(deadline=reason.grace_deadline) as hard:
+        with commit_ledger() as ledger, trio.CancelScope(deadline=reason.grace_deadline) as hard:
             result = await call_next(signal=deadline)
+        if ledger.committed is not None and result.is_error:
+            # The write was committed before the call stopped waiting: say so, not "failed".
+            return _committed(ledger.committed, ms)
         caller = execution.signal
         if caller.aborted and (caller.aborted_at is None or caller.aborted_at < expires):
             # The caller (or an outer wrapper) aborted first: its outcome stands.
@@ -199,6 +211,14 @@ class TimeoutPlugin:
         if deadline.aborted:
             return timeout_result(ms)
         return result
+
+
+def _committed(result: ToolExecutionResult, ms: float) -> ToolExecutionResult:
+    """A committed write's result, noting that the budget ran out as it finished."""
+    note = TextBlock(
+        f"(the change was committed, although the tool's {_ms(ms)}ms budget ran out as it finished)"
+    )
+    return attrs.evolve(result, content=(*result.content, note))
 
 
 def _aborted() -> ToolExecutionResult:

@@ -7,22 +7,35 @@ as ``host.pm.get_plugin("sandbox")``). Without it the tools fail closed: reads s
 the workspace, and ``write_file``, ``edit_file`` and ``bash`` return ``SANDBOX_UNAVAILABLE``.
 
 The read-only tools are concurrency-safe; ``write_file``, ``edit_file`` and ``bash`` are
-exclusive. Each tool presents itself as a card (see `dsh_plugins_builtin._presenters`).
+exclusive. Writes to one resolved path are serialised inside the host (`ToolsPlugin.path_lock`),
+whichever entry point (``host.call``, ``execute_batch``, MCP) the calls came through. Each tool
+presents itself as a card (see `dsh_plugins_builtin._presenters`).
+
+At start, when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a writable
+root, a warning is logged on ``dsh_plugins_builtin.tools``: a tool could change the next run's
+policy (see `dsh_plugins_builtin._fence.config_warning`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from dsh_host import Host, ToolDefinition, hookimpl
+from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
 from dsh_plugins_builtin._bash_tool import make_bash_tool
+from dsh_plugins_builtin._fence import config_warning
 from dsh_plugins_builtin._file_tools import make_file_tools
 from dsh_plugins_builtin._search_tools import make_search_tools
 from dsh_plugins_builtin._tool_support import FailClosedSandbox, Sandbox
+from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = ["TOOL_NAMES", "ToolsPlugin"]
+
+logger = logging.getLogger("dsh_plugins_builtin.tools")
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash")
 
@@ -39,6 +52,9 @@ class ToolsPlugin:
         self._workspace = Path.cwd()
         self._fallback: FailClosedSandbox | None = None
         self._fallback_why = ""
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._locks_guard = threading.Lock()
+        self._checked: object | None = None
 
     @property
     def workspace(self) -> Path:
@@ -58,17 +74,61 @@ class ToolsPlugin:
 
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
-        """Remember the workspace and find the ``sandbox`` plugin."""
+        """Remember the workspace, find the ``sandbox`` plugin, warn about a writable config."""
         self._host = host
         self._workspace = Path(os.path.abspath(host.workspace))
         self._plugin = host.pm.get_plugin("sandbox")
+        self._warn_about_config(host)
+
+    def _warn_about_config(self, host: Host) -> None:
+        plugin = self._plugin
+        if not isinstance(plugin, SandboxPlugin):
+            return
+        # The sandbox plugin may start after this one: build its policy from its config.
+        config = host.config_for(plugin)
+        if not isinstance(config, SandboxConfig):
+            return
+        warning = config_warning(build_policy(config, host.workspace, host.config.source))
+        if warning is not None:
+            logger.warning("sandbox: %s", warning)
+
+    @contextmanager
+    def path_lock(self, key: str) -> Iterator[None]:
+        """Hold the write lock of one resolved path (from a worker thread; made on demand).
+
+        Every write tool call of this host takes it around its read, check and commit, so
+        writes to one file are serialised whichever entry point they came through.
+        """
+        with self._locks_guard:
+            lock, users = self._locks.get(key, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._locks_guard:
+                users = self._locks[key][1]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
+        """Why policy withholds ``path`` from ``execution`` (`Host.path_denied`), or ``None``."""
+        host = self._host
+        return None if host is None else host.path_denied(execution, path, access)
 
     def sandbox(self) -> Sandbox:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
         plugin = self._plugin
         host = self._host
         if plugin is not None and host is not None and host.pm.is_registered(plugin):
-            if isinstance(plugin, Sandbox):
+            if plugin is self._checked:
+                return plugin  # type: ignore[return-value]
+            if isinstance(plugin, Sandbox):  # a Protocol check costs ~30 us: once per plugin
+                self._checked = plugin
                 return plugin
             why = (
                 "the plugin registered as 'sandbox' does not provide check_read, check_write, "

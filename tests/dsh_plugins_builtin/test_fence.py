@@ -339,3 +339,94 @@ def test_protected_paths_lie_under_every_writable_root_with_the_config_file(tmp_
     assert tmp_path / "dsh.toml" not in protected_paths(outside_config)
     assert protected_paths(attrs.evolve(policy, mode="read-only")) == ()
     assert protected_paths(attrs.evolve(policy, mode="danger-full-access")) == ()
+
+
+def test_pinned_roots_and_protected_paths_are_computed_once_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_plugins_builtin._fence import pin_roots, protected_paths, readable_roots
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
+    expected = (readable_roots(policy), writable_roots(policy), protected_paths(policy))
+    assert expected == ((ws,), (ws,), (ws / ".git", ws / ".claude", ws / ".dsh"))
+
+    def no_filesystem(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the roots were canonicalised again")
+
+    monkeypatch.setattr(_fence.os, "lstat", no_filesystem)
+    assert (readable_roots(policy), writable_roots(policy), protected_paths(policy)) == expected
+
+
+def test_the_sandbox_write_refuses_protected_paths_and_the_config_file(tmp_path: Path) -> None:
+    from dsh_plugins_builtin._fence import pin_roots
+
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    config = ws / "dsh.toml"
+    config.write_text("")
+    policy = pin_roots(
+        SandboxPolicy("workspace-write", ws, writable_roots=(ws,), config_file=config)
+    )
+    for target in (".git/config", ".git", ".claude/hooks/x.sh", "dsh.toml", "./.dsh/../.dsh/a"):
+        with pytest.raises(FenceDenied, match=r"\[plugin\.sandbox\] protected"):
+            atomic_write_text(target, "pwned", policy)
+    assert config.read_text() == ""
+    assert _tree(ws) == [".git", "dsh.toml"]
+    atomic_write_text("git-notes.txt", "fine", policy)  # the control: a neighbour is writable
+    assert (ws / "git-notes.txt").read_text() == "fine"
+
+
+def test_a_pyproject_config_is_not_protected_but_warned_about(tmp_path: Path) -> None:
+    from dsh_plugins_builtin._fence import config_warning, protected_paths
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pyproject = SandboxPolicy(
+        "workspace-write", ws, writable_roots=(ws,), config_file=ws / "pyproject.toml"
+    )
+    assert ws / "pyproject.toml" not in protected_paths(pyproject)
+    warning = config_warning(pyproject)
+    assert warning is not None
+    assert "pyproject.toml" in warning
+    assert "DSH_CONFIG" in warning
+    assert config_warning(attrs.evolve(pyproject, config_file=ws / "dsh.toml")) is None
+    assert config_warning(attrs.evolve(pyproject, config_file=tmp_path / "pyproject.toml")) is None
+    assert config_warning(attrs.evolve(pyproject, mode="danger-full-access")) is None
+
+
+def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
+    ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check saw a directory; by the open it is a symlink out: the open must fail."""
+    from dsh_plugins_builtin._fence import open_read
+
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("inside")
+    (outside / "f.txt").write_text("OUTSIDE")
+    real_check = _fence.check_read
+
+    def check_then_swap(path: object, policy: SandboxPolicy) -> Path:
+        key = real_check(path, policy)  # type: ignore[arg-type]
+        if (ws / "d").is_dir() and not (ws / "d").is_symlink():
+            (ws / "d").rename(ws / "parked")
+            (ws / "d").symlink_to(outside)
+        return key
+
+    monkeypatch.setattr(_fence, "check_read", check_then_swap)
+    with pytest.raises(FenceDenied):  # the retry judges the path again: now it points out
+        open_read("d/f.txt", policy)
+
+
+def test_a_policy_derived_from_a_pinned_one_does_not_keep_its_resolved_roots(
+    tmp_path: Path,
+) -> None:
+    from dsh_plugins_builtin._fence import pin_roots
+
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
+    wider = attrs.evolve(policy, writable_roots=(ws, other))
+    assert writable_roots(wider) == (ws, other)

@@ -30,6 +30,7 @@ from dsh_plugins_builtin.output_budget import (
     bound_text,
     default_spill_dir,
 )
+from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.timeout import TimeoutPlugin
 
 NOTICE = re.compile(
@@ -271,6 +272,59 @@ async def test_an_existing_file_or_symlink_is_never_followed_or_overwritten(
     assert result.text == text
     assert victim.read_text() == "precious"
     assert "FileExistsError" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("level", ["spill", "parent"])
+async def test_a_spill_dir_swapped_for_a_symlink_after_start_is_never_followed(
+    make_host, tmp_path, caplog, level
+):
+    """Issue 8 row 12 (spill part): the agent replaces the spill dir, or a directory above it,
+    with a symlink to a directory outside; the host must not write there."""
+    caplog.set_level(logging.WARNING, LOGGER)
+    ws = tmp_path / "ws"
+    (ws / "parent" / "spill").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    (outside / "spill").mkdir(parents=True)
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {"output_budget": {"max_inline_bytes": 1000, "spill_dir": "parent/spill"}},
+    }
+    text = "x" * 5000
+    host = make_host(OutputBudgetPlugin(), tools=[returns(text)], config=config)
+    swapped = ws / "parent" / "spill" if level == "spill" else ws / "parent"
+    swapped.rename(tmp_path / "moved-away")
+    swapped.symlink_to(outside / "spill" if level == "spill" else outside)
+    result = await host.call("big", {}, call_id="c1")
+    assert result.text == text  # passed on in full
+    assert not result.is_error
+    assert list((outside / "spill").iterdir()) == []
+    assert "could not save the full output" in caplog.records[-1].getMessage()
+    # The control: with the real directory back, the same output is spilled there.
+    swapped.unlink()
+    (tmp_path / "moved-away").rename(swapped)
+    _, _, _, path, _ = parse((await host.call("big", {})).text)
+    assert path.parent == ws / "parent" / "spill"
+    assert path.read_text() == text
+
+
+async def test_a_spill_dir_in_the_workspace_is_warned_about_at_start(make_host, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, LOGGER)
+    config = {
+        "host": {"workspace": str(tmp_path)},
+        "plugin": {"output_budget": {"spill_dir": "out"}},
+    }
+    make_host(OutputBudgetPlugin(), config=config)
+    [record] = caplog.records
+    assert "lies in the workspace" in record.getMessage()
+    assert "[plugin.sandbox] protected" in record.getMessage()
+    caplog.clear()
+    make_host(OutputBudgetPlugin(), config=budget(tmp_path / "elsewhere"))
+    assert caplog.records == []
+    # Under a protected path of the sandbox (.dsh by default) the tools cannot touch it.
+    protected = {"host": {"workspace": str(tmp_path)}}
+    protected["plugin"] = {"output_budget": {"spill_dir": ".dsh/spill"}, "sandbox": {}}
+    make_host(OutputBudgetPlugin(), SandboxPlugin(), config=protected)
+    assert caplog.records == []
 
 
 async def test_a_cap_too_small_for_the_notice_keeps_the_original(make_host, tmp_path, caplog):

@@ -223,3 +223,28 @@ async def test_list_dir_is_capped(host: Host, ws: Path, monkeypatch: pytest.Monk
     assert lines[:10] == [f"f{i:02}" for i in range(10)]
     assert lines[10:] == ["", "[showing 10 of 12 entries; use glob to narrow down]"]
     assert result.meta == {"path": ".", "count": 10, "total": 12}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a",
+        "a\n",
+        "a\r\nb\r\n",
+        "\n\n\nx",
+        "one\ntwo\nthree\nfour\nfive\n",
+        "x" * 2500 + "\ny\n",
+    ],
+)
+@pytest.mark.parametrize(("offset", "limit"), [(1, 2000), (2, 2), (4, 1), (1, 1)])
+def test_the_window_fast_path_agrees_with_the_line_by_line_one(
+    text: str, offset: int, limit: int
+) -> None:
+    from dsh_plugins_builtin._file_tools import _Window
+
+    whole, bytewise = _Window(offset, limit), _Window(offset, limit)
+    whole.feed(text)  # one chunk: the fast path where it applies
+    for char in text:  # one character a chunk: never the fast path past the first line
+        bytewise.feed(char)
+    assert (whole.finish(), whole.lines) == (bytewise.finish(), bytewise.lines)
