@@ -1,33 +1,66 @@
 """The search tools: ``glob`` (find files by name) and ``grep`` (find lines by regex).
 
-Both walk a fenced root with `dsh_plugins_builtin._walk` (``.gitignore`` honoured, ``.git``
-skipped, symlinked directories never followed), print paths relative to the workspace, come out
-sorted, and stop at a cap with a note saying so.
+Both print paths relative to the workspace, come out sorted, honour ``.gitignore``, skip
+``.git``, never follow symlinked directories, and stop at a cap with a note saying so.
+
+* ``glob`` walks a fenced root with `dsh_plugins_builtin._walk` and matches paths with RE2, in
+  time linear in the path whatever the pattern.
+* ``grep`` runs ripgrep (`dsh_plugins_builtin._ripgrep`) through the sandbox plugin, like a
+  ``bash`` command, with the sandbox's timeout on the process. Where ripgrep is not installed,
+  or the sandbox cannot run commands (disabled, or no backend here), it searches in-process on
+  a worker thread with RE2, which is linear-time too: no pattern can hang the host.
+
+Policy (``dsh_path_denied``, via `Host.path_denied`) is asked about every file a search meets,
+before ripgrep runs; withheld files are excluded from the search, and anything ripgrep still
+reports is checked again by its real path. A withheld file never appears, by name or content;
+one line says how many were withheld. The count covers every file the search met, matching or
+not, so it cannot be used to probe a withheld file's contents or name.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pathspec
+import attrs
+import trio
 
-from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
+from dsh_host import (
+    DshError,
+    Host,
+    ToolArgsError,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    define_tool,
+)
 from dsh_plugins_builtin import _presenters as present
+from dsh_plugins_builtin._ripgrep import find_rg, parse_output, regex_error, rg_command
 from dsh_plugins_builtin._tool_support import (
     BINARY_SNIFF_BYTES,
+    Sandbox,
     ToolEnv,
     bool_arg,
     display_path,
     guarded,
+    guarded_async,
     os_failure,
     str_arg,
 )
-from dsh_plugins_builtin._walk import compile_glob, expand_braces, walk_files
+from dsh_plugins_builtin._walk import (
+    RegexError,
+    compile_glob,
+    expand_braces,
+    gitignore_spec,
+    linear_regex,
+    walk_files,
+)
+from dsh_plugins_builtin._walk import regex_error as re2_error
+from dsh_plugins_builtin.sandbox import SandboxUnavailableError
 
 __all__ = ["make_search_tools"]
 
@@ -35,16 +68,20 @@ MAX_GLOB_RESULTS = 1000
 MAX_GREP_MATCHES = 500
 MAX_MATCH_LINE = 400
 MAX_GREP_FILE_BYTES = 32 * 1024 * 1024
+SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
+# A longer command line (many withheld files to exclude) is searched in-process instead; Linux
+# caps one argument (the ``bash -c`` string) at 128 KiB.
+_MAX_COMMAND = 100_000
 # Pattern features under which a line can match although the whole text does not.
-_LINE_ONLY = ("\\A", "\\Z", "(?<", "(?=", "(?!", "(?-")
+_LINE_ONLY = ("\\A", "\\z", "(?-")
 
 
 def _safe(args: Any) -> bool:
     return True
 
 
-def _root(env: ToolEnv, spelled: str) -> Path:
-    real = env.sandbox().check_read(spelled)
+def _root(sandbox: Sandbox, spelled: str) -> Path:
+    real = sandbox.check_read(spelled)
     if not real.exists():
         raise DshError(
             f'no such file or directory: "{spelled}" (relative to the workspace)', "FILE_NOT_FOUND"
@@ -61,11 +98,78 @@ def _prefix(real: Path, env: ToolEnv) -> str:
     return "" if shown == "." else shown.rstrip("/") + "/"
 
 
-def _stopper(ctx: ToolRunContext | None) -> Any:
+def _stopper(ctx: ToolRunContext | None) -> Callable[[], bool]:
     if ctx is None:
         return lambda: False
     signal = ctx.signal
     return lambda: signal.aborted
+
+
+def _text_arg(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    """A string argument that can reach a command line: no NUL, no lone surrogate."""
+    value = str_arg(args, name, default)
+    if "\0" in value:
+        raise ToolArgsError([f'"{name}" must not contain a NUL character'])
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolArgsError(
+            [
+                f'"{name}" contains a lone surrogate (not valid UTF-8), which no file name or text can match'
+            ]
+        ) from None
+    return value
+
+
+class _Policy:
+    """``dsh_path_denied`` for one call: which files the search must leave out, and how many."""
+
+    def __init__(self, env: ToolEnv, ctx: ToolRunContext | None) -> None:
+        host = getattr(env, "_host", None)  # the tools plugin's host (tools.py is not ours)
+        self._ask: Callable[[str, str], str | None] | None = None
+        if (
+            isinstance(host, Host)
+            and ctx is not None
+            and host.pm.hook.dsh_path_denied.get_hookimpls()
+        ):
+            self._ask = functools.partial(host.path_denied, ctx.execution)
+        self.withheld = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether any plugin implements ``dsh_path_denied``."""
+        return self._ask is not None
+
+    def denied(self, *real: str) -> bool:
+        """Whether policy withholds any of these real paths (one file); counts it if so."""
+        ask = self._ask
+        if ask is None:
+            return False
+        if any(ask(path, "read") is not None for path in real):
+            self.withheld += 1
+            return True
+        return False
+
+    def note(self) -> str | None:
+        """The line telling the model files were left out, or ``None``."""
+        if not self.withheld:
+            return None
+        return (
+            f"[{self.withheld} file(s) withheld by policy: left out of this search, "
+            "names and contents]"
+        )
+
+
+def _finish(
+    body: str, notes: list[str], meta: dict[str, Any], policy: _Policy
+) -> ToolExecutionResult:
+    note = policy.note()
+    if note is not None:
+        notes.append(note)
+        meta["withheld"] = policy.withheld
+    if notes:
+        body += "\n\n" + "\n".join(notes)
+    return ToolExecutionResult(content=body, meta=meta)
 
 
 # -- glob ----------------------------------------------------------------------------------------
@@ -75,163 +179,339 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
     pattern = str_arg(args, "pattern").removeprefix("./")
     spelled = str_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)
-    root = _root(env, spelled)
+    root = _root(env.sandbox(), spelled)
     if not root.is_dir():
         raise DshError(f'"{spelled}" is a file; glob searches a directory', "NOT_A_DIRECTORY")
     prefix = _prefix(root, env)
+    base = str(root).rstrip("/") + "/"
+    policy = _Policy(env, ctx)
     found: list[str] = []
     total = 0
-    for rel, _entry in walk_files(
+    for rel, entry in walk_files(
         root,
         top=_top(env),
         respect_ignore=not bool_arg(args, "include_ignored"),
         max_depth=depth,
         stop=_stopper(ctx),
     ):
+        # Policy sees every file the walk meets, matching or not: a count of withheld
+        # *matches* would let a pattern probe withheld names one character at a time.
+        if policy.active:
+            real = base + rel  # the walk never follows a symlink, so this is real
+            targets = (real, os.path.realpath(real)) if entry.is_symlink() else (real,)
+            if policy.denied(*targets):
+                continue
         if regex.match(rel):
             total += 1
             if len(found) < MAX_GLOB_RESULTS:
                 found.append(prefix + rel)
     where = display_path(root, env.workspace)
-    meta = {"path": where, "count": len(found), "total": total, "truncated": total > len(found)}
-    if not found:
-        return ToolExecutionResult(content=f"No files match {pattern!r} in {where}", meta=meta)
-    body = "\n".join(found)
+    meta: dict[str, Any] = {
+        "path": where,
+        "count": len(found),
+        "total": total,
+        "truncated": total > len(found),
+    }
+    notes: list[str] = []
     if total > len(found):
-        body += (
-            f"\n\n[showing the first {len(found)} of {total} matching files; "
+        notes.append(
+            f"[showing the first {len(found)} of {total} matching files; "
             "narrow the pattern or the path]"
         )
-    return ToolExecutionResult(content=body, meta=meta)
+    body = "\n".join(found) if found else f"No files match {pattern!r} in {where}"
+    return _finish(body, notes, meta, policy)
 
 
 # -- grep ----------------------------------------------------------------------------------------
 
 
-def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
-    flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
-    try:
-        return re.compile(pattern, flags)
-    except (re.error, OverflowError, RecursionError) as exc:
-        raise DshError(
-            f"invalid regular expression {pattern!r}: {exc} (Python `re` syntax)", "BAD_REGEX"
-        ) from None
-
-
-def _file_filter(glob: str | None) -> pathspec.GitIgnoreSpec | None:
-    if not glob:
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(expand_braces(glob))
-
-
-def _cut(line: str) -> str:
+def _cut(line: str, long: bool = False) -> str:
+    if long:  # ripgrep printed only the line's first LONG_LINE_BYTES bytes
+        return (
+            f"{line[:MAX_MATCH_LINE]} [... {max(len(line) - MAX_MATCH_LINE, 1)}+ more characters]"
+        )
     if len(line) <= MAX_MATCH_LINE:
         return line
     return f"{line[:MAX_MATCH_LINE]} [... {len(line) - MAX_MATCH_LINE} more characters]"
 
 
-class _Grep:
-    def __init__(self, regex: re.Pattern[str], line_only: bool) -> None:
-        self.regex = regex
-        self.line_only = line_only
-        self.matches: list[str] = []
-        self.files = 0
-        self.truncated = False
-        self.too_large = 0
+def _bad_regex(pattern: str, why: str, syntax: str) -> DshError:
+    return DshError(
+        f"invalid regular expression {pattern!r}: {why} ({syntax} syntax: like Python `re` "
+        "without lookaround or backreferences)",
+        "BAD_REGEX",
+    )
 
-    def search(self, path: str, shown: str) -> None:
-        """Add the matching lines of one file; skips binary and very large files."""
-        try:  # never follow a symlink swapped in after the walk; never block on a FIFO
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return
+
+@attrs.define
+class _Listing:
+    """What the search will read: candidate files, after policy and the size cap."""
+
+    files: list[tuple[str, str]] = attrs.Factory(list)  # (shown path, real path), sorted
+    denied: list[str] = attrs.Factory(list)  # withheld, relative to the search directory
+    too_large: int = 0
+
+
+@attrs.frozen
+class _Search:
+    """The grep arguments, checked."""
+
+    pattern: str
+    spelled: str
+    glob: str | None
+    ignore_case: bool
+    include_ignored: bool
+
+
+def _list_files(
+    env: ToolEnv, search: _Search, root: Path, policy: _Policy, ctx: ToolRunContext | None
+) -> _Listing:
+    """Walk the files the search will read, asking policy about each (worker thread)."""
+    listing = _Listing()
+    if not root.is_dir():  # one file, named explicitly: no ignore rules, no glob filter
+        if not policy.denied(str(root)):
+            listing.files.append((display_path(root, env.workspace), str(root)))
+        return listing
+    only = None
+    if search.glob:
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return
-            if st.st_size > MAX_GREP_FILE_BYTES:
-                self.too_large += 1
-                return
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                # Sized by the file, not the cap: a read(cap) would allocate the cap every time.
-                data = handle.read(st.st_size + 1)
+            only = gitignore_spec(expand_braces(search.glob))
+        except Exception as exc:  # pathspec's own pattern errors; RE2's
+            raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {exc}']) from None
+    prefix = _prefix(root, env)
+    base = str(root).rstrip("/") + "/"
+    for rel, entry in walk_files(
+        root, top=_top(env), respect_ignore=not search.include_ignored, stop=_stopper(ctx)
+    ):
+        if entry.is_symlink() or (only is not None and not only.match_file(rel)):
+            continue
+        real = base + rel
+        if policy.denied(real):
+            listing.denied.append(rel)
+            continue
+        try:
+            size = entry.stat(follow_symlinks=False).st_size
         except OSError:
-            return
-        finally:
-            os.close(fd)
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
-            return
-        text = data.decode("utf-8", errors="replace")
-        search = self.regex.search
-        if not self.line_only and search(text) is None:
-            return
-        lines = text.split("\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        hit = False
-        for number, raw in enumerate(lines, 1):
-            line = raw.removesuffix("\r")
-            if search(line) is not None:
-                if len(self.matches) == MAX_GREP_MATCHES:
-                    self.truncated = True
-                    return
-                hit = True
-                self.matches.append(f"{shown}:{number}:{_cut(line)}")
-        self.files += hit
+            continue
+        if size > MAX_GREP_FILE_BYTES:
+            listing.too_large += 1
+            continue
+        listing.files.append((prefix + rel, real))
+    return listing
 
 
-def _grep(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> ToolExecutionResult:
-    pattern = str_arg(args, "pattern")
-    spelled = str_arg(args, "path", ".")
-    regex = _compile(pattern, bool_arg(args, "ignore_case"))
-    only = _file_filter(args.get("glob"))
-    root = _root(env, spelled)
-    grep = _Grep(regex, any(token in pattern for token in _LINE_ONLY))
+@attrs.define
+class _Found:
+    """Matches gathered by either engine, in path order."""
+
+    matches: list[tuple[str, int, str, bool]] = attrs.Factory(list)  # shown, line, text, long
+    cut_short: bool = False  # stopped early by an output limit: more matches may exist
+
+
+async def _ripgrep(
+    env: ToolEnv,
+    rg: str,
+    sandbox: Sandbox,
+    search: _Search,
+    root: Path,
+    listing: _Listing,
+    policy: _Policy,
+) -> _Found | None:
+    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here."""
+    is_dir = root.is_dir()
+    cwd = root if is_dir else root.parent
+    if not is_dir and not listing.files:
+        return _Found()  # the one file named is withheld
+    command = functools.partial(
+        rg_command,
+        rg,
+        search.pattern,
+        ignore_case=search.ignore_case,
+        include_ignored=search.include_ignored,
+        glob=search.glob if is_dir else None,
+        exclude=listing.denied,
+        max_filesize=MAX_GREP_FILE_BYTES,
+        target=None if is_dir else root.name,
+    )
+    first = command()
+    if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
+        return None
+    try:
+        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+        if result.truncated and not result.timed_out:
+            # Too much output for the sandbox's buffer: search again in path order and keep
+            # only what can be shown (ripgrep stops once `head` has enough).
+            result = await sandbox.run(
+                command(sorted_head=MAX_GREP_MATCHES + 1), cwd=str(cwd), timeout=SEARCH_TIMEOUT_S
+            )
+    except SandboxUnavailableError:
+        return None
     where = display_path(root, env.workspace)
-    if root.is_file():
-        grep.search(str(root), where)
-    elif root.is_dir():
-        prefix = _prefix(root, env)
-        for rel, entry in walk_files(
-            root,
-            top=_top(env),
-            respect_ignore=not bool_arg(args, "include_ignored"),
-            stop=_stopper(ctx),
-        ):
-            if entry.is_symlink() or (only is not None and not only.match_file(rel)):
-                continue
-            grep.search(entry.path, prefix + rel)
-            if grep.truncated:
-                break
-    else:
-        raise os_failure(IsADirectoryError(), spelled, "search")
-    meta = {
+    if result.timed_out:
+        raise DshError(
+            f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
+            "and was stopped; narrow the path, the glob or the pattern",
+            "SEARCH_TIMEOUT",
+        )
+    output = parse_output(result.output, result.truncated)
+    if result.exit_code == 2 and not output.matches:
+        why = regex_error(output.messages)
+        if why is not None:
+            raise _bad_regex(search.pattern, why, "Rust regex")
+    if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
+        detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
+        raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+    found = _Found(cut_short=not output.complete)
+    prefix = _prefix(root, env) if is_dir else ""
+    withheld = set(listing.denied)
+    allowed: dict[str, bool] = {}
+    for match in output.matches:
+        rel = match.path
+        ok = allowed.get(rel)
+        if ok is None:
+            # Checked again by real path: ripgrep's walk may differ from ours, or a file
+            # may have been swapped for a symlink since.
+            real = os.path.realpath(os.path.join(cwd, rel))
+            ok = rel not in withheld and not policy.denied(real)
+            allowed[rel] = ok
+        if ok:
+            shown = prefix + rel if is_dir else where
+            found.matches.append((shown, match.line, match.text, match.long))
+    found.matches.sort(key=lambda item: (item[0], item[1]))
+    return found
+
+
+def _local_regex(search: _Search) -> Any:
+    flags = "(?mi)" if search.ignore_case else "(?m)"
+    try:
+        return linear_regex(flags + search.pattern)
+    except RegexError as exc:
+        raise _bad_regex(search.pattern, re2_error(exc), "RE2") from None
+
+
+def _search_file(regex: Any, line_only: bool, real: str, shown: str, found: _Found) -> bool:
+    """Add the matching lines of one file (binary files skipped); false once the cap is hit."""
+    try:  # never follow a symlink swapped in after the walk; never block on a FIFO
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_GREP_FILE_BYTES:
+            return True
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            # Sized by the file, not the cap: a read(cap) would allocate the cap every time.
+            data = handle.read(st.st_size + 1)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    if b"\0" in data[:BINARY_SNIFF_BYTES]:
+        return True
+    text = data.decode("utf-8", errors="replace")
+    search = regex.search
+    if not line_only and search(text.replace("\r\n", "\n") if "\r" in text else text) is None:
+        return True
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    for number, raw in enumerate(lines, 1):
+        line = raw.removesuffix("\r")
+        if search(line) is not None:
+            if len(found.matches) > MAX_GREP_MATCHES:
+                return False
+            found.matches.append((shown, number, line, False))
+    return True
+
+
+def _local_search(search: _Search, listing: _Listing, ctx: ToolRunContext | None) -> _Found:
+    """The in-process engine (worker thread): RE2, linear-time, over the listed files."""
+    regex = _local_regex(search)
+    line_only = any(token in search.pattern for token in _LINE_ONLY)
+    stop = _stopper(ctx)
+    found = _Found()
+    for shown, real in listing.files:
+        if stop() or not _search_file(regex, line_only, real, shown, found):
+            break
+    return found
+
+
+async def _grep(
+    env: ToolEnv, rg: str | None, args: Mapping[str, Any], ctx: ToolRunContext | None
+) -> ToolExecutionResult:
+    glob = args.get("glob")
+    search = _Search(
+        pattern=_text_arg(args, "pattern"),
+        spelled=_text_arg(args, "path", "."),
+        glob=_text_arg(args, "glob") if isinstance(glob, str) and glob else None,
+        ignore_case=bool_arg(args, "ignore_case"),
+        include_ignored=bool_arg(args, "include_ignored"),
+    )
+    if rg is None:
+        _local_regex(search)  # a bad pattern is reported before any walk
+    sandbox = env.sandbox()
+    root = await trio.to_thread.run_sync(_root, sandbox, search.spelled)
+    if not root.is_file() and not root.is_dir():
+        raise os_failure(IsADirectoryError(), search.spelled, "search")
+    policy = _Policy(env, ctx)
+    listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx)
+    found = None
+    if rg is not None:
+        found = await _ripgrep(env, rg, sandbox, search, root, listing, policy)
+    if found is None:
+        found = await trio.to_thread.run_sync(_local_search, search, listing, ctx)
+    return _grep_result(env, search, root, listing, found, policy)
+
+
+def _grep_result(
+    env: ToolEnv,
+    search: _Search,
+    root: Path,
+    listing: _Listing,
+    found: _Found,
+    policy: _Policy,
+) -> ToolExecutionResult:
+    where = display_path(root, env.workspace)
+    truncated = len(found.matches) > MAX_GREP_MATCHES or found.cut_short
+    kept = found.matches[:MAX_GREP_MATCHES]
+    meta: dict[str, Any] = {
         "path": where,
-        "count": len(grep.matches),
-        "files": grep.files,
-        "truncated": grep.truncated,
+        "count": len(kept),
+        "files": len({shown for shown, _, _, _ in kept}),
+        "truncated": truncated,
     }
     notes: list[str] = []
-    if grep.truncated:
+    if len(found.matches) > MAX_GREP_MATCHES:
         notes.append(
             f"[stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, the path or the glob]"
         )
-    if grep.too_large:
+    elif found.cut_short:
         notes.append(
-            f"[{grep.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
+            f"[stopped after {len(kept)} matches: the output limit was reached; narrow the "
+            "pattern, the path or the glob]"
         )
-    body = "\n".join(grep.matches) if grep.matches else f"No matches for {pattern!r} in {where}"
-    if notes:
-        body += "\n\n" + "\n".join(notes)
-    return ToolExecutionResult(content=body, meta=meta)
+    if listing.too_large:
+        notes.append(
+            f"[{listing.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
+        )
+    lines = [f"{shown}:{number}:{_cut(text, long)}" for shown, number, text, long in kept]
+    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {where}"
+    return _finish(body, notes, meta, policy)
 
 
 _SEARCH_PATH = "Directory (or, for grep, a file) to search, relative to the workspace root (default: the root)."
 _IGNORED = "Also search files that .gitignore excludes (default false; .git/ is always skipped)."
 
 
-def make_search_tools(env: ToolEnv) -> list[ToolDefinition]:
-    """``glob`` and ``grep``, bound to ``env`` (the ``tools`` plugin)."""
+def make_search_tools(env: ToolEnv, rg: str | bool | None = True) -> list[ToolDefinition]:
+    """``glob`` and ``grep``, bound to ``env`` (the ``tools`` plugin).
+
+    Args:
+        env: The tools plugin.
+        rg: The ripgrep binary ``grep`` runs; ``True`` (the default) finds it now, once
+            (`dsh_plugins_builtin._ripgrep.find_rg`); ``None`` or ``False`` searches in-process.
+    """
+    binary = find_rg() if rg is True else (rg or None)
     return [
         define_tool(
             name="glob",
@@ -262,10 +542,11 @@ def make_search_tools(env: ToolEnv) -> list[ToolDefinition]:
         define_tool(
             name="grep",
             description=(
-                "Search file contents for a regular expression (Python `re` syntax), line by "
-                "line. Prints `path:line:text` for each matching line, paths relative to the "
-                f"workspace, sorted; at most {MAX_GREP_MATCHES} matches, long lines cut. Binary "
-                "files and files excluded by .gitignore are skipped."
+                "Search file contents for a regular expression, line by line (ripgrep's Rust "
+                "regex syntax: like Python `re` but without lookaround or backreferences; "
+                "`\\z` for end of text). Prints `path:line:text` for each matching line, paths "
+                f"relative to the workspace, sorted; at most {MAX_GREP_MATCHES} matches, long "
+                "lines cut. Binary files and files excluded by .gitignore are skipped."
             ),
             parameters={
                 "pattern": {
@@ -287,7 +568,7 @@ def make_search_tools(env: ToolEnv) -> list[ToolDefinition]:
                 },
                 "include_ignored": {"type": "boolean", "description": _IGNORED},
             },
-            execute=guarded(lambda args, ctx: _grep(env, args, ctx)),
+            execute=guarded_async(lambda args, ctx: _grep(env, binary, args, ctx)),
             is_concurrency_safe=_safe,
             present_call=present.grep_call,
             present_result=present.grep_result,
