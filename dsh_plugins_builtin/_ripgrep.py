@@ -170,10 +170,11 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
         if not colon or not number.isdigit():
             messages.append(raw.replace("\0", ":"))
             continue
+        body = body.removesuffix("\r")  # --crlf ends every printed line with CRLF
         long = body.endswith(_PREVIEW_MARK)
         if long:
             body = body[: -len(_PREVIEW_MARK)]
-        matches.append(RgMatch(path, int(number), body.removesuffix("\r"), long))
+        matches.append(RgMatch(path, int(number), body, long))
     return RgOutput(tuple(matches), tuple(messages), not truncated)
 
 

