@@ -88,8 +88,8 @@ def rg_command(
         glob: The model's ``.gitignore``-style file filter.
         exclude: Paths (relative to the working directory) withheld by policy.
         max_filesize: Skip files larger than this many bytes.
-        target: A file to search (relative to the working directory), or ``None`` for the
-            whole working directory.
+        target: A file to search (relative to the working directory, so it cannot start with
+            ``-``), or ``None`` for the whole working directory.
         sorted_head: Sort by path (single-threaded) and stop after this many lines.
     """
     args: list[str] = [
@@ -121,9 +121,9 @@ def rg_command(
         args.append(f"--glob={glob}")
     args.append("--glob=!.git")
     args.extend(f"--glob=!/{escape_glob(rel)}" for rel in exclude)
-    args.extend(["-e", pattern])
-    if target is not None:
-        args.extend(["--", target])
+    # Always name what to search: without a path, rg searches its stdin when that is not a
+    # terminal. A directory is searched as ``./`` (parse_output strips the prefix).
+    args.extend(["-e", pattern, "--", target if target is not None else "./"])
     line = " ".join(shlex.quote(arg) for arg in args)
     if sorted_head is None:
         return "exec " + line
@@ -174,7 +174,7 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
         long = body.endswith(_PREVIEW_MARK)
         if long:
             body = body[: -len(_PREVIEW_MARK)]
-        matches.append(RgMatch(path, int(number), body, long))
+        matches.append(RgMatch(path.removeprefix("./"), int(number), body, long))
     return RgOutput(tuple(matches), tuple(messages), not truncated)
 
 

@@ -257,7 +257,7 @@ async def test_without_a_sandbox_grep_searches_in_process(
 
 async def test_too_much_output_is_searched_again_in_path_order(make_host: Any, ws: Path) -> None:
     put(ws, {f"f{i:02}.txt": "needle xxxxxxxxxxxxxxxxxxxx\n" * 30 for i in range(30)})
-    host = tools_host(make_host, ws, max_output_bytes=20_000)
+    host = tools_host(make_host, ws, max_output_bytes=24_000)
     result = await host.call("grep", {"pattern": "needle"})
     lines = result.text.split("\n")
     assert lines[0] == "f00.txt:1:needle xxxxxxxxxxxxxxxxxxxx"
@@ -344,6 +344,23 @@ async def test_grep_leaves_withheld_files_out(policy_host: tuple[Host, WithholdS
     )
     for found in (result, inside):
         assert_nothing_secret(found.text.replace("in secrets", "in "))
+
+
+async def test_ripgrep_is_told_to_skip_withheld_files(
+    make_host: Any, secrets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw: list[str] = []
+    parse = _search_tools.parse_output
+    monkeypatch.setattr(
+        _search_tools, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
+    )
+    config = {"host": {"workspace": str(secrets)}}
+    (secrets / "secrets" / "we[ir]d *{x}.txt").write_text("hunter2 again\n")
+    host = make_host(ToolsPlugin(), SandboxPlugin(), WithholdSecrets(secrets), config=config)
+    result = await host.call("grep", {"pattern": "hunter2|needle"})
+    assert result.meta["withheld"] == 3
+    assert raw  # ripgrep ran, and never printed a withheld file
+    assert all("hunter2" not in text for text in raw)
 
 
 async def test_the_withheld_count_does_not_depend_on_contents(
