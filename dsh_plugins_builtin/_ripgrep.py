@@ -74,7 +74,6 @@ def rg_command(
     include_ignored: bool,
     glob: str | None,
     exclude: Iterable[str],
-    max_filesize: int,
     target: str | None,
     sorted_head: int | None = None,
 ) -> str:
@@ -87,7 +86,6 @@ def rg_command(
         include_ignored: Search files ``.gitignore`` excludes too (``.git/`` stays skipped).
         glob: The model's ``.gitignore``-style file filter.
         exclude: Paths (relative to the working directory) withheld by policy.
-        max_filesize: Skip files larger than this many bytes.
         target: A file to search (relative to the working directory, so it cannot start with
             ``-``), or ``None`` for the whole working directory.
         sorted_head: Sort by path (single-threaded) and stop after this many lines.
@@ -107,7 +105,6 @@ def rg_command(
         "--no-ignore-global",
         "--no-ignore-exclude",
         "--crlf",
-        f"--max-filesize={max_filesize}",
         f"--max-columns={LONG_LINE_BYTES}",
         "--max-columns-preview",
     ]

@@ -67,7 +67,7 @@ __all__ = ["make_search_tools"]
 MAX_GLOB_RESULTS = 1000
 MAX_GREP_MATCHES = 500
 MAX_MATCH_LINE = 400
-MAX_GREP_FILE_BYTES = 32 * 1024 * 1024
+MAX_GREP_FILE_BYTES = 32 * 1024 * 1024  # the in-process engine reads whole files; rg streams
 SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
 # A longer command line (many withheld files to exclude) is searched in-process instead; Linux
 # caps one argument (the ``bash -c`` string) at 128 KiB.
@@ -269,9 +269,18 @@ class _Search:
 
 
 def _list_files(
-    env: ToolEnv, search: _Search, root: Path, policy: _Policy, ctx: ToolRunContext | None
+    env: ToolEnv,
+    search: _Search,
+    root: Path,
+    policy: _Policy,
+    ctx: ToolRunContext | None,
+    sizes: bool,
 ) -> _Listing:
-    """Walk the files the search will read, asking policy about each (worker thread)."""
+    """Walk the files the search will read, asking policy about each (worker thread).
+
+    With ``sizes`` (the in-process engine), files over `MAX_GREP_FILE_BYTES` are counted
+    and left out; ripgrep streams files of any size.
+    """
     listing = _Listing()
     if not root.is_dir():  # one file, named explicitly: no ignore rules, no glob filter
         if not policy.denied(str(root)):
@@ -294,13 +303,14 @@ def _list_files(
         if policy.denied(real):
             listing.denied.append(rel)
             continue
-        try:
-            size = entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            continue
-        if size > MAX_GREP_FILE_BYTES:
-            listing.too_large += 1
-            continue
+        if sizes:
+            try:
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+            if size > MAX_GREP_FILE_BYTES:
+                listing.too_large += 1
+                continue
         listing.files.append((prefix + rel, real))
     return listing
 
@@ -335,7 +345,6 @@ async def _ripgrep(
         include_ignored=search.include_ignored,
         glob=search.glob if is_dir else None,
         exclude=listing.denied,
-        max_filesize=MAX_GREP_FILE_BYTES,
         target=None if is_dir else root.name,
     )
     first = command()
@@ -460,11 +469,18 @@ async def _grep(
     if not root.is_file() and not root.is_dir():
         raise os_failure(IsADirectoryError(), search.spelled, "search")
     policy = _Policy(env, ctx)
-    listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx)
     found = None
     if rg is not None:
+        # ripgrep walks by itself; ours only finds what policy withholds, to exclude it.
+        if policy.active or not root.is_dir():
+            listing = await trio.to_thread.run_sync(
+                _list_files, env, search, root, policy, ctx, False
+            )
+        else:
+            listing = _Listing()
         found = await _ripgrep(env, rg, sandbox, search, root, listing, policy)
     if found is None:
+        listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx, True)
         found = await trio.to_thread.run_sync(_local_search, search, listing, ctx)
     return _grep_result(env, search, root, listing, found, policy)
 

@@ -258,7 +258,9 @@ def _walk(
             entries = list(it)
     except OSError:
         return
-    if respect_ignore:
+    # Only open a .gitignore that is there: a failed open per directory costs more than the
+    # rest of the walk on some filesystems.
+    if respect_ignore and any(entry.name == ".gitignore" for entry in entries):
         spec = _load_spec(directory)
         if spec is not None:
             specs = [*specs, (rel, spec)]
