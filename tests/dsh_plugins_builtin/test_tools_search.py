@@ -259,3 +259,14 @@ async def test_grep_skips_very_large_files_and_says_so(
 async def test_grep_outside_is_denied(host: Host) -> None:
     result = await host.call("grep", {"pattern": "root", "path": "/etc"})
     assert result.code == "SANDBOX_DENIED"
+
+
+async def test_grep_in_an_explicitly_named_ignored_directory(host: Host, tree: Path) -> None:
+    assert (await host.call("grep", {"pattern": "def", "path": "build"})).text == (
+        "build/out.py:1:def built"
+    )
+    everything = await host.call("grep", {"pattern": "^def", "include_ignored": True})
+    shown = [line.split(":")[0] for line in everything.text.split("\n")]
+    assert shown == sorted(shown)
+    assert {"a.log", "build/out.py", "src/gen_x.py", "top_only.txt"} <= set(shown)
+    assert not any(path.startswith(".git/") for path in shown)
