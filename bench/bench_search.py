@@ -6,6 +6,9 @@ Builds a tree of about ``--mb`` MB of source-like text files in a temporary dire
 hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved rounds:
 
 * ``rg``: plain ripgrep, ``rg -n PATTERN`` in the tree (all cores, output to a pipe, read);
+* ``sandboxed rg``: the very command line ``grep`` runs (``bash -c 'exec rg ...'``), wrapped by
+  the same backend with the same arguments, started with `subprocess.run`: the floor for any
+  confined search, so ``grep`` / ``sandboxed rg`` is what dsh itself adds;
 * ``grep``: the dsh ``grep`` tool through ``host.call`` with the ``tools`` and ``sandbox``
   plugins (bwrap or Landlock, whichever works): validation, the policy walk, ripgrep in the
   sandbox, parsing, sorting and the 500-match cap;
@@ -39,13 +42,13 @@ import trio
 
 from dsh_host import Host, hookimpl
 from dsh_plugins_builtin import _search_tools
-from dsh_plugins_builtin._confine import probe_backends
-from dsh_plugins_builtin._ripgrep import find_rg
+from dsh_plugins_builtin._confine import confine_argv, probe_backends, scrub_env
+from dsh_plugins_builtin._ripgrep import find_rg, rg_command
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 
 PATTERN = r"[A-Z][a-z]+Error\("
-WORDS = "alpha beta gamma delta value result items config handler buffer index state".split()
+WORDS = ("alpha", "beta", "gamma", "delta", "value", "result", "items", "config", "handler")
 
 
 class AllowAll:
@@ -81,10 +84,10 @@ def build_tree(root: Path, megabytes: int, seed: int = 7) -> int:
     return index
 
 
-def time_rg(rg: str, tree: Path) -> tuple[float, int]:
+def time_argv(argv: list[str], tree: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
     started = time.perf_counter()
     done = subprocess.run(
-        [rg, "--no-config", "-n", PATTERN], cwd=tree, capture_output=True, check=False
+        argv, cwd=tree, capture_output=True, check=False, stdin=subprocess.DEVNULL, env=env
     )
     elapsed = time.perf_counter() - started
     return elapsed, done.stdout.count(b"\n")
@@ -120,24 +123,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tree.mkdir()
         files = build_tree(tree, args.mb)
         size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
-        hosts = {"grep": host_for(tree, backend), "grep+policy": host_for(tree, backend, AllowAll())}
+        hosts = {
+            "grep": host_for(tree, backend),
+            "grep+policy": host_for(tree, backend, AllowAll()),
+        }
         saved = _search_tools.find_rg
         _search_tools.find_rg = lambda: None
         try:
             hosts["builtin"] = host_for(tree, backend)
         finally:
             _search_tools.find_rg = saved
-        samples: dict[str, list[float]] = {"rg": [], **{name: [] for name in hosts}}
+        plain = [rg, "--no-config", "-n", PATTERN, "./"]
+        sandbox = hosts["grep"].pm.get_plugin("sandbox")
+        command = rg_command(
+            rg,
+            PATTERN,
+            ignore_case=False,
+            include_ignored=False,
+            glob=None,
+            exclude=(),
+            target=None,
+        )
+        confined = confine_argv(["bash", "-c", command], sandbox.policy, backend, cwd=tree)
+        env = scrub_env(os.environ)
+        samples: dict[str, list[float]] = {"rg": [], "sandboxed rg": []}
+        samples.update({name: [] for name in hosts})
         counts: dict[str, int] = {}
-        time_rg(rg, tree)  # warm the page cache
+        time_argv(plain, tree)  # warm the page cache
         for host in hosts.values():
             await time_grep(host)
         gc.collect()
         gc.disable()
         try:
             for _ in range(args.runs):
-                elapsed, counts["rg"] = time_rg(rg, tree)
+                elapsed, counts["rg"] = time_argv(plain, tree)
                 samples["rg"].append(elapsed)
+                elapsed, counts["sandboxed rg"] = time_argv(confined, tree, env)
+                samples["sandboxed rg"].append(elapsed)
                 for name, host in hosts.items():
                     elapsed, counts[name] = await time_grep(host)
                     samples[name].append(elapsed)
@@ -146,6 +168,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base_min, base_med = min(samples["rg"]), statistics.median(samples["rg"])
+    floor = statistics.median(samples["sandboxed rg"])
     rows = {
         name: {
             "min_ms": round(min(values) * 1000, 2),
@@ -164,6 +187,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "runs": args.runs,
         "rows": rows,
+        "grep_over_sandboxed_rg_median": round(statistics.median(samples["grep"]) / floor, 2),
         "target": "grep / rg <= 1.5",
     }
 
@@ -183,12 +207,13 @@ def main() -> None:
         f"tree: {tree['files']} files, {tree['bytes'] / 1e6:.1f} MB; pattern {PATTERN!r}; "
         f"sandbox {report['backend']}; {report['cpus']} CPUs; {report['runs']} rounds"
     )
-    print(f"{'':<12} {'min ms':>9} {'median ms':>10} {'x rg (min)':>11} {'x rg (med)':>11} matches")
+    print(f"{'':<13} {'min ms':>9} {'median ms':>10} {'x rg (min)':>11} {'x rg (med)':>11} matches")
     for name, row in report["rows"].items():
         print(
-            f"{name:<12} {row['min_ms']:>9.1f} {row['median_ms']:>10.1f} "
+            f"{name:<13} {row['min_ms']:>9.1f} {row['median_ms']:>10.1f} "
             f"{row['ratio_min']:>11.2f} {row['ratio_median']:>11.2f} {row['matches']:>7}"
         )
+    print(f"grep / sandboxed rg (median): {report['grep_over_sandboxed_rg_median']:.2f}")
     print(f"target: {report['target']}")
     sys.stdout.flush()
 

@@ -332,7 +332,11 @@ async def _ripgrep(
     listing: _Listing,
     policy: _Policy,
 ) -> _Found | None:
-    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here."""
+    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here.
+
+    That is: the sandbox cannot run commands (``SANDBOX_UNAVAILABLE``), the command line would
+    be too long, or the shell could not find or execute ``rg`` inside the sandbox.
+    """
     is_dir = root.is_dir()
     cwd = root if is_dir else root.parent
     if not is_dir and not listing.files:
@@ -368,6 +372,8 @@ async def _ripgrep(
             "SEARCH_TIMEOUT",
         )
     output = parse_output(result.output, result.truncated)
+    if result.exit_code in (126, 127) and not output.matches:
+        return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
     if result.exit_code == 2 and not output.matches:
         why = regex_error(output.messages)
         if why is not None:

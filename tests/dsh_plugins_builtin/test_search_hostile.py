@@ -252,6 +252,15 @@ async def test_without_a_sandbox_grep_searches_in_process(
     assert ran == ["builtin"]
 
 
+async def test_an_rg_the_sandbox_cannot_execute_falls_back(
+    make_host: Any, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_search_tools, "find_rg", lambda: str(tmp_path / "gone" / "rg"))
+    put(ws, {"f.txt": "needle\n"})
+    host = tools_host(make_host, ws)
+    assert (await host.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"
+
+
 # -- output larger than the sandbox keeps ----------------------------------------------------------
 
 
