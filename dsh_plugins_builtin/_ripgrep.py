@@ -21,7 +21,6 @@ import shlex
 import shutil
 import sysconfig
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import attrs
 
@@ -32,6 +31,7 @@ __all__ = [
     "escape_glob",
     "find_rg",
     "parse_output",
+    "regex_error",
     "rg_command",
 ]
 
@@ -187,8 +187,3 @@ def regex_error(messages: Sequence[str]) -> str | None:
         if line.startswith("rg: "):
             return line.removeprefix("rg: ").strip()
     return text.strip() or None
-
-
-def rel_to(path: str, base: Path) -> str:
-    """``base/path`` when ripgrep printed ``path`` relative to ``base``."""
-    return os.path.join(os.fspath(base), path)

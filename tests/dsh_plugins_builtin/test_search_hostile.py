@@ -17,11 +17,15 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dsh_host import AbortSignal, Host, hookimpl
+from dsh_host import AbortSignal, Host, ToolArgsError, hookimpl
 from dsh_plugins_builtin import _ripgrep, _search_tools
+from dsh_plugins_builtin._walk import compile_glob
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
+from tests.conftest import soak_size
 from tests.dsh_plugins_builtin.conftest import tools_host
 from tests.dsh_plugins_builtin.test_tools_search import engine, put
 
@@ -423,3 +427,27 @@ async def test_grep_checks_what_ripgrep_reports_again(
     monkeypatch.setattr(_search_tools, "_list_files", missed)
     result = await host.call("grep", {"pattern": "hunter2"})
     assert_nothing_secret(result.text)
+
+
+# -- the linear glob matcher means what the old one meant ------------------------------------------
+
+_TOKENS = st.sampled_from(["a", "b", ".", "*", "?", "**", "/", "[ab]", "[!a]", "{a,b*}"])
+_PATHS = st.lists(st.sampled_from(["a", "b", "ab", "a.b", "ba", ".a"]), min_size=1, max_size=5)
+
+
+@pytest.mark.soak
+@settings(max_examples=soak_size(200, 5000), deadline=None)
+@given(tokens=st.lists(_TOKENS, min_size=1, max_size=7), paths=st.lists(_PATHS, max_size=8))
+def test_glob_matches_as_the_backtracking_translation_did(
+    tokens: list[str], paths: list[list[str]]
+) -> None:
+    """RE2 runs the same translation Python's `re` ran before, on small (safe) inputs."""
+    pattern = "".join(tokens)
+    try:
+        linear, _depth = compile_glob(pattern)
+    except ToolArgsError:
+        return
+    backtracking = re.compile(linear.pattern)
+    for parts in paths:
+        path = "/".join(parts)
+        assert bool(linear.match(path)) == bool(backtracking.match(path)), (pattern, path)
