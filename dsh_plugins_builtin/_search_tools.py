@@ -19,185 +19,51 @@ not, so it cannot be used to probe a withheld file's contents or name.
 
 from __future__ import annotations
 
-import functools
 import os
-import stat
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
-import trio
-
-from dsh_host import (
-    DshError,
-    Host,
-    ToolArgsError,
-    ToolDefinition,
-    ToolExecutionResult,
-    ToolRunContext,
-    define_tool,
-)
+from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
 from dsh_plugins_builtin import _presenters as present
-from dsh_plugins_builtin._ripgrep import find_rg, parse_output, regex_error, rg_command
-from dsh_plugins_builtin._tool_support import (
-    BINARY_SNIFF_BYTES,
-    Sandbox,
-    ToolEnv,
-    bool_arg,
-    display_path,
-    guarded,
-    guarded_async,
-    os_failure,
-    str_arg,
+from dsh_plugins_builtin._grep_tool import make_grep_tool
+from dsh_plugins_builtin._ripgrep import find_rg
+from dsh_plugins_builtin._search_support import (
+    IGNORED,
+    SEARCH_PATH,
+    Policy,
+    abort_poll,
+    concurrency_safe,
+    finish_result,
+    search_root,
+    shown_prefix,
+    workspace_top,
 )
-from dsh_plugins_builtin._walk import (
-    RegexError,
-    compile_glob,
-    expand_braces,
-    gitignore_spec,
-    linear_regex,
-    walk_files,
-)
-from dsh_plugins_builtin._walk import regex_error as re2_error
-from dsh_plugins_builtin.sandbox import SandboxUnavailableError
+from dsh_plugins_builtin._tool_support import ToolEnv, bool_arg, display_path, guarded, str_arg
+from dsh_plugins_builtin._walk import compile_glob, walk_files
 
-__all__ = ["make_search_tools"]
+__all__ = ["MAX_GLOB_RESULTS", "make_search_tools"]
 
 MAX_GLOB_RESULTS = 1000
-MAX_GREP_MATCHES = 500
-MAX_MATCH_LINE = 400
-MAX_GREP_FILE_BYTES = 32 * 1024 * 1024  # the in-process engine reads whole files; rg streams
-SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
-# A longer command line (many withheld files to exclude) is searched in-process instead; Linux
-# caps one argument (the ``bash -c`` string) at 128 KiB.
-_MAX_COMMAND = 100_000
-# Pattern features under which a line can match although the whole text does not.
-_LINE_ONLY = ("\\A", "\\z", "(?-")
-
-
-def _safe(args: Any) -> bool:
-    return True
-
-
-def _root(sandbox: Sandbox, spelled: str) -> Path:
-    real = sandbox.check_read(spelled)
-    if not real.exists():
-        raise DshError(
-            f'no such file or directory: "{spelled}" (relative to the workspace)', "FILE_NOT_FOUND"
-        )
-    return real
-
-
-def _top(env: ToolEnv) -> Path:
-    return Path(os.path.realpath(env.workspace))
-
-
-def _prefix(real: Path, env: ToolEnv) -> str:
-    shown = display_path(real, env.workspace)
-    return "" if shown == "." else shown.rstrip("/") + "/"
-
-
-def _stopper(ctx: ToolRunContext | None) -> Callable[[], bool]:
-    if ctx is None:
-        return lambda: False
-    signal = ctx.signal
-    return lambda: signal.aborted
-
-
-def _text_arg(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
-    """A string argument that can reach a command line: no NUL, no lone surrogate."""
-    value = str_arg(args, name, default)
-    if "\0" in value:
-        raise ToolArgsError([f'"{name}" must not contain a NUL character'])
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ToolArgsError(
-            [
-                f'"{name}" contains a lone surrogate (not valid UTF-8), which no file name or text can match'
-            ]
-        ) from None
-    return value
-
-
-class _Policy:
-    """``dsh_path_denied`` for one call: which files the search must leave out, and how many."""
-
-    def __init__(self, env: ToolEnv, ctx: ToolRunContext | None) -> None:
-        host = getattr(env, "_host", None)  # the tools plugin's host (tools.py is not ours)
-        self._ask: Callable[[str, str], str | None] | None = None
-        if (
-            isinstance(host, Host)
-            and ctx is not None
-            and host.pm.hook.dsh_path_denied.get_hookimpls()
-        ):
-            self._ask = functools.partial(host.path_denied, ctx.execution)
-        self._withheld: set[str] = set()
-
-    @property
-    def withheld(self) -> int:
-        """How many distinct files were withheld so far."""
-        return len(self._withheld)
-
-    @property
-    def active(self) -> bool:
-        """Whether any plugin implements ``dsh_path_denied``."""
-        return self._ask is not None
-
-    def denied(self, *real: str) -> bool:
-        """Whether policy withholds any of these real paths (one file); counts it if so."""
-        ask = self._ask
-        if ask is None:
-            return False
-        if any(ask(path, "read") is not None for path in real):
-            self._withheld.add(real[0])
-            return True
-        return False
-
-    def note(self) -> str | None:
-        """The line telling the model files were left out, or ``None``."""
-        if not self.withheld:
-            return None
-        return (
-            f"[{self.withheld} file(s) withheld by policy: left out of this search, "
-            "names and contents]"
-        )
-
-
-def _finish(
-    body: str, notes: list[str], meta: dict[str, Any], policy: _Policy
-) -> ToolExecutionResult:
-    note = policy.note()
-    if note is not None:
-        notes.append(note)
-        meta["withheld"] = policy.withheld
-    if notes:
-        body += "\n\n" + "\n".join(notes)
-    return ToolExecutionResult(content=body, meta=meta)
-
-
-# -- glob ----------------------------------------------------------------------------------------
 
 
 def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> ToolExecutionResult:
     pattern = str_arg(args, "pattern").removeprefix("./")
     spelled = str_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)
-    root = _root(env.sandbox(), spelled)
+    root = search_root(env.sandbox(), spelled)
     if not root.is_dir():
         raise DshError(f'"{spelled}" is a file; glob searches a directory', "NOT_A_DIRECTORY")
-    prefix = _prefix(root, env)
+    prefix = shown_prefix(root, env)
     base = str(root).rstrip("/") + "/"
-    policy = _Policy(env, ctx)
+    policy = Policy(env, ctx)
     found: list[str] = []
     total = 0
     for rel, entry in walk_files(
         root,
-        top=_top(env),
+        top=workspace_top(env),
         respect_ignore=not bool_arg(args, "include_ignored"),
         max_depth=depth,
-        stop=_stopper(ctx),
+        stop=abort_poll(ctx),
     ):
         # Policy sees every file the walk meets, matching or not: a count of withheld
         # *matches* would let a pattern probe withheld names one character at a time.
@@ -224,311 +90,10 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
             "narrow the pattern or the path]"
         )
     body = "\n".join(found) if found else f"No files match {pattern!r} in {where}"
-    return _finish(body, notes, meta, policy)
+    return finish_result(body, notes, meta, policy)
 
 
 # -- grep ----------------------------------------------------------------------------------------
-
-
-def _cut(line: str, long: bool = False) -> str:
-    if long:  # ripgrep printed only the line's first LONG_LINE_BYTES bytes
-        return (
-            f"{line[:MAX_MATCH_LINE]} [... {max(len(line) - MAX_MATCH_LINE, 1)}+ more characters]"
-        )
-    if len(line) <= MAX_MATCH_LINE:
-        return line
-    return f"{line[:MAX_MATCH_LINE]} [... {len(line) - MAX_MATCH_LINE} more characters]"
-
-
-def _bad_regex(pattern: str, why: str, syntax: str) -> DshError:
-    return DshError(
-        f"invalid regular expression {pattern!r}: {why} ({syntax} syntax: like Python `re` "
-        "without lookaround or backreferences)",
-        "BAD_REGEX",
-    )
-
-
-@attrs.define
-class _Listing:
-    """What the search will read: candidate files, after policy and the size cap."""
-
-    files: list[tuple[str, str]] = attrs.Factory(list)  # (shown path, real path), sorted
-    denied: list[str] = attrs.Factory(list)  # withheld, relative to the search directory
-    too_large: int = 0
-
-
-@attrs.frozen
-class _Search:
-    """The grep arguments, checked."""
-
-    pattern: str
-    spelled: str
-    glob: str | None
-    ignore_case: bool
-    include_ignored: bool
-
-
-def _list_files(
-    env: ToolEnv,
-    search: _Search,
-    root: Path,
-    policy: _Policy,
-    ctx: ToolRunContext | None,
-    sizes: bool,
-) -> _Listing:
-    """Walk the files the search will read, asking policy about each (worker thread).
-
-    With ``sizes`` (the in-process engine), files over `MAX_GREP_FILE_BYTES` are counted
-    and left out; ripgrep streams files of any size.
-    """
-    listing = _Listing()
-    if not root.is_dir():  # one file, named explicitly: no ignore rules, no glob filter
-        if not policy.denied(str(root)):
-            listing.files.append((display_path(root, env.workspace), str(root)))
-        return listing
-    only = None
-    if search.glob:
-        try:
-            only = gitignore_spec(expand_braces(search.glob))
-        except Exception as exc:  # pathspec's own pattern errors; RE2's
-            raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {exc}']) from None
-    prefix = _prefix(root, env)
-    base = str(root).rstrip("/") + "/"
-    for rel, entry in walk_files(
-        root, top=_top(env), respect_ignore=not search.include_ignored, stop=_stopper(ctx)
-    ):
-        if entry.is_symlink() or (only is not None and not only.match_file(rel)):
-            continue
-        real = base + rel
-        if policy.denied(real):
-            listing.denied.append(rel)
-            continue
-        if sizes:
-            try:
-                size = entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-            if size > MAX_GREP_FILE_BYTES:
-                listing.too_large += 1
-                continue
-        listing.files.append((prefix + rel, real))
-    return listing
-
-
-@attrs.define
-class _Found:
-    """Matches gathered by either engine, in path order."""
-
-    matches: list[tuple[str, int, str, bool]] = attrs.Factory(list)  # shown, line, text, long
-    cut_short: bool = False  # stopped early by an output limit: more matches may exist
-
-
-async def _ripgrep(
-    env: ToolEnv,
-    rg: str,
-    sandbox: Sandbox,
-    search: _Search,
-    root: Path,
-    listing: _Listing,
-    policy: _Policy,
-) -> _Found | None:
-    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here.
-
-    That is: the sandbox cannot run commands (``SANDBOX_UNAVAILABLE``), the command line would
-    be too long, or the shell could not find or execute ``rg`` inside the sandbox.
-    """
-    is_dir = root.is_dir()
-    cwd = root if is_dir else root.parent
-    if not is_dir and not listing.files:
-        return _Found()  # the one file named is withheld
-    command = functools.partial(
-        rg_command,
-        rg,
-        search.pattern,
-        ignore_case=search.ignore_case,
-        include_ignored=search.include_ignored,
-        glob=search.glob if is_dir else None,
-        exclude=listing.denied,
-        target=None if is_dir else root.name,
-    )
-    first = command()
-    if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
-        return None
-    try:
-        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
-        if result.truncated and not result.timed_out:
-            # Too much output for the sandbox's buffer: search again in path order and keep
-            # only what can be shown (ripgrep stops once `head` has enough).
-            result = await sandbox.run(
-                command(sorted_head=MAX_GREP_MATCHES + 1), cwd=str(cwd), timeout=SEARCH_TIMEOUT_S
-            )
-    except SandboxUnavailableError:
-        return None
-    where = display_path(root, env.workspace)
-    if result.timed_out:
-        raise DshError(
-            f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
-            "and was stopped; narrow the path, the glob or the pattern",
-            "SEARCH_TIMEOUT",
-        )
-    output = parse_output(result.output, result.truncated)
-    if result.exit_code in (126, 127) and not output.matches:
-        return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
-    if result.exit_code == 2 and not output.matches:
-        why = regex_error(output.messages)
-        if why is not None:
-            raise _bad_regex(search.pattern, why, "Rust regex")
-    if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
-        detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
-        raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
-    found = _Found(cut_short=not output.complete)
-    prefix = _prefix(root, env) if is_dir else ""
-    withheld = set(listing.denied)
-    allowed: dict[str, bool] = {}
-    for match in output.matches:
-        rel = match.path
-        ok = allowed.get(rel)
-        if ok is None:
-            # Checked again by real path: ripgrep's walk may differ from ours, or a file
-            # may have been swapped for a symlink since.
-            real = os.path.realpath(os.path.join(cwd, rel))
-            ok = rel not in withheld and not policy.denied(real)
-            allowed[rel] = ok
-        if ok:
-            shown = prefix + rel if is_dir else where
-            found.matches.append((shown, match.line, match.text, match.long))
-    found.matches.sort(key=lambda item: (item[0], item[1]))
-    return found
-
-
-def _local_regex(search: _Search) -> Any:
-    flags = "(?mi)" if search.ignore_case else "(?m)"
-    try:
-        return linear_regex(flags + search.pattern)
-    except RegexError as exc:
-        why = re2_error(exc).split(": ", 1)[0]  # RE2 appends the pattern (with our flags)
-        raise _bad_regex(search.pattern, why, "RE2") from None
-
-
-def _search_file(regex: Any, line_only: bool, real: str, shown: str, found: _Found) -> bool:
-    """Add the matching lines of one file (binary files skipped); false once the cap is hit."""
-    try:  # never follow a symlink swapped in after the walk; never block on a FIFO
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return True
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_GREP_FILE_BYTES:
-            return True
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            # Sized by the file, not the cap: a read(cap) would allocate the cap every time.
-            data = handle.read(st.st_size + 1)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    if b"\0" in data[:BINARY_SNIFF_BYTES]:
-        return True
-    text = data.decode("utf-8", errors="replace")
-    search = regex.search
-    if not line_only and search(text.replace("\r\n", "\n") if "\r" in text else text) is None:
-        return True
-    lines = text.split("\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    for number, raw in enumerate(lines, 1):
-        line = raw.removesuffix("\r")
-        if search(line) is not None:
-            if len(found.matches) > MAX_GREP_MATCHES:
-                return False
-            found.matches.append((shown, number, line, False))
-    return True
-
-
-def _local_search(search: _Search, listing: _Listing, ctx: ToolRunContext | None) -> _Found:
-    """The in-process engine (worker thread): RE2, linear-time, over the listed files."""
-    regex = _local_regex(search)
-    line_only = any(token in search.pattern for token in _LINE_ONLY)
-    stop = _stopper(ctx)
-    found = _Found()
-    for shown, real in listing.files:
-        if stop() or not _search_file(regex, line_only, real, shown, found):
-            break
-    return found
-
-
-async def _grep(
-    env: ToolEnv, rg: str | None, args: Mapping[str, Any], ctx: ToolRunContext | None
-) -> ToolExecutionResult:
-    glob = args.get("glob")
-    search = _Search(
-        pattern=_text_arg(args, "pattern"),
-        spelled=_text_arg(args, "path", "."),
-        glob=_text_arg(args, "glob") if isinstance(glob, str) and glob else None,
-        ignore_case=bool_arg(args, "ignore_case"),
-        include_ignored=bool_arg(args, "include_ignored"),
-    )
-    if rg is None:
-        _local_regex(search)  # a bad pattern is reported before any walk
-    sandbox = env.sandbox()
-    root = await trio.to_thread.run_sync(_root, sandbox, search.spelled)
-    if not root.is_file() and not root.is_dir():
-        raise os_failure(IsADirectoryError(), search.spelled, "search")
-    policy = _Policy(env, ctx)
-    found = None
-    if rg is not None:
-        # ripgrep walks by itself; ours only finds what policy withholds, to exclude it.
-        if policy.active or not root.is_dir():
-            listing = await trio.to_thread.run_sync(
-                _list_files, env, search, root, policy, ctx, False
-            )
-        else:
-            listing = _Listing()
-        found = await _ripgrep(env, rg, sandbox, search, root, listing, policy)
-    if found is None:
-        listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx, True)
-        found = await trio.to_thread.run_sync(_local_search, search, listing, ctx)
-    return _grep_result(env, search, root, listing, found, policy)
-
-
-def _grep_result(
-    env: ToolEnv,
-    search: _Search,
-    root: Path,
-    listing: _Listing,
-    found: _Found,
-    policy: _Policy,
-) -> ToolExecutionResult:
-    where = display_path(root, env.workspace)
-    truncated = len(found.matches) > MAX_GREP_MATCHES or found.cut_short
-    kept = found.matches[:MAX_GREP_MATCHES]
-    meta: dict[str, Any] = {
-        "path": where,
-        "count": len(kept),
-        "files": len({shown for shown, _, _, _ in kept}),
-        "truncated": truncated,
-    }
-    notes: list[str] = []
-    if len(found.matches) > MAX_GREP_MATCHES:
-        notes.append(
-            f"[stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, the path or the glob]"
-        )
-    elif found.cut_short:
-        notes.append(
-            f"[stopped after {len(kept)} matches: the output limit was reached; narrow the "
-            "pattern, the path or the glob]"
-        )
-    if listing.too_large:
-        notes.append(
-            f"[{listing.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
-        )
-    lines = [f"{shown}:{number}:{_cut(text, long)}" for shown, number, text, long in kept]
-    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {where}"
-    return _finish(body, notes, meta, policy)
-
-
-_SEARCH_PATH = "Directory (or, for grep, a file) to search, relative to the workspace root (default: the root)."
-_IGNORED = "Also search files that .gitignore excludes (default false; .git/ is always skipped)."
 
 
 def make_search_tools(env: ToolEnv, rg: str | bool | None = True) -> list[ToolDefinition]:
@@ -557,51 +122,15 @@ def make_search_tools(env: ToolEnv, rg: str | bool | None = True) -> list[ToolDe
                     "required": True,
                     "description": "Glob pattern relative to `path`, e.g. '**/*.py'.",
                 },
-                "path": {"type": "string", "description": _SEARCH_PATH},
-                "include_ignored": {"type": "boolean", "description": _IGNORED},
+                "path": {"type": "string", "description": SEARCH_PATH},
+                "include_ignored": {"type": "boolean", "description": IGNORED},
             },
             execute=guarded(lambda args, ctx: _glob(env, args, ctx)),
-            is_concurrency_safe=_safe,
+            is_concurrency_safe=concurrency_safe,
             present_call=present.glob_call,
             present_result=present.glob_result,
             paths={"path": "read"},
             claude_name="Glob",
         ),
-        define_tool(
-            name="grep",
-            description=(
-                "Search file contents for a regular expression, line by line (ripgrep's Rust "
-                "regex syntax: like Python `re` but without lookaround or backreferences; "
-                "`\\z` for end of text). Prints `path:line:text` for each matching line, paths "
-                f"relative to the workspace, sorted; at most {MAX_GREP_MATCHES} matches, long "
-                "lines cut. Binary files and files excluded by .gitignore are skipped."
-            ),
-            parameters={
-                "pattern": {
-                    "type": "string",
-                    "required": True,
-                    "description": "Regular expression to look for in each line, e.g. 'def \\w+\\('.",
-                },
-                "path": {"type": "string", "description": _SEARCH_PATH},
-                "glob": {
-                    "type": "string",
-                    "description": (
-                        "Only search files matching this .gitignore-style glob, e.g. '*.py' (any "
-                        "depth), 'src/**/*.ts' or '*.{js,ts}'."
-                    ),
-                },
-                "ignore_case": {
-                    "type": "boolean",
-                    "description": "Match case-insensitively (default false).",
-                },
-                "include_ignored": {"type": "boolean", "description": _IGNORED},
-            },
-            execute=guarded_async(lambda args, ctx: _grep(env, binary, args, ctx)),
-            is_concurrency_safe=_safe,
-            present_call=present.grep_call,
-            present_result=present.grep_result,
-            paths={"path": "read"},
-            claude_name="Grep",
-            claude_keys={"ignore_case": "-i"},
-        ),
+        make_grep_tool(env, binary),
     ]

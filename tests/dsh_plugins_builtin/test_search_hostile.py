@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_host import AbortSignal, Host, ToolArgsError, hookimpl
-from dsh_plugins_builtin import _ripgrep, _search_tools
+from dsh_plugins_builtin import _grep_tool, _ripgrep, _search_tools
 from dsh_plugins_builtin._walk import compile_glob
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -122,14 +122,14 @@ async def test_the_event_loop_runs_while_the_builtin_engine_searches(
 ) -> None:
     monkeypatch.setattr(_search_tools, "find_rg", lambda: None)
     entered, release = threading.Event(), threading.Event()
-    search_file = _search_tools._search_file
+    search_file = _grep_tool._search_file
 
     def blocking(*args: Any) -> bool:
         entered.set()
         release.wait(30)
         return search_file(*args)
 
-    monkeypatch.setattr(_search_tools, "_search_file", blocking)
+    monkeypatch.setattr(_grep_tool, "_search_file", blocking)
     put(ws, {"f.txt": "needle\n"})
     host = tools_host(make_host, ws)
     results: list[Any] = []
@@ -237,10 +237,8 @@ async def test_without_a_sandbox_grep_searches_in_process(
     make_host: Any, ws: Path, sandbox: dict[str, str] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: list[str] = []
-    local = _search_tools._local_search
-    monkeypatch.setattr(
-        _search_tools, "_local_search", lambda *a: ran.append("builtin") or local(*a)
-    )
+    local = _grep_tool._local_search
+    monkeypatch.setattr(_grep_tool, "_local_search", lambda *a: ran.append("builtin") or local(*a))
     put(ws, {"f.txt": "aaaa\n" + "a" * 34 + "!\n"})
     config = {"host": {"workspace": str(ws)}}
     if sandbox is None:
@@ -363,9 +361,9 @@ async def test_ripgrep_is_told_to_skip_withheld_files(
     make_host: Any, secrets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw: list[str] = []
-    parse = _search_tools.parse_output
+    parse = _grep_tool.parse_output
     monkeypatch.setattr(
-        _search_tools, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
+        _grep_tool, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
     )
     config = {"host": {"workspace": str(secrets)}}
     (secrets / "secrets" / "we[ir]d *{x}.txt").write_text("hunter2 again\n")
@@ -417,14 +415,14 @@ async def test_grep_checks_what_ripgrep_reports_again(
     policy_host: tuple[Host, WithholdSecrets], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host, _ = policy_host
-    list_files = _search_tools._list_files
+    list_files = _grep_tool._list_files
 
     def missed(*args: Any) -> Any:  # a walk that did not see the secrets (raced, or differed)
         listing = list_files(*args)
         listing.denied.clear()
         return listing
 
-    monkeypatch.setattr(_search_tools, "_list_files", missed)
+    monkeypatch.setattr(_grep_tool, "_list_files", missed)
     result = await host.call("grep", {"pattern": "hunter2"})
     assert_nothing_secret(result.text)
 

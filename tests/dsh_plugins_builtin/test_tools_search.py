@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Host, ToolArgsError
-from dsh_plugins_builtin import _ripgrep, _search_tools
+from dsh_plugins_builtin import _grep_tool, _ripgrep, _search_tools
 from dsh_plugins_builtin._walk import compile_glob, expand_braces, walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -231,7 +231,7 @@ async def test_grep_skips_binary_ignored_and_symlinked_files(
 async def test_grep_caps_matches_and_cuts_long_lines(
     host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _search_tools.MAX_GREP_MATCHES == 500
+    assert _grep_tool.MAX_GREP_MATCHES == 500
     put(ws, {"many.txt": "hit\n" * 600, "long.txt": "hit" + "x" * 1000 + "\n"})
     result = await host.call("grep", {"pattern": "hit", "path": "many.txt"})
     lines = result.text.split("\n")
@@ -245,7 +245,7 @@ async def test_grep_caps_matches_and_cuts_long_lines(
 async def test_grep_skips_very_large_files_and_says_so(
     host: Host, ws: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_search_tools, "MAX_GREP_FILE_BYTES", 10)
+    monkeypatch.setattr(_grep_tool, "MAX_GREP_FILE_BYTES", 10)
     put(ws, {"big.txt": "needle" * 10, "small.txt": "needle"})
     result = await host.call("grep", {"pattern": "needle"})
     if engine == "ripgrep":  # ripgrep streams a file of any size
