@@ -32,7 +32,7 @@ from dsh_host import (
     define_tool,
 )
 from dsh_plugins_builtin import _presenters as present
-from dsh_plugins_builtin._ripgrep import parse_output, regex_error, rg_command
+from dsh_plugins_builtin._ripgrep import RgOutput, parse_output, regex_error, rg_command
 from dsh_plugins_builtin._search_support import (
     IGNORED,
     SEARCH_PATH,
@@ -62,7 +62,7 @@ from dsh_plugins_builtin._walk import (
     walk_files,
 )
 from dsh_plugins_builtin._walk import regex_error as re2_error
-from dsh_plugins_builtin.sandbox import SandboxUnavailableError
+from dsh_plugins_builtin.sandbox import SandboxError, SandboxUnavailableError
 
 __all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "make_grep_tool"]
 
@@ -231,6 +231,28 @@ async def _ripgrep(
     if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
         detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
         raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+    return await trio.to_thread.run_sync(
+        _keep_allowed, env, sandbox, root, cwd, output, listing, policy
+    )
+
+
+def _keep_allowed(
+    env: ToolEnv,
+    sandbox: Sandbox,
+    root: Path,
+    cwd: Path,
+    output: RgOutput,
+    listing: _Listing,
+    policy: Policy,
+) -> _Found:
+    """ripgrep's matches from files the fence and the policy still allow, sorted (a thread).
+
+    Each reported file is checked again by its real path: ripgrep's walk may differ from ours,
+    or a file may have been swapped for a symlink (to a withheld file, or outside the fence)
+    since we looked.
+    """
+    is_dir = root.is_dir()
+    where = display_path(root, env.workspace)
     found = _Found(cut_short=not output.complete)
     prefix = shown_prefix(root, env) if is_dir else ""
     withheld = set(listing.denied)
@@ -239,16 +261,22 @@ async def _ripgrep(
         rel = match.path
         ok = allowed.get(rel)
         if ok is None:
-            # Checked again by real path: ripgrep's walk may differ from ours, or a file
-            # may have been swapped for a symlink since.
-            real = os.path.realpath(os.path.join(cwd, rel))
-            ok = rel not in withheld and not policy.denied(real)
+            ok = rel not in withheld and _still_readable(sandbox, os.path.join(cwd, rel), policy)
             allowed[rel] = ok
         if ok:
             shown = prefix + rel if is_dir else where
             found.matches.append((shown, match.line, match.text, match.long))
     found.matches.sort(key=lambda item: (item[0], item[1]))
     return found
+
+
+def _still_readable(sandbox: Sandbox, path: str, policy: Policy) -> bool:
+    real = os.path.realpath(path)
+    try:
+        sandbox.check_read(real)
+    except SandboxError:
+        return False
+    return not policy.denied(real)
 
 
 def _local_regex(search: _Search) -> Any:

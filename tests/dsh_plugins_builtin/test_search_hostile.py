@@ -194,6 +194,26 @@ async def test_a_replaced_rg_is_confined_like_any_command(
     assert not inside.exists()
 
 
+async def test_a_file_swapped_for_a_symlink_out_of_the_fence_is_dropped(
+    make_host: Any, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if ripgrep opened link.txt after it had been swapped for a symlink leading out.
+    put(tmp_path, {"outside.txt": "outside secret\n"})
+    (ws / "link.txt").symlink_to(tmp_path / "outside.txt")
+    put(ws, {"ok.txt": "fine\n"})
+    script = "printf 'link.txt\\0001:outside secret\\nok.txt\\0001:fine\\n'\n"
+    rg = fake_rg(ws / ".venv" / "bin", script)  # visible in the sandbox
+    monkeypatch.setattr(_search_tools, "find_rg", lambda: rg)
+    ran: list[str] = []
+    parse = _grep_tool.parse_output
+    monkeypatch.setattr(
+        _grep_tool, "parse_output", lambda text, cut: ran.append(text) or parse(text, cut)
+    )
+    host = tools_host(make_host, ws, writable_roots=["."])
+    assert (await host.call("grep", {"pattern": "e"})).text == "ok.txt:1:fine"
+    assert "outside secret" in ran[0]  # ripgrep (the fake) did report it
+
+
 async def test_a_search_that_never_ends_is_killed(
     make_host: Any, ws: Path, tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
