@@ -32,7 +32,13 @@ from dsh_host import (
     define_tool,
 )
 from dsh_plugins_builtin import _presenters as present
-from dsh_plugins_builtin._ripgrep import RgOutput, parse_output, regex_error, rg_command
+from dsh_plugins_builtin._ripgrep import (
+    RgOutput,
+    glob_error,
+    parse_output,
+    regex_error,
+    rg_command,
+)
 from dsh_plugins_builtin._search_support import (
     IGNORED,
     SEARCH_PATH,
@@ -225,6 +231,9 @@ async def _ripgrep(
     if result.exit_code in (126, 127) and not output.matches:
         return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
     if result.exit_code == 2 and not output.matches:
+        bad_glob = glob_error(output.messages)
+        if bad_glob is not None:
+            raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {bad_glob}'])
         why = regex_error(output.messages)
         if why is not None:
             raise _bad_regex(search.pattern, why, "Rust regex")

@@ -30,6 +30,7 @@ __all__ = [
     "RgOutput",
     "escape_glob",
     "find_rg",
+    "glob_error",
     "parse_output",
     "regex_error",
     "rg_command",
@@ -173,6 +174,14 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
             body = body[: -len(_PREVIEW_MARK)]
         matches.append(RgMatch(path.removeprefix("./"), int(number), body, long))
     return RgOutput(tuple(matches), tuple(messages), not truncated)
+
+
+def glob_error(messages: Sequence[str]) -> str | None:
+    """ripgrep's explanation of a ``--glob`` it could not parse, or ``None``."""
+    for line in messages:
+        if line.startswith("rg: error parsing glob"):
+            return line.removeprefix("rg: ").strip()
+    return None
 
 
 def regex_error(messages: Sequence[str]) -> str | None:

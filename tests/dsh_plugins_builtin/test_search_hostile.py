@@ -109,6 +109,17 @@ async def test_patterns_that_cannot_reach_a_command_line(host: Host, pattern: st
     assert '"pattern"' in result.text
 
 
+async def test_a_bad_glob_names_the_glob(host: Host, ws: Path) -> None:
+    put(ws, {"f.txt": "x\n"})
+    result = await host.call("grep", {"pattern": "x", "glob": "[z-a]"})
+    assert result.code == "INVALID_ARGS"
+    assert result.text.startswith(
+        """Error: invalid arguments: "glob" '[z-a]' is not a valid glob"""
+    )
+    huge = await host.call("grep", {"pattern": "x", "glob": "**/" * 300 + "*.txt"})
+    assert huge.text == "f.txt:1:x"
+
+
 async def test_a_pattern_that_looks_like_an_option_is_a_pattern(host: Host, ws: Path) -> None:
     put(ws, {"f.txt": "run with --files here\n"})
     assert (await host.call("grep", {"pattern": "--files"})).text == "f.txt:1:run with --files here"
