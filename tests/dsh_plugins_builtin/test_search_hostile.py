@@ -480,3 +480,19 @@ def test_glob_matches_as_the_backtracking_translation_did(
     for parts in paths:
         path = "/".join(parts)
         assert bool(linear.match(path)) == bool(backtracking.match(path)), (pattern, path)
+
+
+@pytest.mark.soak
+async def test_concurrent_searches_each_get_their_own_answer(host: Host, ws: Path) -> None:
+    count = soak_size(4, 100)
+    put(ws, {f"f{i:03}.txt": f"token{i}\nshared\n" for i in range(count)})
+    results: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await host.call("grep", {"pattern": f"token{i}$"})
+
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            nursery.start_soon(one, i)
+    for i in range(count):
+        assert results[i].text == f"f{i:03}.txt:1:token{i}"
