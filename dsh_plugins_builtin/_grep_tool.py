@@ -265,12 +265,13 @@ def _keep_allowed(
     found = _Found(cut_short=not output.complete)
     prefix = shown_prefix(root, env) if is_dir else ""
     withheld = set(listing.denied)
+    check = _Recheck(sandbox, cwd, policy)
     allowed: dict[str, bool] = {}
     for match in output.matches:
         rel = match.path
         ok = allowed.get(rel)
         if ok is None:
-            ok = rel not in withheld and _still_readable(sandbox, os.path.join(cwd, rel), policy)
+            ok = rel not in withheld and check.readable(rel)
             allowed[rel] = ok
         if ok:
             shown = prefix + rel if is_dir else where
@@ -279,13 +280,38 @@ def _keep_allowed(
     return found
 
 
-def _still_readable(sandbox: Sandbox, path: str, policy: Policy) -> bool:
-    real = os.path.realpath(path)
-    try:
-        sandbox.check_read(real)
-    except SandboxError:
-        return False
-    return not policy.denied(real)
+class _Recheck:
+    """Is a file ripgrep reported still one the fence and the policy let us show?
+
+    The search directory is real and fenced, so a path below it with no symlink in it is
+    inside the fence: only a path whose real location differs (a symlink swapped in) is put
+    to the fence again. Real paths of directories are cached; each file costs one ``lstat``.
+    """
+
+    def __init__(self, sandbox: Sandbox, cwd: Path, policy: Policy) -> None:
+        self._sandbox = sandbox
+        self._base = str(cwd).rstrip("/")
+        self._policy = policy
+        self._dirs: dict[str, str] = {}
+
+    def readable(self, rel: str) -> bool:
+        directory, _, name = rel.rpartition("/")
+        lexical_dir = f"{self._base}/{directory}" if directory else self._base
+        real_dir = self._dirs.get(lexical_dir)
+        if real_dir is None:
+            real_dir = self._dirs[lexical_dir] = os.path.realpath(lexical_dir)
+        real = f"{real_dir}/{name}"
+        try:
+            if stat.S_ISLNK(os.lstat(real).st_mode):
+                real = os.path.realpath(real)
+        except OSError:
+            return False  # gone since ripgrep read it: nothing to vouch for
+        if real_dir != lexical_dir or real != f"{lexical_dir}/{name}":
+            try:
+                self._sandbox.check_read(real)
+            except SandboxError:
+                return False
+        return not self._policy.denied(real)
 
 
 def _local_regex(search: _Search) -> Any:
