@@ -496,3 +496,17 @@ async def test_concurrent_searches_each_get_their_own_answer(host: Host, ws: Pat
             nursery.start_soon(one, i)
     for i in range(count):
         assert results[i].text == f"f{i:03}.txt:1:token{i}"
+
+
+async def test_too_many_withheld_files_for_one_command_line_search_in_process(
+    policy_host: tuple[Host, WithholdSecrets], engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, _ = policy_host
+    monkeypatch.setattr(_grep_tool, "_MAX_COMMAND", 10)  # as if thousands were withheld
+    ran: list[str] = []
+    local = _grep_tool._local_search
+    monkeypatch.setattr(_grep_tool, "_local_search", lambda *a: ran.append("builtin") or local(*a))
+    result = await host.call("grep", {"pattern": "needle"})
+    assert result.text.startswith("README.md:1:needle in the readme\npub/a.txt:1:needle in public")
+    assert result.meta["withheld"] == 2
+    assert ran == ["builtin"]
