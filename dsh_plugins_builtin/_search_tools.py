@@ -6,7 +6,7 @@ Both print paths relative to the workspace, come out sorted, honour ``.gitignore
 * ``glob`` walks a fenced root with `dsh_plugins_builtin._walk` and matches paths with RE2, in
   time linear in the path whatever the pattern.
 * ``grep`` runs ripgrep (`dsh_plugins_builtin._ripgrep`) through the sandbox plugin, like a
-  ``bash`` command, with the sandbox's timeout on the process. Where ripgrep is not installed,
+  ``bash`` command, with a timeout on the process (`dsh_plugins_builtin._grep_tool`). Where ripgrep is not installed,
   or the sandbox cannot run commands (disabled, or no backend here), it searches in-process on
   a worker thread with RE2, which is linear-time too: no pattern can hang the host.
 
@@ -91,9 +91,6 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
         )
     body = "\n".join(found) if found else f"No files match {pattern!r} in {where}"
     return finish_result(body, notes, meta, policy)
-
-
-# -- grep ----------------------------------------------------------------------------------------
 
 
 def make_search_tools(env: ToolEnv, rg: str | bool | None = True) -> list[ToolDefinition]:
