@@ -465,7 +465,7 @@ _PATHS = st.lists(st.sampled_from(["a", "b", "ab", "a.b", "ba", ".a"]), min_size
 
 
 @pytest.mark.soak
-@settings(max_examples=soak_size(200, 5000), deadline=None)
+@settings(max_examples=soak_size(200, 5000), deadline=None, database=None)
 @given(tokens=st.lists(_TOKENS, min_size=1, max_size=7), paths=st.lists(_PATHS, max_size=8))
 def test_glob_matches_as_the_backtracking_translation_did(
     tokens: list[str], paths: list[list[str]]
