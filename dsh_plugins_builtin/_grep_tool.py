@@ -315,6 +315,10 @@ class _Recheck:
 
 
 def _local_regex(search: _Search) -> Any:
+    if "\n" in search.pattern or "\\n" in search.pattern:  # as ripgrep refuses them
+        raise _bad_regex(
+            search.pattern, 'the literal "\\n" is not allowed (lines are matched one by one)', "RE2"
+        )
     flags = "(?mi)" if search.ignore_case else "(?m)"
     try:
         return linear_regex(flags + search.pattern)

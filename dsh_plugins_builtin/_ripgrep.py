@@ -185,14 +185,16 @@ def glob_error(messages: Sequence[str]) -> str | None:
 
 
 def regex_error(messages: Sequence[str]) -> str | None:
-    """ripgrep's explanation of a pattern it could not compile, or ``None``."""
-    text = "\n".join(messages)
-    if "regex parse error" not in text and "error:" not in text:
-        return None
+    """ripgrep's explanation of a pattern it refused, or ``None``.
+
+    With ``--no-messages`` ripgrep says nothing about files, so what it prints when it fails
+    without a match is about the pattern: a parse error (its ``error:`` line), a literal line
+    break, a compiled size over the limit.
+    """
     for line in messages:
         if line.startswith("error:"):
             return line.removeprefix("error:").strip()
     for line in messages:
-        if line.startswith("rg: "):
+        if line.startswith("rg: ") and "regex parse error" not in line:
             return line.removeprefix("rg: ").strip()
-    return text.strip() or None
+    return None

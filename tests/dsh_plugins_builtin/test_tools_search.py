@@ -215,6 +215,12 @@ async def test_grep_bad_regex(host: Host, engine: str) -> None:
     )
     lookbehind = await host.call("grep", {"pattern": "(?<=a)b"})
     assert lookbehind.code == "BAD_REGEX"
+    for pattern in ("a\nb", "a\\nb"):
+        newline = await host.call("grep", {"pattern": pattern})
+        assert newline.code == "BAD_REGEX"
+        assert 'the literal "\\n" is not allowed' in newline.text
+    huge = await host.call("grep", {"pattern": "(x{1000}){1000}{100}"})
+    assert huge.code == "BAD_REGEX"
 
 
 async def test_grep_skips_binary_ignored_and_symlinked_files(
