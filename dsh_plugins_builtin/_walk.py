@@ -6,20 +6,39 @@ a final sort. ``.gitignore`` files apply as git applies them: each one to the pa
 directory, a deeper file overriding a shallower one, an ignored directory pruned whole. The
 ``.gitignore`` files of the directories between the workspace and the search root apply too,
 unless the search root is itself ignored (a directory the caller names explicitly is searched).
+
+Every pattern here comes from the model or from files it may have written (a ``.gitignore``), so
+all matching runs on RE2 (``google-re2``), whose time is linear in the path whatever the pattern:
+Python's backtracking ``re`` takes exponential time on ``**/**/...`` globs or ``*a*a*a*b``
+ignore lines, and holds the interpreter lock while it does, freezing the host. ``pathspec`` is
+asked for its RE2 backend explicitly, so a missing ``google-re2`` fails loudly instead of
+silently falling back to ``re``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pathspec
+import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
 
 from dsh_host import ToolArgsError
 
-__all__ = ["compile_glob", "expand_braces", "walk_files"]
+__all__ = [
+    "RegexError",
+    "compile_glob",
+    "expand_braces",
+    "gitignore_spec",
+    "linear_regex",
+    "regex_error",
+    "walk_files",
+]
+
+RegexError: type[Exception] = re2.error  # what `linear_regex` raises
 
 _MAX_EXPANSIONS = 256
 _Spec = tuple[str, pathspec.GitIgnoreSpec]  # (directory relative to the walk root, spec)
@@ -100,14 +119,37 @@ def _one_glob(pattern: str) -> tuple[str, int | None]:
     return "".join(out), depth
 
 
-def compile_glob(pattern: str) -> tuple[re.Pattern[str], int | None]:
-    """A regex over ``/``-separated relative paths, and the deepest level it can match.
+def linear_regex(pattern: str) -> Any:
+    """Compile ``pattern`` with RE2 (linear-time matching); raise `re2.error` if it is invalid.
+
+    RE2 syntax is Python's minus backreferences and lookaround; it is also what ripgrep's Rust
+    ``regex`` crate accepts, near enough. Errors are raised, not logged to stderr.
+    """
+    options = re2.Options()
+    options.log_errors = False
+    return re2.compile(pattern, options=options)
+
+
+def regex_error(exc: BaseException) -> str:
+    """The text of a `re2.error` (which carries bytes)."""
+    arg = exc.args[0] if exc.args else exc
+    return arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+
+
+def gitignore_spec(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
+    """A ``.gitignore``-style spec matched by RE2 (see the module docstring)."""
+    return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
+
+
+def compile_glob(pattern: str) -> tuple[Any, int | None]:
+    """A linear-time (RE2) regex over ``/``-separated relative paths, and its deepest level.
 
     ``*`` and ``?`` stay within one path segment, ``**`` as a whole segment spans any number of
     directories, ``[...]`` is a character class and ``{a,b}`` alternatives.
 
     Raises:
-        ToolArgsError: An absolute pattern, a ``..`` segment, or an empty pattern.
+        ToolArgsError: An absolute pattern, a ``..`` segment, an empty pattern, or one RE2
+            cannot compile (a reversed class range such as ``[z-a]``).
     """
     if pattern.startswith("/"):
         raise ToolArgsError(
@@ -122,7 +164,13 @@ def compile_glob(pattern: str) -> tuple[re.Pattern[str], int | None]:
         regexes.append(regex)
         depths.append(depth)
     deepest = None if None in depths else max(d for d in depths if d is not None)
-    return re.compile("^(?:" + "|".join(regexes) + ")$", re.DOTALL), deepest
+    try:
+        regex = linear_regex("(?s)^(?:" + "|".join(regexes) + ")$")
+    except re2.error as exc:
+        raise ToolArgsError(
+            [f"pattern {pattern!r} is not a valid glob: {regex_error(exc)}"]
+        ) from None
+    return regex, deepest
 
 
 def _load_spec(directory: str) -> pathspec.GitIgnoreSpec | None:
@@ -132,7 +180,7 @@ def _load_spec(directory: str) -> pathspec.GitIgnoreSpec | None:
     except OSError:
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
+        return gitignore_spec(lines)
     except Exception:  # a malformed pattern disables that file, as git would skip the line
         return None
 
@@ -210,7 +258,9 @@ def _walk(
             entries = list(it)
     except OSError:
         return
-    if respect_ignore:
+    # Only open a .gitignore that is there: a failed open per directory costs more than the
+    # rest of the walk on some filesystems.
+    if respect_ignore and any(entry.name == ".gitignore" for entry in entries):
         spec = _load_spec(directory)
         if spec is not None:
             specs = [*specs, (rel, spec)]

