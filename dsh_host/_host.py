@@ -75,9 +75,11 @@ class Host:
         self.config = config if isinstance(config, Config) else load_config(config)
         self.pm: pluggy.PluginManager = make_plugin_manager()
         self.hooks = HookRelay(self.pm)
+        settings = self.config.host
         self.registry = ToolRegistry(
-            hooks=self.hooks, observer_timeout=self.config.host.observer_timeout
-        )
+            hooks=self.hooks, observer_timeout=settings.observer_timeout,
+            hook_timeout=settings.hook_timeout, approval_timeout=settings.approval_timeout,
+        )  # fmt: skip
         self._rows: dict[str, PluginInfo] = {}
         self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}

@@ -44,7 +44,14 @@ class ToolRegistry:
     plugins.
     """
 
-    def __init__(self, *, hooks: HookRelay | None = None, observer_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        hooks: HookRelay | None = None,
+        observer_timeout: float = 10.0,
+        hook_timeout: float = 30.0,
+        approval_timeout: float = 900.0,
+    ) -> None:
         from ._pipeline import Pipeline
 
         self._global = _Layer()
@@ -52,7 +59,10 @@ class ToolRegistry:
         self._views: dict[Scope, dict[str, ToolDefinition]] = {}
         self._guard_cache: dict[Scope | None, tuple[tuple[Guard, str], ...]] = {}
         self.hooks = hooks if hooks is not None else HookRelay(None)
-        self._pipeline = Pipeline(self, self.hooks, observer_timeout=observer_timeout)
+        self._pipeline = Pipeline(
+            self, self.hooks, observer_timeout=observer_timeout, hook_timeout=hook_timeout,
+            approval_timeout=approval_timeout,
+        )  # fmt: skip
 
     # -- tools -----------------------------------------------------------------------------
 
