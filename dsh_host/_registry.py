@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from ._contain import real_interrupt
 from ._hooks import HookRelay
 from ._tool import ToolDefinition, ToolSchema
 from ._values import (
@@ -238,7 +239,9 @@ class ToolRegistry:
             if args is None:
                 return ExecutionMode.EXCLUSIVE
             safe = tool.is_concurrency_safe(args)
-        except Exception:
+        except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
+            if real_interrupt(exc):
+                raise
             return ExecutionMode.EXCLUSIVE
         return ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
 

@@ -88,14 +88,14 @@ def dsh(capsys, *argv: str) -> tuple[int, str, str]:
     [
         ("read_file", {"path": "notes.txt"}, 0, "allowed by permissions: rule read_file in"),
         ("bash", {"command": "echo hi"}, 0, "allowed by permissions: rule bash(echo:*) in"),
-        ("bash", {"command": "rm -rf src"}, 1, "denied by permissions: rule bash(rm:*) in"),
+        ("bash", {"command": "rm -rf src"}, 1, "denied by permissions (rule bash(rm:*) in"),
         (
             "read_file",
             {"path": "secrets/key.txt"},
             1,
-            "denied by permissions: rule read_file(./secrets/**) in",
+            "denied by permissions (rule read_file(./secrets/**) in",
         ),
-        ("bash", {"command": "git push"}, 1, "denied by permissions: rule bash(git push:*) in"),
+        ("bash", {"command": "git push"}, 1, "denied by permissions (rule bash(git push:*) in"),
         ("write_file", {"path": "big.txt", "content": "x" * 3000}, 1, "denied by guards"),
         ("write_file", {"path": "f.txt", "content": "forbidden"}, 1, "denied by hook_commands"),
     ],
