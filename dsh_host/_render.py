@@ -228,6 +228,8 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
         return style.paint(f"{style.no} stopped: plugin {who} failed", "red", "bold")
     if code == "BLOCKED":
         return style.paint(f"{style.no} ran, then blocked{by}", "red", "bold")
+    if code == "UNKNOWN_TOOL":
+        return style.paint(f"{style.no} unknown tool", "red", "bold")
     if code in ("ABORTED", "ABORTED_BEFORE_DISPATCH"):
         return style.paint(f"{style.no} aborted", "yellow", "bold")
     notes = []

@@ -108,7 +108,8 @@ class GuardsPlugin:
 
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
-        size = len(canonical_json(execution.arguments).encode("utf-8"))
+        # surrogatepass: a lone surrogate ("\udcff") is valid JSON and counts as its 3 bytes.
+        size = len(canonical_json(execution.arguments).encode("utf-8", "surrogatepass"))
         limit = self._config.max_argument_bytes
         if size > limit:
             return (
