@@ -239,7 +239,7 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
             why = event.outcome.removeprefix("allow").removeprefix(": ")
             notes.append(f"allowed by {event.plugin}" + (f": {why}" if why else ""))
         elif event.stage == "dsh_tool_approve" and event.outcome == "allowed-once":
-            notes.append(f"approved once by {event.plugin}")
+            notes.append(f"approved by {event.plugin}")
     head = "; ".join(dict.fromkeys(notes)) or "allowed"
     if result.is_error:
         cause = f"{code} from {who}" + (f": {detail}" if detail else "") if who else code

@@ -802,7 +802,7 @@ def test_render_diff_of_a_new_file_and_of_no_change():
                 ("dsh_tool_pre_execute", "perm", "allow"),
                 ("dsh_tool_approve", "tty", "allowed-once"),
             ],
-            "ok allowed by perm; approved once by tty",
+            "ok allowed by perm; approved by tty",
         ),
     ],
 )
