@@ -200,10 +200,9 @@ def test_a_real_ctrl_c_stops_the_call_and_is_not_a_plugin_failure():
 
 
 def test_a_raised_keyboard_interrupt_is_told_from_a_real_one():
-    try:
+    with pytest.raises(KeyboardInterrupt) as info:
         raise KeyboardInterrupt
-    except KeyboardInterrupt as exc:
-        assert not real_interrupt(exc)
+    assert not real_interrupt(info.value)
     assert real_interrupt(KeyboardInterrupt())  # no frames: raised by C (the default handler)
 
 
@@ -377,7 +376,8 @@ async def test_an_observer_cut_off_is_reported_once_per_plugin(make_host, autoju
     assert err.count("observer 'slow_audit' (dsh_tool_result) did not finish") == 1
     assert "observer_timeout = 10 s and was cut off" in err
     cut = [e for e in events if e.stage == "dsh_tool_result"]
-    assert len(cut) == 3 and all("cut off" in e.outcome for e in cut)
+    assert len(cut) == 3
+    assert all("cut off" in e.outcome for e in cut)
 
 
 # -- unknown tools and attribution -----------------------------------------------------------
