@@ -76,7 +76,7 @@ def dsh(capsys):
     ],
 )
 def test_hostile_json_arguments_are_one_clear_error(dsh, arguments, message):
-    status, out, err = dsh("call", "echo", arguments)
+    status, _out, err = dsh("call", "echo", arguments)
     assert status == 2
     assert message in err
     assert "Traceback" not in err
