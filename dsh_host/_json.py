@@ -80,6 +80,12 @@ def freeze(value: object, path: str = "value") -> Any:
     objects may nest at most `MAX_DEPTH` deep, as in `parse_json`; the walk is iterative (no
     `RecursionError` whatever the depth) and linear in the size of *value*.
     """
+    t = type(value)
+    if t is dict or t is list or t is tuple:
+        try:
+            return _fast(value, 1)
+        except _Irregular:
+            pass  # the careful walk below finds and names the problem
     leaf, frozen = _leaf(value, path, [])
     if leaf:
         return frozen
@@ -122,6 +128,44 @@ def freeze(value: object, path: str = "value") -> Any:
                 parent.out_map[key] = done  # type: ignore[index]
             else:
                 parent.out_list.append(done)
+
+
+class _Irregular(Exception):
+    """`_fast` met something it does not handle; the careful walk takes over."""
+
+
+_FAST_DEPTH = 48
+
+
+def _fast_item(item: Any, depth: int) -> Any:
+    t = type(item)
+    if t is str or t is bool or item is None:
+        return item
+    if t is int:
+        if -_INT_BOUND < item < _INT_BOUND:
+            return item
+        raise _Irregular
+    if t is float:
+        if math.isfinite(item):
+            return item
+        raise _Irregular
+    if (t is dict or t is list or t is tuple) and depth < _FAST_DEPTH:
+        return _fast(item, depth + 1)
+    if t is FrozenDict:
+        return item
+    raise _Irregular
+
+
+def _fast(value: Any, depth: int) -> Any:
+    """The common case, quickly: plain dicts, lists and scalars, shallow, no cycles."""
+    if type(value) is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Irregular
+            out[key] = _fast_item(item, depth)
+        return FrozenDict(out) if out else _EMPTY
+    return tuple([_fast_item(item, depth) for item in value])
 
 
 class _Frame:
