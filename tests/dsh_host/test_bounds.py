@@ -105,7 +105,7 @@ async def test_many_scopes_leave_no_cache_entries():
 @pytest.mark.soak
 async def test_scopes_leave_memory_at_baseline():
     n = soak_size(1_000, 10_000)
-    host, guards, burst = await _scoped_calls(n)
+    _host, _guards, burst = await _scoped_calls(n)
     await burst(200)  # warm up
     gc.collect()
     tracemalloc.start()
