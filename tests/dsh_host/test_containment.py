@@ -476,3 +476,37 @@ async def test_a_dry_run_names_who_allowed(make_host):
     input = ToolExecutionInput(call_id="a", name="echo", arguments={"text": "x"})
     prepared = await host.registry._pipeline.prepare(input, None, dry_run=True)
     assert (prepared.result, prepared.allowed_by, prepared.detail) == (None, "rules", "rule echo")
+
+
+async def test_path_policy_and_presenters_contain_base_exceptions(make_host):
+    class Broken:
+        name = "broken"
+
+        @hookimpl
+        def dsh_path_denied(self, execution, path, access):
+            raise SystemExit(1)
+
+        @hookimpl
+        def dsh_present_call(self, tool, args):
+            raise KeyboardInterrupt
+
+    host = make_host(Broken(), tools=[make_echo()])
+    from dsh_host import ToolExecution
+
+    execution = ToolExecution(call_id="c", name="echo", arguments={})
+    assert "withheld" in host.path_denied(execution, "/x", "read")
+    assert host.present_call("echo", {"text": "x"}).title == "echo"
+
+
+def test_a_plugin_raising_base_exceptions_at_start_is_dropped():
+    class Exits:
+        name = "exits"
+
+        @hookimpl
+        def dsh_register_tools(self, register):
+            raise SystemExit(1)
+
+    host = Host(plugins=[Exits()], load_entrypoints=False)
+    (row,) = host.plugins()
+    assert row.status.value == "failed"
+    assert "SystemExit" in row.error
