@@ -21,7 +21,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -143,16 +143,26 @@ class Pipeline:
         limit = self.hook_timeout if bound is None else bound
         budget: _Budget | None = None
         if call_next is not None:
-            budget = _Budget(limit)
+            budget = _Budget(limit, trio.current_time())
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
         try:
             value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                scope = trio.CancelScope(deadline=trio.current_time() + limit)
-                if budget is not None:
-                    budget.scope = scope
+                # The scope is entered with no deadline (cheap) and armed only if the hook
+                # suspends: most hooks answer in their first step and never pay for the timer.
+                scope = trio.CancelScope()
                 with scope:
-                    value = await value
+                    if inspect.iscoroutine(value):
+                        try:
+                            trap = value.send(None)
+                        except StopIteration as stop:
+                            value = stop.value
+                        else:
+                            _arm(scope, budget, limit)
+                            value = await _Resumed(value, trap)
+                    else:
+                        _arm(scope, budget, limit)
+                        value = await value
                 if scope.cancel_called:
                     raise PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, limit))
         except PluginFailure as exc:
@@ -546,22 +556,68 @@ class _Budget:
     """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
 
     limit: float
+    started: float
     scope: trio.CancelScope | None = None
-    remaining: float = 0.0
+    paused_at: float | None = None
+    paused_for: float = 0.0
+
+    def remaining(self, now: float) -> float:
+        return max(self.limit - (now - self.started - self.paused_for), 0.0)
 
     def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
         async def paused(*args: Any, **kwargs: Any) -> Any:
-            scope = self.scope
-            if scope is None:  # a synchronous link: nothing to pause
-                return await call_next(*args, **kwargs)
-            self.remaining = max(scope.deadline - trio.current_time(), 0.0)
-            scope.deadline = math.inf
+            self.paused_at = trio.current_time()
+            if self.scope is not None:
+                self.scope.deadline = math.inf
             try:
                 return await call_next(*args, **kwargs)
             finally:
-                scope.deadline = trio.current_time() + self.remaining
+                now = trio.current_time()
+                self.paused_for += now - self.paused_at
+                self.paused_at = None
+                if self.scope is not None:
+                    self.scope.deadline = now + self.remaining(now)
 
         return paused
+
+
+def _arm(scope: trio.CancelScope, budget: _Budget | None, limit: float) -> None:
+    """Give a hook that suspended its deadline: *limit*, less its own time so far."""
+    now = trio.current_time()
+    if budget is None:
+        scope.deadline = now + limit
+        return
+    budget.scope = scope
+    if budget.paused_at is None:  # else: waiting in call_next; armed when that returns
+        scope.deadline = now + budget.remaining(now)
+
+
+@attrs.frozen
+class _Resumed:
+    """A coroutine whose first step already ran and suspended at *trap*, to await on.
+
+    Forwards what trio sends or throws in, exactly as ``await`` would have. (The first step runs
+    inside the hook's cancel scope, so scopes the hook opens nest inside it.)
+    """
+
+    coro: Any
+    trap: Any
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, trap = self.coro, self.trap
+        while True:
+            try:
+                sent = yield trap
+            except BaseException as exc:
+                try:
+                    trap = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            try:
+                trap = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
