@@ -191,3 +191,21 @@ def test_an_internal_error_is_one_line_unless_debugging(dsh, monkeypatch):
     monkeypatch.setenv("DSH_DEBUG", "1")
     status, _, err = dsh("tools")
     assert "Traceback" in err
+
+
+def test_a_real_pipe_closed_early_exits_quietly(workdir):
+    import subprocess
+
+    line = '{"name": "echo", "arguments": {"text": "%s"}}\n' % ("x" * 200)
+    (workdir / "calls.jsonl").write_text(line * 2000)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", *PLUGINS, "run", "calls.jsonl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(workdir)},
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline()  # what `| head -1` does, then it exits
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141
+    assert err == b""
