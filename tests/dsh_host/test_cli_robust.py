@@ -209,3 +209,15 @@ def test_a_real_pipe_closed_early_exits_quietly(workdir):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 141
     assert err == b""
+
+
+def test_trace_lines_and_run_output_show_model_text_escaped(dsh, workdir):
+    call = {"id": "c\x1b[2J\u202e", "name": "echo", "arguments": {"text": "\x1b]0;pwned\x07"}}
+    (workdir / "calls.jsonl").write_text(json.dumps(call) + "\n")
+    status, out, err = dsh("run", "calls.jsonl", "--trace")
+    assert status == 0, err
+    assert "trace c\\x1b[2J\\u202e body -: ok" in err
+    assert "\\x1b]0;pwned\\x07" in out
+    for text in (out, err):
+        assert "\x1b" not in text
+        assert "\u202e" not in text
