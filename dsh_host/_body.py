@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._contain import genuine
 from ._errors import ToolOutputError
 from ._json import canonical_json, freeze
 from ._outcomes import aborted, failure, from_exception
@@ -29,7 +30,9 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
             value = await (
                 tool.execute(args, context) if tool.takes_context else tool.execute(args)
             )
-        except Exception as exc:
+        except BaseException as exc:
+            if await genuine(exc):
+                raise
             message, code, name = from_exception(exc, "TOOL_FAILED")
             return failure(message, code, name)
         return normalise(tool, value)
@@ -48,7 +51,11 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
                 value = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
                 if inspect.isawaitable(value):
                     value = await value
-        except Exception as exc:
+        except BaseException as exc:
+            # A KeyboardInterrupt, SystemExit or stray Cancelled from the tool is its failure;
+            # only a real Ctrl-C and the caller's own cancellation go on.
+            if await genuine(exc):
+                raise
             message, code, name = from_exception(exc, "TOOL_FAILED")
             result = failure(message, code, name)
         finally:

@@ -8,12 +8,14 @@ traceback. ``main(argv)`` is the console script and is callable in-process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib.metadata
 import json
 import os
 import pathlib
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +25,8 @@ from ._completion import add_completion_parser, autocomplete, tool_names
 from ._config import config_converter, find_config
 from ._errors import ConfigError, PluginLoadError
 from ._host import Host
+from ._json import JsonInputError
+from ._json import parse_json as strict_json
 from ._plugins import PluginStatus, load_module
 from ._render import (
     Style,
@@ -37,6 +41,7 @@ from ._render import (
     style_for,
     trace_line,
 )
+from ._text import printable
 from ._trace import TraceEvent
 
 __all__ = [
@@ -63,16 +68,31 @@ class UsageError(Exception):
     """Bad usage: the message says what was wrong and what to do; ``dsh`` exits 2."""
 
 
+def _write(stream: Any, line: str) -> None:
+    try:
+        stream.write(f"{line}\n")
+    except UnicodeEncodeError:  # a lone surrogate, or a terminal that cannot show a character
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        text = f"{line}\n".encode(encoding, "backslashreplace").decode(encoding)
+        stream.write(text)
+
+
 def out(line: str = "") -> None:
-    sys.stdout.write(f"{line}\n")
+    _write(sys.stdout, line)
 
 
 def warn(line: str) -> None:
-    sys.stderr.write(f"{line}\n")
+    _write(sys.stderr, line)
 
 
 def dump(value: Any, indent: int | None = 2) -> None:
-    out(json.dumps(value, indent=indent, ensure_ascii=False))
+    """Print *value* as JSON; a lone surrogate is written as its ``\\udcxx`` escape."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, indent=indent, ensure_ascii=True)
+    out(text)
 
 
 def stdout_style() -> Style:
@@ -184,11 +204,17 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
 
 
 def parse_json(text: str, what: str, hint: str = "") -> Any:
-    """Parse *text*; a `UsageError` beginning with *what* (``the line is``) if it is not JSON."""
+    """Parse *text* strictly (`dsh_host.parse_json`: no duplicate keys, bounded depth and integer
+    size); a `UsageError` beginning with *what* (``the line is``) if it is refused."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} not valid JSON ({exc})" + (f"; {hint}" if hint else "")) from None
+        return strict_json(text)
+    except JsonInputError as exc:
+        reason = printable(str(exc))
+        if reason.startswith("not valid JSON: "):
+            problem = f"{what} not valid JSON ({reason.removeprefix('not valid JSON: ')})"
+        else:
+            problem = f"{what} refused: {reason}"
+        raise UsageError(problem + (f"; {hint}" if hint else "")) from None
 
 
 def unknown_tool(host: Host, name: str) -> str:
@@ -196,7 +222,10 @@ def unknown_tool(host: Host, name: str) -> str:
     hint = difflib.get_close_matches(name, known, n=1)
     did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
     listed = ", ".join(known) or "none; install a tool plugin"
-    return f"no tool named {name!r}{did_you_mean}; available: {listed}. See `dsh tools`."
+    return (
+        f"no tool named {printable(repr(name))}{did_you_mean}; available: {listed}. "
+        "See `dsh tools`."
+    )
 
 
 def _cmd_call(args: argparse.Namespace) -> int:
@@ -222,14 +251,16 @@ def _cmd_call(args: argparse.Namespace) -> int:
             out(line)
         out(decision_line(result, events, style))
         if result.code in _NOT_RUN:
-            for line in result.text.splitlines():
-                out(f"  {style.paint(line, 'red')}")
+            for line in result.text.split("\n"):
+                out(f"  {style.paint(printable(line), 'red')}")
         else:
             for line in render_result(host.present_result(args.name, arguments, result), style):
                 out(line)
         for context in result.additional_contexts:
-            for line in "\n".join(getattr(b, "text", "") for b in context.content).splitlines():
-                out(style.paint(f"  (context from {context.source or 'the tool'}) {line}", "dim"))
+            text = "\n".join(getattr(b, "text", "") for b in context.content)
+            source = printable(context.source or "the tool")
+            for line in text.split("\n"):
+                out(style.paint(f"  (context from {source}) {printable(line)}", "dim"))
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
     allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
@@ -274,6 +305,8 @@ def make_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 success, 1 an error result, 2 bad usage or configuration.",
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"dsh-host {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an unexpected error (or DSH_DEBUG=1)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = [_common("sub_")]
 
@@ -365,8 +398,72 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``dsh`` with *argv* (default: ``sys.argv[1:]``); return the exit status."""
+    """Run ``dsh`` with *argv* (default: ``sys.argv[1:]``); return the exit status.
+
+    Nothing a user or the environment does prints a traceback: a closed pipe (``dsh tools |
+    head -1``) exits quietly with 141, Ctrl-C prints one line and exits 130 (trio cancels what
+    the command started), and anything unexpected is one line naming the error, exit 70.
+    ``--debug`` or ``DSH_DEBUG=1`` adds the traceback.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant(sys.stdout)
+    _tolerant(sys.stderr)
+    debug = "--debug" in argv or os.environ.get("DSH_DEBUG", "") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        status = _status_for(exc)
+        if status is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        if status == 130:
+            warn("dsh: interrupted")
+        elif status == 141:
+            _silence_stdout()
+        else:
+            warn(
+                f"dsh: internal error: {type(exc).__name__}: {printable(str(exc))} "
+                "(run with --debug or DSH_DEBUG=1 for the traceback, and please report it)"
+            )
+        return status
+
+
+def _status_for(exc: BaseException) -> int | None:
+    """The exit status for an exception that reached `main` (``None``: let it go on)."""
+    if isinstance(exc, BaseExceptionGroup):
+        statuses = [_status_for(inner) for inner in exc.exceptions]
+        for wanted in (130, 141):
+            if wanted in statuses:
+                return wanted
+        return 70
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 141
+    if isinstance(exc, SystemExit | GeneratorExit):
+        return None
+    return 70
+
+
+def _tolerant(stream: Any) -> None:
+    """Let *stream* print what it cannot encode (lone surrogates from argv) as escapes."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(Exception):
+            reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the exit flush cannot fail again."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in _DELEGATED:
         return _delegate(argv)
     parser = make_parser()
@@ -386,7 +483,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         warn(f"dsh: config error: {exc}")
         return 2
-    except KeyboardInterrupt:
-        warn("dsh: interrupted")
-        return 130
     return status

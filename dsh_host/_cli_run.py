@@ -31,7 +31,9 @@ from ._cli import (
 )
 from ._host import Host
 from ._json import freeze
+from ._pipeline import Prepared
 from ._render import Style, decision_line, trace_line
+from ._text import printable
 from ._trace import TraceEvent
 from ._values import ToolExecutionInput, ToolExecutionResult
 
@@ -134,16 +136,13 @@ def _dispatch_problem(host: Host, line: _Line) -> str | None:
     return f"INVALID_ARGS: {'; '.join(violations)}" if violations else None
 
 
-async def _dry_run(
-    host: Host, inputs: list[ToolExecutionInput], trace: Any
-) -> list[ToolExecutionResult | None]:
-    return [await host.registry.preview(input, trace=trace) for input in inputs]
+async def _dry_run(host: Host, inputs: list[ToolExecutionInput], trace: Any) -> list[Prepared]:
+    pipeline = host.registry._pipeline
+    return [await pipeline.prepare(input, trace, dry_run=True) for input in inputs]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``dsh run``: exit 2 if a line was bad, else 1 if a call failed (or would), else 0."""
-    if args.max_parallel < 1:
-        raise UsageError("--max-parallel must be at least 1")
     lines = _read_calls(args.calls)
     host = build_host(args)
     calls = [line for line in lines if line.error is None]
@@ -161,8 +160,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = None
     if not args.dry_run and not args.trace and sys.stderr.isatty():
         progress = _Progress(len(inputs))
+    allowed: dict[int, Prepared] = {}
     if args.dry_run:
-        outcomes: list[Any] = trio.run(_dry_run, host, inputs, trace)
+        prepared = trio.run(_dry_run, host, inputs, trace)
+        allowed = {line.number: p for line, p in zip(calls, prepared, strict=True)}
+        outcomes: list[Any] = [p.result for p in prepared]
     else:
         run = host.registry.execute_batch
         outcomes = trio.run(
@@ -176,13 +178,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in lines:
         if line.error is not None:
             bad += 1
-            warn(f"dsh run: {args.calls}:{line.number}: {line.error}")
+            warn(f"dsh run: {printable(args.calls)}:{line.number}: {printable(line.error)}")
             if args.json:
                 dump({"id": line.id, "line": line.number, "name": line.name, **_bad(line)}, None)
             else:
-                out(style.paint(f"{style.no} line {line.number}: not run: {line.error}", "red"))
+                error = printable(line.error)
+                out(style.paint(f"{style.no} line {line.number}: not run: {error}", "red"))
             continue
-        failed += _report(args, host, line, by_line[line.number], events.get(line.id or ""), style)
+        failed += _report(
+            args, host, line, by_line[line.number], events.get(line.id or ""), style,
+            allowed.get(line.number),
+        )  # fmt: skip
     if not args.json:
         verb = "would fail" if args.dry_run else "failed"
         summary = f"{_count(len(calls), 'call')}, {failed} {verb}"
@@ -211,6 +217,7 @@ def _report(
     result: ToolExecutionResult | None,
     events: list[TraceEvent] | None,
     style: Style,
+    prepared: Prepared | None = None,
 ) -> bool:
     """Show one call's outcome; whether it failed (or, in a dry run, would fail)."""
     head = {"id": line.id, "line": line.number, "name": line.name}
@@ -218,9 +225,14 @@ def _report(
         problem = _dispatch_problem(host, line) if result is None else None
         decision = "allow" if result is None else "deny" if result.code == "DENIED" else "error"
         error = None if result is None or result.error is None else result.error.to_json()
+        if result is None:
+            by = prepared.allowed_by if prepared is not None else None
+            detail = prepared.detail if prepared is not None else None
+        else:
+            by, detail = result.decided_by, result.decision_detail
         if args.json:
             record = {**head, "decision": decision, "error": error, "dispatch": problem}
-            dump({**record, "decided_by": None if result is None else result.decided_by}, None)
+            dump({**record, "decided_by": by, "decision_detail": detail}, None)
             return result is not None or problem is not None
     elif args.json:
         assert result is not None
@@ -228,20 +240,42 @@ def _report(
         return result.is_error
     arguments = json.dumps(line.arguments, ensure_ascii=False)
     if len(arguments) > _PREVIEW:
-        arguments = f"{arguments[:_PREVIEW]}... ({len(arguments.encode())} bytes)"
-    out(f"{style.bullet} {style.paint(line.id or '', 'bold')} {line.name} {arguments}")
+        size = len(arguments.encode("utf-8", "surrogatepass"))
+        arguments = f"{arguments[:_PREVIEW]}... ({size} bytes)"
+    call_id, name = printable(line.id or ""), printable(line.name or "")
+    out(f"{style.bullet} {style.paint(call_id, 'bold')} {name} {printable(arguments)}")
     if result is None:
-        out(f"  {style.paint(f'{style.ok} would run', 'green', 'bold')}")
+        verdict = f"{style.ok} would run"
+        if prepared is not None and prepared.allowed_by is not None:
+            verdict += f", allowed by {printable(prepared.allowed_by)}"
+            if prepared.detail:
+                verdict += f" ({printable(prepared.detail)})"
+        out(f"  {style.paint(verdict, 'green', 'bold')}")
         if problem:
             out(style.paint(f"    but dispatch would fail: {problem}", "yellow"))
         return problem is not None
     out(f"  {decision_line(result, events or (), style)}")
-    text = result.text.splitlines()
+    text = [printable(text_line) for text_line in result.text.split("\n")]
     for text_line in text[:10]:
         out(f"    {style.paint(text_line, 'red') if result.is_error else text_line}")
     if len(text) > 10:
         out(style.paint(f"    ... ({len(text) - 10} more lines)", "dim"))
     return result.is_error
+
+
+def _parallel(text: str) -> int:
+    """``--max-parallel``: an integer from 1 to `MAX_PARALLEL`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{printable(text)!r} is not an integer") from None
+    if not 1 <= value <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_PARALLEL}, not {value}")
+    return value
+
+
+MAX_PARALLEL = 10_000
+"""The most calls ``dsh run --max-parallel`` lets run at once."""
 
 
 def add_run_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -256,6 +290,6 @@ def add_run_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="only evaluate pre-execute, approval and guards; run no tool")  # fmt: skip
     p.add_argument("--trace", action="store_true", help="print every pipeline step to stderr")
-    p.add_argument("--max-parallel", type=int, default=10, metavar="N",
+    p.add_argument("--max-parallel", type=_parallel, default=10, metavar="N",
                    help="concurrency-safe calls run at most N at a time (default: 10)")  # fmt: skip
     p.set_defaults(handler=cmd_run)

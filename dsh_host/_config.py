@@ -4,6 +4,8 @@ A config file has three tables, all optional::
 
     [host]
     workspace = "."          # the root every built-in resolves paths against
+    hook_timeout = 30        # seconds each per-call hook may take (outside the tool body)
+    approval_timeout = 900   # seconds an approver (a person) may take to answer
     observer_timeout = 10    # seconds an async dsh_tool_result observer may take
 
     [plugins]
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 import os
 import pathlib
 import tomllib
@@ -55,13 +58,33 @@ __all__ = [
 _TOP_KEYS = ("host", "plugins", "plugin")
 
 
+def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"[host] {attribute.name} must be a finite number of seconds greater than 0, "
+            f"got {value!r}"
+        )
+
+
 @final
 @attrs.frozen
 class HostSettings:
-    """The ``[host]`` table."""
+    """The ``[host]`` table.
+
+    Attributes:
+        workspace: the root every built-in resolves paths against.
+        hook_timeout: seconds each per-call hook (pre-execute, guard, post-execute, the part of an
+            execute wrapper outside ``call_next``) may take before the call ends
+            ``PLUGIN_FAILED``.
+        approval_timeout: seconds a ``dsh_tool_approve`` answerer (usually a person) may take.
+        observer_timeout: seconds an async ``dsh_tool_result`` observer may take; one cut off
+            is reported.
+    """
 
     workspace: pathlib.Path = attrs.field(factory=pathlib.Path.cwd)
-    observer_timeout: float = 10.0
+    hook_timeout: float = attrs.field(default=30.0, validator=_seconds)
+    approval_timeout: float = attrs.field(default=900.0, validator=_seconds)
+    observer_timeout: float = attrs.field(default=10.0, validator=_seconds)
 
 
 @final
@@ -130,7 +153,7 @@ def find_config(
     if pyproject.is_file():
         try:
             data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
             return None
         if isinstance(data.get("tool"), dict) and "dsh" in data["tool"]:
             return pyproject
@@ -150,6 +173,12 @@ def _read(path: pathlib.Path) -> Mapping[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"is not valid TOML: {exc}", path=str(path)) from None
+    except RecursionError:
+        raise ConfigError(
+            "is nested too deeply (arrays or tables inside one another hundreds of levels "
+            "deep); a dsh config needs a few levels at most",
+            path=str(path),
+        ) from None
     if path.name == "pyproject.toml":
         tool = data.get("tool", {})
         dsh = tool.get("dsh", {}) if isinstance(tool, dict) else {}
@@ -211,12 +240,17 @@ _STRUCTURE_ERRORS = (
 
 def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., ConfigError]) -> Any:
     """Check *data* strictly against *cls*, then structure it; ``fail(message, key)`` on error."""
-    problems = check_value(dict(data), cls)
+    try:
+        problems = check_value(dict(data), cls)
+    except RecursionError:
+        raise fail("a value is nested too deeply (hundreds of levels); use a few", None) from None
     if problems:
         key, message = _summarise(problems, cls)
         raise fail(message, key)
     try:
         return _CONVERTER.structure(dict(data), cls)
+    except RecursionError:
+        raise fail("a value is nested too deeply (hundreds of levels); use a few", None) from None
     except cattrs.StructureHandlerNotFoundError as exc:  # the class's fault, not the file's
         raise PluginLoadError(
             cls.__qualname__, f"its config class cannot be structured: {exc}"

@@ -14,6 +14,7 @@ import attrs
 import pluggy
 
 from ._config import Config, find_config, load_config, structure_plugin_config
+from ._contain import real_interrupt
 from ._errors import ConfigError, PluginLoadError
 from ._hooks import HookRelay, make_plugin_manager
 from ._pipeline import new_call_id
@@ -75,9 +76,11 @@ class Host:
         self.config = config if isinstance(config, Config) else load_config(config)
         self.pm: pluggy.PluginManager = make_plugin_manager()
         self.hooks = HookRelay(self.pm)
+        settings = self.config.host
         self.registry = ToolRegistry(
-            hooks=self.hooks, observer_timeout=self.config.host.observer_timeout
-        )
+            hooks=self.hooks, observer_timeout=settings.observer_timeout,
+            hook_timeout=settings.hook_timeout, approval_timeout=settings.approval_timeout,
+        )  # fmt: skip
         self._rows: dict[str, PluginInfo] = {}
         self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}
@@ -128,7 +131,9 @@ class Host:
             if (hook := self._impl_of(plugin, "dsh_register_tools")) is not None:
                 try:
                     hook(register=functools.partial(self._register_tool, owner=name))
-                except Exception as exc:
+                except BaseException as exc:
+                    if real_interrupt(exc):
+                        raise
                     self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}")
         for name, plugin in registered:
             if self.pm.is_registered(plugin) and (
@@ -138,7 +143,9 @@ class Host:
                     hook(host=self)
                 except ConfigError:
                     raise
-                except Exception as exc:
+                except BaseException as exc:
+                    if real_interrupt(exc):
+                        raise
                     self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}")
 
     @classmethod
@@ -281,7 +288,9 @@ class Host:
             return None
         try:
             reason = hook(execution=execution, path=path, access=access)
-        except Exception as exc:
+        except BaseException as exc:  # any failure withholds; only a real Ctrl-C goes on
+            if real_interrupt(exc):
+                raise
             return f"the path policy failed ({_describe(exc)}), so the path is withheld"
         return reason if reason is None or isinstance(reason, str) else str(reason)
 
@@ -349,6 +358,8 @@ def _safe(function: Any, kinds: tuple[type, ...], *args: Any, **kwargs: Any) -> 
                 wanted = names.co_varnames[: names.co_argcount]
                 kwargs = {k: v for k, v in kwargs.items() if k in wanted}
         view = function(*args, **kwargs)
-    except Exception:
+    except BaseException as exc:  # a presenter's failure falls back; a real Ctrl-C goes on
+        if real_interrupt(exc):
+            raise
         return None
     return view if isinstance(view, kinds) else None

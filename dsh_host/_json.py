@@ -31,6 +31,9 @@ MAX_INT_DIGITS = 4300
 """How many digits an integer from a model or a client may have (Python's own default bound)."""
 
 
+_INT_BOUND = 10**MAX_INT_DIGITS
+
+
 class NotJsonError(ValueError):
     """A value is not losslessly JSON-serialisable; ``path`` says where."""
 
@@ -73,58 +76,159 @@ _EMPTY = FrozenDict()
 def freeze(value: object, path: str = "value") -> Any:
     """Return a deep-frozen, lossless JSON copy of *value*, or raise `NotJsonError`.
 
-    Already-frozen objects produced by this function are returned as they are.
+    Already-frozen objects produced by this function are returned as they are. Arrays and
+    objects may nest at most `MAX_DEPTH` deep, as in `parse_json`; the walk is iterative (no
+    `RecursionError` whatever the depth) and linear in the size of *value*.
     """
-    try:
-        return _freeze(value, path, set())
-    except RecursionError:
-        raise NotJsonError(path, "is nested too deeply to be JSON") from None
-
-
-def _freeze(value: object, path: str, ancestors: set[int]) -> Any:
     t = type(value)
-    if t is str or t is bool or t is int or value is None:
-        return value
-    if t is float:
-        if math.isfinite(value):  # type: ignore[arg-type]
-            return value
-        raise NotJsonError(path, f"is {value!r}, which is not a finite JSON number")
-    if t is FrozenDict:
-        return value
-    if isinstance(value, Mapping):
-        ident = id(value)
-        if ident in ancestors:
-            raise NotJsonError(path, "contains itself (a cycle is not JSON)")
-        ancestors.add(ident)
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if type(key) is not str:
+    if t is dict or t is list or t is tuple:
+        try:
+            return _fast(value, 1)
+        except _Irregular:
+            pass  # the careful walk below finds and names the problem
+    leaf, frozen = _leaf(value, path, [])
+    if leaf:
+        return frozen
+    keys: list[str | int] = []  # where the walk is, for messages
+    stack: list[_Frame] = []
+    ancestors: set[int] = set()
+    _push(value, stack, ancestors, path, keys)
+    while True:
+        frame = stack[-1]
+        for key, item in frame.items:
+            if frame.out_map is not None and type(key) is not str:
                 if not isinstance(key, str):
                     raise NotJsonError(
-                        path, f"has key {key!r}, but JSON object keys must be strings"
+                        _where(path, keys),
+                        f"has key {key!r}, but JSON object keys must be strings",
                     )
                 key = str.__str__(key)
-            out[key] = _freeze(item, f"{path}.{key}", ancestors)
-        ancestors.discard(ident)
+            keys.append(key)
+            leaf, frozen = _leaf(item, path, keys)
+            if not leaf:
+                _push(item, stack, ancestors, path, keys)
+                break
+            keys.pop()
+            if frame.out_map is not None:
+                frame.out_map[key] = frozen
+            else:
+                frame.out_list.append(frozen)
+        else:
+            stack.pop()
+            ancestors.discard(frame.ident)
+            if frame.out_map is not None:
+                done: Any = FrozenDict(frame.out_map) if frame.out_map else _EMPTY
+            else:
+                done = tuple(frame.out_list)
+            if not stack:
+                return done
+            key = keys.pop()
+            parent = stack[-1]
+            if parent.out_map is not None:
+                parent.out_map[key] = done  # type: ignore[index]
+            else:
+                parent.out_list.append(done)
+
+
+class _Irregular(Exception):
+    """`_fast` met something it does not handle; the careful walk takes over."""
+
+
+_FAST_DEPTH = 48
+
+
+def _fast_item(item: Any, depth: int) -> Any:
+    t = type(item)
+    if t is str or t is bool or item is None:
+        return item
+    if t is int:
+        if -_INT_BOUND < item < _INT_BOUND:
+            return item
+        raise _Irregular
+    if t is float:
+        if math.isfinite(item):
+            return item
+        raise _Irregular
+    if (t is dict or t is list or t is tuple) and depth < _FAST_DEPTH:
+        return _fast(item, depth + 1)
+    if t is FrozenDict:
+        return item
+    raise _Irregular
+
+
+def _fast(value: Any, depth: int) -> Any:
+    """The common case, quickly: plain dicts, lists and scalars, shallow, no cycles."""
+    if type(value) is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Irregular
+            out[key] = _fast_item(item, depth)
         return FrozenDict(out) if out else _EMPTY
-    if t is list or t is tuple:
-        ident = id(value)
-        if ident in ancestors:
-            raise NotJsonError(path, "contains itself (a cycle is not JSON)")
-        ancestors.add(ident)
-        sequence: list[Any] | tuple[Any, ...] = value  # type: ignore[assignment]
-        items = tuple(_freeze(item, f"{path}[{i}]", ancestors) for i, item in enumerate(sequence))
-        ancestors.discard(ident)
-        return items
+    return tuple([_fast_item(item, depth) for item in value])
+
+
+class _Frame:
+    """One array or object being frozen: what is left of it, and what was made so far."""
+
+    __slots__ = ("ident", "items", "out_list", "out_map")
+
+    def __init__(self, items: Any, out_map: dict[str, Any] | None, ident: int) -> None:
+        self.items = items
+        self.out_map = out_map
+        self.out_list: list[Any] = []
+        self.ident = ident
+
+
+def _where(path: str, keys: list[str | int]) -> str:
+    return path + "".join(f"[{k}]" if type(k) is int else f".{k}" for k in keys)
+
+
+def _push(
+    value: Any, stack: list[_Frame], ancestors: set[int], path: str, keys: list[str | int]
+) -> None:
+    ident = id(value)
+    if ident in ancestors:
+        raise NotJsonError(_where(path, keys), "contains itself (a cycle is not JSON)")
+    if len(stack) >= MAX_DEPTH:
+        raise NotJsonError(
+            _where(path, keys[:8]) + ("..." if len(keys) > 8 else ""),
+            f"is nested more than {MAX_DEPTH} levels deep",
+        )
+    ancestors.add(ident)
+    if isinstance(value, Mapping):
+        stack.append(_Frame(iter(value.items()), {}, ident))
+    else:
+        stack.append(_Frame(enumerate(value), None, ident))
+
+
+def _leaf(value: object, path: str, keys: list[str | int]) -> tuple[bool, Any]:
+    """``(True, frozen)`` for a JSON scalar (or a frozen object); ``(False, None)`` for an array
+    or object still to walk; `NotJsonError` for anything else."""
+    t = type(value)
+    if t is str or t is bool or value is None or t is FrozenDict:
+        return True, value
+    if t is int:
+        if -_INT_BOUND < value < _INT_BOUND:
+            return True, value
+        raise NotJsonError(
+            _where(path, keys), f"is an integer of more than {MAX_INT_DIGITS} digits"
+        )
+    if t is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return True, value
+        raise NotJsonError(_where(path, keys), f"is {value!r}, which is not a finite JSON number")
+    if t is list or t is tuple or isinstance(value, Mapping):
+        return False, None
     if isinstance(value, bool):
-        return bool(value)
+        return True, bool(value)
     if isinstance(value, int):
-        return int.__int__(value)
+        return _leaf(int.__int__(value), path, keys)
     if isinstance(value, str):
-        return str.__str__(value)
+        return True, str.__str__(value)
     if isinstance(value, float):
-        return _freeze(float(value), path, ancestors)
-    raise NotJsonError(path, f"is a {t.__name__}, which is not a JSON value")
+        return _leaf(float(value), path, keys)
+    raise NotJsonError(_where(path, keys), f"is a {t.__name__}, which is not a JSON value")
 
 
 def thaw(value: Any) -> Any:

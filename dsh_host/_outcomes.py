@@ -17,6 +17,7 @@ def failure(
     name: str | None = None,
     *,
     decided_by: str | None = None,
+    decision_detail: str | None = None,
     contexts: tuple[HookContext, ...] = (),
 ) -> ToolExecutionResult:
     """An error result whose model-facing text is ``Error: <message>``."""
@@ -26,6 +27,7 @@ def failure(
         error=ToolFailure(message, code, name),
         additional_contexts=contexts,
         decided_by=decided_by,
+        decision_detail=decision_detail,
     )
 
 

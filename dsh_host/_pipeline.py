@@ -13,23 +13,28 @@ post-execute sees them. A plugin raising in C, D, F or H, and arguments that are
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
+import math
 import secrets
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from ._body import run_body
+from ._contain import HookTimeout, Watchdog, genuine, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, PluginFailure
 from ._json import freeze
 from ._outcomes import aborted, failure, plugin_failed
 from ._signal import AbortSignal, _fuse, _inert
+from ._text import printable
 from ._trace import Trace, TraceEvent, describe, emit
 from ._values import (
     Accept,
@@ -62,6 +67,9 @@ class Prepared:
     execution: ToolExecution
     result: ToolExecutionResult | None = None
     post: bool = True
+    allowed_by: str | None = None
+    """The plugin whose ``Allow`` let the call through, if one decided (for dry runs)."""
+    detail: str | None = None
 
 
 _PRE_TYPES = (Allow, Deny, Ask)
@@ -75,11 +83,21 @@ class Pipeline:
     """Runs calls for one `ToolRegistry`, calling its plugins' hooks."""
 
     def __init__(
-        self, registry: ToolRegistry, hooks: HookRelay, *, observer_timeout: float
+        self,
+        registry: ToolRegistry,
+        hooks: HookRelay,
+        *,
+        observer_timeout: float,
+        hook_timeout: float = 30.0,
+        approval_timeout: float = 900.0,
     ) -> None:
         self.registry = registry
         self.hooks = hooks
         self.observer_timeout = observer_timeout
+        self.hook_timeout = hook_timeout
+        self.approval_timeout = approval_timeout
+        self.watchdog = Watchdog(hook_timeout)
+        self._cut_off: set[str] = set()
 
     async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         prepared = await self.prepare(input, trace)
@@ -91,18 +109,73 @@ class Pipeline:
 
     # -- hook calling ----------------------------------------------------------------------
 
-    async def _call(self, impl: Impl, hook: str, trace: Trace | None, **kwargs: Any) -> Any:
-        started = time.perf_counter() if trace is not None else 0.0
+    def _sync(self, plugin: str, hook: str, tool: str, function: Any, argument: Any) -> Any:
+        """``function(argument)``: the synchronous part of a hook, watched for blocking the loop."""
+        watchdog = self.watchdog
+        watchdog.enter(plugin, hook, tool)
         try:
-            value = await impl(**kwargs)
-        except PluginFailure:
+            return function(argument)
+        finally:
+            ran = watchdog.leave()
+            if ran > watchdog.bound:
+                # A blocking hook cannot be pre-empted; it answered late, so it fails closed.
+                watchdog.check(watchdog.started + ran)
+                raise PluginFailure(plugin, hook, _late(plugin, hook, watchdog.bound))
+
+    async def _call(
+        self,
+        impl: Impl,
+        hook: str,
+        trace: Trace | None,
+        kwargs: dict[str, Any],
+        call_next: Callable[..., Any] | None = None,
+        bound: float | None = None,
+        report: bool = True,
+    ) -> Any:
+        """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
+
+        A synchronous implementation is watched (`Watchdog`); an awaitable it returns gets
+        *bound* seconds (default ``hook_timeout``) of its own time: the time it spends in
+        *call_next* (downstream links, wrappers, the body) does not count.
+        """
+        started = time.perf_counter() if trace is not None else 0.0
+        execution = kwargs.get("execution") or kwargs["request"].execution
+        limit = self.hook_timeout if bound is None else bound
+        budget: _Budget | None = None
+        if call_next is not None:
+            budget = _Budget(limit, trio.current_time())
+            kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
+        try:
+            value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
+            if impl.is_async or (value is not None and inspect.isawaitable(value)):
+                # The scope is entered with no deadline (cheap) and armed only if the hook
+                # suspends: most hooks answer in their first step and never pay for the timer.
+                scope = trio.CancelScope()
+                with scope:
+                    if inspect.iscoroutine(value):
+                        try:
+                            trap = value.send(None)
+                        except StopIteration as stop:
+                            value = stop.value
+                        else:
+                            _arm(scope, budget, limit)
+                            value = await _Resumed(value, trap)
+                    else:
+                        _arm(scope, budget, limit)
+                        value = await value
+                if scope.cancel_called:
+                    raise PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, limit))
+        except PluginFailure as exc:
+            if trace is not None and exc.plugin == impl.plugin and exc.hook == hook:
+                emit(trace, kwargs, hook, impl.plugin, _failed(exc.error), started)
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if await genuine(exc):
+                raise
             if trace is not None:
-                outcome = f"raised {type(exc).__name__}: {exc}"
-                emit(trace, kwargs, hook, impl.plugin, outcome, started)
+                emit(trace, kwargs, hook, impl.plugin, _failed(exc), started)
             raise PluginFailure(impl.plugin, hook, exc) from exc
-        if trace is not None:
+        if trace is not None and report:
             outcome = "abstained" if value is None else describe(value)
             emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
@@ -114,24 +187,30 @@ class Pipeline:
         default: Any,
         accept: Callable[[Any], Any],
         trace: Trace | None,
+        bound: float | None = None,
     ) -> tuple[Any, str | None]:
-        """A firstresult chain whose links may take ``call_next`` (a waterfall)."""
+        """A firstresult chain whose links may take ``call_next`` (a waterfall).
+
+        Returns the decision and the name of the plugin that made it: a link that returns the
+        downstream decision unchanged (contexts aside) leaves it credited downstream.
+        """
         impls = self.hooks.impls(hook)
         if not any(impl.waterfall for impl in impls):
             for impl in impls:
-                value = await self._call(impl, hook, trace, **kwargs)
+                value = await self._call(impl, hook, trace, kwargs, bound=bound)
                 if value is not None:
                     try:
                         value = accept(value)
                     except TypeError as exc:
                         raise PluginFailure(impl.plugin, hook, exc) from None
-                    return value, _who(impl.plugin, value)
+                    return value, impl.plugin
             return default, None
 
         async def run_from(i: int) -> tuple[Any, str | None]:
             while i < len(impls):
                 impl = impls[i]
                 memo: list[tuple[Any, str | None]] = []
+                started = time.perf_counter() if trace is not None else 0.0
                 if impl.waterfall:
 
                     async def call_next(_i: int = i + 1, _memo: list[Any] = memo) -> Any:
@@ -139,10 +218,14 @@ class Pipeline:
                             _memo.append(await run_from(_i))
                         return _memo[0][0]
 
-                    value = await self._call(impl, hook, trace, **kwargs, call_next=call_next)
+                    value = await self._call(
+                        impl, hook, trace, kwargs, call_next=call_next, bound=bound, report=False
+                    )
                 else:
-                    value = await self._call(impl, hook, trace, **kwargs)
+                    value = await self._call(impl, hook, trace, kwargs, bound=bound)
                 if value is None:
+                    if impl.waterfall and trace is not None:
+                        emit(trace, kwargs, hook, impl.plugin, "abstained", started)
                     if memo:
                         return memo[0]
                     i += 1
@@ -152,8 +235,13 @@ class Pipeline:
                 except TypeError as exc:
                     raise PluginFailure(impl.plugin, hook, exc) from None
                 if memo and _same_decision(value, memo[0][0]):
+                    if trace is not None:
+                        passed = f"passed on {describe(value)} from {memo[0][1] or 'the default'}"
+                        emit(trace, kwargs, hook, impl.plugin, passed, started)
                     return value, memo[0][1]
-                return value, _who(impl.plugin, value)
+                if impl.waterfall and trace is not None:
+                    emit(trace, kwargs, hook, impl.plugin, describe(value), started)
+                return value, impl.plugin
             return default, None
 
         return await run_from(0)
@@ -192,8 +280,15 @@ class Pipeline:
                 "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
             )
         if type(decision) is Deny:
-            return Prepared(execution, failure(decision.reason, "DENIED", decided_by=who))
+            result = failure(
+                decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
+            )
+            return Prepared(execution, result)
         if type(decision) is Ask:
+            if self.registry.get(execution.name, execution.scope) is None:
+                # Nobody is asked about a tool that does not exist (CONTRACT §14).
+                error = ToolNotFoundError(execution.name)
+                return Prepared(execution, failure(error.message, error.code, "ToolNotFoundError"))
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
@@ -202,6 +297,8 @@ class Pipeline:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if execution.signal.aborted:
             return Prepared(execution, aborted(False))
+        if who is not None and type(decision) is Allow:
+            return Prepared(execution, allowed_by=who, detail=decision.detail)
         return Prepared(execution)
 
     async def _ask(
@@ -210,7 +307,7 @@ class Pipeline:
         request = ApprovalRequest(execution=execution, reason=ask.reason, asked_by=asker)
         outcome, approver = await self._first(
             "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE, _check_outcome,
-            trace,
+            trace, bound=self.approval_timeout,
         )  # fmt: skip
         name = execution.name
         if trace is not None and approver is None:
@@ -229,27 +326,32 @@ class Pipeline:
         message = f'tool "{name}" requires approval, but no approval channel is available'
         if ask.reason:
             message = f"{message}. Reason for asking: {ask.reason}"
-        return Prepared(execution, failure(message, "DENIED", decided_by=asker))
+        result = failure(message, "DENIED", decided_by=asker, decision_detail=ask.detail)
+        return Prepared(execution, result)
 
     async def _guards(
         self, execution: ToolExecution, trace: Trace | None
     ) -> tuple[str | None, str | None]:
+        kwargs = {"execution": execution}
         for guard, name in self.registry.guards_for(execution.scope):
             started = time.perf_counter() if trace is not None else 0.0
             try:
-                reason = guard(execution)
-            except Exception as exc:
+                reason = self._sync(name, "guard", execution.name, guard, execution)
+            except PluginFailure:
+                raise
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
                 if trace is not None:
-                    outcome = f"raised {type(exc).__name__}: {exc}"
-                    emit(trace, {"execution": execution}, "guard", name, outcome, started)
+                    emit(trace, kwargs, "guard", name, _failed(exc), started)
                 raise PluginFailure(name, "guard", exc) from exc
             if trace is not None:
                 outcome = "abstained" if reason is None else f"deny: {reason}"
-                emit(trace, {"execution": execution}, "guard", name, outcome, started)
+                emit(trace, kwargs, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
         for impl in self.hooks.impls("dsh_tool_guard"):
-            reason = await self._call(impl, "dsh_tool_guard", trace, execution=execution)
+            reason = await self._call(impl, "dsh_tool_guard", trace, kwargs)
             if reason is not None:
                 return _check_reason(reason, impl.plugin), impl.plugin
         return None, None
@@ -271,7 +373,17 @@ class Pipeline:
             return plugin_failed(exc), False
         if execution.signal.aborted and not result.is_error:
             result = aborted(state.body_invoked, result.additional_contexts)
+        elif result.decided_by is not None and result.decision_detail is None:
+            result = self._attributed(result)
         return result, True
+
+    def _attributed(self, result: ToolExecutionResult) -> ToolExecutionResult:
+        """Split a body's ``decided_by="plugin: detail"`` into the name and `decision_detail`."""
+        name, sep, detail = (result.decided_by or "").partition(": ")
+        pm = self.hooks.pm
+        if sep and pm is not None and pm.get_plugin(name) is not None:
+            return attrs.evolve(result, decided_by=name, decision_detail=detail)
+        return result
 
     async def _wrap(
         self,
@@ -302,7 +414,7 @@ class Pipeline:
             return result
 
         result = await self._call(
-            impl, "dsh_tool_execute", trace, execution=view, call_next=call_next
+            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next
         )
         if not isinstance(result, ToolExecutionResult):
             error = TypeError(
@@ -377,12 +489,14 @@ class Pipeline:
                 error=ToolFailure(message, "BLOCKED"),
                 additional_contexts=decision.additional_contexts,
                 decided_by=who,
+                decision_detail=decision.detail,
             )
         elif decision.content is not None or decision.additional_contexts:
             changes: dict[str, Any] = {}
             if decision.content is not None:
                 changes["content"] = decision.content
                 changes["decided_by"] = who
+                changes["decision_detail"] = decision.detail
             if decision.additional_contexts:
                 contexts = (*result.additional_contexts, *decision.additional_contexts)
                 changes["additional_contexts"] = contexts
@@ -394,37 +508,134 @@ class Pipeline:
     async def _observe(
         self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
     ) -> str:
-        """Run one observer, contained; say how it went (for the trace)."""
+        """Run one observer, contained and bounded; say how it went (for the trace).
+
+        An observer cut off by ``observer_timeout`` is reported on stderr the first time for
+        each plugin (and logged every time), so its lost work is never silent.
+        """
+        hook = "dsh_tool_result"
         try:
-            value = impl.call_sync({"execution": execution, "result": result})
-            if inspect.isawaitable(value):
+            value = self._sync(
+                impl.plugin, hook, execution.name, impl.call_sync,
+                {"execution": execution, "result": result},
+            )  # fmt: skip
+            if value is not None and inspect.isawaitable(value):
                 with trio.move_on_after(self.observer_timeout) as scope:
                     await value
-                if scope.cancelled_caught:
-                    logger.warning(
-                        'tool "%s" (%s): dsh_tool_result observer %r did not finish within %ss; '
-                        "it was cancelled",
-                        execution.name, execution.call_id, impl.plugin, self.observer_timeout,
-                    )  # fmt: skip
-                    return f"cancelled after {self.observer_timeout}s"
-        except Exception as exc:
+                if scope.cancel_called:
+                    self._report_cut_off(impl.plugin, execution)
+                    return f"cut off after {seconds(self.observer_timeout)} (its work is lost)"
+        except BaseException as exc:
+            if isinstance(exc, PluginFailure):  # a synchronous observer that blocked too long
+                exc = exc.error
+            elif await genuine(exc):
+                raise
             logger.warning(
-                'tool "%s" (%s): dsh_tool_result observer %r failed: %s: %s',
-                execution.name, execution.call_id, impl.plugin, type(exc).__name__, exc,
+                'tool "%s" (%s): dsh_tool_result observer %r failed: %s',
+                printable(execution.name), execution.call_id, impl.plugin, _failed(exc),
             )  # fmt: skip
-            return f"raised {type(exc).__name__}: {exc} (contained)"
+            return f"{_failed(exc)} (contained)"
         return "observed"
+
+    def _report_cut_off(self, plugin: str, execution: ToolExecution) -> None:
+        message = (
+            f"dsh: warning: observer {plugin!r} (dsh_tool_result) did not finish within "
+            f"[host] observer_timeout = {seconds(self.observer_timeout)} and was cut off; "
+            f'what it was doing for tool "{printable(execution.name)}" ({execution.call_id}) '
+            "is lost. Raise observer_timeout, or make the observer faster."
+        )
+        logger.warning("%s", message)
+        if plugin not in self._cut_off:
+            self._cut_off.add(plugin)
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(message + " (reported once per plugin)\n")
+
+
+@attrs.define
+class _Budget:
+    """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
+
+    limit: float
+    started: float
+    scope: trio.CancelScope | None = None
+    paused_at: float | None = None
+    paused_for: float = 0.0
+
+    def remaining(self, now: float) -> float:
+        return max(self.limit - (now - self.started - self.paused_for), 0.0)
+
+    def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            self.paused_at = trio.current_time()
+            if self.scope is not None:
+                self.scope.deadline = math.inf
+            try:
+                return await call_next(*args, **kwargs)
+            finally:
+                now = trio.current_time()
+                self.paused_for += now - self.paused_at
+                self.paused_at = None
+                if self.scope is not None:
+                    self.scope.deadline = now + self.remaining(now)
+
+        return paused
+
+
+def _arm(scope: trio.CancelScope, budget: _Budget | None, limit: float) -> None:
+    """Give a hook that suspended its deadline: *limit*, less its own time so far."""
+    now = trio.current_time()
+    if budget is None:
+        scope.deadline = now + limit
+        return
+    budget.scope = scope
+    if budget.paused_at is None:  # else: waiting in call_next; armed when that returns
+        scope.deadline = now + budget.remaining(now)
+
+
+@attrs.frozen
+class _Resumed:
+    """A coroutine whose first step already ran and suspended at *trap*, to await on.
+
+    Forwards what trio sends or throws in, exactly as ``await`` would have. (The first step runs
+    inside the hook's cancel scope, so scopes the hook opens nest inside it.)
+    """
+
+    coro: Any
+    trap: Any
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, trap = self.coro, self.trap
+        while True:
+            try:
+                sent = yield trap
+            except BaseException as exc:
+                try:
+                    trap = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            try:
+                trap = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
+    return HookTimeout(f"{plugin} did not answer {hook} within {seconds(limit)}")
+
+
+def _failed(exc: BaseException) -> str:
+    """``raised KeyError: 'x'`` (for the trace and logs); never itself raises."""
+    try:
+        text = printable(str(exc))
+    except Exception:
+        text = "<unprintable>"
+    return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"
 
 
 @attrs.define
 class _DispatchState:
     body_invoked: bool = False
-
-
-def _who(plugin: str, decision: Any) -> str:
-    """``plugin``, or ``plugin: detail`` when the decision carries a detail."""
-    detail = getattr(decision, "detail", None)
-    return f"{plugin}: {detail}" if detail else plugin
 
 
 def _same_decision(a: Any, b: Any) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from ._contain import real_interrupt
 from ._hooks import HookRelay
 from ._tool import ToolDefinition, ToolSchema
 from ._values import (
@@ -44,15 +46,33 @@ class ToolRegistry:
     plugins.
     """
 
-    def __init__(self, *, hooks: HookRelay | None = None, observer_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        hooks: HookRelay | None = None,
+        observer_timeout: float = 10.0,
+        hook_timeout: float = 30.0,
+        approval_timeout: float = 900.0,
+    ) -> None:
         from ._pipeline import Pipeline
 
         self._global = _Layer()
         self._scoped: dict[Scope, _Layer] = {}
-        self._views: dict[Scope, dict[str, ToolDefinition]] = {}
-        self._guard_cache: dict[Scope | None, tuple[tuple[Guard, str], ...]] = {}
+        # Caches per scope go with the scope object (weak keys), so 10,000 short-lived agent
+        # scopes leave nothing behind; what was registered *into* a scope stays until
+        # `close_scope`.
+        self._views: weakref.WeakKeyDictionary[Scope, dict[str, ToolDefinition]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._guard_cache: weakref.WeakKeyDictionary[Scope, tuple[tuple[Guard, str], ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._global_guards: tuple[tuple[Guard, str], ...] | None = None
         self.hooks = hooks if hooks is not None else HookRelay(None)
-        self._pipeline = Pipeline(self, self.hooks, observer_timeout=observer_timeout)
+        self._pipeline = Pipeline(
+            self, self.hooks, observer_timeout=observer_timeout, hook_timeout=hook_timeout,
+            approval_timeout=approval_timeout,
+        )  # fmt: skip
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -67,6 +87,26 @@ class ToolRegistry:
     def _changed(self) -> None:
         self._views.clear()
         self._guard_cache.clear()
+        self._global_guards = None
+
+    def close_scope(self, scope: Scope) -> None:
+        """Forget *scope* and its descendants: their tools, restrictions, guards and caches.
+
+        Call it when an agent's scope ends. Caches alone need no call (they are held weakly and
+        go with the scope object); what was registered into the scope stays until this call.
+        """
+        gone = [s for s in self._scoped if scope in s.chain()]
+        for each in gone:
+            del self._scoped[each]
+        if gone:
+            self._changed()
+        else:
+            self._views.pop(scope, None)
+            self._guard_cache.pop(scope, None)
+
+    def open_scopes(self) -> int:
+        """How many scopes hold registered tools, restrictions or guards (for leak checks)."""
+        return len(self._scoped)
 
     def register(
         self, tool: ToolDefinition, scope: Scope | None = None, *, owner: str | None = None
@@ -137,7 +177,8 @@ class ToolRegistry:
 
     def owner(self, name: str, scope: Scope | None = None) -> str | None:
         """The plugin that registered *name* in *scope*'s own layer, if known."""
-        return self._layer(scope).owners.get(name)
+        layer = self._global if scope is None else self._scoped.get(scope)
+        return None if layer is None else layer.owners.get(name)
 
     def schemas(self, scope: Scope | None = None) -> list[ToolSchema]:
         """Fresh model-facing schemas (``name``, ``description``, ``parameters`` only)."""
@@ -205,11 +246,15 @@ class ToolRegistry:
 
     def guards_for(self, scope: Scope | None) -> tuple[tuple[Guard, str], ...]:
         """The guards that apply to a call in *scope*, in the order they run."""
+        if scope is None:
+            if self._global_guards is None:
+                self._global_guards = tuple(self._global.guards)
+            return self._global_guards
         cached = self._guard_cache.get(scope)
         if cached is not None:
             return cached
         out = list(self._global.guards)
-        for ancestor in scope.chain() if scope is not None else ():
+        for ancestor in scope.chain():
             layer = self._scoped.get(ancestor)
             if layer is not None:
                 out.extend(layer.guards)
@@ -228,7 +273,9 @@ class ToolRegistry:
             if args is None:
                 return ExecutionMode.EXCLUSIVE
             safe = tool.is_concurrency_safe(args)
-        except Exception:
+        except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
+            if real_interrupt(exc):
+                raise
             return ExecutionMode.EXCLUSIVE
         return ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
 

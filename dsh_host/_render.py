@@ -31,6 +31,7 @@ from ._presentation import (
     TerminalResultView,
     ToolCallKind,
 )
+from ._text import printable
 from ._tool import ToolSchema
 from ._trace import TraceEvent
 from ._values import ImageBlock, TextBlock, ToolExecutionResult
@@ -99,19 +100,27 @@ def _indent(lines: Iterable[str], prefix: str = "  ") -> list[str]:
     return [f"{prefix}{line}" if line else prefix.rstrip() for line in lines]
 
 
+def _lines(text: str) -> list[str]:
+    """*text* split at line feeds only, each line `printable` (a carriage return is escaped)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [printable(line) for line in lines]
+
+
 def _json_lines(value: Any) -> list[str]:
     try:
         text = json.dumps(thaw(value), indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         text = repr(value)
-    return text.splitlines()
+    return [printable(line) for line in text.splitlines()]
 
 
 def _content_lines(content: Iterable[TextBlock | ImageBlock]) -> list[str]:
     lines: list[str] = []
     for block in content:
         if isinstance(block, TextBlock):
-            lines.extend(block.text.splitlines() or [""])
+            lines.extend(_lines(block.text) or [""])
         else:
             lines.append(f"[image: {block.mime_type}, {len(block.data)} base64 characters]")
     return lines
@@ -123,7 +132,8 @@ def render_diff(diff: FileDiff, style: Style) -> list[str]:
     new = diff.new_text.splitlines()
     source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
     lines: list[str] = []
-    for line in difflib.unified_diff(old, new, source, f"b/{diff.path}", lineterm=""):
+    for raw in difflib.unified_diff(old, new, source, f"b/{diff.path}", lineterm=""):
+        line = printable(raw)
         if line.startswith(("---", "+++")):
             lines.append(style.paint(line, "bold"))
         elif line.startswith("@@"):
@@ -135,31 +145,34 @@ def render_diff(diff: FileDiff, style: Style) -> list[str]:
         else:
             lines.append(line)
     if not lines:
-        lines.append(style.paint(f"{diff.path}: no changes", "dim"))
+        lines.append(style.paint(f"{printable(diff.path)}: no changes", "dim"))
     return lines
 
 
 def render_call(view: CallView, style: Style) -> list[str]:
     """The pending card of a call."""
     if isinstance(view, TerminalCallView):
-        lines = [f"{style.paint('$', 'bold')} {style.paint(view.title, 'bold')}"]
+        title = printable(view.title, newlines=True).split("\n")
+        lines = [f"{style.paint('$', 'bold')} {style.paint(title[0], 'bold')}"]
+        lines.extend(f"  {style.paint(more, 'bold')}" for more in title[1:])
         if view.description:
-            lines.append(style.paint(f"  # {view.description}", "dim"))
+            lines.append(style.paint(f"  # {printable(view.description)}", "dim"))
         if view.cwd:
-            lines.append(style.paint(f"  (in {view.cwd})", "dim"))
+            lines.append(style.paint(f"  (in {printable(view.cwd)})", "dim"))
         return lines
     if isinstance(view, DiffCallView):
-        lines = [f"{style.bullet} {style.paint(view.title, 'bold')}"]
+        lines = [f"{style.bullet} {style.paint(printable(view.title), 'bold')}"]
         for diff in view.diffs:
             lines.extend(_indent(render_diff(diff, style)))
         return lines
     kind = ""
     if isinstance(view, GenericCallView) and view.kind is not ToolCallKind.OTHER:
         kind = style.paint(f"({view.kind.value})", "dim")
-    lines = [f"{style.bullet} {style.paint(view.title, 'bold')} {kind}".rstrip()]
+    lines = [f"{style.bullet} {style.paint(printable(view.title), 'bold')} {kind}".rstrip()]
     lines.extend(_indent(_content_lines(view.content)))
     for location in view.locations:
         where = f"{location.path}:{location.line}" if location.line else location.path
+        where = printable(where)
         lines.append(style.paint(f"  @ {where}", "dim"))
     if view.raw_input is not None and view.raw_input != {}:
         lines.extend(_indent(_json_lines(view.raw_input)))
@@ -169,7 +182,7 @@ def render_call(view: CallView, style: Style) -> list[str]:
 def render_result(view: ResultView, style: Style) -> list[str]:
     """The completed card of a call, indented under its decision line."""
     if isinstance(view, TerminalResultView):
-        lines = _indent((view.output or "").splitlines())
+        lines = _indent(_lines(view.output or ""))
         if view.signal is not None:
             lines.append(style.paint(f"  killed by signal {view.signal}", "red"))
         elif view.exit_code is not None:
@@ -181,17 +194,21 @@ def render_result(view: ResultView, style: Style) -> list[str]:
     if isinstance(view, ReadResultView):
         width = len(str(max((n for n, _ in view.lines), default=1)))
         bar = "│" if style.unicode else "|"
-        lines = [style.paint(f"  {view.path}", "bold")]
+        lines = [style.paint(f"  {printable(view.path)}", "bold")]
         lines.extend(
-            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {t}" for n, t in view.lines
+            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {printable(t)}"
+            for n, t in view.lines
         )
         if view.lines:
             first, last = view.lines[0][0], view.lines[-1][0]
             lines.append(style.paint(f"  (lines {first}-{last} of {view.total_lines})", "dim"))
         return lines
     if isinstance(view, SearchResultView):
-        lines = [f"  {style.paint(f'{p}:{n}:', 'cyan')} {t}" for p, n, t in view.matches]
-        lines.extend(f"  {path}" for path in view.paths)
+        lines = [
+            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {printable(t)}"
+            for p, n, t in view.matches
+        ]
+        lines.extend(f"  {printable(path)}" for path in view.paths)
         if view.truncated:
             lines.append(style.paint(f"  (truncated; {view.total} in all)", "dim"))
         return lines
@@ -202,14 +219,17 @@ def render_result(view: ResultView, style: Style) -> list[str]:
 def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], style: Style) -> str:
     """Whether the call ran, and who decided: from the result and its trace events."""
     code = result.code
-    who = result.decided_by
-    by = f" by {who}" if who else ""
+    who = printable(result.decided_by) if result.decided_by else None
+    detail = printable(result.decision_detail) if result.decision_detail else None
+    by = (f" by {who}" + (f" ({detail})" if detail else "")) if who else ""
     if code == "DENIED":
         return style.paint(f"{style.no} denied{by}", "red", "bold")
     if code == "PLUGIN_FAILED":
         return style.paint(f"{style.no} stopped: plugin {who} failed", "red", "bold")
     if code == "BLOCKED":
         return style.paint(f"{style.no} ran, then blocked{by}", "red", "bold")
+    if code == "UNKNOWN_TOOL":
+        return style.paint(f"{style.no} unknown tool", "red", "bold")
     if code in ("ABORTED", "ABORTED_BEFORE_DISPATCH"):
         return style.paint(f"{style.no} aborted", "yellow", "bold")
     notes = []
@@ -219,10 +239,10 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
             why = event.outcome.removeprefix("allow").removeprefix(": ")
             notes.append(f"allowed by {event.plugin}" + (f": {why}" if why else ""))
         elif event.stage == "dsh_tool_approve" and event.outcome == "allowed-once":
-            notes.append(f"approved once by {event.plugin}")
+            notes.append(f"approved by {event.plugin}")
     head = "; ".join(dict.fromkeys(notes)) or "allowed"
     if result.is_error:
-        cause = f"{code} from {who}" if who else code
+        cause = f"{code} from {who}" + (f": {detail}" if detail else "") if who else code
         return style.paint(f"{style.no} {head}, then failed ({cause})", "red", "bold")
     if who:
         head += f"; result replaced by {who}"
@@ -240,7 +260,7 @@ def approval_hint(
     message = result.error.message if result.error is not None else ""
     if result.code != "DENIED" or "requires approval" not in message:
         return []
-    plugin, _, detail = (result.decided_by or "").partition(": ")
+    plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
     rule = ", ".join(json.dumps(rule) for rule in (*(allowed or ()), name))
     return [
@@ -324,7 +344,10 @@ def trace_line(event: TraceEvent) -> str:
     """One ``--trace`` line: call, stage, plugin, outcome and time."""
     plugin = event.plugin or "-"
     ms = event.seconds * 1000
-    return f"trace {event.call_id} {event.stage} {plugin}: {event.outcome} ({ms:.2f} ms)"
+    return (
+        f"trace {printable(event.call_id)} {event.stage} {plugin}: {printable(event.outcome)} "
+        f"({ms:.2f} ms)"
+    )
 
 
 # -- TOML ----------------------------------------------------------------------------------------

@@ -206,8 +206,8 @@ class Allow:
 class Deny:
     """Pre-execute decision: refuse the call; the model reads ``Error: <reason>``.
 
-    ``detail`` (optional) is appended to ``result.decided_by`` after the plugin's name, e.g.
-    ``permissions: rule bash(rm:*) in dsh.toml``.
+    ``detail`` (optional) becomes ``result.decision_detail`` (``rule bash(rm:*) in dsh.toml``);
+    ``result.decided_by`` is the plugin's name.
     """
 
     reason: str
@@ -217,7 +217,12 @@ class Deny:
 @final
 @attrs.frozen
 class Ask:
-    """Pre-execute decision: run the call only if an approver answers ``allowed-once``."""
+    """Pre-execute decision: run the call only if an approver answers ``allowed-once``.
+
+    ``detail`` (optional) becomes ``result.decision_detail`` if nobody approves. An ``Ask`` for
+    a tool that does not exist in the call's scope is never put to an approver: the call ends
+    ``UNKNOWN_TOOL``.
+    """
 
     reason: str | None = None
     detail: str | None = attrs.field(default=None, kw_only=True)

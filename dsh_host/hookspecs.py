@@ -144,8 +144,16 @@ def dsh_tool_pre_execute(
     (at most once) and returns its decision, which the link may return as is or replace.
 
     ``Deny`` and an unanswered or rejected ``Ask`` end the call with a ``DENIED`` error result
-    (post-execute still sees it); ``result.decided_by`` names the plugin that decided. Guards
-    (`dsh_tool_guard`) run after an allow and may still deny.
+    (post-execute still sees it); ``result.decided_by`` names the plugin that decided, and the
+    decision's ``detail`` becomes ``result.decision_detail``. A link that returns the downstream
+    decision unchanged leaves it credited downstream. Guards (`dsh_tool_guard`) run after an
+    allow and may still deny. An ``Ask`` for a tool the call's scope does not have is never put
+    to an approver: the call ends ``UNKNOWN_TOOL``.
+
+    Each implementation has ``[host] hook_timeout`` seconds (default 30) of its own time (not
+    counting time in ``call_next``); one that does not answer ends the call ``PLUGIN_FAILED``.
+    A synchronous implementation must not block: it cannot be interrupted, and one that runs
+    past the bound is reported on stderr and fails its call.
 
     Args:
         execution: the call (``name``, ``arguments``, ``call_id``, ``scope``, ``signal``).
@@ -172,6 +180,9 @@ def dsh_tool_approve(
     ``ApprovalOutcome.ALLOWED_ONCE`` lets the call go on to the guards; ``rejected``,
     ``cancelled`` and ``unavailable`` deny it. When an approver rejects, ``decided_by`` names
     the approver; when nobody answers, it names the plugin that asked.
+
+    An approver has ``[host] approval_timeout`` seconds (default 900) to answer, since it usually
+    waits for a person; past that the call ends ``PLUGIN_FAILED``, naming it.
 
     Args:
         request: the call (``request.execution``), the asker's ``reason``, and ``asked_by``.

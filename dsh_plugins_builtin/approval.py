@@ -6,9 +6,12 @@
     mode = "auto"     # "terminal", "static", or "auto": terminal when stdin is a TTY, else static
     answer = "deny"   # the static answer: "allow" or "deny"
 
-On a terminal it shows the tool, the asker's reason and a compact preview of the arguments,
-and asks ``[a]llow once / allow for this [r]un / [d]eny``; an empty line or end of input
-denies. *Allow for this run* remembers the call's fingerprint, the tool name together with the
+On a terminal it shows the tool, the asker's reason and every argument in full: one
+``key: value`` per line, wrapped at the terminal's width and never cut, with control characters
+and escape sequences shown escaped and long runs of spaces counted, so what a person approves is
+what runs. Arguments longer than a screen are summarised ("N more characters, press v to view
+all") and ``v`` shows them whole. It asks ``[a]llow once / allow for this [r]un / [d]eny``; an
+empty line or end of input denies. *Allow for this run* remembers the call's fingerprint, the tool name together with the
 canonical JSON of its arguments, so the same call is allowed again without asking and a
 changed argument asks again.
 
@@ -18,21 +21,39 @@ Its ``dsh_tool_approve`` is ``trylast``: approvers from other plugins are asked 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Literal, Protocol, final
 
 import attrs
 import trio
 
-from dsh_host import ApprovalOutcome, ApprovalRequest, Host, canonical_json, hookimpl
+from dsh_host import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    Host,
+    canonical_json,
+    hookimpl,
+    printable,
+)
 
-__all__ = ["ApprovalConfig", "ApprovalPlugin", "LineSource", "TextSink", "preview"]
+__all__ = [
+    "ApprovalConfig",
+    "ApprovalPlugin",
+    "LineSource",
+    "TextSink",
+    "arguments_lines",
+    "preview",
+]
 
 PREVIEW_CHARS = 200
 """How many characters of the arguments' JSON the prompt shows."""
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SPACES = re.compile(" {16,}")
+SCREEN_LINES = 20
+"""How many lines of arguments the prompt shows before summarising the rest (``v`` shows all)."""
 _ANSWERS = {
     "a": ApprovalOutcome.ALLOWED_ONCE,
     "allow": ApprovalOutcome.ALLOWED_ONCE,
@@ -40,6 +61,8 @@ _ANSWERS = {
     "yes": ApprovalOutcome.ALLOWED_ONCE,
     "r": "run",
     "run": "run",
+    "v": "view",
+    "view": "view",
     "d": ApprovalOutcome.REJECTED,
     "deny": ApprovalOutcome.REJECTED,
     "n": ApprovalOutcome.REJECTED,
@@ -141,17 +164,42 @@ class _LineReader:
                     target.ready.set()
 
 
-def _clean(text: str) -> str:
-    """*text* safe to print on a terminal: no escape sequences, line breaks or bidi overrides."""
-    return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r" else "?", text)
+def _shown(value: object) -> str:
+    """One argument's value as a person should read it: strings as text, the rest as JSON."""
+    if isinstance(value, str):
+        return printable(value, newlines=True)
+    return printable(canonical_json(value))
+
+
+def _runs(text: str) -> str:
+    """Long runs of spaces made visible (``⟨230 spaces⟩``): nothing can hide past the edge."""
+    return _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", text)
+
+
+def arguments_lines(arguments: object, width: int = 80) -> list[str]:
+    """Every argument, one ``key: value`` per line, wrapped at *width*, never cut.
+
+    Control characters and escape sequences are shown escaped (`dsh_host.printable`), line
+    breaks in a string start a new, indented line, long runs of spaces are counted, and long
+    lines are wrapped without dropping or collapsing anything.
+    """
+    items = arguments.items() if isinstance(arguments, Mapping) else [("arguments", arguments)]
+    lines: list[str] = []
+    for key, value in items:
+        head = f"    {printable(str(key))}: "
+        pad = " " * 6
+        for n, part in enumerate(_runs(_shown(value)).split("\n")):
+            prefix = head if n == 0 else pad
+            room = max(width - len(prefix), 20)
+            chunks = [part[i : i + room] for i in range(0, len(part), room)] or [""]
+            lines.append(prefix + chunks[0])
+            lines.extend(pad + chunk for chunk in chunks[1:])
+    return lines
 
 
 def preview(arguments: object, limit: int = PREVIEW_CHARS) -> str:
-    """The canonical JSON of *arguments*, cut to *limit* characters with a count of the rest."""
-    text = canonical_json(arguments)
-    if len(text) <= limit:
-        return _clean(text)
-    return f"{_clean(text[:limit])}… (+{len(text) - limit} more chars)"
+    """The whole canonical JSON of *arguments*, safe to print (nothing is cut)."""
+    return printable(canonical_json(arguments))
 
 
 @final
@@ -162,6 +210,7 @@ class ApprovalPlugin:
         stdin: where answers are read (default: ``sys.stdin`` at the time of the prompt).
         stdout: where prompts are written (default: ``sys.stderr``).
         isatty: override whether *stdin* is a terminal, for ``mode = "auto"``.
+        width: the columns to wrap arguments at (default: the terminal's).
     """
 
     name = "approval"
@@ -172,10 +221,12 @@ class ApprovalPlugin:
         stdout: TextSink | None = None,
         *,
         isatty: bool | None = None,
+        width: int | None = None,
     ) -> None:
         self._stdin = stdin
         self._stdout = stdout
         self._isatty = isatty
+        self._width = width
         self._config = ApprovalConfig()
         self._reader: _LineReader | None = None
         self._lock = trio.Lock()
@@ -218,6 +269,8 @@ class ApprovalPlugin:
             return ApprovalOutcome.ALLOWED_ONCE if allow else ApprovalOutcome.UNAVAILABLE
         fingerprint = (request.tool, canonical_json(request.arguments))
         if fingerprint in self._remembered:
+            out = self._stdout or sys.stderr
+            out.write(f"dsh: tool {printable(request.tool)!r} allowed for this run (remembered)\n")
             return ApprovalOutcome.ALLOWED_ONCE
         outcome = ApprovalOutcome.CANCELLED
         async with trio.open_nursery() as nursery:
@@ -235,16 +288,27 @@ class ApprovalPlugin:
     async def _prompt(
         self, request: ApprovalRequest, fingerprint: tuple[str, str]
     ) -> ApprovalOutcome:
-        if fingerprint in self._remembered:  # answered while this one waited for its turn
-            return ApprovalOutcome.ALLOWED_ONCE
         out = self._stdout or sys.stderr
-        lines = [f"dsh: tool {_clean(request.tool)!r} asks for approval"]
+        if fingerprint in self._remembered:  # answered while this one waited for its turn
+            out.write(f"dsh: tool {printable(request.tool)!r} allowed for this run (remembered)\n")
+            return ApprovalOutcome.ALLOWED_ONCE
+        lines = [f"dsh: tool {printable(request.tool)!r} asks for approval"]
         if request.reason:
-            plugin = (request.asked_by or "").partition(": ")[0]  # its detail repeats the reason
-            asker = f" ({_clean(plugin)})" if plugin else ""
-            lines.append(f"  reason{asker}: {_clean(request.reason)}")
-        lines.append(f"  arguments: {preview(request.arguments)}")
+            asker = f" ({printable(request.asked_by)})" if request.asked_by else ""
+            lines.append(f"  reason{asker}: {printable(request.reason)}")
+        width = self._width or shutil.get_terminal_size((100, 24)).columns
+        shown = arguments_lines(request.arguments, width)
+        lines.append("  arguments:")
+        full = len(shown) <= SCREEN_LINES
+        if full:
+            lines.extend(shown)
+        else:
+            lines.extend(shown[:SCREEN_LINES])
+            rest = sum(len(line) for line in shown[SCREEN_LINES:])
+            lines.append(f"  … {rest} more characters, press v to view all")
         question = "[a]llow once / allow for this [r]un / [d]eny (default: deny): "
+        if not full:
+            question = "[a]llow once / allow for this [r]un / [d]eny / [v]iew all (default: deny): "
         out.write("\n".join(lines) + "\n")
         if self._reader is None:
             self._reader = _LineReader(self._stdin or sys.stdin)
@@ -264,9 +328,13 @@ class ApprovalPlugin:
             if not line:  # end of input
                 out.write("\n")
                 answer = ApprovalOutcome.REJECTED
+            if answer == "view":
+                out.write("  arguments, in full:\n" + "\n".join(shown) + "\n")
+                continue
             if answer == "run":
                 self._remembered.add(fingerprint)
+                out.write(f"dsh: tool {printable(request.tool)!r} allowed for this run\n")
                 return ApprovalOutcome.ALLOWED_ONCE
             if isinstance(answer, ApprovalOutcome):
                 return answer
-            out.write("  please answer a, r or d\n")
+            out.write("  please answer a, r or d\n" if full else "  please answer a, r, d or v\n")

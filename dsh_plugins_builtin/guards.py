@@ -16,6 +16,7 @@ model to whatever was decided, a ``Block`` included, so it never stops another p
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, final
 
@@ -92,7 +93,9 @@ class GuardsPlugin:
         self._config = GuardsConfig()
         self._where = "[plugin.guards]"
         self._calls: dict[str, int] = {}
-        self._streaks: dict[Scope | None, _Streak] = {}
+        # Per scope, held weakly: a run of calls is forgotten with its scope object.
+        self._streaks: weakref.WeakKeyDictionary[Scope, _Streak] = weakref.WeakKeyDictionary()
+        self._global_streak: _Streak | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:
@@ -108,7 +111,8 @@ class GuardsPlugin:
 
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
-        size = len(canonical_json(execution.arguments).encode("utf-8"))
+        # surrogatepass: a lone surrogate ("\udcff") is valid JSON and counts as its 3 bytes.
+        size = len(canonical_json(execution.arguments).encode("utf-8", "surrogatepass"))
         limit = self._config.max_argument_bytes
         if size > limit:
             return (
@@ -153,9 +157,14 @@ class GuardsPlugin:
     def _count(self, execution: ToolExecution) -> int:
         """Count *execution* in its scope's run of identical calls; return the run's length."""
         arguments = canonical_json(execution.arguments)
-        streak = self._streaks.get(execution.scope)
+        scope = execution.scope
+        streak = self._global_streak if scope is None else self._streaks.get(scope)
         if streak is not None and (streak.tool, streak.arguments) == (execution.name, arguments):
             streak.count += 1
             return streak.count
-        self._streaks[execution.scope] = _Streak(execution.name, arguments, 1)
+        streak = _Streak(execution.name, arguments, 1)
+        if scope is None:
+            self._global_streak = streak
+        else:
+            self._streaks[scope] = streak
         return 1

@@ -648,7 +648,7 @@ def test_run_trace_and_max_parallel(dsh, workdir):
     assert "trace a body -: ok" in err
     status, _, err = dsh("run", calls, "--max-parallel", "0")
     assert status == 2
-    assert "--max-parallel must be at least 1" in err
+    assert "--max-parallel: must be from 1 to 10000, not 0" in err
 
 
 # -- odds and ends ---------------------------------------------------------------------------
@@ -726,7 +726,8 @@ def test_the_approval_hint_extends_the_permissions_allow_list():
     denied = failure(
         'tool "bash" requires approval, but no approval channel is available',
         "DENIED",
-        decided_by="permissions: default ask",
+        decided_by="permissions",
+        decision_detail="default ask",
     )
     hint = approval_hint("bash", denied, None, ("read_file", "grep(*)"))
     assert hint[0].startswith("hint: plugin 'permissions' (default ask) asked for approval")
@@ -803,7 +804,7 @@ def test_render_diff_of_a_new_file_and_of_no_change():
                 ("dsh_tool_pre_execute", "perm", "allow"),
                 ("dsh_tool_approve", "tty", "allowed-once"),
             ],
-            "ok allowed by perm; approved once by tty",
+            "ok allowed by perm; approved by tty",
         ),
     ],
 )

@@ -31,7 +31,7 @@ def test_audit_reads_back_the_calls_dsh_made(ws):
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [(r["tool"], r["outcome"]) for r in rows] == [("read_file", "ok"), ("bash", "DENIED")]
-    assert rows[1]["decided_by"] == "permissions: default ask"
+    assert rows[1]["decided_by"] == "permissions"
     assert rows[0]["call_id"] != rows[1]["call_id"]  # ids are unique across dsh runs
 
 

@@ -776,8 +776,9 @@ async def test_observers_are_isolated_and_see_the_returned_object(
     assert seen == [result]
     assert seen[0] is result
     messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "observer 'broken' failed: RuntimeError: observer broke" in messages
-    assert "observer 'hangs' did not finish within 10.0s" in messages
+    assert "observer 'broken' failed: raised RuntimeError: observer broke" in messages
+    assert "observer 'hangs' (dsh_tool_result) did not finish within" in messages
+    assert "observer_timeout = 10 s and was cut off" in messages
 
 
 async def test_every_call_gets_exactly_one_result_notification(make_host):
@@ -832,7 +833,7 @@ async def test_execute_input_with_execution_fields(make_host):
     assert (await host.registry.execute(input)).text == "x"
 
 
-async def test_decision_detail_is_appended_to_decided_by(make_host):
+async def test_decided_by_is_the_plugin_and_the_detail_has_its_own_field(make_host):
     class Rules:
         name = "permissions"
 
@@ -841,7 +842,8 @@ async def test_decision_detail_is_appended_to_decided_by(make_host):
             return Deny("rm is not allowed", detail="rule bash(rm:*) in dsh.toml")
 
     result = await make_host(Rules(), tools=[make_echo()]).call("echo", {"text": "x"})
-    assert result.decided_by == "permissions: rule bash(rm:*) in dsh.toml"
+    assert result.decided_by == "permissions"
+    assert result.decision_detail == "rule bash(rm:*) in dsh.toml"
     assert result.error.message == "rm is not allowed"
 
 
@@ -864,7 +866,7 @@ async def test_link_that_only_adds_contexts_keeps_the_deciders_attribution(make_
 
     result = await make_host(Blocker(), Reminder(), tools=[make_echo()]).call("echo", {"text": "x"})
     assert result.code == "BLOCKED"
-    assert result.decided_by == "blocker: secret scanner"
+    assert (result.decided_by, result.decision_detail) == ("blocker", "secret scanner")
     assert [c.source for c in result.additional_contexts] == ["reminder"]
 
 

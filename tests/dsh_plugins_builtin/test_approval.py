@@ -20,7 +20,7 @@ from dsh_host import (
     ToolExecution,
     hookimpl,
 )
-from dsh_plugins_builtin.approval import ApprovalConfig, ApprovalPlugin, preview
+from dsh_plugins_builtin.approval import ApprovalConfig, ApprovalPlugin, arguments_lines, preview
 from dsh_plugins_builtin.permissions import PermissionsPlugin
 from tests.conftest import make_echo
 
@@ -186,15 +186,54 @@ async def test_the_prompt_shows_the_tool_the_reason_and_the_arguments():
     assert out.getvalue() == (
         "dsh: tool 'echo' asks for approval\n"
         "  reason (asker): why not\n"
-        '  arguments: {"n":1,"text":"hi\\u001b[2J"}\n'
+        "  arguments:\n"
+        "    text: hi\\x1b[2J\n"
+        "    n: 1\n"
         f"{QUESTION}  please answer a, r or d\n{QUESTION}"
     )
 
 
-def test_the_preview_is_compact_and_safe():
+def test_the_preview_is_whole_and_safe():
     assert preview({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
-    assert preview({"text": "x" * 300}) == '{"text":"' + "x" * 191 + "… (+111 more chars)"
-    assert preview({"t": "\u202eevil"}) == '{"t":"?evil"}'
+    assert preview({"text": "x" * 300}) == '{"text":"' + "x" * 300 + '"}'
+    assert preview({"t": "\u202eevil"}) == '{"t":"\\u202eevil"}'
+
+
+def test_arguments_are_wrapped_never_cut_and_hidden_tails_show():
+    command = "git status" + " " * 230 + "; touch x"
+    lines = arguments_lines({"command": command}, width=80)
+    assert lines == ["    command: git status⟨230 spaces⟩; touch x"]
+    long = arguments_lines({"text": "y" * 100}, width=40)
+    assert "".join(line.strip() for line in long) == "text: " + "y" * 100
+    assert all(len(line) <= 40 for line in long)
+    multi = arguments_lines({"command": "echo a\nrm -rf /\x1b[2K"}, width=80)
+    assert multi == ["    command: echo a", "      rm -rf /\\x1b[2K"]
+
+
+async def test_a_very_long_command_is_summarised_and_v_shows_all_of_it():
+    out = io.StringIO()
+    command = "echo " + "a" * 3000 + " && touch pwned"
+    plugin = ApprovalPlugin(FakeInput("v\n", "d\n"), out, isatty=True, width=60)
+    outcome = await plugin.dsh_tool_approve(request(arguments={"command": command}))
+    assert outcome is ApprovalOutcome.REJECTED
+    text = out.getvalue()
+    head, _, viewed = text.partition("arguments, in full:")
+    assert "touch pwned" not in head
+    assert "more characters, press v to view all" in head
+    assert "[v]iew all" in head
+    assert "touch pwned" in "".join(line.strip() for line in viewed.splitlines())
+    assert "a" * 3000 in "".join(
+        line.strip().removeprefix("command: ") for line in viewed.splitlines()
+    )
+
+
+async def test_a_remembered_approval_says_allowed_for_this_run():
+    out = io.StringIO()
+    host = make(AskAll(), terminal(FakeInput("r\n"), out))
+    await host.call("echo", {"text": "hi"})
+    await host.call("echo", {"text": "hi"})
+    assert out.getvalue().count("allowed for this run") == 2
+    assert "approved once" not in out.getvalue()
 
 
 async def test_allow_for_the_run_remembers_the_tool_and_its_exact_arguments():
@@ -240,7 +279,7 @@ async def test_concurrent_asks_are_asked_one_at_a_time():
         stdin.feed("d\n")
     assert results["one"].text == "one"
     assert results["two"].code == "DENIED"
-    assert out.getvalue().index('"text":"one"') < out.getvalue().index('"text":"two"')
+    assert out.getvalue().index("text: one") < out.getvalue().index("text: two")
 
 
 async def test_an_identical_ask_waiting_its_turn_takes_the_remembered_answer():

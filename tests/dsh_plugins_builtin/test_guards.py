@@ -70,6 +70,17 @@ async def test_argument_size_counts_utf8_bytes():
     assert "max_argument_bytes in [plugin.guards]" in result.text
 
 
+async def test_a_lone_surrogate_is_counted_not_a_plugin_failure():
+    host = make(config=guards(max_argument_bytes=20))
+    result = await host.call("echo", {"text": "\udcff" * 3})  # 11 + 9 bytes
+    assert (result.is_error, result.text) == (False, "\udcff" * 3)
+    over = await host.call("echo", {"text": "\udcff" * 4})
+    assert over.code == "DENIED"
+    assert "are 23 bytes of JSON" in over.text
+    again = await host.call("echo", {"text": "\udcff" * 3})  # the repeat reminder hashes it too
+    assert not again.is_error
+
+
 # -- calls per tool --------------------------------------------------------------------------
 
 

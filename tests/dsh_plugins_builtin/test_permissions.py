@@ -47,7 +47,7 @@ def outcome(result, config: str) -> str:
     if message.startswith("denied by rule "):
         rule, _, where = message.removeprefix("denied by rule ").partition(" in ")
         assert where == config
-        assert result.decided_by == f"permissions: rule {rule} in {config}"
+        assert _attributed(result) == f"permissions: rule {rule} in {config}"
         return f"deny {rule}"
     head, _, tail = message.partition(
         " requires approval, but no approval channel is available. Reason for asking: "
@@ -56,10 +56,10 @@ def outcome(result, config: str) -> str:
     if tail.startswith("approval required by rule "):
         rule, _, where = tail.removeprefix("approval required by rule ").partition(" in ")
         assert where.startswith(config)
-        assert result.decided_by == f"permissions: rule {rule} in {config}"
+        assert _attributed(result) == f"permissions: rule {rule} in {config}"
         return f"ask {rule}"
     assert tail.startswith("no rule matched ")
-    assert result.decided_by == "permissions: default ask"
+    assert _attributed(result) == "permissions: default ask"
     return "default"
 
 
@@ -183,7 +183,7 @@ async def test_with_no_config_the_read_only_tools_are_allowed_and_the_rest_asks(
         'tool "write_file" requires approval, but no approval channel is available. '
         "Reason for asking: no rule matched write_file; the default is ask"
     )
-    assert result.decided_by == "permissions: default ask"
+    assert _attributed(result) == "permissions: default ask"
 
 
 async def test_reading_outside_the_workspace_asks_even_with_a_plain_allow_rule(tmp_path):
@@ -204,7 +204,7 @@ async def test_the_default_applies_when_no_rule_matches(default):
         assert result.text == "ran bash"
     elif default == "deny":
         assert result.text == "Error: no rule matched bash; the default is deny"
-        assert result.decided_by == "permissions: default deny"
+        assert _attributed(result) == "permissions: default deny"
     else:
         assert result.text.endswith("Reason for asking: no rule matched bash; the default is ask")
 
@@ -213,7 +213,7 @@ async def test_a_reason_names_the_config_file(tmp_path):
     config = write_config(tmp_path / "dsh.toml", 'deny = ["bash(rm:*)"]')
     result = await make(config).call("bash", {"command": "rm -rf build"})
     assert result.text == f"Error: denied by rule bash(rm:*) in {config}"
-    assert result.decided_by == f"permissions: rule bash(rm:*) in {config}"
+    assert _attributed(result) == f"permissions: rule bash(rm:*) in {config}"
 
 
 async def test_a_reason_from_a_config_dict_says_so():
@@ -313,7 +313,7 @@ class Downstream:
 async def test_the_stricter_decision_wins_and_keeps_its_author(rules, theirs, decided_by, code):
     other = Downstream(theirs)
     result = await make({"plugin": {"permissions": rules}}, other).call("bash", {"command": "ls"})
-    assert (result.decided_by, result.code) == (decided_by, code)
+    assert (_attributed(result), result.code) == (decided_by, code)
     assert other.calls == 1
 
 
@@ -323,3 +323,9 @@ async def test_a_denial_does_not_consult_the_plugins_after_it():
     result = await host.call("bash", {"command": "ls"})
     assert result.text == "Error: denied by rule bash in the configuration given to Host"
     assert other.calls == 0
+
+
+def _attributed(result):
+    """``decided_by: decision_detail``, the way these tests spell who decided and why."""
+    detail = result.decision_detail
+    return result.decided_by if detail is None else f"{result.decided_by}: {detail}"

@@ -131,7 +131,7 @@ async def test_backend_none_refuses_a_confined_mode(make_host: Any, ws: Path) ->
         'Error: sandbox mode "workspace-write" is requested but no sandbox backend is usable'
     )
     assert 'backend "none" cannot confine' in result.text
-    assert result.decided_by == "sandbox: workspace-write mode"
+    assert _attributed(result) == "sandbox: workspace-write mode"
     assert "dsh sandbox check" in result.text
     assert not (ws / "ran").exists()
 
@@ -167,3 +167,9 @@ async def test_without_the_sandbox_plugin_bash_fails_closed(make_host: Any, ws: 
         "without confinement"
     )
     assert not (ws / "ran").exists()
+
+
+def _attributed(result):
+    """``decided_by: decision_detail``, the way these tests spell who decided and why."""
+    detail = result.decision_detail
+    return result.decided_by if detail is None else f"{result.decided_by}: {detail}"

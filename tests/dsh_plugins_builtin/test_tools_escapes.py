@@ -60,7 +60,7 @@ async def test_dotdot_traversal(host: Host, ws: Path, tmp_path: Path) -> None:
     assert write.code == "SANDBOX_DENIED"
     assert 'write to "../escape.txt" (resolves to' in write.text
     assert write.text.endswith("under workspace-write mode")
-    assert write.decided_by == "sandbox: workspace-write mode"
+    assert _attributed(write) == "sandbox: workspace-write mode"
     edit = await host.call(
         "edit_file", {"path": "sub/../../secret.txt", "old_text": "secret", "new_text": "x"}
     )
@@ -318,3 +318,9 @@ async def test_bash_printing_50_mb_is_capped(make_host: Any, ws: Path, backend: 
     assert result.meta["truncated"] is True
     assert len(result.text.encode()) <= 64_000 + 200
     assert "[... output truncated: 49936000 of 50000000 bytes omitted ...]" in result.text
+
+
+def _attributed(result):
+    """``decided_by: decision_detail``, the way these tests spell who decided and why."""
+    detail = result.decision_detail
+    return result.decided_by if detail is None else f"{result.decided_by}: {detail}"

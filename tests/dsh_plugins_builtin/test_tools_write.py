@@ -201,7 +201,7 @@ async def test_read_only_mode_denies_writes_and_edits(make_host: Any, ws: Path) 
     assert write.code == "SANDBOX_DENIED"
     assert write.text.startswith('Error: write to "new.txt" (resolves to "')
     assert write.text.endswith("denied: file access denied under read-only mode")
-    assert write.decided_by == "sandbox: read-only mode"
+    assert _attributed(write) == "sandbox: read-only mode"
     edit = await host.call("edit_file", {"path": "e.txt", "old_text": "a", "new_text": "b"})
     assert edit.code == "SANDBOX_DENIED"
     assert [p.name for p in ws.iterdir()] == ["e.txt"]
@@ -230,7 +230,7 @@ async def test_without_the_sandbox_plugin_writes_fail_closed(
         result = await host.call(name, args)
         assert result.code == "SANDBOX_UNAVAILABLE"
         assert "the sandbox plugin is not enabled" in result.text
-        assert result.decided_by == "tools: the sandbox plugin is not enabled"
+        assert _attributed(result) == "tools: the sandbox plugin is not enabled"
         assert "Enable the `sandbox` plugin" in result.text
         assert "danger-full-access" in result.text
     assert [p.name for p in ws.iterdir()] == ["e.txt"]
@@ -243,3 +243,9 @@ async def test_without_the_sandbox_plugin_writes_fail_closed(
     assert outside.text.endswith(
         "(the sandbox plugin is not enabled, so reads stay inside the workspace)"
     )
+
+
+def _attributed(result):
+    """``decided_by: decision_detail``, the way these tests spell who decided and why."""
+    detail = result.decision_detail
+    return result.decided_by if detail is None else f"{result.decided_by}: {detail}"
