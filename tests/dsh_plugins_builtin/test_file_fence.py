@@ -67,7 +67,7 @@ async def test_write_file_refuses_protected_paths(
     assert code == "SANDBOX_DENIED"
     assert f'"{ws / protected}" is protected' in message
     assert "[plugin.sandbox] protected" in message
-    assert result.decided_by == "sandbox: workspace-write mode"
+    assert (result.decided_by, result.decision_detail) == ("sandbox", "workspace-write mode")
     assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()} == before
 
 
