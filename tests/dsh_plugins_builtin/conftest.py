@@ -43,3 +43,18 @@ def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
     config: dict[str, Any] = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
     return host
+
+
+def processes_with(marker: str) -> list[int]:
+    """The pids of every live process whose command line contains *marker*."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(entry))
+    return found

@@ -29,7 +29,7 @@ from dsh_plugins_builtin._confine import (
     select_backend,
 )
 from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
-from tests.dsh_plugins_builtin.conftest import tools_host
+from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
 
 CAP = 64_000
 
@@ -63,26 +63,12 @@ def _marker() -> str:
     return f"{60 + int(uuid.uuid4().int % 10**6) / 10**7:.7f}"
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry))
-    return found
-
-
 async def _assert_gone(marker: str) -> None:
     """Bounded poll (a real process may need a moment to be reaped by its parent)."""
     deadline = trio.current_time() + 2.0
-    while _processes_with(marker) and trio.current_time() < deadline:
+    while processes_with(marker) and trio.current_time() < deadline:
         await trio.sleep(0.02)
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 def _pending_connection(sock: trio.socket.SocketType) -> bool:

@@ -29,6 +29,7 @@ import pytest
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
+from tests.dsh_plugins_builtin.conftest import processes_with
 
 ZERO_CAPS = "0000000000000000"
 
@@ -313,18 +314,6 @@ async def test_row14_sysv_shm_and_keyring(make_host: Any, ws: Path, backend: str
 # -- row 15: setsid / setpgid children outlive the call ------------------------------------------
 
 
-def _with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 async def test_row15_setsid_and_setpgid_children_are_killed(
     make_host: Any, ws: Path, backend: str
 ) -> None:
@@ -338,7 +327,7 @@ async def test_row15_setsid_and_setpgid_children_are_killed(
         f"setsid sh -c 'sleep {marker}' </dev/null >/dev/null 2>&1 & "
         f"while [ $(pgrep -f -c '^sleep {marker}') -lt 3 ]; do :; done; echo started",
     )
-    left = _with_marker(marker)
+    left = processes_with(marker)
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert result.text == "started"  # all three had left the group before the command ended

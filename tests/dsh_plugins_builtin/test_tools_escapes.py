@@ -25,7 +25,7 @@ import trio
 
 from dsh_host import AbortSignal, Host
 from dsh_plugins_builtin import _fence
-from tests.dsh_plugins_builtin.conftest import tools_host
+from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
 
 
 @pytest.fixture
@@ -242,18 +242,6 @@ async def test_bash_under_read_only_cannot_write_the_workspace(
     assert (ws / "existing.txt").read_text() == "original"
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 async def _wait_gone(pids: list[int]) -> None:
     """Wait (event-driven, bounded) until each process has exited; a pidfd polls readable then."""
     with trio.fail_after(10):
@@ -282,8 +270,8 @@ async def test_bash_background_process_does_not_outlive_the_call(
     )
     assert (result.text, result.meta["exit_code"]) == ("started", 0)
     assert (ws / "alive").exists()  # the background child really ran
-    await _wait_gone(_processes_with(marker))
-    assert _processes_with(marker) == []
+    await _wait_gone(processes_with(marker))
+    assert processes_with(marker) == []
     assert not (ws / "late").exists()
 
 
@@ -303,7 +291,7 @@ async def test_bash_abort_kills_the_process_group(make_host: Any, ws: Path, back
         # Blocks (in a thread) until the command has started and written to the FIFO.
         with trio.fail_after(30):
             await trio.to_thread.run_sync((ws / "ready").read_text, abandon_on_cancel=True)
-        pids = _processes_with(marker)
+        pids = processes_with(marker)
         signal.abort("the user pressed stop")
     assert [r.code for r in results] == ["ABORTED"]
     assert pids, "the sleeper was not found running"
