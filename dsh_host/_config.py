@@ -215,8 +215,12 @@ def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., Config
     if problems:
         key, message = _summarise(problems, cls)
         raise fail(message, key)
+    data = dict(data)
+    for f in attrs.fields(cls):  # a key that is a Python keyword: metadata={"key": "import"}
+        if f.metadata.get("key", f.name) in data and f.metadata.get("key", f.name) != f.name:
+            data[f.name] = data.pop(f.metadata["key"])
     try:
-        return _CONVERTER.structure(dict(data), cls)
+        return _CONVERTER.structure(data, cls)
     except cattrs.StructureHandlerNotFoundError as exc:  # the class's fault, not the file's
         raise PluginLoadError(
             cls.__qualname__, f"its config class cannot be structured: {exc}"
@@ -277,7 +281,7 @@ def _fields(cls: type[Any]) -> list[tuple[str, Any, bool]]:
     except Exception:
         hints = {}
     return [
-        (f.name, hints.get(f.name, f.type), f.default is attrs.NOTHING)
+        (f.metadata.get("key", f.name), hints.get(f.name, f.type), f.default is attrs.NOTHING)
         for f in attrs.fields(cls)
         if f.init
     ]
