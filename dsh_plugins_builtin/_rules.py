@@ -25,6 +25,7 @@ everything under a matching directory.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import posixpath
 import re
@@ -205,6 +206,8 @@ def _path_pattern(spec: str, anchors: Anchors) -> PathPattern:
         else:
             parts.append(_glob_segment(segment) + ("" if last else "/"))
     root = "(?:" + "|".join(re.escape(r.rstrip("/")) for r in roots) + ")"
+    if segments == ["**"]:  # the root itself and everything under it
+        return PathPattern(re.compile(f"{root}(?:/[^\x00]*)?", re.DOTALL), absolute)
     regex = f"{root}/{''.join(parts)}(?:/[^\x00]*)?"
     return PathPattern(re.compile(regex, re.DOTALL), absolute)
 
@@ -519,7 +522,7 @@ class RuleSet:
                 outside = next((t for t in targets if not self._inside(t)), None)
                 if outside is not None:
                     return (
-                        f"allow rules never apply to {outside!r}: it is outside the workspace "
+                        f"allow rules never apply to {json.dumps(outside)}: it is outside the workspace "
                         f"{self.workspace[0]}"
                     )
         if parsed is not None and parsed.simple is None:

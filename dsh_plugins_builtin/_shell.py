@@ -280,6 +280,8 @@ def _check_redirect(node: tree_sitter.Node) -> None:
 
 
 def _plain_command(node: tree_sitter.Node) -> tuple[str, ...]:
+    if any(not child.is_named for child in node.children):
+        raise _NotPlain(f"the token {next(c.type for c in node.children if not c.is_named)!r}")
     assignments, name, arguments, redirects = _command_parts(node)
     for redirect in redirects:
         _check_redirect(redirect)
