@@ -117,13 +117,12 @@ def _command_pattern(spec: str) -> CommandPattern:
         body, rest = body[:-2].rstrip(), True
     elif body.endswith(" *") or body == "*":
         body, rest = body[:-1].rstrip(), True
-    # a * is a wildcard: read the words with each * as a placeholder, then turn them into .*
-    marked = body.replace("*", "\ue101")
-    parsed = parse_command(marked) if marked else None
-    if parsed is None or rest and not body:
-        if rest and not body:
-            return CommandPattern(re.compile(".*", re.DOTALL))
+    if spec.strip() == "*":
+        return CommandPattern(re.compile(".*", re.DOTALL))
+    if not body:
         raise RuleError("names no command; write bash alone to match every command")
+    # a * is a wildcard: read the words with each * as a placeholder, then turn them into .*
+    parsed = parse_command(body.replace("*", "\ue101"))
     if parsed.simple is None or len(parsed.simple) != 1:
         raise RuleError(
             "must name one simple command of literal words, without &&, ;, |, redirections "
