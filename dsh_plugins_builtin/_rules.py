@@ -283,13 +283,7 @@ def parse_rule(text: str, effect: Effect, anchors: Anchors, source: str) -> Rule
         return Rule(stripped, tool, source, command=_command_pattern(spec))
     if tool in _WEB_RULES:
         return Rule(stripped, tool, source, domain=_domain(spec.strip()))
-    pattern = _path_pattern(spec.strip(), anchors)
-    if pattern.absolute and effect == "allow":
-        raise RuleError(
-            "names a path outside the workspace, and allow rules never apply outside it; "
-            "use it in ask or deny, or answer the ask"
-        )
-    return Rule(stripped, tool, source, path=pattern)
+    return Rule(stripped, tool, source, path=_path_pattern(spec.strip(), anchors))
 
 
 # -- one tool's view of the rules --------------------------------------------------------------
@@ -480,13 +474,16 @@ class RuleSet:
             used: list[Rule] = []
             for arg, _ in view.paths:
                 targets = self._targets(args.get(arg))
-                if targets is None or not all(self._inside(t) for t in targets):
+                if targets is None:
                     return ()
+                inside = all(self._inside(t) for t in targets)
                 rule = next(
                     (
                         a.rule for a in allow
-                        if (a.rule.path is None and a.rule.command is None and a.rule.domain is None)
+                        if (inside and a.rule.path is None and a.rule.command is None
+                            and a.rule.domain is None)
                         or (a.rule.path is not None and arg in a.arguments
+                            and (inside or a.rule.path.absolute)
                             and all(a.rule.path.matches(t) for t in targets))
                     ),
                     None,

@@ -269,7 +269,7 @@ async def test_deny_beats_ask_beats_allow_for_the_same_call():
         ('deny = ["bash(rm:*)", "bash("]', "deny[1]", "bash("),
         ('allow = ["Bad Name(x)"]', "allow[0]", "Bad Name(x)"),
         ('ask = ["web_fetch(example.com)"]', "ask[0]", "web_fetch(example.com)"),
-        ('allow = ["read_file(//etc/**)"]', "allow[0]", "read_file(//etc/**)"),
+        ('allow = ["read_file(./x/../y)"]', "allow[0]", "read_file(./x/../y)"),
     ],
 )
 def test_a_rule_that_does_not_parse_stops_the_host(tmp_path, table, key, rule):

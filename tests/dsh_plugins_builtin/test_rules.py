@@ -101,12 +101,9 @@ def test_rules_that_do_not_parse_say_why(text, why):
     assert why in str(info.value)
 
 
-def test_allow_rules_cannot_name_paths_outside_the_workspace():
-    assert rule("Read(//etc/**)", "deny").path is not None
-    assert rule("read_file(~/.ssh/**)", "ask").path is not None
-    for text in ("read_file(//etc/**)", "Read(~/.ssh/**)"):
-        with pytest.raises(RuleError, match="allow rules never apply outside it"):
-            rule(text, "allow")
+def test_allow_rules_may_name_paths_outside_the_workspace_explicitly():
+    assert rule("Read(//etc/hosts)", "allow").path is not None
+    assert rule("read_file(~/.zshrc)", "allow").path is not None
 
 
 # -- path globs ----------------------------------------------------------------------------
@@ -446,6 +443,16 @@ def test_a_file_allow_rule_needs_every_spelling_of_the_path_to_match(ws):
     assert rs.decide("read_file", READ, {"path": "src/a.py"}).effect == "allow"
     # src/link -> secrets: as spelled it is under src, really it is not
     assert rs.decide("read_file", READ, {"path": "src/link/key"}).effect == "ask"
+
+
+def test_an_explicit_allow_rule_reaches_outside_the_workspace_but_a_plain_one_does_not(ws):
+    rs = rules(ws, allow=["read_file", "Read(~/.zshrc)"])
+    assert rs.decide("read_file", READ, {"path": "/home/u/.zshrc"}).effect == "allow"
+    # spelled with ~ it may mean ./~/.zshrc too, and an allow rule must cover every reading
+    assert rs.decide("read_file", READ, {"path": "~/.zshrc"}).effect == "ask"
+    assert rs.decide("read_file", READ, {"path": "/home/u/.bashrc"}).effect == "ask"
+    # a relative allow rule never stretches outside: src/** does not cover src/../../x
+    assert rules(ws, allow=["Read(**)"]).decide("read_file", READ, {"path": "../x"}).effect == "ask"
 
 
 def test_a_path_outside_the_workspace_is_never_allowed_and_says_so(ws):
