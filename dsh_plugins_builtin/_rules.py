@@ -58,6 +58,7 @@ READ_RULES = frozenset({"read_file", "Read"})
 EDIT_RULES = frozenset({"edit_file", "write_file", "Edit", "Write", "MultiEdit", "NotebookEdit"})
 _SEARCH_RULES = frozenset({"list_dir", "LS", "glob", "Glob", "grep", "Grep"})
 _WEB_RULES = frozenset({"web_fetch", "WebFetch"})
+_ORDER: tuple[Effect, ...] = ("deny", "ask", "allow")
 _SEP = "\x00"  # joins a command's words for matching: no word can hold it
 
 
@@ -178,6 +179,7 @@ def _glob_segment(segment: str) -> str:
 
 def _path_pattern(spec: str, anchors: Anchors) -> PathPattern:
     absolute = spec.startswith(("//", "~/"))
+    roots: tuple[str, ...]
     if spec.startswith("//"):
         roots, body, anchored = ("",), spec[2:], True
     elif spec.startswith("~/"):
@@ -308,7 +310,9 @@ class _ToolView:
     withheld: Mapping[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]]  # access -> rules
 
 
-def _applied(rule: Rule, name: str, claude: str | None, paths: Sequence[tuple[str, str]]) -> _Applied | None:
+def _applied(
+    rule: Rule, name: str, claude: str | None, paths: Sequence[tuple[str, str]]
+) -> _Applied | None:
     named = rule.names(name, claude)
     if rule.path is not None:
         if named:
@@ -369,12 +373,14 @@ class RuleSet:
 
     def rules(self) -> Iterable[Rule]:
         """Every rule, deny first."""
-        for effect in ("deny", "ask", "allow"):
-            yield from self._rules[effect]  # type: ignore[index]
+        for effect in _ORDER:
+            yield from self._rules[effect]
 
-    def _make_view(self, name: str, claude: str | None, paths: tuple[tuple[str, str], ...]) -> _ToolView:
+    def _make_view(
+        self, name: str, claude: str | None, paths: tuple[tuple[str, str], ...]
+    ) -> _ToolView:
         shell = name in SHELL_RULES or claude in SHELL_RULES
-        rules = {
+        rules: dict[str, tuple[_Applied, ...]] = {
             effect: tuple(a for r in found if (a := _applied(r, name, claude, paths)) is not None)
             for effect, found in self._rules.items()
         }
@@ -382,8 +388,8 @@ class RuleSet:
         for access in ("read", "write"):
             reach = {arg for arg, kind in paths if kind == access}
             found: list[Rule] = []
-            for effect in ("deny", "ask"):
-                for rule in self._rules[effect]:  # type: ignore[index]
+            for effect in _ORDER[:2]:
+                for rule in self._rules[effect]:
                     if rule.path is None:
                         continue
                     kind = rule.tool in (READ_RULES if access == "read" else EDIT_RULES)
@@ -424,9 +430,13 @@ class RuleSet:
         return tuple(dict.fromkeys(out))
 
     def _inside(self, path: str) -> bool:
-        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.workspace)
+        return any(
+            path == root or path.startswith(root.rstrip("/") + "/") for root in self.workspace
+        )
 
-    def _caught(self, applied: _Applied, args: Mapping[str, Any], parsed: ParsedCommand | None) -> bool:
+    def _caught(
+        self, applied: _Applied, args: Mapping[str, Any], parsed: ParsedCommand | None
+    ) -> bool:
         rule = applied.rule
         if rule.command is not None:
             return parsed is not None and any(rule.command.catches(w) for w in parsed.commands)
@@ -447,16 +457,16 @@ class RuleSet:
         parsed: ParsedCommand | None = None
         if view.shell and isinstance(args.get("command"), str):
             parsed = parse_command(args["command"])
-        for effect in ("deny", "ask"):
+        for effect in _ORDER[:2]:
             for applied in view.rules[effect]:
                 if self._caught(applied, args, parsed):
-                    return Verdict(effect, applied.rule)  # type: ignore[arg-type]
+                    return Verdict(effect, applied.rule)
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
-                effect: Effect = "deny" if self.default == "deny" else "ask"
+                strict: Effect = "deny" if self.default == "deny" else "ask"
                 note = f"{parsed.dynamic}, so {shell_rules[0].text} applies as an ask"
-                return Verdict(effect, shell_rules[0], note=note)
+                return Verdict(strict, shell_rules[0], note=note)
         allow = view.rules["allow"]
         used = self._allowed_by(view, allow, args, parsed)
         if used:
@@ -466,7 +476,11 @@ class RuleSet:
         )
 
     def _allowed_by(
-        self, view: _ToolView, allow: Sequence[_Applied], args: Mapping[str, Any], parsed: ParsedCommand | None
+        self,
+        view: _ToolView,
+        allow: Sequence[_Applied],
+        args: Mapping[str, Any],
+        parsed: ParsedCommand | None,
     ) -> tuple[Rule, ...]:
         if not allow:
             return ()
@@ -492,7 +506,11 @@ class RuleSet:
                     return ()
                 used.append(rule)
             return tuple(dict.fromkeys(used))
-        plain = [a.rule for a in allow if a.rule.command is None and a.rule.path is None and a.rule.domain is None]
+        plain = [
+            a.rule
+            for a in allow
+            if a.rule.command is None and a.rule.path is None and a.rule.domain is None
+        ]
         if plain:
             return (plain[0],)
         domains = [a.rule for a in allow if a.rule.domain is not None]
@@ -503,13 +521,17 @@ class RuleSet:
             return ()
         covering: list[Rule] = []
         for words in parsed.simple:
-            found = next((a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None)
+            found = next(
+                (a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None
+            )
             if found is None:
                 return ()
             covering.append(found)
         return tuple(dict.fromkeys(covering))
 
-    def _note(self, view: _ToolView, args: Mapping[str, Any], parsed: ParsedCommand | None) -> str | None:
+    def _note(
+        self, view: _ToolView, args: Mapping[str, Any], parsed: ParsedCommand | None
+    ) -> str | None:
         if view.paths:
             for arg, _ in view.paths:
                 targets = self._targets(args.get(arg))
@@ -525,7 +547,9 @@ class RuleSet:
             return f"{parsed.problem}, so allow rules do not apply"
         return None
 
-    def withheld(self, name: str, tool: ToolDefinition | None, path: str, access: str) -> Rule | None:
+    def withheld(
+        self, name: str, tool: ToolDefinition | None, path: str, access: str
+    ) -> Rule | None:
         """The deny or ask rule that keeps a running search away from *path*, if any."""
         found, combined = self.view(name, tool).withheld.get(access, ((), None))
         if combined is None or combined.fullmatch(path) is None:

@@ -87,19 +87,58 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "ionice": (frozenset({"-c", "-n", "-p", "-P", "-u"}), 0),
     "chroot": (frozenset({"--userspec", "--groups"}), 1),
     "xargs": (
-        frozenset({
-            "-I", "-E", "-L", "-n", "-P", "-s", "-d", "-a", "--arg-file", "--delimiter",
-            "--max-args", "--max-procs", "--max-lines", "--max-chars", "--replace", "--eof",
-            "--process-slot-var",
-        }),
+        frozenset(
+            {
+                "-I",
+                "-E",
+                "-L",
+                "-n",
+                "-P",
+                "-s",
+                "-d",
+                "-a",
+                "--arg-file",
+                "--delimiter",
+                "--max-args",
+                "--max-procs",
+                "--max-lines",
+                "--max-chars",
+                "--replace",
+                "--eof",
+                "--process-slot-var",
+            }
+        ),
         0,
-    ),  # fmt: skip
+    ),
     "sudo": (
-        frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U", "-R", "--user",
-                   "--group", "--chdir", "--host", "--prompt", "--role", "--type",
-                   "--other-user", "--chroot", "--close-from", "--command-timeout"}),
+        frozenset(
+            {
+                "-u",
+                "-g",
+                "-C",
+                "-D",
+                "-h",
+                "-p",
+                "-r",
+                "-t",
+                "-T",
+                "-U",
+                "-R",
+                "--user",
+                "--group",
+                "--chdir",
+                "--host",
+                "--prompt",
+                "--role",
+                "--type",
+                "--other-user",
+                "--chroot",
+                "--close-from",
+                "--command-timeout",
+            }
+        ),
         0,
-    ),  # fmt: skip
+    ),
     "doas": (frozenset({"-u", "-C"}), 0),
     "watch": (frozenset({"-n", "--interval", "-d", "--differences", "-q"}), 0),
 }
@@ -182,6 +221,35 @@ def _ansi_c(body: str) -> str:
     return _ANSI.sub(one, body).split("\0", 1)[0]
 
 
+def _blank_inside(text: str) -> bool:
+    """Whether an unquoted word's source holds a blank no backslash escapes."""
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] in " \t\n":
+            return True
+        i += 1
+    return False
+
+
+_NO_NEWLINE = frozenset(
+    {"command", "redirected_statement", "file_redirect", "variable_assignment", "concatenation"}
+)
+
+
+def _newline_between(node: tree_sitter.Node, data: bytes) -> bool:
+    """Whether a newline that no backslash continues lies between the children of *node*."""
+    end = node.start_byte
+    for child in node.children:
+        gap = data[end : child.start_byte].replace(b"\\\n", b"")
+        if b"\n" in gap:
+            return True
+        end = child.end_byte
+    return False
+
+
 def _unquoted(text: str) -> str:
     out: list[str] = []
     i = 0
@@ -247,7 +315,9 @@ def _globbed(node: tree_sitter.Node) -> bool:
 
 def _command_parts(
     node: tree_sitter.Node,
-) -> tuple[list[tree_sitter.Node], tree_sitter.Node | None, list[tree_sitter.Node], list[tree_sitter.Node]]:
+) -> tuple[
+    list[tree_sitter.Node], tree_sitter.Node | None, list[tree_sitter.Node], list[tree_sitter.Node]
+]:
     """A command node's assignments, name, arguments and redirections."""
     assignments: list[tree_sitter.Node] = []
     name: tree_sitter.Node | None = None
@@ -265,9 +335,13 @@ def _command_parts(
     return assignments, name, arguments, redirects
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
 def _check_redirect(node: tree_sitter.Node) -> None:
     if node.type != "file_redirect":
-        raise _NotPlain(f"a {node.type.replace('_', ' ')}")
+        raise _NotPlain(_a(node.type.replace("_", " ")))
     ops = [c.type for c in node.children if not c.is_named]
     destination = node.child_by_field_name("destination")
     target = _literal(destination) if destination is not None else None
@@ -328,7 +402,7 @@ def _plain(node: tree_sitter.Node, out: list[tuple[str, ...]]) -> None:
         elif kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
             continue  # checked with their redirected_statement
         else:
-            raise _NotPlain(f"a {kind.replace('_', ' ')}")
+            raise _NotPlain(_a(kind.replace("_", " ")))
 
 
 def _plain_body(node: tree_sitter.Node, out: list[tuple[str, ...]]) -> None:
@@ -486,7 +560,8 @@ def _walk(
     source: str, depth: int, budget: _Budget
 ) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None]:
     """Parse *source*; return its root, every command's spellings, and why it is dynamic."""
-    tree = _parser().parse(source.encode("utf-8", "surrogatepass"))
+    data = source.encode("utf-8", "surrogatepass")
+    tree = _parser().parse(data)
     root = tree.root_node
     commands: list[tuple[str, ...]] = []
     dynamic: str | None = "the command does not parse as bash" if root.has_error else None
@@ -496,6 +571,13 @@ def _walk(
         budget.nodes -= 1
         if budget.nodes < 0:
             return root, commands, "the command is too complex to read"
+        if (node.type == "word" and _blank_inside(_text(node))) or (
+            node.type in _NO_NEWLINE and _newline_between(node, data)
+        ):
+            # bash ends a word at an unquoted blank and a command at an unquoted newline; the
+            # grammar does not always (tree-sitter-bash reads a newline before a backslash as
+            # a blank), and then it sees other commands than bash runs
+            dynamic = dynamic or "the command does not parse reliably (a newline inside a command)"
         if node.type == "command":
             words, why = _words(node)
             dynamic = dynamic or why

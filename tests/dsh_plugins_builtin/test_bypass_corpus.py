@@ -74,6 +74,9 @@ ALLOW_BYPASSES = [
     ("bash(echo:*)", "echo hi\\\n; touch pwned"),
     ("bash(echo:*)", "f() { touch pwned; }; echo; f"),
     ("bash(git status:*)", "git -c core.pager='touch pwned' status"),
+    # tree-sitter-bash reads a newline before a backslash as a blank: bash runs `touch pwned`
+    ("bash(echo:*)", "echo hi \n\\touch pwned"),
+    ("bash(echo:*)", "echo hi \n\\\ntouch pwned"),
 ]
 
 
@@ -138,7 +141,7 @@ DYNAMIC = [
     "$(echo rm) victim",
     "`echo rm` victim",
     "echo 'rm victim' | bash",
-    "bash -c \"$CMD\"",
+    'bash -c "$CMD"',
     ". ./script",
 ]
 
@@ -191,7 +194,9 @@ README = {"deny": ["read_file(./secrets/**)"]}
         ("Read", {"path": "secrets/key"}),  # unknown tool spelled Claude's way: still denied
     ],
 )
-async def test_the_readme_example_denies_every_tool_aimed_inside_the_tree(tmp_path, tool, arguments):
+async def test_the_readme_example_denies_every_tool_aimed_inside_the_tree(
+    tmp_path, tool, arguments
+):
     ws = tmp_path / "ws"
     (ws / "secrets").mkdir(parents=True)
     (ws / "secrets" / "key").write_text("TOKEN=hunter2\n")
