@@ -62,8 +62,8 @@ def test_bash_runs_no_command_the_allow_view_did_not_list(tmp_path):
         listed = set(parsed.simple)
         for source in ran:
             words = parse_command(source).simple
-            assert words is not None and words[0] in listed, (
-                f"bash ran {source!r} for {line!r}, read as {parsed.simple}"
-            )
+            why = f"bash ran {source!r} for {line!r}, read as {parsed.simple}"
+            assert words is not None, why
+            assert words[0] in listed, why
         shutil.rmtree(scratch)
     assert checked > 25
