@@ -235,18 +235,37 @@ def _blank_inside(text: str) -> bool:
 
 
 _NO_NEWLINE = frozenset(
-    {"command", "redirected_statement", "file_redirect", "variable_assignment", "concatenation"}
-)
+    {"command", "redirected_statement", "file_redirect", "variable_assignment", "concatenation",
+     "negated_command"}
+)  # fmt: skip
 
 
-def _newline_between(node: tree_sitter.Node, data: bytes) -> bool:
-    """Whether a newline that no backslash continues lies between the children of *node*."""
+_OPERATOR_BYTES = frozenset(b";&|()<> \t\n")
+
+
+def _misread(node: tree_sitter.Node, data: bytes) -> bool:
+    """Whether *node*'s children are separated otherwise than bash separates them: by a newline
+    no backslash continues (inside a simple command), or by nothing but a continuation between
+    two words (bash joins ``a\\<newline>b`` into ``ab``), or an fd number glued to a word."""
     end = node.start_byte
-    for child in node.children:
-        gap = data[end : child.start_byte].replace(b"\\\n", b"")
-        if b"\n" in gap:
+    for i, child in enumerate(node.children):
+        raw = data[end : child.start_byte]
+        gap = raw.replace(b"\\\n", b"")
+        if b"\n" in gap and node.type in _NO_NEWLINE:
+            return True
+        if (
+            i
+            and gap != raw
+            and not gap
+            and child.start_byte < len(data)
+            and data[end - 1] not in _OPERATOR_BYTES
+            and data[child.start_byte] not in _OPERATOR_BYTES
+        ):
             return True
         end = child.end_byte
+    if node.type == "file_descriptor":
+        before = data[node.start_byte - 1] if node.start_byte else ord(" ")
+        return not _text(node).isdigit() or before not in _OPERATOR_BYTES
     return False
 
 
@@ -332,7 +351,28 @@ def _command_parts(
             redirects.append(child)
         else:
             arguments.append(child)
+    arguments.extend(_trailing(node))
     return assignments, name, arguments, redirects
+
+
+def _trailing(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """Words after a redirection that the grammar files under it (``git 2>&1 push``: it reads
+    ``push`` as a second target) but bash passes to the command: the last one before it."""
+    out: list[tree_sitter.Node] = []
+    child, parent = node, node.parent
+    while parent is not None and parent.type in ("redirected_statement", "pipeline", "list"):
+        if parent.type == "redirected_statement":
+            if parent.child_by_field_name("body") != child:
+                break
+            for redirect in parent.children_by_field_name("redirect"):
+                if redirect.type == "file_redirect":
+                    out.extend(redirect.children_by_field_name("destination")[1:])
+                else:
+                    out.extend(redirect.children_by_field_name("argument"))
+        elif parent.named_children[-1] != child:
+            break
+        child, parent = parent, parent.parent
+    return out
 
 
 def _a(noun: str) -> str:
@@ -564,20 +604,23 @@ def _walk(
     tree = _parser().parse(data)
     root = tree.root_node
     commands: list[tuple[str, ...]] = []
-    dynamic: str | None = "the command does not parse as bash" if root.has_error else None
+    dynamic: str | None = None
+    if root.has_error:
+        dynamic = "the command does not parse as bash"
+    elif _CONTROL.search(source):
+        # bash reads \r, \v, \f (and other controls) as parts of words, the grammar as blanks
+        dynamic = "the command holds control characters, which bash and the grammar read apart"
     stack = [root]
     while stack:
         node = stack.pop()
         budget.nodes -= 1
         if budget.nodes < 0:
             return root, commands, "the command is too complex to read"
-        if (node.type == "word" and _blank_inside(_text(node))) or (
-            node.type in _NO_NEWLINE and _newline_between(node, data)
-        ):
+        if (node.type == "word" and _blank_inside(_text(node))) or _misread(node, data):
             # bash ends a word at an unquoted blank and a command at an unquoted newline; the
             # grammar does not always (tree-sitter-bash reads a newline before a backslash as
             # a blank), and then it sees other commands than bash runs
-            dynamic = dynamic or "the command does not parse reliably (a newline inside a command)"
+            dynamic = dynamic or "the command does not parse reliably"
         if node.type == "command":
             words, why = _words(node)
             dynamic = dynamic or why
@@ -614,8 +657,6 @@ def _parse(command: str) -> ParsedCommand:
     problem: str | None = None
     if root is None or root.has_error:
         simple, problem = None, "the command does not parse as bash"
-    elif _CONTROL.search(command):
-        simple, problem = None, "the command holds control characters"
     elif dynamic is not None:
         simple, problem = None, dynamic
     else:
@@ -642,6 +683,6 @@ def parse_command(command: str) -> ParsedCommand:
         if len(command) <= _CACHE_UP_TO:
             return _parse_cached(command)
         return _parse(command)
-    except (RecursionError, MemoryError, ValueError, UnicodeError) as exc:
+    except Exception as exc:  # a fault in reading must never open the gate: fail closed
         why = f"the command could not be read ({type(exc).__name__})"
         return ParsedCommand(None, why, (), why)

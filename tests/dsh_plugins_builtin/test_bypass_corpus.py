@@ -123,6 +123,10 @@ DENY_BYPASSES = [
     "$'\\x72m' victim",
     "X=1 rm victim",
     "eval 'rm victim'",
+    # the grammar files words after a redirection under it; bash passes them on
+    "git 2>&1 push --force",
+    "git >/dev/null push",
+    "ls | git >/dev/null push | cat",
 ]
 
 
@@ -143,6 +147,11 @@ DYNAMIC = [
     "echo 'rm victim' | bash",
     'bash -c "$CMD"',
     ". ./script",
+    # bash reads \r and \v as parts of a word, the grammar as blanks (then `#` hides the rest)
+    "echo x\r# ; rm victim",
+    "echo x\v# ; rm victim",
+    # bash joins what only a line continuation separates: r\<newline>m is rm
+    "r\\\nm victim",
 ]
 
 
