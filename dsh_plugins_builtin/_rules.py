@@ -58,6 +58,12 @@ READ_RULES = frozenset({"read_file", "Read"})
 EDIT_RULES = frozenset({"edit_file", "write_file", "Edit", "Write", "MultiEdit", "NotebookEdit"})
 _SEARCH_RULES = frozenset({"list_dir", "LS", "glob", "Glob", "grep", "Grep"})
 _WEB_RULES = frozenset({"web_fetch", "WebFetch"})
+_BUILT_IN = {
+    "Bash": "bash", "Read": "read_file", "Write": "write_file", "Edit": "edit_file",
+    "LS": "list_dir", "Glob": "glob", "Grep": "grep", "WebFetch": "web_fetch",
+}  # fmt: skip
+"""Claude Code's names for dsh's built-in tools: a rule in either spelling names a tool of
+that name even when it does not declare its ``claude_name``."""
 _ORDER: tuple[Effect, ...] = ("deny", "ask", "allow")
 _SEP = "\x00"  # joins a command's words for matching: no word can hold it
 
@@ -247,7 +253,7 @@ class Rule:
 
     def names(self, tool: str, claude_name: str | None) -> bool:
         """Whether the rule's tool name is this tool (its name, Claude Code name, MCP server)."""
-        if self.tool in (tool, claude_name):
+        if self.tool in (tool, claude_name) or _BUILT_IN.get(self.tool) == tool:
             return True
         if self.tool.startswith("mcp__"):
             server = self.tool.removesuffix("*").removesuffix("__")
@@ -434,32 +440,31 @@ class RuleSet:
             path == root or path.startswith(root.rstrip("/") + "/") for root in self.workspace
         )
 
-    def _caught(
-        self, applied: _Applied, args: Mapping[str, Any], parsed: ParsedCommand | None
-    ) -> bool:
+    def _caught(self, applied: _Applied, call: _Call, parsed: ParsedCommand | None) -> bool:
         rule = applied.rule
         if rule.command is not None:
             return parsed is not None and any(rule.command.catches(w) for w in parsed.commands)
         if rule.path is not None:
             for arg in applied.arguments:
-                targets = self._targets(args.get(arg))
+                targets = call.targets(arg)
                 if targets is not None and any(rule.path.matches(t) for t in targets):
                     return True
             return False
         if rule.domain is not None:
-            return _host_matches(args.get("url"), rule.domain)
+            return _host_matches(call.args.get("url"), rule.domain)
         return True
 
     def decide(self, name: str, tool: ToolDefinition | None, arguments: Any) -> Verdict:
         """The verdict on calling *name* (defined by *tool*, if it exists) with *arguments*."""
         view = self.view(name, tool)
         args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
+        call = _Call(self, args)
         parsed: ParsedCommand | None = None
         if view.shell and isinstance(args.get("command"), str):
             parsed = parse_command(args["command"])
         for effect in _ORDER[:2]:
             for applied in view.rules[effect]:
-                if self._caught(applied, args, parsed):
+                if self._caught(applied, call, parsed):
                     return Verdict(effect, applied.rule)
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
@@ -468,18 +473,18 @@ class RuleSet:
                 note = f"{parsed.dynamic}, so {shell_rules[0].text} applies as an ask"
                 return Verdict(strict, shell_rules[0], note=note)
         allow = view.rules["allow"]
-        used = self._allowed_by(view, allow, args, parsed)
+        used = self._allowed_by(view, allow, call, parsed)
         if used:
             return Verdict("allow", allowed_by=used)
         return Verdict(
-            self.default, defaulted=True, note=self._note(view, args, parsed) if allow else None
+            self.default, defaulted=True, note=self._note(view, call, parsed) if allow else None
         )
 
     def _allowed_by(
         self,
         view: _ToolView,
         allow: Sequence[_Applied],
-        args: Mapping[str, Any],
+        call: _Call,
         parsed: ParsedCommand | None,
     ) -> tuple[Rule, ...]:
         if not allow:
@@ -487,7 +492,7 @@ class RuleSet:
         if view.paths:
             used: list[Rule] = []
             for arg, _ in view.paths:
-                targets = self._targets(args.get(arg))
+                targets = call.targets(arg)
                 if targets is None:
                     return ()
                 inside = all(self._inside(t) for t in targets)
@@ -515,7 +520,7 @@ class RuleSet:
             return (plain[0],)
         domains = [a.rule for a in allow if a.rule.domain is not None]
         for rule in domains:
-            if rule.domain is not None and _host_matches(args.get("url"), rule.domain):
+            if rule.domain is not None and _host_matches(call.args.get("url"), rule.domain):
                 return (rule,)
         if parsed is None or parsed.simple is None:
             return ()
@@ -529,12 +534,10 @@ class RuleSet:
             covering.append(found)
         return tuple(dict.fromkeys(covering))
 
-    def _note(
-        self, view: _ToolView, args: Mapping[str, Any], parsed: ParsedCommand | None
-    ) -> str | None:
+    def _note(self, view: _ToolView, call: _Call, parsed: ParsedCommand | None) -> str | None:
         if view.paths:
             for arg, _ in view.paths:
-                targets = self._targets(args.get(arg))
+                targets = call.targets(arg)
                 if targets is None:
                     return f"the {arg} argument is not a path, so allow rules do not apply"
                 outside = next((t for t in targets if not self._inside(t)), None)
@@ -555,6 +558,20 @@ class RuleSet:
         if combined is None or combined.fullmatch(path) is None:
             return None
         return next((r for r in found if r.path is not None and r.path.matches(path)), None)
+
+
+class _Call:
+    """One call's arguments, with each path argument resolved at most once."""
+
+    def __init__(self, rules: RuleSet, args: Mapping[str, Any]) -> None:
+        self.rules = rules
+        self.args = args
+        self._targets: dict[str, tuple[str, ...] | None] = {}
+
+    def targets(self, arg: str) -> tuple[str, ...] | None:
+        if arg not in self._targets:
+            self._targets[arg] = self.rules._targets(self.args.get(arg))
+        return self._targets[arg]
 
 
 def _host_matches(url: Any, domain: str) -> bool:

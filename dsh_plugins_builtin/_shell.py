@@ -223,6 +223,8 @@ def _ansi_c(body: str) -> str:
 
 def _blank_inside(text: str) -> bool:
     """Whether an unquoted word's source holds a blank no backslash escapes."""
+    if " " not in text and "\t" not in text and "\n" not in text:
+        return False
     i = 0
     while i < len(text):
         if text[i] == "\\":
@@ -270,6 +272,8 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
 
 
 def _unquoted(text: str) -> str:
+    if "\\" not in text:
+        return text
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -601,6 +605,7 @@ def _walk(
 ) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None]:
     """Parse *source*; return its root, every command's spellings, and why it is dynamic."""
     data = source.encode("utf-8", "surrogatepass")
+    multiline = b"\n" in data  # a newline or a continuation is what the grammar misreads
     tree = _parser().parse(data)
     root = tree.root_node
     commands: list[tuple[str, ...]] = []
@@ -616,7 +621,12 @@ def _walk(
         budget.nodes -= 1
         if budget.nodes < 0:
             return root, commands, "the command is too complex to read"
-        if (node.type == "word" and _blank_inside(_text(node))) or _misread(node, data):
+        kind = node.type
+        if (
+            (kind == "word" and _blank_inside(_text(node)))
+            or (multiline and node.child_count > 1 and _misread(node, data))
+            or (kind == "file_descriptor" and _misread(node, data))
+        ):
             # bash ends a word at an unquoted blank and a command at an unquoted newline; the
             # grammar does not always (tree-sitter-bash reads a newline before a backslash as
             # a blank), and then it sees other commands than bash runs

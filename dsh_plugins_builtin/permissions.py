@@ -34,7 +34,17 @@ import attrs
 
 from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, hookimpl
 
-from ._rules import EDIT_RULES, READ_RULES, Anchors, Effect, Rule, RuleError, RuleSet, Verdict, parse_rule
+from ._rules import (
+    EDIT_RULES,
+    READ_RULES,
+    Anchors,
+    Effect,
+    Rule,
+    RuleError,
+    RuleSet,
+    Verdict,
+    parse_rule,
+)
 
 __all__ = ["DEFAULT_ALLOW", "PermissionsConfig", "PermissionsPlugin"]
 
@@ -171,6 +181,8 @@ class PermissionsPlugin:
     @staticmethod
     def _warn_unknown(host: Host, rules: RuleSet) -> None:
         tools = host.registry.tools()
+        if not tools:
+            return  # tools come later (an embedding host registers its own): nothing to say yet
         for rule in rules.rules():
             reaches = any(rule.names(t.name, t.claude_name) for t in tools)
             if rule.path is not None and rule.tool in READ_RULES | EDIT_RULES:
