@@ -7,6 +7,8 @@ from elsewhere hits every case alike; a case's figure is the median per-call tim
 batches. Cases:
 
 1. ``bare``: ``registry.execute`` of a valid call (the echo tool), a host with no plugins;
+1b. ``link, no rules``: the same through one waterfall pre-execute plugin that matches nothing
+   (what any plugin shaped like ``permissions`` costs, before matching a rule);
 2. ``rules, echo``: the same call through the ``permissions`` plugin with a realistic rule set
    (allowed by a plain ``echo`` rule: the per-tool view lookup and nothing else);
 3. ``rules, bash``: a ``bash``-named stand-in (the body echoes; nothing runs) with
@@ -33,7 +35,7 @@ from typing import Any
 
 import trio
 
-from dsh_host import Host, ToolExecution, ToolExecutionInput, define_tool
+from dsh_host import Allow, Host, ToolExecution, ToolExecutionInput, define_tool, hookimpl
 from dsh_plugins_builtin.permissions import PermissionsPlugin
 
 RULES = {
@@ -47,6 +49,20 @@ RULES = {
         "Read(//etc/shadow)",
     ],
 }  # fmt: skip
+
+
+class Waterfall:
+    """A pre-execute link shaped like ``permissions`` (takes ``call_next``) that matches nothing:
+    the cost of being a plugin at all, apart from matching rules."""
+
+    name = "waterfall"
+
+    @hookimpl
+    async def dsh_tool_pre_execute(
+        self, execution: ToolExecution, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        await call_next()
+        return Allow()
 
 
 def tools() -> list[Any]:
@@ -83,6 +99,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         (ws / "src" / "app" / "main.py").write_text("x")
         bare = host(ws, [])
         ruled = host(ws, [PermissionsPlugin()])
+        linked = host(ws, [Waterfall()])
         counter = iter(range(10**9))
 
         def call(
@@ -105,6 +122,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         cases: dict[str, Callable[[], Awaitable[Any]]] = {
             "bare": call(bare, "echo", lambda: {"text": "hi"}),
+            "link, no rules": call(linked, "echo", lambda: {"text": "hi"}),
             "rules, echo": call(ruled, "echo", lambda: {"text": "hi"}),
             "rules, bash": call(
                 ruled, "bash", lambda: {"command": f"git status && git diff --stat {next(counter)}"}

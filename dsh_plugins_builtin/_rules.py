@@ -372,6 +372,7 @@ class RuleSet:
         self.default: Effect = default
         self.workspace = _spellings_of(os.fspath(workspace))
         self._view = functools.lru_cache(maxsize=256)(self._make_view)
+        self._by_tool: dict[int, tuple[ToolDefinition, _ToolView]] = {}
 
     def denying(self) -> tuple[Rule, ...]:
         """The deny rules."""
@@ -410,10 +411,18 @@ class RuleSet:
         return _ToolView(name, paths, shell, rules, withheld)
 
     def view(self, name: str, tool: ToolDefinition | None) -> _ToolView:
+        """The rules that apply to *tool* (or to a tool of *name* that does not exist)."""
         if tool is None:
             return self._view(name, None, ())
+        known = self._by_tool.get(id(tool))
+        if known is not None and known[0] is tool:
+            return known[1]
         paths = tuple(sorted((str(k), str(v)) for k, v in tool.paths.items()))
-        return self._view(tool.name, tool.claude_name, paths)
+        view = self._view(tool.name, tool.claude_name, paths)
+        if len(self._by_tool) >= 256:
+            self._by_tool.clear()
+        self._by_tool[id(tool)] = (tool, view)
+        return view
 
     # -- one call ----------------------------------------------------------------------------
 
