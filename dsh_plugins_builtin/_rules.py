@@ -548,7 +548,8 @@ class RuleSet:
             for arg, _ in view.paths:
                 targets = call.targets(arg)
                 if targets is None:
-                    return f"the {arg} argument is not a path, so allow rules do not apply"
+                    what = "a string" if not isinstance(call.args.get(arg), str) else "a path"
+                    return f"the {arg} argument is not {what}, so allow rules do not apply"
                 outside = next((t for t in targets if not self._inside(t)), None)
                 if outside is not None:
                     return (

@@ -10,7 +10,7 @@ import pytest
 
 from dsh_host import define_tool
 from dsh_plugins_builtin._rules import Anchors, RuleError, RuleSet, parse_rule
-from dsh_plugins_builtin._shell import DYNAMIC, MAX_COMMAND, MAX_DEPTH, parse_command
+from dsh_plugins_builtin._shell import MAX_COMMAND, MAX_DEPTH, parse_command
 
 ANCHORS = Anchors(workspace="/ws", project="/ws", home="/home/u")
 
@@ -24,7 +24,13 @@ def rule(text: str, effect: str = "deny", anchors: Anchors = ANCHORS):
 
 def test_a_plain_name_is_a_rule_without_specifier():
     r = rule("  web_fetch ")
-    assert (r.text, r.tool, r.command, r.path, r.domain) == ("web_fetch", "web_fetch", None, None, None)
+    assert (r.text, r.tool, r.command, r.path, r.domain) == (
+        "web_fetch",
+        "web_fetch",
+        None,
+        None,
+        None,
+    )
     assert r.detail == "rule web_fetch in dsh.toml"
 
 
@@ -37,7 +43,11 @@ def test_a_plain_name_is_a_rule_without_specifier():
         ("Bash(npm run *)", ["npm run test", "npm run"], ["npm install"]),
         ("Bash(git * main)", ["git checkout main", "git push origin main"], ["git checkout dev"]),
         ("bash(pwd)", ["pwd"], ["pwd -P"]),
-        ("bash(npm  run 'my test')", ["npm run 'my test'", 'npm run "my test"'], ["npm run my test"]),
+        (
+            "bash(npm  run 'my test')",
+            ["npm run 'my test'", 'npm run "my test"'],
+            ["npm run my test"],
+        ),
         ("Bash(*)", ["anything at all", "x"], []),
     ],
 )
@@ -59,7 +69,14 @@ def test_claude_code_rule_spellings_parse():
     assert rule("Read(~/.zshrc)", "deny").path is not None
     assert rule("Edit(/src/**/*.ts)", "allow").path is not None
     assert rule("WebFetch(domain:example.com)").domain == "example.com"
-    for name in ("mcp__github__create_issue", "mcp__github", "mcp__github__*", "Glob", "Grep", "LS"):
+    for name in (
+        "mcp__github__create_issue",
+        "mcp__github",
+        "mcp__github__*",
+        "Glob",
+        "Grep",
+        "LS",
+    ):
         assert rule(name).tool == name
 
 
@@ -177,10 +194,10 @@ def test_a_leading_slash_is_relative_to_the_settings_files_project():
         ("ls 2>/dev/null", [("ls",)]),
         ("ls >/dev/null 2>&1 | wc -l", [("ls",), ("wc", "-l")]),
         ("echo 'a b' \"c d\" e\\ f", [("echo", "a b", "c d", "e f")]),
-        ("echo \"a \\\"q\\\" \\$x \\n\"", [("echo", 'a "q" $x \\n')]),
+        ('echo "a \\"q\\" \\$x \\n"', [("echo", 'a "q" $x \\n')]),
         ("echo $'a\\tb\\x41\\101\\u00e9\\'' x", [("echo", "a\tbAAé'", "x")]),
         ("echo $'ab\\0cd'", [("echo", "ab")]),  # a NUL ends a $'...' string, as in bash
-        ("echo r\"m\" \\rm", [("echo", "rm", "rm")]),
+        ('echo r"m" \\rm', [("echo", "rm", "rm")]),
         ("git \\\nstatus", [("git", "status")]),  # a line continuation
         ("echo ok # a comment", [("echo", "ok")]),
         ("echo a#b", [("echo", "a#b")]),  # not a comment inside a word
@@ -224,7 +241,7 @@ def test_plain_lists_of_literal_commands_are_readable_for_allow_rules(command, s
         ("[[ -f x ]]", "test command"),
         ("export A=1", "declaration command"),
         ("A=$(id) ls", "an assignment with an expansion"),
-        ("echo $\"x\"", "the token '$'"),
+        ('echo $"x"', "the token '$'"),
         ("echo hi\rtouch x", "control characters"),
         ("echo 'open", "does not parse"),
         ("", "empty"),
@@ -300,10 +317,10 @@ def test_every_command_anywhere_is_seen_by_deny_rules(command, inner):
         "source ./script",
         ". ./script",
         "env $x v",
-        "sudo \"$@\"",
+        'sudo "$@"',
         "echo rm v | bash",
         "echo rm v | sh -s",
-        "bash -c \"$x\"",
+        'bash -c "$x"',
         "r* v",  # a pathname pattern as the command word
         "echo 'open",  # does not parse
     ],
@@ -469,7 +486,7 @@ def test_a_path_that_is_not_a_string_matches_no_path_rule(ws):
     rs = rules(ws, allow=["read_file"], deny=["read_file(**)"])
     verdict = rs.decide("read_file", READ, {"path": 3})
     assert verdict.effect == "ask"
-    assert verdict.note == "the path argument is not a path, so allow rules do not apply"
+    assert verdict.note == "the path argument is not a string, so allow rules do not apply"
     assert rs.decide("read_file", READ, {"path": "a\x00b"}).effect == "ask"
     assert rs.decide("read_file", READ, ["not", "an", "object"]).effect == "deny"  # path = .
 
@@ -478,7 +495,8 @@ def test_a_dynamic_command_turns_shell_deny_rules_into_asks(ws):
     rs = rules(ws, allow=["bash(echo:*)"], deny=["bash(rm:*)"], default="allow")
     verdict = rs.decide("bash", BASH, {"command": "$x v"})
     assert verdict.effect == "ask"
-    assert verdict.rule is not None and verdict.rule.text == "bash(rm:*)"
+    assert verdict.rule is not None
+    assert verdict.rule.text == "bash(rm:*)"
     assert "only known at run time" in (verdict.note or "")
     assert rs.decide("bash", BASH, {"command": "echo $x"}).effect == "allow"  # the default
     strict = rules(ws, deny=["bash(rm:*)"], default="deny")
@@ -506,7 +524,8 @@ def test_withheld_answers_by_real_path_and_access(ws):
     rs = rules(ws, deny=["Read(./secrets/**)", "Edit(src/generated/**)"], ask=["Read(*.env)"])
     secret = str(ws / "secrets" / "key")
     withheld = rs.withheld("grep", GREP, secret, "read")
-    assert withheld is not None and withheld.text == "Read(./secrets/**)"
+    assert withheld is not None
+    assert withheld.text == "Read(./secrets/**)"
     assert rs.withheld("grep", GREP, str(ws / "secrets"), "read") is not None
     assert rs.withheld("grep", GREP, str(ws / "src" / "a.py"), "read") is None
     assert rs.withheld("grep", GREP, secret, "write") is None
