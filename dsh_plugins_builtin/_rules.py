@@ -456,6 +456,8 @@ class RuleSet:
         if rule.path is not None:
             for arg in applied.arguments:
                 targets = call.targets(arg)
+                if targets is None and isinstance(call.args.get(arg), str):
+                    return True  # a path string that cannot be resolved: fail closed
                 if targets is not None and any(rule.path.matches(t) for t in targets):
                     return True
             return False

@@ -16,7 +16,12 @@ from dsh_plugins_builtin.tools import ToolsPlugin
 SETTINGS = {
     "permissions": {
         "allow": ["Bash(git status:*)", "Bash(npm run *)", "Read(~/.zshrc)", "Read(./src/**)"],
-        "deny": ["Read(./.env)", "Read(./secrets/**)", "Bash(curl:*)", "WebFetch(domain:evil.test)"],
+        "deny": [
+            "Read(./.env)",
+            "Read(./secrets/**)",
+            "Bash(curl:*)",
+            "WebFetch(domain:evil.test)",
+        ],
         "ask": ["Bash(git push:*)", "Edit(/docs/**)"],
         "defaultMode": "default",
     },
@@ -79,7 +84,12 @@ def verdict(plugin: PermissionsPlugin, name: str, arguments: Any) -> tuple[str, 
         ("glob", {"pattern": "*", "path": "secrets"}, "Deny", "Read(./secrets/**)"),
         ("grep", {"pattern": "x", "path": "secrets"}, "Deny", "Read(./secrets/**)"),
         ("read_file", {"path": "src/a.py"}, "Allow", "Read(./src/**)"),
-        ("edit_file", {"path": "docs/x.md", "old_text": "a", "new_text": "b"}, "Ask", "Edit(/docs/**)"),
+        (
+            "edit_file",
+            {"path": "docs/x.md", "old_text": "a", "new_text": "b"},
+            "Ask",
+            "Edit(/docs/**)",
+        ),
         ("write_file", {"path": "docs/y.md", "content": "x"}, "Ask", "Edit(/docs/**)"),
         ("web_fetch", {"url": "https://a.evil.test/"}, "Deny", "WebFetch(domain:evil.test)"),
     ],
@@ -151,6 +161,17 @@ def test_a_rule_for_a_tool_that_is_not_installed_is_a_one_line_warning(tmp_path,
         f"permissions: rule mcp__github__* in {settings} names a tool that is not installed; it matches nothing",
     ]
     assert all("\n" not in line for line in lines)
+
+
+def test_no_warning_while_no_tool_is_registered_yet(tmp_path, caplog):
+    ws = project(tmp_path, {"permissions": {"deny": ["NotebookRead"]}})
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {"permissions": {"import": [".claude/settings.json"]}},
+    }
+    with caplog.at_level(logging.WARNING, logger="dsh_plugins_builtin.permissions"):
+        Host(config=config, plugins=[PermissionsPlugin()], load_entrypoints=False)
+    assert not [r for r in caplog.records if "not installed" in r.getMessage()]
 
 
 def test_mcp_rules_match_server_tools(tmp_path):

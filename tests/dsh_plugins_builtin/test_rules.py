@@ -487,7 +487,12 @@ def test_a_path_that_is_not_a_string_matches_no_path_rule(ws):
     verdict = rs.decide("read_file", READ, {"path": 3})
     assert verdict.effect == "ask"
     assert verdict.note == "the path argument is not a string, so allow rules do not apply"
-    assert rs.decide("read_file", READ, {"path": "a\x00b"}).effect == "ask"
+    # a string that cannot be resolved (NUL, a lone surrogate) is caught by deny rules
+    assert rs.decide("read_file", READ, {"path": "a\x00b"}).effect == "deny"
+    assert rs.decide("read_file", READ, {"path": "secrets/\ud800"}).effect == "deny"
+    assert (
+        rules(ws, allow=["read_file"]).decide("read_file", READ, {"path": "a\x00b"}).effect == "ask"
+    )
     assert rs.decide("read_file", READ, ["not", "an", "object"]).effect == "deny"  # path = .
 
 
@@ -502,6 +507,14 @@ def test_a_dynamic_command_turns_shell_deny_rules_into_asks(ws):
     strict = rules(ws, deny=["bash(rm:*)"], default="deny")
     assert strict.decide("bash", BASH, {"command": "eval x"}).effect == "deny"
     assert rules(ws, default="allow").decide("bash", BASH, {"command": "$x"}).effect == "allow"
+
+
+def test_claude_names_of_built_in_tools_name_them_without_a_declaration(ws):
+    bare_bash = tool("bash")  # declares no claude_name
+    rs = rules(ws, allow=["Bash(git status:*)"], deny=["Bash(rm:*)"])
+    assert rs.decide("bash", bare_bash, {"command": "git status"}).effect == "allow"
+    assert rs.decide("bash", bare_bash, {"command": "command rm x"}).effect == "deny"
+    assert rs.decide("shell", tool("shell"), {"command": "rm x"}).effect == "ask"
 
 
 def test_web_fetch_domain_rules(ws):
