@@ -545,6 +545,15 @@ def _shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
             if word in ("-S", "--split-string"):
                 return words[i + 1], False
         return None, False
+    if head == "su" or (
+        head in ("sudo", "doas")
+        and any(
+            w in ("--shell", "--login")
+            or (w[:1] == "-" and w[1:2] != "-" and set(w[1:]) & {"s", "i"})
+            for w in words[1:]
+        )
+    ):
+        return None, True  # a shell that reads its commands from stdin (or runs -c elsewhere)
     if head not in _SHELLS:
         return None, False
     i = 1

@@ -320,6 +320,11 @@ def test_every_command_anywhere_is_seen_by_deny_rules(command, inner):
         'sudo "$@"',
         "echo rm v | bash",
         "echo rm v | sh -s",
+        "echo rm v | sudo -s",
+        "echo rm v | sudo -u root -i",
+        "echo rm v | su",
+        "echo rm v | sudo -Es",
+        "su -c 'rm v' root",
         'bash -c "$x"',
         "r* v",  # a pathname pattern as the command word
         "echo 'open",  # does not parse
