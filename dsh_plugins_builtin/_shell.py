@@ -48,7 +48,7 @@ __all__ = [
 
 MAX_COMMAND = 64 * 1024
 """Longer command lines are not parsed: they are never allowed by a rule and ask instead."""
-MAX_NODES = 200_000
+MAX_NODES = 20_000
 """The most syntax nodes one command line (with its nested ``sh -c`` strings) may have."""
 MAX_DEPTH = 4
 """How deep ``sh -c '...'`` strings inside ``sh -c`` strings are followed."""
@@ -337,7 +337,7 @@ def _globbed(node: tree_sitter.Node) -> bool:
 
 
 def _command_parts(
-    node: tree_sitter.Node,
+    node: tree_sitter.Node, trailing: _Trailing
 ) -> tuple[
     list[tree_sitter.Node], tree_sitter.Node | None, list[tree_sitter.Node], list[tree_sitter.Node]
 ]:
@@ -355,28 +355,37 @@ def _command_parts(
             redirects.append(child)
         else:
             arguments.append(child)
-    arguments.extend(_trailing(node))
+    arguments.extend(sorted(trailing.get(_key(node), ()), key=lambda n: n.start_byte))
     return assignments, name, arguments, redirects
 
 
-def _trailing(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+_Trailing = dict[tuple[int, int], list[tree_sitter.Node]]
+
+
+def _key(node: tree_sitter.Node) -> tuple[int, int]:
+    return (node.start_byte, node.end_byte)
+
+
+def _note_trailing(statement: tree_sitter.Node, trailing: _Trailing) -> None:
     """Words after a redirection that the grammar files under it (``git 2>&1 push``: it reads
-    ``push`` as a second target) but bash passes to the command: the last one before it."""
-    out: list[tree_sitter.Node] = []
-    child, parent = node, node.parent
-    while parent is not None and parent.type in ("redirected_statement", "pipeline", "list"):
-        if parent.type == "redirected_statement":
-            if parent.child_by_field_name("body") != child:
-                break
-            for redirect in parent.children_by_field_name("redirect"):
-                if redirect.type == "file_redirect":
-                    out.extend(redirect.children_by_field_name("destination")[1:])
-                else:
-                    out.extend(redirect.children_by_field_name("argument"))
-        elif parent.named_children[-1] != child:
-            break
-        child, parent = parent, parent.parent
-    return out
+    ``push`` as a second target) but bash passes to the command before it: the rightmost
+    command of the redirected statement's body. (Found top-down: a node's parent costs
+    tree-sitter a walk from the root.)"""
+    extra: list[tree_sitter.Node] = []
+    for redirect in statement.children_by_field_name("redirect"):
+        if redirect.type == "file_redirect":
+            extra.extend(redirect.children_by_field_name("destination")[1:])
+        else:
+            extra.extend(redirect.children_by_field_name("argument"))
+    node = statement.child_by_field_name("body")
+    while node is not None and node.type in ("redirected_statement", "pipeline", "list"):
+        if node.type == "redirected_statement":
+            node = node.child_by_field_name("body")
+        else:
+            named = node.named_children
+            node = named[-1] if named else None
+    if extra and node is not None and node.type == "command":
+        trailing.setdefault(_key(node), []).extend(extra)
 
 
 def _a(noun: str) -> str:
@@ -397,10 +406,10 @@ def _check_redirect(node: tree_sitter.Node) -> None:
     raise _NotPlain("a redirection other than to /dev/null")
 
 
-def _plain_command(node: tree_sitter.Node) -> tuple[str, ...]:
+def _plain_command(node: tree_sitter.Node, trailing: _Trailing) -> tuple[str, ...]:
     if any(not child.is_named for child in node.children):
         raise _NotPlain(f"the token {next(c.type for c in node.children if not c.is_named)!r}")
-    assignments, name, arguments, redirects = _command_parts(node)
+    assignments, name, arguments, redirects = _command_parts(node, trailing)
     for redirect in redirects:
         _check_redirect(redirect)
     if name is None:
@@ -424,7 +433,7 @@ def _plain_command(node: tree_sitter.Node) -> tuple[str, ...]:
     return tuple(words)
 
 
-def _plain(node: tree_sitter.Node, out: list[tuple[str, ...]]) -> None:
+def _plain(node: tree_sitter.Node, out: list[tuple[str, ...]], trailing: _Trailing) -> None:
     for child in node.children:
         kind = child.type
         if not child.is_named:
@@ -433,35 +442,35 @@ def _plain(node: tree_sitter.Node, out: list[tuple[str, ...]]) -> None:
         elif kind == "comment":
             continue
         elif kind == "command":
-            out.append(_plain_command(child))
+            out.append(_plain_command(child, trailing))
         elif kind == "redirected_statement":
             for redirect in child.children_by_field_name("redirect"):
                 _check_redirect(redirect)
             body = child.child_by_field_name("body")
             if body is None or body.type not in _PLAIN:
                 raise _NotPlain("a redirected compound command")
-            _plain_body(body, out)
+            _plain_body(body, out, trailing)
         elif kind in ("list", "pipeline"):
-            _plain(child, out)
+            _plain(child, out, trailing)
         elif kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
             continue  # checked with their redirected_statement
         else:
             raise _NotPlain(_a(kind.replace("_", " ")))
 
 
-def _plain_body(node: tree_sitter.Node, out: list[tuple[str, ...]]) -> None:
+def _plain_body(node: tree_sitter.Node, out: list[tuple[str, ...]], trailing: _Trailing) -> None:
     if node.type == "command":
-        out.append(_plain_command(node))
+        out.append(_plain_command(node, trailing))
     else:
-        _plain(node, out)
+        _plain(node, out, trailing)
 
 
 # -- the deny/ask view -----------------------------------------------------------------------
 
 
-def _words(node: tree_sitter.Node) -> tuple[list[str], str | None]:
+def _words(node: tree_sitter.Node, trailing: _Trailing) -> tuple[list[str], str | None]:
     """A command node's words (non-literal ones as `DYNAMIC`), and why its name is dynamic."""
-    _, name, arguments, _ = _command_parts(node)
+    _, name, arguments, _ = _command_parts(node, trailing)
     if name is None:
         return [], None
     command = _literal(name)
@@ -611,13 +620,14 @@ def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:
 
 def _walk(
     source: str, depth: int, budget: _Budget
-) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None]:
+) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None, _Trailing]:
     """Parse *source*; return its root, every command's spellings, and why it is dynamic."""
     data = source.encode("utf-8", "surrogatepass")
     multiline = b"\n" in data  # a newline or a continuation is what the grammar misreads
     tree = _parser().parse(data)
     root = tree.root_node
     commands: list[tuple[str, ...]] = []
+    trailing: _Trailing = {}
     dynamic: str | None = None
     if root.has_error:
         dynamic = "the command does not parse as bash"
@@ -629,7 +639,7 @@ def _walk(
         node = stack.pop()
         budget.nodes -= 1
         if budget.nodes < 0:
-            return root, commands, "the command is too complex to read"
+            return root, commands, "the command is too complex to read", trailing
         kind = node.type
         if (
             (kind == "word" and _blank_inside(_text(node)))
@@ -640,8 +650,10 @@ def _walk(
             # grammar does not always (tree-sitter-bash reads a newline before a backslash as
             # a blank), and then it sees other commands than bash runs
             dynamic = dynamic or "the command does not parse reliably"
-        if node.type == "command":
-            words, why = _words(node)
+        if kind == "redirected_statement":
+            _note_trailing(node, trailing)
+        if kind == "command":
+            words, why = _words(node, trailing)
             dynamic = dynamic or why
             if words:
                 for spelling in _spellings(tuple(words)):
@@ -660,18 +672,18 @@ def _walk(
                         elif depth >= MAX_DEPTH:
                             dynamic = dynamic or "shell strings are nested too deeply"
                         else:
-                            _, inner, why_inner = _walk(code, depth + 1, budget)
+                            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
                             commands.extend(inner)
                             dynamic = dynamic or why_inner
-        stack.extend(reversed(node.children))
-    return root, commands, dynamic
+        stack.extend(node.children)
+    return root, commands, dynamic, trailing
 
 
 def _parse(command: str) -> ParsedCommand:
     if len(command) > MAX_COMMAND:
         why = f"the command is longer than {MAX_COMMAND} characters"
         return ParsedCommand(None, why, (), why)
-    root, commands, dynamic = _walk(command, 0, _Budget())
+    root, commands, dynamic, trailing = _walk(command, 0, _Budget())
     simple: list[tuple[str, ...]] | None = []
     problem: str | None = None
     if root is None or root.has_error:
@@ -681,9 +693,11 @@ def _parse(command: str) -> ParsedCommand:
     else:
         try:
             assert simple is not None
-            _plain(root, simple)
+            _plain(root, simple, trailing)
         except _NotPlain as exc:
             simple, problem = None, f"the command holds {exc}"
+        except RecursionError:
+            simple, problem = None, "the command is nested too deeply to read"
         if simple is not None and not simple:
             simple, problem = None, "the command is empty"
     return ParsedCommand(
