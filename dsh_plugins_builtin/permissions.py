@@ -99,6 +99,8 @@ def _read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
             raise bad(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
         return dict(pairs)
 
+    if not path.is_file():  # a FIFO or a device would hang or flood the read
+        raise bad("is not a regular file; point import at a Claude Code settings.json")
     try:
         if path.stat().st_size > _MAX_SETTINGS:
             raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,16 @@ def test_a_malformed_settings_file_stops_the_host_naming_file_and_key(tmp_path, 
     assert info.value.path == str(ws / ".claude" / "settings.json")
     assert info.value.key == key
     assert why in str(info.value)
+
+
+def test_a_settings_file_that_is_not_a_regular_file_stops_the_host(tmp_path):
+    ws = project(tmp_path, {})
+    settings = ws / ".claude" / "settings.json"
+    settings.unlink()
+    os.mkfifo(settings)  # reading it would block the host forever
+    with pytest.raises(ConfigError, match="is not a regular file") as info:
+        host_for(ws)
+    assert info.value.path == str(settings)
 
 
 def test_a_rule_for_a_tool_that_is_not_installed_is_a_one_line_warning(tmp_path, caplog):
