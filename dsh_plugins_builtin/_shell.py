@@ -242,19 +242,29 @@ _NO_NEWLINE = frozenset(
 )  # fmt: skip
 
 
+_NO_GAP = frozenset({"simple_expansion", "concatenation", "variable_assignment"})
 _OPERATOR_BYTES = frozenset(b";&|()<> \t\n")
+
+
+_TEXT_BETWEEN = frozenset({"heredoc_body", "heredoc_content", "string", "translated_string"})
 
 
 def _misread(node: tree_sitter.Node, data: bytes) -> bool:
     """Whether *node*'s children are separated otherwise than bash separates them: by a newline
     no backslash continues (inside a simple command), or by nothing but a continuation between
     two words (bash joins ``a\\<newline>b`` into ``ab``), or an fd number glued to a word."""
+    if node.type in _TEXT_BETWEEN:  # literal text lies between their expansions
+        return False
     end = node.start_byte
     for i, child in enumerate(node.children):
         raw = data[end : child.start_byte]
         gap = raw.replace(b"\\\n", b"")
-        if b"\n" in gap and node.type in _NO_NEWLINE:
-            return True
+        if gap.strip(b" \t\n") or (b"\n" in gap and node.type in _NO_NEWLINE):
+            return (
+                True  # the grammar skipped a character (``echo \\ ``, ``-\\<nl>2>``) or a newline
+            )
+        if i and raw and node.type in _NO_GAP:
+            return True  # ``$  rm``: bash reads no blank inside an expansion or a word
         if (
             i
             and gap != raw
@@ -265,8 +275,13 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
         ):
             return True
         end = child.end_byte
+    if node.child_count and data[end : node.end_byte].replace(b"\\\n", b"").strip(b" \t\n"):
+        return True
     if node.type == "file_descriptor":
-        before = data[node.start_byte - 1] if node.start_byte else ord(" ")
+        i = node.start_byte
+        while i >= 2 and data[i - 2 : i] == b"\\\n":
+            i -= 2
+        before = data[i - 1] if i else ord(" ")
         return not _text(node).isdigit() or before not in _OPERATOR_BYTES
     return False
 
@@ -623,7 +638,6 @@ def _walk(
 ) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None, _Trailing]:
     """Parse *source*; return its root, every command's spellings, and why it is dynamic."""
     data = source.encode("utf-8", "surrogatepass")
-    multiline = b"\n" in data  # a newline or a continuation is what the grammar misreads
     tree = _parser().parse(data)
     root = tree.root_node
     commands: list[tuple[str, ...]] = []
@@ -643,7 +657,7 @@ def _walk(
         kind = node.type
         if (
             (kind == "word" and _blank_inside(_text(node)))
-            or (multiline and node.child_count > 1 and _misread(node, data))
+            or (node.child_count and _misread(node, data))
             or (kind == "file_descriptor" and _misread(node, data))
         ):
             # bash ends a word at an unquoted blank and a command at an unquoted newline; the

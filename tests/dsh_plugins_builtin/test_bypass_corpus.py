@@ -152,6 +152,8 @@ DYNAMIC = [
     "echo x\v# ; rm victim",
     # bash joins what only a line continuation separates: r\<newline>m is rm
     "r\\\nm victim",
+    # the grammar reads `$  rm` as the expansion of $rm and runs `victim`; bash runs rm
+    ">&$  rm victim",
 ]
 
 
