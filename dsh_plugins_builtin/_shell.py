@@ -256,6 +256,7 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
     if node.type in _TEXT_BETWEEN:  # literal text lies between their expansions
         return False
     end = node.start_byte
+    previous: tree_sitter.Node | None = None
     for i, child in enumerate(node.children):
         raw = data[end : child.start_byte]
         gap = raw.replace(b"\\\n", b"")
@@ -266,14 +267,15 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
         if i and raw and node.type in _NO_GAP:
             return True  # ``$  rm``: bash reads no blank inside an expansion or a word
         if (
-            i
+            previous is not None
             and gap != raw
             and not gap
             and child.start_byte < len(data)
-            and data[end - 1] not in _OPERATOR_BYTES
-            and data[child.start_byte] not in _OPERATOR_BYTES
+            and (previous.is_named or data[end - 1] not in _OPERATOR_BYTES)
+            and (child.is_named or data[child.start_byte] not in _OPERATOR_BYTES)
         ):
-            return True
+            return True  # bash joins them into one word
+        previous = child
         end = child.end_byte
     if node.child_count and data[end : node.end_byte].replace(b"\\\n", b"").strip(b" \t\n"):
         return True
