@@ -279,6 +279,11 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
         end = child.end_byte
     if node.child_count and data[end : node.end_byte].replace(b"\\\n", b"").strip(b" \t\n"):
         return True
+    if node.type == "file_redirect" and {c.type for c in node.children} & _DUP_OPS:
+        target = node.child_by_field_name("destination")
+        text = _text(target) if target is not None else ""
+        if re.fullmatch(r"[0-9]*-.+", text, re.DOTALL):
+            return True  # bash reads `>&-rm` as `>&-` and a word `rm`
     if node.type == "file_descriptor":
         i = node.start_byte
         while i >= 2 and data[i - 2 : i] == b"\\\n":

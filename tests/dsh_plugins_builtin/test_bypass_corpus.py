@@ -127,6 +127,9 @@ DENY_BYPASSES = [
     "git 2>&1 push --force",
     "git >/dev/null push",
     "ls | git >/dev/null push | cat",
+    # bash reads `>&-rm` as closing stdout and a command word `rm`
+    ">&-rm victim",
+    "true >&-rm victim; >&-rm victim",
 ]
 
 
