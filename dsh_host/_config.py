@@ -247,8 +247,12 @@ def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., Config
     if problems:
         key, message = _summarise(problems, cls)
         raise fail(message, key)
+    data = dict(data)
+    for f in attrs.fields(cls):  # a key that is a Python keyword: metadata={"key": "import"}
+        if f.metadata.get("key", f.name) in data and f.metadata.get("key", f.name) != f.name:
+            data[f.name] = data.pop(f.metadata["key"])
     try:
-        return _CONVERTER.structure(dict(data), cls)
+        return _CONVERTER.structure(data, cls)
     except RecursionError:
         raise fail("a value is nested too deeply (hundreds of levels); use a few", None) from None
     except cattrs.StructureHandlerNotFoundError as exc:  # the class's fault, not the file's
@@ -311,7 +315,7 @@ def _fields(cls: type[Any]) -> list[tuple[str, Any, bool]]:
     except Exception:
         hints = {}
     return [
-        (f.name, hints.get(f.name, f.type), f.default is attrs.NOTHING)
+        (f.metadata.get("key", f.name), hints.get(f.name, f.type), f.default is attrs.NOTHING)
         for f in attrs.fields(cls)
         if f.init
     ]

@@ -1,136 +1,159 @@
 """Permission rules: the grammar of ``allow``/``ask``/``deny`` entries and how one matches a call.
 
-A rule is ``Tool`` (every call of that tool) or ``Tool(specifier)``:
+A rule is ``Tool`` (every call of that tool) or ``Tool(specifier)``, in dsh's spelling
+(``bash``, ``read_file``) or Claude Code's (``Bash``, ``Read``); a rule names a tool by its dsh
+name or its ``claude_name``.
 
-* ``bash(git status:*)`` matches a simple command whose words start with ``git status``;
-  ``bash(git status)`` (no ``:*``) only that exact command. A compound command (``&&``, ``||``,
-  ``;``, ``|``, ``&``, newlines, subshells, ``$(...)``, backticks, ``<(...)``) is split into
-  simple commands: an allow rule must cover every one of them, a deny or ask rule needs one.
-* ``read_file(./secrets/**)``, ``edit_file(src/**/*.py)``: a gitignore-style glob over the
-  ``path`` argument of a file tool, relative to the workspace. ``//abs/**`` and ``~/dir/**``
-  name paths outside it (deny and ask rules only: allow rules never reach outside).
+* ``bash(git status:*)``, ``Bash(git status *)``: the words of a command (see `_shell` for
+  how a command line is read). ``*`` matches any characters; a trailing ``:*`` or `` *`` makes
+  the rest optional, so ``Bash(ls *)`` matches ``ls`` and ``ls -l`` but not ``lsof``.
+* ``Read(./secrets/**)``, ``edit_file(src/**/*.py)``: a gitignore-style glob over the path
+  arguments of **every** tool that declares them (`ToolDefinition.paths`): read rules
+  (``read_file``/``Read``) reach every ``"read"`` argument, edit rules (``edit_file``,
+  ``write_file``, ``Edit``, ``Write``) every ``"write"`` one; ``Tool(glob)`` for any other tool
+  reaches that tool's own path arguments. Anchors as in Claude Code: ``//abs``, ``~/x``,
+  ``/x`` (the settings file's project), ``./x`` and ``x`` (the workspace; ``x`` without a
+  ``/`` at any depth).
+* ``WebFetch(domain:example.com)``: the host of the call's ``url`` (subdomains included).
+* ``mcp__server`` and ``mcp__server__*``: every tool of that MCP server.
 
-Matching is lexical and conservative: a command the splitter cannot take apart for certain
-(an unterminated quote, a here-document, a redirection without a target), or one that
-redirects output into a file, is never allowed by an allow rule; deny and ask rules still
-look at a rough split of it. A deny rule on ``bash`` is a speed bump, not a sandbox: the shell
-has too many ways to spell a command.
+Matching is by absolute path: each pattern is compiled once into one regular expression over
+absolute paths (the workspace spelled as given and with symlinks resolved), which also matches
+everything under a matching directory.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from functools import cached_property
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 import attrs
 
-from ._shell import ASSIGNMENT, ParsedCommand, SimpleCommand, parse_command
+from dsh_host import ToolDefinition
+
+from ._shell import ParsedCommand, parse_command, strip_git_globals
 
 __all__ = [
-    "FILE_TOOLS",
-    "SHELL_TOOL",
+    "EDIT_RULES",
+    "READ_RULES",
+    "SHELL_RULES",
+    "Anchors",
     "Effect",
-    "ParsedCommand",
     "Rule",
     "RuleError",
     "RuleSet",
-    "SimpleCommand",
     "Verdict",
-    "parse_command",
     "parse_rule",
 ]
 
 Effect = Literal["allow", "ask", "deny"]
-SHELL_TOOL = "bash"
-FILE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "glob", "grep"})
+SHELL_RULES = frozenset({"bash", "Bash"})
+READ_RULES = frozenset({"read_file", "Read"})
+EDIT_RULES = frozenset({"edit_file", "write_file", "Edit", "Write", "MultiEdit", "NotebookEdit"})
+_SEARCH_RULES = frozenset({"list_dir", "LS", "glob", "Glob", "grep", "Grep"})
+_WEB_RULES = frozenset({"web_fetch", "WebFetch"})
+_BUILT_IN = {
+    "Bash": "bash", "Read": "read_file", "Write": "write_file", "Edit": "edit_file",
+    "LS": "list_dir", "Glob": "glob", "Grep": "grep", "WebFetch": "web_fetch",
+}  # fmt: skip
+"""Claude Code's names for dsh's built-in tools: a rule in either spelling names a tool of
+that name even when it does not declare its ``claude_name``."""
+_ORDER: tuple[Effect, ...] = ("deny", "ask", "allow")
+_SEP = "\x00"  # joins a command's words for matching: no word can hold it
 
 
 class RuleError(ValueError):
     """A rule that does not parse; the message says why and what to write instead."""
 
 
-# -- shell commands ------------------------------------------------------------------------
+@final
+@attrs.frozen
+class Anchors:
+    """What the relative spellings of a path rule are relative to.
+
+    ``workspace``: ``./x`` and ``x``; ``project``: ``/x`` (the directory holding the settings
+    file, or its parent when that is ``.claude``); ``home``: ``~/x``. Each is an absolute path.
+    """
+
+    workspace: str
+    project: str
+    home: str
+
+
+def _spellings_of(root: str) -> tuple[str, ...]:
+    lexical = _normalise(os.path.abspath(root))
+    return tuple(dict.fromkeys((lexical, os.path.realpath(lexical))))
+
+
+def _normalise(path: str) -> str:
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
+# -- specifiers ------------------------------------------------------------------------------
 
 
 @final
 @attrs.frozen
 class CommandPattern:
-    """The specifier of a ``bash`` rule: a command's words, exactly or as a prefix (``:*``)."""
+    """The specifier of a shell rule, compiled to a regex over the words joined by NUL."""
 
-    words: tuple[str, ...]
-    prefix: bool
+    regex: re.Pattern[str]
 
     def fits(self, words: Sequence[str]) -> bool:
-        n = len(self.words)
-        return tuple(words[:n]) == self.words and (self.prefix or len(words) == n)
+        return self.regex.fullmatch(_SEP.join(words)) is not None
 
-    def allows(self, part: SimpleCommand) -> bool:
-        """For allow rules: the words as written, and no output redirected into a file."""
-        return not part.writes and self.fits(part.words)
-
-    def catches(self, part: SimpleCommand) -> bool:
-        """For deny and ask rules: also through ``VAR=value`` prefixes and ``/path/to/cmd``."""
-        return any(self.fits(words) for words in _spellings(part.words))
-
-
-def _spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    yield words
-    i = 0
-    while i < len(words) and ASSIGNMENT.match(words[i]):
-        i += 1
-    if i < len(words):
-        yield words[i:]
-        base = posixpath.basename(words[i])
-        if base and base != words[i]:
-            yield (base, *words[i + 1 :])
+    def catches(self, words: Sequence[str]) -> bool:
+        """For deny and ask rules: also with git's global options left out."""
+        if self.fits(words):
+            return True
+        bare = strip_git_globals(words)
+        return bare is not None and self.fits(bare)
 
 
 def _command_pattern(spec: str) -> CommandPattern:
-    body, prefix = spec.strip(), False
-    if body.endswith(":*") or body.endswith(" *"):
-        body, prefix = body[:-2].strip(), True
-    if "*" in body:
-        raise RuleError(
-            "a * is only understood at the end, as in bash(git status:*); "
-            "a rule cannot hold other wildcards"
-        )
-    parsed = parse_command(body)
-    if not parsed.parts:
+    body = spec.strip()
+    rest = False
+    if body.endswith(":*"):
+        body, rest = body[:-2].rstrip(), True
+    elif body.endswith(" *") or body == "*":
+        body, rest = body[:-1].rstrip(), True
+    if spec.strip() == "*":
+        return CommandPattern(re.compile(".*", re.DOTALL))
+    if not body:
         raise RuleError("names no command; write bash alone to match every command")
-    if not parsed.complete or len(parsed.parts) != 1 or parsed.parts[0].writes:
+    # a * is a wildcard: read the words with each * as a placeholder, then turn them into .*
+    parsed = parse_command(body.replace("*", "\ue101"))
+    if parsed.simple is None or len(parsed.simple) != 1:
         raise RuleError(
-            "must name one simple command, without &&, ;, |, redirections or $(...); "
+            "must name one simple command of literal words, without &&, ;, |, redirections "
+            f"or $(...) ({parsed.problem or 'it holds more than one command'}); "
             "write one rule per command"
         )
-    return CommandPattern(parsed.parts[0].words, prefix)
-
-
-# -- paths ---------------------------------------------------------------------------------
+    words = parsed.simple[0]
+    regex = re.escape(_SEP.join(words)).replace("\ue101", ".*")
+    if rest:
+        regex += f"(?:{_SEP}.*)?"
+    return CommandPattern(re.compile(regex, re.DOTALL))
 
 
 @final
 @attrs.frozen
 class PathPattern:
-    """The specifier of a file-tool rule: a gitignore-style glob, compiled."""
+    """The specifier of a path rule, compiled to a regex over absolute paths."""
 
     regex: re.Pattern[str]
-    absolute: bool  # matches absolute paths (// or ~/), else workspace-relative ones
+    absolute: bool  # names a place outside the workspace on purpose (//, ~/)
 
     def matches(self, path: str) -> bool:
-        """Whether *path* (relative, or absolute without its leading ``/``) or a parent matches."""
-        if self.regex.fullmatch(path):
-            return True
-        i = path.find("/")
-        while i >= 0:
-            if self.regex.fullmatch(path[:i]):
-                return True
-            i = path.find("/", i + 1)
-        return False
+        """Whether the absolute *path*, or a directory above it, matches."""
+        return self.regex.fullmatch(path) is not None
 
 
 def _glob_segment(segment: str) -> str:
@@ -160,118 +183,92 @@ def _glob_segment(segment: str) -> str:
     return "".join(out)
 
 
-def _path_pattern(spec: str, home: str) -> PathPattern:
+def _path_pattern(spec: str, anchors: Anchors) -> PathPattern:
     absolute = spec.startswith(("//", "~/"))
+    roots: tuple[str, ...]
     if spec.startswith("//"):
-        body = spec[2:]
+        roots, body, anchored = ("",), spec[2:], True
     elif spec.startswith("~/"):
-        if not home.startswith("/"):
-            raise RuleError("uses ~/, but the home directory is unknown")
-        body = f"{home.strip('/')}/{spec[2:]}".lstrip("/")
-    elif spec.startswith(("./", "/")):
-        body = spec[2:] if spec.startswith("./") else spec[1:]
+        roots, body, anchored = _spellings_of(anchors.home), spec[2:], True
+    elif spec.startswith("/"):
+        roots, body, anchored = _spellings_of(anchors.project), spec[1:], True
+    elif spec.startswith("./"):
+        roots, body, anchored = _spellings_of(anchors.workspace), spec[2:], True
     else:
-        body = spec
-    anchored = body != spec or "/" in spec.rstrip("/")
+        roots, body = _spellings_of(anchors.workspace), spec
+        anchored = "/" in spec.rstrip("/")
     body = body.rstrip("/")
     if not body:
         raise RuleError("names no path; write ./** for the whole workspace")
     segments = body.split("/")
     if any(seg in ("", ".", "..") for seg in segments):
         raise RuleError("has an empty, . or .. path segment; write a path without them")
-    regex: list[str] = [] if anchored else ["(?:.*/)?"]
+    while len(segments) > 1 and segments[-1] == "**":
+        segments.pop()  # dir/** is dir and everything under it
+    parts: list[str] = [] if anchored else ["(?:[^\x00]*/)?"]
     for i, segment in enumerate(segments):
         last = i == len(segments) - 1
         if segment == "**":
-            regex.append(".*" if last else "(?:.*/)?")
+            parts.append("[^\x00]*" if last else "(?:[^\x00]*/)?")
         else:
-            regex.append(_glob_segment(segment) + ("" if last else "/"))
-    return PathPattern(re.compile("".join(regex), re.DOTALL), absolute)
+            parts.append(_glob_segment(segment) + ("" if last else "/"))
+    root = "(?:" + "|".join(re.escape(r.rstrip("/")) for r in roots) + ")"
+    if segments == ["**"]:  # the root itself and everything under it
+        return PathPattern(re.compile(f"{root}(?:/[^\x00]*)?", re.DOTALL), absolute)
+    regex = f"{root}/{''.join(parts)}(?:/[^\x00]*)?"
+    return PathPattern(re.compile(regex, re.DOTALL), absolute)
 
 
-@final
-@attrs.frozen
-class Workspace:
-    """The workspace root, spelled as given (normalised) and with its symlinks resolved."""
-
-    lexical: str
-    real: str
-
-    @classmethod
-    def at(cls, path: str | os.PathLike[str]) -> Workspace:
-        lexical = _normalise(os.path.abspath(os.fspath(path)))
-        return cls(lexical, os.path.realpath(lexical))
+def _domain(spec: str) -> str:
+    if not spec.startswith("domain:") or not spec[7:].strip():
+        raise RuleError("takes domain:HOST, e.g. WebFetch(domain:example.com)")
+    return spec[7:].strip().lower().rstrip(".")
 
 
-def _normalise(path: str) -> str:
-    path = posixpath.normpath(path)
-    return "/" + path.lstrip("/") if path.startswith("//") else path
+# -- rules -----------------------------------------------------------------------------------
 
-
-def _relative(path: str, root: str) -> str | None:
-    if path == root:
-        return ""
-    prefix = root if root.endswith("/") else root + "/"
-    return path[len(prefix) :] if path.startswith(prefix) else None
-
-
-@final
-@attrs.frozen
-class PathTarget:
-    """Every spelling of one ``path`` argument: as given and with symlinks resolved (and with
-    ``~`` expanded, in case the tool expands it)."""
-
-    relative: tuple[str, ...]  # the spellings inside the workspace, relative to it
-    absolute: tuple[str, ...]  # every spelling, absolute, without the leading "/"
-    outside: str | None  # the first spelling outside the workspace
-
-
-def _resolve(path: str, workspace: Workspace) -> PathTarget:
-    spellings = [path, os.path.expanduser(path)] if path.startswith("~") else [path]
-    relative: list[str] = []
-    absolute: list[str] = []
-    outside: str | None = None
-    for spelled in spellings:
-        lexical = _normalise(posixpath.join(workspace.lexical, spelled))
-        try:
-            real = os.path.realpath(lexical)
-        except (OSError, ValueError):
-            return PathTarget((), (), path)
-        for full, root in ((lexical, workspace.lexical), (real, workspace.real)):
-            absolute.append(full[1:])
-            inside = _relative(full, root)
-            if inside is None:
-                outside = outside or full
-            else:
-                relative.append(inside)
-    return PathTarget(tuple(dict.fromkeys(relative)), tuple(dict.fromkeys(absolute)), outside)
-
-
-# -- rules ---------------------------------------------------------------------------------
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\*?")
 _RULE = re.compile(rf"(?P<tool>{_NAME.pattern})(?:\((?P<spec>.*)\))?", re.DOTALL)
 
 
 @final
 @attrs.frozen
 class Rule:
-    """One parsed rule: ``text`` as written, the ``tool`` it names, and its specifier if any."""
+    """One parsed rule: ``text`` as written, where it came from, the tool it names, its specifier.
+
+    ``source`` is the file (or ``the built-in defaults``) the rule was read from.
+    """
 
     text: str
     tool: str
+    source: str
     command: CommandPattern | None = None
     path: PathPattern | None = None
+    domain: str | None = None
+
+    @property
+    def detail(self) -> str:
+        """``rule Bash(rm:*) in /repo/dsh.toml``: what `decision_detail` says about this rule."""
+        return f"rule {self.text} in {self.source}"
+
+    def names(self, tool: str, claude_name: str | None) -> bool:
+        """Whether the rule's tool name is this tool (its name, Claude Code name, MCP server)."""
+        if self.tool in (tool, claude_name) or _BUILT_IN.get(self.tool) == tool:
+            return True
+        if self.tool.startswith("mcp__"):
+            server = self.tool.removesuffix("*").removesuffix("__")
+            return server.count("__") == 1 and tool.startswith(server + "__")
+        return False
 
 
-def parse_rule(text: str, effect: Effect = "deny", home: str | None = None) -> Rule:
-    """Parse one rule of an *effect* list.
+def parse_rule(text: str, effect: Effect, anchors: Anchors, source: str) -> Rule:
+    """Parse one rule of an *effect* list read from *source*.
 
     Raises:
         RuleError: the rule does not parse; the message says what is wrong.
     """
     if not isinstance(text, str) or not text.strip():
-        raise RuleError("is empty; write Tool or Tool(specifier), e.g. bash(git status:*)")
+        raise RuleError("is empty; write Tool or Tool(specifier), e.g. Bash(git status:*)")
     stripped = text.strip()
     match = _RULE.fullmatch(stripped)
     if match is None:
@@ -282,36 +279,71 @@ def parse_rule(text: str, effect: Effect = "deny", home: str | None = None) -> R
             why = "the ( is not closed by a )"
         else:
             why = "there is text after the closing )"
-        raise RuleError(f"does not parse: {why}; e.g. bash(git status:*) or read_file(./src/**)")
+        raise RuleError(f"does not parse: {why}; e.g. Bash(git status:*) or Read(./src/**)")
     tool, spec = match["tool"], match["spec"]
+    if tool.endswith("*") and not tool.startswith("mcp__"):
+        raise RuleError("has a * in the tool name; only mcp__server__* may end in *")
     if spec is None:
-        return Rule(stripped, tool)
+        return Rule(stripped, tool, source)
     if not spec.strip():
         raise RuleError(f"has an empty specifier; write {tool} alone to match every call")
-    if tool == SHELL_TOOL:
-        return Rule(stripped, tool, command=_command_pattern(spec))
-    if tool in FILE_TOOLS:
-        home = os.path.expanduser("~") if home is None else home
-        pattern = _path_pattern(spec.strip(), home)
-        if pattern.absolute and effect == "allow":
-            raise RuleError(
-                "names a path outside the workspace, and allow rules never apply outside it; "
-                "use it in ask or deny, or answer the ask"
-            )
-        return Rule(stripped, tool, path=pattern)
-    raise RuleError(
-        f"gives {tool} a specifier, but specifiers are understood only for {SHELL_TOOL} "
-        f"(a command) and the file tools {', '.join(sorted(FILE_TOOLS))} (a path glob); "
-        f"write {tool} alone"
-    )
+    if tool in SHELL_RULES:
+        return Rule(stripped, tool, source, command=_command_pattern(spec))
+    if tool in _WEB_RULES:
+        return Rule(stripped, tool, source, domain=_domain(spec.strip()))
+    return Rule(stripped, tool, source, path=_path_pattern(spec.strip(), anchors))
+
+
+# -- one tool's view of the rules --------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class _Applied:
+    """A rule as it applies to one tool: for a path rule, the arguments it reaches."""
+
+    rule: Rule
+    arguments: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen
+class _ToolView:
+    name: str
+    paths: tuple[tuple[str, str], ...]  # (argument, access)
+    shell: bool
+    rules: Mapping[str, tuple[_Applied, ...]]  # effect -> rules that apply
+    withheld: Mapping[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]]  # access -> rules
+
+
+def _applied(
+    rule: Rule, name: str, claude: str | None, paths: Sequence[tuple[str, str]]
+) -> _Applied | None:
+    named = rule.names(name, claude)
+    if rule.path is not None:
+        if named:
+            reach = tuple(arg for arg, _ in paths)
+        elif rule.tool in READ_RULES:
+            reach = tuple(arg for arg, access in paths if access == "read")
+        elif rule.tool in EDIT_RULES:
+            reach = tuple(arg for arg, access in paths if access == "write")
+        else:
+            reach = ()
+        return _Applied(rule, reach) if reach else None
+    if not named:
+        return None
+    return _Applied(rule)
 
 
 @final
 @attrs.frozen
 class Verdict:
-    """What the rules say about one call: the ``effect``; the deny or ask ``rule`` that decided,
-    or the allow rules that covered it (``allowed_by``); ``defaulted`` when no rule matched; and
-    ``note``: why allow rules for the tool did not apply."""
+    """What the rules say about one call.
+
+    ``effect``; the deny or ask ``rule`` that decided, or the allow rules that covered it
+    (``allowed_by``); ``defaulted`` when no rule matched; ``note``: why allow rules for the
+    tool did not apply, or why a deny/ask rule was applied as an ask.
+    """
 
     effect: Effect
     rule: Rule | None = None
@@ -320,91 +352,10 @@ class Verdict:
     allowed_by: tuple[Rule, ...] = ()
 
 
-class _Call:
-    """One call as the rules see it; its command or path is worked out once, on first use."""
-
-    def __init__(self, name: str, arguments: Any, workspace: Workspace) -> None:
-        self.name = name
-        self.arguments = arguments if isinstance(arguments, Mapping) else {}
-        self.workspace = workspace
-
-    @cached_property
-    def command(self) -> ParsedCommand | None:
-        command = self.arguments.get("command")
-        return parse_command(command) if isinstance(command, str) else None
-
-    @cached_property
-    def target(self) -> PathTarget | None:
-        path = self.arguments.get("path", ".")
-        return _resolve(path, self.workspace) if isinstance(path, str) else None
-
-    def caught_by(self, rule: Rule) -> bool:
-        if rule.command is not None:
-            parsed = self.command
-            return parsed is not None and any(rule.command.catches(p) for p in parsed.parts)
-        if rule.path is not None:
-            target = self.target
-            spellings = () if target is None else target.relative
-            if rule.path.absolute and target is not None:
-                spellings = target.absolute
-            return any(rule.path.matches(p) for p in spellings)
-        return True
-
-    def allowed_by(self, rules: Sequence[Rule]) -> tuple[Rule, ...]:
-        """The allow rules that together cover this call, or ``()`` when they do not."""
-        if not rules:
-            return ()
-        if self.name in FILE_TOOLS:
-            target = self.target
-            if target is None or target.outside is not None:
-                return ()
-            for r in rules:
-                if r.path is None or all(r.path.matches(p) for p in target.relative):
-                    return (r,)
-            return ()
-        for r in rules:
-            if r.command is None:
-                return (r,)
-        parsed = self.command
-        if parsed is None or not parsed.complete or not parsed.parts:
-            return ()
-        used: list[Rule] = []
-        for part in parsed.parts:
-            rule = next((r for r in rules if r.command and r.command.allows(part)), None)
-            if rule is None:
-                return ()
-            if rule not in used:
-                used.append(rule)
-        return tuple(used)
-
-    def note(self) -> str | None:
-        """Why allow rules for this tool did not apply, when the reason is not plain."""
-        if self.name in FILE_TOOLS:
-            target = self.target
-            if target is None:
-                return "the path argument is not a string, so allow rules do not apply"
-            if target.outside is not None:
-                shown = json.dumps(target.outside, ensure_ascii=True)
-                return f"allow rules never apply to {shown}: it is outside the workspace {self.workspace.lexical}"
-        elif self.name == SHELL_TOOL and (parsed := self.command) is not None:
-            if not parsed.complete:
-                return f"the command could not be split safely ({parsed.problem}), so allow rules do not apply"
-            if any(p.writes for p in parsed.parts):
-                return "allow rules never apply to a command that redirects output into a file"
-        return None
-
-
-def _by_tool(rules: Sequence[Rule]) -> dict[str, tuple[Rule, ...]]:
-    out: dict[str, list[Rule]] = {}
-    for rule in rules:
-        out.setdefault(rule.tool, []).append(rule)
-    return {tool: tuple(found) for tool, found in out.items()}
-
-
 @final
 class RuleSet:
     """Compiled ``allow``, ``ask`` and ``deny`` lists: deny beats ask beats allow, then the
-    *default*."""
+    *default*. Per tool, the rules that apply are worked out once and kept (a small LRU)."""
 
     def __init__(
         self,
@@ -413,25 +364,233 @@ class RuleSet:
         ask: Sequence[Rule] = (),
         deny: Sequence[Rule] = (),
         default: Effect = "ask",
-        workspace: Workspace,
+        workspace: str | os.PathLike[str],
     ) -> None:
-        self._allow = _by_tool(allow)
-        self._ask = _by_tool(ask)
-        self._deny = _by_tool(deny)
+        self._rules: dict[Effect, tuple[Rule, ...]] = {
+            "allow": tuple(allow), "ask": tuple(ask), "deny": tuple(deny),
+        }  # fmt: skip
         self.default: Effect = default
-        self.workspace = workspace
+        self.workspace = _spellings_of(os.fspath(workspace))
+        self._view = functools.lru_cache(maxsize=256)(self._make_view)
+        self._by_tool: dict[int, tuple[ToolDefinition, _ToolView]] = {}
 
-    def decide(self, name: str, arguments: Any) -> Verdict:
-        """The verdict on calling tool *name* with *arguments* (any JSON value)."""
-        call = _Call(name, arguments, self.workspace)
-        for rule in self._deny.get(name, ()):
-            if call.caught_by(rule):
-                return Verdict("deny", rule)
-        for rule in self._ask.get(name, ()):
-            if call.caught_by(rule):
-                return Verdict("ask", rule)
-        allow = self._allow.get(name, ())
-        used = call.allowed_by(allow)
+    def denying(self) -> tuple[Rule, ...]:
+        """The deny rules."""
+        return self._rules["deny"]
+
+    def rules(self) -> Iterable[Rule]:
+        """Every rule, deny first."""
+        for effect in _ORDER:
+            yield from self._rules[effect]
+
+    def _make_view(
+        self, name: str, claude: str | None, paths: tuple[tuple[str, str], ...]
+    ) -> _ToolView:
+        shell = name in SHELL_RULES or claude in SHELL_RULES
+        rules: dict[str, tuple[_Applied, ...]] = {
+            effect: tuple(a for r in found if (a := _applied(r, name, claude, paths)) is not None)
+            for effect, found in self._rules.items()
+        }
+        withheld: dict[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]] = {}
+        for access in ("read", "write"):
+            reach = {arg for arg, kind in paths if kind == access}
+            found: list[Rule] = []
+            for effect in _ORDER[:2]:
+                for rule in self._rules[effect]:
+                    if rule.path is None:
+                        continue
+                    kind = rule.tool in (READ_RULES if access == "read" else EDIT_RULES)
+                    if kind or (rule.names(name, claude) and (reach or not paths)):
+                        found.append(rule)
+            combined = None
+            if found:
+                combined = re.compile(
+                    "|".join(f"(?:{r.path.regex.pattern})" for r in found if r.path), re.DOTALL
+                )
+            withheld[access] = (tuple(found), combined)
+        return _ToolView(name, paths, shell, rules, withheld)
+
+    def view(self, name: str, tool: ToolDefinition | None) -> _ToolView:
+        """The rules that apply to *tool* (or to a tool of *name* that does not exist)."""
+        if tool is None:
+            return self._view(name, None, ())
+        known = self._by_tool.get(id(tool))
+        if known is not None and known[0] is tool:
+            return known[1]
+        paths = tuple(sorted((str(k), str(v)) for k, v in tool.paths.items()))
+        view = self._view(tool.name, tool.claude_name, paths)
+        if len(self._by_tool) >= 256:
+            self._by_tool.clear()
+        self._by_tool[id(tool)] = (tool, view)
+        return view
+
+    # -- one call ----------------------------------------------------------------------------
+
+    def _targets(self, value: Any) -> tuple[str, ...] | None:
+        """Every absolute spelling of one path argument (absent: the workspace root)."""
+        if value is None:
+            value = "."
+        if not isinstance(value, str) or "\x00" in value:
+            return None
+        spelled = [value, os.path.expanduser(value)] if value.startswith("~") else [value]
+        out: list[str] = []
+        for text in spelled:
+            for root in self.workspace[:1]:
+                lexical = _normalise(posixpath.join(root, text))
+                out.append(lexical)
+                try:
+                    out.append(os.path.realpath(lexical))
+                except (OSError, ValueError):
+                    return None
+        return tuple(dict.fromkeys(out))
+
+    def _inside(self, path: str) -> bool:
+        return any(
+            path == root or path.startswith(root.rstrip("/") + "/") for root in self.workspace
+        )
+
+    def _caught(self, applied: _Applied, call: _Call, parsed: ParsedCommand | None) -> bool:
+        rule = applied.rule
+        if rule.command is not None:
+            return parsed is not None and any(rule.command.catches(w) for w in parsed.commands)
+        if rule.path is not None:
+            for arg in applied.arguments:
+                targets = call.targets(arg)
+                if targets is None and isinstance(call.args.get(arg), str):
+                    return True  # a path string that cannot be resolved: fail closed
+                if targets is not None and any(rule.path.matches(t) for t in targets):
+                    return True
+            return False
+        if rule.domain is not None:
+            return _host_matches(call.args.get("url"), rule.domain)
+        return True
+
+    def decide(self, name: str, tool: ToolDefinition | None, arguments: Any) -> Verdict:
+        """The verdict on calling *name* (defined by *tool*, if it exists) with *arguments*."""
+        view = self.view(name, tool)
+        args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
+        call = _Call(self, args)
+        parsed: ParsedCommand | None = None
+        if view.shell and isinstance(args.get("command"), str):
+            parsed = parse_command(args["command"])
+        for effect in _ORDER[:2]:
+            for applied in view.rules[effect]:
+                if self._caught(applied, call, parsed):
+                    return Verdict(effect, applied.rule)
+        if parsed is not None and parsed.dynamic is not None:
+            shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
+            if shell_rules:
+                strict: Effect = "deny" if self.default == "deny" else "ask"
+                note = f"{parsed.dynamic}, so {shell_rules[0].text} applies as an ask"
+                return Verdict(strict, shell_rules[0], note=note)
+        allow = view.rules["allow"]
+        used = self._allowed_by(view, allow, call, parsed)
         if used:
             return Verdict("allow", allowed_by=used)
-        return Verdict(self.default, defaulted=True, note=call.note() if allow else None)
+        return Verdict(
+            self.default, defaulted=True, note=self._note(view, call, parsed) if allow else None
+        )
+
+    def _allowed_by(
+        self,
+        view: _ToolView,
+        allow: Sequence[_Applied],
+        call: _Call,
+        parsed: ParsedCommand | None,
+    ) -> tuple[Rule, ...]:
+        if not allow:
+            return ()
+        if view.paths:
+            used: list[Rule] = []
+            for arg, _ in view.paths:
+                targets = call.targets(arg)
+                if targets is None:
+                    return ()
+                inside = all(self._inside(t) for t in targets)
+                rule = next(
+                    (
+                        a.rule for a in allow
+                        if (inside and a.rule.path is None and a.rule.command is None
+                            and a.rule.domain is None)
+                        or (a.rule.path is not None and arg in a.arguments
+                            and (inside or a.rule.path.absolute)
+                            and all(a.rule.path.matches(t) for t in targets))
+                    ),
+                    None,
+                )  # fmt: skip
+                if rule is None:
+                    return ()
+                used.append(rule)
+            return tuple(dict.fromkeys(used))
+        plain = [
+            a.rule
+            for a in allow
+            if a.rule.command is None and a.rule.path is None and a.rule.domain is None
+        ]
+        if plain:
+            return (plain[0],)
+        domains = [a.rule for a in allow if a.rule.domain is not None]
+        for rule in domains:
+            if rule.domain is not None and _host_matches(call.args.get("url"), rule.domain):
+                return (rule,)
+        if parsed is None or parsed.simple is None:
+            return ()
+        covering: list[Rule] = []
+        for words in parsed.simple:
+            found = next(
+                (a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None
+            )
+            if found is None:
+                return ()
+            covering.append(found)
+        return tuple(dict.fromkeys(covering))
+
+    def _note(self, view: _ToolView, call: _Call, parsed: ParsedCommand | None) -> str | None:
+        if view.paths:
+            for arg, _ in view.paths:
+                targets = call.targets(arg)
+                if targets is None:
+                    what = "a string" if not isinstance(call.args.get(arg), str) else "a path"
+                    return f"the {arg} argument is not {what}, so allow rules do not apply"
+                outside = next((t for t in targets if not self._inside(t)), None)
+                if outside is not None:
+                    return (
+                        f"allow rules never apply to {json.dumps(outside)}: it is outside the workspace "
+                        f"{self.workspace[0]}"
+                    )
+        if parsed is not None and parsed.simple is None:
+            return f"{parsed.problem}, so allow rules do not apply"
+        return None
+
+    def withheld(
+        self, name: str, tool: ToolDefinition | None, path: str, access: str
+    ) -> Rule | None:
+        """The deny or ask rule that keeps a running search away from *path*, if any."""
+        found, combined = self.view(name, tool).withheld.get(access, ((), None))
+        if combined is None or combined.fullmatch(path) is None:
+            return None
+        return next((r for r in found if r.path is not None and r.path.matches(path)), None)
+
+
+class _Call:
+    """One call's arguments, with each path argument resolved at most once."""
+
+    def __init__(self, rules: RuleSet, args: Mapping[str, Any]) -> None:
+        self.rules = rules
+        self.args = args
+        self._targets: dict[str, tuple[str, ...] | None] = {}
+
+    def targets(self, arg: str) -> tuple[str, ...] | None:
+        if arg not in self._targets:
+            self._targets[arg] = self.rules._targets(self.args.get(arg))
+        return self._targets[arg]
+
+
+def _host_matches(url: Any, domain: str) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        host = (urllib.parse.urlsplit(url.strip()).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    return host == domain or host.endswith("." + domain)

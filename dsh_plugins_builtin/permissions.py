@@ -3,35 +3,58 @@
 ::
 
     [plugin.permissions]
-    allow = ["read_file", "list_dir", "glob", "grep", "bash(git status:*)", "edit_file(src/**)"]
+    allow = ["read_file", "list_dir", "glob", "grep", "Bash(git status:*)", "edit_file(src/**)"]
     ask = ["bash(git push:*)"]
-    deny = ["bash(rm:*)", "read_file(./secrets/**)"]
+    deny = ["bash(rm:*)", "Read(./secrets/**)"]
     default = "ask"
+    import = [".claude/settings.json"]   # Claude Code settings: permissions.allow/ask/deny
 
 Deny beats ask beats allow; a call no rule matches gets the ``default``. The grammar and the
-matching live in `dsh_plugins_builtin._rules`. A rule that does not parse stops the host with a
-`ConfigError` naming the rule, the file and the key.
+matching live in `dsh_plugins_builtin._rules` (and the shell reading in ``_shell``). A rule
+that does not parse, or a settings file that is not valid, stops the host with a `ConfigError`
+naming the rule, the file and the key; a settings file that does not exist, and a rule for a
+tool that is not installed, are a one-line warning on ``dsh_plugins_builtin.permissions``.
 
 The plugin is a waterfall link of ``dsh_tool_pre_execute``: unless its own verdict is a denial
 it asks the plugins after it too, and the stricter decision wins (deny > ask > allow), so an
-``allow`` here never hides another policy plugin's ``deny`` or ``ask``.
+``allow`` here never hides another policy plugin's ``deny`` or ``ask``. It also answers
+``dsh_path_denied``, so a search leaves out the files a read (or edit) rule denies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Literal, final
+import json
+import logging
+import os
+import pathlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, final
 
 import attrs
 
 from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, hookimpl
 
-from ._rules import Effect, Rule, RuleError, RuleSet, Verdict, Workspace, parse_rule
+from ._rules import (
+    EDIT_RULES,
+    READ_RULES,
+    Anchors,
+    Effect,
+    Rule,
+    RuleError,
+    RuleSet,
+    Verdict,
+    parse_rule,
+)
 
 __all__ = ["DEFAULT_ALLOW", "PermissionsConfig", "PermissionsPlugin"]
 
+log = logging.getLogger("dsh_plugins_builtin.permissions")
+
 DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 """The read-only tools: allowed (inside the workspace) when no ``allow`` list is configured."""
+
+_EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
+_MAX_SETTINGS = 4 * 1024 * 1024
 
 
 @final
@@ -44,16 +67,61 @@ class PermissionsConfig:
         ask: rules whose calls need an approver's ``allowed-once``.
         deny: rules whose calls are refused.
         default: what happens to a call no rule matches.
+        imports: the ``import`` key: Claude Code settings files (relative to the workspace)
+            whose ``permissions.allow``, ``ask`` and ``deny`` lists are added to these.
     """
 
     allow: tuple[str, ...] = DEFAULT_ALLOW
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     default: Literal["allow", "ask", "deny"] = "ask"
+    imports: tuple[str, ...] = attrs.field(default=(), metadata={"key": "import"})
 
 
 PreDecision = Allow | Deny | Ask
 _SEVERITY: dict[type[PreDecision], int] = {Allow: 0, Ask: 1, Deny: 2}
+
+
+def _project_of(settings: pathlib.Path) -> str:
+    folder = settings.parent
+    return str(folder.parent if folder.name == ".claude" else folder)
+
+
+def _read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
+    """The ``permissions`` lists of one Claude Code settings file: effect -> (key, rule)."""
+
+    def bad(message: str, key: str | None = None) -> ConfigError:
+        return ConfigError(message, path=str(path), key=key)
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise bad(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+        return dict(pairs)
+
+    if not path.is_file():  # a FIFO or a device would hang or flood the read
+        raise bad("is not a regular file; point import at a Claude Code settings.json")
+    try:
+        if path.stat().st_size > _MAX_SETTINGS:
+            raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise bad(f"cannot be read as a Claude Code settings file (JSON): {exc}") from None
+    if not isinstance(data, Mapping):
+        raise bad("must hold a JSON object")
+    permissions = data.get("permissions", {})
+    if not isinstance(permissions, Mapping):
+        raise bad("must be an object with allow, ask and deny lists", "permissions")
+    out: dict[Effect, list[tuple[str, str]]] = {}
+    for effect in _EFFECTS:
+        rules = permissions.get(effect, [])
+        if not isinstance(rules, list):
+            raise bad("must be a list of rule strings", f"permissions.{effect}")
+        for i, rule in enumerate(rules):
+            if not isinstance(rule, str):
+                raise bad(f"must be a rule string, not {rule!r}", f"permissions.{effect}[{i}]")
+            out.setdefault(effect, []).append((f"permissions.{effect}[{i}]", rule))
+    return out
 
 
 @final
@@ -64,7 +132,7 @@ class PermissionsPlugin:
 
     def __init__(self) -> None:
         self._rules: RuleSet | None = None
-        self._where = ""
+        self._host: Host | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[PermissionsConfig]:
@@ -72,54 +140,68 @@ class PermissionsPlugin:
 
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
-        """Compile the rules; a rule that does not parse stops the host (fail closed).
+        """Compile the rules (and imported settings files) once; fail closed on a bad one.
 
         Raises:
-            ConfigError: naming the rule, the config file and the key (``deny[2]``).
+            ConfigError: naming the rule, the file and the key (``deny[2]``,
+                ``permissions.allow[0]``).
         """
         config: PermissionsConfig = host.config_for(self)
-        self._where = host.config.describe()
+        workspace = str(host.workspace)
+        home = os.path.expanduser("~")
+        where = host.config.describe()
+        own = Anchors(workspace=workspace, project=workspace, home=home)
         compiled: dict[Effect, list[Rule]] = {"allow": [], "ask": [], "deny": []}
-        for effect, rules in compiled.items():
+        for effect in _EFFECTS:
             for i, text in enumerate(getattr(config, effect)):
                 try:
-                    rules.append(parse_rule(text, effect))
+                    compiled[effect].append(parse_rule(text, effect, own, where))
                 except RuleError as exc:
                     raise ConfigError(
                         f"rule {text!r} {exc}",
                         path=host.config.source, plugin=self.name, key=f"{effect}[{i}]",
                     ) from None  # fmt: skip
-        self._rules = RuleSet(
-            **compiled, default=config.default, workspace=Workspace.at(host.workspace)
-        )
+        for spelled in config.imports:
+            path = pathlib.Path(workspace, os.path.expanduser(spelled))
+            if not path.exists():
+                log.warning(
+                    "permissions: the settings file %s (import in %s) does not exist; "
+                    "no rules were read from it", path, where,
+                )  # fmt: skip
+                continue
+            anchors = Anchors(workspace=workspace, project=_project_of(path), home=home)
+            for effect, rules in _read_settings(path).items():
+                for key, text in rules:
+                    try:
+                        compiled[effect].append(parse_rule(text, effect, anchors, str(path)))
+                    except RuleError as exc:
+                        raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
+        self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
+        self._host = host
+        self._warn_unknown(host, self._rules)
+
+    @staticmethod
+    def _warn_unknown(host: Host, rules: RuleSet) -> None:
+        tools = host.registry.tools()
+        if not tools:
+            return  # tools come later (an embedding host registers its own): nothing to say yet
+        for rule in rules.rules():
+            reaches = any(rule.names(t.name, t.claude_name) for t in tools)
+            if rule.path is not None and rule.tool in READ_RULES | EDIT_RULES:
+                reaches = reaches or any(t.paths for t in tools)
+            if not reaches:
+                log.warning(
+                    "permissions: %s names a tool that is not installed; it matches nothing",
+                    rule.detail,
+                )
 
     def decide(self, execution: ToolExecution) -> PreDecision:
         """This plugin's own decision on *execution*, before any other plugin is consulted."""
-        if self._rules is None:
+        if self._rules is None or self._host is None:
             raise RuntimeError("the permissions plugin was not started (dsh_host_started)")
-        return self._decision(
-            execution.name, self._rules.decide(execution.name, execution.arguments)
-        )
-
-    def _decision(self, name: str, verdict: Verdict) -> PreDecision:
-        if verdict.effect == "allow":
-            if not verdict.allowed_by:
-                return Allow(detail="default allow")
-            rules = ", ".join(rule.text for rule in verdict.allowed_by)
-            noun = "rule" if len(verdict.allowed_by) == 1 else "rules"
-            return Allow(detail=f"{noun} {rules} in {self._where}")
-        if verdict.rule is not None:
-            detail = f"rule {verdict.rule.text} in {self._where}"
-            how = "denied" if verdict.effect == "deny" else "approval required"
-            reason = f"{how} by {detail}"
-        else:
-            detail = f"default {verdict.effect}"
-            reason = f"no rule matched {name}; the default is {verdict.effect}"
-            if verdict.note:
-                reason += f" ({verdict.note})"
-        if verdict.effect == "deny":
-            return Deny(reason, detail=detail)
-        return Ask(reason, detail=detail)
+        tool = self._host.registry.get(execution.name, execution.scope)
+        verdict = self._rules.decide(execution.name, tool, execution.arguments)
+        return _decision(execution.name, verdict)
 
     @hookimpl
     async def dsh_tool_pre_execute(
@@ -131,3 +213,36 @@ class PermissionsPlugin:
         downstream = await call_next()
         stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
         return downstream if stricter else own
+
+    @hookimpl
+    def dsh_path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
+        """Why a deny (or ask) rule withholds *path* from the running search, or ``None``."""
+        if self._rules is None or self._host is None:
+            return "the permissions plugin was not started, so no path is let through"
+        tool = self._host.registry.get(execution.name, execution.scope)
+        rule = self._rules.withheld(execution.name, tool, path, access)
+        if rule is None:
+            return None
+        how = "denied" if rule in self._rules.denying() else "needs approval"
+        return f"{how} by {rule.detail}"
+
+
+def _decision(name: str, verdict: Verdict) -> PreDecision:
+    if verdict.effect == "allow":
+        if not verdict.allowed_by:
+            return Allow(detail="default allow")
+        return Allow(detail="; ".join(rule.detail for rule in verdict.allowed_by))
+    if verdict.rule is not None:
+        detail = verdict.rule.detail
+        how = "denied" if verdict.effect == "deny" else "approval required"
+        reason = f"{how} by {detail}"
+        if verdict.note:
+            reason += f" ({verdict.note})"
+    else:
+        detail = f"default {verdict.effect}"
+        reason = f"no rule matched {name}; the default is {verdict.effect}"
+        if verdict.note:
+            reason += f" ({verdict.note})"
+    if verdict.effect == "deny":
+        return Deny(reason, detail=detail)
+    return Ask(reason, detail=detail)
