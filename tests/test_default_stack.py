@@ -70,6 +70,9 @@ def configure(ws: pathlib.Path, **overrides: str) -> None:
         ),
         "guards": "max_argument_bytes = 2000\nmax_calls_per_tool = {grep = 2}\n",
         "hook_commands": 'settings = ["hooks.json"]\n',
+        # Only the workspace is writable, so the interpreter the hook runs with (this checkout's
+        # venv, which may itself lie under /tmp) is outside every writable root.
+        "sandbox": 'writable_roots = ["."]\n',
         "audit": f'path = "{ws / "audit.db"}"\n',
     }
     tables.update(overrides)
