@@ -53,6 +53,10 @@ logger = logging.getLogger("dsh_plugins_builtin.audit")
 IDLE_SECONDS: Final = 2.0
 """How long the writer thread waits for rows before it exits (a later row starts another)."""
 
+LINGER_SECONDS: Final = 0.01
+"""How long the writer lets rows that nobody waits for (``durability = "async"``) gather into
+a bigger batch before it commits them; a row somebody waits for ends the wait at once."""
+
 REDACTED = "[REDACTED]"
 SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
 COLUMNS = (
@@ -223,7 +227,10 @@ class AuditWriter:
         self._rows: deque[tuple[Entry, _Waiter | None]] = deque()
         self._room: list[_Waiter] = []  # tasks waiting for room in the queue
         self._busy = 0  # rows taken by the writer and not yet committed
-        self._idle = False  # the writer waits on _wake_writer
+        self._idle = False  # the writer waits on _wake_writer for any row
+        self._lingering = False  # the writer waits on _wake_writer for a bigger batch
+        self._waited_for = 0  # queued rows whose caller waits for the commit
+        self._batch = max(1, min(capacity // 2, 1_000))  # enough rows to end a linger
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
@@ -287,10 +294,15 @@ class AuditWriter:
     def _push(self, entry: Entry, waiter: _Waiter | None) -> None:
         """Append under the lock and make sure a writer thread will take it."""
         self._rows.append((entry, waiter))
+        if waiter is not None:
+            self._waited_for += 1
         if self._thread is None:
             self._start()
         elif self._idle:
             self._idle = False
+            self._wake_writer.notify()
+        elif self._lingering and (waiter is not None or len(self._rows) >= self._batch):
+            self._lingering = False
             self._wake_writer.notify()
 
     def _start(self) -> None:
@@ -310,6 +322,9 @@ class AuditWriter:
             while self._rows or self._busy:
                 if self._thread is None:  # nobody to drain it (only after a crash)
                     self._start()
+                elif self._lingering:  # commit now, not after the linger
+                    self._lingering = False
+                    self._wake_writer.notify()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -321,6 +336,7 @@ class AuditWriter:
         with self._lock:
             thread = self._thread
             self._stopping = True
+            self._idle = self._lingering = False
             self._wake_writer.notify()
         if thread is threading.current_thread():
             return  # called from the writer itself (a finalizer): it stops after this batch
@@ -346,8 +362,13 @@ class AuditWriter:
                         self._thread = None
                         return
                     self._idle = False
+                if not self._waited_for and len(self._rows) < self._batch and not self._stopping:
+                    self._lingering = True  # nobody waits: let a bigger batch gather
+                    self._wake_writer.wait(LINGER_SECONDS)
+                    self._lingering = False
                 batch = list(self._rows)
                 self._rows.clear()
+                self._waited_for = 0
                 self._busy = len(batch)
                 room, self._room = self._room, []
             _wake(room)
