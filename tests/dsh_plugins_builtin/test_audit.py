@@ -539,7 +539,8 @@ def test_dsh_audit_piped_into_head_exits_quietly(tmp_path):
         [sys.executable, "-m", "dsh_host", "audit", "--db", str(db), "--last", "20000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     ) as process:  # fmt: skip
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         assert process.stdout.readline().startswith(b"TIME")
         process.stdout.close()  # what `| head -1` does
         err = process.stderr.read()

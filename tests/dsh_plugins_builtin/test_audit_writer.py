@@ -160,7 +160,8 @@ async def test_sync_durability_returns_only_after_the_commit(make_host, db, plug
         await gate.wait_arrived()
         assert done == []
         gate.open()
-    assert done and count(db) == 1
+    assert done
+    assert count(db) == 1
 
 
 async def _record(into: list[Any], awaitable: Any) -> None:
@@ -233,7 +234,8 @@ async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
     await host.call("echo", {"text": "a"})
     plugin.close()
     assert count(db) == 1
-    assert plugin._writer._thread is None and plugin._writer._connection is None
+    assert plugin._writer._thread is None
+    assert plugin._writer._connection is None
     await host.call("echo", {"text": "b"})
     plugin.close()
     assert count(db) == 2
@@ -266,7 +268,8 @@ async def test_a_required_audit_refuses_calls_while_it_cannot_write(make_host, d
         holder.execute("BEGIN EXCLUSIVE")
         assert not (await host.call("echo", {"text": "2"})).is_error  # its row fails
         denied = await host.call("echo", {"text": "3"})
-        assert denied.is_error and denied.error.code == "DENIED"
+        assert denied.is_error
+        assert denied.error.code == "DENIED"
         assert denied.decided_by == "audit"
         assert "required = true" in denied.error.message
         assert "locked" in denied.error.message
