@@ -69,7 +69,7 @@ def configure(ws: pathlib.Path, **overrides: str) -> None:
         ),
         "guards": "max_argument_bytes = 2000\nmax_calls_per_tool = {grep = 2}\n",
         "hook_commands": 'settings = ["hooks.json"]\n',
-        "audit": f'path = "{ws / "audit.db"}"\n',
+        "audit": f'path = "{ws / ".dsh" / "audit.db"}"\n',
     }
     tables.update(overrides)
     body = "".join(f"[plugin.{name}]\n{text}\n" for name, text in tables.items())
