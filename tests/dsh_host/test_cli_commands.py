@@ -20,7 +20,9 @@ def dsh(*argv: str, cwd, stdin: str = "") -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def ws(tmp_path):
     (tmp_path / "notes.txt").write_text("one\ntwo\n")
-    (tmp_path / "dsh.toml").write_text(f'[plugin.audit]\npath = "{tmp_path / ".dsh" / "audit.db"}"\n')
+    (tmp_path / "dsh.toml").write_text(
+        f'[plugin.audit]\npath = "{tmp_path / ".dsh" / "audit.db"}"\n'
+    )
     return tmp_path
 
 
