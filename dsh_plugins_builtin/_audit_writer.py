@@ -221,7 +221,9 @@ class AuditWriter:
         self.lost = 0
         """Rows that could not be committed since writing last worked."""
         self._on_failure = on_failure
-        self._lock = threading.Lock()
+        # Re-entrant: a garbage collection in the writer thread, inside the lock, may finalise the
+        # plugin, whose finaliser calls close(), which takes the lock again.
+        self._lock = threading.RLock()
         self._wake_writer = threading.Condition(self._lock)
         self._drained = threading.Condition(self._lock)
         self._rows: deque[tuple[Entry, _Waiter | None]] = deque()

@@ -241,6 +241,31 @@ async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
     assert count(db) == 2
 
 
+async def test_close_from_the_writer_thread_itself_neither_deadlocks_nor_loses_rows(
+    make_host, db, plugin
+):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    writer = plugin._writer
+    real = writer._commit
+
+    def commit(entries: list[Any]) -> None:
+        # What a garbage collection in the writer thread, inside its lock, can do: finalise
+        # the plugin, whose finaliser calls close().
+        assert writer._lock.acquire(timeout=5), "the writer's lock is not re-entrant"
+        try:
+            writer.close()
+        finally:
+            writer._lock.release()
+        real(entries)
+
+    writer._commit = commit  # type: ignore[method-assign]
+    await host.call("echo", {"text": "x"})
+    assert count(db) == 1
+    writer._commit = real  # type: ignore[method-assign]
+    await host.call("echo", {"text": "y"})  # a stopped writer starts again
+    assert count(db) == 2
+
+
 # -- failures ------------------------------------------------------------------------------------
 
 
