@@ -241,6 +241,23 @@ async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
     assert count(db) == 2
 
 
+async def test_the_thread_starts_with_the_first_row_and_ends_when_idle(
+    make_host, db, plugin, monkeypatch
+):
+    monkeypatch.setattr(_audit_writer, "IDLE_SECONDS", 0.0)
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    writer = plugin._writer
+    assert writer._thread is None  # no row yet, no thread
+    for text in ("a", "b"):
+        await host.call("echo", {"text": text})
+        thread = writer._thread
+        if thread is not None:
+            await trio.to_thread.run_sync(thread.join, 10)
+            assert not thread.is_alive()
+        assert writer._thread is None
+    assert count(db) == 2
+
+
 async def test_close_from_the_writer_thread_itself_neither_deadlocks_nor_loses_rows(
     make_host, db, plugin
 ):
