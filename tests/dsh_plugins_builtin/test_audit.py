@@ -531,12 +531,12 @@ def test_dsh_audit_piped_into_head_exits_quietly(tmp_path):
     connection.executemany(
         f"INSERT INTO calls ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * 10)})",
         [("2026-01-01T00:00:00.000Z", f"c{i}", "echo", "{}", 0, "ok", None, None, 1.0, None)
-         for i in range(20_000)],
+         for i in range(5_000)],
     )  # fmt: skip
     connection.commit()
     connection.close()
     with subprocess.Popen(
-        [sys.executable, "-m", "dsh_host", "audit", "--db", str(db), "--last", "20000"],
+        [sys.executable, "-m", "dsh_host", "audit", "--db", str(db), "--last", "5000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     ) as process:  # fmt: skip
         assert process.stdout is not None
