@@ -6,19 +6,22 @@ calls that wait for that commit: one ``TrioToken.run_sync_soon`` per batch and t
 reschedules every waiting task at once. So a call costs a queue append and one wake-up shared by
 its whole batch, never a ``trio.to_thread.run_sync`` round trip of its own.
 
-Why hand-written: SQLite allows one writer per database, and what is needed here (a bounded queue
-that parks *trio* tasks when full, group commit, per-batch wake-ups across several trio runs) is
-a few dozen lines over `threading.Condition` and ``trio.lowlevel``; no library on PyPI or in
-Debian does this for trio.
+Why hand-written: SQLite allows one writer per database, and what is needed here (a queue that
+parks *trio* tasks when full, group commit, per-batch wake-ups across several trio runs) is a few
+dozen lines over `threading.Condition` and ``trio.lowlevel``; no library on PyPI or in Debian
+does this for trio (``trio.to_thread`` is the per-call round trip this replaces).
 
 Guarantees:
 
-- Every row handed over is either committed or counted as lost and reported: the queue is
-  bounded (`AuditWriter.capacity`), and a full queue makes callers wait for room (back-pressure),
-  never drops.
-- Every task waiting on the writer is woken exactly once, after its batch committed or failed.
-  Those waits are not cancellable (as ``trio.to_thread.run_sync`` is not): the wait is bounded by
-  the SQLite busy timeout plus the disk, and an observer time limit must not cut a row off.
+- A row is queued synchronously, inside the observer call, so it is committed even if the
+  awaitable the observer returns is never awaited (an observer time limit, a cancellation).
+- Back-pressure, never drops: while the queue holds `AuditWriter.capacity` rows or more, every
+  further caller waits for its own row's commit (with ``durability = "sync"`` every caller does
+  anyway). So the queue holds at most *capacity* rows beyond those of callers that are parked
+  waiting for them.
+- Every waiting task is woken exactly once, after its batch committed or failed. Those waits
+  cannot be cancelled (as ``trio.to_thread.run_sync`` cannot be): a wait is bounded by the
+  SQLite busy timeout plus the disk, and an observer time limit must not cut a row off.
 - A database that cannot be written is reported once per kind of failure (``locked``, ``full``,
   ``unwritable``, ``corrupt``, ``replaced``, ``encode``, ``other``), as an error on the
   ``dsh_plugins_builtin.audit`` logger (stderr unless the application routes logging
@@ -40,18 +43,30 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any, Final, final
 
 import trio
 
-__all__ = ["COLUMNS", "SCHEMA", "AuditWriter", "Entry", "arguments_json", "redact", "safe_text"]
+__all__ = [
+    "COLUMNS",
+    "SCHEMA",
+    "AuditWriter",
+    "Committed",
+    "Entry",
+    "arguments_json",
+    "redact",
+    "safe_text",
+]
 
 logger = logging.getLogger("dsh_plugins_builtin.audit")
 
 IDLE_SECONDS: Final = 2.0
 """How long the writer thread waits for rows before it exits (a later row starts another)."""
+
+MAX_BATCH: Final = 5_000
+"""The most rows one transaction commits (so that waiting calls are woken progressively)."""
 
 LINGER_SECONDS: Final = 0.01
 """How long the writer lets rows that nobody waits for (``durability = "async"``) gather into
@@ -85,7 +100,6 @@ _INSERT = f"INSERT INTO calls ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * le
 Entry = tuple[float, Any, Any, "float | None"]
 """What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms)."""
 
-_Waiter = tuple[trio.lowlevel.Task, trio.lowlevel.TrioToken]
 
 _ADVICE = {
     "locked": "another process holds the database lock; stop it or raise busy_timeout_ms",
@@ -226,8 +240,7 @@ class AuditWriter:
         self._lock = threading.RLock()
         self._wake_writer = threading.Condition(self._lock)
         self._drained = threading.Condition(self._lock)
-        self._rows: deque[tuple[Entry, _Waiter | None]] = deque()
-        self._room: list[_Waiter] = []  # tasks waiting for room in the queue
+        self._rows: deque[tuple[Entry, Committed | None]] = deque()
         self._busy = 0  # rows taken by the writer and not yet committed
         self._idle = False  # the writer waits on _wake_writer for any row
         self._lingering = False  # the writer waits on _wake_writer for a bigger batch
@@ -242,38 +255,19 @@ class AuditWriter:
 
     # -- the trio side -----------------------------------------------------------------------
 
-    def offer(self, entry: Entry) -> bool:
-        """Queue *entry* without waiting; ``False`` if the queue is full."""
+    def submit(self, entry: Entry, *, wait: bool) -> Committed | None:
+        """Queue *entry* now, from a trio task; return what to await, if anything.
+
+        The row is queued before this returns, so it is committed even if the caller never
+        awaits the result (an observer time limit, a cancellation). With *wait*, or when the
+        queue already holds `capacity` rows (back-pressure), returns a `Committed` that resolves
+        once the row's batch is committed or has failed; otherwise ``None``.
+        """
+        token = trio.lowlevel.current_trio_token()
         with self._lock:
-            if len(self._rows) >= self.capacity:
-                return False
-            self._push(entry, None)
-        return True
-
-    async def put(self, entry: Entry) -> None:
-        """Queue *entry*, waiting for room if the queue is full; return once it is queued."""
-        waiter = (trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
-        while True:
-            with self._lock:
-                if len(self._rows) < self.capacity:
-                    self._push(entry, None)
-                    return
-                self._room.append(waiter)
-            await trio.lowlevel.wait_task_rescheduled(_not_abortable)
-
-    async def put_and_wait(self, entry: Entry) -> None:
-        """Queue *entry* (waiting for room if need be) and return once its batch is committed
-        or has failed; see `failing` for which."""
-        waiter = (trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
-        while True:
-            with self._lock:
-                if len(self._rows) < self.capacity:
-                    self._push(entry, waiter)
-                    break
-                self._room.append(waiter)
-            await trio.lowlevel.wait_task_rescheduled(_not_abortable)
-        # Parked in the same step as queued: the writer's wake-up cannot run before this.
-        await trio.lowlevel.wait_task_rescheduled(_not_abortable)
+            slot = Committed(token) if wait or len(self._rows) >= self.capacity else None
+            self._push(entry, slot)
+        return slot
 
     def flush_when_run_ends(self) -> None:
         """Make sure rows queued from the current trio run are committed before the run ends.
@@ -293,7 +287,7 @@ class AuditWriter:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.flush)
 
-    def _push(self, entry: Entry, waiter: _Waiter | None) -> None:
+    def _push(self, entry: Entry, waiter: Committed | None) -> None:
         """Append under the lock and make sure a writer thread will take it."""
         self._rows.append((entry, waiter))
         if waiter is not None:
@@ -368,12 +362,10 @@ class AuditWriter:
                     self._lingering = True  # nobody waits: let a bigger batch gather
                     self._wake_writer.wait(LINGER_SECONDS)
                     self._lingering = False
-                batch = list(self._rows)
-                self._rows.clear()
-                self._waited_for = 0
+                rows = self._rows
+                batch = [rows.popleft() for _ in range(min(len(rows), MAX_BATCH))]
+                self._waited_for -= sum(1 for _, slot in batch if slot is not None)
                 self._busy = len(batch)
-                room, self._room = self._room, []
-            _wake(room)
             try:
                 self._commit([entry for entry, _ in batch])
             except BaseException as exc:  # never leave a waiter hanging, whatever happened
@@ -525,22 +517,49 @@ class AuditWriter:
             connection.close()
 
 
+@final
+class Committed:
+    """Awaitable: resolves once its row's batch is committed or has failed.
+
+    The wait cannot be cancelled (as ``trio.to_thread.run_sync`` cannot): the writer wakes every
+    row within the SQLite busy timeout plus the disk's time. The writer marks it done from the
+    trio thread (``run_sync_soon``), so awaiting it after that, or never, is fine.
+    """
+
+    __slots__ = ("done", "task", "token")
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.done = False
+        self.task: trio.lowlevel.Task | None = None  # set while a task is parked on it
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self.done:
+            self.task = trio.lowlevel.current_task()
+            yield from trio.lowlevel.wait_task_rescheduled(_not_abortable).__await__()
+
+
 def _not_abortable(raise_cancel: Any) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
 
-def _wake(waiters: list[_Waiter]) -> None:
-    """Reschedule *waiters*: one ``run_sync_soon`` per trio run they belong to."""
-    if not waiters:
+def _wake(slots: list[Committed]) -> None:
+    """Mark *slots* done: one ``run_sync_soon`` per trio run they belong to."""
+    if not slots:
         return
-    by_run: dict[trio.lowlevel.TrioToken, list[trio.lowlevel.Task]] = {}
-    for task, token in waiters:
-        by_run.setdefault(token, []).append(task)
-    for token, tasks in by_run.items():
+    by_run: dict[trio.lowlevel.TrioToken, list[Committed]] = {}
+    for slot in slots:
+        by_run.setdefault(slot.token, []).append(slot)
+    for token, group in by_run.items():
         with contextlib.suppress(trio.RunFinishedError):  # that run is over: nobody to wake
-            token.run_sync_soon(_reschedule_all, tasks)
+            token.run_sync_soon(_release, group)
 
 
-def _reschedule_all(tasks: list[trio.lowlevel.Task]) -> None:
-    for task in tasks:
-        trio.lowlevel.reschedule(task)
+def _release(slots: list[Committed]) -> None:
+    """In the trio thread: mark each slot done and resume the task parked on it, if any."""
+    for slot in slots:
+        slot.done = True
+        task = slot.task
+        if task is not None:
+            slot.task = None
+            trio.lowlevel.reschedule(task)

@@ -189,11 +189,9 @@ class AuditPlugin:
         if writer is None:
             return None
         duration = None if started is None else (trio.current_time() - started) * 1000
-        entry = (time.time(), execution, result, duration)
         if self._async:
             writer.flush_when_run_ends()
-            return None if writer.offer(entry) else writer.put(entry)
-        return writer.put_and_wait(entry)
+        return writer.submit((time.time(), execution, result, duration), wait=not self._async)
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> None:

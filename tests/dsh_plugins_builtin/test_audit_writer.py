@@ -19,7 +19,15 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_host import ConfigError, Host, ToolExecutionInput, define_tool
+from dsh_host import (
+    ConfigError,
+    Host,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    define_tool,
+)
 from dsh_plugins_builtin import _audit_writer
 from dsh_plugins_builtin._audit_writer import AuditWriter, _classify, _Replaced
 from dsh_plugins_builtin.audit import AuditPlugin, legacy_audit_path
@@ -115,18 +123,37 @@ async def test_concurrent_rows_are_committed_in_batches_with_one_wake_up_each(
 
 
 async def test_a_full_queue_makes_calls_wait_and_drops_nothing(make_host, db, plugin):
-    host = make_host(plugin, tools=[make_echo()], config=audited(db, queue_size=3))
+    config = audited(db, queue_size=3, durability="async")
+    host = make_host(plugin, tools=[make_echo()], config=config)
     writer = plugin._writer
-    gate = Gate(writer)
+    start = writer._start
+    writer._start = lambda: None  # type: ignore[method-assign]  # no writer: the queue fills
+    returned = []
+
+    async def call(i: int) -> None:
+        returned.append(await host.call("echo", {"text": str(i)}))
+
     async with trio.open_nursery() as nursery:
-        for i in range(50):
-            nursery.start_soon(host.call, "echo", {"text": str(i)})
-        await gate.wait_arrived()
-        assert len(writer._rows) == 3  # the queue is full ...
-        assert len(writer._room) == 50 - 3 - writer._busy  # ... and the rest wait for room
-        gate.open()
-    assert count(db) == 50
-    assert max(gate.batches) <= 3
+        for i in range(10):
+            nursery.start_soon(call, i)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(returned) == 3  # three rows fit; seven calls wait, their rows queued
+        assert len(writer._rows) == 10
+        with writer._lock:
+            start()
+    assert count(db) == 10
+    assert len(returned) == 10
+
+
+async def test_a_row_is_queued_even_if_the_observer_is_never_awaited(db, plugin, make_host):
+    make_host(plugin, tools=[make_echo()], config=audited(db))  # starts the plugin
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    result = ToolExecutionResult(content=(TextBlock("x"),))
+    waiter = plugin.dsh_tool_result(execution, result)
+    assert waiter is not None
+    del waiter  # as when a time limit or a cancellation struck before the first await
+    assert plugin.flush(timeout=20)
+    assert count(db) == 1
 
 
 async def test_an_observer_time_limit_does_not_cut_a_row_off(make_host, db, plugin, autojump_clock):
@@ -401,7 +428,9 @@ def test_a_row_that_cannot_be_encoded_keeps_a_placeholder(db, caplog):
 
     async def main() -> None:
         for _ in range(2):
-            await writer.put_and_wait((0.0, execution, result, None))
+            waiter = writer.submit((0.0, execution, result, None), wait=True)
+            assert waiter is not None
+            await waiter
 
     trio.run(main)
     writer.close()
