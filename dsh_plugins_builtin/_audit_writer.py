@@ -43,7 +43,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -212,9 +212,6 @@ class AuditWriter:
         path: the database file, already resolved (no symbolic link in it).
         busy_timeout: seconds a commit waits for another writer's lock before failing.
         capacity: rows the queue holds before callers wait for room.
-        on_failure: called (in the writer thread) with a short description whenever the
-            failing state changes: a kind when writing starts failing, ``None`` when it works
-            again.
     """
 
     def __init__(
@@ -223,7 +220,6 @@ class AuditWriter:
         *,
         busy_timeout: float = 5.0,
         capacity: int = 10_000,
-        on_failure: Callable[[str | None], None] | None = None,
     ) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
@@ -234,7 +230,6 @@ class AuditWriter:
         """Rows committed so far."""
         self.lost = 0
         """Rows that could not be committed since writing last worked."""
-        self._on_failure = on_failure
         # Re-entrant: a garbage collection in the writer thread, inside the lock, may finalise the
         # plugin, whose finaliser calls close(), which takes the lock again.
         self._lock = threading.RLock()
@@ -242,6 +237,8 @@ class AuditWriter:
         self._drained = threading.Condition(self._lock)
         self._rows: deque[tuple[Entry, Committed | None]] = deque()
         self._busy = 0  # rows taken by the writer and not yet committed
+        self._queued = 0  # rows ever queued ...
+        self._done = 0  # ... and ever committed or failed (rows are taken in order)
         self._idle = False  # the writer waits on _wake_writer for any row
         self._lingering = False  # the writer waits on _wake_writer for a bigger batch
         self._waited_for = 0  # queued rows whose caller waits for the commit
@@ -290,6 +287,7 @@ class AuditWriter:
     def _push(self, entry: Entry, waiter: Committed | None) -> None:
         """Append under the lock and make sure a writer thread will take it."""
         self._rows.append((entry, waiter))
+        self._queued += 1
         if waiter is not None:
             self._waited_for += 1
         if self._thread is None:
@@ -315,7 +313,8 @@ class AuditWriter:
         """Block until every row queued so far is committed (or failed); ``False`` on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._rows or self._busy:
+            target = self._queued
+            while self._done < target:
                 if self._thread is None:  # nobody to drain it (only after a crash)
                     self._start()
                 elif self._lingering:  # commit now, not after the linger
@@ -374,8 +373,8 @@ class AuditWriter:
                 _wake([waiter for _, waiter in batch if waiter is not None])
                 with self._lock:
                     self._busy = 0
-                    if not self._rows:
-                        self._drained.notify_all()
+                    self._done += len(batch)
+                    self._drained.notify_all()
 
     def _commit(self, entries: list[Entry]) -> None:
         rows = [self._row(entry) for entry in entries]
@@ -402,13 +401,10 @@ class AuditWriter:
                 "audit: recording tool calls in %s works again; %d call(s) were not recorded",
                 self.path, lost,
             )  # fmt: skip
-            if self._on_failure is not None:
-                self._on_failure(None)
 
     def _failed(self, exc: BaseException, rows: int) -> None:
         kind = _classify(exc)
         self.lost += rows
-        first = self.failing is None
         self.failing = f"{kind}: {type(exc).__name__}: {exc}"
         if kind not in self._reported:
             self._reported.add(kind)
@@ -418,8 +414,6 @@ class AuditWriter:
                 "failure. What to do: %s.",
                 self.path, kind, type(exc).__name__, exc, _ADVICE[kind],
             )  # fmt: skip
-        if first and self._on_failure is not None:
-            self._on_failure(self.failing)
 
     def _row(self, entry: Entry) -> tuple[Any, ...]:
         wall, execution, result, duration = entry
