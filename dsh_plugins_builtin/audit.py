@@ -228,7 +228,12 @@ def _writable_root_holding(host: Host, directory: Path) -> Path | None:
         config = host.config_for(sandbox)
         if not isinstance(config, SandboxConfig):
             config = SandboxConfig()
-        policy = build_policy(config, host.workspace, host.config.source)
+        try:
+            policy = build_policy(config, host.workspace, host.config.source)
+        except ConfigError:
+            raise
+        except Exception:  # the sandbox plugin reports it when it starts; nothing to check
+            return None
     from ._fence import protected_paths, writable_roots
 
     roots = writable_roots(policy)
