@@ -130,6 +130,7 @@ class AuditPlugin:
         self._writer: AuditWriter | None = None
         self._async = False
         self._required = False
+        self._warning: str | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[AuditConfig]:
@@ -144,7 +145,9 @@ class AuditPlugin:
         configured = config.path is not None
         path = host.workspace / config.path.expanduser() if config.path is not None else None
         self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
-        _check_location(host, self.path, configured=configured, required=config.required)
+        self._warning = _check_location(
+            host, self.path, configured=configured, required=config.required
+        )
         self._async = config.durability == "async"
         self._required = config.required
         self._writer = writer = AuditWriter(
@@ -189,16 +192,23 @@ class AuditPlugin:
         if writer is None:
             return None
         duration = None if started is None else (trio.current_time() - started) * 1000
+        if self._warning is not None:  # once, when there is something to record
+            logger.warning("%s", self._warning)
+            self._warning = None
         if self._async:
             writer.flush_when_run_ends()
         return writer.submit((time.time(), execution, result, duration), wait=not self._async)
 
 
-def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> None:
-    """Refuse a database inside a writable root of the sandbox policy (see the module docs)."""
+def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:
+    """Refuse a database inside a writable root of the sandbox policy (see the module docs).
+
+    Returns the warning to give, before the first row is written, for the default location
+    inside a writable root (an error only with ``required``).
+    """
     root = _writable_root_holding(host, path.parent)
     if root is None:
-        return
+        return None
     why = (
         f'the audit database "{path}" lies inside the sandbox\'s writable root "{root}": a tool '
         "could replace it or its directory with a symbolic link and make the host write "
@@ -212,7 +222,7 @@ def _check_location(host: Host, path: Path, *, configured: bool, required: bool)
     if configured or required:
         key = "path" if configured else None
         raise ConfigError(f"{why}; {fix}", path=host.config.source, plugin="audit", key=key)
-    logger.warning("audit: %s; %s (XDG_STATE_HOME moves the default).", why, fix)
+    return f"audit: {why}; {fix} (XDG_STATE_HOME moves the default)."
 
 
 def _writable_root_holding(host: Host, directory: Path) -> Path | None:

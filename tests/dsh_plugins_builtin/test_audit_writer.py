@@ -510,13 +510,16 @@ async def test_locations_the_sandboxed_side_cannot_write_are_accepted(make_host,
     assert count(Path(os.path.realpath(ws / path))) == 1
 
 
-def test_the_default_path_inside_a_writable_root_is_a_warning_or_with_required_an_error(
+async def test_the_default_path_inside_a_writable_root_is_a_warning_or_with_required_an_error(
     make_host, ws, monkeypatch, caplog
 ):
     caplog.set_level(logging.WARNING, LOGGER)
     monkeypatch.setenv("XDG_STATE_HOME", str(ws / "state"))
     plugin = AuditPlugin()
-    make_host(plugin, SandboxPlugin(), config=_sandboxed(ws, {}))
+    host = make_host(plugin, SandboxPlugin(), tools=[make_echo()], config=_sandboxed(ws, {}))
+    assert caplog.records == []  # commands that record nothing say nothing
+    for _ in range(2):
+        await host.call("echo", {"text": "x"})
     [warning] = caplog.records
     assert "lies inside the sandbox's writable root" in warning.getMessage()
     assert "XDG_STATE_HOME" in warning.getMessage()
