@@ -7,8 +7,8 @@ Part 1, per call, in one process: sequential ``host.call`` of an echo tool throu
 - ``none``: a host with no plugin (the baseline every audit cost is relative to);
 - ``sync`` / ``async``: the audit plugin with ``durability = "sync"`` / ``"async"``;
 - ``disabled``: the audit plugin with ``enabled = false``;
-- ``default+sync`` / ``default+off``: the default stack (every built-in, echo allowed by a
-  permission rule) with audit on, and without audit; ``bare``: ``registry.execute`` on a
+- ``default+sync`` / ``default+async`` / ``default+off``: the default stack (every built-in,
+  echo allowed by a permission rule) with audit on (either durability), and without audit; ``bare``: ``registry.execute`` on a
   ``ToolRegistry()`` with no host, the "bare pipeline" of the performance issue;
 
 and, with ``--before REV``, the same audit cases with the audit plugin as it was at git revision
@@ -94,7 +94,7 @@ def _audit_host(impl: str, table: dict[str, Any]) -> dsh_host.Host:
     return host
 
 
-def _default_stack(impl: str | None) -> dsh_host.Host:
+def _default_stack(impl: str | None, **audit: Any) -> dsh_host.Host:
     """The built-ins as ``dsh`` loads them (entry points), audit from *impl* (or none).
 
     The workspace is a fresh temporary directory with only itself writable; the database lies
@@ -114,7 +114,7 @@ def _default_stack(impl: str | None) -> dsh_host.Host:
     }
     plugins = []
     if impl is not None:
-        config["plugin"]["audit"] = {"path": str(base / "db" / "audit.sqlite3")}
+        config["plugin"]["audit"] = {"path": str(base / "db" / "audit.sqlite3"), **audit}
         plugins.append(_plugin(impl))
     host = dsh_host.Host(config, plugins=plugins, environ={})
     host.registry.register(_echo())
@@ -132,6 +132,7 @@ def _cases(before: bool) -> dict[str, Callable[[], Awaitable[Any]]]:
         "async": _audit_host("after", {"durability": "async"}),
         "disabled": _audit_host("after", {"enabled": False}),
         "default+sync": _default_stack("after"),
+        "default+async": _default_stack("after", durability="async"),
         "default+off": _default_stack(None),
     }
     hosts["none"].registry.register(_echo())
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             own = f"{figures['median_us'] - per_call['default+off']['median_us']:+.1f} µs"
         print(f"{name:<18} {figures['min_us']:>8.1f} {figures['median_us']:>10.1f} {own:>22}")
     bare = per_call["bare"]["median_us"]
-    for name in ("default+sync", "default+before", "default+off"):
+    for name in ("default+sync", "default+async", "default+before", "default+off"):
         if name in per_call:
             print(f"{name} / bare pipeline: {per_call[name]['median_us'] / bare:.1f}x")
     print()
