@@ -73,7 +73,7 @@ def configure(ws: pathlib.Path, **overrides: str) -> None:
         # Only the workspace is writable, so the interpreter the hook runs with (this checkout's
         # venv, which may itself lie under /tmp) is outside every writable root.
         "sandbox": 'writable_roots = ["."]\n',
-        "audit": f'path = "{ws / "audit.db"}"\n',
+        "audit": f'path = "{ws / ".dsh" / "audit.db"}"\n',
     }
     tables.update(overrides)
     body = "".join(f"[plugin.{name}]\n{text}\n" for name, text in tables.items())

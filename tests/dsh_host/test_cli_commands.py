@@ -20,14 +20,16 @@ def dsh(*argv: str, cwd, stdin: str = "") -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def ws(tmp_path):
     (tmp_path / "notes.txt").write_text("one\ntwo\n")
-    (tmp_path / "dsh.toml").write_text(f'[plugin.audit]\npath = "{tmp_path / "audit.db"}"\n')
+    (tmp_path / "dsh.toml").write_text(
+        f'[plugin.audit]\npath = "{tmp_path / ".dsh" / "audit.db"}"\n'
+    )
     return tmp_path
 
 
 def test_audit_reads_back_the_calls_dsh_made(ws):
     assert dsh("call", "read_file", '{"path": "notes.txt"}', cwd=ws).returncode == 0
     assert dsh("call", "bash", '{"command": "ls"}', cwd=ws).returncode == 1
-    listed = dsh("audit", "--json", "--db", str(ws / "audit.db"), cwd=ws)
+    listed = dsh("audit", "--json", "--db", str(ws / ".dsh" / "audit.db"), cwd=ws)
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [(r["tool"], r["outcome"]) for r in rows] == [("read_file", "ok"), ("bash", "DENIED")]

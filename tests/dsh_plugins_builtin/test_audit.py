@@ -6,8 +6,11 @@ import datetime
 import json
 import logging
 import math
+import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +25,13 @@ from dsh_host import (
     hookimpl,
 )
 from dsh_plugins_builtin import audit
+from dsh_plugins_builtin._audit_writer import SCHEMA
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,
     audit_command,
     default_audit_path,
+    escape_unprintable,
     redact,
 )
 from dsh_plugins_builtin.output_budget import OutputBudgetPlugin
@@ -38,8 +43,9 @@ LOGGER = "dsh_plugins_builtin.audit"
 
 @pytest.fixture(autouse=True)
 def private_data_dir(tmp_path, monkeypatch):
-    """Keep the default database out of the real user data directory."""
+    """Keep the default database out of the real user state and data directories."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 @pytest.fixture
@@ -215,19 +221,21 @@ async def test_overlapping_observers_lose_no_rows(make_host, db, plugin):
     assert count(db) == 300
 
 
-async def test_writes_run_in_a_worker_thread(make_host, db, plugin, monkeypatch):
+async def test_no_worker_thread_round_trip_per_call(make_host, db, plugin, monkeypatch):
     offloaded = []
     real = trio.to_thread.run_sync
 
     async def spy(fn, *args, **kwargs):
-        offloaded.append(getattr(fn, "__qualname__", fn))
+        offloaded.append(fn)
         return await real(fn, *args, **kwargs)
 
-    monkeypatch.setattr(audit.trio.to_thread, "run_sync", spy)
+    monkeypatch.setattr(trio.to_thread, "run_sync", spy)
     host = make_host(plugin, tools=[make_echo()], config=audited(db))
-    await host.call("echo", {"text": "hi"})
-    assert offloaded == ["_Writer.write"]
-    assert count(db) == 1
+    for i in range(20):
+        await host.call("echo", {"text": str(i)})
+    assert offloaded == []
+    assert count(db) == 20
+    assert plugin._writer._thread.name == f"dsh audit writer: {db}"
 
 
 async def test_the_database_is_owner_only_and_in_wal_mode(make_host, db, plugin):
@@ -254,10 +262,12 @@ async def test_a_locked_database_is_reported_once_and_fails_no_call(make_host, d
         holder.execute("BEGIN EXCLUSIVE")
         results = [await host.call("echo", {"text": str(i)}) for i in range(5)]
         assert [r.text for r in results] == ["0", "1", "2", "3", "4"]
-        [warning] = caplog.records
-        assert warning.getMessage().startswith(f"audit: cannot record tool calls in {db}: ")
-        assert "database is locked" in warning.getMessage()
-        assert "reported once" in warning.getMessage()
+        [error] = caplog.records
+        assert error.levelno == logging.ERROR
+        assert error.getMessage().startswith(f"audit: cannot record tool calls in {db} (locked): ")
+        assert "database is locked" in error.getMessage()
+        assert "reported once per kind of failure" in error.getMessage()
+        assert "stop it or raise busy_timeout_ms" in error.getMessage()
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -279,7 +289,8 @@ async def test_an_unusable_path_is_reported_once_and_fails_no_call(
     for i in range(3):
         assert (await host.call("echo", {"text": str(i)})).text == str(i)
     assert len(caplog.records) == 1
-    assert "Set [plugin.audit] path to a writable file" in caplog.records[0].getMessage()
+    assert "(unwritable)" in caplog.records[0].getMessage()
+    assert "set [plugin.audit] path to a file this user can write" in caplog.records[0].getMessage()
 
 
 async def test_a_database_that_is_not_sqlite_is_reported_once(make_host, db, plugin, caplog):
@@ -289,8 +300,8 @@ async def test_a_database_that_is_not_sqlite_is_reported_once(make_host, db, plu
     host = make_host(plugin, tools=[make_echo()], config=audited(db))
     for i in range(3):
         assert not (await host.call("echo", {"text": str(i)})).is_error
-    [warning] = caplog.records
-    assert "DatabaseError" in warning.getMessage()
+    [error] = caplog.records
+    assert "(corrupt): DatabaseError" in error.getMessage()
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -303,8 +314,8 @@ async def test_disabled_records_nothing(make_host, db, plugin):
     assert plugin._started == {}
 
 
-async def test_the_default_path_is_in_the_user_data_dir(make_host, tmp_path, plugin):
-    assert default_audit_path() == tmp_path / "xdg-data" / "dsh" / "audit.sqlite3"
+async def test_the_default_path_is_in_the_user_state_dir(make_host, tmp_path, plugin):
+    assert default_audit_path() == tmp_path / "xdg-state" / "dsh" / "audit.sqlite3"
     host = make_host(plugin, tools=[make_echo()])
     await host.call("echo", {"text": "hi"})
     assert count(default_audit_path()) == 1
@@ -320,7 +331,10 @@ async def test_a_relative_path_is_in_the_workspace(make_host, tmp_path, plugin):
 
 
 def test_the_config_defaults():
-    assert AuditConfig() == AuditConfig(path=None, enabled=True, busy_timeout_ms=5000)
+    assert AuditConfig() == AuditConfig(
+        path=None, enabled=True, busy_timeout_ms=5000, durability="sync", required=False,
+        queue_size=10_000,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -329,6 +343,9 @@ def test_the_config_defaults():
         ({"enabled": "yes"}, "key 'enabled': expected true or false"),
         ({"busy_timeout_ms": -1}, "busy_timeout_ms must be zero or more milliseconds, got -1"),
         ({"file": "x"}, "key 'file': unknown key"),
+        ({"durability": "later"}, "durability"),
+        ({"queue_size": 0}, "queue_size must be 1 or more, got 0"),
+        ({"required": "no"}, "key 'required': expected true or false"),
     ],
 )
 def test_bad_config_is_refused_at_load(make_host, table, words):
@@ -396,7 +413,136 @@ def test_dsh_audit_without_a_database_says_so(tmp_path, capsys):
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("argv", [["--last", "0"], ["--last", "x"], ["--bogus"]])
-def test_dsh_audit_rejects_bad_arguments(argv, capsys):
-    assert audit_command(argv) == 2
+def test_dsh_audit_rejects_unknown_options(capsys):
+    assert audit_command(["--bogus"]) == 2
     assert "usage: dsh audit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "last", ["0", "-1", "x", "1.5", "", "99999999999999999999", "1000000001", "9" * 5000]
+)
+def test_dsh_audit_range_checks_last_in_one_line(last, capsys):
+    assert audit_command(["--last", last]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith("dsh audit: error: --last takes a whole number from 1 to 1000000000")
+    assert len(line) < 200
+
+
+# -- hostile text: lone surrogates, control characters, escape sequences ------------------------
+
+
+async def test_a_lone_surrogate_in_an_argument_is_stored_losslessly(make_host, db, plugin, capsys):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    result = await host.call("echo", {"text": "a\udcffb", "note": "é"}, call_id="s1")
+    assert not result.is_error
+    [row] = rows(db)
+    assert json.loads(row["arguments"]) == {"text": "a\udcffb", "note": "é"}
+    assert audit_command(["--json", "--db", str(db)]) == 0
+    line = capsys.readouterr().out
+    assert line.isascii() or "é" in line
+    assert "\\udcff" in line
+    assert json.loads(line)["arguments"] == {"text": "a\udcffb", "note": "é"}
+
+
+async def test_lone_surrogates_in_names_and_messages_are_kept_escaped(
+    make_host, db, plugin, capsys
+):
+    host = make_host(plugin, config=audited(db))
+    result = await host.call("tool\udcff", {}, call_id="id\ud800", scope=Scope("sc\udfff"))
+    assert result.error.code == "UNKNOWN_TOOL"
+    [row] = rows(db)
+    assert (row["tool"], row["call_id"], row["scope"]) == ("tool\\udcff", "id\\ud800", "sc\\udfff")
+    assert "\\udcff" in row["decision"]
+    assert (
+        audit_command(["--db", str(db), "--tool", "tool\udcff"]) == 0
+    )  # argv as Python decodes it
+    out = capsys.readouterr().out
+    assert "tool\\udcff" in out
+    out.encode()  # printable as UTF-8
+
+
+HOSTILE = [
+    "\x1b[2J\x1b[H",  # clear the screen, cursor home
+    "\x1b]0;owned\x07",  # set the terminal title
+    "\r2026-01-01T00:00:00.000Z  read_file  ok",  # overwrite the line
+    "\nforged row",  # a line of its own
+    "\x08\x08\x7f",  # backspaces, DEL
+    "\x9b31m",  # C1 CSI
+    "\u202eevil\u202c",  # bidi override
+    "a\u200bb\u2028c\ufeff",  # zero-width space, line separator, BOM
+    "\U000e0041\U000e0042",  # tag characters (invisible)
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_dsh_audit_escapes_every_control_character_from_the_model(
+    make_host, db, plugin, capsys, as_json
+):
+    class Namer:
+        name = "namer"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Deny("reason " + "".join(HOSTILE))
+
+    host = make_host(plugin, Namer(), tools=[make_echo()], config=audited(db))
+    for i, text in enumerate(HOSTILE):
+        await host.call("echo" + text, {"text": text, text: 1}, call_id=f"c{i}{text}")
+    argv = ["--db", str(db), "--last", "100"] + (["--json"] if as_json else [])
+    assert audit_command(argv) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == len(HOSTILE) + (0 if as_json else 1)  # nothing forged a line
+    for line in lines:
+        assert line.isprintable(), repr(line)
+    for raw in ("\\u001b", "\\u202e", "\\u2028", "\\u009b", "\\u007f", "\\udb40\\udc41"):
+        assert raw in out
+    if as_json:
+        objects = [json.loads(line) for line in lines]
+        assert [o["arguments"]["text"] for o in objects] == HOSTILE  # still the exact values
+        assert objects[0]["decision"] == "reason " + "".join(HOSTILE)
+
+
+def test_escape_unprintable_leaves_printable_text_alone():
+    assert escape_unprintable('héllo wörld 日本 "x" \\') == 'héllo wörld 日本 "x" \\'
+    assert escape_unprintable("a\tb\x00") == "a\\u0009b\\u0000"
+    assert escape_unprintable("\U0001f600") == "\U0001f600"  # an emoji is printable
+
+
+# -- dsh audit and pipes -----------------------------------------------------------------------
+
+
+async def test_dsh_audit_into_a_closed_pipe_exits_quietly(recorded, monkeypatch, capsys):
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", closefd=True) as broken:
+        monkeypatch.setattr(sys, "stdout", broken)
+        assert audit_command(["--db", str(recorded)]) == 0
+        monkeypatch.undo()
+    assert capsys.readouterr().err == ""
+
+
+def test_dsh_audit_piped_into_head_exits_quietly(tmp_path):
+    db = tmp_path / "many.sqlite3"
+    connection = sqlite3.connect(db)
+    connection.executescript(SCHEMA)
+    connection.executemany(
+        f"INSERT INTO calls ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * 10)})",
+        [("2026-01-01T00:00:00.000Z", f"c{i}", "echo", "{}", 0, "ok", None, None, 1.0, None)
+         for i in range(5_000)],
+    )  # fmt: skip
+    connection.commit()
+    connection.close()
+    with subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "audit", "--db", str(db), "--last", "5000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as process:  # fmt: skip
+        assert process.stdout is not None
+        assert process.stderr is not None
+        assert process.stdout.readline().startswith(b"TIME")
+        process.stdout.close()  # what `| head -1` does
+        err = process.stderr.read()
+        assert process.wait(timeout=60) == 0
+    assert err == b""
