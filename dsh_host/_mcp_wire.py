@@ -1,0 +1,299 @@
+"""The validating front of ``dsh mcp serve`` on a byte stream (stdio): one JSON-RPC message a line.
+
+The official SDK's own stdio transport reads unbounded lines, treats a request whose ``id`` is an
+object, a float, ``true`` or ``null`` as a notification (so it never answers), and its writer
+crashes on a lone surrogate. So this layer sits in front of the SDK session and owns the wire:
+
+- lines are split in linear time and bounded (`DEFAULT_MAX_LINE`); a longer line is skipped up
+  to its newline and answered with an Invalid Request error;
+- each line is parsed strictly with `dsh_host.parse_json` (duplicate keys, depth, integer size);
+- a malformed message gets the JSON-RPC error the spec prescribes (Parse error, Invalid Request
+  with ``id: null`` when the id itself is unusable), a malformed notification gets nothing;
+- request ids are swapped for fresh integers before the SDK sees them and swapped back on the
+  way out, so every id the spec allows (string or number, lone surrogates included) is echoed
+  exactly as it came, and ``notifications/cancelled`` is translated the same way;
+- output is always valid JSON (``allow_nan=False``; a lone surrogate is written escaped).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+from ._json import JsonInputError, parse_json
+
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_LINE",
+    "INVALID_REQUEST",
+    "PARSE_ERROR",
+    "Wire",
+    "encode_message",
+]
+
+logger = logging.getLogger("dsh_host.mcp")
+
+DEFAULT_MAX_LINE = 16 * 1024 * 1024
+"""The longest message line read (bytes); ``dsh mcp serve --max-message-bytes`` changes it."""
+
+DEFAULT_MAX_DEPTH = 512
+"""The deepest JSON nesting accepted in one message."""
+
+PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
+
+_CANCELLED_KEEP = 1024  # ids of cancelled requests remembered, in case their answer was in flight
+
+Session = Callable[
+    [MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]],
+    Awaitable[None],
+]
+
+
+def _valid_id(value: Any) -> bool:
+    """MCP request ids are strings or numbers (never null, never a boolean)."""
+    return isinstance(value, str) or (
+        isinstance(value, int | float) and not isinstance(value, bool)
+    )
+
+
+def _id_key(value: Any) -> tuple[str, str]:
+    """A key telling ``1``, ``1.0`` and ``"1"`` apart (they are three different ids)."""
+    return (type(value).__name__, value if isinstance(value, str) else repr(value))
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """One message as a line of JSON: UTF-8, no NaN, a lone surrogate escaped (never raises)."""
+    text = json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate: JSON's \\uXXXX escape keeps it, losslessly
+        return json.dumps(message, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+class Wire:
+    """One session's wire: reads *receive*, writes *send*, and runs the SDK *session* between."""
+
+    def __init__(
+        self,
+        receive: trio.abc.ReceiveStream,
+        send: trio.abc.SendStream,
+        *,
+        max_line: int = DEFAULT_MAX_LINE,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        if max_line < 1:
+            raise ValueError(f"max_line must be a positive number of bytes, not {max_line!r}")
+        self._receive = receive
+        self._send = send
+        self._max_line = max_line
+        self._max_depth = max_depth
+        self._send_lock = trio.Lock()
+        self._next_id = 0
+        self._outer: dict[int, Any] = {}  # our id -> the client's id
+        self._inner: dict[tuple[str, str], int] = {}  # the client's id -> our latest id
+        self._cancelled: OrderedDict[int, None] = OrderedDict()
+        self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
+
+    async def run(self, session: Session) -> None:
+        """Serve until the input ends (EOF), then let the session finish and return."""
+        to_session, session_in = anyio.create_memory_object_stream[SessionMessage | Exception](64)
+        session_out, from_session = anyio.create_memory_object_stream[SessionMessage](64)
+        self._to_session = to_session
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_loop, from_session)
+            async with session_out:
+                nursery.start_soon(session, session_in, session_out)
+                async with to_session:
+                    await self._read_loop()
+
+    def _forget(self, inner: int) -> Any:
+        """Drop the mapping of our id *inner*; return the client's id it stood for."""
+        outer = self._outer.pop(inner, None)
+        self._cancelled.pop(inner, None)
+        key = _id_key(outer)
+        if self._inner.get(key) == inner:
+            del self._inner[key]
+        return outer
+
+    # -- output --------------------------------------------------------------------------
+
+    async def write(self, message: dict[str, Any]) -> None:
+        """Write one message (whole lines only: a lock keeps concurrent writers apart)."""
+        data = encode_message(message)
+        async with self._send_lock:
+            await self._send.send_all(data)
+
+    async def _write_loop(self, from_session: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        async with from_session:
+            async for item in from_session:
+                message = item.message
+                dumped = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                    inner = dumped.get("id")
+                    if isinstance(inner, int) and inner in self._outer:
+                        dumped["id"] = self._forget(inner)
+                try:
+                    await self.write(dumped)
+                except ValueError as exc:  # a NaN in a result: say so rather than send non-JSON
+                    logger.error("dsh mcp serve: cannot encode a message as JSON: %s", exc)
+                    if "id" in dumped:
+                        await self.write(
+                            _error(dumped["id"], INTERNAL_ERROR, f"result is not JSON: {exc}")
+                        )
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    logger.info("dsh mcp serve: the client closed its input; dropping output")
+                    return
+
+    # -- input ---------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        parts: list[bytes | bytearray] = []
+        size = 0
+        skipping = False
+        limit = self._max_line
+        while True:
+            chunk = await self._receive.receive_some(65536)
+            if not chunk:
+                break
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                if skipping:
+                    skipping = False
+                    await self.write(
+                        _error(None, INVALID_REQUEST, f"message longer than {limit} bytes")
+                    )
+                elif size + end - start > limit:
+                    await self.write(
+                        _error(None, INVALID_REQUEST, f"message longer than {limit} bytes")
+                    )
+                else:
+                    parts.append(chunk[start:end])
+                    await self._line(b"".join(parts))
+                parts.clear()
+                size = 0
+                start = end + 1
+            if not skipping and start < len(chunk):
+                parts.append(chunk[start:])
+                size += len(chunk) - start
+                if size > limit:
+                    parts.clear()
+                    size = 0
+                    skipping = True
+        if skipping:
+            await self.write(_error(None, INVALID_REQUEST, f"message longer than {limit} bytes"))
+        elif parts:
+            await self._line(b"".join(parts))
+
+    async def _line(self, line: bytes | bytearray) -> None:
+        line = line.strip(b" \t\r")
+        if not line:
+            return
+        try:
+            text = line.decode()
+        except UnicodeDecodeError as exc:
+            await self.write(
+                _error(None, PARSE_ERROR, f"Parse error: the line is not UTF-8 ({exc})")
+            )
+            return
+        try:
+            message = parse_json(text, max_depth=self._max_depth)
+        except JsonInputError as exc:
+            await self.write(_error(None, PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        await self._message(message)
+
+    async def _message(self, message: Any) -> None:
+        if isinstance(message, list):
+            what = "an empty batch" if not message else "a batch"
+            await self.write(
+                _error(None, INVALID_REQUEST, f"{what}: MCP takes one JSON-RPC message per line")
+            )
+            return
+        if not isinstance(message, dict):
+            await self.write(_error(None, INVALID_REQUEST, "a message must be a JSON object"))
+            return
+        has_id = "id" in message
+        raw_id = message.get("id")
+        id_ok = has_id and _valid_id(raw_id)
+        method = message.get("method")
+        is_response = "method" not in message and ("result" in message or "error" in message)
+        if is_response:
+            await self._response(message, raw_id if id_ok else None)
+            return
+        if has_id and not id_ok:
+            await self.write(
+                _error(None, INVALID_REQUEST, "the id must be a string or a number (not null)")
+            )
+            return
+        reply_id = raw_id if id_ok else None
+        problem = None
+        if message.get("jsonrpc") != "2.0":
+            problem = 'not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0"'
+        elif not isinstance(method, str):
+            problem = '"method" must be a string'
+        elif "params" in message and not isinstance(message["params"], dict):
+            problem = '"params" must be an object'
+        if problem is not None:
+            if has_id:  # a malformed notification gets no answer
+                await self.write(_error(reply_id, INVALID_REQUEST, problem))
+            return
+        assert isinstance(method, str)
+        if not has_id:
+            await self._notification(method, message.get("params"))
+            return
+        inner = self._next_id = self._next_id + 1
+        self._outer[inner] = raw_id
+        self._inner[_id_key(raw_id)] = inner
+        forward = {"jsonrpc": "2.0", "id": inner, "method": method}
+        if "params" in message:
+            forward["params"] = message["params"]
+        await self._forward(forward, reply_id)
+
+    async def _notification(self, method: str, params: Any) -> None:
+        forward: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if method == "notifications/cancelled":
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            if not _valid_id(request_id):
+                return  # the spec: an unknown or malformed cancellation is ignored
+            inner = self._inner.get(_id_key(request_id))
+            if inner is None or inner not in self._outer:
+                return
+            assert isinstance(params, dict)
+            params = {**params, "requestId": inner}
+            self._cancelled[inner] = None
+            while len(self._cancelled) > _CANCELLED_KEEP:
+                self._forget(next(iter(self._cancelled)))
+        if params is not None:
+            forward["params"] = params
+        await self._forward(forward, None)
+
+    async def _response(self, message: dict[str, Any], request_id: Any) -> None:
+        """The client's answer to a request the SDK sent (e.g. an elicitation)."""
+        if request_id is None or ("result" in message) == ("error" in message):
+            logger.info("dsh mcp serve: ignoring a malformed response from the client")
+            return
+        await self._forward({**message, "jsonrpc": "2.0"}, None)
+
+    async def _forward(self, message: dict[str, Any], reply_id: Any) -> None:
+        try:
+            parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        except ValueError as exc:
+            if "id" in message and "method" in message:
+                self._forget(message["id"])
+                first = str(exc).splitlines()[0]
+                await self.write(_error(reply_id, INVALID_REQUEST, f"Invalid Request: {first}"))
+            return
+        await self._to_session.send(SessionMessage(parsed))
