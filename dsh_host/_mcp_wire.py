@@ -50,6 +50,11 @@ DEFAULT_MAX_DEPTH = 512
 
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 
+_INITIALIZE_DEFAULTS: dict[str, Any] = {
+    "protocolVersion": "2025-03-26",
+    "capabilities": {},
+    "clientInfo": {"name": "unknown", "version": "0"},
+}
 _CANCELLED_KEEP = 1024  # ids of cancelled requests remembered, in case their answer was in flight
 
 Session = Callable[
@@ -105,28 +110,52 @@ class Wire:
         self._outer: dict[int, Any] = {}  # our id -> the client's id
         self._inner: dict[tuple[str, str], int] = {}  # the client's id -> our latest id
         self._cancelled: OrderedDict[int, None] = OrderedDict()
+        self._pending: set[int] = set()  # requests owed an answer
+        self._idle = trio.Event()
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
 
     async def run(self, session: Session) -> None:
-        """Serve until the input ends (EOF), then let the session finish and return."""
+        """Serve until the input ends (EOF) and every request read has been answered."""
         to_session, session_in = anyio.create_memory_object_stream[SessionMessage | Exception](64)
         session_out, from_session = anyio.create_memory_object_stream[SessionMessage](64)
         self._to_session = to_session
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_loop, from_session)
+
+            async def run_session() -> None:
+                try:
+                    await session(session_in, session_out)
+                finally:
+                    self._give_up()  # nothing more will be answered
+
             async with session_out:
-                nursery.start_soon(session, session_in, session_out)
+                nursery.start_soon(run_session)
                 async with to_session:
                     await self._read_loop()
+                    # End of input: answer what was asked before closing the session.
+                    while self._pending:
+                        self._idle = trio.Event()
+                        await self._idle.wait()
 
     def _forget(self, inner: int) -> Any:
         """Drop the mapping of our id *inner*; return the client's id it stood for."""
         outer = self._outer.pop(inner, None)
         self._cancelled.pop(inner, None)
+        self._settled(inner)
         key = _id_key(outer)
         if self._inner.get(key) == inner:
             del self._inner[key]
         return outer
+
+    def _settled(self, inner: int) -> None:
+        """Request *inner* was answered or cancelled: no answer is owed for it any more."""
+        self._pending.discard(inner)
+        if not self._pending:
+            self._idle.set()
+
+    def _give_up(self) -> None:
+        self._pending.clear()
+        self._idle.set()
 
     # -- output --------------------------------------------------------------------------
 
@@ -155,6 +184,9 @@ class Wire:
                         )
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     logger.info("dsh mcp serve: the client closed its input; dropping output")
+                    self._give_up()
+                    async for _ in from_session:  # keep the session from blocking on us
+                        pass
                     return
 
     # -- input ---------------------------------------------------------------------------
@@ -257,9 +289,13 @@ class Wire:
         inner = self._next_id = self._next_id + 1
         self._outer[inner] = raw_id
         self._inner[_id_key(raw_id)] = inner
-        forward = {"jsonrpc": "2.0", "id": inner, "method": method}
+        self._pending.add(inner)
+        forward: dict[str, Any] = {"jsonrpc": "2.0", "id": inner, "method": method}
         if "params" in message:
             forward["params"] = message["params"]
+        if method == "initialize" and isinstance(forward.get("params"), dict):
+            # Lenient about what old clients leave out; the SDK requires both.
+            forward["params"] = {**_INITIALIZE_DEFAULTS, **forward["params"]}
         await self._forward(forward, reply_id)
 
     async def _notification(self, method: str, params: Any) -> None:
@@ -274,6 +310,7 @@ class Wire:
             assert isinstance(params, dict)
             params = {**params, "requestId": inner}
             self._cancelled[inner] = None
+            self._settled(inner)
             while len(self._cancelled) > _CANCELLED_KEEP:
                 self._forget(next(iter(self._cancelled)))
         if params is not None:

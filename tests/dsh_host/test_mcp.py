@@ -7,10 +7,11 @@ import textwrap
 
 import mcp_types as types
 import trio
+import trio.testing
 
 from dsh_host import Accept, ApprovalOutcome, Ask, Deny, define_tool, hookimpl
-from dsh_host._mcp import annotations_for
-from tests.dsh_host.mcp_support import INIT, host_with_tools, run_session, sdk_session
+from dsh_host._mcp import annotations_for, serve
+from tests.dsh_host.mcp_support import INIT, Client, host_with_tools, run_session, sdk_session
 
 
 async def test_initialize_list_and_call(make_host):
@@ -451,3 +452,31 @@ async def test_official_mcp_client_interoperates(tmp_path):
     assert called.is_error is False
     assert failed.is_error is True
     assert "missing required property" in failed.content[0].text
+
+
+async def test_end_of_input_answers_what_was_asked_first(make_host):
+    """A client that writes its requests and closes stdin still gets every answer."""
+    gate = trio.Event()
+
+    async def slow(args):
+        await gate.wait()
+        return "done"
+
+    host = make_host(tools=[define_tool(name="slow", description="", parameters={}, execute=slow)])
+    left, right = trio.testing.memory_stream_pair()
+    client = Client(left)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve(host, right, right))
+        # an old client: initialize without capabilities or clientInfo is accepted
+        await client.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        assert "result" in await client.receive()
+        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await client.send(
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}
+        )
+        await left.send_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+        reply = await client.receive()
+    assert reply["id"] == 2
+    assert reply["result"]["content"] == [{"type": "text", "text": "done"}]
