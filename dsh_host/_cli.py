@@ -318,7 +318,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-all", action="store_true",
                    help="also list tools the configuration denies outright")  # fmt: skip
     p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,
-                   help="the longest stdio message line accepted (default: 16 MiB)")  # fmt: skip
+                   help="the longest message accepted, a stdio line or an HTTP body (default: 16 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_mcp)
 
     # Commands of built-in plugins; main() hands their arguments over unparsed.

@@ -106,18 +106,23 @@ async def serve_http(
     bind: str,
     *,
     list_all: bool = False,
+    max_body: int = DEFAULT_MAX_LINE,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
 
-    ``task_status.started`` receives the bound addresses (port 0 picks a free port).
+    POST bodies are validated first (`ValidatingApp`). ``task_status.started`` receives the
+    bound addresses (port 0 picks a free port).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
+    from ._mcp_http import ValidatingApp
+
     address, port = parse_bind(bind)
     service = McpService(host, list_all=list_all)
-    app = service.server.streamable_http_app(host=address)
+    sdk_app = service.server.streamable_http_app(host=address, max_request_body_size=max_body)
+    app = ValidatingApp(sdk_app, max_body=max_body)
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
@@ -173,7 +178,7 @@ def run_serve_command(
 
     async def serving() -> None:
         if args.http is not None:
-            await serve_http(host, args.http, list_all=list_all)
+            await serve_http(host, args.http, list_all=list_all, max_body=args.max_message_bytes)
         else:
             await serve_stdio(host, list_all=list_all, max_line=args.max_message_bytes)
 

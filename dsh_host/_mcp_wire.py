@@ -34,10 +34,12 @@ from ._json import JsonInputError, parse_json
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_LINE",
+    "DROP",
     "INVALID_REQUEST",
     "PARSE_ERROR",
     "Wire",
     "encode_message",
+    "refusal",
 ]
 
 logger = logging.getLogger("dsh_host.mcp")
@@ -86,6 +88,43 @@ def encode_message(message: dict[str, Any]) -> bytes:
 
 def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+DROP: dict[str, Any] = {}
+"""`refusal`'s answer for a malformed notification or response: drop it, say nothing."""
+
+
+def refusal(message: Any, *, integer_ids: bool = False) -> dict[str, Any] | None:
+    """The JSON-RPC error a parsed *message* gets, `DROP` to ignore it, or ``None`` if it is fine.
+
+    *integer_ids* refuses fractional ids too (over HTTP the SDK cannot echo them).
+    """
+    if isinstance(message, list):
+        what = "an empty batch" if not message else "a batch"
+        return _error(None, INVALID_REQUEST, f"{what}: MCP takes one JSON-RPC message at a time")
+    if not isinstance(message, dict):
+        return _error(None, INVALID_REQUEST, "a message must be a JSON object")
+    has_id = "id" in message
+    raw_id = message.get("id")
+    id_ok = has_id and _valid_id(raw_id) and not (integer_ids and isinstance(raw_id, float))
+    if "method" not in message and ("result" in message or "error" in message):
+        well_formed = id_ok and ("result" in message) != ("error" in message)
+        if not well_formed:
+            logger.info("dsh mcp serve: ignoring a malformed response from the client")
+        return None if well_formed else DROP
+    if has_id and not id_ok:
+        kinds = "a string or an integer" if integer_ids else "a string or a number"
+        return _error(None, INVALID_REQUEST, f"the id must be {kinds} (not null)")
+    problem = None
+    if message.get("jsonrpc") != "2.0":
+        problem = 'not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0"'
+    elif not isinstance(message.get("method"), str):
+        problem = '"method" must be a string'
+    elif "params" in message and not isinstance(message["params"], dict):
+        problem = '"params" must be an object'
+    if problem is None:
+        return None
+    return _error(raw_id, INVALID_REQUEST, problem) if has_id else DROP
 
 
 class Wire:
@@ -248,40 +287,19 @@ class Wire:
         await self._message(message)
 
     async def _message(self, message: Any) -> None:
-        if isinstance(message, list):
-            what = "an empty batch" if not message else "a batch"
-            await self.write(
-                _error(None, INVALID_REQUEST, f"{what}: MCP takes one JSON-RPC message per line")
-            )
+        refused = refusal(message)
+        if refused is not None:
+            if refused is not DROP:
+                await self.write(refused)
             return
-        if not isinstance(message, dict):
-            await self.write(_error(None, INVALID_REQUEST, "a message must be a JSON object"))
+        assert isinstance(message, dict)
+        if "method" not in message:
+            await self._response(message, message.get("id"))
             return
         has_id = "id" in message
         raw_id = message.get("id")
-        id_ok = has_id and _valid_id(raw_id)
-        method = message.get("method")
-        is_response = "method" not in message and ("result" in message or "error" in message)
-        if is_response:
-            await self._response(message, raw_id if id_ok else None)
-            return
-        if has_id and not id_ok:
-            await self.write(
-                _error(None, INVALID_REQUEST, "the id must be a string or a number (not null)")
-            )
-            return
-        reply_id = raw_id if id_ok else None
-        problem = None
-        if message.get("jsonrpc") != "2.0":
-            problem = 'not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0"'
-        elif not isinstance(method, str):
-            problem = '"method" must be a string'
-        elif "params" in message and not isinstance(message["params"], dict):
-            problem = '"params" must be an object'
-        if problem is not None:
-            if has_id:  # a malformed notification gets no answer
-                await self.write(_error(reply_id, INVALID_REQUEST, problem))
-            return
+        reply_id = raw_id
+        method = message["method"]
         assert isinstance(method, str)
         if not has_id:
             await self._notification(method, message.get("params"))
@@ -319,9 +337,6 @@ class Wire:
 
     async def _response(self, message: dict[str, Any], request_id: Any) -> None:
         """The client's answer to a request the SDK sent (e.g. an elicitation)."""
-        if request_id is None or ("result" in message) == ("error" in message):
-            logger.info("dsh mcp serve: ignoring a malformed response from the client")
-            return
         await self._forward({**message, "jsonrpc": "2.0"}, None)
 
     async def _forward(self, message: dict[str, Any], reply_id: Any) -> None:

@@ -164,3 +164,61 @@ async def test_streamable_http_serves_the_sdk_client(make_host):
     assert called.content[0].text == "echo: over http"
     assert missing.is_error is True
     assert missing.meta["dsh/code"] == "INVALID_ARGS"
+
+
+async def test_hostile_http_bodies_get_json_rpc_errors(make_host):
+    import httpx2
+
+    from dsh_host._mcp import serve_http
+
+    host = host_with_tools(make_host)
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}
+    hostile = [
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', 400, None, -32600),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', 400, None, -32600),
+        (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', 400, None, -32600),
+        (b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}', 400, None, -32700),
+        (b'{"jsonrpc":"2.0","id":4,"method":null}', 400, 4, -32600),
+        (b"[]", 400, None, -32600),
+        (b"[" * 20_000 + b"]" * 20_000, 400, None, -32700),
+        (
+            b'{"jsonrpc":"2.0","id":5,"method":"ping","x":"' + b"a" * 70_000 + b'"}',
+            413,
+            None,
+            -32600,
+        ),
+        (b"\xff", 400, None, -32700),
+    ]
+
+    def client(url):
+        statuses = []
+        with httpx2.Client(timeout=30) as http:
+            opened = http.post(url, headers=headers, json=init)
+            assert opened.status_code == 200
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            session["mcp-protocol-version"] = INIT["protocolVersion"]
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert http.post(url, headers=session, json=note).status_code == 202
+            for body, status, reply_id, code in hostile:
+                answer = http.post(url, headers=session, content=body)
+                error = answer.json()
+                statuses.append((answer.status_code, error["id"], error["error"]["code"]))
+                assert statuses[-1] == (status, reply_id, code), body[:50]
+            bad_note = b'{"jsonrpc":"2.0","method":"notifications/x","params":3}'
+            assert http.post(url, headers=session, content=bad_note).status_code == 202
+            ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+            answer = http.post(url, headers=session, json=ping)
+            assert answer.status_code == 200
+            assert '"id":7' in answer.text
+        return statuses
+
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(
+            lambda task_status: serve_http(
+                host, "127.0.0.1:0", max_body=65_536, task_status=task_status
+            )
+        )
+        statuses = await trio.to_thread.run_sync(client, bound[0] + "/mcp")
+        nursery.cancel_scope.cancel()
+    assert len(statuses) == len(hostile)
