@@ -215,8 +215,13 @@ class McpService:
     async def listed(self) -> list[types.Tool]:
         """The tools offered: computed once per set of registered tools, not per request."""
         tools = self.host.registry.tools()
-        if self._listed is not None and self._listed[0] == tools:
-            return self._listed[1]
+        cached = self._listed
+        if (
+            cached is not None
+            and len(cached[0]) == len(tools)
+            and all(a is b for a, b in zip(cached[0], tools, strict=True))
+        ):
+            return cached[1]
         offered = [
             types.Tool(
                 name=tool.name,

@@ -480,3 +480,65 @@ async def test_end_of_input_answers_what_was_asked_first(make_host):
         reply = await client.receive()
     assert reply["id"] == 2
     assert reply["result"]["content"] == [{"type": "text", "text": "done"}]
+
+
+async def test_the_listing_probe_runs_once_per_set_of_tools_not_per_request(make_host):
+    probes = []
+
+    class Counter:
+        name = "counter"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            if execution.dry_run:
+                probes.append(execution.name)
+
+    host = host_with_tools(make_host, Counter())
+
+    async def body(client):
+        await client.initialize()
+        for request_id in (1, 2, 3):
+            assert len((await client.request(request_id, "tools/list"))["result"]["tools"]) == 2
+        assert sorted(probes) == ["echo", "hang"]
+        host.registry.register(_tool("late"))
+        names = [t["name"] for t in (await client.request(4, "tools/list"))["result"]["tools"]]
+        assert names == ["echo", "hang", "late"]
+        assert len(probes) == 5
+
+    await run_session(host, body)
+
+
+async def test_cancelling_during_elicitation_cancels_the_question_and_the_call(make_host):
+    results = []
+    observed = trio.Event()
+    asked = trio.Event()
+
+    class Asker:
+        name = "asker"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Ask("sure?")
+
+    class Observer:
+        name = "observer"
+
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            results.append(result.code)
+            observed.set()
+
+    host = host_with_tools(make_host, Asker(), Observer())
+
+    async def never_answers(context, params):
+        asked.set()
+        await trio.sleep_forever()
+
+    async with sdk_session(host, elicitation_callback=never_answers) as session:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.call_tool, "echo", {"text": "x"})
+            await asked.wait()
+            nursery.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
+        await observed.wait()
+        assert (await session.send_ping()) is not None
+    assert results == ["ABORTED_BEFORE_DISPATCH"]
