@@ -55,7 +55,7 @@ logger = logging.getLogger("dsh_host.mcp")
 APPROVER_NAME = "mcp_client"
 """The name the elicitation approver is registered under (``decided_by`` when the person declines)."""
 
-INVALID_PARAMS = -32602
+INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
 PREVIEW_CHARS = 300
 
 _REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
@@ -274,6 +274,7 @@ class McpService:
         self._calls += 1
         signal = AbortSignal()
         box: list[ToolExecutionResult] = []
+        failure: list[Exception] = []
         done = trio.Event()
         arguments = {} if params.arguments is None else params.arguments
 
@@ -282,12 +283,17 @@ class McpService:
             # ABORTED result (audited, its body awaited) rather than vanishing mid-pipeline.
             with trio.CancelScope(shield=True):
                 _REQUEST.set(ctx)
-                box.append(
-                    await self.host.call(
-                        params.name, arguments, call_id=f"mcp-{self._calls}", signal=signal
+                try:
+                    box.append(
+                        await self.host.call(
+                            params.name, arguments, call_id=f"mcp-{self._calls}", signal=signal
+                        )
                     )
-                )
-                done.set()
+                except Exception as exc:  # the host promises not to raise; if it does, say so
+                    logger.exception("dsh mcp serve: tools/call %r raised", params.name)
+                    failure.append(exc)
+                finally:
+                    done.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
@@ -296,6 +302,9 @@ class McpService:
             except trio.Cancelled:
                 signal.abort("cancelled by the MCP client")
                 raise
+        if failure:
+            text = f"dsh failed to run {params.name!r}: {type(failure[0]).__name__}: {failure[0]}"
+            raise MCPError(code=INTERNAL_ERROR, message=text)
         result = box[0]
         if result.code == "UNKNOWN_TOOL":
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")

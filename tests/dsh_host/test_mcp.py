@@ -542,3 +542,21 @@ async def test_cancelling_during_elicitation_cancels_the_question_and_the_call(m
         await observed.wait()
         assert (await session.send_ping()) is not None
     assert results == ["ABORTED_BEFORE_DISPATCH"]
+
+
+async def test_a_host_that_raises_is_an_internal_error_not_a_dead_server(make_host, monkeypatch):
+    host = host_with_tools(make_host)
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(host, "call", broken)
+
+    async def body(client):
+        await client.initialize()
+        reply = await client.request(1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+        assert reply["error"]["code"] == -32603
+        assert "RuntimeError: boom" in reply["error"]["message"]
+        assert (await client.request(2, "ping"))["result"] == {}
+
+    await run_session(host, body)
