@@ -252,11 +252,13 @@ class McpService:
             result = await self.host.registry.preview(probe, trace=events.append)
         finally:
             _REQUEST.reset(token)
-        if result is None or result.code != "DENIED" or result.decided_by is None:
+        decided = result.decided_by if result is not None else None
+        if result is None or result.code != "DENIED" or decided is None:
             return False
         return any(
             e.stage == "dsh_tool_pre_execute"
-            and e.plugin == result.decided_by
+            and e.plugin is not None
+            and (decided == e.plugin or decided.startswith(f"{e.plugin}:"))  # older `name: detail`
             and e.outcome.startswith("deny")
             for e in events
         )
