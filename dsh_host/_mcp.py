@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._mcp_server import McpService, annotations_for, content_to_mcp
-from ._mcp_wire import DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
+from ._mcp_wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
 if TYPE_CHECKING:
     import argparse
@@ -47,13 +47,18 @@ async def serve(
     list_all: bool = False,
     max_line: int = DEFAULT_MAX_LINE,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     service: McpService | None = None,
 ) -> None:
-    """Serve one MCP session over a byte stream pair until *receive* reaches end of file."""
+    """Serve one MCP session over a byte stream pair until *receive* reaches end of file.
+
+    At end of file, requests already read are answered; calls still running after
+    *drain_timeout* seconds are aborted (and, being answered to a departed client, dropped).
+    """
     service = service or McpService(host, list_all=list_all)
     server = service.server
     options = server.create_initialization_options()
-    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth)
+    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout)
 
     async def session(read: Any, write: Any) -> None:
         await server.run(read, write, options)

@@ -32,6 +32,7 @@ from mcp.shared.message import SessionMessage
 from ._json import JsonInputError, parse_json
 
 __all__ = [
+    "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_LINE",
     "DROP",
@@ -49,6 +50,9 @@ DEFAULT_MAX_LINE = 16 * 1024 * 1024
 
 DEFAULT_MAX_DEPTH = 512
 """The deepest JSON nesting accepted in one message."""
+
+DEFAULT_DRAIN_TIMEOUT = 10.0
+"""Seconds the calls still running at end of input may take before they are aborted."""
 
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 
@@ -137,6 +141,7 @@ class Wire:
         *,
         max_line: int = DEFAULT_MAX_LINE,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
         if max_line < 1:
             raise ValueError(f"max_line must be a positive number of bytes, not {max_line!r}")
@@ -144,6 +149,7 @@ class Wire:
         self._send = send
         self._max_line = max_line
         self._max_depth = max_depth
+        self._drain_timeout = drain_timeout
         self._send_lock = trio.Lock()
         self._next_id = 0
         self._outer: dict[int, Any] = {}  # our id -> the client's id
@@ -154,7 +160,7 @@ class Wire:
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
 
     async def run(self, session: Session) -> None:
-        """Serve until the input ends (EOF) and every request read has been answered."""
+        """Serve until the input ends (EOF) and every request read has been answered (or aborted)."""
         to_session, session_in = anyio.create_memory_object_stream[SessionMessage | Exception](64)
         session_out, from_session = anyio.create_memory_object_stream[SessionMessage](64)
         self._to_session = to_session
@@ -171,10 +177,13 @@ class Wire:
                 nursery.start_soon(run_session)
                 async with to_session:
                     await self._read_loop()
-                    # End of input: answer what was asked before closing the session.
-                    while self._pending:
-                        self._idle = trio.Event()
-                        await self._idle.wait()
+                    # End of input: answer what was asked before closing the session, for up
+                    # to drain_timeout; then the calls still running are aborted (the client
+                    # is leaving: the spec has it wait a while, then send SIGTERM).
+                    with trio.move_on_after(self._drain_timeout):
+                        while self._pending:
+                            self._idle = trio.Event()
+                            await self._idle.wait()
 
     def _forget(self, inner: int) -> Any:
         """Drop the mapping of our id *inner*; return the client's id it stood for."""

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import mcp_types as types
+import pytest
 import trio
 import trio.testing
 
@@ -560,3 +561,30 @@ async def test_a_host_that_raises_is_an_internal_error_not_a_dead_server(make_ho
         assert (await client.request(2, "ping"))["result"] == {}
 
     await run_session(host, body)
+
+
+async def test_calls_still_running_at_end_of_input_are_aborted_after_the_drain_timeout(
+    make_host, autojump_clock
+):
+    results = []
+
+    class Observer:
+        name = "observer"
+
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            results.append(result.code)
+
+    host = host_with_tools(make_host, Observer())
+    left, right = trio.testing.memory_stream_pair()
+    client = Client(left)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve(host, right, right, drain_timeout=5))
+        await client.initialize()
+        await client.send(
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hang"}}
+        )
+        await left.send_eof()
+        started = trio.current_time()
+    assert trio.current_time() - started == pytest.approx(5)
+    assert results == ["ABORTED"]
