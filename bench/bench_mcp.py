@@ -8,7 +8,10 @@ Both servers are real child processes on stdio, driven by the official SDK clien
 - ``dsh``: ``dsh_host._mcp.serve_stdio`` over a host with the same ``echo`` tool and no plugins
   (the wire layer, the SDK session, the whole pipeline);
 - ``dsh+stack``: as ``dsh``, with the installed built-in plugins loaded (permissions, guards,
-  timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``.
+  timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``;
+- ``mounted``: ``host.call("mcp__plain__echo", ...)`` in a process whose host mounts the
+  ``plain`` server with the ``mcp`` plugin (no other plugins): the mounted tool through dsh,
+  compared with the SDK client calling ``plain`` directly.
 
 Rounds alternate between the servers so that load from elsewhere hits each alike; the figure is
 the median of per-round means. Run ``python bench/bench_mcp.py [--calls N] [--rounds R] [--json]``.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -71,6 +75,37 @@ trio.run(serve_stdio, host)
 """
 
 
+MOUNTED = """
+import sys, time, trio
+from dsh_host import Host
+from dsh_plugins_builtin.mcp import McpPlugin
+
+plugin = McpPlugin()
+servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]]}}
+host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False)
+
+async def main(calls):
+    for _ in range(20):
+        await host.call("mcp__plain__echo", {"text": "hi"})
+    started = time.perf_counter()
+    for _ in range(calls):
+        result = await host.call("mcp__plain__echo", {"text": "hi"})
+    assert result.text == "hi", result
+    print((time.perf_counter() - started) / calls)
+
+trio.run(main, int(sys.argv[2]))
+plugin.close()
+"""
+
+
+def _mounted_round(script: Path, plain: Path, calls: int) -> float:
+    out = subprocess.run(
+        [sys.executable, str(script), str(plain), str(calls)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return float(out.stdout.strip())
+
+
 async def _round(script: Path, args: list[str], calls: int) -> float:
     params = StdioServerParameters(command=sys.executable, args=[str(script), *args])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -94,20 +129,23 @@ def main() -> None:
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain, dsh = Path(tmp, "plain.py"), Path(tmp, "dsh_server.py")
+        mounted = Path(tmp, "mounted.py")
         plain.write_text(textwrap.dedent(PLAIN))
         dsh.write_text(textwrap.dedent(DSH))
+        mounted.write_text(textwrap.dedent(MOUNTED))
         cases = {"plain": (plain, []), "dsh": (dsh, ["bare"]), "dsh+stack": (dsh, ["stack"])}
-        samples: dict[str, list[float]] = {name: [] for name in cases}
+        samples: dict[str, list[float]] = {name: [] for name in [*cases, "mounted"]}
         for _ in range(options.rounds):
             for name, (script, args) in cases.items():
                 samples[name].append(anyio.run(_round, script, args, options.calls))
+            samples["mounted"].append(_mounted_round(mounted, plain, options.calls))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     ratios = {name: medians[name] / medians["plain"] for name in medians}
     if options.json:
         print(json.dumps({"median_s": medians, "ratio": ratios, "samples_s": samples}))
         return
     print(f"{'case':<10} {'per call':>10} {'x plain':>8}")
-    for name in cases:
+    for name in samples:
         print(f"{name:<10} {medians[name] * 1e6:>8.0f}us {ratios[name]:>8.2f}")
 
 
