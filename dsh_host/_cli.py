@@ -349,7 +349,16 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mcp", parents=common, help="serve the gated tools over MCP")
     mcp_sub = p.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
     p = mcp_sub.add_parser("serve", parents=common,
-                           help="a Model Context Protocol server on stdin/stdout")  # fmt: skip
+                           help="a Model Context Protocol server on stdin/stdout (or HTTP)")  # fmt: skip
+    p.add_argument("--workspace", metavar="DIR",
+                   help="serve as if started in DIR: its dsh.toml and the default workspace "
+                   "(MCP clients often start servers in an arbitrary directory)")  # fmt: skip
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")  # fmt: skip
+    p.add_argument("--list-all", action="store_true",
+                   help="also list tools the configuration denies outright")  # fmt: skip
+    p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,
+                   help="the longest message accepted, a stdio line or an HTTP body (default: 16 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_mcp)
 
     # Commands of built-in plugins; main() hands their arguments over unparsed.
@@ -390,11 +399,9 @@ def _delegate(argv: Sequence[str]) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from ._mcp import serve_stdio
+    from ._mcp import run_serve_command
 
-    host = build_host(args)
-    trio.run(serve_stdio, host)
-    return 0
+    return run_serve_command(args, build_host, UsageError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

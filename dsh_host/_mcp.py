@@ -1,195 +1,193 @@
-"""``dsh mcp serve``: the host's gated tools as a Model Context Protocol server over stdio.
+"""``dsh mcp serve``: the host's gated tools as a Model Context Protocol server.
 
-Newline-delimited JSON-RPC 2.0 (the MCP stdio transport). Every ``tools/call`` goes through the
-whole pipeline, so permissions, approval, the sandbox and audit apply to MCP clients exactly as
-to ``dsh call``. Requests are served concurrently; ``notifications/cancelled`` aborts the call's
-`AbortSignal`. Nothing but protocol messages is written to stdout.
+Built on the official ``mcp`` SDK's lowlevel server (`dsh_host._mcp_server`), which runs on
+anyio and so on trio. Over stdio, a validating wire layer (`dsh_host._mcp_wire`) sits in front
+of the SDK session, because the SDK's own stdio transport does not survive hostile input; over
+streamable HTTP (``--http HOST:PORT``) the SDK's ASGI app is served by hypercorn's trio worker.
+Nothing but protocol messages is written to stdout: while serving, fd 1 points at stderr and fd 0
+at the null device, so a tool or child process that prints cannot corrupt the protocol.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Awaitable, Callable
-from importlib.metadata import PackageNotFoundError, version
+import os
+import signal
+import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._signal import AbortSignal
-from ._values import ImageBlock, TextBlock, ToolExecutionResult
+from ._mcp_server import McpService, annotations_for, content_to_mcp
+from ._mcp_wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable, Callable, Iterator
+
     from ._host import Host
 
-__all__ = ["McpServer", "serve_stdio"]
-
-logger = logging.getLogger("dsh_host.mcp")
-
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
-MAX_LINE = 64 * 1024 * 1024
-
-
-class _RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _version() -> str:
-    try:
-        return version("dsh-host")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0"
-
-
-def content_to_mcp(result: ToolExecutionResult) -> list[dict[str, Any]]:
-    """MCP content blocks for a result (text and image blocks)."""
-    out: list[dict[str, Any]] = []
-    for block in result.content:
-        if isinstance(block, TextBlock):
-            out.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageBlock):
-            out.append({"type": "image", "data": block.data, "mimeType": block.mime_type})
-    return out
-
-
-class McpServer:
-    """One MCP session: reads requests with `receive_line`, answers with `send`."""
-
-    def __init__(self, host: Host, send: Callable[[bytes], Awaitable[None]]) -> None:
-        self.host = host
-        self._send_bytes = send
-        self._send_lock = trio.Lock()
-        self._inflight: dict[Any, AbortSignal] = {}
-        self._ids = 0
-
-    async def send(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-        async with self._send_lock:
-            await self._send_bytes(data)
-
-    async def _reply(
-        self, request_id: Any, result: Any = None, error: _RpcError | None = None
-    ) -> None:
-        if error is not None:
-            message = {"code": error.code, "message": error.message}
-            await self.send({"jsonrpc": "2.0", "id": request_id, "error": message})
-        else:
-            await self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
-
-    async def handle_line(self, line: bytes, nursery: trio.Nursery) -> None:
-        """Dispatch one line; requests that call tools run in *nursery*."""
-        try:
-            message = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
-            await self._reply(None, error=_RpcError(PARSE_ERROR, f"parse error: {exc}"))
-            return
-        batch = message if isinstance(message, list) else [message]
-        for item in batch:
-            await self._handle(item, nursery)
-
-    async def _handle(self, message: Any, nursery: trio.Nursery) -> None:
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            await self._reply(None, error=_RpcError(INVALID_REQUEST, "not a JSON-RPC 2.0 message"))
-            return
-        method = message.get("method")
-        request_id = message.get("id")
-        params = message.get("params") or {}
-        if method is None:
-            return  # a response to something we never sent
-        if "id" not in message:
-            self._notification(method, params)
-            return
-        if method == "tools/call":
-            nursery.start_soon(self._call_tool, request_id, params)
-            return
-        try:
-            result = self._request(method, params)
-        except _RpcError as exc:
-            await self._reply(request_id, error=exc)
-        else:
-            await self._reply(request_id, result)
-
-    def _notification(self, method: str, params: Any) -> None:
-        if method == "notifications/cancelled" and isinstance(params, dict):
-            signal = self._inflight.get(params.get("requestId"))
-            if signal is not None:
-                signal.abort(params.get("reason") or "cancelled by the MCP client")
-
-    def _request(self, method: str, params: Any) -> Any:
-        if method == "initialize":
-            asked = params.get("protocolVersion") if isinstance(params, dict) else None
-            chosen = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-            return {
-                "protocolVersion": chosen,
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": "dsh", "version": _version()},
-                "instructions": "Tools served by dsh; every call passes its policy pipeline.",
-            }
-        if method == "ping":
-            return {}
-        if method == "tools/list":
-            return {"tools": [s.to_mcp() for s in self.host.registry.schemas()]}
-        raise _RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
-
-    async def _call_tool(self, request_id: Any, params: Any) -> None:
-        if not isinstance(params, dict) or not isinstance(params.get("name"), str):
-            await self._reply(
-                request_id, error=_RpcError(INVALID_PARAMS, "tools/call needs a tool name")
-            )
-            return
-        arguments = params.get("arguments")
-        signal = AbortSignal()
-        self._inflight[request_id] = signal
-        self._ids += 1
-        try:
-            result = await self.host.call(
-                params["name"],
-                {} if arguments is None else arguments,
-                call_id=f"mcp-{request_id if request_id is not None else self._ids}",
-                signal=signal,
-            )
-        finally:
-            self._inflight.pop(request_id, None)
-        reply: dict[str, Any] = {"content": content_to_mcp(result), "isError": result.is_error}
-        if result.is_error and result.error is not None:
-            reply["_meta"] = {"dsh/code": result.error.code, "dsh/decided_by": result.decided_by}
-        await self._reply(request_id, reply)
+__all__ = [
+    "McpService",
+    "annotations_for",
+    "content_to_mcp",
+    "parse_bind",
+    "run_serve_command",
+    "serve",
+    "serve_http",
+    "serve_stdio",
+]
 
 
 async def serve(
     host: Host,
     receive: trio.abc.ReceiveStream,
     send: trio.abc.SendStream,
+    *,
+    list_all: bool = False,
+    max_line: int = DEFAULT_MAX_LINE,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    service: McpService | None = None,
 ) -> None:
-    """Serve one MCP session until *receive* reaches end of file."""
-    server = McpServer(host, send.send_all)
-    buffer = b""
-    async with trio.open_nursery() as nursery:
-        while True:
-            chunk = await receive.receive_some(65536)
-            if not chunk:
-                break
-            buffer += chunk
-            if len(buffer) > MAX_LINE and b"\n" not in buffer:
-                await server._reply(None, error=_RpcError(INVALID_REQUEST, "message too large"))
-                buffer = b""
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                if line.strip():
-                    await server.handle_line(line, nursery)
-        if buffer.strip():
-            await server.handle_line(buffer, nursery)
+    """Serve one MCP session over a byte stream pair until *receive* reaches end of file.
+
+    At end of file, requests already read are answered; calls still running after
+    *drain_timeout* seconds are aborted (and, being answered to a departed client, dropped).
+    """
+    service = service or McpService(host, list_all=list_all)
+    server = service.server
+    options = server.create_initialization_options()
+    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout)
+
+    async def session(read: Any, write: Any) -> None:
+        await server.run(read, write, options)
+
+    await wire.run(session)
 
 
-async def serve_stdio(host: Host) -> None:
-    """Serve MCP on this process's stdin and stdout."""
-    import os
+@contextmanager
+def _claim_stdio() -> Iterator[tuple[int, int]]:
+    """Private copies of fds 0 and 1 for the protocol; fd 0 -> /dev/null, fd 1 -> stderr meanwhile."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+        yield wire_in, wire_out
+    finally:
+        os.close(null)
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)
 
-    receive = trio.lowlevel.FdStream(os.dup(0))
-    send = trio.lowlevel.FdStream(os.dup(1))
-    async with receive, send:
-        await serve(host, receive, send)
+
+async def serve_stdio(
+    host: Host,
+    *,
+    list_all: bool = False,
+    max_line: int = DEFAULT_MAX_LINE,
+) -> None:
+    """Serve MCP on this process's stdin and stdout until stdin ends."""
+    with _claim_stdio() as (fd_in, fd_out):
+        receive = trio.lowlevel.FdStream(fd_in)
+        send = trio.lowlevel.FdStream(fd_out)
+        async with receive, send:
+            await serve(host, receive, send, list_all=list_all, max_line=max_line)
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong."""
+    where, sep, port = text.rpartition(":")
+    if not sep or not where or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http takes HOST:PORT such as 127.0.0.1:8765, not {text!r}")
+    return where.strip("[]"), int(port)
+
+
+async def serve_http(
+    host: Host,
+    bind: str,
+    *,
+    list_all: bool = False,
+    max_body: int = DEFAULT_MAX_LINE,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
+
+    POST bodies are validated first (`ValidatingApp`). ``task_status.started`` receives the
+    bound addresses (port 0 picks a free port).
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from ._mcp_http import ValidatingApp
+
+    address, port = parse_bind(bind)
+    service = McpService(host, list_all=list_all)
+    sdk_app = service.server.streamable_http_app(host=address, max_request_body_size=max_body)
+    app = ValidatingApp(sdk_app, max_body=max_body)
+    config = Config()
+    config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
+
+
+async def _until_interrupt(serving: Callable[[], Awaitable[None]]) -> bool:
+    """Run *serving*; ``True`` if SIGINT (Ctrl-C) stopped it, ``False`` if it ended by itself."""
+    interrupted = False
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    nursery.cancel_scope.cancel()
+
+            async def serve_then_stop() -> None:
+                await serving()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(serve_then_stop)
+    return interrupted
+
+
+def run_serve_command(
+    args: argparse.Namespace,
+    build_host: Callable[[argparse.Namespace], Host],
+    usage_error: type[Exception],
+) -> int:
+    """``dsh mcp serve``: 0 when the client closes stdin, 130 (one line on stderr) on Ctrl-C."""
+    if args.max_message_bytes < 1024:
+        raise usage_error(
+            f"--max-message-bytes must be at least 1024, not {args.max_message_bytes}"
+        )
+    if args.http is not None:
+        try:
+            parse_bind(args.http)
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
+    if args.workspace is not None:
+        try:
+            os.chdir(args.workspace)
+        except OSError as exc:
+            raise usage_error(
+                f"--workspace {args.workspace!r}: {exc.strerror}; pass an existing directory"
+            ) from None
+    host = build_host(args)
+    list_all: bool = args.list_all
+
+    async def serving() -> None:
+        if args.http is not None:
+            await serve_http(host, args.http, list_all=list_all, max_body=args.max_message_bytes)
+        else:
+            await serve_stdio(host, list_all=list_all, max_line=args.max_message_bytes)
+
+    if trio.run(_until_interrupt, serving):
+        sys.stderr.write("dsh mcp serve: interrupted\n")
+        return 130
+    return 0

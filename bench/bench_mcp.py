@@ -1,0 +1,153 @@
+"""Per-call round trip of a trivial tool through ``dsh mcp serve`` vs a plain MCP SDK server.
+
+Both servers are real child processes on stdio, driven by the official SDK client
+(``ClientSession.call_tool``), one call at a time, in the same run:
+
+- ``plain``: the SDK's lowlevel ``Server`` with one ``echo`` tool, on the SDK's own stdio
+  transport (no dsh at all);
+- ``dsh``: ``dsh_host._mcp.serve_stdio`` over a host with the same ``echo`` tool and no plugins
+  (the wire layer, the SDK session, the whole pipeline);
+- ``dsh+stack``: as ``dsh``, with the installed built-in plugins loaded (permissions, guards,
+  timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``;
+- ``mounted``: ``host.call("mcp__plain__echo", ...)`` in a process whose host mounts the
+  ``plain`` server with the ``mcp`` plugin (no other plugins): the mounted tool through dsh,
+  compared with the SDK client calling ``plain`` directly.
+
+Rounds alternate between the servers so that load from elsewhere hits each alike; the figure is
+the median of per-round means. Run ``python bench/bench_mcp.py [--calls N] [--rounds R] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+PLAIN = """
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+TOOL = types.Tool(name="echo", description="echo", input_schema={
+    "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[TOOL])
+
+async def call_tool(ctx, params):
+    return types.CallToolResult(content=[types.TextContent(type="text", text=params.arguments["text"])])
+
+server = Server("plain", on_list_tools=list_tools, on_call_tool=call_tool)
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+anyio.run(main)
+"""
+
+DSH = """
+import sys
+import trio
+from dsh_host import Host, define_tool
+from dsh_host._mcp import serve_stdio
+
+async def echo(args):
+    return args["text"]
+
+stack = sys.argv[1] == "stack"
+config = {"plugin": {"permissions": {"allow": ["echo"]}}} if stack else None
+host = Host(config, load_entrypoints=stack)
+host.registry.register(define_tool(name="echo", description="echo",
+    parameters={"text": {"type": "string", "required": True}}, execute=echo))
+trio.run(serve_stdio, host)
+"""
+
+
+MOUNTED = """
+import sys, time, trio
+from dsh_host import Host
+from dsh_plugins_builtin.mcp import McpPlugin
+
+plugin = McpPlugin()
+servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]]}}
+host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False)
+
+async def main(calls):
+    for _ in range(20):
+        await host.call("mcp__plain__echo", {"text": "hi"})
+    started = time.perf_counter()
+    for _ in range(calls):
+        result = await host.call("mcp__plain__echo", {"text": "hi"})
+    assert result.text == "hi", result
+    print((time.perf_counter() - started) / calls)
+
+trio.run(main, int(sys.argv[2]))
+plugin.close()
+"""
+
+
+def _mounted_round(script: Path, plain: Path, calls: int) -> float:
+    out = subprocess.run(
+        [sys.executable, str(script), str(plain), str(calls)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return float(out.stdout.strip())
+
+
+async def _round(script: Path, args: list[str], calls: int) -> float:
+    params = StdioServerParameters(command=sys.executable, args=[str(script), *args])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        for _ in range(20):  # warm-up
+            await session.call_tool("echo", {"text": "hi"})
+        started = time.perf_counter()
+        for _ in range(calls):
+            result = await session.call_tool("echo", {"text": "hi"})
+        elapsed = time.perf_counter() - started
+        assert result.content[0].text == "hi", result  # type: ignore[union-attr]
+    return elapsed / calls
+
+
+def main() -> None:
+    """Run the benchmark and print a table (or ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--calls", type=int, default=300, help="calls per round (default 300)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per server (default 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, dsh = Path(tmp, "plain.py"), Path(tmp, "dsh_server.py")
+        mounted = Path(tmp, "mounted.py")
+        plain.write_text(textwrap.dedent(PLAIN))
+        dsh.write_text(textwrap.dedent(DSH))
+        mounted.write_text(textwrap.dedent(MOUNTED))
+        cases = {"plain": (plain, []), "dsh": (dsh, ["bare"]), "dsh+stack": (dsh, ["stack"])}
+        samples: dict[str, list[float]] = {name: [] for name in [*cases, "mounted"]}
+        for _ in range(options.rounds):
+            for name, (script, args) in cases.items():
+                samples[name].append(anyio.run(_round, script, args, options.calls))
+            samples["mounted"].append(_mounted_round(mounted, plain, options.calls))
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    ratios = {name: medians[name] / medians["plain"] for name in medians}
+    if options.json:
+        print(json.dumps({"median_s": medians, "ratio": ratios, "samples_s": samples}))
+        return
+    print(f"{'case':<10} {'per call':>10} {'x plain':>8}")
+    for name in samples:
+        print(f"{name:<10} {medians[name] * 1e6:>8.0f}us {ratios[name]:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

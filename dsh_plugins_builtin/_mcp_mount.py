@@ -1,0 +1,242 @@
+"""The connections of the ``mcp`` plugin: one asyncio loop in a thread holds every client session.
+
+Why a thread of its own: the host starts plugins synchronously (``dsh_host_started``), often
+inside a running trio loop, while an MCP client session must live as long as the host, across
+``dsh call``'s one ``trio.run`` and every session of ``dsh mcp serve``. So the sessions live in a
+daemon thread running an asyncio loop (the SDK client's home backend), and a tool call hops
+there with `asyncio.run_coroutine_threadsafe` and waits for the future from its own trio loop.
+Cancelling that future (the call was aborted) cancels the SDK request, which sends
+``notifications/cancelled`` to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import attrs
+import mcp_types as types
+import trio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+__all__ = ["Link", "McpServerConfig", "Mount"]
+
+T = TypeVar("T")
+
+STDERR_TAIL = 2000
+"""How many characters of a stdio server's stderr an error message quotes."""
+
+
+@attrs.frozen
+class McpServerConfig:
+    """One ``[plugin.mcp.servers.NAME]`` table: a stdio ``command`` or an HTTP ``url``.
+
+    Attributes:
+        command: the program to start (stdio); with ``args``, ``env`` (added to dsh's
+            environment) and ``cwd``.
+        url: a streamable-HTTP endpoint, with ``headers`` (e.g. ``Authorization``).
+        enabled: ``false`` mounts nothing.
+        timeout_ms: the time budget of each call (also the start timeout).
+        tools: the server's tool names to mount (default: all).
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = attrs.field(factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = attrs.field(factory=dict)
+    enabled: bool = True
+    timeout_ms: float = 60_000.0
+    tools: tuple[str, ...] | None = None
+
+
+class Link:
+    """One mounted server: its session (in the mount loop), status, tools and stderr."""
+
+    def __init__(self, name: str, config: McpServerConfig) -> None:
+        self.name = name
+        self.config = config
+        self.session: ClientSession | None = None
+        self.status = "starting"
+        self.error: str | None = None
+        self.tools: list[types.Tool] = []
+        self.tools_changed = False
+        self._stop: asyncio.Event | None = None
+        # Lives as long as the link (the server writes to it until it exits).
+        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+
+    def stderr_tail(self) -> str:
+        """The end of what a stdio server wrote to stderr ('' for none)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._errlog.flush()
+            size = self._errlog.seek(0, os.SEEK_END)
+            self._errlog.seek(max(0, size - STDERR_TAIL * 4))
+            return self._errlog.read()[-STDERR_TAIL:].strip()
+        return ""
+
+    def describe_failure(self, what: str) -> str:
+        """*what*, plus the server's stderr tail when there is one."""
+        tail = self.stderr_tail()
+        return f"{what}; its stderr ends: {tail}" if tail else what
+
+    async def _list(self, session: ClientSession) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a server whose cursor never ends is cut off
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        allowed = self.config.tools
+        return [t for t in tools if allowed is None or t.name in allowed]
+
+    async def _on_message(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ToolListChangedNotification):
+            # Marked at once, before the messages after it are read: the host re-lists
+            # before its next call (`relist`).
+            self.tools_changed = True
+
+    async def relist(self) -> None:
+        """List the tools again (after ``tools/list_changed``)."""
+        if self.session is not None:
+            self.tools = await self._list(self.session)
+
+    async def run(self, ready: asyncio.Future[None]) -> None:
+        """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
+        self._stop = asyncio.Event()
+        config = self.config
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if config.command is not None:
+                    params = StdioServerParameters(
+                        command=config.command,
+                        args=list(config.args),
+                        env={**os.environ, **config.env},
+                        cwd=config.cwd,
+                    )
+                    streams = await stack.enter_async_context(stdio_client(params, self._errlog))
+                else:
+                    import httpx2
+
+                    assert config.url is not None
+                    http = await stack.enter_async_context(
+                        httpx2.AsyncClient(headers=dict(config.headers))
+                    )
+                    streams = await stack.enter_async_context(
+                        streamable_http_client(config.url, http_client=http)
+                    )
+                read, write = streams[0], streams[1]
+                session = await stack.enter_async_context(
+                    ClientSession(read, write, message_handler=self._on_message)
+                )
+                async with asyncio.timeout(config.timeout_ms / 1000):
+                    await session.initialize()
+                    self.tools = await self._list(session)
+                self.session = session
+                self.status = "running"
+                ready.set_result(None)
+                await self._stop.wait()
+        except Exception as exc:
+            what = "did not start in time" if isinstance(exc, TimeoutError) else _describe(exc)
+            self.error = self.describe_failure(
+                f"MCP server {self.name!r} "
+                + ("failed: " if self.status == "running" else "")
+                + what
+            )
+            self.status = "failed"
+        finally:
+            self.session = None
+            if not ready.done():
+                ready.set_result(None)
+
+    def close(self) -> None:
+        """Release the stderr file (after the session has ended)."""
+        self._errlog.close()
+
+    def stop(self) -> None:
+        """Ask `run` to close the session (call in the mount loop)."""
+        if self._stop is not None:
+            self._stop.set()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Mount:
+    """The mount loop: a daemon thread running asyncio, and the links it holds."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-mcp", daemon=True)
+        self._thread.start()
+        self.links: dict[str, Link] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, links: list[Link], timeout: float) -> None:
+        """Start *links* concurrently; return once each is running or failed (or *timeout*)."""
+
+        async def start_all() -> None:
+            loop = asyncio.get_running_loop()
+            readies = []
+            for link in links:
+                ready: asyncio.Future[None] = loop.create_future()
+                self._tasks.append(loop.create_task(link.run(ready)))
+                readies.append(ready)
+            await asyncio.gather(*readies)
+
+        self.links.update({link.name: link for link in links})
+        future = asyncio.run_coroutine_threadsafe(start_all(), self._loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            future.result(timeout)
+
+    def run_blocking(self, coroutine: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
+        """Run *coroutine()* in the mount loop and wait for it here (a host thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
+
+    async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it."""
+        future = asyncio.run_coroutine_threadsafe(coroutine(), self._loop)
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        future.add_done_callback(lambda _: token.run_sync_soon(done.set))
+        try:
+            await done.wait()
+        except trio.Cancelled:
+            future.cancel()
+            raise
+        return future.result()
+
+    def close(self) -> None:
+        """Close every session and stop the loop (stdio servers see end of input and exit)."""
+        if not self._thread.is_alive():
+            return
+
+        async def stop_all() -> None:
+            for link in self.links.values():
+                link.stop()
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=5)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
+        for link in self.links.values():
+            link.close()

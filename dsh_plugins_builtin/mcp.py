@@ -1,0 +1,235 @@
+"""The ``mcp`` plugin: MCP servers mounted behind dsh's policy, their tools as ``mcp__NAME__TOOL``.
+
+::
+
+    [plugin.mcp.servers.time]
+    command = "mcp-server-time"
+    args = ["--local-timezone", "UTC"]
+
+    [plugin.mcp.servers.docs]
+    url = "https://example.com/mcp"
+    headers = { Authorization = "Bearer ..." }
+    tools = ["search"]          # mount only these (default: all)
+
+Each server is started when the host starts (all at once, each within its ``timeout_ms``), its
+tools listed (every page) and registered as ``mcp__<server>__<tool>``, the naming Claude Code
+uses, so permission rules like ``mcp__time__*`` apply. dsh validates the arguments against the
+server's input schema before sending; a ``readOnlyHint`` makes the tool concurrency-safe; text,
+image and resource results become content blocks; an ``isError`` result is an error result
+(code ``MCP_TOOL_ERROR``); an aborted call sends ``notifications/cancelled``; a server that
+fails to start is reported on stderr and by `McpPlugin.status`, and its tools are not mounted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import re
+import sys
+from typing import Any
+
+import attrs
+import mcp_types as types
+
+from dsh_host import (
+    ConfigError,
+    DshError,
+    Host,
+    ImageBlock,
+    TextBlock,
+    ToolDefinition,
+    ToolRunContext,
+    define_tool,
+    hookimpl,
+)
+
+from ._mcp_mount import Link, McpServerConfig, Mount
+
+__all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
+
+_NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
+
+
+@attrs.frozen
+class McpConfig:
+    """The ``[plugin.mcp]`` table: ``servers``, one table per mounted server."""
+
+    servers: dict[str, McpServerConfig] = attrs.field(factory=dict)
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The dsh name of *server*'s *tool*: ``mcp__server__tool``."""
+    return f"mcp__{server}__{tool}"
+
+
+def _check(config: McpConfig, where: str | None) -> None:
+    for name, server in config.servers.items():
+
+        def fail(message: str, key: str, name: str = name) -> ConfigError:
+            return ConfigError(message, path=where, plugin="mcp", key=f"servers.{name}.{key}")
+
+        if not _NAME.match(name):
+            raise ConfigError(
+                f"server name {name!r}: use letters, digits, '-' and single '_'",
+                path=where, plugin="mcp", key=f"servers.{name}",
+            )  # fmt: skip
+        if server.command is not None and server.url is not None:
+            raise fail("give either command (a stdio server) or url (HTTP), not both", "url")
+        if server.command is None and server.url is None:
+            raise fail("missing: give command (a stdio server) or url (HTTP)", "command")
+        if not (math.isfinite(server.timeout_ms) and server.timeout_ms > 0):
+            raise fail(f"must be a positive number of ms, not {server.timeout_ms!r}", "timeout_ms")
+
+
+def _content(result: types.CallToolResult, server: str) -> list[TextBlock | ImageBlock]:
+    blocks: list[TextBlock | ImageBlock] = []
+    for item in result.content:
+        if isinstance(item, types.TextContent):
+            blocks.append(TextBlock(item.text))
+        elif isinstance(item, types.ImageContent):
+            blocks.append(ImageBlock(data=item.data, mime_type=item.mime_type))
+        elif isinstance(item, types.EmbeddedResource):
+            resource = item.resource
+            text = getattr(resource, "text", None)
+            blocks.append(TextBlock(text if text is not None else f"[resource {resource.uri}]"))
+        elif isinstance(item, types.ResourceLink):
+            blocks.append(TextBlock(f"[resource link {item.uri}]"))
+        else:
+            blocks.append(TextBlock(f"[{getattr(item, 'type', 'unknown')} content from {server}]"))
+    return blocks
+
+
+class McpPlugin:
+    """Mounts the MCP servers of ``[plugin.mcp.servers]``."""
+
+    name = "mcp"
+
+    def __init__(self) -> None:
+        self._register: Any = None
+        self._mount: Mount | None = None
+        self._unregister: dict[str, list[Any]] = {}
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type[McpConfig]:
+        return McpConfig
+
+    @hookimpl
+    def dsh_register_tools(self, register: Any) -> None:
+        self._register = register  # tools are known only once the servers have started
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        config: McpConfig = host.config_for(self) or McpConfig()
+        _check(config, host.config.source)
+        links = [Link(n, s) for n, s in config.servers.items() if s.enabled]
+        if not links:
+            return
+        self._mount = Mount()
+        atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
+        self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
+        # Registry changes happen on the host's thread: a pre-execute hook, present only while
+        # servers are mounted, applies a server's tools/list_changed before the next call.
+        host.pm.register(_ListChanges(self), name="mcp_list_changes")
+        for link in links:
+            if link.status != "running":
+                reason = link.error or f"MCP server {link.name!r} did not start"
+                sys.stderr.write(f"dsh: mcp: {reason}\n")
+                continue
+            self._mount_tools(link)
+
+    def apply_list_changes(self) -> None:
+        """Re-register the tools of servers that sent ``tools/list_changed`` (host thread only)."""
+        if self._mount is None:
+            return
+        for link in self._mount.links.values():
+            if link.tools_changed:
+                link.tools_changed = False
+                try:
+                    self._mount.run_blocking(link.relist, link.config.timeout_ms / 1000)
+                except Exception as exc:
+                    link.error = f"re-listing the tools of MCP server {link.name!r} failed: {exc}"
+                    sys.stderr.write(f"dsh: mcp: {link.error}\n")
+                self._mount_tools(link)
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Each server's status (``running``/``failed``/``starting``), error and tools."""
+        links = self._mount.links.values() if self._mount is not None else ()
+        return {
+            link.name: {
+                "status": link.status,
+                "error": link.error,
+                "tools": [tool_name(link.name, t.name) for t in link.tools],
+            }
+            for link in links
+        }
+
+    def close(self) -> None:
+        """Close every session; the servers see end of input and exit."""
+        if self._mount is not None:
+            self._mount.close()
+
+    def _mount_tools(self, link: Link) -> None:
+        for unregister in self._unregister.pop(link.name, []):
+            unregister()
+        mounted = []
+        for tool in link.tools:
+            try:
+                definition = self._definition(link, tool)
+            except DshError as exc:
+                link.error = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
+                sys.stderr.write(f"dsh: mcp: {link.error}\n")
+                continue
+            mounted.append(self._register(definition))
+        self._unregister[link.name] = mounted
+
+    def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
+        mount = self._mount
+        assert mount is not None
+        server, remote = link.name, tool.name
+        annotations = tool.annotations
+        read_only = bool(annotations is not None and annotations.read_only_hint)
+        timeout = link.config.timeout_ms / 1000
+
+        async def execute(args: Any, ctx: ToolRunContext) -> Any:
+            session = link.session
+            if session is None:
+                raise DshError(
+                    link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
+                    "MCP_SERVER_UNAVAILABLE",
+                )
+
+            async def call() -> types.CallToolResult:
+                return await session.call_tool(remote, args, read_timeout_seconds=timeout)
+
+            try:
+                result = await mount.run(call)
+            except DshError:
+                raise
+            except Exception as exc:
+                what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
+                raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
+            blocks = _content(result, server)
+            if result.is_error:
+                text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+                raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
+            return blocks
+
+        return define_tool(
+            name=tool_name(server, remote),
+            description=tool.description or f"{remote} (MCP server {server})",
+            parameters=dict(tool.input_schema),
+            execute=execute,
+            timeout_ms=link.config.timeout_ms,
+            is_concurrency_safe=(lambda args: True) if read_only else None,
+        )
+
+
+class _ListChanges:
+    """Applies pending ``tools/list_changed`` re-registrations; never decides anything."""
+
+    def __init__(self, plugin: McpPlugin) -> None:
+        self.plugin = plugin
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_pre_execute(self, execution: Any) -> None:
+        self.plugin.apply_list_changes()
