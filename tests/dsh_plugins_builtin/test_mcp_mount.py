@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -122,17 +123,26 @@ def test_sdk_server_tools_are_mounted_and_called(mounted, server_script, tmp_pat
     assert len(huge.text) == 5_000_000
 
 
-async def _until(path, tries=400):
-    """Wait for another process to create *path* (cross-process: polled, bounded)."""
-    for _ in range(tries):
-        if path.exists():
-            return
-        await trio.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
+def _fifo(path):
+    """A named pipe at *path*: the server's ``open(path, "w")`` meets the test's read."""
+    os.mkfifo(path)
+    return path
+
+
+async def _until(path):
+    """Wait, without polling, for another process to write *path* (a FIFO) and close it."""
+
+    def read():
+        with open(path) as pipe:
+            return pipe.read()
+
+    with trio.fail_after(60):  # a bound, not a pace: the read returns as soon as it is written
+        return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
 def test_abort_sends_cancelled_and_list_changes_reregister(mounted, server_script, tmp_path):
-    marker = tmp_path / "cancelled"
+    marker = _fifo(tmp_path / "cancelled")
+    _fifo(tmp_path / "cancelled.started")
     host, _ = mounted(
         {"t": {"command": sys.executable, "args": [str(server_script), "ok", str(marker)]}}
     )
@@ -148,14 +158,14 @@ def test_abort_sends_cancelled_and_list_changes_reregister(mounted, server_scrip
             nursery.start_soon(slow)
             await _until(tmp_path / "cancelled.started")
             signal.abort("enough")
-        await _until(marker)
+        said = await _until(marker)
         changed = await host.call("mcp__t__change", {})
         extra = await host.call("mcp__t__extra", {})
-        return results[0], changed, extra
+        return results[0], said, changed, extra
 
-    aborted, changed, extra = trio.run(calls)
+    aborted, said, changed, extra = trio.run(calls)
     assert aborted.code == "ABORTED"
-    assert marker.read_text() == "cancelled"  # the server saw notifications/cancelled
+    assert said == "cancelled"  # the server saw notifications/cancelled
     assert changed.text == "changed"
     assert extra.text == "extra!"  # registered after tools/list_changed, no waiting
 
