@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from ._completion import add_completion_parser, autocomplete, tool_names
+from ._completion import add_completion_parser, autocomplete, plugin_names, tool_names
 from ._config import config_converter, find_config
 from ._errors import ConfigError, PluginLoadError
 from ._host import Host
@@ -115,7 +115,10 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     path = config or getattr(args, "sub_config", None) or args.config
     source = pathlib.Path(path) if path else find_config()
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
-    host = Host(source, plugins=objects, load_entrypoints=entrypoints)
+    disable = [*args.disable, *getattr(args, "sub_disable", [])]
+    host = Host(source, plugins=objects, load_entrypoints=entrypoints, disable=disable)
+    for line in host.warnings if not quiet else ():
+        warn(f"dsh: warning: {printable(line)}")
     failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
     if failed and not quiet:
         names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
@@ -294,6 +297,13 @@ def _common(prefix: str) -> argparse.ArgumentParser:
     group.add_argument("--no-entrypoints", action="store_true", dest=f"{prefix}no_entrypoints",
                        default=unset if prefix else False,
                        help="load no installed plugins, only --plugin ones")  # fmt: skip
+    disable = group.add_argument(
+        "--disable", metavar="NAME", action="append", dest=f"{prefix}disable",
+        default=unset if prefix else [],
+        help="block this installed plugin for this run; a name or an fnmatch pattern "
+        "(repeatable; also DSH_DISABLE_PLUGINS=a,b)",
+    )  # fmt: skip
+    disable.completer = plugin_names  # type: ignore[attr-defined]  # read by argcomplete
     return common
 
 

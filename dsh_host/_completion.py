@@ -37,7 +37,7 @@ def _host(parsed_args: argparse.Namespace) -> Any:
     from ._cli import build_host
 
     try:
-        return build_host(parsed_args)
+        return build_host(parsed_args, quiet=True)
     except Exception:  # a completer must never print a traceback into the user's shell
         return None
 

@@ -54,7 +54,15 @@ class Host:
             in this order.
         load_entrypoints: load the plugins installed under the ``dsh.plugins`` entry-point group
             (tests pass ``False``).
-        environ: the environment read for ``DSH_PLUGINS`` and ``DSH_DISABLE_PLUGIN_AUTOLOAD``.
+        environ: the environment read for ``DSH_PLUGINS``, ``DSH_DISABLE_PLUGINS`` and
+            ``DSH_DISABLE_PLUGIN_AUTOLOAD``.
+        disable: plugin names (or `fnmatch` patterns) to block for this host, as
+            ``dsh --disable NAME`` does.
+
+    Attributes:
+        warnings: one line each for configuration that names plugins that are not installed
+            (a ``disable`` entry, a ``[plugin.X]`` table): harmless, so not errors, but worth
+            saying (``dsh`` prints them on stderr).
 
     Raises:
         ConfigError: the configuration is wrong; the message names the file, plugin and key.
@@ -72,6 +80,7 @@ class Host:
         load_entrypoints: bool = True,
         *,
         environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
     ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
         self.pm: pluggy.PluginManager = make_plugin_manager()
@@ -85,11 +94,13 @@ class Host:
         self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}
         self._tools: dict[str, list[Callable[[], None]]] = {}
+        self.warnings: list[str] = []
         environ = os.environ if environ is None else environ
         loaded: list[tuple[str, object, PluginInfo]] = []
         if load_entrypoints:
-            chosen, left_out = select_entry_points(self.config, environ)
+            chosen, left_out, warnings = select_entry_points(self.config, environ, disable=disable)
             self._left_out.extend(left_out)
+            self.warnings.extend(warnings)
             for ep in chosen:
                 dist, version = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
                 row = PluginInfo(
@@ -120,13 +131,14 @@ class Host:
         ]
         known = sorted({row.name for row in self.plugins()} | installed_names())
         for table in sorted(set(self.config.tables) - set(known)):
+            # A leftover table of an uninstalled plugin must not stop every command: a warning.
             hint = difflib.get_close_matches(table, known, n=1)
             did_you_mean = f" (did you mean [plugin.{hint[0]}]?)" if hint else ""
-            raise ConfigError(
-                f"no plugin of this name is installed{did_you_mean}; "
-                f"installed: {', '.join(known) or '(none)'}",
-                path=self.config.source, plugin=table,
-            )  # fmt: skip
+            self.warnings.append(
+                f"{self.config.describe()}, [plugin.{table}]: no plugin of this name is "
+                f"installed{did_you_mean}; the table is ignored. Installed: "
+                f"{', '.join(known) or '(none)'}"
+            )
         for name, plugin in registered:
             if (hook := self._impl_of(plugin, "dsh_register_tools")) is not None:
                 try:
@@ -157,11 +169,15 @@ class Host:
         load_entrypoints: bool = True,
         cwd: pathlib.Path | None = None,
         environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
     ) -> Host:
         """A host configured from *path*, or from the config file found in *cwd* (see `find_config`)."""
         environ = os.environ if environ is None else environ
         found = pathlib.Path(path) if path is not None else find_config(cwd, environ)
-        return cls(found, plugins=plugins, load_entrypoints=load_entrypoints, environ=environ)
+        return cls(
+            found, plugins=plugins, load_entrypoints=load_entrypoints, environ=environ,
+            disable=disable,
+        )  # fmt: skip
 
     # -- plugins ---------------------------------------------------------------------------
 

@@ -78,7 +78,9 @@ def test_a_raw_closed_schema_gets_did_you_mean_too():
     raw = {"type": "object", "properties": {"path": {"type": "string"}},
            "additionalProperties": False}  # fmt: skip
     t = define_tool(name="t", description="", parameters=raw, execute=lambda args: "ok")
-    assert validate_args(t, {"pth": "x"}) == ['"pth" is not a declared property; did you mean "path"?']
+    assert validate_args(t, {"pth": "x"}) == [
+        '"pth" is not a declared property; did you mean "path"?'
+    ]
 
 
 def test_an_explicit_additional_properties_is_kept():
