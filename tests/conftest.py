@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host import Host, ToolDefinition, define_tool
-from dsh_host import testing
+from dsh_host import Host, ToolDefinition, define_tool, testing
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,7 +10,7 @@ from dsh_host import ConfigError, Host
 from dsh_host._cli import main
 from dsh_host._plugins import PluginStatus
 
-from .test_plugins import ep, installed, rows  # noqa: F401 - the fixture
+from .test_plugins import ep, installed, rows
 
 __all__ = ["installed"]
 
@@ -85,7 +85,8 @@ def test_dsh_disable_on_any_command_and_the_warning_on_stderr(
     assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["audit_tool"]
     assert main(["tools", "--disable", "a*", "--disable", "gone", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "hello_tool" in captured.out and "audit_tool" not in captured.out
+    assert "hello_tool" in captured.out
+    assert "audit_tool" not in captured.out
     assert captured.err == (
         "dsh: warning: --disable: no installed plugin is named 'gone'; installed: audit, hello; "
         "ignored\n"
