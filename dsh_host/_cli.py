@@ -16,7 +16,7 @@ import os
 import pathlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
@@ -130,14 +130,26 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
 # -- plugins, tools, config -----------------------------------------------------------------
 
 
+def debugging() -> bool:
+    """``DSH_DEBUG=1``: show full tracebacks of plugin failures (and of internal errors)."""
+    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
+
+
 def _cmd_plugins(args: argparse.Namespace) -> int:
     host = build_host(args, quiet=True)
+    rows = host.plugins()
     if args.json:
-        dump([row.to_json() for row in host.plugins()])
+        dump([row.to_json() for row in rows])
     else:
-        for line in render_plugins(host.plugins(), host.config.describe(), stdout_style()):
+        for line in render_plugins(rows, host.config.describe(), stdout_style()):
             out(line)
-    return 0
+        for row in rows if debugging() else ():
+            if row.traceback:
+                out(f"traceback of {row.name}:")
+                for line in row.traceback.split("\n"):
+                    out(f"    {line}")
+    failed = any(row.status is PluginStatus.FAILED for row in rows)
+    return 1 if args.check and failed else 0
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
@@ -246,6 +258,11 @@ def _cmd_call(args: argparse.Namespace) -> int:
             warn(trace_line(event))
 
     result = trio.run(lambda: host.call(args.name, arguments, trace=trace))
+    trace_text = result.meta.get("traceback") if isinstance(result.meta, Mapping) else None
+    if isinstance(trace_text, str) and (args.trace or debugging()):
+        warn(f"traceback of the {result.code} failure:")
+        for line in trace_text.split("\n"):
+            warn(f"    {line}")
     if args.json:
         dump(result.to_json())
     else:
@@ -322,6 +339,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plugins", parents=common, help="list plugins and their status")
     p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when any plugin failed to load (for CI)")  # fmt: skip
     p.set_defaults(handler=_cmd_plugins)
 
     p = sub.add_parser("tools", parents=common, help="list the tools a model is offered")
@@ -418,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant(sys.stdout)
     _tolerant(sys.stderr)
-    debug = "--debug" in argv or os.environ.get("DSH_DEBUG", "") not in ("", "0")
+    debug = "--debug" in argv or debugging()
     argv = [arg for arg in argv if arg != "--debug"]
     try:
         return _main(argv)

@@ -39,6 +39,7 @@ from ._signal import AbortSignal
 from ._tool import ToolDefinition
 from ._trace import Trace
 from ._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._where import format_traceback, plugin_location
 
 __all__ = ["Host"]
 
@@ -87,9 +88,11 @@ class Host:
         self.hooks = HookRelay(self.pm)
         settings = self.config.host
         self.registry = ToolRegistry(
-            hooks=self.hooks, observer_timeout=settings.observer_timeout,
-            hook_timeout=settings.hook_timeout, approval_timeout=settings.approval_timeout,
-        )  # fmt: skip
+            hooks=self.hooks,
+            observer_timeout=settings.observer_timeout,
+            hook_timeout=settings.hook_timeout,
+            approval_timeout=settings.approval_timeout,
+        )
         self._rows: dict[str, PluginInfo] = {}
         self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}
@@ -115,9 +118,15 @@ class Host:
                         verb = "instantiate"
                         plugin = plugin()
                 except (Exception, SystemExit) as exc:
-                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}"
+                    where = _at(plugin_location(exc, ep.value.split(":")[0].split(".")[0]))
+                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}{where}"
                     self._left_out.append(
-                        attrs.evolve(row, status=PluginStatus.FAILED, error=error)
+                        attrs.evolve(
+                            row,
+                            status=PluginStatus.FAILED,
+                            error=error,
+                            traceback=format_traceback(exc),
+                        )
                     )
                     continue
                 loaded.append((ep.name, plugin, row))
@@ -146,7 +155,7 @@ class Host:
                 except BaseException as exc:
                     if real_interrupt(exc):
                         raise
-                    self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}")
+                    self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}", exc)
         for name, plugin in registered:
             if self.pm.is_registered(plugin) and (
                 hook := self._impl_of(plugin, "dsh_host_started")
@@ -158,7 +167,7 @@ class Host:
                 except BaseException as exc:
                     if real_interrupt(exc):
                         raise
-                    self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}")
+                    self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}", exc)
 
     @classmethod
     def from_config(
@@ -175,9 +184,12 @@ class Host:
         environ = os.environ if environ is None else environ
         found = pathlib.Path(path) if path is not None else find_config(cwd, environ)
         return cls(
-            found, plugins=plugins, load_entrypoints=load_entrypoints, environ=environ,
+            found,
+            plugins=plugins,
+            load_entrypoints=load_entrypoints,
+            environ=environ,
             disable=disable,
-        )  # fmt: skip
+        )
 
     # -- plugins ---------------------------------------------------------------------------
 
@@ -223,8 +235,9 @@ class Host:
         elif name in self.config.tables:
             raise ConfigError(
                 "this plugin takes no configuration (it has no dsh_plugin_config); remove the table",
-                path=self.config.source, plugin=name,
-            )  # fmt: skip
+                path=self.config.source,
+                plugin=name,
+            )
         config_name = None
         if config_class is not None:
             config_name = f"{config_class.__module__}.{config_class.__qualname__}"
@@ -233,15 +246,23 @@ class Host:
         )
         return True
 
-    def _drop(self, plugin: object, name: str, error: str) -> None:
-        """Take a plugin out after a set-up hook failed: its hooks, its tools and its config."""
+    def _drop(self, plugin: object, name: str, error: str, exc: BaseException) -> None:
+        """Take a plugin out after a set-up hook failed: its hooks, its tools and its config.
+        The error gains the plugin's file and line; the row keeps the full traceback."""
+        error += _at(plugin_location(exc, _package_of(plugin)))
         self.pm.unregister(plugin)
         for unregister in reversed(self._tools.pop(name, [])):
             unregister()
         self._configs.pop(name, None)
         row = self._rows.pop(name)
         self._left_out.append(
-            attrs.evolve(row, status=PluginStatus.FAILED, error=error, order=None)
+            attrs.evolve(
+                row,
+                status=PluginStatus.FAILED,
+                error=error,
+                order=None,
+                traceback=format_traceback(exc),
+            )
         )
 
     def _impl_of(self, plugin: object, hook: str) -> Any:
@@ -288,9 +309,12 @@ class Host:
     ) -> ToolExecutionResult:
         """Run one call through the whole pipeline and return its frozen result."""
         input = ToolExecutionInput(
-            call_id=call_id or new_call_id(), name=name, arguments=arguments, scope=scope,
+            call_id=call_id or new_call_id(),
+            name=name,
+            arguments=arguments,
+            scope=scope,
             signal=signal,
-        )  # fmt: skip
+        )
         return await self.registry.execute(input, trace=trace)
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
@@ -356,6 +380,16 @@ class Host:
         return GenericResultView(
             title=self.present_call(name, args, scope).title, content=result.content
         )
+
+
+def _at(where: str | None) -> str:
+    return f" (at {where})" if where else ""
+
+
+def _package_of(plugin: object) -> str:
+    """The top-level package a plugin object's code lives in."""
+    module = plugin.__name__ if isinstance(plugin, type(os)) else type(plugin).__module__
+    return module.split(".", 1)[0]
 
 
 def _describe(exc: BaseException) -> str:

@@ -86,6 +86,8 @@ class PluginInfo:
     error: str | None = None
     source: str = "entry point"
     order: int | None = None
+    traceback: str | None = attrs.field(default=None, repr=False)
+    """The full Python traceback of a failure (``dsh plugins --json``, ``DSH_DEBUG=1``)."""
 
     def to_json(self) -> dict[str, Any]:
         """A plain JSON object, as ``dsh plugins --json`` prints it."""
@@ -99,6 +101,7 @@ class PluginInfo:
             "error": self.error,
             "source": self.source,
             "order": self.order,
+            "traceback": self.traceback,
         }
 
 

@@ -205,7 +205,7 @@ def test_register_tools_raising_rolls_back_its_tools():
     host = Host(plugins=[Half(), denier("no")], load_entrypoints=False)
     row = rows(host)["half"]
     assert row.status is PluginStatus.FAILED
-    assert row.error == "dsh_register_tools failed: RuntimeError: second tool broke"
+    assert row.error.startswith("dsh_register_tools failed: RuntimeError: second tool broke")
     assert host.registry.get("first") is None
     assert host.pm.get_plugin("half") is None
 
