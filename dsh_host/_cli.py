@@ -31,6 +31,7 @@ from ._plugins import PluginStatus, load_module
 from ._render import (
     Style,
     approval_hint,
+    context_lines,
     decision_line,
     dump_toml,
     plugin_origin,
@@ -38,6 +39,7 @@ from ._render import (
     render_plugins,
     render_result,
     render_tools,
+    result_title,
     style_for,
     trace_line,
 )
@@ -267,20 +269,19 @@ def _cmd_call(args: argparse.Namespace) -> int:
         dump(result.to_json())
     else:
         style = stdout_style()
-        for line in render_call(host.present_call(args.name, arguments), style):
+        call_view = host.present_call(args.name, arguments)
+        for line in render_call(call_view, style):
             out(line)
         out(decision_line(result, events, style))
         if result.code in _NOT_RUN:
             for line in result.text.split("\n"):
                 out(f"  {style.paint(printable(line), 'red')}")
         else:
-            for line in render_result(host.present_result(args.name, arguments, result), style):
+            view = host.present_result(args.name, arguments, result)
+            for line in [*result_title(view, call_view.title, style), *render_result(view, style)]:
                 out(line)
-        for context in result.additional_contexts:
-            text = "\n".join(getattr(b, "text", "") for b in context.content)
-            source = printable(context.source or "the tool")
-            for line in text.split("\n"):
-                out(style.paint(f"  (context from {source}) {printable(line)}", "dim"))
+        for line in context_lines(result, style):
+            out(line)
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
     allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules

@@ -216,6 +216,25 @@ def render_result(view: ResultView, style: Style) -> list[str]:
     return _indent(_content_lines(view.content))
 
 
+def result_title(view: ResultView, call_title: str | None, style: Style) -> list[str]:
+    """The result card's title, when its presenter gave one of its own (not the call's)."""
+    title = view.title
+    if not title or title == call_title:
+        return []
+    return [style.paint(f"  {printable(title)}", "bold")]
+
+
+def context_lines(result: ToolExecutionResult, style: Style, indent: str = "  ") -> list[str]:
+    """One dim line per line of each context note the model gets with *result*, with its source."""
+    lines = []
+    for context in result.additional_contexts:
+        text = "\n".join(getattr(block, "text", "") for block in context.content)
+        source = printable(context.source or "the tool")
+        for line in text.split("\n"):
+            lines.append(style.paint(f"{indent}(context from {source}) {printable(line)}", "dim"))
+    return lines
+
+
 def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], style: Style) -> str:
     """Whether the call ran, and who decided: from the result and its trace events."""
     code = result.code
