@@ -84,6 +84,8 @@ def out(line: str = "") -> None:
 
 
 def warn(line: str) -> None:
+    with contextlib.suppress(Exception):  # what stdout has so far comes first, as on a terminal
+        sys.stdout.flush()
     _write(sys.stderr, line)
 
 

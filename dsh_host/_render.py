@@ -217,9 +217,10 @@ def render_result(view: ResultView, style: Style) -> list[str]:
 
 
 def result_title(view: ResultView, call_title: str | None, style: Style) -> list[str]:
-    """The result card's title, when its presenter gave one of its own (not the call's)."""
+    """The result card's title, when its presenter gave one of its own (not the call's title, nor
+    the path a file card shows anyway)."""
     title = view.title
-    if not title or title == call_title:
+    if not title or title in (call_title, getattr(view, "path", None)):
         return []
     return [style.paint(f"  {printable(title)}", "bold")]
 
@@ -281,6 +282,15 @@ def approval_hint(
         return []
     plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
+    if plugin != "permissions" and allowed is not None and name in allowed:
+        # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
+        return [
+            f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
+            f"      the call was denied. {name!r} already has an allow rule; the ask comes from",
+            f"      {plugin or 'that plugin'}'s own configuration: change it there, or run on a "
+            "terminal",
+            "      with an approval plugin enabled, to be asked.",
+        ]
     rule = ", ".join(json.dumps(rule) for rule in (*(allowed or ()), name))
     return [
         f"hint: {asker} asked for approval, and no approval plugin could answer here,",

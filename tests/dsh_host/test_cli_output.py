@@ -80,3 +80,17 @@ def test_dsh_run_text_shows_context_notes(dsh, tmp_path):
         "    (context from weather) units are Celsius",
         "1 call, 0 failed",
     ]
+
+
+def test_the_approval_hint_does_not_repeat_an_allow_rule_that_is_there():
+    from dsh_host import ToolExecutionResult, ToolFailure
+    from dsh_host._render import approval_hint
+
+    message = 'tool "hello" requires approval, but no approval channel is available.'
+    denied = ToolExecutionResult(
+        content="x", is_error=True, error=ToolFailure(message, "DENIED"), decided_by="policy"
+    )
+    hint = "\n".join(approval_hint("hello", denied, "dsh.toml", ("hello",)))
+    assert '"hello", "hello"' not in hint
+    assert "'hello' already has an allow rule; the ask comes from" in hint
+    assert "policy's own configuration" in hint
