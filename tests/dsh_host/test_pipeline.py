@@ -123,7 +123,9 @@ async def test_plugin_raising_in_a_gate_stage_is_final(make_host, hook, stages):
     assert result.is_error
     assert result.code == "PLUGIN_FAILED"
     assert result.decided_by == f"raises-in-{hook}"
-    assert result.error.message == f"plugin 'raises-in-{hook}' failed in {hook}: RuntimeError: boom"
+    assert result.error.message.startswith(  # then " (at FILE:LINE)", the plugin's line
+        f"plugin 'raises-in-{hook}' failed in {hook}: RuntimeError: boom (at {__file__}:"
+    )
     assert result.text == f"Error: {result.error.message}"
     assert recorder.stages == stages  # post-execute skipped, exactly one observer round
 
