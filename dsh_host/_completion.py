@@ -2,7 +2,8 @@
 
 ``dsh completion SHELL`` prints the script to source; the shell then calls ``dsh`` back with
 ``_ARGCOMPLETE`` set, and `autocomplete` answers from the parser: commands, options, and, for
-``dsh call NAME``, the names of the installed tools.
+``dsh call NAME``, the names of the installed tools, and for ``--disable NAME`` the installed
+plugins.
 """
 
 from __future__ import annotations
