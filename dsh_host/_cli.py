@@ -140,7 +140,9 @@ def debugging() -> bool:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    host = build_host(args, quiet=True)
+    host = build_host(args, quiet=True)  # the listing shows failures itself
+    for line in host.warnings:
+        warn(f"dsh: warning: {printable(line)}")
     rows = host.plugins()
     if args.json:
         dump([row.to_json() for row in rows])

@@ -91,3 +91,17 @@ def test_dsh_disable_on_any_command_and_the_warning_on_stderr(
         "dsh: warning: --disable: no installed plugin is named 'gone'; installed: audit, hello; "
         "ignored\n"
     )
+
+
+def test_dsh_plugins_shows_the_warnings_too(installed, capsys, monkeypatch, tmp_path):
+    installed(ep("hello"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DSH_DISABLE_PLUGINS", raising=False)
+    (tmp_path / "dsh.toml").write_text('[plugins]\ndisable = ["timing"]\n')
+    assert main(["plugins", "--check"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"dsh: warning: plugins.disable in {tmp_path / 'dsh.toml'}: no installed plugin is named 'timing'; "
+        "installed: hello; ignored\n"
+    )
+    assert "hello  enabled" in captured.out
