@@ -29,6 +29,7 @@ The conventions, for whoever writes docs:
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -216,7 +217,17 @@ def run_page(page: pathlib.Path, tmp: pathlib.Path) -> list[str]:
     return problems
 
 
+def _other_plugin_distributions() -> set[str]:
+    eps = importlib.metadata.entry_points(group="dsh.plugins")
+    return {ep.dist.name for ep in eps if ep.dist is not None} - {"dsh-host"}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_console_examples_print_what_the_page_shows(page, tmp_path):
+    others = _other_plugin_distributions()
+    assert not others, (
+        f"the docs show a fresh install, but this environment also has {sorted(others)}; "
+        "uninstall them to run this test"
+    )
     problems = run_page(page, tmp_path)
     assert not problems, "\n\n".join(problems)
