@@ -128,6 +128,10 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
         names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
         warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
         warn("dsh: see `dsh plugins` for the errors")
+        for row in failed if debugging() else ():
+            warn(f"dsh: traceback of {row.name}:")
+            for line in (row.traceback or "").split("\n"):
+                warn(f"    {line}")
     return host
 
 

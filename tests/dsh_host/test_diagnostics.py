@@ -102,6 +102,10 @@ def test_plugins_check_exits_1_when_a_plugin_failed(installed, capsys, monkeypat
     monkeypatch.setenv("DSH_DEBUG", "1")
     assert main(["plugins", "--check"]) == 1
     assert "Traceback (most recent call last):" in capsys.readouterr().out
+    assert main(["tools"]) == 0  # any command: the failed plugin's traceback on stderr
+    err = capsys.readouterr().err
+    assert "dsh: traceback of bad:\n    Traceback (most recent call last):" in err
+    assert "ZeroDivisionError" in err
 
 
 async def test_plugin_failed_results_carry_the_plugin_line_and_traceback(make_host):
