@@ -131,7 +131,7 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
         for row in failed if debugging() else ():
             warn(f"dsh: traceback of {row.name}:")
             for line in (row.traceback or "").split("\n"):
-                warn(f"    {line}")
+                warn(f"    {printable(line)}")
     return host
 
 
@@ -157,7 +157,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
             if row.traceback:
                 out(f"traceback of {row.name}:")
                 for line in row.traceback.split("\n"):
-                    out(f"    {line}")
+                    out(f"    {printable(line)}")
     failed = any(row.status is PluginStatus.FAILED for row in rows)
     return 1 if args.check and failed else 0
 
@@ -272,7 +272,7 @@ def _cmd_call(args: argparse.Namespace) -> int:
     if isinstance(trace_text, str) and (args.trace or debugging()):
         warn(f"traceback of the {result.code} failure:")
         for line in trace_text.split("\n"):
-            warn(f"    {line}")
+            warn(f"    {printable(line)}")
     if args.json:
         dump(result.to_json())
     else:

@@ -211,3 +211,43 @@ def test_an_attrs_validator_failure_names_file_table_and_key(tmp_path, table, ke
     assert (info.value.path, info.value.plugin, info.value.key) == (str(path), "limited", key)
     assert str(info.value) == f"{path}, [plugin.limited], key '{key}': {message}"
     assert "Attribute(" not in str(info.value)
+
+
+HOSTILE_PLUGIN = textwrap.dedent(
+    """
+    from dsh_host import define_tool, hookimpl
+
+    @hookimpl
+    def dsh_register_tools(register):
+        register(define_tool(name="t", description="", parameters={}, execute=lambda a: "ok",
+                             strict_arguments=False))
+
+    @hookimpl
+    def dsh_tool_pre_execute(execution):
+        raise ValueError("bad value: " + execution.arguments.get("x", ""))
+    """
+)
+
+
+def test_model_text_in_a_plugin_traceback_is_shown_escaped(capsys, monkeypatch, tmp_path):
+    # A plugin that puts the model's argument into its exception: the traceback --trace prints
+    # must not let the model drive the terminal.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("DSH_DEBUG", raising=False)
+    (tmp_path / "hostile_plugin.py").write_text(HOSTILE_PLUGIN)
+    argv = ["--no-entrypoints", "--plugin", "hostile_plugin", "call", "t"]
+    assert main([*argv, '{"x": "\\u001b[2J\\u202eevil"}', "--trace"]) == 1
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.err + captured.out
+    assert "\u202e" not in captured.err + captured.out
+    assert "ValueError: bad value: \\x1b[2J" in captured.err
+
+
+def test_disable_names_are_shown_escaped(installed, capsys, monkeypatch, tmp_path):
+    installed(ep("hello"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["tools", "--disable", "\x1b[2Jx", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "no installed plugin is named '\\x1b[2Jx'" in err
