@@ -16,12 +16,12 @@ import os
 import pathlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
 
-from ._completion import add_completion_parser, autocomplete, tool_names
+from ._completion import add_completion_parser, autocomplete, plugin_names, tool_names
 from ._config import config_converter, find_config
 from ._errors import ConfigError, PluginLoadError
 from ._host import Host
@@ -31,6 +31,7 @@ from ._plugins import PluginStatus, load_module
 from ._render import (
     Style,
     approval_hint,
+    context_lines,
     decision_line,
     dump_toml,
     plugin_origin,
@@ -38,6 +39,7 @@ from ._render import (
     render_plugins,
     render_result,
     render_tools,
+    result_title,
     style_for,
     trace_line,
 )
@@ -82,6 +84,8 @@ def out(line: str = "") -> None:
 
 
 def warn(line: str) -> None:
+    with contextlib.suppress(Exception):  # what stdout has so far comes first, as on a terminal
+        sys.stdout.flush()
     _write(sys.stderr, line)
 
 
@@ -115,26 +119,47 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     path = config or getattr(args, "sub_config", None) or args.config
     source = pathlib.Path(path) if path else find_config()
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
-    host = Host(source, plugins=objects, load_entrypoints=entrypoints)
+    disable = [*args.disable, *getattr(args, "sub_disable", [])]
+    host = Host(source, plugins=objects, load_entrypoints=entrypoints, disable=disable)
+    for line in host.warnings if not quiet else ():
+        warn(f"dsh: warning: {printable(line)}")
     failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
     if failed and not quiet:
         names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
         warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
         warn("dsh: see `dsh plugins` for the errors")
+        for row in failed if debugging() else ():
+            warn(f"dsh: traceback of {row.name}:")
+            for line in (row.traceback or "").split("\n"):
+                warn(f"    {printable(line)}")
     return host
 
 
 # -- plugins, tools, config -----------------------------------------------------------------
 
 
+def debugging() -> bool:
+    """``DSH_DEBUG=1``: show full tracebacks of plugin failures (and of internal errors)."""
+    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
+
+
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    host = build_host(args, quiet=True)
+    host = build_host(args, quiet=True)  # the listing shows failures itself
+    for line in host.warnings:
+        warn(f"dsh: warning: {printable(line)}")
+    rows = host.plugins()
     if args.json:
-        dump([row.to_json() for row in host.plugins()])
+        dump([row.to_json() for row in rows])
     else:
-        for line in render_plugins(host.plugins(), host.config.describe(), stdout_style()):
+        for line in render_plugins(rows, host.config.describe(), stdout_style()):
             out(line)
-    return 0
+        for row in rows if debugging() else ():
+            if row.traceback:
+                out(f"traceback of {row.name}:")
+                for line in row.traceback.split("\n"):
+                    out(f"    {printable(line)}")
+    failed = any(row.status is PluginStatus.FAILED for row in rows)
+    return 1 if args.check and failed else 0
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
@@ -243,24 +268,28 @@ def _cmd_call(args: argparse.Namespace) -> int:
             warn(trace_line(event))
 
     result = trio.run(lambda: host.call(args.name, arguments, trace=trace))
+    trace_text = result.meta.get("traceback") if isinstance(result.meta, Mapping) else None
+    if isinstance(trace_text, str) and (args.trace or debugging()):
+        warn(f"traceback of the {result.code} failure:")
+        for line in trace_text.split("\n"):
+            warn(f"    {printable(line)}")
     if args.json:
         dump(result.to_json())
     else:
         style = stdout_style()
-        for line in render_call(host.present_call(args.name, arguments), style):
+        call_view = host.present_call(args.name, arguments)
+        for line in render_call(call_view, style):
             out(line)
         out(decision_line(result, events, style))
         if result.code in _NOT_RUN:
             for line in result.text.split("\n"):
                 out(f"  {style.paint(printable(line), 'red')}")
         else:
-            for line in render_result(host.present_result(args.name, arguments, result), style):
+            view = host.present_result(args.name, arguments, result)
+            for line in [*result_title(view, call_view.title, style), *render_result(view, style)]:
                 out(line)
-        for context in result.additional_contexts:
-            text = "\n".join(getattr(b, "text", "") for b in context.content)
-            source = printable(context.source or "the tool")
-            for line in text.split("\n"):
-                out(style.paint(f"  (context from {source}) {printable(line)}", "dim"))
+        for line in context_lines(result, style):
+            out(line)
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
     allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
@@ -294,6 +323,13 @@ def _common(prefix: str) -> argparse.ArgumentParser:
     group.add_argument("--no-entrypoints", action="store_true", dest=f"{prefix}no_entrypoints",
                        default=unset if prefix else False,
                        help="load no installed plugins, only --plugin ones")  # fmt: skip
+    disable = group.add_argument(
+        "--disable", metavar="NAME", action="append", dest=f"{prefix}disable",
+        default=unset if prefix else [],
+        help="block this installed plugin for this run; a name or an fnmatch pattern "
+        "(repeatable; also DSH_DISABLE_PLUGINS=a,b)",
+    )  # fmt: skip
+    disable.completer = plugin_names  # type: ignore[attr-defined]  # read by argcomplete
     return common
 
 
@@ -312,6 +348,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plugins", parents=common, help="list plugins and their status")
     p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when any plugin failed to load (for CI)")  # fmt: skip
     p.set_defaults(handler=_cmd_plugins)
 
     p = sub.add_parser("tools", parents=common, help="list the tools a model is offered")
@@ -415,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant(sys.stdout)
     _tolerant(sys.stderr)
-    debug = "--debug" in argv or os.environ.get("DSH_DEBUG", "") not in ("", "0")
+    debug = "--debug" in argv or debugging()
     argv = [arg for arg in argv if arg != "--debug"]
     try:
         return _main(argv)

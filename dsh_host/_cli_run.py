@@ -32,7 +32,7 @@ from ._cli import (
 from ._host import Host
 from ._json import freeze
 from ._pipeline import Prepared
-from ._render import Style, decision_line, trace_line
+from ._render import Style, context_lines, decision_line, trace_line
 from ._text import printable
 from ._trace import TraceEvent
 from ._values import ToolExecutionInput, ToolExecutionResult
@@ -260,6 +260,8 @@ def _report(
         out(f"    {style.paint(text_line, 'red') if result.is_error else text_line}")
     if len(text) > 10:
         out(style.paint(f"    ... ({len(text) - 10} more lines)", "dim"))
+    for context in context_lines(result, style, indent="    "):
+        out(context)
     return result.is_error
 
 

@@ -2,7 +2,8 @@
 
 ``dsh completion SHELL`` prints the script to source; the shell then calls ``dsh`` back with
 ``_ARGCOMPLETE`` set, and `autocomplete` answers from the parser: commands, options, and, for
-``dsh call NAME``, the names of the installed tools.
+``dsh call NAME``, the names of the installed tools, and for ``--disable NAME`` the installed
+plugins.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _host(parsed_args: argparse.Namespace) -> Any:
     from ._cli import build_host
 
     try:
-        return build_host(parsed_args)
+        return build_host(parsed_args, quiet=True)
     except Exception:  # a completer must never print a traceback into the user's shell
         return None
 

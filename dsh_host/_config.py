@@ -260,7 +260,32 @@ def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., Config
             cls.__qualname__, f"its config class cannot be structured: {exc}"
         ) from exc
     except _STRUCTURE_ERRORS as exc:
-        raise fail(f"invalid value: {_leaves(exc)}", None) from None
+        found = _validator_failure(data, cls)
+        if found is None:
+            raise fail(f"invalid value: {_leaves(exc)}", None) from None
+        raise fail(f"invalid value: {found[1]}", found[0]) from None
+
+
+def _validator_failure(data: Mapping[str, Any], cls: type[Any]) -> tuple[str, str] | None:
+    """The key and message of the first field whose own validator rejects its value.
+
+    attrs runs validators inside ``__init__``, and a custom validator's exception need not say
+    which field it was checking; so each given field's validators are run again, alone, on
+    the value cattrs makes of it. ``None`` if none of them fails that way.
+    """
+    hints = {name: tp for name, tp, _ in _fields(cls)}
+    for field in attrs.fields(cls):
+        key = field.name if field.name in data else field.alias if field.alias in data else None
+        if field.validator is None or key is None:
+            continue
+        try:
+            value = _CONVERTER.structure(data[key], hints.get(field.name, field.type))
+            field.validator(None, field, value)
+        except (TypeError, ValueError) as exc:
+            return field.name, _leaves(exc)
+        except Exception:  # a validator that needs the instance: leave it to the full message
+            continue
+    return None
 
 
 def _structure(data: Any, cls: type[Any], *, where: str | None, table: str) -> Any:
@@ -294,6 +319,8 @@ def _leaves(exc: BaseException) -> str:
     """The messages of the exceptions inside cattrs' exception groups (a validator's words)."""
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_leaves(inner) for inner in exc.exceptions)
+    if len(exc.args) > 1 and isinstance(exc.args[1], attrs.Attribute) and exc.args[0]:
+        return str(exc.args[0])  # attrs' own validators: (message, attribute, expected, value)
     return str(exc) or type(exc).__name__
 
 

@@ -39,6 +39,7 @@ from ._signal import AbortSignal
 from ._tool import ToolDefinition
 from ._trace import Trace
 from ._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._where import format_traceback, plugin_location
 
 __all__ = ["Host"]
 
@@ -54,7 +55,15 @@ class Host:
             in this order.
         load_entrypoints: load the plugins installed under the ``dsh.plugins`` entry-point group
             (tests pass ``False``).
-        environ: the environment read for ``DSH_PLUGINS`` and ``DSH_DISABLE_PLUGIN_AUTOLOAD``.
+        environ: the environment read for ``DSH_PLUGINS``, ``DSH_DISABLE_PLUGINS`` and
+            ``DSH_DISABLE_PLUGIN_AUTOLOAD``.
+        disable: plugin names (or `fnmatch` patterns) to block for this host, as
+            ``dsh --disable NAME`` does.
+
+    Attributes:
+        warnings: one line each for configuration that names plugins that are not installed
+            (a ``disable`` entry, a ``[plugin.X]`` table): harmless, so not errors, but worth
+            saying (``dsh`` prints them on stderr).
 
     Raises:
         ConfigError: the configuration is wrong; the message names the file, plugin and key.
@@ -72,24 +81,29 @@ class Host:
         load_entrypoints: bool = True,
         *,
         environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
     ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
         self.pm: pluggy.PluginManager = make_plugin_manager()
         self.hooks = HookRelay(self.pm)
         settings = self.config.host
         self.registry = ToolRegistry(
-            hooks=self.hooks, observer_timeout=settings.observer_timeout,
-            hook_timeout=settings.hook_timeout, approval_timeout=settings.approval_timeout,
-        )  # fmt: skip
+            hooks=self.hooks,
+            observer_timeout=settings.observer_timeout,
+            hook_timeout=settings.hook_timeout,
+            approval_timeout=settings.approval_timeout,
+        )
         self._rows: dict[str, PluginInfo] = {}
         self._left_out: list[PluginInfo] = []
         self._configs: dict[str, Any] = {}
         self._tools: dict[str, list[Callable[[], None]]] = {}
+        self.warnings: list[str] = []
         environ = os.environ if environ is None else environ
         loaded: list[tuple[str, object, PluginInfo]] = []
         if load_entrypoints:
-            chosen, left_out = select_entry_points(self.config, environ)
+            chosen, left_out, warnings = select_entry_points(self.config, environ, disable=disable)
             self._left_out.extend(left_out)
+            self.warnings.extend(warnings)
             for ep in chosen:
                 dist, version = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
                 row = PluginInfo(
@@ -104,9 +118,15 @@ class Host:
                         verb = "instantiate"
                         plugin = plugin()
                 except (Exception, SystemExit) as exc:
-                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}"
+                    where = _at(plugin_location(exc, ep.value.split(":")[0].split(".")[0]))
+                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}{where}"
                     self._left_out.append(
-                        attrs.evolve(row, status=PluginStatus.FAILED, error=error)
+                        attrs.evolve(
+                            row,
+                            status=PluginStatus.FAILED,
+                            error=error,
+                            traceback=format_traceback(exc),
+                        )
                     )
                     continue
                 loaded.append((ep.name, plugin, row))
@@ -120,13 +140,14 @@ class Host:
         ]
         known = sorted({row.name for row in self.plugins()} | installed_names())
         for table in sorted(set(self.config.tables) - set(known)):
+            # A leftover table of an uninstalled plugin must not stop every command: a warning.
             hint = difflib.get_close_matches(table, known, n=1)
             did_you_mean = f" (did you mean [plugin.{hint[0]}]?)" if hint else ""
-            raise ConfigError(
-                f"no plugin of this name is installed{did_you_mean}; "
-                f"installed: {', '.join(known) or '(none)'}",
-                path=self.config.source, plugin=table,
-            )  # fmt: skip
+            self.warnings.append(
+                f"{self.config.describe()}, [plugin.{table}]: no plugin of this name is "
+                f"installed{did_you_mean}; the table is ignored. Installed: "
+                f"{', '.join(known) or '(none)'}"
+            )
         for name, plugin in registered:
             if (hook := self._impl_of(plugin, "dsh_register_tools")) is not None:
                 try:
@@ -134,7 +155,7 @@ class Host:
                 except BaseException as exc:
                     if real_interrupt(exc):
                         raise
-                    self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}")
+                    self._drop(plugin, name, f"dsh_register_tools failed: {_describe(exc)}", exc)
         for name, plugin in registered:
             if self.pm.is_registered(plugin) and (
                 hook := self._impl_of(plugin, "dsh_host_started")
@@ -146,7 +167,7 @@ class Host:
                 except BaseException as exc:
                     if real_interrupt(exc):
                         raise
-                    self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}")
+                    self._drop(plugin, name, f"dsh_host_started failed: {_describe(exc)}", exc)
 
     @classmethod
     def from_config(
@@ -157,11 +178,18 @@ class Host:
         load_entrypoints: bool = True,
         cwd: pathlib.Path | None = None,
         environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
     ) -> Host:
         """A host configured from *path*, or from the config file found in *cwd* (see `find_config`)."""
         environ = os.environ if environ is None else environ
         found = pathlib.Path(path) if path is not None else find_config(cwd, environ)
-        return cls(found, plugins=plugins, load_entrypoints=load_entrypoints, environ=environ)
+        return cls(
+            found,
+            plugins=plugins,
+            load_entrypoints=load_entrypoints,
+            environ=environ,
+            disable=disable,
+        )
 
     # -- plugins ---------------------------------------------------------------------------
 
@@ -207,8 +235,9 @@ class Host:
         elif name in self.config.tables:
             raise ConfigError(
                 "this plugin takes no configuration (it has no dsh_plugin_config); remove the table",
-                path=self.config.source, plugin=name,
-            )  # fmt: skip
+                path=self.config.source,
+                plugin=name,
+            )
         config_name = None
         if config_class is not None:
             config_name = f"{config_class.__module__}.{config_class.__qualname__}"
@@ -217,15 +246,23 @@ class Host:
         )
         return True
 
-    def _drop(self, plugin: object, name: str, error: str) -> None:
-        """Take a plugin out after a set-up hook failed: its hooks, its tools and its config."""
+    def _drop(self, plugin: object, name: str, error: str, exc: BaseException) -> None:
+        """Take a plugin out after a set-up hook failed: its hooks, its tools and its config.
+        The error gains the plugin's file and line; the row keeps the full traceback."""
+        error += _at(plugin_location(exc, _package_of(plugin)))
         self.pm.unregister(plugin)
         for unregister in reversed(self._tools.pop(name, [])):
             unregister()
         self._configs.pop(name, None)
         row = self._rows.pop(name)
         self._left_out.append(
-            attrs.evolve(row, status=PluginStatus.FAILED, error=error, order=None)
+            attrs.evolve(
+                row,
+                status=PluginStatus.FAILED,
+                error=error,
+                order=None,
+                traceback=format_traceback(exc),
+            )
         )
 
     def _impl_of(self, plugin: object, hook: str) -> Any:
@@ -272,9 +309,12 @@ class Host:
     ) -> ToolExecutionResult:
         """Run one call through the whole pipeline and return its frozen result."""
         input = ToolExecutionInput(
-            call_id=call_id or new_call_id(), name=name, arguments=arguments, scope=scope,
+            call_id=call_id or new_call_id(),
+            name=name,
+            arguments=arguments,
+            scope=scope,
             signal=signal,
-        )  # fmt: skip
+        )
         return await self.registry.execute(input, trace=trace)
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
@@ -340,6 +380,16 @@ class Host:
         return GenericResultView(
             title=self.present_call(name, args, scope).title, content=result.content
         )
+
+
+def _at(where: str | None) -> str:
+    return f" (at {where})" if where else ""
+
+
+def _package_of(plugin: object) -> str:
+    """The top-level package a plugin object's code lives in."""
+    module = plugin.__name__ if isinstance(plugin, type(os)) else type(plugin).__module__
+    return module.split(".", 1)[0]
 
 
 def _describe(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._errors import DshError
 from ._hooks import PluginFailure
 from ._values import HookContext, TextBlock, ToolExecutionResult, ToolFailure
+from ._where import located
 
 __all__ = ["ABORT_NAME", "aborted", "failure", "from_exception", "plugin_failed"]
 
@@ -60,4 +61,7 @@ def plugin_failed(failure_: PluginFailure) -> ToolExecutionResult:
     else:
         message = str(failure_)
         code, name = "PLUGIN_FAILED", type(error).__name__
-    return failure(message, code, name, decided_by=failure_.plugin)
+    result = failure(message, code, name, decided_by=failure_.plugin)
+    if error.__traceback__ is not None:  # where, for the plugin's author (see _where.py)
+        result = located(result, error)
+    return result

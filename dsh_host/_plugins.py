@@ -7,10 +7,12 @@ reported as *failed* while the host runs on without it.
 
 Which entry points load, and in which order:
 
-* ``[plugins] disable`` blocks names before import (status ``blocked``);
+* ``[plugins] disable``, ``DSH_DISABLE_PLUGINS=a,b`` and ``dsh --disable NAME`` block names
+  before import (status ``blocked``); a name that matches no installed plugin is a warning;
 * ``DSH_DISABLE_PLUGIN_AUTOLOAD=1`` loads none, except those ``DSH_PLUGINS`` names;
 * ``DSH_PLUGINS=a,b`` and ``[plugins] enable`` are allow-lists (an empty one loads none); a
-  name left out of either is ``disabled``;
+  name left out of either is ``disabled``; a name in them that matches nothing is an error;
+* every name is an `fnmatch` pattern (``hook_*``);
 * registration order is the ``enable`` list when given, else the ``DSH_PLUGINS`` list, else the
   sorted entry-point names: never the accident of install order.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import fnmatch
 import importlib
 import importlib.metadata
 import inspect
@@ -83,6 +86,8 @@ class PluginInfo:
     error: str | None = None
     source: str = "entry point"
     order: int | None = None
+    traceback: str | None = attrs.field(default=None, repr=False)
+    """The full Python traceback of a failure (``dsh plugins --json``, ``DSH_DEBUG=1``)."""
 
     def to_json(self) -> dict[str, Any]:
         """A plain JSON object, as ``dsh plugins --json`` prints it."""
@@ -96,6 +101,7 @@ class PluginInfo:
             "error": self.error,
             "source": self.source,
             "order": self.order,
+            "traceback": self.traceback,
         }
 
 
@@ -139,35 +145,57 @@ def installed_names() -> set[str]:
     return {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def select_entry_points(
-    config: Config, environ: Mapping[str, str]
-) -> tuple[list[importlib.metadata.EntryPoint], list[PluginInfo]]:
-    """The entry points to load, in registration order, and rows for the ones left out.
+def _expand(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
+    """The names matching each `fnmatch` pattern, in pattern order (sorted within one pattern)."""
+    ordered = sorted(names)
+    return _unique(name for p in patterns for name in ordered if fnmatch.fnmatchcase(name, p))
 
+
+def _unmatched(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
+    ordered = sorted(names)
+    return [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in ordered)]
+
+
+def select_entry_points(
+    config: Config, environ: Mapping[str, str], *, disable: Iterable[str] = ()
+) -> tuple[list[importlib.metadata.EntryPoint], list[PluginInfo], list[str]]:
+    """The entry points to load, in registration order, rows for the ones left out, and
+    warnings (one line each) for names that match no installed plugin where that is harmless.
+
+    Every name may be an `fnmatch` pattern (``hook_*``). ``[plugins] disable``,
+    ``DSH_DISABLE_PLUGINS`` and *disable* (``--disable``) block before import; one that matches
+    nothing is a warning, so uninstalling a plugin never breaks a config that disables it.
     Two distributions offering the same entry-point name are both reported *failed*: which
     one would win depends on install order, and policy must not.
 
     Raises:
-        ConfigError: ``[plugins] enable``/``disable`` or ``DSH_PLUGINS`` names a plugin that is
-            not installed (the message lists those that are).
+        ConfigError: ``[plugins] enable`` or ``DSH_PLUGINS`` names (or a pattern matches) no
+            installed plugin: an allow-list that silently loads less is a broken install.
     """
     by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         by_name.setdefault(ep.name, []).append(ep)
     selection = config.plugins
     env_enable = _env_list(environ.get("DSH_PLUGINS"))
-    for key, names in (
-        ("plugins.enable", selection.enable or ()),
-        ("plugins.disable", selection.disable),
-    ):
-        for name in names:
-            if name not in by_name:
-                raise ConfigError(_not_installed(name, by_name), path=config.source, key=key)
-    for name in env_enable or ():
-        if name not in by_name:
-            raise ConfigError(
-                f"the DSH_PLUGINS environment variable: {_not_installed(name, by_name)}"
-            )
+    for name in _unmatched(selection.enable or (), by_name):
+        raise ConfigError(_not_installed(name, by_name), path=config.source, key="plugins.enable")
+    for name in _unmatched(env_enable or (), by_name):
+        raise ConfigError(f"the DSH_PLUGINS environment variable: {_not_installed(name, by_name)}")
+    warnings: list[str] = []
+    blockers: list[tuple[str, tuple[str, ...]]] = [
+        (f"plugins.disable in {config.describe()}", selection.disable),
+        ("the DSH_DISABLE_PLUGINS environment variable",
+         _env_list(environ.get("DSH_DISABLE_PLUGINS")) or ()),
+        ("--disable", tuple(disable)),
+    ]  # fmt: skip
+    blocked: dict[str, str] = {}
+    for where, patterns in blockers:
+        for name in _unmatched(patterns, by_name):
+            warnings.append(f"{where}: {_not_installed(name, by_name)}; ignored")
+        for name in _expand(patterns, by_name):
+            blocked.setdefault(name, f"blocked by {where}")
+    enable = None if selection.enable is None else _expand(selection.enable, by_name)
+    env_names = None if env_enable is None else _expand(env_enable, by_name)
     autoload_off = environ.get("DSH_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
     rows: list[PluginInfo] = []
     left_out: set[str] = set()
@@ -181,13 +209,13 @@ def select_entry_points(
                 f"entry point {name!r} is provided by several distributions ({owners}); "
                 "uninstall all but one",
             )
-        elif name in selection.disable:
-            why = (PluginStatus.BLOCKED, f"blocked by plugins.disable in {config.describe()}")
-        elif autoload_off and (env_enable is None or name not in env_enable):
+        elif name in blocked:
+            why = (PluginStatus.BLOCKED, blocked[name])
+        elif autoload_off and (env_names is None or name not in env_names):
             why = (PluginStatus.DISABLED, "DSH_DISABLE_PLUGIN_AUTOLOAD is set")
-        elif env_enable is not None and name not in env_enable:
+        elif env_names is not None and name not in env_names:
             why = (PluginStatus.DISABLED, "not listed in the DSH_PLUGINS environment variable")
-        elif selection.enable is not None and name not in selection.enable:
+        elif enable is not None and name not in enable:
             why = (PluginStatus.DISABLED, f"not listed in plugins.enable in {config.describe()}")
         if why is not None:
             left_out.add(name)
@@ -198,14 +226,14 @@ def select_entry_points(
                         name=name, status=why[0], distribution=dist, version=version, error=why[1]
                     )
                 )
-    if selection.enable is not None:
-        order = _unique(selection.enable)
-    elif env_enable is not None:
-        order = _unique(env_enable)
+    if enable is not None:
+        order = enable
+    elif env_names is not None:
+        order = env_names
     else:
         order = sorted(by_name)
     chosen = [by_name[name][0] for name in order if name not in left_out]
-    return chosen, rows
+    return chosen, rows, warnings
 
 
 def _signature(function: Any, argnames: Iterable[str]) -> str:

@@ -216,6 +216,26 @@ def render_result(view: ResultView, style: Style) -> list[str]:
     return _indent(_content_lines(view.content))
 
 
+def result_title(view: ResultView, call_title: str | None, style: Style) -> list[str]:
+    """The result card's title, when its presenter gave one of its own (not the call's title, nor
+    the path a file card shows anyway)."""
+    title = view.title
+    if not title or title in (call_title, getattr(view, "path", None)):
+        return []
+    return [style.paint(f"  {printable(title)}", "bold")]
+
+
+def context_lines(result: ToolExecutionResult, style: Style, indent: str = "  ") -> list[str]:
+    """One dim line per line of each context note the model gets with *result*, with its source."""
+    lines = []
+    for context in result.additional_contexts:
+        text = "\n".join(getattr(block, "text", "") for block in context.content)
+        source = printable(context.source or "the tool")
+        for line in text.split("\n"):
+            lines.append(style.paint(f"{indent}(context from {source}) {printable(line)}", "dim"))
+    return lines
+
+
 def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], style: Style) -> str:
     """Whether the call ran, and who decided: from the result and its trace events."""
     code = result.code
@@ -262,6 +282,15 @@ def approval_hint(
         return []
     plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
+    if plugin != "permissions" and allowed is not None and name in allowed:
+        # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
+        return [
+            f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
+            f"      the call was denied. {name!r} already has an allow rule; the ask comes from",
+            f"      {plugin or 'that plugin'}'s own configuration: change it there, or run on a "
+            "terminal",
+            "      with an approval plugin enabled, to be asked.",
+        ]
     rule = ", ".join(json.dumps(rule) for rule in (*(allowed or ()), name))
     return [
         f"hint: {asker} asked for approval, and no approval plugin could answer here,",

@@ -15,9 +15,11 @@ too. Both report every violation, in the same words.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -278,6 +280,16 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _undeclared(path: str, key: str, declared: frozenset[str]) -> str:
+    message = f'"{_join(path, key)}" is not a declared property'
+    close = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=0.6)
+    if close:
+        return f'{message}; did you mean "{_join(path, close[0])}"?'
+    if declared:
+        return f"{message} (declared: {', '.join(sorted(declared))})"
+    return f"{message} (this tool takes no arguments)"
+
+
 def _compact(value: Any) -> str:
     return json.dumps(thaw(value), separators=(",", ":"), ensure_ascii=False)
 
@@ -346,7 +358,7 @@ def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
             if closed:
                 for key in value:
                     if key not in declared:
-                        errors.append(f'"{_join(path, key)}" is not a declared property')
+                        errors.append(_undeclared(path, key, declared))
 
         return check_object
     if node["type"] == "array":
@@ -423,6 +435,12 @@ def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
                 kinds = [kinds] if isinstance(kinds, str) else list(kinds)
                 nouns = " or ".join(_TYPE_TESTS[k][1] if k in _TYPE_TESTS else k for k in kinds)
                 messages.append(f'"{(path or root)}" must be {nouns}')
+            elif error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+                declared = frozenset(error.schema.get("properties", {}))
+                patterns = error.schema.get("patternProperties", {})
+                for key in error.instance:
+                    if key not in declared and not any(re.search(p, key) for p in patterns):
+                        messages.append(_undeclared(path, key, declared))
             elif error.validator == "enum":
                 messages.append(
                     f'"{(path or root)}" must be one of {_compact(error.validator_value)}'

@@ -180,6 +180,7 @@ def define_tool(
     paths: Mapping[str, PathAccess] | None = None,
     claude_name: str | None = None,
     claude_keys: Mapping[str, str] | None = None,
+    strict_arguments: bool = True,
 ) -> ToolDefinition:
     """Build a `ToolDefinition`.
 
@@ -204,6 +205,9 @@ def define_tool(
         claude_name: The tool's name in Claude Code material (``"Read"``), if it has one.
         claude_keys: dsh argument name -> Claude Code key (``{"path": "file_path"}``), for hook
             payloads and rules; unmapped keys keep their names.
+        strict_arguments: For DSL and attrs parameters: reject arguments the tool does not
+            declare (``additionalProperties: false``, with a "did you mean" in the violation).
+            ``False`` keeps the object open. A raw JSON Schema is used as it is.
 
     Raises:
         JsonSchemaError: *parameters* or *output_schema* cannot be compiled; the message names
@@ -212,6 +216,11 @@ def define_tool(
     """
     args_type = parameters if isinstance(parameters, type) else None
     compiled = to_json_schema(parameters)
+    raw = isinstance(parameters, Mapping) and isinstance(parameters.get("type"), str)
+    if strict_arguments and not raw and "additionalProperties" not in compiled:
+        # Parameters from the DSL or an attrs class are closed: an argument the model made up is
+        # an INVALID_ARGS violation with a "did you mean", so the model learns the real names.
+        compiled["additionalProperties"] = False
     output = None
     if output_schema is not None:
         try:
@@ -253,6 +262,7 @@ def tool(
     paths: Mapping[str, PathAccess] | None = None,
     claude_name: str | None = None,
     claude_keys: Mapping[str, str] | None = None,
+    strict_arguments: bool = True,
 ) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
 
 
@@ -271,6 +281,7 @@ def tool(
     paths: Mapping[str, PathAccess] | None = None,
     claude_name: str | None = None,
     claude_keys: Mapping[str, str] | None = None,
+    strict_arguments: bool = True,
 ) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
     """Decorator form of `define_tool`: the function is the body.
 
@@ -313,6 +324,7 @@ def tool(
             paths=paths,
             claude_name=claude_name,
             claude_keys=claude_keys,
+            strict_arguments=strict_arguments,
         )
 
     return build(fn) if fn is not None else build

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host import Host, ToolDefinition, define_tool
+from dsh_host import Host, ToolDefinition, define_tool, testing
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,7 +27,8 @@ def soak_size(ci: int, full: int) -> int:
 
 
 def make_echo(name: str = "echo", **kwargs: Any) -> ToolDefinition:
-    """A tool that returns its ``text`` argument."""
+    """A tool that returns its ``text`` argument. Its object is open (``strict_arguments=False``):
+    rule and audit tests pass it extra keys (``command``) that only policy reads."""
 
     async def execute(args: Any, ctx: Any) -> str:
         return args["text"]
@@ -37,18 +38,18 @@ def make_echo(name: str = "echo", **kwargs: Any) -> ToolDefinition:
         description="echo arguments back",
         parameters={"text": {"type": "string", "required": True}},
         execute=execute,
-        **kwargs,
+        **{"strict_arguments": False, **kwargs},
     )
 
 
 @pytest.fixture
 def make_host() -> Callable[..., Host]:
-    """``make_host(*plugins, tools=[...], config=None)``: a host with only what the test gives it."""
+    """``make_host(*plugins, tools=[...], config=None)``: a host with only what the test gives it.
+
+    It is `dsh_host.testing.make_host`, the plugin author's kit, so the kit is exercised by every
+    test of this project and cannot rot."""
 
     def build(*plugins: object, tools: tuple[ToolDefinition, ...] = (), config: Any = None) -> Host:
-        host = Host(config=config, plugins=plugins, load_entrypoints=False)
-        for tool in tools:
-            host.registry.register(tool)
-        return host
+        return testing.make_host(*plugins, tools=tools, config=config)
 
     return build

@@ -1,9 +1,12 @@
-"""Real entry points: pip-install ``examples/dsh-hello`` and ``examples/dsh-broken``, drive ``dsh``.
+"""Real entry points: pip-install the example distributions, drive ``dsh``, and run the
+examples' own test suites against the installed distributions.
 
-The distributions are installed once per session into the running interpreter's environment and
-uninstalled at the end. ``dsh`` runs as a subprocess (``python -m dsh_host``) in a temporary
-directory holding its ``dsh.toml``; every config pins ``[plugins] enable`` so whatever else is
-installed never changes the outcome.
+``examples/dsh-hello``, ``examples/dsh-timing`` and ``examples/dsh-broken`` are installed once
+per session with pip into a site directory of their own (``--target``), which the subprocesses
+get on ``PYTHONPATH``: the running interpreter's environment is never changed, so no other test
+(``tests/test_docs.py`` counts on it) sees them. ``dsh`` runs as a subprocess (``python -m
+dsh_host``) in a temporary directory holding its ``dsh.toml``; every config pins ``[plugins]
+enable`` so whatever else is installed never changes the outcome.
 """
 
 from __future__ import annotations
@@ -30,31 +33,45 @@ def pip(*args: str) -> None:
     assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
 
 
+SITE: list[pathlib.Path] = []  # the session's site directory, once installed
+
+
 @pytest.fixture(scope="session")
-def examples_installed() -> Iterator[None]:
-    """Install both example distributions for the session; uninstall them afterwards."""
+def examples_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
+    """Install the example distributions into a site directory for the session."""
+    site = tmp_path_factory.mktemp("examples-site")
+    names = ("dsh-hello", "dsh-timing", "dsh-broken")
     pip(
-        "install", "--quiet", "--no-deps", str(EXAMPLES / "dsh-hello"), str(EXAMPLES / "dsh-broken")
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--target",
+        str(site),
+        *(str(EXAMPLES / n) for n in names),
     )
+    SITE.append(site)
     try:
-        yield
+        yield site
     finally:
-        pip("uninstall", "--yes", "--quiet", "dsh-hello", "dsh-broken")
+        SITE.remove(site)
 
 
 @pytest.fixture
-def project(tmp_path: pathlib.Path, examples_installed: None) -> pathlib.Path:
+def project(tmp_path: pathlib.Path, examples_installed: pathlib.Path) -> pathlib.Path:
     return tmp_path
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without DSH_* variables, with the examples' site directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env["NO_COLOR"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(str(site) for site in SITE)
+    return env
 
 
 def dsh(cwd: pathlib.Path, *argv: str, config: str) -> subprocess.CompletedProcess[str]:
     (cwd / "dsh.toml").write_text(config)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD")
-    }
-    env["NO_COLOR"] = "1"
+    env = clean_env()
     done = subprocess.run(
         [sys.executable, "-m", "dsh_host", *argv],
         cwd=cwd,
@@ -170,3 +187,26 @@ def test_broken_plugins_are_reported_and_the_others_work(project):
     tools = json.loads(dsh(project, "tools", "--json", config=config).stdout)
     assert sorted(tool["name"] for tool in tools) == ["hello", "ping"]
     assert dsh(project, "call", "ping", config=config).stdout.splitlines()[-1] == "  pong"
+
+
+@pytest.mark.parametrize("example", ["dsh-hello", "dsh-timing"])
+def test_the_examples_own_tests_pass_against_the_installed_distribution(
+    examples_installed, tmp_path, example
+):
+    # A copy of the tests alone: its package can only come from the installed distribution.
+    (tmp_path / "tests").mkdir()
+    for test in (EXAMPLES / example / "tests").glob("test_*.py"):
+        (tmp_path / "tests" / test.name).write_text(test.read_text())
+    (tmp_path / "pyproject.toml").write_text((EXAMPLES / example / "pyproject.toml").read_text())
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed" in done.stdout
+    module = example.replace("-", "_")
+    where = subprocess.run(
+        [sys.executable, "-c", f"import {module}; print({module}.__file__)"],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert where.stdout.startswith(str(examples_installed)), where.stdout

@@ -467,12 +467,14 @@ def test_a_toml_syntax_error_names_line_and_column(dsh, workdir):
     assert "line 2, column" in err
 
 
-def test_a_table_for_an_unknown_plugin(dsh, workdir):
+def test_a_table_for_an_unknown_plugin_is_a_warning(dsh, workdir):
     config(workdir, "[plugin.polcy]\ndeny = []\n")
-    status, _, err = dsh("plugins")
-    assert status == 2
+    status, _, err = dsh("tools")
+    assert status == 0
+    assert err.startswith("dsh: warning: ")
     assert (
-        "[plugin.polcy]: no plugin of this name is installed (did you mean [plugin.policy]?)" in err
+        "dsh.toml, [plugin.polcy]: no plugin of this name is installed (did you mean "
+        "[plugin.policy]?); the table is ignored" in err
     )
 
 

@@ -47,3 +47,8 @@ def test_commands_options_and_tool_names_complete(tmp_path):
     assert "completion" in complete(tmp_path, "dsh com")
     assert complete(tmp_path, "dsh call re") == ["read_file"]
     assert "--trace" in complete(tmp_path, "dsh call --tr")
+
+
+def test_disable_completes_installed_plugin_names(tmp_path):
+    assert complete(tmp_path, "dsh --disable au") == ["audit"]
+    assert complete(tmp_path, "dsh tools --disable sa") == ["sandbox"]

@@ -205,7 +205,7 @@ def test_register_tools_raising_rolls_back_its_tools():
     host = Host(plugins=[Half(), denier("no")], load_entrypoints=False)
     row = rows(host)["half"]
     assert row.status is PluginStatus.FAILED
-    assert row.error == "dsh_register_tools failed: RuntimeError: second tool broke"
+    assert row.error.startswith("dsh_register_tools failed: RuntimeError: second tool broke")
     assert host.registry.get("first") is None
     assert host.pm.get_plugin("half") is None
 
@@ -308,9 +308,8 @@ def test_config_naming_an_uninstalled_plugin_lists_what_is_installed(installed):
     assert info.value.key == "plugins.enable"
     assert "no installed plugin is named 'helo' (did you mean 'hello'?)" in str(info.value)
     assert "installed: audit, hello" in str(info.value)
-    with pytest.raises(ConfigError, match="'nope'") as info:
-        Host({"plugins": {"disable": ["nope"]}}, environ={})
-    assert info.value.key == "plugins.disable"
+    host = Host({"plugins": {"disable": ["nope"]}}, environ={})  # a warning: see test_selection
+    assert "no installed plugin is named 'nope'" in host.warnings[0]
 
 
 def test_autoload_off_loads_none_but_what_dsh_plugins_names(installed):
@@ -342,8 +341,8 @@ def test_a_table_for_an_installed_but_unloaded_plugin_is_fine(installed):
     eps = installed(ep("hello"))
     Host({"plugin": {"hello": {"x": 1}}}, load_entrypoints=False)
     assert eps[0].loads == 0
-    with pytest.raises(ConfigError, match=r"\(did you mean \[plugin.hello\]\?\); installed: hello"):
-        Host({"plugin": {"helo": {}}}, load_entrypoints=False)
+    [warning] = Host({"plugin": {"helo": {}}}, load_entrypoints=False).warnings
+    assert "(did you mean [plugin.hello]?); the table is ignored. Installed: hello" in warning
 
 
 def test_plugin_objects_load_even_with_autoload_off(installed):

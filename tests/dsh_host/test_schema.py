@@ -244,7 +244,13 @@ def test_tool_decorator_requires_parameters_or_an_attrs_annotation():
     ("arguments", "violations"),
     [
         ({"path": "/tmp"}, []),
-        ({"path": "/tmp", "extra": 1}, []),
+        (
+            {"path": "/tmp", "extra": 1},
+            [
+                '"extra" is not a declared property (declared: b, bag, color, config, i, n, path, '
+                "servers, tags)"
+            ],
+        ),
         ({}, ['missing required property "path"']),
         (None, ['"arguments" must be an object']),
         ("nope", ['"arguments" must be an object']),

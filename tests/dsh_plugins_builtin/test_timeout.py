@@ -396,8 +396,8 @@ async def test_an_inner_wrapper_raising_stays_a_plugin_failure(make_host, autoju
     result = await host.call("echo", {"text": "hi"})
     assert result.code == "PLUGIN_FAILED"
     assert result.decided_by == "broken"
-    assert result.error.message == (
-        "plugin 'broken' failed in dsh_tool_execute: RuntimeError: boom"
+    assert result.error.message.startswith(  # then " (at FILE:LINE)", the plugin's line
+        "plugin 'broken' failed in dsh_tool_execute: RuntimeError: boom (at "
     )
 
 

@@ -1,0 +1,96 @@
+"""CLI output completeness: result titles from presenters, context notes in ``dsh run``."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dsh_host._cli import main
+
+PLUGIN = textwrap.dedent(
+    """
+    from dsh_host import GenericCallView, GenericResultView, define_tool, hookimpl
+
+    def present_call(args):
+        return GenericCallView(title="Weather for " + args["city"])
+
+    def present_result(args, result):
+        return GenericResultView(title="Sunny in " + args["city"], content=result.content)
+
+    async def execute(args, ctx):
+        ctx.defer_context("units are Celsius")
+        return "21"
+
+    @hookimpl
+    def dsh_register_tools(register):
+        register(define_tool(
+            name="weather", description="", execute=execute,
+            parameters={"city": {"type": "string", "required": True}},
+            present_call=present_call, present_result=present_result,
+        ))
+        register(define_tool(
+            name="plain", description="", parameters={}, execute=lambda args: "p",
+        ))
+    """
+)
+
+
+@pytest.fixture
+def dsh(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NO_COLOR", "1")
+    for name in ("DSH_CONFIG", "DSH_DEBUG", "DSH_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "weather_plugin.py").write_text(PLUGIN)
+
+    def run(*argv: str) -> tuple[int, str]:
+        status = main(["--no-entrypoints", "--plugin", "weather_plugin", *argv])
+        return status, capsys.readouterr().out
+
+    return run
+
+
+def test_dsh_call_shows_the_result_title_a_presenter_gave(dsh):
+    status, out = dsh("call", "weather", '{"city": "Oslo"}')
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].endswith("Weather for Oslo")
+    assert lines[2:] == [
+        "  Sunny in Oslo",
+        "  21",
+        "  (context from weather) units are Celsius",
+    ]
+
+
+def test_a_fallback_result_card_does_not_repeat_the_call_title(dsh):
+    status, out = dsh("call", "plain")
+    assert status == 0
+    assert out.splitlines()[2:] == ["  p"]
+
+
+def test_dsh_run_text_shows_context_notes(dsh, tmp_path):
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text('{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}\n')
+    status, out = dsh("run", str(calls))
+    assert status == 0
+    assert out.splitlines()[2:] == [
+        "    21",
+        "    (context from weather) units are Celsius",
+        "1 call, 0 failed",
+    ]
+
+
+def test_the_approval_hint_does_not_repeat_an_allow_rule_that_is_there():
+    from dsh_host import ToolExecutionResult, ToolFailure
+    from dsh_host._render import approval_hint
+
+    message = 'tool "hello" requires approval, but no approval channel is available.'
+    denied = ToolExecutionResult(
+        content="x", is_error=True, error=ToolFailure(message, "DENIED"), decided_by="policy"
+    )
+    hint = "\n".join(approval_hint("hello", denied, "dsh.toml", ("hello",)))
+    assert '"hello", "hello"' not in hint
+    assert "'hello' already has an allow rule; the ask comes from" in hint
+    assert "policy's own configuration" in hint

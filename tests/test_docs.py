@@ -1,0 +1,233 @@
+"""Docs that are executed: every ``console`` example in README.md, docs/tutorial.md and
+docs/guides/*.md is run, and its shown output is compared with the real one.
+
+The conventions, for whoever writes docs:
+
+* Only fenced blocks tagged ```` ```console ```` are run. An illustrative block that is not meant
+  to run (a sketch, a command needing a terminal or a network, a long-running server) is fenced
+  ```` ```sh ```` (commands) or ```` ```text ```` (output); those are never executed.
+* In a console block, a line starting with ``$ `` is a command; the lines after it, up to the
+  next command, are what it prints (stdout and stderr together, as a terminal shows them, with
+  ``NO_COLOR=1``). A line holding only ``...`` stands for any number of lines. A command
+  followed by no lines must print nothing.
+* ``<!-- file: NAME -->`` on the line before a fenced block (toml, json, ...) writes the block
+  to ``NAME`` in the working directory when the page reaches it, as a reader would save it.
+* Each page runs in its own fresh environment: a temporary working directory holding a copy of
+  ``README.md`` and ``examples/``, a clean environment (no ``DSH_*`` variables, a private
+  ``HOME`` and XDG directories), this interpreter, whose only ``dsh.plugins`` distribution is
+  dsh-host itself (the built-ins), and an empty site directory on ``PYTHONPATH`` that the page's
+  own ``pip install`` commands install into (``--no-deps --target``). Blocks run in page order,
+  each starting in the working directory; ``cd`` lasts to the end of its block.
+* Set-up steps a reader needs but this test's interpreter already is are recognised and not
+  re-run: ``python3 -m venv .venv``, ``. .venv/bin/activate``, ``pip install -e .`` (or
+  ``'.[test]'``) of this repository, and the README's ``python -m pytest`` (the suite running
+  this very test; ``.ci/run`` runs it from scratch).
+* Before comparing, both sides are normalised: the working directory reads ``/work/project``,
+  durations ``(0.03 ms)`` read ``(N ms)`` and pytest's ``in 0.05s`` reads ``in Ns``, call ids ``call-1f2e3d4c-1`` read ``call-N``.
+  Everything else must match exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "docs" / "tutorial.md",
+    *sorted((ROOT / "docs" / "guides").glob("*.md")),
+]
+SHOWN_DIR = "/work/project"
+BIN = pathlib.Path(sys.executable).parent
+
+
+@attrs.frozen
+class Command:
+    line: int
+    text: str
+    expected: tuple[str, ...]
+
+
+@attrs.frozen
+class Block:
+    line: int
+    commands: tuple[Command, ...] = ()
+    file: str | None = None
+    content: str = ""
+
+
+_FENCE = re.compile(r"^(`{3,})(.*)$")
+_FILE = re.compile(r"^<!-- file: (\S+) -->$")
+
+
+def blocks(text: str) -> list[Block]:
+    """The page's console blocks and file blocks, in order."""
+    out: list[Block] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        fence = _FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        marker, info = fence.group(1), fence.group(2).strip()
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == marker)
+        body = lines[i + 1 : end]
+        named = _FILE.match(lines[i - 1].strip()) if i else None
+        if named is not None:
+            out.append(Block(i + 1, file=named.group(1), content="\n".join(body) + "\n"))
+        elif info == "console":
+            commands: list[Command] = []
+            for k, line in enumerate(body):
+                if line.startswith("$ "):
+                    commands.append(Command(i + 2 + k, line[2:], ()))
+                elif commands:
+                    last = commands[-1]
+                    commands[-1] = attrs.evolve(last, expected=(*last.expected, line))
+                else:
+                    raise AssertionError(f"line {i + 2 + k}: console output before any command")
+            out.append(Block(i + 1, commands=tuple(commands)))
+        i = end + 1
+    return out
+
+
+def test_the_parser_reads_commands_outputs_and_files():
+    page = "x\n<!-- file: a.toml -->\n```toml\nk = 1\n```\n```console\n$ a\nout\n...\n$ b\n```\n"
+    page += "```sh\n$ never\n```\n"
+    assert blocks(page) == [
+        Block(3, file="a.toml", content="k = 1\n"),
+        Block(6, commands=(Command(7, "a", ("out", "...")), Command(10, "b", ()))),
+    ]
+
+
+# -- running ---------------------------------------------------------------------------------
+
+_SETUP = (
+    re.compile(r"^python3? -m venv \.venv$"),
+    re.compile(r"^(\.|source) \.venv/bin/activate$"),
+)
+_SETUP_IN_THE_REPOSITORY = (  # only in the working directory, the copy of this repository
+    re.compile(r"^pip install -e (\.|'\.\[test\]')$"),
+    re.compile(r"^python -m pytest$"),
+)
+
+
+def _segment(segment: str, site: pathlib.Path, at_root: bool) -> str | None:
+    """The shell text to run for one ``&&`` segment; ``None`` for a recognised set-up step."""
+    if any(p.match(segment) for p in _SETUP):
+        return None
+    if at_root and any(p.match(segment) for p in _SETUP_IN_THE_REPOSITORY):
+        return None
+    if segment.startswith("pip install "):
+        words = shlex.split(segment)
+        paths = [re.sub(r"\[.*\]$", "", w) for w in words[2:] if not w.startswith("-")]
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        target, log = shlex.quote(str(site)), shlex.quote(str(site.parent / "pip.log"))
+        # pip's own notices (index warnings) are this machine's, not the page's: kept out.
+        return (
+            f"python -m pip install -q --no-deps --target {target} {quoted} > {log} 2>&1 "
+            f"|| (cat {log}; false)"
+        )
+    return segment
+
+
+def normalise(text: str, work: pathlib.Path) -> str:
+    text = text.replace(str(work.resolve()), SHOWN_DIR).replace(str(work), SHOWN_DIR)
+    text = re.sub(r"\(\d+(\.\d+)? ms\)", "(N ms)", text)
+    text = re.sub(r" in \d+\.\d+s\b", " in Ns", text)  # pytest's summary line
+    return re.sub(r"\bcall-[0-9a-f]+-\d+\b", "call-N", text)
+
+
+def matches(expected: list[str], actual: list[str]) -> bool:
+    """Line by line; an expected ``...`` line matches any number of actual lines."""
+    if not expected:
+        return not actual
+    if expected[0].strip() == "...":
+        return any(matches(expected[1:], actual[k:]) for k in range(len(actual) + 1))
+    return bool(actual) and expected[0] == actual[0] and matches(expected[1:], actual[1:])
+
+
+def environment(home: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
+    env = {
+        "PATH": f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(home),
+        "PYTHONPATH": str(site),
+        "NO_COLOR": "1",
+        "COLUMNS": "100",
+        "LANG": "C.UTF-8",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        env[name] = str(home / name.lower())
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
+        if name in os.environ:  # where this machine's packages come from, for pip's builds
+            env[name] = os.environ[name]
+    return env
+
+
+def run_page(page: pathlib.Path, tmp: pathlib.Path) -> list[str]:
+    """Run every block of *page*; one message per command whose output differs."""
+    work, site, home = tmp / "project", tmp / "site", tmp / "home"
+    for path in (work, site, home):
+        path.mkdir()
+    shutil.copy(ROOT / "README.md", work / "README.md")
+    shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns(
+        "__pycache__", "*.egg-info", ".pytest_cache", "build", "dist"
+    ))  # fmt: skip
+    env = environment(home, site)
+    problems = []
+    name = page.relative_to(ROOT)
+    for block in blocks(page.read_text(encoding="utf-8")):
+        if block.file is not None:
+            (work / block.file).write_text(block.content, encoding="utf-8")
+            continue
+        cwd = work
+        for command in block.commands:
+            script = []
+            for segment in command.text.split(" && "):
+                segment = segment.strip()
+                if segment.startswith("cd "):
+                    cwd = (cwd / shlex.split(segment)[1]).resolve()
+                    continue
+                shell = _segment(segment, site, cwd == work)
+                if shell is not None:
+                    script.append(shell)
+            actual: list[str] = []
+            if script:
+                done = subprocess.run(
+                    ["bash", "-c", " && ".join(script)], cwd=cwd, env=env, text=True,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False, timeout=300,
+                )  # fmt: skip
+                actual = normalise(done.stdout, work).rstrip("\n").split("\n")
+                actual = [] if actual == [""] else actual
+            expected = [normalise(line, work) for line in command.expected]
+            if not matches(expected, actual):
+                shown = "\n".join(f"    {line}" for line in actual)
+                problems.append(f"{name}:{command.line}: $ {command.text}\n  real output:\n{shown}")
+    return problems
+
+
+def _other_plugin_distributions() -> set[str]:
+    eps = importlib.metadata.entry_points(group="dsh.plugins")
+    return {ep.dist.name for ep in eps if ep.dist is not None} - {"dsh-host"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_console_examples_print_what_the_page_shows(page, tmp_path):
+    others = _other_plugin_distributions()
+    assert not others, (
+        f"the docs show a fresh install, but this environment also has {sorted(others)}; "
+        "uninstall them to run this test"
+    )
+    problems = run_page(page, tmp_path)
+    assert not problems, "\n\n".join(problems)
