@@ -37,6 +37,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 
 import attrs
 import pytest
@@ -175,10 +177,10 @@ def environment(home: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
     return env
 
 
-def run_page(page: pathlib.Path, tmp: pathlib.Path) -> list[str]:
+def run_page(page: pathlib.Path, tmp: pathlib.Path, home: pathlib.Path) -> list[str]:
     """Run every block of *page*; one message per command whose output differs."""
-    work, site, home = tmp / "project", tmp / "site", tmp / "home"
-    for path in (work, site, home):
+    work, site = tmp / "project", tmp / "site"
+    for path in (work, site):
         path.mkdir()
     shutil.copy(ROOT / "README.md", work / "README.md")
     shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns(
@@ -223,11 +225,25 @@ def _other_plugin_distributions() -> set[str]:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_console_examples_print_what_the_page_shows(page, tmp_path):
+def test_console_examples_print_what_the_page_shows(page, tmp_path, home):
     others = _other_plugin_distributions()
     assert not others, (
         f"the docs show a fresh install, but this environment also has {sorted(others)}; "
         "uninstall them to run this test"
     )
-    problems = run_page(page, tmp_path)
+    problems = run_page(page, tmp_path, home)
     assert not problems, "\n\n".join(problems)
+
+
+@pytest.fixture
+def home() -> Iterator[pathlib.Path]:
+    """A private HOME outside /tmp: /tmp is one of the sandbox's default writable roots, and a
+    user's state directory (the audit database) inside one is warned about, as it should be."""
+    parent = pathlib.Path("/var/tmp")
+    if not (parent.is_dir() and os.access(parent, os.W_OK)):
+        parent = pathlib.Path.home()
+    path = pathlib.Path(tempfile.mkdtemp(prefix="dsh-docs-home-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

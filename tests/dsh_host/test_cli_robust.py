@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -138,22 +140,33 @@ def test_a_closed_pipe_exits_quietly(dsh, monkeypatch, capsys):
         assert capsys.readouterr().err == ""
 
 
-def test_ctrl_c_prints_one_line_and_exits_130(dsh):
-    status, _, err = dsh("call", "interrupt", "{}")
-    assert status == 130
-    assert err == "dsh: interrupted\n"
+def dsh_process(workdir, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``dsh`` in a process of its own, bounded: a real SIGINT must not be able to hang the
+    test session if it is ever lost."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(workdir), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_host", *PLUGINS, *argv],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
 
 
-def test_ctrl_c_during_run_exits_130(dsh, workdir):
+def test_ctrl_c_prints_one_line_and_exits_130(workdir):
+    done = dsh_process(workdir, "call", "interrupt", "{}")
+    assert done.returncode == 130
+    assert done.stderr == "dsh: interrupted\n"
+
+
+def test_ctrl_c_during_run_exits_130(workdir):
     lines = [
         '{"id": "a", "name": "echo", "arguments": {"text": "one"}}',
         '{"id": "b", "name": "interrupt", "arguments": {}}',
     ]
     (workdir / "calls.jsonl").write_text("\n".join(lines) + "\n")
-    status, _, err = dsh("run", "calls.jsonl")
-    assert status == 130
-    assert err.endswith("dsh: interrupted\n")
-    assert "Traceback" not in err
+    done = dsh_process(workdir, "run", "calls.jsonl")
+    assert done.returncode == 130
+    assert done.stderr.endswith("dsh: interrupted\n")
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "100001", "99999999999999999999999", "x"])
