@@ -51,6 +51,7 @@ from ._values import (
     ToolRunContext,
     content_text,
 )
+from ._verify import checked, context_violations, invalid
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -377,6 +378,10 @@ class Pipeline:
             result = self._attributed(result)
         return result, True
 
+    def _plugin_named(self, name: str) -> bool:
+        pm = self.hooks.pm
+        return pm is None or pm.get_plugin(name) is not None
+
     def _attributed(self, result: ToolExecutionResult) -> ToolExecutionResult:
         """Split a body's ``decided_by="plugin: detail"`` into the name and `decision_detail`."""
         name, sep, detail = (result.decided_by or "").partition(": ")
@@ -421,6 +426,12 @@ class Pipeline:
                 f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
             )
             raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        if not any(result is r for r in delegated):
+            # A result the wrapper built itself: the final check (stage L) for what it made.
+            producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
+            result = checked(
+                result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
+            )
         if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
             result = attrs.evolve(result, decided_by=impl.plugin)
         return result
@@ -445,6 +456,12 @@ class Pipeline:
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
+            result = checked(result, f'tool "{tool.name}" (defer_context)', contexts_only=True)
+        if result.decided_by is not None and not self._plugin_named(
+            result.decided_by.partition(": ")[0]
+        ):
+            # Only bodies set ``decided_by`` here (the pipeline's own results do not).
+            result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
         if trace is not None:
             outcome = result.code or "ok"
             trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
@@ -479,6 +496,11 @@ class Pipeline:
             )
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision.additional_contexts:
+            found = context_violations(decision.additional_contexts)
+            if found:
+                producer = f"plugin {who!r} (dsh_tool_post_execute)"
+                return invalid(producer, found, decided_by=who)
         if type(decision) is Block:
             message = (
                 content_text(decision.feedback) or "tool result blocked by post-execute policy"
