@@ -50,6 +50,7 @@ from ._values import (
     ToolFailure,
     ToolRunContext,
     content_text,
+    parent_token,
 )
 from ._verify import checked, context_violations, invalid
 
@@ -253,18 +254,26 @@ class Pipeline:
         self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
     ) -> Prepared:
         signal = input.signal if input.signal is not None else _inert()
+        parent = input.parent
+        message: str | None = None
+        if parent is not None:
+            try:
+                parent = parent_token(parent)
+            except TypeError as exc:
+                parent, message = None, str(exc)
         try:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
+            arguments, message = None, message or f"tool arguments must be JSON: {exc}"
+        if message is not None:
             execution = ToolExecution(
-                call_id=input.call_id, name=input.name, arguments=None, scope=input.scope,
-                parent=input.parent, signal=signal, dry_run=dry_run,
+                call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
+                parent=parent, signal=signal, dry_run=dry_run,
             )  # fmt: skip
-            message = f"tool arguments must be JSON: {exc}"
             return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
         execution = ToolExecution(
             call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-            parent=input.parent, signal=signal, dry_run=dry_run,
+            parent=parent, signal=signal, dry_run=dry_run,
         )  # fmt: skip
         if signal.aborted:
             return Prepared(execution, aborted(False), False)
@@ -378,6 +387,9 @@ class Pipeline:
             result = self._attributed(result)
         return result, True
 
+    async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
+        return await self.run(input, None)
+
     def _plugin_named(self, name: str) -> bool:
         pm = self.hooks.pm
         return pm is None or pm.get_plugin(name) is not None
@@ -450,7 +462,7 @@ class Pipeline:
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
-        context = ToolRunContext(view, tool)
+        context = ToolRunContext(view, tool, run=self._nested)
         state.body_invoked = True
         result = await run_body(tool, args, context)
         if context._deferred:
