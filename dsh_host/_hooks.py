@@ -107,6 +107,7 @@ class HookRelay:
     def __init__(self, pm: pluggy.PluginManager | None) -> None:
         self.pm = pm
         self._cache: dict[str, tuple[Impl, ...]] = {}
+        self._async: dict[str, bool] = {}
         self._generation = -1
 
     def impls(self, hook: str) -> tuple[Impl, ...]:
@@ -117,11 +118,20 @@ class HookRelay:
         generation = getattr(pm, "generation", None)
         if generation is None or generation != self._generation:
             self._cache.clear()
+            self._async.clear()
             self._generation = generation if generation is not None else -1
         cached = self._cache.get(hook)
         if cached is None or generation is None:
             cached = self._cache[hook] = self._collect(pm, hook)
         return cached
+
+    def any_async(self, hook: str) -> bool:
+        """Whether any implementation of *hook* is ``async def`` (its stage needs a scope)."""
+        impls = self.impls(hook)
+        known = self._async.get(hook)
+        if known is None or getattr(self.pm, "generation", None) is None:
+            known = self._async[hook] = any(impl.is_async for impl in impls)
+        return known
 
     @staticmethod
     def _collect(pm: pluggy.PluginManager, hook: str) -> tuple[Impl, ...]:

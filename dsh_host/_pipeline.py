@@ -133,46 +133,49 @@ class Pipeline:
         call_next: Callable[..., Any] | None = None,
         bound: float | None = None,
         report: bool = True,
+        stage: _Stage | None = None,
     ) -> Any:
         """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
 
         A synchronous implementation is watched (`Watchdog`); an awaitable it returns gets
         *bound* seconds (default ``hook_timeout``) of its own time: the time it spends in
-        *call_next* (downstream links, wrappers, the body) does not count.
+        *call_next* (downstream links, wrappers, the body) does not count. The bound is kept by
+        the deadline of the *stage*'s one cancel scope, which follows the link running now (no
+        scope per implementation); without a stage, the awaitable gets a scope of its own.
         """
         started = time.perf_counter() if trace is not None else 0.0
-        execution = kwargs.get("execution") or kwargs["request"].execution
         limit = self.hook_timeout if bound is None else bound
         budget: _Budget | None = None
         if call_next is not None:
-            budget = _Budget(limit, trio.current_time())
+            budget = _Budget(limit, 0.0, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
         try:
-            value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
+            if impl.is_async:
+                value = impl.call_sync(kwargs)  # only makes the coroutine: nothing to watch
+            else:
+                name = (kwargs.get("execution") or kwargs["request"].execution).name
+                value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                # The scope is entered with no deadline (cheap) and armed only if the hook
-                # suspends: most hooks answer in their first step and never pay for the timer.
-                scope = trio.CancelScope()
-                with scope:
-                    if inspect.iscoroutine(value):
-                        try:
-                            trap = value.send(None)
-                        except StopIteration as stop:
-                            value = stop.value
-                        else:
-                            _arm(scope, budget, limit)
-                            value = await _Resumed(value, trap)
-                    else:
-                        _arm(scope, budget, limit)
-                        value = await value
-                if scope.cancel_called:
-                    raise PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, limit))
+                if budget is None:
+                    budget = _Budget(limit, 0.0, stage)
+                if stage is None:
+                    own = budget.stage = _Stage()
+                    with own.scope:
+                        value = await own.run(value, budget, impl.plugin, hook)
+                    if own.scope.cancel_called:
+                        raise PluginFailure(*(own.blame or (impl.plugin, hook, limit)))
+                else:
+                    value = await stage.run(value, budget, impl.plugin, hook)
         except PluginFailure as exc:
             if trace is not None and exc.plugin == impl.plugin and exc.hook == hook:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc.error), started)
             raise
         except BaseException as exc:
             if await genuine(exc):
+                if trace is not None and stage is not None and stage.blame is not None:
+                    plugin, where, late = stage.blame
+                    if (plugin, where) == (impl.plugin, hook):  # this one ran out of time
+                        emit(trace, kwargs, hook, plugin, _failed(late), started)
                 raise
             if trace is not None:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc), started)
@@ -181,6 +184,10 @@ class Pipeline:
             outcome = "abstained" if value is None else describe(value)
             emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
+
+    def _stage(self, hook: str) -> _Stage | None:
+        """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
+        return _Stage() if self.hooks.any_async(hook) else None
 
     async def _first(
         self,
@@ -196,10 +203,28 @@ class Pipeline:
         Returns the decision and the name of the plugin that made it: a link that returns the
         downstream decision unchanged (contexts aside) leaves it credited downstream.
         """
+        stage = self._stage(hook)
+        if stage is None:
+            return await self._chain(hook, kwargs, default, accept, trace, bound, None)
+        with stage.scope:
+            decided = await self._chain(hook, kwargs, default, accept, trace, bound, stage)
+        stage.fail()
+        return decided
+
+    async def _chain(
+        self,
+        hook: str,
+        kwargs: dict[str, Any],
+        default: Any,
+        accept: Callable[[Any], Any],
+        trace: Trace | None,
+        bound: float | None,
+        stage: _Stage | None,
+    ) -> tuple[Any, str | None]:
         impls = self.hooks.impls(hook)
         if not any(impl.waterfall for impl in impls):
             for impl in impls:
-                value = await self._call(impl, hook, trace, kwargs, bound=bound)
+                value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
                 if value is not None:
                     try:
                         value = accept(value)
@@ -221,10 +246,11 @@ class Pipeline:
                         return _memo[0][0]
 
                     value = await self._call(
-                        impl, hook, trace, kwargs, call_next=call_next, bound=bound, report=False
-                    )
+                        impl, hook, trace, kwargs, call_next=call_next, bound=bound,
+                        report=False, stage=stage,
+                    )  # fmt: skip
                 else:
-                    value = await self._call(impl, hook, trace, kwargs, bound=bound)
+                    value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
                 if value is None:
                     if impl.waterfall and trace is not None:
                         emit(trace, kwargs, hook, impl.plugin, "abstained", started)
@@ -360,8 +386,26 @@ class Pipeline:
                 emit(trace, kwargs, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
-        for impl in self.hooks.impls("dsh_tool_guard"):
-            reason = await self._call(impl, "dsh_tool_guard", trace, kwargs)
+        impls = self.hooks.impls("dsh_tool_guard")
+        if not impls:
+            return None, None
+        stage = self._stage("dsh_tool_guard")
+        if stage is None:
+            return await self._hook_guards(impls, kwargs, trace, None)
+        with stage.scope:
+            found = await self._hook_guards(impls, kwargs, trace, stage)
+        stage.fail()
+        return found
+
+    async def _hook_guards(
+        self,
+        impls: tuple[Impl, ...],
+        kwargs: dict[str, Any],
+        trace: Trace | None,
+        stage: _Stage | None,
+    ) -> tuple[str | None, str | None]:
+        for impl in impls:
+            reason = await self._call(impl, "dsh_tool_guard", trace, kwargs, stage=stage)
             if reason is not None:
                 return _check_reason(reason, impl.plugin), impl.plugin
         return None, None
@@ -375,10 +419,14 @@ class Pipeline:
         state = _DispatchState()
         impls = self.hooks.impls("dsh_tool_execute")
         try:
-            if impls:
-                result = await self._wrap(impls, 0, execution, state, trace)
-            else:
+            if not impls:
                 result = await self._dispatch(execution, state, trace)
+            elif (stage := self._stage("dsh_tool_execute")) is None:
+                result = await self._wrap(impls, 0, execution, state, trace, None)
+            else:
+                with stage.scope:
+                    result = await self._wrap(impls, 0, execution, state, trace, stage)
+                stage.fail()
         except PluginFailure as exc:
             return plugin_failed(exc), False
         if execution.signal.aborted and not result.is_error:
@@ -409,6 +457,7 @@ class Pipeline:
         view: ToolExecution,
         state: _DispatchState,
         trace: Trace | None,
+        stage: _Stage | None,
     ) -> ToolExecutionResult:
         if i == len(impls):
             return await self._dispatch(view, state, trace)
@@ -417,21 +466,21 @@ class Pipeline:
 
         async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
             if signal is None:
-                result = await self._wrap(impls, i + 1, view, state, trace)
+                result = await self._wrap(impls, i + 1, view, state, trace, stage)
             else:
                 if not isinstance(signal, AbortSignal):
                     raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
                 fused, dispose = _fuse((view.signal, signal))
                 try:
                     inner = attrs.evolve(view, signal=fused)
-                    result = await self._wrap(impls, i + 1, inner, state, trace)
+                    result = await self._wrap(impls, i + 1, inner, state, trace, stage)
                 finally:
                     dispose()
             delegated.append(result)
             return result
 
         result = await self._call(
-            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next
+            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next, stage=stage
         )
         if not isinstance(result, ToolExecutionResult):
             error = TypeError(
@@ -585,73 +634,122 @@ class Pipeline:
                 sys.stderr.write(message + " (reported once per plugin)\n")
 
 
-@attrs.define
-class _Budget:
-    """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
+class _Stage:
+    """One hook stage's cancel scope, whose deadline follows the link that is running now.
 
-    limit: float
-    started: float
-    scope: trio.CancelScope | None = None
-    paused_at: float | None = None
-    paused_for: float = 0.0
+    Each awaited implementation pushes its `_Budget`; while a link waits in ``call_next`` its
+    budget is paused (the deadline is then the downstream link's, or none during the body), and
+    it is re-armed with what is left of the link's own time when ``call_next`` returns. When the
+    deadline passes, the implementation running then is blamed (`blame`).
 
-    def remaining(self, now: float) -> float:
-        return max(self.limit - (now - self.started - self.paused_for), 0.0)
-
-    def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
-        async def paused(*args: Any, **kwargs: Any) -> Any:
-            self.paused_at = trio.current_time()
-            if self.scope is not None:
-                self.scope.deadline = math.inf
-            try:
-                return await call_next(*args, **kwargs)
-            finally:
-                now = trio.current_time()
-                self.paused_for += now - self.paused_at
-                self.paused_at = None
-                if self.scope is not None:
-                    self.scope.deadline = now + self.remaining(now)
-
-        return paused
-
-
-def _arm(scope: trio.CancelScope, budget: _Budget | None, limit: float) -> None:
-    """Give a hook that suspended its deadline: *limit*, less its own time so far."""
-    now = trio.current_time()
-    if budget is None:
-        scope.deadline = now + limit
-        return
-    budget.scope = scope
-    if budget.paused_at is None:  # else: waiting in call_next; armed when that returns
-        scope.deadline = now + budget.remaining(now)
-
-
-@attrs.frozen
-class _Resumed:
-    """A coroutine whose first step already ran and suspended at *trap*, to await on.
-
-    Forwards what trio sends or throws in, exactly as ``await`` would have. (The first step runs
-    inside the hook's cancel scope, so scopes the hook opens nest inside it.)
+    trio's deadline is only written when the task is about to suspend (`_Driven`) and the wanted
+    deadline changed: a hook that answers without suspending costs no deadline bookkeeping.
     """
 
-    coro: Any
-    trap: Any
+    __slots__ = ("armed", "blame", "scope", "stack")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.stack: list[_Budget] = []
+        self.blame: tuple[str, str, HookTimeout] | None = None
+        self.armed = math.inf
+
+    def arm(self) -> None:
+        """Give trio the deadline of the link running now (none while it waits downstream)."""
+        stack = self.stack
+        if not stack or stack[-1].paused_at is not None:
+            want = math.inf
+        else:
+            top = stack[-1]
+            want = top.started + top.limit + top.paused_for
+        if want != self.armed:
+            self.armed = want
+            self.scope.deadline = want
+
+    async def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> Any:
+        """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
+        budget.stage = self
+        budget.started = trio.current_time()
+        self.stack.append(budget)
+        try:
+            value = await _Driven(self, awaitable)
+        except BaseException:
+            if self.scope.cancel_called and self.blame is None:
+                self.blame = (plugin, hook, _late(plugin, hook, budget.limit))
+            raise
+        finally:
+            self.stack.pop()
+        if self.scope.cancel_called:  # it swallowed the cancellation and answered late
+            raise PluginFailure(*(self.blame or (plugin, hook, _late(plugin, hook, budget.limit))))
+        return value
+
+    def fail(self) -> None:
+        """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
+        if self.scope.cancel_called:
+            raise PluginFailure(*(self.blame or ("?", "?", HookTimeout("a hook stage timed out"))))
+
+
+class _Driven:
+    """Awaits an implementation's awaitable, arming the stage's deadline before each suspension.
+
+    Forwards what trio sends or throws in exactly as ``await`` would.
+    """
+
+    __slots__ = ("awaitable", "stage")
+
+    def __init__(self, stage: _Stage, awaitable: Any) -> None:
+        self.stage = stage
+        self.awaitable = awaitable
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, trap = self.coro, self.trap
+        it = self.awaitable
+        if not inspect.iscoroutine(it):
+            it = it.__await__()
+        send, throw, arm = it.send, it.throw, self.stage.arm
+        try:
+            trap = send(None)
+        except StopIteration as stop:
+            return stop.value
         while True:
+            arm()
             try:
                 sent = yield trap
             except BaseException as exc:
                 try:
-                    trap = coro.throw(exc)
+                    trap = throw(exc)
                 except StopIteration as stop:
                     return stop.value
                 continue
             try:
-                trap = coro.send(sent)
+                trap = send(sent)
             except StopIteration as stop:
                 return stop.value
+
+
+class _Budget:
+    """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
+
+    __slots__ = ("limit", "paused_at", "paused_for", "stage", "started")
+
+    def __init__(self, limit: float, started: float, stage: _Stage | None) -> None:
+        self.limit = limit
+        self.started = started
+        self.stage = stage
+        self.paused_at: float | None = None
+        self.paused_for = 0.0
+
+    def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            if self.stage is None:  # not awaited under a stage: nothing to pause
+                return await call_next(*args, **kwargs)
+            self.paused_at = trio.current_time()
+            try:
+                return await call_next(*args, **kwargs)
+            finally:
+                self.paused_for += trio.current_time() - self.paused_at
+                self.paused_at = None
+
+        return paused
 
 
 def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
