@@ -17,6 +17,7 @@ import pluggy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "IDLE_HOOKS",
     "PROJECT",
     "HookRelay",
     "Impl",
@@ -28,6 +29,14 @@ __all__ = [
 
 PROJECT = "dsh"
 ENTRY_POINT_GROUP = "dsh.plugins"
+IDLE_HOOKS = "dsh_idle_hooks"
+"""A plugin attribute: names of its per-call hooks that its configuration turned off.
+
+Set it in ``dsh_host_started`` (``self.dsh_idle_hooks = {"dsh_tool_post_execute"}``): the
+pipeline then never calls those implementations, so a plugin configured off costs nothing per
+call. It is read when the host collects the implementations (after start-up, and again whenever
+a plugin is registered or unregistered).
+"""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 """Marker for hook specifications (used by `dsh_host.hookspecs`)."""
@@ -140,6 +149,9 @@ class HookRelay:
             return ()
         out = []
         for impl in reversed(caller.get_hookimpls()):
+            idle = getattr(impl.plugin, IDLE_HOOKS, None)
+            if isinstance(idle, frozenset | set | tuple | list) and hook in idle:
+                continue  # configured off: this plugin costs nothing per call for this hook
             if impl.hookwrapper or impl.wrapper:
                 raise TypeError(
                     f"plugin {impl.plugin_name!r}: {hook} is called by dsh itself; "

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ._body import run_body
-from ._contain import HookTimeout, Watchdog, genuine, seconds
+from ._contain import HookTimeout, Watchdog, genuine, real_interrupt, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, PluginFailure
 from ._json import freeze
@@ -74,6 +74,7 @@ class Prepared:
     detail: str | None = None
 
 
+_NO_SCOPE = contextlib.nullcontext()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
 _ALLOW = Allow()
@@ -539,12 +540,22 @@ class Pipeline:
     ) -> ToolExecutionResult:
         if post and self.hooks.impls("dsh_tool_post_execute"):
             result = await self._post(execution, result, trace)
-        for impl in self.hooks.impls("dsh_tool_result"):
-            started = time.perf_counter() if trace is not None else 0.0
-            outcome = await self._observe(impl, execution, result)
-            if trace is not None:
-                kwargs = {"execution": execution}
-                emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
+        impls = self.hooks.impls("dsh_tool_result")
+        i = 0
+        while i < len(impls):
+            # One scope for the observers; a fresh one only after an observer was cut off.
+            stage = self._stage("dsh_tool_result")
+            with stage.scope if stage is not None else _NO_SCOPE:
+                while i < len(impls):
+                    impl = impls[i]
+                    i += 1
+                    started = time.perf_counter() if trace is not None else 0.0
+                    outcome = await self._observe(impl, execution, result, stage)
+                    if trace is not None:
+                        kwargs = {"execution": execution}
+                        emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
+                    if stage is not None and stage.scope.cancel_called:
+                        break
         return result
 
     async def _post(
@@ -589,7 +600,11 @@ class Pipeline:
         return result
 
     async def _observe(
-        self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
+        self,
+        impl: Impl,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        stage: _Stage | None = None,
     ) -> str:
         """Run one observer, contained and bounded; say how it went (for the trace).
 
@@ -597,15 +612,26 @@ class Pipeline:
         each plugin (and logged every time), so its lost work is never silent.
         """
         hook = "dsh_tool_result"
+        kwargs = {"execution": execution, "result": result}
         try:
-            value = self._sync(
-                impl.plugin, hook, execution.name, impl.call_sync,
-                {"execution": execution, "result": result},
-            )  # fmt: skip
+            if impl.is_async:
+                value = impl.call_sync(kwargs)  # only makes the coroutine
+            else:
+                value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
             if value is not None and inspect.isawaitable(value):
-                with trio.move_on_after(self.observer_timeout) as scope:
-                    await value
-                if scope.cancel_called:
+                if stage is None:
+                    with trio.move_on_after(self.observer_timeout) as scope:
+                        await value
+                    cut = scope.cancel_called
+                else:
+                    budget = _Budget(self.observer_timeout, 0.0, stage)
+                    try:
+                        await stage.run(value, budget, impl.plugin, hook)
+                    except BaseException as exc:
+                        if not stage.scope.cancel_called or real_interrupt(exc):
+                            raise
+                    cut = stage.scope.cancel_called
+                if cut:
                     self._report_cut_off(impl.plugin, execution)
                     return f"cut off after {seconds(self.observer_timeout)} (its work is lost)"
         except BaseException as exc:

@@ -1,0 +1,212 @@
+"""Structural facts that make the hot path cheap (issue 11 item 3): none of these can flake.
+
+They count things (worker threads, cancel scopes, allocated blocks, hook implementations) rather
+than time anything.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_host import Accept, Host, ToolExecutionInput, ToolRegistry, hookimpl
+from tests.conftest import make_echo
+
+CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
+
+
+class ScopeLog(list):  # type: ignore[type-arg]
+    """The trio cancel scopes one task entered after `watch`."""
+
+    task: Any = None
+
+    def watch(self) -> None:
+        self.task = trio.lowlevel.current_task()
+        self.clear()
+
+
+@pytest.fixture
+def scopes(monkeypatch: pytest.MonkeyPatch) -> ScopeLog:
+    """Cancel scopes the test's task enters after ``scopes.watch()`` (not pytest-trio's own)."""
+    log = ScopeLog()
+    enter = trio.CancelScope.__enter__
+
+    def counting(self: trio.CancelScope) -> trio.CancelScope:
+        if log.task is not None and trio.lowlevel.current_task() is log.task:
+            log.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
+    return log
+
+
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every function handed to a worker thread from now on."""
+    handed: list[Any] = []
+    run_sync = trio.to_thread.run_sync
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn)
+        return await run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    return handed
+
+
+class AsyncEverywhere:
+    """Trivial async implementations of every per-call hook, a waterfall link among them."""
+
+    name = "async_everywhere"
+
+    @hookimpl
+    async def dsh_tool_pre_execute(self, execution, call_next):
+        return await call_next()
+
+    @hookimpl
+    async def dsh_tool_guard(self, execution):
+        return None
+
+    @hookimpl
+    async def dsh_tool_execute(self, execution, call_next):
+        return await call_next()
+
+    @hookimpl
+    async def dsh_tool_post_execute(self, execution, result):
+        return Accept()
+
+    @hookimpl
+    async def dsh_tool_result(self, execution, result):
+        return None
+
+
+class SyncEverywhere:
+    name = "sync_everywhere"
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution):
+        return None
+
+    @hookimpl
+    def dsh_tool_guard(self, execution):
+        return None
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution, result):
+        return None
+
+    @hookimpl
+    def dsh_tool_result(self, execution, result):
+        return None
+
+
+def _host(*plugins: object) -> Host:
+    host = Host(plugins=plugins, load_entrypoints=False)
+    host.registry.register(make_echo())
+    return host
+
+
+async def test_an_all_async_call_uses_no_worker_thread(threads, scopes):
+    host = _host(AsyncEverywhere())
+    scopes.watch()
+    result = await host.registry.execute(CALL)
+    assert result.text == "x"
+    assert threads == []
+
+
+async def test_no_cancel_scope_for_a_call_with_no_signal_and_no_deadline(scopes):
+    bare = ToolRegistry()
+    bare.register(make_echo())
+    scopes.watch()
+    assert (await bare.execute(CALL)).text == "x"
+    assert scopes == []
+    assert (await _host(SyncEverywhere()).registry.execute(CALL)).text == "x"
+    assert scopes == []  # synchronous plugins: no scope either
+
+
+async def test_async_hooks_cost_at_most_one_cancel_scope_per_stage(scopes):
+    """The hook_timeout bound is kept by one scope per stage, not one per implementation."""
+    many = [AsyncEverywhere() for _ in range(4)]
+    for i, plugin in enumerate(many):
+        plugin.name = f"async_{i}"  # type: ignore[misc]
+    host = _host(*many)
+    scopes.watch()
+    assert (await host.registry.execute(CALL)).text == "x"
+    # pre-execute, guards, execute wrappers, post-execute, observers: one each (not one per
+    # implementation: 20 here), none given a deadline since no hook suspended.
+    assert len(scopes) == 5
+    assert all(scope.deadline == float("inf") for scope in scopes)
+
+
+async def test_the_bare_pipeline_allocates_a_bounded_number_of_blocks_per_call():
+    bare = ToolRegistry()
+    bare.register(make_echo())
+    for _ in range(200):  # warm caches
+        await bare.execute(CALL)
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getallocatedblocks()
+        for _ in range(1_000):
+            await bare.execute(CALL)
+        grown = sys.getallocatedblocks() - before
+    finally:
+        gc.enable()
+    # What stays allocated after 1,000 calls: nothing per call (results are dropped), so the
+    # growth is a small constant, far below one block per call.
+    assert grown < 200, grown
+
+
+def test_a_plugin_may_turn_its_per_call_hooks_off():
+    class Off:
+        name = "off"
+
+        def __init__(self) -> None:
+            self.dsh_idle_hooks = frozenset({"dsh_tool_post_execute"})
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return None
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result):
+            raise AssertionError("never called")
+
+    host = _host(Off())
+    relay = host.registry._pipeline.hooks
+    assert [i.plugin for i in relay.impls("dsh_tool_pre_execute")] == ["off"]
+    assert relay.impls("dsh_tool_post_execute") == ()
+
+
+def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
+    """hook_commands with no hooks configured, guards with no reminders: nothing per call."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugins": {"enable": ["hook_commands", "guards", "timeout"]},
+        "plugin": {"guards": {"repeat_thresholds": []}},
+    }
+    host = Host(config, environ={})
+    relay = host.registry._pipeline.hooks
+    per_call = {
+        hook: [i.plugin for i in relay.impls(hook)]
+        for hook in (
+            "dsh_tool_pre_execute",
+            "dsh_tool_guard",
+            "dsh_tool_execute",
+            "dsh_tool_post_execute",
+            "dsh_tool_result",
+        )
+    }
+    assert per_call == {
+        "dsh_tool_pre_execute": [],
+        "dsh_tool_guard": ["guards"],
+        "dsh_tool_execute": ["timeout"],
+        "dsh_tool_post_execute": [],
+        "dsh_tool_result": [],
+    }
