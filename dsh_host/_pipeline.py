@@ -414,10 +414,14 @@ class Pipeline:
     # -- H to J ----------------------------------------------------------------------------
 
     async def dispatch(
-        self, execution: ToolExecution, trace: Trace | None
+        self, execution: ToolExecution, trace: Trace | None, ready: Any = None
     ) -> tuple[ToolExecutionResult, bool]:
-        """Run the wrappers and the body; return the result and whether post-execute sees it."""
-        state = _DispatchState()
+        """Run the wrappers and the body; return the result and whether post-execute sees it.
+
+        *ready* is ``(tool, frozen arguments, body arguments)`` already validated (a batch
+        classified the call): used when the body's tool and arguments are those very objects.
+        """
+        state = _DispatchState(ready=ready)
         impls = self.hooks.impls("dsh_tool_execute")
         try:
             if not impls:
@@ -508,7 +512,11 @@ class Pipeline:
             return failure(error.message, error.code, "ToolNotFoundError")
         if view.signal.aborted:
             return aborted(False)
-        args, violations = tool.prepare(view.arguments)
+        ready = state.ready
+        if ready is not None and ready[0] is tool and ready[1] is view.arguments:
+            args, violations = ready[2], None
+        else:
+            args, violations = tool.prepare(view.arguments)
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
@@ -794,6 +802,7 @@ def _failed(exc: BaseException) -> str:
 @attrs.define
 class _DispatchState:
     body_invoked: bool = False
+    ready: Any = None
 
 
 def _same_decision(a: Any, b: Any) -> bool:

@@ -210,3 +210,63 @@ def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off
         "dsh_tool_post_execute": [],
         "dsh_tool_result": [],
     }
+
+
+class CountingArgs(dict):  # type: ignore[type-arg]
+    """Arguments that count how often they are walked (frozen)."""
+
+    walks = 0
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        type(self).walks += 1
+        return super().items()
+
+
+async def test_a_batch_freezes_and_validates_each_call_once(monkeypatch):
+    validated: list[Any] = []
+    host = _host()
+    host.registry.register(make_echo("safe", is_concurrency_safe=lambda args: True))
+    from dsh_host import ToolDefinition
+
+    prepare = ToolDefinition.prepare
+
+    def counting(self: ToolDefinition, arguments: Any) -> Any:
+        validated.append(arguments)
+        return prepare(self, arguments)
+
+    monkeypatch.setattr(ToolDefinition, "prepare", counting)
+    CountingArgs.walks = 0
+    inputs = [
+        ToolExecutionInput(call_id=f"c{i}", name="safe", arguments=CountingArgs(text=str(i)))
+        for i in range(3)
+    ]
+    results = await host.registry.execute_batch(inputs)
+    assert [r.text for r in results] == ["0", "1", "2"]
+    assert CountingArgs.walks == 3
+    assert len(validated) == 3
+
+
+async def test_a_batch_of_one_opens_no_nursery(monkeypatch):
+    opened: list[Any] = []
+    open_nursery = trio.open_nursery
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return open_nursery(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "open_nursery", counting)
+    host = _host()
+    seen: list[Any] = []
+    results = await host.registry.execute_batch([CALL], on_result=lambda i, r: seen.append(i))
+    assert [r.text for r in results] == ["x"]
+    assert (opened, seen) == ([], [0])
+
+
+async def test_a_batch_of_one_whose_batch_signal_aborted_does_not_start():
+    from dsh_host import AbortSignal
+
+    own, batch = AbortSignal(), AbortSignal()
+    batch.abort("stop")
+    call = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"}, signal=own)
+    (result,) = await _host().registry.execute_batch([call], signal=batch)
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
