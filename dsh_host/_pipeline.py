@@ -304,6 +304,13 @@ class Pipeline:
         )  # fmt: skip
         if signal.aborted:
             return Prepared(execution, aborted(False), False)
+        hooks = self.hooks
+        if (
+            not hooks.impls("dsh_tool_pre_execute")
+            and not hooks.impls("dsh_tool_guard")
+            and not self.registry.guards_for(execution.scope)
+        ):
+            return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
             return await self._gate(execution, trace)
         except PluginFailure as exc:
