@@ -270,3 +270,68 @@ async def test_a_batch_of_one_whose_batch_signal_aborted_does_not_start():
     call = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"}, signal=own)
     (result,) = await _host().registry.execute_batch([call], signal=batch)
     assert result.code == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_hooks_that_open_their_own_cancel_scopes_nest_inside_the_stage(autojump_clock):
+    """The stage's one scope is entered before any hook runs, so a hook's own scopes nest."""
+    from dsh_host import define_tool
+
+    class Scoped:
+        name = "scoped"
+
+        @hookimpl
+        async def dsh_tool_pre_execute(self, execution, call_next):
+            with trio.move_on_after(1):
+                await trio.sleep(0.5)
+                decision = await call_next()
+            return decision
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            with trio.CancelScope():
+                await trio.sleep(0.5)
+                return await call_next()
+
+        @hookimpl
+        async def dsh_tool_post_execute(self, execution, result, call_next):
+            with trio.move_on_after(10):
+                await trio.sleep(0.1)
+            return await call_next()
+
+    async def slow(args: Any) -> str:
+        await trio.sleep(60)  # longer than hook_timeout: the body's time is not the wrapper's
+        return "done"
+
+    host = Host(config={"host": {"hook_timeout": 5}}, plugins=[Scoped()], load_entrypoints=False)
+    host.registry.register(define_tool(name="slow", description="", parameters={}, execute=slow))
+    result = await host.call("slow", {})
+    assert (result.is_error, result.text) == (False, "done")
+
+
+async def test_a_hook_that_swallows_the_stage_deadline_is_still_blamed(autojump_clock):
+    class Swallows:
+        name = "swallows"
+
+        @hookimpl
+        async def dsh_tool_guard(self, execution):
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                return None  # answers anyway, late
+
+    class After:
+        name = "after"
+
+        @hookimpl(tryfirst=True)
+        async def dsh_tool_guard(self, execution):
+            return None
+
+    host = Host(
+        config={"host": {"hook_timeout": 3}}, plugins=[Swallows(), After()], load_entrypoints=False
+    )
+    host.registry.register(make_echo())
+    started = trio.current_time()
+    result = await host.call("echo", {"text": "x"})
+    assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "swallows")
+    assert "swallows did not answer dsh_tool_guard within 3 s" in result.error.message
+    assert trio.current_time() - started == pytest.approx(3)
