@@ -22,7 +22,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -75,6 +75,7 @@ class Prepared:
 
 
 _NO_SCOPE = contextlib.nullcontext()
+_UNCALLED: Any = object()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
 _ALLOW = Allow()
@@ -135,8 +136,12 @@ class Pipeline:
         bound: float | None = None,
         report: bool = True,
         stage: _Stage | None = None,
+        returned: Any = _UNCALLED,
     ) -> Any:
         """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
+
+        *returned* is what a synchronous implementation already returned (see `_plain`): an
+        awaitable to finish, without calling the implementation again.
 
         A synchronous implementation is watched (`Watchdog`); an awaitable it returns gets
         *bound* seconds (default ``hook_timeout``) of its own time: the time it spends in
@@ -151,7 +156,9 @@ class Pipeline:
             budget = _Budget(limit, 0.0, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
         try:
-            if impl.is_async:
+            if returned is not _UNCALLED:
+                value = returned
+            elif impl.is_async:
                 value = impl.call_sync(kwargs)  # only makes the coroutine: nothing to watch
             else:
                 name = (kwargs.get("execution") or kwargs["request"].execution).name
@@ -185,6 +192,12 @@ class Pipeline:
             outcome = "abstained" if value is None else describe(value)
             emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
+
+    async def _contain(self, impl: Impl, hook: str, exc: BaseException) -> NoReturn:
+        """Raise what a synchronous implementation's exception becomes (`PluginFailure`)."""
+        if isinstance(exc, PluginFailure) or await genuine(exc):
+            raise exc
+        raise PluginFailure(impl.plugin, hook, exc) from exc
 
     def _stage(self, hook: str) -> _Stage | None:
         """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
@@ -224,8 +237,19 @@ class Pipeline:
     ) -> tuple[Any, str | None]:
         impls = self.hooks.impls(hook)
         if not any(impl.waterfall for impl in impls):
+            name = (kwargs.get("execution") or kwargs["request"].execution).name
             for impl in impls:
-                value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
+                if impl.is_async or trace is not None:
+                    value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
+                else:  # a plain function: called right here, no coroutine of its own
+                    try:
+                        value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    except BaseException as exc:
+                        await self._contain(impl, hook, exc)
+                    if value is not None and inspect.isawaitable(value):
+                        value = await self._call(
+                            impl, hook, trace, kwargs, bound=bound, stage=stage, returned=value
+                        )
                 if value is not None:
                     try:
                         value = accept(value)
@@ -412,8 +436,19 @@ class Pipeline:
         trace: Trace | None,
         stage: _Stage | None,
     ) -> tuple[str | None, str | None]:
+        hook, name = "dsh_tool_guard", kwargs["execution"].name
         for impl in impls:
-            reason = await self._call(impl, "dsh_tool_guard", trace, kwargs, stage=stage)
+            if impl.is_async or trace is not None:
+                reason = await self._call(impl, hook, trace, kwargs, stage=stage)
+            else:  # a plain function: called right here, no coroutine of its own
+                try:
+                    reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                except BaseException as exc:
+                    await self._contain(impl, hook, exc)
+                if reason is not None and inspect.isawaitable(reason):
+                    reason = await self._call(
+                        impl, hook, trace, kwargs, stage=stage, returned=reason
+                    )
             if reason is not None:
                 return _check_reason(reason, impl.plugin), impl.plugin
         return None, None
