@@ -742,22 +742,9 @@ class _Stage:
             self.armed = want
             self.scope.deadline = want
 
-    async def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> Any:
+    def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> _Driven:
         """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
-        budget.stage = self
-        budget.started = trio.current_time()
-        self.stack.append(budget)
-        try:
-            value = await _Driven(self, awaitable)
-        except BaseException:
-            if self.scope.cancel_called and self.blame is None:
-                self.blame = (plugin, hook, _late(plugin, hook, budget.limit))
-            raise
-        finally:
-            self.stack.pop()
-        if self.scope.cancel_called:  # it swallowed the cancellation and answered late
-            raise PluginFailure(*(self.blame or (plugin, hook, _late(plugin, hook, budget.limit))))
-        return value
+        return _Driven(self, awaitable, budget, plugin, hook)
 
     def fail(self) -> None:
         """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
@@ -766,40 +753,57 @@ class _Stage:
 
 
 class _Driven:
-    """Awaits an implementation's awaitable, arming the stage's deadline before each suspension.
+    """Awaits one implementation's awaitable under its budget, in its stage.
 
-    Forwards what trio sends or throws in exactly as ``await`` would.
+    Pushes the budget, arms the stage's deadline before each suspension (never otherwise),
+    forwards what trio sends or throws in exactly as ``await`` would, and pops the budget; when
+    the stage's deadline passed, blames the implementation that was running.
     """
 
-    __slots__ = ("awaitable", "stage")
+    __slots__ = ("awaitable", "budget", "hook", "plugin", "stage")
 
-    def __init__(self, stage: _Stage, awaitable: Any) -> None:
+    def __init__(
+        self, stage: _Stage, awaitable: Any, budget: _Budget, plugin: str, hook: str
+    ) -> None:
         self.stage = stage
         self.awaitable = awaitable
+        self.budget = budget
+        self.plugin = plugin
+        self.hook = hook
 
     def __await__(self) -> Generator[Any, Any, Any]:
+        stage, budget = self.stage, self.budget
+        budget.stage = stage
+        budget.started = trio.current_time()
+        stage.stack.append(budget)
         it = self.awaitable
         if not inspect.iscoroutine(it):
             it = it.__await__()
-        send, throw, arm = it.send, it.throw, self.stage.arm
+        send, throw, arm = it.send, it.throw, stage.arm
+        sent: Any = None
+        error: BaseException | None = None
         try:
-            trap = send(None)
-        except StopIteration as stop:
-            return stop.value
-        while True:
-            arm()
-            try:
-                sent = yield trap
-            except BaseException as exc:
+            while True:
                 try:
-                    trap = throw(exc)
+                    trap = send(sent) if error is None else throw(error)
                 except StopIteration as stop:
-                    return stop.value
-                continue
-            try:
-                trap = send(sent)
-            except StopIteration as stop:
-                return stop.value
+                    value = stop.value
+                    break
+                arm()
+                try:
+                    sent, error = (yield trap), None
+                except BaseException as exc:
+                    sent, error = None, exc
+        except BaseException:
+            if stage.scope.cancel_called and stage.blame is None:
+                stage.blame = (self.plugin, self.hook, _late(self.plugin, self.hook, budget.limit))
+            raise
+        finally:
+            stage.stack.pop()
+        if stage.scope.cancel_called:  # it swallowed the cancellation and answered late
+            late = _late(self.plugin, self.hook, budget.limit)
+            raise PluginFailure(*(stage.blame or (self.plugin, self.hook, late)))
+        return value
 
 
 class _Budget:
