@@ -153,7 +153,7 @@ class Pipeline:
         limit = self.hook_timeout if bound is None else bound
         budget: _Budget | None = None
         if call_next is not None:
-            budget = _Budget(limit, 0.0, stage)
+            budget = _Budget(limit, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
         try:
             if returned is not _UNCALLED:
@@ -165,7 +165,7 @@ class Pipeline:
                 value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
                 if budget is None:
-                    budget = _Budget(limit, 0.0, stage)
+                    budget = _Budget(limit, stage)
                 if stage is None:
                     own = budget.stage = _Stage()
                     with own.scope:
@@ -674,7 +674,7 @@ class Pipeline:
                         await value
                     cut = scope.cancel_called
                 else:
-                    budget = _Budget(self.observer_timeout, 0.0, stage)
+                    budget = _Budget(self.observer_timeout, stage)
                     try:
                         await stage.run(value, budget, impl.plugin, hook)
                     except BaseException as exc:
@@ -718,8 +718,11 @@ class _Stage:
     it is re-armed with what is left of the link's own time when ``call_next`` returns. When the
     deadline passes, the implementation running then is blamed (`blame`).
 
-    trio's deadline is only written when the task is about to suspend (`_Driven`) and the wanted
-    deadline changed: a hook that answers without suspending costs no deadline bookkeeping.
+    Time is read from trio's clock only when the task is about to suspend (`_Driven`), and the
+    deadline is written only then, and only when it changed: a hook that answers without
+    suspending costs no clock reads and no deadline bookkeeping. A hook's own time therefore
+    counts from its first suspension; what it ran synchronously before that is the watchdog's
+    business (and, for an ``async`` hook, not bounded: see the pipeline guide).
     """
 
     __slots__ = ("armed", "blame", "scope", "stack")
@@ -733,11 +736,13 @@ class _Stage:
     def arm(self) -> None:
         """Give trio the deadline of the link running now (none while it waits downstream)."""
         stack = self.stack
-        if not stack or stack[-1].paused_at is not None:
+        if not stack or stack[-1].paused:
             want = math.inf
         else:
             top = stack[-1]
-            want = top.started + top.limit + top.paused_for
+            if top.since is None:
+                top.since = trio.current_time()
+            want = top.since + top.limit - top.used
         if want != self.armed:
             self.armed = want
             self.scope.deadline = want
@@ -774,7 +779,6 @@ class _Driven:
     def __await__(self) -> Generator[Any, Any, Any]:
         stage, budget = self.stage, self.budget
         budget.stage = stage
-        budget.started = trio.current_time()
         stage.stack.append(budget)
         it = self.awaitable
         if not inspect.iscoroutine(it):
@@ -807,27 +811,37 @@ class _Driven:
 
 
 class _Budget:
-    """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
+    """One hook's own time: paused while it waits in ``call_next`` for downstream work.
 
-    __slots__ = ("limit", "paused_at", "paused_for", "stage", "started")
+    ``used`` is the own time spent in earlier stretches; ``since`` the trio time the current
+    stretch was first seen suspending (``None``: not yet, so no clock read was needed).
+    """
 
-    def __init__(self, limit: float, started: float, stage: _Stage | None) -> None:
+    __slots__ = ("limit", "paused", "since", "stage", "used")
+
+    def __init__(self, limit: float, stage: _Stage | None) -> None:
         self.limit = limit
-        self.started = started
         self.stage = stage
-        self.paused_at: float | None = None
-        self.paused_for = 0.0
+        self.paused = False
+        self.since: float | None = None
+        self.used = 0.0
+
+    def close(self) -> None:
+        """End the current stretch of own time (it starts again at the next suspension)."""
+        if self.since is not None:
+            self.used += trio.current_time() - self.since
+            self.since = None
 
     def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
         async def paused(*args: Any, **kwargs: Any) -> Any:
             if self.stage is None:  # not awaited under a stage: nothing to pause
                 return await call_next(*args, **kwargs)
-            self.paused_at = trio.current_time()
+            self.close()
+            self.paused = True
             try:
                 return await call_next(*args, **kwargs)
             finally:
-                self.paused_for += trio.current_time() - self.paused_at
-                self.paused_at = None
+                self.paused = False
 
         return paused
 
