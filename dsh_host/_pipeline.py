@@ -217,26 +217,11 @@ class Pipeline:
         Returns the decision and the name of the plugin that made it: a link that returns the
         downstream decision unchanged (contexts aside) leaves it credited downstream.
         """
-        stage = self._stage(hook)
-        if stage is None:
-            return await self._chain(hook, kwargs, default, accept, trace, bound, None)
-        with stage.scope:
-            decided = await self._chain(hook, kwargs, default, accept, trace, bound, stage)
-        stage.fail()
-        return decided
-
-    async def _chain(
-        self,
-        hook: str,
-        kwargs: dict[str, Any],
-        default: Any,
-        accept: Callable[[Any], Any],
-        trace: Trace | None,
-        bound: float | None,
-        stage: _Stage | None,
-    ) -> tuple[Any, str | None]:
         impls = self.hooks.impls(hook)
-        if not any(impl.waterfall for impl in impls):
+        stage = self._stage(hook)
+        with stage.scope if stage is not None else _NO_SCOPE:
+            if any(impl.waterfall for impl in impls):
+                return await self._chain(impls, hook, kwargs, default, accept, trace, bound, stage)
             name = (kwargs.get("execution") or kwargs["request"].execution).name
             for impl in impls:
                 if impl.is_async or trace is not None:
@@ -257,6 +242,20 @@ class Pipeline:
                         raise PluginFailure(impl.plugin, hook, exc) from None
                     return value, impl.plugin
             return default, None
+        _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
+
+    async def _chain(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        kwargs: dict[str, Any],
+        default: Any,
+        accept: Callable[[Any], Any],
+        trace: Trace | None,
+        bound: float | None,
+        stage: _Stage | None,
+    ) -> tuple[Any, str | None]:
+        """The waterfall case of `_first`: links that take ``call_next``."""
 
         async def run_from(i: int) -> tuple[Any, str | None]:
             while i < len(impls):
@@ -422,36 +421,24 @@ class Pipeline:
         if not impls:
             return None, None
         stage = self._stage("dsh_tool_guard")
-        if stage is None:
-            return await self._hook_guards(impls, kwargs, trace, None)
-        with stage.scope:
-            found = await self._hook_guards(impls, kwargs, trace, stage)
-        stage.fail()
-        return found
-
-    async def _hook_guards(
-        self,
-        impls: tuple[Impl, ...],
-        kwargs: dict[str, Any],
-        trace: Trace | None,
-        stage: _Stage | None,
-    ) -> tuple[str | None, str | None]:
-        hook, name = "dsh_tool_guard", kwargs["execution"].name
-        for impl in impls:
-            if impl.is_async or trace is not None:
-                reason = await self._call(impl, hook, trace, kwargs, stage=stage)
-            else:  # a plain function: called right here, no coroutine of its own
-                try:
-                    reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
-                except BaseException as exc:
-                    await self._contain(impl, hook, exc)
-                if reason is not None and inspect.isawaitable(reason):
-                    reason = await self._call(
-                        impl, hook, trace, kwargs, stage=stage, returned=reason
-                    )
-            if reason is not None:
-                return _check_reason(reason, impl.plugin), impl.plugin
-        return None, None
+        hook, name = "dsh_tool_guard", execution.name
+        with stage.scope if stage is not None else _NO_SCOPE:
+            for impl in impls:
+                if impl.is_async or trace is not None:
+                    reason = await self._call(impl, hook, trace, kwargs, stage=stage)
+                else:  # a plain function: called right here, no coroutine of its own
+                    try:
+                        reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    except BaseException as exc:
+                        await self._contain(impl, hook, exc)
+                    if reason is not None and inspect.isawaitable(reason):
+                        reason = await self._call(
+                            impl, hook, trace, kwargs, stage=stage, returned=reason
+                        )
+                if reason is not None:
+                    return _check_reason(reason, impl.plugin), impl.plugin
+            return None, None
+        _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
 
     # -- H to J ----------------------------------------------------------------------------
 
@@ -604,7 +591,7 @@ class Pipeline:
                     if trace is not None:
                         kwargs = {"execution": execution}
                         emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
-                    if stage is not None and stage.scope.cancel_called:
+                    if stage is not None and stage.expired():
                         break
         return result
 
@@ -680,7 +667,7 @@ class Pipeline:
                     except BaseException as exc:
                         if not stage.scope.cancel_called or real_interrupt(exc):
                             raise
-                    cut = stage.scope.cancel_called
+                    cut = stage.expired()
                 if cut:
                     self._report_cut_off(impl.plugin, execution)
                     return f"cut off after {seconds(self.observer_timeout)} (its work is lost)"
@@ -725,13 +712,14 @@ class _Stage:
     business (and, for an ``async`` hook, not bounded: see the pipeline guide).
     """
 
-    __slots__ = ("armed", "blame", "scope", "stack")
+    __slots__ = ("armed", "blame", "scope", "stack", "timed")
 
     def __init__(self) -> None:
         self.scope = trio.CancelScope()
         self.stack: list[_Budget] = []
         self.blame: tuple[str, str, HookTimeout] | None = None
         self.armed = math.inf
+        self.timed = False  # a deadline was ever given to trio (else nothing can cancel us)
 
     def arm(self) -> None:
         """Give trio the deadline of the link running now (none while it waits downstream)."""
@@ -746,14 +734,19 @@ class _Stage:
         if want != self.armed:
             self.armed = want
             self.scope.deadline = want
+            self.timed = True
 
     def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> _Driven:
         """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
         return _Driven(self, awaitable, budget, plugin, hook)
 
+    def expired(self) -> bool:
+        """Whether the deadline cancelled the scope (never without one: nobody else cancels it)."""
+        return self.timed and self.scope.cancel_called
+
     def fail(self) -> None:
         """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
-        if self.scope.cancel_called:
+        if self.expired():
             raise PluginFailure(*(self.blame or ("?", "?", HookTimeout("a hook stage timed out"))))
 
 
@@ -804,7 +797,7 @@ class _Driven:
             raise
         finally:
             stage.stack.pop()
-        if stage.scope.cancel_called:  # it swallowed the cancellation and answered late
+        if stage.timed and stage.scope.cancel_called:  # it swallowed it and answered late
             late = _late(self.plugin, self.hook, budget.limit)
             raise PluginFailure(*(stage.blame or (self.plugin, self.hook, late)))
         return value
@@ -844,6 +837,13 @@ class _Budget:
                 self.paused = False
 
         return paused
+
+
+def _stage_failed(stage: _Stage | None) -> NoReturn:
+    """After a stage's scope absorbed its own cancellation: the `PluginFailure` it means."""
+    if stage is not None:
+        stage.fail()
+    raise AssertionError("a hook stage ended without an answer")  # pragma: no cover
 
 
 def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
