@@ -7,7 +7,7 @@ settle, so results and their contexts come back in the order the model asked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -39,16 +39,27 @@ class _Slot:
 async def run_batch(
     registry: ToolRegistry,
     pipeline: Pipeline,
-    inputs: Sequence[ToolExecutionInput],
+    inputs: list[ToolExecutionInput],
     max_parallel: int,
     signal: AbortSignal | None,
     trace: Trace | None,
     on_result: Callable[[int, ToolExecutionResult], None] | None = None,
 ) -> list[ToolExecutionResult]:
-    slots = [_Slot() for _ in inputs]
-    results: list[Any] = [None] * len(inputs)
     if signal is not None:
         inputs = [i if i.signal is not None else attrs.evolve(i, signal=signal) for i in inputs]
+    if len(inputs) == 1:
+        # One call: nothing to overlap or order; the plain pipeline, no tasks, no events.
+        first = inputs[0]
+        if signal is not None and signal.aborted:
+            first = attrs.evolve(first, signal=_ABORTED)
+        result = await pipeline.run(first, trace)
+        if on_result is not None:
+            on_result(0, result)
+        return [result]
+    slots = [_Slot() for _ in inputs]
+    results: list[Any] = [None] * len(inputs)
+    ready: list[Any] = [None] * len(inputs)
+    modes: list[ExecutionMode | None] = [None] * len(inputs)
 
     def stopped() -> bool:
         return signal is not None and signal.aborted
@@ -63,7 +74,7 @@ async def run_batch(
                 on_result(index, results[index])
 
     async def dispatch(index: int, execution: ToolExecution) -> None:
-        result, post = await pipeline.dispatch(execution, trace)
+        result, post = await pipeline.dispatch(execution, trace, ready[index])
         slots[index].settle(execution, result, post)
 
     async def prepare(index: int) -> ToolExecution | None:
@@ -81,7 +92,19 @@ async def run_batch(
             limiter.release_on_behalf_of(index)
 
     def mode(index: int) -> ExecutionMode:
-        return registry.execution_mode(inputs[index])
+        """The call's mode, classified once; its arguments are then frozen and validated once."""
+        known = modes[index]
+        if known is not None:
+            return known
+        known, tool, frozen, args = registry._classify(inputs[index])
+        if frozen is not None:
+            input = inputs[index]
+            if frozen is not input.arguments:  # the pipeline's own freeze then costs nothing
+                inputs[index] = attrs.evolve(input, arguments=frozen)
+            if args is not None:
+                ready[index] = (tool, frozen, args)
+        modes[index] = known
+        return known
 
     index = 0
     async with trio.open_nursery() as outer:

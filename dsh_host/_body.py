@@ -14,6 +14,7 @@ from ._errors import ToolOutputError
 from ._json import canonical_json, freeze
 from ._outcomes import aborted, failure, from_exception
 from ._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext, to_content
+from ._verify import checked
 
 if TYPE_CHECKING:
     from ._tool import ToolDefinition
@@ -76,7 +77,7 @@ _MISSING: Any = object()
 def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
     try:
         if isinstance(value, ToolExecutionResult):
-            return value
+            return checked(value, f'tool "{tool.name}"')
         if tool.validate_output is not None:
             frozen = freeze(value, "value")
             violations = tool.validate_output(frozen)

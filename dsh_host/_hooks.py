@@ -17,6 +17,7 @@ import pluggy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "IDLE_HOOKS",
     "PROJECT",
     "HookRelay",
     "Impl",
@@ -28,6 +29,14 @@ __all__ = [
 
 PROJECT = "dsh"
 ENTRY_POINT_GROUP = "dsh.plugins"
+IDLE_HOOKS = "dsh_idle_hooks"
+"""A plugin attribute: names of its per-call hooks that its configuration turned off.
+
+Set it in ``dsh_host_started`` (``self.dsh_idle_hooks = {"dsh_tool_post_execute"}``): the
+pipeline then never calls those implementations, so a plugin configured off costs nothing per
+call. It is read when the host collects the implementations (after start-up, and again whenever
+a plugin is registered or unregistered).
+"""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 """Marker for hook specifications (used by `dsh_host.hookspecs`)."""
@@ -107,6 +116,7 @@ class HookRelay:
     def __init__(self, pm: pluggy.PluginManager | None) -> None:
         self.pm = pm
         self._cache: dict[str, tuple[Impl, ...]] = {}
+        self._async: dict[str, bool] = {}
         self._generation = -1
 
     def impls(self, hook: str) -> tuple[Impl, ...]:
@@ -117,11 +127,20 @@ class HookRelay:
         generation = getattr(pm, "generation", None)
         if generation is None or generation != self._generation:
             self._cache.clear()
+            self._async.clear()
             self._generation = generation if generation is not None else -1
         cached = self._cache.get(hook)
         if cached is None or generation is None:
             cached = self._cache[hook] = self._collect(pm, hook)
         return cached
+
+    def any_async(self, hook: str) -> bool:
+        """Whether any implementation of *hook* is ``async def`` (its stage needs a scope)."""
+        impls = self.impls(hook)
+        known = self._async.get(hook)
+        if known is None or getattr(self.pm, "generation", None) is None:
+            known = self._async[hook] = any(impl.is_async for impl in impls)
+        return known
 
     @staticmethod
     def _collect(pm: pluggy.PluginManager, hook: str) -> tuple[Impl, ...]:
@@ -130,6 +149,9 @@ class HookRelay:
             return ()
         out = []
         for impl in reversed(caller.get_hookimpls()):
+            idle = getattr(impl.plugin, IDLE_HOOKS, None)
+            if isinstance(idle, frozenset | set | tuple | list) and hook in idle:
+                continue  # configured off: this plugin costs nothing per call for this hook
             if impl.hookwrapper or impl.wrapper:
                 raise TypeError(
                     f"plugin {impl.plugin_name!r}: {hook} is called by dsh itself; "

@@ -22,13 +22,13 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
 
 from ._body import run_body
-from ._contain import HookTimeout, Watchdog, genuine, seconds
+from ._contain import HookTimeout, Watchdog, genuine, real_interrupt, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, PluginFailure
 from ._json import freeze
@@ -50,7 +50,9 @@ from ._values import (
     ToolFailure,
     ToolRunContext,
     content_text,
+    parent_token,
 )
+from ._verify import checked, context_violations, invalid
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -72,6 +74,8 @@ class Prepared:
     detail: str | None = None
 
 
+_NO_SCOPE = contextlib.nullcontext()
+_UNCALLED: Any = object()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
 _ALLOW = Allow()
@@ -131,46 +135,55 @@ class Pipeline:
         call_next: Callable[..., Any] | None = None,
         bound: float | None = None,
         report: bool = True,
+        stage: _Stage | None = None,
+        returned: Any = _UNCALLED,
     ) -> Any:
         """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
 
+        *returned* is what a synchronous implementation already returned (see `_plain`): an
+        awaitable to finish, without calling the implementation again.
+
         A synchronous implementation is watched (`Watchdog`); an awaitable it returns gets
         *bound* seconds (default ``hook_timeout``) of its own time: the time it spends in
-        *call_next* (downstream links, wrappers, the body) does not count.
+        *call_next* (downstream links, wrappers, the body) does not count. The bound is kept by
+        the deadline of the *stage*'s one cancel scope, which follows the link running now (no
+        scope per implementation); without a stage, the awaitable gets a scope of its own.
         """
         started = time.perf_counter() if trace is not None else 0.0
-        execution = kwargs.get("execution") or kwargs["request"].execution
         limit = self.hook_timeout if bound is None else bound
         budget: _Budget | None = None
         if call_next is not None:
-            budget = _Budget(limit, trio.current_time())
+            budget = _Budget(limit, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
         try:
-            value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
+            if returned is not _UNCALLED:
+                value = returned
+            elif impl.is_async:
+                value = impl.call_sync(kwargs)  # only makes the coroutine: nothing to watch
+            else:
+                name = (kwargs.get("execution") or kwargs["request"].execution).name
+                value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                # The scope is entered with no deadline (cheap) and armed only if the hook
-                # suspends: most hooks answer in their first step and never pay for the timer.
-                scope = trio.CancelScope()
-                with scope:
-                    if inspect.iscoroutine(value):
-                        try:
-                            trap = value.send(None)
-                        except StopIteration as stop:
-                            value = stop.value
-                        else:
-                            _arm(scope, budget, limit)
-                            value = await _Resumed(value, trap)
-                    else:
-                        _arm(scope, budget, limit)
-                        value = await value
-                if scope.cancel_called:
-                    raise PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, limit))
+                if budget is None:
+                    budget = _Budget(limit, stage)
+                if stage is None:
+                    own = budget.stage = _Stage()
+                    with own.scope:
+                        value = await own.run(value, budget, impl.plugin, hook)
+                    if own.scope.cancel_called:
+                        raise PluginFailure(*(own.blame or (impl.plugin, hook, limit)))
+                else:
+                    value = await stage.run(value, budget, impl.plugin, hook)
         except PluginFailure as exc:
             if trace is not None and exc.plugin == impl.plugin and exc.hook == hook:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc.error), started)
             raise
         except BaseException as exc:
             if await genuine(exc):
+                if trace is not None and stage is not None and stage.blame is not None:
+                    plugin, where, late = stage.blame
+                    if (plugin, where) == (impl.plugin, hook):  # this one ran out of time
+                        emit(trace, kwargs, hook, plugin, _failed(late), started)
                 raise
             if trace is not None:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc), started)
@@ -179,6 +192,16 @@ class Pipeline:
             outcome = "abstained" if value is None else describe(value)
             emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
+
+    async def _contain(self, impl: Impl, hook: str, exc: BaseException) -> NoReturn:
+        """Raise what a synchronous implementation's exception becomes (`PluginFailure`)."""
+        if isinstance(exc, PluginFailure) or await genuine(exc):
+            raise exc
+        raise PluginFailure(impl.plugin, hook, exc) from exc
+
+    def _stage(self, hook: str) -> _Stage | None:
+        """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
+        return _Stage() if self.hooks.any_async(hook) else None
 
     async def _first(
         self,
@@ -195,9 +218,23 @@ class Pipeline:
         downstream decision unchanged (contexts aside) leaves it credited downstream.
         """
         impls = self.hooks.impls(hook)
-        if not any(impl.waterfall for impl in impls):
+        stage = self._stage(hook)
+        with stage.scope if stage is not None else _NO_SCOPE:
+            if any(impl.waterfall for impl in impls):
+                return await self._chain(impls, hook, kwargs, default, accept, trace, bound, stage)
+            name = (kwargs.get("execution") or kwargs["request"].execution).name
             for impl in impls:
-                value = await self._call(impl, hook, trace, kwargs, bound=bound)
+                if impl.is_async or trace is not None:
+                    value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
+                else:  # a plain function: called right here, no coroutine of its own
+                    try:
+                        value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    except BaseException as exc:
+                        await self._contain(impl, hook, exc)
+                    if value is not None and inspect.isawaitable(value):
+                        value = await self._call(
+                            impl, hook, trace, kwargs, bound=bound, stage=stage, returned=value
+                        )
                 if value is not None:
                     try:
                         value = accept(value)
@@ -205,6 +242,20 @@ class Pipeline:
                         raise PluginFailure(impl.plugin, hook, exc) from None
                     return value, impl.plugin
             return default, None
+        _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
+
+    async def _chain(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        kwargs: dict[str, Any],
+        default: Any,
+        accept: Callable[[Any], Any],
+        trace: Trace | None,
+        bound: float | None,
+        stage: _Stage | None,
+    ) -> tuple[Any, str | None]:
+        """The waterfall case of `_first`: links that take ``call_next``."""
 
         async def run_from(i: int) -> tuple[Any, str | None]:
             while i < len(impls):
@@ -219,10 +270,11 @@ class Pipeline:
                         return _memo[0][0]
 
                     value = await self._call(
-                        impl, hook, trace, kwargs, call_next=call_next, bound=bound, report=False
-                    )
+                        impl, hook, trace, kwargs, call_next=call_next, bound=bound,
+                        report=False, stage=stage,
+                    )  # fmt: skip
                 else:
-                    value = await self._call(impl, hook, trace, kwargs, bound=bound)
+                    value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
                 if value is None:
                     if impl.waterfall and trace is not None:
                         emit(trace, kwargs, hook, impl.plugin, "abstained", started)
@@ -252,21 +304,36 @@ class Pipeline:
         self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
     ) -> Prepared:
         signal = input.signal if input.signal is not None else _inert()
+        parent = input.parent
+        message: str | None = None
+        if parent is not None:
+            try:
+                parent = parent_token(parent)
+            except TypeError as exc:
+                parent, message = None, str(exc)
         try:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
+            arguments, message = None, message or f"tool arguments must be JSON: {exc}"
+        if message is not None:
             execution = ToolExecution(
-                call_id=input.call_id, name=input.name, arguments=None, scope=input.scope,
-                parent=input.parent, signal=signal, dry_run=dry_run,
+                call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
+                parent=parent, signal=signal, dry_run=dry_run,
             )  # fmt: skip
-            message = f"tool arguments must be JSON: {exc}"
             return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
         execution = ToolExecution(
             call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-            parent=input.parent, signal=signal, dry_run=dry_run,
+            parent=parent, signal=signal, dry_run=dry_run,
         )  # fmt: skip
         if signal.aborted:
             return Prepared(execution, aborted(False), False)
+        hooks = self.hooks
+        if (
+            not hooks.impls("dsh_tool_pre_execute")
+            and not hooks.impls("dsh_tool_guard")
+            and not self.registry.guards_for(execution.scope)
+        ):
+            return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
             return await self._gate(execution, trace)
         except PluginFailure as exc:
@@ -350,25 +417,50 @@ class Pipeline:
                 emit(trace, kwargs, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
-        for impl in self.hooks.impls("dsh_tool_guard"):
-            reason = await self._call(impl, "dsh_tool_guard", trace, kwargs)
-            if reason is not None:
-                return _check_reason(reason, impl.plugin), impl.plugin
-        return None, None
+        impls = self.hooks.impls("dsh_tool_guard")
+        if not impls:
+            return None, None
+        stage = self._stage("dsh_tool_guard")
+        hook, name = "dsh_tool_guard", execution.name
+        with stage.scope if stage is not None else _NO_SCOPE:
+            for impl in impls:
+                if impl.is_async or trace is not None:
+                    reason = await self._call(impl, hook, trace, kwargs, stage=stage)
+                else:  # a plain function: called right here, no coroutine of its own
+                    try:
+                        reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    except BaseException as exc:
+                        await self._contain(impl, hook, exc)
+                    if reason is not None and inspect.isawaitable(reason):
+                        reason = await self._call(
+                            impl, hook, trace, kwargs, stage=stage, returned=reason
+                        )
+                if reason is not None:
+                    return _check_reason(reason, impl.plugin), impl.plugin
+            return None, None
+        _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
 
     # -- H to J ----------------------------------------------------------------------------
 
     async def dispatch(
-        self, execution: ToolExecution, trace: Trace | None
+        self, execution: ToolExecution, trace: Trace | None, ready: Any = None
     ) -> tuple[ToolExecutionResult, bool]:
-        """Run the wrappers and the body; return the result and whether post-execute sees it."""
-        state = _DispatchState()
+        """Run the wrappers and the body; return the result and whether post-execute sees it.
+
+        *ready* is ``(tool, frozen arguments, body arguments)`` already validated (a batch
+        classified the call): used when the body's tool and arguments are those very objects.
+        """
+        state = _DispatchState(ready=ready)
         impls = self.hooks.impls("dsh_tool_execute")
         try:
-            if impls:
-                result = await self._wrap(impls, 0, execution, state, trace)
-            else:
+            if not impls:
                 result = await self._dispatch(execution, state, trace)
+            elif (stage := self._stage("dsh_tool_execute")) is None:
+                result = await self._wrap(impls, 0, execution, state, trace, None)
+            else:
+                with stage.scope:
+                    result = await self._wrap(impls, 0, execution, state, trace, stage)
+                stage.fail()
         except PluginFailure as exc:
             return plugin_failed(exc), False
         if execution.signal.aborted and not result.is_error:
@@ -376,6 +468,13 @@ class Pipeline:
         elif result.decided_by is not None and result.decision_detail is None:
             result = self._attributed(result)
         return result, True
+
+    async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
+        return await self.run(input, None)
+
+    def _plugin_named(self, name: str) -> bool:
+        pm = self.hooks.pm
+        return pm is None or pm.get_plugin(name) is not None
 
     def _attributed(self, result: ToolExecutionResult) -> ToolExecutionResult:
         """Split a body's ``decided_by="plugin: detail"`` into the name and `decision_detail`."""
@@ -392,6 +491,7 @@ class Pipeline:
         view: ToolExecution,
         state: _DispatchState,
         trace: Trace | None,
+        stage: _Stage | None,
     ) -> ToolExecutionResult:
         if i == len(impls):
             return await self._dispatch(view, state, trace)
@@ -400,27 +500,33 @@ class Pipeline:
 
         async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
             if signal is None:
-                result = await self._wrap(impls, i + 1, view, state, trace)
+                result = await self._wrap(impls, i + 1, view, state, trace, stage)
             else:
                 if not isinstance(signal, AbortSignal):
                     raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
                 fused, dispose = _fuse((view.signal, signal))
                 try:
                     inner = attrs.evolve(view, signal=fused)
-                    result = await self._wrap(impls, i + 1, inner, state, trace)
+                    result = await self._wrap(impls, i + 1, inner, state, trace, stage)
                 finally:
                     dispose()
             delegated.append(result)
             return result
 
         result = await self._call(
-            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next
+            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next, stage=stage
         )
         if not isinstance(result, ToolExecutionResult):
             error = TypeError(
                 f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
             )
             raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        if not any(result is r for r in delegated):
+            # A result the wrapper built itself: the final check (stage L) for what it made.
+            producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
+            result = checked(
+                result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
+            )
         if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
             result = attrs.evolve(result, decided_by=impl.plugin)
         return result
@@ -435,16 +541,26 @@ class Pipeline:
             return failure(error.message, error.code, "ToolNotFoundError")
         if view.signal.aborted:
             return aborted(False)
-        args, violations = tool.prepare(view.arguments)
+        ready = state.ready
+        if ready is not None and ready[0] is tool and ready[1] is view.arguments:
+            args, violations = ready[2], None
+        else:
+            args, violations = tool.prepare(view.arguments)
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
-        context = ToolRunContext(view, tool)
+        context = ToolRunContext(view, tool, run=self._nested)
         state.body_invoked = True
         result = await run_body(tool, args, context)
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
+            result = checked(result, f'tool "{tool.name}" (defer_context)', contexts_only=True)
+        if result.decided_by is not None and not self._plugin_named(
+            result.decided_by.partition(": ")[0]
+        ):
+            # Only bodies set ``decided_by`` here (the pipeline's own results do not).
+            result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
         if trace is not None:
             outcome = result.code or "ok"
             trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
@@ -461,12 +577,22 @@ class Pipeline:
     ) -> ToolExecutionResult:
         if post and self.hooks.impls("dsh_tool_post_execute"):
             result = await self._post(execution, result, trace)
-        for impl in self.hooks.impls("dsh_tool_result"):
-            started = time.perf_counter() if trace is not None else 0.0
-            outcome = await self._observe(impl, execution, result)
-            if trace is not None:
-                kwargs = {"execution": execution}
-                emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
+        impls = self.hooks.impls("dsh_tool_result")
+        i = 0
+        while i < len(impls):
+            # One scope for the observers; a fresh one only after an observer was cut off.
+            stage = self._stage("dsh_tool_result")
+            with stage.scope if stage is not None else _NO_SCOPE:
+                while i < len(impls):
+                    impl = impls[i]
+                    i += 1
+                    started = time.perf_counter() if trace is not None else 0.0
+                    outcome = await self._observe(impl, execution, result, stage)
+                    if trace is not None:
+                        kwargs = {"execution": execution}
+                        emit(trace, kwargs, "dsh_tool_result", impl.plugin, outcome, started)
+                    if stage is not None and stage.expired():
+                        break
         return result
 
     async def _post(
@@ -479,6 +605,11 @@ class Pipeline:
             )
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision.additional_contexts:
+            found = context_violations(decision.additional_contexts)
+            if found:
+                producer = f"plugin {who!r} (dsh_tool_post_execute)"
+                return invalid(producer, found, decided_by=who)
         if type(decision) is Block:
             message = (
                 content_text(decision.feedback) or "tool result blocked by post-execute policy"
@@ -506,7 +637,11 @@ class Pipeline:
         return result
 
     async def _observe(
-        self, impl: Impl, execution: ToolExecution, result: ToolExecutionResult
+        self,
+        impl: Impl,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        stage: _Stage | None = None,
     ) -> str:
         """Run one observer, contained and bounded; say how it went (for the trace).
 
@@ -514,15 +649,26 @@ class Pipeline:
         each plugin (and logged every time), so its lost work is never silent.
         """
         hook = "dsh_tool_result"
+        kwargs = {"execution": execution, "result": result}
         try:
-            value = self._sync(
-                impl.plugin, hook, execution.name, impl.call_sync,
-                {"execution": execution, "result": result},
-            )  # fmt: skip
+            if impl.is_async:
+                value = impl.call_sync(kwargs)  # only makes the coroutine
+            else:
+                value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
             if value is not None and inspect.isawaitable(value):
-                with trio.move_on_after(self.observer_timeout) as scope:
-                    await value
-                if scope.cancel_called:
+                if stage is None:
+                    with trio.move_on_after(self.observer_timeout) as scope:
+                        await value
+                    cut = scope.cancel_called
+                else:
+                    budget = _Budget(self.observer_timeout, stage)
+                    try:
+                        await stage.run(value, budget, impl.plugin, hook)
+                    except BaseException as exc:
+                        if not stage.scope.cancel_called or real_interrupt(exc):
+                            raise
+                    cut = stage.expired()
+                if cut:
                     self._report_cut_off(impl.plugin, execution)
                     return f"cut off after {seconds(self.observer_timeout)} (its work is lost)"
         except BaseException as exc:
@@ -551,73 +697,153 @@ class Pipeline:
                 sys.stderr.write(message + " (reported once per plugin)\n")
 
 
-@attrs.define
+class _Stage:
+    """One hook stage's cancel scope, whose deadline follows the link that is running now.
+
+    Each awaited implementation pushes its `_Budget`; while a link waits in ``call_next`` its
+    budget is paused (the deadline is then the downstream link's, or none during the body), and
+    it is re-armed with what is left of the link's own time when ``call_next`` returns. When the
+    deadline passes, the implementation running then is blamed (`blame`).
+
+    Time is read from trio's clock only when the task is about to suspend (`_Driven`), and the
+    deadline is written only then, and only when it changed: a hook that answers without
+    suspending costs no clock reads and no deadline bookkeeping. A hook's own time therefore
+    counts from its first suspension; what it ran synchronously before that is the watchdog's
+    business (and, for an ``async`` hook, not bounded: see the pipeline guide).
+    """
+
+    __slots__ = ("armed", "blame", "scope", "stack", "timed")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.stack: list[_Budget] = []
+        self.blame: tuple[str, str, HookTimeout] | None = None
+        self.armed = math.inf
+        self.timed = False  # a deadline was ever given to trio (else nothing can cancel us)
+
+    def arm(self) -> None:
+        """Give trio the deadline of the link running now (none while it waits downstream)."""
+        stack = self.stack
+        if not stack or stack[-1].paused:
+            want = math.inf
+        else:
+            top = stack[-1]
+            if top.since is None:
+                top.since = trio.current_time()
+            want = top.since + top.limit - top.used
+        if want != self.armed:
+            self.armed = want
+            self.scope.deadline = want
+            self.timed = True
+
+    def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> _Driven:
+        """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
+        return _Driven(self, awaitable, budget, plugin, hook)
+
+    def expired(self) -> bool:
+        """Whether the deadline cancelled the scope (never without one: nobody else cancels it)."""
+        return self.timed and self.scope.cancel_called
+
+    def fail(self) -> None:
+        """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
+        if self.expired():
+            raise PluginFailure(*(self.blame or ("?", "?", HookTimeout("a hook stage timed out"))))
+
+
+class _Driven:
+    """Awaits one implementation's awaitable under its budget, in its stage.
+
+    Pushes the budget, arms the stage's deadline before each suspension (never otherwise),
+    forwards what trio sends or throws in exactly as ``await`` would, and pops the budget; when
+    the stage's deadline passed, blames the implementation that was running.
+    """
+
+    __slots__ = ("awaitable", "budget", "hook", "plugin", "stage")
+
+    def __init__(
+        self, stage: _Stage, awaitable: Any, budget: _Budget, plugin: str, hook: str
+    ) -> None:
+        self.stage = stage
+        self.awaitable = awaitable
+        self.budget = budget
+        self.plugin = plugin
+        self.hook = hook
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        stage, budget = self.stage, self.budget
+        budget.stage = stage
+        stage.stack.append(budget)
+        it = self.awaitable
+        if not inspect.iscoroutine(it):
+            it = it.__await__()
+        send, throw, arm = it.send, it.throw, stage.arm
+        sent: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    trap = send(sent) if error is None else throw(error)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                arm()
+                try:
+                    sent, error = (yield trap), None
+                except BaseException as exc:
+                    sent, error = None, exc
+        except BaseException:
+            if stage.scope.cancel_called and stage.blame is None:
+                stage.blame = (self.plugin, self.hook, _late(self.plugin, self.hook, budget.limit))
+            raise
+        finally:
+            stage.stack.pop()
+        if stage.timed and stage.scope.cancel_called:  # it swallowed it and answered late
+            late = _late(self.plugin, self.hook, budget.limit)
+            raise PluginFailure(*(stage.blame or (self.plugin, self.hook, late)))
+        return value
+
+
 class _Budget:
-    """One hook's own time: paused while it waits in ``call_next`` for downstream work."""
+    """One hook's own time: paused while it waits in ``call_next`` for downstream work.
 
-    limit: float
-    started: float
-    scope: trio.CancelScope | None = None
-    paused_at: float | None = None
-    paused_for: float = 0.0
+    ``used`` is the own time spent in earlier stretches; ``since`` the trio time the current
+    stretch was first seen suspending (``None``: not yet, so no clock read was needed).
+    """
 
-    def remaining(self, now: float) -> float:
-        return max(self.limit - (now - self.started - self.paused_for), 0.0)
+    __slots__ = ("limit", "paused", "since", "stage", "used")
+
+    def __init__(self, limit: float, stage: _Stage | None) -> None:
+        self.limit = limit
+        self.stage = stage
+        self.paused = False
+        self.since: float | None = None
+        self.used = 0.0
+
+    def close(self) -> None:
+        """End the current stretch of own time (it starts again at the next suspension)."""
+        if self.since is not None:
+            self.used += trio.current_time() - self.since
+            self.since = None
 
     def pausing(self, call_next: Callable[..., Any]) -> Callable[..., Any]:
         async def paused(*args: Any, **kwargs: Any) -> Any:
-            self.paused_at = trio.current_time()
-            if self.scope is not None:
-                self.scope.deadline = math.inf
+            if self.stage is None:  # not awaited under a stage: nothing to pause
+                return await call_next(*args, **kwargs)
+            self.close()
+            self.paused = True
             try:
                 return await call_next(*args, **kwargs)
             finally:
-                now = trio.current_time()
-                self.paused_for += now - self.paused_at
-                self.paused_at = None
-                if self.scope is not None:
-                    self.scope.deadline = now + self.remaining(now)
+                self.paused = False
 
         return paused
 
 
-def _arm(scope: trio.CancelScope, budget: _Budget | None, limit: float) -> None:
-    """Give a hook that suspended its deadline: *limit*, less its own time so far."""
-    now = trio.current_time()
-    if budget is None:
-        scope.deadline = now + limit
-        return
-    budget.scope = scope
-    if budget.paused_at is None:  # else: waiting in call_next; armed when that returns
-        scope.deadline = now + budget.remaining(now)
-
-
-@attrs.frozen
-class _Resumed:
-    """A coroutine whose first step already ran and suspended at *trap*, to await on.
-
-    Forwards what trio sends or throws in, exactly as ``await`` would have. (The first step runs
-    inside the hook's cancel scope, so scopes the hook opens nest inside it.)
-    """
-
-    coro: Any
-    trap: Any
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, trap = self.coro, self.trap
-        while True:
-            try:
-                sent = yield trap
-            except BaseException as exc:
-                try:
-                    trap = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-            try:
-                trap = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
+def _stage_failed(stage: _Stage | None) -> NoReturn:
+    """After a stage's scope absorbed its own cancellation: the `PluginFailure` it means."""
+    if stage is not None:
+        stage.fail()
+    raise AssertionError("a hook stage ended without an answer")  # pragma: no cover
 
 
 def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
@@ -636,6 +862,7 @@ def _failed(exc: BaseException) -> str:
 @attrs.define
 class _DispatchState:
     body_invoked: bool = False
+    ready: Any = None
 
 
 def _same_decision(a: Any, b: Any) -> bool:

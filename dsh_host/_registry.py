@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
 from ._contain import real_interrupt
 from ._hooks import HookRelay
+from ._json import freeze
 from ._tool import ToolDefinition, ToolSchema
 from ._values import (
     ExecutionMode,
@@ -265,19 +266,35 @@ class ToolRegistry:
 
     def execution_mode(self, input: ToolExecutionInput) -> ExecutionMode:
         """``PARALLEL`` only when the tool's ``is_concurrency_safe(args)`` returns exactly ``True``."""
+        return self._classify(input)[0]
+
+    def _classify(
+        self, input: ToolExecutionInput
+    ) -> tuple[ExecutionMode, ToolDefinition | None, Any, Any]:
+        """`execution_mode`, with the frozen arguments and the body's arguments it made.
+
+        Returns ``(mode, tool, frozen, args)``; *frozen* is ``None`` when the arguments are not JSON
+        and *args* is ``None`` when they are invalid (or were not looked at). `execute_batch`
+        hands both on, so a call is frozen and validated once, not twice.
+        """
         tool = self.get(input.name, input.scope)
         if tool is None or tool.is_concurrency_safe is None:
-            return ExecutionMode.EXCLUSIVE
+            return ExecutionMode.EXCLUSIVE, tool, None, None
         try:
-            args = tool.args_or_none(input.arguments)
-            if args is None:
-                return ExecutionMode.EXCLUSIVE
+            frozen = freeze(input.arguments, "arguments")
+        except ValueError:
+            return ExecutionMode.EXCLUSIVE, tool, None, None
+        try:
+            args, violations = tool.prepare(frozen)
+            if violations:
+                return ExecutionMode.EXCLUSIVE, tool, frozen, None
             safe = tool.is_concurrency_safe(args)
         except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
             if real_interrupt(exc):
                 raise
-            return ExecutionMode.EXCLUSIVE
-        return ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
+            return ExecutionMode.EXCLUSIVE, tool, frozen, None
+        mode = ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
+        return mode, tool, frozen, args
 
     async def execute(
         self, input: ToolExecutionInput, *, trace: Trace | None = None
@@ -318,5 +335,5 @@ class ToolRegistry:
 
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
-        batch: Sequence[ToolExecutionInput] = list(inputs)
+        batch: list[ToolExecutionInput] = list(inputs)
         return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace, on_result)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
 import attrs
@@ -272,6 +273,32 @@ class ExecutionMode(enum.StrEnum):
 # -- scopes and calls ----------------------------------------------------------------------------
 
 
+_nested_ids = itertools.count(1)
+
+
+@final
+class CallToken:
+    """The opaque identity of one call (``execution.token``): comparable only by ``is``."""
+
+    __slots__ = ("__weakref__",)
+
+    def __repr__(self) -> str:
+        return f"<call token {id(self):#x}>"
+
+
+def parent_token(parent: object) -> CallToken | None:
+    """The token a ``ToolExecutionInput.parent`` names, or raise `TypeError` saying what to pass."""
+    if parent is None or type(parent) is CallToken:
+        return parent
+    if type(parent) is ToolRunContext or type(parent) is ToolExecution:
+        return parent.token  # type: ignore[return-value]
+    raise TypeError(
+        "ToolExecutionInput.parent must be the outer call's token (ctx.token) or its "
+        f"ToolRunContext (ctx), not {type(parent).__name__}; for a nested call from a tool "
+        "body, use await ctx.call(name, arguments), which sets it"
+    )
+
+
 @final
 @attrs.frozen
 class Scope:
@@ -321,7 +348,9 @@ class ToolExecutionInput:
     name: str
     arguments: Any
     scope: Scope | None = None
-    parent: ToolExecution | None = None
+    parent: object = None
+    """For a nested call: the outer call's ``ctx.token`` (or its `ToolRunContext`), else
+    ``None``. The pipeline keeps only the token; anything else ends the call ``INVALID_ARGS``."""
     signal: AbortSignal | None = None
 
 
@@ -341,9 +370,11 @@ class ToolExecution:
     name: str
     arguments: Any
     scope: Scope | None = None
-    parent: ToolExecution | None = attrs.field(default=None, repr=False)
+    parent: object = attrs.field(default=None, repr=False)
+    """The outer call's token for a nested call (identity only, never its arguments or
+    signal), else ``None``."""
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False)
-    token: object = attrs.field(factory=object, repr=False, eq=False)
+    token: object = attrs.field(factory=lambda: CallToken(), repr=False, eq=False)
     dry_run: bool = attrs.field(default=False, repr=False)
 
 
@@ -355,6 +386,9 @@ class ToolRunContext:
     execution: ToolExecution
     tool: ToolDefinition = attrs.field(repr=False)
     _deferred: list[HookContext] = attrs.field(init=False, factory=list, repr=False)
+    _run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]] | None = attrs.field(
+        default=None, kw_only=True, repr=False, eq=False, alias="run"
+    )
 
     @property
     def call_id(self) -> str:
@@ -378,9 +412,31 @@ class ToolRunContext:
         return self.execution.token
 
     @property
-    def parent(self) -> Any:
-        """The outer call's identity, for a nested call (``execution.parent``), else ``None``."""
+    def parent(self) -> object:
+        """The outer call's token, for a nested call (``execution.parent``), else ``None``."""
         return self.execution.parent
+
+    async def call(
+        self, name: str, arguments: Any, *, call_id: str | None = None
+    ) -> ToolExecutionResult:
+        """Make a nested call through the whole pipeline, as a model's call would go.
+
+        The nested call gets this call's scope and signal, and ``parent`` set to this call's
+        token, so observers can tie it to the outer call. Never raises for what the tool or a
+        plugin did: the outcome is the result.
+        """
+        if self._run is None:
+            raise RuntimeError(
+                "this ToolRunContext was not made by a registry; call registry.execute() "
+                "with ToolExecutionInput(parent=ctx.token, ...) instead"
+            )
+        if call_id is None:
+            call_id = f"{self.execution.call_id}.{next(_nested_ids)}"
+        nested = ToolExecutionInput(
+            call_id=call_id, name=name, arguments=arguments, scope=self.scope,
+            parent=self.token, signal=self.signal,
+        )  # fmt: skip
+        return await self._run(nested)
 
     @property
     def signal(self) -> AbortSignal:

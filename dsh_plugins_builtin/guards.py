@@ -96,6 +96,9 @@ class GuardsPlugin:
         # Per scope, held weakly: a run of calls is forgotten with its scope object.
         self._streaks: weakref.WeakKeyDictionary[Scope, _Streak] = weakref.WeakKeyDictionary()
         self._global_streak: _Streak | None = None
+        # The canonical JSON of the last arguments measured, so post-execute need not redo it.
+        self._last: tuple[object, str] = (None, "null")
+        self.dsh_idle_hooks: frozenset[str] = frozenset()
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:
@@ -104,6 +107,8 @@ class GuardsPlugin:
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         self._config = host.config_for(self)
+        if not self._config.repeat_thresholds:  # nothing to remind: no per-call counting
+            self.dsh_idle_hooks = frozenset({"dsh_tool_post_execute"})
         if host.config.source is not None:
             self._where = f"[plugin.{self.name}] of {host.config.source}"
         else:
@@ -112,7 +117,7 @@ class GuardsPlugin:
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
         # surrogatepass: a lone surrogate ("\udcff") is valid JSON and counts as its 3 bytes.
-        size = len(canonical_json(execution.arguments).encode("utf-8", "surrogatepass"))
+        size = len(self._canonical(execution.arguments).encode("utf-8", "surrogatepass"))
         limit = self._config.max_argument_bytes
         if size > limit:
             return (
@@ -154,9 +159,20 @@ class GuardsPlugin:
         contexts = (reminder, *decision.additional_contexts)
         return attrs.evolve(decision, additional_contexts=contexts)
 
+    def _canonical(self, arguments: object) -> str:
+        """``canonical_json(arguments)``, once per call: the guard and the count share it.
+
+        The snapshot is deep-frozen, so the same object always has the same text.
+        """
+        last, text = self._last
+        if arguments is not last or arguments is None:
+            text = canonical_json(arguments)
+            self._last = (arguments, text)
+        return text
+
     def _count(self, execution: ToolExecution) -> int:
         """Count *execution* in its scope's run of identical calls; return the run's length."""
-        arguments = canonical_json(execution.arguments)
+        arguments = self._canonical(execution.arguments)
         scope = execution.scope
         streak = self._global_streak if scope is None else self._streaks.get(scope)
         if streak is not None and (streak.tool, streak.arguments) == (execution.name, arguments):

@@ -366,6 +366,7 @@ class HookCommandsPlugin:
         self.runner: HookRunner | None = None
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
+        self.dsh_idle_hooks: frozenset[str] = frozenset()
 
     @hookimpl
     def dsh_plugin_config(self) -> type[HookCommandsConfig]:
@@ -390,6 +391,13 @@ class HookCommandsPlugin:
             found = self._plan(host, found)
             self._warn_exposed_settings()
         self.hooks = {event: tuple(h for h in found if h.event == event) for event in EVENTS}
+        # No hooks configured for an event: its per-call hooks are never called (no cost).
+        idle = set()
+        if not self.hooks["PreToolUse"]:
+            idle |= {"dsh_tool_pre_execute", "dsh_tool_result"}  # nothing is ever pending
+            if not self.hooks["PostToolUse"]:
+                idle.add("dsh_tool_post_execute")
+        self.dsh_idle_hooks = frozenset(idle)
 
     def _plan(self, host: Host, hooks: list[HookCommand]) -> list[HookCommand]:
         self.policy = _policy(host)

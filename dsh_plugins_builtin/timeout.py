@@ -7,7 +7,11 @@ The budget of a call, first match wins:
 
 1. ``per_tool`` in the plugin's config (``per_tool = { bash = 600000 }``);
 2. the tool's own ``timeout_ms`` (``define_tool(..., timeout_ms=...)``);
-3. ``default_ms`` (120000).
+3. ``default_ms``; ``0`` (the default) means no deadline at all, as the seed's ``timeoutMs``
+   ("omit for no deadline") says. ``bash`` declares its own ``timeout_ms``, so it keeps one.
+
+A call with no budget is passed straight on (``await call_next()``): no deadline signal, no
+cancel scope, no ledger.
 
 The plugin installs a signal for the body that carries the deadline
 (``call_next(signal=AbortSignal.at(deadline))``), so no timer task runs per call: the host gives
@@ -65,14 +69,6 @@ TOOL_TIMEOUT = "TOOL_TIMEOUT"
 logger = logging.getLogger("dsh_plugins_builtin.timeout")
 
 
-def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(
-            f"{attribute.name} must be a positive number of milliseconds, got {value}; "
-            "set it in [plugin.timeout] to e.g. 120000"
-        )
-
-
 def _not_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 0:
         raise ValueError(
@@ -97,13 +93,14 @@ class TimeoutConfig:
     """``[plugin.timeout]``.
 
     Attributes:
-        default_ms: the budget of a tool with no ``per_tool`` entry and no ``timeout_ms``.
+        default_ms: the budget of a tool with no ``per_tool`` entry and no ``timeout_ms``;
+            ``0`` (the default): no deadline for such tools.
         per_tool: budgets by tool name; they override the tool's own ``timeout_ms``.
         grace_ms: how long a timed-out call may take to unwind before the plugin cancels
             everything in it that is not shielded.
     """
 
-    default_ms: int = attrs.field(default=120_000, validator=_positive)
+    default_ms: int = attrs.field(default=0, validator=_not_negative)
     per_tool: dict[str, int] = attrs.field(factory=dict, validator=_per_tool_positive)
     grace_ms: int = attrs.field(default=2_000, validator=_not_negative)
 
@@ -169,7 +166,10 @@ class TimeoutPlugin:
         self._host = host
 
     def budget_ms(self, execution: ToolExecution) -> float:
-        """The budget of *execution*: ``per_tool``, else the tool's ``timeout_ms``, else the default."""
+        """The budget of *execution*: ``per_tool``, else the tool's ``timeout_ms``, else the default.
+
+        ``0`` means no deadline.
+        """
         override = self.config.per_tool.get(execution.name)
         if override is not None:
             return override
@@ -186,6 +186,8 @@ class TimeoutPlugin:
         # No timer task: the deadline rides on the signal, and the host runs the body in a
         # cancel scope with that deadline; the grace period is a second deadline, on our scope.
         ms = self.budget_ms(execution)
+        if ms <= 0:
+            return await call_next()
         grace = self.config.grace_ms
         expires = trio.current_time() + ms / 1000
         reason = ToolTimeoutReason(ms, grace, expires + grace / 1000)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from typing import Any
 
 import pytest
 import trio
@@ -108,10 +109,28 @@ async def test_a_tool_with_no_budget_gets_default_ms(make_host, autojump_clock):
     assert trio.current_time() == pytest.approx(0.3)
 
 
-async def test_default_ms_defaults_to_two_minutes(make_host, autojump_clock):
-    host = make_host(TimeoutPlugin(), tools=[sleeper()])
-    assert_timed_out(await host.call("slow", {}), 120_000)
-    assert trio.current_time() == pytest.approx(120)
+@pytest.mark.parametrize("config", [None, {"default_ms": 0}])
+async def test_no_default_ms_means_no_deadline(make_host, autojump_clock, config):
+    """The seed's ``timeoutMs``: omit for no deadline. A tool that sets none runs to the end."""
+    seen: list[Any] = []
+
+    async def body(args: Any, ctx: Any) -> str:
+        seen.append((ctx.signal.deadline, trio.current_effective_deadline()))
+        await trio.sleep(100_000)
+        return "done"
+
+    tool = define_tool(name="slow", description="", parameters={}, execute=body)
+    table = None if config is None else timeout_config(**config)
+    host = make_host(TimeoutPlugin(), tools=[tool], config=table)
+    result = await host.call("slow", {})
+    assert (result.is_error, result.text) == (False, "done")
+    assert seen == [(math.inf, math.inf)]
+    assert trio.current_time() == pytest.approx(100_000)
+
+
+async def test_a_tool_budget_still_applies_when_default_ms_is_off(make_host, autojump_clock):
+    host = make_host(TimeoutPlugin(), tools=[sleeper(timeout_ms=100)])
+    assert_timed_out(await host.call("slow", {}), 100)
 
 
 async def test_the_scoped_view_decides_the_budget(make_host, autojump_clock):
@@ -405,13 +424,13 @@ async def test_an_inner_wrapper_raising_stays_a_plugin_failure(make_host, autoju
 
 
 def test_the_config_defaults():
-    assert TimeoutConfig() == TimeoutConfig(default_ms=120_000, per_tool={}, grace_ms=2_000)
+    assert TimeoutConfig() == TimeoutConfig(default_ms=0, per_tool={}, grace_ms=2_000)
 
 
 @pytest.mark.parametrize(
     ("table", "words"),
     [
-        ({"default_ms": 0}, "default_ms must be a positive number of milliseconds, got 0"),
+        ({"default_ms": -1}, "default_ms must be zero or a positive number of milliseconds"),
         ({"grace_ms": -1}, "grace_ms must be zero or a positive number of milliseconds, got -1"),
         ({"per_tool": {"bash": -5}}, "per_tool.bash must be a positive number"),
         ({"per_tool": {"bash": "long"}}, "key 'per_tool.bash': expected an integer"),

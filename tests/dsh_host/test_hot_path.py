@@ -1,0 +1,337 @@
+"""Structural facts that make the hot path cheap (issue 11 item 3): none of these can flake.
+
+They count things (worker threads, cancel scopes, allocated blocks, hook implementations) rather
+than time anything.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_host import Accept, Host, ToolExecutionInput, ToolRegistry, hookimpl
+from tests.conftest import make_echo
+
+CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
+
+
+class ScopeLog(list):  # type: ignore[type-arg]
+    """The trio cancel scopes one task entered after `watch`."""
+
+    task: Any = None
+
+    def watch(self) -> None:
+        self.task = trio.lowlevel.current_task()
+        self.clear()
+
+
+@pytest.fixture
+def scopes(monkeypatch: pytest.MonkeyPatch) -> ScopeLog:
+    """Cancel scopes the test's task enters after ``scopes.watch()`` (not pytest-trio's own)."""
+    log = ScopeLog()
+    enter = trio.CancelScope.__enter__
+
+    def counting(self: trio.CancelScope) -> trio.CancelScope:
+        if log.task is not None and trio.lowlevel.current_task() is log.task:
+            log.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
+    return log
+
+
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every function handed to a worker thread from now on."""
+    handed: list[Any] = []
+    run_sync = trio.to_thread.run_sync
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn)
+        return await run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    return handed
+
+
+class AsyncEverywhere:
+    """Trivial async implementations of every per-call hook, a waterfall link among them."""
+
+    name = "async_everywhere"
+
+    @hookimpl
+    async def dsh_tool_pre_execute(self, execution, call_next):
+        return await call_next()
+
+    @hookimpl
+    async def dsh_tool_guard(self, execution):
+        return None
+
+    @hookimpl
+    async def dsh_tool_execute(self, execution, call_next):
+        return await call_next()
+
+    @hookimpl
+    async def dsh_tool_post_execute(self, execution, result):
+        return Accept()
+
+    @hookimpl
+    async def dsh_tool_result(self, execution, result):
+        return None
+
+
+class SyncEverywhere:
+    name = "sync_everywhere"
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution):
+        return None
+
+    @hookimpl
+    def dsh_tool_guard(self, execution):
+        return None
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution, result):
+        return None
+
+    @hookimpl
+    def dsh_tool_result(self, execution, result):
+        return None
+
+
+def _host(*plugins: object) -> Host:
+    host = Host(plugins=plugins, load_entrypoints=False)
+    host.registry.register(make_echo())
+    return host
+
+
+async def test_an_all_async_call_uses_no_worker_thread(threads, scopes):
+    host = _host(AsyncEverywhere())
+    scopes.watch()
+    result = await host.registry.execute(CALL)
+    assert result.text == "x"
+    assert threads == []
+
+
+async def test_no_cancel_scope_for_a_call_with_no_signal_and_no_deadline(scopes):
+    bare = ToolRegistry()
+    bare.register(make_echo())
+    scopes.watch()
+    assert (await bare.execute(CALL)).text == "x"
+    assert scopes == []
+    assert (await _host(SyncEverywhere()).registry.execute(CALL)).text == "x"
+    assert scopes == []  # synchronous plugins: no scope either
+
+
+async def test_async_hooks_cost_at_most_one_cancel_scope_per_stage(scopes):
+    """The hook_timeout bound is kept by one scope per stage, not one per implementation."""
+    many = [AsyncEverywhere() for _ in range(4)]
+    for i, plugin in enumerate(many):
+        plugin.name = f"async_{i}"  # type: ignore[misc]
+    host = _host(*many)
+    scopes.watch()
+    assert (await host.registry.execute(CALL)).text == "x"
+    # pre-execute, guards, execute wrappers, post-execute, observers: one each (not one per
+    # implementation: 20 here), none given a deadline since no hook suspended.
+    assert len(scopes) == 5
+    assert all(scope.deadline == float("inf") for scope in scopes)
+
+
+async def test_the_bare_pipeline_allocates_a_bounded_number_of_blocks_per_call():
+    bare = ToolRegistry()
+    bare.register(make_echo())
+    for _ in range(200):  # warm caches
+        await bare.execute(CALL)
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getallocatedblocks()
+        for _ in range(1_000):
+            await bare.execute(CALL)
+        grown = sys.getallocatedblocks() - before
+    finally:
+        gc.enable()
+    # What stays allocated after 1,000 calls: nothing per call (results are dropped), so the
+    # growth is a small constant, far below one block per call.
+    assert grown < 200, grown
+
+
+def test_a_plugin_may_turn_its_per_call_hooks_off():
+    class Off:
+        name = "off"
+
+        def __init__(self) -> None:
+            self.dsh_idle_hooks = frozenset({"dsh_tool_post_execute"})
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return None
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result):
+            raise AssertionError("never called")
+
+    host = _host(Off())
+    relay = host.registry._pipeline.hooks
+    assert [i.plugin for i in relay.impls("dsh_tool_pre_execute")] == ["off"]
+    assert relay.impls("dsh_tool_post_execute") == ()
+
+
+def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
+    """hook_commands with no hooks configured, guards with no reminders: nothing per call."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugins": {"enable": ["hook_commands", "guards", "timeout"]},
+        "plugin": {"guards": {"repeat_thresholds": []}},
+    }
+    host = Host(config, environ={})
+    relay = host.registry._pipeline.hooks
+    per_call = {
+        hook: [i.plugin for i in relay.impls(hook)]
+        for hook in (
+            "dsh_tool_pre_execute",
+            "dsh_tool_guard",
+            "dsh_tool_execute",
+            "dsh_tool_post_execute",
+            "dsh_tool_result",
+        )
+    }
+    assert per_call == {
+        "dsh_tool_pre_execute": [],
+        "dsh_tool_guard": ["guards"],
+        "dsh_tool_execute": ["timeout"],
+        "dsh_tool_post_execute": [],
+        "dsh_tool_result": [],
+    }
+
+
+class CountingArgs(dict):  # type: ignore[type-arg]
+    """Arguments that count how often they are walked (frozen)."""
+
+    walks = 0
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        type(self).walks += 1
+        return super().items()
+
+
+async def test_a_batch_freezes_and_validates_each_call_once(monkeypatch):
+    validated: list[Any] = []
+    host = _host()
+    host.registry.register(make_echo("safe", is_concurrency_safe=lambda args: True))
+    from dsh_host import ToolDefinition
+
+    prepare = ToolDefinition.prepare
+
+    def counting(self: ToolDefinition, arguments: Any) -> Any:
+        validated.append(arguments)
+        return prepare(self, arguments)
+
+    monkeypatch.setattr(ToolDefinition, "prepare", counting)
+    CountingArgs.walks = 0
+    inputs = [
+        ToolExecutionInput(call_id=f"c{i}", name="safe", arguments=CountingArgs(text=str(i)))
+        for i in range(3)
+    ]
+    results = await host.registry.execute_batch(inputs)
+    assert [r.text for r in results] == ["0", "1", "2"]
+    assert CountingArgs.walks == 3
+    assert len(validated) == 3
+
+
+async def test_a_batch_of_one_opens_no_nursery(monkeypatch):
+    opened: list[Any] = []
+    open_nursery = trio.open_nursery
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return open_nursery(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "open_nursery", counting)
+    host = _host()
+    seen: list[Any] = []
+    results = await host.registry.execute_batch([CALL], on_result=lambda i, r: seen.append(i))
+    assert [r.text for r in results] == ["x"]
+    assert (opened, seen) == ([], [0])
+
+
+async def test_a_batch_of_one_whose_batch_signal_aborted_does_not_start():
+    from dsh_host import AbortSignal
+
+    own, batch = AbortSignal(), AbortSignal()
+    batch.abort("stop")
+    call = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"}, signal=own)
+    (result,) = await _host().registry.execute_batch([call], signal=batch)
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_hooks_that_open_their_own_cancel_scopes_nest_inside_the_stage(autojump_clock):
+    """The stage's one scope is entered before any hook runs, so a hook's own scopes nest."""
+    from dsh_host import define_tool
+
+    class Scoped:
+        name = "scoped"
+
+        @hookimpl
+        async def dsh_tool_pre_execute(self, execution, call_next):
+            with trio.move_on_after(1):
+                await trio.sleep(0.5)
+                decision = await call_next()
+            return decision
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            with trio.CancelScope():
+                await trio.sleep(0.5)
+                return await call_next()
+
+        @hookimpl
+        async def dsh_tool_post_execute(self, execution, result, call_next):
+            with trio.move_on_after(10):
+                await trio.sleep(0.1)
+            return await call_next()
+
+    async def slow(args: Any) -> str:
+        await trio.sleep(60)  # longer than hook_timeout: the body's time is not the wrapper's
+        return "done"
+
+    host = Host(config={"host": {"hook_timeout": 5}}, plugins=[Scoped()], load_entrypoints=False)
+    host.registry.register(define_tool(name="slow", description="", parameters={}, execute=slow))
+    result = await host.call("slow", {})
+    assert (result.is_error, result.text) == (False, "done")
+
+
+async def test_a_hook_that_swallows_the_stage_deadline_is_still_blamed(autojump_clock):
+    class Swallows:
+        name = "swallows"
+
+        @hookimpl
+        async def dsh_tool_guard(self, execution):
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                return None  # answers anyway, late
+
+    class After:
+        name = "after"
+
+        @hookimpl(tryfirst=True)
+        async def dsh_tool_guard(self, execution):
+            return None
+
+    host = Host(
+        config={"host": {"hook_timeout": 3}}, plugins=[Swallows(), After()], load_entrypoints=False
+    )
+    host.registry.register(make_echo())
+    started = trio.current_time()
+    result = await host.call("echo", {"text": "x"})
+    assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "swallows")
+    assert "swallows did not answer dsh_tool_guard within 3 s" in result.error.message
+    assert trio.current_time() - started == pytest.approx(3)
