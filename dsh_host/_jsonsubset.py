@@ -80,7 +80,12 @@ def _record(value: object) -> dict[str, Any] | None:
 
 
 def _is_lossless(value: object) -> bool:
-    """Whether *value* is JSON data that survives a `json` round trip (no cycles, no NaN)."""
+    """Whether *value* is plain JSON data that survives a `json` round trip.
+
+    Plain means what `json.dumps` serialises as it is: ``dict`` (and its subclasses, such as
+    the package's own ``FrozenDict``), ``list``/``tuple``, ``str``, ``int``, finite ``float``,
+    ``bool`` and ``None``; no cycles. A ``MappingProxyType`` or another ``Mapping`` is not.
+    """
     try:
         return _lossless_walk(value)
     except Exception:  # a hostile mapping: not data we can trust to serialise
@@ -104,7 +109,7 @@ def _lossless_walk(root: object) -> bool:
         children: list[object]
         if _is_array(node):
             children = list(node)
-        elif isinstance(node, Mapping):
+        elif isinstance(node, dict):  # json.dumps takes dicts, not every Mapping
             children = []
             for key, item in node.items():
                 if not isinstance(key, str):
@@ -351,7 +356,9 @@ def _eval(schema: Mapping[str, Any], value: object, path: str) -> _Eval:
     if t is None:
         return [] if _is_lossless(value) else [f"{q} must be a lossless JSON value"]
     if t == "object":
-        if not isinstance(value, Mapping):
+        if not isinstance(value, dict):  # plain JSON data: json.dumps takes no other Mapping
+            if isinstance(value, Mapping):
+                return [f"{q} must be a lossless JSON value"]
             return [f"{q} must be an object"]
         obj = dict(value.items())  # a hostile mapping raises here and is contained
         if not all(isinstance(key, str) for key in obj):

@@ -327,7 +327,17 @@ def test_other_mappings_and_tuples_are_accepted():
         required=("a",),
     )
     assert violations_of(schema) == []
-    assert validate_json_schema_value(schema, MappingProxyType({"a": ("x",)})) == []
+    assert validate_json_schema_value(schema, OrderedDict(a=("x",))) == []
+
+
+def test_a_mapping_json_cannot_serialise_is_not_lossless():
+    # json.dumps rejects a MappingProxyType: it is not plain JSON data, as a value or annotation.
+    proxy = MappingProxyType({"a": ("x",)})
+    schema = {"type": "object", "properties": {"a": {"type": "array"}}}
+    assert validate_json_schema_value(schema, proxy) != []
+    assert violations_of({"type": "object", "default": proxy}) == [
+        "schema.default annotation must be lossless JSON data"
+    ]
 
 
 def test_cycles_and_reuse():
