@@ -18,6 +18,11 @@ Phases, in the order one call meets them::
 A plugin that raises in any of them never crashes the host: the call ends with a
 ``PLUGIN_FAILED`` error result that names the plugin, the hook and the exception, and
 ``result.decided_by`` names the plugin.
+
+A plugin whose configuration leaves some of its per-call hooks with nothing to do (no hook
+scripts configured, no thresholds set) can say so, and the host will not call them at all: set
+``self.dsh_idle_hooks = {"dsh_tool_post_execute", ...}`` in `dsh_host_started`. Calls then cost
+nothing for those hooks.
 """
 
 from __future__ import annotations
