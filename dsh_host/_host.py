@@ -280,8 +280,24 @@ class Host:
         return unregister
 
     def plugins(self) -> list[PluginInfo]:
-        """Every plugin the host knows of, sorted by name: enabled, disabled, blocked or failed."""
-        return sorted([*self._rows.values(), *self._left_out], key=lambda row: row.name)
+        """Every plugin the host knows of, sorted by name: enabled, disabled, blocked or failed.
+
+        An enabled plugin's row carries what its ``dsh_plugin_status`` says now.
+        """
+        rows = [self._with_status(row) for row in self._rows.values()]
+        return sorted([*rows, *self._left_out], key=lambda row: row.name)
+
+    def _with_status(self, row: PluginInfo) -> PluginInfo:
+        plugin = self.pm.get_plugin(row.name)
+        status = self._impl_of(plugin, "dsh_plugin_status") if plugin is not None else None
+        if status is None:
+            return row
+        try:
+            lines = status()
+            shown = tuple(str(line) for line in lines or ())
+        except Exception as exc:  # shown, never raised: a listing must list
+            shown = (f"dsh_plugin_status failed: {_describe(exc)}",)
+        return attrs.evolve(row, status_lines=shown)
 
     def config_for(self, plugin: object | str) -> Any:
         """The structured configuration of *plugin* (its object or name); ``None`` if it has none."""

@@ -87,6 +87,7 @@ class PluginInfo:
     source: str = "entry point"
     order: int | None = None
     traceback: str | None = attrs.field(default=None, repr=False)
+    status_lines: tuple[str, ...] = ()
     """The full Python traceback of a failure (``dsh plugins --json``, ``DSH_DEBUG=1``)."""
 
     def to_json(self) -> dict[str, Any]:
@@ -102,6 +103,7 @@ class PluginInfo:
             "source": self.source,
             "order": self.order,
             "traceback": self.traceback,
+            "status_lines": list(self.status_lines),
         }
 
 

@@ -335,6 +335,7 @@ def render_plugins(rows: Iterable[PluginInfo], config: str, style: Style) -> lis
         if row.error:
             label = "error" if row.status is PluginStatus.FAILED else "why"
             lines.append(f"    {label}: {row.error}")
+        lines.extend(f"    status: {printable(line)}" for line in row.status_lines)
     if not any(counts.values()):
         lines.append("no plugins (install one, or pass --plugin MODULE)")
     else:

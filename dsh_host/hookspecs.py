@@ -55,6 +55,7 @@ __all__ = [
     "dsh_host_started",
     "dsh_path_denied",
     "dsh_plugin_config",
+    "dsh_plugin_status",
     "dsh_present_call",
     "dsh_present_result",
     "dsh_register_tools",
@@ -293,6 +294,27 @@ def dsh_tool_result(
         @hookimpl
         def dsh_tool_result(execution, result):
             log.info("%s %s -> %s", execution.call_id, execution.name, result.code or "ok")
+    """
+
+
+@hookspec
+def dsh_plugin_status() -> list[str] | None:
+    """Describe what this plugin is doing now, for ``dsh plugins`` (and ``--json``).
+
+    Called once per plugin each time the host lists its plugins, after start-up. Return short
+    lines of text (``"server git: running, 12 tools"``, ``"server web: failed: ...; its
+    stderr ends: ..."``) or ``None``. A plugin whose state can go wrong after it loaded
+    (a mounted server that crashed, a database it cannot write) says so here, so that the one
+    command users run to see what is installed also shows what is broken. Must be quick and
+    must not raise (a raising implementation is shown as a status line saying so).
+
+    **Chaining: each plugin's own lines.** The host asks each plugin separately.
+
+    Example::
+
+        @hookimpl
+        def dsh_plugin_status(self):
+            return [f"cache: {len(self.cache)} entries"]
     """
 
 

@@ -151,6 +151,18 @@ class McpPlugin:
                     sys.stderr.write(f"dsh: mcp: {link.error}\n")
                 self._mount_tools(link)
 
+    @hookimpl
+    def dsh_plugin_status(self) -> list[str]:
+        """One line per mounted server for ``dsh plugins``: running with its tools, or why not."""
+        lines = []
+        for name, state in sorted(self.status().items()):
+            tools = state["tools"]
+            line = f"server {name}: {state['status']}, {len(tools)} tool{'s' * (len(tools) != 1)}"
+            if state["error"]:
+                line = f"{line}; {state['error']}"
+            lines.append(line)
+        return lines
+
     def status(self) -> dict[str, dict[str, Any]]:
         """Each server's status (``running``/``failed``/``starting``), error and tools."""
         links = self._mount.links.values() if self._mount is not None else ()

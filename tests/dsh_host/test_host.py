@@ -50,3 +50,28 @@ async def test_preview_marks_the_execution_as_a_dry_run(make_host):
     await host.registry.preview(ToolExecutionInput(call_id="a", name="t", arguments={}))
     await host.call("t", {})
     assert seen == [True, False]
+
+
+def test_plugins_report_their_status_lines_and_a_raising_one_is_shown(make_host):
+    from dsh_host._render import Style, render_plugins
+
+    class Busy:
+        name = "busy"
+
+        @hookimpl
+        def dsh_plugin_status(self):
+            return ["queue: 3 rows", "link \x1b[2Kdown"]
+
+    class Broken:
+        name = "broken"
+
+        @hookimpl
+        def dsh_plugin_status(self):
+            raise RuntimeError("no state")
+
+    rows = {row.name: row for row in make_host(Busy(), Broken()).plugins()}
+    assert rows["busy"].status_lines == ("queue: 3 rows", "link \x1b[2Kdown")
+    assert rows["broken"].status_lines == ("dsh_plugin_status failed: RuntimeError: no state",)
+    shown = render_plugins(rows.values(), "x", Style(False))
+    assert "    status: queue: 3 rows" in shown
+    assert "    status: link \\x1b[2Kdown" in shown  # model- or server-made text is escaped

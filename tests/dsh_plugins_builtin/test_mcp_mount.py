@@ -195,6 +195,13 @@ def test_a_server_that_fails_to_start_is_reported_and_others_run(
     assert status["t"]["status"] == "running"
     assert "dsh: mcp: MCP server 'broken'" in capsys.readouterr().err
     assert trio.run(host.call, "mcp__t__echo", {"text": "x"}).text == "echo: x"
+    # `dsh plugins` shows it: the mcp row's status lines, with the server's stderr tail.
+    [row] = [r for r in host.plugins() if r.name == "mcp"]
+    broken, running = row.status_lines
+    assert broken.startswith("server broken: failed, 0 tools; ")
+    assert "cannot open the frobnicator" in broken
+    assert running == "server t: running, 6 tools"
+    assert row.to_json()["status_lines"] == [broken, running]
 
 
 def test_tools_allow_list_and_disabled_servers(mounted, server_script, tmp_path):
