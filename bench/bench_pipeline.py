@@ -209,17 +209,27 @@ def _default_stack(
         "host": {"workspace": str(workspace)},
         "plugins": {"enable": [*BUILTINS, "audit"] if audit else BUILTINS},
         "plugin": {
-            "permissions": {"allow": ["echo", "park", "read_file"]},
+            "permissions": {"allow": ["echo", "read_file", *(t.name for t in extra)]},
             "sandbox": {"writable_roots": ["."]},
             "guards": {"max_argument_bytes": 1_000_000},
             **({"audit": {"path": str(where / "audit.sqlite3")}} if audit else {}),
         },
     }
-    host = dsh_host.Host(config, environ={})
-    host.registry.register(_echo_tool())
-    for tool in extra:
-        host.registry.register(tool)
-    return host
+    return dsh_host.Host(config, plugins=[_BenchTools((_echo_tool(), *extra))], environ={})
+
+
+class _BenchTools:
+    """Registers the benchmark's tools at start, like any tool plugin (so rules can see them)."""
+
+    name = "bench-tools"
+
+    def __init__(self, tools: tuple[dsh_host.ToolDefinition, ...]) -> None:
+        self.tools = tools
+
+    @dsh_host.hookimpl
+    def dsh_register_tools(self, register: Callable[..., Any]) -> None:
+        for tool in self.tools:
+            register(tool)
 
 
 @dataclass
