@@ -41,7 +41,15 @@ import attrs
 import platformdirs
 import trio
 
-from dsh_host import ConfigError, Deny, Host, ToolExecution, ToolExecutionResult, hookimpl
+from dsh_host import (
+    ConfigError,
+    Deny,
+    Host,
+    ToolExecution,
+    ToolExecutionResult,
+    hookimpl,
+    printable,
+)
 
 from ._audit_writer import COLUMNS, AuditWriter, redact, safe_text
 
@@ -50,7 +58,6 @@ __all__ = [
     "AuditPlugin",
     "audit_command",
     "default_audit_path",
-    "escape_unprintable",
     "legacy_audit_path",
     "redact",
 ]
@@ -335,8 +342,10 @@ def _read(path: Path, tool: str | None, last: int) -> list[dict[str, Any]]:
     return rows
 
 
-def escape_unprintable(text: str) -> str:
-    """*text* with every character Python does not call printable as a JSON-style escape.
+def _json_escape(text: str) -> str:
+    """JSON *text* with every character Python does not call printable as a JSON escape.
+
+    For ``--json`` lines, which must stay valid JSON (the table uses `dsh_host.printable`).
 
     Control characters (C0, DEL, C1, so every terminal escape sequence), format characters
     (bidirectional overrides, zero-width characters, tag characters), separators other than the
@@ -357,25 +366,25 @@ def _escape_char(ch: str) -> str:
 
 
 def _json_line(row: dict[str, Any]) -> str:
-    return escape_unprintable(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+    return _json_escape(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     header = ("TIME", "TOOL", "OUTCOME", "BY", "MS", "CALL", "ARGUMENTS")
     table = [header]
     for row in rows:
-        arguments = escape_unprintable(
+        arguments = printable(
             json.dumps(row["arguments"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         )
         ms = row["duration_ms"]
         table.append(
             (
-                escape_unprintable(str(row["time"])),
-                escape_unprintable(str(row["tool"])),
-                escape_unprintable(str(row["outcome"])),
-                escape_unprintable(str(row["decided_by"] or "-")),
+                printable(str(row["time"])),
+                printable(str(row["tool"])),
+                printable(str(row["outcome"])),
+                printable(str(row["decided_by"] or "-")),
                 "-" if ms is None else f"{ms:.0f}",
-                escape_unprintable(str(row["call_id"])),
+                printable(str(row["call_id"])),
                 arguments if len(arguments) <= 60 else arguments[:59] + "\u2026",
             )
         )

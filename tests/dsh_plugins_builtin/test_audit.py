@@ -29,9 +29,9 @@ from dsh_plugins_builtin._audit_writer import SCHEMA
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,
+    _json_escape,
     audit_command,
     default_audit_path,
-    escape_unprintable,
     redact,
 )
 from dsh_plugins_builtin.output_budget import OutputBudgetPlugin
@@ -497,7 +497,12 @@ async def test_dsh_audit_escapes_every_control_character_from_the_model(
     assert len(lines) == len(HOSTILE) + (0 if as_json else 1)  # nothing forged a line
     for line in lines:
         assert line.isprintable(), repr(line)
-    for raw in ("\\u001b", "\\u202e", "\\u2028", "\\u009b", "\\u007f", "\\udb40\\udc41"):
+    shown = (
+        ("\\u001b", "\\u202e", "\\u2028", "\\u009b", "\\u007f", "\\udb40\\udc41")
+        if as_json  # JSON escapes keep each line valid JSON
+        else ("\\x1b", "\\u202e", "\\u2028", "\\x9b", "\\x7f", "\\U000e0041")  # printable()
+    )
+    for raw in shown:
         assert raw in out
     if as_json:
         objects = [json.loads(line) for line in lines]
@@ -505,10 +510,10 @@ async def test_dsh_audit_escapes_every_control_character_from_the_model(
         assert objects[0]["decision"] == "reason " + "".join(HOSTILE)
 
 
-def test_escape_unprintable_leaves_printable_text_alone():
-    assert escape_unprintable('héllo wörld 日本 "x" \\') == 'héllo wörld 日本 "x" \\'
-    assert escape_unprintable("a\tb\x00") == "a\\u0009b\\u0000"
-    assert escape_unprintable("\U0001f600") == "\U0001f600"  # an emoji is printable
+def test_the_json_escape_leaves_printable_text_alone():
+    assert _json_escape('héllo wörld 日本 "x" \\') == 'héllo wörld 日本 "x" \\'
+    assert _json_escape("a\tb\x00") == "a\\u0009b\\u0000"
+    assert _json_escape("\U0001f600") == "\U0001f600"  # an emoji is printable
 
 
 # -- dsh audit and pipes -----------------------------------------------------------------------
