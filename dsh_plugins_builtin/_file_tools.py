@@ -39,6 +39,7 @@ from dsh_host import (
 from dsh_plugins_builtin import _presenters as present
 from dsh_plugins_builtin._commit import CommitCancelled, CommitGate, record_commit
 from dsh_plugins_builtin._fence import FileStamp, WriteConflict, resolve_target
+from dsh_plugins_builtin._search_support import Policy
 from dsh_plugins_builtin._tool_support import (
     BINARY_SNIFF_BYTES,
     ToolEnv,
@@ -417,19 +418,18 @@ def _serialised(env: ToolEnv, body: WriteBody) -> Callable[..., Any]:
 # -- list_dir ------------------------------------------------------------------------------------
 
 
-def _withheld(env: ToolEnv, ctx: ToolRunContext | None, real: str, name: str, link: bool) -> bool:
-    if ctx is None:
+def _withheld(env: ToolEnv, policy: Policy, real: str, name: str, link: bool) -> bool:
+    """Whether policy withholds the entry (or, for a symlink, where it leads)."""
+    if not policy.active:
         return False
     path = os.path.join(real, name)
-    if env.path_denied(ctx.execution, path, "read") is not None:
-        return True
-    if link:
-        try:
-            target = str(resolve_target(path, env.workspace))
-        except (OSError, ValueError):
-            return False
-        return target != path and env.path_denied(ctx.execution, target, "read") is not None
-    return False
+    if not link:
+        return policy.denied(path)
+    try:
+        target = str(resolve_target(path, env.workspace))
+    except (OSError, ValueError):
+        return policy.denied(path)
+    return policy.denied(path, target)
 
 
 def _list_dir(
@@ -438,15 +438,15 @@ def _list_dir(
     spelled = str_arg(args, "path", ".")
     fd, real = open_file(env.sandbox(), spelled, directory=True)
     shown = display_path(real, env.workspace)
-    withheld = 0
+    policy = Policy(env, ctx)
     try:
         with os.scandir(fd) as it:
             entries = []
             for entry in it:
                 link = entry.is_symlink()
-                if _withheld(env, ctx, str(real), entry.name, link):
-                    withheld += 1
-                elif link:
+                if _withheld(env, policy, str(real), entry.name, link):
+                    continue
+                if link:
                     entries.append(f"{entry.name}@")
                 elif entry.is_dir(follow_symlinks=False):
                     entries.append(f"{entry.name}/")
@@ -460,6 +460,7 @@ def _list_dir(
     total = len(entries)
     meta: dict[str, Any] = {"path": shown, "count": min(total, MAX_DIR_ENTRIES), "total": total}
     note = ""
+    withheld = policy.withheld
     if withheld:
         meta["withheld"] = withheld
         note = (

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dsh_host import DshError, Host, ToolArgsError, ToolExecutionResult, ToolRunContext
+from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
 from dsh_plugins_builtin._tool_support import Sandbox, ToolEnv, display_path, str_arg
 
 __all__ = [
@@ -88,14 +88,9 @@ class Policy:
     """``dsh_path_denied`` for one call: which files the search must leave out, and how many."""
 
     def __init__(self, env: ToolEnv, ctx: ToolRunContext | None) -> None:
-        host = getattr(env, "_host", None)  # the tools plugin's host (tools.py is not ours)
         self._ask: Callable[[str, str], str | None] | None = None
-        if (
-            isinstance(host, Host)
-            and ctx is not None
-            and host.pm.hook.dsh_path_denied.get_hookimpls()
-        ):
-            self._ask = functools.partial(host.path_denied, ctx.execution)
+        if ctx is not None and env.has_path_policy():
+            self._ask = functools.partial(env.path_denied, ctx.execution)
         self._withheld: set[str] = set()
 
     @property

@@ -95,6 +95,10 @@ class ToolEnv(Protocol):
         """Why policy withholds ``path`` from ``execution`` (``Host.path_denied``), or ``None``."""
         ...  # pragma: no cover - protocol
 
+    def has_path_policy(self) -> bool:
+        """Whether any plugin implements ``dsh_path_denied`` (else nothing is ever withheld)."""
+        ...  # pragma: no cover - protocol
+
 
 def _unavailable(what: str, why: str) -> SandboxUnavailableError:
     return SandboxUnavailableError(

@@ -120,6 +120,11 @@ class ToolsPlugin:
         host = self._host
         return None if host is None else host.path_denied(execution, path, access)
 
+    def has_path_policy(self) -> bool:
+        """Whether any plugin implements ``dsh_path_denied``."""
+        host = self._host
+        return host is not None and bool(host.pm.hook.dsh_path_denied.get_hookimpls())
+
     def sandbox(self) -> Sandbox:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
         plugin = self._plugin
