@@ -48,6 +48,9 @@ from ._mcp_mount import Link, McpServerConfig, Mount
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
 
 _NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+"""What a mounted server may call a tool (the MCP spec's recommended names): nothing that could
+smuggle control characters, spaces or a very long name to the model, a prompt or a rule."""
 
 
 @attrs.frozen
@@ -198,6 +201,10 @@ class McpPlugin:
         mount = self._mount
         assert mount is not None
         server, remote = link.name, tool.name
+        if not _TOOL_NAME.fullmatch(remote):
+            raise DshError(
+                "its name is not 1 to 128 letters, digits, '_', '-' or '.'", "MCP_BAD_TOOL"
+            )
         annotations = tool.annotations
         read_only = bool(annotations is not None and annotations.read_only_hint)
         timeout = link.config.timeout_ms / 1000

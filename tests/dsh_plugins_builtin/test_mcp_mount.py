@@ -312,3 +312,29 @@ def test_chain_client_to_dsh_mcp_serve_to_a_mounted_server(tmp_path):
     assert names == ["mcp__time__get_current_time"]  # convert_time is denied outright: hidden
     assert now.is_error is False
     assert json.loads(now.content[0].text)["timezone"] == "UTC"
+
+
+def test_a_tool_name_a_hostile_server_chose_is_never_mounted(capsys):
+    from types import SimpleNamespace
+
+    from mcp import types
+
+    from dsh_plugins_builtin._mcp_mount import McpServerConfig
+
+    registered = []
+    plugin = McpPlugin()
+    plugin._register = registered.append
+    plugin._mount = SimpleNamespace()
+    schema = {"type": "object", "properties": {}}
+    names = ["ok_tool", "evil\x1b[2Kname", "a b", "x" * 129, ""]
+    link = SimpleNamespace(
+        name="s",
+        config=McpServerConfig(command="x"),
+        tools=[types.Tool(name=n, input_schema=schema) for n in names],
+        error=None,
+    )
+    plugin._mount_tools(link)
+    assert [d.name for d in registered] == ["mcp__s__ok_tool"]
+    err = capsys.readouterr().err
+    assert err.count("not mounted") == 4
+    assert "\x1b" not in err  # the hostile name is shown escaped, never raw
