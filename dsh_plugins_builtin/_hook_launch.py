@@ -1,4 +1,4 @@
-"""How a hook command is started, worked out once when the host starts, and what is checked.
+"""How a command the host runs itself (a hook, a mounted MCP server) is started, worked out once when the host starts, and what is checked.
 
 Nothing the host runs may be writable by the sandboxed side: a tool that could rewrite a hook
 script (or plant an executable a hook's ``PATH`` finds) would run code unconfined on the next
@@ -33,7 +33,18 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["Exposure", "HookRefused", "Launch", "plan_launch", "safe_path_env"]
+from dsh_host import Host
+from dsh_plugins_builtin._fence import SandboxPolicy, protected_paths, writable_roots
+
+__all__ = [
+    "Exposure",
+    "HookRefused",
+    "Launch",
+    "exposure_of",
+    "plan_launch",
+    "safe_path_env",
+    "sandbox_policy",
+]
 
 _PLAIN_FORBIDDEN = set("|&;<>()$`*?[]{}#~\\\n")
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;", "((", "))", "!", "{", "}"}
@@ -216,3 +227,25 @@ def _check_snippet(
                 checked.append(_check(full, what, exposure))
         command_position = False
     return tuple(checked)
+
+
+def sandbox_policy(host: Host) -> SandboxPolicy | None:
+    """The sandbox plugin's policy (``None``: there is no sandbox plugin)."""
+    sandbox = host.pm.get_plugin("sandbox")
+    if sandbox is None:
+        return None
+    try:
+        policy = sandbox.policy
+    except Exception:  # the sandbox plugin has not started yet: build the policy it will build
+        from dsh_plugins_builtin.sandbox import build_policy
+
+        policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
+    return policy if isinstance(policy, SandboxPolicy) else None
+
+
+def exposure_of(policy: SandboxPolicy | None) -> Exposure:
+    """What the sandboxed side can write (nothing to check against without a sandbox plugin or
+    under ``danger-full-access``, where nothing is confined)."""
+    if policy is None or policy.mode == "danger-full-access":
+        return Exposure()
+    return Exposure(writable_roots(policy), protected_paths(policy))

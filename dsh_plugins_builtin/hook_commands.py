@@ -58,15 +58,14 @@ from dsh_plugins_builtin._fence import (
     RootReplaced,
     SandboxPolicy,
     check_pinned,
-    protected_paths,
-    writable_roots,
 )
 from dsh_plugins_builtin._hook_launch import (
-    Exposure,
     HookRefused,
     Launch,
+    exposure_of,
     plan_launch,
     safe_path_env,
+    sandbox_policy,
 )
 from dsh_plugins_builtin._hook_payload import hook_names, tool_input, tool_response
 from dsh_plugins_builtin._hook_process import HookRunner, TreeRun, shared_runner
@@ -328,28 +327,6 @@ def _kind(value: Any) -> str:
 # -- the plugin ----------------------------------------------------------------------------------
 
 
-def _policy(host: Host) -> SandboxPolicy | None:
-    """The sandbox plugin's policy (``None``: there is no sandbox plugin)."""
-    sandbox = host.pm.get_plugin("sandbox")
-    if sandbox is None:
-        return None
-    try:
-        policy = sandbox.policy
-    except Exception:  # the sandbox plugin has not started yet: build the policy it will build
-        from dsh_plugins_builtin.sandbox import build_policy
-
-        policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
-    return policy if isinstance(policy, SandboxPolicy) else None
-
-
-def _exposure(policy: SandboxPolicy | None) -> Exposure:
-    """What the sandboxed side can write (nothing to check against without a sandbox plugin or
-    under ``danger-full-access``, where nothing is confined)."""
-    if policy is None or policy.mode == "danger-full-access":
-        return Exposure()
-    return Exposure(writable_roots(policy), protected_paths(policy))
-
-
 class HookCommandsPlugin:
     """Runs Claude Code ``PreToolUse`` / ``PostToolUse`` command hooks from settings files."""
 
@@ -400,8 +377,8 @@ class HookCommandsPlugin:
         self.dsh_idle_hooks = frozenset(idle)
 
     def _plan(self, host: Host, hooks: list[HookCommand]) -> list[HookCommand]:
-        self.policy = _policy(host)
-        exposure = _exposure(self.policy)
+        self.policy = sandbox_policy(host)
+        exposure = exposure_of(self.policy)
         workspace = str(self.workspace)
         env = {**os.environ, "DSH_PROJECT_DIR": workspace, "CLAUDE_PROJECT_DIR": workspace}
         env["PATH"] = safe_path_env(env.get("PATH", os.defpath), exposure)
@@ -441,7 +418,7 @@ class HookCommandsPlugin:
         return planned
 
     def _warn_exposed_settings(self) -> None:
-        exposure = _exposure(self.policy)
+        exposure = exposure_of(self.policy)
         for source in self.config.settings:
             path = os.path.realpath(self.workspace / source)
             if exposure.exposed(path):

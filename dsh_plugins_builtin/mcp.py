@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
 import re
+import shlex
 import sys
 from typing import Any
 
@@ -43,6 +45,7 @@ from dsh_host import (
     hookimpl,
 )
 
+from ._hook_launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
 from ._mcp_mount import Link, McpServerConfig, Mount
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
@@ -63,6 +66,40 @@ class McpConfig:
 def tool_name(server: str, tool: str) -> str:
     """The dsh name of *server*'s *tool*: ``mcp__server__tool``."""
     return f"mcp__{server}__{tool}"
+
+
+def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig]:
+    """Each stdio server's command resolved once, now, to a program no tool can rewrite.
+
+    A mounted server runs unconfined (unless it is itself a sandboxed command), so its program
+    and any script argument must not lie where the sandboxed side can write: the same rule as
+    hook commands. A command that does is a config error naming the server.
+    """
+    exposure = exposure_of(sandbox_policy(host))
+    path_env = safe_path_env(os.environ.get("PATH", os.defpath), exposure)
+    out = {}
+    for name, server in config.servers.items():
+        if server.command is None or not server.enabled:
+            out[name] = server
+            continue
+        cwd = os.path.join(host.workspace, os.path.expanduser(server.cwd or "."))
+        command = shlex.join([server.command, *server.args])
+        try:
+            launch = plan_launch(
+                command, cwd=cwd, env={**os.environ, "PATH": path_env}, exposure=exposure,
+                shell="/bin/sh",
+            )  # fmt: skip
+        except HookRefused as exc:
+            raise ConfigError(
+                f"MCP server {name!r} is refused: {exc}", path=host.config.source, plugin="mcp",
+                key=f"servers.{name}.command",
+            ) from None  # fmt: skip
+        if launch.shell:  # a name shlex.join had to quote: run exactly what was configured
+            out[name] = server
+            continue
+        argv = launch.argv
+        out[name] = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
+    return out
 
 
 def _check(config: McpConfig, where: str | None) -> None:
@@ -124,7 +161,8 @@ class McpPlugin:
     def dsh_host_started(self, host: Host) -> None:
         config: McpConfig = host.config_for(self) or McpConfig()
         _check(config, host.config.source)
-        links = [Link(n, s) for n, s in config.servers.items() if s.enabled]
+        servers = _launchable(config, host)
+        links = [Link(n, s) for n, s in servers.items() if s.enabled]
         if not links:
             return
         self._mount = Mount()

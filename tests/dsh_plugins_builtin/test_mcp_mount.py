@@ -338,3 +338,39 @@ def test_a_tool_name_a_hostile_server_chose_is_never_mounted(capsys):
     err = capsys.readouterr().err
     assert err.count("not mounted") == 4
     assert "\x1b" not in err  # the hostile name is shown escaped, never raw
+
+
+def test_a_server_program_a_tool_could_rewrite_is_refused_at_start(server_script, tmp_path):
+    """A mounted server runs unconfined: like a hook, its script must not lie in a writable root."""
+    from dsh_plugins_builtin.sandbox import SandboxPlugin
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    planted = ws / "server.py"
+    planted.write_text(server_script.read_text())
+
+    def host_for(script, plugin):
+        config = {
+            "host": {"workspace": str(ws)},
+            "plugin": {
+                "sandbox": {"writable_roots": ["."]},
+                "mcp": {
+                    "servers": {
+                        "t": {
+                            "command": sys.executable,
+                            "args": [str(script), "ok", str(tmp_path / "m")],
+                        }
+                    }
+                },
+            },
+        }
+        return Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+
+    with pytest.raises(ConfigError, match=r"servers\.t\.command.*inside a writable root"):
+        host_for(planted, McpPlugin())
+    control = McpPlugin()
+    try:
+        host = host_for(server_script, control)  # outside the workspace: mounted, and run
+        assert "mcp__t__echo" in [t.name for t in host.registry.tools()]
+    finally:
+        control.close()
