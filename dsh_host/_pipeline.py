@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 import trio
 
-from ._body import run_body
+from ._body import normalise, run_body
 from ._contain import HookTimeout, Watchdog, genuine, real_interrupt, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
-from ._hooks import HookRelay, Impl, PluginFailure
+from ._hooks import HookRelay, Impl, Plan, PluginFailure
 from ._json import freeze
-from ._outcomes import aborted, failure, plugin_failed
+from ._outcomes import aborted, failure, from_exception, plugin_failed
 from ._signal import AbortSignal, _fuse, _inert
 from ._text import printable
 from ._trace import Trace, TraceEvent, describe, emit
@@ -78,6 +78,7 @@ _NO_SCOPE = contextlib.nullcontext()
 _UNCALLED: Any = object()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
+_ANSWERS = (Allow, Deny, Ask, Accept, Block, str)
 _ALLOW = Allow()
 _ACCEPT = Accept()
 _call_ids = itertools.count(1)
@@ -102,14 +103,31 @@ class Pipeline:
         self.approval_timeout = approval_timeout
         self.watchdog = Watchdog(hook_timeout)
         self._cut_off: set[str] = set()
+        self._run_nested = self._nested  # bound once: every body's context holds it
 
     async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
-        prepared = await self.prepare(input, trace)
-        execution = prepared.execution
-        if prepared.result is not None:
-            return await self.finalize(execution, prepared.result, prepared.post, trace)
-        result, post = await self.dispatch(execution, trace)
-        return await self.finalize(execution, result, post, trace)
+        execution, done = self._snapshot(input, False)
+        if done is not None:
+            return await self.finalize(execution, done, False, trace)
+        plan = self.hooks.plan()
+        if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
+            try:
+                prepared = await self._gate(execution, trace, plan)
+            except PluginFailure as exc:
+                return await self.finalize(execution, plugin_failed(exc), False, trace)
+            if prepared.result is not None:
+                return await self.finalize(execution, prepared.result, prepared.post, trace)
+        if plan.execute:
+            result, post = await self.dispatch(execution, trace)
+        else:  # no wrapper: the body's result, straight (`dispatch` without its layers)
+            result, post = await self._dispatch(execution, None, trace), True
+            if not result.is_error and execution.signal.aborted:
+                result = aborted(True, result.additional_contexts)
+            elif result.decided_by is not None and result.decision_detail is None:
+                result = self._attributed(result)
+        if (plan.post and post) or plan.result:
+            return await self.finalize(execution, result, post, trace)
+        return result
 
     # -- hook calling ----------------------------------------------------------------------
 
@@ -198,6 +216,75 @@ class Pipeline:
         if isinstance(exc, PluginFailure) or await genuine(exc):
             raise exc
         raise PluginFailure(impl.plugin, hook, exc) from exc
+
+    def _plain(
+        self, impls: tuple[Impl, ...], start: int, hook: str, args: tuple[Any, ...], tool: str
+    ) -> tuple[int, Any]:
+        """Call plain implementations in order from *start*, each watched, until one answers.
+
+        Returns ``(index, answer)``, or ``(len(impls), None)`` when none answered. One clock
+        read per implementation: the `Watchdog` sees which plugin runs and since when. Raises
+        `_Raised` for what an implementation raised, or a `PluginFailure` for one that blocked
+        past the bound (it answered late, so it fails closed).
+        """
+        watchdog = self.watchdog
+        clock = time.monotonic
+        bound = watchdog.bound
+        count = len(impls)
+        i = start
+        watchdog.enter(impls[i].plugin, hook, tool)
+        then = watchdog.started
+        try:
+            while i < count:
+                impl = impls[i]
+                watchdog.plugin = impl.plugin
+                watchdog.started = then
+                try:
+                    value = impl.positional(*args)  # type: ignore[misc]
+                except BaseException as exc:
+                    raise _Raised(i, impl, exc) from None
+                now = clock()
+                if now - then > bound:
+                    watchdog.check(now)
+                    late = PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, bound))
+                    raise _Raised(i, impl, late)
+                if value is not None:
+                    return i, value
+                then = now
+                i += 1
+            return count, None
+        finally:
+            watchdog.plugin = None
+
+    async def _first_plain(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        args: tuple[Any, ...],
+        execution: ToolExecution,
+        default: Any,
+        accept: Callable[[Any], Any],
+    ) -> tuple[Any, str | None]:
+        """`_first` for plain implementations (no trace): the first answer, and who gave it."""
+        i = 0
+        while True:
+            try:
+                i, value = self._plain(impls, i, hook, args, execution.name)
+            except _Raised as raised:
+                await self._contain(raised.impl, hook, raised.error)
+            if value is None:
+                return default, None
+            impl = impls[i]
+            if not isinstance(value, _ANSWERS) and inspect.isawaitable(value):
+                kwargs = dict(zip(_HOOK_ARGS[hook], args, strict=True))
+                value = await self._call(impl, hook, None, kwargs, returned=value)
+                if value is None:
+                    i += 1
+                    continue
+            try:
+                return accept(value), impl.plugin
+            except TypeError as exc:
+                raise PluginFailure(impl.plugin, hook, exc) from None
 
     def _stage(self, hook: str) -> _Stage | None:
         """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
@@ -300,10 +387,13 @@ class Pipeline:
 
     # -- A to G ----------------------------------------------------------------------------
 
-    async def prepare(
-        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
-    ) -> Prepared:
-        signal = input.signal if input.signal is not None else _inert()
+    def _snapshot(
+        self, input: ToolExecutionInput, dry_run: bool
+    ) -> tuple[ToolExecution, ToolExecutionResult | None]:
+        """Stages A and B: the frozen execution, and the result when the call ends there."""
+        signal = input.signal
+        if signal is None:
+            signal = _inert()
         parent = input.parent
         message: str | None = None
         if parent is not None:
@@ -315,37 +405,42 @@ class Pipeline:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
             arguments, message = None, message or f"tool arguments must be JSON: {exc}"
-        if message is not None:
-            execution = ToolExecution(
-                call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-                parent=parent, signal=signal, dry_run=dry_run,
-            )  # fmt: skip
-            return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
         execution = ToolExecution(
             call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
             parent=parent, signal=signal, dry_run=dry_run,
         )  # fmt: skip
+        if message is not None:
+            return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
         if signal.aborted:
-            return Prepared(execution, aborted(False), False)
-        hooks = self.hooks
-        if (
-            not hooks.impls("dsh_tool_pre_execute")
-            and not hooks.impls("dsh_tool_guard")
-            and not self.registry.guards_for(execution.scope)
-        ):
+            return execution, aborted(False)
+        return execution, None
+
+    async def prepare(
+        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
+    ) -> Prepared:
+        execution, done = self._snapshot(input, dry_run)
+        if done is not None:
+            return Prepared(execution, done, False)
+        plan = self.hooks.plan()
+        if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
-            return await self._gate(execution, trace)
+            return await self._gate(execution, trace, plan)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
-    async def _gate(self, execution: ToolExecution, trace: Trace | None) -> Prepared:
+    async def _gate(self, execution: ToolExecution, trace: Trace | None, plan: Plan) -> Prepared:
         decision: Any = _ALLOW
         who: str | None = None
-        if self.hooks.impls("dsh_tool_pre_execute"):
-            decision, who = await self._first(
-                "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
-            )
+        if plan.pre:
+            if plan.plain_pre and trace is None:
+                decision, who = await self._first_plain(
+                    plan.pre, "dsh_tool_pre_execute", (execution,), execution, _ALLOW, _check_pre
+                )
+            else:
+                decision, who = await self._first(
+                    "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
+                )
         if type(decision) is Deny:
             result = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
@@ -359,7 +454,7 @@ class Pipeline:
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
-        reason, guard = await self._guards(execution, trace)
+        reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if execution.signal.aborted:
@@ -397,7 +492,7 @@ class Pipeline:
         return Prepared(execution, result)
 
     async def _guards(
-        self, execution: ToolExecution, trace: Trace | None
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan
     ) -> tuple[str | None, str | None]:
         kwargs = {"execution": execution}
         for guard, name in self.registry.guards_for(execution.scope):
@@ -417,9 +512,14 @@ class Pipeline:
                 emit(trace, kwargs, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
-        impls = self.hooks.impls("dsh_tool_guard")
+        impls = plan.guard
         if not impls:
             return None, None
+        if plan.plain_guard and trace is None:
+            answer, who = await self._first_plain(
+                impls, "dsh_tool_guard", (execution,), execution, None, _as_reason
+            )
+            return answer, who
         stage = self._stage("dsh_tool_guard")
         hook, name = "dsh_tool_guard", execution.name
         with stage.scope if stage is not None else _NO_SCOPE:
@@ -532,16 +632,19 @@ class Pipeline:
         return result
 
     async def _dispatch(
-        self, view: ToolExecution, state: _DispatchState, trace: Trace | None
+        self, view: ToolExecution, state: _DispatchState | None, trace: Trace | None
     ) -> ToolExecutionResult:
+        """Stage I: resolve, validate, run the body, normalise. A result that is not an error
+        means the body ran (every way to end before it is an error)."""
         started = time.perf_counter() if trace is not None else 0.0
         tool = self.registry.get(view.name, view.scope)
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
-        if view.signal.aborted:
+        signal = view.signal
+        if signal.aborted:
             return aborted(False)
-        ready = state.ready
+        ready = state.ready if state is not None else None
         if ready is not None and ready[0] is tool and ready[1] is view.arguments:
             args, violations = ready[2], None
         else:
@@ -549,9 +652,24 @@ class Pipeline:
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
-        context = ToolRunContext(view, tool, run=self._nested)
-        state.body_invoked = True
-        result = await run_body(tool, args, context)
+        context = ToolRunContext(view, tool, run=self._run_nested)
+        if state is not None:
+            state.body_invoked = True
+        if signal._inert and tool.is_async:
+            # Nobody outside the pipeline holds this signal: no cancel scope (see `run_body`).
+            try:
+                value = await (
+                    tool.execute(args, context) if tool.takes_context else tool.execute(args)
+                )
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                message, code, name = from_exception(exc, "TOOL_FAILED")
+                result = failure(message, code, name)
+            else:
+                result = normalise(tool, value)
+        else:
+            result = await run_body(tool, args, context)
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -575,9 +693,15 @@ class Pipeline:
         post: bool,
         trace: Trace | None,
     ) -> ToolExecutionResult:
-        if post and self.hooks.impls("dsh_tool_post_execute"):
-            result = await self._post(execution, result, trace)
-        impls = self.hooks.impls("dsh_tool_result")
+        plan = self.hooks.plan()
+        if post and plan.post:
+            result = await self._post(execution, result, trace, plan)
+        impls = plan.result
+        if not impls:
+            return result
+        if plan.plain_result and trace is None:
+            await self._observe_plain(impls, execution, result)
+            return result
         i = 0
         while i < len(impls):
             # One scope for the observers; a fresh one only after an observer was cut off.
@@ -596,15 +720,24 @@ class Pipeline:
         return result
 
     async def _post(
-        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None
+        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None, plan: Plan
     ) -> ToolExecutionResult:
-        kwargs = {"execution": execution, "result": result}
+        hook = "dsh_tool_post_execute"
         try:
-            decision, who = await self._first(
-                "dsh_tool_post_execute", kwargs, _ACCEPT, _check_post, trace
-            )
+            if plan.plain_post and trace is None:
+                args = (execution, result)
+                decision, who = await self._first_plain(
+                    plan.post, hook, args, execution, _ACCEPT, _check_post
+                )
+            else:
+                kwargs = {"execution": execution, "result": result}
+                decision, who = await self._first(hook, kwargs, _ACCEPT, _check_post, trace)
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision is _ACCEPT:
+            if execution.signal.aborted and not result.is_error:
+                result = aborted(True, result.additional_contexts)
+            return result
         if decision.additional_contexts:
             found = context_violations(decision.additional_contexts)
             if found:
@@ -636,12 +769,40 @@ class Pipeline:
             result = aborted(True, result.additional_contexts)
         return result
 
+    async def _observe_plain(
+        self, impls: tuple[Impl, ...], execution: ToolExecution, result: ToolExecutionResult
+    ) -> None:
+        """The observers, all plain functions, called in a loop (no trace); each contained."""
+        hook = "dsh_tool_result"
+        args = (execution, result)
+        i, count = 0, len(impls)
+        while i < count:
+            try:
+                i, value = self._plain(impls, i, hook, args, execution.name)
+            except _Raised as raised:
+                exc = raised.error
+                if isinstance(exc, PluginFailure):  # one that blocked too long
+                    exc = exc.error
+                elif await genuine(exc):
+                    raise
+                logger.warning(
+                    'tool "%s" (%s): dsh_tool_result observer %r failed: %s',
+                    printable(execution.name), execution.call_id, raised.impl.plugin,
+                    _failed(exc),
+                )  # fmt: skip
+                i = raised.index + 1
+                continue
+            if i < count:  # it returned something: an awaitable is awaited, in its bound
+                await self._observe(impls[i], execution, result, returned=value)
+                i += 1
+
     async def _observe(
         self,
         impl: Impl,
         execution: ToolExecution,
         result: ToolExecutionResult,
         stage: _Stage | None = None,
+        returned: Any = _UNCALLED,
     ) -> str:
         """Run one observer, contained and bounded; say how it went (for the trace).
 
@@ -651,7 +812,9 @@ class Pipeline:
         hook = "dsh_tool_result"
         kwargs = {"execution": execution, "result": result}
         try:
-            if impl.is_async:
+            if returned is not _UNCALLED:
+                value = returned
+            elif impl.is_async:
                 value = impl.call_sync(kwargs)  # only makes the coroutine
             else:
                 value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
@@ -837,6 +1000,29 @@ class _Budget:
                 self.paused = False
 
         return paused
+
+
+class _Raised(Exception):
+    """What the plain implementation at *index* raised (see `Pipeline._plain`)."""
+
+    def __init__(self, index: int, impl: Impl, error: BaseException) -> None:
+        self.index = index
+        self.impl = impl
+        self.error = error
+
+
+_HOOK_ARGS = {
+    "dsh_tool_pre_execute": ("execution",),
+    "dsh_tool_guard": ("execution",),
+    "dsh_tool_post_execute": ("execution", "result"),
+    "dsh_tool_result": ("execution", "result"),
+}
+
+
+def _as_reason(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"returned {value!r}; expected str or None")
 
 
 def _stage_failed(stage: _Stage | None) -> NoReturn:

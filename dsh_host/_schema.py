@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeAlias, final
 import attrs
 
 from ._errors import JsonSchemaError
-from ._json import freeze, thaw
+from ._json import FrozenDict, freeze, thaw
 
 __all__ = ["Prop", "compile_parameters", "to_json_schema"]
 
@@ -388,6 +388,51 @@ def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
     return check_scalar
 
 
+_ABSENT: Any = object()
+
+
+def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
+    """Whether a value passes `_compile_check` for *node*, with no message built (the hot path).
+
+    It accepts exactly what the check finds no violation in; `test_schema` holds the two to that.
+    """
+    test = _TYPE_TESTS[node["type"]][0]
+    if node["type"] == "object":
+        props = tuple((k, _compile_ok(v)) for k, v in node.get("properties", {}).items())
+        required = tuple(node.get("required", ()))
+        closed = node.get("additionalProperties") is False
+        declared = frozenset(node.get("properties", {}))
+
+        def ok_object(value: Any) -> bool:
+            if type(value) is not FrozenDict and not isinstance(value, Mapping):
+                return False
+            for key in required:
+                if key not in value:
+                    return False
+            get = value.get
+            for key, ok in props:
+                item = get(key, _ABSENT)
+                if item is not _ABSENT and not ok(item):
+                    return False
+            return not closed or declared.issuperset(value)
+
+        return ok_object
+    if node["type"] == "array":
+        item_ok = _compile_ok(node["items"]) if "items" in node else None
+
+        def ok_array(value: Any) -> bool:
+            if type(value) is not tuple and type(value) is not list:
+                return False
+            return item_ok is None or all(item_ok(item) for item in value)
+
+        return ok_array
+    enum_values = node.get("enum")
+    if not enum_values:
+        return test
+    allowed = frozenset(enum_values)
+    return lambda value: test(value) and value in allowed
+
+
 def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Validator:
     """Compile *schema* once into a function from a value to the list of violations.
 
@@ -396,10 +441,12 @@ def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Va
     """
     if _fits_subset(schema):
         check = _compile_check(schema, root)
+        ok = _compile_ok(schema)
 
         def validate(arguments: Any) -> list[str]:
             errors: list[str] = []
-            check(arguments, "", errors)
+            if not ok(arguments):  # messages are built only for values that fail
+                check(arguments, "", errors)
             return errors
 
         return validate
