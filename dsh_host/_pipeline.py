@@ -44,6 +44,7 @@ from ._values import (
     Ask,
     Block,
     Deny,
+    TextBlock,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -391,9 +392,8 @@ class Pipeline:
         self, input: ToolExecutionInput, dry_run: bool
     ) -> tuple[ToolExecution, ToolExecutionResult | None]:
         """Stages A and B: the frozen execution, and the result when the call ends there."""
-        signal = input.signal
-        if signal is None:
-            signal = _inert()
+        given = input.signal
+        signal = _inert() if given is None else given
         parent = input.parent
         message: str | None = None
         if parent is not None:
@@ -405,13 +405,12 @@ class Pipeline:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
             arguments, message = None, message or f"tool arguments must be JSON: {exc}"
-        execution = ToolExecution(
-            call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-            parent=parent, signal=signal, dry_run=dry_run,
-        )  # fmt: skip
+        execution = ToolExecution._make(
+            input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
+        )
         if message is not None:
             return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
-        if signal.aborted:
+        if given is not None and given.aborted:
             return execution, aborted(False)
         return execution, None
 
@@ -644,15 +643,18 @@ class Pipeline:
         signal = view.signal
         if signal.aborted:
             return aborted(False)
+        arguments = view.arguments
         ready = state.ready if state is not None else None
-        if ready is not None and ready[0] is tool and ready[1] is view.arguments:
+        if ready is not None and ready[0] is tool and ready[1] is arguments:
             args, violations = ready[2], None
+        elif (accepts := tool.accepts) is not None and accepts(arguments):
+            args, violations = arguments, None
         else:
-            args, violations = tool.prepare(view.arguments)
+            args, violations = tool.prepare(arguments)
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
-        context = ToolRunContext(view, tool, run=self._run_nested)
+        context = ToolRunContext._make(view, tool, self._run_nested)
         if state is not None:
             state.body_invoked = True
         if signal._inert and tool.is_async:
@@ -667,7 +669,10 @@ class Pipeline:
                 message, code, name = from_exception(exc, "TOOL_FAILED")
                 result = failure(message, code, name)
             else:
-                result = normalise(tool, value)
+                if type(value) is str and tool.validate_output is None:  # normalise, inline
+                    result = ToolExecutionResult._success((TextBlock._of(value),))
+                else:
+                    result = normalise(tool, value)
         else:
             result = await run_body(tool, args, context)
         if context._deferred:

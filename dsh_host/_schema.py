@@ -388,7 +388,15 @@ def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
     return check_scalar
 
 
-_ABSENT: Any = object()
+_EXACT: dict[str, type] = {"string": str, "boolean": bool, "null": type(None)}
+
+
+def compile_accepts(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """A predicate saying whether a frozen value is valid for *schema*, with no message built.
+
+    ``None`` when *schema* is outside the subset compiled here (jsonschema validates it then).
+    """
+    return _compile_ok(schema) if _fits_subset(schema) else None
 
 
 def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
@@ -398,10 +406,17 @@ def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
     """
     test = _TYPE_TESTS[node["type"]][0]
     if node["type"] == "object":
-        props = tuple((k, _compile_ok(v)) for k, v in node.get("properties", {}).items())
+        # Per declared key: the exact type it must have (string, boolean, null), else a test.
+        checks: dict[str, Any] = {
+            k: _EXACT.get(v["type"]) if not v.get("enum") else None
+            for k, v in node.get("properties", {}).items()
+        }
+        for k, v in node.get("properties", {}).items():
+            if checks[k] is None:
+                checks[k] = _compile_ok(v)
         required = tuple(node.get("required", ()))
         closed = node.get("additionalProperties") is False
-        declared = frozenset(node.get("properties", {}))
+        find = checks.get
 
         def ok_object(value: Any) -> bool:
             if type(value) is not FrozenDict and not isinstance(value, Mapping):
@@ -409,12 +424,17 @@ def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
             for key in required:
                 if key not in value:
                     return False
-            get = value.get
-            for key, ok in props:
-                item = get(key, _ABSENT)
-                if item is not _ABSENT and not ok(item):
+            for key, item in value.items():
+                check = find(key)
+                if check is None:
+                    if closed:
+                        return False
+                elif type(check) is type:
+                    if type(item) is not check:
+                        return False
+                elif not check(item):
                     return False
-            return not closed or declared.issuperset(value)
+            return True
 
         return ok_object
     if node["type"] == "array":
@@ -441,7 +461,7 @@ def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Va
     """
     if _fits_subset(schema):
         check = _compile_check(schema, root)
-        ok = _compile_ok(schema)
+        ok = _compile_ok(schema)  # the same predicate as `compile_accepts`
 
         def validate(arguments: Any) -> list[str]:
             errors: list[str] = []

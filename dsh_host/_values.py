@@ -166,11 +166,15 @@ class ToolExecutionResult:
     @classmethod
     def _success(cls, content: tuple[ContentBlock, ...]) -> ToolExecutionResult:
         """A success from already-normalised content, skipping the converters (the hot path)."""
-        self = object.__new__(cls)
-        self.__dict__.update(
-            content=content, is_error=False, error=None, additional_contexts=(), meta=None,
-            decided_by=None, decision_detail=None,
-        )  # fmt: skip
+        self = _new(cls)
+        fields = self.__dict__
+        fields["content"] = content
+        fields["is_error"] = False
+        fields["error"] = None
+        fields["additional_contexts"] = ()
+        fields["meta"] = None
+        fields["decided_by"] = None
+        fields["decision_detail"] = None
         return self
 
     @property
@@ -386,6 +390,30 @@ class ToolExecution:
     token: object = attrs.field(factory=lambda: CallToken(), repr=False, eq=False)
     dry_run: bool = attrs.field(default=False, repr=False)
 
+    @classmethod
+    def _make(
+        cls,
+        call_id: str,
+        name: str,
+        arguments: Any,
+        scope: Scope | None,
+        parent: object,
+        signal: AbortSignal,
+        dry_run: bool,
+    ) -> ToolExecution:
+        """``ToolExecution(...)`` with a fresh token, positionally (the pipeline's hot path)."""
+        self = _new(cls)
+        fields = self.__dict__  # in the order attrs' __init__ fills it (shared dict keys)
+        fields["call_id"] = call_id
+        fields["name"] = name
+        fields["arguments"] = arguments
+        fields["scope"] = scope
+        fields["parent"] = parent
+        fields["signal"] = signal
+        fields["token"] = CallToken()
+        fields["dry_run"] = dry_run
+        return self
+
 
 @final
 @attrs.frozen(slots=False)  # a dict class: built on every call, 2x faster to make
@@ -398,6 +426,22 @@ class ToolRunContext:
     _run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]] | None = attrs.field(
         default=None, kw_only=True, repr=False, eq=False, alias="run"
     )
+
+    @classmethod
+    def _make(
+        cls,
+        execution: ToolExecution,
+        tool: ToolDefinition,
+        run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]],
+    ) -> ToolRunContext:
+        """``ToolRunContext(execution, tool, run=run)`` (the pipeline's hot path)."""
+        self = _new(cls)
+        fields = self.__dict__
+        fields["execution"] = execution
+        fields["tool"] = tool
+        fields["_deferred"] = None
+        fields["_run"] = run
+        return self
 
     @property
     def call_id(self) -> str:
