@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ._body import normalise, run_body
-from ._contain import HookTimeout, Watchdog, genuine, real_interrupt, seconds
+from ._contain import HookTimeout, Watchdog, genuine, is_cancellation, real_interrupt, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, Plan, PluginFailure
 from ._json import freeze
@@ -80,6 +80,7 @@ _UNCALLED: Any = object()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
 _ANSWERS = (Allow, Deny, Ask, Accept, Block, str)
+_WRAPPER_ARGS = ("execution", "call_next")
 _ALLOW = Allow()
 _ACCEPT = Accept()
 _call_ids = itertools.count(1)
@@ -156,6 +157,7 @@ class Pipeline:
         report: bool = True,
         stage: _Stage | None = None,
         returned: Any = _UNCALLED,
+        budget: _Budget | None = None,
     ) -> Any:
         """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
 
@@ -167,10 +169,10 @@ class Pipeline:
         *call_next* (downstream links, wrappers, the body) does not count. The bound is kept by
         the deadline of the *stage*'s one cancel scope, which follows the link running now (no
         scope per implementation); without a stage, the awaitable gets a scope of its own.
+        *budget* is the link's own, when its ``call_next`` (in *kwargs*) already pauses it.
         """
         started = time.perf_counter() if trace is not None else 0.0
         limit = self.hook_timeout if bound is None else bound
-        budget: _Budget | None = None
         if call_next is not None:
             budget = _Budget(limit, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
@@ -550,13 +552,24 @@ class Pipeline:
         classified the call): used when the body's tool and arguments are those very objects.
         """
         state = _DispatchState(ready=ready)
-        impls = self.hooks.impls("dsh_tool_execute")
+        plan = self.hooks.plan()
+        impls = plan.execute
         try:
             if not impls:
                 result = await self._dispatch(execution, state, trace)
-            elif (stage := self._stage("dsh_tool_execute")) is None:
+            elif not plan.execute_async:
                 result = await self._wrap(impls, 0, execution, state, trace, None)
+            elif (stage := _Stage.lazy()) is not None:
+                try:
+                    result = await self._wrap(impls, 0, execution, state, trace, stage)
+                except BaseException as exc:
+                    if not stage.leave(exc):
+                        raise
+                else:
+                    stage.leave(None)
+                stage.fail()
             else:
+                stage = _Stage()
                 with stage.scope:
                     result = await self._wrap(impls, 0, execution, state, trace, stage)
                 stage.fail()
@@ -595,31 +608,66 @@ class Pipeline:
         if i == len(impls):
             return await self._dispatch(view, state, trace)
         impl = impls[i]
+        hook = "dsh_tool_execute"
         delegated: list[ToolExecutionResult] = []
+        budget = _Budget(self.hook_timeout, stage)
 
         async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
-            if signal is None:
-                result = await self._wrap(impls, i + 1, view, state, trace, stage)
-            else:
-                if not isinstance(signal, AbortSignal):
-                    raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-                fused, dispose = _fuse((view.signal, signal))
-                try:
-                    inner = attrs.evolve(view, signal=fused)
-                    result = await self._wrap(impls, i + 1, inner, state, trace, stage)
-                finally:
-                    dispose()
+            if signal is not None and not isinstance(signal, AbortSignal):
+                raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
+            if budget.stage is not None:  # waiting downstream is not this link's own time
+                budget.close()
+                budget.paused = True
+            try:
+                if signal is None:
+                    result = await self._wrap(impls, i + 1, view, state, trace, stage)
+                else:
+                    fused, dispose = _fuse((view.signal, signal))
+                    try:
+                        inner = attrs.evolve(view, signal=fused)
+                        result = await self._wrap(impls, i + 1, inner, state, trace, stage)
+                    finally:
+                        dispose()
+            finally:
+                budget.paused = False
             delegated.append(result)
             return result
 
-        result = await self._call(
-            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next, stage=stage
-        )
+        if trace is not None:
+            kwargs = {"execution": view, "call_next": call_next}
+            result = await self._call(impl, hook, trace, kwargs, stage=stage, budget=budget)
+        else:  # `_call`, for this one shape, without its generality
+            try:
+                if not impl.is_async:
+                    kwargs = {"execution": view, "call_next": call_next}
+                    value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
+                elif impl.argnames == _WRAPPER_ARGS:
+                    value = impl.function(view, call_next)
+                else:
+                    value = impl.call_sync({"execution": view, "call_next": call_next})
+                if impl.is_async or (value is not None and inspect.isawaitable(value)):
+                    if stage is None:
+                        own = budget.stage = _Stage()
+                        with own.scope:
+                            value = await own.run(value, budget, impl.plugin, hook)
+                        if own.scope.cancel_called:
+                            raise PluginFailure(*(own.blame or (impl.plugin, hook, budget.limit)))
+                    else:
+                        value = await stage.run(value, budget, impl.plugin, hook)
+            except PluginFailure:
+                raise
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                raise PluginFailure(impl.plugin, hook, exc) from exc
+            result = value
         if not isinstance(result, ToolExecutionResult):
             error = TypeError(
                 f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
             )
             raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
+            return result
         if not any(result is r for r in delegated):
             # A result the wrapper built itself: the final check (stage L) for what it made.
             producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
@@ -878,19 +926,50 @@ class _Stage:
     suspending costs no clock reads and no deadline bookkeeping. A hook's own time therefore
     counts from its first suspension; what it ran synchronously before that is the watchdog's
     business (and, for an ``async`` hook, not bounded: see the pipeline guide).
+
+    An *eager* stage's scope is entered by the caller (``with stage.scope``) before any link
+    runs. A *lazy* stage (`lazy`) opens no scope until a link first suspends in its own time:
+    trio's cancel scopes cost several microseconds each, and most wrappers never wait on their
+    own (they only wait in ``call_next``). At that first suspension:
+
+    - if the task's cancel status is the one the stage started in (the link has no cancel scope
+      of its own open), the stage's scope is entered there, outermost to everything the links
+      do from then on, and the caller exits it (`leave`) when the stage ends: from then on it
+      is the eager case;
+    - else (the link suspends inside a scope or nursery of its own), a scope is entered around
+      this one suspension only and exited before the link resumes, so scopes stay nested; if
+      its deadline fires, the ``Cancelled`` is passed on to the link as trio raised it, the stage
+      counts as lapsed, and every later suspension of the link is cancelled at once. Inside a
+      shielded scope of the link's, no scope is entered (a shield keeps an eager stage's
+      cancellation out just the same), but the deadline is still noted (`_Watch`).
+
+    A lazy stage needs the task's current cancel status, which trio does not expose publicly;
+    where it cannot be read, the pipeline uses an eager stage (`lazy` returns ``None``).
     """
 
-    __slots__ = ("armed", "blame", "scope", "stack", "timed")
+    __slots__ = ("armed", "base", "blame", "entered", "lapsed", "scope", "stack", "timed")
 
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
+    def __init__(self, base: object = None) -> None:
+        self.base = base  # the cancel status a lazy stage started in; None: an eager stage
+        self.scope = trio.CancelScope() if base is None else _UNENTERED
+        self.entered = base is None
         self.stack: list[_Budget] = []
         self.blame: tuple[str, str, HookTimeout] | None = None
         self.armed = math.inf
         self.timed = False  # a deadline was ever given to trio (else nothing can cancel us)
+        self.lapsed = False  # a lazy stage's per-suspension deadline fired
 
-    def arm(self) -> None:
-        """Give trio the deadline of the link running now (none while it waits downstream)."""
+    @classmethod
+    def lazy(cls) -> _Stage | None:
+        base = _cancel_status()
+        return None if base is None else cls(base)
+
+    def arm(self, budget: _Budget) -> trio.CancelScope | _Watch | None:
+        """Give trio the deadline of the link running now (none while it waits downstream).
+
+        Returns a scope entered for this one suspension (a lazy stage, inside the link's own
+        scopes): the caller exits it before resuming the link.
+        """
         stack = self.stack
         if not stack or stack[-1].paused:
             want = math.inf
@@ -899,10 +978,34 @@ class _Stage:
             if top.since is None:
                 top.since = trio.current_time()
             want = top.since + top.limit - top.used
-        if want != self.armed:
+        if self.entered:
+            if want != self.armed:
+                self.armed = want
+                self.scope.deadline = want
+                self.timed = True
+            return None
+        if want == math.inf or stack[-1] is not budget:
+            return None  # nothing to bound, or the innermost link's driver already did
+        status = _cancel_status()
+        if status is self.base:
+            scope = self.scope = trio.CancelScope(deadline=want)
+            scope.__enter__()
+            self.entered = self.timed = True
             self.armed = want
-            self.scope.deadline = want
-            self.timed = True
+            return None
+        if not _unshielded(status, self.base):
+            return _Watch(want)  # nothing may cancel it here; the deadline is still kept
+        once = trio.CancelScope(deadline=want)
+        once.__enter__()
+        return once
+
+    def leave(self, exc: BaseException | None) -> bool:
+        """Exit a lazy stage's scope, if it was entered; whether it swallowed *exc*."""
+        if self.base is None or not self.entered:
+            return False
+        if exc is None:
+            return bool(self.scope.__exit__(None, None, None))
+        return bool(self.scope.__exit__(type(exc), exc, exc.__traceback__))
 
     def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> _Driven:
         """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
@@ -910,12 +1013,52 @@ class _Stage:
 
     def expired(self) -> bool:
         """Whether the deadline cancelled the scope (never without one: nobody else cancels it)."""
-        return self.timed and self.scope.cancel_called
+        return self.lapsed or (self.timed and self.scope.cancel_called)
 
     def fail(self) -> None:
         """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
         if self.expired():
             raise PluginFailure(*(self.blame or ("?", "?", HookTimeout("a hook stage timed out"))))
+
+
+class _Watch:
+    """A lazy stage's deadline over one suspension inside a shield of the link's own.
+
+    No scope may cancel the link there (an eager stage's could not either); on resumption,
+    `__exit__` notes whether the deadline passed, so the stage lapses as if it had fired.
+    """
+
+    __slots__ = ("cancel_called", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.cancel_called = False
+
+    def __exit__(self, *exc: object) -> bool:
+        self.cancel_called = trio.current_time() >= self.deadline
+        return False
+
+
+_UNENTERED = trio.CancelScope()
+"""A lazy stage's scope until it is entered (never entered itself; never cancelled)."""
+
+
+def _cancel_status() -> object | None:
+    """The current task's cancel status (trio-private), or ``None`` where it cannot be read."""
+    try:
+        return trio.lowlevel.current_task()._cancel_status
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _unshielded(status: Any, base: object) -> bool:
+    """Whether no scope between *status* and *base* (the stage's start) is shielded."""
+    while status is not base:
+        scope = getattr(status, "_scope", None)
+        if status is None or scope is None or scope.shield:
+            return False
+        status = getattr(status, "parent", None)
+    return True
 
 
 class _Driven:
@@ -937,6 +1080,9 @@ class _Driven:
         self.plugin = plugin
         self.hook = hook
 
+    def _late(self) -> tuple[str, str, HookTimeout]:
+        return (self.plugin, self.hook, _late(self.plugin, self.hook, self.budget.limit))
+
     def __await__(self) -> Generator[Any, Any, Any]:
         stage, budget = self.stage, self.budget
         budget.stage = stage
@@ -954,20 +1100,31 @@ class _Driven:
                 except StopIteration as stop:
                     value = stop.value
                     break
-                arm()
+                once = arm(budget)
                 try:
                     sent, error = (yield trap), None
                 except BaseException as exc:
                     sent, error = None, exc
-        except BaseException:
-            if stage.scope.cancel_called and stage.blame is None:
-                stage.blame = (self.plugin, self.hook, _late(self.plugin, self.hook, budget.limit))
+                if once is not None:  # a lazy stage's scope for this one suspension
+                    if error is None:
+                        once.__exit__(None, None, None)
+                    else:
+                        once.__exit__(type(error), error, error.__traceback__)
+                    if once.cancel_called:
+                        stage.lapsed = True
+                        if stage.blame is None:
+                            stage.blame = self._late()
+        except BaseException as exc:
+            if stage.expired():
+                if stage.blame is None:
+                    stage.blame = self._late()
+                if not stage.entered and is_cancellation(exc):
+                    raise PluginFailure(*stage.blame) from exc  # ours: its scope is gone
             raise
         finally:
             stage.stack.pop()
-        if stage.timed and stage.scope.cancel_called:  # it swallowed it and answered late
-            late = _late(self.plugin, self.hook, budget.limit)
-            raise PluginFailure(*(stage.blame or (self.plugin, self.hook, late)))
+        if stage.expired():  # it swallowed it and answered late
+            raise PluginFailure(*(stage.blame or self._late()))
         return value
 
 
