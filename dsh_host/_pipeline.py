@@ -259,35 +259,60 @@ class Pipeline:
         finally:
             watchdog.plugin = None
 
+    def _decide(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        args: tuple[Any, ...],
+        tool: str,
+        default: Any,
+        accept: Callable[[Any], Any],
+    ) -> tuple[Any, str | None]:
+        """`_first` for plain implementations, synchronously: the first answer and who gave it.
+
+        Raises `_Raised` for what an implementation raised, and `_Pending` for an awaitable one
+        returned: `_first_plain` takes over from there (both are rare).
+        """
+        i, value = self._plain(impls, 0, hook, args, tool)
+        if value is None:
+            return default, None
+        impl = impls[i]
+        if not isinstance(value, _ANSWERS) and inspect.isawaitable(value):
+            raise _Pending(i, impl, value)
+        try:
+            return accept(value), impl.plugin
+        except TypeError as exc:
+            raise PluginFailure(impl.plugin, hook, exc) from None
+
     async def _first_plain(
         self,
         impls: tuple[Impl, ...],
         hook: str,
         args: tuple[Any, ...],
-        execution: ToolExecution,
         default: Any,
         accept: Callable[[Any], Any],
+        slow: _Raised | _Pending,
     ) -> tuple[Any, str | None]:
-        """`_first` for plain implementations (no trace): the first answer, and who gave it."""
-        i = 0
+        """`_decide`, on from the implementation that raised or returned an awaitable."""
         while True:
-            try:
-                i, value = self._plain(impls, i, hook, args, execution.name)
-            except _Raised as raised:
-                await self._contain(raised.impl, hook, raised.error)
-            if value is None:
+            impl = slow.impl
+            if isinstance(slow, _Raised):
+                await self._contain(impl, hook, slow.error)
+            kwargs = dict(zip(_HOOK_ARGS[hook], args, strict=True))
+            value = await self._call(impl, hook, None, kwargs, returned=slow.error)
+            if value is not None:
+                try:
+                    return accept(value), impl.plugin
+                except TypeError as exc:
+                    raise PluginFailure(impl.plugin, hook, exc) from None
+            rest = impls[slow.index + 1 :]
+            if not rest:
                 return default, None
-            impl = impls[i]
-            if not isinstance(value, _ANSWERS) and inspect.isawaitable(value):
-                kwargs = dict(zip(_HOOK_ARGS[hook], args, strict=True))
-                value = await self._call(impl, hook, None, kwargs, returned=value)
-                if value is None:
-                    i += 1
-                    continue
             try:
-                return accept(value), impl.plugin
-            except TypeError as exc:
-                raise PluginFailure(impl.plugin, hook, exc) from None
+                return self._decide(rest, hook, args, args[0].name, default, accept)
+            except (_Raised, _Pending) as again:
+                slow = again
+                impls = rest
 
     def _stage(self, hook: str) -> _Stage | None:
         """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
@@ -435,9 +460,15 @@ class Pipeline:
         who: str | None = None
         if plan.pre:
             if plan.plain_pre and trace is None:
-                decision, who = await self._first_plain(
-                    plan.pre, "dsh_tool_pre_execute", (execution,), execution, _ALLOW, _check_pre
-                )
+                hook, args = "dsh_tool_pre_execute", (execution,)
+                try:
+                    decision, who = self._decide(
+                        plan.pre, hook, args, execution.name, _ALLOW, _check_pre
+                    )
+                except (_Raised, _Pending) as slow:
+                    decision, who = await self._first_plain(
+                        plan.pre, hook, args, _ALLOW, _check_pre, slow
+                    )
             else:
                 decision, who = await self._first(
                     "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
@@ -517,10 +548,11 @@ class Pipeline:
         if not impls:
             return None, None
         if plan.plain_guard and trace is None:
-            answer, who = await self._first_plain(
-                impls, "dsh_tool_guard", (execution,), execution, None, _as_reason
-            )
-            return answer, who
+            hook, args = "dsh_tool_guard", (execution,)
+            try:
+                return self._decide(impls, hook, args, execution.name, None, _as_reason)
+            except (_Raised, _Pending) as slow:
+                return await self._first_plain(impls, hook, args, None, _as_reason, slow)
         stage = self._stage("dsh_tool_guard")
         hook, name = "dsh_tool_guard", execution.name
         with stage.scope if stage is not None else _NO_SCOPE:
@@ -779,9 +811,14 @@ class Pipeline:
         try:
             if plan.plain_post and trace is None:
                 args = (execution, result)
-                decision, who = await self._first_plain(
-                    plan.post, hook, args, execution, _ACCEPT, _check_post
-                )
+                try:
+                    decision, who = self._decide(
+                        plan.post, hook, args, execution.name, _ACCEPT, _check_post
+                    )
+                except (_Raised, _Pending) as slow:
+                    decision, who = await self._first_plain(
+                        plan.post, hook, args, _ACCEPT, _check_post, slow
+                    )
             else:
                 kwargs = {"execution": execution, "result": result}
                 decision, who = await self._first(hook, kwargs, _ACCEPT, _check_post, trace)
@@ -1034,9 +1071,8 @@ class _Watch:
         self.deadline = deadline
         self.cancel_called = False
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.cancel_called = trio.current_time() >= self.deadline
-        return False
 
 
 _UNENTERED = trio.CancelScope()
@@ -1171,6 +1207,15 @@ class _Raised(Exception):
         self.index = index
         self.impl = impl
         self.error = error
+
+
+class _Pending(Exception):
+    """The awaitable (``error``) the plain implementation at *index* returned (`Pipeline._decide`)."""
+
+    def __init__(self, index: int, impl: Impl, awaitable: Any) -> None:
+        self.index = index
+        self.impl = impl
+        self.error = awaitable
 
 
 _HOOK_ARGS = {
