@@ -120,7 +120,7 @@ class Pipeline:
             if prepared.result is not None:
                 return await self.finalize(execution, prepared.result, prepared.post, trace)
         if plan.execute:
-            result, post = await self.dispatch(execution, trace)
+            result, post = await self.dispatch(execution, trace, None, plan)
         else:  # no wrapper: the body's result, straight (`dispatch` without its layers)
             result, post = await self._dispatch(execution, None, trace), True
             if not result.is_error and execution.signal.aborted:
@@ -128,7 +128,7 @@ class Pipeline:
             elif result.decided_by is not None and result.decision_detail is None:
                 result = self._attributed(result)
         if (plan.post and post) or plan.result:
-            return await self.finalize(execution, result, post, trace)
+            return await self.finalize(execution, result, post, trace, plan)
         return result
 
     # -- hook calling ----------------------------------------------------------------------
@@ -235,8 +235,12 @@ class Pipeline:
         bound = watchdog.bound
         count = len(impls)
         i = start
-        watchdog.enter(impls[i].plugin, hook, tool)
-        then = watchdog.started
+        if watchdog.registered:
+            watchdog.hook, watchdog.tool = hook, tool
+            then = clock()
+        else:
+            watchdog.enter(impls[i].plugin, hook, tool)
+            then = watchdog.started
         try:
             while i < count:
                 impl = impls[i]
@@ -576,15 +580,20 @@ class Pipeline:
     # -- H to J ----------------------------------------------------------------------------
 
     async def dispatch(
-        self, execution: ToolExecution, trace: Trace | None, ready: Any = None
+        self,
+        execution: ToolExecution,
+        trace: Trace | None,
+        ready: Any = None,
+        plan: Plan | None = None,
     ) -> tuple[ToolExecutionResult, bool]:
         """Run the wrappers and the body; return the result and whether post-execute sees it.
 
         *ready* is ``(tool, frozen arguments, body arguments)`` already validated (a batch
         classified the call): used when the body's tool and arguments are those very objects.
         """
-        state = _DispatchState(ready=ready)
-        plan = self.hooks.plan()
+        state = _DispatchState(ready)
+        if plan is None:
+            plan = self.hooks.plan()
         impls = plan.execute
         try:
             if not impls:
@@ -598,8 +607,10 @@ class Pipeline:
                     if not stage.leave(exc):
                         raise
                 else:
-                    stage.leave(None)
-                stage.fail()
+                    if stage.entered:
+                        stage.leave(None)
+                if stage.lapsed or stage.entered:
+                    stage.fail()
             else:
                 stage = _Stage()
                 with stage.scope:
@@ -684,6 +695,18 @@ class Pipeline:
                             value = await own.run(value, budget, impl.plugin, hook)
                         if own.scope.cancel_called:
                             raise PluginFailure(*(own.blame or (impl.plugin, hook, budget.limit)))
+                    elif inspect.iscoroutine(value):
+                        # Its first step runs here, undriven: a wrapper that never waits costs
+                        # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
+                        depth = len(stage.stack)
+                        try:
+                            trap = value.send(None)
+                        except StopIteration as stop:
+                            value = stop.value
+                        else:
+                            value = await _Driven(
+                                stage, value, budget, impl.plugin, hook, trap, depth
+                            )
                     else:
                         value = await stage.run(value, budget, impl.plugin, hook)
             except PluginFailure:
@@ -777,8 +800,10 @@ class Pipeline:
         result: ToolExecutionResult,
         post: bool,
         trace: Trace | None,
+        plan: Plan | None = None,
     ) -> ToolExecutionResult:
-        plan = self.hooks.plan()
+        if plan is None:
+            plan = self.hooks.plan()
         if post and plan.post:
             result = await self._post(execution, result, trace, plan)
         impls = plan.result
@@ -1075,6 +1100,7 @@ class _Watch:
         self.cancel_called = trio.current_time() >= self.deadline
 
 
+_NO_TRAP: Any = object()
 _UNENTERED = trio.CancelScope()
 """A lazy stage's scope until it is entered (never entered itself; never cancelled)."""
 
@@ -1105,24 +1131,38 @@ class _Driven:
     the stage's deadline passed, blames the implementation that was running.
     """
 
-    __slots__ = ("awaitable", "budget", "hook", "plugin", "stage")
+    __slots__ = ("awaitable", "budget", "depth", "first", "hook", "plugin", "stage")
 
     def __init__(
-        self, stage: _Stage, awaitable: Any, budget: _Budget, plugin: str, hook: str
+        self,
+        stage: _Stage,
+        awaitable: Any,
+        budget: _Budget,
+        plugin: str,
+        hook: str,
+        first: Any = _NO_TRAP,
+        depth: int = 0,
     ) -> None:
+        """*first*: the trap a coroutine whose first step already ran yielded (it is driven
+        on from there); *depth*: the stage's stack height when that first step began."""
         self.stage = stage
         self.awaitable = awaitable
         self.budget = budget
         self.plugin = plugin
         self.hook = hook
+        self.first = first
+        self.depth = depth
 
     def _late(self) -> tuple[str, str, HookTimeout]:
         return (self.plugin, self.hook, _late(self.plugin, self.hook, self.budget.limit))
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        stage, budget = self.stage, self.budget
+        stage, budget, first = self.stage, self.budget, self.first
         budget.stage = stage
-        stage.stack.append(budget)
+        if first is _NO_TRAP:
+            stage.stack.append(budget)
+        else:  # links it called meanwhile (still waiting) keep their budgets above its own
+            stage.stack.insert(self.depth, budget)
         it = self.awaitable
         if not inspect.iscoroutine(it):
             it = it.__await__()
@@ -1131,11 +1171,14 @@ class _Driven:
         error: BaseException | None = None
         try:
             while True:
-                try:
-                    trap = send(sent) if error is None else throw(error)
-                except StopIteration as stop:
-                    value = stop.value
-                    break
+                if first is not _NO_TRAP:
+                    trap, first = first, _NO_TRAP
+                else:
+                    try:
+                        trap = send(sent) if error is None else throw(error)
+                    except StopIteration as stop:
+                        value = stop.value
+                        break
                 once = arm(budget)
                 try:
                     sent, error = (yield trap), None
@@ -1158,7 +1201,7 @@ class _Driven:
                     raise PluginFailure(*stage.blame) from exc  # ours: its scope is gone
             raise
         finally:
-            stage.stack.pop()
+            stage.stack.remove(budget)
         if stage.expired():  # it swallowed it and answered late
             raise PluginFailure(*(stage.blame or self._late()))
         return value
@@ -1252,10 +1295,14 @@ def _failed(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"
 
 
-@attrs.define
 class _DispatchState:
-    body_invoked: bool = False
-    ready: Any = None
+    """What `Pipeline.dispatch` tracks across its wrappers: whether the body ran."""
+
+    __slots__ = ("body_invoked", "ready")
+
+    def __init__(self, ready: Any = None) -> None:
+        self.body_invoked = False
+        self.ready = ready
 
 
 def _same_decision(a: Any, b: Any) -> bool:

@@ -160,3 +160,30 @@ async def test_the_callers_cancellation_still_propagates_through_a_lazy_stage(au
     with trio.move_on_after(50) as scope:
         await host.call("slow", {})
     assert scope.cancelled_caught
+
+
+async def test_an_outer_wrapper_driven_late_keeps_the_inner_links_deadline(autojump_clock):
+    """The outer link's first step runs undriven until the inner one first waits; its budget
+    then goes below the inner one's, so the deadline in force stays the inner link's."""
+
+    class Outer:
+        name = "outer"
+
+        @hookimpl(tryfirst=True)
+        async def dsh_tool_execute(self, execution, call_next):
+            return await call_next()
+
+    class Inner:
+        name = "inner"
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            await trio.sleep(1)  # the outer link is first driven here
+            result = await call_next()  # 100 s of body
+            await trio.sleep_forever()  # 4 s left of its own 5
+            return result
+
+    started = trio.current_time()
+    result = await _host(Outer(), Inner()).call("slow", {})
+    assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "inner"), result
+    assert trio.current_time() - started == 105
