@@ -119,7 +119,7 @@ class AuditConfig:
     enabled: bool = True
     busy_timeout_ms: int = attrs.field(default=5_000, validator=_not_negative)
     durability: Durability = attrs.field(
-        default="sync", validator=attrs.validators.in_(("sync", "async"))
+        default="async", validator=attrs.validators.in_(("sync", "async"))
     )
     required: bool = False
     queue_size: int = attrs.field(default=10_000, validator=_positive)

@@ -56,7 +56,9 @@ def plugin():
 
 
 def audited(db: Path, **table: Any) -> dict[str, Any]:
-    return {"plugin": {"audit": {"path": str(db), **table}}}
+    """An audit table. These tests watch the writer commit (or fail) as each call returns, so
+    they ask for ``durability = "sync"`` unless they name a mode (the default is ``"async"``)."""
+    return {"plugin": {"audit": {"path": str(db), "durability": "sync", **table}}}
 
 
 def count(db: Path) -> int:
@@ -205,6 +207,51 @@ async def test_async_durability_returns_once_queued(make_host, db, plugin):
     gate.open()
     assert plugin.flush()
     assert count(db) == 5
+
+
+async def test_the_default_durability_is_async(make_host, db, plugin):
+    """No ``durability`` key: a call returns once its row is queued, not committed."""
+    host = make_host(plugin, tools=[make_echo()], config={"plugin": {"audit": {"path": str(db)}}})
+    assert plugin.config.durability == "async"
+    gate = Gate(plugin._writer)
+    for i in range(3):
+        assert not (await host.call("echo", {"text": str(i)})).is_error
+    await gate.wait_arrived()
+    assert count(db) == 0  # every call returned; the writer holds the rows
+    gate.open()
+    plugin.close()  # close commits what is queued
+    assert count(db) == 3
+
+
+async def test_async_rows_are_queued_without_waiting_or_a_thread_hop(make_host, db, plugin):
+    """The fast path: the observer queues the row and returns nothing to await."""
+    host = make_host(plugin, tools=[make_echo()], config={"plugin": {"audit": {"path": str(db)}}})
+    await host.call("echo", {"text": "first"})  # starts the writer and the end-of-run flush
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    result = ToolExecutionResult(content=(TextBlock("x"),))
+    assert plugin.dsh_tool_result(execution, result) is None
+    plugin.close()
+    assert count(db) == 2
+
+
+@pytest.mark.soak
+async def test_ten_thousand_concurrent_async_calls_leave_exactly_ten_thousand_rows(
+    make_host, db, plugin
+):
+    size = soak_size(10_000, 50_000)
+    tool = make_echo(is_concurrency_safe=lambda args: True)
+    host = make_host(plugin, tools=[tool], config={"plugin": {"audit": {"path": str(db)}}})
+    async with trio.open_nursery() as nursery:
+        for i in range(size):
+            call = ToolExecutionInput(call_id=f"c{i}", name="echo", arguments={"text": str(i)})
+            nursery.start_soon(host.registry.execute, call)
+    plugin.close()
+    connection = sqlite3.connect(db)
+    try:
+        found = connection.execute("SELECT count(*), count(DISTINCT call_id) FROM calls")
+        assert found.fetchone() == (size, size)
+    finally:
+        connection.close()
 
 
 def test_async_rows_are_committed_before_the_trio_run_ends(db):
