@@ -138,6 +138,7 @@ class AuditPlugin:
         self._async = False
         self._required = False
         self._warning: str | None = None
+        self._flushing: object = None  # the trio run whose end flushes the queue (its root task)
 
     @hookimpl
     def dsh_plugin_config(self) -> type[AuditConfig]:
@@ -203,8 +204,12 @@ class AuditPlugin:
             logger.warning("%s", self._warning)
             self._warning = None
         if self._async:
-            writer.flush_when_run_ends()
-        return writer.submit((time.time(), execution, result, duration), wait=not self._async)
+            # Queued, not awaited: the row is built and committed by the writer thread.
+            if self._flushing is not trio.lowlevel.current_root_task():
+                self._flushing = trio.lowlevel.current_root_task()
+                writer.flush_when_run_ends()
+            return writer.submit((time.time(), execution, result, duration), wait=False)
+        return writer.submit((time.time(), execution, result, duration), wait=True)
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:

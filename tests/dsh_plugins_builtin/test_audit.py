@@ -24,8 +24,9 @@ from dsh_host import (
     define_tool,
     hookimpl,
 )
-from dsh_plugins_builtin import audit
-from dsh_plugins_builtin._audit_writer import SCHEMA
+from dsh_host._json import freeze
+from dsh_plugins_builtin import _audit_writer, audit
+from dsh_plugins_builtin._audit_writer import SCHEMA, arguments_json
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,
@@ -201,6 +202,23 @@ def test_secret_named_keys_are_redacted_at_any_depth():
         "Credentials": "[REDACTED]",
         "monkey": "[REDACTED]",
     }
+
+
+def test_arguments_json_redacts_deep_secrets_and_copies_nothing_without_one():
+    deep = freeze({"a": [{"b": ({"x": 1},)}, {"c": {"MyToken": "t"}}]}, "arguments")
+    assert arguments_json(deep) == '{"a":[{"b":[{"x":1}]},{"c":{"MyToken":"[REDACTED]"}}]}'
+    plain = freeze({"text": "hi", "n": [1, {"k": "v"}], "z": None}, "arguments")
+    assert _audit_writer._redacted(plain) is plain  # nothing secret: the frozen value as it is
+    assert arguments_json(plain) == '{"n":[1,{"k":"v"}],"text":"hi","z":null}'
+    assert arguments_json(deep) == arguments_json(deep)  # the key cache answers the same
+
+
+def test_the_secret_key_cache_stays_bounded_under_hostile_keys(monkeypatch):
+    monkeypatch.setattr(_audit_writer, "_secret_keys", {})
+    for i in range(3 * _audit_writer._SECRET_KEYS_KEPT):
+        assert _audit_writer._is_secret(f"k{i}") is False
+        assert _audit_writer._is_secret(f"TOKEN{i}") is True
+    assert len(_audit_writer._secret_keys) == _audit_writer._SECRET_KEYS_KEPT
 
 
 async def test_recorded_arguments_are_canonical_and_redacted(make_host, db, plugin):
