@@ -32,7 +32,7 @@ from typing import Any, Literal, final
 
 import attrs
 
-from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, hookimpl
+from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolDefinition, ToolExecution, hookimpl
 
 from ._rules import (
     EDIT_RULES,
@@ -54,6 +54,7 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 """The read-only tools: allowed (inside the workspace) when no ``allow`` list is configured."""
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
+_FIXED_KEPT = 1_024
 _MAX_SETTINGS = 4 * 1024 * 1024
 
 
@@ -133,6 +134,8 @@ class PermissionsPlugin:
     def __init__(self) -> None:
         self._rules: RuleSet | None = None
         self._host: Host | None = None
+        # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
+        self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[PermissionsConfig]:
@@ -178,6 +181,9 @@ class PermissionsPlugin:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
         self._host = host
+        self._fixed.clear()
+        for tool in host.registry.tools():  # the tools known now; later ones on first call
+            self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
 
     @staticmethod
@@ -196,12 +202,35 @@ class PermissionsPlugin:
                 )
 
     def decide(self, execution: ToolExecution) -> PreDecision:
-        """This plugin's own decision on *execution*, before any other plugin is consulted."""
-        if self._rules is None or self._host is None:
+        """This plugin's own decision on *execution*, before any other plugin is consulted.
+
+        For a tool whose decision no argument can change (``echo`` under an ``echo`` rule,
+        any tool only the default covers) it is worked out once per tool definition and then
+        looked up; otherwise the rules are matched against the call's arguments.
+        """
+        rules, host = self._rules, self._host
+        if rules is None or host is None:
             raise RuntimeError("the permissions plugin was not started (dsh_host_started)")
-        tool = self._host.registry.get(execution.name, execution.scope)
-        verdict = self._rules.decide(execution.name, tool, execution.arguments)
-        return _decision(execution.name, verdict)
+        tool = host.registry.get(execution.name, execution.scope)
+        key: object = execution.name if tool is None else id(tool)
+        known = self._fixed.get(key)
+        if known is not None and known[0] is tool:
+            fixed = known[1]
+        else:
+            fixed = self._remember(key, tool, execution.name)
+        if fixed is not None:
+            return fixed
+        return _decision(execution.name, rules.decide(execution.name, tool, execution.arguments))
+
+    def _remember(self, key: object, tool: ToolDefinition | None, name: str) -> PreDecision | None:
+        """Work out (once) the decision on every call of *tool*, if no argument can change it."""
+        assert self._rules is not None
+        verdict = self._rules.fixed(name, tool)
+        decision = None if verdict is None else _decision(name, verdict)
+        if len(self._fixed) >= _FIXED_KEPT:  # unknown names come from the model: bounded
+            self._fixed.clear()
+        self._fixed[key] = (tool, decision)
+        return decision
 
     @hookimpl
     async def dsh_tool_pre_execute(
