@@ -17,7 +17,15 @@ tool that is not installed, are a one-line warning on ``dsh_plugins_builtin.perm
 
 The plugin is a waterfall link of ``dsh_tool_pre_execute``: unless its own verdict is a denial
 it asks the plugins after it too, and the stricter decision wins (deny > ask > allow), so an
-``allow`` here never hides another policy plugin's ``deny`` or ``ask``. It also answers
+``allow`` here never hides another policy plugin's ``deny`` or ``ask``. The link is a plain
+function: a denial is returned as it is, with no coroutine.
+
+Per call, the plugin's own decision is a dictionary lookup for every tool whose decision no
+argument can change (every rule that applies to it names the tool alone, and no allow rule
+has to check its path arguments against the workspace): it is worked out once per tool
+definition, at start for the tools registered then and on the first call for later ones (a
+tool registered again under the same name is worked out again). Other tools' calls are
+matched against their arguments, over rules compiled once per tool. It also answers
 ``dsh_path_denied``, so a search leaves out the files a read (or edit) rule denies.
 """
 
@@ -233,15 +241,15 @@ class PermissionsPlugin:
         return decision
 
     @hookimpl
-    async def dsh_tool_pre_execute(
+    def dsh_tool_pre_execute(
         self, execution: ToolExecution, call_next: Callable[[], Awaitable[PreDecision]]
-    ) -> PreDecision:
+    ) -> PreDecision | Awaitable[PreDecision]:
+        # A plain function: a denial is returned as it is (no coroutine, nobody after us is
+        # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
         own = self.decide(execution)
-        if isinstance(own, Deny):
+        if type(own) is Deny:
             return own
-        downstream = await call_next()
-        stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
-        return downstream if stricter else own
+        return _stricter(own, call_next)
 
     @hookimpl
     def dsh_path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
@@ -254,6 +262,14 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
+
+
+async def _stricter(
+    own: PreDecision, call_next: Callable[[], Awaitable[PreDecision]]
+) -> PreDecision:
+    downstream = await call_next()
+    stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
+    return downstream if stricter else own
 
 
 def _decision(name: str, verdict: Verdict) -> PreDecision:

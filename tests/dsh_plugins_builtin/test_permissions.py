@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -437,3 +438,17 @@ def test_the_looked_up_decision_is_the_one_matching_the_arguments_gives(rules, t
             execution = ToolExecution(call_id="c", name=name, arguments=arguments)
             full = plugin._rules._verdict(plugin._rules.view(name, tool), arguments)
             assert plugin.decide(execution) == permissions._decision(name, full), (name, arguments)
+
+
+def test_a_denial_is_answered_without_a_coroutine():
+    host = make({"plugin": {"permissions": {"deny": ["bash"], "allow": ["grep"]}}})
+    plugin = host.pm.get_plugin("permissions")
+
+    def call_next():
+        pytest.fail("a denial asks nobody after it")
+
+    denied = plugin.dsh_tool_pre_execute(execution_of("bash", command="ls"), call_next)
+    assert isinstance(denied, Deny)
+    allowed = plugin.dsh_tool_pre_execute(execution_of("grep", pattern="x"), call_next)
+    assert inspect.isawaitable(allowed)  # an allow waits for the stricter downstream decision
+    allowed.close()
