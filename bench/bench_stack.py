@@ -110,7 +110,7 @@ async def _time(hosts: dict[str, Any], calls: int, reps: int) -> dict[str, list[
     samples: dict[str, list[float]] = {key: [] for key in hosts}
     for key, host in hosts.items():
         result = await host.registry.execute(call)
-        assert not result.is_error and result.text == "hello", (key, result)
+        assert (result.is_error, result.text) == (False, "hello"), (key, result)
         for _ in range(calls):
             await host.registry.execute(call)
     for _ in range(reps):
@@ -162,7 +162,9 @@ def _report(samples: dict[str, list[float]]) -> None:
     top = sorted((c for c in costs if not math.isnan(c[0])), reverse=True)[:5]
     print("top five (median, in the stack): " + ", ".join(f"{n} {c:.1f} µs" for c, n in top))
     for key in ("stack", "stack+audit", "stack+audit(sync)"):
-        print(f"{key} / bare: min {best[key] / best['bare']:.2f}, median {median[key] / median['bare']:.2f}")
+        print(
+            f"{key} / bare: min {best[key] / best['bare']:.2f}, median {median[key] / median['bare']:.2f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
