@@ -50,6 +50,8 @@ from typing import Any, Final, final
 
 import trio
 
+from ._canonical import canonical
+
 __all__ = [
     "COLUMNS",
     "SCHEMA",
@@ -171,17 +173,13 @@ def arguments_json(arguments: Any) -> str:
         ValueError, RecursionError, TypeError: the value cannot be written as JSON.
     """
     value = _redacted(arguments)
-    text = _dumps(value)
+    text = canonical(value)
     if not text.isascii():
         try:
             text.encode()
         except UnicodeEncodeError:
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return text
-
-
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-"""`json.dumps` with the canonical options, built once (``dumps`` builds an encoder per call)."""
 
 
 def safe_text(text: str | None) -> str | None:

@@ -35,9 +35,10 @@ from dsh_host import (
     Scope,
     ToolExecution,
     ToolExecutionResult,
-    canonical_json,
     hookimpl,
 )
+
+from ._canonical import canonical
 
 __all__ = ["GuardsConfig", "GuardsPlugin"]
 
@@ -180,13 +181,15 @@ class GuardsPlugin:
         return attrs.evolve(decision, additional_contexts=contexts)
 
     def _canonical(self, arguments: object) -> str:
-        """``canonical_json(arguments)``, once per call: the guard and the count share it.
+        """`dsh_host.canonical_json` of *arguments* (by `canonical`), once per call.
+
+        The guard and the count share it.
 
         The snapshot is deep-frozen, so the same object always has the same text.
         """
         last, text = self._last
         if arguments is not last or arguments is None:
-            text = canonical_json(arguments)
+            text = canonical(arguments)
             self._last = (arguments, text)
         return text
 

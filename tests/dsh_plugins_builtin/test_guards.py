@@ -274,13 +274,13 @@ async def test_the_arguments_are_serialised_once_per_call(monkeypatch):
     from dsh_plugins_builtin import guards as guards_module
 
     made: list[object] = []
-    real = guards_module.canonical_json
+    real = guards_module.canonical
 
     def counting(value: object) -> str:
         made.append(value)
         return real(value)
 
-    monkeypatch.setattr(guards_module, "canonical_json", counting)
+    monkeypatch.setattr(guards_module, "canonical", counting)
     host = make()
     for i in range(10):
         assert not (await host.call("echo", {"text": str(i % 2)})).is_error
