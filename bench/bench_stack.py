@@ -11,6 +11,13 @@ a permission rule). The hosts are
 * ``-P``: the default stack without plugin *P* (its cost in the stack: ``stack - (-P)``);
 * ``+P``: ``bare`` plus plugin *P* alone (its cost on its own: ``(+P) - bare``).
 
+"In stack" and "alone" include what the host spends on the plugin's hook links (a waterfall
+link or an execute wrapper costs the core far more than a plain hook). "Own work" separates
+the plugin's part: its per-call hook functions of the ``stack+audit`` host called directly,
+with the execution and result of a real echo call and a ``call_next`` that answers at once,
+so it is the plugin's own code per call (for audit, the trio side only: building and
+committing rows happens in the writer thread).
+
 Hosts are timed round-robin, batch by batch (``--calls`` calls per batch), garbage collection
 paused while a batch runs; figures are the minimum and the median of the per-batch per-call
 times, and ratios are to ``bare``. The machine may be shared and noisy: compare ratios within a
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import math
 import pathlib
 import statistics
@@ -126,10 +134,75 @@ async def _time(hosts: dict[str, Any], calls: int, reps: int) -> dict[str, list[
             finally:
                 gc.enable()
             samples[key].append(elapsed / calls / 1000)
-    for host in hosts.values():
-        audit = host.pm.get_plugin("audit")
-        if audit is not None:
-            audit.close()  # commit what is queued
+    return samples
+
+
+class _Capture:
+    """Keeps the execution and result of one call, for calling hooks directly."""
+
+    name = "capture"
+    seen: tuple[Any, Any] | None = None
+
+    @dsh_host.hookimpl
+    def dsh_tool_result(self, execution: Any, result: Any) -> None:
+        self.seen = (execution, result)
+
+
+PER_CALL = (
+    "dsh_tool_pre_execute",
+    "dsh_tool_guard",
+    "dsh_tool_execute",
+    "dsh_tool_post_execute",
+    "dsh_tool_result",
+)
+
+
+async def _own_work(host: Any, calls: int, reps: int) -> dict[str, list[float]]:
+    """µs per call of each plugin's per-call hook functions, called directly."""
+    capture = _Capture()
+    probe = dsh_host.Host(plugins=[_BenchTools(), capture], load_entrypoints=False)
+    await probe.call("echo", ARGS)
+    assert capture.seen is not None
+    execution, result = capture.seen
+    allow, accept = dsh_host.Allow(), dsh_host.Accept()
+
+    async def next_pre(**_: Any) -> Any:
+        return allow
+
+    async def next_post(**_: Any) -> Any:
+        return accept
+
+    async def next_execute(**_: Any) -> Any:
+        return result
+
+    given = {
+        "dsh_tool_pre_execute": {"execution": execution, "call_next": next_pre},
+        "dsh_tool_guard": {"execution": execution},
+        "dsh_tool_execute": {"execution": execution, "call_next": next_execute},
+        "dsh_tool_post_execute": {"execution": execution, "result": result, "call_next": next_post},
+        "dsh_tool_result": {"execution": execution, "result": result},
+    }
+    by_plugin: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for hook in PER_CALL:
+        for impl in host.hooks.impls(hook):
+            kwargs = {name: given[hook][name] for name in impl.argnames}
+            by_plugin.setdefault(impl.plugin, []).append((impl.function, kwargs))
+    samples: dict[str, list[float]] = {name: [] for name in by_plugin}
+    for _ in range(reps):
+        for name, hooks in by_plugin.items():
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter_ns()
+                for _ in range(calls):
+                    for function, kwargs in hooks:
+                        value = function(**kwargs)
+                        if value is not None and inspect.isawaitable(value):
+                            await value
+                elapsed = time.perf_counter_ns() - started
+            finally:
+                gc.enable()
+            samples[name].append(elapsed / calls / 1000)
     return samples
 
 
@@ -180,7 +253,16 @@ def main(argv: list[str] | None = None) -> int:
         hosts = _hosts(pathlib.Path(tmp), alone=not options.no_alone)
         print(f"dsh default stack, per plugin: {len(hosts)} hosts, {reps} x {calls} calls each")
         samples = trio.run(_time, hosts, calls, reps)
+        own = trio.run(_own_work, hosts["stack+audit"], calls, reps)
+        for host in hosts.values():
+            audit = host.pm.get_plugin("audit")
+            if audit is not None:
+                audit.close()  # commit what is queued
     _report(samples)
+    print()
+    print(f"{'own work':<16}{'min µs':>10}{'median µs':>11}")
+    for name, values in sorted(own.items(), key=lambda item: -statistics.median(item[1])):
+        print(f"{name:<16}{min(values):>10.2f}{statistics.median(values):>11.2f}")
     return 0
 
 
