@@ -400,6 +400,35 @@ async def test_a_required_audit_refuses_calls_while_it_cannot_write(make_host, d
     assert ran == ["1", "2", "5"]
 
 
+async def test_a_required_async_audit_refuses_calls_once_a_commit_failed(
+    make_host, db, plugin, caplog
+):
+    """With the default durability the refusal starts when the writer's commit has failed."""
+    caplog.set_level(logging.WARNING, LOGGER)
+    ran: list[str] = []
+    config = audited(db, required=True, busy_timeout_ms=0, durability="async")
+    host = make_host(plugin, tools=[_echo_counting(ran)], config=config)
+    assert not (await host.call("echo", {"text": "1"})).is_error
+    assert plugin.flush(30)
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        assert not (await host.call("echo", {"text": "2"})).is_error  # queued; it will fail
+        assert plugin.flush(30)  # the writer tried, and failed
+        denied = await host.call("echo", {"text": "3"})
+        assert (denied.code, denied.decided_by) == ("DENIED", "audit")
+        assert "locked" in denied.error.message
+        assert ran == ["1", "2"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    # As with "sync", the first row that commits lifts the refusal: one more call is refused.
+    assert (await host.call("echo", {"text": "4"})).is_error
+    assert plugin.flush(30)
+    assert not (await host.call("echo", {"text": "5"})).is_error
+    assert ran == ["1", "2", "5"]
+
+
 async def test_a_required_audit_that_cannot_open_its_database_refuses_from_the_start(
     make_host, tmp_path, plugin, caplog
 ):
