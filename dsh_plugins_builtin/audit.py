@@ -38,7 +38,7 @@ import sqlite3
 import sys
 import time
 import weakref
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, final
 
@@ -144,7 +144,9 @@ class AuditPlugin:
         self._async = False
         self._required = False
         self._warning: str | None = None
-        self._flushing: object = None  # the trio run whose end flushes the queue (its root task)
+        # The root task of the trio run whose end flushes the queue (weakly: a run that is over
+        # is not kept alive by it).
+        self._flushing: Callable[[], object] = _nobody
 
     @hookimpl
     def dsh_plugin_config(self) -> type[AuditConfig]:
@@ -211,11 +213,16 @@ class AuditPlugin:
             self._warning = None
         if self._async:
             # Queued, not awaited: the row is built and committed by the writer thread.
-            if self._flushing is not trio.lowlevel.current_root_task():
-                self._flushing = trio.lowlevel.current_root_task()
+            root = trio.lowlevel.current_root_task()
+            if self._flushing() is not root:  # once per trio run: its end flushes the queue
+                self._flushing = weakref.ref(root)
                 writer.flush_when_run_ends()
             return writer.submit((time.time(), execution, result, duration), wait=False)
         return writer.submit((time.time(), execution, result, duration), wait=True)
+
+
+def _nobody() -> None:
+    return None
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:
