@@ -188,13 +188,12 @@ class Pipeline:
                 if budget is None:
                     budget = _Budget(limit, stage)
                 if stage is None:
-                    own = budget.stage = _Stage()
-                    with own.scope:
-                        value = await own.run(value, budget, impl.plugin, hook)
-                    if own.scope.cancel_called:
-                        raise PluginFailure(*(own.blame or (impl.plugin, hook, limit)))
+                    own = budget.stage = _Stage.lazy() or _Stage()
+                    with own:
+                        value = await _settle(value, budget, own, impl.plugin, hook)
+                    own.fail()
                 else:
-                    value = await stage.run(value, budget, impl.plugin, hook)
+                    value = await _settle(value, budget, stage, impl.plugin, hook)
         except PluginFailure as exc:
             if trace is not None and exc.plugin == impl.plugin and exc.hook == hook:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc.error), started)
@@ -319,8 +318,12 @@ class Pipeline:
                 impls = rest
 
     def _stage(self, hook: str) -> _Stage | None:
-        """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
-        return _Stage() if self.hooks.any_async(hook) else None
+        """The stage of a hook whose implementations may suspend (``async`` or waterfall links),
+        lazy where it can be (see `_Stage`), else ``None``."""
+        hooks = self.hooks
+        if hooks.any_async(hook) or any(impl.waterfall for impl in hooks.impls(hook)):
+            return _Stage.lazy() or _Stage()
+        return None
 
     async def _first(
         self,
@@ -338,7 +341,7 @@ class Pipeline:
         """
         impls = self.hooks.impls(hook)
         stage = self._stage(hook)
-        with stage.scope if stage is not None else _NO_SCOPE:
+        with stage if stage is not None else _NO_SCOPE:
             if any(impl.waterfall for impl in impls):
                 return await self._chain(impls, hook, kwargs, default, accept, trace, bound, stage)
             name = (kwargs.get("execution") or kwargs["request"].execution).name
@@ -559,7 +562,7 @@ class Pipeline:
                 return await self._first_plain(impls, hook, args, None, _as_reason, slow)
         stage = self._stage("dsh_tool_guard")
         hook, name = "dsh_tool_guard", execution.name
-        with stage.scope if stage is not None else _NO_SCOPE:
+        with stage if stage is not None else _NO_SCOPE:
             for impl in impls:
                 if impl.is_async or trace is not None:
                     reason = await self._call(impl, hook, trace, kwargs, stage=stage)
@@ -598,22 +601,8 @@ class Pipeline:
         try:
             if not impls:
                 result = await self._dispatch(execution, state, trace)
-            elif not plan.execute_async:
-                result = await self._wrap(impls, 0, execution, state, trace, None)
-            elif (stage := _Stage.lazy()) is not None:
-                try:
-                    result = await self._wrap(impls, 0, execution, state, trace, stage)
-                except BaseException as exc:
-                    if not stage.leave(exc):
-                        raise
-                else:
-                    if stage.entered:
-                        stage.leave(None)
-                if stage.lapsed or stage.entered:
-                    stage.fail()
             else:
-                stage = _Stage()
-                with stage.scope:
+                with (stage := _Stage.lazy() or _Stage()):
                     result = await self._wrap(impls, 0, execution, state, trace, stage)
                 stage.fail()
         except PluginFailure as exc:
@@ -689,13 +678,9 @@ class Pipeline:
                 else:
                     value = impl.call_sync({"execution": view, "call_next": call_next})
                 if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                    if stage is None:
-                        own = budget.stage = _Stage()
-                        with own.scope:
-                            value = await own.run(value, budget, impl.plugin, hook)
-                        if own.scope.cancel_called:
-                            raise PluginFailure(*(own.blame or (impl.plugin, hook, budget.limit)))
-                    elif inspect.iscoroutine(value):
+                    if stage is None:  # pragma: no cover - `dispatch` always gives one
+                        raise AssertionError("an execute wrapper awaited outside its stage")
+                    if inspect.iscoroutine(value):
                         # Its first step runs here, undriven: a wrapper that never waits costs
                         # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
                         depth = len(stage.stack)
@@ -815,7 +800,8 @@ class Pipeline:
         i = 0
         while i < len(impls):
             # One scope for the observers; a fresh one only after an observer was cut off.
-            stage = self._stage("dsh_tool_result")
+            # Eager: an observer cut off is reported as such, and the next gets a fresh scope.
+            stage = _Stage() if self.hooks.any_async("dsh_tool_result") else None
             with stage.scope if stage is not None else _NO_SCOPE:
                 while i < len(impls):
                     impl = impls[i]
@@ -1061,6 +1047,17 @@ class _Stage:
         once.__enter__()
         return once
 
+    def __enter__(self) -> _Stage:
+        if self.base is None:
+            self.scope.__enter__()
+        return self
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        """Exit the stage's scope (an eager stage's, or a lazy stage's if it was entered)."""
+        if self.base is None:
+            return bool(self.scope.__exit__(etype, exc, tb))
+        return self.leave(exc)
+
     def leave(self, exc: BaseException | None) -> bool:
         """Exit a lazy stage's scope, if it was entered; whether it swallowed *exc*."""
         if self.base is None or not self.entered:
@@ -1273,6 +1270,19 @@ def _as_reason(value: Any) -> str:
     if isinstance(value, str):
         return value
     raise TypeError(f"returned {value!r}; expected str or None")
+
+
+async def _settle(value: Any, budget: _Budget, stage: _Stage, plugin: str, hook: str) -> Any:
+    """Await one implementation's awaitable in its stage: a coroutine's first step undriven
+    (one that never waits costs no `_Driven`), the rest driven."""
+    if inspect.iscoroutine(value):
+        depth = len(stage.stack)
+        try:
+            trap = value.send(None)
+        except StopIteration as stop:
+            return stop.value
+        return await _Driven(stage, value, budget, plugin, hook, trap, depth)
+    return await stage.run(value, budget, plugin, hook)
 
 
 def _stage_failed(stage: _Stage | None) -> NoReturn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 import trio
 
 from dsh_host import Host, define_tool, hookimpl
@@ -187,3 +188,36 @@ async def test_an_outer_wrapper_driven_late_keeps_the_inner_links_deadline(autoj
     result = await _host(Outer(), Inner()).call("slow", {})
     assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "inner"), result
     assert trio.current_time() - started == 105
+
+
+async def _hang_in_a_nursery() -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep_forever)
+        await trio.sleep_forever()
+
+
+def _nursery_hanger(stage: str) -> object:
+    async def pre(execution, call_next):
+        await _hang_in_a_nursery()
+
+    async def guard(execution):
+        await _hang_in_a_nursery()
+
+    async def post(execution, result):
+        await _hang_in_a_nursery()
+
+    plugin = type("Hangs", (), {"name": "nursery"})()
+    function = {"dsh_tool_pre_execute": pre, "dsh_tool_guard": guard}.get(stage, post)
+    setattr(plugin, stage, hookimpl(function))
+    return plugin
+
+
+@pytest.mark.parametrize(
+    "stage", ["dsh_tool_pre_execute", "dsh_tool_guard", "dsh_tool_post_execute"]
+)
+async def test_every_lazy_stage_cuts_off_a_hook_hung_in_its_own_nursery(stage, autojump_clock):
+    started = trio.current_time()
+    result = await _host(_nursery_hanger(stage)).call("echo", {"text": "x"})
+    assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "nursery"), result
+    assert f"did not answer {stage} within 5 s" in result.text
+    assert trio.current_time() - started == 5
