@@ -83,8 +83,14 @@ _syscall = _load_openat2()
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 
+_HOWS: dict[tuple[int, int], _OpenHow] = {}  # read-only once made: safe to share across threads
+
+
 def _openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
-    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    mode = mode if flags & os.O_CREAT else 0
+    how = _HOWS.get((flags, mode))
+    if how is None:
+        how = _HOWS[flags, mode] = _OpenHow(flags, mode, _RESOLVE)
     fd: int = _syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), how, _HOW_SIZE)
     if fd < 0:
         err = ctypes.get_errno()

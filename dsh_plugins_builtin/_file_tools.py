@@ -5,7 +5,12 @@ opened beneath its root following no symlink, every write is fenced twice (once 
 clean error, once right before the atomic rename) and published by a rename in the held parent
 directory.
 
-``read_file`` and ``list_dir`` are synchronous bodies (the host runs them in a worker thread).
+``read_file`` is an async body that fences, opens and reads a small file (at most
+`INLINE_READ_BYTES`, by ``fstat``) right on the event loop: a few syscalls on a descriptor
+opened beneath a pinned root cost less than a worker-thread round trip, and a FIFO or device
+is refused before any read (it is not a regular file; opened ``O_NONBLOCK``). A larger file
+(or one that grew past the limit while it was read) is read again, fenced afresh, in a worker
+thread, in chunks. ``list_dir`` is a synchronous body (the host runs it in a worker thread).
 ``write_file`` and ``edit_file`` are async bodies around a worker thread, so that:
 
 * writes to one resolved path are serialised inside the host (``env.path_lock``), whichever
@@ -51,13 +56,16 @@ from dsh_plugins_builtin._tool_support import (
     guarded_async,
     int_arg,
     open_file,
+    open_regular_file,
     os_failure,
     read_text_exact,
     str_arg,
 )
 
-__all__ = ["make_file_tools"]
+__all__ = ["INLINE_READ_BYTES", "make_file_tools"]
 
+INLINE_READ_BYTES = 64 * 1024
+"""``read_file`` reads a regular file up to this size on the event loop, larger ones in a thread."""
 DEFAULT_LIMIT = 2000
 MAX_LINE_CHARS = 2000
 MAX_EDIT_BYTES = 16 * 1024 * 1024
@@ -168,11 +176,61 @@ def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[s
     return display_path(real, env.workspace), window, total
 
 
-def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
+def _read_at_most(fd: int, most: int) -> bytes | None:
+    """The whole content of a file of at most ``most`` bytes, or ``None`` if it holds more."""
+    parts: list[bytes] = []
+    room = most + 1
+    while room > 0:
+        chunk = os.read(fd, room)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        room -= len(chunk)
+    return None
+
+
+def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
+    """Fence, open and read a small file on the event loop: ``(shown path, text)``.
+
+    ``None`` when the file is larger than `INLINE_READ_BYTES` (by ``fstat``, or because it
+    grew while it was read): the caller reads it in a worker thread instead.
+    """
+    fd, real, st = open_regular_file(env.sandbox(), spelled)
+    try:
+        data = _read_at_most(fd, INLINE_READ_BYTES) if st.st_size <= INLINE_READ_BYTES else None
+    except OSError as exc:
+        raise os_failure(exc, spelled, "read") from None
+    finally:
+        os.close(fd)
+    if data is None:
+        return None
+    if b"\0" in data[:BINARY_SNIFF_BYTES]:
+        raise binary_error(spelled, "it contains NUL bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise binary_error(spelled, f"not valid UTF-8 at byte {exc.start}") from None
+    return display_path(real, env.workspace), text
+
+
+async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     spelled = str_arg(args, "path")
     offset = int_arg(args, "offset", 1, low=1)
     limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
-    shown, window, total = _read_window(env, spelled, offset, limit)
+    small = _read_small(env, spelled)
+    if small is None:
+        shown, window, total = await trio.to_thread.run_sync(
+            _read_window, env, spelled, offset, limit, abandon_on_cancel=True
+        )
+    else:
+        shown, text = small
+        window = _Window(offset, limit)
+        window.feed(text)
+        total = window.finish()
+    return _read_result(shown, window, total, offset)
+
+
+def _read_result(shown: str, window: _Window, total: int, offset: int) -> ToolExecutionResult:
     meta = {"path": shown, "offset": offset, "count": len(window.lines), "total_lines": total}
     if total == 0:
         return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
@@ -181,7 +239,7 @@ def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
             [f'"offset" is {offset} but {shown} has only {total} lines; pass an offset from 1 '
              f"to {total}"]
         )  # fmt: skip
-    body = "\n".join(f"{number:>6}\t{text}" for number, text in window.lines)
+    body = "\n".join(["%6d\t%s" % line for line in window.lines])  # noqa: UP031 - the fastest
     last = window.lines[-1][0]
     if last < total:
         body += (
@@ -505,7 +563,7 @@ def make_file_tools(env: ToolEnv) -> list[ToolDefinition]:
                     "description": f"Maximum number of lines to return (default {DEFAULT_LIMIT}).",
                 },
             },
-            execute=guarded(lambda args, ctx: _read_file(env, args)),
+            execute=guarded_async(lambda args, ctx: _read_file(env, args)),
             is_concurrency_safe=_safe,
             present_call=present.read_call,
             present_result=present.read_result,

@@ -44,6 +44,7 @@ __all__ = [
     "int_arg",
     "open_file",
     "open_regular",
+    "open_regular_file",
     "os_failure",
     "read_text_exact",
     "str_arg",
@@ -278,6 +279,7 @@ def os_failure(exc: OSError, spelled: str, action: str) -> DshError:
 
 
 def _checked_regular(fd: int, spelled: str) -> os.stat_result:
+    """The ``fstat`` of an open descriptor, which must be a regular file (closed otherwise)."""
     try:
         st = os.fstat(fd)
     except OSError as exc:  # pragma: no cover - fstat of an open fd does not fail
@@ -312,6 +314,21 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
     Returns:
         A descriptor (the caller closes it) and the real path.
     """
+    if directory:
+        return _open_checked(sandbox, spelled, directory=True)[:2]
+    return open_regular_file(sandbox, spelled)[:2]
+
+
+def open_regular_file(sandbox: Sandbox, spelled: str) -> tuple[int, Path, os.stat_result]:
+    """`open_file` for a regular file, with the ``fstat`` it was checked by (for its size)."""
+    fd, real, st = _open_checked(sandbox, spelled, directory=False)
+    assert st is not None
+    return fd, real, st
+
+
+def _open_checked(
+    sandbox: Sandbox, spelled: str, *, directory: bool
+) -> tuple[int, Path, os.stat_result | None]:
     opener = getattr(sandbox, "open_read", None)
     if opener is None:
         real = sandbox.check_read(spelled)
@@ -320,8 +337,9 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
                 fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:
                 raise os_failure(exc, spelled, "list") from None
-            return fd, real
-        return open_regular(real, spelled), real
+            return fd, real, None
+        fd = open_regular(real, spelled)
+        return fd, real, os.fstat(fd)
     try:
         fd, real = opener(spelled, directory=directory)
     except NotADirectoryError:
@@ -333,9 +351,9 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
         raise os_failure(NotADirectoryError(), spelled, "read") from None
     except OSError as exc:
         raise os_failure(exc, spelled, "list" if directory else "read") from None
-    if not directory:
-        _checked_regular(fd, spelled)
-    return fd, real
+    if directory:
+        return fd, real, None
+    return fd, real, _checked_regular(fd, spelled)
 
 
 def binary_error(spelled: str, why: str) -> DshError:

@@ -405,16 +405,16 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     (ws / "d").mkdir()
     (ws / "d" / "f.txt").write_text("inside")
     (outside / "f.txt").write_text("OUTSIDE")
-    real_check = _fence.check_read
+    real_check = _fence._read_key
 
-    def check_then_swap(path: object, policy: SandboxPolicy) -> Path:
-        key = real_check(path, policy)  # type: ignore[arg-type]
+    def check_then_swap(path: str, policy: SandboxPolicy) -> str:
+        key = real_check(path, policy)
         if (ws / "d").is_dir() and not (ws / "d").is_symlink():
             (ws / "d").rename(ws / "parked")
             (ws / "d").symlink_to(outside)
         return key
 
-    monkeypatch.setattr(_fence, "check_read", check_then_swap)
+    monkeypatch.setattr(_fence, "_read_key", check_then_swap)
     with pytest.raises(FenceDenied):  # the retry judges the path again: now it points out
         open_read("d/f.txt", policy)
 
