@@ -34,6 +34,7 @@ __all__ = [
     "HAVE_OPENAT2",
     "makedirs_nofollow",
     "mkdir_beneath",
+    "open_absolute",
     "open_beneath",
     "open_dir_nofollow",
 ]
@@ -223,6 +224,14 @@ _SLASH_FD: Final[int] = os.open("/", DIR_FLAGS)  # "/" itself is never a symlink
 def _slash() -> int:
     """A descriptor of ``/``, opened once at import (one less open per call)."""
     return _SLASH_FD
+
+
+def open_absolute(path: str, flags: int, *, walk: bool = False) -> int:
+    """Open the absolute, canonical ``path`` from ``/``, following no symlink at any component.
+
+    One ``openat2`` where it works (else the walk, one ``openat`` per component).
+    """
+    return open_beneath(_slash(), path.lstrip("/"), flags, walk=walk)
 
 
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:

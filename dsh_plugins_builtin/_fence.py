@@ -48,7 +48,14 @@ from typing import Literal
 
 import attrs
 
-from dsh_plugins_builtin._beneath import mkdir_beneath, open_beneath, open_dir_nofollow
+from dsh_plugins_builtin._beneath import (
+    DIR_FLAGS,
+    HAVE_OPENAT2,
+    mkdir_beneath,
+    open_absolute,
+    open_beneath,
+    open_dir_nofollow,
+)
 
 __all__ = [
     "SANDBOX_MODES",
@@ -408,12 +415,15 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
     return Path(_resolve_abs(joined))
 
 
-def _resolve_in(spelled: str, policy: SandboxPolicy) -> str:
+def _resolve_in(spelled: str, policy: SandboxPolicy) -> tuple[str, str | None]:
     """`resolve_target` against the policy's workspace, starting below a pinned root.
 
     When the path lies lexically under a canonical pinned root that still holds
     (`_pin_holds`), only the components below the root are resolved: the root's own were
     resolved once, by `pin_roots`.
+
+    Returns:
+        The canonical path, and the pinned root whose pin was just checked (else ``None``).
     """
     resolved = policy.resolved
     if resolved is not None and resolved.prefixes and "\0" not in spelled:
@@ -426,8 +436,9 @@ def _resolve_in(spelled: str, policy: SandboxPolicy) -> str:
                     os.fsencode(spelled)
                 except UnicodeEncodeError:
                     break  # resolve_target explains it
-                return _resolve_abs(joined[len(prefix) :], prefix[:-1])
-    return str(resolve_target(spelled, policy.workspace))
+                root = prefix[:-1]
+                return _resolve_abs(joined[len(prefix) :], root), root
+    return str(resolve_target(spelled, policy.workspace)), None
 
 
 def _within(key: str, root: str) -> bool:
@@ -490,10 +501,10 @@ def _describe(spelled: str, key: Path | str | None) -> str:
 
 
 def _resolve_or_deny(path: PathArg, policy: SandboxPolicy, verb: str) -> Path:
-    return Path(_resolve_text_or_deny(os.fspath(path), policy, verb))
+    return Path(_resolve_text_or_deny(os.fspath(path), policy, verb)[0])
 
 
-def _resolve_text_or_deny(spelled: str, policy: SandboxPolicy, verb: str) -> str:
+def _resolve_text_or_deny(spelled: str, policy: SandboxPolicy, verb: str) -> tuple[str, str | None]:
     try:
         return _resolve_in(spelled, policy)
     except ValueError as exc:
@@ -530,18 +541,18 @@ def check_read(path: PathArg, policy: SandboxPolicy) -> Path:
         FenceDenied: The real path lies outside the workspace, the writable roots and the read
             roots (never under ``danger-full-access``).
     """
-    return Path(_read_key(os.fspath(path), policy))
+    return Path(_read_key(os.fspath(path), policy)[0])
 
 
-def _read_key(spelled: str, policy: SandboxPolicy) -> str:
-    """`check_read`, as text."""
-    key = _resolve_text_or_deny(spelled, policy, "read of")
+def _read_key(spelled: str, policy: SandboxPolicy) -> tuple[str, str | None]:
+    """`check_read` as text, with the pinned root checked on the way (`_resolve_in`)."""
+    key, checked = _resolve_text_or_deny(spelled, policy, "read of")
     resolved = policy.resolved
     if resolved is not None and any(_within(key, root) for root in resolved.readable_text):
-        return key
+        return key, checked
     roots = readable_roots(policy)
     if any(_within(key, str(root)) for root in roots):
-        return key
+        return key, checked
     raise FenceDenied(
         f"read of {_describe(spelled, key)} denied: outside the workspace and read roots "
         f"({_roots_text(roots)}) under {policy.mode} mode",
@@ -654,6 +665,16 @@ def _open_root(root: str, policy: SandboxPolicy) -> int:
         pin = resolved.pins.get(root)
     else:
         pin = next((p for p in policy.pins if str(p.real) == root), None)
+    if pin is not None:
+        # A pinned root: opened by its path and accepted only if it is the pinned directory
+        # (device and inode), so no walk is needed; a mismatch takes the strict open below,
+        # which says what changed.
+        with contextlib.suppress(OSError):
+            fd = os.open(root, DIR_FLAGS)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (pin.dev, pin.ino):
+                return fd
+            os.close(fd)
     try:
         fd = open_dir_nofollow(root)
     except OSError as exc:
@@ -700,20 +721,31 @@ def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) 
     spelled = os.fspath(path)
     resolved = policy.resolved
     for attempt in range(_RETRIES):
-        key = _read_key(spelled, policy)
+        key, checked = _read_key(spelled, policy)
+        pin = None
         if resolved is not None:
             root = _root_text(key, resolved.readable_text) or "/"
+            if HAVE_OPENAT2:
+                pin = resolved.pins.get(root)
         else:
             root = str(_root_of(Path(key), readable_roots(policy)))
-        root_fd = _open_root(root, policy)
         try:
-            return open_beneath(root_fd, _relative_text(key, root), flags), Path(key)
+            if pin is not None and (checked == root or _pin_holds(pin)):
+                # The root is its pinned directory (one lstat, just now) and no component of
+                # the canonical path may be a symlink: one openat2 from "/" opens the file the
+                # fence judged, inside the root. (A directory put in the root's place in
+                # between lies where the root did, so inside a writable root: nothing the
+                # fence would not let this call read.)
+                return open_absolute(key, flags), Path(key)
+            root_fd = _open_root(root, policy)  # a replaced root raises RootReplaced
+            try:
+                return open_beneath(root_fd, _relative_text(key, root), flags), Path(key)
+            finally:
+                os.close(root_fd)
         except OSError as exc:
             # A symlink raced in after the check: judge the path again (never follow it).
             if exc.errno not in _RACED or attempt == _RETRIES - 1:
                 raise
-        finally:
-            os.close(root_fd)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -152,6 +152,30 @@ class _Window:
         return self.lineno - 1
 
 
+def _whole_window(text: str, offset: int, limit: int) -> tuple[list[tuple[int, str]], int]:
+    """`_Window` over a whole text at once: the lines ``[offset, offset + limit)`` and the total."""
+    pieces = text.split("\n")
+    if not pieces[-1]:
+        pieces.pop()  # the text ended with a newline (or is empty)
+    chosen = pieces[offset - 1 : offset - 1 + limit]
+    if not chosen or max(map(len, chosen)) <= MAX_LINE_CHARS:  # no line to cut: no loop
+        if "\r" in text:
+            chosen = [raw.removesuffix("\r") for raw in chosen]
+        return list(zip(range(offset, offset + len(chosen)), chosen, strict=True)), len(pieces)
+    lines: list[tuple[int, str]] = []
+    for number, raw in enumerate(chosen, offset):
+        if len(raw) > MAX_LINE_CHARS:
+            line = raw[: MAX_LINE_CHARS + 1].removesuffix("\r")
+            line = (
+                f"{line[:MAX_LINE_CHARS]} [... line truncated: "
+                f"{len(raw) - MAX_LINE_CHARS} more characters]"
+            )
+        else:
+            line = raw.removesuffix("\r")
+        lines.append((number, line))
+    return lines, len(pieces)
+
+
 def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[str, _Window, int]:
     fd, real = open_file(env.sandbox(), spelled)
     window = _Window(offset, limit)
@@ -176,10 +200,17 @@ def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[s
     return display_path(real, env.workspace), window, total
 
 
-def _read_at_most(fd: int, most: int) -> bytes | None:
-    """The whole content of a file of at most ``most`` bytes, or ``None`` if it holds more."""
-    parts: list[bytes] = []
-    room = most + 1
+def _read_at_most(fd: int, most: int, size: int) -> bytes | None:
+    """The content of a file ``fstat`` said holds ``size`` bytes, or ``None`` past ``most``.
+
+    A first read that returns exactly ``size`` bytes is the file as it was when checked (one
+    read); a shorter one is read on to the end, a longer one (the file grew) up to ``most``.
+    """
+    first = os.read(fd, size + 1)
+    if len(first) == size:
+        return first
+    parts = [first]
+    room = most + 1 - len(first)
     while room > 0:
         chunk = os.read(fd, room)
         if not chunk:
@@ -197,7 +228,8 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
     """
     fd, real, st = open_regular_file(env.sandbox(), spelled)
     try:
-        data = _read_at_most(fd, INLINE_READ_BYTES) if st.st_size <= INLINE_READ_BYTES else None
+        size = st.st_size
+        data = _read_at_most(fd, INLINE_READ_BYTES, size) if size <= INLINE_READ_BYTES else None
     except OSError as exc:
         raise os_failure(exc, spelled, "read") from None
     finally:
@@ -222,16 +254,17 @@ async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResu
         shown, window, total = await trio.to_thread.run_sync(
             _read_window, env, spelled, offset, limit, abandon_on_cancel=True
         )
+        lines = window.lines
     else:
         shown, text = small
-        window = _Window(offset, limit)
-        window.feed(text)
-        total = window.finish()
-    return _read_result(shown, window, total, offset)
+        lines, total = _whole_window(text, offset, limit)
+    return _read_result(shown, lines, total, offset)
 
 
-def _read_result(shown: str, window: _Window, total: int, offset: int) -> ToolExecutionResult:
-    meta = {"path": shown, "offset": offset, "count": len(window.lines), "total_lines": total}
+def _read_result(
+    shown: str, lines: list[tuple[int, str]], total: int, offset: int
+) -> ToolExecutionResult:
+    meta = {"path": shown, "offset": offset, "count": len(lines), "total_lines": total}
     if total == 0:
         return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
     if offset > total:
@@ -239,8 +272,8 @@ def _read_result(shown: str, window: _Window, total: int, offset: int) -> ToolEx
             [f'"offset" is {offset} but {shown} has only {total} lines; pass an offset from 1 '
              f"to {total}"]
         )  # fmt: skip
-    body = "\n".join(["%6d\t%s" % line for line in window.lines])  # noqa: UP031 - the fastest
-    last = window.lines[-1][0]
+    body = "\n".join(["%6d\t%s" % line for line in lines])  # noqa: UP031 - the fastest
+    last = lines[-1][0]
     if last < total:
         body += (
             f"\n\n[showing lines {offset}-{last} of {total}; "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import errno
-import functools
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -238,9 +237,7 @@ def bool_arg(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
 # -- paths, files and errors ---------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=16)
-def _real_workspace(workspace: Path) -> str:
-    return os.path.realpath(workspace)
+_BASES: dict[str, str] = {}  # workspace -> its real path, without a trailing slash
 
 
 def display_path(real: Path | str, workspace: Path) -> str:
@@ -249,11 +246,16 @@ def display_path(real: Path | str, workspace: Path) -> str:
     The workspace's real path is taken once per workspace (it is a pinned root).
     """
     text = os.fspath(real)
-    base = _real_workspace(workspace)
-    if text == base:
+    key = os.fspath(workspace)
+    base = _BASES.get(key)
+    if base is None:
+        if len(_BASES) > 64:
+            _BASES.clear()
+        base = _BASES[key] = os.path.realpath(key).rstrip("/")
+    if text == base or (not base and text == "/"):
         return "."
-    if text.startswith(base.rstrip("/") + "/"):
-        return text[len(base.rstrip("/")) + 1 :]
+    if text.startswith(base + "/"):
+        return text[len(base) + 1 :]
     return text
 
 

@@ -407,7 +407,7 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     (outside / "f.txt").write_text("OUTSIDE")
     real_check = _fence._read_key
 
-    def check_then_swap(path: str, policy: SandboxPolicy) -> str:
+    def check_then_swap(path: str, policy: SandboxPolicy) -> tuple[str, str | None]:
         key = real_check(path, policy)
         if (ws / "d").is_dir() and not (ws / "d").is_symlink():
             (ws / "d").rename(ws / "parked")
