@@ -86,7 +86,7 @@ def test_a_file_that_grew_after_its_fstat_is_read_on_or_left_to_the_thread(
     """``fstat`` said 5 bytes, the file holds 10: read to the end, or ``None`` past the limit."""
     path = tmp_path / "grown.txt"
     path.write_bytes(b"0123456789")
-    reads = _counting(monkeypatch, _file_tools.os, "read")
+    reads = _counting(monkeypatch, os, "read")
     fd = os.open(path, os.O_RDONLY)
     try:
         assert _file_tools._read_at_most(fd, 20, 5) == b"0123456789"
