@@ -700,7 +700,7 @@ def _relative_text(text: str, base: str) -> str:
     return text[len(base) :].lstrip("/")
 
 
-def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, Path]:
+def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, str]:
     """Fence a read, then open it beneath its root without following any symlink.
 
     Args:
@@ -710,7 +710,7 @@ def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) 
 
     Returns:
         A new read-only descriptor (``O_NONBLOCK``: a FIFO does not hang the call) and the
-        canonical path it is.
+        canonical path it is (text: a ``Path`` costs more than the read of a small file).
 
     Raises:
         FenceDenied: As `check_read`.
@@ -736,10 +736,10 @@ def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) 
                 # fence judged, inside the root. (A directory put in the root's place in
                 # between lies where the root did, so inside a writable root: nothing the
                 # fence would not let this call read.)
-                return open_absolute(key, flags), Path(key)
+                return open_absolute(key, flags), key
             root_fd = _open_root(root, policy)  # a replaced root raises RootReplaced
             try:
-                return open_beneath(root_fd, _relative_text(key, root), flags), Path(key)
+                return open_beneath(root_fd, _relative_text(key, root), flags), key
             finally:
                 os.close(root_fd)
         except OSError as exc:

@@ -135,7 +135,7 @@ class FailClosedSandbox:
             )
             raise SandboxDeniedError(reason, by=f"tools: {self._why}") from None
 
-    def open_read(self, path: str, *, directory: bool = False) -> tuple[int, Path]:
+    def open_read(self, path: str, *, directory: bool = False) -> tuple[int, str]:
         """Open a read fenced to the workspace only, race-free (see `_fence.open_read`)."""
         try:
             return open_read(path, self._policy, directory=directory)
@@ -316,13 +316,13 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
     Returns:
         A descriptor (the caller closes it) and the real path.
     """
-    if directory:
-        return _open_checked(sandbox, spelled, directory=True)[:2]
-    return open_regular_file(sandbox, spelled)[:2]
+    fd, real, _ = _open_checked(sandbox, spelled, directory=directory)
+    return fd, Path(real)
 
 
-def open_regular_file(sandbox: Sandbox, spelled: str) -> tuple[int, Path, os.stat_result]:
-    """`open_file` for a regular file, with the ``fstat`` it was checked by (for its size)."""
+def open_regular_file(sandbox: Sandbox, spelled: str) -> tuple[int, str, os.stat_result]:
+    """`open_file` for a regular file: its real path as text, and the ``fstat`` it was
+    checked by (for its size)."""
     fd, real, st = _open_checked(sandbox, spelled, directory=False)
     assert st is not None
     return fd, real, st
@@ -330,18 +330,18 @@ def open_regular_file(sandbox: Sandbox, spelled: str) -> tuple[int, Path, os.sta
 
 def _open_checked(
     sandbox: Sandbox, spelled: str, *, directory: bool
-) -> tuple[int, Path, os.stat_result | None]:
+) -> tuple[int, str, os.stat_result | None]:
     opener = getattr(sandbox, "open_read", None)
     if opener is None:
-        real = sandbox.check_read(spelled)
+        checked = sandbox.check_read(spelled)
         if directory:
             try:
-                fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = os.open(checked, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:
                 raise os_failure(exc, spelled, "list") from None
-            return fd, real, None
-        fd = open_regular(real, spelled)
-        return fd, real, os.fstat(fd)
+            return fd, os.fspath(checked), None
+        fd = open_regular(checked, spelled)
+        return fd, os.fspath(checked), os.fstat(fd)
     try:
         fd, real = opener(spelled, directory=directory)
     except NotADirectoryError:
@@ -354,8 +354,8 @@ def _open_checked(
     except OSError as exc:
         raise os_failure(exc, spelled, "list" if directory else "read") from None
     if directory:
-        return fd, real, None
-    return fd, real, _checked_regular(fd, spelled)
+        return fd, os.fspath(real), None
+    return fd, os.fspath(real), _checked_regular(fd, spelled)
 
 
 def binary_error(spelled: str, why: str) -> DshError:

@@ -304,11 +304,11 @@ class SandboxPlugin:
 
     def open_read(
         self, path: str | os.PathLike[str], *, directory: bool = False
-    ) -> tuple[int, Path]:
+    ) -> tuple[int, str]:
         """Fence a read and open it race-free (no symlink followed out of its root).
 
         Returns:
-            A new read-only descriptor (the caller closes it) and the real path.
+            A new read-only descriptor (the caller closes it) and the real path (as text).
 
         Raises:
             SandboxDeniedError: The path lies outside every readable root.

@@ -155,7 +155,7 @@ def test_a_workspace_spelled_through_a_symlink_reads_through_the_slow_path(
     policy = pin_roots(SandboxPolicy("read-only", link, writable_roots=(link,)))
     fd, real = open_read("a.txt", policy)
     try:
-        assert (real, os.read(fd, 100)) == (ws / "a.txt", b"inside\n")
+        assert (real, os.read(fd, 100)) == (str(ws / "a.txt"), b"inside\n")
     finally:
         os.close(fd)
     with pytest.raises(_fence.FenceDenied):
