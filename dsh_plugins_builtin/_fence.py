@@ -415,12 +415,14 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
     return Path(_resolve_abs(joined))
 
 
-def _resolve_in(spelled: str, policy: SandboxPolicy) -> tuple[str, str | None]:
+def _resolve_in(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
     """`resolve_target` against the policy's workspace, starting below a pinned root.
 
     When the path lies lexically under a canonical pinned root that still holds
-    (`_pin_holds`), only the components below the root are resolved: the root's own were
-    resolved once, by `pin_roots`.
+    (`_pin_holds`, or ``pins_checked``: the caller ran `check_pinned` just now), only the
+    components below the root are resolved: the root's own were resolved once, by `pin_roots`.
 
     Returns:
         The canonical path, and the pinned root whose pin was just checked (else ``None``).
@@ -430,7 +432,7 @@ def _resolve_in(spelled: str, policy: SandboxPolicy) -> tuple[str, str | None]:
         joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
         for prefix, pin in resolved.prefixes:
             if joined.startswith(prefix):
-                if not _pin_holds(pin):
+                if not (pins_checked or _pin_holds(pin)):
                     break
                 try:
                     os.fsencode(spelled)
@@ -504,9 +506,11 @@ def _resolve_or_deny(path: PathArg, policy: SandboxPolicy, verb: str) -> Path:
     return Path(_resolve_text_or_deny(os.fspath(path), policy, verb)[0])
 
 
-def _resolve_text_or_deny(spelled: str, policy: SandboxPolicy, verb: str) -> tuple[str, str | None]:
+def _resolve_text_or_deny(
+    spelled: str, policy: SandboxPolicy, verb: str, pins_checked: bool = False
+) -> tuple[str, str | None]:
     try:
-        return _resolve_in(spelled, policy)
+        return _resolve_in(spelled, policy, pins_checked)
     except ValueError as exc:
         shown = spelled.replace("\0", "\\0")
         raise FenceDenied(
@@ -544,9 +548,11 @@ def check_read(path: PathArg, policy: SandboxPolicy) -> Path:
     return Path(_read_key(os.fspath(path), policy)[0])
 
 
-def _read_key(spelled: str, policy: SandboxPolicy) -> tuple[str, str | None]:
+def _read_key(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
     """`check_read` as text, with the pinned root checked on the way (`_resolve_in`)."""
-    key, checked = _resolve_text_or_deny(spelled, policy, "read of")
+    key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
     resolved = policy.resolved
     if resolved is not None and any(_within(key, root) for root in resolved.readable_text):
         return key, checked
@@ -700,13 +706,17 @@ def _relative_text(text: str, base: str) -> str:
     return text[len(base) :].lstrip("/")
 
 
-def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, str]:
+def open_read(
+    path: PathArg, policy: SandboxPolicy, *, directory: bool = False, pins_checked: bool = False
+) -> tuple[int, str]:
     """Fence a read, then open it beneath its root without following any symlink.
 
     Args:
         path: As spelled (relative paths resolve against the workspace).
         policy: The sandbox policy.
         directory: Open a directory (for listing) instead of a file.
+        pins_checked: The caller ran `check_pinned` on this policy just now (the roots are
+            not looked at again; the opened file is still beneath its root).
 
     Returns:
         A new read-only descriptor (``O_NONBLOCK``: a FIFO does not hang the call) and the
@@ -721,7 +731,7 @@ def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) 
     spelled = os.fspath(path)
     resolved = policy.resolved
     for attempt in range(_RETRIES):
-        key, checked = _read_key(spelled, policy)
+        key, checked = _read_key(spelled, policy, pins_checked)
         pin = None
         if resolved is not None:
             root = _root_text(key, resolved.readable_text) or "/"

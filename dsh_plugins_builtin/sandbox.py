@@ -317,7 +317,7 @@ class SandboxPlugin:
         """
         policy = self._pinned()
         try:
-            return open_read(path, policy, directory=directory)
+            return open_read(path, policy, directory=directory, pins_checked=True)
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=self._by) from None
         except RootReplaced as exc:

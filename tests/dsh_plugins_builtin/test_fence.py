@@ -407,8 +407,10 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     (outside / "f.txt").write_text("OUTSIDE")
     real_check = _fence._read_key
 
-    def check_then_swap(path: str, policy: SandboxPolicy) -> tuple[str, str | None]:
-        key = real_check(path, policy)
+    def check_then_swap(
+        path: str, policy: SandboxPolicy, pins_checked: bool = False
+    ) -> tuple[str, str | None]:
+        key = real_check(path, policy, pins_checked)
         if (ws / "d").is_dir() and not (ws / "d").is_symlink():
             (ws / "d").rename(ws / "parked")
             (ws / "d").symlink_to(outside)
