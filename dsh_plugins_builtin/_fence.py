@@ -170,6 +170,8 @@ class _Resolved:
     writable_text: tuple[str, ...]
     pins: dict[str, RootPin]  # by canonical path
     prefixes: tuple[tuple[str, RootPin], ...]  # canonical pinned roots + "/", deepest first
+    canonical: tuple[tuple[str, RootPin], ...]  # pins whose path is canonical, with it as text
+    others: tuple[RootPin, ...]  # pins spelled through a symlink (checked the long way)
 
 
 @attrs.frozen
@@ -229,21 +231,23 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
         tuple(str(root) for root in writable),
         by_real,
         tuple(canonical),
+        tuple((str(pin.real), pin) for pin in pinned.pins if pin.path == pin.real),
+        tuple(pin for pin in pinned.pins if pin.path != pin.real),
     )
     object.__setattr__(pinned, "resolved", resolved)  # frozen: set once, right after creation
     return pinned
 
 
-def _pin_holds(pin: RootPin) -> bool:
-    """Whether the root's canonical path still leads to the pinned directory (one ``lstat``).
+def _pin_holds(pin: RootPin, real: str | None = None) -> bool:
+    """Whether the root's canonical path (``real``) still leads to the pinned directory.
 
-    A symlink at the root itself fails; so does another directory. A symlinked directory
-    *above* it that still leads to the very same directory (device and inode) passes: it is
-    the same tree, and every file is opened beneath the root as opened following no symlink
-    (`_open_root`).
+    One ``lstat``. A symlink at the root itself fails; so does another directory. A symlinked
+    directory *above* it that still leads to the very same directory (device and inode)
+    passes: it is the same tree (and a file is opened by its canonical path following no
+    symlink anywhere on it, so such a read fails closed).
     """
     try:
-        st = os.stat(pin.real, follow_symlinks=False)
+        st = os.stat(pin.real if real is None else real, follow_symlinks=False)
     except (OSError, ValueError):
         return False
     return not stat.S_ISLNK(st.st_mode) and (st.st_dev, st.st_ino) == (pin.dev, pin.ino)
@@ -256,6 +260,13 @@ def check_pinned(policy: SandboxPolicy) -> None:
     symlink, or a directory with another device or inode, fails. It costs one ``lstat`` per
     canonical root (`_pin_holds`); the roots are never resolved again.
     """
+    resolved = policy.resolved
+    if resolved is not None and not resolved.others:
+        for real, pin in resolved.canonical:
+            if not _pin_holds(pin, real):
+                break  # replaced: the loop below says how
+        else:
+            return
     for pin in policy.pins:
         if pin.path == pin.real:
             if _pin_holds(pin):
