@@ -717,6 +717,28 @@ def _relative_text(text: str, base: str) -> str:
     return text[len(base) :].lstrip("/")
 
 
+def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str | None:
+    """The path as spelled, normalised, when it can be opened without resolving it first.
+
+    That is: ASCII, no ``..`` component, and inside a readable root that is a canonical pinned
+    root which still holds (`_pin_holds`, or ``pins_checked``). ``None`` otherwise (and where
+    ``openat2`` is missing): the caller resolves and fences it the long way.
+    """
+    resolved = policy.resolved
+    if resolved is None or not HAVE_OPENAT2 or not spelled.isascii() or "\0" in spelled:
+        return None
+    joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
+    parts = [part for part in joined.split("/") if part and part != "."]
+    if ".." in parts:
+        return None  # ".." after a symlink climbs from where the symlink leads
+    key = "/" + "/".join(parts)
+    root = _root_text(key, resolved.readable_text)
+    pin = None if root is None else resolved.pins.get(root)
+    if pin is None or not (pins_checked or _pin_holds(pin, root)):
+        return None
+    return key
+
+
 def open_read(
     path: PathArg, policy: SandboxPolicy, *, directory: bool = False, pins_checked: bool = False
 ) -> tuple[int, str]:
@@ -741,6 +763,16 @@ def open_read(
     flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
     spelled = os.fspath(path)
     resolved = policy.resolved
+    lexical = _lexical_key(spelled, policy, pins_checked)
+    if lexical is not None:
+        # No symlink may be met anywhere on the path: if the open succeeds, the path as
+        # spelled (normalised, no "..") is the canonical path, inside a pinned root that still
+        # holds. A symlink on it (ELOOP) is resolved and judged the long way, below.
+        try:
+            return open_absolute(lexical, flags), lexical
+        except OSError as exc:
+            if exc.errno not in _RACED:
+                raise
     for attempt in range(_RETRIES):
         key, checked = _read_key(spelled, policy, pins_checked)
         pin = None

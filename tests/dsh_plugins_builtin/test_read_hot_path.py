@@ -102,7 +102,7 @@ def test_a_file_that_grew_after_its_fstat_is_read_on_or_left_to_the_thread(
         os.close(fd)
 
 
-async def test_the_roots_are_canonicalised_once_not_per_read(
+async def test_the_roots_are_canonicalised_once_and_plain_paths_not_resolved(
     host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (ws / "sub").mkdir()
@@ -116,8 +116,13 @@ async def test_the_roots_are_canonicalised_once_not_per_read(
         result = await host.call("read_file", {"path": "sub/a.txt"})
         assert not result.is_error, result.text
     assert (canonical, pinned, root_walks) == ([], [], [])
-    # One resolution per read, of the components below the workspace only.
-    assert resolves == [("sub/a.txt", str(ws))] * 100
+    assert resolves == []  # no symlink on the path: opened as spelled, nothing resolved
+    (ws / "alias").symlink_to("sub")
+    result = await host.call("read_file", {"path": "alias/a.txt"})
+    assert (result.is_error, result.meta["path"]) == (False, "sub/a.txt")
+    # A symlink on the path: resolved, but only below the workspace (a pinned root).
+    assert resolves == [("alias/a.txt", str(ws))]
+    assert (canonical, pinned, root_walks) == ([], [], [])
 
 
 def test_check_pinned_is_an_identity_comparison_not_a_walk(
