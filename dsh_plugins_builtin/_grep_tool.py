@@ -79,6 +79,7 @@ SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
 # A longer command line (many withheld files to exclude) is searched in-process instead; Linux
 # caps one argument (the ``bash -c`` string) at 128 KiB.
 _MAX_COMMAND = 100_000
+_INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
 _NOT_NAMES = ("", ".", "..")  # components that are no file's name (resolved in full if met)
 # Pattern features under which a line can match although the whole text does not.
 _LINE_ONLY = ("\\A", "\\z", "(?-")
@@ -241,6 +242,10 @@ async def _ripgrep(
     if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
         detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
         raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+    if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
+        # A few files and no path policy to ask (dsh_path_denied is called from worker
+        # threads): a couple of lstat calls each cost less than a worker-thread hop.
+        return _keep_allowed(env, sandbox, root, cwd, output, listing, policy)
     return await trio.to_thread.run_sync(
         _keep_allowed, env, sandbox, root, cwd, output, listing, policy
     )

@@ -9,16 +9,18 @@ its spelling is put to the fence again.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from dsh_host import Host
+from dsh_host import Host, hookimpl
 from dsh_plugins_builtin import _grep_tool
 from dsh_plugins_builtin._search_support import Policy
-from dsh_plugins_builtin.sandbox import SandboxDeniedError
+from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import tools_host
 from tests.dsh_plugins_builtin.test_tools_search import put
 
@@ -100,12 +102,13 @@ def test_a_symlinked_directory_or_a_climbing_name_is_judged_by_its_real_path(
     assert not check.readable("a/gone/x.txt")  # nothing there to vouch for
 
 
-async def test_grep_resolves_its_root_without_a_worker_thread(
+async def test_grep_resolves_and_rechecks_a_few_files_without_a_worker_thread(
     make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The search root and the command's working directory are a few ``lstat`` calls: they
-    are resolved on the event loop; the one thread left is the re-check of ripgrep's output."""
-    put(ws, {"f.txt": "needle\n"})
+    """The search root, the command's working directory and the re-check of a few reported
+    files are a few ``lstat`` calls each: done on the event loop. Many files go to a thread."""
+    many = _grep_tool._INLINE_RECHECKS + 1
+    put(ws, {"f.txt": "needle\n"} | {f"many/m{i:03}.txt": "haystack\n" for i in range(many)})
     host: Host = tools_host(make_host, ws)
     assert (await host.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"
     hops: list[str] = []
@@ -117,6 +120,23 @@ async def test_grep_resolves_its_root_without_a_worker_thread(
 
     monkeypatch.setattr(trio.to_thread, "run_sync", counting)
     assert (await host.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"
-    assert "search_root" not in hops
-    assert "resolve_cwd" not in hops
-    assert "_keep_allowed" in hops
+    assert not {"search_root", "resolve_cwd", "_keep_allowed"} & set(hops)
+    result = await host.call("grep", {"pattern": "haystack"})
+    assert result.meta["files"] == many
+    assert hops.count("_keep_allowed") == 1
+    # With a path policy the re-check asks dsh_path_denied, which runs on worker threads only.
+    hops.clear()
+    policed: Host = make_host(
+        ToolsPlugin(), SandboxPlugin(), _AllowAll(), config={"host": {"workspace": str(ws)}}
+    )
+    assert (await policed.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"
+    assert hops.count("_keep_allowed") == 1
+
+
+class _AllowAll:
+    name = "allow_all"
+
+    @hookimpl
+    def dsh_path_denied(self, execution: Any, path: str, access: str) -> str | None:
+        assert threading.current_thread() is not threading.main_thread()
+        return None
