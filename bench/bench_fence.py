@@ -3,13 +3,17 @@
     python bench/bench_fence.py [--rounds 7] [--calls 2000]
 
 Prints the best (minimum) time per read over the rounds, for: a plain ``open().read()``, the
-``read_file`` body (fence, pinned-root check, race-free open, numbered lines), and a whole
+``read_file`` body (fence, pinned-root check, race-free open, numbered lines; a small file is
+read on the event loop, so the body is awaited directly), and a whole
 ``host.call("read_file")`` (the pipeline around it), and their ratios to the plain read.
+Rounds of the three are interleaved and garbage collection is paused while timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import inspect
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,20 +27,19 @@ from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 
 
-def best(fn: Callable[[], object], calls: int, rounds: int) -> float:
-    """The fastest time per call over ``rounds`` rounds of ``calls`` calls (seconds)."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return min(times)
+async def best(fn: Callable[[], object], calls: int) -> float:
+    """The time per call of one round of ``calls`` calls (seconds); awaits what ``fn`` returns."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        value = fn()
+        if inspect.isawaitable(value):
+            await value
+    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
     ws = Path(tempfile.mkdtemp()) / "ws"
@@ -55,21 +58,28 @@ def main() -> None:
         with open(target) as handle:
             handle.read()
 
-    def body() -> None:
-        _file_tools._read_file(tools, {"path": "a.txt"})
+    cases: dict[str, Callable[[], object]] = {
+        "plain": plain,
+        "body": lambda: _file_tools._read_file(tools, {"path": "a.txt"}),
+        "call": lambda: host.call("read_file", {"path": "a.txt"}),
+    }
 
-    async def calls() -> float:
-        rounds = []
-        for _ in range(args.rounds):
-            start = time.perf_counter()
-            for _ in range(args.calls // 4):
-                await host.call("read_file", {"path": "a.txt"})
-            rounds.append((time.perf_counter() - start) / (args.calls // 4))
-        return min(rounds)
+    async def run() -> dict[str, float]:
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for fn in cases.values():  # warm up
+            await best(fn, 10)
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(args.rounds):
+                for name, fn in cases.items():
+                    times[name].append(await best(fn, args.calls // 4))
+        finally:
+            gc.enable()
+        return {name: min(values) for name, values in times.items()}
 
-    t_plain = best(plain, args.calls, args.rounds)
-    t_body = best(body, args.calls, args.rounds)
-    t_call = trio.run(calls)
+    t = trio.run(run)
+    t_plain, t_body, t_call = t["plain"], t["body"], t["call"]
     print(f"plain open().read(): {t_plain * 1e6:8.1f} us")
     print(f"read_file body:      {t_body * 1e6:8.1f} us  ({t_body / t_plain:.1f}x)")
     print(f"host.call(read_file):{t_call * 1e6:8.1f} us  ({t_call / t_plain:.1f}x)")

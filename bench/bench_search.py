@@ -16,6 +16,10 @@ hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved
   file is put to policy);
 * ``builtin``: the in-process RE2 fallback (ripgrep or the sandbox unavailable), for reference.
 
+Below the table, where the ``grep`` row's time goes (minimum and median per call): the
+sandbox plugin's ``run`` (starting the sandbox and ripgrep, reading its output), parsing
+ripgrep's output, and the re-check of every reported file (fence and policy).
+
 The pattern has no literal prefix (``[A-Z][a-z]+Error\\(``), so no literal scan can skip ahead;
 it matches a few hundred lines. Garbage collection is paused while timing. Reported: minimum
 and median per configuration, and the ratio of each to plain ``rg`` (minimum over minimum and
@@ -41,7 +45,7 @@ from typing import Any
 import trio
 
 from dsh_host import Host, hookimpl
-from dsh_plugins_builtin import _search_tools
+from dsh_plugins_builtin import _grep_tool, _search_tools
 from dsh_plugins_builtin._confine import confine_argv, probe_backends, scrub_env
 from dsh_plugins_builtin._ripgrep import find_rg, rg_command
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -109,6 +113,43 @@ def host_for(tree: Path, backend: str, *extra: object) -> Host:
     )
 
 
+class Phases:
+    """Times the parts of the ``grep`` host's calls (wrapping, not changing, each part)."""
+
+    def __init__(self, sandbox: Any) -> None:
+        self.samples: dict[str, list[float]] = {"sandbox run": [], "parse": [], "recheck": []}
+        self.on = False
+        self._wrap_async(sandbox, "run", "sandbox run")
+        self._wrap(_grep_tool, "parse_output", "parse")
+        self._wrap(_grep_tool, "_keep_allowed", "recheck")
+
+    def _wrap(self, owner: Any, attr: str, name: str) -> None:
+        real = getattr(owner, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.samples[name].append(time.perf_counter() - started)
+
+        setattr(owner, attr, timed)
+
+    def _wrap_async(self, owner: Any, attr: str, name: str) -> None:
+        real = getattr(owner, attr)
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await real(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.samples[name].append(time.perf_counter() - started)
+
+        setattr(owner, attr, timed)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rg = find_rg()
     if rg is None:
@@ -127,14 +168,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "grep": host_for(tree, backend),
             "grep+policy": host_for(tree, backend, AllowAll()),
         }
-        saved = _search_tools.find_rg
-        _search_tools.find_rg = lambda: None
+        saved = getattr(_search_tools, "find_rg")  # noqa: B009 - not re-exported
+        setattr(_search_tools, "find_rg", lambda: None)  # noqa: B010
         try:
             hosts["builtin"] = host_for(tree, backend)
         finally:
-            _search_tools.find_rg = saved
+            setattr(_search_tools, "find_rg", saved)  # noqa: B010
         plain = [rg, "--no-config", "-n", PATTERN, "./"]
         sandbox = hosts["grep"].pm.get_plugin("sandbox")
+        assert isinstance(sandbox, SandboxPlugin)
         command = rg_command(
             rg,
             PATTERN,
@@ -146,6 +188,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         confined = confine_argv(["bash", "-c", command], sandbox.policy, backend, cwd=tree)
         env = scrub_env(os.environ)
+        phases = Phases(sandbox)
         samples: dict[str, list[float]] = {"rg": [], "sandboxed rg": []}
         samples.update({name: [] for name in hosts})
         counts: dict[str, int] = {}
@@ -161,7 +204,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 elapsed, counts["sandboxed rg"] = time_argv(confined, tree, env)
                 samples["sandboxed rg"].append(elapsed)
                 for name, host in hosts.items():
+                    phases.on = name == "grep"
                     elapsed, counts[name] = await time_grep(host)
+                    phases.on = False
                     samples[name].append(elapsed)
         finally:
             gc.enable()
@@ -188,6 +233,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "rows": rows,
         "grep_over_sandboxed_rg_median": round(statistics.median(samples["grep"]) / floor, 2),
+        "grep_phases_ms": {
+            name: [round(min(values) * 1000, 2), round(statistics.median(values) * 1000, 2)]
+            for name, values in phases.samples.items()
+            if values
+        },
         "target": "grep / rg <= 1.5",
     }
 
@@ -214,6 +264,8 @@ def main() -> None:
             f"{row['ratio_min']:>11.2f} {row['ratio_median']:>11.2f} {row['matches']:>7}"
         )
     print(f"grep / sandboxed rg (median): {report['grep_over_sandboxed_rg_median']:.2f}")
+    for name, (low, mid) in report["grep_phases_ms"].items():
+        print(f"  grep, {name:<12} {low:>7.2f} ms min {mid:>7.2f} ms median")
     print(f"target: {report['target']}")
     sys.stdout.flush()
 

@@ -34,6 +34,7 @@ __all__ = [
     "HAVE_OPENAT2",
     "makedirs_nofollow",
     "mkdir_beneath",
+    "open_absolute",
     "open_beneath",
     "open_dir_nofollow",
 ]
@@ -83,8 +84,14 @@ _syscall = _load_openat2()
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 
+_HOWS: dict[tuple[int, int], _OpenHow] = {}  # read-only once made: safe to share across threads
+
+
 def _openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
-    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    mode = mode if flags & os.O_CREAT else 0
+    how = _HOWS.get((flags, mode))
+    if how is None:
+        how = _HOWS[flags, mode] = _OpenHow(flags, mode, _RESOLVE)
     fd: int = _syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), how, _HOW_SIZE)
     if fd < 0:
         err = ctypes.get_errno()
@@ -217,6 +224,14 @@ _SLASH_FD: Final[int] = os.open("/", DIR_FLAGS)  # "/" itself is never a symlink
 def _slash() -> int:
     """A descriptor of ``/``, opened once at import (one less open per call)."""
     return _SLASH_FD
+
+
+def open_absolute(path: str, flags: int, *, walk: bool = False) -> int:
+    """Open the absolute, canonical ``path`` from ``/``, following no symlink at any component.
+
+    One ``openat2`` where it works (else the walk, one ``openat`` per component).
+    """
+    return open_beneath(_slash(), path.lstrip("/"), flags, walk=walk)
 
 
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:

@@ -48,7 +48,14 @@ from typing import Literal
 
 import attrs
 
-from dsh_plugins_builtin._beneath import mkdir_beneath, open_beneath, open_dir_nofollow
+from dsh_plugins_builtin._beneath import (
+    DIR_FLAGS,
+    HAVE_OPENAT2,
+    mkdir_beneath,
+    open_absolute,
+    open_beneath,
+    open_dir_nofollow,
+)
 
 __all__ = [
     "SANDBOX_MODES",
@@ -154,9 +161,17 @@ class SandboxPolicy:
 
 @attrs.frozen
 class _Resolved:
+    """What `pin_roots` computes once so that a call does no path work on the roots."""
+
     readable: tuple[Path, ...]
     writable: tuple[Path, ...]
     protected: tuple[Path, ...]
+    readable_text: tuple[str, ...]
+    writable_text: tuple[str, ...]
+    pins: dict[str, RootPin]  # by canonical path
+    prefixes: tuple[tuple[str, RootPin], ...]  # canonical pinned roots + "/", deepest first
+    canonical: tuple[tuple[str, RootPin], ...]  # pins whose path is canonical, with it as text
+    others: tuple[RootPin, ...]  # pins spelled through a symlink (checked the long way)
 
 
 @attrs.frozen
@@ -185,7 +200,8 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
 
     Each existing root is resolved once, here, and its device and inode recorded; `check_pinned`
     later refuses a call whose root has since been replaced. Missing roots are not pinned (they
-    match nothing, as before).
+    match nothing, as before). The canonical readable, writable and protected paths are
+    computed here too, once: a call never canonicalises a root again.
     """
     pins: dict[Path, RootPin] = {}
     for root in (policy.workspace, *policy.writable_roots, *policy.read_roots):
@@ -199,20 +215,63 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
         if stat.S_ISDIR(st.st_mode):
             pins[root] = RootPin(root, real, st.st_dev, st.st_ino)
     pinned = attrs.evolve(policy, pins=tuple(pins.values()))
-    resolved = _Resolved(readable_roots(pinned), writable_roots(pinned), protected_paths(pinned))
+    readable, writable = readable_roots(pinned), writable_roots(pinned)
+    by_real = {str(pin.real): pin for pin in pinned.pins}
+    canonical = [
+        (str(pin.real) + "/", pin)
+        for pin in pinned.pins
+        if pin.path == pin.real and str(pin.real) != "/"
+    ]
+    canonical.sort(key=lambda item: len(item[0]), reverse=True)
+    resolved = _Resolved(
+        readable,
+        writable,
+        protected_paths(pinned),
+        tuple(str(root) for root in readable),
+        tuple(str(root) for root in writable),
+        by_real,
+        tuple(canonical),
+        tuple((str(pin.real), pin) for pin in pinned.pins if pin.path == pin.real),
+        tuple(pin for pin in pinned.pins if pin.path != pin.real),
+    )
     object.__setattr__(pinned, "resolved", resolved)  # frozen: set once, right after creation
     return pinned
+
+
+def _pin_holds(pin: RootPin, real: str | None = None) -> bool:
+    """Whether the root's canonical path (``real``) still leads to the pinned directory.
+
+    One ``lstat``. A symlink at the root itself fails; so does another directory. A symlinked
+    directory *above* it that still leads to the very same directory (device and inode)
+    passes: it is the same tree (and a file is opened by its canonical path following no
+    symlink anywhere on it, so such a read fails closed).
+    """
+    try:
+        st = os.stat(pin.real if real is None else real, follow_symlinks=False)
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISLNK(st.st_mode) and (st.st_dev, st.st_ino) == (pin.dev, pin.ino)
 
 
 def check_pinned(policy: SandboxPolicy) -> None:
     """Raise `RootReplaced` if a pinned root's path no longer leads to the same directory.
 
-    The check walks each root path without following a final symlink: a root that is now a
-    symlink, or a directory with another device or inode, fails.
+    The check looks at each root path without following a final symlink: a root that is now a
+    symlink, or a directory with another device or inode, fails. It costs one ``lstat`` per
+    canonical root (`_pin_holds`); the roots are never resolved again.
     """
+    resolved = policy.resolved
+    if resolved is not None and not resolved.others:
+        for real, pin in resolved.canonical:
+            if not _pin_holds(pin, real):
+                break  # replaced: the loop below says how
+        else:
+            return
     for pin in policy.pins:
         if pin.path == pin.real:
-            # The common case, one syscall: a canonical path opened following no symlink.
+            if _pin_holds(pin):
+                continue
+            # Replaced: open it following no symlink to say how.
             try:
                 fd = open_dir_nofollow(str(pin.real))
             except OSError as exc:
@@ -298,10 +357,13 @@ def config_warning(policy: SandboxPolicy) -> str | None:
     )
 
 
-def _resolve_abs(path: str) -> str:
-    """Resolve an absolute path component by component; missing components stay literal."""
+def _resolve_abs(path: str, start: str = "/") -> str:
+    """Resolve an absolute path component by component; missing components stay literal.
+
+    With ``start`` (a real directory), ``path`` is taken relative to it.
+    """
     pending = list(reversed(path.split("/")))
-    resolved = "/"
+    resolved = start
     hops = 0
     while pending:
         name = pending.pop()
@@ -364,6 +426,34 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
     return Path(_resolve_abs(joined))
 
 
+def _resolve_in(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
+    """`resolve_target` against the policy's workspace, starting below a pinned root.
+
+    When the path lies lexically under a canonical pinned root that still holds
+    (`_pin_holds`, or ``pins_checked``: the caller ran `check_pinned` just now), only the
+    components below the root are resolved: the root's own were resolved once, by `pin_roots`.
+
+    Returns:
+        The canonical path, and the pinned root whose pin was just checked (else ``None``).
+    """
+    resolved = policy.resolved
+    if resolved is not None and resolved.prefixes and "\0" not in spelled:
+        joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
+        for prefix, pin in resolved.prefixes:
+            if joined.startswith(prefix):
+                if not (pins_checked or _pin_holds(pin)):
+                    break
+                try:
+                    os.fsencode(spelled)
+                except UnicodeEncodeError:
+                    break  # resolve_target explains it
+                root = prefix[:-1]
+                return _resolve_abs(joined[len(prefix) :], root), root
+    return str(resolve_target(spelled, policy.workspace)), None
+
+
 def _within(key: str, root: str) -> bool:
     return root == "/" or key == root or key.startswith(root + "/")
 
@@ -417,16 +507,21 @@ def readable_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
     return _canonical_roots((policy.workspace, *policy.writable_roots, *policy.read_roots))
 
 
-def _describe(spelled: str, key: Path | None) -> str:
+def _describe(spelled: str, key: Path | str | None) -> str:
     if key is None or spelled == str(key):
         return f'"{spelled}"'
     return f'"{spelled}" (resolves to "{key}")'
 
 
 def _resolve_or_deny(path: PathArg, policy: SandboxPolicy, verb: str) -> Path:
-    spelled = os.fspath(path)
+    return Path(_resolve_text_or_deny(os.fspath(path), policy, verb)[0])
+
+
+def _resolve_text_or_deny(
+    spelled: str, policy: SandboxPolicy, verb: str, pins_checked: bool = False
+) -> tuple[str, str | None]:
     try:
-        return resolve_target(spelled, policy.workspace)
+        return _resolve_in(spelled, policy, pins_checked)
     except ValueError as exc:
         shown = spelled.replace("\0", "\\0")
         raise FenceDenied(
@@ -461,11 +556,20 @@ def check_read(path: PathArg, policy: SandboxPolicy) -> Path:
         FenceDenied: The real path lies outside the workspace, the writable roots and the read
             roots (never under ``danger-full-access``).
     """
-    spelled = os.fspath(path)
-    key = _resolve_or_deny(spelled, policy, "read of")
+    return Path(_read_key(os.fspath(path), policy)[0])
+
+
+def _read_key(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
+    """`check_read` as text, with the pinned root checked on the way (`_resolve_in`)."""
+    key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
+    resolved = policy.resolved
+    if resolved is not None and any(_within(key, root) for root in resolved.readable_text):
+        return key, checked
     roots = readable_roots(policy)
-    if any(_within(str(key), str(root)) for root in roots):
-        return key
+    if any(_within(key, str(root)) for root in roots):
+        return key, checked
     raise FenceDenied(
         f"read of {_describe(spelled, key)} denied: outside the workspace and read roots "
         f"({_roots_text(roots)}) under {policy.mode} mode",
@@ -562,11 +666,34 @@ def _root_of(key: Path, roots: tuple[Path, ...]) -> Path:
     return best
 
 
-def _open_root(root: Path, policy: SandboxPolicy) -> int:
+def _root_text(key: str, roots: tuple[str, ...]) -> str | None:
+    """The deepest of ``roots`` (canonical, as text) that ``key`` lies under, or ``None``."""
+    best: str | None = None
+    for root in roots:
+        if _within(key, root) and (best is None or len(root) > len(best)):
+            best = root
+    return best
+
+
+def _open_root(root: str, policy: SandboxPolicy) -> int:
     """Open a canonical root from ``/`` following no symlink; compare it with its pin."""
-    pin = next((p for p in policy.pins if p.real == root), None)
+    resolved = policy.resolved
+    if resolved is not None:
+        pin = resolved.pins.get(root)
+    else:
+        pin = next((p for p in policy.pins if str(p.real) == root), None)
+    if pin is not None:
+        # A pinned root: opened by its path and accepted only if it is the pinned directory
+        # (device and inode), so no walk is needed; a mismatch takes the strict open below,
+        # which says what changed.
+        with contextlib.suppress(OSError):
+            fd = os.open(root, DIR_FLAGS)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (pin.dev, pin.ino):
+                return fd
+            os.close(fd)
     try:
-        fd = open_dir_nofollow(str(root))
+        fd = open_dir_nofollow(root)
     except OSError as exc:
         if pin is not None:
             raise RootReplaced(pin, _gone(exc)) from None
@@ -581,23 +708,52 @@ def _open_root(root: Path, policy: SandboxPolicy) -> int:
 
 def _relative(key: Path, root: Path) -> str:
     """``key`` below ``root`` (both canonical, ``key`` under ``root``), as a relative path."""
-    text, base = str(key), str(root)
+    return _relative_text(str(key), str(root))
+
+
+def _relative_text(text: str, base: str) -> str:
     if text == base:
         return "."
     return text[len(base) :].lstrip("/")
 
 
-def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) -> tuple[int, Path]:
+def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str | None:
+    """The path as spelled, normalised, when it can be opened without resolving it first.
+
+    That is: ASCII, no ``..`` component, and inside a readable root that is a canonical pinned
+    root which still holds (`_pin_holds`, or ``pins_checked``). ``None`` otherwise (and where
+    ``openat2`` is missing): the caller resolves and fences it the long way.
+    """
+    resolved = policy.resolved
+    if resolved is None or not HAVE_OPENAT2 or not spelled.isascii() or "\0" in spelled:
+        return None
+    joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
+    parts = [part for part in joined.split("/") if part and part != "."]
+    if ".." in parts:
+        return None  # ".." after a symlink climbs from where the symlink leads
+    key = "/" + "/".join(parts)
+    root = _root_text(key, resolved.readable_text)
+    pin = None if root is None else resolved.pins.get(root)
+    if pin is None or not (pins_checked or _pin_holds(pin, root)):
+        return None
+    return key
+
+
+def open_read(
+    path: PathArg, policy: SandboxPolicy, *, directory: bool = False, pins_checked: bool = False
+) -> tuple[int, str]:
     """Fence a read, then open it beneath its root without following any symlink.
 
     Args:
         path: As spelled (relative paths resolve against the workspace).
         policy: The sandbox policy.
         directory: Open a directory (for listing) instead of a file.
+        pins_checked: The caller ran `check_pinned` on this policy just now (the roots are
+            not looked at again; the opened file is still beneath its root).
 
     Returns:
         A new read-only descriptor (``O_NONBLOCK``: a FIFO does not hang the call) and the
-        canonical path it is.
+        canonical path it is (text: a ``Path`` costs more than the read of a small file).
 
     Raises:
         FenceDenied: As `check_read`.
@@ -605,18 +761,44 @@ def open_read(path: PathArg, policy: SandboxPolicy, *, directory: bool = False) 
         OSError: As ``open`` would; ``ELOOP`` when the path kept changing under the call.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
-    for attempt in range(_RETRIES):
-        key = check_read(path, policy)
-        root = _root_of(key, readable_roots(policy))
-        root_fd = _open_root(root, policy)
+    spelled = os.fspath(path)
+    resolved = policy.resolved
+    lexical = _lexical_key(spelled, policy, pins_checked)
+    if lexical is not None:
+        # No symlink may be met anywhere on the path: if the open succeeds, the path as
+        # spelled (normalised, no "..") is the canonical path, inside a pinned root that still
+        # holds. A symlink on it (ELOOP) is resolved and judged the long way, below.
         try:
-            return open_beneath(root_fd, _relative(key, root), flags), key
+            return open_absolute(lexical, flags), lexical
+        except OSError as exc:
+            if exc.errno not in _RACED:
+                raise
+    for attempt in range(_RETRIES):
+        key, checked = _read_key(spelled, policy, pins_checked)
+        pin = None
+        if resolved is not None:
+            root = _root_text(key, resolved.readable_text) or "/"
+            if HAVE_OPENAT2:
+                pin = resolved.pins.get(root)
+        else:
+            root = str(_root_of(Path(key), readable_roots(policy)))
+        try:
+            if pin is not None and (checked == root or _pin_holds(pin)):
+                # The root is its pinned directory (one lstat, just now) and no component of
+                # the canonical path may be a symlink: one openat2 from "/" opens the file the
+                # fence judged, inside the root. (A directory put in the root's place in
+                # between lies where the root did, so inside a writable root: nothing the
+                # fence would not let this call read.)
+                return open_absolute(key, flags), key
+            root_fd = _open_root(root, policy)  # a replaced root raises RootReplaced
+            try:
+                return open_beneath(root_fd, _relative_text(key, root), flags), key
+            finally:
+                os.close(root_fd)
         except OSError as exc:
             # A symlink raced in after the check: judge the path again (never follow it).
             if exc.errno not in _RACED or attempt == _RETRIES - 1:
                 raise
-        finally:
-            os.close(root_fd)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -656,7 +838,7 @@ def _open_parent(key: Path, spelled: str, policy: SandboxPolicy) -> int:
     """Open (creating missing levels) the parent of ``key`` beneath its writable root."""
     roots = writable_roots(policy)
     root = _root_of(key, roots)
-    root_fd = _open_root(root, policy)
+    root_fd = _open_root(str(root), policy)
     try:
         return mkdir_beneath(root_fd, _relative(key.parent, root))
     except OSError as exc:

@@ -79,6 +79,8 @@ SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
 # A longer command line (many withheld files to exclude) is searched in-process instead; Linux
 # caps one argument (the ``bash -c`` string) at 128 KiB.
 _MAX_COMMAND = 100_000
+_INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
+_NOT_NAMES = ("", ".", "..")  # components that are no file's name (resolved in full if met)
 # Pattern features under which a line can match although the whole text does not.
 _LINE_ONLY = ("\\A", "\\z", "(?-")
 
@@ -240,6 +242,10 @@ async def _ripgrep(
     if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
         detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
         raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+    if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
+        # A few files and no path policy to ask (dsh_path_denied is called from worker
+        # threads): a couple of lstat calls each cost less than a worker-thread hop.
+        return _keep_allowed(env, sandbox, root, cwd, output, listing, policy)
     return await trio.to_thread.run_sync(
         _keep_allowed, env, sandbox, root, cwd, output, listing, policy
     )
@@ -285,21 +291,46 @@ class _Recheck:
 
     The search directory is real and fenced, so a path below it with no symlink in it is
     inside the fence: only a path whose real location differs (a symlink swapped in) is put
-    to the fence again. Real paths of directories are cached; each file costs one ``lstat``.
+    to the fence again. Directories are resolved one component at a time below the search
+    directory, each level once (one ``lstat``; a symlink is resolved in full); each file costs
+    one ``lstat``.
     """
 
     def __init__(self, sandbox: Sandbox, cwd: Path, policy: Policy) -> None:
         self._sandbox = sandbox
         self._base = str(cwd).rstrip("/")
         self._policy = policy
-        self._dirs: dict[str, str] = {}
+        self._dirs: dict[str, str | None] = {"": self._base}  # relative dir -> real (None: gone)
+
+    def _real_dir(self, rel: str) -> str | None:
+        """The real path of the directory ``rel`` below the search directory (cached)."""
+        known = self._dirs.get(rel, "")
+        if known != "":
+            return known
+        parent, _, name = rel.rpartition("/")
+        real_parent = self._real_dir(parent)
+        real: str | None = None
+        if real_parent is not None:
+            candidate = f"{real_parent}/{name}"
+            try:
+                st = os.lstat(candidate)
+            except OSError:
+                st = None
+            if st is not None and (stat.S_ISLNK(st.st_mode) or name in _NOT_NAMES):
+                real = os.path.realpath(candidate)
+            elif st is not None and stat.S_ISDIR(st.st_mode):
+                real = candidate
+        self._dirs[rel] = real
+        return real
 
     def readable(self, rel: str) -> bool:
         directory, _, name = rel.rpartition("/")
-        lexical_dir = f"{self._base}/{directory}" if directory else self._base
-        real_dir = self._dirs.get(lexical_dir)
+        if name in _NOT_NAMES:
+            return False  # ripgrep prints files; never vouch for a name that walks
+        real_dir = self._real_dir(directory)
         if real_dir is None:
-            real_dir = self._dirs[lexical_dir] = os.path.realpath(lexical_dir)
+            return False  # gone since ripgrep read it: nothing to vouch for
+        lexical_dir = f"{self._base}/{directory}" if directory else self._base
         real = f"{real_dir}/{name}"
         try:
             if stat.S_ISLNK(os.lstat(real).st_mode):
@@ -388,7 +419,7 @@ async def _grep(
     if rg is None:
         _local_regex(search)  # a bad pattern is reported before any walk
     sandbox = env.sandbox()
-    root = await trio.to_thread.run_sync(search_root, sandbox, search.spelled)
+    root = search_root(sandbox, search.spelled)  # a few lstat calls: no thread hop for them
     if not root.is_file() and not root.is_dir():
         raise os_failure(IsADirectoryError(), search.spelled, "search")
     policy = Policy(env, ctx)

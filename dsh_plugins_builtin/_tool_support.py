@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import errno
-import functools
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -44,6 +43,7 @@ __all__ = [
     "int_arg",
     "open_file",
     "open_regular",
+    "open_regular_file",
     "os_failure",
     "read_text_exact",
     "str_arg",
@@ -135,7 +135,7 @@ class FailClosedSandbox:
             )
             raise SandboxDeniedError(reason, by=f"tools: {self._why}") from None
 
-    def open_read(self, path: str, *, directory: bool = False) -> tuple[int, Path]:
+    def open_read(self, path: str, *, directory: bool = False) -> tuple[int, str]:
         """Open a read fenced to the workspace only, race-free (see `_fence.open_read`)."""
         try:
             return open_read(path, self._policy, directory=directory)
@@ -237,9 +237,7 @@ def bool_arg(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
 # -- paths, files and errors ---------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=16)
-def _real_workspace(workspace: Path) -> str:
-    return os.path.realpath(workspace)
+_BASES: dict[str, str] = {}  # workspace -> its real path, without a trailing slash
 
 
 def display_path(real: Path | str, workspace: Path) -> str:
@@ -248,11 +246,16 @@ def display_path(real: Path | str, workspace: Path) -> str:
     The workspace's real path is taken once per workspace (it is a pinned root).
     """
     text = os.fspath(real)
-    base = _real_workspace(workspace)
-    if text == base:
+    key = os.fspath(workspace)
+    base = _BASES.get(key)
+    if base is None:
+        if len(_BASES) > 64:
+            _BASES.clear()
+        base = _BASES[key] = os.path.realpath(key).rstrip("/")
+    if text == base or (not base and text == "/"):
         return "."
-    if text.startswith(base.rstrip("/") + "/"):
-        return text[len(base.rstrip("/")) + 1 :]
+    if text.startswith(base + "/"):
+        return text[len(base) + 1 :]
     return text
 
 
@@ -278,6 +281,7 @@ def os_failure(exc: OSError, spelled: str, action: str) -> DshError:
 
 
 def _checked_regular(fd: int, spelled: str) -> os.stat_result:
+    """The ``fstat`` of an open descriptor, which must be a regular file (closed otherwise)."""
     try:
         st = os.fstat(fd)
     except OSError as exc:  # pragma: no cover - fstat of an open fd does not fail
@@ -312,16 +316,32 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
     Returns:
         A descriptor (the caller closes it) and the real path.
     """
+    fd, real, _ = _open_checked(sandbox, spelled, directory=directory)
+    return fd, Path(real)
+
+
+def open_regular_file(sandbox: Sandbox, spelled: str) -> tuple[int, str, os.stat_result]:
+    """`open_file` for a regular file: its real path as text, and the ``fstat`` it was
+    checked by (for its size)."""
+    fd, real, st = _open_checked(sandbox, spelled, directory=False)
+    assert st is not None
+    return fd, real, st
+
+
+def _open_checked(
+    sandbox: Sandbox, spelled: str, *, directory: bool
+) -> tuple[int, str, os.stat_result | None]:
     opener = getattr(sandbox, "open_read", None)
     if opener is None:
-        real = sandbox.check_read(spelled)
+        checked = sandbox.check_read(spelled)
         if directory:
             try:
-                fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = os.open(checked, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:
                 raise os_failure(exc, spelled, "list") from None
-            return fd, real
-        return open_regular(real, spelled), real
+            return fd, os.fspath(checked), None
+        fd = open_regular(checked, spelled)
+        return fd, os.fspath(checked), os.fstat(fd)
     try:
         fd, real = opener(spelled, directory=directory)
     except NotADirectoryError:
@@ -333,9 +353,9 @@ def open_file(sandbox: Sandbox, spelled: str, *, directory: bool = False) -> tup
         raise os_failure(NotADirectoryError(), spelled, "read") from None
     except OSError as exc:
         raise os_failure(exc, spelled, "list" if directory else "read") from None
-    if not directory:
-        _checked_regular(fd, spelled)
-    return fd, real
+    if directory:
+        return fd, os.fspath(real), None
+    return fd, os.fspath(real), _checked_regular(fd, spelled)
 
 
 def binary_error(spelled: str, why: str) -> DshError:

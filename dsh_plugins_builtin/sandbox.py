@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import trio
 
 from dsh_host import ConfigError, DshError, Host, hookimpl
 from dsh_plugins_builtin._confine import (
@@ -305,11 +304,11 @@ class SandboxPlugin:
 
     def open_read(
         self, path: str | os.PathLike[str], *, directory: bool = False
-    ) -> tuple[int, Path]:
+    ) -> tuple[int, str]:
         """Fence a read and open it race-free (no symlink followed out of its root).
 
         Returns:
-            A new read-only descriptor (the caller closes it) and the real path.
+            A new read-only descriptor (the caller closes it) and the real path (as text).
 
         Raises:
             SandboxDeniedError: The path lies outside every readable root.
@@ -318,7 +317,7 @@ class SandboxPlugin:
         """
         policy = self._pinned()
         try:
-            return open_read(path, policy, directory=directory)
+            return open_read(path, policy, directory=directory, pins_checked=True)
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=self._by) from None
         except RootReplaced as exc:
@@ -404,7 +403,7 @@ class SandboxPlugin:
         """
         policy = self.policy
         config = self.config
-        workdir = await trio.to_thread.run_sync(self.resolve_cwd, cwd)
+        workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
         try:
             return await run_confined(
                 command,

@@ -129,7 +129,8 @@ class ToolsPlugin:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
         plugin = self._plugin
         host = self._host
-        if plugin is not None and host is not None and host.pm.is_registered(plugin):
+        # Still registered (a plugin that failed to start is removed): one dict lookup.
+        if plugin is not None and host is not None and host.pm.get_plugin("sandbox") is plugin:
             if plugin is self._checked:
                 return plugin  # type: ignore[return-value]
             if isinstance(plugin, Sandbox):  # a Protocol check costs ~30 us: once per plugin

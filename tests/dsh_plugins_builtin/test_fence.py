@@ -396,25 +396,40 @@ def test_a_pyproject_config_is_not_protected_but_warned_about(tmp_path: Path) ->
     assert config_warning(attrs.evolve(pyproject, mode="danger-full-access")) is None
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["unpinned", "pinned"])
 def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
-    ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+    ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch, pinned: bool
 ) -> None:
     """The check saw a directory; by the open it is a symlink out: the open must fail."""
-    from dsh_plugins_builtin._fence import open_read
+    from dsh_plugins_builtin._fence import open_read, pin_roots
 
+    if pinned:  # roots pinned: the path is first opened as spelled, unresolved
+        policy = pin_roots(policy)
+        assert _fence._lexical_key("d/f.txt", policy, False) is not None
     (ws / "d").mkdir()
     (ws / "d" / "f.txt").write_text("inside")
     (outside / "f.txt").write_text("OUTSIDE")
-    real_check = _fence.check_read
+    real_check = _fence._read_key
 
-    def check_then_swap(path: object, policy: SandboxPolicy) -> Path:
-        key = real_check(path, policy)  # type: ignore[arg-type]
+    def check_then_swap(
+        path: str, policy: SandboxPolicy, pins_checked: bool = False
+    ) -> tuple[str, str | None]:
+        key = real_check(path, policy, pins_checked)
         if (ws / "d").is_dir() and not (ws / "d").is_symlink():
             (ws / "d").rename(ws / "parked")
             (ws / "d").symlink_to(outside)
         return key
 
-    monkeypatch.setattr(_fence, "check_read", check_then_swap)
+    monkeypatch.setattr(_fence, "_read_key", check_then_swap)
+    # Where the path needs no resolving it is first opened as spelled: swap before that too.
+    lexical = _fence._lexical_key
+
+    def lexical_then_swap(path: str, policy: SandboxPolicy, pins_checked: bool) -> str | None:
+        key = lexical(path, policy, pins_checked)
+        check_then_swap(path, policy)
+        return key
+
+    monkeypatch.setattr(_fence, "_lexical_key", lexical_then_swap)
     with pytest.raises(FenceDenied):  # the retry judges the path again: now it points out
         open_read("d/f.txt", policy)
 

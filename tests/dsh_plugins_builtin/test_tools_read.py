@@ -235,16 +235,21 @@ async def test_list_dir_is_capped(host: Host, ws: Path, monkeypatch: pytest.Monk
         "\n\n\nx",
         "one\ntwo\nthree\nfour\nfive\n",
         "x" * 2500 + "\ny\n",
+        "x" * 2000 + "\r\n" + "y" * 2001 + "\r\nz" + "é" * 2001,
+        "\r\n\r",
     ],
 )
 @pytest.mark.parametrize(("offset", "limit"), [(1, 2000), (2, 2), (4, 1), (1, 1)])
 def test_the_window_fast_path_agrees_with_the_line_by_line_one(
     text: str, offset: int, limit: int
 ) -> None:
-    from dsh_plugins_builtin._file_tools import _Window
+    from dsh_plugins_builtin._file_tools import _whole_window, _Window
 
     whole, bytewise = _Window(offset, limit), _Window(offset, limit)
     whole.feed(text)  # one chunk: the fast path where it applies
     for char in text:  # one character a chunk: never the fast path past the first line
         bytewise.feed(char)
     assert (whole.finish(), whole.lines) == (bytewise.finish(), bytewise.lines)
+    # The small-file path (the whole text at once) agrees with both.
+    lines, total = _whole_window(text, offset, limit)
+    assert (total, lines) == (bytewise.lineno - 1, bytewise.lines)
