@@ -161,6 +161,7 @@ class HookRelay:
         self.pm = pm
         self._cache: dict[str, tuple[Impl, ...]] = {}
         self._async: dict[str, bool] = {}
+        self._suspends: dict[str, bool] = {}
         self._generation = -1
         self._plan: Plan | None = None
         self._plan_generation: int | None = None
@@ -184,11 +185,20 @@ class HookRelay:
         if generation is None or generation != self._generation:
             self._cache.clear()
             self._async.clear()
+            self._suspends.clear()
             self._generation = generation if generation is not None else -1
         cached = self._cache.get(hook)
         if cached is None or generation is None:
             cached = self._cache[hook] = self._collect(pm, hook)
         return cached
+
+    def may_suspend(self, hook: str) -> bool:
+        """Whether an implementation of *hook* may suspend (``async``, or a waterfall link)."""
+        impls = self.impls(hook)
+        known = self._suspends.get(hook)
+        if known is None or getattr(self.pm, "generation", None) is None:
+            known = self._suspends[hook] = any(i.is_async or i.waterfall for i in impls)
+        return known
 
     def any_async(self, hook: str) -> bool:
         """Whether any implementation of *hook* is ``async def`` (its stage needs a scope)."""

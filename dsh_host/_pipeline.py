@@ -21,7 +21,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
@@ -320,8 +320,7 @@ class Pipeline:
     def _stage(self, hook: str) -> _Stage | None:
         """The stage of a hook whose implementations may suspend (``async`` or waterfall links),
         lazy where it can be (see `_Stage`), else ``None``."""
-        hooks = self.hooks
-        if hooks.any_async(hook) or any(impl.waterfall for impl in hooks.impls(hook)):
+        if self.hooks.may_suspend(hook):
             return _Stage.lazy() or _Stage()
         return None
 
@@ -390,6 +389,21 @@ class Pipeline:
         count = len(impls)
         spec = (*_HOOK_ARGS[hook], "call_next")
 
+        async def downstream(i: int, memo: list[Any], own: _Budget) -> Any:
+            """What a link's ``call_next()`` awaits: the links after it, once (memoised)."""
+            if not memo:
+                if i == count:  # nobody after it: the default, with no chain to run
+                    memo.append((default, None))
+                else:
+                    if own.stage is not None:  # downstream: not the link's own time
+                        own.close()
+                        own.paused = True
+                    try:
+                        memo.append(await run_from(i))
+                    finally:
+                        own.paused = False
+            return memo[0][0]
+
         async def run_from(i: int) -> tuple[Any, str | None]:
             while i < count:
                 impl = impls[i]
@@ -398,18 +412,11 @@ class Pipeline:
                 try:
                     if impl.waterfall:
 
-                        async def call_next(
+                        def call_next(
                             _i: int = i + 1, _memo: list[Any] = memo, _own: _Budget = budget
                         ) -> Any:
-                            if not _memo:
-                                if _own.stage is not None:  # downstream: not its own time
-                                    _own.close()
-                                    _own.paused = True
-                                try:
-                                    _memo.append(await run_from(_i))
-                                finally:
-                                    _own.paused = False
-                            return _memo[0][0]
+                            coroutine = _own.issued = downstream(_i, _memo, _own)
+                            return coroutine
 
                         if impl.argnames == spec:
                             call: tuple[Any, ...] = (impl.function, *args, call_next)
@@ -422,6 +429,9 @@ class Pipeline:
                         value = call[0](*call[1:])
                     else:
                         value = self._sync(impl.plugin, hook, tool, *call)
+                        if value is not None and value is budget.issued:
+                            # A tail call: all it does is downstream's (not its own time).
+                            value = await value
                     if impl.is_async or (value is not None and inspect.isawaitable(value)):
                         value = await _settle(value, budget, stage, impl.plugin, hook)
                 except PluginFailure:
@@ -724,7 +734,11 @@ class Pipeline:
         delegated: list[ToolExecutionResult] = []
         budget = _Budget(self.hook_timeout, stage)
 
-        async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
+        def call_next(signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
+            coroutine = budget.issued = downstream(signal)
+            return coroutine
+
+        async def downstream(signal: AbortSignal | None) -> ToolExecutionResult:
             if signal is not None and not isinstance(signal, AbortSignal):
                 raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
             if budget.stage is not None:  # waiting downstream is not this link's own time
@@ -751,8 +765,15 @@ class Pipeline:
         else:  # `_call`, for this one shape, without its generality
             try:
                 if not impl.is_async:
-                    kwargs = {"execution": view, "call_next": call_next}
-                    value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
+                    if impl.argnames == _WRAPPER_ARGS:
+                        value = self._sync(
+                            impl.plugin, hook, view.name, impl.function, view, call_next
+                        )
+                    else:
+                        kwargs = {"execution": view, "call_next": call_next}
+                        value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
+                    if value is not None and value is budget.issued:
+                        value = await value  # a tail call: all it does is downstream's
                 elif impl.argnames == _WRAPPER_ARGS:
                     value = impl.function(view, call_next)
                 else:
@@ -1291,7 +1312,7 @@ class _Budget:
     stretch was first seen suspending (``None``: not yet, so no clock read was needed).
     """
 
-    __slots__ = ("limit", "paused", "since", "stage", "used")
+    __slots__ = ("issued", "limit", "paused", "since", "stage", "used")
 
     def __init__(self, limit: float, stage: _Stage | None) -> None:
         self.limit = limit
@@ -1299,6 +1320,7 @@ class _Budget:
         self.paused = False
         self.since: float | None = None
         self.used = 0.0
+        self.issued: Any = None  # the coroutine its call_next() last returned
 
     def close(self) -> None:
         """End the current stretch of own time (it starts again at the next suspension)."""
