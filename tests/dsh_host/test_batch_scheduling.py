@@ -1,0 +1,339 @@
+"""`execute_batch`'s scheduling: a few workers instead of a task per call, and every ordering,
+cap, barrier, abort and cancellation rule kept under hostile schedules."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_host import (
+    AbortSignal,
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
+from dsh_host._hooks import HookRelay, make_plugin_manager
+from tests.conftest import soak_size
+
+
+class Spawns(trio.abc.Instrument):
+    """Counts the tasks trio starts while installed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.count += 1
+
+
+class Bodies:
+    """What the bodies did: how many ran at once, in what order they started and ended."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.log: list[str] = []
+        self.exclusive_running = False
+        self.overlapped_exclusive = False
+
+    def enter(self, name: str, exclusive: bool = False) -> None:
+        if self.exclusive_running or (exclusive and self.running):
+            self.overlapped_exclusive = True
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.exclusive_running = exclusive
+        self.log.append(f"start:{name}")
+
+    def leave(self, name: str) -> None:
+        self.running -= 1
+        self.exclusive_running = False
+        self.log.append(f"end:{name}")
+
+
+def registry_with(bodies: Bodies, *plugins: object) -> ToolRegistry:
+    """``read`` (concurrency-safe, sleeps ``delay`` seconds; 0 means it never suspends) and
+    ``write`` (exclusive, same), both recording into *bodies*."""
+    pm = make_plugin_manager()
+    for plugin in plugins:
+        pm.register(plugin, name=type(plugin).__name__.lower())
+    registry = ToolRegistry(hooks=HookRelay(pm))
+
+    def make(exclusive: bool) -> Any:
+        async def body(args: Any, ctx: Any) -> str:
+            name = ctx.execution.call_id
+            bodies.enter(name, exclusive)
+            try:
+                if args["delay"]:
+                    await trio.sleep(args["delay"])
+            finally:
+                bodies.leave(name)
+            return name
+
+        return body
+
+    params = {"delay": {"type": "number", "required": True}}
+    registry.register(
+        define_tool(
+            name="read",
+            description="",
+            parameters=params,
+            execute=make(False),
+            is_concurrency_safe=lambda a: True,
+        )
+    )
+    registry.register(
+        define_tool(name="write", description="", parameters=params, execute=make(True))
+    )
+    return registry
+
+
+def calls(spec: list[tuple[str, float]]) -> list[ToolExecutionInput]:
+    return [
+        ToolExecutionInput(call_id=f"c{i}", name=name, arguments={"delay": delay})
+        for i, (name, delay) in enumerate(spec)
+    ]
+
+
+async def counted(registry: ToolRegistry, inputs: list[Any], **kwargs: Any) -> tuple[Any, int]:
+    spawns = Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        results = await registry.execute_batch(inputs, **kwargs)
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
+    return results, spawns.count
+
+
+# -- tasks: a few workers, not one per call --------------------------------------------------------
+
+
+async def test_a_thousand_parallel_calls_use_at_most_max_parallel_plus_one_extra_tasks(
+    autojump_clock,
+):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    rng = random.Random(11)
+    inputs = calls([("read", rng.choice([1, 2, 3])) for _ in range(1000)])
+    results, spawned = await counted(registry, inputs, max_parallel=8)
+    assert [r.text for r in results] == [f"c{i}" for i in range(1000)]
+    assert spawned <= 8 + 1  # the caller's task is a worker too
+    assert bodies.most == 8  # and the pool is kept full
+
+
+async def test_calls_that_never_suspend_start_no_task_at_all():
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    results, spawned = await counted(registry, calls([("read", 0)] * 500), max_parallel=10)
+    assert [r.text for r in results] == [f"c{i}" for i in range(500)]
+    assert spawned == 0
+
+
+async def test_at_most_max_parallel_bodies_overlap(autojump_clock):
+    for max_parallel in (1, 2, 5):
+        bodies = Bodies()
+        registry = registry_with(bodies)
+        await registry.execute_batch(calls([("read", 1)] * 20), max_parallel=max_parallel)
+        assert bodies.most == max_parallel
+
+
+async def test_results_come_back_in_model_order_when_later_calls_finish_first(autojump_clock):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    seen: list[int] = []
+    inputs = calls([("read", 50 - i) for i in range(50)])
+    results = await registry.execute_batch(
+        inputs, max_parallel=50, on_result=lambda i, r: seen.append(i)
+    )
+    assert [r.text for r in results] == [f"c{i}" for i in range(50)]
+    assert seen == list(range(50))
+    ends = [entry for entry in bodies.log if entry.startswith("end:")]
+    assert ends == [f"end:c{i}" for i in reversed(range(50))]
+
+
+# -- ordering of policy and finalisation, under random schedules -----------------------------------
+
+
+class Recorder:
+    """Pre-execute and guard that may suspend, post-execute, observer: records their order and
+    checks that policy never overlaps policy."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.log: list[str] = []
+        self.in_policy = False
+        self.policy_overlapped = False
+
+    async def _maybe_suspend(self) -> None:
+        if self.rng.random() < 0.3:
+            await trio.sleep(self.rng.choice([0, 0.5]))
+
+    @hookimpl
+    async def dsh_tool_pre_execute(self, execution: Any) -> None:
+        if self.in_policy:
+            self.policy_overlapped = True
+        self.in_policy = True
+        try:
+            self.log.append(f"pre:{execution.call_id}")
+            await self._maybe_suspend()
+        finally:
+            self.in_policy = False
+
+    @hookimpl
+    async def dsh_tool_post_execute(self, execution: Any, result: Any) -> None:
+        self.log.append(f"post:{execution.call_id}")
+        await self._maybe_suspend()
+
+    @hookimpl
+    async def dsh_tool_result(self, execution: Any, result: Any) -> None:
+        self.log.append(f"observed:{execution.call_id}")
+        await self._maybe_suspend()
+
+
+def _random_batch(rng: random.Random, size: int) -> list[tuple[str, float]]:
+    return [
+        (
+            "write" if rng.random() < 0.15 else "read",
+            rng.choice([0, 0, 0.25, 1, 3]),
+        )
+        for _ in range(size)
+    ]
+
+
+async def _check_random_batch(seed: int, size: int) -> None:
+    rng = random.Random(seed)
+    bodies = Bodies()
+    recorder = Recorder(rng)
+    registry = registry_with(bodies, recorder)
+    spec = _random_batch(rng, size)
+    max_parallel = rng.choice([1, 2, 3, 7])
+    seen: list[int] = []
+    results, spawned = await counted(
+        registry, calls(spec), max_parallel=max_parallel, on_result=lambda i, r: seen.append(i)
+    )
+    order = [f"c{i}" for i in range(size)]
+    assert [r.text for r in results] == order
+    assert seen == list(range(size))
+    for stage in ("pre", "post", "observed"):
+        assert [e.split(":")[1] for e in recorder.log if e.startswith(stage)] == order
+    assert not recorder.policy_overlapped
+    assert not bodies.overlapped_exclusive
+    assert bodies.most <= max_parallel
+    assert spawned <= max_parallel + 1
+    # Every call ran once; an exclusive call only once every earlier call's body had ended.
+    for i, (name, _delay) in enumerate(spec):
+        assert bodies.log.count(f"start:c{i}") == 1
+        if name == "write":
+            start = bodies.log.index(f"start:c{i}")
+            assert all(bodies.log.index(f"end:c{j}") < start for j in range(i))
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_schedules_keep_every_ordering_rule(autojump_clock, seed):
+    await _check_random_batch(seed, 40)
+
+
+@pytest.mark.soak
+async def test_random_schedules_keep_every_ordering_rule_soak(autojump_clock):
+    for seed in range(soak_size(20, 500)):
+        await _check_random_batch(1000 + seed, soak_size(60, 300))
+
+
+async def test_a_finalisation_that_waits_does_not_hold_up_starting_later_calls(autojump_clock):
+    """An observer of call 0 that waits for call 3's body: the batch must start call 3 while it
+    waits (finalisation is not policy), else this deadlocks until the observer times out."""
+    started = trio.Event()
+    log: list[str] = []
+
+    class Waiter:
+        @hookimpl
+        async def dsh_tool_result(self, execution: Any, result: Any) -> None:
+            if execution.call_id == "c0":
+                with trio.fail_after(1):
+                    await started.wait()
+                log.append("c0 observed after c3 started")
+
+    class Bodies3(Bodies):
+        def enter(self, name: str, exclusive: bool = False) -> None:
+            super().enter(name, exclusive)
+            if name == "c3":
+                started.set()
+
+    registry = registry_with(Bodies3(), Waiter())
+    results = await registry.execute_batch(calls([("read", 0)] * 5))
+    assert [r.code for r in results] == [None] * 5
+    assert log == ["c0 observed after c3 started"]
+
+
+# -- abort and cancellation -----------------------------------------------------------------------
+
+
+async def test_abort_mid_batch_starts_no_new_body_and_reports_the_rest(autojump_clock):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    signal = AbortSignal()
+
+    async def abort_later() -> None:
+        await trio.sleep(1.5)
+        signal.abort("user pressed Esc")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(abort_later)
+        results = await registry.execute_batch(
+            calls([("read", 1)] * 10), max_parallel=2, signal=signal
+        )
+    codes = [r.code for r in results]
+    # c0, c1 ran to the end at t=1; c2, c3 were running at t=1.5 and were aborted.
+    assert codes[:2] == [None, None]
+    assert codes[2:4] == ["ABORTED", "ABORTED"]
+    assert codes[4:] == ["ABORTED_BEFORE_DISPATCH"] * 6
+    assert [e for e in bodies.log if e.startswith("start")] == [f"start:c{i}" for i in range(4)]
+
+
+async def test_cancelling_the_caller_cancels_every_running_call(autojump_clock):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    with trio.move_on_after(2.5) as scope:
+        await registry.execute_batch(calls([("read", 10)] * 30), max_parallel=4)
+    assert scope.cancelled_caught
+    assert bodies.running == 0
+    assert bodies.log.count("start:c0") == 1
+    assert len([e for e in bodies.log if e.startswith("start")]) == 4
+
+
+async def test_an_on_result_that_raises_comes_out_as_itself(autojump_clock):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+
+    def on_result(index: int, result: Any) -> None:
+        if index == 2:
+            raise LookupError("progress display broke")
+
+    with pytest.raises(LookupError, match="progress display broke"):
+        await registry.execute_batch(calls([("read", 1)] * 6), on_result=on_result)
+    assert bodies.running == 0  # the others were cancelled, not abandoned
+
+
+async def test_a_parallel_call_after_an_exclusive_one_waits_for_it(autojump_clock):
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    spec = [("read", 2), ("read", 0), ("write", 1), ("read", 0), ("read", 1)]
+    results = await registry.execute_batch(calls(spec))
+    assert [r.text for r in results] == [f"c{i}" for i in range(5)]
+    assert bodies.log == [
+        "start:c0",
+        "start:c1",
+        "end:c1",
+        "end:c0",
+        "start:c2",
+        "end:c2",
+        "start:c3",
+        "end:c3",
+        "start:c4",
+        "end:c4",
+    ]
+    assert not bodies.overlapped_exclusive
