@@ -69,11 +69,16 @@ async def run_batch(
             on_result(0, result)
         return [result]
     batch = _Batch(registry, pipeline, inputs, max_parallel, signal, trace, on_result)
+    batch.holder = current_task()
+    # Up to the first parallel call that has others after it, nothing can overlap: no nursery
+    # (opening one costs more than a call). A batch of exclusive calls never opens one.
+    await batch.work()
+    if batch.pending != batch.next:
+        return batch.results
     failure: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             batch.nursery = nursery
-            batch.holder = current_task()
             await batch.work()
     except BaseExceptionGroup as group:
         failure = _sole(group)
@@ -102,6 +107,7 @@ class _Batch:
         "next",
         "nursery",
         "on_result",
+        "pending",
         "pipeline",
         "ready",
         "registry",
@@ -143,6 +149,7 @@ class _Batch:
         self.drain_limit = 0
         self.workers = 1  # the caller's task is the first worker
         self.nursery: trio.Nursery | None = None
+        self.pending = -1  # a parallel call classified before the nursery was opened
 
     # -- the workers -------------------------------------------------------------------------
 
@@ -168,8 +175,15 @@ class _Batch:
             if index >= count or (signal is not None and signal.aborted):
                 await self._finish()
                 return
-            ready = self._classify(index)
-            parallel = ready is not None
+            if index == self.pending:  # classified before the nursery was opened
+                ready = self.ready[index]
+                parallel = True
+            else:
+                ready = self._classify(index)
+                parallel = ready is not None
+                if parallel and self.nursery is None and index + 1 < count:
+                    self.ready[index], self.pending = ready, index
+                    return  # the caller opens the nursery, then this task goes on
             # A parallel call needs a free slot; an exclusive one, that nothing else runs.
             limit = self.max_parallel - 1 if parallel else 0
             if self.in_flight > limit:

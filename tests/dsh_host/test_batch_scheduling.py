@@ -337,3 +337,25 @@ async def test_a_parallel_call_after_an_exclusive_one_waits_for_it(autojump_cloc
         "end:c4",
     ]
     assert not bodies.overlapped_exclusive
+
+
+async def test_a_batch_with_nothing_to_overlap_opens_no_nursery(monkeypatch, autojump_clock):
+    """Exclusive calls, and a parallel call that comes last, cannot overlap anything: no
+    nursery is opened for them (it costs more than a call)."""
+    opened: list[Any] = []
+    open_nursery = trio.open_nursery
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return open_nursery(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "open_nursery", counting)
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    results = await registry.execute_batch(calls([("write", 1), ("write", 0), ("read", 1)]))
+    assert [r.text for r in results] == ["c0", "c1", "c2"]
+    assert opened == []
+    results = await registry.execute_batch(calls([("write", 1), ("read", 2), ("read", 1)]))
+    assert [r.text for r in results] == ["c0", "c1", "c2"]
+    assert len(opened) == 1
+    assert bodies.log[-4:] == ["start:c1", "start:c2", "end:c2", "end:c1"]
