@@ -161,6 +161,7 @@ class _Batch:
         inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
         settled, results, count = self.settled, self.results, len(inputs)
         prepare, dispatch, finalize = pipeline.prepare, pipeline.dispatch, pipeline.finalize
+        classify, on_result, slots = self.registry._classify, self.on_result, self.max_parallel - 1
         while True:
             if self.holder is not me:
                 if self.next >= count and self.holder is not None:
@@ -179,13 +180,24 @@ class _Batch:
                 ready = self.ready[index]
                 parallel = True
             else:
-                ready = self._classify(index)
-                parallel = ready is not None
-                if parallel and self.nursery is None and index + 1 < count:
+                # Classified once: the arguments are frozen and validated here, and the input
+                # replaced by one carrying the frozen arguments (the pipeline's freeze then costs
+                # nothing, and the body gets the arguments validated here) and the batch's signal.
+                input = inputs[index]
+                mode, tool, frozen, args = classify(input)
+                if signal is not None and input.signal is None:
+                    inputs[index] = _with_signal(input, frozen, signal)
+                elif frozen is not None and frozen is not input.arguments:
+                    inputs[index] = _with_arguments(input, frozen)
+                parallel = mode is _PARALLEL
+                ready = None if args is None else (tool, frozen, args)
+                if not parallel:
+                    self.ready[index] = ready
+                elif self.nursery is None and index + 1 < count:
                     self.ready[index], self.pending = ready, index
                     return  # the caller opens the nursery, then this task goes on
             # A parallel call needs a free slot; an exclusive one, that nothing else runs.
-            limit = self.max_parallel - 1 if parallel else 0
+            limit = slots if parallel else 0
             if self.in_flight > limit:
                 await self._drain(limit)
                 if signal is not None and signal.aborted:
@@ -231,8 +243,8 @@ class _Batch:
                     self.committing = False
             results[index] = result
             self.committed = index = index + 1
-            if self.on_result is not None:
-                self.on_result(index - 1, result)
+            if on_result is not None:
+                on_result(index - 1, result)
             if index < count and settled[index] is not None and not self.committing:
                 await self._commit(me)  # calls that settled meanwhile, in order
 
@@ -332,32 +344,6 @@ class _Batch:
 
         await wait_task_rescheduled(abort)
 
-    # -- per call --------------------------------------------------------------------------------
-
-    def _classify(self, index: int) -> Any:
-        """Classify a call: the ``ready`` the pipeline takes for a parallel one, else ``None``.
-
-        Its arguments are frozen and validated once, here: the call's input is replaced by one
-        carrying the frozen arguments (the pipeline's own freeze then costs nothing, and the body
-        gets the arguments validated here), and the batch's signal when it has none of its own.
-        """
-        input = self.inputs[index]
-        mode, tool, frozen, args = self.registry._classify(input)
-        ready = None if frozen is None or args is None else (tool, frozen, args)
-        signal = self.signal
-        if signal is not None and input.signal is None:
-            if frozen is not None:
-                input = attrs.evolve(input, arguments=frozen, signal=signal)
-            else:
-                input = attrs.evolve(input, signal=signal)
-        elif frozen is not None and frozen is not input.arguments:
-            input = _with_arguments(input, frozen)
-        self.inputs[index] = input
-        if mode is _PARALLEL:
-            return ready
-        self.ready[index] = ready
-        return None
-
 
 class _Resume:
     """Go on awaiting a coroutine that was started by hand and yielded *trap*; its value.
@@ -419,6 +405,15 @@ _PLAIN_INPUT: Final = (
 )
 _set = object.__setattr__
 _new = object.__new__
+
+
+def _with_signal(
+    input: ToolExecutionInput, arguments: Any, signal: AbortSignal
+) -> ToolExecutionInput:
+    """*input* with the batch's *signal* (and the frozen *arguments*, unless they are ``None``)."""
+    if arguments is None:
+        return attrs.evolve(input, signal=signal)
+    return attrs.evolve(input, arguments=arguments, signal=signal)
 
 
 def _with_arguments(input: ToolExecutionInput, arguments: Any) -> ToolExecutionInput:
