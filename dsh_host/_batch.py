@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
-from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
+from trio.lowlevel import (
+    Abort,
+    Task,
+    checkpoint_if_cancelled,
+    current_task,
+    reschedule,
+    wait_task_rescheduled,
+)
 
 from ._signal import AbortSignal
 from ._values import ExecutionMode, ToolExecutionInput, ToolExecutionResult
@@ -158,6 +165,7 @@ class _Batch:
         me = current_task()
         if self.holder is _SPAWNING:
             self.holder = me
+            await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
         inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
         settled, results, count = self.settled, self.results, len(inputs)
         prepare, dispatch, finalize = pipeline.prepare, pipeline.dispatch, pipeline.finalize
@@ -172,6 +180,7 @@ class _Batch:
                     await self._wait(self.idle)
                     if self.holder is not me:  # woken to leave: the batch is over
                         return
+                await checkpoint_if_cancelled()  # woken by a call that ended as the batch was
             index = self.next
             if index >= count or (signal is not None and signal.aborted):
                 await self._finish()
@@ -200,6 +209,7 @@ class _Batch:
             limit = slots if parallel else 0
             if self.in_flight > limit:
                 await self._drain(limit)
+                await checkpoint_if_cancelled()
                 if signal is not None and signal.aborted:
                     continue  # the next turn ends the batch
             self.next = index + 1

@@ -359,3 +359,29 @@ async def test_a_batch_with_nothing_to_overlap_opens_no_nursery(monkeypatch, aut
     assert [r.text for r in results] == ["c0", "c1", "c2"]
     assert len(opened) == 1
     assert bodies.log[-4:] == ["start:c1", "start:c2", "end:c2", "end:c1"]
+
+
+async def test_no_call_starts_once_the_caller_cancelled_the_batch(autojump_clock):
+    """Call 0's observer cancels the caller's scope just after call 0's end woke the worker
+    waiting to start call 1: that worker must not run call 1's policy (nor its body)."""
+    prepared: list[str] = []
+    scope = trio.CancelScope()
+
+    class Pre:
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution: Any) -> None:
+            prepared.append(execution.call_id)
+
+    class Canceller:
+        @hookimpl
+        def dsh_tool_result(self, execution: Any, result: Any) -> None:
+            if execution.call_id == "c0":
+                scope.cancel()
+
+    bodies = Bodies()
+    registry = registry_with(bodies, Pre(), Canceller())
+    with scope:
+        await registry.execute_batch(calls([("read", 1), ("read", 0), ("read", 0)]), max_parallel=1)
+    assert scope.cancelled_caught
+    assert prepared == ["c0"]
+    assert bodies.log == ["start:c0", "end:c0"]
