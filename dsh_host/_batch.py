@@ -14,9 +14,14 @@ wrappers, body, finalisation - by hand in its own task. When that rest finishes 
 suspending, the holder simply goes on to the next call: a batch of calls that never suspend runs
 like a loop of `execute`, with no task switch, wake-up or event. Only when the rest suspends (a
 body awaiting I/O) does the holder hand the baton on, at that moment, to an idle worker or a new
-one, which starts the next call while the first waits. Trio's `CapacityLimiter`, `Event` or
-memory channels would cost a wake-up per call even when nothing waits, hence this hand-written
-scheduling: wake-ups happen only where a call actually suspends.
+one, which starts the next call while the first waits. This scheduling is hand-written because
+trio's `CapacityLimiter` and memory channels pass through the scheduler on every acquire or send
+(a checkpoint each), and an `Event` per call costs a wake-up: here the only trips through the
+scheduler are the ones the calls themselves make.
+
+Cancelling the caller cancels every worker (they share one nursery); a worker woken just as that
+happens starts no further call. What the machinery raises comes out as itself, not wrapped in an
+exception group, as it would from `ToolRegistry.execute`.
 """
 
 from __future__ import annotations

@@ -385,3 +385,23 @@ async def test_no_call_starts_once_the_caller_cancelled_the_batch(autojump_clock
     assert scope.cancelled_caught
     assert prepared == ["c0"]
     assert bodies.log == ["start:c0", "end:c0"]
+
+
+def test_the_hot_path_copy_of_an_input_is_what_evolve_makes():
+    import attrs
+
+    from dsh_host._batch import _with_arguments
+    from dsh_host._json import freeze
+
+    signal = AbortSignal()
+    original = ToolExecutionInput(
+        call_id="c", name="read", arguments={"a": [1]}, parent=None, signal=signal
+    )
+    frozen = freeze(original.arguments)
+    copy = _with_arguments(original, frozen)
+    assert copy == attrs.evolve(original, arguments=frozen)
+    assert copy.arguments is frozen
+    assert copy.signal is signal
+    assert original.arguments == {"a": [1]}  # the caller's input is untouched
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        copy.name = "other"  # type: ignore[misc]
