@@ -120,8 +120,8 @@ class _Batch:
         "nursery",
         "on_result",
         "pending",
+        "pending_ready",
         "pipeline",
-        "ready",
         "registry",
         "results",
         "settled",
@@ -150,7 +150,6 @@ class _Batch:
         self.on_result = on_result
         self.results: list[Any] = [None] * count
         self.settled: list[Any] = [None] * count  # (execution, result, post) until finalised
-        self.ready: list[Any] = [None] * count  # an exclusive call's (tool, frozen, args)
         self.next = 0  # the next call to prepare
         self.committed = 0  # the next call to finalise
         self.committing = False  # a worker is finalising (only one at a time, in model order)
@@ -162,6 +161,7 @@ class _Batch:
         self.workers = 1  # the caller's task is the first worker
         self.nursery: trio.Nursery | None = None
         self.pending = -1  # a parallel call classified before the nursery was opened
+        self.pending_ready: Any = None  # its (tool, frozen, args)
 
     # -- the workers -------------------------------------------------------------------------
 
@@ -191,8 +191,7 @@ class _Batch:
                 await self._finish()
                 return
             if index == self.pending:  # classified before the nursery was opened
-                ready = self.ready[index]
-                parallel = True
+                input, ready, parallel = inputs[index], self.pending_ready, True
             else:
                 # Classified once: the arguments are frozen and validated here, and the input
                 # replaced by one carrying the frozen arguments (the pipeline's freeze then costs
@@ -200,15 +199,13 @@ class _Batch:
                 input = inputs[index]
                 mode, tool, frozen, args = classify(input)
                 if signal is not None and input.signal is None:
-                    inputs[index] = _with_signal(input, frozen, signal)
+                    input = _with_signal(input, frozen, signal)
                 elif frozen is not None and frozen is not input.arguments:
-                    inputs[index] = _with_arguments(input, frozen)
+                    input = _with_arguments(input, frozen)
                 parallel = mode is _PARALLEL
                 ready = None if args is None else (tool, frozen, args)
-                if not parallel:
-                    self.ready[index] = ready
-                elif self.nursery is None and index + 1 < count:
-                    self.ready[index], self.pending = ready, index
+                if parallel and self.nursery is None and index + 1 < count:
+                    inputs[index], self.pending_ready, self.pending = input, ready, index
                     return  # the caller opens the nursery, then this task goes on
             # A parallel call needs a free slot; an exclusive one, that nothing else runs.
             limit = slots if parallel else 0
@@ -218,7 +215,7 @@ class _Batch:
                 if signal is not None and signal.aborted:
                     continue  # the next turn ends the batch
             self.next = index + 1
-            prepared = await prepare(inputs[index], trace)
+            prepared = await prepare(input, trace)
             execution = prepared.execution
             if prepared.result is not None:
                 result, post = prepared.result, prepared.post
@@ -238,7 +235,7 @@ class _Batch:
                     finally:
                         self._landed()
             else:  # an exclusive call keeps the baton: nothing else starts meanwhile
-                result, post = await dispatch(execution, trace, self.ready[index])
+                result, post = await dispatch(execution, trace, ready)
             if index != self.committed or self.committing:
                 settled[index] = (execution, result, post)  # finalised in its turn
                 continue
