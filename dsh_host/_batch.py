@@ -26,6 +26,7 @@ exception group, as it would from `ToolRegistry.execute`.
 
 from __future__ import annotations
 
+import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Final
@@ -173,8 +174,7 @@ class _Batch:
             await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
         inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
         settled, results, count = self.settled, self.results, len(inputs)
-        prepare, dispatch, finalize = pipeline.prepare, pipeline.dispatch, pipeline.finalize
-        classify, on_result, slots = self.registry._classify, self.on_result, self.max_parallel - 1
+        registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
         while True:
             if self.holder is not me:
                 if self.next >= count and self.holder is not None:
@@ -197,7 +197,7 @@ class _Batch:
                 # replaced by one carrying the frozen arguments (the pipeline's freeze then costs
                 # nothing, and the body gets the arguments validated here) and the batch's signal.
                 input = inputs[index]
-                mode, tool, frozen, args = classify(input)
+                mode, tool, frozen, args = registry._classify(input)
                 if signal is not None and input.signal is None:
                     input = _with_signal(input, frozen, signal)
                 elif frozen is not None and frozen is not input.arguments:
@@ -215,14 +215,14 @@ class _Batch:
                 if signal is not None and signal.aborted:
                     continue  # the next turn ends the batch
             self.next = index + 1
-            prepared = await prepare(input, trace)
+            prepared = await pipeline.prepare(input, trace)
             execution = prepared.execution
             if prepared.result is not None:
                 result, post = prepared.result, prepared.post
             elif parallel:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
-                running = dispatch(execution, trace, ready)
+                running = pipeline.dispatch(execution, trace, ready)
                 try:
                     trap = running.send(None)
                 except StopIteration as stop:
@@ -231,16 +231,16 @@ class _Batch:
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
                     try:
-                        result, post = await _Resume(running, trap)
+                        result, post = await _resume(running, trap)
                     finally:
                         self._landed()
             else:  # an exclusive call keeps the baton: nothing else starts meanwhile
-                result, post = await dispatch(execution, trace, ready)
+                result, post = await pipeline.dispatch(execution, trace, ready)
             if index != self.committed or self.committing:
                 settled[index] = (execution, result, post)  # finalised in its turn
                 continue
             # Its turn: finalised here and now, by hand too.
-            finalizing = finalize(execution, result, post, trace)
+            finalizing = pipeline.finalize(execution, result, post, trace)
             try:
                 trap = finalizing.send(None)
             except StopIteration as stop:
@@ -250,7 +250,7 @@ class _Batch:
                 try:
                     if self.holder is me:
                         self._hand_on()
-                    result = await _Resume(finalizing, trap)
+                    result = await _resume(finalizing, trap)
                 finally:
                     self.committing = False
             results[index] = result
@@ -282,7 +282,7 @@ class _Batch:
                 else:
                     if self.holder is me:
                         self._hand_on()
-                    result = await _Resume(running, trap)
+                    result = await _resume(running, trap)
                 results[index] = result
                 self.committed = index = index + 1
                 if on_result is not None:
@@ -357,37 +357,29 @@ class _Batch:
         await wait_task_rescheduled(abort)
 
 
-class _Resume:
+@types.coroutine
+def _resume(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any, Any]:
     """Go on awaiting a coroutine that was started by hand and yielded *trap*; its value.
 
-    Forwards what trio sends or throws in exactly as ``await`` would.
+    Forwards what trio sends or throws in exactly as ``await`` would. One generator, nothing
+    else: it is what each parked call of a batch holds beyond the call itself.
     """
-
-    __slots__ = ("coroutine", "trap")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], trap: Any) -> None:
-        self.coroutine = coroutine
-        self.trap = trap
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coroutine, trap = self.coroutine, self.trap
-        send, throw = coroutine.send, coroutine.throw
-        while True:
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:
             try:
-                sent = yield trap
-            except GeneratorExit:
-                coroutine.close()
-                raise
-            except BaseException as exc:
-                try:
-                    trap = throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    trap = send(sent)
-                except StopIteration as stop:
-                    return stop.value
+                trap = coroutine.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                trap = coroutine.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
