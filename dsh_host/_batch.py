@@ -230,6 +230,7 @@ class _Batch:
                 else:
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
+                    del input, ready, prepared  # what a parked call need not hold
                     try:
                         result, post = await _resume(running, trap)
                     finally:
