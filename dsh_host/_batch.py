@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["run_batch"]
 
 _PARALLEL: Final = ExecutionMode.PARALLEL
-_SPAWNING: Final[Any] = object()
-"""The baton's holder while the worker it was handed to is being started."""
 
 
 async def run_batch(
@@ -108,6 +106,7 @@ class _Batch:
     """The state of one batch run: its calls, the baton, the in-flight count, the commit point."""
 
     __slots__ = (
+        "coming",
         "committed",
         "committing",
         "drain_limit",
@@ -160,6 +159,7 @@ class _Batch:
         self.drainer: Task | None = None  # the holder waiting for in-flight dispatches to end
         self.drain_limit = 0
         self.workers = 1  # the caller's task is the first worker
+        self.coming = 0  # workers woken or started that have not run yet
         self.nursery: trio.Nursery | None = None
         self.pending = -1  # a parallel call classified before the nursery was opened
         self.pending_ready: Any = None  # its (tool, frozen, args)
@@ -169,23 +169,20 @@ class _Batch:
     async def work(self) -> None:
         """One worker: prepare, dispatch and finalise calls while holding the baton."""
         me = current_task()
-        if self.holder is _SPAWNING:
-            self.holder = me
-            await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
         inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
         settled, results, count = self.settled, self.results, len(inputs)
         registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
+        if self.holder is not me:  # a worker just started
+            self.coming -= 1
         while True:
             if self.holder is not me:
-                if self.next >= count and self.holder is not None:
-                    return  # nothing left to start; whoever holds the baton ends the batch
-                if self.holder is None:
-                    self.holder = me
-                else:
+                while self.holder is not None:  # another worker holds it, or the batch is over
+                    if self.next >= count:
+                        return  # nothing left to start; whoever holds the baton ends the batch
                     await self._wait(self.idle)
-                    if self.holder is not me:  # woken to leave: the batch is over
-                        return
-                await checkpoint_if_cancelled()  # woken by a call that ended as the batch was
+                    self.coming -= 1
+                self.holder = me
+                await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
             index = self.next
             if index >= count or (signal is not None and signal.aborted):
                 await self._finish()
@@ -304,6 +301,7 @@ class _Batch:
         self.holder = _DONE
         idle = self.idle
         while idle:
+            self.coming += 1
             reschedule(idle.popleft())
         if self.committed == start and start < count and not self.committing:
             await self._commit(current_task())
@@ -311,21 +309,29 @@ class _Batch:
     # -- the baton -------------------------------------------------------------------------------
 
     def _hand_on(self) -> None:
-        """The holder's call is about to suspend: hand the baton on now."""
-        if self.idle:
-            task = self.idle.popleft()
-            self.holder = task
-            reschedule(task)
-        elif (
-            self.workers <= self.max_parallel
-            and self.next < len(self.inputs)
-            and self.nursery is not None
-        ):
+        """The holder's call is about to suspend: let go of the baton, and have workers come.
+
+        The baton is left free for the first worker to come back. Unless some are already on
+        their way, as many idle workers as there are calls that could start now are woken (and
+        new ones started, up to the cap), all at once: trio runs them in its next pass, where
+        each takes the baton in turn as the previous one's call suspends, so several calls start
+        in one pass of the scheduler instead of one per pass.
+        """
+        self.holder = None
+        if self.coming:
+            return
+        wanted = min(len(self.inputs) - self.next, self.max_parallel - self.in_flight)
+        idle = self.idle
+        while idle and wanted > 0:
+            self.coming += 1
+            wanted -= 1
+            reschedule(idle.popleft())
+        nursery = self.nursery
+        while wanted > 0 and self.workers <= self.max_parallel and nursery is not None:
+            self.coming += 1
+            wanted -= 1
             self.workers += 1
-            self.holder = _SPAWNING
-            self.nursery.start_soon(self.work)
-        else:
-            self.holder = None  # the next worker to come back takes it
+            nursery.start_soon(self.work)
 
     def _landed(self) -> None:
         """A parallel dispatch ended: wake the holder if it waits for this many to end."""

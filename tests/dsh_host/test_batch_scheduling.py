@@ -428,3 +428,48 @@ async def test_a_batch_holds_little_beyond_the_results_it_returns():
     assert len(results) == 3000
     assert kept > before
     assert (peak - kept) / 3000 < 64  # bytes per call; a task per call held about 900
+
+
+class Passes(trio.abc.Instrument):
+    """Counts trio's scheduler passes and task steps while installed."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.steps = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_calls_that_suspend_start_many_to_a_scheduler_pass():
+    """200 bodies that each pass through the scheduler once, 10 at a time: about 20 passes and
+    one task step per call (a worker handing the baton to one other per call took a pass and
+    two steps per call; a task per call, four)."""
+
+    async def checkpointing(args: Any, ctx: Any) -> str:
+        await trio.lowlevel.checkpoint()
+        return ctx.execution.call_id
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="cp",
+            description="",
+            parameters={},
+            execute=checkpointing,
+            is_concurrency_safe=lambda a: True,
+        )
+    )
+    inputs = [ToolExecutionInput(call_id=f"c{i}", name="cp", arguments={}) for i in range(200)]
+    passes = Passes()
+    trio.lowlevel.add_instrument(passes)
+    try:
+        results = await registry.execute_batch(inputs, max_parallel=10)
+    finally:
+        trio.lowlevel.remove_instrument(passes)
+    assert [r.text for r in results] == [f"c{i}" for i in range(200)]
+    assert passes.passes <= 40
+    assert passes.steps <= 260
