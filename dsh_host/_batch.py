@@ -13,8 +13,12 @@ running call to end), runs its policy (`Pipeline.prepare`), then starts the rest
 wrappers, body, finalisation - by hand in its own task. When that rest finishes without ever
 suspending, the holder simply goes on to the next call: a batch of calls that never suspend runs
 like a loop of `execute`, with no task switch, wake-up or event. Only when the rest suspends (a
-body awaiting I/O) does the holder hand the baton on, at that moment, to an idle worker or a new
-one, which starts the next call while the first waits. This scheduling is hand-written because
+body awaiting I/O) does the holder let go of the baton, at that moment, and wake as many idle
+workers (or start new ones) as calls could start now; trio runs them in its next pass, where each
+takes the baton in turn as the call before suspends, so a pool of calls that each wait briefly
+starts about ``max_parallel`` calls per scheduler pass, one task step per call. A worker back from
+its call takes a free baton itself. No nursery is opened until a parallel call with others after
+it is reached (a batch of exclusive calls never opens one). This scheduling is hand-written because
 trio's `CapacityLimiter` and memory channels pass through the scheduler on every acquire or send
 (a checkpoint each), and an `Event` per call costs a wake-up: here the only trips through the
 scheduler are the ones the calls themselves make.
