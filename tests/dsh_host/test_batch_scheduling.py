@@ -473,3 +473,52 @@ async def test_calls_that_suspend_start_many_to_a_scheduler_pass():
     assert [r.text for r in results] == [f"c{i}" for i in range(200)]
     assert passes.passes <= 40
     assert passes.steps <= 260
+
+
+async def test_arguments_changed_by_the_caller_mid_batch_reach_policy_and_body_alike(
+    autojump_clock,
+):
+    """A careless (or hostile) caller changes call 1's argument dict while call 0 runs: after
+    call 1 (exclusive) was classified - its arguments frozen and validated - and before its
+    policy ran. Policy and body must see one snapshot: the body may never run arguments other
+    than those the policy approved."""
+    seen_by_policy: list[Any] = []
+    seen_by_body: list[Any] = []
+    arguments = {"path": "notes.txt"}
+
+    class Policy:
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution: Any) -> None:
+            if execution.call_id == "c1":
+                seen_by_policy.append(dict(execution.arguments))
+
+    async def body(args: Any, ctx: Any) -> str:
+        if ctx.execution.call_id == "c0":
+            await trio.sleep(1)
+            arguments["path"] = "/etc/shadow"
+        else:
+            seen_by_body.append(dict(args))
+        return "ok"
+
+    pm = make_plugin_manager()
+    pm.register(Policy(), name="policy")
+    registry = ToolRegistry(hooks=HookRelay(pm))
+    params = {"path": {"type": "string", "required": True}}
+    for name, safe in (("read", True), ("write", False)):
+        registry.register(
+            define_tool(
+                name=name,
+                description="",
+                parameters=params,
+                execute=body,
+                is_concurrency_safe=lambda a, safe=safe: safe,
+            )
+        )
+    inputs = [
+        ToolExecutionInput(call_id="c0", name="read", arguments={"path": "a"}),
+        ToolExecutionInput(call_id="c1", name="write", arguments=arguments),
+    ]
+    await registry.execute_batch(inputs)
+    assert arguments["path"] == "/etc/shadow"  # the change happened while c1 waited
+    assert len(seen_by_body) == 1
+    assert seen_by_policy == seen_by_body
