@@ -128,10 +128,10 @@ def _cases(before: bool) -> dict[str, Callable[[], Awaitable[Any]]]:
     args = {"text": "hello"}
     hosts: dict[str, dsh_host.Host] = {
         "none": dsh_host.Host(load_entrypoints=False),
-        "sync": _audit_host("after", {}),
+        "sync": _audit_host("after", {"durability": "sync"}),
         "async": _audit_host("after", {"durability": "async"}),
         "disabled": _audit_host("after", {"enabled": False}),
-        "default+sync": _default_stack("after"),
+        "default+sync": _default_stack("after", durability="sync"),
         "default+async": _default_stack("after", durability="async"),
         "default+off": _default_stack(None),
     }

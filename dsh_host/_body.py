@@ -75,6 +75,8 @@ _MISSING: Any = object()
 
 
 def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
+    if type(value) is str and tool.validate_output is None:  # the common case, first
+        return ToolExecutionResult._success((TextBlock._of(value),))
     try:
         if isinstance(value, ToolExecutionResult):
             return checked(value, f'tool "{tool.name}"')

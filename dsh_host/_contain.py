@@ -106,13 +106,14 @@ class Watchdog:
         self.tool = ""
         self.started = 0.0
         self.reported: set[tuple[str, str]] = set()
-        self._registered = False
+        self.registered = False
+        """Whether the watchdog thread watches this one (from the first `enter` on)."""
 
     def enter(self, plugin: str, hook: str, tool: str) -> None:
         self.plugin, self.hook, self.tool = plugin, hook, tool
         self.started = time.monotonic()
-        if not self._registered:
-            self._registered = True
+        if not self.registered:
+            self.registered = True
             _THREAD.watched.add(self)
             _THREAD.start()
 

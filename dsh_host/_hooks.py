@@ -21,6 +21,7 @@ __all__ = [
     "PROJECT",
     "HookRelay",
     "Impl",
+    "Plan",
     "PluginFailure",
     "hookimpl",
     "hookspec",
@@ -82,6 +83,10 @@ class Impl:
     argnames: tuple[str, ...]
     waterfall: bool
     is_async: bool
+    positional: Callable[..., Any] | None = None
+    """The function taking the hook's arguments positionally, in the spec's order (``call_next``
+    aside): the function itself when it takes all of them, else an adapter; ``None`` for a
+    waterfall link. The pipeline's fast path calls this, with no kwargs dict."""
 
     async def __call__(self, **kwargs: Any) -> Any:
         """Call with the arguments this implementation accepts; await if needed."""
@@ -110,6 +115,45 @@ class PluginFailure(Exception):
         super().__init__(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}")
 
 
+@final
+class Plan:
+    """The per-call hooks' implementations, read once per change of the plugin set.
+
+    ``plain_*`` is true when every implementation of that hook is a plain (synchronous,
+    non-waterfall) function: the pipeline then calls them in a loop of its own, with no
+    coroutine, kwargs dict or cancel scope per implementation.
+    """
+
+    __slots__ = (
+        "execute",
+        "execute_async",
+        "guard",
+        "plain_guard",
+        "plain_post",
+        "plain_pre",
+        "plain_result",
+        "post",
+        "pre",
+        "result",
+    )
+
+    def __init__(self, relay: HookRelay) -> None:
+        self.pre = relay.impls("dsh_tool_pre_execute")
+        self.guard = relay.impls("dsh_tool_guard")
+        self.execute = relay.impls("dsh_tool_execute")
+        self.post = relay.impls("dsh_tool_post_execute")
+        self.result = relay.impls("dsh_tool_result")
+        self.execute_async = relay.any_async("dsh_tool_execute")
+        self.plain_pre = _plain(self.pre)
+        self.plain_guard = _plain(self.guard)
+        self.plain_post = _plain(self.post)
+        self.plain_result = _plain(self.result)
+
+
+def _plain(impls: tuple[Impl, ...]) -> bool:
+    return all(not impl.is_async and impl.positional is not None for impl in impls)
+
+
 class HookRelay:
     """Ordered, cached implementations of each hook of one plugin manager."""
 
@@ -118,6 +162,18 @@ class HookRelay:
         self._cache: dict[str, tuple[Impl, ...]] = {}
         self._async: dict[str, bool] = {}
         self._generation = -1
+        self._plan: Plan | None = None
+        self._plan_generation: int | None = None
+
+    def plan(self) -> Plan:
+        """The per-call hooks' implementations (cached until a plugin is (un)registered)."""
+        plan = self._plan
+        pm = self.pm
+        generation = 0 if pm is None else getattr(pm, "generation", None)
+        if plan is None or generation is None or generation != self._plan_generation:
+            plan = self._plan = Plan(self)
+            self._plan_generation = generation
+        return plan
 
     def impls(self, hook: str) -> tuple[Impl, ...]:
         """Implementations of *hook* in call order (outermost / first asked first)."""
@@ -147,6 +203,8 @@ class HookRelay:
         caller = getattr(pm.hook, hook, None)
         if caller is None:
             return ()
+        declared = caller.spec.argnames if caller.spec is not None else ()
+        spec = tuple(name for name in declared if name != "call_next")
         out = []
         for impl in reversed(caller.get_hookimpls()):
             idle = getattr(impl.plugin, IDLE_HOOKS, None)
@@ -158,13 +216,27 @@ class HookRelay:
                     "hookwrapper/wrapper implementations are not supported (take call_next instead)"
                 )
             argnames = tuple(impl.argnames)
+            waterfall = "call_next" in argnames
             out.append(
                 Impl(
                     function=impl.function,
                     plugin=impl.plugin_name,
                     argnames=argnames,
-                    waterfall="call_next" in argnames,
+                    waterfall=waterfall,
                     is_async=inspect.iscoroutinefunction(impl.function),
+                    positional=None if waterfall else _positional(impl.function, argnames, spec),
                 )
             )
         return tuple(out)
+
+
+def _positional(
+    function: Callable[..., Any], argnames: tuple[str, ...], spec: tuple[str, ...]
+) -> Callable[..., Any] | None:
+    """*function*, called with the spec's arguments in order (pluggy lets it take a subset)."""
+    if argnames == spec:
+        return function
+    if not set(argnames) <= set(spec):
+        return None
+    picks = tuple(spec.index(name) for name in argnames)
+    return lambda *args: function(*[args[i] for i in picks])

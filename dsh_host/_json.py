@@ -81,6 +81,18 @@ def freeze(value: object, path: str = "value") -> Any:
     `RecursionError` whatever the depth) and linear in the size of *value*.
     """
     t = type(value)
+    if type(value) is dict:
+        for key, item in value.items():  # flat strings, booleans, nulls and integers: one copy
+            i = type(item)
+            if type(key) is not str or not (
+                i is str
+                or i is bool
+                or item is None
+                or (i is int and -_INT_BOUND < item < _INT_BOUND)
+            ):
+                break
+        else:
+            return FrozenDict(value) if value else _EMPTY
     if t is dict or t is list or t is tuple:
         try:
             return _fast(value, 1)
@@ -159,6 +171,17 @@ def _fast_item(item: Any, depth: int) -> Any:
 def _fast(value: Any, depth: int) -> Any:
     """The common case, quickly: plain dicts, lists and scalars, shallow, no cycles."""
     if type(value) is dict:
+        for key, item in value.items():  # flat strings, booleans, nulls and integers: one copy
+            t = type(item)
+            if type(key) is not str or not (
+                t is str
+                or t is bool
+                or item is None
+                or (t is int and -_INT_BOUND < item < _INT_BOUND)
+            ):
+                break
+        else:
+            return FrozenDict(value) if value else _EMPTY
         out = {}
         for key, item in value.items():
             if type(key) is not str:

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 import trio
 
-from ._body import run_body
-from ._contain import HookTimeout, Watchdog, genuine, real_interrupt, seconds
+from ._body import normalise, run_body
+from ._contain import HookTimeout, Watchdog, genuine, is_cancellation, real_interrupt, seconds
 from ._errors import ToolArgsError, ToolNotFoundError
-from ._hooks import HookRelay, Impl, PluginFailure
+from ._hooks import HookRelay, Impl, Plan, PluginFailure
 from ._json import freeze
-from ._outcomes import aborted, failure, plugin_failed
+from ._outcomes import aborted, failure, from_exception, plugin_failed
 from ._signal import AbortSignal, _fuse, _inert
 from ._text import printable
 from ._trace import Trace, TraceEvent, describe, emit
@@ -44,6 +44,7 @@ from ._values import (
     Ask,
     Block,
     Deny,
+    TextBlock,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -78,6 +79,8 @@ _NO_SCOPE = contextlib.nullcontext()
 _UNCALLED: Any = object()
 _PRE_TYPES = (Allow, Deny, Ask)
 _POST_TYPES = (Accept, Block)
+_ANSWERS = (Allow, Deny, Ask, Accept, Block, str)
+_WRAPPER_ARGS = ("execution", "call_next")
 _ALLOW = Allow()
 _ACCEPT = Accept()
 _call_ids = itertools.count(1)
@@ -102,14 +105,31 @@ class Pipeline:
         self.approval_timeout = approval_timeout
         self.watchdog = Watchdog(hook_timeout)
         self._cut_off: set[str] = set()
+        self._run_nested = self._nested  # bound once: every body's context holds it
 
     async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
-        prepared = await self.prepare(input, trace)
-        execution = prepared.execution
-        if prepared.result is not None:
-            return await self.finalize(execution, prepared.result, prepared.post, trace)
-        result, post = await self.dispatch(execution, trace)
-        return await self.finalize(execution, result, post, trace)
+        execution, done = self._snapshot(input, False)
+        if done is not None:
+            return await self.finalize(execution, done, False, trace)
+        plan = self.hooks.plan()
+        if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
+            try:
+                prepared = await self._gate(execution, trace, plan)
+            except PluginFailure as exc:
+                return await self.finalize(execution, plugin_failed(exc), False, trace)
+            if prepared.result is not None:
+                return await self.finalize(execution, prepared.result, prepared.post, trace)
+        if plan.execute:
+            result, post = await self.dispatch(execution, trace, None, plan)
+        else:  # no wrapper: the body's result, straight (`dispatch` without its layers)
+            result, post = await self._dispatch(execution, None, trace), True
+            if not result.is_error and execution.signal.aborted:
+                result = aborted(True, result.additional_contexts)
+            elif result.decided_by is not None and result.decision_detail is None:
+                result = self._attributed(result)
+        if (plan.post and post) or plan.result:
+            return await self.finalize(execution, result, post, trace, plan)
+        return result
 
     # -- hook calling ----------------------------------------------------------------------
 
@@ -137,6 +157,7 @@ class Pipeline:
         report: bool = True,
         stage: _Stage | None = None,
         returned: Any = _UNCALLED,
+        budget: _Budget | None = None,
     ) -> Any:
         """Call one hook implementation, contained and bounded; raise `PluginFailure` for it.
 
@@ -148,10 +169,10 @@ class Pipeline:
         *call_next* (downstream links, wrappers, the body) does not count. The bound is kept by
         the deadline of the *stage*'s one cancel scope, which follows the link running now (no
         scope per implementation); without a stage, the awaitable gets a scope of its own.
+        *budget* is the link's own, when its ``call_next`` (in *kwargs*) already pauses it.
         """
         started = time.perf_counter() if trace is not None else 0.0
         limit = self.hook_timeout if bound is None else bound
-        budget: _Budget | None = None
         if call_next is not None:
             budget = _Budget(limit, stage)
             kwargs = {**kwargs, "call_next": budget.pausing(call_next)}
@@ -198,6 +219,104 @@ class Pipeline:
         if isinstance(exc, PluginFailure) or await genuine(exc):
             raise exc
         raise PluginFailure(impl.plugin, hook, exc) from exc
+
+    def _plain(
+        self, impls: tuple[Impl, ...], start: int, hook: str, args: tuple[Any, ...], tool: str
+    ) -> tuple[int, Any]:
+        """Call plain implementations in order from *start*, each watched, until one answers.
+
+        Returns ``(index, answer)``, or ``(len(impls), None)`` when none answered. One clock
+        read per implementation: the `Watchdog` sees which plugin runs and since when. Raises
+        `_Raised` for what an implementation raised, or a `PluginFailure` for one that blocked
+        past the bound (it answered late, so it fails closed).
+        """
+        watchdog = self.watchdog
+        clock = time.monotonic
+        bound = watchdog.bound
+        count = len(impls)
+        i = start
+        if watchdog.registered:
+            watchdog.hook, watchdog.tool = hook, tool
+            then = clock()
+        else:
+            watchdog.enter(impls[i].plugin, hook, tool)
+            then = watchdog.started
+        try:
+            while i < count:
+                impl = impls[i]
+                watchdog.plugin = impl.plugin
+                watchdog.started = then
+                try:
+                    value = impl.positional(*args)  # type: ignore[misc]
+                except BaseException as exc:
+                    raise _Raised(i, impl, exc) from None
+                now = clock()
+                if now - then > bound:
+                    watchdog.check(now)
+                    late = PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, bound))
+                    raise _Raised(i, impl, late)
+                if value is not None:
+                    return i, value
+                then = now
+                i += 1
+            return count, None
+        finally:
+            watchdog.plugin = None
+
+    def _decide(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        args: tuple[Any, ...],
+        tool: str,
+        default: Any,
+        accept: Callable[[Any], Any],
+    ) -> tuple[Any, str | None]:
+        """`_first` for plain implementations, synchronously: the first answer and who gave it.
+
+        Raises `_Raised` for what an implementation raised, and `_Pending` for an awaitable one
+        returned: `_first_plain` takes over from there (both are rare).
+        """
+        i, value = self._plain(impls, 0, hook, args, tool)
+        if value is None:
+            return default, None
+        impl = impls[i]
+        if not isinstance(value, _ANSWERS) and inspect.isawaitable(value):
+            raise _Pending(i, impl, value)
+        try:
+            return accept(value), impl.plugin
+        except TypeError as exc:
+            raise PluginFailure(impl.plugin, hook, exc) from None
+
+    async def _first_plain(
+        self,
+        impls: tuple[Impl, ...],
+        hook: str,
+        args: tuple[Any, ...],
+        default: Any,
+        accept: Callable[[Any], Any],
+        slow: _Raised | _Pending,
+    ) -> tuple[Any, str | None]:
+        """`_decide`, on from the implementation that raised or returned an awaitable."""
+        while True:
+            impl = slow.impl
+            if isinstance(slow, _Raised):
+                await self._contain(impl, hook, slow.error)
+            kwargs = dict(zip(_HOOK_ARGS[hook], args, strict=True))
+            value = await self._call(impl, hook, None, kwargs, returned=slow.error)
+            if value is not None:
+                try:
+                    return accept(value), impl.plugin
+                except TypeError as exc:
+                    raise PluginFailure(impl.plugin, hook, exc) from None
+            rest = impls[slow.index + 1 :]
+            if not rest:
+                return default, None
+            try:
+                return self._decide(rest, hook, args, args[0].name, default, accept)
+            except (_Raised, _Pending) as again:
+                slow = again
+                impls = rest
 
     def _stage(self, hook: str) -> _Stage | None:
         """The one cancel scope of a stage whose hooks may suspend, else ``None``."""
@@ -300,10 +419,12 @@ class Pipeline:
 
     # -- A to G ----------------------------------------------------------------------------
 
-    async def prepare(
-        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
-    ) -> Prepared:
-        signal = input.signal if input.signal is not None else _inert()
+    def _snapshot(
+        self, input: ToolExecutionInput, dry_run: bool
+    ) -> tuple[ToolExecution, ToolExecutionResult | None]:
+        """Stages A and B: the frozen execution, and the result when the call ends there."""
+        given = input.signal
+        signal = _inert() if given is None else given
         parent = input.parent
         message: str | None = None
         if parent is not None:
@@ -315,37 +436,47 @@ class Pipeline:
             arguments = freeze(input.arguments, "arguments")
         except ValueError as exc:
             arguments, message = None, message or f"tool arguments must be JSON: {exc}"
+        execution = ToolExecution._make(
+            input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
+        )
         if message is not None:
-            execution = ToolExecution(
-                call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-                parent=parent, signal=signal, dry_run=dry_run,
-            )  # fmt: skip
-            return Prepared(execution, failure(message, "INVALID_ARGS", "ToolArgsError"), False)
-        execution = ToolExecution(
-            call_id=input.call_id, name=input.name, arguments=arguments, scope=input.scope,
-            parent=parent, signal=signal, dry_run=dry_run,
-        )  # fmt: skip
-        if signal.aborted:
-            return Prepared(execution, aborted(False), False)
-        hooks = self.hooks
-        if (
-            not hooks.impls("dsh_tool_pre_execute")
-            and not hooks.impls("dsh_tool_guard")
-            and not self.registry.guards_for(execution.scope)
-        ):
+            return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
+        if given is not None and given.aborted:
+            return execution, aborted(False)
+        return execution, None
+
+    async def prepare(
+        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
+    ) -> Prepared:
+        execution, done = self._snapshot(input, dry_run)
+        if done is not None:
+            return Prepared(execution, done, False)
+        plan = self.hooks.plan()
+        if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
-            return await self._gate(execution, trace)
+            return await self._gate(execution, trace, plan)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
-    async def _gate(self, execution: ToolExecution, trace: Trace | None) -> Prepared:
+    async def _gate(self, execution: ToolExecution, trace: Trace | None, plan: Plan) -> Prepared:
         decision: Any = _ALLOW
         who: str | None = None
-        if self.hooks.impls("dsh_tool_pre_execute"):
-            decision, who = await self._first(
-                "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
-            )
+        if plan.pre:
+            if plan.plain_pre and trace is None:
+                hook, args = "dsh_tool_pre_execute", (execution,)
+                try:
+                    decision, who = self._decide(
+                        plan.pre, hook, args, execution.name, _ALLOW, _check_pre
+                    )
+                except (_Raised, _Pending) as slow:
+                    decision, who = await self._first_plain(
+                        plan.pre, hook, args, _ALLOW, _check_pre, slow
+                    )
+            else:
+                decision, who = await self._first(
+                    "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
+                )
         if type(decision) is Deny:
             result = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
@@ -359,7 +490,7 @@ class Pipeline:
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
-        reason, guard = await self._guards(execution, trace)
+        reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if execution.signal.aborted:
@@ -397,7 +528,7 @@ class Pipeline:
         return Prepared(execution, result)
 
     async def _guards(
-        self, execution: ToolExecution, trace: Trace | None
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan
     ) -> tuple[str | None, str | None]:
         kwargs = {"execution": execution}
         for guard, name in self.registry.guards_for(execution.scope):
@@ -417,9 +548,15 @@ class Pipeline:
                 emit(trace, kwargs, "guard", name, outcome, started)
             if reason is not None:
                 return _check_reason(reason, name), name
-        impls = self.hooks.impls("dsh_tool_guard")
+        impls = plan.guard
         if not impls:
             return None, None
+        if plan.plain_guard and trace is None:
+            hook, args = "dsh_tool_guard", (execution,)
+            try:
+                return self._decide(impls, hook, args, execution.name, None, _as_reason)
+            except (_Raised, _Pending) as slow:
+                return await self._first_plain(impls, hook, args, None, _as_reason, slow)
         stage = self._stage("dsh_tool_guard")
         hook, name = "dsh_tool_guard", execution.name
         with stage.scope if stage is not None else _NO_SCOPE:
@@ -443,21 +580,39 @@ class Pipeline:
     # -- H to J ----------------------------------------------------------------------------
 
     async def dispatch(
-        self, execution: ToolExecution, trace: Trace | None, ready: Any = None
+        self,
+        execution: ToolExecution,
+        trace: Trace | None,
+        ready: Any = None,
+        plan: Plan | None = None,
     ) -> tuple[ToolExecutionResult, bool]:
         """Run the wrappers and the body; return the result and whether post-execute sees it.
 
         *ready* is ``(tool, frozen arguments, body arguments)`` already validated (a batch
         classified the call): used when the body's tool and arguments are those very objects.
         """
-        state = _DispatchState(ready=ready)
-        impls = self.hooks.impls("dsh_tool_execute")
+        state = _DispatchState(ready)
+        if plan is None:
+            plan = self.hooks.plan()
+        impls = plan.execute
         try:
             if not impls:
                 result = await self._dispatch(execution, state, trace)
-            elif (stage := self._stage("dsh_tool_execute")) is None:
+            elif not plan.execute_async:
                 result = await self._wrap(impls, 0, execution, state, trace, None)
+            elif (stage := _Stage.lazy()) is not None:
+                try:
+                    result = await self._wrap(impls, 0, execution, state, trace, stage)
+                except BaseException as exc:
+                    if not stage.leave(exc):
+                        raise
+                else:
+                    if stage.entered:
+                        stage.leave(None)
+                if stage.lapsed or stage.entered:
+                    stage.fail()
             else:
+                stage = _Stage()
                 with stage.scope:
                     result = await self._wrap(impls, 0, execution, state, trace, stage)
                 stage.fail()
@@ -496,31 +651,78 @@ class Pipeline:
         if i == len(impls):
             return await self._dispatch(view, state, trace)
         impl = impls[i]
+        hook = "dsh_tool_execute"
         delegated: list[ToolExecutionResult] = []
+        budget = _Budget(self.hook_timeout, stage)
 
         async def call_next(signal: AbortSignal | None = None) -> ToolExecutionResult:
-            if signal is None:
-                result = await self._wrap(impls, i + 1, view, state, trace, stage)
-            else:
-                if not isinstance(signal, AbortSignal):
-                    raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-                fused, dispose = _fuse((view.signal, signal))
-                try:
-                    inner = attrs.evolve(view, signal=fused)
-                    result = await self._wrap(impls, i + 1, inner, state, trace, stage)
-                finally:
-                    dispose()
+            if signal is not None and not isinstance(signal, AbortSignal):
+                raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
+            if budget.stage is not None:  # waiting downstream is not this link's own time
+                budget.close()
+                budget.paused = True
+            try:
+                if signal is None:
+                    result = await self._wrap(impls, i + 1, view, state, trace, stage)
+                else:
+                    fused, dispose = _fuse((view.signal, signal))
+                    try:
+                        inner = attrs.evolve(view, signal=fused)
+                        result = await self._wrap(impls, i + 1, inner, state, trace, stage)
+                    finally:
+                        dispose()
+            finally:
+                budget.paused = False
             delegated.append(result)
             return result
 
-        result = await self._call(
-            impl, "dsh_tool_execute", trace, {"execution": view}, call_next=call_next, stage=stage
-        )
+        if trace is not None:
+            kwargs = {"execution": view, "call_next": call_next}
+            result = await self._call(impl, hook, trace, kwargs, stage=stage, budget=budget)
+        else:  # `_call`, for this one shape, without its generality
+            try:
+                if not impl.is_async:
+                    kwargs = {"execution": view, "call_next": call_next}
+                    value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
+                elif impl.argnames == _WRAPPER_ARGS:
+                    value = impl.function(view, call_next)
+                else:
+                    value = impl.call_sync({"execution": view, "call_next": call_next})
+                if impl.is_async or (value is not None and inspect.isawaitable(value)):
+                    if stage is None:
+                        own = budget.stage = _Stage()
+                        with own.scope:
+                            value = await own.run(value, budget, impl.plugin, hook)
+                        if own.scope.cancel_called:
+                            raise PluginFailure(*(own.blame or (impl.plugin, hook, budget.limit)))
+                    elif inspect.iscoroutine(value):
+                        # Its first step runs here, undriven: a wrapper that never waits costs
+                        # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
+                        depth = len(stage.stack)
+                        try:
+                            trap = value.send(None)
+                        except StopIteration as stop:
+                            value = stop.value
+                        else:
+                            value = await _Driven(
+                                stage, value, budget, impl.plugin, hook, trap, depth
+                            )
+                    else:
+                        value = await stage.run(value, budget, impl.plugin, hook)
+            except PluginFailure:
+                raise
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                raise PluginFailure(impl.plugin, hook, exc) from exc
+            result = value
         if not isinstance(result, ToolExecutionResult):
             error = TypeError(
                 f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
             )
             raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
+            return result
         if not any(result is r for r in delegated):
             # A result the wrapper built itself: the final check (stage L) for what it made.
             producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
@@ -532,26 +734,50 @@ class Pipeline:
         return result
 
     async def _dispatch(
-        self, view: ToolExecution, state: _DispatchState, trace: Trace | None
+        self, view: ToolExecution, state: _DispatchState | None, trace: Trace | None
     ) -> ToolExecutionResult:
+        """Stage I: resolve, validate, run the body, normalise. A result that is not an error
+        means the body ran (every way to end before it is an error)."""
         started = time.perf_counter() if trace is not None else 0.0
         tool = self.registry.get(view.name, view.scope)
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
-        if view.signal.aborted:
+        signal = view.signal
+        if signal.aborted:
             return aborted(False)
-        ready = state.ready
-        if ready is not None and ready[0] is tool and ready[1] is view.arguments:
+        arguments = view.arguments
+        ready = state.ready if state is not None else None
+        if ready is not None and ready[0] is tool and ready[1] is arguments:
             args, violations = ready[2], None
+        elif (accepts := tool.accepts) is not None and accepts(arguments):
+            args, violations = arguments, None
         else:
-            args, violations = tool.prepare(view.arguments)
+            args, violations = tool.prepare(arguments)
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")
-        context = ToolRunContext(view, tool, run=self._nested)
-        state.body_invoked = True
-        result = await run_body(tool, args, context)
+        context = ToolRunContext._make(view, tool, self._run_nested)
+        if state is not None:
+            state.body_invoked = True
+        if signal._inert and tool.is_async:
+            # Nobody outside the pipeline holds this signal: no cancel scope (see `run_body`).
+            try:
+                value = await (
+                    tool.execute(args, context) if tool.takes_context else tool.execute(args)
+                )
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                message, code, name = from_exception(exc, "TOOL_FAILED")
+                result = failure(message, code, name)
+            else:
+                if type(value) is str and tool.validate_output is None:  # normalise, inline
+                    result = ToolExecutionResult._success((TextBlock._of(value),))
+                else:
+                    result = normalise(tool, value)
+        else:
+            result = await run_body(tool, args, context)
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -574,10 +800,18 @@ class Pipeline:
         result: ToolExecutionResult,
         post: bool,
         trace: Trace | None,
+        plan: Plan | None = None,
     ) -> ToolExecutionResult:
-        if post and self.hooks.impls("dsh_tool_post_execute"):
-            result = await self._post(execution, result, trace)
-        impls = self.hooks.impls("dsh_tool_result")
+        if plan is None:
+            plan = self.hooks.plan()
+        if post and plan.post:
+            result = await self._post(execution, result, trace, plan)
+        impls = plan.result
+        if not impls:
+            return result
+        if plan.plain_result and trace is None:
+            await self._observe_plain(impls, execution, result)
+            return result
         i = 0
         while i < len(impls):
             # One scope for the observers; a fresh one only after an observer was cut off.
@@ -596,15 +830,29 @@ class Pipeline:
         return result
 
     async def _post(
-        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None
+        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None, plan: Plan
     ) -> ToolExecutionResult:
-        kwargs = {"execution": execution, "result": result}
+        hook = "dsh_tool_post_execute"
         try:
-            decision, who = await self._first(
-                "dsh_tool_post_execute", kwargs, _ACCEPT, _check_post, trace
-            )
+            if plan.plain_post and trace is None:
+                args = (execution, result)
+                try:
+                    decision, who = self._decide(
+                        plan.post, hook, args, execution.name, _ACCEPT, _check_post
+                    )
+                except (_Raised, _Pending) as slow:
+                    decision, who = await self._first_plain(
+                        plan.post, hook, args, _ACCEPT, _check_post, slow
+                    )
+            else:
+                kwargs = {"execution": execution, "result": result}
+                decision, who = await self._first(hook, kwargs, _ACCEPT, _check_post, trace)
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision is _ACCEPT:
+            if execution.signal.aborted and not result.is_error:
+                result = aborted(True, result.additional_contexts)
+            return result
         if decision.additional_contexts:
             found = context_violations(decision.additional_contexts)
             if found:
@@ -636,12 +884,40 @@ class Pipeline:
             result = aborted(True, result.additional_contexts)
         return result
 
+    async def _observe_plain(
+        self, impls: tuple[Impl, ...], execution: ToolExecution, result: ToolExecutionResult
+    ) -> None:
+        """The observers, all plain functions, called in a loop (no trace); each contained."""
+        hook = "dsh_tool_result"
+        args = (execution, result)
+        i, count = 0, len(impls)
+        while i < count:
+            try:
+                i, value = self._plain(impls, i, hook, args, execution.name)
+            except _Raised as raised:
+                exc = raised.error
+                if isinstance(exc, PluginFailure):  # one that blocked too long
+                    exc = exc.error
+                elif await genuine(exc):
+                    raise
+                logger.warning(
+                    'tool "%s" (%s): dsh_tool_result observer %r failed: %s',
+                    printable(execution.name), execution.call_id, raised.impl.plugin,
+                    _failed(exc),
+                )  # fmt: skip
+                i = raised.index + 1
+                continue
+            if i < count:  # it returned something: an awaitable is awaited, in its bound
+                await self._observe(impls[i], execution, result, returned=value)
+                i += 1
+
     async def _observe(
         self,
         impl: Impl,
         execution: ToolExecution,
         result: ToolExecutionResult,
         stage: _Stage | None = None,
+        returned: Any = _UNCALLED,
     ) -> str:
         """Run one observer, contained and bounded; say how it went (for the trace).
 
@@ -651,7 +927,9 @@ class Pipeline:
         hook = "dsh_tool_result"
         kwargs = {"execution": execution, "result": result}
         try:
-            if impl.is_async:
+            if returned is not _UNCALLED:
+                value = returned
+            elif impl.is_async:
                 value = impl.call_sync(kwargs)  # only makes the coroutine
             else:
                 value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
@@ -710,19 +988,50 @@ class _Stage:
     suspending costs no clock reads and no deadline bookkeeping. A hook's own time therefore
     counts from its first suspension; what it ran synchronously before that is the watchdog's
     business (and, for an ``async`` hook, not bounded: see the pipeline guide).
+
+    An *eager* stage's scope is entered by the caller (``with stage.scope``) before any link
+    runs. A *lazy* stage (`lazy`) opens no scope until a link first suspends in its own time:
+    trio's cancel scopes cost several microseconds each, and most wrappers never wait on their
+    own (they only wait in ``call_next``). At that first suspension:
+
+    - if the task's cancel status is the one the stage started in (the link has no cancel scope
+      of its own open), the stage's scope is entered there, outermost to everything the links
+      do from then on, and the caller exits it (`leave`) when the stage ends: from then on it
+      is the eager case;
+    - else (the link suspends inside a scope or nursery of its own), a scope is entered around
+      this one suspension only and exited before the link resumes, so scopes stay nested; if
+      its deadline fires, the ``Cancelled`` is passed on to the link as trio raised it, the stage
+      counts as lapsed, and every later suspension of the link is cancelled at once. Inside a
+      shielded scope of the link's, no scope is entered (a shield keeps an eager stage's
+      cancellation out just the same), but the deadline is still noted (`_Watch`).
+
+    A lazy stage needs the task's current cancel status, which trio does not expose publicly;
+    where it cannot be read, the pipeline uses an eager stage (`lazy` returns ``None``).
     """
 
-    __slots__ = ("armed", "blame", "scope", "stack", "timed")
+    __slots__ = ("armed", "base", "blame", "entered", "lapsed", "scope", "stack", "timed")
 
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
+    def __init__(self, base: object = None) -> None:
+        self.base = base  # the cancel status a lazy stage started in; None: an eager stage
+        self.scope = trio.CancelScope() if base is None else _UNENTERED
+        self.entered = base is None
         self.stack: list[_Budget] = []
         self.blame: tuple[str, str, HookTimeout] | None = None
         self.armed = math.inf
         self.timed = False  # a deadline was ever given to trio (else nothing can cancel us)
+        self.lapsed = False  # a lazy stage's per-suspension deadline fired
 
-    def arm(self) -> None:
-        """Give trio the deadline of the link running now (none while it waits downstream)."""
+    @classmethod
+    def lazy(cls) -> _Stage | None:
+        base = _cancel_status()
+        return None if base is None else cls(base)
+
+    def arm(self, budget: _Budget) -> trio.CancelScope | _Watch | None:
+        """Give trio the deadline of the link running now (none while it waits downstream).
+
+        Returns a scope entered for this one suspension (a lazy stage, inside the link's own
+        scopes): the caller exits it before resuming the link.
+        """
         stack = self.stack
         if not stack or stack[-1].paused:
             want = math.inf
@@ -731,10 +1040,34 @@ class _Stage:
             if top.since is None:
                 top.since = trio.current_time()
             want = top.since + top.limit - top.used
-        if want != self.armed:
+        if self.entered:
+            if want != self.armed:
+                self.armed = want
+                self.scope.deadline = want
+                self.timed = True
+            return None
+        if want == math.inf or stack[-1] is not budget:
+            return None  # nothing to bound, or the innermost link's driver already did
+        status = _cancel_status()
+        if status is self.base:
+            scope = self.scope = trio.CancelScope(deadline=want)
+            scope.__enter__()
+            self.entered = self.timed = True
             self.armed = want
-            self.scope.deadline = want
-            self.timed = True
+            return None
+        if not _unshielded(status, self.base):
+            return _Watch(want)  # nothing may cancel it here; the deadline is still kept
+        once = trio.CancelScope(deadline=want)
+        once.__enter__()
+        return once
+
+    def leave(self, exc: BaseException | None) -> bool:
+        """Exit a lazy stage's scope, if it was entered; whether it swallowed *exc*."""
+        if self.base is None or not self.entered:
+            return False
+        if exc is None:
+            return bool(self.scope.__exit__(None, None, None))
+        return bool(self.scope.__exit__(type(exc), exc, exc.__traceback__))
 
     def run(self, awaitable: Any, budget: _Budget, plugin: str, hook: str) -> _Driven:
         """Await *awaitable* (one implementation) under *budget*; blame it if time runs out."""
@@ -742,12 +1075,52 @@ class _Stage:
 
     def expired(self) -> bool:
         """Whether the deadline cancelled the scope (never without one: nobody else cancels it)."""
-        return self.timed and self.scope.cancel_called
+        return self.lapsed or (self.timed and self.scope.cancel_called)
 
     def fail(self) -> None:
         """After the stage's scope exits: raise `PluginFailure` if its deadline passed."""
         if self.expired():
             raise PluginFailure(*(self.blame or ("?", "?", HookTimeout("a hook stage timed out"))))
+
+
+class _Watch:
+    """A lazy stage's deadline over one suspension inside a shield of the link's own.
+
+    No scope may cancel the link there (an eager stage's could not either); on resumption,
+    `__exit__` notes whether the deadline passed, so the stage lapses as if it had fired.
+    """
+
+    __slots__ = ("cancel_called", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.cancel_called = False
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel_called = trio.current_time() >= self.deadline
+
+
+_NO_TRAP: Any = object()
+_UNENTERED = trio.CancelScope()
+"""A lazy stage's scope until it is entered (never entered itself; never cancelled)."""
+
+
+def _cancel_status() -> object | None:
+    """The current task's cancel status (trio-private), or ``None`` where it cannot be read."""
+    try:
+        return trio.lowlevel.current_task()._cancel_status
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _unshielded(status: Any, base: object) -> bool:
+    """Whether no scope between *status* and *base* (the stage's start) is shielded."""
+    while status is not base:
+        scope = getattr(status, "_scope", None)
+        if status is None or scope is None or scope.shield:
+            return False
+        status = getattr(status, "parent", None)
+    return True
 
 
 class _Driven:
@@ -758,21 +1131,38 @@ class _Driven:
     the stage's deadline passed, blames the implementation that was running.
     """
 
-    __slots__ = ("awaitable", "budget", "hook", "plugin", "stage")
+    __slots__ = ("awaitable", "budget", "depth", "first", "hook", "plugin", "stage")
 
     def __init__(
-        self, stage: _Stage, awaitable: Any, budget: _Budget, plugin: str, hook: str
+        self,
+        stage: _Stage,
+        awaitable: Any,
+        budget: _Budget,
+        plugin: str,
+        hook: str,
+        first: Any = _NO_TRAP,
+        depth: int = 0,
     ) -> None:
+        """*first*: the trap a coroutine whose first step already ran yielded (it is driven
+        on from there); *depth*: the stage's stack height when that first step began."""
         self.stage = stage
         self.awaitable = awaitable
         self.budget = budget
         self.plugin = plugin
         self.hook = hook
+        self.first = first
+        self.depth = depth
+
+    def _late(self) -> tuple[str, str, HookTimeout]:
+        return (self.plugin, self.hook, _late(self.plugin, self.hook, self.budget.limit))
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        stage, budget = self.stage, self.budget
+        stage, budget, first = self.stage, self.budget, self.first
         budget.stage = stage
-        stage.stack.append(budget)
+        if first is _NO_TRAP:
+            stage.stack.append(budget)
+        else:  # links it called meanwhile (still waiting) keep their budgets above its own
+            stage.stack.insert(self.depth, budget)
         it = self.awaitable
         if not inspect.iscoroutine(it):
             it = it.__await__()
@@ -781,25 +1171,39 @@ class _Driven:
         error: BaseException | None = None
         try:
             while True:
-                try:
-                    trap = send(sent) if error is None else throw(error)
-                except StopIteration as stop:
-                    value = stop.value
-                    break
-                arm()
+                if first is not _NO_TRAP:
+                    trap, first = first, _NO_TRAP
+                else:
+                    try:
+                        trap = send(sent) if error is None else throw(error)
+                    except StopIteration as stop:
+                        value = stop.value
+                        break
+                once = arm(budget)
                 try:
                     sent, error = (yield trap), None
                 except BaseException as exc:
                     sent, error = None, exc
-        except BaseException:
-            if stage.scope.cancel_called and stage.blame is None:
-                stage.blame = (self.plugin, self.hook, _late(self.plugin, self.hook, budget.limit))
+                if once is not None:  # a lazy stage's scope for this one suspension
+                    if error is None:
+                        once.__exit__(None, None, None)
+                    else:
+                        once.__exit__(type(error), error, error.__traceback__)
+                    if once.cancel_called:
+                        stage.lapsed = True
+                        if stage.blame is None:
+                            stage.blame = self._late()
+        except BaseException as exc:
+            if stage.expired():
+                if stage.blame is None:
+                    stage.blame = self._late()
+                if not stage.entered and is_cancellation(exc):
+                    raise PluginFailure(*stage.blame) from exc  # ours: its scope is gone
             raise
         finally:
-            stage.stack.pop()
-        if stage.timed and stage.scope.cancel_called:  # it swallowed it and answered late
-            late = _late(self.plugin, self.hook, budget.limit)
-            raise PluginFailure(*(stage.blame or (self.plugin, self.hook, late)))
+            stage.stack.remove(budget)
+        if stage.expired():  # it swallowed it and answered late
+            raise PluginFailure(*(stage.blame or self._late()))
         return value
 
 
@@ -839,6 +1243,38 @@ class _Budget:
         return paused
 
 
+class _Raised(Exception):
+    """What the plain implementation at *index* raised (see `Pipeline._plain`)."""
+
+    def __init__(self, index: int, impl: Impl, error: BaseException) -> None:
+        self.index = index
+        self.impl = impl
+        self.error = error
+
+
+class _Pending(Exception):
+    """The awaitable (``error``) the plain implementation at *index* returned (`Pipeline._decide`)."""
+
+    def __init__(self, index: int, impl: Impl, awaitable: Any) -> None:
+        self.index = index
+        self.impl = impl
+        self.error = awaitable
+
+
+_HOOK_ARGS = {
+    "dsh_tool_pre_execute": ("execution",),
+    "dsh_tool_guard": ("execution",),
+    "dsh_tool_post_execute": ("execution", "result"),
+    "dsh_tool_result": ("execution", "result"),
+}
+
+
+def _as_reason(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"returned {value!r}; expected str or None")
+
+
 def _stage_failed(stage: _Stage | None) -> NoReturn:
     """After a stage's scope absorbed its own cancellation: the `PluginFailure` it means."""
     if stage is not None:
@@ -859,10 +1295,14 @@ def _failed(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"
 
 
-@attrs.define
 class _DispatchState:
-    body_invoked: bool = False
-    ready: Any = None
+    """What `Pipeline.dispatch` tracks across its wrappers: whether the body ran."""
+
+    __slots__ = ("body_invoked", "ready")
+
+    def __init__(self, ready: Any = None) -> None:
+        self.body_invoked = False
+        self.ready = ready
 
 
 def _same_decision(a: Any, b: Any) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -296,11 +296,15 @@ class ToolRegistry:
         mode = ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
         return mode, tool, frozen, args
 
-    async def execute(
+    def execute(
         self, input: ToolExecutionInput, *, trace: Trace | None = None
-    ) -> ToolExecutionResult:
-        """Run one call through the pipeline; never raises for anything a tool, plugin or model did."""
-        return await self._pipeline.run(input, trace)
+    ) -> Coroutine[Any, Any, ToolExecutionResult]:
+        """Run one call through the pipeline; never raises for anything a tool, plugin or model did.
+
+        ``await registry.execute(input)``. (A plain method returning the pipeline's coroutine:
+        one coroutine frame less per call than an ``async def`` that awaits it.)
+        """
+        return self._pipeline.run(input, trace)
 
     async def preview(
         self, input: ToolExecutionInput, *, trace: Trace | None = None

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeAlias, final
 import attrs
 
 from ._errors import JsonSchemaError
-from ._json import freeze, thaw
+from ._json import FrozenDict, freeze, thaw
 
 __all__ = ["Prop", "compile_parameters", "to_json_schema"]
 
@@ -388,6 +388,71 @@ def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
     return check_scalar
 
 
+_EXACT: dict[str, type] = {"string": str, "boolean": bool, "null": type(None)}
+
+
+def compile_accepts(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """A predicate saying whether a frozen value is valid for *schema*, with no message built.
+
+    ``None`` when *schema* is outside the subset compiled here (jsonschema validates it then).
+    """
+    return _compile_ok(schema) if _fits_subset(schema) else None
+
+
+def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
+    """Whether a value passes `_compile_check` for *node*, with no message built (the hot path).
+
+    It accepts exactly what the check finds no violation in; `test_schema` holds the two to that.
+    """
+    test = _TYPE_TESTS[node["type"]][0]
+    if node["type"] == "object":
+        # Per declared key: the exact type it must have (string, boolean, null), else a test.
+        checks: dict[str, Any] = {
+            k: _EXACT.get(v["type"]) if not v.get("enum") else None
+            for k, v in node.get("properties", {}).items()
+        }
+        for k, v in node.get("properties", {}).items():
+            if checks[k] is None:
+                checks[k] = _compile_ok(v)
+        required = tuple(node.get("required", ()))
+        closed = node.get("additionalProperties") is False
+        find = checks.get
+
+        def ok_object(value: Any) -> bool:
+            if type(value) is not FrozenDict and not isinstance(value, Mapping):
+                return False
+            for key in required:
+                if key not in value:
+                    return False
+            for key, item in value.items():
+                check = find(key)
+                if check is None:
+                    if closed:
+                        return False
+                elif type(check) is type:
+                    if type(item) is not check:
+                        return False
+                elif not check(item):
+                    return False
+            return True
+
+        return ok_object
+    if node["type"] == "array":
+        item_ok = _compile_ok(node["items"]) if "items" in node else None
+
+        def ok_array(value: Any) -> bool:
+            if type(value) is not tuple and type(value) is not list:
+                return False
+            return item_ok is None or all(item_ok(item) for item in value)
+
+        return ok_array
+    enum_values = node.get("enum")
+    if not enum_values:
+        return test
+    allowed = frozenset(enum_values)
+    return lambda value: test(value) and value in allowed
+
+
 def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Validator:
     """Compile *schema* once into a function from a value to the list of violations.
 
@@ -396,10 +461,12 @@ def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Va
     """
     if _fits_subset(schema):
         check = _compile_check(schema, root)
+        ok = _compile_ok(schema)  # the same predicate as `compile_accepts`
 
         def validate(arguments: Any) -> list[str]:
             errors: list[str] = []
-            check(arguments, "", errors)
+            if not ok(arguments):  # messages are built only for values that fail
+                check(arguments, "", errors)
             return errors
 
         return validate

@@ -14,7 +14,7 @@ import cattrs
 from ._convert import error_messages, structure
 from ._errors import JsonSchemaError
 from ._json import FrozenDict, freeze, thaw
-from ._schema import Validator, compile_parameters, to_json_schema
+from ._schema import Validator, compile_accepts, compile_parameters, to_json_schema
 
 __all__ = ["ToolDefinition", "ToolSchema", "define_tool", "tool"]
 
@@ -116,12 +116,20 @@ class ToolDefinition:
     # Derived once, here, so no call pays for them.
     validate: Validator = attrs.field(init=False, repr=False, eq=False)
     validate_output: Validator | None = attrs.field(init=False, repr=False, eq=False)
+    accepts: Callable[[Any], bool] | None = attrs.field(init=False, repr=False, eq=False)
+    """Whether frozen arguments are valid and go to the body as they are (no ``args_type``):
+    the pipeline's hot path; ``None`` when only `prepare` can tell."""
     is_async: bool = attrs.field(init=False, repr=False, eq=False)
     takes_context: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "validate", compile_parameters(self.parameters))
+        setattr_(
+            self,
+            "accepts",
+            compile_accepts(self.parameters) if self.args_type is None else None,
+        )
         setattr_(
             self,
             "validate_output",

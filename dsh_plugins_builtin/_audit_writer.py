@@ -38,6 +38,7 @@ import errno
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -48,6 +49,8 @@ from pathlib import Path
 from typing import Any, Final, final
 
 import trio
+
+from ._canonical import canonical
 
 __all__ = [
     "COLUMNS",
@@ -124,9 +127,39 @@ def redact(value: Any) -> Any:
     return value
 
 
+_SECRET = re.compile("|".join(SECRET_WORDS))
+_secret_keys: dict[str, bool] = {}
+"""Whether a key names a secret, by key: the keys of tool arguments repeat from call to call."""
+_SECRET_KEYS_KEPT: Final = 4_096
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def _is_secret(key: object) -> bool:
-    folded = str(key).casefold()
-    return any(word in folded for word in SECRET_WORDS)
+    if type(key) is str:
+        known = _secret_keys.get(key)
+        if known is not None:
+            return known
+    secret = _SECRET.search(str(key).casefold()) is not None
+    if type(key) is str and len(_secret_keys) < _SECRET_KEYS_KEPT:  # bounded: keys come from
+        _secret_keys[key] = secret  # the model, which may send a new one every call
+    return secret
+
+
+def _redacted(value: Any) -> Any:
+    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if _is_secret(key) or (type(item) not in _SCALARS and _redacted(item) is not item):
+                return redact(value)
+        return value
+    if isinstance(value, list | tuple):
+        for item in value:
+            if type(item) not in _SCALARS and _redacted(item) is not item:
+                return redact(value)
+    return value
 
 
 def arguments_json(arguments: Any) -> str:
@@ -139,8 +172,8 @@ def arguments_json(arguments: Any) -> str:
     Raises:
         ValueError, RecursionError, TypeError: the value cannot be written as JSON.
     """
-    value = redact(arguments)
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    value = _redacted(arguments)
+    text = canonical(value)
     if not text.isascii():
         try:
             text.encode()
@@ -259,10 +292,16 @@ class AuditWriter:
         awaits the result (an observer time limit, a cancellation). With *wait*, or when the
         queue already holds `capacity` rows (back-pressure), returns a `Committed` that resolves
         once the row's batch is committed or has failed; otherwise ``None``.
+
+        Without *wait* and with room in the queue (the fast path) this is an append under an
+        uncontended lock: the writer holds the lock only to take a batch, never while it builds
+        rows or commits them.
         """
-        token = trio.lowlevel.current_trio_token()
         with self._lock:
-            slot = Committed(token) if wait or len(self._rows) >= self.capacity else None
+            if not wait and len(self._rows) < self.capacity:
+                self._push(entry, None)
+                return None
+            slot = Committed(trio.lowlevel.current_trio_token())
             self._push(entry, slot)
         return slot
 

@@ -314,6 +314,7 @@ class _ToolView:
     shell: bool
     rules: Mapping[str, tuple[_Applied, ...]]  # effect -> rules that apply
     withheld: Mapping[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]]  # access -> rules
+    fixed: Verdict | None = None  # the verdict on every call, when no argument can change it
 
 
 def _applied(
@@ -408,7 +409,11 @@ class RuleSet:
                     "|".join(f"(?:{r.path.regex.pattern})" for r in found if r.path), re.DOTALL
                 )
             withheld[access] = (tuple(found), combined)
-        return _ToolView(name, paths, shell, rules, withheld)
+        view = _ToolView(name, paths, shell, rules, withheld)
+        if _argument_free(view):
+            # Worked out once, here, by the same code a call takes: no argument can change it.
+            view = attrs.evolve(view, fixed=self._verdict(view, {}))
+        return view
 
     def view(self, name: str, tool: ToolDefinition | None) -> _ToolView:
         """The rules that apply to *tool* (or to a tool of *name* that does not exist)."""
@@ -466,8 +471,21 @@ class RuleSet:
         return True
 
     def decide(self, name: str, tool: ToolDefinition | None, arguments: Any) -> Verdict:
-        """The verdict on calling *name* (defined by *tool*, if it exists) with *arguments*."""
+        """The verdict on calling *name* (defined by *tool*, if it exists) with *arguments*.
+
+        For a tool whose verdict no argument can change (`fixed`), the verdict worked out when
+        the tool was first seen; otherwise the rules are matched against *arguments*.
+        """
         view = self.view(name, tool)
+        if view.fixed is not None:
+            return view.fixed
+        return self._verdict(view, arguments)
+
+    def fixed(self, name: str, tool: ToolDefinition | None) -> Verdict | None:
+        """The verdict on every call of *tool* when no argument can change it, else ``None``."""
+        return self.view(name, tool).fixed
+
+    def _verdict(self, view: _ToolView, arguments: Any) -> Verdict:
         args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
         call = _Call(self, args)
         parsed: ParsedCommand | None = None
@@ -570,6 +588,18 @@ class RuleSet:
         if combined is None or combined.fullmatch(path) is None:
             return None
         return next((r for r in found if r.path is not None and r.path.matches(path)), None)
+
+
+def _argument_free(view: _ToolView) -> bool:
+    """Whether no argument of a call can change the verdict on *view*'s tool.
+
+    True when every rule that applies names the tool alone (no command, path or domain) and
+    no allow rule has to check that the tool's path arguments lie inside the workspace.
+    """
+    applied = [a.rule for found in view.rules.values() for a in found]
+    if any(r.command is not None or r.path is not None or r.domain is not None for r in applied):
+        return False
+    return not (view.paths and view.rules["allow"])
 
 
 class _Call:

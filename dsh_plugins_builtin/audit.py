@@ -6,10 +6,15 @@ the value of every key whose name contains ``key``, ``token``, ``secret``, ``pas
 ``passwd``, ``auth`` or ``credential`` (any case, at any depth) becomes ``"[REDACTED]"``.
 
 Rows go through `~dsh_plugins_builtin._audit_writer.AuditWriter`: a bounded queue and one writer
-thread that commits them in batches (group commit), in WAL journal mode. With
-``durability = "sync"`` (the default) a call returns once its row is committed; with
-``"async"`` once it is queued (the rest is committed before the trio run ends, on `close`, or
-at interpreter exit). A full queue makes calls wait; no row is dropped for want of room. A
+thread that builds them and commits them in batches (group commit), in WAL journal mode. With
+``durability = "async"`` (the default) a call returns once its row is queued: the observer
+appends it under an uncontended lock and returns nothing to await (no thread hop); the writer
+commits it within about 10 ms, and whatever is queued is committed before the trio run ends, on
+`close`, and at interpreter exit. A process killed without running its exit handlers
+(``kill -9``) loses the rows still queued. With ``"sync"`` a call returns once its row is
+committed, so every returned call is on record, at about 20 times the per-call cost of the
+rest of the pipeline; that is why ``"async"`` became the default. A full queue makes calls wait;
+no row is dropped for want of room. A
 database that cannot be written is reported once per kind of failure; with ``required = true``
 calls are refused (``DENIED``, decided by ``audit``) while it fails.
 
@@ -33,7 +38,7 @@ import sqlite3
 import sys
 import time
 import weakref
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, final
 
@@ -109,8 +114,9 @@ class AuditConfig:
         enabled: ``false`` records nothing and registers no per-call hook.
         busy_timeout_ms: how long a commit waits for another writer's lock before its rows
             are counted lost (and reported).
-        durability: ``"sync"``: a call returns once its row is committed; ``"async"``: once it
-            is queued.
+        durability: ``"async"`` (default): a call returns once its row is queued (committed
+            within about 10 ms, and on close, at the end of the trio run and at exit);
+            ``"sync"``: once it is committed.
         required: refuse calls (``DENIED``) while rows cannot be written.
         queue_size: rows queued before calls wait for the writer (back-pressure).
     """
@@ -119,7 +125,7 @@ class AuditConfig:
     enabled: bool = True
     busy_timeout_ms: int = attrs.field(default=5_000, validator=_not_negative)
     durability: Durability = attrs.field(
-        default="sync", validator=attrs.validators.in_(("sync", "async"))
+        default="async", validator=attrs.validators.in_(("sync", "async"))
     )
     required: bool = False
     queue_size: int = attrs.field(default=10_000, validator=_positive)
@@ -138,6 +144,9 @@ class AuditPlugin:
         self._async = False
         self._required = False
         self._warning: str | None = None
+        # The root task of the trio run whose end flushes the queue (weakly: a run that is over
+        # is not kept alive by it).
+        self._flushing: Callable[[], object] = _nobody
 
     @hookimpl
     def dsh_plugin_config(self) -> type[AuditConfig]:
@@ -203,8 +212,17 @@ class AuditPlugin:
             logger.warning("%s", self._warning)
             self._warning = None
         if self._async:
-            writer.flush_when_run_ends()
-        return writer.submit((time.time(), execution, result, duration), wait=not self._async)
+            # Queued, not awaited: the row is built and committed by the writer thread.
+            root = trio.lowlevel.current_root_task()
+            if self._flushing() is not root:  # once per trio run: its end flushes the queue
+                self._flushing = weakref.ref(root)
+                writer.flush_when_run_ends()
+            return writer.submit((time.time(), execution, result, duration), wait=False)
+        return writer.submit((time.time(), execution, result, duration), wait=True)
+
+
+def _nobody() -> None:
+    return None
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:

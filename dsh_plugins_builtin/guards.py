@@ -11,6 +11,11 @@ The two limits are a ``dsh_tool_guard``: they deny, with a reason that names the
 key that raises it. The reminder is a ``dsh_tool_post_execute`` waterfall link: it counts a
 call (denied ones too), lets the rest of the chain decide, and adds a `HookContext` for the
 model to whatever was decided, a ``Block`` included, so it never stops another plugin.
+
+Per call the plugin serialises the arguments once (canonical JSON: the size limit and the
+repeat count share the text) and encodes it only when non-ASCII text could be over the limit.
+The reminder link is a plain function: a call that is not at a threshold is handed on as it is
+(``return call_next()``), so only the calls that get a reminder cost a coroutine of its own.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from dsh_host import (
     Scope,
     ToolExecution,
     ToolExecutionResult,
-    canonical_json,
     hookimpl,
 )
+
+from ._canonical import canonical
 
 __all__ = ["GuardsConfig", "GuardsPlugin"]
 
@@ -99,6 +105,7 @@ class GuardsPlugin:
         # The canonical JSON of the last arguments measured, so post-execute need not redo it.
         self._last: tuple[object, str] = (None, "null")
         self.dsh_idle_hooks: frozenset[str] = frozenset()
+        self._thresholds: frozenset[int] = frozenset(self._config.repeat_thresholds)
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:
@@ -107,6 +114,7 @@ class GuardsPlugin:
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         self._config = host.config_for(self)
+        self._thresholds = frozenset(self._config.repeat_thresholds)
         if not self._config.repeat_thresholds:  # nothing to remind: no per-call counting
             self.dsh_idle_hooks = frozenset({"dsh_tool_post_execute"})
         if host.config.source is not None:
@@ -116,9 +124,14 @@ class GuardsPlugin:
 
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
-        # surrogatepass: a lone surrogate ("\udcff") is valid JSON and counts as its 3 bytes.
-        size = len(self._canonical(execution.arguments).encode("utf-8", "surrogatepass"))
+        text = self._canonical(execution.arguments)
         limit = self._config.max_argument_bytes
+        # Characters never outnumber UTF-8 bytes, and ASCII text is one byte each: encode only
+        # non-ASCII text that could be over. surrogatepass: a lone surrogate ("\udcff") is
+        # valid JSON and counts as its 3 bytes.
+        size = len(text)
+        if size * 4 > limit and not text.isascii():
+            size = len(text.encode("utf-8", "surrogatepass"))
         if size > limit:
             return (
                 f'the arguments of "{execution.name}" are {size:,} bytes of JSON, over the '
@@ -139,18 +152,26 @@ class GuardsPlugin:
         return None
 
     @hookimpl(tryfirst=True)
-    async def dsh_tool_post_execute(
+    def dsh_tool_post_execute(
         self,
         execution: ToolExecution,
         result: ToolExecutionResult,
         call_next: Callable[[], Awaitable[Accept | Block]],
-    ) -> Accept | Block:
+    ) -> Awaitable[Accept | Block]:
+        # A plain function: a call that is not at a threshold is handed on as it is (the host
+        # awaits the downstream decision, which stays credited downstream); only a reminder
+        # takes a coroutine of its own.
         count = self._count(execution)
+        if count not in self._thresholds:
+            return call_next()
+        return self._remind(execution.name, count, call_next)
+
+    async def _remind(
+        self, name: str, count: int, call_next: Callable[[], Awaitable[Accept | Block]]
+    ) -> Accept | Block:
         decision = await call_next()
-        if count not in self._config.repeat_thresholds:
-            return decision
         reminder = HookContext(
-            f'You have called "{execution.name}" with the same arguments {count} times in a '
+            f'You have called "{name}" with the same arguments {count} times in a '
             "row. Repeating it will not give a different result: read the last result "
             "carefully and change your approach (different arguments, another tool, or finish "
             "if you have what you need).",
@@ -160,13 +181,15 @@ class GuardsPlugin:
         return attrs.evolve(decision, additional_contexts=contexts)
 
     def _canonical(self, arguments: object) -> str:
-        """``canonical_json(arguments)``, once per call: the guard and the count share it.
+        """`dsh_host.canonical_json` of *arguments* (by `canonical`), once per call.
+
+        The guard and the count share it.
 
         The snapshot is deep-frozen, so the same object always has the same text.
         """
         last, text = self._last
         if arguments is not last or arguments is None:
-            text = canonical_json(arguments)
+            text = canonical(arguments)
             self._last = (arguments, text)
         return text
 

@@ -78,6 +78,7 @@ NAME = "hook_commands"
 Event: TypeAlias = Literal["PreToolUse", "PostToolUse"]
 EVENTS: tuple[Event, ...] = ("PreToolUse", "PostToolUse")
 _SUMMARY_MAX = 500  # characters of a failing hook's stderr quoted in a reason
+_MATCHED_KEPT = 1_024  # tools (or unknown names) whose matching hooks are remembered
 # hookSpecificOutput keys that rewrite a call's input or output: not supported, so a failure
 _REWRITES = ("updatedInput", "updatedMCPToolOutput", "updatedToolOutput")
 
@@ -344,6 +345,8 @@ class HookCommandsPlugin:
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
+        # (event, tool definition by id or unknown tool name) -> (the tool, the hooks it matches)
+        self._matched: dict[tuple[Event, object], tuple[object, tuple[HookCommand, ...]]] = {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[HookCommandsConfig]:
@@ -368,6 +371,7 @@ class HookCommandsPlugin:
             found = self._plan(host, found)
             self._warn_exposed_settings()
         self.hooks = {event: tuple(h for h in found if h.event == event) for event in EVENTS}
+        self._matched.clear()
         # No hooks configured for an event: its per-call hooks are never called (no cost).
         idle = set()
         if not self.hooks["PreToolUse"]:
@@ -454,6 +458,25 @@ class HookCommandsPlugin:
             return None
         return self._host.registry.get(execution.name, execution.scope)
 
+    def _matching(
+        self, event: Event, execution: ToolExecution
+    ) -> tuple[ToolDefinition | None, tuple[HookCommand, ...]]:
+        """The call's tool and the *event* hooks whose matcher names it.
+
+        Matched once per tool definition (or unknown tool name), then looked up.
+        """
+        tool = self._tool(execution)
+        key = (event, execution.name if tool is None else id(tool))
+        known = self._matched.get(key)
+        if known is not None and known[0] is tool:
+            return tool, known[1]
+        names = hook_names(tool, execution.name)
+        hooks = tuple(h for h in self.hooks[event] if h.matches(*names))
+        if len(self._matched) >= _MATCHED_KEPT:  # unknown names come from the model: bounded
+            self._matched.clear()
+        self._matched[key] = (tool, hooks)
+        return tool, hooks
+
     def _payload(
         self, event: Event, execution: ToolExecution, tool: ToolDefinition | None
     ) -> dict[str, Any]:
@@ -477,24 +500,32 @@ class HookCommandsPlugin:
         return f"{ran} (not run: dry run)"
 
     @hookimpl
-    async def dsh_tool_pre_execute(
+    def dsh_tool_pre_execute(
         self, execution: ToolExecution, call_next: Callable[[], Awaitable[Allow | Deny | Ask]]
-    ) -> Allow | Deny | Ask | None:
+    ) -> Awaitable[Allow | Deny | Ask | None] | None:
         """Run the matching PreToolUse hooks in order: the first deny wins, then ask, then allow.
 
-        In a dry run no hook runs: the downstream decision is returned, an allow carrying
-        "would run hook ..." as its detail.
+        A call no hook matches is answered at once (abstains), with no coroutine. In a dry run
+        no hook runs: the downstream decision is returned, an allow carrying "would run hook
+        ..." as its detail.
         """
-        tool = self._tool(execution)
-        names = hook_names(tool, execution.name)
-        hooks = [h for h in self.hooks["PreToolUse"] if h.matches(*names)]
+        tool, hooks = self._matching("PreToolUse", execution)
         if not hooks:
             return None
+        return self._pre(execution, tool, hooks, call_next)
+
+    async def _pre(
+        self,
+        execution: ToolExecution,
+        tool: ToolDefinition | None,
+        hooks: tuple[HookCommand, ...],
+        call_next: Callable[[], Awaitable[Allow | Deny | Ask]],
+    ) -> Allow | Deny | Ask | None:
         if execution.dry_run:
             decision = await call_next()
             if not isinstance(decision, Allow):
                 return decision
-            detail = self._would_run(hooks)
+            detail = self._would_run(list(hooks))
             if decision.detail:
                 detail = f"{detail}; then {decision.detail}"
             return Allow(detail=detail)
@@ -525,18 +556,32 @@ class HookCommandsPlugin:
         return Allow() if allowed else None
 
     @hookimpl
-    async def dsh_tool_post_execute(
+    def dsh_tool_post_execute(
         self,
         execution: ToolExecution,
         result: ToolExecutionResult,
         call_next: Callable[[], Awaitable[Accept | Block]],
-    ) -> Accept | Block:
-        """Run the matching PostToolUse hooks: block the result, or add their contexts."""
+    ) -> Awaitable[Accept | Block]:
+        """Run the matching PostToolUse hooks: block the result, or add their contexts.
+
+        A call with no hook to run and no PreToolUse context waiting is handed on as it is.
+        """
         contexts = list(self._pending.pop(execution.token, ()))
         ran_tool = result.code not in ("DENIED", "ABORTED_BEFORE_DISPATCH")
-        tool = self._tool(execution)
-        names = hook_names(tool, execution.name)
-        hooks = [h for h in self.hooks["PostToolUse"] if ran_tool and h.matches(*names)]
+        tool, hooks = self._matching("PostToolUse", execution) if ran_tool else (None, ())
+        if not hooks and not contexts:
+            return call_next()
+        return self._post(execution, result, tool, hooks, contexts, call_next)
+
+    async def _post(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        tool: ToolDefinition | None,
+        hooks: tuple[HookCommand, ...],
+        contexts: list[str],
+        call_next: Callable[[], Awaitable[Accept | Block]],
+    ) -> Accept | Block:
         if hooks and not execution.dry_run:
             payload = {
                 **self._payload("PostToolUse", execution, tool),

@@ -17,7 +17,15 @@ tool that is not installed, are a one-line warning on ``dsh_plugins_builtin.perm
 
 The plugin is a waterfall link of ``dsh_tool_pre_execute``: unless its own verdict is a denial
 it asks the plugins after it too, and the stricter decision wins (deny > ask > allow), so an
-``allow`` here never hides another policy plugin's ``deny`` or ``ask``. It also answers
+``allow`` here never hides another policy plugin's ``deny`` or ``ask``. The link is a plain
+function: a denial is returned as it is, with no coroutine.
+
+Per call, the plugin's own decision is a dictionary lookup for every tool whose decision no
+argument can change (every rule that applies to it names the tool alone, and no allow rule
+has to check its path arguments against the workspace): it is worked out once per tool
+definition, at start for the tools registered then and on the first call for later ones (a
+tool registered again under the same name is worked out again). Other tools' calls are
+matched against their arguments, over rules compiled once per tool. It also answers
 ``dsh_path_denied``, so a search leaves out the files a read (or edit) rule denies.
 """
 
@@ -32,7 +40,7 @@ from typing import Any, Literal, final
 
 import attrs
 
-from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, hookimpl
+from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolDefinition, ToolExecution, hookimpl
 
 from ._rules import (
     EDIT_RULES,
@@ -54,6 +62,7 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 """The read-only tools: allowed (inside the workspace) when no ``allow`` list is configured."""
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
+_FIXED_KEPT = 1_024
 _MAX_SETTINGS = 4 * 1024 * 1024
 
 
@@ -133,6 +142,8 @@ class PermissionsPlugin:
     def __init__(self) -> None:
         self._rules: RuleSet | None = None
         self._host: Host | None = None
+        # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
+        self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[PermissionsConfig]:
@@ -178,6 +189,9 @@ class PermissionsPlugin:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
         self._host = host
+        self._fixed.clear()
+        for tool in host.registry.tools():  # the tools known now; later ones on first call
+            self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
 
     @staticmethod
@@ -196,23 +210,46 @@ class PermissionsPlugin:
                 )
 
     def decide(self, execution: ToolExecution) -> PreDecision:
-        """This plugin's own decision on *execution*, before any other plugin is consulted."""
-        if self._rules is None or self._host is None:
+        """This plugin's own decision on *execution*, before any other plugin is consulted.
+
+        For a tool whose decision no argument can change (``echo`` under an ``echo`` rule,
+        any tool only the default covers) it is worked out once per tool definition and then
+        looked up; otherwise the rules are matched against the call's arguments.
+        """
+        rules, host = self._rules, self._host
+        if rules is None or host is None:
             raise RuntimeError("the permissions plugin was not started (dsh_host_started)")
-        tool = self._host.registry.get(execution.name, execution.scope)
-        verdict = self._rules.decide(execution.name, tool, execution.arguments)
-        return _decision(execution.name, verdict)
+        tool = host.registry.get(execution.name, execution.scope)
+        key: object = execution.name if tool is None else id(tool)
+        known = self._fixed.get(key)
+        if known is not None and known[0] is tool:
+            fixed = known[1]
+        else:
+            fixed = self._remember(key, tool, execution.name)
+        if fixed is not None:
+            return fixed
+        return _decision(execution.name, rules.decide(execution.name, tool, execution.arguments))
+
+    def _remember(self, key: object, tool: ToolDefinition | None, name: str) -> PreDecision | None:
+        """Work out (once) the decision on every call of *tool*, if no argument can change it."""
+        assert self._rules is not None
+        verdict = self._rules.fixed(name, tool)
+        decision = None if verdict is None else _decision(name, verdict)
+        if len(self._fixed) >= _FIXED_KEPT:  # unknown names come from the model: bounded
+            self._fixed.clear()
+        self._fixed[key] = (tool, decision)
+        return decision
 
     @hookimpl
-    async def dsh_tool_pre_execute(
+    def dsh_tool_pre_execute(
         self, execution: ToolExecution, call_next: Callable[[], Awaitable[PreDecision]]
-    ) -> PreDecision:
+    ) -> PreDecision | Awaitable[PreDecision]:
+        # A plain function: a denial is returned as it is (no coroutine, nobody after us is
+        # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
         own = self.decide(execution)
-        if isinstance(own, Deny):
+        if type(own) is Deny:
             return own
-        downstream = await call_next()
-        stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
-        return downstream if stricter else own
+        return _stricter(own, call_next)
 
     @hookimpl
     def dsh_path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
@@ -225,6 +262,14 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
+
+
+async def _stricter(
+    own: PreDecision, call_next: Callable[[], Awaitable[PreDecision]]
+) -> PreDecision:
+    downstream = await call_next()
+    stricter = _SEVERITY[type(downstream)] > _SEVERITY[type(own)]
+    return downstream if stricter else own
 
 
 def _decision(name: str, verdict: Verdict) -> PreDecision:

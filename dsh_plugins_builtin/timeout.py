@@ -10,8 +10,9 @@ The budget of a call, first match wins:
 3. ``default_ms``; ``0`` (the default) means no deadline at all, as the seed's ``timeoutMs``
    ("omit for no deadline") says. ``bash`` declares its own ``timeout_ms``, so it keeps one.
 
-A call with no budget is passed straight on (``await call_next()``): no deadline signal, no
-cancel scope, no ledger.
+The wrapper is a plain function: a call with no budget is handed straight on (it returns what
+``call_next()`` returns, for the host to await): no coroutine of its own, no deadline signal, no
+cancel scope, no ledger. The budget is one dictionary lookup and one registry lookup per call.
 
 The plugin installs a signal for the body that carries the deadline
 (``call_next(signal=AbortSignal.at(deadline))``), so no timer task runs per call: the host gives
@@ -180,14 +181,24 @@ class TimeoutPlugin:
         return self.config.default_ms
 
     @hookimpl(trylast=True)
-    async def dsh_tool_execute(
+    def dsh_tool_execute(
         self, execution: ToolExecution, call_next: Callable[..., Awaitable[ToolExecutionResult]]
+    ) -> Awaitable[ToolExecutionResult]:
+        # A plain function: a call with no budget is handed straight on (the host awaits what
+        # call_next returns), with no coroutine, deadline, scope or ledger of ours.
+        ms = self.budget_ms(execution)
+        if ms <= 0:
+            return call_next()
+        return self._timed(execution, call_next, ms)
+
+    async def _timed(
+        self,
+        execution: ToolExecution,
+        call_next: Callable[..., Awaitable[ToolExecutionResult]],
+        ms: float,
     ) -> ToolExecutionResult:
         # No timer task: the deadline rides on the signal, and the host runs the body in a
         # cancel scope with that deadline; the grace period is a second deadline, on our scope.
-        ms = self.budget_ms(execution)
-        if ms <= 0:
-            return await call_next()
         grace = self.config.grace_ms
         expires = trio.current_time() + ms / 1000
         reason = ToolTimeoutReason(ms, grace, expires + grace / 1000)

@@ -136,10 +136,28 @@ async def test_async_hooks_cost_at_most_one_cancel_scope_per_stage(scopes):
     host = _host(*many)
     scopes.watch()
     assert (await host.registry.execute(CALL)).text == "x"
-    # pre-execute, guards, execute wrappers, post-execute, observers: one each (not one per
-    # implementation: 20 here), none given a deadline since no hook suspended.
-    assert len(scopes) == 5
+    # pre-execute, guards, post-execute, observers: one each (not one per implementation: 16
+    # here), none given a deadline since no hook suspended; execute wrappers: none at all, as
+    # none of them waited in its own time (the stage's scope is entered lazily).
+    assert len(scopes) == 4
     assert all(scope.deadline == float("inf") for scope in scopes)
+
+
+async def test_execute_wrappers_that_never_wait_on_their_own_open_no_cancel_scope(scopes):
+    host = Host(plugins=[AsyncWrapperOnly(f"w{i}") for i in range(3)], load_entrypoints=False)
+    host.registry.register(make_echo())
+    scopes.watch()
+    assert (await host.registry.execute(CALL)).text == "x"
+    assert scopes == []
+
+
+class AsyncWrapperOnly:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @hookimpl
+    async def dsh_tool_execute(self, execution, call_next):
+        return await call_next()
 
 
 async def test_the_bare_pipeline_allocates_a_bounded_number_of_blocks_per_call():

@@ -383,3 +383,67 @@ def test_paths_and_claude_names_are_frozen_and_checked():
 def test_decision_detail_is_in_json():
     r = ToolExecutionResult(content="x", decided_by="p", decision_detail="rule a")
     assert r.to_json()["decision_detail"] == "rule a"
+
+
+# -- the hot path's predicate agrees with the messages --------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dsh_host._json import freeze  # noqa: E402
+from dsh_host._schema import compile_accepts, compile_parameters  # noqa: E402
+
+_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "n": {"type": "integer"},
+            "x": {"type": "number"},
+            "flag": {"type": "boolean"},
+            "none": {"type": "null"},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "inner": {
+                "type": "object",
+                "properties": {"k": {"type": "integer", "enum": [1, 2]}},
+                "required": ["k"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+    {"type": "object", "properties": {"a": {"type": "string"}}},  # open: extra keys allowed
+    {"type": "array", "items": {"type": "number"}},
+]
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([1.0, 2.0, "a", "b", "text"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(
+        st.sampled_from(["text", "n", "x", "flag", "none", "mode", "tags", "inner", "k", "a", "z"]),
+        inner,
+        max_size=5,
+    ),
+    max_leaves=12,
+)
+
+
+@pytest.mark.parametrize("schema", _SCHEMAS, ids=["closed", "open", "array"])
+@settings(max_examples=400, deadline=None)
+@given(value=_json)
+def test_the_fast_predicate_accepts_exactly_what_has_no_violation(schema, value):
+    accepts = compile_accepts(schema)
+    validate = compile_parameters(schema)
+    assert accepts is not None
+    frozen = freeze(value)
+    assert accepts(frozen) == (validate(frozen) == [])
+
+
+def test_a_schema_outside_the_subset_has_no_fast_predicate():
+    assert compile_accepts({"type": "string", "minLength": 2}) is None

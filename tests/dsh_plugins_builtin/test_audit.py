@@ -24,8 +24,9 @@ from dsh_host import (
     define_tool,
     hookimpl,
 )
-from dsh_plugins_builtin import audit
-from dsh_plugins_builtin._audit_writer import SCHEMA
+from dsh_host._json import freeze
+from dsh_plugins_builtin import _audit_writer, audit
+from dsh_plugins_builtin._audit_writer import SCHEMA, arguments_json
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,
@@ -57,7 +58,18 @@ def audited(db: Path, **table):
     return {"plugin": {"audit": {"path": str(db), **table}}}
 
 
+_LIVE: list[AuditPlugin] = []
+"""The plugins of the running test. ``durability = "async"`` is the default, so a call returns
+once its row is queued: what a test reads is what those plugins committed after a flush."""
+
+
+def _settle() -> None:
+    for plugin in _LIVE:
+        assert plugin.flush(30), "the audit writer did not commit within 30 s"
+
+
 def rows(db: Path) -> list[dict]:
+    _settle()
     connection = sqlite3.connect(db)
     connection.row_factory = sqlite3.Row
     try:
@@ -67,6 +79,7 @@ def rows(db: Path) -> list[dict]:
 
 
 def count(db: Path) -> int:
+    _settle()
     connection = sqlite3.connect(db)
     try:
         return connection.execute("SELECT count(*) FROM calls").fetchone()[0]
@@ -77,7 +90,9 @@ def count(db: Path) -> int:
 @pytest.fixture
 def plugin():
     plugin = AuditPlugin()
+    _LIVE.append(plugin)
     yield plugin
+    _LIVE.remove(plugin)
     plugin.close()
 
 
@@ -189,6 +204,23 @@ def test_secret_named_keys_are_redacted_at_any_depth():
     }
 
 
+def test_arguments_json_redacts_deep_secrets_and_copies_nothing_without_one():
+    deep = freeze({"a": [{"b": ({"x": 1},)}, {"c": {"MyToken": "t"}}]}, "arguments")
+    assert arguments_json(deep) == '{"a":[{"b":[{"x":1}]},{"c":{"MyToken":"[REDACTED]"}}]}'
+    plain = freeze({"text": "hi", "n": [1, {"k": "v"}], "z": None}, "arguments")
+    assert _audit_writer._redacted(plain) is plain  # nothing secret: the frozen value as it is
+    assert arguments_json(plain) == '{"n":[1,{"k":"v"}],"text":"hi","z":null}'
+    assert arguments_json(deep) == arguments_json(deep)  # the key cache answers the same
+
+
+def test_the_secret_key_cache_stays_bounded_under_hostile_keys(monkeypatch):
+    monkeypatch.setattr(_audit_writer, "_secret_keys", {})
+    for i in range(3 * _audit_writer._SECRET_KEYS_KEPT):
+        assert _audit_writer._is_secret(f"k{i}") is False
+        assert _audit_writer._is_secret(f"TOKEN{i}") is True
+    assert len(_audit_writer._secret_keys) == _audit_writer._SECRET_KEYS_KEPT
+
+
 async def test_recorded_arguments_are_canonical_and_redacted(make_host, db, plugin):
     tool = define_tool(name="t", description="", parameters={}, execute=lambda args: "ok")
     host = make_host(plugin, tools=[tool], config=audited(db))
@@ -241,6 +273,7 @@ async def test_no_worker_thread_round_trip_per_call(make_host, db, plugin, monke
 async def test_the_database_is_owner_only_and_in_wal_mode(make_host, db, plugin):
     host = make_host(plugin, tools=[make_echo()], config=audited(db))
     await host.call("echo", {"text": "hi"})
+    _settle()
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     connection = sqlite3.connect(db)
@@ -251,11 +284,15 @@ async def test_the_database_is_owner_only_and_in_wal_mode(make_host, db, plugin)
 
 
 # -- a database that cannot be written ----------------------------------------------------------
+# These watch each failure reported as the call returns: durability = "sync" (with the default
+# "async" the same report comes when the writer commits, shortly after).
 
 
 async def test_a_locked_database_is_reported_once_and_fails_no_call(make_host, db, plugin, caplog):
     caplog.set_level(logging.WARNING, LOGGER)
-    host = make_host(plugin, tools=[make_echo()], config=audited(db, busy_timeout_ms=0))
+    host = make_host(
+        plugin, tools=[make_echo()], config=audited(db, busy_timeout_ms=0, durability="sync")
+    )
     await host.call("echo", {"text": "first"})
     holder = sqlite3.connect(db, isolation_level=None)
     try:
@@ -285,7 +322,9 @@ async def test_an_unusable_path_is_reported_once_and_fails_no_call(
     caplog.set_level(logging.WARNING, LOGGER)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    host = make_host(plugin, tools=[make_echo()], config=audited(blocker / "audit.sqlite3"))
+    host = make_host(
+        plugin, tools=[make_echo()], config=audited(blocker / "audit.sqlite3", durability="sync")
+    )
     for i in range(3):
         assert (await host.call("echo", {"text": str(i)})).text == str(i)
     assert len(caplog.records) == 1
@@ -297,7 +336,7 @@ async def test_a_database_that_is_not_sqlite_is_reported_once(make_host, db, plu
     caplog.set_level(logging.WARNING, LOGGER)
     db.parent.mkdir()
     db.write_bytes(b"this is not a database" * 100)
-    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    host = make_host(plugin, tools=[make_echo()], config=audited(db, durability="sync"))
     for i in range(3):
         assert not (await host.call("echo", {"text": str(i)})).is_error
     [error] = caplog.records
@@ -332,7 +371,7 @@ async def test_a_relative_path_is_in_the_workspace(make_host, tmp_path, plugin):
 
 def test_the_config_defaults():
     assert AuditConfig() == AuditConfig(
-        path=None, enabled=True, busy_timeout_ms=5000, durability="sync", required=False,
+        path=None, enabled=True, busy_timeout_ms=5000, durability="async", required=False,
         queue_size=10_000,
     )  # fmt: skip
 
@@ -365,6 +404,7 @@ async def recorded(make_host, db, plugin) -> Path:
     await host.call("other", {"text": "b"}, call_id="c2")
     await host.call("echo", {"text": "c", "token": "t"}, call_id="c3")
     await host.call("nope", {}, call_id="c4")
+    _settle()
     return db
 
 
@@ -400,6 +440,7 @@ async def test_dsh_audit_prints_a_table(recorded, capsys):
 async def test_dsh_audit_reads_the_default_path(make_host, plugin, capsys):
     host = make_host(plugin, tools=[make_echo()])
     await host.call("echo", {"text": "hi"}, call_id="dflt")
+    _settle()
     assert audit_command(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["call_id"] == "dflt"
 
@@ -490,6 +531,7 @@ async def test_dsh_audit_escapes_every_control_character_from_the_model(
     host = make_host(plugin, Namer(), tools=[make_echo()], config=audited(db))
     for i, text in enumerate(HOSTILE):
         await host.call("echo" + text, {"text": text, text: 1}, call_id=f"c{i}{text}")
+    _settle()
     argv = ["--db", str(db), "--last", "100"] + (["--json"] if as_json else [])
     assert audit_command(argv) == 0
     out = capsys.readouterr().out

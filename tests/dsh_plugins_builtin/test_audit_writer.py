@@ -56,7 +56,9 @@ def plugin():
 
 
 def audited(db: Path, **table: Any) -> dict[str, Any]:
-    return {"plugin": {"audit": {"path": str(db), **table}}}
+    """An audit table. These tests watch the writer commit (or fail) as each call returns, so
+    they ask for ``durability = "sync"`` unless they name a mode (the default is ``"async"``)."""
+    return {"plugin": {"audit": {"path": str(db), "durability": "sync", **table}}}
 
 
 def count(db: Path) -> int:
@@ -207,6 +209,51 @@ async def test_async_durability_returns_once_queued(make_host, db, plugin):
     assert count(db) == 5
 
 
+async def test_the_default_durability_is_async(make_host, db, plugin):
+    """No ``durability`` key: a call returns once its row is queued, not committed."""
+    host = make_host(plugin, tools=[make_echo()], config={"plugin": {"audit": {"path": str(db)}}})
+    assert plugin.config.durability == "async"
+    gate = Gate(plugin._writer)
+    for i in range(3):
+        assert not (await host.call("echo", {"text": str(i)})).is_error
+    await gate.wait_arrived()
+    assert count(db) == 0  # every call returned; the writer holds the rows
+    gate.open()
+    plugin.close()  # close commits what is queued
+    assert count(db) == 3
+
+
+async def test_async_rows_are_queued_without_waiting_or_a_thread_hop(make_host, db, plugin):
+    """The fast path: the observer queues the row and returns nothing to await."""
+    host = make_host(plugin, tools=[make_echo()], config={"plugin": {"audit": {"path": str(db)}}})
+    await host.call("echo", {"text": "first"})  # starts the writer and the end-of-run flush
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    result = ToolExecutionResult(content=(TextBlock("x"),))
+    assert plugin.dsh_tool_result(execution, result) is None
+    plugin.close()
+    assert count(db) == 2
+
+
+@pytest.mark.soak
+async def test_ten_thousand_concurrent_async_calls_leave_exactly_ten_thousand_rows(
+    make_host, db, plugin
+):
+    size = soak_size(10_000, 50_000)
+    tool = make_echo(is_concurrency_safe=lambda args: True)
+    host = make_host(plugin, tools=[tool], config={"plugin": {"audit": {"path": str(db)}}})
+    async with trio.open_nursery() as nursery:
+        for i in range(size):
+            call = ToolExecutionInput(call_id=f"c{i}", name="echo", arguments={"text": str(i)})
+            nursery.start_soon(host.registry.execute, call)
+    plugin.close()
+    connection = sqlite3.connect(db)
+    try:
+        found = connection.execute("SELECT count(*), count(DISTINCT call_id) FROM calls")
+        assert found.fetchone() == (size, size)
+    finally:
+        connection.close()
+
+
 def test_async_rows_are_committed_before_the_trio_run_ends(db):
     plugin = AuditPlugin()
     host = Host(config=audited(db, durability="async"), plugins=[plugin], load_entrypoints=False)
@@ -349,6 +396,35 @@ async def test_a_required_audit_refuses_calls_while_it_cannot_write(make_host, d
         holder.close()
     # The refusal holds until a row is committed again: the next call's row lifts it.
     assert (await host.call("echo", {"text": "4"})).is_error
+    assert not (await host.call("echo", {"text": "5"})).is_error
+    assert ran == ["1", "2", "5"]
+
+
+async def test_a_required_async_audit_refuses_calls_once_a_commit_failed(
+    make_host, db, plugin, caplog
+):
+    """With the default durability the refusal starts when the writer's commit has failed."""
+    caplog.set_level(logging.WARNING, LOGGER)
+    ran: list[str] = []
+    config = audited(db, required=True, busy_timeout_ms=0, durability="async")
+    host = make_host(plugin, tools=[_echo_counting(ran)], config=config)
+    assert not (await host.call("echo", {"text": "1"})).is_error
+    assert plugin.flush(30)
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        assert not (await host.call("echo", {"text": "2"})).is_error  # queued; it will fail
+        assert plugin.flush(30)  # the writer tried, and failed
+        denied = await host.call("echo", {"text": "3"})
+        assert (denied.code, denied.decided_by) == ("DENIED", "audit")
+        assert "locked" in denied.error.message
+        assert ran == ["1", "2"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    # As with "sync", the first row that commits lifts the refusal: one more call is refused.
+    assert (await host.call("echo", {"text": "4"})).is_error
+    assert plugin.flush(30)
     assert not (await host.call("echo", {"text": "5"})).is_error
     assert ran == ["1", "2", "5"]
 

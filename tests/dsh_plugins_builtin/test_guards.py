@@ -265,3 +265,42 @@ async def test_guards_see_every_call_even_when_a_plain_plugin_decides():
     result = await host.call("echo", {"text": "a"})
     assert result.text == "mine"
     assert reminders(result)
+
+
+# -- the hot path ------------------------------------------------------------------------------
+
+
+async def test_the_arguments_are_serialised_once_per_call(monkeypatch):
+    from dsh_plugins_builtin import guards as guards_module
+
+    made: list[object] = []
+    real = guards_module.canonical
+
+    def counting(value: object) -> str:
+        made.append(value)
+        return real(value)
+
+    monkeypatch.setattr(guards_module, "canonical", counting)
+    host = make()
+    for i in range(10):
+        assert not (await host.call("echo", {"text": str(i % 2)})).is_error
+    assert len(made) == 10  # one text for the size limit and the repeat count alike
+
+
+def test_a_call_between_thresholds_is_handed_on_as_it_is():
+    plugin = GuardsPlugin()
+    make(plugin)
+    downstream = object()
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    assert plugin.dsh_tool_post_execute(execution, None, lambda: downstream) is downstream
+    assert plugin.dsh_tool_post_execute(execution, None, lambda: downstream) is downstream
+    third = plugin.dsh_tool_post_execute(execution, None, lambda: downstream)
+    assert third is not downstream  # the third in a row: a reminder to add
+    third.close()
+
+
+async def test_size_is_exact_at_the_limit_for_four_byte_characters():
+    host = make(config=guards(max_argument_bytes=27))
+    assert not (await host.call("echo", {"text": "\U0001f600" * 4})).is_error  # 11 + 16 bytes
+    over = await host.call("echo", {"text": "\U0001f600" * 4 + "a"})
+    assert "are 28 bytes of JSON" in over.text

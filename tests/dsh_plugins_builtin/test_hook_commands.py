@@ -25,9 +25,12 @@ from dsh_host import (
     Deny,
     HookContext,
     Host,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
+from dsh_plugins_builtin.hook_commands import HookCommand, HookCommandsPlugin
 from tests.conftest import make_echo
 
 TOOLS = ("read_file", "read_files", "write_file", "echo")
@@ -144,6 +147,40 @@ async def test_no_settings_does_nothing(tmp_path):
     assert (result.text, result.is_error, result.additional_contexts) == ("hi", False, ())
     assert h.config_for("hook_commands").timeout_ms == 60_000
     assert h.config_for("hook_commands").fail_closed is True
+
+
+def test_no_settings_calls_no_hook_per_call(tmp_path):
+    h = host(tmp_path)
+    for hook in ("dsh_tool_pre_execute", "dsh_tool_post_execute", "dsh_tool_result"):
+        assert h.hooks.impls(hook) == ()
+
+
+async def test_a_call_no_hook_matches_is_answered_at_once(tmp_path, monkeypatch):
+    """The hot path with hooks for other tools: matched once per tool, then no coroutine."""
+    block = sh(tmp_path, "block", "exit 2")
+    h = host(
+        tmp_path,
+        settings(tmp_path, pre=[group(block, "write_file")], post=[group(block, "read_file")]),
+    )
+    plugin = h.pm.get_plugin("hook_commands")
+    assert (await call(h)).text == "hi"  # echo matches no hook: worked out on its first call
+    matched: list[str] = []
+    real = HookCommand.matches
+
+    def counting(self: HookCommand, *names: str) -> bool:
+        matched.append(self.command)
+        return real(self, *names)
+
+    monkeypatch.setattr(HookCommand, "matches", counting)
+    for _ in range(20):
+        assert (await call(h)).text == "hi"
+    assert matched == []
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    downstream = object()
+    assert plugin.dsh_tool_pre_execute(execution, lambda: downstream) is None
+    ok = ToolExecutionResult(content=(TextBlock("x"),))
+    assert plugin.dsh_tool_post_execute(execution, ok, lambda: downstream) is downstream
+    assert (await call(h, "write_file")).code == "DENIED"  # the hooks of other tools still run
 
 
 # -- PreToolUse ------------------------------------------------------------------------------------

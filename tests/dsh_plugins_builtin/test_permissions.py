@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
 import pytest
 
 from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, define_tool, hookimpl
+from dsh_plugins_builtin import permissions
+from dsh_plugins_builtin._rules import RuleSet
 from dsh_plugins_builtin.permissions import PermissionsConfig, PermissionsPlugin
 
 TOOLS = ("bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "web_fetch")
@@ -354,3 +357,98 @@ def _attributed(result):
     """``decided_by: decision_detail``, the way these tests spell who decided and why."""
     detail = result.decision_detail
     return result.decided_by if detail is None else f"{result.decided_by}: {detail}"
+
+
+# -- the hot path: a decision no argument can change is worked out once per tool ----------------
+
+
+async def test_a_fixed_decision_is_looked_up_not_worked_out_per_call(monkeypatch):
+    host = make({"plugin": {"permissions": {"allow": ["web_fetch"], "deny": ["bash"]}}})
+    await host.call("web_fetch", {"url": "https://x.test"})  # the stand-ins came after start:
+    await host.call("bash", {"command": "ls"})  # each is worked out on its first call
+    worked_out: list[str] = []
+    real = permissions._decision
+
+    def counting(name, verdict):
+        worked_out.append(name)
+        return real(name, verdict)
+
+    monkeypatch.setattr(permissions, "_decision", counting)
+    monkeypatch.setattr(RuleSet, "_verdict", lambda *a: pytest.fail("matched per call"))
+    for _ in range(50):
+        assert not (await host.call("web_fetch", {"url": "https://x.test"})).is_error
+        assert (await host.call("bash", {"command": "ls"})).code == "DENIED"
+    assert worked_out == []
+
+
+async def test_a_tool_registered_later_or_redefined_gets_its_own_decision(tmp_path):
+    host = make(
+        {"host": {"workspace": str(tmp_path)}, "plugin": {"permissions": {"allow": ["thing"]}}}
+    )
+    plugin = host.pm.get_plugin("permissions")
+    plain = make_tool("thing")
+    unregister = host.registry.register(plain)
+    assert isinstance(plugin.decide(execution_of("thing", path="/etc/passwd")), Allow)
+    unregister()
+    # the same name, now declaring a path it writes: an allow rule covers only the workspace
+    with_paths = define_tool(
+        name="thing", description="", parameters={"path": {"type": "string"}},
+        execute=lambda args: "ok", paths={"path": "write"},
+    )  # fmt: skip
+    host.registry.register(with_paths)
+    assert isinstance(plugin.decide(execution_of("thing", path="/etc/passwd")), Ask)
+    assert isinstance(plugin.decide(execution_of("thing", path="inside.txt")), Allow)
+
+
+def execution_of(name: str, **arguments: str) -> ToolExecution:
+    return ToolExecution(call_id="c1", name=name, arguments=arguments)
+
+
+RULE_SETS = [
+    {},
+    {"allow": ["bash", "web_fetch", "read_file"], "default": "deny"},
+    {"allow": ["Bash(git status:*)", "Read(./src/**)", "WebFetch(domain:example.com)"]},
+    {"ask": ["bash"], "deny": ["Read(./secrets/**)"], "allow": ["mcp__srv"]},
+    {"deny": ["edit_file"], "allow": ["Write(./out/**)", "grep"], "default": "allow"},
+]
+ARGUMENT_SETS = [
+    {},
+    {"command": "git status"},
+    {"command": "rm -rf / && git status"},
+    {"command": "$(curl x)"},
+    {"path": "src/a.py"},
+    {"path": "secrets/key"},
+    {"path": "/etc/passwd"},
+    {"path": "../x"},
+    {"path": 7},
+    {"url": "https://example.com/x"},
+    {"url": "https://evil.test"},
+]
+
+
+@pytest.mark.parametrize("rules", RULE_SETS)
+def test_the_looked_up_decision_is_the_one_matching_the_arguments_gives(rules, tmp_path):
+    """Differential: the per-tool shortcut never differs from matching the rules in full."""
+    (tmp_path / "src").mkdir()
+    host = make({"host": {"workspace": str(tmp_path)}, "plugin": {"permissions": rules}})
+    plugin = host.pm.get_plugin("permissions")
+    for name in (*TOOLS, "mcp__srv__x", "not_installed"):
+        tool = host.registry.get(name)
+        for arguments in ARGUMENT_SETS:
+            execution = ToolExecution(call_id="c", name=name, arguments=arguments)
+            full = plugin._rules._verdict(plugin._rules.view(name, tool), arguments)
+            assert plugin.decide(execution) == permissions._decision(name, full), (name, arguments)
+
+
+def test_a_denial_is_answered_without_a_coroutine():
+    host = make({"plugin": {"permissions": {"deny": ["bash"], "allow": ["grep"]}}})
+    plugin = host.pm.get_plugin("permissions")
+
+    def call_next():
+        pytest.fail("a denial asks nobody after it")
+
+    denied = plugin.dsh_tool_pre_execute(execution_of("bash", command="ls"), call_next)
+    assert isinstance(denied, Deny)
+    allowed = plugin.dsh_tool_pre_execute(execution_of("grep", pattern="x"), call_next)
+    assert inspect.isawaitable(allowed)  # an allow waits for the stricter downstream decision
+    allowed.close()

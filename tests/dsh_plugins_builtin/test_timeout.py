@@ -19,6 +19,7 @@ from dsh_host import (
     ConfigError,
     DshError,
     Scope,
+    ToolExecution,
     ToolExecutionResult,
     define_tool,
     hookimpl,
@@ -126,6 +127,27 @@ async def test_no_default_ms_means_no_deadline(make_host, autojump_clock, config
     assert (result.is_error, result.text) == (False, "done")
     assert seen == [(math.inf, math.inf)]
     assert trio.current_time() == pytest.approx(100_000)
+
+
+async def test_a_call_with_no_budget_is_handed_on_as_it_is(make_host):
+    """The hot path: no coroutine, deadline, scope or ledger of the plugin's for such a call."""
+    plugin = TimeoutPlugin()
+    make_host(plugin, tools=[make_echo(), sleeper(timeout_ms=100)])
+    downstream = object()
+    handed: list[dict[str, Any]] = []
+
+    def call_next(**kwargs: Any) -> Any:
+        handed.append(kwargs)
+        return downstream
+
+    echo = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    assert plugin.dsh_tool_execute(echo, call_next) is downstream
+    assert handed == [{}]  # no signal of ours
+    timed = plugin.dsh_tool_execute(
+        ToolExecution(call_id="d", name="slow", arguments={}), call_next
+    )
+    assert timed is not downstream  # a budget: the plugin's own coroutine sets the deadline
+    timed.close()  # type: ignore[attr-defined]
 
 
 async def test_a_tool_budget_still_applies_when_default_ms_is_off(make_host, autojump_clock):
