@@ -47,9 +47,10 @@ from trio.lowlevel import (
 )
 
 from ._signal import AbortSignal
-from ._values import ExecutionMode, ToolExecutionInput, ToolExecutionResult
+from ._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
+    from ._hooks import Plan
     from ._pipeline import Pipeline
     from ._registry import ToolRegistry
     from ._trace import Trace
@@ -176,6 +177,7 @@ class _Batch:
         inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
         settled, results, count = self.settled, self.results, len(inputs)
         registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
+        hooks = pipeline.hooks
         if self.holder is not me:  # a worker just started
             self.coming -= 1
         while True:
@@ -218,12 +220,13 @@ class _Batch:
             self.next = index + 1
             prepared = await pipeline.prepare(input, trace)
             execution = prepared.execution
+            plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
             if prepared.result is not None:
                 result, post = prepared.result, prepared.post
             elif parallel:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
-                running = pipeline.dispatch(execution, trace, ready)
+                running = pipeline.dispatch(execution, trace, ready, plan)
                 try:
                     trap = running.send(None)
                 except StopIteration as stop:
@@ -237,30 +240,43 @@ class _Batch:
                     finally:
                         self._landed()
             else:  # an exclusive call keeps the baton: nothing else starts meanwhile
-                result, post = await pipeline.dispatch(execution, trace, ready)
+                result, post = await pipeline.dispatch(execution, trace, ready, plan)
             if index != self.committed or self.committing:
                 settled[index] = (execution, result, post)  # finalised in its turn
                 continue
-            # Its turn: finalised here and now, by hand too.
-            finalizing = pipeline.finalize(execution, result, post, trace)
-            try:
-                trap = finalizing.send(None)
-            except StopIteration as stop:
-                result = stop.value
-            else:
-                self.committing = True
-                try:
-                    if self.holder is me:
-                        self._hand_on()
-                    result = await _resume(finalizing, trap)
-                finally:
-                    self.committing = False
+            # Its turn: finalised here and now, by hand too (as `Pipeline.run` does, only when
+            # post-execute or an observer is there to run).
+            if (post and plan.post) or plan.result:
+                result = await self._finalize(me, execution, result, post, plan)
             results[index] = result
             self.committed = index = index + 1
             if on_result is not None:
                 on_result(index - 1, result)
             if index < count and settled[index] is not None and not self.committing:
                 await self._commit(me)  # calls that settled meanwhile, in order
+
+    async def _finalize(
+        self,
+        me: Task,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        post: bool,
+        plan: Plan,
+    ) -> ToolExecutionResult:
+        """`Pipeline.finalize`, run by hand: if it suspends while this worker holds the baton,
+        the baton is let go first."""
+        finalizing = self.pipeline.finalize(execution, result, post, self.trace, plan)
+        try:
+            trap = finalizing.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        self.committing = True
+        try:
+            if self.holder is me:
+                self._hand_on()
+            return await _resume(finalizing, trap)  # type: ignore[no-any-return]
+        finally:
+            self.committing = False
 
     async def _commit(self, me: Task) -> None:
         """Finalise every settled call from the commit point on, in model order.
@@ -271,20 +287,22 @@ class _Batch:
         self.committing = True
         try:
             settled, results, count = self.settled, self.results, len(self.inputs)
-            finalize, trace, on_result = self.pipeline.finalize, self.trace, self.on_result
+            pipeline, trace, on_result = self.pipeline, self.trace, self.on_result
             index = self.committed
             while index < count and (entry := settled[index]) is not None:
                 settled[index] = None
                 execution, result, post = entry
-                running = finalize(execution, result, post, trace)
-                try:
-                    trap = running.send(None)
-                except StopIteration as stop:
-                    result = stop.value
-                else:
-                    if self.holder is me:
-                        self._hand_on()
-                    result = await _resume(running, trap)
+                plan = pipeline.hooks.plan()
+                if (post and plan.post) or plan.result:
+                    running = pipeline.finalize(execution, result, post, trace, plan)
+                    try:
+                        trap = running.send(None)
+                    except StopIteration as stop:
+                        result = stop.value
+                    else:
+                        if self.holder is me:
+                            self._hand_on()
+                        result = await _resume(running, trap)
                 results[index] = result
                 self.committed = index = index + 1
                 if on_result is not None:

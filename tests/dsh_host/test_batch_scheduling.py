@@ -522,3 +522,32 @@ async def test_arguments_changed_by_the_caller_mid_batch_reach_policy_and_body_a
     assert arguments["path"] == "/etc/shadow"  # the change happened while c1 waited
     assert len(seen_by_body) == 1
     assert seen_by_policy == seen_by_body
+
+
+async def test_finalisation_is_skipped_when_no_hook_would_see_it(monkeypatch):
+    """As `execute` does: with no post-execute and no observer, `Pipeline.finalize` is not
+    entered at all (its answer would be the result itself)."""
+    bodies = Bodies()
+    registry = registry_with(bodies)
+    finalised: list[str] = []
+    finalize = registry._pipeline.finalize
+
+    async def counting(execution: Any, *args: Any) -> Any:
+        finalised.append(execution.call_id)
+        return await finalize(execution, *args)
+
+    monkeypatch.setattr(registry._pipeline, "finalize", counting)
+    results = await registry.execute_batch(calls([("read", 0), ("write", 0), ("read", 0)]))
+    assert [r.text for r in results] == ["c0", "c1", "c2"]
+    assert finalised == []
+
+    class Observer:
+        @hookimpl
+        def dsh_tool_result(self, execution: Any, result: Any) -> None:
+            pass
+
+    observed = registry_with(bodies, Observer())
+    finalize = observed._pipeline.finalize
+    monkeypatch.setattr(observed._pipeline, "finalize", counting)
+    await observed.execute_batch(calls([("read", 0), ("write", 0), ("read", 0)]))
+    assert finalised == ["c0", "c1", "c2"]
