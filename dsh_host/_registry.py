@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from ._batch import run_batch
 from ._contain import real_interrupt
 from ._hooks import HookRelay
 from ._json import freeze
@@ -285,9 +286,12 @@ class ToolRegistry:
         except ValueError:
             return ExecutionMode.EXCLUSIVE, tool, None, None
         try:
-            args, violations = tool.prepare(frozen)
-            if violations:
-                return ExecutionMode.EXCLUSIVE, tool, frozen, None
+            if (accepts := tool.accepts) is not None and accepts(frozen):
+                args = frozen  # valid as they are, as `Pipeline._dispatch` finds them
+            else:
+                args, violations = tool.prepare(frozen)
+                if violations:
+                    return ExecutionMode.EXCLUSIVE, tool, frozen, None
             safe = tool.is_concurrency_safe(args)
         except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
             if real_interrupt(exc):
@@ -335,8 +339,6 @@ class ToolRegistry:
         ``ABORTED_BEFORE_DISPATCH``. *on_result* (e.g. a progress display) is called with the
         index and result of each call as it is finalised, in model order.
         """
-        from ._batch import run_batch
-
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
         batch: list[ToolExecutionInput] = list(inputs)

@@ -244,7 +244,8 @@ class CountingArgs(dict):  # type: ignore[type-arg]
 async def test_a_batch_freezes_and_validates_each_call_once(monkeypatch):
     validated: list[Any] = []
     host = _host()
-    host.registry.register(make_echo("safe", is_concurrency_safe=lambda args: True))
+    tool = make_echo("safe", is_concurrency_safe=lambda args: True)
+    host.registry.register(tool)
     from dsh_host import ToolDefinition
 
     prepare = ToolDefinition.prepare
@@ -254,6 +255,14 @@ async def test_a_batch_freezes_and_validates_each_call_once(monkeypatch):
         return prepare(self, arguments)
 
     monkeypatch.setattr(ToolDefinition, "prepare", counting)
+    accepts = tool.accepts  # the fast check, tried first wherever arguments are validated
+    assert accepts is not None
+
+    def counting_accepts(arguments: Any) -> bool:
+        validated.append(arguments)
+        return accepts(arguments)
+
+    object.__setattr__(tool, "accepts", counting_accepts)
     CountingArgs.walks = 0
     inputs = [
         ToolExecutionInput(call_id=f"c{i}", name="safe", arguments=CountingArgs(text=str(i)))
