@@ -162,6 +162,7 @@ class HookRelay:
         self._cache: dict[str, tuple[Impl, ...]] = {}
         self._async: dict[str, bool] = {}
         self._suspends: dict[str, bool] = {}
+        self._waterfall: dict[str, bool] = {}
         self._generation = -1
         self._plan: Plan | None = None
         self._plan_generation: int | None = None
@@ -186,6 +187,7 @@ class HookRelay:
             self._cache.clear()
             self._async.clear()
             self._suspends.clear()
+            self._waterfall.clear()
             self._generation = generation if generation is not None else -1
         cached = self._cache.get(hook)
         if cached is None or generation is None:
@@ -198,6 +200,14 @@ class HookRelay:
         known = self._suspends.get(hook)
         if known is None or getattr(self.pm, "generation", None) is None:
             known = self._suspends[hook] = any(i.is_async or i.waterfall for i in impls)
+        return known
+
+    def has_waterfall(self, hook: str) -> bool:
+        """Whether an implementation of *hook* takes ``call_next``."""
+        impls = self.impls(hook)
+        known = self._waterfall.get(hook)
+        if known is None or getattr(self.pm, "generation", None) is None:
+            known = self._waterfall[hook] = any(impl.waterfall for impl in impls)
         return known
 
     def any_async(self, hook: str) -> bool:

@@ -81,6 +81,8 @@ def freeze(value: object, path: str = "value") -> Any:
     `RecursionError` whatever the depth) and linear in the size of *value*.
     """
     t = type(value)
+    if t is FrozenDict:
+        return value  # made by this function: already frozen, through and through
     if type(value) is dict:
         for key, item in value.items():  # flat strings, booleans, nulls and integers: one copy
             i = type(item)

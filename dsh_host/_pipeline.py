@@ -332,20 +332,26 @@ class Pipeline:
         accept: Callable[[Any], Any],
         trace: Trace | None,
         bound: float | None = None,
+        *,
+        args: tuple[Any, ...] | None = None,
+        impls: tuple[Impl, ...] | None = None,
     ) -> tuple[Any, str | None]:
         """A firstresult chain whose links may take ``call_next`` (a waterfall).
 
         Returns the decision and the name of the plugin that made it: a link that returns the
-        downstream decision unchanged (contexts aside) leaves it credited downstream.
+        downstream decision unchanged (contexts aside) leaves it credited downstream. *args*
+        (the hook's arguments in order) and *impls* spare looking them up again.
         """
-        impls = self.hooks.impls(hook)
+        if impls is None:
+            impls = self.hooks.impls(hook)
         stage = self._stage(hook)
         with stage if stage is not None else _NO_SCOPE:
-            if any(impl.waterfall for impl in impls):
-                if trace is None and stage is not None:
+            if trace is None and stage is not None and self.hooks.has_waterfall(hook):
+                if args is None:
                     args = tuple(kwargs[name] for name in _HOOK_ARGS[hook])
-                    limit = self.hook_timeout if bound is None else bound
-                    return await self._links(impls, hook, args, default, accept, limit, stage)
+                limit = self.hook_timeout if bound is None else bound
+                return await self._links(impls, hook, args, default, accept, limit, stage)
+            if any(impl.waterfall for impl in impls):
                 return await self._chain(impls, hook, kwargs, default, accept, trace, bound, stage)
             name = (kwargs.get("execution") or kwargs["request"].execution).name
             for impl in impls:
@@ -429,9 +435,12 @@ class Pipeline:
                         value = call[0](*call[1:])
                     else:
                         value = self._sync(impl.plugin, hook, tool, *call)
-                        if value is not None and value is budget.issued:
-                            # A tail call: all it does is downstream's (not its own time).
-                            value = await value
+                        if value is not None and value is budget.issued and not memo:
+                            # A tail call not yet begun: the links after it decide, credited
+                            # as they would be through it; they are asked right here.
+                            value.close()
+                            i += 1
+                            continue
                     if impl.is_async or (value is not None and inspect.isawaitable(value)):
                         value = await _settle(value, budget, stage, impl.plugin, hook)
                 except PluginFailure:
@@ -568,8 +577,9 @@ class Pipeline:
                     )
             else:
                 decision, who = await self._first(
-                    "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace
-                )
+                    "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
+                    args=(execution,), impls=plan.pre,
+                )  # fmt: skip
         if type(decision) is Deny:
             result = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
@@ -933,7 +943,10 @@ class Pipeline:
                     )
             else:
                 kwargs = {"execution": execution, "result": result}
-                decision, who = await self._first(hook, kwargs, _ACCEPT, _check_post, trace)
+                decision, who = await self._first(
+                    hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
+                    impls=plan.post,
+                )  # fmt: skip
         except PluginFailure as exc:
             return plugin_failed(exc)
         if decision is _ACCEPT:
