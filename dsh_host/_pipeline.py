@@ -705,6 +705,9 @@ class Pipeline:
                 with (stage := _Stage.lazy() or _Stage()):
                     result = await self._wrap(impls, 0, execution, state, trace, stage)
                 stage.fail()
+                if result is _BODY:  # every wrapper was a tail call: none of them waits
+                    del stage
+                    result = await self._dispatch(execution, state, trace)
         except PluginFailure as exc:
             return plugin_failed(exc), False
         if execution.signal.aborted and not result.is_error:
@@ -737,96 +740,134 @@ class Pipeline:
         trace: Trace | None,
         stage: _Stage | None,
     ) -> ToolExecutionResult:
+        hook = "dsh_tool_execute"
+        downstream = self._downstream
         if i == len(impls):
             return await self._dispatch(view, state, trace)
-        impl = impls[i]
-        hook = "dsh_tool_execute"
-        delegated: list[ToolExecutionResult] = []
-        budget = _Budget(self.hook_timeout, stage)
+        while i < len(impls):  # once per link; on only after a tail call not yet begun
+            impl = impls[i]
+            delegated: list[ToolExecutionResult] = []
+            budget = _Budget(self.hook_timeout, stage)
 
-        def call_next(signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
-            coroutine = budget.issued = downstream(signal)
-            return coroutine
+            def call_next(
+                signal: AbortSignal | None = None,
+                _i: int = i,
+                _budget: _Budget = budget,
+                _delegated: list[Any] = delegated,
+            ) -> Awaitable[ToolExecutionResult]:
+                coroutine = _budget.issued = downstream(
+                    impls, _i + 1, view, state, trace, stage, signal, _budget, _delegated
+                )
+                return coroutine
 
-        async def downstream(signal: AbortSignal | None) -> ToolExecutionResult:
-            if signal is not None and not isinstance(signal, AbortSignal):
-                raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-            if budget.stage is not None:  # waiting downstream is not this link's own time
-                budget.close()
-                budget.paused = True
-            try:
-                if signal is None:
-                    result = await self._wrap(impls, i + 1, view, state, trace, stage)
-                else:
-                    fused, dispose = _fuse((view.signal, signal))
-                    try:
-                        inner = attrs.evolve(view, signal=fused)
-                        result = await self._wrap(impls, i + 1, inner, state, trace, stage)
-                    finally:
-                        dispose()
-            finally:
-                budget.paused = False
-            delegated.append(result)
-            return result
-
-        if trace is not None:
-            kwargs = {"execution": view, "call_next": call_next}
-            result = await self._call(impl, hook, trace, kwargs, stage=stage, budget=budget)
-        else:  # `_call`, for this one shape, without its generality
-            try:
-                if not impl.is_async:
-                    if impl.argnames == _WRAPPER_ARGS:
-                        value = self._sync(
-                            impl.plugin, hook, view.name, impl.function, view, call_next
-                        )
-                    else:
-                        kwargs = {"execution": view, "call_next": call_next}
-                        value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
-                    if value is not None and value is budget.issued:
-                        value = await value  # a tail call: all it does is downstream's
-                elif impl.argnames == _WRAPPER_ARGS:
-                    value = impl.function(view, call_next)
-                else:
-                    value = impl.call_sync({"execution": view, "call_next": call_next})
-                if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                    if stage is None:  # pragma: no cover - `dispatch` always gives one
-                        raise AssertionError("an execute wrapper awaited outside its stage")
-                    if inspect.iscoroutine(value):
-                        # Its first step runs here, undriven: a wrapper that never waits costs
-                        # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
-                        depth = len(stage.stack)
-                        try:
-                            trap = value.send(None)
-                        except StopIteration as stop:
-                            value = stop.value
-                        else:
-                            value = await _Driven(
-                                stage, value, budget, impl.plugin, hook, trap, depth
+            if trace is not None:
+                kwargs = {"execution": view, "call_next": call_next}
+                result = await self._call(impl, hook, trace, kwargs, stage=stage, budget=budget)
+            else:  # `_call`, for this one shape, without its generality
+                try:
+                    if not impl.is_async:
+                        if impl.argnames == _WRAPPER_ARGS:
+                            value = self._sync(
+                                impl.plugin, hook, view.name, impl.function, view, call_next
                             )
+                        else:
+                            kwargs = {"execution": view, "call_next": call_next}
+                            value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
+                        if value is not None and value is budget.issued and not delegated:
+                            # A tail call not yet begun: the links after it answer, as they
+                            # would through it; they run from this same frame.
+                            value.close()
+                            i += 1
+                            continue
+                    elif impl.argnames == _WRAPPER_ARGS:
+                        value = impl.function(view, call_next)
                     else:
-                        value = await stage.run(value, budget, impl.plugin, hook)
-            except PluginFailure:
-                raise
-            except BaseException as exc:
-                if await genuine(exc):
+                        value = impl.call_sync({"execution": view, "call_next": call_next})
+                    if impl.is_async or (value is not None and inspect.isawaitable(value)):
+                        if stage is None:  # pragma: no cover - `dispatch` always gives one
+                            raise AssertionError("an execute wrapper awaited outside its stage")
+                        if inspect.iscoroutine(value):
+                            # Its first step runs here, undriven: a wrapper that never waits costs
+                            # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
+                            depth = len(stage.stack)
+                            try:
+                                trap = value.send(None)
+                            except StopIteration as stop:
+                                value = stop.value
+                            else:
+                                value = await _Driven(
+                                    stage, value, budget, impl.plugin, hook, trap, depth
+                                )
+                        else:
+                            value = await stage.run(value, budget, impl.plugin, hook)
+                except PluginFailure:
                     raise
-                raise PluginFailure(impl.plugin, hook, exc) from exc
-            result = value
-        if not isinstance(result, ToolExecutionResult):
-            error = TypeError(
-                f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
-            )
-            raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
-        if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
+                except BaseException as exc:
+                    if await genuine(exc):
+                        raise
+                    raise PluginFailure(impl.plugin, hook, exc) from exc
+                result = value
+            if not isinstance(result, ToolExecutionResult):
+                error = TypeError(
+                    f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
+                )
+                raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+            if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
+                return result
+            if not any(result is r for r in delegated):
+                # A result the wrapper built itself: the final check (stage L) for what it made.
+                producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
+                result = checked(
+                    result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
+                )
+            if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
+                result = attrs.evolve(result, decided_by=impl.plugin)
             return result
-        if not any(result is r for r in delegated):
-            # A result the wrapper built itself: the final check (stage L) for what it made.
-            producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
-            result = checked(
-                result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
-            )
-        if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
-            result = attrs.evolve(result, decided_by=impl.plugin)
+        # Every link left was a tail call: the caller runs the body, so that no frame of the
+        # links' is held while it runs.
+        body: ToolExecutionResult = _BODY
+        return body
+
+    async def _downstream(
+        self,
+        impls: tuple[Impl, ...],
+        i: int,
+        view: ToolExecution,
+        state: _DispatchState,
+        trace: Trace | None,
+        stage: _Stage | None,
+        signal: AbortSignal | None,
+        budget: _Budget,
+        delegated: list[ToolExecutionResult],
+    ) -> ToolExecutionResult:
+        """What wrapper link ``i - 1``'s ``call_next(signal)`` awaits: links *i* on, the body."""
+        if signal is not None and not isinstance(signal, AbortSignal):
+            raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
+        if budget.stage is not None:  # waiting downstream is not the link's own time
+            budget.close()
+            budget.paused = True
+        try:
+            if signal is not None:
+                fused, dispose = _fuse((view.signal, signal))
+                try:
+                    inner = attrs.evolve(view, signal=fused)
+                    if i == len(impls):
+                        result = await self._dispatch(inner, state, trace)
+                    else:
+                        result = await self._wrap(impls, i, inner, state, trace, stage)
+                        if result is _BODY:
+                            result = await self._dispatch(inner, state, trace)
+                finally:
+                    dispose()
+            elif i == len(impls):  # the body next: no `_wrap` frame held while it runs
+                result = await self._dispatch(view, state, trace)
+            else:
+                result = await self._wrap(impls, i, view, state, trace, stage)
+                if result is _BODY:
+                    result = await self._dispatch(view, state, trace)
+        finally:
+            budget.paused = False
+        delegated.append(result)
         return result
 
     async def _dispatch(
@@ -1212,6 +1253,8 @@ class _Watch:
 
 
 _NO_TRAP: Any = object()
+_BODY: Any = object()
+"""What `Pipeline._wrap` returns when every link left was a tail call: its caller runs the body."""
 _UNENTERED = trio.CancelScope()
 """A lazy stage's scope until it is entered (never entered itself; never cancelled)."""
 

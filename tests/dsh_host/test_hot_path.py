@@ -363,3 +363,13 @@ async def test_a_hook_that_swallows_the_stage_deadline_is_still_blamed(autojump_
     assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "swallows")
     assert "swallows did not answer dsh_tool_guard within 3 s" in result.error.message
     assert trio.current_time() - started == pytest.approx(3)
+
+
+async def test_stages_can_enter_their_cancel_scope_lazily_with_this_trio():
+    """Lazy stages read trio's private ``Task._cancel_status``; if a trio release moves it, the
+    pipeline falls back to eager scopes (slower, still correct) and this test says so."""
+    from dsh_host._pipeline import _Stage
+
+    stage = _Stage.lazy()
+    assert stage is not None, "trio's Task._cancel_status is gone: stages are eager again"
+    assert stage.base is trio.lowlevel.current_task()._cancel_status
