@@ -424,11 +424,15 @@ _json = st.recursive(
     | st.integers(-5, 5)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from([1.0, 2.0, "a", "b", "text"]),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(
-        st.sampled_from(["text", "n", "x", "flag", "none", "mode", "tags", "inner", "k", "a", "z"]),
-        inner,
-        max_size=5,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["text", "n", "x", "flag", "none", "mode", "tags", "inner", "k", "a", "z"]
+            ),
+            inner,
+            max_size=5,
+        )
     ),
     max_leaves=12,
 )
