@@ -83,18 +83,6 @@ def freeze(value: object, path: str = "value") -> Any:
     t = type(value)
     if t is FrozenDict:
         return value  # made by this function: already frozen, through and through
-    if type(value) is dict:
-        for key, item in value.items():  # flat strings, booleans, nulls and integers: one copy
-            i = type(item)
-            if type(key) is not str or not (
-                i is str
-                or i is bool
-                or item is None
-                or (i is int and -_INT_BOUND < item < _INT_BOUND)
-            ):
-                break
-        else:
-            return FrozenDict(value) if value else _EMPTY
     if t is dict or t is list or t is tuple:
         try:
             return _fast(value, 1)
