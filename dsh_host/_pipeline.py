@@ -14,6 +14,7 @@ post-execute sees them. A plugin raising in C, D, F or H, and arguments that are
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
@@ -375,7 +376,7 @@ class Pipeline:
             return default, None
         _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
 
-    async def _links(
+    def _links(
         self,
         impls: tuple[Impl, ...],
         hook: str,
@@ -384,86 +385,14 @@ class Pipeline:
         accept: Callable[[Any], Any],
         limit: float,
         stage: _Stage,
-    ) -> tuple[Any, str | None]:
+    ) -> Awaitable[tuple[Any, str | None]]:
         """`_chain` without a trace: the same decisions and credit, with less machinery.
 
         Each waterfall link gets one ``call_next`` (memoised, pausing the link's own time)
         and is called with the hook's arguments positionally; a coroutine's first step runs
-        undriven (`_settle`).
+        undriven (`_settle`). See `_Links`.
         """
-        tool = (args[0] if hook != "dsh_tool_approve" else args[0].execution).name
-        count = len(impls)
-        spec = (*_HOOK_ARGS[hook], "call_next")
-
-        async def downstream(i: int, memo: list[Any], own: _Budget) -> Any:
-            """What a link's ``call_next()`` awaits: the links after it, once (memoised)."""
-            if not memo:
-                if i == count:  # nobody after it: the default, with no chain to run
-                    memo.append((default, None))
-                else:
-                    if own.stage is not None:  # downstream: not the link's own time
-                        own.close()
-                        own.paused = True
-                    try:
-                        memo.append(await run_from(i))
-                    finally:
-                        own.paused = False
-            return memo[0][0]
-
-        async def run_from(i: int) -> tuple[Any, str | None]:
-            while i < count:
-                impl = impls[i]
-                memo: list[tuple[Any, str | None]] = []
-                budget = _Budget(limit, stage)
-                try:
-                    if impl.waterfall:
-
-                        def call_next(
-                            _i: int = i + 1, _memo: list[Any] = memo, _own: _Budget = budget
-                        ) -> Any:
-                            coroutine = _own.issued = downstream(_i, _memo, _own)
-                            return coroutine
-
-                        if impl.argnames == spec:
-                            call: tuple[Any, ...] = (impl.function, *args, call_next)
-                        else:
-                            names = dict(zip(spec, (*args, call_next), strict=True))
-                            call = (impl.call_sync, names)
-                    else:
-                        call = (impl.positional, *args)
-                    if impl.is_async:
-                        value = call[0](*call[1:])
-                    else:
-                        value = self._sync(impl.plugin, hook, tool, *call)
-                        if value is not None and value is budget.issued and not memo:
-                            # A tail call not yet begun: the links after it decide, credited
-                            # as they would be through it; they are asked right here.
-                            value.close()
-                            i += 1
-                            continue
-                    if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                        value = await _settle(value, budget, stage, impl.plugin, hook)
-                except PluginFailure:
-                    raise
-                except BaseException as exc:
-                    if await genuine(exc):
-                        raise
-                    raise PluginFailure(impl.plugin, hook, exc) from exc
-                if value is None:
-                    if memo:
-                        return memo[0]
-                    i += 1
-                    continue
-                try:
-                    value = accept(value)
-                except TypeError as exc:
-                    raise PluginFailure(impl.plugin, hook, exc) from None
-                if memo and _same_decision(value, memo[0][0]):
-                    return value, memo[0][1]
-                return value, impl.plugin
-            return default, None
-
-        return await run_from(0)
+        return _Links(self, impls, hook, args, default, accept, limit, stage).run_from(0)
 
     async def _chain(
         self,
@@ -1398,6 +1327,107 @@ class _Budget:
         return paused
 
 
+class _Links:
+    """One waterfall chain of one call (`Pipeline._links`): its state in one object, so the
+    chain builds no closures but one ``functools.partial`` per link as its ``call_next``."""
+
+    __slots__ = (
+        "accept", "args", "count", "default", "hook", "impls", "limit", "pipeline", "spec",
+        "stage", "tool",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        impls: tuple[Impl, ...],
+        hook: str,
+        args: tuple[Any, ...],
+        default: Any,
+        accept: Callable[[Any], Any],
+        limit: float,
+        stage: _Stage,
+    ) -> None:
+        self.pipeline = pipeline
+        self.impls = impls
+        self.hook = hook
+        self.args = args
+        self.default = default
+        self.accept = accept
+        self.limit = limit
+        self.stage = stage
+        self.tool = (args[0] if hook != "dsh_tool_approve" else args[0].execution).name
+        self.count = len(impls)
+        self.spec = _WATERFALL_ARGS[hook]
+
+    def issue(self, i: int, memo: list[Any], own: _Budget) -> Awaitable[Any]:
+        """A link's ``call_next()``: the coroutine of the links after it (noted on its budget)."""
+        coroutine = own.issued = self.downstream(i, memo, own)
+        return coroutine
+
+    async def downstream(self, i: int, memo: list[Any], own: _Budget) -> Any:
+        """What a link's ``call_next()`` awaits: the links after it, once (memoised)."""
+        if not memo:
+            if i == self.count:  # nobody after it: the default, with no chain to run
+                memo.append((self.default, None))
+            else:
+                if own.stage is not None:  # downstream: not the link's own time
+                    own.close()
+                    own.paused = True
+                try:
+                    memo.append(await self.run_from(i))
+                finally:
+                    own.paused = False
+        return memo[0][0]
+
+    async def run_from(self, i: int) -> tuple[Any, str | None]:
+        impls, hook, args, stage, count = self.impls, self.hook, self.args, self.stage, self.count
+        while i < count:
+            impl = impls[i]
+            memo: list[tuple[Any, str | None]] = []
+            budget = _Budget(self.limit, stage)
+            try:
+                if impl.waterfall:
+                    call_next = functools.partial(self.issue, i + 1, memo, budget)
+                    if impl.argnames == self.spec:
+                        call: tuple[Any, ...] = (impl.function, *args, call_next)
+                    else:
+                        names = dict(zip(self.spec, (*args, call_next), strict=True))
+                        call = (impl.call_sync, names)
+                else:
+                    call = (impl.positional, *args)
+                if impl.is_async:
+                    value = call[0](*call[1:])
+                else:
+                    value = self.pipeline._sync(impl.plugin, hook, self.tool, *call)
+                    if value is not None and value is budget.issued and not memo:
+                        # A tail call not yet begun: the links after it decide, credited
+                        # as they would be through it; they are asked right here.
+                        value.close()
+                        i += 1
+                        continue
+                if impl.is_async or (value is not None and inspect.isawaitable(value)):
+                    value = await _settle(value, budget, stage, impl.plugin, hook)
+            except PluginFailure:
+                raise
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                raise PluginFailure(impl.plugin, hook, exc) from exc
+            if value is None:
+                if memo:
+                    return memo[0]
+                i += 1
+                continue
+            try:
+                value = self.accept(value)
+            except TypeError as exc:
+                raise PluginFailure(impl.plugin, hook, exc) from None
+            if memo and _same_decision(value, memo[0][0]):
+                return value, memo[0][1]
+            return value, impl.plugin
+        return self.default, None
+
+
 class _Raised(Exception):
     """What the plain implementation at *index* raised (see `Pipeline._plain`)."""
 
@@ -1416,13 +1446,14 @@ class _Pending(Exception):
         self.error = awaitable
 
 
-_HOOK_ARGS = {
+_HOOK_ARGS: dict[str, tuple[str, ...]] = {
     "dsh_tool_approve": ("request",),
     "dsh_tool_pre_execute": ("execution",),
     "dsh_tool_guard": ("execution",),
     "dsh_tool_post_execute": ("execution", "result"),
     "dsh_tool_result": ("execution", "result"),
 }
+_WATERFALL_ARGS = {hook: (*names, "call_next") for hook, names in _HOOK_ARGS.items()}
 
 
 def _as_reason(value: Any) -> str:
@@ -1478,13 +1509,24 @@ def _same_decision(a: Any, b: Any) -> bool:
     """Whether waterfall link *a* passed downstream decision *b* on, at most adding contexts."""
     if a is b:
         return True
-    if type(a) is not type(b) or not attrs.has(type(a)):
+    kind = type(a)
+    if kind is not type(b):
         return False
-    return all(
-        getattr(a, f.name) == getattr(b, f.name)
-        for f in attrs.fields(type(a))
-        if f.name != "additional_contexts"
-    )
+    names = _DECISION_FIELDS.get(kind)
+    if names is None:
+        if not attrs.has(kind):
+            return False
+        names = _DECISION_FIELDS[kind] = tuple(
+            f.name for f in attrs.fields(kind) if f.name != "additional_contexts"
+        )
+    for name in names:  # noqa: SIM110 - a loop: no generator per comparison
+        if getattr(a, name) != getattr(b, name):
+            return False
+    return True
+
+
+_DECISION_FIELDS: dict[type, tuple[str, ...]] = {}
+"""Per decision class: the fields a link must pass on unchanged to leave the credit downstream."""
 
 
 def _same_outcome(a: ToolExecutionResult, b: ToolExecutionResult) -> bool:
