@@ -115,10 +115,10 @@ class Pipeline:
         plan = self.hooks.plan()
         if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
             try:
-                prepared = await self._gate(execution, trace, plan)
+                prepared = await self._gate(execution, trace, plan, report=False)
             except PluginFailure as exc:
                 return await self.finalize(execution, plugin_failed(exc), False, trace)
-            if prepared.result is not None:
+            if prepared is not None and prepared.result is not None:
                 return await self.finalize(execution, prepared.result, prepared.post, trace)
         if plan.execute:
             result, post = await self.dispatch(execution, trace, None, plan)
@@ -486,11 +486,15 @@ class Pipeline:
         if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
-            return await self._gate(execution, trace, plan)
+            return await self._gate(execution, trace, plan) or Prepared(execution)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
-    async def _gate(self, execution: ToolExecution, trace: Trace | None, plan: Plan) -> Prepared:
+    async def _gate(
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan, report: bool = True
+    ) -> Prepared | None:
+        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
+        `Prepared` without a result when *report* asks who allowed it)."""
         decision: Any = _ALLOW
         who: str | None = None
         if plan.pre:
@@ -522,14 +526,27 @@ class Pipeline:
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
-        reason, guard = await self._guards(execution, trace, plan)
+        if not plan.guard and not self.registry.guards_for(execution.scope):
+            reason = guard = None
+        elif plan.plain_guard and trace is None and not self.registry.guards_for(execution.scope):
+            hook, args = "dsh_tool_guard", (execution,)
+            try:  # `_guards`, for plain guards only, without its coroutine
+                reason, guard = self._decide(
+                    plan.guard, hook, args, execution.name, None, _as_reason
+                )
+            except (_Raised, _Pending) as slow:
+                reason, guard = await self._first_plain(
+                    plan.guard, hook, args, None, _as_reason, slow
+                )
+        else:
+            reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if execution.signal.aborted:
             return Prepared(execution, aborted(False))
-        if who is not None and type(decision) is Allow:
+        if report and who is not None and type(decision) is Allow:
             return Prepared(execution, allowed_by=who, detail=decision.detail)
-        return Prepared(execution)
+        return None
 
     async def _ask(
         self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None
