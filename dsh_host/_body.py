@@ -23,20 +23,12 @@ __all__ = ["normalise", "run_body"]
 
 
 async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
-    """Run the body in a cancel scope that follows the (fused) signal; never raises."""
+    """Run the body in a cancel scope that follows the (fused) signal; never raises.
+
+    An ``async`` body under a signal nobody outside the pipeline holds needs no scope: the
+    pipeline awaits it itself (`Pipeline._dispatch`), with no frame of this function's.
+    """
     value: Any = _MISSING
-    if context.signal._inert and tool.is_async:
-        # Nobody outside the pipeline holds this signal: no cancel scope needed.
-        try:
-            value = await (
-                tool.execute(args, context) if tool.takes_context else tool.execute(args)
-            )
-        except BaseException as exc:
-            if await genuine(exc):
-                raise
-            message, code, name = from_exception(exc, "TOOL_FAILED")
-            return failure(message, code, name)
-        return normalise(tool, value)
     result: ToolExecutionResult | None = None
     with trio.CancelScope(deadline=context.signal.deadline) as scope:
         unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())

@@ -126,7 +126,6 @@ class Plan:
 
     __slots__ = (
         "execute",
-        "execute_async",
         "guard",
         "plain_guard",
         "plain_post",
@@ -143,11 +142,13 @@ class Plan:
         self.execute = relay.impls("dsh_tool_execute")
         self.post = relay.impls("dsh_tool_post_execute")
         self.result = relay.impls("dsh_tool_result")
-        self.execute_async = relay.any_async("dsh_tool_execute")
         self.plain_pre = _plain(self.pre)
         self.plain_guard = _plain(self.guard)
         self.plain_post = _plain(self.post)
         self.plain_result = _plain(self.result)
+
+
+_NO_IMPLS: tuple[tuple[Impl, ...], bool, bool] = ((), False, False)
 
 
 def _plain(impls: tuple[Impl, ...]) -> bool:
@@ -159,10 +160,8 @@ class HookRelay:
 
     def __init__(self, pm: pluggy.PluginManager | None) -> None:
         self.pm = pm
-        self._cache: dict[str, tuple[Impl, ...]] = {}
-        self._async: dict[str, bool] = {}
-        self._suspends: dict[str, bool] = {}
-        self._waterfall: dict[str, bool] = {}
+        # Per hook: its implementations, whether any is async, whether any takes call_next.
+        self._cache: dict[str, tuple[tuple[Impl, ...], bool, bool]] = {}
         self._generation = -1
         self._plan: Plan | None = None
         self._plan_generation: int | None = None
@@ -177,46 +176,40 @@ class HookRelay:
             self._plan_generation = generation
         return plan
 
-    def impls(self, hook: str) -> tuple[Impl, ...]:
-        """Implementations of *hook* in call order (outermost / first asked first)."""
+    def _facts(self, hook: str) -> tuple[tuple[Impl, ...], bool, bool]:
         pm = self.pm
         if pm is None:
-            return ()
+            return _NO_IMPLS
         generation = getattr(pm, "generation", None)
         if generation is None or generation != self._generation:
             self._cache.clear()
-            self._async.clear()
-            self._suspends.clear()
-            self._waterfall.clear()
             self._generation = generation if generation is not None else -1
         cached = self._cache.get(hook)
         if cached is None or generation is None:
-            cached = self._cache[hook] = self._collect(pm, hook)
+            impls = self._collect(pm, hook)
+            cached = self._cache[hook] = (
+                impls,
+                any(impl.is_async for impl in impls),
+                any(impl.waterfall for impl in impls),
+            )
         return cached
 
-    def may_suspend(self, hook: str) -> bool:
-        """Whether an implementation of *hook* may suspend (``async``, or a waterfall link)."""
-        impls = self.impls(hook)
-        known = self._suspends.get(hook)
-        if known is None or getattr(self.pm, "generation", None) is None:
-            known = self._suspends[hook] = any(i.is_async or i.waterfall for i in impls)
-        return known
+    def impls(self, hook: str) -> tuple[Impl, ...]:
+        """Implementations of *hook* in call order (outermost / first asked first)."""
+        return self._facts(hook)[0]
+
+    def any_async(self, hook: str) -> bool:
+        """Whether any implementation of *hook* is ``async def``."""
+        return self._facts(hook)[1]
 
     def has_waterfall(self, hook: str) -> bool:
         """Whether an implementation of *hook* takes ``call_next``."""
-        impls = self.impls(hook)
-        known = self._waterfall.get(hook)
-        if known is None or getattr(self.pm, "generation", None) is None:
-            known = self._waterfall[hook] = any(impl.waterfall for impl in impls)
-        return known
+        return self._facts(hook)[2]
 
-    def any_async(self, hook: str) -> bool:
-        """Whether any implementation of *hook* is ``async def`` (its stage needs a scope)."""
-        impls = self.impls(hook)
-        known = self._async.get(hook)
-        if known is None or getattr(self.pm, "generation", None) is None:
-            known = self._async[hook] = any(impl.is_async for impl in impls)
-        return known
+    def may_suspend(self, hook: str) -> bool:
+        """Whether an implementation of *hook* may suspend (``async``, or a waterfall link)."""
+        _, is_async, waterfall = self._facts(hook)
+        return is_async or waterfall
 
     @staticmethod
     def _collect(pm: pluggy.PluginManager, hook: str) -> tuple[Impl, ...]:

@@ -54,6 +54,12 @@ class FrozenDict(dict[str, Any]):
 
     __slots__ = ()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # What a caller builds is frozen through and through, as `freeze` makes them, so that
+        # `freeze` may trust any FrozenDict it meets (`FrozenDict({"a": [1]})["a"]` is a tuple).
+        if args or kwargs:
+            dict.__init__(self, freeze(dict(*args, **kwargs)))
+
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _immutable
     __ior__ = _immutable
 
@@ -71,6 +77,13 @@ class FrozenDict(dict[str, Any]):
 
 
 _EMPTY = FrozenDict()
+
+
+def _made(frozen: dict[str, Any], _new: Any = dict.__new__, _init: Any = dict.__init__) -> Any:
+    """A FrozenDict of values this module already froze (no second walk)."""
+    made = _new(FrozenDict)
+    _init(made, frozen)
+    return made
 
 
 def freeze(value: object, path: str = "value") -> Any:
@@ -119,7 +132,7 @@ def freeze(value: object, path: str = "value") -> Any:
             stack.pop()
             ancestors.discard(frame.ident)
             if frame.out_map is not None:
-                done: Any = FrozenDict(frame.out_map) if frame.out_map else _EMPTY
+                done: Any = _made(frame.out_map) if frame.out_map else _EMPTY
             else:
                 done = tuple(frame.out_list)
             if not stack:
@@ -171,13 +184,13 @@ def _fast(value: Any, depth: int) -> Any:
             ):
                 break
         else:
-            return FrozenDict(value) if value else _EMPTY
+            return _made(value) if value else _EMPTY
         out = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise _Irregular
             out[key] = _fast_item(item, depth)
-        return FrozenDict(out) if out else _EMPTY
+        return _made(out) if out else _EMPTY
     return tuple([_fast_item(item, depth) for item in value])
 
 

@@ -45,7 +45,6 @@ from ._values import (
     Ask,
     Block,
     Deny,
-    TextBlock,
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -844,7 +843,7 @@ class Pipeline:
         if state is not None:
             state.body_invoked = True
         if signal._inert and tool.is_async:
-            # Nobody outside the pipeline holds this signal: no cancel scope (see `run_body`).
+            # Nobody outside the pipeline holds this signal: no cancel scope, no `run_body`.
             try:
                 value = await (
                     tool.execute(args, context) if tool.takes_context else tool.execute(args)
@@ -855,10 +854,7 @@ class Pipeline:
                 message, code, name = from_exception(exc, "TOOL_FAILED")
                 result = failure(message, code, name)
             else:
-                if type(value) is str and tool.validate_output is None:  # normalise, inline
-                    result = ToolExecutionResult._success((TextBlock._of(value),))
-                else:
-                    result = normalise(tool, value)
+                result = normalise(tool, value)
         else:
             result = await run_body(tool, args, context)
         if context._deferred:

@@ -146,20 +146,25 @@ def _is_secret(key: object) -> bool:
 
 
 def _redacted(value: Any) -> Any:
-    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
+    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case.
+
+    One walk to look, and one more to copy only when something is secret (linear in the
+    arguments whatever their depth).
+    """
+    return redact(value) if _holds_secret(value) else value
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether some key at any depth of *value* names a secret (stops at the first)."""
     if isinstance(value, Mapping):
         for key, item in value.items():
-            if _is_secret(key) or (type(item) not in _SCALARS and _redacted(item) is not item):
-                return redact(value)
-        return value
-    if isinstance(value, list | tuple):
+            if _is_secret(key) or (type(item) not in _SCALARS and _holds_secret(item)):
+                return True
+    elif isinstance(value, list | tuple):
         for item in value:
-            if type(item) not in _SCALARS and _redacted(item) is not item:
-                return redact(value)
-    return value
+            if type(item) not in _SCALARS and _holds_secret(item):
+                return True
+    return False
 
 
 def arguments_json(arguments: Any) -> str:

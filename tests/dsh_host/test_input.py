@@ -70,3 +70,40 @@ def test_printable_escapes_what_a_terminal_would_act_on(text, shown):
 def test_printable_keeps_newlines_and_tabs_on_request_but_never_carriage_returns():
     assert printable("a\n\tb\r\x1b", newlines=True) == "a\n\tb\\r\\x1b"
     assert printable("plain ünïcode ✓") == "plain ünïcode ✓"
+
+
+def test_a_frozen_dict_a_caller_builds_is_frozen_through_and_through():
+    """`freeze` trusts a FrozenDict as it is, so a caller cannot build one holding a list it
+    could change between policy and the body, or holding something that is not JSON."""
+    from dsh_host import FrozenDict
+    from dsh_host._json import freeze
+
+    inner = [1, {"b": [2]}]
+    built = FrozenDict({"a": inner}, z=None)
+    inner.append(3)  # the caller's list changes afterwards
+    assert built == {"a": (1, {"b": (2,)}), "z": None}
+    assert freeze(built) is built
+    with pytest.raises(ValueError, match="not a JSON value"):
+        FrozenDict({"a": object()})
+    with pytest.raises(ValueError, match="keys must be strings"):
+        FrozenDict({1: "x"})
+
+
+async def test_a_caller_built_frozen_dict_is_the_snapshot_policy_and_body_both_see():
+    seen = []
+
+    async def body(args, ctx):
+        seen.append(args["items"])
+        return "ok"
+
+    from dsh_host import FrozenDict, ToolExecutionInput, ToolRegistry, define_tool
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="t", description="", parameters={"items": {"type": "array"}}, execute=body)
+    )
+    items = ["x"]
+    arguments = FrozenDict({"items": items})
+    items.append("injected after the snapshot")
+    await registry.execute(ToolExecutionInput(call_id="c", name="t", arguments=arguments))
+    assert seen == [("x",)]

@@ -593,3 +593,21 @@ def test_dsh_audit_piped_into_head_exits_quietly(tmp_path):
         err = process.stderr.read()
         assert process.wait(timeout=60) == 0
     assert err == b""
+
+
+def test_redaction_is_linear_in_the_arguments_however_deep_the_secret(monkeypatch):
+    """A secret at the bottom of a deep chain is found in one walk and copied in one more (a
+    model cannot make the writer thread do depth x size work with a nested argument)."""
+    depth = 300
+    value: object = {"token": "t"}
+    for _ in range(depth):
+        value = {"next": value, "pad": [1, 2, 3]}
+    frozen = freeze(value, "arguments")
+    looked = []
+    is_secret = _audit_writer._is_secret
+    monkeypatch.setattr(
+        _audit_writer, "_is_secret", lambda key: looked.append(key) or is_secret(key)
+    )
+    text = arguments_json(frozen)
+    assert text.count('"[REDACTED]"') == 1
+    assert len(looked) <= 4 * (depth + 1)  # each key looked at at most twice (was ~depth²/2)
