@@ -79,10 +79,14 @@ class FrozenDict(dict[str, Any]):
 _EMPTY = FrozenDict()
 
 
-def _made(frozen: dict[str, Any], _new: Any = dict.__new__, _init: Any = dict.__init__) -> Any:
-    """A FrozenDict of values this module already froze (no second walk)."""
-    made = _new(FrozenDict)
-    _init(made, frozen)
+_new_dict: Any = dict.__new__
+_fill_dict: Any = dict.__init__
+
+
+def _made(frozen: dict[str, Any]) -> Any:
+    """A FrozenDict of values this module already froze (no second walk through `__init__`)."""
+    made = _new_dict(FrozenDict)
+    _fill_dict(made, frozen)
     return made
 
 
@@ -184,7 +188,11 @@ def _fast(value: Any, depth: int) -> Any:
             ):
                 break
         else:
-            return _made(value) if value else _EMPTY
+            if not value:
+                return _EMPTY
+            made = _new_dict(FrozenDict)  # `_made`, inline: the hot path
+            _fill_dict(made, value)
+            return made
         out = {}
         for key, item in value.items():
             if type(key) is not str:
