@@ -14,7 +14,6 @@ post-execute sees them. A plugin raising in C, D, F or H, and arguments that are
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import itertools
 import logging
@@ -106,6 +105,7 @@ class Pipeline:
         self.watchdog = Watchdog(hook_timeout)
         self._cut_off: set[str] = set()
         self._run_nested = self._nested  # bound once: every body's context holds it
+        self._plan_links: tuple[Plan, _Links, _Links] | None = None
 
     async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         execution, done = self._snapshot(input, False)
@@ -346,11 +346,11 @@ class Pipeline:
             impls = self.hooks.impls(hook)
         stage = self._stage(hook)
         with stage if stage is not None else _NO_SCOPE:
-            if trace is None and stage is not None and self.hooks.has_waterfall(hook):
+            if trace is None and stage is not None:
                 if args is None:
                     args = tuple(kwargs[name] for name in _HOOK_ARGS[hook])
                 limit = self.hook_timeout if bound is None else bound
-                return await self._links(impls, hook, args, default, accept, limit, stage)
+                return await self._waterfall(impls, hook, args, default, accept, limit, stage)
             if any(impl.waterfall for impl in impls):
                 return await self._chain(impls, hook, kwargs, default, accept, trace, bound, stage)
             name = (kwargs.get("execution") or kwargs["request"].execution).name
@@ -375,7 +375,20 @@ class Pipeline:
             return default, None
         _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
 
-    def _links(
+    def _links(self, plan: Plan) -> tuple[_Links, _Links]:
+        """The pre- and post-execute chains' `_Links` for *plan* (made once per plan)."""
+        made = self._plan_links
+        if made is None or made[0] is not plan:
+            pre = _Links(
+                self, plan.pre, "dsh_tool_pre_execute", _ALLOW, _check_pre, self.hook_timeout
+            )
+            post = _Links(
+                self, plan.post, "dsh_tool_post_execute", _ACCEPT, _check_post, self.hook_timeout
+            )
+            made = self._plan_links = (plan, pre, post)
+        return made[1], made[2]
+
+    def _waterfall(
         self,
         impls: tuple[Impl, ...],
         hook: str,
@@ -388,10 +401,11 @@ class Pipeline:
         """`_chain` without a trace: the same decisions and credit, with less machinery.
 
         Each waterfall link gets one ``call_next`` (memoised, pausing the link's own time)
-        and is called with the hook's arguments positionally; a coroutine's first step runs
-        undriven (`_settle`). See `_Links`.
+        and is called with the hook's arguments positionally; the chain is resolved on this
+        frame until a link really waits. See `_Chain`.
         """
-        return _Links(self, impls, hook, args, default, accept, limit, stage).run_from(0)
+        links = _Links(self, impls, hook, default, accept, limit)
+        return _Chain(links, args, stage.base, stage).run(0)
 
     async def _chain(
         self,
@@ -507,6 +521,17 @@ class Pipeline:
                     decision, who = await self._first_plain(
                         plan.pre, hook, args, _ALLOW, _check_pre, slow
                     )
+            elif trace is None and (base := _cancel_status()) is not None:
+                # `_first`'s chain, on this frame until a link waits
+                chain = _Chain(self._links(plan)[0], (execution,), base)
+                decision = _UNCALLED
+                with chain:
+                    try:
+                        decision, who = chain.resolve(0)
+                    except (_Suspend, _Raised) as slow:
+                        decision, who = await chain.settle(slow)
+                if decision is _UNCALLED:
+                    _stage_failed(chain.stage)
             else:
                 decision, who = await self._first(
                     "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
@@ -924,6 +949,17 @@ class Pipeline:
                     decision, who = await self._first_plain(
                         plan.post, hook, args, _ACCEPT, _check_post, slow
                     )
+            elif trace is None and (base := _cancel_status()) is not None:
+                # `_first`'s chain, on this frame until a link waits
+                chain = _Chain(self._links(plan)[1], (execution, result), base)
+                decision = _UNCALLED
+                with chain:
+                    try:
+                        decision, who = chain.resolve(0)
+                    except (_Suspend, _Raised) as slow:
+                        decision, who = await chain.settle(slow)
+                if decision is _UNCALLED:
+                    _stage_failed(chain.stage)
             else:
                 kwargs = {"execution": execution, "result": result}
                 decision, who = await self._first(
@@ -1341,104 +1377,249 @@ class _Budget:
 
 
 class _Links:
-    """One waterfall chain of one call (`Pipeline._links`): its state in one object, so the
-    chain builds no closures but one ``functools.partial`` per link as its ``call_next``."""
+    """What a `_Chain` needs that depends only on the plugin set: one hook's implementations,
+    its default and check, and the links' bound (made once per plan, not per call)."""
 
-    __slots__ = (
-        "accept", "args", "count", "default", "hook", "impls", "limit", "pipeline", "spec",
-        "stage", "tool",
-    )  # fmt: skip
+    __slots__ = ("accept", "count", "default", "hook", "impls", "limit", "spec", "watchdog")
 
     def __init__(
         self,
         pipeline: Pipeline,
         impls: tuple[Impl, ...],
         hook: str,
-        args: tuple[Any, ...],
         default: Any,
         accept: Callable[[Any], Any],
         limit: float,
-        stage: _Stage,
     ) -> None:
-        self.pipeline = pipeline
         self.impls = impls
+        self.count = len(impls)
         self.hook = hook
-        self.args = args
         self.default = default
         self.accept = accept
         self.limit = limit
-        self.stage = stage
-        self.tool = (args[0] if hook != "dsh_tool_approve" else args[0].execution).name
-        self.count = len(impls)
         self.spec = _WATERFALL_ARGS[hook]
+        self.watchdog = pipeline.watchdog
 
-    def issue(self, i: int, memo: list[Any], own: _Budget) -> Awaitable[Any]:
-        """A link's ``call_next()``: the coroutine of the links after it (noted on its budget)."""
-        coroutine = own.issued = self.downstream(i, memo, own)
-        return coroutine
 
-    async def downstream(self, i: int, memo: list[Any], own: _Budget) -> Any:
-        """What a link's ``call_next()`` awaits: the links after it, once (memoised)."""
-        if not memo:
-            if i == self.count:  # nobody after it: the default, with no chain to run
-                memo.append((self.default, None))
-            else:
-                if own.stage is not None:  # downstream: not the link's own time
-                    own.close()
-                    own.paused = True
-                try:
-                    memo.append(await self.run_from(i))
-                finally:
-                    own.paused = False
-        return memo[0][0]
+class _Chain:
+    """One waterfall chain of one call (`Pipeline._first` without a trace), resolved
+    synchronously for as long as no link waits.
 
-    async def run_from(self, i: int) -> tuple[Any, str | None]:
-        impls, hook, args, stage, count = self.impls, self.hook, self.args, self.stage, self.count
+    `resolve` calls the links in order on this frame: a plain link is called (watched), a
+    coroutine's first step runs undriven, and each waterfall link's ``call_next`` is a
+    `_Next`, which resolves the links after it the same way, inside that first step. A plain
+    link that returns its ``call_next()`` unawaited (a tail call) is passed over, as if it
+    abstained: the links after it decide, credited as they would be through it. Only when a
+    link's awaitable really waits does `resolve` raise `_Suspend` (and `_Raised` for what a
+    link raised), and `settle` takes over from that link with `_Driven`, asynchronously,
+    under the stage: the same budgets, deadlines, blame and credit as if every link had been
+    awaited.
+
+    The stage is made only when a link waits (`staged`); until then the chain holds the
+    cancel status it started in (*base*). The caller enters the stage (``with chain``),
+    around `settle` only: a lazy stage's scope is entered by the first link that waits at
+    *base*, and left by the caller.
+    """
+
+    __slots__ = ("args", "base", "links", "stage", "tool")
+
+    def __init__(
+        self, links: _Links, args: tuple[Any, ...], base: object, stage: _Stage | None = None
+    ) -> None:
+        self.links = links
+        self.args = args
+        self.base = base
+        self.stage = stage
+        self.tool = (args[0] if links.hook != "dsh_tool_approve" else args[0].execution).name
+
+    def staged(self) -> _Stage:
+        """The chain's stage (a lazy one from *base*, made now if no link waited before)."""
+        stage = self.stage
+        if stage is None:
+            stage = self.stage = _Stage(self.base)
+        return stage
+
+    def __enter__(self) -> _Chain:
+        return self
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        stage = self.stage
+        return stage is not None and stage.leave(exc)
+
+    def resolve(self, i: int) -> tuple[Any, str | None]:
+        """The decision of links *i* on and who made it, if none of them waits.
+
+        Raises `_Suspend` when a link's awaitable waits (its first step already ran), and
+        `_Raised` for what a link raised (a `PluginFailure` included).
+        """
+        links, args = self.links, self.args
+        impls, count, hook = links.impls, links.count, links.hook
+        watchdog = links.watchdog
+        clock = time.monotonic
         while i < count:
             impl = impls[i]
-            memo: list[tuple[Any, str | None]] = []
-            budget = _Budget(self.limit, stage)
+            nxt: _Next | None = None
             try:
                 if impl.waterfall:
-                    call_next = functools.partial(self.issue, i + 1, memo, budget)
-                    if impl.argnames == self.spec:
-                        call: tuple[Any, ...] = (impl.function, *args, call_next)
+                    nxt = _Next(self, i + 1)
+                    if impl.argnames == links.spec:
+                        call: tuple[Any, ...] = (impl.function, *args, nxt)
                     else:
-                        names = dict(zip(self.spec, (*args, call_next), strict=True))
-                        call = (impl.call_sync, names)
+                        call = (impl.call_sync, dict(zip(links.spec, (*args, nxt), strict=True)))
                 else:
                     call = (impl.positional, *args)
                 if impl.is_async:
-                    value = call[0](*call[1:])
+                    value = call[0](*call[1:])  # only makes the coroutine: nothing to watch
                 else:
-                    value = self.pipeline._sync(impl.plugin, hook, self.tool, *call)
-                    if value is not None and value is budget.issued and not memo:
-                        # A tail call not yet begun: the links after it decide, credited
-                        # as they would be through it; they are asked right here.
-                        value.close()
-                        i += 1
+                    if watchdog.registered:  # `Pipeline._sync`, inline
+                        watchdog.plugin, watchdog.hook, watchdog.tool = impl.plugin, hook, self.tool
+                        watchdog.started = clock()
+                    else:
+                        watchdog.enter(impl.plugin, hook, self.tool)
+                    try:
+                        value = call[0](*call[1:])
+                    finally:
+                        watchdog.plugin = None
+                    ran = clock() - watchdog.started
+                    if ran > watchdog.bound:
+                        watchdog.check(watchdog.started + ran)
+                        raise PluginFailure(
+                            impl.plugin, hook, _late(impl.plugin, hook, watchdog.bound)
+                        )
+                    if value is nxt and nxt is not None:
+                        i += 1  # a tail call: the links after it decide, right here
                         continue
-                if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                    value = await _settle(value, budget, stage, impl.plugin, hook)
-            except PluginFailure:
+                if value is not None and (impl.is_async or inspect.isawaitable(value)):
+                    stage = self.stage
+                    depth = 0 if stage is None else len(stage.stack)
+                    if not inspect.iscoroutine(value):
+                        raise _Suspend(i, impl, value, _NO_TRAP, depth, nxt)
+                    try:
+                        trap = value.send(None)
+                    except StopIteration as stop:
+                        value = stop.value
+                    else:
+                        raise _Suspend(i, impl, value, trap, depth, nxt)
+            except (_Suspend, _Raised):
                 raise
             except BaseException as exc:
-                if await genuine(exc):
-                    raise
-                raise PluginFailure(impl.plugin, hook, exc) from exc
+                raise _Raised(i, impl, exc) from None
             if value is None:
-                if memo:
-                    return memo[0]
+                if nxt is not None and nxt.answer is not None:
+                    return nxt.answer
                 i += 1
                 continue
+            return self.answer(impl, value, nxt)
+        return links.default, None
+
+    def answer(self, impl: Impl, value: Any, nxt: _Next | None) -> tuple[Any, str | None]:
+        """What link *impl* answered (not ``None``), checked and credited."""
+        try:
+            value = self.links.accept(value)
+        except TypeError as exc:
+            raise PluginFailure(impl.plugin, self.links.hook, exc) from None
+        memo = nxt.answer if nxt is not None else None
+        if memo is not None and _same_decision(value, memo[0]):
+            return value, memo[1]
+        return value, impl.plugin
+
+    async def run(self, i: int) -> tuple[Any, str | None]:
+        """`resolve`, awaiting what waits (the caller entered the stage)."""
+        try:
+            return self.resolve(i)
+        except (_Suspend, _Raised) as slow:
+            return await self.settle(slow)
+
+    async def settle(self, slow: _Suspend | _Raised) -> tuple[Any, str | None]:
+        """On from the link that waited (`_Suspend`) or raised (`_Raised`): the decision."""
+        impl = slow.impl
+        hook = self.links.hook
+        if isinstance(slow, _Raised):
+            exc = slow.error
+            if isinstance(exc, PluginFailure) or await genuine(exc):
+                raise exc
+            raise PluginFailure(impl.plugin, hook, exc) from exc
+        stage = self.staged()
+        nxt = slow.nxt
+        budget = _Budget(self.links.limit, stage) if nxt is None else nxt.own()
+        try:
+            if slow.trap is _NO_TRAP:
+                value = await stage.run(slow.error, budget, impl.plugin, hook)
+            else:
+                value = await _Driven(
+                    stage, slow.error, budget, impl.plugin, hook, slow.trap, slow.depth
+                )
+        except PluginFailure:
+            raise
+        except BaseException as exc:
+            if await genuine(exc):
+                raise
+            raise PluginFailure(impl.plugin, hook, exc) from exc
+        if value is None:
+            if nxt is not None and nxt.answer is not None:
+                return nxt.answer
+            return await self.run(slow.index + 1)
+        return self.answer(impl, value, nxt)
+
+
+class _Next:
+    """A waterfall link's ``call_next`` in a `_Chain`: calling it returns itself, an awaitable
+    of the decision of the links after it, resolved once (memoised in `answer`).
+
+    While the links after it run, the link's own time is paused (its `_Budget`, made only
+    when it waits: before that, it has no own time to pause).
+    """
+
+    __slots__ = ("answer", "budget", "chain", "index")
+
+    def __init__(self, chain: _Chain, index: int) -> None:
+        self.chain = chain
+        self.index = index
+        self.answer: tuple[Any, str | None] | None = None
+        self.budget: _Budget | None = None
+
+    def __call__(self) -> _Next:
+        return self
+
+    def own(self) -> _Budget:
+        """The link's own budget (made on first need)."""
+        budget = self.budget
+        if budget is None:
+            chain = self.chain
+            budget = self.budget = _Budget(chain.links.limit, chain.staged())
+        return budget
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        if self.answer is None:
+            chain = self.chain
+            budget = self.budget
+            if budget is not None:  # downstream is not the link's own time
+                budget.close()
+                budget.paused = True
             try:
-                value = self.accept(value)
-            except TypeError as exc:
-                raise PluginFailure(impl.plugin, hook, exc) from None
-            if memo and _same_decision(value, memo[0][0]):
-                return value, memo[0][1]
-            return value, impl.plugin
-        return self.default, None
+                try:
+                    self.answer = chain.resolve(self.index)
+                except (_Suspend, _Raised) as slow:
+                    self.answer = yield from chain.settle(slow).__await__()
+            finally:
+                if budget is not None:
+                    budget.paused = False
+        return self.answer[0]
+
+
+class _Suspend(Exception):
+    """The link at *index* waits: its awaitable (``error``), the trap its first step yielded
+    (`_NO_TRAP`: not a coroutine, nothing ran yet) and the stage's stack height then."""
+
+    def __init__(
+        self, index: int, impl: Impl, awaitable: Any, trap: Any, depth: int, nxt: _Next | None
+    ) -> None:
+        self.index = index
+        self.impl = impl
+        self.error = awaitable
+        self.trap = trap
+        self.depth = depth
+        self.nxt = nxt
 
 
 class _Raised(Exception):
