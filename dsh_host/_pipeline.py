@@ -128,7 +128,12 @@ class Pipeline:
             elif result.decided_by is not None and result.decision_detail is None:
                 result = self._attributed(result)
         if (plan.post and post) or plan.result:
-            return await self.finalize(execution, result, post, trace, plan)
+            if plan.result or trace is not None:
+                return await self.finalize(execution, result, post, trace, plan)
+            try:  # post-execute only, on this frame until a hook waits
+                return self._post_now(execution, result, plan)
+            except _Later as later:
+                return await self._post(execution, result, None, plan, later)
         return result
 
     # -- hook calling ----------------------------------------------------------------------
@@ -672,11 +677,12 @@ class Pipeline:
             if not impls:
                 result = await self._dispatch(execution, state, trace)
             else:
-                with (stage := _Stage.lazy() or _Stage()):
-                    result = await self._wrap(impls, 0, execution, state, trace, stage)
-                stage.fail()
+                wrapping = _Wrapping(impls, state, trace)
+                with wrapping:
+                    result = await self._wrap(wrapping, 0, execution)
+                wrapping.fail()
                 if result is _BODY:  # every wrapper was a tail call: none of them waits
-                    del stage
+                    del wrapping
                     result = await self._dispatch(execution, state, trace)
         except PluginFailure as exc:
             return plugin_failed(exc), False
@@ -701,23 +707,16 @@ class Pipeline:
             return attrs.evolve(result, decided_by=name, decision_detail=detail)
         return result
 
-    async def _wrap(
-        self,
-        impls: tuple[Impl, ...],
-        i: int,
-        view: ToolExecution,
-        state: _DispatchState,
-        trace: Trace | None,
-        stage: _Stage | None,
-    ) -> ToolExecutionResult:
+    async def _wrap(self, w: _Wrapping, i: int, view: ToolExecution) -> ToolExecutionResult:
         hook = "dsh_tool_execute"
         downstream = self._downstream
+        impls, trace = w.impls, w.trace
         if i == len(impls):
-            return await self._dispatch(view, state, trace)
+            return await self._dispatch(view, w.state, trace)
         while i < len(impls):  # once per link; on only after a tail call not yet begun
             impl = impls[i]
             delegated: list[ToolExecutionResult] = []
-            budget = _Budget(self.hook_timeout, stage)
+            budget = _Budget(self.hook_timeout, w.stage)
 
             def call_next(
                 signal: AbortSignal | None = None,
@@ -725,14 +724,17 @@ class Pipeline:
                 _budget: _Budget = budget,
                 _delegated: list[Any] = delegated,
             ) -> Awaitable[ToolExecutionResult]:
-                coroutine = _budget.issued = downstream(
-                    impls, _i + 1, view, state, trace, stage, signal, _budget, _delegated
-                )
+                coroutine = downstream(w, _i + 1, view, signal, _budget, _delegated)
+                # Only a call_next() without a signal of its own may be passed over (a tail
+                # call): with one, the links after it must run under that signal.
+                _budget.issued = coroutine if signal is None else None
                 return coroutine
 
             if trace is not None:
                 kwargs = {"execution": view, "call_next": call_next}
-                result = await self._call(impl, hook, trace, kwargs, stage=stage, budget=budget)
+                result = await self._call(
+                    impl, hook, trace, kwargs, stage=w.staged(), budget=budget
+                )
             else:  # `_call`, for this one shape, without its generality
                 try:
                     if not impl.is_async:
@@ -754,22 +756,22 @@ class Pipeline:
                     else:
                         value = impl.call_sync({"execution": view, "call_next": call_next})
                     if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                        if stage is None:  # pragma: no cover - `dispatch` always gives one
-                            raise AssertionError("an execute wrapper awaited outside its stage")
                         if inspect.iscoroutine(value):
                             # Its first step runs here, undriven: a wrapper that never waits costs
-                            # no driver. A wait (its own, or downstream's) hands over to `_Driven`.
-                            depth = len(stage.stack)
+                            # no driver (nor a stage). A wait (its own, or downstream's) hands over
+                            # to `_Driven`.
+                            stage = w.stage
+                            depth = 0 if stage is None else len(stage.stack)
                             try:
                                 trap = value.send(None)
                             except StopIteration as stop:
                                 value = stop.value
                             else:
                                 value = await _Driven(
-                                    stage, value, budget, impl.plugin, hook, trap, depth
+                                    w.staged(), value, budget, impl.plugin, hook, trap, depth
                                 )
                         else:
-                            value = await stage.run(value, budget, impl.plugin, hook)
+                            value = await w.staged().run(value, budget, impl.plugin, hook)
                 except PluginFailure:
                     raise
                 except BaseException as exc:
@@ -800,12 +802,9 @@ class Pipeline:
 
     async def _downstream(
         self,
-        impls: tuple[Impl, ...],
+        w: _Wrapping,
         i: int,
         view: ToolExecution,
-        state: _DispatchState,
-        trace: Trace | None,
-        stage: _Stage | None,
         signal: AbortSignal | None,
         budget: _Budget,
         delegated: list[ToolExecutionResult],
@@ -813,26 +812,26 @@ class Pipeline:
         """What wrapper link ``i - 1``'s ``call_next(signal)`` awaits: links *i* on, the body."""
         if signal is not None and not isinstance(signal, AbortSignal):
             raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-        if budget.stage is not None:  # waiting downstream is not the link's own time
-            budget.close()
-            budget.paused = True
+        budget.close()  # waiting downstream is not the link's own time
+        budget.paused = True
+        state, trace = w.state, w.trace
         try:
             if signal is not None:
                 fused, dispose = _fuse((view.signal, signal))
                 try:
                     inner = attrs.evolve(view, signal=fused)
-                    if i == len(impls):
+                    if i == len(w.impls):
                         result = await self._dispatch(inner, state, trace)
                     else:
-                        result = await self._wrap(impls, i, inner, state, trace, stage)
+                        result = await self._wrap(w, i, inner)
                         if result is _BODY:
                             result = await self._dispatch(inner, state, trace)
                 finally:
                     dispose()
-            elif i == len(impls):  # the body next: no `_wrap` frame held while it runs
+            elif i == len(w.impls):  # the body next: no `_wrap` frame held while it runs
                 result = await self._dispatch(view, state, trace)
             else:
-                result = await self._wrap(impls, i, view, state, trace, stage)
+                result = await self._wrap(w, i, view)
                 if result is _BODY:
                     result = await self._dispatch(view, state, trace)
         finally:
@@ -934,30 +933,60 @@ class Pipeline:
                         break
         return result
 
-    async def _post(
-        self, execution: ToolExecution, result: ToolExecutionResult, trace: Trace | None, plan: Plan
+    def _post_now(
+        self, execution: ToolExecution, result: ToolExecutionResult, plan: Plan
     ) -> ToolExecutionResult:
-        hook = "dsh_tool_post_execute"
+        """`_post` without a trace, on this frame: raises `_Later` when a hook waits or raises
+        (`_post` goes on from there), or where trio's cancel status cannot be read."""
+        args = (execution, result)
         try:
-            if plan.plain_post and trace is None:
-                args = (execution, result)
+            if plan.plain_post:
                 try:
                     decision, who = self._decide(
-                        plan.post, hook, args, execution.name, _ACCEPT, _check_post
-                    )
+                        plan.post, "dsh_tool_post_execute", args, execution.name, _ACCEPT,
+                        _check_post,
+                    )  # fmt: skip
                 except (_Raised, _Pending) as slow:
-                    decision, who = await self._first_plain(
-                        plan.post, hook, args, _ACCEPT, _check_post, slow
-                    )
-            elif trace is None and (base := _cancel_status()) is not None:
-                # `_first`'s chain, on this frame until a link waits
-                chain = _Chain(self._links(plan)[1], (execution, result), base)
+                    raise _Later(slow) from None
+            else:
+                base = _cancel_status()
+                if base is None:  # an eager stage: the whole of `_post`
+                    raise _Later(None)
+                chain = _Chain(self._links(plan)[1], args, base)
+                try:
+                    decision, who = chain.resolve(0)
+                except (_Suspend, _Raised) as slow:
+                    raise _Later(None, chain, slow) from None
+        except PluginFailure as exc:
+            return plugin_failed(exc)
+        return self._applied(execution, result, decision, who)
+
+    async def _post(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        trace: Trace | None,
+        plan: Plan,
+        later: _Later | None = None,
+    ) -> ToolExecutionResult:
+        """Stage K: the post-execute hooks' decision applied to *result*; *later*: on from
+        where `_post_now` stopped."""
+        hook = "dsh_tool_post_execute"
+        if trace is None and later is None:
+            try:
+                return self._post_now(execution, result, plan)
+            except _Later as stopped:
+                later = stopped
+        try:
+            if later is not None and later.plain is not None:
+                decision, who = await self._first_plain(
+                    plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
+                )
+            elif later is not None and later.chain is not None and later.slow is not None:
+                chain = later.chain
                 decision = _UNCALLED
                 with chain:
-                    try:
-                        decision, who = chain.resolve(0)
-                    except (_Suspend, _Raised) as slow:
-                        decision, who = await chain.settle(slow)
+                    decision, who = await chain.settle(later.slow)
                 if decision is _UNCALLED:
                     _stage_failed(chain.stage)
             else:
@@ -968,6 +997,12 @@ class Pipeline:
                 )  # fmt: skip
         except PluginFailure as exc:
             return plugin_failed(exc)
+        return self._applied(execution, result, decision, who)
+
+    def _applied(
+        self, execution: ToolExecution, result: ToolExecutionResult, decision: Any, who: str | None
+    ) -> ToolExecutionResult:
+        """*result* with the post-execute *decision* (made by *who*) applied."""
         if decision is _ACCEPT:
             if execution.signal.aborted and not result.is_error:
                 result = aborted(True, result.additional_contexts)
@@ -1607,6 +1642,21 @@ class _Next:
         return self.answer[0]
 
 
+class _Later(Exception):
+    """`Pipeline._post_now` stopped where a plain hook waits or raised (*plain*), or a link of
+    *chain* did (*slow*); with neither, before any hook ran."""
+
+    def __init__(
+        self,
+        plain: _Raised | _Pending | None,
+        chain: _Chain | None = None,
+        slow: _Suspend | _Raised | None = None,
+    ) -> None:
+        self.plain = plain
+        self.chain = chain
+        self.slow = slow
+
+
 class _Suspend(Exception):
     """The link at *index* waits: its awaitable (``error``), the trap its first step yielded
     (`_NO_TRAP`: not a coroutine, nothing ran yet) and the stage's stack height then."""
@@ -1687,6 +1737,41 @@ def _failed(exc: BaseException) -> str:
     except Exception:
         text = "<unprintable>"
     return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"
+
+
+class _Wrapping:
+    """One dispatch's execute wrappers: their stage, made only when a wrapper first waits
+    (a lazy one, from the cancel status the dispatch started in), or entered at once where
+    trio's cancel status cannot be read (an eager one)."""
+
+    __slots__ = ("base", "impls", "stage", "state", "trace")
+
+    def __init__(self, impls: tuple[Impl, ...], state: _DispatchState, trace: Trace | None) -> None:
+        self.impls = impls
+        self.state = state
+        self.trace = trace
+        self.base = _cancel_status()
+        self.stage: _Stage | None = None
+
+    def staged(self) -> _Stage:
+        stage = self.stage
+        if stage is None:
+            stage = self.stage = _Stage(self.base)
+        return stage
+
+    def __enter__(self) -> _Wrapping:
+        if self.base is None:
+            self.stage = _Stage()
+            self.stage.__enter__()
+        return self
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        stage = self.stage
+        return stage is not None and stage.__exit__(etype, exc, tb)
+
+    def fail(self) -> None:
+        if self.stage is not None:
+            self.stage.fail()
 
 
 class _DispatchState:

@@ -297,3 +297,28 @@ async def test_the_stricter_of_an_allow_and_a_downstream_ask_is_asked(autojump_c
     result = await host.call("echo", {"text": "x"})
     assert result.code == "DENIED"
     assert asked == [("sure?", "asks")]
+
+
+async def test_a_plain_wrapper_handing_on_a_signal_of_its_own_is_heard():
+    from dsh_host import AbortSignal
+
+    ran = []
+
+    class Stops(Named):
+        @hookimpl
+        def dsh_tool_execute(self, execution, call_next):
+            signal = AbortSignal()
+            signal.abort("stop")
+            return call_next(signal=signal)  # a tail call, with a signal: not passed over
+
+    async def body(args):
+        ran.append(args)
+        return "ran"
+
+    from dsh_host import define_tool
+
+    host = Host(config={}, plugins=[Stops("stops")], load_entrypoints=False)
+    host.registry.register(define_tool(name="t", description="", parameters={}, execute=body))
+    result = await host.call("t", {})
+    assert (result.is_error, ran) == (True, [])
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
