@@ -128,12 +128,18 @@ class Pipeline:
             elif result.decided_by is not None and result.decision_detail is None:
                 result = self._attributed(result)
         if (plan.post and post) or plan.result:
-            if plan.result or trace is not None:
+            if trace is not None or (plan.result and not plan.plain_result):
                 return await self.finalize(execution, result, post, trace, plan)
-            try:  # post-execute only, on this frame until a hook waits
-                return self._post_now(execution, result, plan)
-            except _Later as later:
-                return await self._post(execution, result, None, plan, later)
+            # `finalize`, on this frame until a hook waits or raises
+            if plan.post and post:
+                try:
+                    result = self._post_now(execution, result, plan)
+                except _Later as later:
+                    result = await self._post(execution, result, None, plan, later)
+            if plan.result:
+                slow = self._observe_now(plan.result, execution, result)
+                if slow is not None:
+                    await self._observe_plain(plan.result, execution, result, slow)
         return result
 
     # -- hook calling ----------------------------------------------------------------------
@@ -1038,22 +1044,44 @@ class Pipeline:
             result = aborted(True, result.additional_contexts)
         return result
 
-    async def _observe_plain(
+    def _observe_now(
         self, impls: tuple[Impl, ...], execution: ToolExecution, result: ToolExecutionResult
+    ) -> _Raised | _Pending | None:
+        """The plain observers called in a loop, on this frame, until one raises or returns
+        something: that, for `_observe_plain` to go on from (``None`` when all ran)."""
+        try:
+            i, value = self._plain(impls, 0, "dsh_tool_result", (execution, result), execution.name)
+        except _Raised as raised:
+            return raised
+        return None if i == len(impls) else _Pending(i, impls[i], value)
+
+    async def _observe_plain(
+        self,
+        impls: tuple[Impl, ...],
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        slow: _Raised | _Pending | None = None,
     ) -> None:
-        """The observers, all plain functions, called in a loop (no trace); each contained."""
+        """The observers, all plain functions, called in a loop (no trace); each contained.
+        *slow*: on from what `_observe_now` stopped at."""
         hook = "dsh_tool_result"
         args = (execution, result)
         i, count = 0, len(impls)
         while i < count:
             try:
-                i, value = self._plain(impls, i, hook, args, execution.name)
+                if slow is not None:
+                    given, slow = slow, None
+                    if isinstance(given, _Raised):
+                        raise given
+                    i, value = given.index, given.error
+                else:
+                    i, value = self._plain(impls, i, hook, args, execution.name)
             except _Raised as raised:
                 exc = raised.error
                 if isinstance(exc, PluginFailure):  # one that blocked too long
                     exc = exc.error
                 elif await genuine(exc):
-                    raise
+                    raise exc from None  # itself (a real Ctrl-C, a cancellation), not `_Raised`
                 logger.warning(
                     'tool "%s" (%s): dsh_tool_result observer %r failed: %s',
                     printable(execution.name), execution.call_id, raised.impl.plugin,

@@ -3,6 +3,7 @@ they may return or raise is handled exactly as an ``async`` implementation's wou
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from dsh_host import Accept, Allow, Block, Deny, Host, hookimpl
@@ -148,3 +149,16 @@ async def test_post_execute_accept_with_contexts_keeps_the_result_and_adds_them(
     result = await _host(Adds("adds")).call("echo", {"text": "x"})
     assert result.text == "x"
     assert [c.content[0].text for c in result.additional_contexts] == ["remember this"]
+
+
+def test_a_real_ctrl_c_in_a_plain_observer_stops_the_call_as_itself():
+    import signal
+
+    class PressesCtrlC(Named):
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            signal.raise_signal(signal.SIGINT)  # what the terminal sends, while it runs
+
+    host = _host(PressesCtrlC("ctrl_c"))
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(host.call, "echo", {"text": "x"})
