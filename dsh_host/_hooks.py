@@ -121,12 +121,15 @@ class Plan:
 
     ``plain_*`` is true when every implementation of that hook is a plain (synchronous,
     non-waterfall) function: the pipeline then calls them in a loop of its own, with no
-    coroutine, kwargs dict or cancel scope per implementation.
+    coroutine, kwargs dict or cancel scope per implementation. ``plain_execute``: every execute
+    wrapper is a plain function (the pipeline first asks them all whether they pass the call
+    on, `Pipeline._pass_over`).
     """
 
     __slots__ = (
         "execute",
         "guard",
+        "plain_execute",
         "plain_guard",
         "plain_post",
         "plain_pre",
@@ -146,6 +149,7 @@ class Plan:
         self.plain_guard = _plain(self.guard)
         self.plain_post = _plain(self.post)
         self.plain_result = _plain(self.result)
+        self.plain_execute = all(not impl.is_async for impl in self.execute)
 
 
 _NO_IMPLS: tuple[tuple[Impl, ...], bool, bool] = ((), False, False)

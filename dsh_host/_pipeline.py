@@ -21,7 +21,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
@@ -119,9 +119,14 @@ class Pipeline:
                 return await self.finalize(execution, plugin_failed(exc), False, trace)
             if prepared is not None and prepared.result is not None:
                 return await self.finalize(execution, prepared.result, prepared.post, trace)
-        if plan.execute:
-            result, post = await self.dispatch(execution, trace, None, plan)
-        else:  # no wrapper: the body's result, straight (`dispatch` without its layers)
+        handover = None
+        if plan.execute and (
+            trace is not None
+            or not plan.plain_execute
+            or (handover := self._pass_over(plan.execute, execution)) is not None
+        ):
+            result, post = await self.dispatch(execution, trace, None, plan, handover)
+        else:  # no wrapper, or all passed it on: the body's result, straight (`dispatch` without its layers)
             result, post = await self._dispatch(execution, None, trace), True
             if not result.is_error and execution.signal.aborted:
                 result = aborted(True, result.additional_contexts)
@@ -669,11 +674,13 @@ class Pipeline:
         trace: Trace | None,
         ready: Any = None,
         plan: Plan | None = None,
+        handover: _Handover | None = None,
     ) -> tuple[ToolExecutionResult, bool]:
         """Run the wrappers and the body; return the result and whether post-execute sees it.
 
         *ready* is ``(tool, frozen arguments, body arguments)`` already validated (a batch
         classified the call): used when the body's tool and arguments are those very objects.
+        *handover*: the wrapper `_pass_over` stopped at, already called; the rest go on from it.
         """
         state = _DispatchState(ready)
         if plan is None:
@@ -685,7 +692,8 @@ class Pipeline:
             else:
                 wrapping = _Wrapping(impls, state, trace)
                 with wrapping:
-                    result = await self._wrap(wrapping, 0, execution)
+                    start = 0 if handover is None else handover.index
+                    result = await self._wrap(wrapping, start, execution, handover)
                 wrapping.fail()
                 if result is _BODY:  # every wrapper was a tail call: none of them waits
                     del wrapping
@@ -713,54 +721,73 @@ class Pipeline:
             return attrs.evolve(result, decided_by=name, decision_detail=detail)
         return result
 
-    async def _wrap(self, w: _Wrapping, i: int, view: ToolExecution) -> ToolExecutionResult:
+    def _pass_over(self, impls: tuple[Impl, ...], view: ToolExecution) -> _Handover | None:
+        """Ask plain execute wrappers, in order, whether they pass the call on.
+
+        Each gets a `_Proceed` as its ``call_next``; one that returns it (a tail call) is passed
+        over. Returns ``None`` when all did (the caller runs the body, as with no wrapper), or the
+        `_Handover` of the first that answered, raised or returned something else (`_wrap` goes
+        on from it).
+        """
         hook = "dsh_tool_execute"
-        downstream = self._downstream
+        name = view.name
+        for i, impl in enumerate(impls):
+            token = _Proceed(self, i, view)
+            try:
+                if impl.argnames == _WRAPPER_ARGS:
+                    value = self._sync(impl.plugin, hook, name, impl.function, view, token)
+                else:
+                    kwargs = {"execution": view, "call_next": token}
+                    value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+            except BaseException as exc:
+                return _Handover(i, token, None, exc)
+            if value is not token:
+                return _Handover(i, token, value)
+        return None
+
+    async def _wrap(
+        self, w: _Wrapping, i: int, view: ToolExecution, handover: _Handover | None = None
+    ) -> ToolExecutionResult:
+        hook = "dsh_tool_execute"
         impls, trace = w.impls, w.trace
         if i == len(impls):
             return await self._dispatch(view, w.state, trace)
         while i < len(impls):  # once per link; on only after a tail call not yet begun
             impl = impls[i]
-            delegated: list[ToolExecutionResult] = []
-            budget = _Budget(self.hook_timeout, w.stage)
-
-            def call_next(
-                signal: AbortSignal | None = None,
-                _i: int = i,
-                _budget: _Budget = budget,
-                _delegated: list[Any] = delegated,
-            ) -> Awaitable[ToolExecutionResult]:
-                coroutine = downstream(w, _i + 1, view, signal, _budget, _delegated)
-                # Only a call_next() without a signal of its own may be passed over (a tail
-                # call): with one, the links after it must run under that signal.
-                _budget.issued = coroutine if signal is None else None
-                return coroutine
-
+            if handover is not None:  # called already (`_pass_over`): on from what it did
+                token = handover.token
+                token.w = w
+            else:
+                token = _Proceed(self, i, view, w)
             if trace is not None:
-                kwargs = {"execution": view, "call_next": call_next}
+                kwargs = {"execution": view, "call_next": token}
                 result = await self._call(
-                    impl, hook, trace, kwargs, stage=w.staged(), budget=budget
+                    impl, hook, trace, kwargs, stage=w.staged(), budget=token.own()
                 )
             else:  # `_call`, for this one shape, without its generality
                 try:
-                    if not impl.is_async:
+                    if handover is not None:
+                        given, handover = handover, None
+                        if given.error is not None:
+                            raise given.error
+                        value = given.value
+                    elif not impl.is_async:
                         if impl.argnames == _WRAPPER_ARGS:
                             value = self._sync(
-                                impl.plugin, hook, view.name, impl.function, view, call_next
+                                impl.plugin, hook, view.name, impl.function, view, token
                             )
                         else:
-                            kwargs = {"execution": view, "call_next": call_next}
+                            kwargs = {"execution": view, "call_next": token}
                             value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
-                        if value is not None and value is budget.issued and not delegated:
+                        if value is token and not token.delegated:
                             # A tail call not yet begun: the links after it answer, as they
                             # would through it; they run from this same frame.
-                            value.close()
                             i += 1
                             continue
                     elif impl.argnames == _WRAPPER_ARGS:
-                        value = impl.function(view, call_next)
+                        value = impl.function(view, token)
                     else:
-                        value = impl.call_sync({"execution": view, "call_next": call_next})
+                        value = impl.call_sync({"execution": view, "call_next": token})
                     if impl.is_async or (value is not None and inspect.isawaitable(value)):
                         if inspect.iscoroutine(value):
                             # Its first step runs here, undriven: a wrapper that never waits costs
@@ -774,10 +801,10 @@ class Pipeline:
                                 value = stop.value
                             else:
                                 value = await _Driven(
-                                    w.staged(), value, budget, impl.plugin, hook, trap, depth
+                                    w.staged(), value, token.own(), impl.plugin, hook, trap, depth
                                 )
                         else:
-                            value = await w.staged().run(value, budget, impl.plugin, hook)
+                            value = await w.staged().run(value, token.own(), impl.plugin, hook)
                 except PluginFailure:
                     raise
                 except BaseException as exc:
@@ -785,6 +812,7 @@ class Pipeline:
                         raise
                     raise PluginFailure(impl.plugin, hook, exc) from exc
                 result = value
+            delegated = token.delegated
             if not isinstance(result, ToolExecutionResult):
                 error = TypeError(
                     f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
@@ -1765,6 +1793,82 @@ def _failed(exc: BaseException) -> str:
     except Exception:
         text = "<unprintable>"
     return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"
+
+
+class _Proceed:
+    """An execute wrapper's ``call_next``.
+
+    Called without a signal, it returns itself: a plain wrapper that returns it is passed over
+    (a tail call). Awaited, it runs the links after the wrapper and the body (anew each time it
+    is awaited), with the wrapper's own time paused; ``call_next(signal=...)`` returns an
+    awaitable that does the same under that signal. The results it gave are in `delegated`.
+    """
+
+    __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w")
+
+    def __init__(
+        self, pipeline: Pipeline, index: int, view: ToolExecution, w: _Wrapping | None = None
+    ) -> None:
+        self.pipeline = pipeline
+        self.index = index
+        self.view = view
+        self.w = w  # set by `_wrap` before anything can await it
+        self.budget: _Budget | None = None
+        self.delegated: list[ToolExecutionResult] = []
+
+    def __call__(self, signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
+        if signal is None:
+            return self
+        return _Signalled(self, signal)
+
+    def own(self) -> _Budget:
+        """The wrapper's own budget (made on first need)."""
+        budget = self.budget
+        if budget is None:
+            w = self.w
+            budget = self.budget = _Budget(
+                self.pipeline.hook_timeout, None if w is None else w.stage
+            )
+        return budget
+
+    def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
+        w = self.w
+        if w is None:  # pragma: no cover - `_wrap` sets it before the wrapper can await us
+            raise RuntimeError("call_next awaited outside its dispatch")
+        return self.pipeline._downstream(
+            w, self.index + 1, self.view, signal, self.own(), self.delegated
+        )
+
+    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
+        return self.run(None).__await__()
+
+
+class _Signalled:
+    """``call_next(signal=...)`` of an execute wrapper: awaited, the rest under *signal*."""
+
+    __slots__ = ("signal", "token")
+
+    def __init__(self, token: _Proceed, signal: AbortSignal) -> None:
+        self.token = token
+        self.signal = signal
+
+    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
+        return self.token.run(self.signal).__await__()
+
+
+class _Handover:
+    """The wrapper `Pipeline._pass_over` stopped at: its ``call_next``, and what it returned
+    (*value*) or raised (*error*)."""
+
+    __slots__ = ("error", "index", "token", "value")
+
+    def __init__(
+        self, index: int, token: _Proceed, value: Any, error: BaseException | None = None
+    ) -> None:
+        self.index = index
+        self.token = token
+        self.value = value
+        self.error = error
 
 
 class _Wrapping:
