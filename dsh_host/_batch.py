@@ -51,7 +51,7 @@ from ._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecu
 
 if TYPE_CHECKING:
     from ._hooks import Plan
-    from ._pipeline import Pipeline
+    from ._pipeline import Pipeline, Prepared
     from ._registry import ToolRegistry
     from ._trace import Trace
 
@@ -195,19 +195,20 @@ class _Batch:
                 return
             if index == self.pending:  # classified before the nursery was opened
                 input, ready, parallel = inputs[index], self.pending_ready, True
+                frozen = None  # the input carries them (see below)
             else:
-                # Classified once: the arguments are frozen and validated here, and the input
-                # replaced by one carrying the frozen arguments (the pipeline's freeze then costs
-                # nothing, and the body gets the arguments validated here) and the batch's signal.
+                # Classified once: the arguments are frozen and validated here, and handed to
+                # the pipeline frozen (its freeze then costs nothing, and the body gets the
+                # arguments validated here), with the batch's signal.
                 input = inputs[index]
                 mode, tool, frozen, args = registry._classify(input)
                 if signal is not None and input.signal is None:
                     input = _with_signal(input, frozen, signal)
-                elif frozen is not None and frozen is not input.arguments:
-                    input = _with_arguments(input, frozen)
                 parallel = mode is _PARALLEL
                 ready = None if args is None else (tool, frozen, args)
                 if parallel and self.nursery is None and index + 1 < count:
+                    if frozen is not None and frozen is not input.arguments:
+                        input = _with_arguments(input, frozen)
                     inputs[index], self.pending_ready, self.pending = input, ready, index
                     return  # the caller opens the nursery, then this task goes on
             # A parallel call needs a free slot; an exclusive one, that nothing else runs.
@@ -218,11 +219,16 @@ class _Batch:
                 if signal is not None and signal.aborted:
                     continue  # the next turn ends the batch
             self.next = index + 1
-            prepared = await pipeline.prepare(input, trace)
-            execution = prepared.execution
             plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
-            if prepared.result is not None:
-                result, post = prepared.result, prepared.post
+            admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
+            prepared: Prepared | None = None
+            if admitted is None:
+                prepared = await pipeline.prepare(input, trace, frozen=frozen)
+                execution, done, post = prepared.execution, prepared.result, prepared.post
+            else:
+                (execution, done), post = admitted, False
+            if done is not None:
+                result = done
             elif parallel:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
@@ -234,7 +240,8 @@ class _Batch:
                 else:
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
-                    del input, ready, prepared  # what a parked call need not hold
+                    # What a parked call need not hold:
+                    input = ready = frozen = admitted = prepared = None  # type: ignore[assignment]
                     try:
                         result, post = await _resume(running, trap)
                     finally:

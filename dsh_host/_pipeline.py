@@ -480,9 +480,12 @@ class Pipeline:
     # -- A to G ----------------------------------------------------------------------------
 
     def _snapshot(
-        self, input: ToolExecutionInput, dry_run: bool
+        self, input: ToolExecutionInput, dry_run: bool, frozen: Any = None
     ) -> tuple[ToolExecution, ToolExecutionResult | None]:
-        """Stages A and B: the frozen execution, and the result when the call ends there."""
+        """Stages A and B: the frozen execution, and the result when the call ends there.
+
+        *frozen*: ``freeze(input.arguments)``, already made (a batch froze them to classify
+        the call); ``None``: freeze them here."""
         given = input.signal
         signal = _inert() if given is None else given
         parent = input.parent
@@ -493,7 +496,7 @@ class Pipeline:
             except TypeError as exc:
                 parent, message = None, str(exc)
         try:
-            arguments = freeze(input.arguments, "arguments")
+            arguments = freeze(input.arguments, "arguments") if frozen is None else frozen
         except ValueError as exc:
             arguments, message = None, message or f"tool arguments must be JSON: {exc}"
         execution = ToolExecution._make(
@@ -505,10 +508,27 @@ class Pipeline:
             return execution, aborted(False)
         return execution, None
 
+    def admit(
+        self, input: ToolExecutionInput, frozen: Any, plan: Plan
+    ) -> tuple[ToolExecution, ToolExecutionResult | None] | None:
+        """`prepare` for a call that no policy can stop (no pre-execute or guard hook, no
+        registered guard), on this frame: the execution, and the result when the call ends
+        before dispatch; ``None`` when there is policy to run (await `prepare`)."""
+        if plan.pre or plan.guard or self.registry.guards_for(input.scope):
+            return None
+        return self._snapshot(input, False, frozen)
+
     async def prepare(
-        self, input: ToolExecutionInput, trace: Trace | None, *, dry_run: bool = False
+        self,
+        input: ToolExecutionInput,
+        trace: Trace | None,
+        *,
+        dry_run: bool = False,
+        frozen: Any = None,
     ) -> Prepared:
-        execution, done = self._snapshot(input, dry_run)
+        """Stages A-G: dispatch the execution, or finish with a result (see `Prepared`).
+        *frozen*: the arguments already frozen (see `_snapshot`)."""
+        execution, done = self._snapshot(input, dry_run, frozen)
         if done is not None:
             return Prepared(execution, done, False)
         plan = self.hooks.plan()
