@@ -147,7 +147,10 @@ def dsh_tool_pre_execute(
     **Chaining: firstresult.** The first implementation in call order that returns a decision wins;
     return ``None`` to abstain. With no decision the call is allowed. An implementation that also
     accepts ``call_next`` is a *waterfall link*: ``await call_next()`` runs the rest of the chain
-    (at most once) and returns its decision, which the link may return as is or replace.
+    (at most once) and returns its decision, which the link may return as is or replace. A plain
+    (non-``async``) link that has nothing to add returns ``call_next()`` unawaited (a tail call):
+    the links after it decide, at no cost of a coroutine. ``call_next()`` returns an awaitable,
+    not necessarily a coroutine.
 
     ``Deny`` and an unanswered or rejected ``Ask`` end the call with a ``DENIED`` error result
     (post-execute still sees it); ``result.decided_by`` names the plugin that decided, and the
@@ -231,7 +234,10 @@ def dsh_tool_execute(
     **Chaining: wrapper order.** The first implementation in call order is the outermost.
     ``await call_next()`` runs the inner wrappers and the body and returns their result (never
     raises for a tool failure); call it once, several times (retries) or not at all
-    (short-circuit). Return a `ToolExecutionResult`.
+    (short-circuit). Return a `ToolExecutionResult`. A plain (non-``async``) wrapper with nothing
+    to do for a call returns ``call_next()`` unawaited (a tail call): the inner wrappers and the
+    body then run as if it were not there (``timeout`` does this for a tool with no budget).
+    ``call_next()`` returns an awaitable, not necessarily a coroutine.
 
     ``await call_next(signal=deadline)`` installs a replacement `AbortSignal` for the delegated
     lifetime: the body's signal is fused from the caller's and yours, so aborting yours cancels
