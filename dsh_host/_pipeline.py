@@ -560,14 +560,10 @@ class Pipeline:
             elif trace is None and (base := _cancel_status()) is not None:
                 # `_first`'s chain, on this frame until a link waits
                 chain = _Chain(self._links(plan)[0], (execution,), base)
-                decision = _UNCALLED
-                with chain:
-                    try:
-                        decision, who = chain.resolve(0)
-                    except (_Suspend, _Raised) as slow:
-                        decision, who = await chain.settle(slow)
-                if decision is _UNCALLED:
-                    _stage_failed(chain.stage)
+                try:
+                    decision, who = chain.resolve(0)
+                except (_Suspend, _Raised) as slow:
+                    decision, who = await chain.finish(slow)
             else:
                 decision, who = await self._first(
                     "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
@@ -744,10 +740,10 @@ class Pipeline:
     def _pass_over(self, impls: tuple[Impl, ...], view: ToolExecution) -> _Handover | None:
         """Ask plain execute wrappers, in order, whether they pass the call on.
 
-        Each gets a `_Proceed` as its ``call_next``; one that returns what ``call_next()`` gave
-        it, unawaited (a tail call), is passed over. Returns ``None`` when all did (the caller
-        runs the body, as with no wrapper), or the `_Handover` of the first that answered,
-        raised or returned something else (`_wrap` goes on from it).
+        Each gets a `_Proceed` as its ``call_next``; one that returns it (a tail call) is passed
+        over. Returns ``None`` when all did (the caller runs the body, as with no wrapper), or the
+        `_Handover` of the first that answered, raised or returned something else (`_wrap` goes
+        on from it).
         """
         hook = "dsh_tool_execute"
         name = view.name
@@ -761,9 +757,8 @@ class Pipeline:
                     value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
             except BaseException as exc:
                 return _Handover(i, token, None, exc)
-            if value is None or value is not token.issued:
+            if value is not token:
                 return _Handover(i, token, value)
-            value.close()  # a tail call not yet begun
         return None
 
     async def _wrap(
@@ -800,10 +795,9 @@ class Pipeline:
                         else:
                             kwargs = {"execution": view, "call_next": token}
                             value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
-                        if value is not None and value is token.issued and not token.delegated:
+                        if value is token and not token.delegated:
                             # A tail call not yet begun: the links after it answer, as they
                             # would through it; they run from this same frame.
-                            value.close()
                             i += 1
                             continue
                     elif impl.argnames == _WRAPPER_ARGS:
@@ -856,19 +850,20 @@ class Pipeline:
         body: ToolExecutionResult = _BODY
         return body
 
-    async def _downstream(self, token: _Proceed, signal: AbortSignal | None) -> ToolExecutionResult:
-        """What a wrapper's ``call_next(signal)`` awaits (*token* is that ``call_next``): the
-        links after the wrapper, and the body."""
+    async def _downstream(
+        self,
+        w: _Wrapping,
+        i: int,
+        view: ToolExecution,
+        signal: AbortSignal | None,
+        budget: _Budget,
+        delegated: list[ToolExecutionResult],
+    ) -> ToolExecutionResult:
+        """What wrapper link ``i - 1``'s ``call_next(signal)`` awaits: links *i* on, the body."""
         if signal is not None and not isinstance(signal, AbortSignal):
             raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-        w = token.w
-        if w is None:  # pragma: no cover - `_wrap` sets it before the wrapper can await us
-            raise RuntimeError("call_next awaited outside its dispatch")
-        budget = token.budget or token.own()
-        if budget.since is not None:  # waiting downstream is not the link's own time
-            budget.close()
+        budget.close()  # waiting downstream is not the link's own time
         budget.paused = True
-        i, view, delegated = token.index + 1, token.view, token.delegated
         state, trace = w.state, w.trace
         try:
             if signal is not None:
@@ -1038,12 +1033,7 @@ class Pipeline:
                     plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
                 )
             elif later is not None and later.chain is not None and later.slow is not None:
-                chain = later.chain
-                decision = _UNCALLED
-                with chain:
-                    decision, who = await chain.settle(later.slow)
-                if decision is _UNCALLED:
-                    _stage_failed(chain.stage)
+                decision, who = await later.chain.finish(later.slow)
             else:
                 kwargs = {"execution": execution, "result": result}
                 decision, who = await self._first(
@@ -1528,9 +1518,9 @@ class _Chain:
     awaited.
 
     The stage is made only when a link waits (`staged`); until then the chain holds the
-    cancel status it started in (*base*). The caller enters the stage (``with chain``),
-    around `settle` only: a lazy stage's scope is entered by the first link that waits at
-    *base*, and left by the caller.
+    cancel status it started in (*base*). A lazy stage's scope is entered by the first link
+    that waits at *base*, and left by `finish` (or by a caller that entered the stage itself,
+    around `run`).
     """
 
     __slots__ = ("args", "base", "links", "stage", "tool")
@@ -1634,6 +1624,16 @@ class _Chain:
         if memo is not None and _same_decision(value, memo[0]):
             return value, memo[1]
         return value, impl.plugin
+
+    async def finish(self, slow: _Suspend | _Raised) -> tuple[Any, str | None]:
+        """`settle`, for a caller that did not enter the stage: the stage is left here.
+
+        Nothing can have entered a lazy stage's scope before `resolve` raised *slow* without
+        it being a `_Suspend` (a link waited), so `resolve` itself needs no ``with``.
+        """
+        with self:
+            return await self.settle(slow)
+        _stage_failed(self.stage)  # reached only when the stage's own deadline cancelled it
 
     async def run(self, i: int) -> tuple[Any, str | None]:
         """`resolve`, awaiting what waits (the caller entered the stage)."""
@@ -1817,13 +1817,15 @@ def _failed(exc: BaseException) -> str:
 
 
 class _Proceed:
-    """An execute wrapper's ``call_next``: each call returns a new coroutine of the links after
-    the wrapper and the body (`Pipeline._downstream`), which pauses the wrapper's own time while
-    it runs; the last one made without a signal is `issued` (a plain wrapper that returns it,
-    unawaited, is passed over: a tail call). The results it gave are in `delegated`.
+    """An execute wrapper's ``call_next``.
+
+    Called without a signal, it returns itself: a plain wrapper that returns it is passed over
+    (a tail call). Awaited, it runs the links after the wrapper and the body (anew each time it
+    is awaited), with the wrapper's own time paused; ``call_next(signal=...)`` returns an
+    awaitable that does the same under that signal. The results it gave are in `delegated`.
     """
 
-    __slots__ = ("budget", "delegated", "index", "issued", "pipeline", "view", "w")
+    __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w")
 
     def __init__(
         self, pipeline: Pipeline, index: int, view: ToolExecution, w: _Wrapping | None = None
@@ -1831,19 +1833,14 @@ class _Proceed:
         self.pipeline = pipeline
         self.index = index
         self.view = view
-        self.w = w  # set by `_wrap` before anything can await a coroutine of ours
+        self.w = w  # set by `_wrap` before anything can await it
         self.budget: _Budget | None = None
-        self.issued: Any = None
         self.delegated: list[ToolExecutionResult] = []
 
-    def __call__(
-        self, signal: AbortSignal | None = None
-    ) -> Coroutine[Any, Any, ToolExecutionResult]:
-        coroutine = self.pipeline._downstream(self, signal)
-        # Only a call_next() without a signal of its own may be passed over (a tail call):
-        # with one, the links after it must run under that signal.
-        self.issued = coroutine if signal is None else None
-        return coroutine
+    def __call__(self, signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
+        if signal is None:
+            return self
+        return _Signalled(self, signal)
 
     def own(self) -> _Budget:
         """The wrapper's own budget (made on first need)."""
@@ -1854,6 +1851,30 @@ class _Proceed:
                 self.pipeline.hook_timeout, None if w is None else w.stage
             )
         return budget
+
+    def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
+        w = self.w
+        if w is None:  # pragma: no cover - `_wrap` sets it before the wrapper can await us
+            raise RuntimeError("call_next awaited outside its dispatch")
+        return self.pipeline._downstream(
+            w, self.index + 1, self.view, signal, self.own(), self.delegated
+        )
+
+    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
+        return self.run(None).__await__()
+
+
+class _Signalled:
+    """``call_next(signal=...)`` of an execute wrapper: awaited, the rest under *signal*."""
+
+    __slots__ = ("signal", "token")
+
+    def __init__(self, token: _Proceed, signal: AbortSignal) -> None:
+        self.token = token
+        self.signal = signal
+
+    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
+        return self.token.run(self.signal).__await__()
 
 
 class _Handover:
