@@ -1503,7 +1503,40 @@ class _Links:
         self.watchdog = pipeline.watchdog
 
 
-class _Chain:
+class _Staging:
+    """A stage made only when a hook first waits: a lazy one from the cancel status the work
+    started in (*base*), or, where that cannot be read (*base* is ``None``), an eager one entered
+    at once by ``with``. ``with`` leaves whichever was entered."""
+
+    __slots__ = ("base", "stage")
+
+    base: object
+    stage: _Stage | None
+
+    def staged(self) -> _Stage:
+        """The stage (a lazy one, made now if no hook waited before)."""
+        stage = self.stage
+        if stage is None:
+            stage = self.stage = _Stage(self.base)
+        return stage
+
+    def __enter__(self) -> _Staging:
+        if self.base is None and self.stage is None:
+            self.stage = _Stage()
+            self.stage.__enter__()
+        return self
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        stage = self.stage
+        return stage is not None and stage.__exit__(etype, exc, tb)
+
+    def fail(self) -> None:
+        """After ``with``: raise `PluginFailure` if the stage's deadline passed."""
+        if self.stage is not None:
+            self.stage.fail()
+
+
+class _Chain(_Staging):
     """One waterfall chain of one call (`Pipeline._first` without a trace), resolved
     synchronously for as long as no link waits.
 
@@ -1523,7 +1556,7 @@ class _Chain:
     around `run`).
     """
 
-    __slots__ = ("args", "base", "links", "stage", "tool")
+    __slots__ = ("args", "links", "tool")
 
     def __init__(
         self, links: _Links, args: tuple[Any, ...], base: object, stage: _Stage | None = None
@@ -1533,20 +1566,6 @@ class _Chain:
         self.base = base
         self.stage = stage
         self.tool = (args[0] if links.hook != "dsh_tool_approve" else args[0].execution).name
-
-    def staged(self) -> _Stage:
-        """The chain's stage (a lazy one from *base*, made now if no link waited before)."""
-        stage = self.stage
-        if stage is None:
-            stage = self.stage = _Stage(self.base)
-        return stage
-
-    def __enter__(self) -> _Chain:
-        return self
-
-    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
-        stage = self.stage
-        return stage is not None and stage.leave(exc)
 
     def resolve(self, i: int) -> tuple[Any, str | None]:
         """The decision of links *i* on and who made it, if none of them waits.
@@ -1892,39 +1911,17 @@ class _Handover:
         self.error = error
 
 
-class _Wrapping:
-    """One dispatch's execute wrappers: their stage, made only when a wrapper first waits
-    (a lazy one, from the cancel status the dispatch started in), or entered at once where
-    trio's cancel status cannot be read (an eager one)."""
+class _Wrapping(_Staging):
+    """One dispatch's execute wrappers, and their stage (see `_Staging`)."""
 
-    __slots__ = ("base", "impls", "stage", "state", "trace")
+    __slots__ = ("impls", "state", "trace")
 
     def __init__(self, impls: tuple[Impl, ...], state: _DispatchState, trace: Trace | None) -> None:
         self.impls = impls
         self.state = state
         self.trace = trace
         self.base = _cancel_status()
-        self.stage: _Stage | None = None
-
-    def staged(self) -> _Stage:
-        stage = self.stage
-        if stage is None:
-            stage = self.stage = _Stage(self.base)
-        return stage
-
-    def __enter__(self) -> _Wrapping:
-        if self.base is None:
-            self.stage = _Stage()
-            self.stage.__enter__()
-        return self
-
-    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
-        stage = self.stage
-        return stage is not None and stage.__exit__(etype, exc, tb)
-
-    def fail(self) -> None:
-        if self.stage is not None:
-            self.stage.fail()
+        self.stage = None
 
 
 class _DispatchState:
