@@ -51,7 +51,7 @@ from ._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecu
 
 if TYPE_CHECKING:
     from ._hooks import Plan
-    from ._pipeline import Pipeline, Prepared
+    from ._pipeline import Pipeline
     from ._registry import ToolRegistry
     from ._trace import Trace
 
@@ -221,12 +221,13 @@ class _Batch:
             self.next = index + 1
             plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
             admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
-            prepared: Prepared | None = None
             if admitted is None:
                 prepared = await pipeline.prepare(input, trace, frozen=frozen)
-                execution, done, post = prepared.execution, prepared.result, prepared.post
+                admitted, post = (prepared.execution, prepared.result), prepared.post
+                del prepared
             else:
-                (execution, done), post = admitted, False
+                post = False
+            execution, done = admitted
             if done is not None:
                 result = done
             elif parallel:
@@ -240,8 +241,7 @@ class _Batch:
                 else:
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
-                    # What a parked call need not hold:
-                    input = ready = frozen = admitted = prepared = None  # type: ignore[assignment]
+                    del input, ready, frozen, admitted  # what a parked call need not hold
                     try:
                         result, post = await _resume(running, trap)
                     finally:

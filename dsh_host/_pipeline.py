@@ -798,6 +798,7 @@ class Pipeline:
                         if value is token and not token.delegated:
                             # A tail call not yet begun: the links after it answer, as they
                             # would through it; they run from this same frame.
+                            token.w = None  # spent: never to be awaited (see `_Proceed`)
                             i += 1
                             continue
                     elif impl.argnames == _WRAPPER_ARGS:
@@ -1107,20 +1108,22 @@ class Pipeline:
         args = (execution, result)
         i, count = 0, len(impls)
         while i < count:
-            try:
-                if slow is not None:
-                    given, slow = slow, None
-                    if isinstance(given, _Raised):
-                        raise given
-                    i, value = given.index, given.error
-                else:
+            raised: _Raised | None = None
+            if isinstance(slow, _Raised):
+                raised, slow = slow, None
+            elif slow is not None:
+                i, value, slow = slow.index, slow.error, None
+            else:
+                try:
                     i, value = self._plain(impls, i, hook, args, execution.name)
-            except _Raised as raised:
+                except _Raised as caught:
+                    raised = caught
+            if raised is not None:
                 exc = raised.error
                 if isinstance(exc, PluginFailure):  # one that blocked too long
                     exc = exc.error
                 elif await genuine(exc):
-                    raise exc from None  # itself (a real Ctrl-C, a cancellation), not `_Raised`
+                    raise exc  # itself (a real Ctrl-C, a cancellation), not `_Raised`
                 logger.warning(
                     'tool "%s" (%s): dsh_tool_result observer %r failed: %s',
                     printable(execution.name), execution.call_id, raised.impl.plugin,
@@ -1448,7 +1451,7 @@ class _Budget:
     stretch was first seen suspending (``None``: not yet, so no clock read was needed).
     """
 
-    __slots__ = ("issued", "limit", "paused", "since", "stage", "used")
+    __slots__ = ("limit", "paused", "since", "stage", "used")
 
     def __init__(self, limit: float, stage: _Stage | None) -> None:
         self.limit = limit
@@ -1456,7 +1459,6 @@ class _Budget:
         self.paused = False
         self.since: float | None = None
         self.used = 0.0
-        self.issued: Any = None  # the coroutine its call_next() last returned
 
     def close(self) -> None:
         """End the current stretch of own time (it starts again at the next suspension)."""
@@ -1482,7 +1484,7 @@ class _Links:
     """What a `_Chain` needs that depends only on the plugin set: one hook's implementations,
     its default and check, and the links' bound (made once per plan, not per call)."""
 
-    __slots__ = ("accept", "count", "default", "hook", "impls", "limit", "spec", "watchdog")
+    __slots__ = ("accept", "count", "default", "hook", "impls", "limit", "pipeline", "spec")
 
     def __init__(
         self,
@@ -1500,7 +1502,7 @@ class _Links:
         self.accept = accept
         self.limit = limit
         self.spec = _WATERFALL_ARGS[hook]
-        self.watchdog = pipeline.watchdog
+        self.pipeline = pipeline
 
 
 class _Staging:
@@ -1574,9 +1576,7 @@ class _Chain(_Staging):
         `_Raised` for what a link raised (a `PluginFailure` included).
         """
         links, args = self.links, self.args
-        impls, count, hook = links.impls, links.count, links.hook
-        watchdog = links.watchdog
-        clock = time.monotonic
+        impls, count, hook, sync = links.impls, links.count, links.hook, links.pipeline._sync
         while i < count:
             impl = impls[i]
             nxt: _Next | None = None
@@ -1592,22 +1592,9 @@ class _Chain(_Staging):
                 if impl.is_async:
                     value = call[0](*call[1:])  # only makes the coroutine: nothing to watch
                 else:
-                    if watchdog.registered:  # `Pipeline._sync`, inline
-                        watchdog.plugin, watchdog.hook, watchdog.tool = impl.plugin, hook, self.tool
-                        watchdog.started = clock()
-                    else:
-                        watchdog.enter(impl.plugin, hook, self.tool)
-                    try:
-                        value = call[0](*call[1:])
-                    finally:
-                        watchdog.plugin = None
-                    ran = clock() - watchdog.started
-                    if ran > watchdog.bound:
-                        watchdog.check(watchdog.started + ran)
-                        raise PluginFailure(
-                            impl.plugin, hook, _late(impl.plugin, hook, watchdog.bound)
-                        )
+                    value = sync(impl.plugin, hook, self.tool, *call)
                     if value is nxt and nxt is not None:
+                        nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here
                         continue
                 if value is not None and (impl.is_async or inspect.isawaitable(value)):
@@ -1698,13 +1685,15 @@ class _Next:
     of the decision of the links after it, resolved once (memoised in `answer`).
 
     While the links after it run, the link's own time is paused (its `_Budget`, made only
-    when it waits: before that, it has no own time to pause).
+    when it waits: before that, it has no own time to pause). One that its link returned
+    unawaited (a tail call) is spent: the links after it already decided, so awaiting it later
+    raises `RuntimeError` rather than run them again outside the call.
     """
 
     __slots__ = ("answer", "budget", "chain", "index")
 
     def __init__(self, chain: _Chain, index: int) -> None:
-        self.chain = chain
+        self.chain: _Chain | None = chain
         self.index = index
         self.answer: tuple[Any, str | None] | None = None
         self.budget: _Budget | None = None
@@ -1716,13 +1705,22 @@ class _Next:
         """The link's own budget (made on first need)."""
         budget = self.budget
         if budget is None:
-            chain = self.chain
+            chain = self._chain()
             budget = self.budget = _Budget(chain.links.limit, chain.staged())
         return budget
 
+    def _chain(self) -> _Chain:
+        chain = self.chain
+        if chain is None:
+            raise RuntimeError(
+                "call_next() was awaited after its link returned it unawaited (a tail call): the "
+                "links after it already decided; await call_next() inside the link instead"
+            )
+        return chain
+
     def __await__(self) -> Generator[Any, Any, Any]:
         if self.answer is None:
-            chain = self.chain
+            chain = self._chain()
             budget = self.budget
             if budget is not None:  # downstream is not the link's own time
                 budget.close()
@@ -1839,9 +1837,11 @@ class _Proceed:
     """An execute wrapper's ``call_next``.
 
     Called without a signal, it returns itself: a plain wrapper that returns it is passed over
-    (a tail call). Awaited, it runs the links after the wrapper and the body (anew each time it
-    is awaited), with the wrapper's own time paused; ``call_next(signal=...)`` returns an
-    awaitable that does the same under that signal. The results it gave are in `delegated`.
+    (a tail call), and the token is then spent (`w` is ``None``: awaiting it later raises
+    `RuntimeError` rather than run the body again outside the call). Awaited, it runs the links
+    after the wrapper and the body (anew each time it is awaited), with the wrapper's own time
+    paused; ``call_next(signal=...)`` returns an awaitable that does the same under that signal.
+    The results it gave are in `delegated`.
     """
 
     __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w")
@@ -1852,7 +1852,7 @@ class _Proceed:
         self.pipeline = pipeline
         self.index = index
         self.view = view
-        self.w = w  # set by `_wrap` before anything can await it
+        self.w = w  # set by `_wrap` before the wrapper can await it, unless it passed the call on
         self.budget: _Budget | None = None
         self.delegated: list[ToolExecutionResult] = []
 
@@ -1873,8 +1873,12 @@ class _Proceed:
 
     def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
         w = self.w
-        if w is None:  # pragma: no cover - `_wrap` sets it before the wrapper can await us
-            raise RuntimeError("call_next awaited outside its dispatch")
+        if w is None:  # passed over (a tail call): the body already ran, or will, without it
+            raise RuntimeError(
+                "call_next() was awaited after its wrapper returned it unawaited (a tail call): "
+                "the inner wrappers and the body run without it; await call_next() inside the "
+                "wrapper instead"
+            )
         return self.pipeline._downstream(
             w, self.index + 1, self.view, signal, self.own(), self.delegated
         )

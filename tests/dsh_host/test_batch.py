@@ -173,3 +173,64 @@ async def test_denied_and_unknown_calls_take_their_slot_in_order(autojump_clock)
 async def test_max_parallel_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="max_parallel must be a positive integer"):
         await ToolRegistry().execute_batch([], max_parallel=bad)
+
+
+def _nested(depth):
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("policy", [False, True])
+async def test_hostile_arguments_end_a_batched_call_as_they_end_execute(policy):
+    """Arguments the batch cannot freeze (too deep, an oversized integer, a set, a cycle) end
+    their call INVALID_ARGS with the very result `execute` gives, with policy hooks (the calls
+    go through `prepare`) and without (they are admitted on the worker's frame); odd but valid
+    text (a lone surrogate, control characters, a NUL) reaches the body unchanged."""
+    from dsh_host._hooks import HookRelay, make_plugin_manager
+
+    seen: list = []
+
+    class Policy:
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            seen.append(execution.call_id)
+
+    async def echo(args):
+        return args["text"] if isinstance(args.get("text"), str) else "other"
+
+    cycle: list = []
+    cycle.append(cycle)
+    hostile = [
+        {"text": _nested(600)},
+        {"text": 10**5000},
+        {"text": {1, 2}},
+        {"text": cycle},
+        {"text": "lone \udcff surrogate"},
+        {"text": "bell \x07 nul \x00 escape \x1b[2J"},
+    ]
+    hooks = None
+    if policy:
+        pm = make_plugin_manager()
+        pm.register(Policy(), name="policy")
+        hooks = HookRelay(pm)
+    registry = ToolRegistry(hooks=hooks)
+    registry.register(
+        define_tool(
+            name="echo", description="", parameters={"text": {"type": "string"}}, execute=echo,
+            is_concurrency_safe=lambda a: True,
+        )
+    )  # fmt: skip
+    inputs = [
+        ToolExecutionInput(call_id=f"c{i}", name="echo", arguments=arguments)
+        for i, arguments in enumerate(hostile)
+    ]
+    batched = await registry.execute_batch(inputs)
+    one_by_one = [await registry.execute(input) for input in inputs]
+    assert [r.code for r in batched] == ["INVALID_ARGS"] * 4 + [None, None]
+    assert batched == one_by_one
+    assert batched[4].text == "lone \udcff surrogate"
+    assert batched[5].text == "bell \x07 nul \x00 escape \x1b[2J"
+    if policy:  # policy sees every call the pipeline could freeze, in model order, once each
+        assert seen == ["c4", "c5", "c4", "c5"]

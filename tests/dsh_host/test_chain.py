@@ -322,3 +322,56 @@ async def test_a_plain_wrapper_handing_on_a_signal_of_its_own_is_heard():
     result = await host.call("t", {})
     assert (result.is_error, ran) == (True, [])
     assert result.code == "ABORTED_BEFORE_DISPATCH"
+
+
+async def test_a_call_next_passed_on_unawaited_cannot_run_the_links_again_later():
+    kept = []
+    asked = []
+
+    class Keeps(Named):
+        @hookimpl(tryfirst=True)
+        def dsh_tool_pre_execute(self, execution, call_next):
+            kept.append(call_next)
+            return call_next()  # a tail call
+
+    class Later(Named):
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            asked.append(self.name)
+
+    result = await _host(Keeps("keeps"), Later("later")).call("echo", {"text": "x"})
+    assert (result.text, asked) == ("x", ["later"])
+    with pytest.raises(RuntimeError, match="tail call"):
+        await kept[0]()
+    assert asked == ["later"]  # the links after it were not asked a second time
+
+
+@pytest.mark.parametrize("outer", [False, True])
+async def test_a_wrapper_call_next_passed_on_unawaited_cannot_run_the_body_again(outer):
+    from dsh_host import define_tool
+
+    kept = []
+    ran = []
+
+    class Keeps(Named):
+        @hookimpl
+        def dsh_tool_execute(self, execution, call_next):
+            kept.append(call_next)
+            return call_next()  # a tail call
+
+    class Outer(Named):  # an `async` wrapper first: the plain one is reached inside `_wrap`
+        @hookimpl(tryfirst=True)
+        async def dsh_tool_execute(self, execution, call_next):
+            return await call_next()
+
+    async def body(args):
+        ran.append(1)
+        return "ran"
+
+    plugins = [Keeps("keeps"), *([Outer("outer")] if outer else [])]
+    host = Host(config={}, plugins=plugins, load_entrypoints=False)
+    host.registry.register(define_tool(name="t", description="", parameters={}, execute=body))
+    assert (await host.call("t", {})).text == "ran"
+    with pytest.raises(RuntimeError, match="tail call"):
+        await kept[0]()
+    assert ran == [1]  # the body ran once, inside the call
