@@ -11,9 +11,11 @@ A command runs as ``bash -c CMD`` wrapped by the first backend that works on thi
   it, IPC, UTS, cgroup, PID; network unless ``network`` is true), ``--cap-drop ALL``,
   ``--die-with-parent``, ``--new-session`` and the seccomp filter of
   `dsh_plugins_builtin._seccomp` through ``--seccomp FD``.
-* ``landlock``: set up in the forked child before ``exec`` (`dsh_plugins_builtin._landlock`):
+* ``landlock``: set up in a forked child before ``exec`` (`dsh_plugins_builtin._landlock`):
   a supervisor that kills every descendant when the command ends, Landlock (writes only under
-  the writable roots), no capabilities, ``no_new_privs`` and the same seccomp filter. It cannot
+  the writable roots), no capabilities, ``no_new_privs`` and the same seccomp filter. The child
+  is forked by a small fork server (`dsh_plugins_builtin._forkserver`), not by the host, unless
+  the server cannot be used. It cannot
   keep protected paths read-only inside a writable root, so it is refused when there are any.
 
 Before every spawn the pinned roots are checked (`dsh_plugins_builtin._fence.check_pinned`); a
@@ -54,7 +56,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from dsh_plugins_builtin import _landlock
+from dsh_plugins_builtin import _forkclient, _landlock
 from dsh_plugins_builtin._fence import (
     RootReplaced,
     SandboxPolicy,
@@ -84,6 +86,7 @@ _PROBE_TIMEOUT: Final = 10.0
 _DRAIN_GRACE: Final = 1.0
 _SUPERVISOR_GRACE: Final = 5.0
 _READ_CHUNK: Final = 65536
+_USE_FORK_SERVER = True  # Landlock commands start from the fork server when it works
 _SECRET_MARKERS: Final = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _FORCED_ENV: Final = {"NO_COLOR": "1", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
 
@@ -311,7 +314,12 @@ def probe_backends(bwrap: tuple[str | None, str] | None = None) -> dict[str, str
         ``network = false``.
     """
     path, why = resolve_bwrap() if bwrap is None else bwrap
-    return dict(_probe_all(path, why))
+    probes = dict(_probe_all(path, why))
+    _probed.add((path, why))
+    return probes
+
+
+_probed: set[tuple[str | None, str]] = set()  # what `probe_backends` answers from its cache
 
 
 def _protected_problem(policy: SandboxPolicy) -> str | None:
@@ -408,7 +416,7 @@ def startup_problem(
 
 def prepare_landlock(policy: SandboxPolicy) -> None:
     """Build the Landlock ruleset and seccomp program for ``policy`` now (at start), not at the
-    first command.
+    first command, and start the fork server (`dsh_plugins_builtin._forkclient`).
 
     Raises:
         SandboxUnavailable: Landlock cannot confine the policy here.
@@ -418,6 +426,8 @@ def prepare_landlock(policy: SandboxPolicy) -> None:
         _landlock_prepared(roots, not policy.network)
     except _landlock.LandlockUnavailable as exc:
         raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
+    if _USE_FORK_SERVER:
+        _forkclient.shared().start()  # now, so that no command waits for its interpreter
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -643,6 +653,73 @@ def _runner_failure(output: str, exit_code: int | None, backend: str) -> str | N
     return None
 
 
+class _Local:
+    """A command the host spawned itself (`trio.lowlevel.open_process`), seen as `_run` needs.
+
+    It is not reaped before the group kill (a pidfd tells when it has exited), so the group id
+    cannot have been recycled when it is killed.
+    """
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def exited(self) -> None:
+        await _wait_exited(self.proc, self.pidfd)
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def send_signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, number)
+
+    def kill_all(self) -> None:
+        _kill_group(self.pid)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+
+
+class _Launched:
+    """A command the Landlock fork server started (`dsh_plugins_builtin._forkclient`)."""
+
+    def __init__(self, launched: _forkclient.Launched) -> None:
+        self.launched = launched
+        self.pid = launched.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.launched.returncode
+
+    async def exited(self) -> None:
+        await self.launched.exited()
+
+    async def wait(self) -> int:
+        return await self.launched.wait()
+
+    def send_signal(self, number: int) -> None:
+        self.launched.send_signal(number)
+
+    def kill_all(self) -> None:
+        # The launcher is no child of ours, so its PID (and the group id) may be reused once
+        # the server reaps it: no group kill. A launcher that did not answer SIGTERM is killed;
+        # the command dies with it (PDEATHSIG), and the server kills the orphans it inherits.
+        self.launched.send_signal(_signal.SIGKILL)
+
+    def close(self) -> None:
+        self.launched.close()
+
+
 async def _run(
     argv: list[str],
     *,
@@ -650,22 +727,35 @@ async def _run(
     env: dict[str, str],
     timeout: float | None,
     cap: int,
-    supervised: bool = False,
+    landlock: _landlock.Prepared | None = None,
     info: tuple[int, int] | None = None,
     **spawn: Any,
 ) -> tuple[_Output, int | None, bool]:
     read_fd, write_fd = os.pipe()
+    proc: _Local | _Launched
     try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            cwd=str(cwd),
-            env=env,
-            start_new_session=True,
-            **spawn,
-        )
+        launched = None
+        if landlock is not None and _USE_FORK_SERVER:
+            launched = await _forkclient.shared().spawn(
+                argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd
+            )
+        if launched is not None:
+            proc = _Launched(launched)
+        else:
+            if landlock is not None:
+                spawn["preexec_fn"] = landlock.preexec
+            proc = _Local(
+                await trio.lowlevel.open_process(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_fd,
+                    stderr=write_fd,
+                    cwd=str(cwd),
+                    env=env,
+                    start_new_session=True,
+                    **spawn,
+                )
+            )
     except BaseException:
         os.close(read_fd)
         if info is not None:
@@ -675,11 +765,7 @@ async def _run(
         os.close(write_fd)
         if info is not None:
             os.close(info[1])  # bwrap's copy is the only writer now
-    pidfd: int | None
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pidfd = None
+    supervised = landlock is not None
     stream = trio.lowlevel.FdStream(read_fd)
     out = _Output(cap)
     timed_out = False
@@ -688,11 +774,10 @@ async def _run(
         # The Landlock supervisor kills every descendant (setsid ones too) on SIGTERM; a
         # SIGKILL would orphan them. It is our code, so it answers; the group kill follows.
         if supervised and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, _signal.SIGTERM)
+            proc.send_signal(_signal.SIGTERM)
             with trio.move_on_after(_SUPERVISOR_GRACE):
-                await _wait_exited(proc, pidfd)
-        _kill_group(proc.pid)
+                await proc.exited()
+        proc.kill_all()
 
     namespace = _Namespace()
     try:
@@ -702,7 +787,7 @@ async def _run(
             if info is not None:
                 nursery.start_soon(namespace.watch, info[0])
             with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
-                await _wait_exited(proc, pidfd)
+                await proc.exited()
             timed_out = deadline.cancelled_caught
             await stop()  # the timeout, or background children left after the exit
             await proc.wait()
@@ -718,8 +803,7 @@ async def _run(
             await proc.wait()
         raise
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
+        proc.close()
         namespace.close()
         with trio.CancelScope(shield=True):
             await stream.aclose()
@@ -806,7 +890,10 @@ async def run_confined(
     except RootReplaced as exc:
         raise SandboxUnavailable(str(exc), mode=policy.mode) from None
     resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
-    probes = await trio.to_thread.run_sync(probe_backends, resolved)
+    if resolved in _probed:  # cached: no thread hop (the first probe runs processes)
+        probes = probe_backends(resolved)
+    else:
+        probes = await trio.to_thread.run_sync(probe_backends, resolved)
     chosen = select_backend(policy, backend, probes)
     argv = ["bash", "-c", command]
     if chosen == "landlock":
@@ -816,13 +903,7 @@ async def run_confined(
         except _landlock.LandlockUnavailable as exc:
             raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
         out, returncode, timed_out = await _run(
-            argv,
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            cap=max_output_bytes,
-            supervised=True,
-            preexec_fn=prepared.preexec,
+            argv, cwd=cwd, env=env, timeout=timeout, cap=max_output_bytes, landlock=prepared
         )
     else:
         path = resolved[0]

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import stat
+import struct
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -39,6 +41,8 @@ from dsh_plugins_builtin._seccomp import SeccompUnavailable, filter_bpf
 __all__ = [
     "EXIT_RUNNER_FAILURE",
     "PREFIX",
+    "REPORT",
+    "REPORT_STATUS",
     "LandlockUnavailable",
     "Prepared",
     "landlock_abi",
@@ -49,6 +53,9 @@ PREFIX = "landlock-run: "
 EXIT_RUNNER_FAILURE = 125
 
 # The Landlock syscalls have the same numbers on every architecture.
+REPORT = struct.Struct("=ii")  # a fork-server launcher's (kind, value) records to the host
+REPORT_STATUS = 3  # the kind of the record that carries the command's exit code
+
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
 _SYS_RESTRICT_SELF = 446
@@ -119,6 +126,7 @@ class LandlockUnavailable(Exception):
     """Landlock cannot confine as asked on this kernel; the message says why."""
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -187,6 +195,7 @@ def _add_path_rule(libc: ctypes.CDLL, ruleset_fd: int, path: str, access: int) -
         os.close(fd)
 
 
+@functools.cache
 def _cap_last() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as handle:
@@ -208,6 +217,7 @@ class Prepared:
         """
         self.ruleset_fd = ruleset_fd
         self.abi = abi
+        self.program = program
         self._program = ctypes.create_string_buffer(program, len(program))
         self._fprog = _SockFprog(len=len(program) // 8, filter=ctypes.addressof(self._program))
         self._libc = _libc()
@@ -356,8 +366,12 @@ def _kill_descendants() -> None:
                 os.waitpid(pid, 0)
 
 
-def _supervise(child: int) -> NoReturn:
-    """Wait for the command, then kill every descendant; exit as the command did."""
+def _supervise(child: int, report: int = -1) -> NoReturn:
+    """Wait for the command, then kill every descendant; exit as the command did.
+
+    *report*: a socket kept open, on which the command's exit code is sent before exiting
+    (the fork server's launcher; see `dsh_plugins_builtin._forkserver`).
+    """
     status: int | None = None
     try:
         with contextlib.suppress(ValueError):
@@ -365,7 +379,12 @@ def _supervise(child: int) -> NoReturn:
         null = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        top = os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536
+        if report < 0:
+            os.closerange(3, top)
+        else:
+            os.closerange(3, report)
+            os.closerange(report + 1, top)
         while status is None:
             info = signal.sigwaitinfo({signal.SIGTERM, signal.SIGCHLD})
             if info.si_signo == signal.SIGTERM:
@@ -382,6 +401,10 @@ def _supervise(child: int) -> NoReturn:
                     break
         _kill_descendants()
     finally:
+        if report >= 0:
+            code = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+            with contextlib.suppress(OSError):
+                os.write(report, REPORT.pack(REPORT_STATUS, code))
         if status is None or os.WIFSIGNALED(status):
             sig = signal.SIGKILL if status is None else os.WTERMSIG(status)
             if sig != signal.SIGKILL:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh_host import Host
+from dsh_plugins_builtin import _confine, _forkclient
 from dsh_plugins_builtin._confine import probe_backends
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -22,18 +24,26 @@ def ws(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(params=["bwrap", "landlock"])
-def backend(request: pytest.FixtureRequest) -> str:
-    """Each confinement backend. On CI (``CI=true``) one that does not work here fails the
-    test loudly; elsewhere it is skipped with the probe's reason."""
+@pytest.fixture(params=["bwrap", "landlock", "landlock-forking-the-host"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each confinement backend, Landlock both ways: commands started by the fork server (the
+    usual way) and by forking the host (its fallback). On CI (``CI=true``) one that does not work
+    here fails the test loudly; elsewhere it is skipped with the probe's reason."""
     name: str = request.param
+    if name == "landlock-forking-the-host":
+        name = "landlock"
+        monkeypatch.setattr(_confine, "_USE_FORK_SERVER", False)
     # The escape tests run with network = false, which Landlock honours only via "landlock-net".
     reason = probe_backends()["landlock-net" if name == "landlock" else name]
+    if reason is None and name == "landlock" and _confine._USE_FORK_SERVER:
+        reason = _forkclient.shared().broken
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
         pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
-    return name
+    yield name
+    if name == "landlock" and _confine._USE_FORK_SERVER:  # it did not fall back meanwhile
+        assert _forkclient.shared().broken is None
 
 
 def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:

@@ -370,17 +370,25 @@ async def test_no_usable_backend_never_runs_unconfined(
     assert not (ws / "ran").exists()
 
 
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork-server", "forking-the-host"])
 async def test_setup_failure_in_the_child_raises(
-    ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+    ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch, fork_server: bool
 ) -> None:
     """A child that cannot confine itself exits 125 with the prefix before the command runs."""
     if probe_backends()["landlock-net"] is not None:
         pytest.skip("landlock unusable here")
+    monkeypatch.setattr(_confine, "_USE_FORK_SERVER", fork_server)
     prepared = _confine._landlock_prepared((str(ws),), True)
-    broken = _landlock.Prepared(-1, b"", prepared.abi)  # restrict_self on fd -1 fails
+    not_a_ruleset = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    broken = _landlock.Prepared(not_a_ruleset, prepared.program, prepared.abi)
     monkeypatch.setattr(_confine, "_landlock_prepared", lambda roots, net: broken)
-    with pytest.raises(SandboxUnavailable, match="landlock failed to confine: landlock-run: "):
-        await run_confined("touch ran", cwd=ws, policy=policy, backend="landlock", timeout=30)
+    try:
+        with pytest.raises(
+            SandboxUnavailable, match="landlock failed to confine: landlock-run: landlock_restrict"
+        ):
+            await run_confined("touch ran", cwd=ws, policy=policy, backend="landlock", timeout=30)
+    finally:
+        os.close(not_a_ruleset)
     assert not (ws / "ran").exists()
     # A command's own exit 125 without the prefix is an ordinary result.
     assert _confine._runner_failure("boom\n", 125, "landlock") is None
@@ -545,3 +553,18 @@ async def test_landlock_is_prepared_once_at_start(
         result = await host.call("bash", {"command": "echo ok > f"})
         assert not result.is_error
     assert calls == [(str(ws),)]
+
+
+async def test_a_probed_machine_costs_no_thread_hop_per_command(
+    backend: str, ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)
+    real = trio.to_thread.run_sync
+
+    async def no_probe_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+        assert function is not _confine.probe_backends, "a thread for a probe already made"
+        return await real(function, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_probe_thread)
+    result = await run_confined("echo ok", cwd=ws, policy=policy, backend=backend, timeout=30)
+    assert result.output == "ok\n"

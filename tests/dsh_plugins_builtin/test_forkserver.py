@@ -1,0 +1,306 @@
+"""The Landlock fork server: commands start from a small interpreter, not from the host.
+
+What is checked: the command really comes from the server (its supervisor is no child of ours);
+the server's failures (never started, killed between commands, too large a request) fall back
+to forking the host, and a launcher that was killed outright leaves no descendant behind; the
+host that gives up before it holds the launcher leaves nothing running; working directory and
+``exec`` failures raise as a spawn does.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import json
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_plugins_builtin import _confine, _forkclient, _forkserver, _landlock
+from dsh_plugins_builtin._confine import probe_backends, run_confined, scrub_env
+from dsh_plugins_builtin._fence import SandboxPolicy
+from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
+
+
+@pytest.fixture
+def policy(ws: Path) -> SandboxPolicy:
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    return SandboxPolicy("workspace-write", ws, protected=())
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_forkclient.ForkServer]:
+    """A fork server of the test's own (the process's shared one is left alone)."""
+    fresh = _forkclient.ForkServer()
+    monkeypatch.setattr(_forkclient, "_shared", fresh)
+    try:
+        yield fresh
+    finally:
+        fresh.close()
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no PPid for {pid}")
+
+
+async def _supervisor_of_a_command(ws: Path, policy: SandboxPolicy) -> tuple[int, int]:
+    """Run a command that reports its parent (the supervisor) and that parent's parent."""
+    result = await run_confined(
+        "echo $PPID; grep ^PPid: /proc/$PPID/status",
+        cwd=ws,
+        policy=policy,
+        backend="landlock",
+        timeout=30,
+    )
+    assert result.exit_code == 0, result.output
+    supervisor, line = result.output.splitlines()
+    return int(supervisor), int(line.split()[1])
+
+
+async def test_commands_come_from_the_fork_server(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    supervisor, grandparent = await _supervisor_of_a_command(ws, policy)
+    assert server.broken is None
+    assert server._proc is not None
+    assert grandparent == server._proc.pid != os.getpid()
+    assert supervisor != os.getpid()
+
+
+async def test_without_the_server_the_host_forks(
+    ws: Path,
+    policy: SandboxPolicy,
+    server: _forkclient.ForkServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_forkclient.sys, "executable", "")
+    _supervisor, grandparent = await _supervisor_of_a_command(ws, policy)
+    assert server.broken == "sys.executable is unknown"
+    assert grandparent == os.getpid()  # the supervisor is the host's own child
+    touched = await run_confined(
+        "touch /etc/dsh-must-not-exist 2>&1; echo $?",
+        cwd=ws,
+        policy=policy,
+        backend="landlock",
+        timeout=30,
+    )
+    assert touched.output.splitlines()[-1] == "1"  # still confined
+
+
+async def test_a_server_killed_between_commands_is_not_started_again(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """The host forks instead: a new server would import the package again, from files that
+    may have changed since the host started."""
+    await _supervisor_of_a_command(ws, policy)
+    assert server._proc is not None
+    server._proc.kill()
+    server._proc.wait()
+    for _ in range(2):  # the first call finds out, and forks the host
+        _, grandparent = await _supervisor_of_a_command(ws, policy)
+        assert grandparent == os.getpid()
+    assert server.broken is not None
+    assert "has exited" in server.broken
+
+
+async def test_a_request_too_large_for_one_message_forks_the_host(
+    ws: Path,
+    policy: SandboxPolicy,
+    server: _forkclient.ForkServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSH_TEST_BULK", "x" * (_forkserver.MAX_REQUEST + 1))
+    monkeypatch.setattr(_confine, "scrub_env", lambda environ, allow=(): dict(environ))
+    _, grandparent = await _supervisor_of_a_command(ws, policy)
+    assert grandparent == os.getpid()
+    assert server.broken is None
+    monkeypatch.delenv("DSH_TEST_BULK")
+    _, grandparent = await _supervisor_of_a_command(ws, policy)
+    assert server._proc is not None
+    assert grandparent == server._proc.pid
+
+
+async def _gone(pids: list[int]) -> None:
+    """Wait (bounded, no polling) until every one of *pids* has exited."""
+    with trio.fail_after(20):
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            finally:
+                os.close(fd)
+
+
+async def test_a_launcher_killed_outright_leaves_no_descendant(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """SIGKILL of the supervisor: the command dies with it, and its setsid'd children, orphaned
+    to the server (a subreaper), are killed by the server."""
+    marker = f"{2000 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
+    fifo = ws / "ppid"
+    os.mkfifo(fifo)
+    command = (
+        f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & "
+        f"while [ $(pgrep -f -c '^sleep {marker}') -lt 1 ]; do :; done; "
+        f"echo $PPID > {fifo}; exec sleep {marker}"
+    )
+
+    def read_fifo() -> int:
+        return int(fifo.read_text())
+
+    result = None
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            nonlocal result
+            result = await run_confined(
+                command, cwd=ws, policy=policy, backend="landlock", timeout=60
+            )
+
+        nursery.start_soon(run)
+        supervisor = await trio.to_thread.run_sync(read_fifo)
+        left = processes_with(marker)
+        assert len(left) == 2
+        os.kill(supervisor, signal.SIGKILL)
+    try:
+        await _gone(left)
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert result is not None
+    assert result.signal == signal.SIGKILL
+
+
+def _request(ws: Path, command: str, prepared: _landlock.Prepared) -> bytes:
+    return json.dumps(
+        {
+            "argv": ["bash", "-c", command],
+            "env": scrub_env(os.environ),
+            "cwd": str(ws),
+            "program": prepared.program.hex(),
+            "abi": prepared.abi,
+        }
+    ).encode()
+
+
+async def test_a_host_that_gives_up_before_go_leaves_nothing_running(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    assert server.start()
+    assert server._ctl is not None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read_fd, write_fd = os.pipe()
+    try:
+        fds = array.array("i", (theirs.fileno(), write_fd, prepared.ruleset_fd))
+        body = _request(ws, "touch ran", prepared)
+        server._ctl.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        theirs.close()
+        data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
+        assert _forkserver.RECORD.unpack(data)[0] == _forkserver.HELLO
+        pidfd = array.array("i", ancillary[0][2])[0]
+        # Gave up (no GO). Only the write side is shut, so a launcher that went on regardless
+        # would run the command to its end and report it, not die on a broken socket.
+        ours.shutdown(socket.SHUT_WR)
+        await trio.lowlevel.wait_readable(pidfd)  # the launcher has exited
+        os.close(pidfd)
+    finally:
+        with contextlib.suppress(OSError):
+            theirs.close()
+        ours.close()
+        os.close(read_fd)
+        os.close(write_fd)
+    assert not (ws / "ran").exists()
+    assert server.broken is None
+
+
+async def test_a_missing_working_directory_raises_as_a_spawn_does(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    gone = ws / "gone"
+    with pytest.raises(FileNotFoundError) as served:
+        await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
+    assert server._proc is not None
+    assert server.broken is None
+    _confine._USE_FORK_SERVER = False
+    try:
+        with pytest.raises(FileNotFoundError) as forked:
+            await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
+    finally:
+        _confine._USE_FORK_SERVER = True
+    assert served.value.errno == forked.value.errno == errno.ENOENT
+
+
+async def test_a_program_that_cannot_be_executed_raises(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    read_fd, write_fd = os.pipe()
+    try:
+        with pytest.raises(FileNotFoundError):
+            await server.spawn(
+                [str(ws / "no-such-program")],
+                env=scrub_env(os.environ),
+                cwd=str(ws),
+                prepared=prepared,
+                stdout=write_fd,
+            )
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert server.broken is None
+
+
+async def test_the_server_exits_when_the_host_closes_it(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    await _supervisor_of_a_command(ws, policy)
+    proc = server._proc
+    assert proc is not None
+    server.close()
+    assert proc.returncode == 0
+
+
+async def test_concurrent_commands_each_get_their_own_output_and_status(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    results: dict[int, _confine.ProcessResult] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await run_confined(
+            f"echo {i}; exit {i % 7}", cwd=ws, policy=policy, backend="landlock", timeout=60
+        )
+
+    async with trio.open_nursery() as nursery:
+        for i in range(24):
+            nursery.start_soon(one, i)
+    assert {i: (r.output, r.exit_code) for i, r in results.items()} == {
+        i: (f"{i}\n", i % 7) for i in range(24)
+    }
+    assert server.broken is None
+
+
+async def test_the_server_is_started_with_the_sandbox_plugin(
+    make_host: Any, ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """Landlock chosen at start: the server starts then, so no command waits for an interpreter."""
+    assert server._proc is None
+    tools_host(make_host, ws, backend="landlock", writable_roots=["."])
+    assert server._proc is not None
+    assert server.broken is None
