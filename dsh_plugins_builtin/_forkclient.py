@@ -173,7 +173,13 @@ class ForkServer:
 
         Raises:
             OSError: The working directory or the program could not be used (as a spawn would).
+            ValueError: A NUL in an argument, a name or a value (as a spawn would).
+            UnicodeEncodeError: One that cannot be encoded for ``exec`` (as a spawn would).
         """
+        for text in (*argv, *env, *env.values(), cwd):  # the launcher must not find out later
+            if "\0" in text:
+                raise ValueError("embedded null byte")
+            os.fsencode(text)
         request = {
             "argv": list(argv),
             "env": env,

@@ -304,3 +304,33 @@ async def test_the_server_is_started_with_the_sandbox_plugin(
     tools_host(make_host, ws, backend="landlock", writable_roots=["."])
     assert server._proc is not None
     assert server.broken is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["echo a\x00b", "echo \ud800", "echo \udcff | od -An -tx1", 'printf %s "$ODD" | od -An -tx1'],
+    ids=["nul", "lone-surrogate", "undecodable-byte", "undecodable-env"],
+)
+async def test_hostile_text_ends_as_it_does_when_the_host_forks(
+    ws: Path,
+    policy: SandboxPolicy,
+    server: _forkclient.ForkServer,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """What a spawn refuses (NUL, a surrogate no encoding takes) is refused before the server
+    sees it, with the spawn's own exception; undecodable bytes arrive as the bytes they were."""
+    monkeypatch.setenv("ODD", "a\udcffb")
+    outcomes = []
+    for fork_server in (True, False):
+        monkeypatch.setattr(_confine, "_USE_FORK_SERVER", fork_server)
+        try:
+            result = await run_confined(
+                command, cwd=ws, policy=policy, backend="landlock", timeout=30
+            )
+        except (ValueError, OSError) as exc:
+            outcomes.append((type(exc), str(exc)))
+        else:
+            outcomes.append((result.output, result.exit_code))
+    assert outcomes[0] == outcomes[1]
+    assert server.broken is None
