@@ -120,7 +120,14 @@ class Pipeline:
             if prepared is not None and prepared.result is not None:
                 return await self.finalize(execution, prepared.result, prepared.post, trace)
         handover = None
-        if plan.execute and (
+        if plan.execute and trace is None and plan.execute[0].is_async:
+            try:
+                result, post = self._wrap_now(execution, plan.execute), True
+            except _Held as held:
+                result, post = await self._wrap_later(execution, held, plan)
+            except PluginFailure as exc:
+                result, post = plugin_failed(exc), False
+        elif plan.execute and (
             trace is not None
             or not plan.plain_execute
             or (handover := self._pass_over(plan.execute, execution)) is not None
@@ -716,11 +723,7 @@ class Pipeline:
                     result = await self._dispatch(execution, state, trace)
         except PluginFailure as exc:
             return plugin_failed(exc), False
-        if execution.signal.aborted and not result.is_error:
-            result = aborted(state.body_invoked, result.additional_contexts)
-        elif result.decided_by is not None and result.decision_detail is None:
-            result = self._attributed(result)
-        return result, True
+        return self._dispatched(execution, state, result), True
 
     async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
         return await self.run(input, None)
@@ -829,27 +832,88 @@ class Pipeline:
                         raise
                     raise PluginFailure(impl.plugin, hook, exc) from exc
                 result = value
-            delegated = token.delegated
-            if not isinstance(result, ToolExecutionResult):
-                error = TypeError(
-                    f"returned {result!r}; dsh_tool_execute must return a ToolExecutionResult"
-                )
-                raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
-            if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
-                return result
-            if not any(result is r for r in delegated):
-                # A result the wrapper built itself: the final check (stage L) for what it made.
-                producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
-                result = checked(
-                    result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
-                )
-            if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
-                result = attrs.evolve(result, decided_by=impl.plugin)
-            return result
+            return self._wrapper_result(impl, token, result)
         # Every link left was a tail call: the caller runs the body, so that no frame of the
         # links' is held while it runs.
         body: ToolExecutionResult = _BODY
         return body
+
+    def _wrapper_result(self, impl: Impl, token: _Proceed, value: Any) -> ToolExecutionResult:
+        """What a wrapper returned, checked (raises `PluginFailure` for nonsense)."""
+        delegated = token.delegated
+        if not isinstance(value, ToolExecutionResult):
+            error = TypeError(
+                f"returned {value!r}; dsh_tool_execute must return a ToolExecutionResult"
+            )
+            raise PluginFailure(impl.plugin, "dsh_tool_execute", error)
+        result = value
+        if delegated and delegated[-1] is result:  # passed on as it came: nothing to check
+            return result
+        if not any(result is r for r in delegated):
+            # A result the wrapper built itself: the final check (stage L) for what it made.
+            producer = f"plugin {impl.plugin!r} (dsh_tool_execute)"
+            result = checked(
+                result, producer, decided_by=impl.plugin, plugin_named=self._plugin_named
+            )
+        if result.decided_by is None and not any(_same_outcome(result, r) for r in delegated):
+            result = attrs.evolve(result, decided_by=impl.plugin)
+        return result
+
+    def _wrap_now(self, view: ToolExecution, impls: tuple[Impl, ...]) -> ToolExecutionResult:
+        """`dispatch` with no trace and an ``async`` first wrapper, on the caller's frame.
+
+        The wrapper's first step runs here, undriven (its ``call_next`` runs the rest inline);
+        when anything in it waits, or it raises, `_Held` hands it to `_wrap_later`.
+        """
+        impl = impls[0]
+        w = _Wrapping(impls, _DispatchState(), None)
+        if w.base is None:  # no lazy stage here: `dispatch` enters an eager one first
+            raise _Held(w, None, impl)
+        token = _Proceed(self, 0, view, w)
+        try:
+            if impl.argnames == _WRAPPER_ARGS:
+                coroutine = impl.function(view, token)
+            else:
+                coroutine = impl.call_sync({"execution": view, "call_next": token})
+            trap = coroutine.send(None)
+        except StopIteration as stop:
+            value = stop.value
+        except BaseException as exc:
+            raise _Held(w, token, impl, error=exc) from None
+        else:
+            raise _Held(w, token, impl, coroutine, trap)
+        return self._dispatched(view, w.state, self._wrapper_result(impl, token, value))
+
+    async def _wrap_later(
+        self, view: ToolExecution, held: _Held, plan: Plan
+    ) -> tuple[ToolExecutionResult, bool]:
+        """`_wrap_now` from where it stopped: a wait (driven now) or an exception (contained)."""
+        token, impl, w = held.token, held.impl, held.w
+        if token is None:
+            return await self.dispatch(view, None, None, plan)
+        hook = "dsh_tool_execute"
+        try:
+            with w:
+                if held.error is not None:
+                    await self._contain(impl, hook, held.error)
+                value = await _Driven(
+                    w.staged(), held.coroutine, token.own(), impl.plugin, hook, held.trap
+                )
+            w.fail()
+            result = self._wrapper_result(impl, token, value)
+        except PluginFailure as exc:
+            return plugin_failed(exc), False
+        return self._dispatched(view, w.state, result), True
+
+    def _dispatched(
+        self, view: ToolExecution, state: _DispatchState, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """`dispatch`'s last step: an aborted call's result, a body's attribution."""
+        if view.signal.aborted and not result.is_error:
+            return aborted(state.body_invoked, result.additional_contexts)
+        if result.decided_by is not None and result.decision_detail is None:
+            return self._attributed(result)
+        return result
 
     async def _downstream(
         self,
@@ -1751,6 +1815,27 @@ class _Later(Exception):
         self.slow = slow
 
 
+class _Held(Exception):
+    """Where `Pipeline._wrap_now` stopped: the first wrapper's *coroutine* waits (*trap* is what
+    its first step yielded) or it raised *error*; with no *token*, it never started."""
+
+    def __init__(
+        self,
+        w: _Wrapping,
+        token: _Proceed | None,
+        impl: Impl,
+        coroutine: Any = None,
+        trap: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        self.w = w
+        self.token = token
+        self.impl = impl
+        self.coroutine = coroutine
+        self.trap = trap
+        self.error = error
+
+
 class _Suspend(Exception):
     """The link at *index* waits: its awaitable (``error``), the trap its first step yielded
     (`_NO_TRAP`: not a coroutine, nothing ran yet) and the stage's stack height then."""
@@ -1844,7 +1929,7 @@ class _Proceed:
     The results it gave are in `delegated`.
     """
 
-    __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w")
+    __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w", "waiting")
 
     def __init__(
         self, pipeline: Pipeline, index: int, view: ToolExecution, w: _Wrapping | None = None
@@ -1854,6 +1939,7 @@ class _Proceed:
         self.view = view
         self.w = w  # set by `_wrap` before the wrapper can await it, unless it passed the call on
         self.budget: _Budget | None = None
+        self.waiting = False  # awaited now, with no budget made yet
         self.delegated: list[ToolExecutionResult] = []
 
     def __call__(self, signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
@@ -1862,16 +1948,17 @@ class _Proceed:
         return _Signalled(self, signal)
 
     def own(self) -> _Budget:
-        """The wrapper's own budget (made on first need)."""
+        """The wrapper's own budget (made on first need: paused if made while it waits)."""
         budget = self.budget
         if budget is None:
             w = self.w
             budget = self.budget = _Budget(
                 self.pipeline.hook_timeout, None if w is None else w.stage
             )
+            budget.paused = self.waiting
         return budget
 
-    def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
+    def _live(self) -> _Wrapping:
         w = self.w
         if w is None:  # passed over (a tail call): the body already ran, or will, without it
             raise RuntimeError(
@@ -1879,12 +1966,37 @@ class _Proceed:
                 "the inner wrappers and the body run without it; await call_next() inside the "
                 "wrapper instead"
             )
+        return w
+
+    def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
+        w = self._live()
         return self.pipeline._downstream(
             w, self.index + 1, self.view, signal, self.own(), self.delegated
         )
 
     def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
-        return self.run(None).__await__()
+        """`Pipeline._downstream` without a signal, inline: no coroutine of its own, and no
+        budget unless the wrapper's own time was ever counted (`own`)."""
+        w = self._live()
+        budget = self.budget
+        if budget is not None:
+            budget.close()  # waiting downstream is not the wrapper's own time
+            budget.paused = True
+        self.waiting = True
+        pipeline, view, i = self.pipeline, self.view, self.index + 1
+        try:
+            if i == len(w.impls):  # the body next: no `_wrap` frame held while it runs
+                result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
+            else:
+                result = yield from pipeline._wrap(w, i, view).__await__()
+                if result is _BODY:
+                    result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
+        finally:
+            self.waiting = False
+            if (budget := self.budget) is not None:
+                budget.paused = False
+        self.delegated.append(result)
+        return result
 
 
 class _Signalled:

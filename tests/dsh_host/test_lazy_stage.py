@@ -221,3 +221,52 @@ async def test_every_lazy_stage_cuts_off_a_hook_hung_in_its_own_nursery(stage, a
     assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "nursery"), result
     assert f"did not answer {stage} within 5 s" in result.text
     assert trio.current_time() - started == 5
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy-stage", "eager-stage"])
+async def test_an_async_wrapper_is_bounded_whether_or_not_the_stage_can_be_lazy(
+    lazy, monkeypatch, autojump_clock
+):
+    """Where trio's cancel status cannot be read, the first async wrapper goes the eager way
+    (`dispatch`): the same bound, the same results."""
+    from dsh_host import _pipeline
+
+    if not lazy:
+        monkeypatch.setattr(_pipeline, "_cancel_status", lambda: None)
+
+    async def late_then_on(call_next):
+        await trio.sleep(6)
+        return await call_next()
+
+    async def on_then_late(call_next):
+        result = await call_next()  # 100 s of body: not the wrapper's own time
+        await trio.sleep(4)
+        return result
+
+    started = trio.current_time()
+    result = await _host(_wrapper(late_then_on)).call("echo", {"text": "x"})
+    assert _timed_out(result), result
+    assert trio.current_time() - started == 5
+    started = trio.current_time()
+    result = await _host(_wrapper(on_then_late)).call("slow", {})
+    assert not result.is_error, result
+    assert result.text == "done"
+    assert trio.current_time() - started == 104
+
+
+async def test_a_wrapper_whose_own_time_starts_only_after_a_waiting_body_is_bounded(
+    autojump_clock,
+):
+    """No budget exists while the body waits (nothing of the wrapper's waited before): the one
+    made then starts paused, and the wrapper's time after the body still counts."""
+
+    async def on_then_hangs(call_next):
+        result = await call_next()
+        await trio.sleep(3)
+        await trio.sleep(3)
+        return result
+
+    started = trio.current_time()
+    result = await _host(_wrapper(on_then_hangs)).call("slow", {})
+    assert _timed_out(result), result
+    assert trio.current_time() - started == 105
