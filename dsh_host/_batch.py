@@ -233,19 +233,29 @@ class _Batch:
             elif parallel:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
-                running = pipeline.dispatch(execution, trace, ready, plan)
+                # With no wrapper, the body's stage is run without `dispatch` around it.
+                state = None if plan.execute else pipeline.bare_state(ready)
+                running: Coroutine[Any, Any, Any]
+                if state is None:
+                    running = pipeline.dispatch(execution, trace, ready, plan)
+                else:
+                    running = pipeline._dispatch(execution, state, trace)
                 try:
                     trap = running.send(None)
                 except StopIteration as stop:
-                    result, post = stop.value
+                    value = stop.value
                 else:
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
                     del input, ready, frozen, admitted  # what a parked call need not hold
                     try:
-                        result, post = await _resume(running, trap)
+                        value = await _resume(running, trap)
                     finally:
                         self._landed()
+                if state is None:
+                    result, post = value
+                else:
+                    result, post = pipeline._dispatched(execution, state, value), True
             else:  # an exclusive call keeps the baton: nothing else starts meanwhile
                 result, post = await pipeline.dispatch(execution, trace, ready, plan)
             if index != self.committed or self.committing:

@@ -725,6 +725,11 @@ class Pipeline:
             return plugin_failed(exc), False
         return self._dispatched(execution, state, result), True
 
+    def bare_state(self, ready: Any) -> _DispatchState:
+        """What `dispatch` tracks, for a caller that runs `_dispatch` (no wrapper) itself and
+        then `_dispatched` (a batch: one coroutine less per call)."""
+        return _DispatchState(ready)
+
     async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
         return await self.run(input, None)
 

@@ -158,6 +158,68 @@ async def test_abort_stops_starting_calls_and_reports_the_rest(autojump_clock):
     ]
 
 
+@pytest.mark.parametrize("waits", [False, True], ids=["instant", "parked"])
+async def test_abort_during_a_parallel_body_reports_it_aborted_after_dispatch(
+    autojump_clock, waits
+):
+    """A parallel call with no wrapper runs its body without `dispatch` around it: the end of
+    `dispatch` (an aborted signal after the body ran) is still applied."""
+    signal = AbortSignal()
+
+    async def read(args, ctx):
+        if waits:
+            await trio.sleep(1 + args["n"])  # each settles in its own turn
+        if args["n"] == 1:
+            signal.abort("user pressed Esc")
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="read",
+            description="",
+            parameters={"n": {"type": "integer"}},
+            execute=read,
+            is_concurrency_safe=lambda a: True,
+        )
+    )
+    results = await registry.execute_batch([call(i, "read", n=i) for i in range(3)], signal=signal)
+    assert [r.code for r in results] == [
+        None,
+        "ABORTED",
+        "ABORTED" if waits else "ABORTED_BEFORE_DISPATCH",  # parked: it had started already
+    ]
+
+
+async def test_a_parallel_body_naming_a_plugin_is_attributed_as_execute_does():
+    from dsh_host import Host, ToolExecutionResult, ToolFailure
+
+    class Named:
+        name = "judge"
+
+    async def read(args, ctx):
+        return ToolExecutionResult(
+            content="no", is_error=True, error=ToolFailure("no", "DENIED"),
+            decided_by="judge: said no",
+        )  # fmt: skip
+
+    host = Host(plugins=[Named()], load_entrypoints=False)
+    host.registry.register(
+        define_tool(
+            name="read",
+            description="",
+            parameters={},
+            execute=read,
+            is_concurrency_safe=lambda a: True,
+        )
+    )
+    inputs = [ToolExecutionInput(call_id=f"c{i}", name="read", arguments={}) for i in range(2)]
+    batched = await host.registry.execute_batch(inputs)
+    alone = await host.registry.execute(inputs[0])
+    assert [(r.decided_by, r.decision_detail) for r in batched] == [("judge", "said no")] * 2
+    assert (alone.decided_by, alone.decision_detail) == ("judge", "said no")
+
+
 async def test_denied_and_unknown_calls_take_their_slot_in_order(autojump_clock):
     log = []
     registry = ToolRegistry()
