@@ -73,6 +73,7 @@ __all__ = [
     "confine_argv",
     "prepare_landlock",
     "probe_backends",
+    "probe_fork_server",
     "resolve_bwrap",
     "run_confined",
     "scrub_env",
@@ -320,6 +321,39 @@ def probe_backends(bwrap: tuple[str | None, str] | None = None) -> dict[str, str
 
 
 _probed: set[tuple[str | None, str]] = set()  # what `probe_backends` answers from its cache
+
+
+def probe_fork_server() -> str | None:
+    """Whether Landlock commands start from the fork server here (``None``), or why they
+    start from a fork of the host instead. Runs ``true`` through the server (outside trio)."""
+    if not _USE_FORK_SERVER:
+        return "the fork server is switched off"
+    try:
+        prepared = _landlock_prepared((), False)
+    except _landlock.LandlockUnavailable as exc:
+        return str(exc)
+
+    async def probe() -> str | None:
+        server = _forkclient.shared()
+        read_fd, write_fd = os.pipe()
+        try:
+            launched = await server.spawn(
+                ["true"], env=scrub_env(os.environ), cwd="/", prepared=prepared, stdout=write_fd
+            )
+        except OSError as exc:
+            return f"the fork server could not start true: {exc}"
+        finally:
+            os.close(write_fd)
+            os.close(read_fd)
+        if launched is None:
+            return server.broken or "the fork server did not start true"
+        try:
+            code = await launched.wait()
+        finally:
+            launched.close()
+        return None if code == 0 else f"true, started by the fork server, exited {code}"
+
+    return trio.run(probe)
 
 
 def _protected_problem(policy: SandboxPolicy) -> str | None:

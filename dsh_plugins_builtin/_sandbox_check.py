@@ -43,6 +43,7 @@ def check_report(
     config_path: str | None,
     plugin_class: type,
     probe_backends: Callable[..., Mapping[str, str | None]],
+    probe_fork_server: Callable[[], str | None] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """The report and the exit status of ``dsh sandbox check``.
 
@@ -50,6 +51,8 @@ def check_report(
         config_path: ``--config``, or ``None`` to find the config file as ``dsh`` does.
         plugin_class: `SandboxPlugin` (passed in to keep this module free of an import cycle).
         probe_backends: What works on this machine (`dsh_plugins_builtin._confine`).
+        probe_fork_server: Why Landlock commands would not start from the fork server (asked
+            only when Landlock is chosen).
 
     Returns:
         ``(report, 0)`` when commands can run as configured, ``(report, 1)`` when ``bash``
@@ -90,6 +93,9 @@ def check_report(
         report["chosen"] = None
         report["problem"] = f"{exc}; {FIX_HINT}"
         return report, 1
+    if report["chosen"] == "landlock" and probe_fork_server is not None:
+        why = probe_fork_server()
+        report["fork_server"] = {"usable": why is None, "reason": why}
     return report, 0
 
 
@@ -115,6 +121,11 @@ def render_report(report: dict[str, Any]) -> list[str]:
         lines.append("bash runs UNCONFINED (danger-full-access): no backend is used")
     elif chosen:
         lines.append(f"bash commands would run confined by: {chosen}")
+    fork_server = report.get("fork_server")
+    if fork_server is not None:
+        how = "the fork server" if fork_server["usable"] else "a fork of the host"
+        why = "" if fork_server["usable"] else f" ({fork_server['reason']})"
+        lines.append(f"landlock commands would start from: {how}{why}")
     if report.get("problem"):
         lines.append(f"problem: {report['problem']}")
     return lines

@@ -35,6 +35,7 @@ from dsh_plugins_builtin._confine import (
     SandboxUnavailable,
     prepare_landlock,
     probe_backends,
+    probe_fork_server,
     resolve_bwrap,
     run_confined,
     select_backend,
@@ -446,7 +447,7 @@ def sandbox_check_command(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        report, status = check_report(args.config, SandboxPlugin, probe_backends)
+        report, status = check_report(args.config, SandboxPlugin, probe_backends, probe_fork_server)
     except ConfigError as exc:
         print(f"dsh sandbox check: config error: {exc}", file=sys.stderr)
         return 2

@@ -278,6 +278,49 @@ def test_check_landlock_only_and_danger(
     assert "bash runs UNCONFINED (danger-full-access)" in capsys.readouterr().out
 
 
+def test_check_says_where_landlock_commands_start_from(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: probes)
+    write_config(project, 'mode = "read-only"')
+    monkeypatch.setattr(sandbox_module, "probe_fork_server", lambda: None)
+    assert sandbox_check_command([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "landlock commands would start from: the fork server"
+    )
+    monkeypatch.setattr(sandbox_module, "probe_fork_server", lambda: "sys.executable is unknown")
+    assert sandbox_check_command(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fork_server"] == {"usable": False, "reason": "sys.executable is unknown"}
+    assert sandbox_check_command([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "landlock commands would start from: a fork of the host (sys.executable is unknown)"
+    )
+
+
+def test_the_fork_server_probe_runs_true_through_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_plugins_builtin import _confine, _forkclient
+
+    if _confine.probe_backends()["landlock"] is not None:
+        pytest.skip("landlock unusable here")
+    fresh = _forkclient.ForkServer()
+    monkeypatch.setattr(_forkclient, "_shared", fresh)
+    try:
+        assert _confine.probe_fork_server() is None
+        assert fresh._proc is not None
+    finally:
+        fresh.close()
+    broken = _forkclient.ForkServer()
+    broken.broken = "it exited"
+    monkeypatch.setattr(_forkclient, "_shared", broken)
+    assert _confine.probe_fork_server() == "it exited"
+    monkeypatch.setattr(_confine, "_USE_FORK_SERVER", False)
+    assert _confine.probe_fork_server() == "the fork server is switched off"
+
+
 def test_check_backend_none_and_a_config_error(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
