@@ -229,10 +229,11 @@ async def test_an_async_wrapper_is_bounded_whether_or_not_the_stage_can_be_lazy(
 ):
     """Where trio's cancel status cannot be read, the first async wrapper goes the eager way
     (`dispatch`): the same bound, the same results."""
-    from dsh_host import _pipeline
+    from dsh_host import _pipeline, _stage, _wrappers
 
     if not lazy:
-        monkeypatch.setattr(_pipeline, "_cancel_status", lambda: None)
+        for module in (_pipeline, _stage, _wrappers):  # every place that reads it
+            monkeypatch.setattr(module, "_cancel_status", lambda: None)
 
     async def late_then_on(call_next):
         await trio.sleep(6)
