@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from dsh_host import Host
 from dsh_plugins_builtin import _confine, _forkclient
@@ -68,3 +69,17 @@ def processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline:
             found.append(int(entry))
     return found
+
+
+async def wait_gone(pids: list[int], within: float = 10) -> None:
+    """Wait (event-driven, bounded) until each process has exited; a pidfd polls readable then."""
+    with trio.fail_after(within):
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            finally:
+                os.close(fd)

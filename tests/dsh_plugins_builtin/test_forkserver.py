@@ -27,7 +27,7 @@ import trio
 from dsh_plugins_builtin import _confine, _forkclient, _forkserver, _landlock
 from dsh_plugins_builtin._confine import probe_backends, run_confined, scrub_env
 from dsh_plugins_builtin._fence import SandboxPolicy
-from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
+from tests.dsh_plugins_builtin.conftest import processes_with, tools_host, wait_gone
 
 
 @pytest.fixture
@@ -133,20 +133,6 @@ async def test_a_request_too_large_for_one_message_forks_the_host(
     assert grandparent == server._proc.pid
 
 
-async def _gone(pids: list[int]) -> None:
-    """Wait (bounded, no polling) until every one of *pids* has exited."""
-    with trio.fail_after(20):
-        for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            finally:
-                os.close(fd)
-
-
 async def test_a_launcher_killed_outright_leaves_no_descendant(
     ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
 ) -> None:
@@ -179,7 +165,7 @@ async def test_a_launcher_killed_outright_leaves_no_descendant(
         assert len(left) == 2
         os.kill(supervisor, signal.SIGKILL)
     try:
-        await _gone(left)
+        await wait_gone(left, within=20)
     finally:
         for pid in processes_with(marker):
             os.kill(pid, signal.SIGKILL)

@@ -25,7 +25,7 @@ import trio
 
 from dsh_host import AbortSignal, Host
 from dsh_plugins_builtin import _fence
-from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
+from tests.dsh_plugins_builtin.conftest import processes_with, tools_host, wait_gone
 
 
 @pytest.fixture
@@ -242,20 +242,6 @@ async def test_bash_under_read_only_cannot_write_the_workspace(
     assert (ws / "existing.txt").read_text() == "original"
 
 
-async def _wait_gone(pids: list[int]) -> None:
-    """Wait (event-driven, bounded) until each process has exited; a pidfd polls readable then."""
-    with trio.fail_after(10):
-        for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            finally:
-                os.close(fd)
-
-
 async def test_bash_background_process_does_not_outlive_the_call(
     make_host: Any, ws: Path, backend: str
 ) -> None:
@@ -270,7 +256,7 @@ async def test_bash_background_process_does_not_outlive_the_call(
     )
     assert (result.text, result.meta["exit_code"]) == ("started", 0)
     assert (ws / "alive").exists()  # the background child really ran
-    await _wait_gone(processes_with(marker))
+    await wait_gone(processes_with(marker))
     assert processes_with(marker) == []
     assert not (ws / "late").exists()
 
@@ -295,7 +281,7 @@ async def test_bash_abort_kills_the_process_group(make_host: Any, ws: Path, back
         signal.abort("the user pressed stop")
     assert [r.code for r in results] == ["ABORTED"]
     assert pids, "the sleeper was not found running"
-    await _wait_gone(pids)
+    await wait_gone(pids)
     assert not (ws / "late").exists()
 
 
