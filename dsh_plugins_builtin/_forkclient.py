@@ -2,7 +2,8 @@
 
 One server per host process, started on first need (`shared`), in a fresh ``python -I -S``
 (isolated: no ``PYTHON*`` variables, no user or site packages, no current directory on the
-path), in a session of its own (a Ctrl-C at the terminal does not reach it). `ForkServer.spawn`
+path; the package's own directory comes after the standard library, so a module planted beside
+the package cannot stand in for a standard one), in a session of its own (a Ctrl-C at the terminal does not reach it). `ForkServer.spawn`
 asks it for one confined command and returns a `Launched` handle, or ``None`` when the server
 cannot be used; the caller then forks the host as before (`Prepared.preexec`). The server is
 never a requirement: it is a faster way to the same confinement.
@@ -32,8 +33,8 @@ from dsh_plugins_builtin import _forkserver, _landlock
 __all__ = ["ForkServer", "Launched", "shared"]
 
 _HANDSHAKE_TIMEOUT: Final = 10.0
-_BOOT: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+_BOOT: Final = (  # the package's directory goes last: nothing there can shadow the stdlib
+    "import sys; sys.path.append(sys.argv[1]); "
     "from dsh_plugins_builtin._forkserver import serve; serve(int(sys.argv[2]))"
 )
 _RECORD = _forkserver.RECORD
@@ -91,7 +92,10 @@ async def _read_record(sock: trio.socket.SocketType) -> tuple[int, int] | None:
 class ForkServer:
     """One fork server process, and the host's end of its control socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        """*root*: the directory holding the ``dsh_plugins_builtin`` package (default: this
+        one's)."""
+        self.root = Path(_forkserver.__file__).resolve().parent.parent if root is None else root
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
@@ -113,10 +117,9 @@ class ForkServer:
                 self.broken = "sys.executable is unknown"
                 return False
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            root = str(Path(_forkserver.__file__).resolve().parent.parent)
             try:
                 self._proc = subprocess.Popen(
-                    [executable, "-I", "-S", "-c", _BOOT, root, str(theirs.fileno())],
+                    [executable, "-I", "-S", "-c", _BOOT, str(self.root), str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,

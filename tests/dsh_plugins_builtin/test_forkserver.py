@@ -320,3 +320,25 @@ async def test_hostile_text_ends_as_it_does_when_the_host_forks(
             outcomes.append((result.output, result.exit_code))
     assert outcomes[0] == outcomes[1]
     assert server.broken is None
+
+
+async def test_nothing_beside_the_package_shadows_the_standard_library(
+    tmp_path: Path, ws: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``json.py`` planted next to the package (a virtual environment inside the workspace,
+    say) is not what the unconfined server imports."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "dsh_plugins_builtin").symlink_to(Path(_forkserver.__file__).resolve().parent)
+    marker = tmp_path / "planted-module-ran"
+    for name in ("json", "socket", "select", "array", "ctypes", "signal"):
+        (root / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    planted = _forkclient.ForkServer(root)
+    monkeypatch.setattr(_forkclient, "_shared", planted)
+    try:
+        _, grandparent = await _supervisor_of_a_command(ws, policy)
+        assert planted._proc is not None
+        assert grandparent == planted._proc.pid
+    finally:
+        planted.close()
+    assert not marker.exists()
