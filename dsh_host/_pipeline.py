@@ -93,6 +93,7 @@ _WRAPPER_ARGS = ("execution", "call_next")
 _ALLOW = Allow()
 _ACCEPT = Accept()
 _call_ids = itertools.count(1)
+_clock = time.monotonic  # the watchdog's clock (`Watchdog` reads the same one)
 
 
 class Pipeline:
@@ -169,11 +170,17 @@ class Pipeline:
     def _sync(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""
         watchdog = self.watchdog
-        watchdog.enter(plugin, hook, tool)
+        if watchdog.registered:  # `Watchdog.enter` and `leave`, inline (once per plain hook)
+            watchdog.hook, watchdog.tool = hook, tool
+            watchdog.started = _clock()
+            watchdog.plugin = plugin  # last: the watching thread looks at it first
+        else:
+            watchdog.enter(plugin, hook, tool)
         try:
             return function(*args)
         finally:
-            ran = watchdog.leave()
+            watchdog.plugin = None
+            ran = _clock() - watchdog.started
             if ran > watchdog.bound:
                 # A blocking hook cannot be pre-empted; it answered late, so it fails closed.
                 watchdog.check(watchdog.started + ran)

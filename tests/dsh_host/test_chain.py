@@ -267,9 +267,11 @@ async def test_a_blocking_link_is_reported_by_name_and_fails_closed():
     host = _host(plugin)
     plugin.pipeline = host.registry._pipeline
     plugin.pipeline.watchdog.stream = None
-    result = await host.call("echo", {"text": "x"})
-    assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
-    assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
+    for _ in range(2):  # the first call registers the watchdog; later ones watch inline
+        result = await host.call("echo", {"text": "x"})
+        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
+        assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
+    assert plugin.pipeline.watchdog.plugin is None
 
 
 async def test_the_stricter_of_an_allow_and_a_downstream_ask_is_asked(autojump_clock):
