@@ -29,6 +29,7 @@ import json
 import os
 import posixpath
 import re
+import stat
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, final
@@ -444,10 +445,35 @@ class RuleSet:
                 lexical = _normalise(posixpath.join(root, text))
                 out.append(lexical)
                 try:
-                    out.append(os.path.realpath(lexical))
+                    out.append(self._realpath(lexical))
                 except (OSError, ValueError):
                     return None
         return tuple(dict.fromkeys(out))
+
+    def _realpath(self, lexical: str) -> str:
+        """``os.path.realpath(lexical)``, resolving only what lies below the workspace.
+
+        The workspace's own real path was resolved once, at start (`workspace`, as every rule
+        here assumes); below it, a component that exists and is no symbolic link is taken as
+        it is (one ``lstat``). Anything else (a link, a missing component, a path outside the
+        workspace) is resolved in full by ``os.path.realpath``, so the answer is always
+        ``os.path.realpath``'s as of the workspace the host started with.
+        """
+        root = self.workspace[0]
+        if lexical == root:
+            return self.workspace[-1]
+        if root == "/" or not lexical.startswith(root) or lexical[len(root)] != "/":
+            return os.path.realpath(lexical)
+        path = self.workspace[-1].rstrip("/")
+        for part in lexical[len(root) + 1 :].split("/"):
+            path = f"{path}/{part}"
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                return os.path.realpath(lexical)
+            if stat.S_ISLNK(mode):
+                return os.path.realpath(lexical)
+        return path
 
     def _inside(self, path: str) -> bool:
         return any(

@@ -559,3 +559,36 @@ def test_per_tool_views_are_cached_and_bounded(ws):
     for i in range(1000):
         rs.view(f"t{i}", None)
     assert rs._view.cache_info().currsize <= 256  # type: ignore[attr-defined]
+
+
+def test_path_targets_resolve_as_realpath_does(tmp_path: Path) -> None:
+    """Below the workspace only links and missing parts go to ``os.path.realpath``; every
+    answer must be the one ``os.path.realpath`` gives, links anywhere included."""
+    real = tmp_path / "real-ws"
+    (real / "a" / "b").mkdir(parents=True)
+    (real / "a" / "b" / "f.txt").write_text("x")
+    (real / "secret").mkdir()
+    (real / "secret" / "key").write_text("k")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (real / "alias").symlink_to(real / "secret")  # an alias of a denied directory
+    (real / "a" / "up").symlink_to("../secret")
+    (real / "out").symlink_to(outside)
+    (real / "dangling").symlink_to(tmp_path / "nowhere")
+    (real / "loop1").symlink_to(real / "loop2")
+    (real / "loop2").symlink_to(real / "loop1")
+    (real / "a" / "b" / "file-link").symlink_to(real / "secret" / "key")
+    ws = tmp_path / "ws-link"
+    ws.symlink_to(real)  # the workspace as configured is itself a link
+    for workspace in (real, ws):
+        rules = RuleSet(workspace=workspace)
+        for text in [
+            ".", "a", "a/b/f.txt", "a/b/missing/deeper", "alias/key", "a/up/key", "out",
+            "out/x", "dangling", "dangling/x", "loop1", "loop1/x", "a/b/file-link",
+            "../outside", "/etc/hostname", "a/../secret/key", "secret", str(real / "a"),
+        ]:  # fmt: skip
+            lexical = os.path.normpath(os.path.join(str(workspace), text))
+            assert rules._realpath(lexical) == os.path.realpath(lexical), (workspace, text)
+            targets = rules._targets(text)
+            assert targets is not None
+            assert os.path.realpath(lexical) in targets
