@@ -48,6 +48,7 @@ from trio.lowlevel import (
 
 from ._signal import AbortSignal
 from ._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._wrappers import _DispatchState
 
 if TYPE_CHECKING:
     from ._hooks import Plan
@@ -234,7 +235,7 @@ class _Batch:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
                 # With no wrapper, the body's stage is run without `dispatch` around it.
-                state = None if plan.execute else pipeline.bare_state(ready)
+                state = None if plan.execute else _DispatchState(ready)
                 running: Coroutine[Any, Any, Any]
                 if state is None:
                     running = pipeline.dispatch(execution, trace, ready, plan)

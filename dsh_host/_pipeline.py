@@ -33,7 +33,7 @@ from ._errors import ToolArgsError, ToolNotFoundError
 from ._hooks import HookRelay, Impl, Plan, PluginFailure
 from ._json import freeze
 from ._outcomes import aborted, failure, from_exception, plugin_failed
-from ._signal import AbortSignal, _fuse, _inert
+from ._signal import _inert
 from ._stage import _Budget, _cancel_status, _Driven, _late, _settle, _Stage, _stage_failed
 from ._text import printable
 from ._trace import Trace, TraceEvent, describe, emit
@@ -742,11 +742,6 @@ class Pipeline:
             return plugin_failed(exc), False
         return self._dispatched(execution, state, result), True
 
-    def bare_state(self, ready: Any) -> _DispatchState:
-        """What `dispatch` tracks, for a caller that runs `_dispatch` (no wrapper) itself and
-        then `_dispatched` (a batch: one coroutine less per call)."""
-        return _DispatchState(ready)
-
     async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
         return await self.run(input, None)
 
@@ -935,45 +930,6 @@ class Pipeline:
             return aborted(state.body_invoked, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
             return self._attributed(result)
-        return result
-
-    async def _downstream(
-        self,
-        w: _Wrapping,
-        i: int,
-        view: ToolExecution,
-        signal: AbortSignal | None,
-        budget: _Budget,
-        delegated: list[ToolExecutionResult],
-    ) -> ToolExecutionResult:
-        """What wrapper link ``i - 1``'s ``call_next(signal)`` awaits: links *i* on, the body."""
-        if signal is not None and not isinstance(signal, AbortSignal):
-            raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-        budget.close()  # waiting downstream is not the link's own time
-        budget.paused = True
-        state, trace = w.state, w.trace
-        try:
-            if signal is not None:
-                fused, dispose = _fuse((view.signal, signal))
-                try:
-                    inner = attrs.evolve(view, signal=fused)
-                    if i == len(w.impls):
-                        result = await self._dispatch(inner, state, trace)
-                    else:
-                        result = await self._wrap(w, i, inner)
-                        if result is _BODY:
-                            result = await self._dispatch(inner, state, trace)
-                finally:
-                    dispose()
-            elif i == len(w.impls):  # the body next: no `_wrap` frame held while it runs
-                result = await self._dispatch(view, state, trace)
-            else:
-                result = await self._wrap(w, i, view)
-                if result is _BODY:
-                    result = await self._dispatch(view, state, trace)
-        finally:
-            budget.paused = False
-        delegated.append(result)
         return result
 
     async def _dispatch(

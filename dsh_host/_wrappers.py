@@ -7,11 +7,13 @@ wrapper, it is a tail call. `_Wrapping` holds one dispatch's wrappers and its la
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Generator
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ._hooks import Impl
-from ._signal import AbortSignal
+from ._signal import AbortSignal, _fuse
 from ._stage import _Budget, _cancel_status, _Staging
 from ._trace import Trace
 from ._values import ToolExecution, ToolExecutionResult
@@ -95,23 +97,29 @@ class _Proceed:
             )
         return w
 
-    def run(self, signal: AbortSignal | None) -> Coroutine[Any, Any, ToolExecutionResult]:
-        w = self._live()
-        return self.pipeline._downstream(
-            w, self.index + 1, self.view, signal, self.own(), self.delegated
-        )
-
     def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
-        """`Pipeline._downstream` without a signal, inline: no coroutine of its own, and no
-        budget unless the wrapper's own time was ever counted (`own`)."""
+        return self.downstream(None)
+
+    def downstream(self, signal: AbortSignal | None) -> Generator[Any, Any, ToolExecutionResult]:
+        """What ``call_next(signal)`` awaits: the wrappers after this one, then the body.
+
+        No coroutine of its own, and no budget unless the wrapper's own time was ever counted
+        (`own`): while this runs, the wrapper's time is paused.
+        """
         w = self._live()
+        if signal is not None and not isinstance(signal, AbortSignal):
+            raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
         budget = self.budget
         if budget is not None:
             budget.close()  # waiting downstream is not the wrapper's own time
             budget.paused = True
         self.waiting = True
         pipeline, view, i = self.pipeline, self.view, self.index + 1
+        dispose = None
         try:
+            if signal is not None:
+                fused, dispose = _fuse((view.signal, signal))
+                view = attrs.evolve(view, signal=fused)
             if i == len(w.impls):  # the body next: no `_wrap` frame held while it runs
                 result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
             else:
@@ -119,6 +127,8 @@ class _Proceed:
                 if result is _BODY:
                     result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
         finally:
+            if dispose is not None:
+                dispose()
             self.waiting = False
             if (budget := self.budget) is not None:
                 budget.paused = False
@@ -136,7 +146,7 @@ class _Signalled:
         self.signal = signal
 
     def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
-        return self.token.run(self.signal).__await__()
+        return self.token.downstream(self.signal)
 
 
 class _Handover:
