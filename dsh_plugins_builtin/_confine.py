@@ -724,36 +724,6 @@ class _Local:
             os.close(self.pidfd)
 
 
-class _Launched:
-    """A command the Landlock fork server started (`dsh_plugins_builtin._forkclient`)."""
-
-    def __init__(self, launched: _forkclient.Launched) -> None:
-        self.launched = launched
-        self.pid = launched.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.launched.returncode
-
-    async def exited(self) -> None:
-        await self.launched.exited()
-
-    async def wait(self) -> int:
-        return await self.launched.wait()
-
-    def send_signal(self, number: int) -> None:
-        self.launched.send_signal(number)
-
-    def kill_all(self) -> None:
-        # The launcher is no child of ours, so its PID (and the group id) may be reused once
-        # the server reaps it: no group kill. A launcher that did not answer SIGTERM is killed;
-        # the command dies with it (PDEATHSIG), and the server kills the orphans it inherits.
-        self.launched.send_signal(_signal.SIGKILL)
-
-    def close(self) -> None:
-        self.launched.close()
-
-
 async def _run(
     argv: list[str],
     *,
@@ -766,7 +736,7 @@ async def _run(
     **spawn: Any,
 ) -> tuple[_Output, int | None, bool]:
     read_fd, write_fd = os.pipe()
-    proc: _Local | _Launched
+    proc: _Local | _forkclient.Launched
     try:
         launched = None
         if landlock is not None and _USE_FORK_SERVER:
@@ -774,7 +744,7 @@ async def _run(
                 argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd
             )
         if launched is not None:
-            proc = _Launched(launched)
+            proc = launched
         else:
             if landlock is not None:
                 spawn["preexec_fn"] = landlock.preexec

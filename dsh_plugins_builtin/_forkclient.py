@@ -73,6 +73,13 @@ class Launched:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, number)
 
+    def kill_all(self) -> None:
+        """SIGKILL the launcher (no-op once it has exited). There is no group kill: the launcher
+        is no child of ours, so its PID (the group id) may be reused once the server reaps it.
+        The command dies with the launcher (PDEATHSIG), and the server kills the orphans it
+        inherits."""
+        self.send_signal(signal.SIGKILL)
+
     def close(self) -> None:
         os.close(self.pidfd)
         self._sock.close()
@@ -187,7 +194,7 @@ class ForkServer:
             "argv": list(argv),
             "env": env,
             "cwd": cwd,
-            "program": prepared.program.hex(),
+            "program": prepared.program_hex,
             "abi": prepared.abi,
         }
         body = json.dumps(request).encode()

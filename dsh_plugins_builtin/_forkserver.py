@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -67,8 +68,11 @@ GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command 
 
 
 def _subreaper() -> None:
-    libc = _landlock._libc()
-    libc.prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    """Become a child subreaper, or raise `OSError` (nothing here goes on without it)."""
+    ctypes.set_errno(0)
+    if _landlock._libc().prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
 class _Server:
@@ -157,6 +161,7 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         rep = socket.socket(fileno=rep_fd)
+        _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
         request = json.loads(data)
         argv = [str(arg) for arg in request["argv"]]
         env = {str(k): str(v) for k, v in request["env"].items()}
@@ -178,7 +183,6 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
         blocked = {signal.SIGTERM, signal.SIGCHLD}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        _subreaper()
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
             os._exit(0)
         child = os.fork()

@@ -229,6 +229,11 @@ class Prepared:
         self._cap_header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
         self._cap_data = (_CapData * 2)()
 
+    @functools.cached_property
+    def program_hex(self) -> str:
+        """The seccomp program as hex text (the fork server's request carries it), made once."""
+        return self.program.hex()
+
     def _fail(self, what: str) -> NoReturn:
         err = ctypes.get_errno()
         message = f"{PREFIX}{what} failed: {os.strerror(err)}\n".encode()

@@ -179,7 +179,7 @@ def _request(ws: Path, command: str, prepared: _landlock.Prepared) -> bytes:
             "argv": ["bash", "-c", command],
             "env": scrub_env(os.environ),
             "cwd": str(ws),
-            "program": prepared.program.hex(),
+            "program": prepared.program_hex,
             "abi": prepared.abi,
         }
     ).encode()
@@ -342,3 +342,31 @@ async def test_nothing_beside_the_package_shadows_the_standard_library(
     finally:
         planted.close()
     assert not marker.exists()
+
+
+async def test_a_launcher_that_cannot_set_up_says_so_and_runs_nothing(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """A request the launcher cannot use (here, not JSON) ends in FAILED_SETUP before HELLO:
+    nothing was forked, so the host may fork the command itself."""
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    assert server.start()
+    assert server._ctl is not None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read_fd, write_fd = os.pipe()
+    try:
+        fds = array.array("i", (theirs.fileno(), write_fd, prepared.ruleset_fd))
+        server._ctl.sendmsg([b"{not json"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        theirs.close()
+        os.close(write_fd)
+        data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
+        assert _forkserver.RECORD.unpack(data)[0] == _forkserver.FAILED_SETUP
+        assert ancillary == []
+        assert ours.recv(64) == b""  # and it is gone, with nothing more to say
+        assert os.read(read_fd, 64) == b""  # it wrote nothing where the command's output goes
+    finally:
+        with contextlib.suppress(OSError):
+            theirs.close()
+        ours.close()
+        os.close(read_fd)
+    assert server.broken is None
