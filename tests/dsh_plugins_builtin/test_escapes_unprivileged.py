@@ -1,7 +1,7 @@
 """The process escape tests, again as an unprivileged user, so one ``python -m pytest`` covers both.
 
-As root, `test_escape_tests_pass_as_an_unprivileged_user` re-runs `test_escapes_process.py` as
-``nobody`` (``setpriv --reuid --regid --clear-groups``) in a temporary directory that user owns,
+As root, `test_escape_tests_pass_as_an_unprivileged_user` re-runs `test_escapes_process.py` (and
+the path-rule resolution test of `test_rules.py`) as ``nobody`` (``setpriv --reuid --regid --clear-groups``) in a temporary directory that user owns,
 and asserts that run passes. The checkout and the interpreter must be reachable by that user;
 ``.ci/run`` makes their directories traversable (``chmod o+x``).
 """
@@ -20,7 +20,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = "tests/dsh_plugins_builtin/test_escapes_process.py"
+MODULES = (
+    "tests/dsh_plugins_builtin/test_escapes_process.py",
+    # path rules resolve links as os.path.realpath does, unreadable directories included
+    "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
+)
 USER = "nobody"
 
 
@@ -75,7 +79,7 @@ def test_escape_tests_pass_as_an_unprivileged_user(
         _as(
             entry,
             *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"),
-            *("--basetemp", str(home / "pytest"), MODULE),
+            *("--basetemp", str(home / "pytest"), *MODULES),
         ),
         cwd=REPO,
         env=env,

@@ -578,17 +578,30 @@ def test_path_targets_resolve_as_realpath_does(tmp_path: Path) -> None:
     (real / "loop1").symlink_to(real / "loop2")
     (real / "loop2").symlink_to(real / "loop1")
     (real / "a" / "b" / "file-link").symlink_to(real / "secret" / "key")
+    (real / "locked" / "inner").mkdir(parents=True)
+    (real / "locked" / "inner" / "f").write_text("x")
+    (real / "locked").chmod(0)  # an ordinary user cannot look inside; root can
     ws = tmp_path / "ws-link"
     ws.symlink_to(real)  # the workspace as configured is itself a link
+    try:
+        _compare_with_realpath(real, ws)
+    finally:
+        (real / "locked").chmod(0o755)
+
+
+def _compare_with_realpath(real: Path, ws: Path) -> None:
     for workspace in (real, ws):
         rules = RuleSet(workspace=workspace)
         for text in [
             ".", "a", "a/b/f.txt", "a/b/missing/deeper", "alias/key", "a/up/key", "out",
             "out/x", "dangling", "dangling/x", "loop1", "loop1/x", "a/b/file-link",
             "../outside", "/etc/hostname", "a/../secret/key", "secret", str(real / "a"),
+            "a/\udcff", "a/\x1b[2J\n", "a/" + "x" * 300, "a/" * 3000 + "f", "locked/inner/f",
         ]:  # fmt: skip
             lexical = os.path.normpath(os.path.join(str(workspace), text))
             assert rules._realpath(lexical) == os.path.realpath(lexical), (workspace, text)
             targets = rules._targets(text)
             assert targets is not None
             assert os.path.realpath(lexical) in targets
+        for text in ("a/\ud800", "\ud800"):  # no encoding takes it: no target, fail closed
+            assert rules._targets(text) is None
