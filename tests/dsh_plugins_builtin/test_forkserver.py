@@ -185,19 +185,34 @@ def _request(ws: Path, command: str, prepared: _landlock.Prepared) -> bytes:
     ).encode()
 
 
-async def test_a_host_that_gives_up_before_go_leaves_nothing_running(
-    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
-) -> None:
-    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+@contextlib.contextmanager
+def _raw_request(
+    server: _forkclient.ForkServer, body: bytes, prepared: _landlock.Prepared
+) -> Iterator[tuple[socket.socket, int]]:
+    """Send the server one request by hand; yield the launcher's socket and the read end of
+    the command's output (its write end is the server's and the launcher's only)."""
     assert server.start()
     assert server._ctl is not None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     read_fd, write_fd = os.pipe()
     try:
         fds = array.array("i", (theirs.fileno(), write_fd, prepared.ruleset_fd))
-        body = _request(ws, "touch ran", prepared)
-        server._ctl.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-        theirs.close()
+        try:
+            server._ctl.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        finally:
+            theirs.close()
+            os.close(write_fd)
+        yield ours, read_fd
+    finally:
+        ours.close()
+        os.close(read_fd)
+
+
+async def test_a_host_that_gives_up_before_go_leaves_nothing_running(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    with _raw_request(server, _request(ws, "touch ran", prepared), prepared) as (ours, _):
         data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
         assert _forkserver.RECORD.unpack(data)[0] == _forkserver.HELLO
         pidfd = array.array("i", ancillary[0][2])[0]
@@ -206,12 +221,6 @@ async def test_a_host_that_gives_up_before_go_leaves_nothing_running(
         ours.shutdown(socket.SHUT_WR)
         await trio.lowlevel.wait_readable(pidfd)  # the launcher has exited
         os.close(pidfd)
-    finally:
-        with contextlib.suppress(OSError):
-            theirs.close()
-        ours.close()
-        os.close(read_fd)
-        os.close(write_fd)
     assert not (ws / "ran").exists()
     assert server.broken is None
 
@@ -350,23 +359,10 @@ async def test_a_launcher_that_cannot_set_up_says_so_and_runs_nothing(
     """A request the launcher cannot use (here, not JSON) ends in FAILED_SETUP before HELLO:
     nothing was forked, so the host may fork the command itself."""
     prepared = _confine._landlock_prepared((str(ws),), not policy.network)
-    assert server.start()
-    assert server._ctl is not None
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    read_fd, write_fd = os.pipe()
-    try:
-        fds = array.array("i", (theirs.fileno(), write_fd, prepared.ruleset_fd))
-        server._ctl.sendmsg([b"{not json"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-        theirs.close()
-        os.close(write_fd)
+    with _raw_request(server, b"{not json", prepared) as (ours, read_fd):
         data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
         assert _forkserver.RECORD.unpack(data)[0] == _forkserver.FAILED_SETUP
         assert ancillary == []
         assert ours.recv(64) == b""  # and it is gone, with nothing more to say
         assert os.read(read_fd, 64) == b""  # it wrote nothing where the command's output goes
-    finally:
-        with contextlib.suppress(OSError):
-            theirs.close()
-        ours.close()
-        os.close(read_fd)
     assert server.broken is None
