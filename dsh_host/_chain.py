@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Generator
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -105,10 +106,12 @@ class _Chain(_Staging):
                         nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here
                         continue
-                if value is not None and (impl.is_async or inspect.isawaitable(value)):
+                if value is not None and (
+                    type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
+                ):
                     stage = self.stage
                     depth = 0 if stage is None else len(stage.stack)
-                    if not inspect.iscoroutine(value):
+                    if type(value) is not CoroutineType:
                         raise _Suspend(i, impl, value, _NO_TRAP, depth, nxt)
                     try:
                         trap = value.send(None)
@@ -130,11 +133,13 @@ class _Chain(_Staging):
 
     def answer(self, impl: Impl, value: Any, nxt: _Next | None) -> tuple[Any, str | None]:
         """What link *impl* answered (not ``None``), checked and credited."""
+        memo = nxt.answer if nxt is not None else None
+        if memo is not None and value is memo[0]:
+            return memo  # the downstream decision, passed on: checked and credited already
         try:
             value = self.links.accept(value)
         except TypeError as exc:
             raise PluginFailure(impl.plugin, self.links.hook, exc) from None
-        memo = nxt.answer if nxt is not None else None
         if memo is not None and _same_decision(value, memo[0]):
             return value, memo[1]
         return value, impl.plugin

@@ -12,6 +12,7 @@ import trio
 __all__ = ["AbortSignal"]
 
 _Callback = Callable[["AbortSignal"], None]
+_INF = math.inf
 
 
 def _now() -> float | None:
@@ -87,11 +88,14 @@ class AbortSignal:
     @property
     def aborted(self) -> bool:
         """Whether `abort` has been called, or the deadline has passed."""
-        if not self._aborted and self._deadline != math.inf:
+        if self._aborted:
+            return True
+        if self._deadline != _INF:
             now = _now()
             if now is not None and now >= self._deadline:
                 self._abort(self._deadline_reason, self._deadline)
-        return self._aborted
+                return True
+        return False
 
     @property
     def aborted_at(self) -> float | None:
