@@ -9,7 +9,14 @@ a permission rule). The hosts are
 * ``stack`` / ``stack+audit``: the default stack as `dsh` loads it (entry points), audit off /
   on (``durability`` its default, and ``"sync"`` for comparison);
 * ``-P``: the default stack without plugin *P* (its cost in the stack: ``stack - (-P)``);
-* ``+P``: ``bare`` plus plugin *P* alone (its cost on its own: ``(+P) - bare``).
+* ``+P``: ``bare`` plus plugin *P* alone (its cost on its own: ``(+P) - bare``);
+* ``floor`` / ``floor+audit``: the stack's floor. Each call goes through ``bare``, then the
+  stack's per-call hook functions are called directly on that call's own execution and result,
+  in the stack's order, each waterfall link with a ``call_next`` that answers at once: the
+  plugins' own work, in the same process and cache state as the stack, with none of the host's
+  machinery around the hooks (chains, budgets, watchdog, checks, credit). ``stack - floor`` is
+  what the host spends on the hook links; ``floor / bare`` is the least any host could reach
+  with these plugins.
 
 "In stack" and "alone" include what the host spends on the plugin's hook links (a waterfall
 link or an execute wrapper costs the core far more than a plain hook). "Own work" separates
@@ -35,7 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import trio
@@ -77,7 +84,12 @@ class _BenchTools:
         )
 
 
-def _host(where: pathlib.Path, plugins: tuple[str, ...], durability: str = "async") -> Any:
+def _host(
+    where: pathlib.Path,
+    plugins: tuple[str, ...],
+    durability: str = "async",
+    tools: Any = None,
+) -> Any:
     where.mkdir(parents=True, exist_ok=True)
     workspace = where / "ws"
     workspace.mkdir(exist_ok=True)
@@ -91,9 +103,88 @@ def _host(where: pathlib.Path, plugins: tuple[str, ...], durability: str = "asyn
             "audit": {"path": str(where / "audit.sqlite3"), "durability": durability},
         },
     }
+    own = [_BenchTools() if tools is None else tools]
     if not plugins:
-        return dsh_host.Host(config, plugins=[_BenchTools()], load_entrypoints=False, environ={})
-    return dsh_host.Host(config, plugins=[_BenchTools()], environ={})
+        return dsh_host.Host(config, plugins=own, load_entrypoints=False, environ={})
+    return dsh_host.Host(config, plugins=own, environ={})
+
+
+class _Ready:
+    """A ``call_next`` that answers at once, without suspending (the floor's downstream)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self, **_: Any) -> _Ready:
+        return self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator that never suspends
+
+
+class _Floor:
+    """The floor of a stack host (see the module docstring): call with a call input."""
+
+    def __init__(self, stack: Any, where: pathlib.Path) -> None:
+        self.execution: Any = None
+        floor = self
+
+        class _StashingTools(_BenchTools):
+            @dsh_host.hookimpl
+            def dsh_register_tools(self, register: Callable[..., Any]) -> None:
+                async def body(args: Any, ctx: Any) -> Any:
+                    floor.execution = ctx.execution
+                    return args["text"]
+
+                register(
+                    dsh_host.define_tool(
+                        name="echo",
+                        description="Echo the text back.",
+                        parameters={
+                            "text": {"type": "string", "required": True},
+                            "n": {"type": "integer"},
+                        },
+                        execute=body,
+                        is_concurrency_safe=lambda args: True,
+                    )
+                )
+
+        self.execute = _host(where, (), tools=_StashingTools()).registry.execute
+        self.body_result = _Ready(None)
+        ready = {
+            "dsh_tool_pre_execute": _Ready(dsh_host.Allow()),
+            "dsh_tool_execute": self.body_result,
+            "dsh_tool_post_execute": _Ready(dsh_host.Accept()),
+        }
+        self.hooks = [
+            (impl.function, impl.argnames, ready.get(hook))
+            for hook in PER_CALL
+            for impl in stack.hooks.impls(hook)
+        ]
+
+    async def __call__(self, call: Any) -> Any:
+        result = await self.execute(call)
+        execution = self.execution
+        self.body_result.value = result
+        for function, names, nxt in self.hooks:
+            if names == _E:
+                value = function(execution)
+            elif names == _EN:
+                value = function(execution, nxt)
+            elif names == _ERN:
+                value = function(execution, result, nxt)
+            else:
+                given = {"execution": execution, "result": result, "call_next": nxt}
+                value = function(*[given[name] for name in names])
+            if value is not None and inspect.isawaitable(value):
+                await value
+        return result
+
+
+_E, _EN, _ERN = ("execution",), ("execution", "call_next"), ("execution", "result", "call_next")
 
 
 def _hosts(where: pathlib.Path, alone: bool) -> dict[str, Any]:
@@ -113,17 +204,18 @@ def _hosts(where: pathlib.Path, alone: bool) -> dict[str, Any]:
     return hosts
 
 
-async def _time(hosts: dict[str, Any], calls: int, reps: int) -> dict[str, list[float]]:
+async def _time(
+    runs: dict[str, Callable[[Any], Any]], calls: int, reps: int
+) -> dict[str, list[float]]:
     call = dsh_host.ToolExecutionInput(call_id="call-1", name="echo", arguments=ARGS)
-    samples: dict[str, list[float]] = {key: [] for key in hosts}
-    for key, host in hosts.items():
-        result = await host.registry.execute(call)
+    samples: dict[str, list[float]] = {key: [] for key in runs}
+    for key, execute in runs.items():
+        result = await execute(call)
         assert (result.is_error, result.text) == (False, "hello"), (key, result)
         for _ in range(calls):
-            await host.registry.execute(call)
+            await execute(call)
     for _ in range(reps):
-        for key, host in hosts.items():
-            execute = host.registry.execute
+        for key, execute in runs.items():
             gc.collect()
             gc.disable()
             try:
@@ -234,9 +326,15 @@ def _report(samples: dict[str, list[float]]) -> None:
     print()
     top = sorted((c for c in costs if not math.isnan(c[0])), reverse=True)[:5]
     print("top five (median, in the stack): " + ", ".join(f"{n} {c:.1f} µs" for c, n in top))
-    for key in ("stack", "stack+audit", "stack+audit(sync)"):
+    for key in ("stack", "stack+audit", "stack+audit(sync)", "floor", "floor+audit"):
         print(
             f"{key} / bare: min {best[key] / best['bare']:.2f}, median {median[key] / median['bare']:.2f}"
+        )
+    for stack, floor in (("stack", "floor"), ("stack+audit", "floor+audit")):
+        print(
+            f"{stack}: the host's hook links (stack - floor) min {best[stack] - best[floor]:.2f} µs,"
+            f" median {median[stack] - median[floor]:.2f} µs; the plugins' own work (floor - bare)"
+            f" min {best[floor] - best['bare']:.2f} µs, median {median[floor] - median['bare']:.2f}"
         )
 
 
@@ -252,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dsh-bench-stack-") as tmp:
         hosts = _hosts(pathlib.Path(tmp), alone=not options.no_alone)
         print(f"dsh default stack, per plugin: {len(hosts)} hosts, {reps} x {calls} calls each")
-        samples = trio.run(_time, hosts, calls, reps)
+        runs = {key: host.registry.execute for key, host in hosts.items()}
+        runs["floor"] = _Floor(hosts["stack"], pathlib.Path(tmp) / "floor")
+        runs["floor+audit"] = _Floor(hosts["stack+audit"], pathlib.Path(tmp) / "floor-audit")
+        samples = trio.run(_time, runs, calls, reps)
         own = trio.run(_own_work, hosts["stack+audit"], calls, reps)
         for host in hosts.values():
             audit = host.pm.get_plugin("audit")
