@@ -291,7 +291,21 @@ def approval_hint(
             "terminal",
             "      with an approval plugin enabled, to be asked.",
         ]
-    rule = ", ".join(json.dumps(rule) for rule in (*(allowed or ()), name))
+    if allowed is not None and name in allowed:
+        # The rule is there and did not cover these arguments (a path outside the workspace, a
+        # command it does not fit): adding it again would change nothing.
+        return [
+            f"hint: {asker} asked for approval, and no approval plugin could answer here,",
+            f"      so the call was denied. {name!r} already has an allow rule, but it does not "
+            "cover",
+            "      these arguments (the reason above says why). A path outside the workspace "
+            "needs an",
+            f'      absolute path rule, such as "{name}(//etc/hosts)" or "{name}(~/notes/**)", and a',
+            "      command a rule that fits its words; add it to [plugin.permissions] allow in",
+            f"      {config or 'dsh.toml'}; or run on a terminal with an approval plugin enabled, to be",
+            "      asked.",
+        ]
+    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), name)))
     return [
         f"hint: {asker} asked for approval, and no approval plugin could answer here,",
         f"      so the call was denied. To let {name!r} run without asking, add a rule for it",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -94,3 +95,20 @@ def test_the_approval_hint_does_not_repeat_an_allow_rule_that_is_there():
     assert '"hello", "hello"' not in hint
     assert "'hello' already has an allow rule; the ask comes from" in hint
     assert "policy's own configuration" in hint
+
+
+def test_the_approval_hint_for_a_permissions_rule_that_does_not_cover_the_call(tmp_path, capsys):
+    """read_file has an allow rule by default; a path outside the workspace is still asked about,
+    and the hint says what rule would cover it instead of adding read_file to the list again."""
+    (tmp_path / "ws").mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    config = tmp_path / "dsh.toml"
+    config.write_text(f'[host]\nworkspace = "{tmp_path / "ws"}"\n', encoding="utf-8")
+    code = main(["--config", str(config), "call", "read_file", json.dumps({"path": str(outside)})])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "'read_file' already has an allow rule, but it does not cover" in err
+    assert '"read_file(//etc/hosts)"' in err
+    assert '"read_file", "read_file"' not in err
+    assert "To let 'read_file' run without asking" not in err
