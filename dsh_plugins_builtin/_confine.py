@@ -5,8 +5,9 @@ A command runs as ``bash -c CMD`` wrapped by the first backend that works on thi
 * ``bwrap`` (resolved once, to an absolute path outside every writable root; see
   `resolve_bwrap`): read-only bind of ``/``, every writable root bound read-write at its pinned
   real path, every protected path (`dsh_plugins_builtin._fence.protected_paths`) bound
-  read-only over it (a missing one gets an empty directory, created as the mount point, so it
-  cannot be created by the command either), a fresh ``/dev`` and ``/proc``, a fresh ``/tmp``
+  read-only over it (a missing one gets an empty read-only tmpfs, so it cannot be created by
+  the command either; bwrap makes an empty directory there as the mount point, which
+  `_MountPoints` removes once no running command needs it), a fresh ``/dev`` and ``/proc``, a fresh ``/tmp``
   unless ``/tmp`` is itself a writable root, ``--unshare-all`` (user where the kernel allows
   it, IPC, UTS, cgroup, PID; network unless ``network`` is true), ``--cap-drop ALL``,
   ``--die-with-parent``, ``--new-session`` and the seccomp filter of
@@ -49,7 +50,8 @@ import os
 import signal as _signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -523,6 +525,7 @@ def _bwrap_argv(
     bwrap: str = "bwrap",
     seccomp_fd: int | None = None,
     root_fds: Mapping[Path, int] | None = None,
+    missing: Collection[Path] | None = None,
 ) -> list[str]:
     tmp = _canonical(Path("/tmp"))
     rw = _rw_roots(policy)
@@ -548,13 +551,13 @@ def _bwrap_argv(
     for path in protected_paths(policy):
         if not _inside_any(path, rw):
             continue  # outside every writable root it is read-only already
-        if os.path.lexists(path):
-            out += ["--ro-bind", str(path), str(path)]
-        else:
-            # Not there yet: an empty read-only tmpfs is mounted there (bwrap leaves its empty
-            # mount point directory behind), so the command cannot create it, nor
-            # .git/config or .claude/hooks/x inside it.
+        if path in missing if missing is not None else not os.path.lexists(path):
+            # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
+            # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
+            # directory as the mount point (see `_MountPoints`).
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            out += ["--ro-bind", str(path), str(path)]
     out += ["--unshare-all", "--unshare-user-try"]
     if policy.network:
         out.append("--share-net")
@@ -566,6 +569,53 @@ def _bwrap_argv(
     return [*out, "--", *argv]
 
 
+class _MountPoints:
+    """The empty directories bwrap makes where it mounts a tmpfs over a missing protected path.
+
+    Without this, every command would leave ``.git``, ``.claude``, ``.dsh`` and ``dsh.toml``
+    behind as empty directories in each writable root (``/tmp`` included), where a person or a
+    tool later trips over them. A path is *ours* from the first command that finds it missing
+    until the last command that mounted over it has ended; then its directory is removed if it
+    is still empty (``rmdir``: never a file, a link or anything with contents). A command that
+    starts meanwhile mounts over it too, rather than bind it as an existing path that may
+    vanish before bwrap gets to it. Commands of other processes may still race with the removal;
+    they then fail to set up (closed), never run unconfined.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[Path, int] = {}
+
+    def take(self, paths: Iterable[Path]) -> frozenset[Path]:
+        """Of *paths*, the ones to mount over (missing now, or ours); each is counted in use."""
+        taken: set[Path] = set()
+        with self._lock:
+            for path in paths:
+                if path in self._users:
+                    self._users[path] += 1
+                elif not os.path.lexists(path):
+                    self._users[path] = 1
+                else:
+                    continue
+                taken.add(path)
+        return frozenset(taken)
+
+    def give_back(self, paths: Iterable[Path]) -> None:
+        """The command that took *paths* has ended: remove the ones no command uses now."""
+        with self._lock:
+            for path in paths:
+                left = self._users[path] - 1
+                if left:
+                    self._users[path] = left
+                    continue
+                del self._users[path]
+                with contextlib.suppress(OSError):  # not empty, gone, not a directory: keep
+                    os.rmdir(path)
+
+
+_MOUNT_POINTS = _MountPoints()
+
+
 def confine_argv(
     argv: Sequence[str],
     policy: SandboxPolicy,
@@ -575,6 +625,7 @@ def confine_argv(
     bwrap: str = "bwrap",
     seccomp_fd: int | None = None,
     root_fds: Mapping[Path, int] | None = None,
+    missing: Collection[Path] | None = None,
 ) -> list[str]:
     """Build the command line that runs ``argv`` confined by ``backend`` under ``policy``.
 
@@ -586,6 +637,8 @@ def confine_argv(
         bwrap: The bwrap binary (`resolve_bwrap`).
         seccomp_fd: The descriptor bwrap reads the seccomp filter from.
         root_fds: Open descriptors of the writable roots, bound with ``--bind-fd``.
+        missing: The protected paths to mount an empty read-only tmpfs over (`_MountPoints.take`);
+            ``None``: the ones that do not exist now.
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
@@ -598,7 +651,7 @@ def confine_argv(
     if policy.mode == "danger-full-access":
         return list(argv)
     if backend == "bwrap":
-        return _bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds)
+        return _bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds, missing)
     if backend == "landlock":
         return list(argv)
     if backend == "none":
@@ -913,13 +966,16 @@ async def run_confined(
         path = resolved[0]
         assert path is not None  # the probe failed otherwise
         fds: list[int] = []
+        rw = _rw_roots(policy)
+        missing = _MOUNT_POINTS.take(p for p in protected_paths(policy) if _inside_any(p, rw))
         try:
             root_fds = _open_roots(policy, fds)
             seccomp_fd = _seccomp_pipe(filter_bpf(not policy.network))
             fds.append(seccomp_fd)
             wrapped = confine_argv(
-                argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd, root_fds=root_fds
-            )
+                argv, policy, chosen, cwd=cwd, bwrap=path, seccomp_fd=seccomp_fd,
+                root_fds=root_fds, missing=missing,
+            )  # fmt: skip
             info_r, info_w = os.pipe()  # _run owns both from here
             wrapped[1:1] = ["--info-fd", str(info_w)]
             out, returncode, timed_out = await _run(
@@ -934,6 +990,7 @@ async def run_confined(
         finally:
             for fd in fds:
                 os.close(fd)
+            _MOUNT_POINTS.give_back(missing)
     result = _result(out, returncode, timed_out, chosen)
     if not timed_out:
         failure = _runner_failure(result.output, result.exit_code, chosen)

@@ -133,7 +133,9 @@ class SandboxConfig:
             ``bash``: relative entries under each writable root, absolute ones as they are.
             The config file the host was started with is always added when it lies in a
             writable root (a ``dsh.toml`` the model could rewrite would change the next run's
-            policy).
+            policy). ``dsh.toml`` is in the default list for the same reason: one a tool
+            created would be the config the next run finds, ahead of ``pyproject.toml`` or of
+            no config at all.
         bwrap: The absolute path of the bubblewrap binary to use. ``None`` (the default) finds
             it on ``PATH`` once, at start, skipping any candidate inside a writable root (where
             a command could plant one). A configured path inside a writable root is refused.
@@ -153,7 +155,8 @@ class SandboxConfig:
     )
     max_output_bytes: int = attrs.field(default=64_000, validator=_check_cap)
     protected: tuple[str, ...] = attrs.field(
-        default=(".git", ".claude", ".dsh"), validator=_check_names("paths", paths=True)
+        default=(".git", ".claude", ".dsh", "dsh.toml"),
+        validator=_check_names("paths", paths=True),
     )
     bwrap: str | None = None
 

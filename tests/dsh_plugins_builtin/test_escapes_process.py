@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from dsh_host import ConfigError, Host
+from dsh_host._config import find_config
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import processes_with
@@ -360,6 +363,71 @@ async def test_protected_paths_are_read_only_to_bash(
     assert not (ws / ".dsh").is_file()
     assert "danger" not in config.read_text()
     assert (ws / "control").read_text() == "ok\n"
+
+
+async def test_a_command_cannot_plant_the_config_of_the_next_run(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """No config file in use: a dsh.toml a tool created would be the one the next run in the
+    workspace finds. It is protected by default, so neither bash nor write_file can create it."""
+    config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": {"backend": backend}}}
+    if backend == "landlock":
+        with pytest.raises(ConfigError, match=r"key 'protected'.*Landlock cannot keep"):
+            make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+        return
+    host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    await bash(
+        host,
+        "echo '[plugin.sandbox]' > dsh.toml; echo 'mode = \"danger-full-access\"' >> dsh.toml; "
+        "echo ok > control",
+    )
+    written = await host.call("write_file", {"path": "dsh.toml", "content": "[plugin]\n"})
+    assert written.code == "SANDBOX_DENIED"
+    assert "protected" in written.text
+    assert not (ws / "dsh.toml").exists()  # neither a file nor an empty mount point
+    assert find_config(ws, environ={}) is None
+    assert (ws / "control").read_text() == "ok\n"  # control: the command ran
+
+
+async def test_no_empty_protected_directories_are_left_behind(
+    make_host: Any, ws: Path, backend: str, tmp_path: Path
+) -> None:
+    """bwrap mounts on an empty directory it makes where a protected path is missing; it is
+    removed after the command. A protected directory that was there before is kept."""
+    other = tmp_path / "other"  # a second writable root: protected paths are under each
+    other.mkdir()
+    (ws / ".git").mkdir()  # the user's own, empty: not ours to remove
+    host = escape_host(make_host, ws, backend, writable_roots=[".", str(other)])
+    await bash(host, "test -e .claude && test -e dsh.toml && echo mounted > control; echo done")
+    assert sorted(os.listdir(ws)) == [".git", "control"] if backend == "bwrap" else [".git"]
+    assert os.listdir(other) == []
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)  # Landlock refuses protected paths
+async def test_a_mount_point_stays_while_another_command_mounts_on_it(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """Two commands at once: the first to end leaves the mount point to the other, which still
+    cannot create the protected path; the last to end removes it."""
+    host = escape_host(make_host, ws, backend)
+    outputs: list[str] = []
+
+    async def waiting() -> None:
+        result = await bash(
+            host,
+            "until [ -e go ]; do :; done; "
+            "(echo x > dsh.toml) 2>/dev/null && echo created || echo refused",
+        )
+        outputs.append(result.text)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()  # the first command is running
+        await bash(host, "true")  # a second one, started and ended meanwhile
+        assert (ws / "dsh.toml").is_dir()  # still mounted on by the first
+        (ws / "go").touch()
+    assert outputs == ["refused"]
+    assert not (ws / "dsh.toml").exists()
 
 
 # -- item 5: a root replaced after start ---------------------------------------------------------

@@ -350,7 +350,7 @@ def test_pinned_roots_and_protected_paths_are_computed_once_at_start(
     ws.mkdir()
     policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
     expected = (readable_roots(policy), writable_roots(policy), protected_paths(policy))
-    assert expected == ((ws,), (ws,), (ws / ".git", ws / ".claude", ws / ".dsh"))
+    assert expected == ((ws,), (ws,), (ws / ".git", ws / ".claude", ws / ".dsh", ws / "dsh.toml"))
 
     def no_filesystem(*args: object, **kwargs: object) -> None:
         raise AssertionError("the roots were canonicalised again")
