@@ -76,6 +76,21 @@ def _valid_id(value: Any) -> bool:
     )
 
 
+def _kind(value: Any) -> str:
+    """What JSON value *value* is, in words (for an error message)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return f"the fraction {value!r}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 def _id_key(value: Any) -> tuple[str, str]:
     """A key telling ``1``, ``1.0`` and ``"1"`` apart (they are three different ids)."""
     return (type(value).__name__, value if isinstance(value, str) else repr(value))
@@ -118,7 +133,7 @@ def refusal(message: Any, *, integer_ids: bool = False) -> dict[str, Any] | None
         return None if well_formed else DROP
     if has_id and not id_ok:
         kinds = "a string or an integer" if integer_ids else "a string or a number"
-        return _error(None, INVALID_REQUEST, f"the id must be {kinds} (not null)")
+        return _error(None, INVALID_REQUEST, f"the id must be {kinds}, not {_kind(raw_id)}")
     problem = None
     if message.get("jsonrpc") != "2.0":
         problem = 'not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0"'

@@ -90,10 +90,16 @@ async def test_hostile_ids_are_echoed_exactly_or_refused_with_id_null(make_host)
         for request_id in echoed:
             reply = await client.request(request_id, "ping")
             assert reply == {"jsonrpc": "2.0", "id": request_id, "result": {}}
-        for bad in ({"a": 1}, [1], None, True):
+        for bad, kind in (
+            ({"a": 1}, "an object"),
+            ([1], "an array"),
+            (None, "null"),
+            (True, "a boolean"),
+        ):
             reply = await client.request(bad, "ping")
             assert reply["id"] is None
             assert reply["error"]["code"] == -32600
+            assert reply["error"]["message"] == f"the id must be a string or a number, not {kind}"
         # NaN is not JSON: a parse error, never an echo of "NaN"
         await client.send(b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}')
         reply = await client.receive()
