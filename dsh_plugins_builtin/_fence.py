@@ -39,7 +39,10 @@ import contextlib
 import errno
 import os
 import secrets
+import site
 import stat
+import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -71,6 +74,8 @@ __all__ = [
     "check_read",
     "check_write",
     "config_warning",
+    "install_in_roots",
+    "install_paths",
     "open_read",
     "pin_roots",
     "protected_paths",
@@ -137,6 +142,10 @@ class SandboxPolicy:
         read_roots: Extra roots the file tools may read besides the workspace and the writable
             roots (process confinement never restricts reads).
         network: Whether a confined process may use the network.
+        protected: Read-only inside the writable roots (see `protected_paths`).
+        config_file: The config file the host was started with (protected in a writable root).
+        install: Where the next ``dsh`` run executes code from (`install_paths`): protected in
+            a writable root, so that no tool can change the policy host itself.
     """
 
     mode: SandboxMode = attrs.field(validator=attrs.validators.in_(SANDBOX_MODES))
@@ -151,6 +160,7 @@ class SandboxPolicy:
     config_file: Path | None = attrs.field(
         default=None, converter=attrs.converters.optional(_abs_path)
     )
+    install: tuple[Path, ...] = attrs.field(converter=_abs_paths, default=())
     pins: tuple[RootPin, ...] = ()
     resolved: _Resolved | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """The canonical roots and protected paths, computed once by `pin_roots` (else per call).
@@ -307,8 +317,8 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
 
     Relative entries of ``policy.protected`` are taken under each writable root (canonical, as
     `writable_roots` gives them); absolute entries as they are; the config file the host was
-    started with is added when it lies in a writable root. Paths need not exist: a protected
-    ``.git`` that does not exist yet may not be created either.
+    started with and the ``install`` paths are added when they lie in a writable root. Paths
+    need not exist: a protected ``.git`` that does not exist yet may not be created either.
     """
     if policy.resolved is not None:
         return policy.resolved.protected
@@ -326,7 +336,48 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     if config is not None and config.name != "pyproject.toml":
         # A pyproject.toml is edited legitimately; `config_warning` says what that risks.
         out.setdefault(config, None)
+    for path in install_in_roots(policy, roots):
+        out.setdefault(path, None)
     return tuple(out)
+
+
+def install_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The canonical ``install`` paths of *policy* that lie inside one of *roots*."""
+    found: dict[Path, None] = {}
+    for path in policy.install:
+        real = Path(_resolve_abs(str(path)))
+        if any(_within(str(real), str(root)) for root in roots):
+            found.setdefault(real, None)
+    # the outermost only (a virtual environment holds its site-packages)
+    return tuple(p for p in found if not any(o != p and _within(str(p), str(o)) for o in found))
+
+
+def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
+    """Where the next ``dsh`` run executes code from, whether or not it lies in a writable root.
+
+    The virtual environment dsh runs in (``sys.prefix``: its site-packages, where a new
+    ``.pth`` file or a ``dsh.plugins`` entry point would run at the next start, and its scripts,
+    ``dsh`` among them), the interpreter's site-packages and the user's, the directories of
+    dsh's own packages (an editable install keeps them in a source tree), and those of
+    *modules* (the top-level packages or files of the plugins the host loaded).
+    """
+    found: dict[Path, None] = {}
+    if sys.prefix != sys.base_prefix:  # a virtual environment: all of it
+        found.setdefault(Path(sys.prefix), None)
+    for key in ("purelib", "platlib"):
+        found.setdefault(Path(sysconfig.get_path(key)), None)
+    if site.ENABLE_USER_SITE:
+        found.setdefault(Path(site.getusersitepackages()), None)
+    for name in ("dsh_host", "dsh_plugins_builtin", *modules):
+        module = sys.modules.get(name.partition(".")[0])
+        if module is None or name.startswith("__main__"):
+            continue
+        places = list(getattr(module, "__path__", ()))  # a package: its directories
+        if not places and getattr(module, "__file__", None):
+            places = [module.__file__]  # a module of its own: its file
+        for place in places:
+            found.setdefault(Path(os.path.abspath(place)), None)
+    return _abs_paths(found)
 
 
 def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:
@@ -621,21 +672,32 @@ def _check_protected(spelled: str, key: Path, policy: SandboxPolicy) -> None:
     lexical = os.path.normpath(os.path.join(str(policy.workspace), spelled))
     for path in protected:
         text = str(path)
-        if _within(str(key), text) or _within(lexical, text):
-            what = (
-                "the config file in use"
-                if policy.config_file is not None
-                and path == Path(_resolve_abs(str(policy.config_file)))
-                else "protected"
-            )
+        if not (_within(str(key), text) or _within(lexical, text)):
+            continue
+        if path in install_in_roots(policy, writable_roots(policy)):
             raise FenceDenied(
-                f'write to {_describe(spelled, key)} denied: "{path}" is {what} and read-only to '
-                f"every tool inside the writable roots (key [plugin.sandbox] protected, which "
-                f"adds the config file in use). Edit it yourself outside the agent, or change "
-                f"[plugin.sandbox] protected if the agent must write there",
+                f'write to {_describe(spelled, key)} denied: "{path}" holds code the next dsh '
+                "run executes (its own installation or a plugin's), and is read-only to every "
+                "tool inside the writable roots. Install dsh and its plugins outside the "
+                "workspace (pipx, or a virtual environment elsewhere), or set [plugin.sandbox] "
+                "protect_install = false if the agent must write there",
                 path=spelled,
                 mode=policy.mode,
             )
+        what = (
+            "the config file in use"
+            if policy.config_file is not None
+            and path == Path(_resolve_abs(str(policy.config_file)))
+            else "protected"
+        )
+        raise FenceDenied(
+            f'write to {_describe(spelled, key)} denied: "{path}" is {what} and read-only to '
+            f"every tool inside the writable roots (key [plugin.sandbox] protected, which "
+            f"adds the config file in use). Edit it yourself outside the agent, or change "
+            f"[plugin.sandbox] protected if the agent must write there",
+            path=spelled,
+            mode=policy.mode,
+        )
 
 
 def _before_replace(target: Path) -> None:

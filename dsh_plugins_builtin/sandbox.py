@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
@@ -51,10 +51,16 @@ from dsh_plugins_builtin._fence import (
     check_pinned,
     check_read,
     check_write,
+    install_paths,
     open_read,
     pin_roots,
 )
-from dsh_plugins_builtin._sandbox_check import FIX_HINT, check_report, render_report
+from dsh_plugins_builtin._sandbox_check import (
+    FIX_HINT,
+    check_report,
+    plugin_modules,
+    render_report,
+)
 
 __all__ = [
     "SandboxConfig",
@@ -136,6 +142,12 @@ class SandboxConfig:
             policy). ``dsh.toml`` is in the default list for the same reason: one a tool
             created would be the config the next run finds, ahead of ``pyproject.toml`` or of
             no config at all.
+        protect_install: Keep read-only, to every tool and to ``bash``, the places in the
+            writable roots that the next ``dsh`` run executes code from: the virtual
+            environment it runs in, its site-packages, and the source of dsh and of the
+            plugins it loaded (`dsh_plugins_builtin._fence.install_paths`). Otherwise a tool
+            could change the policy host itself (add a ``.pth`` file, an entry point, edit
+            ``permissions``). Set it to false only to let the agent work on those files.
         bwrap: The absolute path of the bubblewrap binary to use. ``None`` (the default) finds
             it on ``PATH`` once, at start, skipping any candidate inside a writable root (where
             a command could plant one). A configured path inside a writable root is refused.
@@ -158,6 +170,7 @@ class SandboxConfig:
         default=(".git", ".claude", ".dsh", "dsh.toml"),
         validator=_check_names("paths", paths=True),
     )
+    protect_install: bool = True
     bwrap: str | None = None
 
 
@@ -166,7 +179,10 @@ def _root(value: str, workspace: Path) -> Path:
 
 
 def build_policy(
-    config: SandboxConfig, workspace: Path, config_file: str | os.PathLike[str] | None = None
+    config: SandboxConfig,
+    workspace: Path,
+    config_file: str | os.PathLike[str] | None = None,
+    install: Iterable[Path] = (),
 ) -> SandboxPolicy:
     """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
@@ -175,6 +191,8 @@ def build_policy(
         workspace: ``[host] workspace`` (made absolute here).
         config_file: The config file the host was started with, if any (it is protected when
             it lies in a writable root).
+        install: `install_paths` (protected in a writable root), unless ``protect_install``
+            is off.
 
     Returns:
         The policy the fence and the confinement enforce.
@@ -190,6 +208,7 @@ def build_policy(
         network=config.network,
         protected=config.protected,
         config_file=config_file,
+        install=tuple(install) if config.protect_install else (),
         **extra,
     )
     return pin_roots(policy)
@@ -216,7 +235,9 @@ class SandboxPlugin:
         """Read the configuration and build the policy."""
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self._policy = build_policy(self._config, host.workspace, host.config.source)
+        self._policy = build_policy(
+            self._config, host.workspace, host.config.source, install_paths(plugin_modules(host))
+        )
         self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
         self._check_enforceable(host)
 

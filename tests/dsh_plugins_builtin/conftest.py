@@ -49,8 +49,9 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
     """A host with the tools and sandbox plugins, rooted at *ws*; *sandbox* is its table."""
-    if sandbox.get("backend") == "landlock":  # Landlock cannot keep .git & co. read-only
-        sandbox.setdefault("protected", [])
+    if sandbox.get("backend") == "landlock":  # Landlock cannot keep .git & co. read-only,
+        sandbox.setdefault("protected", [])  # nor dsh's own installation if it lies in /tmp
+        sandbox.setdefault("protect_install", False)
     config: dict[str, Any] = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
     return host

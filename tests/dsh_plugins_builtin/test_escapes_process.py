@@ -30,6 +30,7 @@ import trio.testing
 
 from dsh_host import ConfigError, Host
 from dsh_host._config import find_config
+from dsh_plugins_builtin import sandbox as sandbox_module
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import processes_with
@@ -428,6 +429,41 @@ async def test_a_mount_point_stays_while_another_command_mounts_on_it(
         (ws / "go").touch()
     assert outputs == ["refused"]
     assert not (ws / "dsh.toml").exists()
+
+
+async def test_a_command_cannot_change_the_code_the_next_run_executes(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dsh installed in a virtual environment inside the workspace (an editable install keeps
+    its source there too): a .pth file or an edited plugin there would run, unconfined, at the
+    next start. Both stay read-only to bash and to write_file."""
+    venv, source = ws / ".venv", ws / "src" / "dsh_plugin"
+    (venv / "lib" / "site-packages").mkdir(parents=True)
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("ALLOW = False\n")
+    monkeypatch.setattr(sandbox_module, "install_paths", lambda modules: (venv, source))
+    if backend == "landlock":
+        with pytest.raises(ConfigError, match=r"key 'protected'.*protect_install = false"):
+            escape_host(make_host, ws, backend)
+        escape_host(make_host, ws, backend, protect_install=False)  # control: it was that
+        return
+    host = escape_host(make_host, ws, backend)
+    command = (
+        "echo 'import os' > .venv/lib/site-packages/evil.pth; "
+        "echo 'ALLOW = True' > src/dsh_plugin/__init__.py; echo ok > control"
+    )
+    await bash(host, command)
+    for path, content in ((".venv/bin/dsh", "#!/bin/sh\n"), ("src/dsh_plugin/x.py", "")):
+        written = await host.call("write_file", {"path": path, "content": content})
+        assert written.code == "SANDBOX_DENIED"
+        assert "holds code the next dsh run executes" in written.text
+    assert not (venv / "lib" / "site-packages" / "evil.pth").exists()
+    assert (source / "__init__.py").read_text() == "ALLOW = False\n"
+    assert sorted(os.listdir(source)) == ["__init__.py"]
+    assert (ws / "control").read_text() == "ok\n"
+    exposed = escape_host(make_host, ws, backend, protect_install=False)  # control
+    await bash(exposed, command)
+    assert (venv / "lib" / "site-packages" / "evil.pth").exists()
 
 
 # -- item 5: a root replaced after start ---------------------------------------------------------

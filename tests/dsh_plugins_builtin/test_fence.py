@@ -396,6 +396,53 @@ def test_a_pyproject_config_is_not_protected_but_warned_about(tmp_path: Path) ->
     assert config_warning(attrs.evolve(pyproject, mode="danger-full-access")) is None
 
 
+def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import sysconfig
+    import types
+
+    import dsh_host
+    import dsh_plugins_builtin
+    from dsh_plugins_builtin._fence import install_paths
+
+    package = tmp_path / "plugpkg"
+    package.mkdir()
+    monkeypatch.setitem(sys.modules, "plugpkg", types.SimpleNamespace(__path__=[str(package)]))
+    single = tmp_path / "single.py"
+    monkeypatch.setitem(sys.modules, "single", types.SimpleNamespace(__file__=str(single)))
+    found = install_paths(["plugpkg.sub", "single", "__main__", "not_imported"])
+    assert Path(dsh_host.__file__).parent in found
+    assert Path(dsh_plugins_builtin.__file__).parent in found
+    assert Path(sysconfig.get_path("purelib")) in found
+    assert package in found  # the top-level package of plugpkg.sub
+    assert single in found
+    if sys.prefix != sys.base_prefix:
+        assert Path(sys.prefix) in found  # the virtual environment, scripts and all
+
+
+def test_install_paths_are_protected_only_inside_writable_roots(tmp_path: Path) -> None:
+    from dsh_plugins_builtin._fence import install_in_roots, protected_paths
+
+    ws = tmp_path / "ws"
+    venv = ws / ".venv"
+    site = venv / "lib" / "site-packages"
+    outside = tmp_path / "elsewhere"
+    site.mkdir(parents=True)
+    policy = SandboxPolicy(
+        "workspace-write", ws, writable_roots=(ws,), protected=(), install=(site, venv, outside)
+    )
+    assert install_in_roots(policy, (ws,)) == (venv,)  # the outermost, inside the roots
+    assert protected_paths(policy) == (venv,)
+    with pytest.raises(_fence.FenceDenied, match="holds code the next dsh run executes"):
+        check_write(".venv/lib/site-packages/evil.pth", policy)
+    with pytest.raises(_fence.FenceDenied, match="protect_install = false"):
+        check_write(".venv/bin/dsh", policy)
+    assert check_write("notes.txt", policy) == ws / "notes.txt"  # the control
+    assert protected_paths(attrs.evolve(policy, install=())) == ()
+
+
 @pytest.mark.parametrize("pinned", [False, True], ids=["unpinned", "pinned"])
 def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch, pinned: bool

@@ -222,6 +222,36 @@ def test_check_reports_backends_and_choice(
     assert any(line.startswith("bwrap binary: /") and "PATH" in line for line in out)
 
 
+def test_check_says_whether_dsh_s_own_installation_is_writable(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dsh_plugins_builtin import _sandbox_check
+
+    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    venv = project / "venv"
+    (venv / "lib").mkdir(parents=True)
+    elsewhere = Path(tempfile.gettempdir()).parent / "usr-lib-python-nowhere"
+    fake = lambda modules: (venv / "lib", venv, elsewhere)  # noqa: E731
+    monkeypatch.setattr(sandbox_module, "install_paths", fake)
+    monkeypatch.setattr(_sandbox_check, "install_paths", fake)
+    write_config(project, 'mode = "workspace-write"')
+    assert sandbox_check_command([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"dsh's own installation, read-only to every tool and command: {venv}" in out
+    assert not any(line.startswith("WARNING") for line in out)
+    write_config(project, "protect_install = false")
+    assert sandbox_check_command(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["install"] == {
+        "protected": [], "exposed": [str(venv)],
+    }  # fmt: skip
+    assert sandbox_check_command([]) == 0
+    warning = [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
+    assert warning == [
+        "WARNING: dsh's own installation is writable by tools and commands "
+        f"(protect_install = false), so they can change the next run's policy: {venv}"
+    ]
+
+
 def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
