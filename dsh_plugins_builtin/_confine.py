@@ -585,7 +585,7 @@ class _MountPoints:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._users: dict[Path, int] = {}
+        self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
 
     def take(self, paths: Iterable[Path]) -> frozenset[Path]:
         """Of *paths*, the ones to mount over (missing now, or ours); each is counted in use."""
@@ -593,9 +593,15 @@ class _MountPoints:
         with self._lock:
             for path in paths:
                 if path in self._users:
-                    self._users[path] += 1
+                    uses, parents = self._users[path]
+                    self._users[path] = (uses + 1, parents)
                 elif not os.path.lexists(path):
-                    self._users[path] = 1
+                    missing = []  # bwrap makes these too (`mkdir -p`); removed after the path
+                    parent = path.parent
+                    while parent != parent.parent and not os.path.lexists(parent):
+                        missing.append(parent)
+                        parent = parent.parent
+                    self._users[path] = (1, tuple(missing))
                 else:
                     continue
                 taken.add(path)
@@ -605,13 +611,16 @@ class _MountPoints:
         """The command that took *paths* has ended: remove the ones no command uses now."""
         with self._lock:
             for path in paths:
-                left = self._users[path] - 1
-                if left:
-                    self._users[path] = left
+                uses, parents = self._users[path]
+                if uses > 1:
+                    self._users[path] = (uses - 1, parents)
                     continue
                 del self._users[path]
-                with contextlib.suppress(OSError):  # not empty, gone, not a directory: keep
-                    os.rmdir(path)
+                for directory in (path, *parents):  # the deepest first
+                    try:
+                        os.rmdir(directory)
+                    except OSError:  # not empty, gone, not a directory: keep it (and above)
+                        break
 
 
 _MOUNT_POINTS = _MountPoints()

@@ -398,8 +398,14 @@ async def test_no_empty_protected_directories_are_left_behind(
     other = tmp_path / "other"  # a second writable root: protected paths are under each
     other.mkdir()
     (ws / ".git").mkdir()  # the user's own, empty: not ours to remove
-    host = escape_host(make_host, ws, backend, writable_roots=[".", str(other)])
-    await bash(host, "test -e .claude && test -e dsh.toml && echo mounted > control; echo done")
+    sandbox: dict[str, Any] = {"writable_roots": [".", str(other)]}
+    if backend == "bwrap":  # and one whose parents are missing too (bwrap makes them)
+        sandbox["protected"] = [".git", ".claude", ".dsh", "dsh.toml", "sub/deeper/thing"]
+    host = escape_host(make_host, ws, backend, **sandbox)
+    await bash(
+        host,
+        "test -e .claude && test -e dsh.toml && test -e sub/deeper/thing && echo mounted > control",
+    )
     assert sorted(os.listdir(ws)) == [".git", "control"] if backend == "bwrap" else [".git"]
     assert os.listdir(other) == []
 
