@@ -7,9 +7,9 @@ A command runs as ``bash -c CMD`` wrapped by the first backend that works on thi
   real path, every protected path (`dsh_plugins_builtin._fence.protected_paths`) bound
   read-only over it (a missing one gets an empty read-only tmpfs, so it cannot be created by
   the command either; bwrap makes an empty directory there as the mount point, which
-  `_MountPoints` removes once no running command needs it), a fresh ``/dev`` and ``/proc``, a fresh ``/tmp``
-  unless ``/tmp`` is itself a writable root, ``--unshare-all`` (user where the kernel allows
-  it, IPC, UTS, cgroup, PID; network unless ``network`` is true), ``--cap-drop ALL``,
+  `_MountPoints` removes once no running command needs it), a fresh ``/dev`` and ``/proc``, a
+  fresh ``/tmp`` unless ``/tmp`` is itself a writable root, ``--unshare-all`` (user where the
+  kernel allows it, IPC, UTS, cgroup, PID; network unless ``network`` is true), ``--cap-drop ALL``,
   ``--die-with-parent``, ``--new-session`` and the seccomp filter of
   `dsh_plugins_builtin._seccomp` through ``--seccomp FD``.
 * ``landlock``: set up in a forked child before ``exec`` (`dsh_plugins_builtin._landlock`):

@@ -11,8 +11,9 @@ the real path of its deepest existing ancestor is taken and the missing suffix r
   read root.
 * ``read-only``: every write is denied; reads as for ``workspace-write``.
 
-Inside writable roots, the `protected_paths` (``.git``, ``.claude``, ``.dsh``, ``dsh.toml``
-and the config file in use, by default) stay read-only: `check_write` refuses them and everything under them.
+Inside writable roots, the `protected_paths` (``.git``, ``.claude``, ``.dsh``, ``dsh.toml``,
+the config file in use and dsh's own installation, by default) stay read-only: `check_write`
+refuses them and everything under them.
 
 The fence decides *which* real path a call may touch; `open_read` and `atomic_write_text` then
 open it race-free: the root is opened from ``/`` without following symlinks and compared with
