@@ -218,12 +218,15 @@ def _cmd_config(args: argparse.Namespace) -> int:
 # -- call -----------------------------------------------------------------------------------
 
 
-def json_object(value: Any, what: str) -> dict[str, Any]:
+_ARGUMENTS_EXAMPLE = '{"path": "README.md"}'
+CALL_EXAMPLE = '{"id": "1", "name": "read_file", "arguments": {"path": "README.md"}}'
+
+
+def json_object(value: Any, what: str, example: str = _ARGUMENTS_EXAMPLE) -> dict[str, Any]:
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", type(None): "null"}.get(type(value))
         raise UsageError(
-            f'{what} must be a JSON object such as {{"path": "README.md"}}, '
-            f"not {kind or json.dumps(value)}"
+            f"{what} must be a JSON object such as {example}, not {kind or json.dumps(value)}"
         )
     return value
 

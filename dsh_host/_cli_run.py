@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from ._cli import (
+    CALL_EXAMPLE,
     UsageError,
     build_host,
     dump,
@@ -57,7 +58,7 @@ class _Line:
 def _parse_line(number: int, text: str) -> _Line:
     found: dict[str, Any] = {}  # what was read before a problem, for the report
     try:
-        call = json_object(parse_json(text, "the line is"), "the line")
+        call = json_object(parse_json(text, "the line is"), "the line", CALL_EXAMPLE)
         if isinstance(call.get("id"), str):
             found["id"] = call["id"]
         if isinstance(call.get("function"), dict):  # OpenAI: {"id", "type", "function": {...}}

@@ -540,17 +540,22 @@ def test_run_reports_a_bad_line_by_number_and_runs_the_rest(dsh, workdir):
         '{"id": "c", "name": "echo", "argumnets": {}}',
         '{"id": "a", "name": "echo", "arguments": {"text": "again"}}',
         '{"id": "d", "type": "tool_use", "name": "echo", "input": {"text": "three"}}',
+        '["read_file", {"path": "README.md"}]',
     )
     status, out, err = dsh("run", calls)
     assert status == 2
     assert "calls.jsonl:2: the line is not valid JSON" in err
+    assert (
+        'calls.jsonl:8: the line must be a JSON object such as {"id": "1", "name": "read_file", '
+        '"arguments": {"path": "README.md"}}, not an array'
+    ) in err
     assert "calls.jsonl:5: unknown key 'argumnets' (did you mean 'arguments'?)" in err
     assert "calls.jsonl:6: duplicate id 'a' (first on line 1)" in err
     assert ran() == ["echo", "echo", "echo"]
     assert "    one" in out
     assert "    two" in out
     assert "    three" in out
-    assert "3 calls, 0 failed, 3 bad lines" in out
+    assert "3 calls, 0 failed, 4 bad lines" in out
 
 
 def test_run_json_is_one_result_per_line_with_ids(dsh, workdir, monkeypatch):
