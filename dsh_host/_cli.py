@@ -395,7 +395,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="serve as if started in DIR: its dsh.toml and the default workspace "
                    "(MCP clients often start servers in an arbitrary directory)")  # fmt: skip
     p.add_argument("--http", metavar="HOST:PORT",
-                   help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")  # fmt: skip
+                   help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+                   "(a loopback HOST only, unless --public)")  # fmt: skip
+    p.add_argument("--public", action="store_true",
+                   help="allow a --http HOST that is not a loopback address (there is no "
+                   "authentication: anyone who can reach it can run tools)")  # fmt: skip
     p.add_argument("--list-all", action="store_true",
                    help="also list tools the configuration denies outright")  # fmt: skip
     p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,

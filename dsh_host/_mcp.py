@@ -10,6 +10,7 @@ at the null device, so a tool or child process that prints cannot corrupt the pr
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import sys
@@ -24,6 +25,8 @@ from ._mcp_wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIN
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable, Iterator
+
+    from mcp.server.transport_security import TransportSecuritySettings
 
     from ._host import Host
 
@@ -98,12 +101,51 @@ async def serve_stdio(
             await serve(host, receive, send, list_all=list_all, max_line=max_line)
 
 
-def parse_bind(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong."""
+def parse_bind(text: str, public: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong.
+
+    A HOST that is not a loopback address is refused unless *public*: the server has no
+    authentication, so anyone who reaches the port could run tools under this host's policy.
+    """
     where, sep, port = text.rpartition(":")
     if not sep or not where or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"--http takes HOST:PORT such as 127.0.0.1:8765, not {text!r}")
-    return where.strip("[]"), int(port)
+    address = where.strip("[]")
+    if not public and not _loopback(address):
+        raise ValueError(
+            f"--http {text}: {address!r} is not a loopback address, and dsh mcp serve has no "
+            "authentication: anyone who can reach it could run tools under this policy. Bind "
+            "127.0.0.1, [::1] or localhost (put an authenticating proxy in front to serve other "
+            "machines), or pass --public to serve it anyway"
+        )
+    return address, int(port)
+
+
+def _loopback(address: str) -> bool:
+    """Whether *address* (an IP literal, or ``localhost``) names this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def _transport_security(address: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for a loopback *address*: only requests whose Host (and Origin,
+    if any) name a loopback spelling are served. The SDK turns it on by itself for three exact
+    spellings only (``127.0.0.1``, ``localhost``, ``::1``), not for ``127.0.0.2``, say."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not _loopback(address):
+        return None  # --public: no host list could be right
+    spelled = f"[{address}]" if ":" in address else address
+    hosts = dict.fromkeys([spelled, "127.0.0.1", "localhost", "[::1]"])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{host}:*" for host in hosts],
+        allowed_origins=[f"http://{host}:*" for host in hosts],
+    )
 
 
 async def serve_http(
@@ -112,21 +154,28 @@ async def serve_http(
     *,
     list_all: bool = False,
     max_body: int = DEFAULT_MAX_LINE,
+    public: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
 
     POST bodies are validated first (`ValidatingApp`). ``task_status.started`` receives the
-    bound addresses (port 0 picks a free port).
+    bound addresses (port 0 picks a free port). A loopback *bind* serves only requests whose
+    Host and Origin name this machine (DNS-rebinding protection); any other is refused unless
+    *public* (see `parse_bind`).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
     from ._mcp_http import ValidatingApp
 
-    address, port = parse_bind(bind)
+    address, port = parse_bind(bind, public)
     service = McpService(host, list_all=list_all)
-    sdk_app = service.server.streamable_http_app(host=address, max_request_body_size=max_body)
+    sdk_app = service.server.streamable_http_app(
+        host=address,
+        max_request_body_size=max_body,
+        transport_security=_transport_security(address),
+    )
     app = ValidatingApp(sdk_app, max_body=max_body)
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
@@ -168,9 +217,14 @@ def run_serve_command(
         )
     if args.http is not None:
         try:
-            parse_bind(args.http)
+            parse_bind(args.http, args.public)
         except ValueError as exc:
             raise usage_error(str(exc)) from None
+        if args.public:
+            sys.stderr.write(
+                f"dsh mcp serve: serving {args.http} with no authentication (--public): anyone "
+                "who can reach it can run tools under this policy\n"
+            )
     if args.workspace is not None:
         try:
             os.chdir(args.workspace)
@@ -183,7 +237,10 @@ def run_serve_command(
 
     async def serving() -> None:
         if args.http is not None:
-            await serve_http(host, args.http, list_all=list_all, max_body=args.max_message_bytes)
+            await serve_http(
+                host, args.http, list_all=list_all, max_body=args.max_message_bytes,
+                public=args.public,
+            )  # fmt: skip
         else:
             await serve_stdio(host, list_all=list_all, max_line=args.max_message_bytes)
 

@@ -135,6 +135,51 @@ def test_bad_options_are_usage_errors(tmp_path, capsys):
     assert "--max-message-bytes" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bind", ["0.0.0.0:8765", "[::]:8765", "192.168.1.5:80", "mcp.example:80"])
+def test_http_on_an_address_other_machines_reach_needs_public(bind, capsys):
+    """No authentication: a bind others can reach is refused before anything is served."""
+    from dsh_host._mcp import parse_bind
+
+    assert main(["mcp", "serve", "--no-entrypoints", "--http", bind]) == 2
+    err = capsys.readouterr().err
+    assert "is not a loopback address, and dsh mcp serve has no authentication" in err
+    assert "--public" in err
+    assert parse_bind(bind, public=True)[1] in (80, 8765)  # --public lets it through
+    for loopback in ("127.0.0.1:0", "127.0.0.2:0", "[::1]:0", "localhost:0"):
+        assert parse_bind(loopback)[1] == 0
+
+
+async def test_http_on_loopback_refuses_other_hosts_and_origins(make_host):
+    """DNS rebinding: a web page whose name resolves to 127.0.0.x must not reach the tools. The
+    SDK protects three exact spellings only; 127.0.0.2 is loopback too."""
+    import httpx2
+
+    from dsh_host._mcp import serve_http
+
+    host = host_with_tools(make_host)
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}
+
+    def client(url: str) -> list[int]:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        with httpx2.Client(timeout=30) as http:
+            return [
+                http.post(url, headers={**headers, **extra}, json=init).status_code
+                for extra in (
+                    {"host": f"evil.example:{port}"},
+                    {"origin": "http://evil.example"},
+                    {"origin": f"http://127.0.0.2:{port}"},  # control: this machine
+                    {},  # control
+                )
+            ]
+
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(serve_http, host, "127.0.0.2:0")
+        statuses = await trio.to_thread.run_sync(client, bound[0] + "/mcp")
+        nursery.cancel_scope.cancel()
+    assert statuses == [421, 403, 200, 200]
+
+
 async def test_streamable_http_serves_the_sdk_client(make_host):
     """The server runs under trio (hypercorn's trio worker); the SDK client on asyncio."""
     from mcp.client.session import ClientSession
