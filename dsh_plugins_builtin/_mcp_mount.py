@@ -18,14 +18,17 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import mcp_types as types
 import trio
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.client.session import ClientSession
+
+# The SDK (pydantic models: about a second to import) is imported only when a server is
+# mounted, so a host with no [plugin.mcp] servers starts without it.
 
 __all__ = ["Link", "McpServerConfig", "Mount"]
 
@@ -89,6 +92,8 @@ class Link:
         return f"{what}; its stderr ends: {tail}" if tail else what
 
     async def _list(self, session: ClientSession) -> list[types.Tool]:
+        import mcp_types as types
+
         tools: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(1000):  # a server whose cursor never ends is cut off
@@ -102,6 +107,8 @@ class Link:
         return [t for t in tools if allowed is None or t.name in allowed]
 
     async def _on_message(self, message: Any) -> None:
+        import mcp_types as types
+
         root = getattr(message, "root", message)
         if isinstance(root, types.ToolListChangedNotification):
             # Marked at once, before the messages after it are read: the host re-lists
@@ -115,6 +122,10 @@ class Link:
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
         self._stop = asyncio.Event()
         config = self.config
         try:

@@ -28,10 +28,9 @@ import os
 import re
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import mcp_types as types
 
 from dsh_host import (
     ConfigError,
@@ -47,6 +46,9 @@ from dsh_host import (
 
 from ._hook_launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
 from ._mcp_mount import Link, McpServerConfig, Mount
+
+if TYPE_CHECKING:
+    import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
 
@@ -122,6 +124,8 @@ def _check(config: McpConfig, where: str | None) -> None:
 
 
 def _content(result: types.CallToolResult, server: str) -> list[TextBlock | ImageBlock]:
+    import mcp_types as types
+
     blocks: list[TextBlock | ImageBlock] = []
     for item in result.content:
         if isinstance(item, types.TextContent):

@@ -374,3 +374,24 @@ def test_a_server_program_a_tool_could_rewrite_is_refused_at_start(server_script
         assert "mcp__t__echo" in [t.name for t in host.registry.tools()]
     finally:
         control.close()
+
+
+def test_a_host_with_no_mcp_server_does_not_import_the_sdk(tmp_path):
+    """The SDK (about a second of pydantic models) is imported only when a server is mounted:
+    every `dsh call` starts the mcp plugin, and most configure no server."""
+    code = textwrap.dedent(
+        f"""
+        import sys, trio
+        from dsh_host import Host
+        host = Host({{"host": {{"workspace": {str(tmp_path)!r}}}}}, environ={{}})
+        assert "mcp" in [name for name, _ in host.pm.list_name_plugin()]
+        trio.run(host.call, "read_file", {{"path": "missing.txt"}})
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("mcp", "mcp_types"))
+        print(loaded)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
