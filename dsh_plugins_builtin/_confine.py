@@ -59,6 +59,7 @@ import attrs
 import trio
 
 from dsh_plugins_builtin import _forkclient, _landlock
+from dsh_plugins_builtin._beneath import open_dir_nofollow
 from dsh_plugins_builtin._fence import (
     RootReplaced,
     SandboxPolicy,
@@ -617,10 +618,24 @@ class _MountPoints:
                     continue
                 del self._users[path]
                 for directory in (path, *parents):  # the deepest first
-                    try:
-                        os.rmdir(directory)
-                    except OSError:  # not empty, gone, not a directory: keep it (and above)
-                        break
+                    if not _remove_empty(directory):
+                        break  # not empty, gone, not a directory: keep it (and above)
+
+
+def _remove_empty(directory: Path) -> bool:
+    """``rmdir`` the canonical *directory*, reached from ``/`` through no symlink (a command may
+    have swapped a parent for one, to aim the removal elsewhere); whether it was removed."""
+    try:
+        parent = open_dir_nofollow(str(directory.parent))
+    except OSError:
+        return False
+    try:
+        os.rmdir(directory.name, dir_fd=parent)
+    except OSError:
+        return False
+    finally:
+        os.close(parent)
+    return True
 
 
 _MOUNT_POINTS = _MountPoints()

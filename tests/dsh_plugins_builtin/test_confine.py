@@ -568,3 +568,26 @@ async def test_a_probed_machine_costs_no_thread_hop_per_command(
     monkeypatch.setattr(trio.to_thread, "run_sync", no_probe_thread)
     result = await run_confined("echo ok", cwd=ws, policy=policy, backend=backend, timeout=30)
     assert result.output == "ok\n"
+
+
+def test_mount_points_are_removed_through_no_symlink(tmp_path: Path) -> None:
+    """A command swapped a parent of a mount point for a symlink: the removal after it must not
+    follow it to an empty directory of the same name elsewhere."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deeper" / "thing").mkdir(parents=True)  # what the swap aims at
+    points = _confine._MountPoints()
+    path = ws / "sub" / "deeper" / "thing"
+    assert points.take([path]) == {path}
+    path.mkdir(parents=True)  # what bwrap makes
+    (ws / "sub").rename(ws / "moved")  # the command's swap
+    (ws / "sub").symlink_to(elsewhere)
+    points.give_back([path])
+    assert (elsewhere / "deeper" / "thing").is_dir()  # not followed
+    assert (ws / "moved" / "deeper" / "thing").is_dir()  # left as it is: cannot be reached
+    control = ws / "sub2" / "thing"
+    assert points.take([control]) == {control}
+    control.mkdir(parents=True)
+    points.give_back([control])
+    assert sorted(os.listdir(ws)) == ["moved", "sub"]  # sub2 and sub2/thing removed
