@@ -269,8 +269,8 @@ def _read_result(
         return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
     if offset > total:
         raise ToolArgsError(
-            [f'"offset" is {offset} but {shown} has only {total} lines; pass an offset from 1 '
-             f"to {total}"]
+            [f'"offset" is {offset} but {shown} has only {total} line{"s" if total != 1 else ""}; '
+             f"pass an offset from 1 to {total}"]
         )  # fmt: skip
     body = "\n".join(["%6d\t%s" % line for line in lines])  # noqa: UP031 - the fastest
     last = lines[-1][0]

@@ -96,6 +96,12 @@ async def test_bad_window_is_invalid_args(
     assert fragment in result.text
 
 
+async def test_an_offset_past_a_one_line_file_says_line(host: Host, ws: Path) -> None:
+    (ws / "one.txt").write_text("only\n")
+    result = await host.call("read_file", {"path": "one.txt", "offset": 3})
+    assert '"offset" is 3 but one.txt has only 1 line; pass an offset from 1 to 1' in result.text
+
+
 async def test_long_lines_are_cut_with_a_marker(host: Host, ws: Path) -> None:
     (ws / "long.txt").write_text("a" * 5000 + "\nshort\n")
     result = await host.call("read_file", {"path": "long.txt"})
