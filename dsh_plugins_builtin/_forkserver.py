@@ -131,13 +131,7 @@ class _Server:
         return True
 
     def reap(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, _ in _landlock.exited():
             self.launchers.discard(pid)
         for pid in _landlock._children():  # orphans of a launcher that was killed outright
             if pid not in self.launchers:

@@ -33,7 +33,7 @@ import os
 import signal
 import stat
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from dsh_plugins_builtin._seccomp import SeccompUnavailable, filter_bpf
@@ -45,6 +45,7 @@ __all__ = [
     "REPORT_STATUS",
     "LandlockUnavailable",
     "Prepared",
+    "exited",
     "landlock_abi",
     "prepare",
 ]
@@ -350,6 +351,18 @@ def _children() -> list[int]:
         return []
 
 
+def exited() -> Iterator[tuple[int, int]]:
+    """Reap the children that have exited, without waiting: ``(pid, wait status)`` each."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # no child at all
+            return
+        if pid == 0:  # none has exited (yet)
+            return
+        yield pid, status
+
+
 def _kill_descendants() -> None:
     """SIGKILL every child until none is left (orphans of killed ones come back as children)."""
     while True:
@@ -394,13 +407,7 @@ def _supervise(child: int, report: int = -1) -> NoReturn:
             info = signal.sigwaitinfo({signal.SIGTERM, signal.SIGCHLD})
             if info.si_signo == signal.SIGTERM:
                 break
-            while True:
-                try:
-                    pid, st = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
+            for pid, st in exited():
                 if pid == child:
                     status = st
                     break
