@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._contain import genuine
 from ._hooks import Impl, PluginFailure
-from ._stage import _NO_TRAP, _Budget, _Driven, _Stage, _stage_failed, _Staging
+from ._stage import _NO_TRAP, _Budget, _contained, _Driven, _Stage, _stage_failed, _Staging
 
 if TYPE_CHECKING:
     from ._pipeline import Pipeline
@@ -166,10 +165,7 @@ class _Chain(_Staging):
         impl = slow.impl
         hook = self.links.hook
         if isinstance(slow, _Raised):
-            exc = slow.error
-            if isinstance(exc, PluginFailure) or await genuine(exc):
-                raise exc
-            raise PluginFailure(impl.plugin, hook, exc) from exc
+            await _contained(impl.plugin, hook, slow.error)
         stage = self.staged()
         nxt = slow.nxt
         budget = _Budget(self.links.limit, stage) if nxt is None else nxt.own()
@@ -180,12 +176,8 @@ class _Chain(_Staging):
                 value = await _Driven(
                     stage, slow.error, budget, impl.plugin, hook, slow.trap, slow.depth
                 )
-        except PluginFailure:
-            raise
         except BaseException as exc:
-            if await genuine(exc):
-                raise
-            raise PluginFailure(impl.plugin, hook, exc) from exc
+            await _contained(impl.plugin, hook, exc)
         if value is None:
             if nxt is not None and nxt.answer is not None:
                 return nxt.answer

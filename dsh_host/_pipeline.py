@@ -21,7 +21,7 @@ import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -34,7 +34,16 @@ from ._hooks import HookRelay, Impl, Plan, PluginFailure
 from ._json import freeze
 from ._outcomes import aborted, failure, from_exception, plugin_failed
 from ._signal import _inert
-from ._stage import _Budget, _cancel_status, _Driven, _late, _settle, _Stage, _stage_failed
+from ._stage import (
+    _Budget,
+    _cancel_status,
+    _contained,
+    _Driven,
+    _late,
+    _settle,
+    _Stage,
+    _stage_failed,
+)
 from ._text import printable
 from ._trace import Trace, TraceEvent, describe, emit
 from ._values import (
@@ -253,12 +262,6 @@ class Pipeline:
             emit(trace, kwargs, hook, impl.plugin, outcome, started)
         return value
 
-    async def _contain(self, impl: Impl, hook: str, exc: BaseException) -> NoReturn:
-        """Raise what a synchronous implementation's exception becomes (`PluginFailure`)."""
-        if isinstance(exc, PluginFailure) or await genuine(exc):
-            raise exc
-        raise PluginFailure(impl.plugin, hook, exc) from exc
-
     def _plain(
         self, impls: tuple[Impl, ...], start: int, hook: str, args: tuple[Any, ...], tool: str
     ) -> tuple[int, Any]:
@@ -340,7 +343,7 @@ class Pipeline:
         while True:
             impl = slow.impl
             if isinstance(slow, _Raised):
-                await self._contain(impl, hook, slow.error)
+                await _contained(impl.plugin, hook, slow.error)
             kwargs = dict(zip(_HOOK_ARGS[hook], args, strict=True))
             value = await self._call(impl, hook, None, kwargs, returned=slow.error)
             if value is not None:
@@ -401,7 +404,7 @@ class Pipeline:
                     try:
                         value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
                     except BaseException as exc:
-                        await self._contain(impl, hook, exc)
+                        await _contained(impl.plugin, hook, exc)
                     if value is not None and inspect.isawaitable(value):
                         value = await self._call(
                             impl, hook, trace, kwargs, bound=bound, stage=stage, returned=value
@@ -696,7 +699,7 @@ class Pipeline:
                     try:
                         reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
                     except BaseException as exc:
-                        await self._contain(impl, hook, exc)
+                        await _contained(impl.plugin, hook, exc)
                     if reason is not None and inspect.isawaitable(reason):
                         reason = await self._call(
                             impl, hook, trace, kwargs, stage=stage, returned=reason
@@ -842,12 +845,8 @@ class Pipeline:
                                 )
                         else:
                             value = await w.staged().run(value, token.own(), impl.plugin, hook)
-                except PluginFailure:
-                    raise
                 except BaseException as exc:
-                    if await genuine(exc):
-                        raise
-                    raise PluginFailure(impl.plugin, hook, exc) from exc
+                    await _contained(impl.plugin, hook, exc)
                 result = value
             return self._wrapper_result(impl, token, result)
         # Every link left was a tail call: the caller runs the body, so that no frame of the
@@ -912,7 +911,7 @@ class Pipeline:
         try:
             with w:
                 if held.error is not None:
-                    await self._contain(impl, hook, held.error)
+                    await _contained(impl.plugin, hook, held.error)
                 value = await _Driven(
                     w.staged(), held.coroutine, token.own(), impl.plugin, hook, held.trap
                 )

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import trio
 
-from ._contain import HookTimeout, is_cancellation, seconds
+from ._contain import HookTimeout, genuine, is_cancellation, seconds
 from ._hooks import PluginFailure
 
 
@@ -345,6 +345,15 @@ async def _settle(value: Any, budget: _Budget, stage: _Stage, plugin: str, hook:
             return stop.value
         return await _Driven(stage, value, budget, plugin, hook, trap, depth)
     return await stage.run(value, budget, plugin, hook)
+
+
+async def _contained(plugin: str, hook: str, exc: BaseException) -> NoReturn:
+    """Raise what *exc*, raised in *plugin*'s *hook*, becomes: itself when it is a
+    `PluginFailure` already or a genuine cancellation or interrupt (`genuine`), else a
+    `PluginFailure` naming the plugin and the hook."""
+    if isinstance(exc, PluginFailure) or await genuine(exc):
+        raise exc
+    raise PluginFailure(plugin, hook, exc) from exc
 
 
 def _stage_failed(stage: _Stage | None) -> NoReturn:
