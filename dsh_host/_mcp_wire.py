@@ -83,7 +83,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, float):
-        return f"the fraction {value!r}"
+        return f"the number {value!r}"
     if isinstance(value, list):
         return "an array"
     if isinstance(value, dict):

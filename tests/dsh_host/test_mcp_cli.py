@@ -250,6 +250,9 @@ async def test_hostile_http_bodies_get_json_rpc_errors(make_host):
                 error = answer.json()
                 statuses.append((answer.status_code, error["id"], error["error"]["code"]))
                 assert statuses[-1] == (status, reply_id, code), body[:50]
+                if b'"id":1.5' in body:  # over HTTP the SDK cannot echo a fractional id
+                    expected = "the id must be a string or an integer, not the number 1.5"
+                    assert error["error"]["message"] == expected
             bad_note = b'{"jsonrpc":"2.0","method":"notifications/x","params":3}'
             assert http.post(url, headers=session, content=bad_note).status_code == 202
             ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
