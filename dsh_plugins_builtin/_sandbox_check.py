@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,30 +10,15 @@ import attrs
 
 from dsh_host import Host
 from dsh_plugins_builtin._confine import SandboxUnavailable, resolve_bwrap, select_backend
-from dsh_plugins_builtin._fence import (
-    install_in_roots,
-    install_paths,
-    readable_roots,
-    writable_roots,
-)
+from dsh_plugins_builtin._fence import install_in_roots, readable_roots, writable_roots
 
-__all__ = ["check_report", "plugin_modules", "render_report"]
+__all__ = ["check_report", "render_report"]
 
 FIX_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or use a Linux kernel with "
     'Landlock, or set [plugin.sandbox] mode = "danger-full-access" to run commands unconfined; '
     "`dsh sandbox check` shows what works on this machine"
 )
-
-
-def plugin_modules(host: Host) -> list[str]:
-    """The modules the host's plugins come from (their code runs at the next start too)."""
-    names = []
-    for plugin in host.pm.get_plugins():
-        name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
-        if isinstance(name, str):
-            names.append(name)
-    return names
 
 
 def _find_plugin(host: Host, plugin_class: type) -> tuple[Any, str | None]:
@@ -108,7 +92,7 @@ def check_report(
     # dsh's own installation: read-only to tools where it lies in a writable root, unless
     # protect_install is off (then it is reported as exposed)
     roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
-    everywhere = attrs.evolve(policy, install=install_paths(plugin_modules(host)))
+    everywhere = attrs.evolve(policy, install=plugin.install)
     inside = [str(p) for p in install_in_roots(everywhere, roots)]
     report["install"] = {
         "protected": inside if config.protect_install else [],

@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import sys
+import types
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -58,7 +59,6 @@ from dsh_plugins_builtin._fence import (
 from dsh_plugins_builtin._sandbox_check import (
     FIX_HINT,
     check_report,
-    plugin_modules,
     render_report,
 )
 
@@ -174,6 +174,16 @@ class SandboxConfig:
     bwrap: str | None = None
 
 
+def _plugin_modules(host: Host) -> list[str]:
+    """The modules the host's plugins come from (their code runs at the next start too)."""
+    names = []
+    for plugin in host.pm.get_plugins():
+        name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
 def _root(value: str, workspace: Path) -> Path:
     return workspace / os.path.expanduser(value)
 
@@ -224,6 +234,9 @@ class SandboxPlugin:
         self._config: SandboxConfig | None = None
         self._policy: SandboxPolicy | None = None
         self._bwrap: tuple[str | None, str] | None = None
+        self.install: tuple[Path, ...] = ()
+        """Where the next run executes code from (`install_paths`), found at start whether or
+        not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
 
     @hookimpl
     def dsh_plugin_config(self) -> type:
@@ -235,9 +248,8 @@ class SandboxPlugin:
         """Read the configuration and build the policy."""
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self._policy = build_policy(
-            self._config, host.workspace, host.config.source, install_paths(plugin_modules(host))
-        )
+        self.install = install_paths(_plugin_modules(host))
+        self._policy = build_policy(self._config, host.workspace, host.config.source, self.install)
         self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
         self._check_enforceable(host)
 

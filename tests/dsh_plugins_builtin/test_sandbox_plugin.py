@@ -225,15 +225,12 @@ def test_check_reports_backends_and_choice(
 def test_check_says_whether_dsh_s_own_installation_is_writable(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dsh_plugins_builtin import _sandbox_check
-
     monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
     venv = project / "venv"
     (venv / "lib").mkdir(parents=True)
     elsewhere = Path(tempfile.gettempdir()).parent / "usr-lib-python-nowhere"
     fake = lambda modules: (venv / "lib", venv, elsewhere)  # noqa: E731
     monkeypatch.setattr(sandbox_module, "install_paths", fake)
-    monkeypatch.setattr(_sandbox_check, "install_paths", fake)
     write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -250,6 +247,19 @@ def test_check_says_whether_dsh_s_own_installation_is_writable(
         "WARNING: dsh's own installation is writable by tools and commands "
         f"(protect_install = false), so they can change the next run's policy: {venv}"
     ]
+
+
+def test_the_sandbox_finds_the_code_of_every_plugin_the_host_loaded(tmp_path: Path) -> None:
+    import sys
+
+    class Local:  # a plugin from this test module: its top-level package is `tests`
+        name = "local"
+
+    sandbox = SandboxPlugin()
+    config = {"host": {"workspace": str(tmp_path)}}
+    Host(config, plugins=[sandbox, Local()], load_entrypoints=False, environ={})
+    assert Path(sys.modules["tests"].__path__[0]) in sandbox.install
+    assert Path(sandbox_module.__file__).parent in sandbox.install  # dsh's own
 
 
 def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
