@@ -67,9 +67,12 @@ async def _body(args: Any, ctx: Any) -> Any:
 
 
 class _BenchTools:
-    """Registers the benchmark's echo tool at start, like any tool plugin."""
+    """Registers the benchmark's echo tool (*body*) at start, like any tool plugin."""
 
     name = "bench-tools"
+
+    def __init__(self, body: Callable[[Any, Any], Any] = _body) -> None:
+        self.body = body
 
     @dsh_host.hookimpl
     def dsh_register_tools(self, register: Callable[..., Any]) -> None:
@@ -78,7 +81,7 @@ class _BenchTools:
                 name="echo",
                 description="Echo the text back.",
                 parameters={"text": {"type": "string", "required": True}, "n": {"type": "integer"}},
-                execute=_body,
+                execute=self.body,
                 is_concurrency_safe=lambda args: True,
             )
         )
@@ -130,29 +133,12 @@ class _Floor:
 
     def __init__(self, stack: Any, where: pathlib.Path) -> None:
         self.execution: Any = None
-        floor = self
 
-        class _StashingTools(_BenchTools):
-            @dsh_host.hookimpl
-            def dsh_register_tools(self, register: Callable[..., Any]) -> None:
-                async def body(args: Any, ctx: Any) -> Any:
-                    floor.execution = ctx.execution
-                    return args["text"]
+        async def stashing(args: Any, ctx: Any) -> Any:  # `_body`, keeping the call's execution
+            self.execution = ctx.execution
+            return args["text"]
 
-                register(
-                    dsh_host.define_tool(
-                        name="echo",
-                        description="Echo the text back.",
-                        parameters={
-                            "text": {"type": "string", "required": True},
-                            "n": {"type": "integer"},
-                        },
-                        execute=body,
-                        is_concurrency_safe=lambda args: True,
-                    )
-                )
-
-        self.execute = _host(where, (), tools=_StashingTools()).registry.execute
+        self.execute = _host(where, (), tools=_BenchTools(stashing)).registry.execute
         self.body_result = _Ready(None)
         ready = {
             "dsh_tool_pre_execute": _Ready(dsh_host.Allow()),
