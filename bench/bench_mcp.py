@@ -5,7 +5,7 @@ Both servers are real child processes on stdio, driven by the official SDK clien
 
 - ``plain``: the SDK's lowlevel ``Server`` with one ``echo`` tool, on the SDK's own stdio
   transport (no dsh at all);
-- ``dsh``: ``dsh_host._mcp.serve_stdio`` over a host with the same ``echo`` tool and no plugins
+- ``dsh``: ``dsh_host._mcp._service.serve_stdio`` over a host with the same ``echo`` tool and no plugins
   (the wire layer, the SDK session, the whole pipeline);
 - ``dsh+stack``: as ``dsh``, with the installed built-in plugins loaded (permissions, guards,
   timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``;
@@ -61,7 +61,7 @@ DSH = """
 import sys
 import trio
 from dsh_host import Host, define_tool
-from dsh_host._mcp import serve_stdio
+from dsh_host._mcp._service import serve_stdio
 
 async def echo(args):
     return args["text"]

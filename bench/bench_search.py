@@ -45,9 +45,10 @@ from typing import Any
 import trio
 
 from dsh_host import Host, hookimpl
-from dsh_plugins_builtin import _grep_tool, _search_tools
-from dsh_plugins_builtin._confine import confine_argv, probe_backends, scrub_env
-from dsh_plugins_builtin._ripgrep import find_rg, rg_command
+from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends, scrub_env
+from dsh_plugins_builtin._tools import _grep as _grep_tool
+from dsh_plugins_builtin._tools import _search as _search_tools
+from dsh_plugins_builtin._tools._ripgrep import find_rg, rg_command
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

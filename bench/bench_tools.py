@@ -35,9 +35,9 @@ from typing import Any
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin import _confine
-from dsh_plugins_builtin._confine import probe_backends
-from dsh_plugins_builtin._walk import walk_files
+from dsh_plugins_builtin._sandbox import _confine
+from dsh_plugins_builtin._sandbox._confine import probe_backends
+from dsh_plugins_builtin._tools._walk import walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

@@ -6,7 +6,9 @@ Everything public is re-exported here; the modules behind it are private.
 from __future__ import annotations
 
 from . import hookspecs
-from ._errors import (
+from ._host._host import Host
+from ._host._plugins import PluginInfo, PluginStatus
+from ._model._errors import (
     ConfigError,
     DshError,
     JsonSchemaError,
@@ -15,33 +17,11 @@ from ._errors import (
     ToolNotFoundError,
     ToolOutputError,
 )
-from ._hooks import hookimpl, hookspec
-from ._host import Host
-from ._json import FrozenDict, JsonInputError, canonical_json, parse_json, thaw
-from ._jsonsubset import assert_supported_json_schema, validate_json_schema_value
-from ._plugins import PluginInfo, PluginStatus
-from ._presentation import (
-    DiffCallView,
-    DiffResultView,
-    FileDiff,
-    FileLocation,
-    GenericCallView,
-    GenericResultView,
-    ReadResultView,
-    SearchResultView,
-    TerminalCallView,
-    TerminalResultView,
-    ToolCallKind,
-    view_to_json,
-)
-from ._registry import ToolRegistry
-from ._schema import Prop, to_json_schema
-from ._signal import AbortSignal
-from ._text import printable
-from ._tool import ToolDefinition, ToolSchema, define_tool, tool
-from ._trace import TraceEvent
-from ._validate import validate_args
-from ._values import (
+from ._model._json import FrozenDict, JsonInputError, canonical_json, parse_json, thaw
+from ._model._signal import AbortSignal
+from ._model._text import printable
+from ._model._trace import TraceEvent
+from ._model._values import (
     Accept,
     Allow,
     ApprovalOutcome,
@@ -61,6 +41,26 @@ from ._values import (
     ToolRestriction,
     ToolRunContext,
 )
+from ._model._views import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallKind,
+    view_to_json,
+)
+from ._registry._hooks import hookimpl, hookspec
+from ._registry._registry import ToolRegistry
+from ._schema._dsl import Prop, to_json_schema
+from ._schema._jsonsubset import assert_supported_json_schema, validate_json_schema_value
+from ._schema._tool import ToolDefinition, ToolSchema, define_tool, tool
+from ._schema._validate import validate_args
 
 __all__ = [
     "AbortSignal",

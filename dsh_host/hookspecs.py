@@ -30,13 +30,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ._hooks import hookspec
+from ._registry._hooks import hookspec
 
 if TYPE_CHECKING:
-    from ._host import Host
-    from ._presentation import CallView, ResultView
-    from ._tool import ToolDefinition
-    from ._values import (
+    from ._host._host import Host
+    from ._model._values import (
         Accept,
         Allow,
         ApprovalOutcome,
@@ -48,6 +46,8 @@ if TYPE_CHECKING:
         ToolExecution,
         ToolExecutionResult,
     )
+    from ._model._views import CallView, ResultView
+    from ._schema._tool import ToolDefinition
 
     Register = Callable[[ToolDefinition, Scope | None], Callable[[], None]]
 

@@ -22,18 +22,18 @@ from typing import Any, final
 
 import attrs
 
-from ._hooks import hookimpl
-from ._host import Host
-from ._pipeline import new_call_id
-from ._tool import ToolDefinition, define_tool
-from ._trace import TraceEvent
-from ._values import (
+from ._host._host import Host
+from ._model._trace import TraceEvent
+from ._model._values import (
     ApprovalOutcome,
     ApprovalRequest,
     Scope,
     ToolExecutionInput,
     ToolExecutionResult,
 )
+from ._pipeline._pipeline import new_call_id
+from ._registry._hooks import hookimpl
+from ._schema._tool import ToolDefinition, define_tool
 
 __all__ = [
     "ScriptedApprover",

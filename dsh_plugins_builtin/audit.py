@@ -5,7 +5,7 @@ timeouts, plugin failures). Secrets in the arguments are redacted before anythin
 the value of every key whose name contains ``key``, ``token``, ``secret``, ``password``,
 ``passwd``, ``auth`` or ``credential`` (any case, at any depth) becomes ``"[REDACTED]"``.
 
-Rows go through `~dsh_plugins_builtin._audit_writer.AuditWriter`: a bounded queue and one writer
+Rows go through `~dsh_plugins_builtin._audit._writer.AuditWriter`: a bounded queue and one writer
 thread that builds them and commits them in batches (group commit), in WAL journal mode. With
 ``durability = "async"`` (the default) a call returns once its row is queued: the observer
 appends it under an uncontended lock and returns nothing to await (no thread hop); the writer
@@ -56,7 +56,7 @@ from dsh_host import (
     printable,
 )
 
-from ._audit_writer import COLUMNS, AuditWriter, redact, safe_text
+from ._audit._writer import COLUMNS, AuditWriter, redact, safe_text
 
 __all__ = [
     "AuditConfig",
@@ -269,7 +269,7 @@ def _writable_root_holding(host: Host, directory: Path) -> Path | None:
             raise
         except Exception:  # the sandbox plugin reports it when it starts; nothing to check
             return None
-    from ._fence import protected_paths, writable_roots
+    from ._sandbox._fence import protected_paths, writable_roots
 
     roots = writable_roots(policy)
     if roots == (Path("/"),):

@@ -38,7 +38,7 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._canonical import canonical
+from ._common._canonical import canonical
 
 __all__ = ["GuardsConfig", "GuardsPlugin"]
 

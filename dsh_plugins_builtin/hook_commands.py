@@ -54,12 +54,7 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin._fence import (
-    RootReplaced,
-    SandboxPolicy,
-    check_pinned,
-)
-from dsh_plugins_builtin._hook_launch import (
+from dsh_plugins_builtin._hooks._launch import (
     HookRefused,
     Launch,
     exposure_of,
@@ -67,8 +62,13 @@ from dsh_plugins_builtin._hook_launch import (
     safe_path_env,
     sandbox_policy,
 )
-from dsh_plugins_builtin._hook_payload import hook_names, tool_input, tool_response
-from dsh_plugins_builtin._hook_process import HookRunner, TreeRun, shared_runner
+from dsh_plugins_builtin._hooks._payload import hook_names, tool_input, tool_response
+from dsh_plugins_builtin._hooks._process import HookRunner, TreeRun, shared_runner
+from dsh_plugins_builtin._sandbox._fence import (
+    RootReplaced,
+    SandboxPolicy,
+    check_pinned,
+)
 
 __all__ = ["HookCommand", "HookCommandsConfig", "HookCommandsPlugin", "load_settings"]
 

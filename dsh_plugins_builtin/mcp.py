@@ -44,8 +44,8 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._hook_launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
-from ._mcp_mount import Link, McpServerConfig, Mount
+from ._hooks._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
+from ._mcp._mount import Link, McpServerConfig, Mount
 
 if TYPE_CHECKING:
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)

@@ -25,7 +25,7 @@ and an unpredictable name in a directory created ``0o700``. They are never delet
 The host never follows a symlink an agent planted (issue 8, item 7): the spill directory is
 resolved once, at start, to its canonical path; each spill then opens that path from ``/`` one
 component at a time following no symlink (``openat2`` / ``O_NOFOLLOW``, see
-`dsh_plugins_builtin._beneath`), creating missing levels ``0o700``, and creates the file in the
+`dsh_plugins_builtin._sandbox._beneath`), creating missing levels ``0o700``, and creates the file in the
 held directory. A directory swapped for a symlink after start makes the spill fail (the output
 passes in full, with a warning) instead of writing elsewhere. The default location is the
 user's cache directory, outside the workspace; a ``spill_dir`` inside the workspace is allowed
@@ -58,8 +58,8 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin._beneath import makedirs_nofollow
-from dsh_plugins_builtin._fence import protected_paths
+from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
+from dsh_plugins_builtin._sandbox._fence import protected_paths
 from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = [

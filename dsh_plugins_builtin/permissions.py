@@ -10,7 +10,7 @@
     import = [".claude/settings.json"]   # Claude Code settings: permissions.allow/ask/deny
 
 Deny beats ask beats allow; a call no rule matches gets the ``default``. The grammar and the
-matching live in `dsh_plugins_builtin._rules` (and the shell reading in ``_shell``). A rule
+matching live in `dsh_plugins_builtin._rules._rules` (and the shell reading in ``_shell``). A rule
 that does not parse, or a settings file that is not valid, stops the host with a `ConfigError`
 naming the rule, the file and the key; a settings file that does not exist, and a rule for a
 tool that is not installed, are a one-line warning on ``dsh_plugins_builtin.permissions``.
@@ -42,7 +42,7 @@ import attrs
 
 from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolDefinition, ToolExecution, hookimpl
 
-from ._rules import (
+from ._rules._rules import (
     EDIT_RULES,
     READ_RULES,
     Anchors,

@@ -5,10 +5,10 @@ roots, network) built from ``[plugin.sandbox]`` and ``[host] workspace``, and of
 the ``tools`` plugin calls from inside its tool bodies:
 
 * `SandboxPlugin.check_read` / `SandboxPlugin.check_write`: the file fence
-  (`dsh_plugins_builtin._fence`); a denial raises `SandboxDeniedError` (``SANDBOX_DENIED``);
+  (`dsh_plugins_builtin._sandbox._fence`); a denial raises `SandboxDeniedError` (``SANDBOX_DENIED``);
 * `SandboxPlugin.write_text`: an atomic write, fenced again right before the replace;
 * `SandboxPlugin.run`: ``bash -c`` confined by bubblewrap or Landlock
-  (`dsh_plugins_builtin._confine`); when nothing can confine the mode it raises
+  (`dsh_plugins_builtin._sandbox._confine`); when nothing can confine the mode it raises
   `SandboxUnavailableError` (``SANDBOX_UNAVAILABLE``) and nothing runs.
 
 `sandbox_check_command` is ``dsh sandbox check``: which backend works on this machine, why the
@@ -31,7 +31,12 @@ from typing import Any, Literal
 import attrs
 
 from dsh_host import ConfigError, DshError, Host, hookimpl
-from dsh_plugins_builtin._confine import (
+from dsh_plugins_builtin._sandbox._check import (
+    FIX_HINT,
+    check_report,
+    render_report,
+)
+from dsh_plugins_builtin._sandbox._confine import (
     ProcessResult,
     SandboxUnavailable,
     prepare_landlock,
@@ -42,7 +47,7 @@ from dsh_plugins_builtin._confine import (
     select_backend,
     startup_problem,
 )
-from dsh_plugins_builtin._fence import (
+from dsh_plugins_builtin._sandbox._fence import (
     FenceDenied,
     FileStamp,
     RootReplaced,
@@ -55,11 +60,6 @@ from dsh_plugins_builtin._fence import (
     install_paths,
     open_read,
     pin_roots,
-)
-from dsh_plugins_builtin._sandbox_check import (
-    FIX_HINT,
-    check_report,
-    render_report,
 )
 
 __all__ = [
@@ -145,7 +145,7 @@ class SandboxConfig:
         protect_install: Keep read-only, to every tool and to ``bash``, the places in the
             writable roots that the next ``dsh`` run executes code from: the virtual
             environment it runs in, its site-packages, and the source of dsh and of the
-            plugins it loaded (`dsh_plugins_builtin._fence.install_paths`). Otherwise a tool
+            plugins it loaded (`dsh_plugins_builtin._sandbox._fence.install_paths`). Otherwise a tool
             could change the policy host itself (add a ``.pth`` file, an entry point, edit
             ``permissions``). Set it to false only to let the agent work on those files.
         bwrap: The absolute path of the bubblewrap binary to use. ``None`` (the default) finds
@@ -387,9 +387,9 @@ class SandboxPlugin:
             path: As the model spelled it.
             content: The text.
             expect: Write only if the file is still the one with this stamp (else
-                `dsh_plugins_builtin._fence.WriteConflict`).
+                `dsh_plugins_builtin._sandbox._fence.WriteConflict`).
             commit: Entered around the final check and the rename (see
-                `dsh_plugins_builtin._fence.atomic_write_text`).
+                `dsh_plugins_builtin._sandbox._fence.atomic_write_text`).
 
         Raises:
             SandboxDeniedError: The fence refused the path, now or at the re-check.

@@ -32,7 +32,7 @@ runs on in the background.
 An error result means nothing changed: a write that was committed (``write_file`` /
 ``edit_file`` renamed its file into place) is reported as the success it is, even when the
 deadline passed meanwhile, with a note that the budget ran out. The plugin opens a
-`dsh_plugins_builtin._commit.CommitLedger` around the call for this; the file tools record
+`dsh_plugins_builtin._common._commit.CommitLedger` around the call for this; the file tools record
 a committed write there, and refuse to commit once the call has stopped waiting for them.
 """
 
@@ -54,7 +54,7 @@ from dsh_host import (
     ToolFailure,
     hookimpl,
 )
-from dsh_plugins_builtin._commit import commit_ledger
+from dsh_plugins_builtin._common._commit import commit_ledger
 
 __all__ = [
     "TOOL_TIMEOUT",

@@ -9,11 +9,11 @@ the workspace, and ``write_file``, ``edit_file`` and ``bash`` return ``SANDBOX_U
 The read-only tools are concurrency-safe; ``write_file``, ``edit_file`` and ``bash`` are
 exclusive. Writes to one resolved path are serialised inside the host (`ToolsPlugin.path_lock`),
 whichever entry point (``host.call``, ``execute_batch``, MCP) the calls came through. Each tool
-presents itself as a card (see `dsh_plugins_builtin._presenters`).
+presents itself as a card (see `dsh_plugins_builtin._tools._presenters`).
 
 At start, when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a writable
 root, a warning is logged on ``dsh_plugins_builtin.tools``: a tool could change the next run's
-policy (see `dsh_plugins_builtin._fence.config_warning`).
+policy (see `dsh_plugins_builtin._sandbox._fence.config_warning`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
-from dsh_plugins_builtin._bash_tool import make_bash_tool
-from dsh_plugins_builtin._fence import config_warning
-from dsh_plugins_builtin._file_tools import make_file_tools
-from dsh_plugins_builtin._search_tools import make_search_tools
-from dsh_plugins_builtin._tool_support import FailClosedSandbox, Sandbox
+from dsh_plugins_builtin._sandbox._fence import config_warning
+from dsh_plugins_builtin._tools._bash import make_bash_tool
+from dsh_plugins_builtin._tools._files import make_file_tools
+from dsh_plugins_builtin._tools._search import make_search_tools
+from dsh_plugins_builtin._tools._support import FailClosedSandbox, Sandbox
 from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = ["TOOL_NAMES", "ToolsPlugin"]

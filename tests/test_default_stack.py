@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from dsh_host._cli import main
+from dsh_host._cli._main import main
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 BUILTINS = '["tools", "sandbox", "permissions", "approval", "timeout", "guards", "output_budget", "audit", "hook_commands"]'

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_host._cli import main
-from dsh_host._scaffold import KINDS, write_plugin
+from dsh_host._cli._main import main
+from dsh_host._cli._scaffold import KINDS, write_plugin
 
 
 def run(

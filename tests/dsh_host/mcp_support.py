@@ -1,4 +1,4 @@
-"""Drive `dsh_host._mcp.serve` in process: raw JSON-RPC lines, or the official SDK client."""
+"""Drive `dsh_host._mcp._service.serve` in process: raw JSON-RPC lines, or the official SDK client."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
 
 from dsh_host import define_tool
-from dsh_host._mcp import serve
+from dsh_host._mcp._service import serve
 
 INIT = {
     "protocolVersion": "2025-11-25",

@@ -17,7 +17,7 @@ from dsh_host import (
     define_tool,
     hookimpl,
 )
-from dsh_host._hooks import HookRelay, make_plugin_manager
+from dsh_host._registry._hooks import HookRelay, make_plugin_manager
 from tests.conftest import soak_size
 
 
@@ -390,8 +390,8 @@ async def test_no_call_starts_once_the_caller_cancelled_the_batch(autojump_clock
 def test_the_hot_path_copy_of_an_input_is_what_evolve_makes():
     import attrs
 
-    from dsh_host._batch import _with_arguments
-    from dsh_host._json import freeze
+    from dsh_host._model._json import freeze
+    from dsh_host._pipeline._batch import _with_arguments
 
     signal = AbortSignal()
     original = ToolExecutionInput(

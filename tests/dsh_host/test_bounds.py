@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from dsh_host import Host, Scope
-from dsh_host._json import MAX_DEPTH, NotJsonError, freeze
+from dsh_host._model._json import MAX_DEPTH, NotJsonError, freeze
 from dsh_plugins_builtin.guards import GuardsPlugin
 from tests.conftest import make_echo, soak_size
 

@@ -1,4 +1,4 @@
-"""The ``dsh`` command line, run in-process through ``dsh_host._cli.main`` (issue #3 §4).
+"""The ``dsh`` command line, run in-process through ``dsh_host._cli._main.main`` (issue #3 §4).
 
 Plugins come from a helper module written into ``tmp_path`` and passed with ``--plugin``; no
 installed entry point is loaded (``--no-entrypoints``).
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host._cli import main
+from dsh_host._cli._main import main
 
 HELPERS = '''
 """Plugins for the dsh CLI tests."""
@@ -706,7 +706,7 @@ def test_interrupted(dsh, monkeypatch):
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dsh_host._cli.Host", interrupted)
+    monkeypatch.setattr("dsh_host._cli._main.Host", interrupted)
     status, _, err = dsh("tools")
     assert status == 130
     assert "interrupted" in err
@@ -727,8 +727,8 @@ def test_ascii_terminals_get_ascii_marks(dsh, monkeypatch):
 
 
 def test_the_approval_hint_extends_the_permissions_allow_list():
-    from dsh_host._pipeline import failure
-    from dsh_host._render import approval_hint
+    from dsh_host._cli._render import approval_hint
+    from dsh_host._pipeline._pipeline import failure
 
     denied = failure(
         'tool "bash" requires approval, but no approval channel is available',
@@ -746,7 +746,7 @@ def test_the_approval_hint_extends_the_permissions_allow_list():
 
 def test_render_read_search_and_terminal_cards():
     from dsh_host import ReadResultView, SearchResultView, TerminalResultView
-    from dsh_host._render import Style, render_result
+    from dsh_host._cli._render import Style, render_result
 
     plain = Style(color=False)
     read = ReadResultView(
@@ -766,7 +766,7 @@ def test_render_read_search_and_terminal_cards():
 
 def test_render_generic_call_card_with_kind_locations_and_images():
     from dsh_host import FileLocation, GenericCallView, ImageBlock, ToolCallKind
-    from dsh_host._render import Style, render_call
+    from dsh_host._cli._render import Style, render_call
 
     view = GenericCallView(
         title="Read a.py",
@@ -788,7 +788,7 @@ def test_render_generic_call_card_with_kind_locations_and_images():
 
 def test_render_diff_of_a_new_file_and_of_no_change():
     from dsh_host import FileDiff
-    from dsh_host._render import Style, render_diff
+    from dsh_host._cli._render import Style, render_diff
 
     assert render_diff(FileDiff("n.txt", None, "hello\n"), Style())[:3] == [
         "--- /dev/null",
@@ -817,9 +817,9 @@ def test_render_diff_of_a_new_file_and_of_no_change():
 )
 def test_decision_line_names_who_decided(result, events, line):
     from dsh_host import TraceEvent
-    from dsh_host._pipeline import failure
-    from dsh_host._render import Style, decision_line
-    from dsh_host._values import ToolExecutionResult
+    from dsh_host._cli._render import Style, decision_line
+    from dsh_host._model._values import ToolExecutionResult
+    from dsh_host._pipeline._pipeline import failure
 
     if "code" in result:
         made = failure("m", result["code"], decided_by=result.get("decided_by"))
@@ -830,7 +830,7 @@ def test_decision_line_names_who_decided(result, events, line):
 
 
 def test_toml_values():
-    from dsh_host._render import dump_toml
+    from dsh_host._cli._render import dump_toml
 
     text = "\n".join(
         dump_toml({("t",): {"inf": float("inf"), "s": {1, 2}, "d": {"a b": True}, "n": None}})

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dsh_host._cli import main
+from dsh_host._cli._main import main
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

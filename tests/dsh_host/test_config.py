@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from dsh_host import ConfigError, Host, hookimpl
-from dsh_host._config import (
+from dsh_host._host._config import (
     HostSettings,
     PluginSelection,
     describe_type,
@@ -365,8 +365,8 @@ def test_config_error_from_host_started_stops_the_host():
 
 
 def test_effective_config_round_trips_through_toml():
-    from dsh_host._config import config_converter
-    from dsh_host._render import dump_toml
+    from dsh_host._cli._render import dump_toml
+    from dsh_host._host._config import config_converter
 
     settings = Settings(deny_names=("a", 'b"c'), where=pathlib.Path("x y"))
     tables = {("plugin", "my.plugin"): config_converter().unstructure(settings)}
@@ -394,7 +394,7 @@ def test_a_config_class_the_converter_cannot_structure_fails_the_plugin():
 
 
 def test_a_config_dict_describes_itself_as_given_to_host():
-    from dsh_host._config import load_config as load
+    from dsh_host._host._config import load_config as load
 
     assert load({"plugin": {}}).describe() == "the configuration given to Host"
     assert load(None).describe() == "the built-in defaults"

@@ -20,7 +20,7 @@ from dsh_host import (
     ToolExecutionInput,
     hookimpl,
 )
-from dsh_host._contain import Watchdog, real_interrupt
+from dsh_host._pipeline._contain import Watchdog, real_interrupt
 from tests.conftest import make_echo
 
 

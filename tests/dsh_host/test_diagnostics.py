@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from dsh_host import ConfigError, Host, hookimpl
-from dsh_host._cli import main
+from dsh_host._cli._main import main
 
 from .test_plugins import FakeEntryPoint, ep, installed, rows
 

@@ -53,7 +53,7 @@ async def test_preview_marks_the_execution_as_a_dry_run(make_host):
 
 
 def test_plugins_report_their_status_lines_and_a_raising_one_is_shown(make_host):
-    from dsh_host._render import Style, render_plugins
+    from dsh_host._cli._render import Style, render_plugins
 
     class Busy:
         name = "busy"

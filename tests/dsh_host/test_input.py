@@ -76,7 +76,7 @@ def test_a_frozen_dict_a_caller_builds_is_frozen_through_and_through():
     """`freeze` trusts a FrozenDict as it is, so a caller cannot build one holding a list it
     could change between policy and the body, or holding something that is not JSON."""
     from dsh_host import FrozenDict
-    from dsh_host._json import freeze
+    from dsh_host._model._json import freeze
 
     inner = [1, {"b": [2]}]
     built = FrozenDict({"a": inner}, z=None)

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from dsh_host._errors import JsonSchemaError
-from dsh_host._jsonsubset import (
+from dsh_host._model._errors import JsonSchemaError
+from dsh_host._schema._jsonsubset import (
     assert_supported_json_schema,
     node_violations,
     validate_json_schema_value,

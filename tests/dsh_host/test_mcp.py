@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from dsh_host import Accept, ApprovalOutcome, Ask, Deny, define_tool, hookimpl
-from dsh_host._mcp import annotations_for, serve
+from dsh_host._mcp._service import annotations_for, serve
 from tests.dsh_host.mcp_support import INIT, Client, host_with_tools, run_session, sdk_session
 
 
@@ -430,7 +430,7 @@ async def test_official_mcp_client_interoperates(tmp_path):
             """
             import trio
             from dsh_host import Host, define_tool
-            from dsh_host._mcp import serve_stdio
+            from dsh_host._mcp._service import serve_stdio
 
             async def echo(args):
                 print("stray output from a tool")  # must not reach the protocol

@@ -12,7 +12,7 @@ import anyio
 import pytest
 import trio
 
-from dsh_host._cli import main
+from dsh_host._cli._main import main
 from tests.dsh_host.mcp_support import INIT, host_with_tools
 
 SERVE = [sys.executable, "-m", "dsh_host", "mcp", "serve"]
@@ -93,8 +93,8 @@ async def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
 
 def test_workspace_finds_the_config_there(tmp_path, config_dir, monkeypatch):
     """``--workspace DIR`` serves as if started in DIR: its dsh.toml, its default workspace."""
-    from dsh_host._cli import UsageError
-    from dsh_host._mcp import run_serve_command
+    from dsh_host._cli._main import UsageError
+    from dsh_host._mcp._service import run_serve_command
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DSH_CONFIG", raising=False)
@@ -114,7 +114,7 @@ def test_workspace_finds_the_config_there(tmp_path, config_dir, monkeypatch):
 
 
 def main_args(*argv):
-    from dsh_host._cli import make_parser
+    from dsh_host._cli._main import make_parser
 
     return make_parser().parse_args(["mcp", "serve", *argv])
 
@@ -138,7 +138,7 @@ def test_bad_options_are_usage_errors(tmp_path, capsys):
 @pytest.mark.parametrize("bind", ["0.0.0.0:8765", "[::]:8765", "192.168.1.5:80", "mcp.example:80"])
 def test_http_on_an_address_other_machines_reach_needs_public(bind, capsys):
     """No authentication: a bind others can reach is refused before anything is served."""
-    from dsh_host._mcp import parse_bind
+    from dsh_host._mcp._service import parse_bind
 
     assert main(["mcp", "serve", "--no-entrypoints", "--http", bind]) == 2
     err = capsys.readouterr().err
@@ -154,7 +154,7 @@ async def test_http_on_loopback_refuses_other_hosts_and_origins(make_host):
     SDK protects three exact spellings only; 127.0.0.2 is loopback too."""
     import httpx2
 
-    from dsh_host._mcp import serve_http
+    from dsh_host._mcp._service import serve_http
 
     host = host_with_tools(make_host)
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -185,7 +185,7 @@ async def test_streamable_http_serves_the_sdk_client(make_host):
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from dsh_host._mcp import serve_http
+    from dsh_host._mcp._service import serve_http
 
     host = host_with_tools(make_host)
 
@@ -214,7 +214,7 @@ async def test_streamable_http_serves_the_sdk_client(make_host):
 async def test_hostile_http_bodies_get_json_rpc_errors(make_host):
     import httpx2
 
-    from dsh_host._mcp import serve_http
+    from dsh_host._mcp._service import serve_http
 
     host = host_with_tools(make_host)
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

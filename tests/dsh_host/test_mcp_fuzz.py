@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh_host import Host, define_tool
-from dsh_host._mcp import McpService, serve
+from dsh_host._mcp._service import McpService, serve
 from tests.conftest import soak_size
 from tests.dsh_host.mcp_support import INIT
 

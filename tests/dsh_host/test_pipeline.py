@@ -564,7 +564,7 @@ class Deadline:
             result = await call_next(signal=deadline)
             nursery.cancel_scope.cancel()
         if deadline.aborted and not execution.signal.aborted:
-            from dsh_host._outcomes import failure
+            from dsh_host._model._outcomes import failure
 
             return failure(f"tool call timed out after {self.seconds}s", "TOOL_TIMEOUT")
         return result

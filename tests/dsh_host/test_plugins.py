@@ -26,7 +26,7 @@ from dsh_host import (
     define_tool,
     hookimpl,
 )
-from dsh_host._plugins import inspect_hooks, load_module
+from dsh_host._host._plugins import inspect_hooks, load_module
 
 GROUP = "dsh.plugins"
 

@@ -14,12 +14,12 @@ from dsh_host import (
     Prop,
     ToolExecutionResult,
     ToolRunContext,
-    _schema,
     define_tool,
     to_json_schema,
     tool,
     validate_args,
 )
+from dsh_host._schema import _dsl as _schema
 
 
 def check(schema):
@@ -390,8 +390,8 @@ def test_decision_detail_is_in_json():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dsh_host._json import freeze  # noqa: E402
-from dsh_host._schema import compile_accepts, compile_parameters  # noqa: E402
+from dsh_host._model._json import freeze  # noqa: E402
+from dsh_host._schema._dsl import compile_accepts, compile_parameters  # noqa: E402
 
 _SCHEMAS = [
     {

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dsh_host import ConfigError, Host
-from dsh_host._cli import main
-from dsh_host._plugins import PluginStatus
+from dsh_host._cli._main import main
+from dsh_host._host._plugins import PluginStatus
 
 from .test_plugins import ep, installed, rows
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from dsh_host import AbortSignal, FrozenDict, canonical_json, thaw
-from dsh_host._json import freeze
+from dsh_host._model._json import freeze
 
 
 async def test_abort_wakes_waiters_and_is_idempotent():

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh_host import Ask, ConfigError, Host, ToolExecutionInput, hookimpl
-from dsh_host._cli import main
-from dsh_host._config import load_config
+from dsh_host._cli._main import main
+from dsh_host._host._config import load_config
 from tests.conftest import make_echo, soak_size
 
 STAGES = ("pre", "approve", "guard", "wrap", "post", "observe")

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin import _confine, _forkclient
-from dsh_plugins_builtin._confine import probe_backends
+from dsh_plugins_builtin._sandbox import _confine, _forkclient
+from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

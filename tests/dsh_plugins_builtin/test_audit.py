@@ -24,9 +24,10 @@ from dsh_host import (
     define_tool,
     hookimpl,
 )
-from dsh_host._json import freeze
-from dsh_plugins_builtin import _audit_writer, audit
-from dsh_plugins_builtin._audit_writer import SCHEMA, arguments_json
+from dsh_host._model._json import freeze
+from dsh_plugins_builtin import audit
+from dsh_plugins_builtin._audit import _writer as _audit_writer
+from dsh_plugins_builtin._audit._writer import SCHEMA, arguments_json
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,

@@ -28,8 +28,8 @@ from dsh_host import (
     ToolExecutionResult,
     define_tool,
 )
-from dsh_plugins_builtin import _audit_writer
-from dsh_plugins_builtin._audit_writer import AuditWriter, _classify, _Replaced
+from dsh_plugins_builtin._audit import _writer as _audit_writer
+from dsh_plugins_builtin._audit._writer import AuditWriter, _classify, _Replaced
 from dsh_plugins_builtin.audit import AuditPlugin, legacy_audit_path
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from tests.conftest import make_echo, soak_size

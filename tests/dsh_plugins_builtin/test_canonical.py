@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from dsh_host import canonical_json, parse_json
-from dsh_host._json import freeze
-from dsh_plugins_builtin import _canonical
-from dsh_plugins_builtin._canonical import canonical
+from dsh_host._model._json import freeze
+from dsh_plugins_builtin._common import _canonical
+from dsh_plugins_builtin._common._canonical import canonical
 from tests.conftest import soak_size
 
 VALUES = [

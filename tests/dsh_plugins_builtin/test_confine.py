@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin import _confine, _landlock
-from dsh_plugins_builtin._confine import (
+from dsh_plugins_builtin._sandbox import _confine, _landlock
+from dsh_plugins_builtin._sandbox._confine import (
     SandboxUnavailable,
     confine_argv,
     probe_backends,
@@ -28,7 +28,7 @@ from dsh_plugins_builtin._confine import (
     scrub_env,
     select_backend,
 )
-from dsh_plugins_builtin._fence import SandboxPolicy, writable_roots
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy, writable_roots
 from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
 
 CAP = 64_000

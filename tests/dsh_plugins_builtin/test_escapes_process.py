@@ -29,7 +29,7 @@ import trio
 import trio.testing
 
 from dsh_host import ConfigError, Host
-from dsh_host._config import find_config
+from dsh_host._host._config import find_config
 from dsh_plugins_builtin import sandbox as sandbox_module
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -507,7 +507,7 @@ async def test_root_swapped_right_after_the_check_binds_nothing_else(
 ) -> None:
     """The swap lands between the pin check and the spawn: bwrap binds the descriptor it
     opened and checked, Landlock's rules hold the directories opened at start."""
-    from dsh_plugins_builtin import _confine
+    from dsh_plugins_builtin._sandbox import _confine
 
     host = escape_host(make_host, ws, backend)
     real_check = _confine.check_pinned

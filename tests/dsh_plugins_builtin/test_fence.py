@@ -10,8 +10,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from dsh_plugins_builtin import _fence
-from dsh_plugins_builtin._fence import (
+from dsh_plugins_builtin._sandbox import _fence
+from dsh_plugins_builtin._sandbox._fence import (
     FenceDenied,
     SandboxPolicy,
     atomic_write_text,
@@ -302,7 +302,7 @@ def test_unknown_mode_rejected(ws: Path) -> None:
 
 
 def test_a_root_replaced_by_a_symlink_or_another_directory_fails_the_pin_check(tmp_path):
-    from dsh_plugins_builtin._fence import RootReplaced, check_pinned, pin_roots
+    from dsh_plugins_builtin._sandbox._fence import RootReplaced, check_pinned, pin_roots
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -321,7 +321,7 @@ def test_a_root_replaced_by_a_symlink_or_another_directory_fails_the_pin_check(t
 
 
 def test_protected_paths_lie_under_every_writable_root_with_the_config_file(tmp_path):
-    from dsh_plugins_builtin._fence import protected_paths
+    from dsh_plugins_builtin._sandbox._fence import protected_paths
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -344,7 +344,7 @@ def test_protected_paths_lie_under_every_writable_root_with_the_config_file(tmp_
 def test_pinned_roots_and_protected_paths_are_computed_once_at_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dsh_plugins_builtin._fence import pin_roots, protected_paths, readable_roots
+    from dsh_plugins_builtin._sandbox._fence import pin_roots, protected_paths, readable_roots
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -360,7 +360,7 @@ def test_pinned_roots_and_protected_paths_are_computed_once_at_start(
 
 
 def test_the_sandbox_write_refuses_protected_paths_and_the_config_file(tmp_path: Path) -> None:
-    from dsh_plugins_builtin._fence import pin_roots
+    from dsh_plugins_builtin._sandbox._fence import pin_roots
 
     ws = tmp_path / "ws"
     (ws / ".git").mkdir(parents=True)
@@ -379,7 +379,7 @@ def test_the_sandbox_write_refuses_protected_paths_and_the_config_file(tmp_path:
 
 
 def test_a_pyproject_config_is_not_protected_but_warned_about(tmp_path: Path) -> None:
-    from dsh_plugins_builtin._fence import config_warning, protected_paths
+    from dsh_plugins_builtin._sandbox._fence import config_warning, protected_paths
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -405,7 +405,7 @@ def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
 
     import dsh_host
     import dsh_plugins_builtin
-    from dsh_plugins_builtin._fence import install_paths
+    from dsh_plugins_builtin._sandbox._fence import install_paths
 
     package = tmp_path / "plugpkg"
     package.mkdir()
@@ -423,7 +423,7 @@ def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
 
 
 def test_install_paths_are_protected_only_inside_writable_roots(tmp_path: Path) -> None:
-    from dsh_plugins_builtin._fence import install_in_roots, protected_paths
+    from dsh_plugins_builtin._sandbox._fence import install_in_roots, protected_paths
 
     ws = tmp_path / "ws"
     venv = ws / ".venv"
@@ -448,7 +448,7 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
     ws: Path, outside: Path, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch, pinned: bool
 ) -> None:
     """The check saw a directory; by the open it is a symlink out: the open must fail."""
-    from dsh_plugins_builtin._fence import open_read, pin_roots
+    from dsh_plugins_builtin._sandbox._fence import open_read, pin_roots
 
     if pinned:  # roots pinned: the path is first opened as spelled, unresolved
         policy = pin_roots(policy)
@@ -484,7 +484,7 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
 def test_a_policy_derived_from_a_pinned_one_does_not_keep_its_resolved_roots(
     tmp_path: Path,
 ) -> None:
-    from dsh_plugins_builtin._fence import pin_roots
+    from dsh_plugins_builtin._sandbox._fence import pin_roots
 
     ws, other = tmp_path / "ws", tmp_path / "other"
     ws.mkdir()

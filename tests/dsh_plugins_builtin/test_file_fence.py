@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Host, hookimpl
-from dsh_plugins_builtin import _beneath
+from dsh_plugins_builtin._sandbox import _beneath
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import tools_host

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from dsh_host import Host, ToolExecutionInput
-from dsh_plugins_builtin import _fence
+from dsh_plugins_builtin._sandbox import _fence
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.timeout import TimeoutPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin import _confine, _forkclient, _forkserver, _landlock
-from dsh_plugins_builtin._confine import probe_backends, run_confined, scrub_env
-from dsh_plugins_builtin._fence import SandboxPolicy
+from dsh_plugins_builtin._sandbox import _confine, _forkclient, _forkserver, _landlock
+from dsh_plugins_builtin._sandbox._confine import probe_backends, run_confined, scrub_env
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 from tests.dsh_plugins_builtin.conftest import processes_with, tools_host, wait_gone
 
 
@@ -338,7 +338,7 @@ async def test_nothing_beside_the_package_shadows_the_standard_library(
     say) is not what the unconfined server imports."""
     root = tmp_path / "root"
     root.mkdir()
-    (root / "dsh_plugins_builtin").symlink_to(Path(_forkserver.__file__).resolve().parent)
+    (root / "dsh_plugins_builtin").symlink_to(Path(_forkserver.__file__).resolve().parents[1])
     marker = tmp_path / "planted-module-ran"
     for name in ("json", "socket", "select", "array", "ctypes", "signal"):
         (root / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")

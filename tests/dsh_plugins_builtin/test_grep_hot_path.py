@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from dsh_host import Host, hookimpl
-from dsh_plugins_builtin import _grep_tool
-from dsh_plugins_builtin._search_support import Policy
+from dsh_plugins_builtin._tools import _grep as _grep_tool
+from dsh_plugins_builtin._tools._search_support import Policy
 from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import tools_host

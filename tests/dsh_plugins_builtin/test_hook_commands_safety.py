@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from dsh_host import ConfigError, Deny, Host, ToolExecutionInput, hookimpl
-from dsh_plugins_builtin._hook_launch import Exposure, plan_launch, safe_path_env
+from dsh_plugins_builtin._hooks._launch import Exposure, plan_launch, safe_path_env
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin

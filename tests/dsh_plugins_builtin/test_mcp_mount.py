@@ -319,7 +319,7 @@ def test_a_tool_name_a_hostile_server_chose_is_never_mounted(capsys):
 
     from mcp import types
 
-    from dsh_plugins_builtin._mcp_mount import McpServerConfig
+    from dsh_plugins_builtin._mcp._mount import McpServerConfig
 
     registered = []
     plugin = McpPlugin()

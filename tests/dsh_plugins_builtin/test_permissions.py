@@ -10,7 +10,7 @@ import pytest
 
 from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolExecution, define_tool, hookimpl
 from dsh_plugins_builtin import permissions
-from dsh_plugins_builtin._rules import RuleSet
+from dsh_plugins_builtin._rules._rules import RuleSet
 from dsh_plugins_builtin.permissions import PermissionsConfig, PermissionsPlugin
 
 TOOLS = ("bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "web_fetch")

@@ -25,7 +25,7 @@ from dsh_host import (
     ToolExecutionResult,
     ToolFailure,
 )
-from dsh_plugins_builtin import _presenters as p
+from dsh_plugins_builtin._tools import _presenters as p
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

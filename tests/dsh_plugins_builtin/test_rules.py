@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsh_host import define_tool
-from dsh_plugins_builtin._rules import Anchors, RuleError, RuleSet, parse_rule
-from dsh_plugins_builtin._shell import MAX_COMMAND, MAX_DEPTH, parse_command
+from dsh_plugins_builtin._rules._rules import Anchors, RuleError, RuleSet, parse_rule
+from dsh_plugins_builtin._rules._shell import MAX_COMMAND, MAX_DEPTH, parse_command
 
 ANCHORS = Anchors(workspace="/ws", project="/ws", home="/home/u")
 

@@ -14,7 +14,7 @@ import pytest
 
 from dsh_host import ConfigError, Host, hookimpl
 from dsh_plugins_builtin import sandbox as sandbox_module
-from dsh_plugins_builtin._fence import writable_roots
+from dsh_plugins_builtin._sandbox._fence import writable_roots
 from dsh_plugins_builtin.sandbox import (
     SandboxConfig,
     SandboxDeniedError,
@@ -342,7 +342,7 @@ def test_check_says_where_landlock_commands_start_from(
 def test_the_fork_server_probe_runs_true_through_the_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dsh_plugins_builtin import _confine, _forkclient
+    from dsh_plugins_builtin._sandbox import _confine, _forkclient
 
     if _confine.probe_backends()["landlock"] is not None:
         pytest.skip("landlock unusable here")

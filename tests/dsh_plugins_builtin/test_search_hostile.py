@@ -21,8 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_host import AbortSignal, Host, ToolArgsError, hookimpl
-from dsh_plugins_builtin import _grep_tool, _ripgrep, _search_tools
-from dsh_plugins_builtin._walk import compile_glob
+from dsh_plugins_builtin._tools import _grep as _grep_tool
+from dsh_plugins_builtin._tools import _ripgrep
+from dsh_plugins_builtin._tools import _search as _search_tools
+from dsh_plugins_builtin._tools._walk import compile_glob
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.conftest import soak_size

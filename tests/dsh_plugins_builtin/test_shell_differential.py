@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_plugins_builtin._shell import DYNAMIC, parse_command
+from dsh_plugins_builtin._rules._shell import DYNAMIC, parse_command
 from tests.conftest import soak_size
 
 ATOMS = [

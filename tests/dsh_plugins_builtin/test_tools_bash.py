@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dsh_plugins_builtin import _confine
+from dsh_plugins_builtin._sandbox import _confine
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import tools_host
 

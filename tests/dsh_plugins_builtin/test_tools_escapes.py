@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from dsh_host import AbortSignal, Host
-from dsh_plugins_builtin import _fence
+from dsh_plugins_builtin._sandbox import _fence
 from tests.dsh_plugins_builtin.conftest import processes_with, tools_host, wait_gone
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dsh_host import ExecutionMode, Host, ToolExecutionInput
-from dsh_plugins_builtin import _file_tools
+from dsh_plugins_builtin._tools import _files as _file_tools
 from dsh_plugins_builtin.tools import TOOL_NAMES
 from tests.dsh_plugins_builtin.conftest import tools_host
 
@@ -249,7 +249,7 @@ async def test_list_dir_is_capped(host: Host, ws: Path, monkeypatch: pytest.Monk
 def test_the_window_fast_path_agrees_with_the_line_by_line_one(
     text: str, offset: int, limit: int
 ) -> None:
-    from dsh_plugins_builtin._file_tools import _whole_window, _Window
+    from dsh_plugins_builtin._tools._files import _whole_window, _Window
 
     whole, bytewise = _Window(offset, limit), _Window(offset, limit)
     whole.feed(text)  # one chunk: the fast path where it applies

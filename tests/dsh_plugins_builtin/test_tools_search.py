@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from dsh_host import Host, ToolArgsError
-from dsh_plugins_builtin import _grep_tool, _ripgrep, _search_tools
-from dsh_plugins_builtin._walk import compile_glob, expand_braces, walk_files
+from dsh_plugins_builtin._tools import _grep as _grep_tool
+from dsh_plugins_builtin._tools import _ripgrep
+from dsh_plugins_builtin._tools import _search as _search_tools
+from dsh_plugins_builtin._tools._walk import compile_glob, expand_braces, walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dsh_host import Host
-from dsh_plugins_builtin import _fence
+from dsh_plugins_builtin._sandbox import _fence
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import tools_host
 

@@ -1,8 +1,9 @@
 """dsh-hello's own tests, written with dsh's kit (``dsh_host.testing``)."""
 
-from dsh_host.testing import approve_with, make_host, simulate
 from dsh_hello import tools
 from dsh_hello.policy import HelloPolicy
+
+from dsh_host.testing import approve_with, make_host, simulate
 
 CONFIG = {"plugin": {"hello-policy": {"deny_names": ["mallory"], "ask_names": ["eve"]}}}
 

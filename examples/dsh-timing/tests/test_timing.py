@@ -2,10 +2,10 @@
 
 import pytest
 import trio
+from dsh_timing import TimingPlugin
 
 from dsh_host import ConfigError, define_tool
 from dsh_host.testing import make_host, stub_tool
-from dsh_timing import TimingPlugin
 
 
 async def two_seconds(args):
@@ -33,7 +33,9 @@ async def test_a_fast_call_is_passed_through_unchanged():
 
 async def test_a_skipped_tool_never_runs():
     bash = stub_tool("bash")
-    host = make_host(TimingPlugin(), tools=[bash], config={"plugin": {"timing": {"skip": ["bash"]}}})
+    host = make_host(
+        TimingPlugin(), tools=[bash], config={"plugin": {"timing": {"skip": ["bash"]}}}
+    )
     result = await host.call("bash", {"command": "ls"})
     assert (result.is_error, result.code) == (True, "SKIPPED")
     assert bash.calls == []

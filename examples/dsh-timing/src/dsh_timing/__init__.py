@@ -16,9 +16,9 @@ from dsh_host import (
     DshError,
     HookContext,
     Host,
+    TextBlock,
     ToolExecution,
     ToolExecutionResult,
-    TextBlock,
     ToolFailure,
     hookimpl,
 )

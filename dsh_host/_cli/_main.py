@@ -1,0 +1,538 @@
+"""The ``dsh`` command line: list plugins and tools, run calls, check config.
+
+Exit status: 0 success, 1 an error result, 2 bad usage (bad JSON, a config error, an unknown
+tool or subcommand, a bad line in a calls file). User errors are one message on stderr, never a
+traceback. ``main(argv)`` is the console script and is callable in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib.metadata
+import json
+import os
+import pathlib
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+
+from .._host._config import config_converter, find_config
+from .._host._host import Host
+from .._host._plugins import PluginStatus, load_module
+from .._model._errors import ConfigError, PluginLoadError
+from .._model._json import JsonInputError
+from .._model._json import parse_json as strict_json
+from .._model._text import printable
+from .._model._trace import TraceEvent
+from ._completion import add_completion_parser, autocomplete, plugin_names, tool_names
+from ._render import (
+    Style,
+    approval_hint,
+    context_lines,
+    decision_line,
+    dump_toml,
+    plugin_origin,
+    render_call,
+    render_plugins,
+    render_result,
+    render_tools,
+    result_title,
+    style_for,
+    trace_line,
+)
+
+__all__ = [
+    "UsageError",
+    "build_host",
+    "dump",
+    "json_object",
+    "main",
+    "make_parser",
+    "out",
+    "parse_json",
+    "stdout_style",
+    "unknown_tool",
+    "warn",
+]
+
+# Codes of results whose tool never ran: their card is the error text, not a result card.
+_NOT_RUN = frozenset(
+    {"DENIED", "PLUGIN_FAILED", "ABORTED_BEFORE_DISPATCH", "UNKNOWN_TOOL", "INVALID_ARGS"}
+)
+
+
+class UsageError(Exception):
+    """Bad usage: the message says what was wrong and what to do; ``dsh`` exits 2."""
+
+
+def _write(stream: Any, line: str) -> None:
+    try:
+        stream.write(f"{line}\n")
+    except UnicodeEncodeError:  # a lone surrogate, or a terminal that cannot show a character
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        text = f"{line}\n".encode(encoding, "backslashreplace").decode(encoding)
+        stream.write(text)
+
+
+def out(line: str = "") -> None:
+    _write(sys.stdout, line)
+
+
+def warn(line: str) -> None:
+    with contextlib.suppress(Exception):  # what stdout has so far comes first, as on a terminal
+        sys.stdout.flush()
+    _write(sys.stderr, line)
+
+
+def dump(value: Any, indent: int | None = 2) -> None:
+    """Print *value* as JSON; a lone surrogate is written as its ``\\udcxx`` escape."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, indent=indent, ensure_ascii=True)
+    out(text)
+
+
+def stdout_style() -> Style:
+    return style_for(sys.stdout, os.environ)
+
+
+def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
+    """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
+    objects = []
+    specs = [*args.plugin, *getattr(args, "sub_plugin", [])]
+    if specs and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(
+            os.getcwd()
+        )  # `--plugin myplugin` finds ./myplugin.py; appended: no shadowing
+    for spec in specs:
+        try:
+            objects.append(load_module(spec))
+        except PluginLoadError as exc:
+            raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
+    path = config or getattr(args, "sub_config", None) or args.config
+    source = pathlib.Path(path) if path else find_config()
+    entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
+    disable = [*args.disable, *getattr(args, "sub_disable", [])]
+    host = Host(source, plugins=objects, load_entrypoints=entrypoints, disable=disable)
+    for line in host.warnings if not quiet else ():
+        warn(f"dsh: warning: {printable(line)}")
+    failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
+    if failed and not quiet:
+        names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
+        warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
+        warn("dsh: see `dsh plugins` for the errors")
+        for row in failed if debugging() else ():
+            warn(f"dsh: traceback of {row.name}:")
+            for line in (row.traceback or "").split("\n"):
+                warn(f"    {printable(line)}")
+    return host
+
+
+# -- plugins, tools, config -----------------------------------------------------------------
+
+
+def debugging() -> bool:
+    """``DSH_DEBUG=1``: show full tracebacks of plugin failures (and of internal errors)."""
+    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    host = build_host(args, quiet=True)  # the listing shows failures itself
+    for line in host.warnings:
+        warn(f"dsh: warning: {printable(line)}")
+    rows = host.plugins()
+    if args.json:
+        dump([row.to_json() for row in rows])
+    else:
+        for line in render_plugins(rows, host.config.describe(), stdout_style()):
+            out(line)
+        for row in rows if debugging() else ():
+            if row.traceback:
+                out(f"traceback of {row.name}:")
+                for line in row.traceback.split("\n"):
+                    out(f"    {printable(line)}")
+    failed = any(row.status is PluginStatus.FAILED for row in rows)
+    return 1 if args.check and failed else 0
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    host = build_host(args)
+    schemas = host.registry.schemas()
+    if args.json or args.format:
+        method = {None: "to_json", "openai": "to_openai", "anthropic": "to_anthropic"}
+        export = method.get(args.format, "to_mcp")
+        dump([getattr(schema, export)() for schema in schemas])
+        return 0
+    owners = {s.name: host.registry.owner(s.name) for s in schemas}
+    for line in render_tools(schemas, owners, stdout_style()):
+        out(line)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    host = build_host(args, config=args.path)
+    config = host.config
+    converter = config_converter()
+    tables: dict[tuple[str, ...], Any] = {
+        ("host",): converter.unstructure(config.host),
+        ("plugins",): converter.unstructure(config.plugins),
+    }
+    status = {row.name: row.status for row in host.plugins()}
+    for name, row_status in status.items():
+        if row_status is PluginStatus.ENABLED and (settings := host.config_for(name)) is not None:
+            tables[("plugin", name)] = converter.unstructure(settings)
+    notes = [
+        f"[plugin.{name}] not checked: the plugin is "
+        + (status[name].value if name in status else "not loaded (--no-entrypoints)")
+        for name in sorted(config.tables)
+        if status.get(name) is not PluginStatus.ENABLED
+    ]
+    names = ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD")
+    env = {key: os.environ[key] for key in names if key in os.environ}
+    if args.json:
+        effective = {".".join(path): table for path, table in tables.items()}
+        dump({"source": config.source, "environment": env, "config": effective, "notes": notes})
+        return 0
+    if config.source is None:
+        out("# no config file: built-in defaults (looked for --config, $DSH_CONFIG, ./dsh.toml")
+        out("# and [tool.dsh] in ./pyproject.toml)")
+    else:
+        out(f"# config: {config.source} (valid)")
+    for key, value in env.items():
+        out(f"# environment: {key}={value}")
+    for note in notes:
+        out(f"# {note}")
+    out("# effective configuration, defaults filled in:")
+    for line in dump_toml(tables):
+        out(line)
+    return 0
+
+
+# -- call -----------------------------------------------------------------------------------
+
+
+_ARGUMENTS_EXAMPLE = '{"path": "README.md"}'
+CALL_EXAMPLE = '{"id": "1", "name": "read_file", "arguments": {"path": "README.md"}}'
+
+
+def json_object(value: Any, what: str, example: str = _ARGUMENTS_EXAMPLE) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", type(None): "null"}.get(type(value))
+        raise UsageError(
+            f"{what} must be a JSON object such as {example}, not {kind or json.dumps(value)}"
+        )
+    return value
+
+
+def parse_json(text: str, what: str, hint: str = "") -> Any:
+    """Parse *text* strictly (`dsh_host.parse_json`: no duplicate keys, bounded depth and integer
+    size); a `UsageError` beginning with *what* (``the line is``) if it is refused."""
+    try:
+        return strict_json(text)
+    except JsonInputError as exc:
+        reason = printable(str(exc))
+        if reason.startswith("not valid JSON: "):
+            problem = f"{what} not valid JSON ({reason.removeprefix('not valid JSON: ')})"
+        else:
+            problem = f"{what} refused: {reason}"
+        raise UsageError(problem + (f"; {hint}" if hint else "")) from None
+
+
+def unknown_tool(host: Host, name: str) -> str:
+    known = [tool.name for tool in host.registry.tools()]
+    hint = difflib.get_close_matches(name, known, n=1)
+    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    listed = ", ".join(known) or "none; install a tool plugin"
+    return (
+        f"no tool named {printable(repr(name))}{did_you_mean}; available: {listed}. "
+        "See `dsh tools`."
+    )
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    shell = 'pass one JSON object, quoted for the shell: dsh call NAME \'{"key": "value"}\''
+    arguments = parse_json(args.arguments, "the arguments are", hint=shell)
+    arguments = json_object(arguments, "the arguments")
+    host = build_host(args)
+    if host.registry.get(args.name) is None:
+        raise UsageError(unknown_tool(host, args.name))
+    events: list[TraceEvent] = []
+
+    def trace(event: TraceEvent) -> None:
+        events.append(event)
+        if args.trace:
+            warn(trace_line(event))
+
+    result = trio.run(lambda: host.call(args.name, arguments, trace=trace))
+    trace_text = result.meta.get("traceback") if isinstance(result.meta, Mapping) else None
+    if isinstance(trace_text, str) and (args.trace or debugging()):
+        warn(f"traceback of the {result.code} failure:")
+        for line in trace_text.split("\n"):
+            warn(f"    {printable(line)}")
+    if args.json:
+        dump(result.to_json())
+    else:
+        style = stdout_style()
+        call_view = host.present_call(args.name, arguments)
+        for line in render_call(call_view, style):
+            out(line)
+        out(decision_line(result, events, style))
+        if result.code in _NOT_RUN:
+            for line in result.text.split("\n"):
+                out(f"  {style.paint(printable(line), 'red')}")
+        else:
+            view = host.present_result(args.name, arguments, result)
+            for line in [*result_title(view, call_view.title, style), *render_result(view, style)]:
+                out(line)
+        for line in context_lines(result, style):
+            out(line)
+        if result.is_error:
+            out(style.paint(f"  error code: {result.code}", "red"))
+    allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
+    allowed = allowed if isinstance(allowed, tuple | list) else None
+    for line in approval_hint(args.name, result, host.config.source, allowed):
+        warn(line)
+    return 1 if result.is_error else 0
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dsh-host")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _common(prefix: str) -> argparse.ArgumentParser:
+    """Host options, accepted before the command and after it."""
+    common = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS if prefix else None
+    group = common.add_argument_group("host options")
+    group.add_argument("--config", metavar="PATH", dest=f"{prefix}config", default=unset,
+                       help="config file (default: $DSH_CONFIG, ./dsh.toml, or [tool.dsh] in "
+                       "./pyproject.toml)")  # fmt: skip
+    group.add_argument("--plugin", metavar="MODULE[:ATTR]", action="append",
+                       dest=f"{prefix}plugin", default=unset if prefix else [],
+                       help="also register this plugin, after the entry points (repeatable)")  # fmt: skip
+    group.add_argument("--no-entrypoints", action="store_true", dest=f"{prefix}no_entrypoints",
+                       default=unset if prefix else False,
+                       help="load no installed plugins, only --plugin ones")  # fmt: skip
+    disable = group.add_argument(
+        "--disable", metavar="NAME", action="append", dest=f"{prefix}disable",
+        default=unset if prefix else [],
+        help="block this installed plugin for this run; a name or an fnmatch pattern "
+        "(repeatable; also DSH_DISABLE_PLUGINS=a,b)",
+    )  # fmt: skip
+    disable.completer = plugin_names  # type: ignore[attr-defined]  # read by argcomplete
+    return common
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``dsh`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="dsh", parents=[_common("")],
+        description="A plugin host for the tool pipeline of LLM agent harnesses.",
+        epilog="Exit status: 0 success, 1 an error result, 2 bad usage or configuration.",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"dsh-host {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an unexpected error (or DSH_DEBUG=1)")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = [_common("sub_")]
+
+    p = sub.add_parser("plugins", parents=common, help="list plugins and their status")
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when any plugin failed to load (for CI)")  # fmt: skip
+    p.set_defaults(handler=_cmd_plugins)
+
+    p = sub.add_parser("tools", parents=common, help="list the tools a model is offered")
+    p.add_argument("--json", action="store_true", help="print the schemas as JSON")
+    p.add_argument("--format", choices=("openai", "anthropic", "mcp"),
+                   help="print the tool list in this provider's JSON format")  # fmt: skip
+    p.set_defaults(handler=_cmd_tools)
+
+    p = sub.add_parser("call", parents=common, help="run one tool call through the pipeline")
+    tool_arg = p.add_argument("name", metavar="NAME", help="the tool")
+    tool_arg.completer = tool_names  # type: ignore[attr-defined]  # read by argcomplete
+    p.add_argument("arguments", metavar="JSON", nargs="?", default="{}",
+                   help="the arguments, a JSON object (default: {})")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the result object as JSON")
+    p.add_argument("--trace", action="store_true", help="print every pipeline step to stderr")
+    p.set_defaults(handler=_cmd_call)
+
+    from ._run import add_run_parser  # here: _cli_run imports this module's helpers
+
+    add_run_parser(sub, common)
+
+    from ._scaffold import add_new_parser
+
+    add_new_parser(sub)
+    add_completion_parser(sub)
+
+    p = sub.add_parser("config", parents=common, help="configuration commands")
+    config_sub = p.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    p = config_sub.add_parser("check", parents=common,
+                              help="validate a config file and print the effective configuration")  # fmt: skip
+    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: as found)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=_cmd_config)
+
+    p = sub.add_parser("mcp", parents=common, help="serve the gated tools over MCP")
+    mcp_sub = p.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
+    p = mcp_sub.add_parser("serve", parents=common,
+                           help="a Model Context Protocol server on stdin/stdout (or HTTP)")  # fmt: skip
+    p.add_argument("--workspace", metavar="DIR",
+                   help="serve as if started in DIR: its dsh.toml and the default workspace "
+                   "(MCP clients often start servers in an arbitrary directory)")  # fmt: skip
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+                   "(a loopback HOST only, unless --public)")  # fmt: skip
+    p.add_argument("--public", action="store_true",
+                   help="allow a --http HOST that is not a loopback address (there is no "
+                   "authentication: anyone who can reach it can run tools)")  # fmt: skip
+    p.add_argument("--list-all", action="store_true",
+                   help="also list tools the configuration denies outright")  # fmt: skip
+    p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,
+                   help="the longest message accepted, a stdio line or an HTTP body (default: 16 MiB)")  # fmt: skip
+    p.set_defaults(handler=_cmd_mcp)
+
+    # Commands of built-in plugins; main() hands their arguments over unparsed.
+    for name, summary in _DELEGATED.items():
+        sub.add_parser(name, help=summary[2], add_help=False)
+    return parser
+
+
+# name -> (module, function, help): the command parses its own arguments.
+_DELEGATED = {
+    "audit": ("dsh_plugins_builtin.audit", "audit_command", "read the audit log of past calls"),
+    "sandbox": (
+        "dsh_plugins_builtin.sandbox",
+        "sandbox_check_command",
+        "`dsh sandbox check`: which sandbox backend works here, and why not the others",
+    ),
+}
+
+
+def _delegate(argv: Sequence[str]) -> int:
+    """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
+    import importlib
+
+    name, rest = argv[0], list(argv[1:])
+    if name == "sandbox":
+        if not rest or rest[0] != "check":
+            warn("dsh sandbox: error: the only command is `dsh sandbox check [--json]`")
+            return 2
+        rest = rest[1:]
+    module_name, function, _ = _DELEGATED[name]
+    try:
+        command = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        warn(f"dsh {name}: error: the built-in plugins are not importable here: {exc}")
+        return 2
+    status: int = command(rest)
+    return status
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from .._mcp._service import run_serve_command
+
+    return run_serve_command(args, build_host, UsageError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dsh`` with *argv* (default: ``sys.argv[1:]``); return the exit status.
+
+    Nothing a user or the environment does prints a traceback: a closed pipe (``dsh tools |
+    head -1``) exits quietly with 141, Ctrl-C prints one line and exits 130 (trio cancels what
+    the command started), and anything unexpected is one line naming the error, exit 70.
+    ``--debug`` or ``DSH_DEBUG=1`` adds the traceback.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant(sys.stdout)
+    _tolerant(sys.stderr)
+    debug = "--debug" in argv or debugging()
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        status = _status_for(exc)
+        if status is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        if status == 130:
+            warn("dsh: interrupted")
+        elif status == 141:
+            _silence_stdout()
+        else:
+            warn(
+                f"dsh: internal error: {type(exc).__name__}: {printable(str(exc))} "
+                "(run with --debug or DSH_DEBUG=1 for the traceback, and please report it)"
+            )
+        return status
+
+
+def _status_for(exc: BaseException) -> int | None:
+    """The exit status for an exception that reached `main` (``None``: let it go on)."""
+    if isinstance(exc, BaseExceptionGroup):
+        statuses = [_status_for(inner) for inner in exc.exceptions]
+        for wanted in (130, 141):
+            if wanted in statuses:
+                return wanted
+        return 70
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 141
+    if isinstance(exc, SystemExit | GeneratorExit):
+        return None
+    return 70
+
+
+def _tolerant(stream: Any) -> None:
+    """Let *stream* print what it cannot encode (lone surrogates from argv) as escapes."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(Exception):
+            reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the exit flush cannot fail again."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _main(argv: list[str]) -> int:
+    if argv and argv[0] in _DELEGATED:
+        return _delegate(argv)
+    parser = make_parser()
+    autocomplete(parser)  # answers and exits when the shell asks for completions
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        status: int = args.handler(args)
+    except UsageError as exc:
+        warn(f"dsh {args.command}: error: {exc}")
+        return 2
+    except ConfigError as exc:
+        warn(f"dsh: config error: {exc}")
+        return 2
+    return status

@@ -1,0 +1,440 @@
+"""Terminal rendering for ``dsh``: call and result cards, decisions, trace lines, TOML.
+
+Everything here is a pure function from values to lines of text; `Style` adds ANSI colour only
+when asked to (``dsh`` asks when stdout is a terminal and ``NO_COLOR`` is unset).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import pathlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any, final
+
+import attrs
+
+from .._host._plugins import PluginInfo, PluginStatus
+from .._model._json import thaw
+from .._model._text import printable
+from .._model._trace import TraceEvent
+from .._model._values import ImageBlock, TextBlock, ToolExecutionResult
+from .._model._views import (
+    CallView,
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    ResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallKind,
+)
+from .._schema._tool import ToolSchema
+
+__all__ = [
+    "Style",
+    "approval_hint",
+    "decision_line",
+    "dump_toml",
+    "render_call",
+    "render_plugins",
+    "render_result",
+    "render_tools",
+    "style_for",
+    "trace_line",
+]
+
+_CODES = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1", "dim": "2"}
+
+
+@final
+@attrs.frozen
+class Style:
+    """ANSI styling, or none; ``unicode`` picks ``●✓✗`` over ASCII marks."""
+
+    color: bool = False
+    unicode: bool = True
+
+    def paint(self, text: str, *names: str) -> str:
+        """*text* in the named styles (``red``, ``green``, ``yellow``, ``cyan``, ``bold``, ``dim``)."""
+        if not self.color or not text:
+            return text
+        codes = ";".join(_CODES[name] for name in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    @property
+    def bullet(self) -> str:
+        return "●" if self.unicode else "*"
+
+    @property
+    def ok(self) -> str:
+        return "✓" if self.unicode else "ok"
+
+    @property
+    def no(self) -> str:
+        return "✗" if self.unicode else "x"
+
+
+def style_for(stream: IO[str], environ: Mapping[str, str]) -> Style:
+    """Colour when *stream* is a terminal and ``NO_COLOR`` is unset or empty; Unicode marks when
+    the stream's encoding can write them."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        "●✓✗│".encode(encoding)
+        unicode = True
+    except (LookupError, UnicodeEncodeError):
+        unicode = False
+    return Style(color=tty and not environ.get("NO_COLOR"), unicode=unicode)
+
+
+def _indent(lines: Iterable[str], prefix: str = "  ") -> list[str]:
+    return [f"{prefix}{line}" if line else prefix.rstrip() for line in lines]
+
+
+def _lines(text: str) -> list[str]:
+    """*text* split at line feeds only, each line `printable` (a carriage return is escaped)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [printable(line) for line in lines]
+
+
+def _json_lines(value: Any) -> list[str]:
+    try:
+        text = json.dumps(thaw(value), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return [printable(line) for line in text.splitlines()]
+
+
+def _content_lines(content: Iterable[TextBlock | ImageBlock]) -> list[str]:
+    lines: list[str] = []
+    for block in content:
+        if isinstance(block, TextBlock):
+            lines.extend(_lines(block.text) or [""])
+        else:
+            lines.append(f"[image: {block.mime_type}, {len(block.data)} base64 characters]")
+    return lines
+
+
+def render_diff(diff: FileDiff, style: Style) -> list[str]:
+    """A unified diff of one file, coloured when *style* says so."""
+    old = (diff.old_text or "").splitlines()
+    new = diff.new_text.splitlines()
+    source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+    lines: list[str] = []
+    for raw in difflib.unified_diff(old, new, source, f"b/{diff.path}", lineterm=""):
+        line = printable(raw)
+        if line.startswith(("---", "+++")):
+            lines.append(style.paint(line, "bold"))
+        elif line.startswith("@@"):
+            lines.append(style.paint(line, "cyan"))
+        elif line.startswith("+"):
+            lines.append(style.paint(line, "green"))
+        elif line.startswith("-"):
+            lines.append(style.paint(line, "red"))
+        else:
+            lines.append(line)
+    if not lines:
+        lines.append(style.paint(f"{printable(diff.path)}: no changes", "dim"))
+    return lines
+
+
+def render_call(view: CallView, style: Style) -> list[str]:
+    """The pending card of a call."""
+    if isinstance(view, TerminalCallView):
+        title = printable(view.title, newlines=True).split("\n")
+        lines = [f"{style.paint('$', 'bold')} {style.paint(title[0], 'bold')}"]
+        lines.extend(f"  {style.paint(more, 'bold')}" for more in title[1:])
+        if view.description:
+            lines.append(style.paint(f"  # {printable(view.description)}", "dim"))
+        if view.cwd:
+            lines.append(style.paint(f"  (in {printable(view.cwd)})", "dim"))
+        return lines
+    if isinstance(view, DiffCallView):
+        lines = [f"{style.bullet} {style.paint(printable(view.title), 'bold')}"]
+        for diff in view.diffs:
+            lines.extend(_indent(render_diff(diff, style)))
+        return lines
+    kind = ""
+    if isinstance(view, GenericCallView) and view.kind is not ToolCallKind.OTHER:
+        kind = style.paint(f"({view.kind.value})", "dim")
+    lines = [f"{style.bullet} {style.paint(printable(view.title), 'bold')} {kind}".rstrip()]
+    lines.extend(_indent(_content_lines(view.content)))
+    for location in view.locations:
+        where = f"{location.path}:{location.line}" if location.line else location.path
+        where = printable(where)
+        lines.append(style.paint(f"  @ {where}", "dim"))
+    if view.raw_input is not None and view.raw_input != {}:
+        lines.extend(_indent(_json_lines(view.raw_input)))
+    return lines
+
+
+def render_result(view: ResultView, style: Style) -> list[str]:
+    """The completed card of a call, indented under its decision line."""
+    if isinstance(view, TerminalResultView):
+        lines = _indent(_lines(view.output or ""))
+        if view.signal is not None:
+            lines.append(style.paint(f"  killed by signal {view.signal}", "red"))
+        elif view.exit_code is not None:
+            colour = "green" if view.exit_code == 0 else "red"
+            lines.append(style.paint(f"  exit status {view.exit_code}", colour))
+        return lines
+    if isinstance(view, DiffResultView):
+        return [line for diff in view.diffs for line in _indent(render_diff(diff, style))]
+    if isinstance(view, ReadResultView):
+        width = len(str(max((n for n, _ in view.lines), default=1)))
+        bar = "│" if style.unicode else "|"
+        lines = [style.paint(f"  {printable(view.path)}", "bold")]
+        lines.extend(
+            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {printable(t)}"
+            for n, t in view.lines
+        )
+        if view.lines:
+            first, last = view.lines[0][0], view.lines[-1][0]
+            lines.append(style.paint(f"  (lines {first}-{last} of {view.total_lines})", "dim"))
+        return lines
+    if isinstance(view, SearchResultView):
+        lines = [
+            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {printable(t)}"
+            for p, n, t in view.matches
+        ]
+        lines.extend(f"  {printable(path)}" for path in view.paths)
+        if view.truncated:
+            lines.append(style.paint(f"  (truncated; {view.total} in all)", "dim"))
+        return lines
+    assert isinstance(view, GenericResultView)
+    return _indent(_content_lines(view.content))
+
+
+def result_title(view: ResultView, call_title: str | None, style: Style) -> list[str]:
+    """The result card's title, when its presenter gave one of its own (not the call's title, nor
+    the path a file card shows anyway)."""
+    title = view.title
+    if not title or title in (call_title, getattr(view, "path", None)):
+        return []
+    return [style.paint(f"  {printable(title)}", "bold")]
+
+
+def context_lines(result: ToolExecutionResult, style: Style, indent: str = "  ") -> list[str]:
+    """One dim line per line of each context note the model gets with *result*, with its source."""
+    lines = []
+    for context in result.additional_contexts:
+        text = "\n".join(getattr(block, "text", "") for block in context.content)
+        source = printable(context.source or "the tool")
+        for line in text.split("\n"):
+            lines.append(style.paint(f"{indent}(context from {source}) {printable(line)}", "dim"))
+    return lines
+
+
+def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], style: Style) -> str:
+    """Whether the call ran, and who decided: from the result and its trace events."""
+    code = result.code
+    who = printable(result.decided_by) if result.decided_by else None
+    detail = printable(result.decision_detail) if result.decision_detail else None
+    by = (f" by {who}" + (f" ({detail})" if detail else "")) if who else ""
+    if code == "DENIED":
+        return style.paint(f"{style.no} denied{by}", "red", "bold")
+    if code == "PLUGIN_FAILED":
+        return style.paint(f"{style.no} stopped: plugin {who} failed", "red", "bold")
+    if code == "BLOCKED":
+        return style.paint(f"{style.no} ran, then blocked{by}", "red", "bold")
+    if code == "UNKNOWN_TOOL":
+        return style.paint(f"{style.no} unknown tool", "red", "bold")
+    if code in ("ABORTED", "ABORTED_BEFORE_DISPATCH"):
+        return style.paint(f"{style.no} aborted", "yellow", "bold")
+    notes = []
+    for event in events:
+        allowed = event.outcome == "allow" or event.outcome.startswith("allow: ")
+        if event.stage == "dsh_tool_pre_execute" and allowed and event.plugin:
+            why = event.outcome.removeprefix("allow").removeprefix(": ")
+            notes.append(f"allowed by {event.plugin}" + (f": {why}" if why else ""))
+        elif event.stage == "dsh_tool_approve" and event.outcome == "allowed-once":
+            notes.append(f"approved by {event.plugin}")
+    head = "; ".join(dict.fromkeys(notes)) or "allowed"
+    if result.is_error:
+        cause = f"{code} from {who}" + (f": {detail}" if detail else "") if who else code
+        return style.paint(f"{style.no} {head}, then failed ({cause})", "red", "bold")
+    if who:
+        head += f"; result replaced by {who}"
+    return style.paint(f"{style.ok} {head}", "green", "bold")
+
+
+def approval_hint(
+    name: str, result: ToolExecutionResult, config: str | None, allowed: Sequence[str] | None
+) -> list[str]:
+    """How to allow a call denied because nobody could answer its ``ask`` (else no lines).
+
+    *allowed* is the ``allow`` list of the ``permissions`` plugin's effective configuration,
+    when there is one: the hint then shows that list with the tool added.
+    """
+    message = result.error.message if result.error is not None else ""
+    if result.code != "DENIED" or "requires approval" not in message:
+        return []
+    plugin, detail = result.decided_by or "", result.decision_detail or ""
+    asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
+    if plugin != "permissions" and allowed is not None and name in allowed:
+        # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
+        return [
+            f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
+            f"      the call was denied. {name!r} already has an allow rule; the ask comes from",
+            f"      {plugin or 'that plugin'}'s own configuration: change it there, or run on a "
+            "terminal",
+            "      with an approval plugin enabled, to be asked.",
+        ]
+    if allowed is not None and name in allowed:
+        # The rule is there and did not cover these arguments (a path outside the workspace, a
+        # command it does not fit): adding it again would change nothing.
+        return [
+            f"hint: {asker} asked for approval, and no approval plugin could answer here,",
+            f"      so the call was denied. {name!r} already has an allow rule, but it does not "
+            "cover",
+            "      these arguments (the reason above says why). A path outside the workspace "
+            "needs an",
+            f'      absolute path rule, such as "{name}(//etc/hosts)" or "{name}(~/notes/**)", and a',
+            "      command a rule that fits its words; add it to [plugin.permissions] allow in",
+            f"      {config or 'dsh.toml'}; or run on a terminal with an approval plugin enabled, to be",
+            "      asked.",
+        ]
+    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), name)))
+    return [
+        f"hint: {asker} asked for approval, and no approval plugin could answer here,",
+        f"      so the call was denied. To let {name!r} run without asking, add a rule for it",
+        f"      to {config or 'dsh.toml'}:",
+        "          [plugin.permissions]",
+        f"          allow = [{rule}]",
+        "      (or change the asking plugin's own table); or run on a terminal with an approval",
+        "      plugin enabled, to be asked.",
+    ]
+
+
+def plugin_origin(row: PluginInfo) -> str:
+    """`` (distribution version)`` for a plugin from a distribution, else nothing."""
+    if row.distribution is None:
+        return ""
+    return f" ({row.distribution} {row.version})" if row.version else f" ({row.distribution})"
+
+
+_STATUS_COLOURS = {
+    PluginStatus.ENABLED: "green",
+    PluginStatus.FAILED: "red",
+    PluginStatus.BLOCKED: "yellow",
+    PluginStatus.DISABLED: "dim",
+}
+
+
+def render_plugins(rows: Iterable[PluginInfo], config: str, style: Style) -> list[str]:
+    """The ``dsh plugins`` listing: one block per plugin, then a count by status."""
+    lines = [style.paint(f"config: {config}", "dim")]
+    counts = dict.fromkeys(PluginStatus, 0)
+    for row in rows:
+        counts[row.status] += 1
+        status = style.paint(row.status.value, _STATUS_COLOURS[row.status], "bold")
+        order = f"  #{row.order}" if row.order is not None else ""
+        name = style.paint(row.name, "bold")
+        lines.append(f"{name}  {status}{plugin_origin(row)}  [{row.source}]{order}")
+        if row.hooks:
+            lines.append(f"    hooks: {', '.join(row.hooks)}")
+        if row.config_class:
+            lines.append(f"    config: {row.config_class}  [plugin.{row.name}]")
+        if row.error:
+            label = "error" if row.status is PluginStatus.FAILED else "why"
+            lines.append(f"    {label}: {row.error}")
+        lines.extend(f"    status: {printable(line)}" for line in row.status_lines)
+    if not any(counts.values()):
+        lines.append("no plugins (install one, or pass --plugin MODULE)")
+    else:
+        summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
+        lines.append(style.paint(summary, "dim"))
+    return lines
+
+
+def render_tools(
+    schemas: Iterable[ToolSchema], owners: Mapping[str, str | None], style: Style
+) -> list[str]:
+    """The ``dsh tools`` listing: name, owner, first line of the description, parameters."""
+    lines: list[str] = []
+    for schema in schemas:
+        owner = owners.get(schema.name)
+        lines.append(style.paint(schema.name, "bold") + (f"  (plugin {owner})" if owner else ""))
+        lines.extend(f"    {line}" for line in schema.description.strip().splitlines()[:1])
+        props = schema.parameters.get("properties", {})
+        required = set(schema.parameters.get("required", ()))
+        for key, prop in props.items():
+            kind = prop.get("type", "any")
+            kind = "|".join(kind) if isinstance(kind, list) else kind
+            extra = ", required" if key in required else ""
+            if "enum" in prop:
+                extra += f", one of {', '.join(json.dumps(v) for v in prop['enum'])}"
+            if "default" in prop:
+                extra += f", default {json.dumps(prop['default'])}"
+            about = f"  {prop['description']}" if "description" in prop else ""
+            lines.append(f"    {style.paint(key, 'cyan')} ({kind}{extra}){about}")
+    if not lines:
+        lines.append("no tools (install a tool plugin, or pass --plugin MODULE)")
+    return lines
+
+
+def trace_line(event: TraceEvent) -> str:
+    """One ``--trace`` line: call, stage, plugin, outcome and time."""
+    plugin = event.plugin or "-"
+    ms = event.seconds * 1000
+    return (
+        f"trace {printable(event.call_id)} {event.stage} {plugin}: {printable(event.outcome)} "
+        f"({ms:.2f} ms)"
+    )
+
+
+# -- TOML ----------------------------------------------------------------------------------------
+
+
+def _toml_key(key: str) -> str:
+    bare = key and all(c.isalnum() or c in "-_" for c in key) and key.isascii()
+    return key if bare else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str | pathlib.PurePath):
+        return json.dumps(str(value), ensure_ascii=False)
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+        return "[" + ", ".join(_toml_value(v) for v in items) + "]"
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    return json.dumps(str(value))
+
+
+def dump_toml(tables: Mapping[tuple[str, ...], Mapping[str, Any]]) -> list[str]:
+    """TOML text for ``{table path: {key: plain value}}``; ``None`` values are left out.
+
+    A table path is its dotted name split into parts: ``("plugin", "hello-policy")``.
+    """
+    lines: list[str] = []
+    for path, table in tables.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{'.'.join(_toml_key(part) for part in path)}]")
+        lines.extend(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None
+        )
+    return lines

@@ -1,0 +1,320 @@
+"""The MCP server behind ``dsh mcp serve``: the host's gated tools on the official SDK's lowlevel server.
+
+Every ``tools/call`` runs the whole pipeline (permissions, approval, guards, sandbox, audit).
+What this module decides, once per host and tool list rather than per call:
+
+- ``tools/list`` hides a tool that policy denies outright (a dry run with empty arguments ends
+  ``DENIED`` by a pre-execute plugin) unless ``list_all``; annotations come from the definition
+  (`annotations_for`).
+- results: the content, then one text item per context note; an error keeps ``isError`` and
+  ``_meta`` ``dsh/code``, ``dsh/decided_by``, ``dsh/decision_detail``. ``UNKNOWN_TOOL`` is the
+  protocol's unknown-tool error (JSON-RPC ``-32602``).
+- ``notifications/cancelled`` aborts the call's `AbortSignal`; the call runs to its (aborted)
+  result, is audited, and the SDK sends no response.
+- an ``Ask`` is put to the person at the client through elicitation when the client declared
+  the capability; otherwise it is ``unavailable``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+import trio
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+
+from .._model._json import canonical_json
+from .._model._signal import AbortSignal
+from .._model._text import printable
+from .._model._trace import TraceEvent
+from .._model._values import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    ImageBlock,
+    TextBlock,
+    ToolExecutionInput,
+    ToolExecutionResult,
+)
+from .._registry._hooks import hookimpl
+from .._schema._tool import ToolDefinition
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._host._host import Host
+
+__all__ = ["APPROVER_NAME", "McpService", "annotations_for", "content_to_mcp"]
+
+logger = logging.getLogger("dsh_host.mcp")
+
+APPROVER_NAME = "mcp_client"
+"""The name the elicitation approver is registered under (``decided_by`` when the person declines)."""
+
+INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
+PREVIEW_CHARS = 300
+
+_REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
+    "dsh_mcp_request", default=None
+)
+
+
+def _version() -> str:
+    try:
+        return version("dsh-host")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+def annotations_for(tool: ToolDefinition) -> types.ToolAnnotations:
+    """The MCP hints for *tool*, from what its definition declares.
+
+    - ``readOnlyHint``: it declares path arguments, every one ``"read"``, and has an
+      ``is_concurrency_safe``: a tool that names only files it reads and may run alongside
+      others. Nothing undeclared is assumed read-only.
+    - ``destructiveHint``: not read-only (the spec's conservative default).
+    - ``idempotentHint``: read-only (repeating a read changes nothing); otherwise false.
+    - ``openWorldHint``: it declares no path arguments, so nothing says it stays inside the
+      workspace (``bash``, most plugin tools); a tool whose paths are declared is closed-world.
+    """
+    paths = dict(tool.paths)
+    read_only = bool(paths) and set(paths.values()) == {"read"}
+    read_only = read_only and tool.is_concurrency_safe is not None
+    return types.ToolAnnotations(
+        read_only_hint=read_only,
+        destructive_hint=not read_only,
+        idempotent_hint=read_only,
+        open_world_hint=not paths,
+    )
+
+
+def content_to_mcp(result: ToolExecutionResult) -> list[types.ContentBlock]:
+    """MCP content for a result: its blocks, then each context note as one more text item."""
+    out: list[types.ContentBlock] = []
+    for block in result.content:
+        if isinstance(block, TextBlock):
+            out.append(types.TextContent(type="text", text=block.text))
+        elif isinstance(block, ImageBlock):
+            out.append(types.ImageContent(type="image", data=block.data, mime_type=block.mime_type))
+    for context in result.additional_contexts:
+        text = "\n".join(b.text for b in context.content if isinstance(b, TextBlock))
+        if text:
+            out.append(types.TextContent(type="text", text=text))
+        out.extend(
+            types.ImageContent(type="image", data=b.data, mime_type=b.mime_type)
+            for b in context.content
+            if isinstance(b, ImageBlock)
+        )
+    return out
+
+
+def _result_to_mcp(result: ToolExecutionResult) -> types.CallToolResult:
+    meta: dict[str, Any] | None = None
+    if result.is_error:
+        meta = {
+            "dsh/code": result.code,
+            "dsh/decided_by": result.decided_by,
+            "dsh/decision_detail": result.decision_detail,
+        }
+    if result.additional_contexts:
+        meta = {
+            **(meta or {}),
+            "dsh/context_sources": [c.source for c in result.additional_contexts],
+        }
+    return types.CallToolResult.model_validate(
+        {"content": content_to_mcp(result), "isError": result.is_error, "_meta": meta}
+    )
+
+
+class _ClientApprover:
+    """Puts an ``Ask`` to the person at the MCP client, through elicitation.
+
+    ``trylast``, and registered after every other plugin: other approvers (remembered answers)
+    are asked first; the built-in terminal prompt, which cannot work while stdin carries the
+    protocol, after. Outside an MCP request it abstains.
+    """
+
+    name = APPROVER_NAME
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome | None:
+        ctx = _REQUEST.get()
+        if ctx is None:
+            return None
+        if request.execution.dry_run:  # the tools/list probe: nobody is asked
+            return ApprovalOutcome.CANCELLED
+        capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        if not ctx.session.check_client_capability(capability):
+            return ApprovalOutcome.UNAVAILABLE
+        if request.signal.aborted:
+            return ApprovalOutcome.CANCELLED
+        arguments = canonical_json(request.arguments)
+        if len(arguments) > PREVIEW_CHARS:
+            arguments = arguments[:PREVIEW_CHARS] + "..."
+        message = f"Allow the tool {request.tool!r} to run once?"
+        if request.reason:
+            message += f"\nWhy it asks ({request.asked_by or 'policy'}): {request.reason}"
+        message += f"\nArguments: {arguments}"
+        answer: list[types.ElicitResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def elicit() -> None:
+                answer.append(
+                    await ctx.session.elicit_form(
+                        message=printable(message, newlines=True),
+                        requested_schema={"type": "object", "properties": {}},
+                        related_request_id=ctx.request_id,
+                    )
+                )
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await request.signal.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(elicit)
+            nursery.start_soon(watch)
+        if not answer:
+            return ApprovalOutcome.CANCELLED
+        return {
+            "accept": ApprovalOutcome.ALLOWED_ONCE,
+            "decline": ApprovalOutcome.REJECTED,
+        }.get(answer[0].action, ApprovalOutcome.CANCELLED)
+
+
+def _approver(host: Host) -> None:
+    """Register the elicitation approver on *host*, once."""
+    if host.pm.get_plugin(APPROVER_NAME) is None:
+        host.pm.register(_ClientApprover(), name=APPROVER_NAME)
+
+
+class McpService:
+    """The host's tools as an SDK `Server`; one per ``dsh mcp serve`` process, any number of sessions."""
+
+    def __init__(self, host: Host, *, list_all: bool = False) -> None:
+        self.host = host
+        self.list_all = list_all
+        self._listed: tuple[tuple[ToolDefinition, ...], list[types.Tool]] | None = None
+        self._calls = 0
+        _approver(host)
+        self.server: Server[Any] = Server(
+            "dsh",
+            version=_version(),
+            instructions="Tools served by dsh; every call passes its policy pipeline.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self.server.middleware = []  # no OpenTelemetry span per message on the hot path
+
+    # -- tools/list ------------------------------------------------------------------------
+
+    async def listed(self) -> list[types.Tool]:
+        """The tools offered: computed once per set of registered tools, not per request."""
+        tools = self.host.registry.tools()
+        cached = self._listed
+        if (
+            cached is not None
+            and len(cached[0]) == len(tools)
+            and all(a is b for a, b in zip(cached[0], tools, strict=True))
+        ):
+            return cached[1]
+        offered = [
+            types.Tool(
+                name=tool.name,
+                description=tool.description,
+                input_schema=dict(tool.schema.parameters),
+                annotations=annotations_for(tool),
+            )
+            for tool in await self._offered(tools)
+        ]
+        self._listed = (tools, offered)
+        return offered
+
+    async def _offered(self, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
+        if self.list_all:
+            return list(tools)
+        offered = []
+        for tool in tools:
+            if not await self._denied_outright(tool):
+                offered.append(tool)
+        return offered
+
+    async def _denied_outright(self, tool: ToolDefinition) -> bool:
+        """Whether a dry run of *tool* with no arguments ends DENIED by a pre-execute plugin."""
+        events: list[TraceEvent] = []
+        probe = ToolExecutionInput(call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={})
+        token = _REQUEST.set(_PROBE)
+        try:
+            result = await self.host.registry.preview(probe, trace=events.append)
+        finally:
+            _REQUEST.reset(token)
+        decided = result.decided_by if result is not None else None
+        if result is None or result.code != "DENIED" or decided is None:
+            return False
+        return any(
+            e.stage == "dsh_tool_pre_execute"
+            and e.plugin is not None
+            and (decided == e.plugin or decided.startswith(f"{e.plugin}:"))  # older `name: detail`
+            and e.outcome.startswith("deny")
+            for e in events
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await self.listed())
+
+    # -- tools/call ------------------------------------------------------------------------
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        self._calls += 1
+        signal = AbortSignal()
+        box: list[ToolExecutionResult] = []
+        failure: list[Exception] = []
+        done = trio.Event()
+        arguments = {} if params.arguments is None else params.arguments
+
+        async def run() -> None:
+            # Shielded: a cancelled request aborts the signal instead, so the call ends as an
+            # ABORTED result (audited, its body awaited) rather than vanishing mid-pipeline.
+            with trio.CancelScope(shield=True):
+                _REQUEST.set(ctx)
+                try:
+                    box.append(
+                        await self.host.call(
+                            params.name, arguments, call_id=f"mcp-{self._calls}", signal=signal
+                        )
+                    )
+                except Exception as exc:  # the host promises not to raise; if it does, say so
+                    logger.exception("dsh mcp serve: tools/call %r raised", params.name)
+                    failure.append(exc)
+                finally:
+                    done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            try:
+                await done.wait()
+            except trio.Cancelled:
+                signal.abort("cancelled by the MCP client")
+                raise
+        if failure:
+            text = f"dsh failed to run {params.name!r}: {type(failure[0]).__name__}: {failure[0]}"
+            raise MCPError(code=INTERNAL_ERROR, message=text)
+        result = box[0]
+        if result.code == "UNKNOWN_TOOL":
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        return _result_to_mcp(result)
+
+
+class _Probe:
+    """Stands in for a request context while tools/list probes policy (never elicits)."""
+
+
+_PROBE: Any = _Probe()

@@ -1,0 +1,250 @@
+"""``dsh mcp serve``: the host's gated tools as a Model Context Protocol server.
+
+Built on the official ``mcp`` SDK's lowlevel server (`dsh_host._mcp._server`), which runs on
+anyio and so on trio. Over stdio, a validating wire layer (`dsh_host._mcp._wire`) sits in front
+of the SDK session, because the SDK's own stdio transport does not survive hostile input; over
+streamable HTTP (``--http HOST:PORT``) the SDK's ASGI app is served by hypercorn's trio worker.
+Nothing but protocol messages is written to stdout: while serving, fd 1 points at stderr and fd 0
+at the null device, so a tool or child process that prints cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._server import McpService, annotations_for, content_to_mcp
+from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable, Callable, Iterator
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from .._host._host import Host
+
+__all__ = [
+    "McpService",
+    "annotations_for",
+    "content_to_mcp",
+    "parse_bind",
+    "run_serve_command",
+    "serve",
+    "serve_http",
+    "serve_stdio",
+]
+
+
+async def serve(
+    host: Host,
+    receive: trio.abc.ReceiveStream,
+    send: trio.abc.SendStream,
+    *,
+    list_all: bool = False,
+    max_line: int = DEFAULT_MAX_LINE,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    service: McpService | None = None,
+) -> None:
+    """Serve one MCP session over a byte stream pair until *receive* reaches end of file.
+
+    At end of file, requests already read are answered; calls still running after
+    *drain_timeout* seconds are aborted (and, being answered to a departed client, dropped).
+    """
+    service = service or McpService(host, list_all=list_all)
+    server = service.server
+    options = server.create_initialization_options()
+    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout)
+
+    async def session(read: Any, write: Any) -> None:
+        await server.run(read, write, options)
+
+    await wire.run(session)
+
+
+@contextmanager
+def _claim_stdio() -> Iterator[tuple[int, int]]:
+    """Private copies of fds 0 and 1 for the protocol; fd 0 -> /dev/null, fd 1 -> stderr meanwhile."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+        yield wire_in, wire_out
+    finally:
+        os.close(null)
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)
+
+
+async def serve_stdio(
+    host: Host,
+    *,
+    list_all: bool = False,
+    max_line: int = DEFAULT_MAX_LINE,
+) -> None:
+    """Serve MCP on this process's stdin and stdout until stdin ends."""
+    with _claim_stdio() as (fd_in, fd_out):
+        receive = trio.lowlevel.FdStream(fd_in)
+        send = trio.lowlevel.FdStream(fd_out)
+        async with receive, send:
+            await serve(host, receive, send, list_all=list_all, max_line=max_line)
+
+
+def parse_bind(text: str, public: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong.
+
+    A HOST that is not a loopback address is refused unless *public*: the server has no
+    authentication, so anyone who reaches the port could run tools under this host's policy.
+    """
+    where, sep, port = text.rpartition(":")
+    if not sep or not where or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http takes HOST:PORT such as 127.0.0.1:8765, not {text!r}")
+    address = where.strip("[]")
+    if not public and not _loopback(address):
+        raise ValueError(
+            f"--http {text}: {address!r} is not a loopback address, and dsh mcp serve has no "
+            "authentication: anyone who can reach it could run tools under this policy. Bind "
+            "127.0.0.1, [::1] or localhost (put an authenticating proxy in front to serve other "
+            "machines), or pass --public to serve it anyway"
+        )
+    return address, int(port)
+
+
+def _loopback(address: str) -> bool:
+    """Whether *address* (an IP literal, or ``localhost``) names this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def _transport_security(address: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for a loopback *address*: only requests whose Host (and Origin,
+    if any) name a loopback spelling are served. The SDK turns it on by itself for three exact
+    spellings only (``127.0.0.1``, ``localhost``, ``::1``), not for ``127.0.0.2``, say."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not _loopback(address):
+        return None  # --public: no host list could be right
+    spelled = f"[{address}]" if ":" in address else address
+    hosts = dict.fromkeys([spelled, "127.0.0.1", "localhost", "[::1]"])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{host}:*" for host in hosts],
+        allowed_origins=[f"http://{host}:*" for host in hosts],
+    )
+
+
+async def serve_http(
+    host: Host,
+    bind: str,
+    *,
+    list_all: bool = False,
+    max_body: int = DEFAULT_MAX_LINE,
+    public: bool = False,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
+
+    POST bodies are validated first (`ValidatingApp`). ``task_status.started`` receives the
+    bound addresses (port 0 picks a free port). A loopback *bind* serves only requests whose
+    Host and Origin name this machine (DNS-rebinding protection); any other is refused unless
+    *public* (see `parse_bind`).
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from ._http import ValidatingApp
+
+    address, port = parse_bind(bind, public)
+    service = McpService(host, list_all=list_all)
+    sdk_app = service.server.streamable_http_app(
+        host=address,
+        max_request_body_size=max_body,
+        transport_security=_transport_security(address),
+    )
+    app = ValidatingApp(sdk_app, max_body=max_body)
+    config = Config()
+    config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
+
+
+async def _until_interrupt(serving: Callable[[], Awaitable[None]]) -> bool:
+    """Run *serving*; ``True`` if SIGINT (Ctrl-C) stopped it, ``False`` if it ended by itself."""
+    interrupted = False
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    nursery.cancel_scope.cancel()
+
+            async def serve_then_stop() -> None:
+                await serving()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(serve_then_stop)
+    return interrupted
+
+
+def run_serve_command(
+    args: argparse.Namespace,
+    build_host: Callable[[argparse.Namespace], Host],
+    usage_error: type[Exception],
+) -> int:
+    """``dsh mcp serve``: 0 when the client closes stdin, 130 (one line on stderr) on Ctrl-C."""
+    if args.max_message_bytes < 1024:
+        raise usage_error(
+            f"--max-message-bytes must be at least 1024, not {args.max_message_bytes}"
+        )
+    if args.http is not None:
+        try:
+            parse_bind(args.http, args.public)
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
+        if args.public:
+            sys.stderr.write(
+                f"dsh mcp serve: serving {args.http} with no authentication (--public): anyone "
+                "who can reach it can run tools under this policy\n"
+            )
+    if args.workspace is not None:
+        try:
+            os.chdir(args.workspace)
+        except OSError as exc:
+            raise usage_error(
+                f"--workspace {args.workspace!r}: {exc.strerror}; pass an existing directory"
+            ) from None
+    host = build_host(args)
+    list_all: bool = args.list_all
+
+    async def serving() -> None:
+        if args.http is not None:
+            await serve_http(
+                host, args.http, list_all=list_all, max_body=args.max_message_bytes,
+                public=args.public,
+            )  # fmt: skip
+        else:
+            await serve_stdio(host, list_all=list_all, max_line=args.max_message_bytes)
+
+    if trio.run(_until_interrupt, serving):
+        sys.stderr.write("dsh mcp serve: interrupted\n")
+        return 130
+    return 0

@@ -1,0 +1,493 @@
+"""`execute_batch`: one model step's calls, with a rolling parallel pool and exclusive barriers.
+
+Policy (pre-execute, approval, guards) runs in model order, one call at a time; only the wrappers
+and bodies overlap, at most ``max_parallel`` at once. Calls are finalised (post-execute,
+observers, ``on_result``) in model order as they settle, so results and their contexts come back
+in the order the model asked.
+
+How it is cheap. The calls are run by a few *workers*: the caller's own task first, and more tasks
+only when needed, never more than ``max_parallel + 1`` (a task per call would cost a spawn, a
+limiter slot and an event each). One worker at a time holds the *baton*, the right to start the
+next call: it classifies the call, waits for a free slot (or, for an exclusive call, for every
+running call to end), runs its policy (`Pipeline.prepare`), then starts the rest of the call -
+wrappers, body, finalisation - by hand in its own task. When that rest finishes without ever
+suspending, the holder simply goes on to the next call: a batch of calls that never suspend runs
+like a loop of `execute`, with no task switch, wake-up or event. Only when the rest suspends (a
+body awaiting I/O) does the holder let go of the baton, at that moment, and wake as many idle
+workers (or start new ones) as calls could start now; trio runs them in its next pass, where each
+takes the baton in turn as the call before suspends, so a pool of calls that each wait briefly
+starts about ``max_parallel`` calls per scheduler pass, one task step per call. A worker back from
+its call takes a free baton itself. No nursery is opened until a parallel call with others after
+it is reached (a batch of exclusive calls never opens one). This scheduling is hand-written because
+trio's `CapacityLimiter` and memory channels pass through the scheduler on every acquire or send
+(a checkpoint each), and an `Event` per call costs a wake-up: here the only trips through the
+scheduler are the ones the calls themselves make.
+
+Cancelling the caller cancels every worker (they share one nursery); a worker woken just as that
+happens starts no further call. What the machinery raises comes out as itself, not wrapped in an
+exception group, as it would from `ToolRegistry.execute`.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+from trio.lowlevel import (
+    Abort,
+    Task,
+    checkpoint_if_cancelled,
+    current_task,
+    reschedule,
+    wait_task_rescheduled,
+)
+
+from .._model._signal import AbortSignal
+from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._wrappers import _DispatchState
+
+if TYPE_CHECKING:
+    from .._model._trace import Trace
+    from .._registry._hooks import Plan
+    from .._registry._registry import ToolRegistry
+    from ._pipeline import Pipeline
+
+__all__ = ["run_batch"]
+
+_PARALLEL: Final = ExecutionMode.PARALLEL
+
+
+async def run_batch(
+    registry: ToolRegistry,
+    pipeline: Pipeline,
+    inputs: list[ToolExecutionInput],
+    max_parallel: int,
+    signal: AbortSignal | None,
+    trace: Trace | None,
+    on_result: Callable[[int, ToolExecutionResult], None] | None = None,
+) -> list[ToolExecutionResult]:
+    """Run *inputs* as one batch (see the module docstring); results in model order."""
+    if not inputs:
+        return []
+    if len(inputs) == 1:
+        # One call: nothing to overlap or order; the plain pipeline, no tasks, no events.
+        first = inputs[0]
+        if signal is not None:
+            if signal.aborted:
+                first = attrs.evolve(first, signal=_ABORTED)
+            elif first.signal is None:
+                first = attrs.evolve(first, signal=signal)
+        result = await pipeline.run(first, trace)
+        if on_result is not None:
+            on_result(0, result)
+        return [result]
+    batch = _Batch(registry, pipeline, inputs, max_parallel, signal, trace, on_result)
+    batch.holder = current_task()
+    # Up to the first parallel call that has others after it, nothing can overlap: no nursery
+    # (opening one costs more than a call). A batch of exclusive calls never opens one.
+    await batch.work()
+    if batch.pending != batch.next:
+        return batch.results
+    failure: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            batch.nursery = nursery
+            await batch.work()
+    except BaseExceptionGroup as group:
+        failure = _sole(group)
+        if failure is None:
+            raise
+    if failure is not None:
+        # What the machinery raised (a cancellation, a Ctrl-C, an ``on_result`` that failed)
+        # comes out as itself, as it would from `execute`, not wrapped in a group.
+        raise failure
+    return batch.results
+
+
+class _Batch:
+    """The state of one batch run: its calls, the baton, the in-flight count, the commit point."""
+
+    __slots__ = (
+        "coming",
+        "committed",
+        "committing",
+        "drain_limit",
+        "drainer",
+        "holder",
+        "idle",
+        "in_flight",
+        "inputs",
+        "max_parallel",
+        "next",
+        "nursery",
+        "on_result",
+        "pending",
+        "pending_ready",
+        "pipeline",
+        "registry",
+        "results",
+        "settled",
+        "signal",
+        "trace",
+        "workers",
+    )
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        pipeline: Pipeline,
+        inputs: list[ToolExecutionInput],
+        max_parallel: int,
+        signal: AbortSignal | None,
+        trace: Trace | None,
+        on_result: Callable[[int, ToolExecutionResult], None] | None,
+    ) -> None:
+        count = len(inputs)
+        self.registry = registry
+        self.pipeline = pipeline
+        self.inputs = inputs
+        self.max_parallel = max_parallel
+        self.signal = signal
+        self.trace = trace
+        self.on_result = on_result
+        self.results: list[Any] = [None] * count
+        self.settled: list[Any] = [None] * count  # (execution, result, post) until finalised
+        self.next = 0  # the next call to prepare
+        self.committed = 0  # the next call to finalise
+        self.committing = False  # a worker is finalising (only one at a time, in model order)
+        self.in_flight = 0  # parallel dispatches running now
+        self.holder: Any = None  # the worker task holding the baton; None when it is free
+        self.idle: deque[Task] = deque()  # workers waiting for the baton
+        self.drainer: Task | None = None  # the holder waiting for in-flight dispatches to end
+        self.drain_limit = 0
+        self.workers = 1  # the caller's task is the first worker
+        self.coming = 0  # workers woken or started that have not run yet
+        self.nursery: trio.Nursery | None = None
+        self.pending = -1  # a parallel call classified before the nursery was opened
+        self.pending_ready: Any = None  # its (tool, frozen, args)
+
+    # -- the workers -------------------------------------------------------------------------
+
+    async def work(self) -> None:
+        """One worker: prepare, dispatch and finalise calls while holding the baton."""
+        me = current_task()
+        inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
+        settled, results, count = self.settled, self.results, len(inputs)
+        registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
+        hooks = pipeline.hooks
+        if self.holder is not me:  # a worker just started
+            self.coming -= 1
+        while True:
+            if self.holder is not me:
+                while self.holder is not None:  # another worker holds it, or the batch is over
+                    if self.next >= count:
+                        return  # nothing left to start; whoever holds the baton ends the batch
+                    await self._wait(self.idle)
+                    self.coming -= 1
+                self.holder = me
+                await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
+            index = self.next
+            if index >= count or (signal is not None and signal.aborted):
+                await self._finish()
+                return
+            if index == self.pending:  # classified before the nursery was opened
+                input, ready, parallel = inputs[index], self.pending_ready, True
+                frozen = None  # the input carries them (see below)
+            else:
+                # Classified once: the arguments are frozen and validated here, and handed to
+                # the pipeline frozen (its freeze then costs nothing, and the body gets the
+                # arguments validated here), with the batch's signal.
+                input = inputs[index]
+                mode, tool, frozen, args = registry._classify(input)
+                if signal is not None and input.signal is None:
+                    input = _with_signal(input, frozen, signal)
+                parallel = mode is _PARALLEL
+                ready = None if args is None else (tool, frozen, args)
+                if parallel and self.nursery is None and index + 1 < count:
+                    if frozen is not None and frozen is not input.arguments:
+                        input = _with_arguments(input, frozen)
+                    inputs[index], self.pending_ready, self.pending = input, ready, index
+                    return  # the caller opens the nursery, then this task goes on
+            # A parallel call needs a free slot; an exclusive one, that nothing else runs.
+            limit = slots if parallel else 0
+            if self.in_flight > limit:
+                await self._drain(limit)
+                await checkpoint_if_cancelled()
+                if signal is not None and signal.aborted:
+                    continue  # the next turn ends the batch
+            self.next = index + 1
+            plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
+            admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
+            if admitted is None:
+                prepared = await pipeline.prepare(input, trace, frozen=frozen)
+                admitted, post = (prepared.execution, prepared.result), prepared.post
+                del prepared
+            else:
+                post = False
+            execution, done = admitted
+            if done is not None:
+                result = done
+            elif parallel:
+                # The wrappers and body run here and now, by hand; only if they suspend is the
+                # baton handed on (cheaper than a task, an event or an awaitable wrapper).
+                # With no wrapper, the body's stage is run without `dispatch` around it.
+                state = None if plan.execute else _DispatchState(ready)
+                running: Coroutine[Any, Any, Any]
+                if state is None:
+                    running = pipeline.dispatch(execution, trace, ready, plan)
+                else:
+                    running = pipeline._dispatch(execution, state, trace)
+                try:
+                    trap = running.send(None)
+                except StopIteration as stop:
+                    value = stop.value
+                else:
+                    self.in_flight += 1  # nothing else ran since the call started
+                    self._hand_on()
+                    del input, ready, frozen, admitted  # what a parked call need not hold
+                    try:
+                        value = await _resume(running, trap)
+                    finally:
+                        self._landed()
+                if state is None:
+                    result, post = value
+                else:
+                    result, post = pipeline._dispatched(execution, state, value), True
+            else:  # an exclusive call keeps the baton: nothing else starts meanwhile
+                result, post = await pipeline.dispatch(execution, trace, ready, plan)
+            if index != self.committed or self.committing:
+                settled[index] = (execution, result, post)  # finalised in its turn
+                continue
+            # Its turn: finalised here and now, by hand too (as `Pipeline.run` does, only when
+            # post-execute or an observer is there to run).
+            if (post and plan.post) or plan.result:
+                result = await self._finalize(me, execution, result, post, plan)
+            results[index] = result
+            self.committed = index = index + 1
+            if on_result is not None:
+                on_result(index - 1, result)
+            if index < count and settled[index] is not None and not self.committing:
+                await self._commit(me)  # calls that settled meanwhile, in order
+
+    async def _finalize(
+        self,
+        me: Task,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        post: bool,
+        plan: Plan,
+    ) -> ToolExecutionResult:
+        """`Pipeline.finalize`, run by hand: if it suspends while this worker holds the baton,
+        the baton is let go first."""
+        finalizing = self.pipeline.finalize(execution, result, post, self.trace, plan)
+        try:
+            trap = finalizing.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        self.committing = True
+        try:
+            if self.holder is me:
+                self._hand_on()
+            return await _resume(finalizing, trap)  # type: ignore[no-any-return]
+        finally:
+            self.committing = False
+
+    async def _commit(self, me: Task) -> None:
+        """Finalise every settled call from the commit point on, in model order.
+
+        Each finalisation runs by hand like a dispatch: if it suspends while this worker holds
+        the baton, the baton is handed on first.
+        """
+        self.committing = True
+        try:
+            settled, results, count = self.settled, self.results, len(self.inputs)
+            pipeline, trace, on_result = self.pipeline, self.trace, self.on_result
+            index = self.committed
+            while index < count and (entry := settled[index]) is not None:
+                settled[index] = None
+                execution, result, post = entry
+                plan = pipeline.hooks.plan()
+                if (post and plan.post) or plan.result:
+                    running = pipeline.finalize(execution, result, post, trace, plan)
+                    try:
+                        trap = running.send(None)
+                    except StopIteration as stop:
+                        result = stop.value
+                    else:
+                        if self.holder is me:
+                            self._hand_on()
+                        result = await _resume(running, trap)
+                results[index] = result
+                self.committed = index = index + 1
+                if on_result is not None:
+                    on_result(index - 1, result)
+        finally:
+            self.committing = False
+
+    async def _finish(self) -> None:
+        """As the holder, with no call left to start: report the unstarted ones, end the batch."""
+        inputs, pipeline, trace = self.inputs, self.pipeline, self.trace
+        start, count = self.next, len(inputs)
+        self.next = count
+        for index in range(start, count):
+            prepared = await pipeline.prepare(attrs.evolve(inputs[index], signal=_ABORTED), trace)
+            assert prepared.result is not None
+            self.settled[index] = (prepared.execution, prepared.result, prepared.post)
+        # The baton is not handed on: the idle workers leave now, the busy ones when done.
+        self.holder = _DONE
+        idle = self.idle
+        while idle:
+            self.coming += 1
+            reschedule(idle.popleft())
+        if self.committed == start and start < count and not self.committing:
+            await self._commit(current_task())
+
+    # -- the baton -------------------------------------------------------------------------------
+
+    def _hand_on(self) -> None:
+        """The holder's call is about to suspend: let go of the baton, and have workers come.
+
+        The baton is left free for the first worker to come back. Unless some are already on
+        their way, as many idle workers as there are calls that could start now are woken (and
+        new ones started, up to the cap), all at once: trio runs them in its next pass, where
+        each takes the baton in turn as the previous one's call suspends, so several calls start
+        in one pass of the scheduler instead of one per pass.
+        """
+        self.holder = None
+        if self.coming:
+            return
+        wanted = min(len(self.inputs) - self.next, self.max_parallel - self.in_flight)
+        idle = self.idle
+        while idle and wanted > 0:
+            self.coming += 1
+            wanted -= 1
+            reschedule(idle.popleft())
+        nursery = self.nursery
+        while wanted > 0 and self.workers <= self.max_parallel and nursery is not None:
+            self.coming += 1
+            wanted -= 1
+            self.workers += 1
+            nursery.start_soon(self.work)
+
+    def _landed(self) -> None:
+        """A parallel dispatch ended: wake the holder if it waits for this many to end."""
+        self.in_flight -= 1
+        drainer = self.drainer
+        if drainer is not None and self.in_flight <= self.drain_limit:
+            self.drainer = None
+            reschedule(drainer)
+
+    async def _drain(self, limit: int) -> None:
+        """Wait (holding the baton) until at most *limit* parallel dispatches run."""
+        if self.in_flight <= limit:
+            return
+        self.drainer, self.drain_limit = current_task(), limit
+        await self._wait(None)
+
+    async def _wait(self, queue: deque[Task] | None) -> None:
+        """Park this task (in *queue*, else as the drainer) until rescheduled or cancelled."""
+        task = current_task()
+        if queue is not None:
+            queue.append(task)
+
+        def abort(_: Any) -> Abort:
+            if queue is not None:
+                queue.remove(task)
+            elif self.drainer is task:
+                self.drainer = None
+            return Abort.SUCCEEDED
+
+        await wait_task_rescheduled(abort)
+
+
+@types.coroutine
+def _resume(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any, Any]:
+    """Go on awaiting a coroutine that was started by hand and yielded *trap*; its value.
+
+    Forwards what trio sends or throws in exactly as ``await`` would. One generator, nothing
+    else: it is what each parked call of a batch holds beyond the call itself.
+    """
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:
+            try:
+                trap = coroutine.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                trap = coroutine.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception a batch's group stands for: its only leaf, else its only non-`Cancelled`
+    leaf, else (all cancelled) its first; ``None`` when several different failures happened."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(reversed(exc.exceptions))
+        else:
+            leaves.append(exc)
+    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    if len(real) == 1:
+        return real[0]
+    if not real and leaves:
+        return leaves[0]
+    return None
+
+
+_INPUT_FIELDS: Final = ("call_id", "name", "arguments", "scope", "parent", "signal")
+_PLAIN_INPUT: Final = (
+    tuple(f.name for f in attrs.fields(ToolExecutionInput)) == _INPUT_FIELDS
+    and not hasattr(ToolExecutionInput, "__attrs_post_init__")
+    and all(f.validator is None and f.converter is None for f in attrs.fields(ToolExecutionInput))
+)
+_set = object.__setattr__
+_new = object.__new__
+
+
+def _with_signal(
+    input: ToolExecutionInput, arguments: Any, signal: AbortSignal
+) -> ToolExecutionInput:
+    """*input* with the batch's *signal* (and the frozen *arguments*, unless they are ``None``)."""
+    if arguments is None:
+        return attrs.evolve(input, signal=signal)
+    return attrs.evolve(input, arguments=arguments, signal=signal)
+
+
+def _with_arguments(input: ToolExecutionInput, arguments: Any) -> ToolExecutionInput:
+    """``attrs.evolve(input, arguments=arguments)`` at under half the cost (on the hot path).
+
+    While `ToolExecutionInput` has exactly these fields and no validators, converters or
+    post-init (checked at import; otherwise ``evolve`` is used), setting its fields is exactly
+    what ``evolve`` does, without building keyword arguments and re-running ``__init__``.
+    """
+    if not _PLAIN_INPUT:
+        return attrs.evolve(input, arguments=arguments)
+    copy = _new(ToolExecutionInput)
+    _set(copy, "call_id", input.call_id)
+    _set(copy, "name", input.name)
+    _set(copy, "arguments", arguments)
+    _set(copy, "scope", input.scope)
+    _set(copy, "parent", input.parent)
+    _set(copy, "signal", input.signal)
+    return copy
+
+
+_DONE: Final[Any] = object()
+"""The baton's holder once the batch has nothing left to start."""
+
+_ABORTED = AbortSignal()
+_ABORTED.abort("batch aborted before this call started")

@@ -1,0 +1,259 @@
+"""pluggy markers for project ``dsh``, the plugin manager, and per-call hook dispatch.
+
+pluggy is synchronous: it would hand back a coroutine from an ``async def`` implementation without
+awaiting it. So the host reads each per-call hook's implementations in pluggy's call order
+(``tryfirst`` first, then the most recently registered, ``trylast`` last), caches them until a
+plugin is registered or unregistered, and calls and awaits them itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, final
+
+import attrs
+import pluggy
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "IDLE_HOOKS",
+    "PROJECT",
+    "HookRelay",
+    "Impl",
+    "Plan",
+    "PluginFailure",
+    "hookimpl",
+    "hookspec",
+    "make_plugin_manager",
+]
+
+PROJECT = "dsh"
+ENTRY_POINT_GROUP = "dsh.plugins"
+IDLE_HOOKS = "dsh_idle_hooks"
+"""A plugin attribute: names of its per-call hooks that its configuration turned off.
+
+Set it in ``dsh_host_started`` (``self.dsh_idle_hooks = {"dsh_tool_post_execute"}``): the
+pipeline then never calls those implementations, so a plugin configured off costs nothing per
+call. It is read when the host collects the implementations (after start-up, and again whenever
+a plugin is registered or unregistered).
+"""
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+"""Marker for hook specifications (used by `dsh_host.hookspecs`)."""
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marker for hook implementations: ``@hookimpl`` / ``@hookimpl(tryfirst=True)``."""
+
+
+class _PluginManager(pluggy.PluginManager):
+    """A `pluggy.PluginManager` that counts registrations, so cached orderings know when to refresh."""
+
+    generation = 0
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.generation += 1
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.generation += 1
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    """A fresh plugin manager with dsh's hook specifications added."""
+    from .. import hookspecs
+
+    pm = _PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+@final
+@attrs.frozen
+class Impl:
+    """One hook implementation, ready to call."""
+
+    function: Callable[..., Any]
+    plugin: str
+    argnames: tuple[str, ...]
+    waterfall: bool
+    is_async: bool
+    positional: Callable[..., Any] | None = None
+    """The function taking the hook's arguments positionally, in the spec's order (``call_next``
+    aside): the function itself when it takes all of them, else an adapter; ``None`` for a
+    waterfall link. The pipeline's fast path calls this, with no kwargs dict."""
+
+    async def __call__(self, **kwargs: Any) -> Any:
+        """Call with the arguments this implementation accepts; await if needed."""
+        result = self.call_sync(kwargs)
+        if self.is_async or (result is not None and inspect.isawaitable(result)):
+            result = await result
+        return result
+
+    def call_sync(self, kwargs: dict[str, Any]) -> Any:
+        """Call without awaiting. pluggy's argnames are positional parameters, in order."""
+        names = self.argnames
+        if len(names) == 1:
+            return self.function(kwargs[names[0]])
+        if len(names) == 2:
+            return self.function(kwargs[names[0]], kwargs[names[1]])
+        return self.function(*[kwargs[name] for name in names])
+
+
+class PluginFailure(Exception):
+    """A plugin raised inside a hook; carries who, where and the original exception."""
+
+    def __init__(self, plugin: str, hook: str, error: BaseException) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+        super().__init__(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}")
+
+
+@final
+class Plan:
+    """The per-call hooks' implementations, read once per change of the plugin set.
+
+    ``plain_*`` is true when every implementation of that hook is a plain (synchronous,
+    non-waterfall) function: the pipeline then calls them in a loop of its own, with no
+    coroutine, kwargs dict or cancel scope per implementation. ``plain_execute``: every execute
+    wrapper is a plain function (the pipeline first asks them all whether they pass the call
+    on, `Pipeline._pass_over`).
+    """
+
+    __slots__ = (
+        "execute",
+        "guard",
+        "plain_execute",
+        "plain_guard",
+        "plain_post",
+        "plain_pre",
+        "plain_result",
+        "post",
+        "pre",
+        "result",
+    )
+
+    def __init__(self, relay: HookRelay) -> None:
+        self.pre = relay.impls("dsh_tool_pre_execute")
+        self.guard = relay.impls("dsh_tool_guard")
+        self.execute = relay.impls("dsh_tool_execute")
+        self.post = relay.impls("dsh_tool_post_execute")
+        self.result = relay.impls("dsh_tool_result")
+        self.plain_pre = _plain(self.pre)
+        self.plain_guard = _plain(self.guard)
+        self.plain_post = _plain(self.post)
+        self.plain_result = _plain(self.result)
+        self.plain_execute = all(not impl.is_async for impl in self.execute)
+
+
+_NO_IMPLS: tuple[tuple[Impl, ...], bool, bool] = ((), False, False)
+
+
+def _plain(impls: tuple[Impl, ...]) -> bool:
+    return all(not impl.is_async and impl.positional is not None for impl in impls)
+
+
+class HookRelay:
+    """Ordered, cached implementations of each hook of one plugin manager."""
+
+    def __init__(self, pm: pluggy.PluginManager | None) -> None:
+        self.pm = pm
+        # Per hook: its implementations, whether any is async, whether any takes call_next.
+        self._cache: dict[str, tuple[tuple[Impl, ...], bool, bool]] = {}
+        self._generation = -1
+        self._plan: Plan | None = None
+        self._plan_generation: int | None = None
+
+    def plan(self) -> Plan:
+        """The per-call hooks' implementations (cached until a plugin is (un)registered)."""
+        plan = self._plan
+        pm = self.pm
+        generation = 0 if pm is None else getattr(pm, "generation", None)
+        if plan is None or generation is None or generation != self._plan_generation:
+            plan = self._plan = Plan(self)
+            self._plan_generation = generation
+        return plan
+
+    def _facts(self, hook: str) -> tuple[tuple[Impl, ...], bool, bool]:
+        pm = self.pm
+        if pm is None:
+            return _NO_IMPLS
+        generation = getattr(pm, "generation", None)
+        if generation is None or generation != self._generation:
+            self._cache.clear()
+            self._generation = generation if generation is not None else -1
+        cached = self._cache.get(hook)
+        if cached is None or generation is None:
+            impls = self._collect(pm, hook)
+            cached = self._cache[hook] = (
+                impls,
+                any(impl.is_async for impl in impls),
+                any(impl.waterfall for impl in impls),
+            )
+        return cached
+
+    def impls(self, hook: str) -> tuple[Impl, ...]:
+        """Implementations of *hook* in call order (outermost / first asked first)."""
+        return self._facts(hook)[0]
+
+    def any_async(self, hook: str) -> bool:
+        """Whether any implementation of *hook* is ``async def``."""
+        return self._facts(hook)[1]
+
+    def has_waterfall(self, hook: str) -> bool:
+        """Whether an implementation of *hook* takes ``call_next``."""
+        return self._facts(hook)[2]
+
+    def may_suspend(self, hook: str) -> bool:
+        """Whether an implementation of *hook* may suspend (``async``, or a waterfall link)."""
+        _, is_async, waterfall = self._facts(hook)
+        return is_async or waterfall
+
+    @staticmethod
+    def _collect(pm: pluggy.PluginManager, hook: str) -> tuple[Impl, ...]:
+        caller = getattr(pm.hook, hook, None)
+        if caller is None:
+            return ()
+        declared = caller.spec.argnames if caller.spec is not None else ()
+        spec = tuple(name for name in declared if name != "call_next")
+        out = []
+        for impl in reversed(caller.get_hookimpls()):
+            idle = getattr(impl.plugin, IDLE_HOOKS, None)
+            if isinstance(idle, frozenset | set | tuple | list) and hook in idle:
+                continue  # configured off: this plugin costs nothing per call for this hook
+            if impl.hookwrapper or impl.wrapper:
+                raise TypeError(
+                    f"plugin {impl.plugin_name!r}: {hook} is called by dsh itself; "
+                    "hookwrapper/wrapper implementations are not supported (take call_next instead)"
+                )
+            argnames = tuple(impl.argnames)
+            waterfall = "call_next" in argnames
+            out.append(
+                Impl(
+                    function=impl.function,
+                    plugin=impl.plugin_name,
+                    argnames=argnames,
+                    waterfall=waterfall,
+                    is_async=inspect.iscoroutinefunction(impl.function),
+                    positional=None if waterfall else _positional(impl.function, argnames, spec),
+                )
+            )
+        return tuple(out)
+
+
+def _positional(
+    function: Callable[..., Any], argnames: tuple[str, ...], spec: tuple[str, ...]
+) -> Callable[..., Any] | None:
+    """*function*, called with the spec's arguments in order (pluggy lets it take a subset)."""
+    if argnames == spec:
+        return function
+    if not set(argnames) <= set(spec):
+        return None
+    picks = tuple(spec.index(name) for name in argnames)
+    return lambda *args: function(*[args[i] for i in picks])

@@ -1,0 +1,603 @@
+"""The audit plugin's writer: one thread, a bounded queue, and group commit.
+
+Calls hand their rows to `AuditWriter` from the trio thread; one long-lived writer thread takes
+everything queued, builds the rows and commits them in one SQLite transaction, then wakes the
+calls that wait for that commit: one ``TrioToken.run_sync_soon`` per batch and trio run, which
+reschedules every waiting task at once. So a call costs a queue append and one wake-up shared by
+its whole batch, never a ``trio.to_thread.run_sync`` round trip of its own.
+
+Why hand-written: SQLite allows one writer per database, and what is needed here (a queue that
+parks *trio* tasks when full, group commit, per-batch wake-ups across several trio runs) is a few
+dozen lines over `threading.Condition` and ``trio.lowlevel``; no library on PyPI or in Debian
+does this for trio (``trio.to_thread`` is the per-call round trip this replaces).
+
+Guarantees:
+
+- A row is queued synchronously, inside the observer call, so it is committed even if the
+  awaitable the observer returns is never awaited (an observer time limit, a cancellation).
+- Back-pressure, never drops: while the queue holds `AuditWriter.capacity` rows or more, every
+  further caller waits for its own row's commit (with ``durability = "sync"`` every caller does
+  anyway). So the queue holds at most *capacity* rows beyond those of callers that are parked
+  waiting for them.
+- Every waiting task is woken exactly once, after its batch committed or failed. Those waits
+  cannot be cancelled (as ``trio.to_thread.run_sync`` cannot be): a wait is bounded by the
+  SQLite busy timeout plus the disk, and an observer time limit must not cut a row off.
+- A database that cannot be written is reported once per kind of failure (``locked``, ``full``,
+  ``unwritable``, ``corrupt``, ``replaced``, ``encode``, ``other``), as an error on the
+  ``dsh_plugins_builtin.audit`` logger (stderr unless the application routes logging
+  elsewhere); `AuditWriter.failing` says whether the last commit failed, so that a required
+  audit can refuse calls.
+- The thread starts on the first row and exits after `IDLE_SECONDS` without rows (the next row
+  starts a new one); `AuditWriter.close` and interpreter exit flush the queue first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import sqlite3
+import stat
+import threading
+import time
+from collections import deque
+from collections.abc import Generator, Mapping
+from pathlib import Path
+from typing import Any, Final, final
+
+import trio
+
+from .._common._canonical import canonical
+
+__all__ = [
+    "COLUMNS",
+    "SCHEMA",
+    "AuditWriter",
+    "Committed",
+    "Entry",
+    "arguments_json",
+    "redact",
+    "safe_text",
+]
+
+logger = logging.getLogger("dsh_plugins_builtin.audit")
+
+IDLE_SECONDS: Final = 2.0
+"""How long the writer thread waits for rows before it exits (a later row starts another)."""
+
+MAX_BATCH: Final = 5_000
+"""The most rows one transaction commits (so that waiting calls are woken progressively)."""
+
+LINGER_SECONDS: Final = 0.01
+"""How long the writer lets rows that nobody waits for (``durability = "async"``) gather into
+a bigger batch before it commits them; a row somebody waits for ends the wait at once."""
+
+REDACTED = "[REDACTED]"
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+COLUMNS = (
+    "time", "call_id", "tool", "arguments", "is_error", "outcome", "decision", "decided_by",
+    "duration_ms", "scope",
+)  # fmt: skip
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY,
+    time TEXT NOT NULL,          -- when the call ended, UTC ISO-8601
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    arguments TEXT NOT NULL,     -- canonical JSON, secrets redacted
+    is_error INTEGER NOT NULL,
+    outcome TEXT NOT NULL,       -- the error code, or "ok"
+    decision TEXT,               -- the error message of an error
+    decided_by TEXT,
+    duration_ms REAL,
+    scope TEXT
+);
+CREATE INDEX IF NOT EXISTS calls_tool ON calls (tool);
+"""
+_INSERT = f"INSERT INTO calls ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+
+Entry = tuple[float, Any, Any, "float | None"]
+"""What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms)."""
+
+
+_ADVICE = {
+    "locked": "another process holds the database lock; stop it or raise busy_timeout_ms",
+    "full": "the disk (or quota) is full; free space",
+    "unwritable": "set [plugin.audit] path to a file this user can write",
+    "corrupt": "the file is not an SQLite database; move it away or set [plugin.audit] path",
+    "replaced": (
+        "the database or its directory was replaced (by a symbolic link or another directory) "
+        "after the host started; check who did it, then restart dsh"
+    ),
+    "encode": "a row could not be encoded; it was recorded with a placeholder for its arguments",
+    "other": "see the error; set [plugin.audit] path to a writable file",
+}
+
+
+def redact(value: Any) -> Any:
+    """A plain copy of the JSON *value* with the values of secret-named keys replaced, at any depth."""
+    if isinstance(value, Mapping):
+        return {key: REDACTED if _is_secret(key) else redact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    return value
+
+
+_SECRET = re.compile("|".join(SECRET_WORDS))
+_secret_keys: dict[str, bool] = {}
+"""Whether a key names a secret, by key: the keys of tool arguments repeat from call to call."""
+_SECRET_KEYS_KEPT: Final = 4_096
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_secret(key: object) -> bool:
+    if type(key) is str:
+        known = _secret_keys.get(key)
+        if known is not None:
+            return known
+    secret = _SECRET.search(str(key).casefold()) is not None
+    if type(key) is str and len(_secret_keys) < _SECRET_KEYS_KEPT:  # bounded: keys come from
+        _secret_keys[key] = secret  # the model, which may send a new one every call
+    return secret
+
+
+def _redacted(value: Any) -> Any:
+    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case.
+
+    One walk to look, and one more to copy only when something is secret (linear in the
+    arguments whatever their depth).
+    """
+    return redact(value) if _holds_secret(value) else value
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether some key at any depth of *value* names a secret (stops at the first)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if _is_secret(key) or (type(item) not in _SCALARS and _holds_secret(item)):
+                return True
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if type(item) not in _SCALARS and _holds_secret(item):
+                return True
+    return False
+
+
+def arguments_json(arguments: Any) -> str:
+    """Canonical JSON of the redacted *arguments*, storable as SQLite text, losslessly.
+
+    Non-ASCII text is kept as it is, unless the value holds a lone surrogate (valid JSON, but not
+    encodable as UTF-8): then the whole text is ASCII with ``\\uXXXX`` escapes, which
+    ``json.loads`` turns back into the same value.
+
+    Raises:
+        ValueError, RecursionError, TypeError: the value cannot be written as JSON.
+    """
+    value = _redacted(arguments)
+    text = canonical(value)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text
+
+
+def safe_text(text: str | None) -> str | None:
+    """*text* as SQLite can store it: a lone surrogate becomes its ``\\udcff`` escape."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+_seconds: tuple[int, str] = (-1, "")
+
+
+def _timestamp(wall: float) -> str:
+    """``2026-05-09T07:35:25.123Z`` (UTC, milliseconds); the seconds part is formatted once."""
+    global _seconds
+    second = int(wall)
+    cached, prefix = _seconds
+    if cached != second:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _seconds = (second, prefix)
+    return f"{prefix}.{int((wall - second) * 1000):03d}Z"
+
+
+def _classify(exc: BaseException) -> str:
+    """The kind of a write failure, for reporting once per kind."""
+    if isinstance(exc, _Replaced):
+        return "replaced"
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        base = code & 0xFF if isinstance(code, int) else None
+        text = str(exc).lower()
+        if base in (5, 6) or "locked" in text or "busy" in text:  # SQLITE_BUSY, SQLITE_LOCKED
+            return "locked"
+        if base == 13 or "full" in text:  # SQLITE_FULL
+            return "full"
+        if base in (8, 14, 23) or "readonly" in text or "unable to open" in text:
+            return "unwritable"  # SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
+        if base in (11, 26) or "not a database" in text or "malformed" in text:
+            return "corrupt"  # SQLITE_CORRUPT, SQLITE_NOTADB
+        return "other"
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "full"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
+            return "unwritable"
+        return "other"
+    return "other"
+
+
+class _Replaced(Exception):
+    """The database or its directory is not what the host pinned at start."""
+
+
+@final
+class AuditWriter:
+    """One SQLite database, written by one thread in batches; see the module docstring.
+
+    Args:
+        path: the database file, already resolved (no symbolic link in it).
+        busy_timeout: seconds a commit waits for another writer's lock before failing.
+        capacity: rows the queue holds before callers wait for room.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout: float = 5.0,
+        capacity: int = 10_000,
+    ) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.capacity = capacity
+        self.failing: str | None = None
+        """``None`` while rows get committed; else the kind and cause of the last failure."""
+        self.committed = 0
+        """Rows committed so far."""
+        self.lost = 0
+        """Rows that could not be committed since writing last worked."""
+        # Re-entrant: a garbage collection in the writer thread, inside the lock, may finalise the
+        # plugin, whose finaliser calls close(), which takes the lock again.
+        self._lock = threading.RLock()
+        self._wake_writer = threading.Condition(self._lock)
+        self._drained = threading.Condition(self._lock)
+        self._rows: deque[tuple[Entry, Committed | None]] = deque()
+        self._busy = 0  # rows taken by the writer and not yet committed
+        self._queued = 0  # rows ever queued ...
+        self._done = 0  # ... and ever committed or failed (rows are taken in order)
+        self._idle = False  # the writer waits on _wake_writer for any row
+        self._lingering = False  # the writer waits on _wake_writer for a bigger batch
+        self._waited_for = 0  # queued rows whose caller waits for the commit
+        self._batch = max(1, min(capacity // 2, 1_000))  # enough rows to end a linger
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._pin: tuple[int, int] | None = None  # (device, inode) of the directory
+        self._reported: set[str] = set()
+        self._flushers: trio.lowlevel.RunVar[bool] = trio.lowlevel.RunVar("dsh_audit_flusher")
+
+    # -- the trio side -----------------------------------------------------------------------
+
+    def submit(self, entry: Entry, *, wait: bool) -> Committed | None:
+        """Queue *entry* now, from a trio task; return what to await, if anything.
+
+        The row is queued before this returns, so it is committed even if the caller never
+        awaits the result (an observer time limit, a cancellation). With *wait*, or when the
+        queue already holds `capacity` rows (back-pressure), returns a `Committed` that resolves
+        once the row's batch is committed or has failed; otherwise ``None``.
+
+        Without *wait* and with room in the queue (the fast path) this is an append under an
+        uncontended lock: the writer holds the lock only to take a batch, never while it builds
+        rows or commits them.
+        """
+        with self._lock:
+            if not wait and len(self._rows) < self.capacity:
+                self._push(entry, None)
+                return None
+            slot = Committed(trio.lowlevel.current_trio_token())
+            self._push(entry, slot)
+        return slot
+
+    def flush_when_run_ends(self) -> None:
+        """Make sure rows queued from the current trio run are committed before the run ends.
+
+        Starts (once per run) a system task that, when trio cancels it at the end of the run,
+        waits in a worker thread for the queue to drain.
+        """
+        if self._flushers.get(False):
+            return
+        self._flushers.set(True)
+        trio.lowlevel.spawn_system_task(self._flush_at_end, name="dsh audit: flush at run end")
+
+    async def _flush_at_end(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.flush)
+
+    def _push(self, entry: Entry, waiter: Committed | None) -> None:
+        """Append under the lock and make sure a writer thread will take it."""
+        self._rows.append((entry, waiter))
+        self._queued += 1
+        if waiter is not None:
+            self._waited_for += 1
+        if self._thread is None:
+            self._start()
+        elif self._idle:
+            self._idle = False
+            self._wake_writer.notify()
+        elif self._lingering and (waiter is not None or len(self._rows) >= self._batch):
+            self._lingering = False
+            self._wake_writer.notify()
+
+    def _start(self) -> None:
+        self._stopping = False
+        self._idle = False
+        thread = threading.Thread(target=self._run, name=f"dsh audit writer: {self.path}")
+        thread.daemon = True  # interpreter exit flushes it through close() (see AuditPlugin)
+        self._thread = thread
+        thread.start()
+
+    # -- any thread --------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every row queued so far is committed (or failed); ``False`` on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            target = self._queued
+            while self._done < target:
+                if self._thread is None:  # nobody to drain it (only after a crash)
+                    self._start()
+                elif self._lingering:  # commit now, not after the linger
+                    self._lingering = False
+                    self._wake_writer.notify()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._drained.wait(left)
+        return True
+
+    def close(self) -> None:
+        """Flush, stop the writer thread and close the database (a later row reopens them)."""
+        with self._lock:
+            thread = self._thread
+            self._stopping = True
+            self._idle = self._lingering = False
+            self._wake_writer.notify()
+        if thread is threading.current_thread():
+            return  # called from the writer itself (a finalizer): it stops after this batch
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            if self._thread is None:
+                self._close_connection()
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._rows:
+                    if self._stopping:
+                        self._thread = None
+                        return
+                    self._idle = True
+                    self._wake_writer.wait(IDLE_SECONDS)
+                    if self._idle and not self._rows:  # nobody woke us: idle long enough
+                        self._idle = False
+                        self._thread = None
+                        return
+                    self._idle = False
+                if not self._waited_for and len(self._rows) < self._batch and not self._stopping:
+                    self._lingering = True  # nobody waits: let a bigger batch gather
+                    self._wake_writer.wait(LINGER_SECONDS)
+                    self._lingering = False
+                rows = self._rows
+                batch = [rows.popleft() for _ in range(min(len(rows), MAX_BATCH))]
+                self._waited_for -= sum(1 for _, slot in batch if slot is not None)
+                self._busy = len(batch)
+            try:
+                self._commit([entry for entry, _ in batch])
+            except BaseException as exc:  # never leave a waiter hanging, whatever happened
+                self._failed(exc, len(batch))
+            finally:
+                _wake([waiter for _, waiter in batch if waiter is not None])
+                with self._lock:
+                    self._busy = 0
+                    self._done += len(batch)
+                    self._drained.notify_all()
+
+    def _commit(self, entries: list[Entry]) -> None:
+        rows = [self._row(entry) for entry in entries]
+        try:
+            connection = self._connect()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(_INSERT, rows)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, OSError, _Replaced) as exc:
+            with self._lock:
+                self._close_connection()  # reconnect next time: the file may be fixed by then
+            self._failed(exc, len(rows))
+            return
+        self.committed += len(rows)
+        if self.failing is not None:
+            lost, self.lost, self.failing = self.lost, 0, None
+            self._reported.clear()
+            logger.warning(
+                "audit: recording tool calls in %s works again; %d call(s) were not recorded",
+                self.path, lost,
+            )  # fmt: skip
+
+    def _failed(self, exc: BaseException, rows: int) -> None:
+        kind = _classify(exc)
+        self.lost += rows
+        self.failing = f"{kind}: {type(exc).__name__}: {exc}"
+        if kind not in self._reported:
+            self._reported.add(kind)
+            logger.error(
+                "audit: cannot record tool calls in %s (%s): %s: %s. Calls go on unrecorded "
+                "unless [plugin.audit] required = true; this is reported once per kind of "
+                "failure. What to do: %s.",
+                self.path, kind, type(exc).__name__, exc, _ADVICE[kind],
+            )  # fmt: skip
+
+    def _row(self, entry: Entry) -> tuple[Any, ...]:
+        wall, execution, result, duration = entry
+        try:
+            arguments = arguments_json(execution.arguments)
+        except (ValueError, TypeError, RecursionError) as exc:
+            if "encode" not in self._reported:
+                self._reported.add("encode")
+                logger.error(
+                    'audit: the arguments of call %s to tool "%s" cannot be recorded as JSON '
+                    "(%s: %s); the row keeps a placeholder instead. This is reported once.",
+                    safe_text(execution.call_id), safe_text(execution.name),
+                    type(exc).__name__, exc,
+                )  # fmt: skip
+            arguments = json.dumps(f"[not recordable: {type(exc).__name__}]")
+        error = result.error
+        if error is not None:
+            outcome = error.code or "error"
+        else:
+            outcome = "error" if result.is_error else "ok"
+        return (
+            _timestamp(wall),
+            safe_text(execution.call_id),
+            safe_text(execution.name),
+            arguments,
+            int(result.is_error),
+            safe_text(outcome),
+            safe_text(error.message) if error is not None else None,
+            safe_text(result.decided_by),
+            duration,
+            safe_text(execution.scope.name) if execution.scope is not None else None,
+        )
+
+    def _connect(self) -> sqlite3.Connection:
+        """The open connection, or a new one after checking the path was not replaced."""
+        if self._connection is not None:
+            return self._connection
+        self._check_path()
+        if not os.path.lexists(self.path):  # owner-only: arguments may be sensitive, redacted
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, flags, 0o600))
+        self._check_path()
+        connection = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.executescript(SCHEMA)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+    def _check_path(self) -> None:
+        """Refuse a database whose directory changed since first use, or that is a symlink."""
+        directory = self.path.parent
+        if self._pin is None:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            raise _Replaced(f"{directory} is no longer a directory")
+        if self._pin is None:
+            self._pin = (st.st_dev, st.st_ino)
+        elif self._pin != (st.st_dev, st.st_ino):
+            raise _Replaced(f"{directory} is not the directory it was when first opened")
+        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            try:
+                mode = os.lstat(name).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise _Replaced(f"{name} is not a regular file (a symbolic link?)")
+
+    def pin(self) -> None:
+        """Create the database's directory now and remember its identity (see `_check_path`)."""
+        with self._lock:
+            if self._pin is None:
+                self._check_path()
+
+    def probe(self) -> None:
+        """Open the database now; a failure sets `failing` and is reported, as a write's would."""
+        with self._lock:
+            try:
+                self._connect()
+            except (sqlite3.Error, OSError, _Replaced) as exc:
+                self._close_connection()
+                self._failed(exc, 0)
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.close()
+
+
+@final
+class Committed:
+    """Awaitable: resolves once its row's batch is committed or has failed.
+
+    The wait cannot be cancelled (as ``trio.to_thread.run_sync`` cannot): the writer wakes every
+    row within the SQLite busy timeout plus the disk's time. The writer marks it done from the
+    trio thread (``run_sync_soon``), so awaiting it after that, or never, is fine.
+    """
+
+    __slots__ = ("done", "task", "token")
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.done = False
+        self.task: trio.lowlevel.Task | None = None  # set while a task is parked on it
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self.done:
+            self.task = trio.lowlevel.current_task()
+            yield from trio.lowlevel.wait_task_rescheduled(_not_abortable).__await__()
+
+
+def _not_abortable(raise_cancel: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+def _wake(slots: list[Committed]) -> None:
+    """Mark *slots* done: one ``run_sync_soon`` per trio run they belong to."""
+    if not slots:
+        return
+    by_run: dict[trio.lowlevel.TrioToken, list[Committed]] = {}
+    for slot in slots:
+        by_run.setdefault(slot.token, []).append(slot)
+    for token, group in by_run.items():
+        with contextlib.suppress(trio.RunFinishedError):  # that run is over: nobody to wake
+            token.run_sync_soon(_release, group)
+
+
+def _release(slots: list[Committed]) -> None:
+    """In the trio thread: mark each slot done and resume the task parked on it, if any."""
+    for slot in slots:
+        slot.done = True
+        task = slot.task
+        if task is not None:
+            slot.task = None
+            trio.lowlevel.reschedule(task)

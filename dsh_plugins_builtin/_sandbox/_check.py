@@ -1,0 +1,152 @@
+"""``dsh sandbox check``: the report behind `dsh_plugins_builtin.sandbox.sandbox_check_command`."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from dsh_host import Host
+from dsh_plugins_builtin._sandbox._confine import SandboxUnavailable, resolve_bwrap, select_backend
+from dsh_plugins_builtin._sandbox._fence import install_in_roots, readable_roots, writable_roots
+
+__all__ = ["check_report", "render_report"]
+
+FIX_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or use a Linux kernel with "
+    'Landlock, or set [plugin.sandbox] mode = "danger-full-access" to run commands unconfined; '
+    "`dsh sandbox check` shows what works on this machine"
+)
+
+
+def _find_plugin(host: Host, plugin_class: type) -> tuple[Any, str | None]:
+    plugin = host.pm.get_plugin("sandbox")
+    if isinstance(plugin, plugin_class):
+        return plugin, None
+    if plugin is not None:
+        return None, "a plugin registered as 'sandbox' is not dsh's SandboxPlugin"
+    for row in host.plugins():
+        if row.name == "sandbox":
+            error = f" ({row.error})" if row.error else ""
+            return None, f"the sandbox plugin is {row.status.value}{error}"
+    return None, None
+
+
+def _check_host(config_path: str | None, plugin_class: type) -> Host:
+    """The host the configuration describes, with this plugin in it even if not installed."""
+    installed = importlib.metadata.entry_points(group="dsh.plugins", name="sandbox")
+    extra: list[object] = [] if installed else [plugin_class()]
+    return Host.from_config(config_path, plugins=extra)
+
+
+def check_report(
+    config_path: str | None,
+    plugin_class: type,
+    probe_backends: Callable[..., Mapping[str, str | None]],
+    probe_fork_server: Callable[[], str | None] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """The report and the exit status of ``dsh sandbox check``.
+
+    Args:
+        config_path: ``--config``, or ``None`` to find the config file as ``dsh`` does.
+        plugin_class: `SandboxPlugin` (passed in to keep this module free of an import cycle).
+        probe_backends: What works on this machine (`dsh_plugins_builtin._sandbox._confine`).
+        probe_fork_server: Why Landlock commands would not start from the fork server (asked
+            only when Landlock is chosen).
+
+    Returns:
+        ``(report, 0)`` when commands can run as configured, ``(report, 1)`` when ``bash``
+        would fail closed.
+
+    Raises:
+        ConfigError: The configuration is wrong.
+    """
+    host = _check_host(config_path, plugin_class)
+    plugin, problem = _find_plugin(host, plugin_class)
+    bwrap = plugin.bwrap if plugin is not None else resolve_bwrap()
+    probes = probe_backends(bwrap)
+    report: dict[str, Any] = {
+        "config": host.config.source,
+        "bwrap": {"path": bwrap[0], "why": bwrap[1]},
+        "backends": {name: {"usable": why is None, "reason": why} for name, why in probes.items()},
+        "enabled": plugin is not None,
+        "problem": problem,
+    }
+    if plugin is None:
+        report["problem"] = (
+            f"{problem or 'the sandbox plugin is not loaded'}: write_file, edit_file and bash fail closed with SANDBOX_UNAVAILABLE; "
+            "enable the sandbox plugin"
+        )
+        return report, 1
+    policy, config = plugin.policy, plugin.config
+    report.update(
+        mode=policy.mode,
+        backend=config.backend,
+        network=policy.network,
+        workspace=str(policy.workspace),
+        writable_roots=[str(r) for r in writable_roots(policy)],
+        readable_roots=[str(r) for r in readable_roots(policy)],
+    )
+    # dsh's own installation: read-only to tools where it lies in a writable root, unless
+    # protect_install is off (then it is reported as exposed)
+    roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
+    everywhere = attrs.evolve(policy, install=plugin.install)
+    inside = [str(p) for p in install_in_roots(everywhere, roots)]
+    report["install"] = {
+        "protected": inside if config.protect_install else [],
+        "exposed": [] if config.protect_install else inside,
+    }
+    try:
+        report["chosen"] = select_backend(policy, config.backend, probes)
+    except SandboxUnavailable as exc:
+        report["chosen"] = None
+        report["problem"] = f"{exc}; {FIX_HINT}"
+        return report, 1
+    if report["chosen"] == "landlock" and probe_fork_server is not None:
+        why = probe_fork_server()
+        report["fork_server"] = {"usable": why is None, "reason": why}
+    return report, 0
+
+
+def render_report(report: dict[str, Any]) -> list[str]:
+    """The report as text lines."""
+    lines = ["sandbox backends on this machine:"]
+    for name, probe in report["backends"].items():
+        label = "landlock (network = false)" if name == "landlock-net" else name
+        verdict = "works" if probe["usable"] else f"unusable: {probe['reason']}"
+        lines.append(f"  {label:<28}{verdict}")
+    bwrap = report["bwrap"]
+    lines.append(f"bwrap binary: {bwrap['path'] or 'none'} ({bwrap['why']})")
+    lines.append(f"config: {report['config'] or 'built-in defaults (no config file)'}")
+    if report.get("mode") is not None:
+        lines.append(
+            f"[plugin.sandbox] mode = {report['mode']}, backend = {report['backend']}, "
+            f"network = {str(report['network']).lower()}"
+        )
+        lines.append(f"workspace: {report['workspace']}")
+        lines.append(f"writable roots: {', '.join(report['writable_roots']) or 'none'}")
+        install = report["install"]
+        if install["protected"]:
+            shown = ", ".join(install["protected"])
+            lines.append(f"dsh's own installation, read-only to every tool and command: {shown}")
+        if install["exposed"]:
+            shown = ", ".join(install["exposed"])
+            lines.append(
+                f"WARNING: dsh's own installation is writable by tools and commands "
+                f"(protect_install = false), so they can change the next run's policy: {shown}"
+            )
+    chosen = report.get("chosen")
+    if chosen == "none":
+        lines.append("bash runs UNCONFINED (danger-full-access): no backend is used")
+    elif chosen:
+        lines.append(f"bash commands would run confined by: {chosen}")
+    fork_server = report.get("fork_server")
+    if fork_server is not None:
+        how = "the fork server" if fork_server["usable"] else "a fork of the host"
+        why = "" if fork_server["usable"] else f" ({fork_server['reason']})"
+        lines.append(f"landlock commands would start from: {how}{why}")
+    if report.get("problem"):
+        lines.append(f"problem: {report['problem']}")
+    return lines

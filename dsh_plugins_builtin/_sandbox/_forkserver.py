@@ -1,0 +1,234 @@
+"""The Landlock fork server: a small interpreter that starts confined commands for the host.
+
+Forking the host to confine a command is what makes the Landlock backend slow: a ``fork`` copies
+the page tables of the whole host (tens of MB of heap), twice per command (the supervisor, then
+the command), and on a virtual machine each copy costs milliseconds. So the host starts this
+module once, in a fresh ``python -I -S`` (stdlib only, ~13 MB resident; `dsh_plugins_builtin._sandbox._forkclient`
+does that), and sends it one message per command over a private ``SOCK_SEQPACKET`` socket pair.
+
+The server forks one *launcher* per command and goes back to waiting; the launcher is the
+command's supervisor, exactly as in the in-process path (`dsh_plugins_builtin._sandbox._landlock`): it
+starts a new session, sends the host a pidfd of itself on its own socket, forks the command, which
+confines itself (`Prepared.confine_self`) and ``exec``\\s, and then supervises it: on its exit
+(or on ``SIGTERM`` from the host) it ``SIGKILL``\\s every descendant still alive and reports the
+exit status on its socket.
+
+The server is itself a child subreaper: were a launcher killed outright, its orphans come to the
+server, which kills every child of its own that is not a launcher. It exits when the host's end
+of the control socket closes (the host exited, or closed it). It never runs anything the host did
+not ask for, and it is confined by nothing: the command's Landlock domain (signal scope, ABI 6)
+keeps the command from signalling or tracing it, as it does for the in-process supervisor.
+
+A request is one message on the control socket: JSON (``argv``, ``env``, ``cwd``, ``program``
+hex, ``abi``; at most `MAX_REQUEST` bytes) carrying three descriptors: the launcher's socket, the
+command's stdout and the Landlock ruleset. The launcher answers on its socket with 8-byte records
+(kind, value): `HELLO` carrying its pidfd; the host answers `GO` (only then is the command
+forked: a host that gave up before it held the pidfd leaves nothing running); then `STARTED` or
+a failure, then `STATUS`.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+from collections.abc import Sequence
+from typing import Any, Final, NoReturn
+
+from dsh_plugins_builtin._sandbox import _landlock
+
+__all__ = [
+    "FAILED_CHDIR",
+    "FAILED_EXEC",
+    "FAILED_SETUP",
+    "GO",
+    "HELLO",
+    "MAX_REQUEST",
+    "RECORD",
+    "STARTED",
+    "STATUS",
+]
+
+RECORD: Final = _landlock.REPORT
+HELLO: Final = 1  # value: the launcher's pid; carries its pidfd
+STARTED: Final = 2  # the command was exec'd
+# value: the command's exit code (negative: the signal that ended it)
+STATUS: Final = _landlock.REPORT_STATUS
+FAILED_CHDIR: Final = 4  # value: errno
+FAILED_EXEC: Final = 5  # value: errno
+FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
+
+MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
+GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
+
+
+def _subreaper() -> None:
+    """Become a child subreaper, or raise `OSError` (nothing here goes on without it)."""
+    ctypes.set_errno(0)
+    if _landlock._libc().prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+
+
+class _Server:
+    def __init__(self, ctl: socket.socket) -> None:
+        self.ctl = ctl
+        self.launchers: set[int] = set()
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        poller = select.poll()
+        poller.register(self.ctl.fileno(), select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            for fd, _ in events:
+                if fd == self.wake_r:
+                    with contextlib.suppress(OSError):
+                        while os.read(self.wake_r, 4096):
+                            pass
+                    self.reap()
+                elif not self.accept():
+                    return
+
+    def accept(self) -> bool:
+        """Take one request off the control socket; ``False`` when the host has gone."""
+        fds = array.array("i")
+        try:
+            data, ancillary, flags, _addr = self.ctl.recvmsg(
+                MAX_REQUEST, socket.CMSG_SPACE(3 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+            )
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            return True
+        except OSError:
+            return False
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+        if not data and not fds:
+            return False
+        if data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1  # the host sees the launcher's socket close, and fails the command
+            if pid == 0:
+                _launch(data, fds, (self.ctl.fileno(), self.wake_r, self.wake_w))
+            if pid > 0:
+                self.launchers.add(pid)
+        for fd in fds:
+            os.close(fd)
+        return True
+
+    def reap(self) -> None:
+        for pid, _ in _landlock.exited():
+            self.launchers.discard(pid)
+        for pid in _landlock._children():  # orphans of a launcher that was killed outright
+            if pid not in self.launchers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _send(sock: socket.socket, kind: int, value: int, fds: tuple[int, ...] = ()) -> None:
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sock.sendmsg([RECORD.pack(kind, value)], ancillary)
+
+
+def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoReturn:
+    """The launcher (in the forked server): set up, fork the command, supervise it."""
+    rep = None
+    rep_fd, out, ruleset = fds
+    try:
+        for fd in server_fds:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        rep = socket.socket(fileno=rep_fd)
+        _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
+        request = json.loads(data)
+        argv = [str(arg) for arg in request["argv"]]
+        env = {str(k): str(v) for k, v in request["env"].items()}
+        prepared = _landlock.Prepared(ruleset, bytes.fromhex(request["program"]), request["abi"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(null)
+        os.close(out)
+        try:
+            os.chdir(request["cwd"])
+        except OSError as exc:
+            _send(rep, FAILED_CHDIR, exc.errno or 0)
+            os._exit(0)
+        pidfd = os.pidfd_open(os.getpid())
+        _send(rep, HELLO, os.getpid(), (pidfd,))
+        os.close(pidfd)
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+        blocked = {signal.SIGTERM, signal.SIGCHLD}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
+            os._exit(0)
+        child = os.fork()
+        if child == 0:
+            _command(prepared, argv, env, old, errors_w, (rep.fileno(), errors_r))
+        os.close(errors_w)
+        with os.fdopen(errors_r, "rb") as errors:
+            failed = errors.read()
+        if failed:
+            os.waitpid(child, 0)
+            _send(rep, FAILED_EXEC, int(failed))
+            os._exit(0)
+        _send(rep, STARTED, 0)
+    except BaseException as exc:  # a command forked already dies with us (PDEATHSIG)
+        if rep is not None:
+            with contextlib.suppress(BaseException):
+                _send(rep, FAILED_SETUP, (exc.errno or 0) if isinstance(exc, OSError) else 0)
+        os._exit(_landlock.EXIT_RUNNER_FAILURE)
+    _landlock._supervise(child, rep.fileno())
+
+
+def _command(
+    prepared: _landlock.Prepared,
+    argv: list[str],
+    env: dict[str, str],
+    mask: Any,
+    errors: int,
+    close: tuple[int, ...],
+) -> NoReturn:
+    """The command (forked by the launcher): confine, ``exec``; report an ``exec`` failure."""
+    try:
+        for fd in close:
+            os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
+            signal.signal(number, signal.SIG_DFL)
+        prepared.confine_self()  # on failure: a "landlock-run:" line on stderr, exit 125
+        os.closerange(3, errors)
+        os.closerange(errors + 1, 1 << 20)
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(errors, str(exc.errno or 0).encode())
+    finally:
+        os._exit(127)
+
+
+def serve(ctl_fd: int) -> None:
+    """The server's main loop, on the inherited control socket *ctl_fd*."""
+    os.set_inheritable(ctl_fd, False)
+    os.chdir("/")
+    _subreaper()
+    _landlock._cap_last()  # read once here, not in every launcher
+    ctl = socket.socket(fileno=ctl_fd)
+    _Server(ctl).serve()

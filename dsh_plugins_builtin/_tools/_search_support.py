@@ -1,0 +1,138 @@
+"""What ``glob`` and ``grep`` share: fenced roots, checked arguments, and the path policy.
+
+`Policy` asks ``dsh_path_denied`` (through `Host.path_denied`) about each file a search meets
+and counts what it withholds; `finish_result` adds the one line that tells the model how many files
+were left out. The ``tools`` plugin's host is read as ``env._host``: the plugin module belongs
+to the tools engineer, and this keeps the seam in the search modules.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, display_path, str_arg
+
+__all__ = [
+    "IGNORED",
+    "SEARCH_PATH",
+    "Policy",
+    "abort_poll",
+    "checked_text",
+    "concurrency_safe",
+    "finish_result",
+    "search_root",
+    "shown_prefix",
+    "workspace_top",
+]
+
+SEARCH_PATH = "Directory (or, for grep, a file) to search, relative to the workspace root (default: the root)."
+IGNORED = "Also search files that .gitignore excludes (default false; .git/ is always skipped)."
+
+
+def concurrency_safe(args: Any) -> bool:
+    """Searches only read: always concurrency-safe."""
+    return True
+
+
+def search_root(sandbox: Sandbox, spelled: str) -> Path:
+    """The real, fenced path to search; ``FILE_NOT_FOUND`` if there is nothing there."""
+    real = sandbox.check_read(spelled)
+    if not real.exists():
+        raise DshError(
+            f'no such file or directory: "{spelled}" (relative to the workspace)', "FILE_NOT_FOUND"
+        )
+    return real
+
+
+def workspace_top(env: ToolEnv) -> Path:
+    """The real workspace (where ``.gitignore`` files start to apply)."""
+    return Path(os.path.realpath(env.workspace))
+
+
+def shown_prefix(real: Path, env: ToolEnv) -> str:
+    """What to put before a path relative to ``real`` to show it relative to the workspace."""
+    shown = display_path(real, env.workspace)
+    return "" if shown == "." else shown.rstrip("/") + "/"
+
+
+def abort_poll(ctx: ToolRunContext | None) -> Callable[[], bool]:
+    """A poll that turns true once the call is aborted."""
+    if ctx is None:
+        return lambda: False
+    signal = ctx.signal
+    return lambda: signal.aborted
+
+
+def checked_text(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    """A string argument that can reach a command line: no NUL, no lone surrogate."""
+    value = str_arg(args, name, default)
+    if "\0" in value:
+        raise ToolArgsError([f'"{name}" must not contain a NUL character'])
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolArgsError(
+            [
+                f'"{name}" contains a lone surrogate (not valid UTF-8), which no file name or text can match'
+            ]
+        ) from None
+    return value
+
+
+class Policy:
+    """``dsh_path_denied`` for one call: which files the search must leave out, and how many."""
+
+    def __init__(self, env: ToolEnv, ctx: ToolRunContext | None) -> None:
+        self._ask: Callable[[str, str], str | None] | None = None
+        if ctx is not None and env.has_path_policy():
+            self._ask = functools.partial(env.path_denied, ctx.execution)
+        self._withheld: set[str] = set()
+
+    @property
+    def withheld(self) -> int:
+        """How many distinct files were withheld so far."""
+        return len(self._withheld)
+
+    @property
+    def active(self) -> bool:
+        """Whether any plugin implements ``dsh_path_denied``."""
+        return self._ask is not None
+
+    def denied(self, *real: str) -> bool:
+        """Whether policy withholds any of these real paths (one file); counts it if so."""
+        ask = self._ask
+        if ask is None:
+            return False
+        if any(ask(path, "read") is not None for path in real):
+            self._withheld.add(real[0])
+            return True
+        return False
+
+    def note(self) -> str | None:
+        """The line telling the model files were left out, or ``None``."""
+        if not self.withheld:
+            return None
+        return (
+            f"[{self.withheld} file(s) withheld by policy: left out of this search, "
+            "names and contents]"
+        )
+
+
+def finish_result(
+    body: str, notes: list[str], meta: dict[str, Any], policy: Policy
+) -> ToolExecutionResult:
+    note = policy.note()
+    if note is not None:
+        notes.append(note)
+        meta["withheld"] = policy.withheld
+    if notes:
+        body += "\n\n" + "\n".join(notes)
+    return ToolExecutionResult(content=body, meta=meta)
+
+
+# -- glob ----------------------------------------------------------------------------------------
