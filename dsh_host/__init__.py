@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import hookspecs
 from ._host._host import Host
 from ._host._plugins import PluginInfo, PluginStatus
+from ._host._registry import ToolRegistry
 from ._model._errors import (
     ConfigError,
     DshError,
@@ -56,7 +57,6 @@ from ._model._views import (
     view_to_json,
 )
 from ._registry._hooks import hookimpl, hookspec
-from ._registry._registry import ToolRegistry
 from ._schema._dsl import Prop, to_json_schema
 from ._schema._jsonsubset import assert_supported_json_schema, validate_json_schema_value
 from ._schema._tool import ToolDefinition, ToolSchema, define_tool, tool

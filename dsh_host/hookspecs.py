@@ -28,12 +28,11 @@ nothing for those hooks.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._registry._hooks import hookspec
+from ._registry._markers import hookspec
 
 if TYPE_CHECKING:
-    from ._host._host import Host
     from ._model._values import (
         Accept,
         Allow,
@@ -48,6 +47,10 @@ if TYPE_CHECKING:
     )
     from ._model._views import CallView, ResultView
     from ._schema._tool import ToolDefinition
+
+    # `dsh_host.Host`, named and not imported: the host loads these specs, so importing it here
+    # would close a circle (hookspecs -> host -> registry -> hookspecs). Issue 21.
+    Host: TypeAlias = Any
 
     Register = Callable[[ToolDefinition, Scope | None], Callable[[], None]]
 

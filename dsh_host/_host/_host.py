@@ -29,7 +29,6 @@ from .._model._where import format_traceback, plugin_location
 from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
-from .._registry._registry import ToolRegistry
 from .._schema._tool import ToolDefinition
 from ._config import Config, find_config, load_config, structure_plugin_config
 from ._plugins import (
@@ -40,6 +39,7 @@ from ._plugins import (
     plugin_name,
     select_entry_points,
 )
+from ._registry import ToolRegistry
 
 __all__ = ["Host"]
 

@@ -22,6 +22,7 @@ __all__ = [
     "ConfigError",
     "DshError",
     "JsonSchemaError",
+    "PluginFailure",
     "PluginLoadError",
     "ToolArgsError",
     "ToolNotFoundError",
@@ -125,3 +126,17 @@ class PluginLoadError(DshError):
         self.plugin = plugin
         self.hints = tuple(hints)
         super().__init__(f"plugin {plugin!r}: {message}")
+
+
+class PluginFailure(Exception):
+    """A plugin raised inside a hook; carries who, where and the original exception.
+
+    Not a `DshError`: it never reaches a user as itself; the pipeline turns it into a
+    ``PLUGIN_FAILED`` result (`dsh_host._model._outcomes.plugin_failed`).
+    """
+
+    def __init__(self, plugin: str, hook: str, error: BaseException) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+        super().__init__(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}")

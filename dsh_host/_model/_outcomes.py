@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .._registry._hooks import PluginFailure
-from ._errors import DshError
+from ._errors import DshError, PluginFailure
 from ._values import HookContext, TextBlock, ToolExecutionResult, ToolFailure
 from ._where import located
 

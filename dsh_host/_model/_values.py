@@ -5,15 +5,12 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
+from typing import Any, Literal, Protocol, TypeAlias, final
 
 import attrs
 
 from ._json import freeze, thaw
 from ._signal import AbortSignal
-
-if TYPE_CHECKING:
-    from .._schema._tool import ToolDefinition
 
 __all__ = [
     "Accept",
@@ -33,9 +30,26 @@ __all__ = [
     "ToolExecutionInput",
     "ToolExecutionResult",
     "ToolFailure",
+    "ToolLike",
     "ToolRestriction",
     "ToolRunContext",
 ]
+
+
+class ToolLike(Protocol):
+    """What the value model knows of a tool: a `dsh_host.ToolDefinition` is one.
+
+    A protocol, not the class: the schema layer that defines tools sits above this one.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def timeout_ms(self) -> float | None: ...
 
 
 # -- content -------------------------------------------------------------------------------------
@@ -421,7 +435,7 @@ class ToolRunContext:
     """What a tool body receives beside its arguments: the call, its signal, and `defer_context`."""
 
     execution: ToolExecution
-    tool: ToolDefinition = attrs.field(repr=False)
+    tool: ToolLike = attrs.field(repr=False)
     _deferred: list[HookContext] | None = attrs.field(init=False, default=None, repr=False)
     _run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]] | None = attrs.field(
         default=None, kw_only=True, repr=False, eq=False, alias="run"
@@ -431,7 +445,7 @@ class ToolRunContext:
     def _make(
         cls,
         execution: ToolExecution,
-        tool: ToolDefinition,
+        tool: ToolLike,
         run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]],
     ) -> ToolRunContext:
         """``ToolRunContext(execution, tool, run=run)`` (the pipeline's hot path)."""

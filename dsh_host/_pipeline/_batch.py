@@ -48,12 +48,13 @@ from trio.lowlevel import (
 
 from .._model._signal import AbortSignal
 from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._classify import classify
 from ._wrappers import _DispatchState
 
 if TYPE_CHECKING:
     from .._model._trace import Trace
     from .._registry._hooks import Plan
-    from .._registry._registry import ToolRegistry
+    from .._registry._registry import ToolTable
     from ._pipeline import Pipeline
 
 __all__ = ["run_batch"]
@@ -62,7 +63,7 @@ _PARALLEL: Final = ExecutionMode.PARALLEL
 
 
 async def run_batch(
-    registry: ToolRegistry,
+    registry: ToolTable,
     pipeline: Pipeline,
     inputs: list[ToolExecutionInput],
     max_parallel: int,
@@ -138,7 +139,7 @@ class _Batch:
 
     def __init__(
         self,
-        registry: ToolRegistry,
+        registry: ToolTable,
         pipeline: Pipeline,
         inputs: list[ToolExecutionInput],
         max_parallel: int,
@@ -202,7 +203,7 @@ class _Batch:
                 # the pipeline frozen (its freeze then costs nothing, and the body gets the
                 # arguments validated here), with the batch's signal.
                 input = inputs[index]
-                mode, tool, frozen, args = registry._classify(input)
+                mode, tool, frozen, args = classify(registry, input)
                 if signal is not None and input.signal is None:
                     input = _with_signal(input, frozen, signal)
                 parallel = mode is _PARALLEL

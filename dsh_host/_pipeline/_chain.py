@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._registry._hooks import Impl, PluginFailure
+from .._model._errors import PluginFailure
+from .._registry._hooks import Impl
 from ._stage import _NO_TRAP, _Budget, _contained, _Driven, _Stage, _stage_failed, _Staging
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._model._errors import ToolArgsError, ToolNotFoundError
+from .._model._errors import PluginFailure, ToolArgsError, ToolNotFoundError
 from .._model._json import freeze
 from .._model._outcomes import aborted, failure, from_exception, plugin_failed
 from .._model._signal import _inert
@@ -48,13 +48,12 @@ from .._model._values import (
     content_text,
     parent_token,
 )
-from .._registry._hooks import HookRelay, Impl, Plan, PluginFailure
+from .._registry._hooks import HookRelay, Impl, Plan
 from ._body import normalise, run_body
 from ._chain import _HOOK_ARGS, _Chain, _Later, _Links, _Pending, _Raised, _same_decision, _Suspend
 from ._contain import Watchdog, genuine, real_interrupt, seconds
 from ._stage import (
     _Budget,
-    _cancel_status,
     _contained,
     _Driven,
     _late,
@@ -62,6 +61,7 @@ from ._stage import (
     _Stage,
     _stage_failed,
 )
+from ._trio_internals import cancel_status
 from ._verify import checked, context_violations, invalid
 from ._wrappers import (
     _BODY,
@@ -74,7 +74,7 @@ from ._wrappers import (
 )
 
 if TYPE_CHECKING:
-    from .._registry._registry import ToolRegistry
+    from .._registry._registry import ToolTable
 
 __all__ = ["Pipeline", "Prepared", "new_call_id"]
 
@@ -106,11 +106,11 @@ _clock = time.monotonic  # the watchdog's clock (`Watchdog` reads the same one)
 
 
 class Pipeline:
-    """Runs calls for one `ToolRegistry`, calling its plugins' hooks."""
+    """Runs calls for one `ToolTable`, calling its plugins' hooks."""
 
     def __init__(
         self,
-        registry: ToolRegistry,
+        registry: ToolTable,
         hooks: HookRelay,
         *,
         observer_timeout: float,
@@ -584,7 +584,7 @@ class Pipeline:
                     decision, who = await self._first_plain(
                         plan.pre, hook, args, _ALLOW, _check_pre, slow
                     )
-            elif trace is None and (base := _cancel_status()) is not None:
+            elif trace is None and (base := cancel_status()) is not None:
                 # `_first`'s chain, on this frame until a link waits
                 chain = _Chain(self._links(plan)[0], (execution,), base)
                 try:
@@ -1041,7 +1041,7 @@ class Pipeline:
                 except (_Raised, _Pending) as slow:
                     raise _Later(slow) from None
             else:
-                base = _cancel_status()
+                base = cancel_status()
                 if base is None:  # an eager stage: the whole of `_post`
                     raise _Later(None)
                 chain = _Chain(self._links(plan)[1], args, base)

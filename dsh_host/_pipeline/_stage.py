@@ -16,8 +16,9 @@ from typing import Any, NoReturn
 
 import trio
 
-from .._registry._hooks import PluginFailure
+from .._model._errors import PluginFailure
 from ._contain import HookTimeout, genuine, is_cancellation, seconds
+from ._trio_internals import cancel_status, unshielded
 
 
 class _Stage:
@@ -68,7 +69,7 @@ class _Stage:
 
     @classmethod
     def lazy(cls) -> _Stage | None:
-        base = _cancel_status()
+        base = cancel_status()
         return None if base is None else cls(base)
 
     def arm(self, budget: _Budget) -> trio.CancelScope | _Watch | None:
@@ -93,14 +94,14 @@ class _Stage:
             return None
         if want == math.inf or stack[-1] is not budget:
             return None  # nothing to bound, or the innermost link's driver already did
-        status = _cancel_status()
+        status = cancel_status()
         if status is self.base:
             scope = self.scope = trio.CancelScope(deadline=want)
             scope.__enter__()
             self.entered = self.timed = True
             self.armed = want
             return None
-        if not _unshielded(status, self.base):
+        if not unshielded(status, self.base):
             return _Watch(want)  # nothing may cancel it here; the deadline is still kept
         once = trio.CancelScope(deadline=want)
         once.__enter__()
@@ -161,24 +162,6 @@ _NO_TRAP: Any = object()
 
 _UNENTERED = trio.CancelScope()
 """A lazy stage's scope until it is entered (never entered itself; never cancelled)."""
-
-
-def _cancel_status() -> object | None:
-    """The current task's cancel status (trio-private), or ``None`` where it cannot be read."""
-    try:
-        return trio.lowlevel.current_task()._cancel_status
-    except (AttributeError, RuntimeError):
-        return None
-
-
-def _unshielded(status: Any, base: object) -> bool:
-    """Whether no scope between *status* and *base* (the stage's start) is shielded."""
-    while status is not base:
-        scope = getattr(status, "_scope", None)
-        if status is None or scope is None or scope.shield:
-            return False
-        status = getattr(status, "parent", None)
-    return True
 
 
 class _Driven:

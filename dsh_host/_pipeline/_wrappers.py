@@ -16,7 +16,8 @@ from .._model._signal import AbortSignal, _fuse
 from .._model._trace import Trace
 from .._model._values import ToolExecution, ToolExecutionResult
 from .._registry._hooks import Impl
-from ._stage import _Budget, _cancel_status, _Staging
+from ._stage import _Budget, _Staging
+from ._trio_internals import cancel_status
 
 if TYPE_CHECKING:
     from ._pipeline import Pipeline
@@ -173,7 +174,7 @@ class _Wrapping(_Staging):
         self.impls = impls
         self.state = state
         self.trace = trace
-        self.base = _cancel_status()
+        self.base = cancel_status()
         self.stage = None
 
 

@@ -15,6 +15,9 @@ from typing import Any, final
 import attrs
 import pluggy
 
+from .. import hookspecs
+from ._markers import ENTRY_POINT_GROUP, IDLE_HOOKS, PROJECT, hookimpl, hookspec
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "IDLE_HOOKS",
@@ -22,28 +25,10 @@ __all__ = [
     "HookRelay",
     "Impl",
     "Plan",
-    "PluginFailure",
     "hookimpl",
     "hookspec",
     "make_plugin_manager",
 ]
-
-PROJECT = "dsh"
-ENTRY_POINT_GROUP = "dsh.plugins"
-IDLE_HOOKS = "dsh_idle_hooks"
-"""A plugin attribute: names of its per-call hooks that its configuration turned off.
-
-Set it in ``dsh_host_started`` (``self.dsh_idle_hooks = {"dsh_tool_post_execute"}``): the
-pipeline then never calls those implementations, so a plugin configured off costs nothing per
-call. It is read when the host collects the implementations (after start-up, and again whenever
-a plugin is registered or unregistered).
-"""
-
-hookspec = pluggy.HookspecMarker(PROJECT)
-"""Marker for hook specifications (used by `dsh_host.hookspecs`)."""
-
-hookimpl = pluggy.HookimplMarker(PROJECT)
-"""Marker for hook implementations: ``@hookimpl`` / ``@hookimpl(tryfirst=True)``."""
 
 
 class _PluginManager(pluggy.PluginManager):
@@ -66,8 +51,6 @@ class _PluginManager(pluggy.PluginManager):
 
 def make_plugin_manager() -> pluggy.PluginManager:
     """A fresh plugin manager with dsh's hook specifications added."""
-    from .. import hookspecs
-
     pm = _PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     return pm
@@ -103,16 +86,6 @@ class Impl:
         if len(names) == 2:
             return self.function(kwargs[names[0]], kwargs[names[1]])
         return self.function(*[kwargs[name] for name in names])
-
-
-class PluginFailure(Exception):
-    """A plugin raised inside a hook; carries who, where and the original exception."""
-
-    def __init__(self, plugin: str, hook: str, error: BaseException) -> None:
-        self.plugin = plugin
-        self.hook = hook
-        self.error = error
-        super().__init__(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}")
 
 
 @final

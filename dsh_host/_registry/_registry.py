@@ -1,31 +1,16 @@
-"""`ToolRegistry`: global and scoped tools, restrictions, guards, and the entry to the pipeline."""
+"""`ToolTable`: global and scoped tools with their restrictions and guards; it runs nothing."""
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Callable
 
 import attrs
 
-from .._model._json import freeze
-from .._model._values import (
-    ExecutionMode,
-    Guard,
-    Scope,
-    ToolExecutionInput,
-    ToolExecutionResult,
-    ToolRestriction,
-)
-from .._pipeline._batch import run_batch
-from .._pipeline._contain import real_interrupt
+from .._model._values import Guard, Scope, ToolRestriction
 from .._schema._tool import ToolDefinition, ToolSchema
-from ._hooks import HookRelay
 
-if TYPE_CHECKING:
-    from .._model._trace import Trace
-
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolTable"]
 
 
 @attrs.define
@@ -36,28 +21,18 @@ class _Layer:
     guards: list[tuple[Guard, str]] = attrs.Factory(list)
 
 
-@final
-class ToolRegistry:
-    """Tools by name, per scope; `execute` runs one call through the whole pipeline.
+class ToolTable:
+    """Tools by name, per scope, with the restrictions and guards that apply to them.
 
     A scope sees the global tools, then its ancestors' (farthest first), then its own, each
     shadowing same-named ones before it. Restrictions on a scope or its ancestors filter what it
     inherits, never its own tools. Guards on a scope apply to it and its descendants.
 
-    ``ToolRegistry()`` on its own runs calls with no plugins; a `Host` builds one wired to its
-    plugins.
+    The table only: it runs nothing. `dsh_host.ToolRegistry` (built in ``_host``, above the
+    pipeline) is this table with the pipeline handed to it.
     """
 
-    def __init__(
-        self,
-        *,
-        hooks: HookRelay | None = None,
-        observer_timeout: float = 10.0,
-        hook_timeout: float = 30.0,
-        approval_timeout: float = 900.0,
-    ) -> None:
-        from .._pipeline._pipeline import Pipeline
-
+    def __init__(self) -> None:
         self._global = _Layer()
         self._scoped: dict[Scope, _Layer] = {}
         # Caches per scope go with the scope object (weak keys), so 10,000 short-lived agent
@@ -70,11 +45,6 @@ class ToolRegistry:
             weakref.WeakKeyDictionary()
         )
         self._global_guards: tuple[tuple[Guard, str], ...] | None = None
-        self.hooks = hooks if hooks is not None else HookRelay(None)
-        self._pipeline = Pipeline(
-            self, self.hooks, observer_timeout=observer_timeout, hook_timeout=hook_timeout,
-            approval_timeout=approval_timeout,
-        )  # fmt: skip
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -262,84 +232,3 @@ class ToolRegistry:
                 out.extend(layer.guards)
         self._guard_cache[scope] = result = tuple(out)
         return result
-
-    # -- execution -------------------------------------------------------------------------
-
-    def execution_mode(self, input: ToolExecutionInput) -> ExecutionMode:
-        """``PARALLEL`` only when the tool's ``is_concurrency_safe(args)`` returns exactly ``True``."""
-        return self._classify(input)[0]
-
-    def _classify(
-        self, input: ToolExecutionInput
-    ) -> tuple[ExecutionMode, ToolDefinition | None, Any, Any]:
-        """`execution_mode`, with the frozen arguments and the body's arguments it made.
-
-        Returns ``(mode, tool, frozen, args)``; *frozen* is ``None`` when the arguments are not JSON
-        and *args* is ``None`` when they are invalid (or were not looked at). `execute_batch`
-        hands both on, so a call is frozen and validated once, not twice.
-        """
-        tool = self.get(input.name, input.scope)
-        if tool is None or tool.is_concurrency_safe is None:
-            return ExecutionMode.EXCLUSIVE, tool, None, None
-        try:
-            frozen = freeze(input.arguments, "arguments")
-        except ValueError:
-            return ExecutionMode.EXCLUSIVE, tool, None, None
-        try:
-            if (accepts := tool.accepts) is not None and accepts(frozen):
-                args = frozen  # valid as they are, as `Pipeline._dispatch` finds them
-            else:
-                args, violations = tool.prepare(frozen)
-                if violations:
-                    return ExecutionMode.EXCLUSIVE, tool, frozen, None
-            safe = tool.is_concurrency_safe(args)
-        except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
-            if real_interrupt(exc):
-                raise
-            return ExecutionMode.EXCLUSIVE, tool, frozen, None
-        mode = ExecutionMode.PARALLEL if safe is True else ExecutionMode.EXCLUSIVE
-        return mode, tool, frozen, args
-
-    def execute(
-        self, input: ToolExecutionInput, *, trace: Trace | None = None
-    ) -> Coroutine[Any, Any, ToolExecutionResult]:
-        """Run one call through the pipeline; never raises for anything a tool, plugin or model did.
-
-        ``await registry.execute(input)``. (A plain method returning the pipeline's coroutine:
-        one coroutine frame less per call than an ``async def`` that awaits it.)
-        """
-        return self._pipeline.run(input, trace)
-
-    async def preview(
-        self, input: ToolExecutionInput, *, trace: Trace | None = None
-    ) -> ToolExecutionResult | None:
-        """What policy would make of *input*, without running it: a dry run.
-
-        Runs stages A-G (the snapshot, pre-execute, approval, guards); no wrapper, body,
-        post-execute or observer runs. Returns the result the call would end with there (a
-        denial, a plugin failure, arguments that are not JSON), or ``None`` when policy lets it
-        through to dispatch.
-        """
-        return (await self._pipeline.prepare(input, trace, dry_run=True)).result
-
-    async def execute_batch(
-        self,
-        inputs: Iterable[ToolExecutionInput],
-        max_parallel: int = 10,
-        *,
-        signal: Any = None,
-        trace: Trace | None = None,
-        on_result: Callable[[int, ToolExecutionResult], None] | None = None,
-    ) -> list[ToolExecutionResult]:
-        """Run one model step's calls; results come back in model order.
-
-        Calls whose tool is concurrency-safe run in a rolling pool of up to *max_parallel*; any
-        other call is an exclusive barrier. Pre-execute, approval, guards and post-execute run in
-        model order. When *signal* aborts, no new call starts, and the unstarted ones come back
-        ``ABORTED_BEFORE_DISPATCH``. *on_result* (e.g. a progress display) is called with the
-        index and result of each call as it is finalised, in model order.
-        """
-        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
-            raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
-        batch: list[ToolExecutionInput] = list(inputs)
-        return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace, on_result)

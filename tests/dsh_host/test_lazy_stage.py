@@ -233,7 +233,7 @@ async def test_an_async_wrapper_is_bounded_whether_or_not_the_stage_can_be_lazy(
 
     if not lazy:
         for module in (_pipeline, _stage, _wrappers):  # every place that reads it
-            monkeypatch.setattr(module, "_cancel_status", lambda: None)
+            monkeypatch.setattr(module, "cancel_status", lambda: None)
 
     async def late_then_on(call_next):
         await trio.sleep(6)

@@ -1,0 +1,28 @@
+"""pluggy's markers for project ``dsh`` and the names plugins are found by.
+
+Its own module so `dsh_host.hookspecs` can import the ``hookspec`` marker without importing the
+plugin manager that loads those specs (`._hooks`): the arrow runs one way.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+__all__ = ["ENTRY_POINT_GROUP", "IDLE_HOOKS", "PROJECT", "hookimpl", "hookspec"]
+
+PROJECT = "dsh"
+ENTRY_POINT_GROUP = "dsh.plugins"
+IDLE_HOOKS = "dsh_idle_hooks"
+"""A plugin attribute: names of its per-call hooks that its configuration turned off.
+
+Set it in ``dsh_host_started`` (``self.dsh_idle_hooks = {"dsh_tool_post_execute"}``): the
+pipeline then never calls those implementations, so a plugin configured off costs nothing per
+call. It is read when the host collects the implementations (after start-up, and again whenever
+a plugin is registered or unregistered).
+"""
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+"""Marker for hook specifications (used by `dsh_host.hookspecs`)."""
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marker for hook implementations: ``@hookimpl`` / ``@hookimpl(tryfirst=True)``."""

@@ -1,0 +1,34 @@
+"""trio's private state the pipeline reads (`dsh_host._pipeline._trio_internals`), checked
+against the installed trio: a release that moves any of it fails here, by name, instead of
+silently making every stage eager (slower) or every lazy scope unentered."""
+
+import trio
+
+from dsh_host._pipeline._trio_internals import cancel_status, unshielded
+
+
+async def test_the_current_task_cancel_status_is_readable():
+    status = cancel_status()
+    assert status is not None, "trio's Task._cancel_status is gone: stages are eager again"
+    assert status is trio.lowlevel.current_task()._cancel_status
+
+
+async def test_a_cancel_status_knows_its_scope_and_its_parent():
+    base = cancel_status()
+    with trio.CancelScope() as scope:
+        inner = cancel_status()
+        assert inner is not base
+        assert getattr(inner, "_scope", None) is scope, "trio's CancelStatus._scope moved"
+        assert getattr(inner, "parent", None) is base, "trio's CancelStatus.parent moved"
+        assert unshielded(inner, base)
+
+
+async def test_a_shield_between_is_seen():
+    base = cancel_status()
+    with trio.CancelScope(shield=True), trio.CancelScope():
+        assert not unshielded(cancel_status(), base)
+    assert unshielded(base, base)
+
+
+def test_outside_trio_there_is_no_status():
+    assert cancel_status() is None
