@@ -26,10 +26,11 @@ def soak(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and format check."""
-    session.install("ruff")
+    """ruff: lint and format check; the import contract (``lint-imports``, pyproject.toml)."""
+    session.install("ruff", "-e", ".[lint]")
     session.run("ruff", "check", *PACKAGES, "tests", "noxfile.py", "bench")
     session.run("ruff", "format", "--check", *PACKAGES, "tests", "noxfile.py", "bench")
+    session.run("lint-imports")
 
 
 @nox.session

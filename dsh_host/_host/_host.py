@@ -13,6 +13,7 @@ from typing import Any, final
 import attrs
 import pluggy
 
+from .. import hookspecs
 from .._model._errors import ConfigError, PluginLoadError
 from .._model._signal import AbortSignal
 from .._model._trace import Trace
@@ -84,7 +85,7 @@ class Host:
         disable: Iterable[str] = (),
     ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.pm: pluggy.PluginManager = make_plugin_manager()
+        self.pm: pluggy.PluginManager = make_plugin_manager(hookspecs)
         self.hooks = HookRelay(self.pm)
         settings = self.config.host
         self.registry = ToolRegistry(

@@ -9,13 +9,13 @@ plugin is registered or unregistered, and calls and awaits them itself.
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any, final
 
 import attrs
 import pluggy
 
-from .. import hookspecs
 from ._markers import ENTRY_POINT_GROUP, IDLE_HOOKS, PROJECT, hookimpl, hookspec
 
 __all__ = [
@@ -49,10 +49,14 @@ class _PluginManager(pluggy.PluginManager):
             self.generation += 1
 
 
-def make_plugin_manager() -> pluggy.PluginManager:
-    """A fresh plugin manager with dsh's hook specifications added."""
+def make_plugin_manager(specs: types.ModuleType | type) -> pluggy.PluginManager:
+    """A fresh plugin manager with the hook specifications *specs* added (`dsh_host.hookspecs`).
+
+    The specs are handed in by the host: they name values of every layer, so this module does
+    not import them (the arrow would run back up).
+    """
     pm = _PluginManager(PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm.add_hookspecs(specs)
     return pm
 
 

@@ -108,9 +108,10 @@ async def test_policy_and_post_execute_run_in_model_order():
             log.append(f"post:{execution.call_id}")
             return Accept(additional_contexts=[HookContext(execution.call_id, "policy")])
 
+    from dsh_host import hookspecs
     from dsh_host._registry._hooks import HookRelay, make_plugin_manager
 
-    pm = make_plugin_manager()
+    pm = make_plugin_manager(hookspecs)
     pm.register(Policy(), name="policy")
     registry = ToolRegistry(hooks=HookRelay(pm))
     for t in make_tools(log, events=events):
@@ -250,6 +251,7 @@ async def test_hostile_arguments_end_a_batched_call_as_they_end_execute(policy):
     their call INVALID_ARGS with the very result `execute` gives, with policy hooks (the calls
     go through `prepare`) and without (they are admitted on the worker's frame); odd but valid
     text (a lone surrogate, control characters, a NUL) reaches the body unchanged."""
+    from dsh_host import hookspecs
     from dsh_host._registry._hooks import HookRelay, make_plugin_manager
 
     seen: list = []
@@ -274,7 +276,7 @@ async def test_hostile_arguments_end_a_batched_call_as_they_end_execute(policy):
     ]
     hooks = None
     if policy:
-        pm = make_plugin_manager()
+        pm = make_plugin_manager(hookspecs)
         pm.register(Policy(), name="policy")
         hooks = HookRelay(pm)
     registry = ToolRegistry(hooks=hooks)

@@ -16,6 +16,7 @@ from dsh_host import (
     ToolRegistry,
     define_tool,
     hookimpl,
+    hookspecs,
 )
 from dsh_host._registry._hooks import HookRelay, make_plugin_manager
 from tests.conftest import soak_size
@@ -58,7 +59,7 @@ class Bodies:
 def registry_with(bodies: Bodies, *plugins: object) -> ToolRegistry:
     """``read`` (concurrency-safe, sleeps ``delay`` seconds; 0 means it never suspends) and
     ``write`` (exclusive, same), both recording into *bodies*."""
-    pm = make_plugin_manager()
+    pm = make_plugin_manager(hookspecs)
     for plugin in plugins:
         pm.register(plugin, name=type(plugin).__name__.lower())
     registry = ToolRegistry(hooks=HookRelay(pm))
@@ -500,7 +501,7 @@ async def test_arguments_changed_by_the_caller_mid_batch_reach_policy_and_body_a
             seen_by_body.append(dict(args))
         return "ok"
 
-    pm = make_plugin_manager()
+    pm = make_plugin_manager(hookspecs)
     pm.register(Policy(), name="policy")
     registry = ToolRegistry(hooks=HookRelay(pm))
     params = {"path": {"type": "string", "required": True}}
