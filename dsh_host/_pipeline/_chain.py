@@ -2,7 +2,7 @@
 
 A `_Chain` calls its links in order synchronously for as long as none waits; each waterfall
 link's ``call_next`` is a `_Next`. Only a link that really waits hands the chain to its stage
-(`dsh_host._pipeline._stage`). `dsh_host._pipeline._pipeline` runs the chains; this module holds their state.
+(`dsh_host._pipeline._stage`). `dsh_host._pipeline._chains` runs the chains; this module holds their state.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Generator
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -18,8 +18,12 @@ from .._model._errors import PluginFailure
 from .._registry._hooks import Impl
 from ._stage import _NO_TRAP, _Budget, _contained, _Driven, _Stage, _stage_failed, _Staging
 
-if TYPE_CHECKING:
-    from ._pipeline import Pipeline
+
+class _Watched(Protocol):
+    """What a chain needs of the pipeline (`dsh_host._pipeline._calling._Calling`): a protocol,
+    so this module does not import the pipeline that imports it."""
+
+    def _sync(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any: ...
 
 
 class _Links:
@@ -30,7 +34,7 @@ class _Links:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: _Watched,
         impls: tuple[Impl, ...],
         hook: str,
         default: Any,

@@ -1,14 +1,14 @@
 """Execute wrappers' state: ``call_next`` tokens and what one dispatch tracks.
 
 An execute wrapper's ``call_next`` is a `_Proceed`: awaited, it runs the wrappers after it and
-the tool body (`dsh_host._pipeline._pipeline.Pipeline` does the work); returned unawaited by a plain
+the tool body (`dsh_host._pipeline._dispatch` does the work); returned unawaited by a plain
 wrapper, it is a tail call. `_Wrapping` holds one dispatch's wrappers and its lazy stage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -19,8 +19,20 @@ from .._registry._hooks import Impl
 from ._stage import _Budget, _Staging
 from ._trio_internals import cancel_status
 
-if TYPE_CHECKING:
-    from ._pipeline import Pipeline
+
+class _Wraps(Protocol):
+    """What a ``call_next`` needs of the pipeline (`dsh_host._pipeline._dispatch._Dispatch`): a
+    protocol, so this module does not import the pipeline that imports it."""
+
+    hook_timeout: float
+
+    def _wrap(
+        self, w: _Wrapping, i: int, view: ToolExecution
+    ) -> Awaitable[ToolExecutionResult]: ...
+
+    def _dispatch(
+        self, view: ToolExecution, state: _DispatchState | None, trace: Trace | None
+    ) -> Awaitable[ToolExecutionResult]: ...
 
 
 _BODY: Any = object()
@@ -62,7 +74,7 @@ class _Proceed:
     __slots__ = ("budget", "delegated", "index", "pipeline", "view", "w", "waiting")
 
     def __init__(
-        self, pipeline: Pipeline, index: int, view: ToolExecution, w: _Wrapping | None = None
+        self, pipeline: _Wraps, index: int, view: ToolExecution, w: _Wrapping | None = None
     ) -> None:
         self.pipeline = pipeline
         self.index = index

@@ -728,7 +728,7 @@ def test_ascii_terminals_get_ascii_marks(dsh, monkeypatch):
 
 def test_the_approval_hint_extends_the_permissions_allow_list():
     from dsh_host._cli._render import approval_hint
-    from dsh_host._pipeline._pipeline import failure
+    from dsh_host._model._outcomes import failure
 
     denied = failure(
         'tool "bash" requires approval, but no approval channel is available',
@@ -818,8 +818,8 @@ def test_render_diff_of_a_new_file_and_of_no_change():
 def test_decision_line_names_who_decided(result, events, line):
     from dsh_host import TraceEvent
     from dsh_host._cli._render import Style, decision_line
+    from dsh_host._model._outcomes import failure
     from dsh_host._model._values import ToolExecutionResult
-    from dsh_host._pipeline._pipeline import failure
 
     if "code" in result:
         made = failure("m", result["code"], decided_by=result.get("decided_by"))

@@ -368,7 +368,7 @@ async def test_a_hook_that_swallows_the_stage_deadline_is_still_blamed(autojump_
 async def test_stages_can_enter_their_cancel_scope_lazily_with_this_trio():
     """Lazy stages read trio's private ``Task._cancel_status``; if a trio release moves it, the
     pipeline falls back to eager scopes (slower, still correct) and this test says so."""
-    from dsh_host._pipeline._pipeline import _Stage
+    from dsh_host._pipeline._stage import _Stage
 
     stage = _Stage.lazy()
     assert stage is not None, "trio's Task._cancel_status is gone: stages are eager again"

@@ -229,10 +229,10 @@ async def test_an_async_wrapper_is_bounded_whether_or_not_the_stage_can_be_lazy(
 ):
     """Where trio's cancel status cannot be read, the first async wrapper goes the eager way
     (`dispatch`): the same bound, the same results."""
-    from dsh_host._pipeline import _pipeline, _stage, _wrappers
+    from dsh_host._pipeline import _finish, _gate, _stage, _wrappers
 
     if not lazy:
-        for module in (_pipeline, _stage, _wrappers):  # every place that reads it
+        for module in (_gate, _finish, _stage, _wrappers):  # every place that reads it
             monkeypatch.setattr(module, "cancel_status", lambda: None)
 
     async def late_then_on(call_next):

@@ -1,0 +1,277 @@
+"""Stages A to G (CONTRACT §4): the snapshot, pre-execute, approval, guards; `prepare`.
+
+::
+
+    A snapshot -> B aborted? -> C pre-execute -> D ask -> F guards -> G aborted?
+
+`admit` is `prepare`'s fast path (no policy: no coroutine); inside `_gate`, each hook's plain
+loop (`_decide`) comes before its general version (`_first`, `_guards`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._model._errors import PluginFailure, ToolNotFoundError
+from .._model._json import freeze
+from .._model._outcomes import aborted, failure, plugin_failed
+from .._model._signal import _inert
+from .._model._trace import Trace, TraceEvent, emit
+from .._model._values import (
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    Ask,
+    Deny,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    parent_token,
+)
+from .._registry._hooks import Plan
+from ._chain import _Chain, _Pending, _Raised, _Suspend
+from ._contain import genuine
+from ._stage import (
+    _contained,
+    _stage_failed,
+)
+from ._trio_internals import cancel_status
+
+if TYPE_CHECKING:
+    pass
+
+from ._answers import (
+    _ALLOW,
+    _NO_SCOPE,
+    _as_reason,
+    _check_outcome,
+    _check_pre,
+    _check_reason,
+    _failed,
+)
+from ._chains import _Chains
+
+__all__ = ["Prepared", "_Gate"]
+
+
+@attrs.define
+class Prepared:
+    """The outcome of stages A-G: either dispatch *execution*, or finish with *result*."""
+
+    execution: ToolExecution
+    result: ToolExecutionResult | None = None
+    post: bool = True
+    allowed_by: str | None = None
+    """The plugin whose ``Allow`` let the call through, if one decided (for dry runs)."""
+    detail: str | None = None
+
+
+class _Gate(_Chains):
+    """Stages A-G of `Pipeline`."""
+
+    def _snapshot(
+        self, input: ToolExecutionInput, dry_run: bool, frozen: Any = None
+    ) -> tuple[ToolExecution, ToolExecutionResult | None]:
+        """Stages A and B: the frozen execution, and the result when the call ends there.
+
+        *frozen*: ``freeze(input.arguments)``, already made (a batch froze them to classify
+        the call); ``None``: freeze them here."""
+        given = input.signal
+        signal = _inert() if given is None else given
+        parent = input.parent
+        message: str | None = None
+        if parent is not None:
+            try:
+                parent = parent_token(parent)
+            except TypeError as exc:
+                parent, message = None, str(exc)
+        try:
+            arguments = freeze(input.arguments, "arguments") if frozen is None else frozen
+        except ValueError as exc:
+            arguments, message = None, message or f"tool arguments must be JSON: {exc}"
+        execution = ToolExecution._make(
+            input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
+        )
+        if message is not None:
+            return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
+        if given is not None and given.aborted:
+            return execution, aborted(False)
+        return execution, None
+
+    def admit(
+        self, input: ToolExecutionInput, frozen: Any, plan: Plan
+    ) -> tuple[ToolExecution, ToolExecutionResult | None] | None:
+        """`prepare` for a call that no policy can stop (no pre-execute or guard hook, no
+        registered guard), on this frame: the execution, and the result when the call ends
+        before dispatch; ``None`` when there is policy to run (await `prepare`)."""
+        if plan.pre or plan.guard or self.registry.guards_for(input.scope):
+            return None
+        return self._snapshot(input, False, frozen)
+
+    async def prepare(
+        self,
+        input: ToolExecutionInput,
+        trace: Trace | None,
+        *,
+        dry_run: bool = False,
+        frozen: Any = None,
+    ) -> Prepared:
+        """Stages A-G: dispatch the execution, or finish with a result (see `Prepared`).
+        *frozen*: the arguments already frozen (see `_snapshot`)."""
+        execution, done = self._snapshot(input, dry_run, frozen)
+        if done is not None:
+            return Prepared(execution, done, False)
+        plan = self.hooks.plan()
+        if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
+            return Prepared(execution)  # no policy at all: nothing can stop the call here
+        try:
+            return await self._gate(execution, trace, plan) or Prepared(execution)
+        except PluginFailure as exc:
+            return Prepared(execution, plugin_failed(exc), False)
+
+    async def _gate(
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan, report: bool = True
+    ) -> Prepared | None:
+        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
+        `Prepared` without a result when *report* asks who allowed it)."""
+        decision: Any = _ALLOW
+        who: str | None = None
+        if plan.pre:
+            if plan.plain_pre and trace is None:
+                hook, args = "dsh_tool_pre_execute", (execution,)
+                try:
+                    decision, who = self._decide(
+                        plan.pre, hook, args, execution.name, _ALLOW, _check_pre
+                    )
+                except (_Raised, _Pending) as slow:
+                    decision, who = await self._first_plain(
+                        plan.pre, hook, args, _ALLOW, _check_pre, slow
+                    )
+            elif trace is None and (base := cancel_status()) is not None:
+                # `_first`'s chain, on this frame until a link waits
+                chain = _Chain(self._links(plan)[0], (execution,), base)
+                try:
+                    decision, who = chain.resolve(0)
+                except (_Suspend, _Raised) as slow:
+                    decision, who = await chain.finish(slow)
+            else:
+                decision, who = await self._first(
+                    "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
+                    args=(execution,), impls=plan.pre,
+                )  # fmt: skip
+        if type(decision) is Deny:
+            result = failure(
+                decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
+            )
+            return Prepared(execution, result)
+        if type(decision) is Ask:
+            if self.registry.get(execution.name, execution.scope) is None:
+                # Nobody is asked about a tool that does not exist (CONTRACT §14).
+                error = ToolNotFoundError(execution.name)
+                return Prepared(execution, failure(error.message, error.code, "ToolNotFoundError"))
+            denied = await self._ask(execution, decision, who, trace)
+            if denied is not None:
+                return denied
+        if not plan.guard and not self.registry.guards_for(execution.scope):
+            reason = guard = None
+        elif plan.plain_guard and trace is None and not self.registry.guards_for(execution.scope):
+            hook, args = "dsh_tool_guard", (execution,)
+            try:  # `_guards`, for plain guards only, without its coroutine
+                reason, guard = self._decide(
+                    plan.guard, hook, args, execution.name, None, _as_reason
+                )
+            except (_Raised, _Pending) as slow:
+                reason, guard = await self._first_plain(
+                    plan.guard, hook, args, None, _as_reason, slow
+                )
+        else:
+            reason, guard = await self._guards(execution, trace, plan)
+        if reason is not None:
+            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
+        if execution.signal.aborted:
+            return Prepared(execution, aborted(False))
+        if report and who is not None and type(decision) is Allow:
+            return Prepared(execution, allowed_by=who, detail=decision.detail)
+        return None
+
+    async def _ask(
+        self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None
+    ) -> Prepared | None:
+        request = ApprovalRequest(execution=execution, reason=ask.reason, asked_by=asker)
+        outcome, approver = await self._first(
+            "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE, _check_outcome,
+            trace, bound=self.approval_timeout,
+        )  # fmt: skip
+        name = execution.name
+        if trace is not None and approver is None:
+            outcome_text = "unavailable: no approver answered"
+            trace(TraceEvent(execution.call_id, "dsh_tool_approve", None, outcome_text, 0.0))
+        if outcome is ApprovalOutcome.ALLOWED_ONCE:
+            return None
+        if outcome is ApprovalOutcome.CANCELLED:
+            if execution.signal.aborted:
+                return Prepared(execution, aborted(False))
+            message = f'approval for tool "{name}" was cancelled'
+            return Prepared(execution, failure(message, "DENIED", decided_by=approver))
+        if outcome is ApprovalOutcome.REJECTED:
+            message = f'tool "{name}" was rejected by {approver}'
+            return Prepared(execution, failure(message, "DENIED", decided_by=approver))
+        message = f'tool "{name}" requires approval, but no approval channel is available'
+        if ask.reason:
+            message = f"{message}. Reason for asking: {ask.reason}"
+        result = failure(message, "DENIED", decided_by=asker, decision_detail=ask.detail)
+        return Prepared(execution, result)
+
+    async def _guards(
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan
+    ) -> tuple[str | None, str | None]:
+        kwargs = {"execution": execution}
+        for guard, name in self.registry.guards_for(execution.scope):
+            started = time.perf_counter() if trace is not None else 0.0
+            try:
+                reason = self._sync(name, "guard", execution.name, guard, execution)
+            except PluginFailure:
+                raise
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                if trace is not None:
+                    emit(trace, kwargs, "guard", name, _failed(exc), started)
+                raise PluginFailure(name, "guard", exc) from exc
+            if trace is not None:
+                outcome = "abstained" if reason is None else f"deny: {reason}"
+                emit(trace, kwargs, "guard", name, outcome, started)
+            if reason is not None:
+                return _check_reason(reason, name), name
+        impls = plan.guard
+        if not impls:
+            return None, None
+        if plan.plain_guard and trace is None:
+            hook, args = "dsh_tool_guard", (execution,)
+            try:
+                return self._decide(impls, hook, args, execution.name, None, _as_reason)
+            except (_Raised, _Pending) as slow:
+                return await self._first_plain(impls, hook, args, None, _as_reason, slow)
+        stage = self._stage("dsh_tool_guard")
+        hook, name = "dsh_tool_guard", execution.name
+        with stage if stage is not None else _NO_SCOPE:
+            for impl in impls:
+                if impl.is_async or trace is not None:
+                    reason = await self._call(impl, hook, trace, kwargs, stage=stage)
+                else:  # a plain function: called right here, no coroutine of its own
+                    try:
+                        reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    except BaseException as exc:
+                        await _contained(impl.plugin, hook, exc)
+                    if reason is not None and inspect.isawaitable(reason):
+                        reason = await self._call(
+                            impl, hook, trace, kwargs, stage=stage, returned=reason
+                        )
+                if reason is not None:
+                    return _check_reason(reason, impl.plugin), impl.plugin
+            return None, None
+        _stage_failed(stage)  # reached only when the stage's own deadline cancelled it
