@@ -49,7 +49,6 @@ from trio.lowlevel import (
 from .._model._signal import AbortSignal
 from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from ._classify import classify
-from ._wrappers import _DispatchState
 
 if TYPE_CHECKING:
     from .._model._trace import Trace
@@ -174,74 +173,40 @@ class _Batch:
     # -- the workers -------------------------------------------------------------------------
 
     async def work(self) -> None:
-        """One worker: prepare, dispatch and finalise calls while holding the baton."""
+        """One worker: prepare, dispatch and finalise calls while holding the baton. The stages
+        are the pipeline's own (`admit`, `dispatch`, `finalize`); here is who runs which when."""
         me = current_task()
-        inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
-        settled, results, count = self.settled, self.results, len(inputs)
-        registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
-        hooks = pipeline.hooks
+        pipeline, trace, signal = self.pipeline, self.trace, self.signal
         if self.holder is not me:  # a worker just started
             self.coming -= 1
         while True:
-            if self.holder is not me:
-                while self.holder is not None:  # another worker holds it, or the batch is over
-                    if self.next >= count:
-                        return  # nothing left to start; whoever holds the baton ends the batch
-                    await self._wait(self.idle)
-                    self.coming -= 1
-                self.holder = me
-                await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
+            if self.holder is not me and not await self._take(me):
+                return  # nothing left to start; whoever holds the baton ends the batch
             index = self.next
-            if index >= count or (signal is not None and signal.aborted):
+            if index >= len(self.inputs) or (signal is not None and signal.aborted):
                 await self._finish()
                 return
-            if index == self.pending:  # classified before the nursery was opened
-                input, ready, parallel = inputs[index], self.pending_ready, True
-                frozen = None  # the input carries them (see below)
-            else:
-                # Classified once: the arguments are frozen and validated here, and handed to
-                # the pipeline frozen (its freeze then costs nothing, and the body gets the
-                # arguments validated here), with the batch's signal.
-                input = inputs[index]
-                mode, tool, frozen, args = classify(registry, input)
-                if signal is not None and input.signal is None:
-                    input = _with_signal(input, frozen, signal)
-                parallel = mode is _PARALLEL
-                ready = None if args is None else (tool, frozen, args)
-                if parallel and self.nursery is None and index + 1 < count:
-                    if frozen is not None and frozen is not input.arguments:
-                        input = _with_arguments(input, frozen)
-                    inputs[index], self.pending_ready, self.pending = input, ready, index
-                    return  # the caller opens the nursery, then this task goes on
+            picked = self._pick(index)
+            if picked is None:
+                return  # the caller opens the nursery, then this task goes on
+            input, frozen, ready, parallel = picked
             # A parallel call needs a free slot; an exclusive one, that nothing else runs.
-            limit = slots if parallel else 0
+            limit = self.max_parallel - 1 if parallel else 0
             if self.in_flight > limit:
                 await self._drain(limit)
                 await checkpoint_if_cancelled()
                 if signal is not None and signal.aborted:
                     continue  # the next turn ends the batch
             self.next = index + 1
-            plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
+            plan = pipeline.hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
             admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
             if admitted is None:
-                prepared = await pipeline.prepare(input, trace, frozen=frozen)
-                admitted, post = (prepared.execution, prepared.result), prepared.post
-                del prepared
-            else:
-                post = False
-            execution, done = admitted
-            if done is not None:
-                result = done
-            elif parallel:
+                admitted = await pipeline.admit_later(input, trace, frozen)
+            execution, result, post = admitted
+            if result is None and parallel:
                 # The wrappers and body run here and now, by hand; only if they suspend is the
                 # baton handed on (cheaper than a task, an event or an awaitable wrapper).
-                # With no wrapper, the body's stage is run without `dispatch` around it.
-                state = None if plan.execute else _DispatchState(ready)
-                running: Coroutine[Any, Any, Any]
-                if state is None:
-                    running = pipeline.dispatch(execution, trace, ready, plan)
-                else:
-                    running = pipeline._dispatch(execution, state, trace)
+                running, state = pipeline.dispatching(execution, trace, ready, plan)
                 try:
                     trap = running.send(None)
                 except StopIteration as stop:
@@ -254,25 +219,62 @@ class _Batch:
                         value = await _resume(running, trap)
                     finally:
                         self._landed()
-                if state is None:
-                    result, post = value
-                else:
-                    result, post = pipeline._dispatched(execution, state, value), True
-            else:  # an exclusive call keeps the baton: nothing else starts meanwhile
+                result, post = pipeline.dispatched_value(execution, state, value)
+            elif result is None:  # an exclusive call keeps the baton: nothing else starts
                 result, post = await pipeline.dispatch(execution, trace, ready, plan)
             if index != self.committed or self.committing:
-                settled[index] = (execution, result, post)  # finalised in its turn
+                self.settled[index] = (execution, result, post)  # finalised in its turn
                 continue
             # Its turn: finalised here and now, by hand too (as `Pipeline.run` does, only when
             # post-execute or an observer is there to run).
             if (post and plan.post) or plan.result:
                 result = await self._finalize(me, execution, result, post, plan)
-            results[index] = result
-            self.committed = index = index + 1
-            if on_result is not None:
-                on_result(index - 1, result)
-            if index < count and settled[index] is not None and not self.committing:
+            if self._committed(index, result):
                 await self._commit(me)  # calls that settled meanwhile, in order
+
+    async def _take(self, me: Task) -> bool:
+        """Wait for the baton and take it; ``False`` when there is nothing left to start."""
+        while self.holder is not None:  # another worker holds it, or the batch is over
+            if self.next >= len(self.inputs):
+                return False
+            await self._wait(self.idle)
+            self.coming -= 1
+        self.holder = me
+        await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
+        return True
+
+    def _pick(self, index: int) -> tuple[ToolExecutionInput, Any, Any, bool] | None:
+        """The call at *index*, classified: ``(input, frozen, ready, parallel)``; ``None`` when
+        it is parked for the caller to open the nursery first.
+
+        Classified once: the arguments are frozen and validated here, and handed to the pipeline
+        frozen (its freeze then costs nothing, and the body gets the arguments validated here),
+        with the batch's signal.
+        """
+        inputs, signal = self.inputs, self.signal
+        if index == self.pending:  # classified before the nursery was opened
+            return inputs[index], None, self.pending_ready, True  # the input carries them
+        input = inputs[index]
+        mode, tool, frozen, args = classify(self.registry, input)
+        if signal is not None and input.signal is None:
+            input = _with_signal(input, frozen, signal)
+        parallel = mode is _PARALLEL
+        ready = None if args is None else (tool, frozen, args)
+        if parallel and self.nursery is None and index + 1 < len(inputs):
+            if frozen is not None and frozen is not input.arguments:
+                input = _with_arguments(input, frozen)
+            inputs[index], self.pending_ready, self.pending = input, ready, index
+            return None
+        return input, frozen, ready, parallel
+
+    def _committed(self, index: int, result: ToolExecutionResult) -> bool:
+        """Record the finalised *result* of call *index*; whether later calls wait to commit."""
+        self.results[index] = result
+        self.committed = index + 1
+        if self.on_result is not None:
+            self.on_result(index, result)
+        after = index + 1
+        return after < len(self.inputs) and self.settled[after] is not None and not self.committing
 
     async def _finalize(
         self,

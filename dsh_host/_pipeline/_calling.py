@@ -114,15 +114,8 @@ class _Calling:
                 name = (kwargs.get("execution") or kwargs["request"].execution).name
                 value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
-                if budget is None:
-                    budget = _Budget(limit, stage)
-                if stage is None:
-                    own = budget.stage = _Stage.lazy() or _Stage()
-                    with own:
-                        value = await _settle(value, budget, own, impl.plugin, hook)
-                    own.fail()
-                else:
-                    value = await _settle(value, budget, stage, impl.plugin, hook)
+                budget = budget if budget is not None else _Budget(limit, stage)
+                value = await _bounded(value, budget, stage, impl, hook)
         except PluginFailure as exc:
             if trace is not None and exc.plugin == impl.plugin and exc.hook == hook:
                 emit(trace, kwargs, hook, impl.plugin, _failed(exc.error), started)
@@ -239,3 +232,15 @@ class _Calling:
             except (_Raised, _Pending) as again:
                 slow = again
                 impls = rest
+
+
+async def _bounded(value: Any, budget: _Budget, stage: _Stage | None, impl: Impl, hook: str) -> Any:
+    """Await what an implementation returned under its *budget*: in *stage*, else in a stage of
+    its own (raising `PluginFailure` if that one's deadline passed)."""
+    if stage is not None:
+        return await _settle(value, budget, stage, impl.plugin, hook)
+    own = budget.stage = _Stage.lazy() or _Stage()
+    with own:
+        value = await _settle(value, budget, own, impl.plugin, hook)
+    own.fail()
+    return value

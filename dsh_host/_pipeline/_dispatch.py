@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -91,6 +92,25 @@ class _Dispatch(_Chains):
             return plugin_failed(exc), False
         return self._dispatched(execution, state, result), True
 
+    def dispatching(
+        self, execution: ToolExecution, trace: Trace | None, ready: Any, plan: Plan
+    ) -> tuple[Coroutine[Any, Any, Any], _DispatchState | None]:
+        """`dispatch`, as a coroutine for the caller to drive by hand (a batch's parallel call),
+        with the state to give `dispatched_value` with what it returns. With no wrapper, the
+        body's stage alone (`dispatch` without its layers)."""
+        if plan.execute:
+            return self.dispatch(execution, trace, ready, plan), None
+        state = _DispatchState(ready)
+        return self._dispatch(execution, state, trace), state
+
+    def dispatched_value(
+        self, execution: ToolExecution, state: _DispatchState | None, value: Any
+    ) -> tuple[ToolExecutionResult, bool]:
+        """What a `dispatching` coroutine returned, as `dispatch` returns it."""
+        if state is None:
+            return value  # type: ignore[no-any-return]
+        return self._dispatched(execution, state, value), True
+
     def _plugin_named(self, name: str) -> bool:
         pm = self.hooks.pm
         return pm is None or pm.get_plugin(name) is not None
@@ -153,24 +173,14 @@ class _Dispatch(_Chains):
                         if given.error is not None:
                             raise given.error
                         value = given.value
-                    elif not impl.is_async:
-                        if impl.argnames == _WRAPPER_ARGS:
-                            value = self._sync(
-                                impl.plugin, hook, view.name, impl.function, view, token
-                            )
-                        else:
-                            kwargs = {"execution": view, "call_next": token}
-                            value = self._sync(impl.plugin, hook, view.name, impl.call_sync, kwargs)
-                        if value is token and not token.delegated:
+                    else:
+                        value = self._invoke(impl, view, token)
+                        if value is token and not impl.is_async and not token.delegated:
                             # A tail call not yet begun: the links after it answer, as they
                             # would through it; they run from this same frame.
                             token.w = None  # spent: never to be awaited (see `_Proceed`)
                             i += 1
                             continue
-                    elif impl.argnames == _WRAPPER_ARGS:
-                        value = impl.function(view, token)
-                    else:
-                        value = impl.call_sync({"execution": view, "call_next": token})
                     if impl.is_async or (value is not None and inspect.isawaitable(value)):
                         if inspect.iscoroutine(value):
                             # Its first step runs here, undriven: a wrapper that never waits costs
@@ -196,6 +206,20 @@ class _Dispatch(_Chains):
         # links' is held while it runs.
         body: ToolExecutionResult = _BODY
         return body
+
+    def _invoke(self, impl: Impl, view: ToolExecution, token: _Proceed) -> Any:
+        """Call one wrapper with *token* as its ``call_next`` (a plain one watched); what it
+        returned, not awaited."""
+        if impl.argnames == _WRAPPER_ARGS:
+            if impl.is_async:
+                return impl.function(view, token)
+            return self._sync(
+                impl.plugin, "dsh_tool_execute", view.name, impl.function, view, token
+            )
+        kwargs = {"execution": view, "call_next": token}
+        if impl.is_async:
+            return impl.call_sync(kwargs)
+        return self._sync(impl.plugin, "dsh_tool_execute", view.name, impl.call_sync, kwargs)
 
     def _wrapper_result(self, impl: Impl, token: _Proceed, value: Any) -> ToolExecutionResult:
         """What a wrapper returned, checked (raises `PluginFailure` for nonsense)."""

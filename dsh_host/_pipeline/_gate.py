@@ -104,13 +104,21 @@ class _Gate(_Chains):
 
     def admit(
         self, input: ToolExecutionInput, frozen: Any, plan: Plan
-    ) -> tuple[ToolExecution, ToolExecutionResult | None] | None:
+    ) -> tuple[ToolExecution, ToolExecutionResult | None, bool] | None:
         """`prepare` for a call that no policy can stop (no pre-execute or guard hook, no
-        registered guard), on this frame: the execution, and the result when the call ends
-        before dispatch; ``None`` when there is policy to run (await `prepare`)."""
+        registered guard), on this frame: the execution, the result when the call ends before
+        dispatch, and ``False`` (post-execute skips it); ``None`` when there is policy to run
+        (await `admit_later`)."""
         if plan.pre or plan.guard or self.registry.guards_for(input.scope):
             return None
-        return self._snapshot(input, False, frozen)
+        return (*self._snapshot(input, False, frozen), False)
+
+    async def admit_later(
+        self, input: ToolExecutionInput, trace: Trace | None, frozen: Any
+    ) -> tuple[ToolExecution, ToolExecutionResult | None, bool]:
+        """`admit`'s general version: `prepare`, as ``(execution, result, post)``."""
+        prepared = await self.prepare(input, trace, frozen=frozen)
+        return prepared.execution, prepared.result, prepared.post
 
     async def prepare(
         self,
@@ -164,15 +172,11 @@ class _Gate(_Chains):
                     args=(execution,), impls=plan.pre,
                 )  # fmt: skip
         if type(decision) is Deny:
-            result = failure(
+            denial = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
             )
-            return Prepared(execution, result)
+            return Prepared(execution, denial)
         if type(decision) is Ask:
-            if self.registry.get(execution.name, execution.scope) is None:
-                # Nobody is asked about a tool that does not exist (CONTRACT §14).
-                error = ToolNotFoundError(execution.name)
-                return Prepared(execution, failure(error.message, error.code, "ToolNotFoundError"))
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
@@ -201,6 +205,11 @@ class _Gate(_Chains):
     async def _ask(
         self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None
     ) -> Prepared | None:
+        """Stage D: ask the approvers; the `Prepared` the call ends with, or ``None`` to go on."""
+        if self.registry.get(execution.name, execution.scope) is None:
+            # Nobody is asked about a tool that does not exist (CONTRACT §14).
+            error = ToolNotFoundError(execution.name)
+            return Prepared(execution, failure(error.message, error.code, "ToolNotFoundError"))
         request = ApprovalRequest(execution=execution, reason=ask.reason, asked_by=asker)
         outcome, approver = await self._first(
             "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE, _check_outcome,
