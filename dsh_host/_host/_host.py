@@ -6,7 +6,6 @@ import difflib
 import functools
 import os
 import pathlib
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
@@ -19,11 +18,7 @@ from .._model._signal import AbortSignal
 from .._model._trace import Trace
 from .._model._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from .._model._views import (
-    CALL_VIEWS,
-    RESULT_VIEWS,
     CallView,
-    GenericCallView,
-    GenericResultView,
     ResultView,
 )
 from .._model._where import format_traceback, plugin_location
@@ -32,6 +27,7 @@ from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from .._schema._tool import ToolDefinition
 from ._config import Config, find_config, load_config, structure_plugin_config
+from ._loading import at, load_entry_point
 from ._plugins import (
     PluginInfo,
     PluginStatus,
@@ -40,6 +36,7 @@ from ._plugins import (
     plugin_name,
     select_entry_points,
 )
+from ._present import present_call, present_result
 from ._registry import ToolRegistry
 
 __all__ = ["Host"]
@@ -106,31 +103,11 @@ class Host:
             self._left_out.extend(left_out)
             self.warnings.extend(warnings)
             for ep in chosen:
-                dist, version = (ep.dist.name, ep.dist.version) if ep.dist else (None, None)
-                row = PluginInfo(
-                    name=ep.name, status=PluginStatus.ENABLED, distribution=dist, version=version
-                )
-                verb = "import"
-                try:
-                    plugin = ep.load()
-                    if isinstance(plugin, type):
-                        # An entry point naming a class gets one instance per host, so
-                        # plugin state never leaks between hosts.
-                        verb = "instantiate"
-                        plugin = plugin()
-                except (Exception, SystemExit) as exc:
-                    where = _at(plugin_location(exc, ep.value.split(":")[0].split(".")[0]))
-                    error = f"cannot {verb} {ep.value!r}: {type(exc).__name__}: {exc}{where}"
-                    self._left_out.append(
-                        attrs.evolve(
-                            row,
-                            status=PluginStatus.FAILED,
-                            error=error,
-                            traceback=format_traceback(exc),
-                        )
-                    )
-                    continue
-                loaded.append((ep.name, plugin, row))
+                outcome = load_entry_point(ep)
+                if isinstance(outcome, PluginInfo):
+                    self._left_out.append(outcome)
+                else:
+                    loaded.append(outcome)
         for plugin in plugins:
             name = plugin_name(plugin)
             loaded.append(
@@ -139,6 +116,11 @@ class Host:
         registered = [
             (name, plugin) for name, plugin, row in loaded if self._add(name, plugin, row)
         ]
+        self._warn_unknown_tables()
+        self._start(registered)
+
+    def _warn_unknown_tables(self) -> None:
+        """A warning for each ``[plugin.X]`` table no installed plugin answers to."""
         known = sorted({row.name for row in self.plugins()} | installed_names())
         for table in sorted(set(self.config.tables) - set(known)):
             # A leftover table of an uninstalled plugin must not stop every command: a warning.
@@ -149,6 +131,10 @@ class Host:
                 f"installed{did_you_mean}; the table is ignored. Installed: "
                 f"{', '.join(known) or '(none)'}"
             )
+
+    def _start(self, registered: list[tuple[str, object]]) -> None:
+        """Each plugin's ``dsh_register_tools``, then each one's ``dsh_host_started``; a plugin
+        whose set-up hook fails is taken out (`_drop`)."""
         for name, plugin in registered:
             if (hook := self._impl_of(plugin, "dsh_register_tools")) is not None:
                 try:
@@ -250,7 +236,7 @@ class Host:
     def _drop(self, plugin: object, name: str, error: str, exc: BaseException) -> None:
         """Take a plugin out after a set-up hook failed: its hooks, its tools and its config.
         The error gains the plugin's file and line; the row keeps the full traceback."""
-        error += _at(plugin_location(exc, _package_of(plugin)))
+        error += at(plugin_location(exc, _package_of(plugin)))
         self.pm.unregister(plugin)
         for unregister in reversed(self._tools.pop(name, [])):
             unregister()
@@ -353,25 +339,7 @@ class Host:
 
     def present_call(self, name: str, args: Any, scope: Scope | None = None) -> CallView:
         """A card for a pending call: plugin presenters, then the tool's own, then a generic card."""
-        tool = self.registry.get(name, scope)
-        if tool is not None:
-            for impl in self.hooks.impls("dsh_present_call"):
-                view = _safe(impl.function, CALL_VIEWS, tool=tool, args=args)
-                if view is not None:
-                    return typing.cast("CallView", view)
-            if tool.present_call is not None:
-                typed = tool.args_or_none(args)
-                if typed is not None:
-                    view = _safe(tool.present_call, CALL_VIEWS, typed)
-                    if view is not None:
-                        return typing.cast("CallView", view)
-        try:
-            from .._model._json import freeze
-
-            raw = freeze(args)
-        except ValueError:
-            raw = repr(args)
-        return GenericCallView(title=name, raw_input=raw)
+        return present_call(self.registry, self.hooks, name, args, scope)
 
     def present_result(
         self, name: str, args: Any, result: ToolExecutionResult, scope: Scope | None = None
@@ -381,26 +349,7 @@ class Host:
         The last fallback, a generic card, keeps the title of the call's own card and shows the
         result's raw content.
         """
-        tool = self.registry.get(name, scope)
-        if tool is not None:
-            for impl in self.hooks.impls("dsh_present_result"):
-                view = _safe(impl.function, RESULT_VIEWS, tool=tool, args=args, result=result)
-                if view is not None:
-                    return typing.cast("ResultView", view)
-            if tool.present_result is not None:
-                typed = tool.args_or_none(args)
-                if typed is not None:
-                    view = _safe(tool.present_result, RESULT_VIEWS, typed, result)
-                    if view is not None:
-                        return typing.cast("ResultView", view)
-        # No result presenter: the card keeps the title the pending call's card had.
-        return GenericResultView(
-            title=self.present_call(name, args, scope).title, content=result.content
-        )
-
-
-def _at(where: str | None) -> str:
-    return f" (at {where})" if where else ""
+        return present_result(self.registry, self.hooks, name, args, result, scope)
 
 
 def _package_of(plugin: object) -> str:
@@ -415,18 +364,3 @@ def _describe(exc: BaseException) -> str:
 
 def _call_subset(function: Any, argnames: tuple[str, ...], **kwargs: Any) -> Any:
     return function(**{name: kwargs[name] for name in argnames})
-
-
-def _safe(function: Any, kinds: tuple[type, ...], *args: Any, **kwargs: Any) -> Any:
-    try:
-        if kwargs:
-            names = getattr(function, "__code__", None)
-            if names is not None:
-                wanted = names.co_varnames[: names.co_argcount]
-                kwargs = {k: v for k, v in kwargs.items() if k in wanted}
-        view = function(*args, **kwargs)
-    except BaseException as exc:  # a presenter's failure falls back; a real Ctrl-C goes on
-        if real_interrupt(exc):
-            raise
-        return None
-    return view if isinstance(view, kinds) else None
