@@ -8,7 +8,8 @@ from typing import Any, final
 
 import attrs
 
-from ._values import Allow, ApprovalOutcome, Ask, Block, Deny, ToolExecutionResult, content_text
+from ._content import ToolExecutionResult, content_text
+from ._decisions import Allow, ApprovalOutcome, Ask, Block, Deny
 
 __all__ = ["Trace", "TraceEvent", "describe", "emit"]
 

@@ -18,8 +18,8 @@ from typing import Any, Literal, TypeAlias, final
 
 import attrs
 
+from ._content import ContentBlock, to_content
 from ._json import freeze, thaw
-from ._values import ContentBlock, to_content
 
 __all__ = [
     "CallView",

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._model._content import to_content
 from .._model._errors import ToolOutputError
 from .._model._json import canonical_json, freeze
 from .._model._outcomes import aborted, failure, from_exception
-from .._model._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext, to_content
+from .._model._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext
 from ._contain import genuine
 from ._verify import checked
 

@@ -19,17 +19,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .._model._content import content_text
 from .._model._errors import PluginFailure
 from .._model._outcomes import aborted, plugin_failed
 from .._model._text import printable
 from .._model._trace import Trace, emit
-from .._model._values import (
-    Block,
-    ToolExecution,
-    ToolExecutionResult,
-    ToolFailure,
-    content_text,
-)
+from .._model._values import Block, ToolExecution, ToolExecutionResult, ToolFailure
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
 from ._contain import genuine, real_interrupt, seconds
