@@ -26,16 +26,12 @@ names its key and what was expected.
 
 from __future__ import annotations
 
-import difflib
-import enum
 import math
 import os
 import pathlib
 import tomllib
-import types
-import typing
-from collections.abc import Callable, Mapping, MutableSequence, Sequence, Set
-from typing import Any, Literal, final
+from collections.abc import Callable, Mapping
+from typing import Any, final
 
 import attrs
 import cattrs
@@ -43,6 +39,7 @@ import cattrs.strategies
 
 from .._model._errors import ConfigError, PluginLoadError
 from .._schema._convert import shared_converter
+from ._checking import check_value, describe_type, did_you_mean, got, typed_fields
 
 __all__ = [
     "Config",
@@ -203,7 +200,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
         data, where = _read(path), str(path)
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
-        hint = _did_you_mean(unknown[0], _TOP_KEYS)
+        hint = did_you_mean(unknown[0], _TOP_KEYS)
         raise ConfigError(
             f"unknown top-level table [{unknown[0]}]{hint}; "
             "a dsh config has [host], [plugins] and [plugin.<name>] tables",
@@ -220,7 +217,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
     for name, table in tables.items():
         if not isinstance(table, Mapping):
             raise ConfigError(
-                f"must be a table ([plugin.{name}] with keys under it), not {_got(table)}",
+                f"must be a table ([plugin.{name}] with keys under it), not {got(table)}",
                 path=where, plugin=name,
             )  # fmt: skip
     given = where is None
@@ -273,7 +270,7 @@ def _validator_failure(data: Mapping[str, Any], cls: type[Any]) -> tuple[str, st
     which field it was checking; so each given field's validators are run again, alone, on
     the value cattrs makes of it. ``None`` if none of them fails that way.
     """
-    hints = {name: tp for name, tp, _ in _fields(cls)}
+    hints = {name: tp for name, tp, _ in typed_fields(cls)}
     for field in attrs.fields(cls):
         key = field.name if field.name in data else field.alias if field.alias in data else None
         if field.validator is None or key is None:
@@ -290,7 +287,7 @@ def _validator_failure(data: Mapping[str, Any], cls: type[Any]) -> tuple[str, st
 
 def _structure(data: Any, cls: type[Any], *, where: str | None, table: str) -> Any:
     if not isinstance(data, Mapping):
-        raise ConfigError(f"[{table}] must be a table, not {_got(data)}", path=where, key=table)
+        raise ConfigError(f"[{table}] must be a table, not {got(data)}", path=where, key=table)
 
     def fail(message: str, key: str | None) -> ConfigError:
         return ConfigError(message, path=where, key=f"{table}.{key}" if key else table)
@@ -328,164 +325,5 @@ def _summarise(problems: list[tuple[str, str]], cls: type[Any]) -> tuple[str, st
     """The first problem's key, and one message naming every problem."""
     key, first = problems[0]
     rest = "".join(f"; key {k!r}: {m}" for k, m in problems[1:])
-    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in _fields(cls))
+    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in typed_fields(cls))
     return key, f"{first}{rest}. Valid keys: {keys or '(none)'}"
-
-
-# -- strict checking -------------------------------------------------------------------------
-
-
-def _fields(cls: type[Any]) -> list[tuple[str, Any, bool]]:
-    """``(key, type, required)`` for every init field of an attrs class."""
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
-    return [
-        (f.metadata.get("key", f.name), hints.get(f.name, f.type), f.default is attrs.NOTHING)
-        for f in attrs.fields(cls)
-        if f.init
-    ]
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _did_you_mean(name: str, choices: Sequence[str] | Set[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_value(value: Any, tp: Any, path: str = "") -> list[tuple[str, str]]:
-    """Every way *value* (plain TOML data) fails to be a *tp*: ``(key path, problem)`` pairs."""
-    problems: list[tuple[str, str]] = []
-    _check(value, tp, path, problems)
-    return problems
-
-
-_SEQUENCES = (list, tuple, set, frozenset, Sequence, MutableSequence, Set)
-
-
-def _check(value: Any, tp: Any, path: str, out: list[tuple[str, str]]) -> None:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    wrong = (path, f"expected {describe_type(tp)}, got {_got(value)}")
-    if isinstance(tp, type) and attrs.has(tp):
-        if not isinstance(value, Mapping):
-            out.append(wrong)
-            return
-        fields = _fields(tp)
-        names = [name for name, _, _ in fields]
-        for key in value:
-            if key not in names:
-                out.append((_join(path, key), f"unknown key{_did_you_mean(key, names)}"))
-        for name, field_type, required in fields:
-            if name in value:
-                _check(value[name], field_type, _join(path, name), out)
-            elif required:
-                missing = f"required key is missing; expected {describe_type(field_type)}"
-                out.append((_join(path, name), missing))
-    elif origin in (typing.Union, types.UnionType):
-        members = [arg for arg in args if arg is not type(None)]
-        if len(members) == 1:  # TOML has no null: an optional key is simply left out
-            _check(value, members[0], path, out)
-        elif all(check_value(value, arg) for arg in members):
-            out.append(wrong)
-    elif origin in _SEQUENCES or tp in (list, tuple, set, frozenset):
-        fixed = origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis)
-        if not isinstance(value, list | tuple) or (fixed and len(value) != len(args)):
-            out.append(wrong)
-            return
-        for i, item in enumerate(value):
-            if args:
-                _check(item, args[i] if fixed else args[0], f"{path}[{i}]", out)
-    elif origin in (dict, Mapping) or tp is dict:
-        if not isinstance(value, Mapping):
-            out.append(wrong)
-            return
-        for key, item in value.items():
-            if len(args) == 2:
-                _check(item, args[1], _join(path, str(key)), out)
-    elif not _fits_scalar(value, tp):
-        out.append(wrong)
-
-
-def _fits_scalar(value: Any, tp: Any) -> bool:
-    if tp is Any or tp is object:
-        return True
-    if typing.get_origin(tp) is Literal:
-        return any(value == arg and type(value) is type(arg) for arg in typing.get_args(tp))
-    if tp is bool:
-        return type(value) is bool
-    if tp is int:
-        return type(value) is int
-    if tp is float:
-        return type(value) in (int, float)
-    if tp is str:
-        return type(value) is str
-    if isinstance(tp, type) and issubclass(tp, pathlib.PurePath):
-        return type(value) is str or isinstance(value, pathlib.PurePath)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return isinstance(value, tp) or any(
-            value == m.value and type(value) is type(m.value) for m in tp
-        )
-    return True  # anything else is left to cattrs and the class's own validators
-
-
-_ARTICLE_TYPES: dict[Any, tuple[str, str]] = {
-    str: ("a string", "strings"),
-    int: ("an integer", "integers"),
-    float: ("a number", "numbers"),
-    bool: ("true or false", "booleans"),
-}
-
-
-def describe_type(tp: Any, plural: bool = False) -> str:
-    """What a value of *tp* looks like in TOML, in words (``a list of strings``)."""
-    if tp in _ARTICLE_TYPES:
-        return _ARTICLE_TYPES[tp][1 if plural else 0]
-    if tp is Any or tp is object:
-        return "values" if plural else "any value"
-    if isinstance(tp, type) and issubclass(tp, pathlib.PurePath):
-        return "path strings" if plural else "a path string"
-    if isinstance(tp, type) and attrs.has(tp):
-        return "tables" if plural else "a table"
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    choices: list[Any] = []
-    if origin is Literal:
-        choices = list(args)
-    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
-        choices = [m.value for m in tp]
-    if choices:
-        shown = ", ".join(f'"{c}"' if isinstance(c, str) else repr(c) for c in choices)
-        return f"one of {shown}"
-    if origin in (typing.Union, types.UnionType):
-        members = [describe_type(a, plural) for a in args if a is not type(None)]
-        return " or ".join(members)
-    if origin in _SEQUENCES or tp in (list, tuple, set, frozenset):
-        if args and not (origin is tuple and not (len(args) == 2 and args[1] is Ellipsis)):
-            return f"lists of {describe_type(args[0], True)}" if plural else (
-                f"a list of {describe_type(args[0], True)}"
-            )  # fmt: skip
-        return "lists" if plural else "a list"
-    if origin in (dict, Mapping) or tp is dict:
-        return "tables" if plural else "a table"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _got(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f'the string "{shown}"'
-    if isinstance(value, int):
-        return f"the integer {value}"
-    if isinstance(value, float):
-        return f"the number {value}"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a table"
-    return f"a {type(value).__name__}"
