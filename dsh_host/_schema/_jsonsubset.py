@@ -7,21 +7,18 @@ The subset is what structured outputs and tool parameters may use: the keywords 
 `validate_json_schema_value` checks a value against an asserted schema and agrees with a
 Draft 2020-12 validator on that subset.
 
-Python mapping of JSON: objects are mappings whose keys are all ``str``; arrays are ``list`` or
-``tuple``; numbers are ``int`` or finite ``float`` (never ``bool``), and an *integer* is an ``int``
-or an integral finite ``float``. ``-0.0`` is an ordinary number, since `json` round-trips it.
+How JSON values map to Python, and the predicates on them, are in `._jsonvalues`.
 
 Both walks are iterative (a stack of generators), so 5000-deep ``oneOf`` nesting is fine.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Generator, Mapping
-from typing import Any, TypeGuard
+from collections.abc import Generator, Mapping
+from typing import Any
 
 from .._model._errors import JsonSchemaError
+from ._jsonvalues import FITS, compact, is_array, is_lossless, json_equal, record
 
 __all__ = ["assert_supported_json_schema", "validate_json_schema_value"]
 
@@ -36,116 +33,6 @@ _ALLOWED_ON: dict[str, frozenset[str]] = {
     ),
 }
 _SUBSET = "type/oneOf/properties/required/additionalProperties/items/enum/const + annotations"
-
-
-def _is_array(value: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
-    return type(value) is list or type(value) is tuple
-
-
-def _is_number(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _is_integer(value: object) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value) and value.is_integer()
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_FITS: dict[str, Callable[[object], bool]] = {
-    "string": lambda v: isinstance(v, str),
-    "number": _is_number,
-    "integer": _is_integer,
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-def _record(value: object) -> dict[str, Any] | None:
-    """Snapshot *value* as a dict when it is a mapping with only ``str`` keys, else None.
-
-    A mapping that raises while being read (a hostile ``__iter__`` or ``__getitem__``) is None too.
-    """
-    if not isinstance(value, Mapping):
-        return None
-    try:
-        items = list(value.items())
-    except Exception:
-        return None
-    if not all(isinstance(key, str) for key, _ in items):
-        return None
-    return dict(items)
-
-
-def _is_lossless(value: object) -> bool:
-    """Whether *value* is plain JSON data that survives a `json` round trip.
-
-    Plain means what `json.dumps` serialises as it is: ``dict`` (and its subclasses, such as
-    the package's own ``FrozenDict``), ``list``/``tuple``, ``str``, ``int``, finite ``float``,
-    ``bool`` and ``None``; no cycles. A ``MappingProxyType`` or another ``Mapping`` is not.
-    """
-    try:
-        return _lossless_walk(value)
-    except Exception:  # a hostile mapping: not data we can trust to serialise
-        return False
-
-
-def _lossless_walk(root: object) -> bool:
-    ancestors: set[int] = set()
-    stack: list[tuple[object, bool]] = [(root, False)]
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            ancestors.discard(id(node))
-            continue
-        if node is None or isinstance(node, (str, int)):  # bool is an int
-            continue
-        if isinstance(node, float):
-            if not math.isfinite(node):
-                return False
-            continue
-        children: list[object]
-        if _is_array(node):
-            children = list(node)
-        elif isinstance(node, dict):  # json.dumps takes dicts, not every Mapping
-            children = []
-            for key, item in node.items():
-                if not isinstance(key, str):
-                    return False
-                children.append(item)
-        else:
-            return False
-        if id(node) in ancestors:
-            return False
-        ancestors.add(id(node))
-        stack.append((node, True))
-        stack.extend((child, False) for child in reversed(children))
-    return True
-
-
-def _json_equal(a: object, b: object) -> bool:
-    """JSON equality: ``True != 1`` but ``1 == 1.0``; containers compare element-wise."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if _is_array(a) and _is_array(b):
-        xs, ys = list(a), list(b)
-        return len(xs) == len(ys) and all(_json_equal(x, y) for x, y in zip(xs, ys, strict=True))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, str) and isinstance(b, str):
-        return a == b
-    return a is b
-
-
-def _compact(value: object) -> str:
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,11 +53,11 @@ def assert_supported_json_schema(schema: object) -> None:
             a root that is not ``{"type": "object", ...}``.
     """
     violations: list[str] = []
-    rec = _record(schema)
+    rec = record(schema)
     if rec is not None and rec.get("type") != "object":
         violations.append(
             'schema must be rooted at an object node ({"type": "object", ...}); '
-            f"its type is {_compact(rec.get('type'))}"
+            f"its type is {compact(rec.get('type'))}"
         )
     violations.extend(node_violations(schema))
     if violations:
@@ -193,7 +80,7 @@ def node_violations(schema: object, path: str = "schema") -> list[str]:
 
 def _check_node(node: object, p: str, out: list[str], ancestors: set[int]) -> _Visit:
     """Check one schema node, yielding each child ``(schema, path)`` to be checked in walk order."""
-    rec = _record(node)
+    rec = record(node)
     if rec is None:
         out.append(f"{p} must be a schema object")
         return
@@ -210,7 +97,7 @@ def _check_node(node: object, p: str, out: list[str], ancestors: set[int]) -> _V
 def _check_record(rec: dict[str, Any], p: str, out: list[str]) -> _Visit:
     for key, val in rec.items():
         if key in _ANNOTATIONS:
-            if not _is_lossless(val):
+            if not is_lossless(val):
                 out.append(f"{p}.{key} annotation must be lossless JSON data")
         elif key != "type" and key != "oneOf" and key not in _CONSTRAINTS:
             out.append(f"{p}.{key} is not a supported keyword (subset: {_SUBSET})")
@@ -223,7 +110,7 @@ def _check_record(rec: dict[str, Any], p: str, out: list[str]) -> _Visit:
         return
     if "oneOf" in rec:
         branches = rec["oneOf"]
-        if not _is_array(branches) or len(branches) < 2:
+        if not is_array(branches) or len(branches) < 2:
             out.append(f"{p}.oneOf must be an array of at least two schemas")
         else:
             for i, branch in enumerate(branches):
@@ -235,7 +122,7 @@ def _check_record(rec: dict[str, Any], p: str, out: list[str]) -> _Visit:
         return
     t = rec["type"]
     if not isinstance(t, str) or t not in _TYPES:
-        if _is_array(t):
+        if is_array(t):
             out.append(f"{p}.type must be a single type string (type arrays are not supported)")
         else:
             out.append(f"{p}.type must be one of {'/'.join(_TYPES)}")
@@ -244,42 +131,53 @@ def _check_record(rec: dict[str, Any], p: str, out: list[str]) -> _Visit:
         f'{p}.{key} is not supported on type "{t}"' for key in present if key not in _ALLOWED_ON[t]
     )
     if t == "object":
-        props: dict[str, Any] = {}
-        if "properties" in rec:
-            snapshot = _record(rec["properties"])
-            if snapshot is None:
-                out.append(f"{p}.properties must be an object of schemas")
-            else:
-                props = snapshot
-            for key, sub in props.items():
-                yield sub, f"{p}.properties.{key}"
-        if "required" in rec:
-            names = rec["required"]
-            if not _is_array(names) or not all(isinstance(n, str) for n in names):
-                out.append(f"{p}.required must be an array of strings")
-            else:
-                out.extend(
-                    f'{p}.required names "{n}" which is not in properties'
-                    for n in names
-                    if n not in props
-                )
-        if "additionalProperties" in rec and not isinstance(rec["additionalProperties"], bool):
-            out.append(f"{p}.additionalProperties must be a boolean")
+        yield from _check_object(rec, p, out)
     elif t == "array":
         if "items" in rec:
             yield rec["items"], f"{p}.items"
     else:
-        fits = _FITS[t]
-        raw_enum = rec.get("enum")
-        enum = raw_enum if _is_array(raw_enum) and all(fits(x) for x in raw_enum) else ()
-        if "enum" in rec and not enum:
-            out.append(f"{p}.enum must be a non-empty array of {t} values")
-        if "const" in rec:
-            const = rec["const"]
-            if not fits(const):
-                out.append(f"{p}.const must be a {t} value")
-            elif enum and not any(_json_equal(const, x) for x in enum):
-                out.append(f"{p}.const must be one of {p}.enum when both are declared")
+        _check_scalar(rec, t, p, out)
+
+
+def _check_object(rec: dict[str, Any], p: str, out: list[str]) -> _Visit:
+    """`_check_record` for an ``object`` node: its properties, required names, and
+    ``additionalProperties``."""
+    props: dict[str, Any] = {}
+    if "properties" in rec:
+        snapshot = record(rec["properties"])
+        if snapshot is None:
+            out.append(f"{p}.properties must be an object of schemas")
+        else:
+            props = snapshot
+        for key, sub in props.items():
+            yield sub, f"{p}.properties.{key}"
+    if "required" in rec:
+        names = rec["required"]
+        if not is_array(names) or not all(isinstance(n, str) for n in names):
+            out.append(f"{p}.required must be an array of strings")
+        else:
+            out.extend(
+                f'{p}.required names "{n}" which is not in properties'
+                for n in names
+                if n not in props
+            )
+    if "additionalProperties" in rec and not isinstance(rec["additionalProperties"], bool):
+        out.append(f"{p}.additionalProperties must be a boolean")
+
+
+def _check_scalar(rec: dict[str, Any], t: str, p: str, out: list[str]) -> None:
+    """`_check_record` for a scalar node: its ``enum`` and ``const``."""
+    fits = FITS[t]
+    raw_enum = rec.get("enum")
+    enum = raw_enum if is_array(raw_enum) and all(fits(x) for x in raw_enum) else ()
+    if "enum" in rec and not enum:
+        out.append(f"{p}.enum must be a non-empty array of {t} values")
+    if "const" in rec:
+        const = rec["const"]
+        if not fits(const):
+            out.append(f"{p}.const must be a {t} value")
+        elif enum and not any(json_equal(const, x) for x in enum):
+            out.append(f"{p}.const must be one of {p}.enum when both are declared")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -354,55 +252,60 @@ def _eval(schema: Mapping[str, Any], value: object, path: str) -> _Eval:
         return [f"{q} must match exactly one oneOf branch (matched {matched})"]
     t = schema.get("type")
     if t is None:
-        return [] if _is_lossless(value) else [f"{q} must be a lossless JSON value"]
+        return [] if is_lossless(value) else [f"{q} must be a lossless JSON value"]
     if t == "object":
-        if not isinstance(value, dict):  # plain JSON data: json.dumps takes no other Mapping
-            if isinstance(value, Mapping):
-                return [f"{q} must be a lossless JSON value"]
-            return [f"{q} must be an object"]
-        obj = dict(value.items())  # a hostile mapping raises here and is contained
-        if not all(isinstance(key, str) for key in obj):
-            return [f"{q} must be an object"]
-        props = schema.get("properties")
-        declared: Mapping[str, Any] = props if isinstance(props, Mapping) else {}
-        required = schema.get("required")
-        out = [
-            f'missing required property "{_child(path, name)}"'
-            for name in (required if _is_array(required) else ())
-            if name not in obj
-        ]
-        for key, sub in declared.items():
-            if key in obj:
-                out.extend((yield sub, obj[key], _child(path, key)) or ())
-        if schema.get("additionalProperties") is False:
-            out.extend(
-                f'"{_child(path, key)}" is not a declared property (additionalProperties: false)'
-                for key in obj
-                if key not in declared
-            )
-        if not out and not all(_is_lossless(v) for k, v in obj.items() if k not in declared):
-            out.append(f"{q} must be a lossless JSON object")
-        return out
+        return (yield from _eval_object(schema, value, path, q))
     if t == "array":
-        if not _is_array(value):
+        if not is_array(value):
             return [f"{q} must be an array"]
         items = schema.get("items")
         if not isinstance(items, Mapping):
-            return [] if _is_lossless(value) else [f"{q} must be a dense lossless JSON array"]
-        out = []
+            return [] if is_lossless(value) else [f"{q} must be a dense lossless JSON array"]
+        out: list[str] = []
         for i, item in enumerate(list(value)):
             out.extend((yield items, item, f"{path}[{i}]") or ())
         return out
-    fits = _FITS.get(t) if isinstance(t, str) else None
+    fits = FITS.get(t) if isinstance(t, str) else None
     if fits is None:
-        raise JsonSchemaError([f"unreachable variant in JsonSchemaType: {_compact(t)}"])
+        raise JsonSchemaError([f"unreachable variant in JsonSchemaType: {compact(t)}"])
     if not fits(value):
         if t == "number" and isinstance(value, float):
             return [f"{q} must be a finite JSON number"]
         return [f"{q} must be {_EXPECTED[t]}"]
     enum = schema.get("enum")
-    if _is_array(enum) and not any(_json_equal(value, x) for x in enum):
-        return [f"{q} must be one of {_compact(enum)}"]
-    if "const" in schema and not _json_equal(value, schema["const"]):
-        return [f"{q} must be {_compact(schema['const'])}"]
+    if is_array(enum) and not any(json_equal(value, x) for x in enum):
+        return [f"{q} must be one of {compact(enum)}"]
+    if "const" in schema and not json_equal(value, schema["const"]):
+        return [f"{q} must be {compact(schema['const'])}"]
     return []
+
+
+def _eval_object(schema: Mapping[str, Any], value: object, path: str, q: str) -> _Eval:
+    """`_eval` for an ``object`` node: required, declared and undeclared properties."""
+    if not isinstance(value, dict):  # plain JSON data: json.dumps takes no other Mapping
+        if isinstance(value, Mapping):
+            return [f"{q} must be a lossless JSON value"]
+        return [f"{q} must be an object"]
+    obj = dict(value.items())  # a hostile mapping raises here and is contained
+    if not all(isinstance(key, str) for key in obj):
+        return [f"{q} must be an object"]
+    props = schema.get("properties")
+    declared: Mapping[str, Any] = props if isinstance(props, Mapping) else {}
+    required = schema.get("required")
+    out = [
+        f'missing required property "{_child(path, name)}"'
+        for name in (required if is_array(required) else ())
+        if name not in obj
+    ]
+    for key, sub in declared.items():
+        if key in obj:
+            out.extend((yield sub, obj[key], _child(path, key)) or ())
+    if schema.get("additionalProperties") is False:
+        out.extend(
+            f'"{_child(path, key)}" is not a declared property (additionalProperties: false)'
+            for key in obj
+            if key not in declared
+        )
+    if not out and not all(is_lossless(v) for k, v in obj.items() if k not in declared):
+        out.append(f"{q} must be a lossless JSON object")
+    return out

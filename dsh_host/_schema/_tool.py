@@ -14,7 +14,8 @@ import cattrs
 from .._model._errors import JsonSchemaError
 from .._model._json import FrozenDict, freeze, thaw
 from ._convert import error_messages, structure
-from ._dsl import Validator, compile_accepts, compile_parameters, to_json_schema
+from ._dsl import to_json_schema
+from ._validators import Validator, compile_accepts, compile_parameters
 
 __all__ = ["ToolDefinition", "ToolSchema", "define_tool", "tool"]
 

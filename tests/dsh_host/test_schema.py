@@ -19,7 +19,7 @@ from dsh_host import (
     tool,
     validate_args,
 )
-from dsh_host._schema import _dsl as _schema
+from dsh_host._schema import _tool as _schema  # the names the tool definitions call
 
 
 def check(schema):
@@ -391,7 +391,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from dsh_host._model._json import freeze  # noqa: E402
-from dsh_host._schema._dsl import compile_accepts, compile_parameters  # noqa: E402
+from dsh_host._schema._validators import compile_accepts, compile_parameters  # noqa: E402
 
 _SCHEMAS = [
     {
