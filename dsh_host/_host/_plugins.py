@@ -26,7 +26,7 @@ import importlib
 import importlib.metadata
 import inspect
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, final
 
 import attrs
@@ -183,19 +183,7 @@ def select_entry_points(
         raise ConfigError(_not_installed(name, by_name), path=config.source, key="plugins.enable")
     for name in _unmatched(env_enable or (), by_name):
         raise ConfigError(f"the DSH_PLUGINS environment variable: {_not_installed(name, by_name)}")
-    warnings: list[str] = []
-    blockers: list[tuple[str, tuple[str, ...]]] = [
-        (f"plugins.disable in {config.describe()}", selection.disable),
-        ("the DSH_DISABLE_PLUGINS environment variable",
-         _env_list(environ.get("DSH_DISABLE_PLUGINS")) or ()),
-        ("--disable", tuple(disable)),
-    ]  # fmt: skip
-    blocked: dict[str, str] = {}
-    for where, patterns in blockers:
-        for name in _unmatched(patterns, by_name):
-            warnings.append(f"{where}: {_not_installed(name, by_name)}; ignored")
-        for name in _expand(patterns, by_name):
-            blocked.setdefault(name, f"blocked by {where}")
+    blocked, warnings = _blocked(config, environ, disable, by_name)
     enable = None if selection.enable is None else _expand(selection.enable, by_name)
     env_names = None if env_enable is None else _expand(env_enable, by_name)
     autoload_off = environ.get("DSH_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
@@ -213,12 +201,8 @@ def select_entry_points(
             )
         elif name in blocked:
             why = (PluginStatus.BLOCKED, blocked[name])
-        elif autoload_off and (env_names is None or name not in env_names):
-            why = (PluginStatus.DISABLED, "DSH_DISABLE_PLUGIN_AUTOLOAD is set")
-        elif env_names is not None and name not in env_names:
-            why = (PluginStatus.DISABLED, "not listed in the DSH_PLUGINS environment variable")
-        elif enable is not None and name not in enable:
-            why = (PluginStatus.DISABLED, f"not listed in plugins.enable in {config.describe()}")
+        else:
+            why = _not_chosen(name, autoload_off, env_names, enable, config)
         if why is not None:
             left_out.add(name)
             for ep in eps:
@@ -228,14 +212,52 @@ def select_entry_points(
                         name=name, status=why[0], distribution=dist, version=version, error=why[1]
                     )
                 )
-    if enable is not None:
-        order = enable
-    elif env_names is not None:
-        order = env_names
-    else:
-        order = sorted(by_name)
+    order = (
+        enable if enable is not None else env_names if env_names is not None else sorted(by_name)
+    )
     chosen = [by_name[name][0] for name in order if name not in left_out]
     return chosen, rows, warnings
+
+
+def _blocked(
+    config: Config,
+    environ: Mapping[str, str],
+    disable: Iterable[str],
+    by_name: Mapping[str, list[importlib.metadata.EntryPoint]],
+) -> tuple[dict[str, str], list[str]]:
+    """The plugins blocked before import (name -> by what), and a warning for each blocking
+    name or pattern that matches no installed plugin."""
+    warnings: list[str] = []
+    blockers: list[tuple[str, tuple[str, ...]]] = [
+        (f"plugins.disable in {config.describe()}", config.plugins.disable),
+        ("the DSH_DISABLE_PLUGINS environment variable",
+         _env_list(environ.get("DSH_DISABLE_PLUGINS")) or ()),
+        ("--disable", tuple(disable)),
+    ]  # fmt: skip
+    blocked: dict[str, str] = {}
+    for where, patterns in blockers:
+        for name in _unmatched(patterns, by_name):
+            warnings.append(f"{where}: {_not_installed(name, by_name)}; ignored")
+        for name in _expand(patterns, by_name):
+            blocked.setdefault(name, f"blocked by {where}")
+    return blocked, warnings
+
+
+def _not_chosen(
+    name: str,
+    autoload_off: bool,
+    env_names: Sequence[str] | None,
+    enable: Sequence[str] | None,
+    config: Config,
+) -> tuple[PluginStatus, str] | None:
+    """Why an installed, unblocked plugin is left out (``DISABLED``), or ``None``."""
+    if autoload_off and (env_names is None or name not in env_names):
+        return PluginStatus.DISABLED, "DSH_DISABLE_PLUGIN_AUTOLOAD is set"
+    if env_names is not None and name not in env_names:
+        return PluginStatus.DISABLED, "not listed in the DSH_PLUGINS environment variable"
+    if enable is not None and name not in enable:
+        return PluginStatus.DISABLED, f"not listed in plugins.enable in {config.describe()}"
+    return None
 
 
 def _signature(function: Any, argnames: Iterable[str]) -> str:

@@ -30,25 +30,25 @@ exception group, as it would from `ToolRegistry.execute`.
 
 from __future__ import annotations
 
-import types
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 from trio.lowlevel import (
-    Abort,
     Task,
     checkpoint_if_cancelled,
     current_task,
     reschedule,
-    wait_task_rescheduled,
 )
 
 from .._model._signal import AbortSignal
 from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._baton import _Baton
+from ._by_hand import resume, sole
 from ._classify import classify
+from ._inputs import with_arguments, with_signal
 
 if TYPE_CHECKING:
     from .._model._trace import Trace
@@ -98,7 +98,7 @@ async def run_batch(
             batch.nursery = nursery
             await batch.work()
     except BaseExceptionGroup as group:
-        failure = _sole(group)
+        failure = sole(group)
         if failure is None:
             raise
     if failure is not None:
@@ -108,18 +108,12 @@ async def run_batch(
     return batch.results
 
 
-class _Batch:
+class _Batch(_Baton):
     """The state of one batch run: its calls, the baton, the in-flight count, the commit point."""
 
     __slots__ = (
-        "coming",
         "committed",
         "committing",
-        "drain_limit",
-        "drainer",
-        "holder",
-        "idle",
-        "in_flight",
         "inputs",
         "max_parallel",
         "next",
@@ -133,7 +127,6 @@ class _Batch:
         "settled",
         "signal",
         "trace",
-        "workers",
     )
 
     def __init__(
@@ -216,7 +209,7 @@ class _Batch:
                     self._hand_on()
                     del input, ready, frozen, admitted  # what a parked call need not hold
                     try:
-                        value = await _resume(running, trap)
+                        value = await resume(running, trap)
                     finally:
                         self._landed()
                 result, post = pipeline.dispatched_value(execution, state, value)
@@ -257,12 +250,12 @@ class _Batch:
         input = inputs[index]
         mode, tool, frozen, args = classify(self.registry, input)
         if signal is not None and input.signal is None:
-            input = _with_signal(input, frozen, signal)
+            input = with_signal(input, frozen, signal)
         parallel = mode is _PARALLEL
         ready = None if args is None else (tool, frozen, args)
         if parallel and self.nursery is None and index + 1 < len(inputs):
             if frozen is not None and frozen is not input.arguments:
-                input = _with_arguments(input, frozen)
+                input = with_arguments(input, frozen)
             inputs[index], self.pending_ready, self.pending = input, ready, index
             return None
         return input, frozen, ready, parallel
@@ -295,7 +288,7 @@ class _Batch:
         try:
             if self.holder is me:
                 self._hand_on()
-            return await _resume(finalizing, trap)  # type: ignore[no-any-return]
+            return await resume(finalizing, trap)  # type: ignore[no-any-return]
         finally:
             self.committing = False
 
@@ -323,7 +316,7 @@ class _Batch:
                     else:
                         if self.holder is me:
                             self._hand_on()
-                        result = await _resume(running, trap)
+                        result = await resume(running, trap)
                 results[index] = result
                 self.committed = index = index + 1
                 if on_result is not None:
@@ -348,145 +341,6 @@ class _Batch:
             reschedule(idle.popleft())
         if self.committed == start and start < count and not self.committing:
             await self._commit(current_task())
-
-    # -- the baton -------------------------------------------------------------------------------
-
-    def _hand_on(self) -> None:
-        """The holder's call is about to suspend: let go of the baton, and have workers come.
-
-        The baton is left free for the first worker to come back. Unless some are already on
-        their way, as many idle workers as there are calls that could start now are woken (and
-        new ones started, up to the cap), all at once: trio runs them in its next pass, where
-        each takes the baton in turn as the previous one's call suspends, so several calls start
-        in one pass of the scheduler instead of one per pass.
-        """
-        self.holder = None
-        if self.coming:
-            return
-        wanted = min(len(self.inputs) - self.next, self.max_parallel - self.in_flight)
-        idle = self.idle
-        while idle and wanted > 0:
-            self.coming += 1
-            wanted -= 1
-            reschedule(idle.popleft())
-        nursery = self.nursery
-        while wanted > 0 and self.workers <= self.max_parallel and nursery is not None:
-            self.coming += 1
-            wanted -= 1
-            self.workers += 1
-            nursery.start_soon(self.work)
-
-    def _landed(self) -> None:
-        """A parallel dispatch ended: wake the holder if it waits for this many to end."""
-        self.in_flight -= 1
-        drainer = self.drainer
-        if drainer is not None and self.in_flight <= self.drain_limit:
-            self.drainer = None
-            reschedule(drainer)
-
-    async def _drain(self, limit: int) -> None:
-        """Wait (holding the baton) until at most *limit* parallel dispatches run."""
-        if self.in_flight <= limit:
-            return
-        self.drainer, self.drain_limit = current_task(), limit
-        await self._wait(None)
-
-    async def _wait(self, queue: deque[Task] | None) -> None:
-        """Park this task (in *queue*, else as the drainer) until rescheduled or cancelled."""
-        task = current_task()
-        if queue is not None:
-            queue.append(task)
-
-        def abort(_: Any) -> Abort:
-            if queue is not None:
-                queue.remove(task)
-            elif self.drainer is task:
-                self.drainer = None
-            return Abort.SUCCEEDED
-
-        await wait_task_rescheduled(abort)
-
-
-@types.coroutine
-def _resume(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any, Any]:
-    """Go on awaiting a coroutine that was started by hand and yielded *trap*; its value.
-
-    Forwards what trio sends or throws in exactly as ``await`` would. One generator, nothing
-    else: it is what each parked call of a batch holds beyond the call itself.
-    """
-    while True:
-        try:
-            sent = yield trap
-        except GeneratorExit:
-            coroutine.close()
-            raise
-        except BaseException as exc:
-            try:
-                trap = coroutine.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                trap = coroutine.send(sent)
-            except StopIteration as stop:
-                return stop.value
-
-
-def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception a batch's group stands for: its only leaf, else its only non-`Cancelled`
-    leaf, else (all cancelled) its first; ``None`` when several different failures happened."""
-    leaves: list[BaseException] = []
-    stack: list[BaseException] = [group]
-    while stack:
-        exc = stack.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            stack.extend(reversed(exc.exceptions))
-        else:
-            leaves.append(exc)
-    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    if not real and leaves:
-        return leaves[0]
-    return None
-
-
-_INPUT_FIELDS: Final = ("call_id", "name", "arguments", "scope", "parent", "signal")
-_PLAIN_INPUT: Final = (
-    tuple(f.name for f in attrs.fields(ToolExecutionInput)) == _INPUT_FIELDS
-    and not hasattr(ToolExecutionInput, "__attrs_post_init__")
-    and all(f.validator is None and f.converter is None for f in attrs.fields(ToolExecutionInput))
-)
-_set = object.__setattr__
-_new = object.__new__
-
-
-def _with_signal(
-    input: ToolExecutionInput, arguments: Any, signal: AbortSignal
-) -> ToolExecutionInput:
-    """*input* with the batch's *signal* (and the frozen *arguments*, unless they are ``None``)."""
-    if arguments is None:
-        return attrs.evolve(input, signal=signal)
-    return attrs.evolve(input, arguments=arguments, signal=signal)
-
-
-def _with_arguments(input: ToolExecutionInput, arguments: Any) -> ToolExecutionInput:
-    """``attrs.evolve(input, arguments=arguments)`` at under half the cost (on the hot path).
-
-    While `ToolExecutionInput` has exactly these fields and no validators, converters or
-    post-init (checked at import; otherwise ``evolve`` is used), setting its fields is exactly
-    what ``evolve`` does, without building keyword arguments and re-running ``__init__``.
-    """
-    if not _PLAIN_INPUT:
-        return attrs.evolve(input, arguments=arguments)
-    copy = _new(ToolExecutionInput)
-    _set(copy, "call_id", input.call_id)
-    _set(copy, "name", input.name)
-    _set(copy, "arguments", arguments)
-    _set(copy, "scope", input.scope)
-    _set(copy, "parent", input.parent)
-    _set(copy, "signal", input.signal)
-    return copy
 
 
 _DONE: Final[Any] = object()

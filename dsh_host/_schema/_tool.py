@@ -223,34 +223,48 @@ def define_tool(
             the path (``parameters.path.required must be True``).
         ValueError: *timeout_ms* is not a positive finite number.
     """
-    args_type = parameters if isinstance(parameters, type) else None
-    compiled = to_json_schema(parameters)
-    raw = isinstance(parameters, Mapping) and isinstance(parameters.get("type"), str)
-    if strict_arguments and not raw and "additionalProperties" not in compiled:
-        # Parameters from the DSL or an attrs class are closed: an argument the model made up is
-        # an INVALID_ARGS violation with a "did you mean", so the model learns the real names.
-        compiled["additionalProperties"] = False
-    output = None
-    if output_schema is not None:
-        try:
-            output = freeze(output_schema, "output_schema")
-        except ValueError as exc:
-            raise JsonSchemaError([str(exc)]) from None
     return ToolDefinition(
         name=name,
         description=description,
-        parameters=freeze(compiled, "parameters"),
+        parameters=_compiled_parameters(parameters, strict_arguments),
         execute=execute,
         timeout_ms=timeout_ms,
         is_concurrency_safe=is_concurrency_safe,
         present_call=present_call,
         present_result=present_result,
-        output_schema=output,
-        args_type=args_type,
+        output_schema=None if output_schema is None else _frozen_output(output_schema),
+        args_type=parameters if isinstance(parameters, type) else None,
         paths=paths,
         claude_name=claude_name,
         claude_keys=claude_keys,
     )
+
+
+def _compiled_parameters(parameters: Any, strict: bool) -> FrozenDict:
+    """*parameters* (DSL, attrs class or raw schema) as a frozen JSON Schema object."""
+    compiled = to_json_schema(parameters)
+    raw = isinstance(parameters, Mapping) and isinstance(parameters.get("type"), str)
+    if strict and not raw and "additionalProperties" not in compiled:
+        # Parameters from the DSL or an attrs class are closed: an argument the model made up is
+        # an INVALID_ARGS violation with a "did you mean", so the model learns the real names.
+        compiled["additionalProperties"] = False
+    return freeze(compiled, "parameters")  # type: ignore[no-any-return]
+
+
+def _frozen_output(output_schema: Mapping[str, Any]) -> FrozenDict:
+    try:
+        return freeze(output_schema, "output_schema")  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise JsonSchemaError([str(exc)]) from None
+
+
+def _parameters_of(body: Callable[..., Any]) -> Any:
+    """The attrs class *body*'s first argument is annotated with (``@tool`` without parameters)."""
+    params = _first_annotation(body)
+    if params is None:
+        message = f"@tool {body.__name__}: give parameters=... or annotate the first argument "
+        raise JsonSchemaError([message + "with an attrs class"])
+    return params
 
 
 @typing.overload
@@ -310,20 +324,10 @@ def tool(
     """
 
     def build(body: Callable[..., Any]) -> ToolDefinition:
-        params = parameters
-        if params is None:
-            params = _first_annotation(body)
-        if params is None:
-            raise JsonSchemaError(
-                [
-                    f"@tool {body.__name__}: give parameters=... or annotate the first argument "
-                    "with an attrs class"
-                ]
-            )
         return define_tool(
             name=name or body.__name__,
             description=description if description is not None else inspect.getdoc(body) or "",
-            parameters=params,
+            parameters=parameters if parameters is not None else _parameters_of(body),
             execute=body,
             timeout_ms=timeout_ms,
             is_concurrency_safe=is_concurrency_safe,

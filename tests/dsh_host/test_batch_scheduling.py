@@ -392,7 +392,7 @@ def test_the_hot_path_copy_of_an_input_is_what_evolve_makes():
     import attrs
 
     from dsh_host._model._json import freeze
-    from dsh_host._pipeline._batch import _with_arguments
+    from dsh_host._pipeline._inputs import with_arguments as _with_arguments
 
     signal = AbortSignal()
     original = ToolExecutionInput(
