@@ -16,7 +16,7 @@ from .._model._views import (
     ResultView,
 )
 from .._pipeline._contain import real_interrupt
-from .._registry._hooks import HookRelay
+from .._registry._hooks import HookRelay, Impl
 from .._registry._registry import ToolTable
 
 __all__ = ["present_call", "present_result"]
@@ -29,7 +29,7 @@ def present_call(
     tool = registry.get(name, scope)
     if tool is not None:
         for impl in hooks.impls("dsh_present_call"):
-            view = _safe(impl.function, CALL_VIEWS, tool=tool, args=args)
+            view = _safe(impl.function, CALL_VIEWS, **_wanted(impl, tool=tool, args=args))
             if view is not None:
                 return typing.cast("CallView", view)
         if tool.present_call is not None:
@@ -57,7 +57,8 @@ def present_result(
     tool = registry.get(name, scope)
     if tool is not None:
         for impl in hooks.impls("dsh_present_result"):
-            view = _safe(impl.function, RESULT_VIEWS, tool=tool, args=args, result=result)
+            wanted = _wanted(impl, tool=tool, args=args, result=result)
+            view = _safe(impl.function, RESULT_VIEWS, **wanted)
             if view is not None:
                 return typing.cast("ResultView", view)
         if tool.present_result is not None:
@@ -71,13 +72,16 @@ def present_result(
     return GenericResultView(title=title, content=result.content)
 
 
+def _wanted(impl: Impl, **kwargs: Any) -> dict[str, Any]:
+    """The hook's arguments this implementation takes: pluggy's ``argnames`` for it, read through
+    ``functools.wraps`` (not its outer function's code, which a wrapper hides)."""
+    return {name: kwargs[name] for name in impl.argnames}
+
+
 def _safe(function: Any, kinds: tuple[type, ...], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` if it returns one of *kinds*; ``None`` if anything else
+    or it raises (a real Ctrl-C goes on)."""
     try:
-        if kwargs:
-            names = getattr(function, "__code__", None)
-            if names is not None:
-                wanted = names.co_varnames[: names.co_argcount]
-                kwargs = {k: v for k, v in kwargs.items() if k in wanted}
         view = function(*args, **kwargs)
     except BaseException as exc:  # a presenter's failure falls back; a real Ctrl-C goes on
         if real_interrupt(exc):

@@ -105,3 +105,38 @@ def test_a_generic_result_card_keeps_the_title_of_the_call_card(make_host):
     assert (view.card, view.title) == ("generic", "Open /a")
     assert view.content == result.content
     assert host.present_result("open", {"path": 3}, result).title == "open"  # invalid: generic
+
+
+def _logged(function):
+    """A decorator as plugins write them: ``functools.wraps`` around ``*args, **kwargs``."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+async def test_a_wrapped_presenter_gets_its_arguments(make_host):
+    """pluggy reads a wrapped implementation's arguments through ``__wrapped__`` (its
+    ``argnames``); the host passes exactly those, so a decorated presenter is called with them
+    instead of with none (which made it raise and silently fall back to the generic card)."""
+
+    class Plugin:
+        name = "plugin"
+
+        @hookimpl
+        @_logged
+        def dsh_present_call(self, tool, args):
+            return TerminalCallView(title=f"{tool.name} {args['path']}")
+
+        @hookimpl
+        @_logged
+        def dsh_present_result(self, args, result):
+            return GenericResultView(title=f"done {args['path']}", content=result.content)
+
+    host = make_host(Plugin(), tools=[make_tool()])
+    assert host.present_call("open", {"path": "/a"}) == TerminalCallView(title="open /a")
+    result = await host.call("open", {"path": "/a"})
+    assert host.present_result("open", {"path": "/a"}, result).title == "done /a"
