@@ -1,5 +1,8 @@
-"""The registry: the plugin manager and hook implementations (``_hooks``), and the tools by
-scope with their restrictions and guards (``_registry``).
+"""The registry: pluggy's markers (``_markers``), the plugin manager and per-call hook dispatch
+(``_hooks``), and the tool table by scope with its restrictions and guards (``_registry``,
+`ToolTable`).
 
-May import ``_schema`` and ``_model``. It does not run calls: the pipeline does.
+May import ``_schema`` and ``_model``. It does not run calls: the public ``ToolRegistry`` (in
+``_host``) is the table with the pipeline handed to it. The hook specifications are handed to
+``make_plugin_manager`` by the host, not imported here.
 """
