@@ -31,7 +31,7 @@ exception group, as it would from `ToolRegistry.execute`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -49,6 +49,7 @@ from ._baton import _Baton
 from ._by_hand import resume, sole
 from ._classify import classify
 from ._inputs import with_arguments, with_signal
+from ._wrappers import _DispatchState
 
 if TYPE_CHECKING:
     from .._model._trace import Trace
@@ -166,45 +167,53 @@ class _Batch(_Baton):
     # -- the workers -------------------------------------------------------------------------
 
     async def work(self) -> None:
-        """One worker: prepare, dispatch and finalise calls while holding the baton. The stages
-        are the pipeline's own (`admit`, `dispatch`, `finalize`); here is who runs which when."""
+        """One worker: runs calls through the pipeline's own stages while holding the baton
+        (each step written out: a call per step would cost every call of the batch)."""
         me = current_task()
-        pipeline, trace, signal = self.pipeline, self.trace, self.signal
+        inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
+        settled, results, count, hooks = self.settled, self.results, len(inputs), pipeline.hooks
+        registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
         if self.holder is not me:  # a worker just started
             self.coming -= 1
         while True:
             if self.holder is not me and not await self._take(me):
                 return  # nothing left to start; whoever holds the baton ends the batch
             index = self.next
-            if index >= len(self.inputs) or (signal is not None and signal.aborted):
-                await self._finish()
-                return
-            picked = self._pick(index)
-            if picked is None:
-                return  # the caller opens the nursery, then this task goes on
-            input, frozen, ready, parallel = picked
-            # A parallel call needs a free slot; an exclusive one, that nothing else runs.
-            limit = self.max_parallel - 1 if parallel else 0
-            if self.in_flight > limit:
-                await self._drain(limit)
-                await checkpoint_if_cancelled()
-                if signal is not None and signal.aborted:
-                    continue  # the next turn ends the batch
+            if index >= count or (signal is not None and signal.aborted):
+                return await self._finish()
+            if index == self.pending:  # classified before the nursery was opened
+                input, ready, parallel, frozen = inputs[index], self.pending_ready, True, None
+            else:  # classified once: frozen and validated here, handed on with the batch's signal
+                input = inputs[index]
+                mode, tool, frozen, args = classify(registry, input)
+                if signal is not None and input.signal is None:
+                    input = with_signal(input, frozen, signal)
+                parallel, ready = mode is _PARALLEL, None if args is None else (tool, frozen, args)
+                if parallel and self.nursery is None and index + 1 < count:
+                    return self._park(index, input, frozen, ready)  # the caller opens the nursery
+            if self.in_flight > (limit := slots if parallel else 0) and not await self._room(limit):
+                continue  # aborted while waiting for room: the next turn ends the batch
             self.next = index + 1
-            plan = pipeline.hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
+            plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
             admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
             if admitted is None:
-                admitted = await pipeline.admit_later(input, trace, frozen)
-            execution, result, post = admitted
-            if result is None and parallel:
-                # The wrappers and body run here and now, by hand; only if they suspend is the
-                # baton handed on (cheaper than a task, an event or an awaitable wrapper).
-                running, state = pipeline.dispatching(execution, trace, ready, plan)
+                prepared = await pipeline.prepare(input, trace, frozen=frozen)
+                admitted, post = (prepared.execution, prepared.result), prepared.post
+                del prepared
+            else:
+                post = False
+            execution, result = admitted
+            if result is None and parallel:  # wrappers and body run here, by hand (see above)
+                state = None if plan.execute else _DispatchState(ready)
+                running: Coroutine[Any, Any, Any] = (
+                    pipeline.dispatch(execution, trace, ready, plan) if state is None
+                    else pipeline.body_stage(execution, state, trace)
+                )  # fmt: skip
                 try:
                     trap = running.send(None)
                 except StopIteration as stop:
                     value = stop.value
-                else:
+                else:  # it suspends: the baton is handed on (no task, event or wrapper)
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
                     del input, ready, frozen, admitted  # what a parked call need not hold
@@ -212,17 +221,21 @@ class _Batch(_Baton):
                         value = await resume(running, trap)
                     finally:
                         self._landed()
-                result, post = pipeline.dispatched_value(execution, state, value)
+                result, post = (
+                    value if state is None else (pipeline.dispatched(execution, state, value), True)
+                )
             elif result is None:  # an exclusive call keeps the baton: nothing else starts
                 result, post = await pipeline.dispatch(execution, trace, ready, plan)
             if index != self.committed or self.committing:
-                self.settled[index] = (execution, result, post)  # finalised in its turn
+                settled[index] = (execution, result, post)  # finalised in its turn
                 continue
-            # Its turn: finalised here and now, by hand too (as `Pipeline.run` does, only when
-            # post-execute or an observer is there to run).
-            if (post and plan.post) or plan.result:
+            if (post and plan.post) or plan.result:  # its turn: finalised here, by hand too
                 result = await self._finalize(me, execution, result, post, plan)
-            if self._committed(index, result):
+            results[index] = result
+            self.committed = index = index + 1
+            if on_result is not None:
+                on_result(index - 1, result)
+            if index < count and settled[index] is not None and not self.committing:
                 await self._commit(me)  # calls that settled meanwhile, in order
 
     async def _take(self, me: Task) -> bool:
@@ -236,38 +249,18 @@ class _Batch(_Baton):
         await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
         return True
 
-    def _pick(self, index: int) -> tuple[ToolExecutionInput, Any, Any, bool] | None:
-        """The call at *index*, classified: ``(input, frozen, ready, parallel)``; ``None`` when
-        it is parked for the caller to open the nursery first.
+    def _park(self, index: int, input: ToolExecutionInput, frozen: Any, ready: Any) -> None:
+        """Keep the first parallel call with others after it, classified, for when the caller
+        has opened the nursery (its input carrying the frozen arguments)."""
+        if frozen is not None and frozen is not input.arguments:
+            input = with_arguments(input, frozen)
+        self.inputs[index], self.pending_ready, self.pending = input, ready, index
 
-        Classified once: the arguments are frozen and validated here, and handed to the pipeline
-        frozen (its freeze then costs nothing, and the body gets the arguments validated here),
-        with the batch's signal.
-        """
-        inputs, signal = self.inputs, self.signal
-        if index == self.pending:  # classified before the nursery was opened
-            return inputs[index], None, self.pending_ready, True  # the input carries them
-        input = inputs[index]
-        mode, tool, frozen, args = classify(self.registry, input)
-        if signal is not None and input.signal is None:
-            input = with_signal(input, frozen, signal)
-        parallel = mode is _PARALLEL
-        ready = None if args is None else (tool, frozen, args)
-        if parallel and self.nursery is None and index + 1 < len(inputs):
-            if frozen is not None and frozen is not input.arguments:
-                input = with_arguments(input, frozen)
-            inputs[index], self.pending_ready, self.pending = input, ready, index
-            return None
-        return input, frozen, ready, parallel
-
-    def _committed(self, index: int, result: ToolExecutionResult) -> bool:
-        """Record the finalised *result* of call *index*; whether later calls wait to commit."""
-        self.results[index] = result
-        self.committed = index + 1
-        if self.on_result is not None:
-            self.on_result(index, result)
-        after = index + 1
-        return after < len(self.inputs) and self.settled[after] is not None and not self.committing
+    async def _room(self, limit: int) -> bool:
+        """Wait until at most *limit* parallel calls run; ``False`` if the batch was aborted."""
+        await self._drain(limit)
+        await checkpoint_if_cancelled()
+        return self.signal is None or not self.signal.aborted
 
     async def _finalize(
         self,

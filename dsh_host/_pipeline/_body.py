@@ -27,7 +27,7 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
     """Run the body in a cancel scope that follows the (fused) signal; never raises.
 
     An ``async`` body under a signal nobody outside the pipeline holds needs no scope: the
-    pipeline awaits it itself (`Pipeline._dispatch`), with no frame of this function's.
+    pipeline awaits it itself (`Pipeline.body_stage`), with no frame of this function's.
     """
     value: Any = _MISSING
     result: ToolExecutionResult | None = None

@@ -1,6 +1,6 @@
 """Calling hook implementations: watched when synchronous, bounded when they wait, contained.
 
-The first of the classes `Pipeline` is made of (`._pipeline`): `_sync` (one plain call,
+The first of the classes `Pipeline` is made of (`._pipeline`): `watched` (one plain call,
 watched), `_call` (one implementation, any kind), and the plain loop (`_plain`, `_decide`) with
 its general version beside it (`_first_plain`).
 """
@@ -56,7 +56,7 @@ class _Calling:
     _run_nested: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]]
     _plan_links: tuple[Plan, _Links, _Links] | None
 
-    def _sync(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
+    def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""
         watchdog = self.watchdog
         if watchdog.registered:  # `Watchdog.enter` and `leave`, inline (once per plain hook)
@@ -112,7 +112,7 @@ class _Calling:
                 value = impl.call_sync(kwargs)  # only makes the coroutine: nothing to watch
             else:
                 name = (kwargs.get("execution") or kwargs["request"].execution).name
-                value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                value = self.watched(impl.plugin, hook, name, impl.call_sync, kwargs)
             if impl.is_async or (value is not None and inspect.isawaitable(value)):
                 budget = budget if budget is not None else _Budget(limit, stage)
                 value = await _bounded(value, budget, stage, impl, hook)

@@ -23,7 +23,7 @@ class _Watched(Protocol):
     """What a chain needs of the pipeline (`dsh_host._pipeline._calling._Calling`): a protocol,
     so this module does not import the pipeline that imports it."""
 
-    def _sync(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any: ...
+    def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any: ...
 
 
 class _Links:
@@ -89,7 +89,7 @@ class _Chain(_Staging):
         `_Raised` for what a link raised (a `PluginFailure` included).
         """
         links, args = self.links, self.args
-        impls, count, hook, sync = links.impls, links.count, links.hook, links.pipeline._sync
+        impls, count, hook, sync = links.impls, links.count, links.hook, links.pipeline.watched
         while i < count:
             impl = impls[i]
             nxt: _Next | None = None

@@ -82,7 +82,7 @@ class _Chains(_Calling):
                     value = await self._call(impl, hook, trace, kwargs, bound=bound, stage=stage)
                 else:  # a plain function: called right here, no coroutine of its own
                     try:
-                        value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                        value = self.watched(impl.plugin, hook, name, impl.call_sync, kwargs)
                     except BaseException as exc:
                         await _contained(impl.plugin, hook, exc)
                     if value is not None and inspect.isawaitable(value):

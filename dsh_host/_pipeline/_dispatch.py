@@ -1,4 +1,4 @@
-"""Stages H to J (CONTRACT §4): the execute wrappers around the body, and the body (`_dispatch`).
+"""Stages H to J (CONTRACT §4): the execute wrappers around the body, and the body (`body_stage`).
 
 ::
 
@@ -6,14 +6,13 @@
 
 `dispatch` is the general version; beside it, its fast paths: `_pass_over` (plain wrappers
 that all pass the call on), `_wrap_now`/`_wrap_later` (an ``async`` first wrapper, on the
-caller's frame until it waits), and `_dispatched` (the last step both share).
+caller's frame until it waits), and `dispatched` (the last step both share, and a batch).
 """
 
 from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -78,38 +77,19 @@ class _Dispatch(_Chains):
         impls = plan.execute
         try:
             if not impls:
-                result = await self._dispatch(execution, state, trace)
+                result = await self.body_stage(execution, state, trace)
             else:
                 wrapping = _Wrapping(impls, state, trace)
                 with wrapping:
                     start = 0 if handover is None else handover.index
-                    result = await self._wrap(wrapping, start, execution, handover)
+                    result = await self.wrap_on(wrapping, start, execution, handover)
                 wrapping.fail()
                 if result is _BODY:  # every wrapper was a tail call: none of them waits
                     del wrapping
-                    result = await self._dispatch(execution, state, trace)
+                    result = await self.body_stage(execution, state, trace)
         except PluginFailure as exc:
             return plugin_failed(exc), False
-        return self._dispatched(execution, state, result), True
-
-    def dispatching(
-        self, execution: ToolExecution, trace: Trace | None, ready: Any, plan: Plan
-    ) -> tuple[Coroutine[Any, Any, Any], _DispatchState | None]:
-        """`dispatch`, as a coroutine for the caller to drive by hand (a batch's parallel call),
-        with the state to give `dispatched_value` with what it returns. With no wrapper, the
-        body's stage alone (`dispatch` without its layers)."""
-        if plan.execute:
-            return self.dispatch(execution, trace, ready, plan), None
-        state = _DispatchState(ready)
-        return self._dispatch(execution, state, trace), state
-
-    def dispatched_value(
-        self, execution: ToolExecution, state: _DispatchState | None, value: Any
-    ) -> tuple[ToolExecutionResult, bool]:
-        """What a `dispatching` coroutine returned, as `dispatch` returns it."""
-        if state is None:
-            return value  # type: ignore[no-any-return]
-        return self._dispatched(execution, state, value), True
+        return self.dispatched(execution, state, result), True
 
     def _plugin_named(self, name: str) -> bool:
         pm = self.hooks.pm
@@ -128,7 +108,7 @@ class _Dispatch(_Chains):
 
         Each gets a `_Proceed` as its ``call_next``; one that returns it (a tail call) is passed
         over. Returns ``None`` when all did (the caller runs the body, as with no wrapper), or the
-        `_Handover` of the first that answered, raised or returned something else (`_wrap` goes
+        `_Handover` of the first that answered, raised or returned something else (`wrap_on` goes
         on from it).
         """
         hook = "dsh_tool_execute"
@@ -137,23 +117,23 @@ class _Dispatch(_Chains):
             token = _Proceed(self, i, view)
             try:
                 if impl.argnames == _WRAPPER_ARGS:
-                    value = self._sync(impl.plugin, hook, name, impl.function, view, token)
+                    value = self.watched(impl.plugin, hook, name, impl.function, view, token)
                 else:
                     kwargs = {"execution": view, "call_next": token}
-                    value = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    value = self.watched(impl.plugin, hook, name, impl.call_sync, kwargs)
             except BaseException as exc:
                 return _Handover(i, token, None, exc)
             if value is not token:
                 return _Handover(i, token, value)
         return None
 
-    async def _wrap(
+    async def wrap_on(
         self, w: _Wrapping, i: int, view: ToolExecution, handover: _Handover | None = None
     ) -> ToolExecutionResult:
         hook = "dsh_tool_execute"
         impls, trace = w.impls, w.trace
         if i == len(impls):
-            return await self._dispatch(view, w.state, trace)
+            return await self.body_stage(view, w.state, trace)
         while i < len(impls):  # once per link; on only after a tail call not yet begun
             impl = impls[i]
             if handover is not None:  # called already (`_pass_over`): on from what it did
@@ -213,13 +193,13 @@ class _Dispatch(_Chains):
         if impl.argnames == _WRAPPER_ARGS:
             if impl.is_async:
                 return impl.function(view, token)
-            return self._sync(
+            return self.watched(
                 impl.plugin, "dsh_tool_execute", view.name, impl.function, view, token
             )
         kwargs = {"execution": view, "call_next": token}
         if impl.is_async:
             return impl.call_sync(kwargs)
-        return self._sync(impl.plugin, "dsh_tool_execute", view.name, impl.call_sync, kwargs)
+        return self.watched(impl.plugin, "dsh_tool_execute", view.name, impl.call_sync, kwargs)
 
     def _wrapper_result(self, impl: Impl, token: _Proceed, value: Any) -> ToolExecutionResult:
         """What a wrapper returned, checked (raises `PluginFailure` for nonsense)."""
@@ -265,7 +245,7 @@ class _Dispatch(_Chains):
             raise _Held(w, token, impl, error=exc) from None
         else:
             raise _Held(w, token, impl, coroutine, trap)
-        return self._dispatched(view, w.state, self._wrapper_result(impl, token, value))
+        return self.dispatched(view, w.state, self._wrapper_result(impl, token, value))
 
     async def _wrap_later(
         self, view: ToolExecution, held: _Held, plan: Plan
@@ -286,9 +266,9 @@ class _Dispatch(_Chains):
             result = self._wrapper_result(impl, token, value)
         except PluginFailure as exc:
             return plugin_failed(exc), False
-        return self._dispatched(view, w.state, result), True
+        return self.dispatched(view, w.state, result), True
 
-    def _dispatched(
+    def dispatched(
         self, view: ToolExecution, state: _DispatchState, result: ToolExecutionResult
     ) -> ToolExecutionResult:
         """`dispatch`'s last step: an aborted call's result, a body's attribution."""
@@ -298,7 +278,7 @@ class _Dispatch(_Chains):
             return self._attributed(result)
         return result
 
-    async def _dispatch(
+    async def body_stage(
         self, view: ToolExecution, state: _DispatchState | None, trace: Trace | None
     ) -> ToolExecutionResult:
         """Stage I: resolve, validate, run the body, normalise. A result that is not an error

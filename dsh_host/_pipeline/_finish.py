@@ -262,7 +262,7 @@ class _Finish(_Chains):
             elif impl.is_async:
                 value = impl.call_sync(kwargs)  # only makes the coroutine
             else:
-                value = self._sync(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
+                value = self.watched(impl.plugin, hook, execution.name, impl.call_sync, kwargs)
             if value is not None and inspect.isawaitable(value):
                 if stage is None:
                     with trio.move_on_after(self.observer_timeout) as scope:

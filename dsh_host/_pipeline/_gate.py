@@ -104,21 +104,13 @@ class _Gate(_Chains):
 
     def admit(
         self, input: ToolExecutionInput, frozen: Any, plan: Plan
-    ) -> tuple[ToolExecution, ToolExecutionResult | None, bool] | None:
+    ) -> tuple[ToolExecution, ToolExecutionResult | None] | None:
         """`prepare` for a call that no policy can stop (no pre-execute or guard hook, no
-        registered guard), on this frame: the execution, the result when the call ends before
-        dispatch, and ``False`` (post-execute skips it); ``None`` when there is policy to run
-        (await `admit_later`)."""
+        registered guard), on this frame: the execution, and the result when the call ends
+        before dispatch; ``None`` when there is policy to run (await `prepare`)."""
         if plan.pre or plan.guard or self.registry.guards_for(input.scope):
             return None
-        return (*self._snapshot(input, False, frozen), False)
-
-    async def admit_later(
-        self, input: ToolExecutionInput, trace: Trace | None, frozen: Any
-    ) -> tuple[ToolExecution, ToolExecutionResult | None, bool]:
-        """`admit`'s general version: `prepare`, as ``(execution, result, post)``."""
-        prepared = await self.prepare(input, trace, frozen=frozen)
-        return prepared.execution, prepared.result, prepared.post
+        return self._snapshot(input, False, frozen)
 
     async def prepare(
         self,
@@ -242,7 +234,7 @@ class _Gate(_Chains):
         for guard, name in self.registry.guards_for(execution.scope):
             started = time.perf_counter() if trace is not None else 0.0
             try:
-                reason = self._sync(name, "guard", execution.name, guard, execution)
+                reason = self.watched(name, "guard", execution.name, guard, execution)
             except PluginFailure:
                 raise
             except BaseException as exc:
@@ -273,7 +265,7 @@ class _Gate(_Chains):
                     reason = await self._call(impl, hook, trace, kwargs, stage=stage)
                 else:  # a plain function: called right here, no coroutine of its own
                     try:
-                        reason = self._sync(impl.plugin, hook, name, impl.call_sync, kwargs)
+                        reason = self.watched(impl.plugin, hook, name, impl.call_sync, kwargs)
                     except BaseException as exc:
                         await _contained(impl.plugin, hook, exc)
                     if reason is not None and inspect.isawaitable(reason):

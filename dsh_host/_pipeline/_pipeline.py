@@ -98,7 +98,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         ):
             result, post = await self.dispatch(execution, trace, None, plan, handover)
         else:  # no wrapper, or all passed it on: the body's result, straight (`dispatch` without its layers)
-            result, post = await self._dispatch(execution, None, trace), True
+            result, post = await self.body_stage(execution, None, trace), True
             if not result.is_error and execution.signal.aborted:
                 result = aborted(True, result.additional_contexts)
             elif result.decided_by is not None and result.decision_detail is None:

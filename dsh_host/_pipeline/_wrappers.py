@@ -26,17 +26,17 @@ class _Wraps(Protocol):
 
     hook_timeout: float
 
-    def _wrap(
+    def wrap_on(
         self, w: _Wrapping, i: int, view: ToolExecution
     ) -> Awaitable[ToolExecutionResult]: ...
 
-    def _dispatch(
+    def body_stage(
         self, view: ToolExecution, state: _DispatchState | None, trace: Trace | None
     ) -> Awaitable[ToolExecutionResult]: ...
 
 
 _BODY: Any = object()
-"""What `Pipeline._wrap` returns when every link left was a tail call: its caller runs the body."""
+"""What `Pipeline.wrap_on` returns when every link left was a tail call: its caller runs the body."""
 
 
 class _Held(Exception):
@@ -79,7 +79,7 @@ class _Proceed:
         self.pipeline = pipeline
         self.index = index
         self.view = view
-        self.w = w  # set by `_wrap` before the wrapper can await it, unless it passed the call on
+        self.w = w  # set by `wrap_on` before the wrapper can await it, unless it passed the call on
         self.budget: _Budget | None = None
         self.waiting = False  # awaited now, with no budget made yet
         self.delegated: list[ToolExecutionResult] = []
@@ -133,12 +133,12 @@ class _Proceed:
             if signal is not None:
                 fused, dispose = _fuse((view.signal, signal))
                 view = attrs.evolve(view, signal=fused)
-            if i == len(w.impls):  # the body next: no `_wrap` frame held while it runs
-                result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
+            if i == len(w.impls):  # the body next: no `wrap_on` frame held while it runs
+                result = yield from pipeline.body_stage(view, w.state, w.trace).__await__()
             else:
-                result = yield from pipeline._wrap(w, i, view).__await__()
+                result = yield from pipeline.wrap_on(w, i, view).__await__()
                 if result is _BODY:
-                    result = yield from pipeline._dispatch(view, w.state, w.trace).__await__()
+                    result = yield from pipeline.body_stage(view, w.state, w.trace).__await__()
         finally:
             if dispose is not None:
                 dispose()
