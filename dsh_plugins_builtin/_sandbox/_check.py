@@ -80,24 +80,8 @@ def check_report(
             "enable the sandbox plugin"
         )
         return report, 1
+    report.update(_policy_report(plugin))
     policy, config = plugin.policy, plugin.config
-    report.update(
-        mode=policy.mode,
-        backend=config.backend,
-        network=policy.network,
-        workspace=str(policy.workspace),
-        writable_roots=[str(r) for r in writable_roots(policy)],
-        readable_roots=[str(r) for r in readable_roots(policy)],
-    )
-    # dsh's own installation: read-only to tools where it lies in a writable root, unless
-    # protect_install is off (then it is reported as exposed)
-    roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
-    everywhere = attrs.evolve(policy, install=plugin.install)
-    inside = [str(p) for p in install_in_roots(everywhere, roots)]
-    report["install"] = {
-        "protected": inside if config.protect_install else [],
-        "exposed": [] if config.protect_install else inside,
-    }
     try:
         report["chosen"] = select_backend(policy, config.backend, probes)
     except SandboxUnavailable as exc:
@@ -150,3 +134,25 @@ def render_report(report: dict[str, Any]) -> list[str]:
     if report.get("problem"):
         lines.append(f"problem: {report['problem']}")
     return lines
+
+
+def _policy_report(plugin: Any) -> dict[str, Any]:
+    """What the plugin's policy lets a command and a tool do (the report's policy part)."""
+    policy, config = plugin.policy, plugin.config
+    # dsh's own installation: read-only to tools where it lies in a writable root, unless
+    # protect_install is off (then it is reported as exposed)
+    roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
+    everywhere = attrs.evolve(policy, install=plugin.install)
+    inside = [str(p) for p in install_in_roots(everywhere, roots)]
+    return {
+        "mode": policy.mode,
+        "backend": config.backend,
+        "network": policy.network,
+        "workspace": str(policy.workspace),
+        "writable_roots": [str(r) for r in writable_roots(policy)],
+        "readable_roots": [str(r) for r in readable_roots(policy)],
+        "install": {
+            "protected": inside if config.protect_install else [],
+            "exposed": [] if config.protect_install else inside,
+        },
+    }

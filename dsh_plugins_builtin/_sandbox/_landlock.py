@@ -26,17 +26,23 @@ TCP rules) is refused in `prepare`: the backend never confines partly.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
 import signal
-import stat
-import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
+from dsh_plugins_builtin._sandbox._ruleset import (
+    _SYS_RESTRICT_SELF,
+    LandlockUnavailable,
+    _libc,
+    build_ruleset,
+    check_abi,
+    landlock_abi,
+)
 from dsh_plugins_builtin._sandbox._seccomp import SeccompUnavailable, filter_bpf
+from dsh_plugins_builtin._sandbox._supervisor import REPORT, REPORT_STATUS, exited, supervise
 
 __all__ = [
     "EXIT_RUNNER_FAILURE",
@@ -54,28 +60,6 @@ PREFIX = "landlock-run: "
 EXIT_RUNNER_FAILURE = 125
 
 # The Landlock syscalls have the same numbers on every architecture.
-REPORT = struct.Struct("=ii")  # a fork-server launcher's (kind, value) records to the host
-REPORT_STATUS = 3  # the kind of the record that carries the command's exit code
-
-_SYS_CREATE_RULESET = 444
-_SYS_ADD_RULE = 445
-_SYS_RESTRICT_SELF = 446
-_CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH = 1
-
-_FS_EXECUTE = 1 << 0
-_FS_WRITE_FILE = 1 << 1
-_FS_READ_FILE = 1 << 2
-_FS_READ_DIR = 1 << 3
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_FS_IOCTL_DEV = 1 << 15  # ABI 5
-_FS_V1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
-_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
-_NET_BIND_TCP = 1 << 0  # ABI 4
-_NET_CONNECT_TCP = 1 << 1  # ABI 4
-_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
-_SCOPE_SIGNAL = 1 << 1  # ABI 6
 
 _PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
@@ -89,22 +73,6 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [
-        ("allowed_access", ctypes.c_uint64),
-        ("parent_fd", ctypes.c_int32),
-    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -121,79 +89,6 @@ class _CapData(ctypes.Structure):
         ("permitted", ctypes.c_uint32),
         ("inheritable", ctypes.c_uint32),
     ]
-
-
-class LandlockUnavailable(Exception):
-    """Landlock cannot confine as asked on this kernel; the message says why."""
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.prctl.restype = ctypes.c_int
-    return libc
-
-
-def _syscall(libc: ctypes.CDLL, *args: object) -> int:
-    ctypes.set_errno(0)
-    result = int(libc.syscall(*args))
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
-
-
-def landlock_abi() -> int:
-    """Return the kernel's Landlock ABI version (0 when Landlock is unavailable).
-
-    Returns:
-        The ABI version, or 0 if the syscall is missing or Landlock is disabled.
-    """
-    try:
-        return _syscall(
-            _libc(),
-            ctypes.c_long(_SYS_CREATE_RULESET),
-            None,
-            ctypes.c_size_t(0),
-            ctypes.c_uint32(_CREATE_RULESET_VERSION),
-        )
-    except OSError:
-        return 0
-
-
-def _fs_handled(abi: int) -> int:
-    handled = _FS_V1
-    if abi >= 2:
-        handled |= _FS_REFER
-    if abi >= 3:
-        handled |= _FS_TRUNCATE
-    if abi >= 5:
-        handled |= _FS_IOCTL_DEV
-    return handled
-
-
-def _add_path_rule(libc: ctypes.CDLL, ruleset_fd: int, path: str, access: int) -> None:
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError as exc:
-        raise LandlockUnavailable(f"cannot open {path!r}: {exc.strerror}") from None
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            access &= _FS_FILE_RIGHTS  # directory-only rights are invalid on a file
-        attr = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
-        _syscall(
-            libc,
-            ctypes.c_long(_SYS_ADD_RULE),
-            ctypes.c_int(ruleset_fd),
-            ctypes.c_int(_RULE_PATH_BENEATH),
-            ctypes.byref(attr),
-            ctypes.c_uint32(0),
-        )
-    except OSError as exc:
-        raise LandlockUnavailable(f"landlock_add_rule({path!r}) failed: {exc.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 @functools.cache
@@ -339,92 +234,7 @@ class Prepared:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             self.confine_self()
             return
-        _supervise(pid)
-
-
-def _children() -> list[int]:
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as handle:
-            return [int(pid) for pid in handle.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def exited() -> Iterator[tuple[int, int]]:
-    """Reap the children that have exited, without waiting: ``(pid, wait status)`` each."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:  # no child at all
-            return
-        if pid == 0:  # none has exited (yet)
-            return
-        yield pid, status
-
-
-def _kill_descendants() -> None:
-    """SIGKILL every child until none is left (orphans of killed ones come back as children)."""
-    while True:
-        kids = _children()
-        if not kids:
-            while True:  # reap anything /proc did not list
-                try:
-                    pid, _ = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    return
-                if pid == 0:
-                    break
-            continue
-        for pid in kids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in kids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-
-
-def _supervise(child: int, report: int = -1) -> NoReturn:
-    """Wait for the command, then kill every descendant; exit as the command did.
-
-    *report*: a socket kept open, on which the command's exit code is sent before exiting
-    (the fork server's launcher; see `dsh_plugins_builtin._sandbox._forkserver`).
-    """
-    status: int | None = None
-    try:
-        with contextlib.suppress(ValueError):
-            signal.set_wakeup_fd(-1)
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        top = os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536
-        if report < 0:
-            os.closerange(3, top)
-        else:
-            os.closerange(3, report)
-            os.closerange(report + 1, top)
-        while status is None:
-            info = signal.sigwaitinfo({signal.SIGTERM, signal.SIGCHLD})
-            if info.si_signo == signal.SIGTERM:
-                break
-            for pid, st in exited():
-                if pid == child:
-                    status = st
-                    break
-        _kill_descendants()
-    finally:
-        if report >= 0:
-            code = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
-            with contextlib.suppress(OSError):
-                os.write(report, REPORT.pack(REPORT_STATUS, code))
-        if status is None or os.WIFSIGNALED(status):
-            sig = signal.SIGKILL if status is None else os.WTERMSIG(status)
-            if sig != signal.SIGKILL:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, set())
-            os.kill(os.getpid(), sig)
-            os._exit(128 + sig)
-        os._exit(os.waitstatus_to_exitcode(status))
+        supervise(pid)
 
 
 def prepare(writable: Sequence[str], *, block_network: bool) -> Prepared:
@@ -441,51 +251,10 @@ def prepare(writable: Sequence[str], *, block_network: bool) -> Prepared:
     Raises:
         LandlockUnavailable: This kernel cannot confine as asked (the message says why).
     """
-    libc = _libc()
     abi = landlock_abi()
-    if abi < 1:
-        raise LandlockUnavailable("Landlock is not supported or not enabled by this kernel")
-    if block_network and abi < 4:
-        raise LandlockUnavailable(
-            f"Landlock ABI {abi} cannot restrict the network (needs ABI 4); refusing network=false"
-        )
-    if abi < 3:
-        raise LandlockUnavailable(
-            f"Landlock ABI {abi} cannot stop truncating files outside the writable roots "
-            "(needs ABI 3); install bubblewrap instead"
-        )
-    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
-        raise LandlockUnavailable(
-            "/proc/PID/task/TID/children is missing (kernel without CONFIG_PROC_CHILDREN), so "
-            "the descendants of a command cannot be found and killed"
-        )
+    check_abi(abi, block_network=block_network)
     try:
         program = filter_bpf(block_network)
     except SeccompUnavailable as exc:
         raise LandlockUnavailable(str(exc)) from None
-    handled_fs = _fs_handled(abi)
-    attr = _RulesetAttr(handled_access_fs=handled_fs, handled_access_net=0, scoped=0)
-    if block_network:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
-    if abi >= 6:
-        attr.scoped = _SCOPE_SIGNAL | (_SCOPE_ABSTRACT_UNIX if block_network else 0)
-    try:
-        ruleset_fd = _syscall(
-            libc,
-            ctypes.c_long(_SYS_CREATE_RULESET),
-            ctypes.byref(attr),
-            ctypes.c_size_t(ctypes.sizeof(attr)),
-            ctypes.c_uint32(0),
-        )
-    except OSError as exc:
-        raise LandlockUnavailable(f"landlock_create_ruleset failed: {exc.strerror}") from None
-    try:
-        _add_path_rule(libc, ruleset_fd, "/", _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR)
-        null_rights = _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE
-        _add_path_rule(libc, ruleset_fd, "/dev/null", null_rights)
-        for path in writable:
-            _add_path_rule(libc, ruleset_fd, path, handled_fs)
-        return Prepared(ruleset_fd, program, abi)
-    except BaseException:
-        os.close(ruleset_fd)
-        raise
+    return Prepared(build_ruleset(writable, abi, block_network=block_network), program, abi)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin._sandbox import _confine, _landlock
+from dsh_plugins_builtin._sandbox import _backends, _confine, _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._confine import (
     SandboxUnavailable,
     confine_argv,
@@ -377,7 +377,7 @@ async def test_setup_failure_in_the_child_raises(
     """A child that cannot confine itself exits 125 with the prefix before the command runs."""
     if probe_backends()["landlock-net"] is not None:
         pytest.skip("landlock unusable here")
-    monkeypatch.setattr(_confine, "_USE_FORK_SERVER", fork_server)
+    monkeypatch.setattr(_forkclient, "ENABLED", fork_server)
     prepared = _confine._landlock_prepared((str(ws),), True)
     not_a_ruleset = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     broken = _landlock.Prepared(not_a_ruleset, prepared.program, prepared.abi)
@@ -510,7 +510,7 @@ def test_probe_reports_every_backend_and_is_cached() -> None:
         raise AssertionError("probed twice")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_confine, "_probe_run", no_second_probe)
+        patch.setattr(_backends, "_probe_run", no_second_probe)
         assert probe_backends() == first
 
 

@@ -233,12 +233,12 @@ async def test_a_missing_working_directory_raises_as_a_spawn_does(
         await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
     assert server._proc is not None
     assert server.broken is None
-    _confine._USE_FORK_SERVER = False
+    _forkclient.ENABLED = False
     try:
         with pytest.raises(FileNotFoundError) as forked:
             await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
     finally:
-        _confine._USE_FORK_SERVER = True
+        _forkclient.ENABLED = True
     assert served.value.errno == forked.value.errno == errno.ENOENT
 
 
@@ -318,7 +318,7 @@ async def test_hostile_text_ends_as_it_does_when_the_host_forks(
     monkeypatch.setenv("ODD", "a\udcffb")
     outcomes = []
     for fork_server in (True, False):
-        monkeypatch.setattr(_confine, "_USE_FORK_SERVER", fork_server)
+        monkeypatch.setattr(_forkclient, "ENABLED", fork_server)
         try:
             result = await run_confined(
                 command, cwd=ws, policy=policy, backend="landlock", timeout=30
