@@ -225,7 +225,8 @@ def _protected_problem(policy: SandboxPolicy) -> str | None:
         "keep a path read-only inside a writable tree; use bwrap (install bubblewrap, "
         'backend = "bwrap"), or move those paths out of the writable roots (a config file '
         "there is always protected: keep it outside, e.g. with DSH_CONFIG; so is dsh's own "
-        "installation, unless protect_install = false), or set protected = [] to accept that "
+        "installation, unless protect_install = false, and every config file the next run "
+        "reads, unless protect_config = false), or set protected = [] to accept that "
         "commands may rewrite them"
     )
 

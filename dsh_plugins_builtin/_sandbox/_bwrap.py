@@ -17,7 +17,10 @@ __all__ = [
     "bwrap_argv",
     "canonical",
     "inside_any",
+    "inside_path",
+    "masked_dirs",
     "open_roots",
+    "private_tmp",
     "rw_roots",
     "seccomp_pipe",
     "under",
@@ -102,27 +105,106 @@ def bwrap_argv(
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
 ) -> list[str]:
-    tmp = canonical(Path("/tmp"))
     rw = rw_roots(policy)
-    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    mounts: dict[Path, bool] = {}  # path -> writable
-    if not any(under(tmp, root) for root in rw):
-        out += ["--tmpfs", str(tmp)]
-        visible = [policy.workspace, *policy.read_roots, *([cwd] if cwd is not None else [])]
-        for path in visible:
-            real = canonical(path)
-            covered = any(under(real, root) for root in rw)
-            if under(real, tmp) and real.exists() and not covered:
-                mounts.setdefault(real, False)
-    for root in rw:
-        if not any(under(root, other) for other in rw if other != root):
-            mounts[root] = True  # a root nested in another writable root is already writable
     fds = root_fds or {}
-    for path in sorted(mounts, key=lambda p: (len(p.parts), str(p))):
-        if mounts[path] and path in fds:
+    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    masks = masked_dirs(policy)
+    tmp = private_tmp(policy)
+    for path in masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
+        if tmp is not None and path == canonical(Path("/tmp")):
+            fd = fds.get(tmp)
+            out += (
+                ["--bind-fd", str(fd), "/tmp"] if fd is not None else ["--bind", str(tmp), "/tmp"]
+            )
+        else:
+            out += ["--tmpfs", str(path)]
+    for path, writable in _mounts(policy, cwd, rw, masks, tmp):
+        if writable and path in fds:
             out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
         else:
-            out += ["--bind" if mounts[path] else "--ro-bind", str(path), str(path)]
+            out += ["--bind" if writable else "--ro-bind", str(path), str(path)]
+    out += _protect_args(policy, rw, missing)
+    out += _deny_args(policy, rw, masks)
+    out += ["--unshare-all", "--unshare-user-try"]
+    if policy.network:
+        out.append("--share-net")
+    out += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
+    if cwd is not None:
+        out += ["--chdir", str(inside_path(canonical(cwd), tmp))]
+    return [*out, "--", *argv]
+
+
+def private_tmp(policy: SandboxPolicy) -> Path | None:
+    """The private tmp's canonical path, when it is one of the writable roots."""
+    if policy.tmp is None or policy.mode != "workspace-write":
+        return None
+    real = canonical(policy.tmp)
+    return real if real in rw_roots(policy) else None
+
+
+def inside_path(path: Path, tmp: Path | None) -> Path:
+    """Where *path* (canonical) is seen inside bwrap: the private tmp is seen at ``/tmp``."""
+    if tmp is not None and under(path, tmp) and tmp != Path("/"):
+        return Path("/tmp", path.relative_to(tmp))
+    return path
+
+
+def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
+    """The host directories that hold other programs' Unix sockets (and shared temp files):
+    ``/tmp``, ``/var/tmp``, ``/run`` (``/var/run``) and ``$XDG_RUNTIME_DIR``; each existing one
+    not inside a writable root is hidden (``/tmp`` shows the private tmp instead)."""
+    rw = rw_roots(policy)
+    tmp = private_tmp(policy)
+    out: list[Path] = []
+    spelled = ["/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")]
+    for text in spelled:
+        if not text.startswith("/"):
+            continue
+        real = canonical(Path(text))
+        if not real.is_dir() or real == Path("/") or any(under(real, o) for o in out):
+            continue
+        if any(under(real, root) for root in rw if root != tmp):
+            continue  # configured writable: shared knowingly
+        out = [o for o in out if not under(o, real)]
+        out.append(real)
+    return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
+
+
+def _mounts(
+    policy: SandboxPolicy,
+    cwd: Path | None,
+    rw: tuple[Path, ...],
+    masks: tuple[Path, ...],
+    tmp: Path | None,
+) -> list[tuple[Path, bool]]:
+    """Every bind after the masks, outermost first: ``(path, writable)``."""
+    mounts: dict[Path, bool] = {}
+    visible = [policy.workspace, *policy.read_roots, *([cwd] if cwd is not None else [])]
+    for path in visible:  # a root that lies in a hidden directory stays visible
+        real = canonical(path)
+        covered = any(under(real, root) for root in rw)
+        if inside_any(real, masks) and real.exists() and not covered:
+            mounts.setdefault(real, False)
+    for root in rw:
+        if root != tmp and not any(under(root, other) for other in rw if other != root):
+            mounts[root] = True  # a root nested in another writable root is already writable
+    extra = list(policy.unix_sockets)
+    resolv = canonical(Path("/etc/resolv.conf"))
+    if policy.network and resolv != Path("/etc/resolv.conf"):
+        extra.append(resolv)  # the name server configuration, often under /run
+    for path in extra:
+        real = canonical(path)
+        if inside_any(real, masks) and os.path.exists(real) and not inside_any(real, rw):
+            mounts.setdefault(real, path in policy.unix_sockets)
+    return sorted(mounts.items(), key=lambda item: (len(item[0].parts), str(item[0])))
+
+
+def _protect_args(
+    policy: SandboxPolicy, rw: tuple[Path, ...], missing: Collection[Path] | None
+) -> list[str]:
+    out: list[str] = []
     for path in protected_paths(policy):
         if not inside_any(path, rw):
             continue  # outside every writable root it is read-only already
@@ -133,15 +215,20 @@ def bwrap_argv(
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             out += ["--ro-bind", str(path), str(path)]
-    out += ["--unshare-all", "--unshare-user-try"]
-    if policy.network:
-        out.append("--share-net")
-    out += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    if seccomp_fd is not None:
-        out += ["--seccomp", str(seccomp_fd)]
-    if cwd is not None:
-        out += ["--chdir", str(canonical(cwd))]
-    return [*out, "--", *argv]
+    return out
+
+
+def _deny_args(policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]) -> list[str]:
+    """``deny_read``: an empty read-only tmpfs over a directory, ``/dev/null`` over a file."""
+    out: list[str] = []
+    for path in policy.deny_read:
+        if inside_any(path, masks) and not inside_any(path, rw):
+            continue  # hidden already
+        if os.path.isdir(path):
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif os.path.lexists(path):
+            out += ["--ro-bind", "/dev/null", str(path)]
+    return out
 
 
 class _MountPoints:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
+from dsh_plugins_builtin._sandbox._deny import config_files, expand_deny
+from dsh_plugins_builtin._sandbox._env import EnvConfig
+from dsh_plugins_builtin._sandbox._limits import LimitsConfig
 from dsh_plugins_builtin._sandbox._pins import pin_roots
 from dsh_plugins_builtin._sandbox._policy import SandboxMode, SandboxPolicy
 
-__all__ = ["MAX_OUTPUT_CAP", "Backend", "SandboxConfig", "build_policy"]
+__all__ = [
+    "MAX_OUTPUT_CAP",
+    "Backend",
+    "EnvConfig",
+    "LimitsConfig",
+    "SandboxConfig",
+    "build_policy",
+]
 
 Backend = Literal["auto", "bwrap", "landlock", "none"]
 MAX_OUTPUT_CAP = 64 * 1024 * 1024
@@ -43,7 +54,8 @@ class SandboxConfig:
         mode: ``read-only`` (nothing may be written), ``workspace-write`` (writes only under the
             writable roots) or ``danger-full-access`` (no fence, commands run unconfined).
         writable_roots: Where ``workspace-write`` may write. ``None`` (the default) means the
-            workspace, ``/tmp`` and the platform temp dir. A list replaces that set entirely;
+            workspace and the private tmp (``private_tmp``; without it the workspace, ``/tmp``
+            and the platform temp dir). A list replaces that set entirely;
             relative entries resolve against the workspace (include ``"."`` to keep it).
         read_roots: Extra directories the file tools may read besides the workspace and the
             writable roots.
@@ -68,6 +80,20 @@ class SandboxConfig:
         bwrap: The absolute path of the bubblewrap binary to use. ``None`` (the default) finds
             it on ``PATH`` once, at start, skipping any candidate inside a writable root (where
             a command could plant one). A configured path inside a writable root is refused.
+        private_tmp: Give commands their own ``/tmp`` (and ``TMPDIR``) for the life of the
+            host, instead of the host's; the default writable roots are then the workspace and
+            it. The file tools see it as ``/tmp`` too.
+        allow_unix_sockets: Host Unix socket paths a command may still connect to (every other
+            host socket directory is out of its view).
+        deny_read: Paths and globs (``~`` expanded) nothing may read, on top of the default
+            credential set (`dsh_plugins_builtin._sandbox._deny.DEFAULT_DENY_READ`).
+        deny_read_defaults: Whether that default set applies.
+        protect_config: Keep read-only, to every tool and to ``bash``, every file the next
+            ``dsh`` run reads configuration from while it lies in a writable root
+            (``dsh.toml``, ``pyproject.toml``, permissions ``import`` files, ``hook_commands``
+            settings, ``~/.claude``, ``$DSH_CONFIG``).
+        env: ``[plugin.sandbox.env]``: the environment allowlist (`EnvConfig`).
+        limits: ``[plugin.sandbox.limits]``: per-command resource limits (`LimitsConfig`).
     """
 
     mode: SandboxMode = "workspace-write"
@@ -89,6 +115,17 @@ class SandboxConfig:
     )
     protect_install: bool = True
     bwrap: str | None = None
+    private_tmp: bool = True
+    allow_unix_sockets: tuple[str, ...] = attrs.field(
+        default=(), validator=_check_names("paths", paths=True)
+    )
+    deny_read: tuple[str, ...] = attrs.field(
+        default=(), validator=_check_names("paths", paths=True)
+    )
+    deny_read_defaults: bool = True
+    protect_config: bool = True
+    env: EnvConfig = attrs.field(factory=EnvConfig)
+    limits: LimitsConfig = attrs.field(factory=LimitsConfig)
 
 
 def _root(value: str, workspace: Path) -> Path:
@@ -100,6 +137,9 @@ def build_policy(
     workspace: Path,
     config_file: str | os.PathLike[str] | None = None,
     install: Iterable[Path] = (),
+    *,
+    tmp: Path | None = None,
+    files: Iterable[Path] = (),
 ) -> SandboxPolicy:
     """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
@@ -110,22 +150,59 @@ def build_policy(
             it lies in a writable root).
         install: `install_paths` (protected in a writable root), unless ``protect_install``
             is off.
+        tmp: The private tmp directory the plugin made (``private_tmp``); without one, a
+            policy with ``private_tmp`` on writes under the workspace only.
+        files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a writable
+            root), unless ``protect_config`` is off; default: found from the workspace, the
+            roots and the environment.
 
     Returns:
         The policy the fence and the confinement enforce.
+
+    Raises:
+        ValueError: A ``deny_read`` entry would hide the workspace or a root.
     """
     ws = Path(os.path.abspath(workspace))
-    extra: dict[str, Any] = {}
+    tmp = tmp if config.private_tmp else None
     if config.writable_roots is not None:
-        extra["writable_roots"] = tuple(_root(r, ws) for r in config.writable_roots)
+        writable = tuple(_root(r, ws) for r in config.writable_roots)
+    elif config.private_tmp:
+        writable = (ws,) if tmp is None else (ws, tmp)
+    else:
+        writable = (ws, Path("/tmp"), Path(tempfile.gettempdir()))
+    read_roots = tuple(_root(r, ws) for r in config.read_roots)
+    denied, globs, conflicts = expand_deny(
+        config.deny_read,
+        defaults=config.deny_read_defaults,
+        keep=(ws, *writable, *read_roots),
+    )
+    if conflicts:
+        raise ValueError(
+            f"deny_read entries {', '.join(conflicts)} hold the workspace or a writable or "
+            "read root, which would then be unreadable; remove them or narrow them"
+        )
     policy = SandboxPolicy(
         config.mode,
         ws,
-        read_roots=tuple(_root(r, ws) for r in config.read_roots),
+        tmp=tmp,
+        writable_roots=writable,
+        read_roots=read_roots,
         network=config.network,
         protected=config.protected,
         config_file=config_file,
         install=tuple(install) if config.protect_install else (),
-        **extra,
+        deny_read=denied,
+        deny_patterns=globs,
+        unix_sockets=tuple(_root(r, ws) for r in config.allow_unix_sockets),
+        config_files=_config_files(config, ws, writable, files),
     )
     return pin_roots(policy)
+
+
+def _config_files(
+    config: SandboxConfig, ws: Path, writable: tuple[Path, ...], given: Iterable[Path]
+) -> tuple[Path, ...]:
+    """The config files to protect: *given*, or those found without the host's tables."""
+    if not config.protect_config:
+        return ()
+    return tuple(given) or config_files(ws, writable, {}, os.environ)

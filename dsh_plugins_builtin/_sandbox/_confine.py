@@ -66,12 +66,14 @@ from dsh_plugins_builtin._sandbox._bwrap import (
     bwrap_argv,
     inside_any,
     open_roots,
+    private_tmp,
     rw_roots,
     seccomp_pipe,
 )
 from dsh_plugins_builtin._sandbox._bwrap import _MountPoints as _MountPoints
-from dsh_plugins_builtin._sandbox._env import scrub_env
+from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
+from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, ulimit_prefix
 from dsh_plugins_builtin._sandbox._pins import check_pinned
 from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy
 from dsh_plugins_builtin._sandbox._protected import protected_paths
@@ -151,6 +153,8 @@ async def run_confined(
     max_output_bytes: int = 64_000,
     env_allow: Sequence[str] = (),
     bwrap: tuple[str | None, str] | None = None,
+    env: EnvConfig | None = None,
+    limits: LimitsConfig | None = None,
 ) -> ProcessResult:
     """Run ``bash -c command`` confined by ``policy``.
 
@@ -167,6 +171,8 @@ async def run_confined(
         max_output_bytes: How many output bytes to keep (a head and a tail).
         env_allow: Names to keep in the environment even though they look secret.
         bwrap: `resolve_bwrap`'s answer, resolved once at start (default: resolved now).
+        env: ``[plugin.sandbox.env]`` (default: ``inherit = "core"``).
+        limits: ``[plugin.sandbox.limits]`` for a confined command (default: none).
 
     Returns:
         The result; ``backend`` says what confined it.
@@ -176,11 +182,10 @@ async def run_confined(
             was replaced, or the chosen backend failed to set up confinement.
         ValueError: Unknown backend.
     """
-    env = scrub_env(os.environ, env_allow)
-    argv = ["bash", "-c", command]
     if policy.mode == "danger-full-access":
+        environ = command_env(os.environ, env, allow=env_allow)
         out, returncode, timed_out = await run(
-            argv, cwd=cwd, env=env, timeout=timeout, cap=max_output_bytes
+            ["bash", "-c", command], cwd=cwd, env=environ, timeout=timeout, cap=max_output_bytes
         )
         return result(out, returncode, timed_out, "none")
     try:
@@ -189,7 +194,11 @@ async def run_confined(
         raise SandboxUnavailable(str(exc), mode=policy.mode) from None
     resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
     chosen = select_backend(policy, backend, await _probes(resolved))
-    spawn = _Spawn(argv, cwd, env, timeout, max_output_bytes)
+    argv = ["bash", "-c", ulimit_prefix(limits) + command]
+    tmp = private_tmp(policy)
+    tmpdir = None if tmp is None else "/tmp" if chosen == "bwrap" else str(tmp)
+    environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
+    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes)
     if chosen == "landlock":
         out, returncode, timed_out = await _run_landlock(spawn, policy)
     else:
@@ -200,6 +209,9 @@ async def run_confined(
         failure = _runner_failure(done.output, done.exit_code, chosen)
         if failure is not None:
             raise SandboxUnavailable(f"{chosen} failed to confine: {failure}", mode=policy.mode)
+    note = explain(limits, done.output, done.signal)
+    if note is not None:
+        done = attrs.evolve(done, output=f"{done.output.rstrip()}\n{note}\n", limit=note)
     return done
 
 

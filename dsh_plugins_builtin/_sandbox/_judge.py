@@ -7,6 +7,8 @@ and the protected paths.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,6 +55,7 @@ def resolve_in(
     Returns:
         The canonical path, and the pinned root whose pin was just checked (else ``None``).
     """
+    spelled = in_tmp(spelled, policy)
     resolved = policy.resolved
     if resolved is not None and resolved.prefixes and "\0" not in spelled:
         joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
@@ -67,6 +70,60 @@ def resolve_in(
                 root = prefix[:-1]
                 return resolve_abs(joined[len(prefix) :], root), root
     return str(resolve_target(spelled, policy.workspace)), None
+
+
+def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
+    """*spelled*, with a leading ``/tmp`` standing for the private tmp (``policy.tmp``).
+
+    A path under another root that lies in the host's ``/tmp`` (a workspace there) stays as it
+    is: bwrap shows such a root at its own path inside the private ``/tmp`` too.
+    """
+    if policy.tmp is None or not (spelled == "/tmp" or spelled.startswith("/tmp/")):
+        return spelled
+    lexical = os.path.normpath(spelled)
+    resolved = policy.resolved
+    texts = resolved.readable_text if resolved is not None else ()
+    roots = (policy.workspace, *policy.read_roots, *policy.writable_roots)
+    for root in (*texts, *(str(r) for r in roots)):
+        if root != str(policy.tmp) and root != "/" and within(lexical, root):
+            return spelled
+    return f"{policy.tmp}{spelled[4:]}"
+
+
+@functools.cache
+def _deny_texts(paths: tuple[Path, ...]) -> tuple[str, ...]:
+    return tuple(str(path) for path in paths)
+
+
+def denied_by(key: str, policy: SandboxPolicy) -> str | None:
+    """The ``deny_read`` entry the canonical *key* falls under (``~`` for the home), or ``None``."""
+    for text in _deny_texts(policy.deny_read):
+        if within(key, text):
+            return _home_text(text)
+    for pattern in policy.deny_patterns:
+        if fnmatch.fnmatchcase(key, pattern):
+            return _home_text(pattern)
+    return None
+
+
+def _home_text(text: str) -> str:
+    home = os.path.expanduser("~")
+    if home not in ("/", "") and within(text, home):
+        return "~" + text[len(home) :]
+    return text
+
+
+def refuse_denied(spelled: str, key: str, policy: SandboxPolicy, verb: str) -> None:
+    """Raise `FenceDenied` if *key* falls under a ``deny_read`` entry, naming the entry."""
+    entry = denied_by(key, policy)
+    if entry is not None:
+        raise FenceDenied(
+            f"{verb} {describe(spelled, key)} denied by the sandbox: {entry} is in deny_read "
+            "([plugin.sandbox] deny_read, which holds credentials by default; "
+            "deny_read_defaults = false drops the default set)",
+            path=spelled,
+            mode=policy.mode,
+        )
 
 
 def describe(spelled: str, key: Path | str | None) -> str:
@@ -126,6 +183,8 @@ def read_key(
 ) -> tuple[str, str | None]:
     """`check_read` as text, with the pinned root checked on the way (`resolve_in`)."""
     key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
+    if policy.deny_read or policy.deny_patterns:
+        refuse_denied(spelled, key, policy, "read of")
     resolved = policy.resolved
     if resolved is not None and any(within(key, root) for root in resolved.readable_text):
         return key, checked
@@ -165,6 +224,8 @@ def check_write(path: PathArg, policy: SandboxPolicy) -> Path:
         )
     roots = writable_roots(policy)
     if any(within(str(key), str(root)) for root in roots):
+        if policy.deny_read or policy.deny_patterns:
+            refuse_denied(spelled, str(key), policy, "write to")
         _check_protected(spelled, key, policy)
         return key
     raise FenceDenied(

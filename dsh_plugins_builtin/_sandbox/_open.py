@@ -19,7 +19,7 @@ from dsh_plugins_builtin._sandbox._beneath import (
     open_beneath,
     open_dir_nofollow,
 )
-from dsh_plugins_builtin._sandbox._judge import read_key
+from dsh_plugins_builtin._sandbox._judge import denied_by, in_tmp, read_key
 from dsh_plugins_builtin._sandbox._paths import PathArg, within
 from dsh_plugins_builtin._sandbox._pins import gone, pin_holds
 from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy, readable_roots
@@ -100,6 +100,7 @@ def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str
     resolved = policy.resolved
     if resolved is None or not HAVE_OPENAT2 or not spelled.isascii() or "\0" in spelled:
         return None
+    spelled = in_tmp(spelled, policy)
     joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
     parts = [part for part in joined.split("/") if part and part != "."]
     if ".." in parts:
@@ -109,6 +110,8 @@ def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str
     pin = None if root is None else resolved.pins.get(root)
     if pin is None or not (pins_checked or pin_holds(pin, root)):
         return None
+    if (policy.deny_read or policy.deny_patterns) and denied_by(key, policy) is not None:
+        return None  # the long way refuses it, naming the entry
     return key
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import types
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -24,6 +27,7 @@ from dsh_plugins_builtin._sandbox._confine import (
     select_backend,
     startup_problem,
 )
+from dsh_plugins_builtin._sandbox._deny import config_files
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxUnavailable,
@@ -80,9 +84,35 @@ class SandboxPlugin:
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
         self.install = install_paths(_plugin_modules(host))
-        self._policy = build_policy(self._config, host.workspace, host.config.source, self.install)
+        self._policy = self._build(host, self._config)
         self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
         self._check_enforceable(host)
+
+    def _build(self, host: Host, config: SandboxConfig) -> SandboxPolicy:
+        tmp = None
+        if config.private_tmp and config.mode != "danger-full-access":
+            tmp = Path(tempfile.mkdtemp(prefix="dsh-tmp-"))  # 0700, ours
+            weakref.finalize(self, shutil.rmtree, tmp, ignore_errors=True)
+        roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
+        files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+        try:
+            return build_policy(
+                config,
+                host.workspace,
+                host.config.source,
+                self.install,
+                tmp=tmp,
+                files=files,
+            )
+        except ValueError as exc:
+            raise ConfigError(
+                str(exc), path=host.config.source, plugin=self.name, key="deny_read"
+            ) from None
+
+    @property
+    def tmp(self) -> Path | None:
+        """The commands' private tmp directory (``private_tmp``), or ``None``."""
+        return self._policy.tmp if self._policy is not None else None
 
     def _check_enforceable(self, host: Host) -> None:
         """Refuse at start a configuration this machine cannot enforce (never run weaker)."""
@@ -281,6 +311,8 @@ class SandboxPlugin:
                 timeout=timeout,
                 max_output_bytes=config.max_output_bytes,
                 env_allow=config.env_allow,
+                env=config.env,
+                limits=config.limits,
                 bwrap=self.bwrap,
             )
         except SandboxUnavailable as exc:

@@ -33,6 +33,8 @@ SANDBOX_MODES: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "dange
 
 
 def _default_writable_roots(policy: SandboxPolicy) -> tuple[Path, ...]:
+    if policy.tmp is not None:
+        return (policy.workspace, policy.tmp)
     return (policy.workspace, Path("/tmp"), Path(tempfile.gettempdir()))
 
 
@@ -52,10 +54,23 @@ class SandboxPolicy:
         config_file: The config file the host was started with (protected in a writable root).
         install: Where the next ``dsh`` run executes code from (`install_paths`): protected in
             a writable root, so that no tool can change the policy host itself.
+        tmp: The commands' private temporary directory (seen as ``/tmp`` by the file tools and,
+            under bwrap, by commands; ``TMPDIR`` under Landlock), or ``None`` for none. When
+            set, the default writable roots are the workspace and it.
+        deny_read: Paths (canonical, globs expanded) nothing may read: not the file tools, not a
+            command (``[plugin.sandbox] deny_read``).
+        deny_patterns: The ``deny_read`` globs, matched again by the file tools at each call
+            (a file created after the start matches too).
+        unix_sockets: The host Unix sockets a command may connect to (``allow_unix_sockets``).
+        config_files: The files the next ``dsh`` run reads configuration from: protected in a
+            writable root like ``config_file`` (``protect_config``).
     """
 
     mode: SandboxMode = attrs.field(validator=attrs.validators.in_(SANDBOX_MODES))
     workspace: Path = attrs.field(converter=abs_path)
+    tmp: Path | None = attrs.field(
+        default=None, kw_only=True, converter=attrs.converters.optional(abs_path)
+    )
     writable_roots: tuple[Path, ...] = attrs.field(
         converter=abs_paths,
         default=attrs.Factory(_default_writable_roots, takes_self=True),
@@ -67,6 +82,10 @@ class SandboxPolicy:
         default=None, converter=attrs.converters.optional(abs_path)
     )
     install: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
+    deny_read: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
+    deny_patterns: tuple[str, ...] = ()
+    unix_sockets: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
+    config_files: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     pins: tuple[RootPin, ...] = ()
     resolved: _Resolved | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """The canonical roots and protected paths, computed once by `pin_roots` (else per call).

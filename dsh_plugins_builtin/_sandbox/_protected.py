@@ -29,15 +29,21 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     if not roots or roots == (Path("/"),):
         return ()
     out: dict[Path, None] = {}
+    tmp = None if policy.tmp is None else Path(resolve_abs(str(policy.tmp)))
     for entry in policy.protected:
         if os.path.isabs(entry):
             out.setdefault(Path(resolve_abs(os.path.normpath(entry))), None)
             continue
         for root in roots:
-            out.setdefault(Path(resolve_abs(os.path.join(str(root), entry))), None)
+            if root != tmp:  # the private tmp dies with the host: no next run reads it
+                out.setdefault(Path(resolve_abs(os.path.join(str(root), entry))), None)
+    for path in policy.config_files:  # dsh.toml, pyproject.toml, imported settings, ...
+        real = Path(resolve_abs(str(path)))
+        if any(within(str(real), str(root)) for root in roots):
+            out.setdefault(real, None)
     config = _config_in_roots(policy, roots)
-    if config is not None and config.name != "pyproject.toml":
-        # A pyproject.toml is edited legitimately; `config_warning` says what that risks.
+    if config is not None and (config.name != "pyproject.toml" or policy.config_files):
+        # Without protect_config a pyproject.toml stays writable; `config_warning` says so.
         out.setdefault(config, None)
     for path in install_in_roots(policy, roots):
         out.setdefault(path, None)
@@ -101,7 +107,7 @@ def config_warning(policy: SandboxPolicy) -> str | None:
     if roots == (Path("/"),):
         return None
     config = _config_in_roots(policy, roots)
-    if config is None or config.name != "pyproject.toml":
+    if config is None or config.name != "pyproject.toml" or policy.config_files:
         return None
     return (
         f"the config in use is [tool.dsh] in {config}, inside a writable root: a tool (write_file, "

@@ -37,6 +37,8 @@ class ProcessResult:
         timed_out: Whether the timeout killed the process group.
         backend: ``"bwrap"``, ``"landlock"`` or ``"none"`` (unconfined).
         total_bytes: How many bytes the command wrote in all.
+        limit: The resource limit the command ran into (``[plugin.sandbox.limits]``), if any;
+            the output ends with the same sentence.
     """
 
     output: str
@@ -46,6 +48,7 @@ class ProcessResult:
     timed_out: bool
     backend: str
     total_bytes: int
+    limit: str | None = None
 
 
 class Output:

@@ -53,6 +53,7 @@ def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
     if sandbox.get("backend") == "landlock":  # Landlock cannot keep .git & co. read-only,
         sandbox.setdefault("protected", [])  # nor dsh's own installation if it lies in /tmp
         sandbox.setdefault("protect_install", False)
+        sandbox.setdefault("protect_config", False)  # nor dsh.toml, pyproject.toml & co.
     config: dict[str, Any] = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
     return host

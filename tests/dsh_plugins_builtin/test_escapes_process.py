@@ -43,6 +43,7 @@ def escape_host(make_host: Any, ws: Path, backend: str, **sandbox: Any) -> Host:
     sandbox.setdefault("writable_roots", ["."])
     if backend == "landlock":
         sandbox.setdefault("protected", [])
+        sandbox.setdefault("protect_config", False)
     table = {"backend": backend, **sandbox}
     config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": table}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
@@ -498,8 +499,8 @@ def test_unenforceable_network_false_is_an_error_at_start(
     probes = {"bwrap": "not installed", "landlock": None, "landlock-net": "Landlock ABI 3"}
     patch_probes(monkeypatch, lambda bwrap=None: probes)
     with pytest.raises(ConfigError, match=r"key 'network'.*network = false cannot be enforced"):
-        escape_host(make_host, ws, "auto", protected=[])
-    escape_host(make_host, ws, "auto", protected=[], network=True)  # control
+        escape_host(make_host, ws, "auto", protected=[], protect_config=False)
+    escape_host(make_host, ws, "auto", protected=[], protect_config=False, network=True)
 
 
 async def test_root_swapped_right_after_the_check_binds_nothing_else(

@@ -123,7 +123,7 @@ async def test_a_request_too_large_for_one_message_forks_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DSH_TEST_BULK", "x" * (_forkserver.MAX_REQUEST + 1))
-    monkeypatch.setattr(_confine, "scrub_env", lambda environ, allow=(): dict(environ))
+    monkeypatch.setattr(_confine, "command_env", lambda environ, *a, **kw: dict(environ))
     _, grandparent = await _supervisor_of_a_command(ws, policy)
     assert grandparent == os.getpid()
     assert server.broken is None

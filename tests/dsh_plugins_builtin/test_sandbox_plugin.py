@@ -53,8 +53,9 @@ def test_default_policy(make_host: Any, ws: Path) -> None:
     policy = plugin.policy
     assert (policy.mode, policy.workspace, policy.network) == ("workspace-write", ws, False)
     roots = writable_roots(policy)
-    assert ws.resolve() in roots
-    assert Path(tempfile.gettempdir()).resolve() in roots
+    assert plugin.tmp is not None
+    assert roots == (ws.resolve(), plugin.tmp.resolve())  # the workspace and the private tmp
+    assert oct(plugin.tmp.stat().st_mode & 0o777) == "0o700"
     assert plugin.mode == "workspace-write"
     assert plugin.workspace == ws
 
