@@ -13,7 +13,13 @@ from typing import Any, Final
 import trio
 
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
-from dsh_plugins_builtin._sandbox._bwrap import canonical, inside_any, rw_roots, seccomp_pipe
+from dsh_plugins_builtin._sandbox._bwrap import (
+    canonical,
+    inside_any,
+    mount_plan,
+    rw_roots,
+    seccomp_pipe,
+)
 from dsh_plugins_builtin._sandbox._env import scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
@@ -37,9 +43,28 @@ _BACKEND_CHOICES: Final = ("auto", "bwrap", "landlock", "none")
 _PROBE_TIMEOUT: Final = 10.0
 
 
+PROBE_PLAN: Final = (("proc",),)  # the namespaces a command gets, and nothing hidden
+
+
+def landlock_prepared(
+    roots: tuple[str, ...], block_network: bool, plan: tuple[tuple[Any, ...], ...] = ()
+) -> _landlock.Prepared:
+    """The prepared confinement: the ruleset of *roots* (built once: the roots are opened the
+    first time, at start, and never again by path), with the mount *plan* of this call."""
+    return _with_plan(_landlock_base(roots, block_network), plan)
+
+
 @functools.cache
-def landlock_prepared(roots: tuple[str, ...], block_network: bool) -> _landlock.Prepared:
+def _landlock_base(roots: tuple[str, ...], block_network: bool) -> _landlock.Prepared:
     return _landlock.prepare(roots, block_network=block_network)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_plan(base: _landlock.Prepared, plan: tuple[tuple[Any, ...], ...]) -> _landlock.Prepared:
+    return base.with_plan(plan)
+
+
+landlock_prepared.cache_clear = _landlock_base.cache_clear  # type: ignore[attr-defined]
 
 
 def _probe_run(argv: list[str], **extra: Any) -> str | None:
@@ -140,7 +165,7 @@ def _probe_bwrap(bwrap: str) -> str | None:
 
 def _probe_landlock(block_network: bool) -> str | None:
     try:
-        prepared = landlock_prepared((), block_network)
+        prepared = landlock_prepared((), block_network, PROBE_PLAN)
     except _landlock.LandlockUnavailable as exc:
         return str(exc)
     return _probe_run(["true"], preexec_fn=prepared.preexec)
@@ -188,7 +213,7 @@ def probe_fork_server() -> str | None:
     if not _forkclient.ENABLED:
         return "the fork server is switched off"
     try:
-        prepared = landlock_prepared((), False)
+        prepared = landlock_prepared((), False, PROBE_PLAN)
     except _landlock.LandlockUnavailable as exc:
         return str(exc)
 
@@ -220,6 +245,10 @@ def _protected_problem(policy: SandboxPolicy) -> str | None:
     if not inside:
         return None
     shown = ", ".join(str(p) for p in inside[:4]) + (" ..." if len(inside) > 4 else "")
+    configs = {canonical(path) for path in policy.config_files}
+    planted = [str(p) for p in inside if p in configs]
+    if planted:
+        shown = f"{shown} (the config files the next dsh run reads: {', '.join(planted)})"
     return (
         f"[plugin.sandbox] protected: {shown} lie inside writable roots, and Landlock cannot "
         "keep a path read-only inside a writable tree; use bwrap (install bubblewrap, "
@@ -318,7 +347,7 @@ def prepare_landlock(policy: SandboxPolicy) -> None:
     """
     roots = tuple(str(root) for root in rw_roots(policy))
     try:
-        landlock_prepared(roots, not policy.network)
+        landlock_prepared(roots, not policy.network, mount_plan(policy))
     except _landlock.LandlockUnavailable as exc:
         raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
     if _forkclient.ENABLED:

@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
@@ -19,6 +20,7 @@ __all__ = [
     "inside_any",
     "inside_path",
     "masked_dirs",
+    "mount_plan",
     "open_roots",
     "private_tmp",
     "rw_roots",
@@ -136,6 +138,34 @@ def bwrap_argv(
     return [*out, "--", *argv]
 
 
+def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
+    """What Landlock's mount namespace does (`dsh_plugins_builtin._sandbox._mountns`): the same
+    view as `bwrap_argv` gives, minus the protected paths (Landlock refuses those)."""
+    rw = rw_roots(policy)
+    masks = masked_dirs(policy)
+    tmp = private_tmp(policy)
+    plan: list[tuple[Any, ...]] = []
+    for path in masks:
+        if tmp is not None and path == canonical(Path("/tmp")):
+            pin = next((p for p in policy.pins if p.real == tmp), None)
+            ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
+            plan.append(("bind", str(tmp), "/tmp", True, *ident))
+        else:
+            plan.append(("tmpfs", str(path), False))
+    pins = {pin.real: pin for pin in policy.pins}
+    for path, writable in _mounts(policy, None, rw, masks, tmp):
+        pin = pins.get(path)  # a pinned root: bound only if it is still that directory
+        ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
+        plan.append(("bind", str(path), str(path), writable, *ident))
+    for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
+        if os.path.isdir(dev):
+            plan.append(("tmpfs", dev, False))
+    for path, is_dir in _denied(policy, rw, masks):
+        plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))
+    plan.append(("proc",))
+    return tuple(plan)
+
+
 def private_tmp(policy: SandboxPolicy) -> Path | None:
     """The private tmp's canonical path, when it is one of the writable roots."""
     if policy.tmp is None or policy.mode != "workspace-write":
@@ -181,9 +211,10 @@ def _mounts(
 ) -> list[tuple[Path, bool]]:
     """Every bind after the masks, outermost first: ``(path, writable)``."""
     mounts: dict[Path, bool] = {}
+    pinned = {pin.path: pin.real for pin in policy.pins}  # as at start, not as now
     visible = [policy.workspace, *policy.read_roots, *([cwd] if cwd is not None else [])]
     for path in visible:  # a root that lies in a hidden directory stays visible
-        real = canonical(path)
+        real = pinned.get(path) or canonical(path)
         covered = any(under(real, root) for root in rw)
         if inside_any(real, masks) and real.exists() and not covered:
             mounts.setdefault(real, False)
@@ -218,15 +249,28 @@ def _protect_args(
     return out
 
 
-def _deny_args(policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]) -> list[str]:
-    """``deny_read``: an empty read-only tmpfs over a directory, ``/dev/null`` over a file."""
-    out: list[str] = []
+def _denied(
+    policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]
+) -> list[tuple[Path, bool]]:
+    """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
+    out = []
     for path in policy.deny_read:
         if inside_any(path, masks) and not inside_any(path, rw):
             continue  # hidden already
         if os.path.isdir(path):
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+            out.append((path, True))
         elif os.path.lexists(path):
+            out.append((path, False))
+    return out
+
+
+def _deny_args(policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]) -> list[str]:
+    """``deny_read``: an empty read-only tmpfs over a directory, ``/dev/null`` over a file."""
+    out: list[str] = []
+    for path, is_dir in _denied(policy, rw, masks):
+        if is_dir:
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
             out += ["--ro-bind", "/dev/null", str(path)]
     return out
 

@@ -164,39 +164,48 @@ def build_policy(
     """
     ws = Path(os.path.abspath(workspace))
     tmp = tmp if config.private_tmp else None
-    if config.writable_roots is not None:
-        writable = tuple(_root(r, ws) for r in config.writable_roots)
-    elif config.private_tmp:
-        writable = (ws,) if tmp is None else (ws, tmp)
-    else:
-        writable = (ws, Path("/tmp"), Path(tempfile.gettempdir()))
+    writable = _writable(config, ws, tmp)
     read_roots = tuple(_root(r, ws) for r in config.read_roots)
+    denied, globs = _deny(config, ws, (ws, *writable, *read_roots))
+    return pin_roots(
+        SandboxPolicy(
+            config.mode,
+            ws,
+            tmp=tmp,
+            writable_roots=writable,
+            read_roots=read_roots,
+            network=config.network,
+            protected=config.protected,
+            config_file=config_file,
+            install=tuple(install) if config.protect_install else (),
+            deny_read=denied,
+            deny_patterns=globs,
+            unix_sockets=tuple(_root(r, ws) for r in config.allow_unix_sockets),
+            config_files=_config_files(config, ws, writable, files),
+        )
+    )
+
+
+def _deny(
+    config: SandboxConfig, ws: Path, keep: tuple[Path, ...]
+) -> tuple[tuple[Path, ...], tuple[str, ...]]:
     denied, globs, conflicts = expand_deny(
-        config.deny_read,
-        defaults=config.deny_read_defaults,
-        keep=(ws, *writable, *read_roots),
+        config.deny_read, defaults=config.deny_read_defaults, keep=keep, workspace=ws
     )
     if conflicts:
         raise ValueError(
             f"deny_read entries {', '.join(conflicts)} hold the workspace or a writable or "
             "read root, which would then be unreadable; remove them or narrow them"
         )
-    policy = SandboxPolicy(
-        config.mode,
-        ws,
-        tmp=tmp,
-        writable_roots=writable,
-        read_roots=read_roots,
-        network=config.network,
-        protected=config.protected,
-        config_file=config_file,
-        install=tuple(install) if config.protect_install else (),
-        deny_read=denied,
-        deny_patterns=globs,
-        unix_sockets=tuple(_root(r, ws) for r in config.allow_unix_sockets),
-        config_files=_config_files(config, ws, writable, files),
-    )
-    return pin_roots(policy)
+    return denied, globs
+
+
+def _writable(config: SandboxConfig, ws: Path, tmp: Path | None) -> tuple[Path, ...]:
+    if config.writable_roots is not None:
+        return tuple(_root(r, ws) for r in config.writable_roots)
+    if config.private_tmp:
+        return (ws,) if tmp is None else (ws, tmp)
+    return (ws, Path("/tmp"), Path(tempfile.gettempdir()))
 
 
 def _config_files(

@@ -65,6 +65,7 @@ from dsh_plugins_builtin._sandbox._bwrap import (
     MOUNT_POINTS,
     bwrap_argv,
     inside_any,
+    mount_plan,
     open_roots,
     private_tmp,
     rw_roots,
@@ -183,11 +184,8 @@ async def run_confined(
         ValueError: Unknown backend.
     """
     if policy.mode == "danger-full-access":
-        environ = command_env(os.environ, env, allow=env_allow)
-        out, returncode, timed_out = await run(
-            ["bash", "-c", command], cwd=cwd, env=environ, timeout=timeout, cap=max_output_bytes
-        )
-        return result(out, returncode, timed_out, "none")
+        spawn = _Spawn(["bash", "-c", command], cwd, {}, timeout, max_output_bytes)
+        return await _run_unconfined(spawn, command_env(os.environ, env, allow=env_allow))
     try:
         check_pinned(policy)
     except RootReplaced as exc:
@@ -196,22 +194,36 @@ async def run_confined(
     chosen = select_backend(policy, backend, await _probes(resolved))
     argv = ["bash", "-c", ulimit_prefix(limits) + command]
     tmp = private_tmp(policy)
-    tmpdir = None if tmp is None else "/tmp" if chosen == "bwrap" else str(tmp)
+    tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
     environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
     spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes)
+    done = await _run_chosen(chosen, spawn, policy, resolved[0])
+    note = explain(limits, done.output, done.signal)
+    if note is not None:
+        done = attrs.evolve(done, output=f"{done.output.rstrip()}\n{note}\n", limit=note)
+    return done
+
+
+async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResult:
+    out, returncode, timed_out = await run(
+        spawn.argv, cwd=spawn.cwd, env=environ, timeout=spawn.timeout, cap=spawn.cap
+    )
+    return result(out, returncode, timed_out, "none")
+
+
+async def _run_chosen(
+    chosen: str, spawn: _Spawn, policy: SandboxPolicy, bwrap: str | None
+) -> ProcessResult:
     if chosen == "landlock":
         out, returncode, timed_out = await _run_landlock(spawn, policy)
     else:
-        assert resolved[0] is not None  # the probe failed otherwise
-        out, returncode, timed_out = await _run_bwrap(spawn, policy, resolved[0])
+        assert bwrap is not None  # the probe failed otherwise
+        out, returncode, timed_out = await _run_bwrap(spawn, policy, bwrap)
     done = result(out, returncode, timed_out, chosen)
     if not timed_out:
         failure = _runner_failure(done.output, done.exit_code, chosen)
         if failure is not None:
             raise SandboxUnavailable(f"{chosen} failed to confine: {failure}", mode=policy.mode)
-    note = explain(limits, done.output, done.signal)
-    if note is not None:
-        done = attrs.evolve(done, output=f"{done.output.rstrip()}\n{note}\n", limit=note)
     return done
 
 
@@ -235,7 +247,7 @@ class _Spawn:
 async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, int | None, bool]:
     roots = tuple(str(root) for root in rw_roots(policy))
     try:
-        prepared = _landlock_prepared(roots, not policy.network)
+        prepared = _landlock_prepared(roots, not policy.network, mount_plan(policy))
     except _landlock.LandlockUnavailable as exc:
         raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
     return await run(

@@ -52,7 +52,7 @@ def _defaults() -> tuple[str, ...]:
 
 
 def expand_deny(
-    entries: Iterable[str], *, defaults: bool, keep: Iterable[Path]
+    entries: Iterable[str], *, defaults: bool, keep: Iterable[Path], workspace: Path = Path("/")
 ) -> tuple[tuple[Path, ...], tuple[str, ...], tuple[str, ...]]:
     """``deny_read`` as canonical paths and globs.
 
@@ -61,6 +61,7 @@ def expand_deny(
             for the file tools to match later).
         defaults: Add `DEFAULT_DENY_READ` (and ``/root`` for a user other than root).
         keep: The workspace and the roots: a default entry that holds one of them is dropped.
+        workspace: What a relative entry is relative to.
 
     Returns:
         ``(paths, globs, conflicts)``: the configured entries that would hide a root are
@@ -74,7 +75,7 @@ def expand_deny(
         *((e, False) for e in _defaults() if defaults),
         *((e, True) for e in entries),
     ]:
-        spelled = os.path.abspath(os.path.expanduser(entry))
+        spelled = os.path.normpath(os.path.join(workspace, os.path.expanduser(entry)))
         if any(c in spelled for c in _GLOB):
             globs.append(resolve_abs(spelled))
             found = glob.glob(spelled, recursive=True)

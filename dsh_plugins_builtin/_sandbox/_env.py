@@ -82,13 +82,13 @@ class EnvConfig:
         include: Name globs added to what is inherited (an exact name also lets a
             secret-looking value through).
         exclude: Name globs removed, whatever else says.
-        values: ``set = {NAME = "value"}``: set last, as given.
+        set: ``set = {NAME = "value"}``: set last, as given.
     """
 
     inherit: Literal["core", "all", "none"] = "core"
     include: tuple[str, ...] = attrs.field(default=(), validator=_check_globs)
     exclude: tuple[str, ...] = attrs.field(default=(), validator=_check_globs)
-    values: dict[str, str] = attrs.field(factory=dict, metadata={"key": "set"})
+    set: dict[str, str] = attrs.field(factory=dict)
 
 
 def _matches(name: str, globs: Iterable[str]) -> bool:
@@ -131,7 +131,7 @@ def command_env(
     env.update(_FORCED_ENV)
     if tmpdir is not None:
         env.update(TMPDIR=tmpdir, TMP=tmpdir, TEMP=tmpdir)
-    env.update(config.values)
+    env.update(config.set)
     return env
 
 

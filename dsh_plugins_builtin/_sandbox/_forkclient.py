@@ -293,5 +293,6 @@ def _request(
         "cwd": cwd,
         "program": prepared.program_hex,
         "abi": prepared.abi,
+        "plan": [list(step) for step in prepared.plan],
     }
     return json.dumps(request).encode()

@@ -159,7 +159,9 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         request = json.loads(data)
         argv = [str(arg) for arg in request["argv"]]
         env = {str(k): str(v) for k, v in request["env"].items()}
-        prepared = _landlock.Prepared(ruleset, bytes.fromhex(request["program"]), request["abi"])
+        plan = tuple(tuple(step) for step in request.get("plan", ()))
+        program = bytes.fromhex(request["program"])
+        prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
@@ -179,6 +181,7 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
             os._exit(0)
+        prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
         child = os.fork()
         if child == 0:
             _command(prepared, argv, env, old, errors_w, (rep.fileno(), errors_r))

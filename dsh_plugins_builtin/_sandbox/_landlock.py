@@ -33,6 +33,7 @@ import signal
 from collections.abc import Sequence
 from typing import NoReturn
 
+from dsh_plugins_builtin._sandbox import _mountns
 from dsh_plugins_builtin._sandbox._ruleset import (
     _SYS_RESTRICT_SELF,
     LandlockUnavailable,
@@ -70,6 +71,7 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SECCOMP_MODE_FILTER = 2
 _CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
 _CLONE_NEWUSER = 0x10000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
@@ -103,14 +105,17 @@ def _cap_last() -> int:
 class Prepared:
     """A ruleset and a seccomp program built once, applied in each child by `preexec`."""
 
-    def __init__(self, ruleset_fd: int, program: bytes, abi: int) -> None:
+    def __init__(self, ruleset_fd: int, program: bytes, abi: int, plan: _mountns.Plan = ()) -> None:
         """Keep the ruleset descriptor and the filter; nothing is applied yet.
 
         Args:
             ruleset_fd: The Landlock ruleset (close-on-exec; lives as long as the host).
             program: The raw seccomp BPF program.
             abi: The kernel's Landlock ABI.
+            plan: The command's mount namespace (`dsh_plugins_builtin._sandbox._mountns`);
+                empty: the host's view, no namespace (probes).
         """
+        self.plan = plan
         self.ruleset_fd = ruleset_fd
         self.abi = abi
         self.program = program
@@ -124,6 +129,10 @@ class Prepared:
         self._nr_capset = _SYS_CAPSET[machine]
         self._cap_header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
         self._cap_data = (_CapData * 2)()
+
+    def with_plan(self, plan: _mountns.Plan) -> Prepared:
+        """The same ruleset and filter with another mount plan (no rule is built again)."""
+        return Prepared(self.ruleset_fd, self.program, self.abi, plan)
 
     @functools.cached_property
     def program_hex(self) -> str:
@@ -145,19 +154,27 @@ class Prepared:
             self._fail(what)
         return result
 
-    def _private_ipc(self) -> None:
-        """A new IPC namespace, so SysV shared memory and semaphores die with the command.
+    def unshare(self) -> None:
+        """Before the command is forked: new PID and IPC namespaces, so that the command is
+        PID 1 of its own (the host's processes are out of its sight and reach, and every
+        process in it dies with it) and SysV IPC dies with it.
 
-        Root unshares it directly; an ordinary user goes through a user namespace mapping only
-        its own uid and gid. Where neither is allowed (user namespaces disabled) SysV IPC stays
-        shared with the host: a documented limit of this backend.
+        Root unshares them directly; an ordinary user goes through a user namespace mapping
+        only its own uid and gid. Where that is not allowed (user namespaces disabled) this
+        fails, and so does the command: it never runs with the host's processes in view.
+        Without a plan (a probe) nothing is unshared.
         """
+        if not self.plan:
+            return
         libc = self._libc
-        if libc.unshare(ctypes.c_int(_CLONE_NEWIPC)) == 0:
+        flags = _CLONE_NEWPID | _CLONE_NEWIPC
+        if os.geteuid() == 0:
+            if libc.unshare(ctypes.c_int(flags)) != 0:
+                self._fail("unshare(CLONE_NEWPID | CLONE_NEWIPC)")
             return
         uid, gid = os.getuid(), os.getgid()
-        if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWIPC)) != 0:
-            return
+        if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | flags)) != 0:
+            self._fail("unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC): user namespaces")
         for name, text in (
             ("uid_map", f"{uid} {uid} 1\n"),
             ("setgroups", "deny\n"),
@@ -175,7 +192,8 @@ class Prepared:
     def confine_self(self) -> None:
         """Confine the calling process for good (no way back). Call only in a forked child."""
         libc = self._libc
-        self._private_ipc()
+        if self.plan:
+            _mountns.apply(libc, self.plan, self._fail)
         self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         ctypes.set_errno(0)
@@ -226,6 +244,7 @@ class Prepared:
         blocked = {signal.SIGTERM, signal.SIGCHLD}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         self._prctl("prctl(PR_SET_CHILD_SUBREAPER)", _PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self.unshare()
         try:
             pid = os.fork()
         except OSError:
@@ -237,13 +256,14 @@ class Prepared:
         supervise(pid)
 
 
-def prepare(writable: Sequence[str], *, block_network: bool) -> Prepared:
+def prepare(writable: Sequence[str], *, block_network: bool, plan: _mountns.Plan = ()) -> Prepared:
     """Build the ruleset and the seccomp program for one policy (in the host, once).
 
     Args:
         writable: The writable roots (real paths; opened now, so later swaps do not matter).
         block_network: Refuse TCP (Landlock ABI 4), abstract Unix sockets (ABI 6) and every
             socket family but ``AF_UNIX`` (seccomp).
+        plan: The command's mount namespace (`dsh_plugins_builtin._bwrap.mount_plan`).
 
     Returns:
         The prepared confinement; hand `Prepared.preexec` to the spawn.
@@ -257,4 +277,5 @@ def prepare(writable: Sequence[str], *, block_network: bool) -> Prepared:
         program = filter_bpf(block_network)
     except SeccompUnavailable as exc:
         raise LandlockUnavailable(str(exc)) from None
-    return Prepared(build_ruleset(writable, abi, block_network=block_network), program, abi)
+    ruleset = build_ruleset(writable, abi, block_network=block_network)
+    return Prepared(ruleset, program, abi, plan)

@@ -148,7 +148,7 @@ def build_ruleset(writable: Sequence[str], abi: int, *, block_network: bool) -> 
     if block_network:
         attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
     if abi >= 6:
-        attr.scoped = _SCOPE_SIGNAL | (_SCOPE_ABSTRACT_UNIX if block_network else 0)
+        attr.scoped = _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX  # no host abstract socket, ever
     try:
         ruleset_fd = _syscall(
             libc,

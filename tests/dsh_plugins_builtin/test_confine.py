@@ -382,7 +382,7 @@ async def test_setup_failure_in_the_child_raises(
     prepared = _confine._landlock_prepared((str(ws),), True)
     not_a_ruleset = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     broken = _landlock.Prepared(not_a_ruleset, prepared.program, prepared.abi)
-    monkeypatch.setattr(_confine, "_landlock_prepared", lambda roots, net: broken)
+    monkeypatch.setattr(_confine, "_landlock_prepared", lambda roots, net, plan=(): broken)
     try:
         with pytest.raises(
             SandboxUnavailable, match="landlock failed to confine: landlock-run: landlock_restrict"
@@ -551,9 +551,9 @@ async def test_landlock_is_prepared_once_at_start(
     calls: list[tuple[str, ...]] = []
     real = _landlock.prepare
 
-    def counting(writable: Any, *, block_network: bool) -> _landlock.Prepared:
+    def counting(writable: Any, *, block_network: bool, plan: Any = ()) -> _landlock.Prepared:
         calls.append(tuple(writable))
-        return real(writable, block_network=block_network)
+        return real(writable, block_network=block_network, plan=plan)
 
     monkeypatch.setattr(_landlock, "prepare", counting)
     _confine._landlock_prepared.cache_clear()
