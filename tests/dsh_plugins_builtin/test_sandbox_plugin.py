@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -389,3 +390,31 @@ def test_check_when_the_plugin_is_installed_but_blocked(
     assert report["enabled"] is False
     assert report["problem"].startswith("the sandbox plugin is blocked")
     assert "fail closed with SANDBOX_UNAVAILABLE" in report["problem"]
+
+
+def test_check_says_what_lies_next_to_a_commands_files(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: the private tmp, the protected config files, what cannot be read, the
+    environment names (never their values) and the limits."""
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:pw@db/app")
+    monkeypatch.setenv("HOME", str(project))
+    write_config(project, 'deny_read = ["secrets/*"]\n[plugin.sandbox.limits]\nprocesses = 99')
+    assert sandbox_check_command(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tmp"] is not None
+    assert report["writable_roots"] == [str(project.resolve()), report["tmp"]]
+    assert str(project / "dsh.toml") in report["config_files"]["protected"]
+    assert str(project / "pyproject.toml") in report["config_files"]["protected"]
+    assert "~/.ssh" in report["deny_read"]
+    assert str(project / "secrets/*") in report["deny_read"]
+    assert "PATH" in report["env"]
+    assert "DATABASE_URL" not in report["env"]
+    assert report["limits"]["processes"] == 99
+    assert report["processes_enforced"] is (os.geteuid() != 0)
+    assert sandbox_check_command([]) == 0
+    out = capsys.readouterr().out
+    assert "private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): /" in out
+    assert "config files the next run reads, read-only: " in out
+    assert "pw@" not in out
