@@ -67,7 +67,9 @@ async def bench_bash(workspace: Path, calls: int) -> dict[str, Any]:
         reason = probes["landlock-net" if backend == "landlock" else backend]
         if reason is None:
             # Landlock refuses protected paths inside writable roots: measure it without any.
-            extra: dict[str, Any] = {"protected": []} if backend == "landlock" else {}
+            extra: dict[str, Any] = (
+                {"protected": [], "protect_config": False} if backend == "landlock" else {}
+            )
             configs[backend] = make_host(workspace, backend=backend, writable_roots=["."], **extra)
             if backend == "landlock":  # the fallback: the host forks the supervisor itself
                 configs[HOST_FORK] = configs[backend]

@@ -55,7 +55,7 @@ class SandboxConfig:
             writable roots) or ``danger-full-access`` (no fence, commands run unconfined).
         writable_roots: Where ``workspace-write`` may write. ``None`` (the default) means the
             workspace and the private tmp (``private_tmp``; without it the workspace, ``/tmp``
-            and the platform temp dir). A list replaces that set entirely;
+            and the platform temp dir). A list replaces that set (the private tmp too);
             relative entries resolve against the workspace (include ``"."`` to keep it).
         read_roots: Extra directories the file tools may read besides the workspace and the
             writable roots.
