@@ -60,6 +60,7 @@ class Output:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.notes: list[str] = []  # what the run itself has to say (after the output)
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
@@ -78,6 +79,10 @@ class Output:
         return self.total > len(self.head) + len(self.tail)
 
     def text(self) -> str:
+        body = self._body()
+        return "\n".join([body.rstrip("\n"), *self.notes, ""]) if self.notes else body
+
+    def _body(self) -> str:
         head = self.head.decode(errors="replace")
         tail = self.tail.decode(errors="replace")
         if not self.truncated:
@@ -274,8 +279,11 @@ async def _watch(
             await proc.exited()
         await stop()  # the timeout, or background children left after the exit
         await proc.wait()
-        if info is not None:
-            await namespace.wait_gone()
+        if info is not None and not await namespace.wait_gone():
+            out.notes.append(
+                "[sandbox: the command's PID namespace did not end within "
+                f"{_SUPERVISOR_GRACE:g} s: some of its processes may still be running]"
+            )
         with trio.move_on_after(_DRAIN_GRACE):
             await drained.wait()
         nursery.cancel_scope.cancel()
@@ -304,11 +312,14 @@ class _Namespace:
                 break
         self.known.set()
 
-    async def wait_gone(self) -> None:
+    async def wait_gone(self) -> bool:
+        """Wait (a bounded time) until the namespace's init is gone; whether it is."""
         with trio.move_on_after(_SUPERVISOR_GRACE):
             await self.known.wait()
             if self.pidfd is not None:
                 await trio.lowlevel.wait_readable(self.pidfd)
+            return True
+        return False
 
     def close(self) -> None:
         if self.pidfd is not None:

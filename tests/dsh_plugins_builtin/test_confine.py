@@ -11,6 +11,7 @@ import itertools
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from dsh_plugins_builtin._sandbox import _backends, _confine, _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._confine import (
@@ -602,3 +604,26 @@ def test_mount_points_are_removed_through_no_symlink(tmp_path: Path) -> None:
     control.mkdir(parents=True)
     points.give_back([control])
     assert sorted(os.listdir(ws)) == ["moved", "sub"]  # sub2 and sub2/thing removed
+
+
+async def test_a_namespace_still_alive_after_the_grace_is_said_not_hidden(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 22 row 5: "killed" only when verified. A PID namespace whose init outlives the
+    grace is reported as possibly still running, never as killed."""
+    from dsh_plugins_builtin._sandbox import _run
+
+    alive = subprocess.Popen(["sleep", "600"])
+    namespace = _run._Namespace()
+    try:
+        namespace.known.set()
+        namespace.pidfd = os.pidfd_open(alive.pid)
+        assert await namespace.wait_gone() is False
+    finally:
+        namespace.close()
+        alive.kill()
+        alive.wait()
+    out = _run.Output(100)
+    out.feed(b"partial\n")
+    out.notes.append("[sandbox: some of its processes may still be running]")
+    assert out.text() == "partial\n[sandbox: some of its processes may still be running]\n"
