@@ -15,10 +15,13 @@ Each step is a list: ``["tmpfs", path, read_only]``, ``["bind", source, target, 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+
+from dsh_plugins_builtin._sandbox._beneath import DIR_FLAGS, mkdir_beneath, open_beneath
 
 __all__ = ["Plan", "apply"]
 
@@ -28,18 +31,31 @@ _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOEXEC = 8
-_MS_REMOUNT = 32
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _CLONE_NEWNS = 0x00020000
 
 
-def _mkdirs(path: str, file: bool) -> None:
-    parent = os.path.dirname(path) if file else path
-    os.makedirs(parent, exist_ok=True)
-    if file and not os.path.lexists(path):
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+def _target(path: str, *, directory: bool) -> int:
+    """An ``O_PATH`` descriptor of the mount point *path*, made if missing (an empty directory
+    or file), every level reached from a fresh ``/`` following no symlink."""
+    root = os.open("/", DIR_FLAGS)  # this namespace's "/", not one held from before
+    try:
+        rel = path.strip("/")
+        if directory:
+            return mkdir_beneath(root, rel)
+        parent_rel, name = os.path.split(rel)
+        parent = mkdir_beneath(root, parent_rel) if parent_rel else os.dup(root)
+        try:
+            with contextlib.suppress(FileExistsError):
+                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(name, flags, 0o600, dir_fd=parent))
+            return open_beneath(parent, name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(root)
 
 
 def _open_source(step: Sequence[Any], fail: Callable[[str], NoReturn]) -> int:
@@ -88,22 +104,22 @@ def apply(
             sources[i] = _open_source(step, fail)
     for i, step in enumerate(plan):
         kind = step[0]
+        if kind == "proc":
+            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
+            continue
+        source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
+        path = step[2] if kind == "bind" else step[1]
+        try:  # reached from a fresh "/" following no symlink (a command may have planted one)
+            target = _target(path, directory=kind == "tmpfs" or os.path.isdir(source))
+        except OSError:
+            fail(f"reaching the mount point {path} (no symlink may be on the way)")
+        at = f"/proc/self/fd/{target}"
         if kind == "tmpfs":
             flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if step[2] else 0)
-            mount("tmpfs", step[1], "tmpfs", flags, "mounting a tmpfs on")
-        elif kind in ("bind", "null"):
-            source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
-            target = step[2] if kind == "bind" else step[1]
-            try:
-                _mkdirs(target, file=not os.path.isdir(source))
-            except OSError:
-                fail(f"making the mount point {target}")
-            mount(source, target, None, _MS_BIND | _MS_REC, "binding")
-            if kind == "null" or not step[3]:
-                flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-                mount(None, target, None, flags, "making read-only")
-        elif kind == "proc":
-            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
+            mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:")
+        else:  # writes stay Landlock's to allow or refuse: no read-only remount is needed
+            mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")
+        os.close(target)
     for fd in sources.values():
         os.close(fd)
     try:  # the old working directory lies in the mounts now covered: enter the new view

@@ -406,3 +406,22 @@ async def test_row7_the_next_runs_config_cannot_be_planted(
     assert not (ws / "dsh.toml").is_file()
     assert (ws / "perms" / "settings.json").read_text() == "{}\n"
     assert not (ws / ".claude" / "settings.json").exists()
+
+
+def test_a_mount_point_is_never_made_through_a_planted_symlink(tmp_path: Path) -> None:
+    """A command may leave a symlink in the private tmp where the next Landlock command's
+    mount points are made (before Landlock applies): it is refused, never followed."""
+    from dsh_plugins_builtin._sandbox import _mountns
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "pytest-of-someone").symlink_to(target)
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        _mountns._target(str(tmp_path / "tmp" / "pytest-of-someone" / "ws"), directory=True)
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        _mountns._target(str(tmp_path / "tmp" / "pytest-of-someone" / "f.sock"), directory=False)
+    assert list(target.iterdir()) == []
+    made = _mountns._target(str(tmp_path / "tmp" / "real" / "ws"), directory=True)  # control
+    os.close(made)
+    assert (tmp_path / "tmp" / "real" / "ws").is_dir()

@@ -67,7 +67,7 @@ async def _supervisor_of_a_command(ws: Path, policy: SandboxPolicy) -> tuple[int
 
         async def run() -> None:
             result = await run_confined(
-                f"echo go > {fifo}; exec sleep {marker}",
+                f"echo go > {fifo}; sleep {marker}",
                 cwd=ws,
                 policy=policy,
                 backend="landlock",
@@ -78,7 +78,11 @@ async def _supervisor_of_a_command(ws: Path, policy: SandboxPolicy) -> tuple[int
         nursery.start_soon(run)
         with trio.fail_after(30):
             await trio.to_thread.run_sync(fifo.read_text, abandon_on_cancel=True)
-        (command,) = processes_with(marker)  # bash, or the sleep it became (the same PID)
+        left: list[int] = []
+        with trio.fail_after(10):  # /proc may miss a process mid-fork: look again
+            while not (left := processes_with(marker)):
+                await trio.sleep(0.01)
+        (command,) = [pid for pid in left if _parent_of(pid) not in left]
         supervisor = _parent_of(command)
         found += [supervisor, _parent_of(supervisor)]
         nursery.cancel_scope.cancel()
