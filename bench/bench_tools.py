@@ -35,7 +35,7 @@ from typing import Any
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin._sandbox import _confine
+from dsh_plugins_builtin._sandbox import _forkclient
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin._tools._walk import walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -67,7 +67,9 @@ async def bench_bash(workspace: Path, calls: int) -> dict[str, Any]:
         reason = probes["landlock-net" if backend == "landlock" else backend]
         if reason is None:
             # Landlock refuses protected paths inside writable roots: measure it without any.
-            extra: dict[str, Any] = {"protected": []} if backend == "landlock" else {}
+            extra: dict[str, Any] = (
+                {"protected": [], "protect_config": False} if backend == "landlock" else {}
+            )
             configs[backend] = make_host(workspace, backend=backend, writable_roots=["."], **extra)
             if backend == "landlock":  # the fallback: the host forks the supervisor itself
                 configs[HOST_FORK] = configs[backend]
@@ -81,14 +83,14 @@ async def bench_bash(workspace: Path, calls: int) -> dict[str, Any]:
     samples: dict[str, list[float]] = {name: [] for name in configs}
     raw_samples: list[float] = []
     for name, host in configs.items():  # warm-up: imports, first fork
-        _confine._USE_FORK_SERVER = name != HOST_FORK
+        _forkclient.ENABLED = name != HOST_FORK
         await time_call(host, "bash", {"command": "true"})
     for _ in range(calls):
         for name, host in configs.items():
-            _confine._USE_FORK_SERVER = name != HOST_FORK
+            _forkclient.ENABLED = name != HOST_FORK
             elapsed, _result = await time_call(host, "bash", {"command": "true"})
             samples[name].append(elapsed)
-        _confine._USE_FORK_SERVER = True
+        _forkclient.ENABLED = True
         if raw is not None:
             started = time.perf_counter()
             await trio.run_process(raw)

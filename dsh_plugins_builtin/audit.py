@@ -252,7 +252,9 @@ def _check_location(host: Host, path: Path, *, configured: bool, required: bool)
 
 def _writable_root_holding(host: Host, directory: Path) -> Path | None:
     """The writable root of the sandbox policy that holds *directory*, unless protected."""
-    from .sandbox import SandboxConfig, SandboxPlugin, SandboxUnavailableError, build_policy
+    from ._sandbox._config import SandboxConfig, build_policy
+    from ._sandbox._errors import SandboxUnavailableError
+    from ._sandbox._plugin import SandboxPlugin
 
     sandbox = host.pm.get_plugin("sandbox")
     if not isinstance(sandbox, SandboxPlugin):

@@ -59,8 +59,9 @@ from dsh_host import (
     hookimpl,
 )
 from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
+from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
 from dsh_plugins_builtin._sandbox._fence import protected_paths
-from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
+from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
 
 __all__ = [
     "NoticeDoesNotFit",

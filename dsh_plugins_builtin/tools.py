@@ -26,12 +26,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
+from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
 from dsh_plugins_builtin._sandbox._fence import config_warning
+from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
 from dsh_plugins_builtin._tools._bash import make_bash_tool
 from dsh_plugins_builtin._tools._files import make_file_tools
 from dsh_plugins_builtin._tools._search import make_search_tools
 from dsh_plugins_builtin._tools._support import FailClosedSandbox, Sandbox
-from dsh_plugins_builtin.sandbox import SandboxConfig, SandboxPlugin, build_policy
 
 __all__ = ["TOOL_NAMES", "ToolsPlugin"]
 

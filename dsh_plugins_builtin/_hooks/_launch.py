@@ -237,7 +237,7 @@ def sandbox_policy(host: Host) -> SandboxPolicy | None:
     try:
         policy = sandbox.policy
     except Exception:  # the sandbox plugin has not started yet: build the policy it will build
-        from dsh_plugins_builtin.sandbox import build_policy
+        from dsh_plugins_builtin._sandbox._config import build_policy
 
         policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
     return policy if isinstance(policy, SandboxPolicy) else None

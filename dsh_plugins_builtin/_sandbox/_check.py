@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from dsh_host import Host
 from dsh_plugins_builtin._sandbox._confine import SandboxUnavailable, resolve_bwrap, select_backend
-from dsh_plugins_builtin._sandbox._fence import install_in_roots, readable_roots, writable_roots
+from dsh_plugins_builtin._sandbox._env import command_env
+from dsh_plugins_builtin._sandbox._fence import (
+    install_in_roots,
+    protected_paths,
+    readable_roots,
+    writable_roots,
+)
+from dsh_plugins_builtin._sandbox._paths import resolve_abs
 
 __all__ = ["check_report", "render_report"]
 
@@ -80,24 +89,8 @@ def check_report(
             "enable the sandbox plugin"
         )
         return report, 1
+    report.update(_policy_report(plugin))
     policy, config = plugin.policy, plugin.config
-    report.update(
-        mode=policy.mode,
-        backend=config.backend,
-        network=policy.network,
-        workspace=str(policy.workspace),
-        writable_roots=[str(r) for r in writable_roots(policy)],
-        readable_roots=[str(r) for r in readable_roots(policy)],
-    )
-    # dsh's own installation: read-only to tools where it lies in a writable root, unless
-    # protect_install is off (then it is reported as exposed)
-    roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
-    everywhere = attrs.evolve(policy, install=plugin.install)
-    inside = [str(p) for p in install_in_roots(everywhere, roots)]
-    report["install"] = {
-        "protected": inside if config.protect_install else [],
-        "exposed": [] if config.protect_install else inside,
-    }
     try:
         report["chosen"] = select_backend(policy, config.backend, probes)
     except SandboxUnavailable as exc:
@@ -127,6 +120,7 @@ def render_report(report: dict[str, Any]) -> list[str]:
         )
         lines.append(f"workspace: {report['workspace']}")
         lines.append(f"writable roots: {', '.join(report['writable_roots']) or 'none'}")
+        lines += _boundary_lines(report)
         install = report["install"]
         if install["protected"]:
             shown = ", ".join(install["protected"])
@@ -149,4 +143,68 @@ def render_report(report: dict[str, Any]) -> list[str]:
         lines.append(f"landlock commands would start from: {how}{why}")
     if report.get("problem"):
         lines.append(f"problem: {report['problem']}")
+    return lines
+
+
+def _home(text: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + text[len(home) :] if home != "/" and text.startswith(home + "/") else text
+
+
+def _policy_report(plugin: Any) -> dict[str, Any]:
+    """What the plugin's policy lets a command and a tool do (the report's policy part)."""
+    policy, config = plugin.policy, plugin.config
+    # dsh's own installation: read-only to tools where it lies in a writable root, unless
+    # protect_install is off (then it is reported as exposed)
+    roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
+    everywhere = attrs.evolve(policy, install=plugin.install)
+    inside = [str(p) for p in install_in_roots(everywhere, roots)]
+    configs = {Path(resolve_abs(str(path))) for path in policy.config_files}
+    config_inside = [str(p) for p in protected_paths(policy) if p in configs]
+    environ = command_env(os.environ, config.env, allow=config.env_allow, tmpdir="/tmp")
+    limits = attrs.asdict(config.limits)
+    return {
+        "tmp": None if policy.tmp is None else str(policy.tmp),
+        "config_files": {"protected": config_inside, "protect_config": config.protect_config},
+        "deny_read": [_home(str(p)) for p in policy.deny_read] + list(policy.deny_patterns),
+        "unix_sockets": [str(p) for p in policy.unix_sockets],
+        "env": sorted(environ),
+        "limits": limits,
+        "processes_enforced": os.geteuid() != 0 and limits["processes"] is not None,
+        "mode": policy.mode,
+        "backend": config.backend,
+        "network": policy.network,
+        "workspace": str(policy.workspace),
+        "writable_roots": [str(r) for r in writable_roots(policy)],
+        "readable_roots": [str(r) for r in readable_roots(policy)],
+        "install": {
+            "protected": inside if config.protect_install else [],
+            "exposed": [] if config.protect_install else inside,
+        },
+    }
+
+
+def _boundary_lines(report: dict[str, Any]) -> list[str]:
+    """What lies next to a command's files: tmp, config files, credentials, env, limits."""
+    lines = []
+    tmp = report["tmp"]
+    lines.append(
+        f"private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): {tmp}"
+        if tmp
+        else "private tmp: off (private_tmp = false): commands share the host's /tmp"
+    )
+    protected = report["config_files"]["protected"]
+    if protected:
+        lines.append(f"config files the next run reads, read-only: {', '.join(protected)}")
+    elif not report["config_files"]["protect_config"]:
+        lines.append("WARNING: protect_config = false: commands may plant the next run's config")
+    lines.append(f"unreadable (deny_read): {', '.join(report['deny_read']) or 'nothing'}")
+    lines.append(
+        f"host Unix sockets a command may use: {', '.join(report['unix_sockets']) or 'none'}"
+    )
+    lines.append(f"environment names a command gets: {', '.join(report['env'])}")
+    limits = ", ".join(f"{k} = {v}" for k, v in report["limits"].items() if v is not None)
+    lines.append(f"limits per command: {limits or 'none'}")
+    if not report["processes_enforced"] and report["limits"]["processes"] is not None:
+        lines.append("  (processes is not enforced: the kernel never limits uid 0's processes)")
     return lines

@@ -32,6 +32,7 @@ from dsh_plugins_builtin._sandbox import _forkserver, _landlock
 
 __all__ = ["ForkServer", "Launched", "shared"]
 
+ENABLED = True  # Landlock commands start from the fork server when it works (tests turn it off)
 _HANDSHAKE_TIMEOUT: Final = 10.0
 _BOOT: Final = (  # the package's directory goes last: nothing there can shadow the stdlib
     "import sys; sys.path.append(sys.argv[1]); "
@@ -186,18 +187,7 @@ class ForkServer:
             ValueError: A NUL in an argument, a name or a value (as a spawn would).
             UnicodeEncodeError: One that cannot be encoded for ``exec`` (as a spawn would).
         """
-        for text in (*argv, *env, *env.values(), cwd):  # the launcher must not find out later
-            if "\0" in text:
-                raise ValueError("embedded null byte")
-            os.fsencode(text)
-        request = {
-            "argv": list(argv),
-            "env": env,
-            "cwd": cwd,
-            "program": prepared.program_hex,
-            "abi": prepared.abi,
-        }
-        body = json.dumps(request).encode()
+        body = _request(argv, env, cwd, prepared)
         if len(body) > _forkserver.MAX_REQUEST or not self.start():
             return None
         ctl = self._ctl
@@ -286,3 +276,23 @@ atexit.register(_shared.close)
 def shared() -> ForkServer:
     """The process's fork server (started on first use)."""
     return _shared
+
+
+def _request(
+    argv: Sequence[str], env: dict[str, str], cwd: str, prepared: _landlock.Prepared
+) -> bytes:
+    """The fork server's request, checked as ``exec`` would (the launcher must not find out
+    later)."""
+    for text in (*argv, *env, *env.values(), cwd):
+        if "\0" in text:
+            raise ValueError("embedded null byte")
+        os.fsencode(text)
+    request = {
+        "argv": list(argv),
+        "env": env,
+        "cwd": cwd,
+        "program": prepared.program_hex,
+        "abi": prepared.abi,
+        "plan": [list(step) for step in prepared.plan],
+    }
+    return json.dumps(request).encode()

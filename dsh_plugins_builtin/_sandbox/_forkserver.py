@@ -40,7 +40,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
-from dsh_plugins_builtin._sandbox import _landlock
+from dsh_plugins_builtin._sandbox import _landlock, _ruleset, _supervisor
 
 __all__ = [
     "FAILED_CHDIR",
@@ -54,11 +54,11 @@ __all__ = [
     "STATUS",
 ]
 
-RECORD: Final = _landlock.REPORT
+RECORD: Final = _supervisor.REPORT
 HELLO: Final = 1  # value: the launcher's pid; carries its pidfd
 STARTED: Final = 2  # the command was exec'd
 # value: the command's exit code (negative: the signal that ended it)
-STATUS: Final = _landlock.REPORT_STATUS
+STATUS: Final = _supervisor.REPORT_STATUS
 FAILED_CHDIR: Final = 4  # value: errno
 FAILED_EXEC: Final = 5  # value: errno
 FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
@@ -70,7 +70,7 @@ GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command 
 def _subreaper() -> None:
     """Become a child subreaper, or raise `OSError` (nothing here goes on without it)."""
     ctypes.set_errno(0)
-    if _landlock._libc().prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if _ruleset._libc().prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
@@ -131,9 +131,9 @@ class _Server:
         return True
 
     def reap(self) -> None:
-        for pid, _ in _landlock.exited():
+        for pid, _ in _supervisor.exited():
             self.launchers.discard(pid)
-        for pid in _landlock._children():  # orphans of a launcher that was killed outright
+        for pid in _supervisor.children():  # orphans of a launcher that was killed outright
             if pid not in self.launchers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -159,7 +159,9 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         request = json.loads(data)
         argv = [str(arg) for arg in request["argv"]]
         env = {str(k): str(v) for k, v in request["env"].items()}
-        prepared = _landlock.Prepared(ruleset, bytes.fromhex(request["program"]), request["abi"])
+        plan = tuple(tuple(step) for step in request.get("plan", ()))
+        program = bytes.fromhex(request["program"])
+        prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
@@ -179,6 +181,7 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
             os._exit(0)
+        prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
         child = os.fork()
         if child == 0:
             _command(prepared, argv, env, old, errors_w, (rep.fileno(), errors_r))
@@ -195,7 +198,7 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
             with contextlib.suppress(BaseException):
                 _send(rep, FAILED_SETUP, (exc.errno or 0) if isinstance(exc, OSError) else 0)
         os._exit(_landlock.EXIT_RUNNER_FAILURE)
-    _landlock._supervise(child, rep.fileno())
+    _supervisor.supervise(child, rep.fileno())
 
 
 def _command(

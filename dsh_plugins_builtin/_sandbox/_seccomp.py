@@ -14,7 +14,12 @@ action is *allow*, and these calls fail with ``EPERM`` (``EAFNOSUPPORT`` for soc
   ``ENOSYS`` (its flags live in memory seccomp cannot read, so the C library falls back to
   ``clone``, which is checked);
 * ``keyctl``, ``add_key``, ``request_key`` (the kernel keyring is not namespaced);
-* ``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``kcmp``, ``pidfd_getfd``;
+* ``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``kcmp``, ``pidfd_open``,
+  ``pidfd_getfd``;
+* on any process but the caller itself (a PID other than 0): ``prlimit64``,
+  ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
+  ``migrate_pages``, ``move_pages``; ``setpriority`` and ``ioprio_set`` of anything but the
+  calling process (no process group, no user);
 * ``mknod``/``mknodat`` of a character or block device (FIFOs and sockets stay allowed);
 * ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)`` (typing into or driving a terminal);
 * kernel-wide knobs: module loading, ``kexec_*``, ``bpf``, ``perf_event_open``, ``userfaultfd``,
@@ -33,7 +38,7 @@ import functools
 import os
 import stat
 import tempfile
-from typing import Final
+from typing import Any, Final
 
 __all__ = ["SeccompUnavailable", "filter_bpf"]
 
@@ -58,6 +63,7 @@ _EPERM_CALLS: Final = (
     "process_vm_writev",
     "kcmp",
     "pidfd_getfd",
+    "pidfd_open",
     "init_module",
     "finit_module",
     "delete_module",
@@ -90,6 +96,8 @@ _CLONE_NEW_MASK_ALL: Final = _CLONE_NEW_MASK | 0x10000000 | 0x20000000 | 0x40000
 _TIOCSTI: Final = 0x5412
 _TIOCLINUX: Final = 0x541C
 _AF_UNIX: Final = 1
+_PRIO_PROCESS: Final = 0
+_IOPRIO_WHO_PROCESS: Final = 1
 
 
 class SeccompUnavailable(Exception):
@@ -119,12 +127,27 @@ def _build(block_network: bool) -> bytes:
         flt.add_rule(deny, "mknodat", sc.Arg(2, sc.MASKED_EQ, fmt, kind))
     for request in (_TIOCSTI, _TIOCLINUX):
         flt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    _self_only(sc, flt, deny)
     if block_network:
         flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, _AF_UNIX))
     with tempfile.TemporaryFile() as out:
         flt.export_bpf(out)
         out.seek(0)
         return out.read()
+
+
+def _self_only(sc: Any, flt: Any, deny: Any) -> None:
+    """Calls that reach another process by its PID work on the caller only (PID 0): limits,
+    priorities, CPU and I/O scheduling, memory placement. Otherwise a command could starve or
+    cripple the host, its supervisor or the fork server (lower their open-file limit, say)."""
+    for name in ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam"):
+        flt.add_rule(deny, name, sc.Arg(0, sc.NE, 0))
+    for name in ("sched_setattr", "migrate_pages", "move_pages"):
+        flt.add_rule(deny, name, sc.Arg(0, sc.NE, 0))
+    flt.add_rule(deny, "setpriority", sc.Arg(0, sc.NE, _PRIO_PROCESS))  # not a group or user
+    flt.add_rule(deny, "setpriority", sc.Arg(1, sc.NE, 0))
+    flt.add_rule(deny, "ioprio_set", sc.Arg(0, sc.NE, _IOPRIO_WHO_PROCESS))
+    flt.add_rule(deny, "ioprio_set", sc.Arg(1, sc.NE, 0))
 
 
 def _flag_bits(mask: int) -> list[int]:

@@ -31,6 +31,7 @@ from dsh_host import (
     ToolRunContext,
     define_tool,
 )
+from dsh_plugins_builtin._sandbox._errors import SandboxError, SandboxUnavailableError
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._ripgrep import (
     RgOutput,
@@ -68,7 +69,6 @@ from dsh_plugins_builtin._tools._walk import (
     walk_files,
 )
 from dsh_plugins_builtin._tools._walk import regex_error as re2_error
-from dsh_plugins_builtin.sandbox import SandboxError, SandboxUnavailableError
 
 __all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "make_grep_tool"]
 

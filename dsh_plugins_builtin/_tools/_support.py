@@ -18,6 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from dsh_host import DshError, ToolArgsError, ToolExecution, ToolExecutionResult, ToolFailure
 from dsh_plugins_builtin._sandbox._confine import ProcessResult
+from dsh_plugins_builtin._sandbox._errors import (
+    SandboxDeniedError,
+    SandboxError,
+    SandboxUnavailableError,
+)
 from dsh_plugins_builtin._sandbox._fence import (
     FenceDenied,
     FileStamp,
@@ -28,7 +33,6 @@ from dsh_plugins_builtin._sandbox._fence import (
     pin_roots,
     stamp,
 )
-from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxError, SandboxUnavailableError
 
 __all__ = [
     "BINARY_SNIFF_BYTES",

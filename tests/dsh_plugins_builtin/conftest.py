@@ -11,7 +11,8 @@ import pytest
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin._sandbox import _confine, _forkclient
+from dsh_plugins_builtin import sandbox as sandbox_module
+from dsh_plugins_builtin._sandbox import _forkclient, _plugin
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -33,17 +34,17 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     name: str = request.param
     if name == "landlock-forking-the-host":
         name = "landlock"
-        monkeypatch.setattr(_confine, "_USE_FORK_SERVER", False)
+        monkeypatch.setattr(_forkclient, "ENABLED", False)
     # The escape tests run with network = false, which Landlock honours only via "landlock-net".
     reason = probe_backends()["landlock-net" if name == "landlock" else name]
-    if reason is None and name == "landlock" and _confine._USE_FORK_SERVER:
+    if reason is None and name == "landlock" and _forkclient.ENABLED:
         reason = _forkclient.shared().broken
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"sandbox backend {name!r} must work on CI but does not: {reason}")
         pytest.skip(f"sandbox backend {name!r} does not work here: {reason}")
     yield name
-    if name == "landlock" and _confine._USE_FORK_SERVER:  # it did not fall back meanwhile
+    if name == "landlock" and _forkclient.ENABLED:  # it did not fall back meanwhile
         assert _forkclient.shared().broken is None
 
 
@@ -52,6 +53,7 @@ def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:
     if sandbox.get("backend") == "landlock":  # Landlock cannot keep .git & co. read-only,
         sandbox.setdefault("protected", [])  # nor dsh's own installation if it lies in /tmp
         sandbox.setdefault("protect_install", False)
+        sandbox.setdefault("protect_config", False)  # nor dsh.toml, pyproject.toml & co.
     config: dict[str, Any] = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": sandbox}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
     return host
@@ -84,3 +86,9 @@ async def wait_gone(pids: list[int], within: float = 10) -> None:
                 await trio.lowlevel.wait_readable(fd)
             finally:
                 os.close(fd)
+
+
+def patch_probes(monkeypatch: pytest.MonkeyPatch, fake: Any) -> None:
+    """Make the sandbox plugin and ``dsh sandbox check`` see *fake* as `probe_backends`."""
+    for module in (sandbox_module, _plugin):
+        monkeypatch.setattr(module, "probe_backends", fake)

@@ -560,6 +560,7 @@ def test_a_symlink_into_a_writable_root_is_refused_too(make_host, ws, tmp_path):
 def test_the_default_writable_roots_include_tmp(make_host, ws, tmp_path):
     config = _sandboxed(ws, {"path": str(tmp_path / "elsewhere" / "a.sqlite3")})
     del config["plugin"]["sandbox"]["writable_roots"]  # workspace, /tmp and the temp dir
+    config["plugin"]["sandbox"]["private_tmp"] = False  # (with a private tmp: not /tmp)
     with pytest.raises(ConfigError, match="writable root"):
         make_host(AuditPlugin(), SandboxPlugin(), config=config)
 

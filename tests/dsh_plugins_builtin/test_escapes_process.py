@@ -30,10 +30,10 @@ import trio.testing
 
 from dsh_host import ConfigError, Host
 from dsh_host._host._config import find_config
-from dsh_plugins_builtin import sandbox as sandbox_module
+from dsh_plugins_builtin._sandbox import _plugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
-from tests.dsh_plugins_builtin.conftest import processes_with
+from tests.dsh_plugins_builtin.conftest import patch_probes, processes_with
 
 ZERO_CAPS = "0000000000000000"
 
@@ -43,6 +43,7 @@ def escape_host(make_host: Any, ws: Path, backend: str, **sandbox: Any) -> Host:
     sandbox.setdefault("writable_roots", ["."])
     if backend == "landlock":
         sandbox.setdefault("protected", [])
+        sandbox.setdefault("protect_config", False)
     table = {"backend": backend, **sandbox}
     config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": table}}
     host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
@@ -447,7 +448,7 @@ async def test_a_command_cannot_change_the_code_the_next_run_executes(
     (venv / "lib" / "site-packages").mkdir(parents=True)
     source.mkdir(parents=True)
     (source / "__init__.py").write_text("ALLOW = False\n")
-    monkeypatch.setattr(sandbox_module, "install_paths", lambda modules: (venv, source))
+    monkeypatch.setattr(_plugin, "install_paths", lambda modules: (venv, source))
     if backend == "landlock":
         with pytest.raises(ConfigError, match=r"key 'protected'.*protect_install = false"):
             escape_host(make_host, ws, backend)
@@ -496,10 +497,10 @@ def test_unenforceable_network_false_is_an_error_at_start(
     make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probes = {"bwrap": "not installed", "landlock": None, "landlock-net": "Landlock ABI 3"}
-    monkeypatch.setattr("dsh_plugins_builtin.sandbox.probe_backends", lambda bwrap=None: probes)
+    patch_probes(monkeypatch, lambda bwrap=None: probes)
     with pytest.raises(ConfigError, match=r"key 'network'.*network = false cannot be enforced"):
-        escape_host(make_host, ws, "auto", protected=[])
-    escape_host(make_host, ws, "auto", protected=[], network=True)  # control
+        escape_host(make_host, ws, "auto", protected=[], protect_config=False)
+    escape_host(make_host, ws, "auto", protected=[], protect_config=False, network=True)
 
 
 async def test_root_swapped_right_after_the_check_binds_nothing_else(

@@ -1,6 +1,6 @@
 """The process escape tests, again as an unprivileged user, so one ``python -m pytest`` covers both.
 
-As root, `test_escape_tests_pass_as_an_unprivileged_user` re-runs `test_escapes_process.py` (and
+As root, `test_escape_tests_pass_as_an_unprivileged_user` re-runs `test_escapes_process.py` and `test_escapes_boundary.py` (and
 the path-rule resolution test of `test_rules.py`) as ``nobody`` (``setpriv --reuid --regid --clear-groups``) in a temporary directory that user owns,
 and asserts that run passes. The checkout and the interpreter must be reachable by that user;
 ``.ci/run`` makes their directories traversable (``chmod o+x``).
@@ -22,6 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MODULES = (
     "tests/dsh_plugins_builtin/test_escapes_process.py",
+    "tests/dsh_plugins_builtin/test_escapes_boundary.py",  # issue 22: what lies next to it
     # path rules resolve links as os.path.realpath does, unreadable directories included
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from dsh_plugins_builtin._sandbox import _fence
+from dsh_plugins_builtin._sandbox import _fence, _open
 from dsh_plugins_builtin._sandbox._fence import (
     FenceDenied,
     SandboxPolicy,
@@ -452,11 +452,11 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
 
     if pinned:  # roots pinned: the path is first opened as spelled, unresolved
         policy = pin_roots(policy)
-        assert _fence._lexical_key("d/f.txt", policy, False) is not None
+        assert _open._lexical_key("d/f.txt", policy, False) is not None
     (ws / "d").mkdir()
     (ws / "d" / "f.txt").write_text("inside")
     (outside / "f.txt").write_text("OUTSIDE")
-    real_check = _fence._read_key
+    real_check = _open.read_key
 
     def check_then_swap(
         path: str, policy: SandboxPolicy, pins_checked: bool = False
@@ -467,16 +467,16 @@ def test_open_read_refuses_a_symlink_swapped_in_after_the_check(
             (ws / "d").symlink_to(outside)
         return key
 
-    monkeypatch.setattr(_fence, "_read_key", check_then_swap)
+    monkeypatch.setattr(_open, "read_key", check_then_swap)
     # Where the path needs no resolving it is first opened as spelled: swap before that too.
-    lexical = _fence._lexical_key
+    lexical = _open._lexical_key
 
     def lexical_then_swap(path: str, policy: SandboxPolicy, pins_checked: bool) -> str | None:
         key = lexical(path, policy, pins_checked)
         check_then_swap(path, policy)
         return key
 
-    monkeypatch.setattr(_fence, "_lexical_key", lexical_then_swap)
+    monkeypatch.setattr(_open, "_lexical_key", lexical_then_swap)
     with pytest.raises(FenceDenied):  # the retry judges the path again: now it points out
         open_read("d/f.txt", policy)
 

@@ -125,11 +125,38 @@ async def test_the_config_file_in_use_is_protected(make_host: Any, ws: Path) -> 
     assert not ok.is_error
 
 
-async def test_a_pyproject_config_in_the_workspace_stays_writable_with_a_warning(
+@pytest.mark.parametrize("has_table", [True, False])
+async def test_a_pyproject_in_the_workspace_is_protected_whether_or_not_it_configures_dsh(
+    make_host: Any, ws: Path, caplog: pytest.LogCaptureFixture, has_table: bool
+) -> None:
+    """Issue 22 row 7: a tool appending [tool.dsh] (mode = "danger-full-access") to a
+    pyproject.toml would set the next run's policy; it is protected like dsh.toml."""
+    config = ws / "pyproject.toml"
+    table = f'\n[tool.dsh.host]\nworkspace = "{ws}"\n' if has_table else ""
+    config.write_text(f'[project]\nname = "x"\n{table}')
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.tools"):
+        host = make_host(
+            ToolsPlugin(), SandboxPlugin(), config=str(config) if has_table else _ws_config(ws)
+        )
+    assert not [r for r in caplog.records if r.name == "dsh_plugins_builtin.tools"]
+    planted = '[tool.dsh.plugin.sandbox]\nmode = "danger-full-access"\n'
+    result = await host.call(
+        "edit_file", {"path": "pyproject.toml", "old_text": 'name = "x"', "new_text": planted}
+    )
+    assert result.is_error
+    assert "pyproject.toml" in result.text
+    assert "protect" in result.text
+    assert "danger" not in config.read_text()
+
+
+async def test_a_pyproject_config_stays_writable_with_a_warning_without_protect_config(
     make_host: Any, ws: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = ws / "pyproject.toml"
-    config.write_text(f'[project]\nname = "x"\n\n[tool.dsh.host]\nworkspace = "{ws}"\n')
+    config.write_text(
+        f'[project]\nname = "x"\n\n[tool.dsh.host]\nworkspace = "{ws}"\n'
+        "[tool.dsh.plugin.sandbox]\nprotect_config = false\n"
+    )
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.tools"):
         host = make_host(ToolsPlugin(), SandboxPlugin(), config=str(config))
     warnings = [r.getMessage() for r in caplog.records if r.name == "dsh_plugins_builtin.tools"]
@@ -143,6 +170,10 @@ async def test_a_pyproject_config_in_the_workspace_stays_writable_with_a_warning
     )
     assert not result.is_error, result.text
     assert 'name = "y"' in config.read_text()
+
+
+def _ws_config(ws: Path) -> dict[str, Any]:
+    return {"host": {"workspace": str(ws)}}
 
 
 async def test_no_warning_when_the_config_lies_outside_the_workspace(

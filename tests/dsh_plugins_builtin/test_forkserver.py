@@ -57,17 +57,37 @@ def _parent_of(pid: int) -> int:
 
 
 async def _supervisor_of_a_command(ws: Path, policy: SandboxPolicy) -> tuple[int, int]:
-    """Run a command that reports its parent (the supervisor) and that parent's parent."""
-    result = await run_confined(
-        "echo $PPID; grep ^PPid: /proc/$PPID/status",
-        cwd=ws,
-        policy=policy,
-        backend="landlock",
-        timeout=30,
-    )
-    assert result.exit_code == 0, result.output
-    supervisor, line = result.output.splitlines()
-    return int(supervisor), int(line.split()[1])
+    """Run a command and find, from the host, its parent (the supervisor) and that parent's
+    parent (the command is PID 1 of its own namespace: it cannot see them itself)."""
+    marker = f"{2000 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
+    fifo = ws / f"started-{marker}"
+    os.mkfifo(fifo)
+    found: list[int] = []
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            result = await run_confined(
+                f"echo go > {fifo}; sleep {marker}",
+                cwd=ws,
+                policy=policy,
+                backend="landlock",
+                timeout=30,
+            )
+            assert found, result.output  # it ran until it was found, then was cancelled
+
+        nursery.start_soon(run)
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(fifo.read_text, abandon_on_cancel=True)
+        left: list[int] = []
+        with trio.fail_after(10):  # /proc may miss a process mid-fork: look again
+            while not (left := processes_with(marker)):
+                await trio.sleep(0.01)
+        (command,) = [pid for pid in left if _parent_of(pid) not in left]
+        supervisor = _parent_of(command)
+        found += [supervisor, _parent_of(supervisor)]
+        nursery.cancel_scope.cancel()
+    fifo.unlink()
+    return found[0], found[1]
 
 
 async def test_commands_come_from_the_fork_server(
@@ -123,7 +143,7 @@ async def test_a_request_too_large_for_one_message_forks_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DSH_TEST_BULK", "x" * (_forkserver.MAX_REQUEST + 1))
-    monkeypatch.setattr(_confine, "scrub_env", lambda environ, allow=(): dict(environ))
+    monkeypatch.setattr(_confine, "command_env", lambda environ, *a, **kw: dict(environ))
     _, grandparent = await _supervisor_of_a_command(ws, policy)
     assert grandparent == os.getpid()
     assert server.broken is None
@@ -144,11 +164,14 @@ async def test_a_launcher_killed_outright_leaves_no_descendant(
     command = (
         f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & "
         f"while [ $(pgrep -f -c '^sleep {marker}') -lt 1 ]; do :; done; "
-        f"echo $PPID > {fifo}; exec sleep {marker}"
+        f"echo go > {fifo}; exec sleep {marker}"
     )
 
     def read_fifo() -> int:
-        return int(fifo.read_text())
+        fifo.read_text()
+        left = processes_with(marker)
+        (main,) = [pid for pid in left if _parent_of(pid) not in left]
+        return _parent_of(main)  # the supervisor (the command is PID 1 of its own namespace)
 
     result = None
     async with trio.open_nursery() as nursery:
@@ -233,12 +256,12 @@ async def test_a_missing_working_directory_raises_as_a_spawn_does(
         await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
     assert server._proc is not None
     assert server.broken is None
-    _confine._USE_FORK_SERVER = False
+    _forkclient.ENABLED = False
     try:
         with pytest.raises(FileNotFoundError) as forked:
             await run_confined("true", cwd=gone, policy=policy, backend="landlock", timeout=30)
     finally:
-        _confine._USE_FORK_SERVER = True
+        _forkclient.ENABLED = True
     assert served.value.errno == forked.value.errno == errno.ENOENT
 
 
@@ -318,7 +341,7 @@ async def test_hostile_text_ends_as_it_does_when_the_host_forks(
     monkeypatch.setenv("ODD", "a\udcffb")
     outcomes = []
     for fork_server in (True, False):
-        monkeypatch.setattr(_confine, "_USE_FORK_SERVER", fork_server)
+        monkeypatch.setattr(_forkclient, "ENABLED", fork_server)
         try:
             result = await run_confined(
                 command, cwd=ws, policy=policy, backend="landlock", timeout=30

@@ -138,6 +138,7 @@ async def test_bash_runs_when_the_guard_allows_it(make_host, ws, backend):
         # Landlock cannot keep .claude/ read-only inside the workspace (the host refuses the
         # default protected paths there), so the hook lives outside every writable root.
         sandbox["protected"] = []
+        sandbox["protect_config"] = False
         outside = ws.parent / "hooks"
         outside.mkdir()
         (outside / "guard.py").write_text(GUARD)
@@ -286,6 +287,7 @@ async def test_bash_payload_and_response(make_host, ws, backend):
     sandbox: dict[str, Any] = {"writable_roots": ["."], "backend": backend}
     if backend == "landlock":
         sandbox["protected"] = []  # Landlock cannot keep them read-only inside the workspace
+        sandbox["protect_config"] = False
     config = {
         "host": {"workspace": str(ws)},
         "plugin": {"sandbox": sandbox, "hook_commands": {"settings": [files]}},

@@ -180,7 +180,10 @@ def test_the_default_writable_roots_include_tmp(ws):
     hook = script(ws.parent, "check.sh", "exit 0")  # under /tmp: writable by default
     config = {
         "host": {"workspace": str(ws)},
-        "plugin": {"hook_commands": {"settings": [settings(ws, str(hook))]}},
+        "plugin": {
+            "hook_commands": {"settings": [settings(ws, str(hook))]},
+            "sandbox": {"private_tmp": False},  # (with a private tmp: not /tmp)
+        },
     }
     with pytest.raises(ConfigError, match="inside a writable root"):
         Host(config=config, plugins=[SandboxPlugin(), HookCommandsPlugin()], load_entrypoints=False)
@@ -399,7 +402,7 @@ async def test_a_replaced_workspace_runs_no_hook(ws, outside):
 def test_a_settings_file_a_tool_could_rewrite_is_warned_about(ws, outside, caplog):
     hook = script(outside, "ok.sh", "exit 0")
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
-        build(ws, settings(ws, str(hook)))
+        build(ws, settings(ws, str(hook)), sandbox={"protect_config": False})
     assert "settings file 'hooks.json' lies in a writable root" in caplog.text
     caplog.clear()
     (ws / ".claude").mkdir()

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin._sandbox import _fence
+from dsh_plugins_builtin._sandbox import _fence, _judge, _open, _pins, _policy
 from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, open_read, pin_roots
 from dsh_plugins_builtin._tools import _files as _file_tools
 from tests.dsh_plugins_builtin.conftest import tools_host
@@ -109,10 +109,10 @@ async def test_the_roots_are_canonicalised_once_and_plain_paths_not_resolved(
     (ws / "sub").mkdir()
     (ws / "sub" / "a.txt").write_text(SMALL)
     await host.call("read_file", {"path": "sub/a.txt"})
-    canonical = _counting(monkeypatch, _fence, "_canonical_roots")
-    pinned = _counting(monkeypatch, _fence, "pin_roots")
-    root_walks = _counting(monkeypatch, _fence, "open_dir_nofollow")
-    resolves = _counting(monkeypatch, _fence, "_resolve_abs")
+    canonical = _counting(monkeypatch, _policy, "_canonical_roots")
+    pinned = _counting(monkeypatch, _pins, "pin_roots")
+    root_walks = _counting(monkeypatch, _open, "open_dir_nofollow")
+    resolves = _counting(monkeypatch, _judge, "resolve_abs")
     for _ in range(100):
         result = await host.call("read_file", {"path": "sub/a.txt"})
         assert not result.is_error, result.text
@@ -134,8 +134,8 @@ def test_check_pinned_is_an_identity_comparison_not_a_walk(
     def no_walk(*args: object, **kwargs: object) -> int:
         raise AssertionError("check_pinned opened the root")
 
-    monkeypatch.setattr(_fence, "open_dir_nofollow", no_walk)
-    monkeypatch.setattr(_fence, "_resolve_abs", no_walk)
+    monkeypatch.setattr(_pins, "open_dir_nofollow", no_walk)
+    monkeypatch.setattr(_pins, "resolve_abs", no_walk)
     _fence.check_pinned(policy)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from dsh_host import ConfigError, Host, hookimpl
 from dsh_plugins_builtin import sandbox as sandbox_module
+from dsh_plugins_builtin._sandbox import _plugin
 from dsh_plugins_builtin._sandbox._fence import writable_roots
 from dsh_plugins_builtin.sandbox import (
     SandboxConfig,
@@ -23,6 +25,7 @@ from dsh_plugins_builtin.sandbox import (
     sandbox_check_command,
 )
 from dsh_plugins_builtin.tools import ToolsPlugin
+from tests.dsh_plugins_builtin.conftest import patch_probes
 
 
 def started(make_host: Any, ws: Path, **table: Any) -> SandboxPlugin:
@@ -51,8 +54,9 @@ def test_default_policy(make_host: Any, ws: Path) -> None:
     policy = plugin.policy
     assert (policy.mode, policy.workspace, policy.network) == ("workspace-write", ws, False)
     roots = writable_roots(policy)
-    assert ws.resolve() in roots
-    assert Path(tempfile.gettempdir()).resolve() in roots
+    assert plugin.tmp is not None
+    assert roots == (ws.resolve(), plugin.tmp.resolve())  # the workspace and the private tmp
+    assert oct(plugin.tmp.stat().st_mode & 0o777) == "0o700"
     assert plugin.mode == "workspace-write"
     assert plugin.workspace == ws
 
@@ -206,7 +210,7 @@ def write_config(project: Path, table: str) -> Path:
 def test_check_reports_backends_and_choice(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     config = write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -225,12 +229,12 @@ def test_check_reports_backends_and_choice(
 def test_check_says_whether_dsh_s_own_installation_is_writable(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     venv = project / "venv"
     (venv / "lib").mkdir(parents=True)
     elsewhere = Path(tempfile.gettempdir()).parent / "usr-lib-python-nowhere"
     fake = lambda modules: (venv / "lib", venv, elsewhere)  # noqa: E731
-    monkeypatch.setattr(sandbox_module, "install_paths", fake)
+    monkeypatch.setattr(_plugin, "install_paths", fake)
     write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -265,7 +269,7 @@ def test_the_sandbox_finds_the_code_of_every_plugin_the_host_loaded(tmp_path: Pa
 def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     real = shutil.which("bwrap") or "/usr/bin/bwrap"
     write_config(project, f'bwrap = "{real}"')
     assert sandbox_check_command(["--json"]) == 0
@@ -287,7 +291,7 @@ def test_check_names_the_configured_bwrap_and_refuses_one_in_the_workspace(
 def test_check_json_when_nothing_works(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_NONE))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_NONE))
     write_config(project, 'backend = "auto"')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -302,7 +306,7 @@ def test_check_landlock_only_and_danger(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: probes)
+    patch_probes(monkeypatch, lambda bwrap=None: probes)
     # The config file in the workspace is protected too: only read-only leaves Landlock usable.
     write_config(project, 'mode = "read-only"')
     assert sandbox_check_command(["--json"]) == 0
@@ -322,7 +326,7 @@ def test_check_says_where_landlock_commands_start_from(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     probes = {**PROBES_NONE, "landlock": None, "landlock-net": None}
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: probes)
+    patch_probes(monkeypatch, lambda bwrap=None: probes)
     write_config(project, 'mode = "read-only"')
     monkeypatch.setattr(sandbox_module, "probe_fork_server", lambda: None)
     assert sandbox_check_command([]) == 0
@@ -357,14 +361,14 @@ def test_the_fork_server_probe_runs_true_through_the_server(
     broken.broken = "it exited"
     monkeypatch.setattr(_forkclient, "_shared", broken)
     assert _confine.probe_fork_server() == "it exited"
-    monkeypatch.setattr(_confine, "_USE_FORK_SERVER", False)
+    monkeypatch.setattr(_forkclient, "ENABLED", False)
     assert _confine.probe_fork_server() == "the fork server is switched off"
 
 
 def test_check_backend_none_and_a_config_error(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     write_config(project, 'backend = "none"')
     assert sandbox_check_command(["--json"]) == 1
     assert 'backend \\"none\\" cannot confine' in capsys.readouterr().out
@@ -379,10 +383,38 @@ def test_check_when_the_plugin_is_installed_but_blocked(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     installed(monkeypatch, "sandbox")
-    monkeypatch.setattr(sandbox_module, "probe_backends", lambda bwrap=None: dict(PROBES_OK))
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     (project / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n')
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["enabled"] is False
     assert report["problem"].startswith("the sandbox plugin is blocked")
     assert "fail closed with SANDBOX_UNAVAILABLE" in report["problem"]
+
+
+def test_check_says_what_lies_next_to_a_commands_files(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: the private tmp, the protected config files, what cannot be read, the
+    environment names (never their values) and the limits."""
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:pw@db/app")
+    monkeypatch.setenv("HOME", str(project))
+    write_config(project, 'deny_read = ["secrets/*"]\n[plugin.sandbox.limits]\nprocesses = 99')
+    assert sandbox_check_command(["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tmp"] is not None
+    assert report["writable_roots"] == [str(project.resolve()), report["tmp"]]
+    assert str(project / "dsh.toml") in report["config_files"]["protected"]
+    assert str(project / "pyproject.toml") in report["config_files"]["protected"]
+    assert "~/.ssh" in report["deny_read"]
+    assert str(project / "secrets/*") in report["deny_read"]
+    assert "PATH" in report["env"]
+    assert "DATABASE_URL" not in report["env"]
+    assert report["limits"]["processes"] == 99
+    assert report["processes_enforced"] is (os.geteuid() != 0)
+    assert sandbox_check_command([]) == 0
+    out = capsys.readouterr().out
+    assert "private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): /" in out
+    assert "config files the next run reads, read-only: " in out
+    assert "pw@" not in out

@@ -1,0 +1,280 @@
+"""The fence's judgement: may this call read or write that path, under this policy.
+
+See `dsh_plugins_builtin._sandbox._fence` for the whole fence; this module resolves a spelled
+path to its real location (below a pinned root where it can) and judges it against the roots
+and the protected paths.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_abs, resolve_target, within
+from dsh_plugins_builtin._sandbox._pins import pin_holds
+from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, readable_roots, writable_roots
+from dsh_plugins_builtin._sandbox._protected import install_in_roots, protected_paths
+
+__all__ = ["FenceDenied", "check_read", "check_write"]
+
+
+class FenceDenied(Exception):
+    """A file operation was refused by the fence.
+
+    Attributes:
+        path: The path as the caller spelled it.
+        mode: The sandbox mode that denied it.
+    """
+
+    def __init__(self, reason: str, *, path: str = "", mode: str = "") -> None:
+        """Build the denial.
+
+        Args:
+            reason: The full human-readable message (names the path and the mode).
+            path: The path as the caller spelled it.
+            mode: The sandbox mode in force.
+        """
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+        self.mode = mode
+
+
+def resolve_in(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
+    """`resolve_target` against the policy's workspace, starting below a pinned root.
+
+    When the path lies lexically under a canonical pinned root that still holds
+    (`pin_holds`, or ``pins_checked``: the caller ran `check_pinned` just now), only the
+    components below the root are resolved: the root's own were resolved once, by `pin_roots`.
+
+    Returns:
+        The canonical path, and the pinned root whose pin was just checked (else ``None``).
+    """
+    spelled = in_tmp(spelled, policy)
+    resolved = policy.resolved
+    if resolved is not None and resolved.prefixes and "\0" not in spelled:
+        joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
+        for prefix, pin in resolved.prefixes:
+            if joined.startswith(prefix):
+                if not (pins_checked or pin_holds(pin)):
+                    break
+                try:
+                    os.fsencode(spelled)
+                except UnicodeEncodeError:
+                    break  # resolve_target explains it
+                root = prefix[:-1]
+                return resolve_abs(joined[len(prefix) :], root), root
+    return str(resolve_target(spelled, policy.workspace)), None
+
+
+def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
+    """*spelled*, with a leading ``/tmp`` standing for the private tmp (``policy.tmp``).
+
+    A path under another root that lies in the host's ``/tmp`` (a workspace there) stays as it
+    is: bwrap shows such a root at its own path inside the private ``/tmp`` too.
+    """
+    if policy.tmp is None or not (spelled == "/tmp" or spelled.startswith("/tmp/")):
+        return spelled
+    lexical = os.path.normpath(spelled)
+    resolved = policy.resolved
+    texts = resolved.readable_text if resolved is not None else ()
+    roots = (policy.workspace, *policy.read_roots, *policy.writable_roots)
+    for root in (*texts, *(str(r) for r in roots)):
+        if root != str(policy.tmp) and root != "/" and within(lexical, root):
+            return spelled
+    return f"{policy.tmp}{spelled[4:]}"
+
+
+@functools.cache
+def _deny_texts(paths: tuple[Path, ...]) -> tuple[str, ...]:
+    return tuple(str(path) for path in paths)
+
+
+def denied_by(key: str, policy: SandboxPolicy) -> str | None:
+    """The ``deny_read`` entry the canonical *key* falls under (``~`` for the home), or ``None``."""
+    for text in _deny_texts(policy.deny_read):
+        if within(key, text):
+            return _home_text(text)
+    for pattern in policy.deny_patterns:
+        if fnmatch.fnmatchcase(key, pattern):
+            return _home_text(pattern)
+    return None
+
+
+def _home_text(text: str) -> str:
+    home = os.path.expanduser("~")
+    if home not in ("/", "") and within(text, home):
+        return "~" + text[len(home) :]
+    return text
+
+
+def refuse_denied(spelled: str, key: str, policy: SandboxPolicy, verb: str) -> None:
+    """Raise `FenceDenied` if *key* falls under a ``deny_read`` entry, naming the entry."""
+    entry = denied_by(key, policy)
+    if entry is not None:
+        raise FenceDenied(
+            f"{verb} {describe(spelled, key)} denied by the sandbox: {entry} is in deny_read "
+            "([plugin.sandbox] deny_read, which holds credentials by default; "
+            "deny_read_defaults = false drops the default set)",
+            path=spelled,
+            mode=policy.mode,
+        )
+
+
+def describe(spelled: str, key: Path | str | None) -> str:
+    if key is None or spelled == str(key):
+        return f'"{spelled}"'
+    return f'"{spelled}" (resolves to "{key}")'
+
+
+def _resolve_or_deny(path: PathArg, policy: SandboxPolicy, verb: str) -> Path:
+    return Path(_resolve_text_or_deny(os.fspath(path), policy, verb)[0])
+
+
+def _resolve_text_or_deny(
+    spelled: str, policy: SandboxPolicy, verb: str, pins_checked: bool = False
+) -> tuple[str, str | None]:
+    try:
+        return resolve_in(spelled, policy, pins_checked)
+    except ValueError as exc:
+        shown = spelled.replace("\0", "\\0")
+        raise FenceDenied(
+            f'{verb} "{shown}" denied: {exc} under {policy.mode} mode',
+            path=spelled,
+            mode=policy.mode,
+        ) from None
+    except OSError as exc:
+        raise FenceDenied(
+            f"{verb} {describe(spelled, None)} denied: cannot resolve the path "
+            f"({exc.strerror or exc}) under {policy.mode} mode",
+            path=spelled,
+            mode=policy.mode,
+        ) from None
+
+
+def _roots_text(roots: Iterable[Path]) -> str:
+    return ", ".join(str(r) for r in roots) or "none"
+
+
+def check_read(path: PathArg, policy: SandboxPolicy) -> Path:
+    """Fence a read.
+
+    Args:
+        path: The path as spelled (relative paths resolve against the workspace).
+        policy: The sandbox policy.
+
+    Returns:
+        The canonical path to read.
+
+    Raises:
+        FenceDenied: The real path lies outside the workspace, the writable roots and the read
+            roots (never under ``danger-full-access``).
+    """
+    return Path(read_key(os.fspath(path), policy)[0])
+
+
+def read_key(
+    spelled: str, policy: SandboxPolicy, pins_checked: bool = False
+) -> tuple[str, str | None]:
+    """`check_read` as text, with the pinned root checked on the way (`resolve_in`)."""
+    key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
+    if policy.deny_read or policy.deny_patterns:
+        refuse_denied(spelled, key, policy, "read of")
+    resolved = policy.resolved
+    if resolved is not None and any(within(key, root) for root in resolved.readable_text):
+        return key, checked
+    roots = readable_roots(policy)
+    if any(within(key, str(root)) for root in roots):
+        return key, checked
+    raise FenceDenied(
+        f"read of {describe(spelled, key)} denied: outside the workspace and read roots "
+        f"({_roots_text(roots)}) under {policy.mode} mode",
+        path=spelled,
+        mode=policy.mode,
+    )
+
+
+def check_write(path: PathArg, policy: SandboxPolicy) -> Path:
+    """Fence a write.
+
+    Args:
+        path: The path as spelled (relative paths resolve against the workspace).
+        policy: The sandbox policy.
+
+    Returns:
+        The fresh canonical target to write.
+
+    Raises:
+        FenceDenied: ``read-only`` mode, or the real path lies outside every writable root.
+    """
+    spelled = os.fspath(path)
+    key = _resolve_or_deny(spelled, policy, "write to")
+    if policy.mode == "danger-full-access":
+        return key
+    if policy.mode == "read-only":
+        raise FenceDenied(
+            f"write to {describe(spelled, key)} denied: file access denied under read-only mode",
+            path=spelled,
+            mode=policy.mode,
+        )
+    roots = writable_roots(policy)
+    if any(within(str(key), str(root)) for root in roots):
+        if policy.deny_read or policy.deny_patterns:
+            refuse_denied(spelled, str(key), policy, "write to")
+        _check_protected(spelled, key, policy)
+        return key
+    raise FenceDenied(
+        f"write to {describe(spelled, key)} denied: outside the writable roots "
+        f"({_roots_text(roots)}) under {policy.mode} mode",
+        path=spelled,
+        mode=policy.mode,
+    )
+
+
+def _check_protected(spelled: str, key: Path, policy: SandboxPolicy) -> None:
+    """Refuse a write at or under a protected path (judged by real and by spelled location)."""
+    protected = protected_paths(policy)
+    if not protected:
+        return
+    lexical = os.path.normpath(os.path.join(str(policy.workspace), spelled))
+    for path in protected:
+        text = str(path)
+        if not (within(str(key), text) or within(lexical, text)):
+            continue
+        if path in install_in_roots(policy, writable_roots(policy)):
+            raise FenceDenied(
+                f'write to {describe(spelled, key)} denied: "{path}" holds code the next dsh '
+                "run executes (its own installation or a plugin's), and is read-only to every "
+                "tool inside the writable roots. Install dsh and its plugins outside the "
+                "workspace (pipx, or a virtual environment elsewhere), or set [plugin.sandbox] "
+                "protect_install = false if the agent must write there",
+                path=spelled,
+                mode=policy.mode,
+            )
+        what = (
+            "the config file in use"
+            if policy.config_file is not None and path == Path(resolve_abs(str(policy.config_file)))
+            else "protected"
+        )
+        raise FenceDenied(
+            f'write to {describe(spelled, key)} denied: "{path}" is {what} and read-only to '
+            f"every tool inside the writable roots (key [plugin.sandbox] protected, which "
+            f"adds the config file in use). Edit it yourself outside the agent, or change "
+            f"[plugin.sandbox] protected if the agent must write there",
+            path=spelled,
+            mode=policy.mode,
+        )
+
+
+def changed(spelled: str, policy: SandboxPolicy, what: str) -> FenceDenied:
+    return FenceDenied(
+        f"write to {describe(spelled, None)} denied: {what} changed during the write "
+        f"under {policy.mode} mode",
+        path=spelled,
+        mode=policy.mode,
+    )

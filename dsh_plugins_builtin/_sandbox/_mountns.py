@@ -1,0 +1,128 @@
+"""The Landlock backend's view of the filesystem: a private mount namespace per command.
+
+`Plan` is built in the host (`dsh_plugins_builtin._sandbox._bwrap.mount_plan`, the same
+decisions as bwrap's command line) and carried out by the command's process between ``fork``
+and ``exec`` (`apply`), before Landlock and seccomp: it hides the host's socket directories
+(``/tmp``, ``/var/tmp``, ``/run``, ``$XDG_RUNTIME_DIR``) under empty tmpfs mounts, binds the
+private tmp at ``/tmp``, binds back the roots and allowed sockets that lay in them, hides every
+``deny_read`` entry (an empty read-only tmpfs over a directory, ``/dev/null`` over a file),
+replaces ``/dev/pts`` and ``/dev/shm`` (no other terminal, no shared memory of the host) and
+mounts a ``/proc`` of the command's own PID namespace (no host process is visible).
+
+Each step is a list: ``["tmpfs", path, read_only]``, ``["bind", source, target, writable]``,
+``["null", path]``, ``["proc"]``. Bind sources are opened before the first step hides them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from dsh_plugins_builtin._sandbox._beneath import DIR_FLAGS, mkdir_beneath, open_beneath
+
+__all__ = ["Plan", "apply"]
+
+Plan = tuple[tuple[Any, ...], ...]
+
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_CLONE_NEWNS = 0x00020000
+
+
+def _target(path: str, *, directory: bool) -> int:
+    """An ``O_PATH`` descriptor of the mount point *path*, made if missing (an empty directory
+    or file), every level reached from a fresh ``/`` following no symlink."""
+    root = os.open("/", DIR_FLAGS)  # this namespace's "/", not one held from before
+    try:
+        rel = path.strip("/")
+        if directory:
+            return mkdir_beneath(root, rel)
+        parent_rel, name = os.path.split(rel)
+        parent = mkdir_beneath(root, parent_rel) if parent_rel else os.dup(root)
+        try:
+            with contextlib.suppress(FileExistsError):
+                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(name, flags, 0o600, dir_fd=parent))
+            return open_beneath(parent, name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(root)
+
+
+def _open_source(step: Sequence[Any], fail: Callable[[str], NoReturn]) -> int:
+    """Open a bind source; a pinned root must still be the directory it was at start."""
+    try:
+        fd = os.open(step[1], os.O_PATH | os.O_CLOEXEC)
+        st = os.fstat(fd)
+    except OSError:
+        fail(f"opening {step[1]} to bind it")
+    dev, ino = (step[4], step[5]) if len(step) > 5 else (-1, -1)
+    if dev >= 0 and (st.st_dev, st.st_ino) != (dev, ino):
+        fail(f"the root {step[1]} was replaced since the host started; binding it")
+    return fd
+
+
+def apply(
+    libc: ctypes.CDLL, plan: Sequence[Sequence[Any]], fail: Callable[[str], NoReturn]
+) -> None:
+    """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``)."""
+
+    def mount(source: str | None, target: str, kind: str | None, flags: int, what: str) -> None:
+        ctypes.set_errno(0)
+        data = b"mode=0755" if kind == "tmpfs" else None
+        if (
+            libc.mount(
+                None if source is None else source.encode(),
+                target.encode(),
+                None if kind is None else kind.encode(),
+                ctypes.c_ulong(flags),
+                data,
+            )
+            != 0
+        ):
+            fail(f"{what} {target}")
+
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        fail("finding the working directory")
+    if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
+        fail("unshare(CLONE_NEWNS)")
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE, "making private")
+    sources: dict[int, int] = {}
+    for i, step in enumerate(plan):  # in the new namespace, before anything is hidden
+        if step[0] == "bind":
+            sources[i] = _open_source(step, fail)
+    for i, step in enumerate(plan):
+        kind = step[0]
+        if kind == "proc":
+            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
+            continue
+        source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
+        path = step[2] if kind == "bind" else step[1]
+        try:  # reached from a fresh "/" following no symlink (a command may have planted one)
+            target = _target(path, directory=kind == "tmpfs" or os.path.isdir(source))
+        except OSError:
+            fail(f"reaching the mount point {path} (no symlink may be on the way)")
+        at = f"/proc/self/fd/{target}"
+        if kind == "tmpfs":
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if step[2] else 0)
+            mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:")
+        else:  # writes stay Landlock's to allow or refuse: no read-only remount is needed
+            mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")
+        os.close(target)
+    for fd in sources.values():
+        os.close(fd)
+    try:  # the old working directory lies in the mounts now covered: enter the new view
+        os.chdir(cwd)
+    except OSError:
+        fail(f"entering the working directory {cwd} in the new view")

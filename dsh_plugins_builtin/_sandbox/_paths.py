@@ -1,0 +1,99 @@
+"""Path spelling and resolution shared by the fence and the confinement (no policy here)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["PathArg", "abs_path", "abs_paths", "resolve_abs", "resolve_target", "within"]
+
+_MAX_SYMLINKS = 40  # the Linux MAXSYMLINKS
+
+PathArg = str | os.PathLike[str]
+
+
+def abs_path(value: PathArg) -> Path:
+    return Path(os.path.abspath(os.fspath(value)))
+
+
+def abs_paths(values: Iterable[PathArg]) -> tuple[Path, ...]:
+    seen: dict[Path, None] = {}
+    for value in values:
+        seen.setdefault(abs_path(value), None)
+    return tuple(seen)
+
+
+def resolve_abs(path: str, start: str = "/") -> str:
+    """Resolve an absolute path component by component; missing components stay literal.
+
+    With ``start`` (a real directory), ``path`` is taken relative to it.
+    """
+    pending = list(reversed(path.split("/")))
+    resolved = start
+    hops = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            # ``resolved`` is always real (or a real prefix plus missing names), so its lexical
+            # parent is its real parent.
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            st = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            resolved = candidate  # missing (or a file used as a directory): keep it literal
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > _MAX_SYMLINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                resolved = "/"
+            pending.extend(reversed(target.split("/")))
+        else:
+            resolved = candidate
+    return resolved
+
+
+def resolve_target(path: PathArg, workspace: Path) -> Path:
+    """Return the real location a path designates.
+
+    Relative paths are taken relative to ``workspace``. Symlinks and ``..`` are resolved component
+    by component; for a path that does not exist yet the result is the real path of its deepest
+    existing ancestor plus the missing suffix.
+
+    Args:
+        path: The path as the model spelled it.
+        workspace: The directory relative paths are resolved against.
+
+    Returns:
+        The canonical absolute path.
+
+    Raises:
+        ValueError: The path contains a NUL byte, or a lone surrogate it cannot be encoded with.
+        OSError: A symlink loop, or an ancestor that cannot be inspected.
+    """
+    spelled = os.fspath(path)
+    if "\0" in spelled:
+        raise ValueError("path contains a NUL byte")
+    try:
+        os.fsencode(spelled)
+    except UnicodeEncodeError as exc:
+        char = spelled[exc.start]
+        raise ValueError(
+            f"the path holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), "
+            "which no file name can hold"
+        ) from None
+    joined = os.path.join(os.path.abspath(os.fspath(workspace)), spelled)
+    return Path(resolve_abs(joined))
+
+
+def within(key: str, root: str) -> bool:
+    return root == "/" or key == root or key.startswith(root + "/")

@@ -1,0 +1,319 @@
+"""`SandboxPlugin`: holds the sandbox policy; the file tools and ``bash`` enforce it through it.
+
+See `dsh_plugins_builtin.sandbox` (the plugin module, which re-exports it) for the overview.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import types
+import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from dsh_host import ConfigError, DshError, Host, hookimpl
+from dsh_plugins_builtin._sandbox._check import FIX_HINT
+from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+from dsh_plugins_builtin._sandbox._confine import (
+    ProcessResult,
+    prepare_landlock,
+    probe_backends,
+    resolve_bwrap,
+    run_confined,
+    select_backend,
+    startup_problem,
+)
+from dsh_plugins_builtin._sandbox._deny import config_files
+from dsh_plugins_builtin._sandbox._errors import (
+    SandboxDeniedError,
+    SandboxUnavailable,
+    SandboxUnavailableError,
+)
+from dsh_plugins_builtin._sandbox._fence import (
+    FenceDenied,
+    FileStamp,
+    RootReplaced,
+    SandboxPolicy,
+    atomic_write_text,
+    check_pinned,
+    check_read,
+    check_write,
+    install_paths,
+    open_read,
+)
+
+__all__ = ["SandboxPlugin"]
+
+
+def _plugin_modules(host: Host) -> list[str]:
+    """The modules the host's plugins come from (their code runs at the next start too)."""
+    names = []
+    for plugin in host.pm.get_plugins():
+        name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+class SandboxPlugin:
+    """Holds the sandbox policy; the file tools and ``bash`` enforce it through these methods."""
+
+    name = "sandbox"
+
+    def __init__(self) -> None:
+        """Create an unconfigured plugin; `dsh_host_started` configures it."""
+        self._config: SandboxConfig | None = None
+        self._policy: SandboxPolicy | None = None
+        self._bwrap: tuple[str | None, str] | None = None
+        self.install: tuple[Path, ...] = ()
+        """Where the next run executes code from (`install_paths`), found at start whether or
+        not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
+
+    @hookimpl
+    def dsh_plugin_config(self) -> type:
+        """Declare `SandboxConfig` as the ``[plugin.sandbox]`` table."""
+        return SandboxConfig
+
+    @hookimpl
+    def dsh_host_started(self, host: Host) -> None:
+        """Read the configuration and build the policy."""
+        config = host.config_for(self)
+        self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
+        self.install = install_paths(_plugin_modules(host))
+        self._policy = self._build(host, self._config)
+        self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
+        self._check_enforceable(host)
+
+    def _build(self, host: Host, config: SandboxConfig) -> SandboxPolicy:
+        tmp = None
+        if config.private_tmp and config.mode != "danger-full-access":
+            tmp = Path(tempfile.mkdtemp(prefix="dsh-tmp-"))  # 0700, ours
+            weakref.finalize(self, shutil.rmtree, tmp, ignore_errors=True)
+        roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
+        files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+        try:
+            return build_policy(
+                config,
+                host.workspace,
+                host.config.source,
+                self.install,
+                tmp=tmp,
+                files=files,
+            )
+        except ValueError as exc:
+            raise ConfigError(
+                str(exc), path=host.config.source, plugin=self.name, key="deny_read"
+            ) from None
+
+    @property
+    def tmp(self) -> Path | None:
+        """The commands' private tmp directory (``private_tmp``), or ``None``."""
+        return self._policy.tmp if self._policy is not None else None
+
+    def _check_enforceable(self, host: Host) -> None:
+        """Refuse at start a configuration this machine cannot enforce (never run weaker)."""
+        config, policy = self.config, self.policy
+        if config.bwrap is not None and self.bwrap[0] is None:
+            raise ConfigError(
+                f"{self.bwrap[1]}", path=host.config.source, plugin=self.name, key="bwrap"
+            )
+        if policy.mode == "danger-full-access" or config.backend == "none":
+            return
+        probes = probe_backends(self.bwrap)
+        problem = startup_problem(policy, config.backend, probes)
+        if problem is not None:
+            key, message = problem
+            raise ConfigError(message, path=host.config.source, plugin=self.name, key=key)
+        with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
+            if select_backend(policy, config.backend, probes) == "landlock":
+                prepare_landlock(policy)  # the ruleset is built once, here
+
+    @property
+    def bwrap(self) -> tuple[str | None, str]:
+        """The bwrap binary resolved at start (``None`` if there is none) and why that one."""
+        return self._bwrap if self._bwrap is not None else resolve_bwrap(None, None)
+
+    # -- what the tools read --------------------------------------------------------------
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The configuration in force (defaults before the host started)."""
+        return self._config if self._config is not None else SandboxConfig()
+
+    @property
+    def policy(self) -> SandboxPolicy:
+        """The policy in force.
+
+        Raises:
+            SandboxUnavailableError: The host has not started this plugin.
+        """
+        if self._policy is None:
+            raise SandboxUnavailableError(
+                "the sandbox plugin is registered but was not started by a host, so it has no "
+                "policy yet; refusing to touch files or run commands",
+                by="sandbox: not started",
+            )
+        return self._policy
+
+    @property
+    def _by(self) -> str:
+        return f"sandbox: {self.policy.mode} mode"
+
+    @property
+    def mode(self) -> str:
+        """``read-only``, ``workspace-write`` or ``danger-full-access``."""
+        return self.policy.mode
+
+    @property
+    def workspace(self) -> Path:
+        """The workspace relative paths resolve against."""
+        return self.policy.workspace
+
+    def _pinned(self) -> SandboxPolicy:
+        """The policy, after checking that no root was replaced since the host started."""
+        policy = self.policy
+        try:
+            check_pinned(policy)
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
+        return policy
+
+    def check_read(self, path: str | os.PathLike[str]) -> Path:
+        """Fence a read.
+
+        Args:
+            path: As the model spelled it; relative paths resolve against the workspace.
+
+        Returns:
+            The real path to read.
+
+        Raises:
+            SandboxDeniedError: The path lies outside every readable root.
+            SandboxUnavailableError: A root was replaced since the host started.
+        """
+        try:
+            return check_read(path, self._pinned())
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def open_read(
+        self, path: str | os.PathLike[str], *, directory: bool = False
+    ) -> tuple[int, str]:
+        """Fence a read and open it race-free (no symlink followed out of its root).
+
+        Returns:
+            A new read-only descriptor (the caller closes it) and the real path (as text).
+
+        Raises:
+            SandboxDeniedError: The path lies outside every readable root.
+            SandboxUnavailableError: A root was replaced since the host started.
+            OSError: As ``open`` would.
+        """
+        policy = self._pinned()
+        try:
+            return open_read(path, policy, directory=directory, pins_checked=True)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
+
+    def check_write(self, path: str | os.PathLike[str]) -> Path:
+        """Fence a write (the write itself re-checks; see `write_text`).
+
+        Raises:
+            SandboxDeniedError: ``read-only`` mode, the path lies outside the writable roots,
+                or at or under a protected path (``[plugin.sandbox] protected``).
+            SandboxUnavailableError: A root was replaced since the host started.
+        """
+        try:
+            return check_write(path, self._pinned())
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+
+    def write_text(
+        self,
+        path: str | os.PathLike[str],
+        content: str,
+        *,
+        expect: FileStamp | None = None,
+        commit: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
+        """Write UTF-8 text atomically, creating parents; fenced again right before the replace.
+
+        Args:
+            path: As the model spelled it.
+            content: The text.
+            expect: Write only if the file is still the one with this stamp (else
+                `dsh_plugins_builtin._sandbox._fence.WriteConflict`).
+            commit: Entered around the final check and the rename (see
+                `dsh_plugins_builtin._sandbox._fence.atomic_write_text`).
+
+        Raises:
+            SandboxDeniedError: The fence refused the path, now or at the re-check.
+            SandboxUnavailableError: A root was replaced since the host started.
+            OSError: The write itself failed (e.g. the target is a directory).
+        """
+        policy = self._pinned()
+        try:
+            atomic_write_text(path, content, policy, expect=expect, commit=commit)
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=self._by) from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=self._by) from None
+
+    def resolve_cwd(self, cwd: str | os.PathLike[str] | None) -> Path:
+        """The real working directory for a command (default: the workspace).
+
+        Raises:
+            SandboxDeniedError: The directory lies outside every readable root.
+            DshError: ``FILE_NOT_FOUND`` or ``NOT_A_DIRECTORY``.
+        """
+        spelled = "." if cwd is None else os.fspath(cwd)
+        real = self.check_read(spelled)
+        if not real.exists():
+            raise DshError(
+                f'cwd "{spelled}" does not exist (resolved to "{real}")', "FILE_NOT_FOUND"
+            )
+        if not real.is_dir():
+            raise DshError(f'cwd "{spelled}" is not a directory', "NOT_A_DIRECTORY")
+        return real
+
+    async def run(
+        self, command: str, cwd: str | os.PathLike[str] | None = None, timeout: float | None = None
+    ) -> ProcessResult:
+        """Run ``bash -c command`` under the policy.
+
+        Args:
+            command: The shell command.
+            cwd: The working directory (default: the workspace); fenced like a read.
+            timeout: Seconds before the command's process group is killed; ``None``: no limit.
+
+        Returns:
+            The output (head and tail within ``max_output_bytes``), exit status and backend.
+
+        Raises:
+            SandboxUnavailableError: No backend can confine the mode; nothing ran.
+            SandboxDeniedError: ``cwd`` lies outside every readable root.
+        """
+        policy = self.policy
+        config = self.config
+        workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
+        try:
+            return await run_confined(
+                command,
+                cwd=workdir,
+                policy=policy,
+                backend=config.backend,
+                timeout=timeout,
+                max_output_bytes=config.max_output_bytes,
+                env_allow=config.env_allow,
+                env=config.env,
+                limits=config.limits,
+                bwrap=self.bwrap,
+            )
+        except SandboxUnavailable as exc:
+            raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=self._by) from None

@@ -1,0 +1,117 @@
+"""The paths kept read-only inside the writable roots, and dsh's own installation."""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable
+from pathlib import Path
+
+from dsh_plugins_builtin._sandbox._paths import abs_paths, resolve_abs, within
+from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
+
+__all__ = ["config_warning", "install_in_roots", "install_paths", "protected_paths"]
+
+
+def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
+    """The absolute paths that stay read-only inside writable roots, to every tool and command.
+
+    Relative entries of ``policy.protected`` are taken under each writable root (canonical, as
+    `writable_roots` gives them); absolute entries as they are; the config file the host was
+    started with and the ``install`` paths are added when they lie in a writable root. Paths
+    need not exist: a protected ``.git`` that does not exist yet may not be created either.
+    """
+    if policy.resolved is not None:
+        return policy.resolved.protected
+    roots = writable_roots(policy)
+    if not roots or roots == (Path("/"),):
+        return ()
+    out: dict[Path, None] = {}
+    tmp = None if policy.tmp is None else Path(resolve_abs(str(policy.tmp)))
+    for entry in policy.protected:
+        if os.path.isabs(entry):
+            out.setdefault(Path(resolve_abs(os.path.normpath(entry))), None)
+            continue
+        for root in roots:
+            if root != tmp:  # the private tmp dies with the host: no next run reads it
+                out.setdefault(Path(resolve_abs(os.path.join(str(root), entry))), None)
+    for path in policy.config_files:  # dsh.toml, pyproject.toml, imported settings, ...
+        real = Path(resolve_abs(str(path)))
+        if any(within(str(real), str(root)) for root in roots):
+            out.setdefault(real, None)
+    config = _config_in_roots(policy, roots)
+    if config is not None and (config.name != "pyproject.toml" or policy.config_files):
+        # Without protect_config a pyproject.toml stays writable; `config_warning` says so.
+        out.setdefault(config, None)
+    for path in install_in_roots(policy, roots):
+        out.setdefault(path, None)
+    return tuple(out)
+
+
+def install_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The canonical ``install`` paths of *policy* that lie inside one of *roots*."""
+    found: dict[Path, None] = {}
+    for path in policy.install:
+        real = Path(resolve_abs(str(path)))
+        if any(within(str(real), str(root)) for root in roots):
+            found.setdefault(real, None)
+    # the outermost only (a virtual environment holds its site-packages)
+    return tuple(p for p in found if not any(o != p and within(str(p), str(o)) for o in found))
+
+
+def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
+    """Where the next ``dsh`` run executes code from, whether or not it lies in a writable root.
+
+    The virtual environment dsh runs in (``sys.prefix``: its site-packages, where a new
+    ``.pth`` file or a ``dsh.plugins`` entry point would run at the next start, and its scripts,
+    ``dsh`` among them), the interpreter's site-packages and the user's, the directories of
+    dsh's own packages (an editable install keeps them in a source tree), and those of
+    *modules* (the top-level packages or files of the plugins the host loaded).
+    """
+    found: dict[Path, None] = {}
+    if sys.prefix != sys.base_prefix:  # a virtual environment: all of it
+        found.setdefault(Path(sys.prefix), None)
+    for key in ("purelib", "platlib"):
+        found.setdefault(Path(sysconfig.get_path(key)), None)
+    if site.ENABLE_USER_SITE:
+        found.setdefault(Path(site.getusersitepackages()), None)
+    for name in ("dsh_host", "dsh_plugins_builtin", *modules):
+        module = sys.modules.get(name.partition(".")[0])
+        if module is None or name.startswith("__main__"):
+            continue
+        places = list(getattr(module, "__path__", ()))  # a package: its directories
+        if not places and getattr(module, "__file__", None):
+            places = [module.__file__]  # a module of its own: its file
+        for place in places:
+            found.setdefault(Path(os.path.abspath(place)), None)
+    return abs_paths(found)
+
+
+def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:
+    if policy.config_file is None:
+        return None
+    config = Path(resolve_abs(str(policy.config_file)))
+    return config if any(within(str(config), str(root)) for root in roots) else None
+
+
+def config_warning(policy: SandboxPolicy) -> str | None:
+    """A warning for the start of a run when a tool could rewrite the policy of the next one.
+
+    That is the case when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a
+    writable root: the file is not locked (agents edit it legitimately), so a tool may change
+    the ``[tool.dsh]`` table the next run reads.
+    """
+    roots = writable_roots(policy)
+    if roots == (Path("/"),):
+        return None
+    config = _config_in_roots(policy, roots)
+    if config is None or config.name != "pyproject.toml" or policy.config_files:
+        return None
+    return (
+        f"the config in use is [tool.dsh] in {config}, inside a writable root: a tool (write_file, "
+        "edit_file, bash) can change it, and with it the sandbox policy of the next run. Move the "
+        "[tool.dsh] table to a dsh.toml (protected from every tool), or point DSH_CONFIG at a "
+        "file outside the workspace"
+    )

@@ -1,0 +1,341 @@
+"""Running one command: spawn, stream its output, wait, and kill whatever it left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import signal as _signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dsh_plugins_builtin._sandbox import _forkclient, _landlock
+
+__all__ = ["Output", "ProcessResult", "result", "run", "runner_failure"]
+
+_DRAIN_GRACE: Final = 1.0
+_SUPERVISOR_GRACE: Final = 5.0
+_READ_CHUNK: Final = 65536
+
+
+@attrs.frozen
+class ProcessResult:
+    """The outcome of one (possibly confined) command.
+
+    Attributes:
+        output: stdout and stderr interleaved; if truncated, the head, a notice and the tail.
+        exit_code: The exit status, or ``None`` when a signal ended the process.
+        signal: The signal that ended the process, or ``None``.
+        truncated: Whether bytes were dropped from the middle of the output.
+        timed_out: Whether the timeout killed the process group.
+        backend: ``"bwrap"``, ``"landlock"`` or ``"none"`` (unconfined).
+        total_bytes: How many bytes the command wrote in all.
+        limit: The resource limit the command ran into (``[plugin.sandbox.limits]``), if any;
+            the output ends with the same sentence.
+    """
+
+    output: str
+    exit_code: int | None
+    signal: int | None
+    truncated: bool
+    timed_out: bool
+    backend: str
+    total_bytes: int
+    limit: str | None = None
+
+
+class Output:
+    """Keeps the first and the last bytes of a stream within a fixed budget."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = max(cap, 0) // 2
+        self.tail_cap = max(cap, 0) - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.notes: list[str] = []  # what the run itself has to say (after the output)
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            excess = len(self.tail) - self.tail_cap
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        body = self._body()
+        return "\n".join([body.rstrip("\n"), *self.notes, ""]) if self.notes else body
+
+    def _body(self) -> str:
+        head = self.head.decode(errors="replace")
+        tail = self.tail.decode(errors="replace")
+        if not self.truncated:
+            return (self.head + self.tail).decode(errors="replace")
+        omitted = self.total - len(self.head) - len(self.tail)
+        return (
+            f"{head}\n[... output truncated: {omitted} of {self.total} bytes omitted ...]\n{tail}"
+        )
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, _signal.SIGKILL)
+
+
+async def _wait_exited(proc: trio.Process, pidfd: int | None) -> None:
+    """Wait until ``proc`` has exited, without reaping it when a pidfd is available.
+
+    Not reaping keeps the PID (and so the process group id) reserved, so the group kill that
+    follows cannot hit a recycled PID.
+    """
+    if pidfd is None:
+        await proc.wait()
+    else:
+        await trio.lowlevel.wait_readable(pidfd)
+
+
+async def _pump(stream: trio.lowlevel.FdStream, out: Output, done: trio.Event) -> None:
+    try:
+        while True:
+            data = await stream.receive_some(_READ_CHUNK)
+            if not data:
+                return
+            out.feed(data)
+    finally:
+        done.set()
+
+
+def runner_failure(output: str, exit_code: int | None, backend: str) -> str | None:
+    """Return the runner's own failure line if the wrapper (not the command) failed."""
+    if exit_code is None or exit_code == 0:
+        return None
+    lines = output.splitlines()
+    first = lines[0] if lines else ""
+    if backend == "landlock" and exit_code == _landlock.EXIT_RUNNER_FAILURE:
+        return first if first.startswith(_landlock.PREFIX) else None
+    if backend == "bwrap":
+        return first if first.startswith("bwrap: ") else None
+    return None
+
+
+class _Local:
+    """A command the host spawned itself (`trio.lowlevel.open_process`), seen as `_run` needs.
+
+    It is not reaped before the group kill (a pidfd tells when it has exited), so the group id
+    cannot have been recycled when it is killed.
+    """
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def exited(self) -> None:
+        await _wait_exited(self.proc, self.pidfd)
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def send_signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, number)
+
+    def kill_all(self) -> None:
+        _kill_group(self.pid)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+
+
+async def run(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    cap: int,
+    landlock: _landlock.Prepared | None = None,
+    info: tuple[int, int] | None = None,
+    **spawn: Any,
+) -> tuple[Output, int | None, bool]:
+    """Start *argv*, keep a head and a tail of its output, wait (up to *timeout*), then kill
+    whatever of it is left; ``(output, returncode, timed_out)``.
+
+    *landlock*: confine it in the child (from the fork server when it works); *info*: bwrap's
+    ``--info-fd`` pipe, to wait until its PID namespace is gone.
+    """
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await _start(argv, cwd, env, landlock, write_fd, spawn)
+    except BaseException:
+        os.close(read_fd)
+        if info is not None:
+            os.close(info[0])
+        raise
+    finally:
+        os.close(write_fd)
+        if info is not None:
+            os.close(info[1])  # bwrap's copy is the only writer now
+    stream = trio.lowlevel.FdStream(read_fd)
+    out = Output(cap)
+    namespace = _Namespace()
+    stop = functools.partial(_stop, proc, supervised=landlock is not None)
+    try:
+        timed_out = await _watch(proc, stream, out, namespace, info, timeout, stop)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:  # not reaped yet, so the group id cannot be recycled
+                await stop()
+            await proc.wait()
+        raise
+    finally:
+        proc.close()
+        namespace.close()
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+    return out, proc.returncode, timed_out
+
+
+async def _start(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    landlock: _landlock.Prepared | None,
+    write_fd: int,
+    spawn: dict[str, Any],
+) -> _Local | _forkclient.Launched:
+    if landlock is not None and _forkclient.ENABLED:
+        launched = await _forkclient.shared().spawn(
+            argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd
+        )
+        if launched is not None:
+            return launched
+    if landlock is not None:
+        spawn["preexec_fn"] = landlock.preexec
+    return _Local(
+        await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=str(cwd),
+            env=env,
+            start_new_session=True,
+            **spawn,
+        )
+    )
+
+
+async def _stop(proc: _Local | _forkclient.Launched, *, supervised: bool) -> None:
+    # The Landlock supervisor kills every descendant (setsid ones too) on SIGTERM; a
+    # SIGKILL would orphan them. It is our code, so it answers; the group kill follows.
+    if supervised and proc.returncode is None:
+        proc.send_signal(_signal.SIGTERM)
+        with trio.move_on_after(_SUPERVISOR_GRACE):
+            await proc.exited()
+    proc.kill_all()
+
+
+async def _watch(
+    proc: _Local | _forkclient.Launched,
+    stream: trio.lowlevel.FdStream,
+    out: Output,
+    namespace: _Namespace,
+    info: tuple[int, int] | None,
+    timeout: float | None,
+    stop: Callable[[], Awaitable[None]],
+) -> bool:
+    """Pump the output until the command has ended and all of it is gone; whether it timed out."""
+    async with trio.open_nursery() as nursery:
+        drained = trio.Event()
+        nursery.start_soon(_pump, stream, out, drained)
+        if info is not None:
+            nursery.start_soon(namespace.watch, info[0])
+        with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
+            await proc.exited()
+        await stop()  # the timeout, or background children left after the exit
+        await proc.wait()
+        if info is not None and not await namespace.wait_gone():
+            out.notes.append(
+                "[sandbox: the command's PID namespace did not end within "
+                f"{_SUPERVISOR_GRACE:g} s: some of its processes may still be running]"
+            )
+        with trio.move_on_after(_DRAIN_GRACE):
+            await drained.wait()
+        nursery.cancel_scope.cancel()
+    return deadline.cancelled_caught
+
+
+class _Namespace:
+    """The init of bwrap's PID namespace, from ``--info-fd``: when it has exited, the kernel has
+    killed and reaped every process in the namespace (``setsid`` ones included)."""
+
+    def __init__(self) -> None:
+        self.pidfd: int | None = None
+        self.known = trio.Event()
+
+    async def watch(self, info_fd: int) -> None:
+        data = bytearray()
+        async with trio.lowlevel.FdStream(info_fd) as stream:
+            while chunk := await stream.receive_some(_READ_CHUNK):
+                data += chunk
+                try:
+                    pid = int(json.loads(data)["child-pid"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                with contextlib.suppress(OSError):  # already gone: so is the namespace
+                    self.pidfd = os.pidfd_open(pid)
+                break
+        self.known.set()
+
+    async def wait_gone(self) -> bool:
+        """Wait (a bounded time) until the namespace's init is gone; whether it is."""
+        with trio.move_on_after(_SUPERVISOR_GRACE):
+            await self.known.wait()
+            if self.pidfd is not None:
+                await trio.lowlevel.wait_readable(self.pidfd)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def result(out: Output, returncode: int | None, timed_out: bool, backend: str) -> ProcessResult:
+    exit_code = returncode if returncode is not None and returncode >= 0 else None
+    sig = -returncode if returncode is not None and returncode < 0 else None
+    return ProcessResult(
+        output=out.text(),
+        exit_code=exit_code,
+        signal=sig,
+        truncated=out.truncated,
+        timed_out=timed_out,
+        backend=backend,
+        total_bytes=out.total,
+    )

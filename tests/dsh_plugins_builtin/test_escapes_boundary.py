@@ -1,0 +1,427 @@
+"""Issue 22: what a command can reach *next to* its own files stays inside the boundary.
+
+One test (or a few) per row of the issue's table, through ``host.call("bash", ...)`` on every
+backend (``bwrap``, ``landlock`` from the fork server and forking the host), each with a
+control where the check could otherwise not fail. Tests make their own sockets, terminals,
+processes and home directories; none touches the machine's. `test_escapes_unprivileged.py`
+runs this module again as ``nobody``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import tempfile
+import tty
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_host import ConfigError, Host
+from dsh_plugins_builtin._sandbox._env import looks_secret
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+from tests.dsh_plugins_builtin.conftest import processes_with, wait_gone
+
+
+def boundary_host(make_host: Any, ws: Path, backend: str, **sandbox: Any) -> Host:
+    """The default configuration (private tmp, default deny_read, env and limits); Landlock
+    gets no protected paths (it refuses them inside a writable root)."""
+    if backend == "landlock":
+        sandbox.setdefault("protected", [])
+        sandbox.setdefault("protect_install", False)
+        sandbox.setdefault("protect_config", False)
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {"sandbox": {"backend": backend, **sandbox}},
+    }
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    return host
+
+
+async def bash(host: Host, command: str) -> Any:
+    result = await host.call("bash", {"command": command, "timeout_ms": 60_000})
+    assert not result.is_error, result.text
+    return result
+
+
+@pytest.fixture
+def host_tmp() -> Iterator[Path]:
+    """A directory of the test's own in the host's /tmp (where tmux and X11 keep sockets)."""
+    path = Path(tempfile.mkdtemp(prefix="dsh-test-host-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
+
+
+@pytest.fixture
+def unix_server(host_tmp: Path) -> Iterator[Path]:
+    """A listening Unix socket standing for a tmux server or an ssh-agent (world-connectable)."""
+    path = host_tmp / "server.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen(8)
+    try:
+        yield path
+    finally:
+        server.close()
+
+
+_CONNECT = (
+    "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); "
+    'exec("try: s.connect(sys.argv[1]); print(\\"CONNECTED\\")\\nexcept OSError as e: print(e)")'
+    "' "
+)
+
+
+# -- row 1: host Unix sockets through a shared /tmp; a private /tmp ------------------------------
+
+
+async def test_row1_a_host_socket_in_tmp_is_out_of_reach(
+    make_host: Any, ws: Path, backend: str, unix_server: Path
+) -> None:
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(host, _CONNECT + str(unix_server))
+    assert "CONNECTED" not in result.text
+    relative = os.path.relpath(unix_server, ws)  # through the working directory's parents
+    assert "CONNECTED" not in (await bash(host, _CONNECT + relative)).text
+    # Control: listed in allow_unix_sockets, the same socket is reachable.
+    allowed = boundary_host(make_host, ws, backend, allow_unix_sockets=[str(unix_server)])
+    assert "CONNECTED" in (await bash(allowed, _CONNECT + str(unix_server))).text
+
+
+async def test_row1_a_command_keeps_its_own_sockets(make_host: Any, ws: Path, backend: str) -> None:
+    host = boundary_host(make_host, ws, backend)
+    own = (
+        'python3 -c \'import socket,os; p=os.environ["TMPDIR"]+"/own.sock"; '
+        "srv=socket.socket(socket.AF_UNIX); srv.bind(p); srv.listen(1); "
+        'c=socket.socket(socket.AF_UNIX); c.connect(p); a,_=srv.accept(); c.send(b"hi"); '
+        "print(a.recv(2).decode(), int(socket.socketpair()[0].family))'"
+    )
+    assert "hi 1" in (await bash(host, own)).text
+
+
+async def test_row1_host_socket_names_are_not_passed(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ("TMUX", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "XDG_RUNTIME_DIR")
+    for name in names:
+        monkeypatch.setenv(name, f"/tmp/dsh-test-{name.lower()}")
+    host = boundary_host(make_host, ws, backend, env={"inherit": "all"})
+    text = (await bash(host, "env")).text
+    for name in names:
+        assert f"{name}=" not in text
+
+
+async def test_row1_commands_get_a_private_tmp(
+    make_host: Any, ws: Path, backend: str, host_tmp: Path
+) -> None:
+    name = f"dsh-test-{uuid.uuid4().hex}"
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(
+        host, f"echo $TMPDIR; echo mine > /tmp/{name}; ls {host_tmp} 2>/dev/null | wc -l"
+    )
+    assert result.text.splitlines()[0] == "/tmp"
+    assert not Path("/tmp", name).exists()  # not in the host's /tmp
+    assert result.text.splitlines()[1] == "0"  # the host's /tmp is out of view
+    seen = await host.call("read_file", {"path": f"/tmp/{name}"})  # the file tools' /tmp
+    assert not seen.is_error, seen.text
+    assert "mine" in seen.text
+    plugin = host.pm.get_plugin("sandbox")
+    assert plugin.tmp is not None
+    assert (plugin.tmp / name).read_text() == "mine\n"
+
+
+# -- row 2: credentials ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(ws: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The workspace is the (fake) home, with credentials in it, as when an agent runs in ~."""
+    for rel, text in {
+        ".ssh/id_rsa": "PRIVATE-KEY-1",
+        ".aws/credentials": "AWS-SECRET-2",
+        ".netrc": "NETRC-PASSWORD-3",
+        ".config/gh/hosts.yml": "GH-TOKEN-4",
+        "keys/deploy.key": "CUSTOM-KEY-5",
+    }.items():
+        path = ws / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.setenv("HOME", str(ws))
+    return ws
+
+
+async def test_row2_credentials_are_unreadable(make_host: Any, home: Path, backend: str) -> None:
+    host = boundary_host(make_host, home, backend, deny_read=["keys/*.key"])
+    result = await bash(
+        host,
+        "cat ~/.ssh/id_rsa ~/.aws/credentials ~/.netrc ~/.config/gh/hosts.yml keys/deploy.key;"
+        " echo done",
+    )
+    for secret in ("PRIVATE-KEY-1", "AWS-SECRET-2", "NETRC-PASSWORD-3", "GH-TOKEN-4", "CUSTOM"):
+        assert secret not in result.text
+    refused = await host.call("read_file", {"path": ".ssh/id_rsa"})
+    assert refused.is_error
+    assert "~/.ssh is in deny_read" in refused.text
+    refused = await host.call("read_file", {"path": "keys/deploy.key"})
+    assert "deny_read" in refused.text
+    # Control: without the defaults the same command reads them.
+    open_host = boundary_host(make_host, home, backend, deny_read_defaults=False)
+    assert "PRIVATE-KEY-1" in (await bash(open_host, "cat ~/.ssh/id_rsa")).text
+
+
+async def test_row2_shadow_is_unreadable_even_as_root(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(host, "cat /etc/shadow 2>/dev/null | wc -c")
+    assert result.text.split()[0] == "0"
+
+
+# -- row 3: secrets in the environment --------------------------------------------------------
+
+
+async def test_row3_the_environment_is_an_allowlist(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:hunter2@db.example/app")
+    monkeypatch.setenv("GH_PAT", "ghp_" + "A1b2C3d4" * 5)
+    monkeypatch.setenv("PROJECT_COLOR", "blue")
+    monkeypatch.setenv("PROJECT_DSN", "mysql://app:s3cret@db/app")
+    host = boundary_host(make_host, ws, backend)
+    text = (await bash(host, "env")).text
+    assert "hunter2" not in text
+    assert "ghp_" not in text
+    assert "PROJECT_COLOR" not in text  # not a core name
+    assert "PATH=" in text
+    assert "TMPDIR=/tmp" in text
+    configured = boundary_host(
+        make_host, ws, backend, env={"include": ["PROJECT_*"], "set": {"MODE": "sandboxed"}}
+    )
+    text = (await bash(configured, "env")).text
+    assert "PROJECT_COLOR=blue" in text
+    assert "MODE=sandboxed" in text
+    assert "s3cret" not in text  # a URL with a password is not inherited through a glob
+    everything = boundary_host(make_host, ws, backend, env={"inherit": "all"})
+    assert "hunter2" not in (await bash(everything, "env")).text
+
+
+def test_row3_secret_values_are_recognised_whatever_their_name() -> None:
+    assert looks_secret("postgres://u:pw@host/db")
+    assert looks_secret("ghp_" + "x" * 36)
+    assert looks_secret("AKIAABCDEFGHIJKLMNOP")
+    assert looks_secret("Zk3Jq9Lm2Np8Rt5Vx7Bc4Df6Gh1Kw0Ys")
+    assert not looks_secret("/usr/local/bin:/usr/bin")
+    assert not looks_secret("en_US.UTF-8")
+    assert not looks_secret("https://example.com/path")
+
+
+# -- row 4: the host process is reachable -------------------------------------------------------
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of the test's own, standing for the host (same user, outside the sandbox)."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_row4_other_processes_are_out_of_reach(
+    make_host: Any, ws: Path, backend: str, bystander: subprocess.Popen[bytes]
+) -> None:
+    pid = bystander.pid
+    before = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    niceness = os.getpriority(os.PRIO_PROCESS, pid)
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(
+        host,
+        f"prlimit --pid {pid} --fsize=1:1; renice -n 19 -p {pid}; taskset -p 1 {pid}; "
+        f"cat /proc/{pid}/cmdline; ls /proc | grep -cx {pid}; prlimit --pid $$ --nofile=64:64;"
+        " ulimit -S -n 64 && echo own-limit-ok",
+    )
+    assert resource.prlimit(pid, resource.RLIMIT_FSIZE) == before
+    assert os.getpriority(os.PRIO_PROCESS, pid) == niceness
+    assert "sleep" not in result.text  # its command line
+    assert "own-limit-ok" in result.text  # its own limits stay its own to lower
+
+
+@pytest.fixture
+def pty_pair() -> Iterator[tuple[int, int, str]]:
+    """A pseudo-terminal the test opened (never a real terminal), raw so reads need no newline."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    try:
+        yield master, slave, os.ttyname(slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+async def test_row4_another_terminal_is_unreadable(
+    make_host: Any, ws: Path, backend: str, pty_pair: tuple[int, int, str]
+) -> None:
+    master, _, path = pty_pair
+    os.write(master, b"typed-password\n")
+    host = boundary_host(make_host, ws, backend)
+    read = (
+        "python3 -c 'import os,sys\ntry:\n fd=os.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK|"
+        'os.O_NOCTTY); print("READ", os.read(fd, 64))\nexcept OSError as e: print(e)\' '
+    )
+    result = await bash(host, read + path)
+    assert "typed-password" not in result.text
+    assert "READ" not in result.text
+
+
+# -- row 5: survivors -----------------------------------------------------------------------
+
+
+async def test_row5_a_command_cannot_talk_the_reaper_out_of_it(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    marker = f"{3000 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
+    host = boundary_host(make_host, ws, backend)
+    await bash(
+        host,
+        "for p in $(ls /proc | grep -E '^[0-9]+$'); do prlimit --pid $p --nofile=0:0 "
+        f"--nproc=1:1 2>/dev/null; done; (setsid sleep {marker} </dev/null >/dev/null 2>&1 &);"
+        " echo started",
+    )
+    try:
+        await wait_gone(processes_with(marker), within=20)
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert not processes_with(marker)
+    assert "again" in (await bash(host, "echo again")).text  # the fork server still serves
+
+
+# -- row 6: resource limits ----------------------------------------------------------------------
+
+
+async def test_row6_a_memory_balloon_is_bounded_and_named(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    host = boundary_host(make_host, ws, backend, limits={"memory_mib": 256})
+    results: dict[str, Any] = {}
+
+    async def balloon() -> None:
+        results["balloon"] = await host.call(
+            "bash", {"command": "python3 -c 'b = bytearray(1 << 30); print(len(b))'"}
+        )
+
+    async def ping() -> None:
+        results["ping"] = await host.call("bash", {"command": "echo pong"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(balloon)
+        nursery.start_soon(ping)
+    assert "pong" in results["ping"].text  # the host answered meanwhile
+    text = results["balloon"].text
+    assert "1073741824" not in text
+    assert "memory_mib = 256" in text
+
+
+async def test_row6_a_file_fill_is_bounded_and_named(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    host = boundary_host(make_host, ws, backend, limits={"file_size_mib": 1})
+    result = await host.call("bash", {"command": "head -c 3000000 /dev/zero > big"})
+    assert (ws / "big").stat().st_size <= 1024 * 1024
+    assert "file_size_mib = 1" in result.text
+
+
+async def test_row6_a_fork_bomb_is_bounded(make_host: Any, ws: Path, backend: str) -> None:
+    if os.geteuid() == 0:
+        # The kernel never applies RLIMIT_NPROC to uid 0; the documented limit, asserted:
+        from dsh_plugins_builtin._sandbox._limits import LimitsConfig, ulimit_prefix
+
+        assert "-u 64" in ulimit_prefix(LimitsConfig(processes=64))
+        return
+    host = boundary_host(make_host, ws, backend, limits={"processes": 40})
+    results: dict[str, Any] = {}
+
+    async def bomb() -> None:
+        results["bomb"] = await host.call(
+            "bash",
+            {"command": "for i in $(seq 200); do sleep 5 & done; wait; echo end"},
+        )
+
+    async def ping() -> None:
+        results["ping"] = await host.call("bash", {"command": "echo pong"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bomb)
+        nursery.start_soon(ping)
+    assert "pong" in results["ping"].text
+    assert "processes = 40" in results["bomb"].text
+
+
+# -- row 7: configuration the agent can plant ---------------------------------------------------
+
+
+async def test_row7_the_next_runs_config_cannot_be_planted(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    (ws / "perms").mkdir()
+    (ws / "perms" / "settings.json").write_text("{}\n")
+    monkeypatch.setenv("HOME", str(ws))
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {
+            "sandbox": {"backend": backend},
+            "permissions": {"import": ["perms/settings.json"]},
+        },
+    }
+    if backend == "landlock":  # it cannot keep them read-only: it refuses to start, naming them
+        with pytest.raises(ConfigError, match=r"config files the next dsh run reads: .*pyproject"):
+            make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+        return
+    host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    planted = '[tool.dsh.plugin.sandbox]\\nmode = "danger-full-access"\\n'
+    await bash(
+        host,
+        f"printf '{planted}' >> pyproject.toml; printf '{planted}' > dsh.toml; "
+        'echo \'{"permissions": {"allow": ["Bash"]}}\' > perms/settings.json; '
+        "mkdir -p .claude; echo '{}' > .claude/settings.json; echo done",
+    )
+    assert "danger" not in (ws / "pyproject.toml").read_text()
+    assert not (ws / "dsh.toml").is_file()
+    assert (ws / "perms" / "settings.json").read_text() == "{}\n"
+    assert not (ws / ".claude" / "settings.json").exists()
+
+
+def test_a_mount_point_is_never_made_through_a_planted_symlink(tmp_path: Path) -> None:
+    """A command may leave a symlink in the private tmp where the next Landlock command's
+    mount points are made (before Landlock applies): it is refused, never followed."""
+    from dsh_plugins_builtin._sandbox import _mountns
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "pytest-of-someone").symlink_to(target)
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        _mountns._target(str(tmp_path / "tmp" / "pytest-of-someone" / "ws"), directory=True)
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        _mountns._target(str(tmp_path / "tmp" / "pytest-of-someone" / "f.sock"), directory=False)
+    assert list(target.iterdir()) == []
+    made = _mountns._target(str(tmp_path / "tmp" / "real" / "ws"), directory=True)  # control
+    os.close(made)
+    assert (tmp_path / "tmp" / "real" / "ws").is_dir()
