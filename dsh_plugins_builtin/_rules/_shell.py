@@ -36,6 +36,9 @@ import attrs
 import tree_sitter
 import tree_sitter_bash
 
+from ._hidden import hidden_in_command, hidden_in_node
+from ._words import strict_words
+
 __all__ = [
     "DYNAMIC",
     "MAX_COMMAND",
@@ -149,6 +152,9 @@ _GIT_GLOBALS_WITH_VALUE = frozenset(
      "--super-prefix", "--list-cmds", "--attr-source"}
 )  # fmt: skip
 _MAX_SPELLINGS = 64  # per command, so a wrapper chain cannot blow up the work
+_HIDING = frozenset(
+    {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript"}
+)
 
 
 @final
@@ -673,12 +679,17 @@ def _walk(
             dynamic = dynamic or "the command does not parse reliably"
         if kind == "redirected_statement":
             _note_trailing(node, trailing)
+        if kind in _HIDING:
+            dynamic = dynamic or hidden_in_node(kind, _text(node))
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why
+            assigned = [_text(c) for c in node.named_children if c.type == "variable_assignment"]
+            dynamic = dynamic or hidden_in_command(words, assigned)
             if words:
                 for spelling in _spellings(tuple(words)):
                     commands.append(spelling)
+                    dynamic = dynamic or hidden_in_command(spelling)
                     head = posixpath.basename(spelling[0])
                     if head in _DYNAMIC_WORDS:
                         dynamic = dynamic or f"{head} runs code only known at run time"
@@ -721,6 +732,13 @@ def _parse(command: str) -> ParsedCommand:
             simple, problem = None, "the command is nested too deeply to read"
         if simple is not None and not simple:
             simple, problem = None, "the command is empty"
+    if simple is not None:
+        # a second, independent reader must see the very same words (see `_words`)
+        strict = strict_words(command)
+        if isinstance(strict, str):
+            simple, problem = None, strict
+        elif list(strict) != simple:
+            simple, problem = None, "two readings of the line disagree on its words"
     return ParsedCommand(
         None if simple is None else tuple(simple), problem, tuple(dict.fromkeys(commands)), dynamic
     )
