@@ -38,7 +38,9 @@ import attrs
 
 from dsh_host import ToolDefinition
 
-from ._shell import ParsedCommand, parse_command, strip_git_globals
+from ._hidden import wrapped_write
+from ._shell import ParsedCommand, parse_command, strip_git_globals, unwrap
+from ._words import strict_words
 
 __all__ = [
     "EDIT_RULES",
@@ -106,6 +108,7 @@ class CommandPattern:
     """The specifier of a shell rule, compiled to a regex over the words joined by NUL."""
 
     regex: re.Pattern[str]
+    exact: bool = False  # no wildcard: the rule names one command line word for word
 
     def fits(self, words: Sequence[str]) -> bool:
         return self.regex.fullmatch(_SEP.join(words)) is not None
@@ -130,18 +133,20 @@ def _command_pattern(spec: str) -> CommandPattern:
     if not body:
         raise RuleError("names no command; write bash alone to match every command")
     # a * is a wildcard: read the words with each * as a placeholder, then turn them into .*
-    parsed = parse_command(body.replace("*", "\ue101"))
-    if parsed.simple is None or len(parsed.simple) != 1:
+    # (by the strict reader alone: a rule may name a command no allow rule can cover, e.g.
+    # ``Bash(eval:*)`` as a deny rule)
+    read = strict_words(body.replace("*", "\ue101"))
+    if isinstance(read, str) or len(read) != 1:
+        problem = read if isinstance(read, str) else "it holds more than one command"
         raise RuleError(
             "must name one simple command of literal words, without &&, ;, |, redirections "
-            f"or $(...) ({parsed.problem or 'it holds more than one command'}); "
-            "write one rule per command"
+            f"or $(...) ({problem}); write one rule per command"
         )
-    words = parsed.simple[0]
-    regex = re.escape(_SEP.join(words)).replace("\ue101", ".*")
+    joined = _SEP.join(read[0])
+    regex = re.escape(joined).replace("\ue101", ".*")
     if rest:
         regex += f"(?:{_SEP}.*)?"
-    return CommandPattern(re.compile(regex, re.DOTALL))
+    return CommandPattern(re.compile(regex, re.DOTALL), exact=not rest and "\ue101" not in joined)
 
 
 @final
@@ -577,17 +582,43 @@ class RuleSet:
         for rule in domains:
             if rule.domain is not None and _host_matches(call.args.get("url"), rule.domain):
                 return (rule,)
-        if parsed is None or parsed.simple is None:
+        if parsed is None or parsed.simple is None or self._elsewhere(call, parsed):
             return ()
         covering: list[Rule] = []
         for words in parsed.simple:
-            found = next(
-                (a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None
-            )
+            found = _covering(words, allow, 0)
             if found is None:
                 return ()
             covering.append(found)
         return tuple(dict.fromkeys(covering))
+
+    def _elsewhere(self, call: _Call, parsed: ParsedCommand) -> str | None:
+        """Why the line runs somewhere allow rules do not reach (the bash tool's ``cwd``)."""
+        heads = {posixpath.basename(words[0]) for words in parsed.commands if words}
+        cwd = call.args.get("cwd")
+        if cwd is not None:
+            targets = call.targets("cwd")
+            if targets is None:
+                return "the cwd argument is not a path"
+            if not all(self._inside(t) for t in targets):
+                return "the cwd lies outside the workspace"
+            if "git" in heads and any(self._foreign_git(t) for t in targets):
+                return "git would run in a repository other than the workspace's own"
+        if "git" in heads and heads & {"cd", "pushd", "popd"}:
+            return "git would run after a change of directory"
+        for words in parsed.commands:
+            if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
+                return "git is pointed at another repository"
+        return None
+
+    def _foreign_git(self, path: str) -> bool:
+        """Whether a ``.git`` lies at *path* or above it, below the workspace root."""
+        roots = {r.rstrip("/") for r in self.workspace}
+        while path.rstrip("/") not in roots and path not in ("/", ""):
+            if os.path.lexists(os.path.join(path, ".git")):
+                return True
+            path = posixpath.dirname(path)
+        return False
 
     def _note(self, view: _ToolView, call: _Call, parsed: ParsedCommand | None) -> str | None:
         if view.paths:
@@ -604,6 +635,8 @@ class RuleSet:
                     )
         if parsed is not None and parsed.simple is None:
             return f"{parsed.problem}, so allow rules do not apply"
+        if parsed is not None and (why := self._elsewhere(call, parsed)) is not None:
+            return f"{why}, so allow rules do not apply"
         return None
 
     def withheld(
@@ -614,6 +647,25 @@ class RuleSet:
         if combined is None or combined.fullmatch(path) is None:
             return None
         return next((r for r in found if r.path is not None and r.path.matches(path)), None)
+
+
+_GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})
+_MAX_WRAPPED = 4
+
+
+def _covering(words: tuple[str, ...], allow: Sequence[_Applied], depth: int) -> Rule | None:
+    """The allow rule covering *words*, and (for a wrapper: ``timeout``, ``nice``, ``xargs``,
+    ``env``, ``find -exec`` ...) only when every command it runs is itself covered; a wrapper
+    that writes or deletes (``find -delete``) only by a rule naming the line word for word."""
+    found = next((a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None)
+    if found is None or found.command is None:
+        return None
+    if wrapped_write(words) is not None and not found.command.exact:
+        return None
+    for inner in unwrap(words):
+        if depth >= _MAX_WRAPPED or _covering(inner, allow, depth + 1) is None:
+            return None
+    return found
 
 
 def _argument_free(view: _ToolView) -> bool:

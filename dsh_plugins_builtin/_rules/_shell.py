@@ -47,6 +47,7 @@ __all__ = [
     "ParsedCommand",
     "parse_command",
     "strip_git_globals",
+    "unwrap",
 ]
 
 MAX_COMMAND = 64 * 1024
@@ -542,7 +543,7 @@ def _option_skip(words: Sequence[str], start: int, with_value: frozenset[str]) -
         return
 
 
-def _unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """The commands a wrapper in front of *words* runs (nothing when *words* is no wrapper)."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "find":
@@ -627,7 +628,7 @@ def _spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         base = posixpath.basename(current[0])
         if base and base != current[0]:
             queue.append((base, *current[1:]))
-        queue.extend(_unwrap(current))
+        queue.extend(unwrap(current))
 
 
 def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:
@@ -681,6 +682,10 @@ def _walk(
             _note_trailing(node, trailing)
         if kind in _HIDING:
             dynamic = dynamic or hidden_in_node(kind, _text(node))
+        elif kind in ("declaration_command", "unset_command") and node.child_count:
+            head = _text(node.children[0])
+            if head != "export":  # export reads no subscript and no string as code
+                dynamic = dynamic or f"{head}, which evaluates its arguments as code"
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why

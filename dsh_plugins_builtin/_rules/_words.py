@@ -5,8 +5,9 @@ for word. This reader knows a deliberately small language, in which every word i
 bash will pass to the command:
 
 * a word is one or more parts joined with nothing between them: a bare part of the safe
-  characters (letters, digits, ``_ @ % + = : , . / -`` and any non-ASCII character; ``#``
-  and ``~`` too, but not where bash reads a comment or expands a tilde), a
+  characters (letters, digits, ``_ @ % + = : , . / -`` and any non-ASCII character; ``#``,
+  ``~``, ``{`` and ``}`` too, but not where bash reads a comment or expands a tilde or
+  braces), a
   single-quoted string ``'...'``, or a double-quoted string ``"..."`` holding no ``$``, `````
   or ``\\``;
 * words are separated by spaces and tabs; commands by ``;``, ``&&``, ``||``, ``|`` and newlines;
@@ -24,8 +25,9 @@ import re
 
 __all__ = ["strict_words"]
 
-_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./#~\-\u0080-\U0010ffff]+")
-_EXPANDS = re.compile(r"^[#~]|[=:]~")  # a comment, or a tilde bash would expand
+_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./#~{}\-\u0080-\U0010ffff]+")
+# a comment, a tilde bash would expand, a brace expansion
+_EXPANDS = re.compile(r"^[#~]|[=:]~|\{[^}]*(?:,|\.\.)[^}]*\}")
 _SINGLE = re.compile(r"'([^']*)'")
 _DOUBLE = re.compile(r'"([^"$`\\]*)"')
 _REDIRECT = re.compile(
