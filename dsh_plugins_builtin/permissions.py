@@ -195,6 +195,7 @@ class PermissionsPlugin:
                         f"rule {text!r} {exc}",
                         path=host.config.source, plugin=self.name, key=f"{effect}[{i}]",
                     ) from None  # fmt: skip
+        self._check_mounted(host, compiled)
         for spelled in config.imports:
             path = pathlib.Path(workspace, os.path.expanduser(spelled))
             if not path.exists():
@@ -219,6 +220,22 @@ class PermissionsPlugin:
         for tool in host.registry.tools():  # the tools known now; later ones on first call
             self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
+
+    def _check_mounted(self, host: Host, compiled: Mapping[Effect, list[Rule]]) -> None:
+        """A rule of this table naming an MCP server the ``mcp`` plugin does not mount (or a
+        tool its ``tools`` list leaves out) can never match: a `ConfigError` naming the rule."""
+        if host.pm.get_plugin("mcp") is None:
+            return  # MCP tools come from elsewhere (or nowhere): nothing to check against
+        servers: Mapping[str, Any] = getattr(host.config_for("mcp"), "servers", {})
+        for effect, rules in compiled.items():
+            for i, rule in enumerate(rules):
+                why = _unmounted(rule.tool, servers)
+                if why is not None:
+                    raise ConfigError(
+                        f"rule {rule.text!r} {why}, so it can never match; mounted servers: "
+                        f"{', '.join(sorted(servers)) or 'none'}",
+                        path=host.config.source, plugin=self.name, key=f"{effect}[{i}]",
+                    )  # fmt: skip
 
     @staticmethod
     def _warn_unknown(host: Host, rules: RuleSet) -> None:
@@ -320,6 +337,22 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
+
+
+def _unmounted(tool: str, servers: Mapping[str, Any]) -> str | None:
+    if not tool.startswith("mcp__") or tool == "mcp__*":
+        return None
+    server, sep, name = tool[5:].partition("__")
+    if not sep and server.endswith("*"):
+        if any(s.startswith(server[:-1]) for s in servers):
+            return None
+        return f"names MCP servers starting {server[:-1]!r}, and [plugin.mcp] mounts none"
+    if server not in servers:
+        return f"names the MCP server {server!r}, which [plugin.mcp] does not mount"
+    only = getattr(servers[server], "tools", None)
+    if only and name and not name.endswith("*") and name not in only:
+        return f"names the tool {name!r}, which the tools list of server {server!r} leaves out"
+    return None
 
 
 async def _stricter(

@@ -15,7 +15,9 @@ name or its ``claude_name``.
   ``/x`` (the settings file's project), ``./x`` and ``x`` (the workspace; ``x`` without a
   ``/`` at any depth).
 * ``WebFetch(domain:example.com)``: the host of the call's ``url`` (subdomains included).
-* ``mcp__server`` and ``mcp__server__*``: every tool of that MCP server.
+* ``mcp__server`` and ``mcp__server__*``: every tool of that MCP server; ``mcp__*``: every MCP
+  tool; ``mcp__server__delete_*``: the server's tools whose names start so. A ``*`` may end an
+  MCP name only, and means the same in allow, ask and deny lists.
 
 Matching is by absolute path: each pattern is compiled once into one regular expression over
 absolute paths (the workspace spelled as given and with symlinks resolved), which also matches
@@ -261,9 +263,10 @@ class Rule:
         """Whether the rule's tool name is this tool (its name, Claude Code name, MCP server)."""
         if self.tool in (tool, claude_name) or _BUILT_IN.get(self.tool) == tool:
             return True
-        if self.tool.startswith("mcp__"):
-            server = self.tool.removesuffix("*").removesuffix("__")
-            return server.count("__") == 1 and tool.startswith(server + "__")
+        if self.tool.endswith("*"):  # mcp__*, mcp__srv__*, mcp__srv__delete_*
+            return tool.startswith(self.tool[:-1])
+        if self.tool.startswith("mcp__") and self.tool.count("__") == 1:  # mcp__srv
+            return tool.startswith(self.tool + "__")
         return False
 
 
@@ -288,7 +291,14 @@ def parse_rule(text: str, effect: Effect, anchors: Anchors, source: str) -> Rule
         raise RuleError(f"does not parse: {why}; e.g. Bash(git status:*) or Read(./src/**)")
     tool, spec = match["tool"], match["spec"]
     if tool.endswith("*") and not tool.startswith("mcp__"):
-        raise RuleError("has a * in the tool name; only mcp__server__* may end in *")
+        raise RuleError(
+            "has a * in the tool name; only MCP tool names may end in * (mcp__*, "
+            "mcp__server__*, mcp__server__prefix*)"
+        )
+    if tool.startswith("mcp__") and (
+        tool in ("mcp__", "mcp___*") or tool.endswith("___") or "____" in tool
+    ):
+        raise RuleError("names no MCP server or tool; write mcp__server or mcp__server__tool")
     if spec is None:
         return Rule(stripped, tool, source)
     if not spec.strip():

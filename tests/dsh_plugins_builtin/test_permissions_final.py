@@ -207,3 +207,28 @@ async def test_entry_point_plugins_loaded_before_or_after_permissions_cannot_all
     result = await host.call("bash", {"command": "sudo rm -rf /"})
     assert result.code == "DENIED", result.text
     assert RAN == []
+
+
+# -- rules that can never match (issue #23 row 8) ---------------------------------------------
+
+
+@pytest.mark.parametrize("rule", ["mcp__gh__delete_repo", "mcp__gh__*", "mcp__gh", "mcp__g*"])
+def test_a_rule_naming_an_mcp_server_that_is_not_mounted_stops_the_host(rule: str) -> None:
+    from dsh_host import ConfigError
+    from dsh_plugins_builtin.mcp import McpPlugin
+
+    config = {"plugin": {"permissions": {"deny": ["bash(rm:*)", rule]}}}
+    with pytest.raises(ConfigError, match=r"deny\[1\].*never match|never match.*deny\[1\]"):
+        Host(config=config, plugins=[McpPlugin(), PermissionsPlugin()], load_entrypoints=False)
+
+
+def test_mcp_wildcards_are_accepted_and_mounted_servers_pass() -> None:
+    from dsh_plugins_builtin import permissions
+
+    servers = {"gh": types.SimpleNamespace(tools=("create_issue",))}
+    assert permissions._unmounted("mcp__*", servers) is None
+    assert permissions._unmounted("mcp__gh__*", servers) is None
+    assert permissions._unmounted("mcp__g*", servers) is None
+    assert permissions._unmounted("mcp__gh__create_issue", servers) is None
+    assert permissions._unmounted("mcp__gh__delete_repo", servers) is not None
+    assert permissions._unmounted("bash", servers) is None

@@ -86,6 +86,23 @@ def test_mcp_rules_name_every_tool_of_their_server():
     assert rule("mcp__gh__create_issue").names("mcp__gh__create_issue", None)
     assert not rule("mcp__gh").names("mcp__ghost__x", None)
     assert not rule("mcp__gh__create_issue").names("mcp__gh__delete_repo", None)
+
+
+@pytest.mark.parametrize("effect", ["allow", "ask", "deny"])
+def test_mcp_wildcards_match_in_every_list(effect):
+    """Issue #23 row 8: ``mcp__*`` and ``mcp__srv__delete_*`` used to match nothing."""
+    assert rule("mcp__*", effect).names("mcp__gh__create_issue", None)
+    assert not rule("mcp__*", effect).names("bash", None)
+    prefix = rule("mcp__srv__delete_*", effect)
+    assert prefix.names("mcp__srv__delete_repo", None)
+    assert not prefix.names("mcp__srv__create_repo", None)
+    assert not prefix.names("mcp__srv2__delete_repo", None)
+
+
+@pytest.mark.parametrize("text", ["mcp__", "mcp____x", "mcp__srv___"])
+def test_an_mcp_name_naming_nothing_is_an_error(text):
+    with pytest.raises(RuleError, match="names no MCP server"):
+        rule(text)
     assert rule("Read").names("read_file", "Read")
 
 
@@ -106,7 +123,7 @@ def test_mcp_rules_name_every_tool_of_their_server():
         ("bash(make > log)", "must name one simple command"),
         ("bash(echo 'x)", "must name one simple command"),
         ("WebFetch(example.com)", "takes domain:HOST"),
-        ("Read*", "only mcp__server__* may end in *"),
+        ("Read*", "only MCP tool names may end in *"),
         ("read_file(../x)", "empty, . or .. path segment"),
         ("read_file(src//x)", "empty, . or .. path segment"),
         ("read_file(./)", "names no path"),
