@@ -54,6 +54,7 @@ from dsh_host import (
     Ask,
     ConfigError,
     Deny,
+    DshError,
     Host,
     ToolDefinition,
     ToolExecution,
@@ -212,6 +213,7 @@ class PermissionsPlugin:
                     except RuleError as exc:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
+        self._rules.fence = _fence_of(host)
         # with no deny or ask rule nothing is final: the guard (and its note) is never called
         final = compiled["deny"] or compiled["ask"]
         self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
@@ -337,6 +339,22 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
+
+
+def _fence_of(host: Host) -> Callable[[str], str | None] | None:
+    """The sandbox plugin's write fence, as a function of a path (``None``: no sandbox)."""
+    check = getattr(host.pm.get_plugin("sandbox"), "check_write", None)
+    if check is None:
+        return None
+
+    def fence(path: str) -> str | None:
+        try:
+            check(path)
+        except DshError as exc:
+            return str(exc)
+        return None
+
+    return fence
 
 
 def _unmounted(tool: str, servers: Mapping[str, Any]) -> str | None:

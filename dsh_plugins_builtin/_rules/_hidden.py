@@ -15,7 +15,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-__all__ = ["hidden_in_command", "hidden_in_node", "wrapped_write"]
+__all__ = ["hidden_in_command", "hidden_in_node", "runner_writes", "wrapped_write"]
 
 # Builtins that evaluate an argument as code (a string, a subscript `a[$(...)]` in a variable
 # name, or arithmetic): always, or only with one of the flags given.
@@ -109,3 +109,45 @@ def wrapped_write(words: Sequence[str]) -> str | None:
         if found is not None:
             return f"find {found}, which deletes or writes files"
     return None
+
+
+# pytest (run as pytest, py.test or python -m pytest) options that write or delete a path:
+# --basetemp=DIR deletes DIR first; the rest write (over) a file or a directory.
+_RUNNER_WRITES = frozenset(
+    {"--basetemp", "--junitxml", "--junit-xml", "--result-log", "--rootdir", "--debug"}
+)
+_PYTHON = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
+
+
+def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
+    """The paths a test runner's options make it write or delete: (option, path) pairs."""
+    head = posixpath.basename(words[0]) if words else ""
+    rest = list(words[1:])
+    if _PYTHON.fullmatch(head):
+        if rest[:2] != ["-m", "pytest"]:
+            return []
+        rest = rest[2:]
+    elif head not in ("pytest", "py.test"):
+        return []
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, value = word.partition("=")
+        ini: str | None = None
+        if name in _RUNNER_WRITES and (eq or name != "--debug"):
+            if not eq and i + 1 < len(rest):
+                i += 1
+                value = rest[i]
+            out.append((name, value))
+        elif word in ("-o", "--override-ini") and i + 1 < len(rest):
+            i += 1
+            ini = rest[i]
+        elif word.startswith("-o") and not word.startswith("--"):
+            ini = word[2:]
+        elif name == "--override-ini" and eq:
+            ini = value
+        if ini is not None and ini.partition("=")[0].strip() == "cache_dir":
+            out.append(("-o cache_dir", ini.partition("=")[2]))
+        i += 1
+    return out

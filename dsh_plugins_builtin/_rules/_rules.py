@@ -33,14 +33,14 @@ import posixpath
 import re
 import stat
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 import attrs
 
 from dsh_host import ToolDefinition
 
-from ._hidden import wrapped_write
+from ._hidden import runner_writes, wrapped_write
 from ._shell import ParsedCommand, parse_command, strip_git_globals, unwrap
 from ._words import strict_words
 
@@ -390,6 +390,8 @@ class RuleSet:
         self.workspace = _spellings_of(os.fspath(workspace))
         self._view = functools.lru_cache(maxsize=256)(self._make_view)
         self._by_tool: dict[int, tuple[ToolDefinition, _ToolView]] = {}
+        # why the sandbox would refuse a write to a path (None: it would not), if known
+        self.fence: Callable[[str], str | None] | None = None
 
     def denying(self) -> tuple[Rule, ...]:
         """The deny rules."""
@@ -426,7 +428,12 @@ class RuleSet:
                 )
             withheld[access] = (tuple(found), combined)
         view = _ToolView(name, paths, shell, rules, withheld)
-        if _argument_free(view):
+        runner_rules = shell and any(
+            r.path is not None and r.tool in EDIT_RULES
+            for effect in _ORDER[:2]
+            for r in self._rules[effect]
+        )  # a test runner's path options are matched against them (`runner_writes`)
+        if _argument_free(view) and not runner_rules:
             # Worked out once, here, by the same code a call takes: no argument can change it.
             view = attrs.evolve(view, fixed=self._verdict(view, {}))
         return view
@@ -536,6 +543,9 @@ class RuleSet:
             for applied in view.rules[effect]:
                 if self._caught(applied, call, parsed):
                     return Verdict(effect, applied.rule)
+        written = self._runner_write_rule(parsed, args.get("cwd"))
+        if written is not None:
+            return written
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
@@ -602,6 +612,39 @@ class RuleSet:
             covering.append(found)
         return tuple(dict.fromkeys(covering))
 
+    def _runner_write_rule(self, parsed: ParsedCommand | None, cwd: Any) -> Verdict | None:
+        """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,
+        ``--junitxml=FILE`` ...) writes against, as if the runner were a ``Write`` call."""
+        writes = [w for words in parsed.commands for w in runner_writes(words)] if parsed else []
+        for effect in _ORDER[:2] if writes else ():
+            for rule in self._rules[effect]:
+                if rule.path is None or rule.tool not in EDIT_RULES:
+                    continue
+                for option, path in writes:
+                    targets = self._targets(_under(cwd, path))
+                    if targets is None or any(rule.path.matches(t) for t in targets):
+                        return Verdict(effect, rule, note=f"{option} {path} writes there")
+        return None
+
+    def _runner_writes_allowed(self, parsed: ParsedCommand, cwd: Any) -> str | None:
+        """Why a runner's path options keep allow rules off the line (``None``: they do not).
+
+        Each path must lie inside the workspace, pass the sandbox's write fence (when one is
+        known) and be covered by an edit allow rule, as a ``Write`` of it would."""
+        edits = [r for r in self._rules["allow"] if r.path is not None and r.tool in EDIT_RULES]
+        for words in parsed.commands:
+            for option, path in runner_writes(words):
+                path = _under(cwd, path)
+                targets = self._targets(path)
+                if targets is None or not all(self._inside(t) for t in targets):
+                    return f"{option} {path} writes outside the workspace"
+                fenced = self.fence(path) if self.fence is not None else None
+                if fenced is not None:
+                    return f"{option} {path}: {fenced}"
+                if not any(all(r.path and r.path.matches(t) for t in targets) for r in edits):
+                    return f"{option} {path} writes where no edit allow rule reaches"
+        return None
+
     def _elsewhere(self, call: _Call, parsed: ParsedCommand) -> str | None:
         """Why the line runs somewhere allow rules do not reach (the bash tool's ``cwd``)."""
         heads = {posixpath.basename(words[0]) for words in parsed.commands if words}
@@ -619,7 +662,7 @@ class RuleSet:
         for words in parsed.commands:
             if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
                 return "git is pointed at another repository"
-        return None
+        return self._runner_writes_allowed(parsed, cwd)
 
     def _foreign_git(self, path: str) -> bool:
         """Whether a ``.git`` lies at *path* or above it, below the workspace root."""
@@ -657,6 +700,11 @@ class RuleSet:
         if combined is None or combined.fullmatch(path) is None:
             return None
         return next((r for r in found if r.path is not None and r.path.matches(path)), None)
+
+
+def _under(cwd: Any, path: str) -> str:
+    """*path* as the runner sees it: relative to the bash tool's ``cwd`` when one is given."""
+    return posixpath.join(cwd, path) if isinstance(cwd, str) and cwd else path
 
 
 _GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})

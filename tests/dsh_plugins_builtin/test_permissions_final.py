@@ -21,6 +21,7 @@ from dsh_host import (
     ApprovalOutcome,
     Ask,
     Host,
+    ToolExecution,
     ToolExecutionInput,
     define_tool,
     hookimpl,
@@ -232,3 +233,26 @@ def test_mcp_wildcards_are_accepted_and_mounted_servers_pass() -> None:
     assert permissions._unmounted("mcp__gh__create_issue", servers) is None
     assert permissions._unmounted("mcp__gh__delete_repo", servers) is not None
     assert permissions._unmounted("bash", servers) is None
+
+
+def test_a_runners_write_option_goes_through_the_sandbox_fence(tmp_path) -> None:
+    """Issue #23 point 7: ``--junitxml=.git/x`` is a write the sandbox fence refuses."""
+    from dsh_plugins_builtin.sandbox import SandboxPlugin
+
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    rules = {"allow": ["bash(pytest:*)", "Edit(**)"]}
+    config = {"host": {"workspace": str(ws)}, "plugin": {"permissions": rules}}
+    host = Host(
+        config=config, plugins=[SandboxPlugin(), PermissionsPlugin()], load_entrypoints=False
+    )
+    host.registry.register(_bash())
+    plugin = host.pm.get_plugin("permissions")
+    for line, allowed in (
+        ("pytest", True), ("pytest --junitxml=r.xml", True), ("pytest --junitxml=.git/r.xml", False)
+    ):  # fmt: skip
+        execution = ToolExecution(call_id="x", name="bash", arguments={"command": line})
+        decision = plugin.decide(execution)
+        assert (type(decision) is Allow) is allowed, (line, decision)
+        if not allowed:
+            assert ".git" in (decision.reason or "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,47 @@ def test_row6_git_in_a_nested_repository_is_never_allowed(tmp_path: Path) -> Non
     assert verdict(rules, "git -C src/r status").effect != "allow"
     assert verdict(rules, "git status", cwd="/").effect != "allow"  # outside the workspace
     assert verdict(rules, "git status", cwd=".").effect == "allow"
+
+
+# -- row 10: runners that run agent code, and their path-writing options -----------------------
+
+PYTEST = shutil.which("pytest") or str(Path(sys.executable).with_name("pytest"))
+
+
+def test_row10_pytest_basetemp_really_deletes_the_directory(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "keep").mkdir(parents=True)
+    (ws / "keep" / "precious").write_text("x")
+    (ws / "test_t.py").write_text("def test_t(tmp_path):\n    pass\n")
+    env = {**ENV, "PATH": f"{Path(PYTEST).parent}:{ENV['PATH']}"}
+    subprocess.run(
+        [BASH, "-c", "pytest -q -p no:cacheprovider -p no:randomly --basetemp=keep"],
+        cwd=ws, env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert not (ws / "keep" / "precious").exists(), "--basetemp must really delete the directory"
+    rules = ruleset(ws, allow=["bash(pytest:*)", "bash(python -m pytest:*)"])
+    for line in (
+        "pytest --basetemp=keep",
+        "pytest --basetemp keep",
+        "python -m pytest --junitxml=src/a.py",
+        "pytest -o cache_dir=keep",
+        "pytest --rootdir=/etc",
+        "timeout 60 pytest --result-log=x",
+    ):
+        found = verdict(rules, line)
+        assert found.effect != "allow", line
+        assert "writes" in (found.note or ""), (line, found)
+
+
+def test_row10_runner_writes_are_checked_as_writes(tmp_path: Path) -> None:
+    rules = ruleset(tmp_path, allow=["bash(pytest:*)", "Edit(build/**)"])
+    assert verdict(rules, "pytest --junitxml=build/r.xml").effect == "allow"
+    assert verdict(rules, "pytest --junitxml=r.xml").effect != "allow"
+    assert verdict(rules, "pytest --junitxml=r.xml", cwd="build").effect == "allow"
+    rules.fence = lambda path: "write outside the writable roots" if "build" in path else None
+    assert verdict(rules, "pytest --junitxml=build/r.xml").effect != "allow"
+    denying = ruleset(tmp_path, allow=["bash"], deny=["Edit(src/**)"], ask=["Write(docs/**)"])
+    found = verdict(denying, "pytest -q --basetemp=src")
+    assert (found.effect, found.rule and found.rule.text) == ("deny", "Edit(src/**)")
+    found = verdict(denying, "python3 -m pytest --junit-xml docs/r.xml")
+    assert (found.effect, found.rule and found.rule.text) == ("ask", "Write(docs/**)")
