@@ -316,10 +316,12 @@ class PermissionsPlugin:
             return None  # the approvers were asked and allowed it once
         who = self._who_allowed()
         if type(own) is Deny:
-            return f"{own.reason}; the rule is final: {who} allowed the call, which no plugin can"
+            return (
+                f"{own.reason} (final: {who} allowed the call, but no plugin overrides a deny rule)"
+            )
         return (
-            f"{own.reason}; {who} allowed the call without putting it to an approver, but a call"
-            " an ask rule matches runs only when a person (or a configured approver) allows it"
+            f"{own.reason} (final: {who} allowed the call without putting it to an approver; a"
+            " call an ask rule matches runs only when a person or a configured approver allows it)"
         )
 
     def _who_allowed(self) -> str:
