@@ -40,7 +40,7 @@ import attrs
 
 from dsh_host import ToolDefinition
 
-from ._hidden import runner_writes, wrapped_write
+from ._hidden import wrapped_write
 from ._shell import ParsedCommand, parse_command, strip_git_globals, unwrap
 from ._words import strict_words
 
@@ -615,7 +615,7 @@ class RuleSet:
     def _runner_write_rule(self, parsed: ParsedCommand | None, cwd: Any) -> Verdict | None:
         """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,
         ``--junitxml=FILE`` ...) writes against, as if the runner were a ``Write`` call."""
-        writes = [w for words in parsed.commands for w in runner_writes(words)] if parsed else []
+        writes = parsed.writes if parsed is not None else ()
         for effect in _ORDER[:2] if writes else ():
             for rule in self._rules[effect]:
                 if rule.path is None or rule.tool not in EDIT_RULES:
@@ -631,23 +631,24 @@ class RuleSet:
 
         Each path must lie inside the workspace, pass the sandbox's write fence (when one is
         known) and be covered by an edit allow rule, as a ``Write`` of it would."""
+        if not parsed.writes:
+            return None
         edits = [r for r in self._rules["allow"] if r.path is not None and r.tool in EDIT_RULES]
-        for words in parsed.commands:
-            for option, path in runner_writes(words):
-                path = _under(cwd, path)
-                targets = self._targets(path)
-                if targets is None or not all(self._inside(t) for t in targets):
-                    return f"{option} {path} writes outside the workspace"
-                fenced = self.fence(path) if self.fence is not None else None
-                if fenced is not None:
-                    return f"{option} {path}: {fenced}"
-                if not any(all(r.path and r.path.matches(t) for t in targets) for r in edits):
-                    return f"{option} {path} writes where no edit allow rule reaches"
+        for option, spelled in parsed.writes:
+            path = _under(cwd, spelled)
+            targets = self._targets(path)
+            if targets is None or not all(self._inside(t) for t in targets):
+                return f"{option} {path} writes outside the workspace"
+            fenced = self.fence(path) if self.fence is not None else None
+            if fenced is not None:
+                return f"{option} {path}: {fenced}"
+            if not any(all(r.path and r.path.matches(t) for t in targets) for r in edits):
+                return f"{option} {path} writes where no edit allow rule reaches"
         return None
 
     def _elsewhere(self, call: _Call, parsed: ParsedCommand) -> str | None:
         """Why the line runs somewhere allow rules do not reach (the bash tool's ``cwd``)."""
-        heads = {posixpath.basename(words[0]) for words in parsed.commands if words}
+        heads = parsed.heads
         cwd = call.args.get("cwd")
         if cwd is not None:
             targets = call.targets("cwd")

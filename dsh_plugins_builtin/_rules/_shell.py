@@ -36,7 +36,7 @@ import attrs
 import tree_sitter
 import tree_sitter_bash
 
-from ._hidden import hidden_in_command, hidden_in_node
+from ._hidden import hidden_in_command, hidden_in_node, runner_writes
 from ._words import strict_words
 
 __all__ = [
@@ -174,6 +174,8 @@ class ParsedCommand:
     problem: str | None
     commands: tuple[tuple[str, ...], ...]
     dynamic: str | None
+    heads: frozenset[str] = frozenset()  # the program names of `commands`, without a path
+    writes: tuple[tuple[str, str], ...] = ()  # a test runner's (option, path) writes
 
 
 class _Budget:
@@ -744,8 +746,11 @@ def _parse(command: str) -> ParsedCommand:
             simple, problem = None, strict
         elif list(strict) != simple:
             simple, problem = None, "two readings of the line disagree on its words"
+    unique = tuple(dict.fromkeys(commands))
+    heads = frozenset(posixpath.basename(words[0]) for words in unique if words)
+    writes = tuple(w for words in unique for w in runner_writes(words))
     return ParsedCommand(
-        None if simple is None else tuple(simple), problem, tuple(dict.fromkeys(commands)), dynamic
+        None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes
     )
 
 

@@ -25,17 +25,19 @@ import re
 
 __all__ = ["strict_words"]
 
-_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./#~{}\-\u0080-\U0010ffff]+")
+_BARE = r"[A-Za-z0-9_@%+=:,./#~{}\-\u0080-\U0010ffff]"
+_PART = re.compile(r"'([^']*)'|\"([^\"$`\\]*)\"")
+# one token: blanks, a separator, a redirection, or a word (and what may follow a word)
+_TOKEN = re.compile(
+    r"(?P<blank>[ \t]+)"
+    r"|(?P<sep>&&|\|\||[;|\n])"
+    r"|(?P<redirect>(?:[0-9]?>>?|&>>?|<|[0-9]?>\|)[ \t]*/dev/null(?=[ \t\n;&|]|$)"
+    r"|[0-9]?[<>]&(?:[0-9]|-)(?=[ \t\n;&|]|$))"
+    # one bare character or one whole quoted part per step: no nested repeat, no backtracking
+    rf"|(?P<word>(?:{_BARE}|'[^']*'|\"[^\"$`\\]*\")+)(?=[ \t\n;&|]|$)"
+)
 # a comment, a tilde bash would expand, a brace expansion
 _EXPANDS = re.compile(r"^[#~]|[=:]~|\{[^}]*(?:,|\.\.)[^}]*\}")
-_SINGLE = re.compile(r"'([^']*)'")
-_DOUBLE = re.compile(r'"([^"$`\\]*)"')
-_REDIRECT = re.compile(
-    r"(?:[0-9]?>>?|&>>?|<|[0-9]?>\|)[ \t]*/dev/null(?=[ \t\n;&|]|$)"
-    r"|[0-9]?[<>]&(?:[0-9]|-)(?=[ \t\n;&|]|$)"
-)
-_SEPARATOR = re.compile(r"&&|\|\||[;|\n]")
-_BLANK = re.compile(r"[ \t]+")
 
 
 def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
@@ -43,47 +45,28 @@ def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
     commands: list[tuple[str, ...]] = []
     words: list[str] = []
     i, end = 0, len(line)
+    match = _TOKEN.match
     while i < end:
-        blank = _BLANK.match(line, i)
-        if blank:
-            i = blank.end()
-            continue
-        sep = _SEPARATOR.match(line, i)
-        if sep:
+        m = match(line, i)
+        if m is None:
+            return f"the character {line[i]!r} at offset {i} is outside the strict word grammar"
+        kind = m.lastgroup
+        if kind == "word":
+            text = m.group()
+            if _EXPANDS.search(text):
+                return f"the word {text[:40]!r} holds a comment, a tilde or braces bash expands"
+            words.append(_PART.sub(_unquote, text) if ("'" in text or '"' in text) else text)
+        elif kind == "sep":
             if words:
                 commands.append(tuple(words))
                 words = []
-            elif sep.group() != "\n":
-                return f"the operator {sep.group()!r} follows no command"
-            i = sep.end()
-            continue
-        redirect = _REDIRECT.match(line, i)
-        if redirect:
-            i = redirect.end()
-            continue
-        word, i = _word(line, i)
-        if word is None:
-            return f"the character {line[i]!r} at offset {i} is outside the strict word grammar"
-        words.append(word)
+            elif m.group() != "\n":
+                return f"the operator {m.group()!r} follows no command"
+        i = m.end()
     if words:
         commands.append(tuple(words))
     return tuple(commands)
 
 
-def _word(line: str, i: int) -> tuple[str | None, int]:
-    start = i
-    parts: list[str] = []
-    while i < len(line):
-        for pattern, group in ((_BARE, 0), (_SINGLE, 1), (_DOUBLE, 1)):
-            m = pattern.match(line, i)
-            if m:
-                parts.append(m.group(group))
-                i = m.end()
-                break
-        else:
-            break
-    if not parts or _EXPANDS.search(line[start:i]):
-        return None, start
-    if i < len(line) and line[i] not in " \t\n;&|":
-        return None, i  # a part the grammar does not know is glued to the word
-    return "".join(parts), i
+def _unquote(m: re.Match[str]) -> str:
+    return m.group(1) if m.group(1) is not None else m.group(2)
