@@ -429,10 +429,10 @@ class RuleSet:
             withheld[access] = (tuple(found), combined)
         view = _ToolView(name, paths, shell, rules, withheld)
         runner_rules = shell and any(
-            r.path is not None and r.tool in EDIT_RULES
+            r.path is not None and r.tool in EDIT_RULES | READ_RULES
             for effect in _ORDER[:2]
             for r in self._rules[effect]
-        )  # a test runner's path options are matched against them (`runner_writes`)
+        )  # the cwd and a test runner's path options are matched against them
         if _argument_free(view) and not runner_rules:
             # Worked out once, here, by the same code a call takes: no argument can change it.
             view = attrs.evolve(view, fixed=self._verdict(view, {}))
@@ -546,6 +546,10 @@ class RuleSet:
         written = self._runner_write_rule(parsed, args.get("cwd"))
         if written is not None:
             return written
+        if view.shell and args.get("cwd") is not None:
+            found = self._cwd_rule(call)
+            if found is not None:
+                return found
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
@@ -611,6 +615,18 @@ class RuleSet:
                 return ()
             covering.append(found)
         return tuple(dict.fromkeys(covering))
+
+    def _cwd_rule(self, call: _Call) -> Verdict | None:
+        """The read deny (or ask) rule the bash tool's ``cwd`` lies under: the command reads
+        there, as a ``Read`` of that directory would."""
+        targets = call.targets("cwd")
+        for effect in _ORDER[:2]:
+            for rule in self._rules[effect]:
+                if rule.path is None or rule.tool not in READ_RULES:
+                    continue
+                if targets is None or any(rule.path.matches(t) for t in targets):
+                    return Verdict(effect, rule, note="the command runs in that directory (cwd)")
+        return None
 
     def _runner_write_rule(self, parsed: ParsedCommand | None, cwd: Any) -> Verdict | None:
         """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,

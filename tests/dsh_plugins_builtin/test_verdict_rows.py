@@ -222,3 +222,13 @@ def test_row10_runner_writes_are_checked_as_writes(tmp_path: Path) -> None:
     assert (found.effect, found.rule and found.rule.text) == ("deny", "Edit(src/**)")
     found = verdict(denying, "python3 -m pytest --junit-xml docs/r.xml")
     assert (found.effect, found.rule and found.rule.text) == ("ask", "Write(docs/**)")
+
+
+def test_row6_the_cwd_goes_through_the_read_rules(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir()
+    rules = ruleset(tmp_path, allow=["bash"], deny=["Read(./secrets/**)"], ask=["Read(./vault)"])
+    assert verdict(rules, "ls").effect == "allow"
+    found = verdict(rules, "ls", cwd="secrets")
+    assert (found.effect, found.rule and found.rule.text) == ("deny", "Read(./secrets/**)")
+    assert verdict(rules, "ls", cwd="vault").effect == "ask"
+    assert verdict(rules, "ls", cwd=7).effect == "deny"  # not a path: fails closed
