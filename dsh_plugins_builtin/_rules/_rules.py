@@ -41,7 +41,7 @@ import attrs
 from dsh_host import ToolDefinition
 
 from ._hidden import wrapped_write
-from ._shell import ParsedCommand, parse_command, strip_git_globals, unwrap
+from ._shell import DYNAMIC, WRAPPERS, ParsedCommand, parse_command, strip_git_globals, unwrap
 from ._words import strict_words
 
 __all__ = [
@@ -737,10 +737,29 @@ def _covering(words: tuple[str, ...], allow: Sequence[_Applied], depth: int) -> 
         return None
     if wrapped_write(words) is not None and not found.command.exact:
         return None
+    xargs = posixpath.basename(words[0]) == "xargs"
+    if xargs and any(w in _XARGS_REPLACE or w.startswith(("-I", "--replace")) for w in words):
+        return None  # a placeholder anywhere in the command: its words are unknown
     for inner in unwrap(words):
+        if xargs:
+            if not _takes_arguments_safely(inner):
+                return None
+            inner = (*inner, DYNAMIC)  # the words xargs appends are read from stdin
         if depth >= _MAX_WRAPPED or _covering(inner, allow, depth + 1) is None:
             return None
     return found
+
+
+_XARGS_REPLACE = frozenset({"-i", "-I", "--replace"})
+
+
+def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
+    """Whether words read from stdin, appended to *words*, stay arguments of the same command:
+    not options of ``git`` before its subcommand, nor a command run by a wrapper."""
+    head = posixpath.basename(words[0])
+    if head == "git":
+        return len(words) > 1 and not words[1].startswith("-")
+    return head not in WRAPPERS and head != "find"
 
 
 def _argument_free(view: _ToolView) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "MAX_COMMAND",
     "MAX_DEPTH",
     "MAX_NODES",
+    "WRAPPERS",
     "ParsedCommand",
     "parse_command",
     "strip_git_globals",
@@ -146,6 +147,8 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "doas": (frozenset({"-u", "-C"}), 0),
     "watch": (frozenset({"-n", "--interval", "-d", "--differences", "-q"}), 0),
 }
+WRAPPERS = frozenset(_WRAPPERS) | _SHELLS
+"""Programs that run (part of) their arguments as a command."""
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _GIT_GLOBALS_WITH_VALUE = frozenset(

@@ -232,3 +232,24 @@ def test_row6_the_cwd_goes_through_the_read_rules(tmp_path: Path) -> None:
     assert (found.effect, found.rule and found.rule.text) == ("deny", "Read(./secrets/**)")
     assert verdict(rules, "ls", cwd="vault").effect == "ask"
     assert verdict(rules, "ls", cwd=7).effect == "deny"  # not a path: fails closed
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "echo \"-c 'alias.x=!rm v' x\" | xargs git",  # stdin supplies git's global options
+        "echo rm v | xargs env",  # stdin supplies the wrapped command
+        "echo rm v | xargs timeout 5",
+        "echo v | xargs -I X rm X",
+        "echo v | xargs -IX rm X",
+    ],
+)
+def test_row7_xargs_appends_stdin_words_no_rule_saw(tmp_path: Path, line: str) -> None:
+    assert deletes(tmp_path, line)
+    rules = ruleset(
+        tmp_path,
+        allow=["bash(echo:*)", "bash(xargs:*)", "bash(git:*)", "bash(env:*)", "bash(timeout:*)"],
+    )
+    assert verdict(rules, line).effect != "allow"
+    allowed = ruleset(tmp_path, allow=["bash(echo:*)", "bash(xargs:*)", "bash(git status:*)"])
+    assert verdict(allowed, "echo a | xargs git status").effect == "allow"
