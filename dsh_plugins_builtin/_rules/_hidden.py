@@ -102,12 +102,30 @@ def hidden_in_node(kind: str, text: str) -> str | None:
     return None
 
 
+_ELSEWHERE_OPTIONS = {
+    "env": ("-S", "--split-string", "-C", "--chdir"),
+    "sudo": ("-D", "--chdir", "-s", "-i", "--shell", "--login"),
+    "doas": ("-s",),
+}
+
+
 def wrapped_write(words: Sequence[str]) -> str | None:
-    """Why *words* writes or deletes through an option no prefix rule should reach."""
-    if words and posixpath.basename(words[0]) == "find":
+    """Why *words* writes, deletes, runs a string or moves elsewhere through an option no
+    prefix rule should reach (``find -delete``, ``env -S STRING``, ``env -C DIR``, chroot)."""
+    head = posixpath.basename(words[0]) if words else ""
+    if head == "find":
         found = next((w for w in words[1:] if w in _FIND_WRITES), None)
         if found is not None:
             return f"find {found}, which deletes or writes files"
+    if head == "chroot":
+        return "chroot, which runs its command in another root"
+    for option in _ELSEWHERE_OPTIONS.get(head, ()):
+        for word in words[1:]:
+            if word == "--":
+                break
+            long = option.startswith("--")
+            if word == option or word.startswith(option + "=" if long else option):
+                return f"{head} {option}, which runs a string or in another directory"
     return None
 
 

@@ -735,12 +735,16 @@ def _covering(words: tuple[str, ...], allow: Sequence[_Applied], depth: int) -> 
     found = next((a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None)
     if found is None or found.command is None:
         return None
-    if wrapped_write(words) is not None and not found.command.exact:
+    inners = list(unwrap(words))
+    head = posixpath.basename(words[0])
+    # the wrapper's own words: up to where the latest reading of its command starts
+    own = words if head == "find" or not inners else words[: len(words) - min(map(len, inners))]
+    if wrapped_write(own) is not None and not found.command.exact:
         return None
-    xargs = posixpath.basename(words[0]) == "xargs"
+    xargs = head == "xargs"
     if xargs and any(w in _XARGS_REPLACE or w.startswith(("-I", "--replace")) for w in words):
         return None  # a placeholder anywhere in the command: its words are unknown
-    for inner in unwrap(words):
+    for inner in inners:
         if xargs:
             if not _takes_arguments_safely(inner):
                 return None

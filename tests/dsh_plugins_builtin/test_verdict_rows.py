@@ -124,6 +124,9 @@ def test_row4_words_read_two_ways_are_never_allowed(tmp_path: Path, line: str, r
 # -- row 7: wrappers -------------------------------------------------------------------------
 
 WRAPPED = [
+    "env -S 'rm v'",  # a string env splits and runs
+    "env --split-string='rm v'",
+    "env -C .. rm scratch/v",  # another directory
     "timeout 5 rm v",
     "nice -n 1 rm v",
     "nohup rm v",
