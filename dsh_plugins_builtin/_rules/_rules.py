@@ -550,6 +550,10 @@ class RuleSet:
             found = self._cwd_rule(call)
             if found is not None:
                 return found
+        if parsed is not None:
+            carried = self._carried(view, parsed)
+            if carried is not None:
+                return carried
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
@@ -615,6 +619,27 @@ class RuleSet:
                 return ()
             covering.append(found)
         return tuple(dict.fromkeys(covering))
+
+    def _carried(self, view: _ToolView, parsed: ParsedCommand) -> Verdict | None:
+        """A deny or ask rule matching the words of a command from one of its arguments on
+        (``flock /tmp/l rm v``, ``busybox rm v``, ``strace rm v``): a program may run its
+        arguments as a command, and no table of such programs is complete. It asks."""
+        for effect in _ORDER[:2]:
+            for applied in view.rules[effect]:
+                pattern = applied.rule.command
+                if pattern is None:
+                    continue
+                for words in parsed.commands:
+                    for i in range(1, len(words)):
+                        tail = (posixpath.basename(words[i]), *words[i + 1 :])
+                        if pattern.catches(tail):
+                            strict: Effect = "deny" if self.default == "deny" else "ask"
+                            note = (
+                                f"{words[i][:40]!r} is an argument of {words[0][:40]!r}, which may"
+                                f" run it as a command, so {applied.rule.text} applies as an ask"
+                            )
+                            return Verdict(strict, applied.rule, note=note)
+        return None
 
     def _cwd_rule(self, call: _Call) -> Verdict | None:
         """The read deny (or ask) rule the bash tool's ``cwd`` lies under: the command reads

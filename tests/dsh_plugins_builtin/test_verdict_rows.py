@@ -256,3 +256,18 @@ def test_row7_xargs_appends_stdin_words_no_rule_saw(tmp_path: Path, line: str) -
     assert verdict(rules, line).effect != "allow"
     allowed = ruleset(tmp_path, allow=["bash(echo:*)", "bash(xargs:*)", "bash(git status:*)"])
     assert verdict(allowed, "echo a | xargs git status").effect == "allow"
+
+
+@pytest.mark.parametrize(
+    "line", ["flock lockfile rm v", "taskset 1 rm v", "chrt -o 0 rm v", "setpriv rm v"]
+)
+def test_row5_a_program_no_wrapper_table_knows_still_turns_a_deny_rule_into_an_ask(
+    tmp_path: Path, line: str
+) -> None:
+    """The class, not the examples: a denied command name as an argument of any program."""
+    if shutil.which(line.split()[0]) is None:
+        pytest.skip(f"{line.split()[0]} is not installed")
+    assert deletes(tmp_path, line)
+    found = verdict(ruleset(tmp_path, allow=["bash"], deny=["bash(rm:*)"]), line)
+    assert found.effect == "ask"
+    assert "may run it as a command" in (found.note or "")
