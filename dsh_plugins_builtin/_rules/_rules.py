@@ -111,6 +111,7 @@ class CommandPattern:
 
     regex: re.Pattern[str]
     exact: bool = False  # no wildcard: the rule names one command line word for word
+    head: str | None = None  # the first word, when it holds no wildcard
 
     def fits(self, words: Sequence[str]) -> bool:
         return self.regex.fullmatch(_SEP.join(words)) is not None
@@ -148,7 +149,9 @@ def _command_pattern(spec: str) -> CommandPattern:
     regex = re.escape(joined).replace("\ue101", ".*")
     if rest:
         regex += f"(?:{_SEP}.*)?"
-    return CommandPattern(re.compile(regex, re.DOTALL), exact=not rest and "\ue101" not in joined)
+    first = read[0][0] if read[0] and "\ue101" not in read[0][0] else None
+    exact = not rest and "\ue101" not in joined
+    return CommandPattern(re.compile(regex, re.DOTALL), exact=exact, head=first)
 
 
 @final
@@ -627,8 +630,10 @@ class RuleSet:
         for effect in _ORDER[:2]:
             for applied in view.rules[effect]:
                 pattern = applied.rule.command
-                if pattern is None:
-                    continue
+                if pattern is None or (
+                    pattern.head is not None and pattern.head not in parsed.arguments
+                ):
+                    continue  # no argument word is the rule's program
                 for words in parsed.commands:
                     for i in range(1, len(words)):
                         tail = (posixpath.basename(words[i]), *words[i + 1 :])

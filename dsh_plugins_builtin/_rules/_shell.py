@@ -179,6 +179,7 @@ class ParsedCommand:
     dynamic: str | None
     heads: frozenset[str] = frozenset()  # the program names of `commands`, without a path
     writes: tuple[tuple[str, str], ...] = ()  # a test runner's (option, path) writes
+    arguments: frozenset[str] = frozenset()  # every argument word of `commands`, without a path
 
 
 class _Budget:
@@ -752,9 +753,11 @@ def _parse(command: str) -> ParsedCommand:
     unique = tuple(dict.fromkeys(commands))
     heads = frozenset(posixpath.basename(words[0]) for words in unique if words)
     writes = tuple(w for words in unique for w in runner_writes(words))
+    arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:])
     return ParsedCommand(
-        None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes
-    )
+        None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes,
+        arguments,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
