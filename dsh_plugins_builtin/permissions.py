@@ -54,13 +54,13 @@ from dsh_host import (
     Ask,
     ConfigError,
     Deny,
-    DshError,
     Host,
     ToolDefinition,
     ToolExecution,
     hookimpl,
 )
 
+from ._rules._checks import sandbox_fence, unmounted
 from ._rules._final import MISSING, Notes, ahead_of
 from ._rules._rules import (
     EDIT_RULES,
@@ -213,7 +213,7 @@ class PermissionsPlugin:
                     except RuleError as exc:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
-        self._rules.fence = _fence_of(host)
+        self._rules.fence = sandbox_fence(host)
         # with no deny or ask rule nothing is final: the guard (and its note) is never called
         final = compiled["deny"] or compiled["ask"]
         self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
@@ -231,7 +231,7 @@ class PermissionsPlugin:
         servers: Mapping[str, Any] = getattr(host.config_for("mcp"), "servers", {})
         for effect, rules in compiled.items():
             for i, rule in enumerate(rules):
-                why = _unmounted(rule.tool, servers)
+                why = unmounted(rule.tool, servers)
                 if why is not None:
                     raise ConfigError(
                         f"rule {rule.text!r} {why}, so it can never match; mounted servers: "
@@ -341,38 +341,6 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
-
-
-def _fence_of(host: Host) -> Callable[[str], str | None] | None:
-    """The sandbox plugin's write fence, as a function of a path (``None``: no sandbox)."""
-    check = getattr(host.pm.get_plugin("sandbox"), "check_write", None)
-    if check is None:
-        return None
-
-    def fence(path: str) -> str | None:
-        try:
-            check(path)
-        except DshError as exc:
-            return str(exc)
-        return None
-
-    return fence
-
-
-def _unmounted(tool: str, servers: Mapping[str, Any]) -> str | None:
-    if not tool.startswith("mcp__") or tool == "mcp__*":
-        return None
-    server, sep, name = tool[5:].partition("__")
-    if not sep and server.endswith("*"):
-        if any(s.startswith(server[:-1]) for s in servers):
-            return None
-        return f"names MCP servers starting {server[:-1]!r}, and [plugin.mcp] mounts none"
-    if server not in servers:
-        return f"names the MCP server {server!r}, which [plugin.mcp] does not mount"
-    only = getattr(servers[server], "tools", None)
-    if only and name and not name.endswith("*") and name not in only:
-        return f"names the tool {name!r}, which the tools list of server {server!r} leaves out"
-    return None
 
 
 async def _stricter(

@@ -40,8 +40,8 @@ import attrs
 
 from dsh_host import ToolDefinition
 
-from ._hidden import wrapped_write
-from ._shell import DYNAMIC, WRAPPERS, ParsedCommand, parse_command, strip_git_globals, unwrap
+from ._bash import Finding, ShellChecks, covering
+from ._shell import ParsedCommand, parse_command, strip_git_globals
 from ._words import strict_words
 
 __all__ = [
@@ -393,8 +393,21 @@ class RuleSet:
         self.workspace = _spellings_of(os.fspath(workspace))
         self._view = functools.lru_cache(maxsize=256)(self._make_view)
         self._by_tool: dict[int, tuple[ToolDefinition, _ToolView]] = {}
-        # why the sandbox would refuse a write to a path (None: it would not), if known
-        self.fence: Callable[[str], str | None] | None = None
+        self._shell = ShellChecks(
+            reads={e: [r for r in found if r.tool in READ_RULES and r.path] for e, found in self._rules.items()},
+            edits={e: [r for r in found if r.tool in EDIT_RULES and r.path] for e, found in self._rules.items()},
+            default=default, workspace=self.workspace, resolve=self._targets, inside=self._inside,
+        )  # fmt: skip
+
+    @property
+    def fence(self) -> Callable[[str], str | None] | None:
+        """Why the sandbox would refuse a write to a path (``None``: it would not), if known:
+        test runners' path options are checked against it."""
+        return self._shell.fence
+
+    @fence.setter
+    def fence(self, fence: Callable[[str], str | None] | None) -> None:
+        self._shell.fence = fence
 
     def denying(self) -> tuple[Rule, ...]:
         """The deny rules."""
@@ -431,12 +444,8 @@ class RuleSet:
                 )
             withheld[access] = (tuple(found), combined)
         view = _ToolView(name, paths, shell, rules, withheld)
-        runner_rules = shell and any(
-            r.path is not None and r.tool in EDIT_RULES | READ_RULES
-            for effect in _ORDER[:2]
-            for r in self._rules[effect]
-        )  # the cwd and a test runner's path options are matched against them
-        if _argument_free(view) and not runner_rules:
+        # (a bash call's cwd and a test runner's path options meet deny and ask path rules)
+        if _argument_free(view) and not (shell and self._shell.path_bound):
             # Worked out once, here, by the same code a call takes: no argument can change it.
             view = attrs.evolve(view, fixed=self._verdict(view, {}))
         return view
@@ -546,17 +555,10 @@ class RuleSet:
             for applied in view.rules[effect]:
                 if self._caught(applied, call, parsed):
                     return Verdict(effect, applied.rule)
-        written = self._runner_write_rule(parsed, args.get("cwd"))
-        if written is not None:
-            return written
-        if view.shell and args.get("cwd") is not None:
-            found = self._cwd_rule(call)
+        if view.shell:
+            found = self._shell_finding(view, parsed, args.get("cwd"))
             if found is not None:
-                return found
-        if parsed is not None:
-            carried = self._carried(view, parsed)
-            if carried is not None:
-                return carried
+                return Verdict(found[0], found[1], note=found[2])
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
@@ -570,6 +572,15 @@ class RuleSet:
         return Verdict(
             self.default, defaulted=True, note=self._note(view, call, parsed) if allow else None
         )
+
+    def _shell_finding(
+        self, view: _ToolView, parsed: ParsedCommand | None, cwd: Any
+    ) -> Finding | None:
+        found = None if cwd is None else self._shell.cwd_rule(cwd)
+        if found is None and parsed is not None:
+            rules: dict[str, list[Rule]] = {e: [a.rule for a in view.rules[e]] for e in _ORDER[:2]}
+            found = self._shell.runner_write_rule(parsed, cwd) or self._shell.carried(rules, parsed)
+        return found
 
     def _allowed_by(
         self,
@@ -613,112 +624,18 @@ class RuleSet:
         for rule in domains:
             if rule.domain is not None and _host_matches(call.args.get("url"), rule.domain):
                 return (rule,)
-        if parsed is None or parsed.simple is None or self._elsewhere(call, parsed):
+        if parsed is None or parsed.simple is None:
             return ()
-        covering: list[Rule] = []
+        if self._shell.elsewhere(parsed, call.args.get("cwd")) is not None:
+            return ()
+        rules = [a.rule for a in allow]
+        used = []
         for words in parsed.simple:
-            found = _covering(words, allow, 0)
+            found = covering(words, rules)
             if found is None:
                 return ()
-            covering.append(found)
-        return tuple(dict.fromkeys(covering))
-
-    def _carried(self, view: _ToolView, parsed: ParsedCommand) -> Verdict | None:
-        """A deny or ask rule matching the words of a command from one of its arguments on
-        (``flock /tmp/l rm v``, ``busybox rm v``, ``strace rm v``): a program may run its
-        arguments as a command, and no table of such programs is complete. It asks."""
-        for effect in _ORDER[:2]:
-            for applied in view.rules[effect]:
-                pattern = applied.rule.command
-                if pattern is None or (
-                    pattern.head is not None and pattern.head not in parsed.arguments
-                ):
-                    continue  # no argument word is the rule's program
-                for words in parsed.commands:
-                    for i in range(1, len(words)):
-                        tail = (posixpath.basename(words[i]), *words[i + 1 :])
-                        if pattern.catches(tail):
-                            strict: Effect = "deny" if self.default == "deny" else "ask"
-                            note = (
-                                f"{words[i][:40]!r} is an argument of {words[0][:40]!r}, which may"
-                                f" run it as a command, so {applied.rule.text} applies as an ask"
-                            )
-                            return Verdict(strict, applied.rule, note=note)
-        return None
-
-    def _cwd_rule(self, call: _Call) -> Verdict | None:
-        """The read deny (or ask) rule the bash tool's ``cwd`` lies under: the command reads
-        there, as a ``Read`` of that directory would."""
-        targets = call.targets("cwd")
-        for effect in _ORDER[:2]:
-            for rule in self._rules[effect]:
-                if rule.path is None or rule.tool not in READ_RULES:
-                    continue
-                if targets is None or any(rule.path.matches(t) for t in targets):
-                    return Verdict(effect, rule, note="the command runs in that directory (cwd)")
-        return None
-
-    def _runner_write_rule(self, parsed: ParsedCommand | None, cwd: Any) -> Verdict | None:
-        """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,
-        ``--junitxml=FILE`` ...) writes against, as if the runner were a ``Write`` call."""
-        writes = parsed.writes if parsed is not None else ()
-        for effect in _ORDER[:2] if writes else ():
-            for rule in self._rules[effect]:
-                if rule.path is None or rule.tool not in EDIT_RULES:
-                    continue
-                for option, path in writes:
-                    targets = self._targets(_under(cwd, path))
-                    if targets is None or any(rule.path.matches(t) for t in targets):
-                        return Verdict(effect, rule, note=f"{option} {path} writes there")
-        return None
-
-    def _runner_writes_allowed(self, parsed: ParsedCommand, cwd: Any) -> str | None:
-        """Why a runner's path options keep allow rules off the line (``None``: they do not).
-
-        Each path must lie inside the workspace, pass the sandbox's write fence (when one is
-        known) and be covered by an edit allow rule, as a ``Write`` of it would."""
-        if not parsed.writes:
-            return None
-        edits = [r for r in self._rules["allow"] if r.path is not None and r.tool in EDIT_RULES]
-        for option, spelled in parsed.writes:
-            path = _under(cwd, spelled)
-            targets = self._targets(path)
-            if targets is None or not all(self._inside(t) for t in targets):
-                return f"{option} {path} writes outside the workspace"
-            fenced = self.fence(path) if self.fence is not None else None
-            if fenced is not None:
-                return f"{option} {path}: {fenced}"
-            if not any(all(r.path and r.path.matches(t) for t in targets) for r in edits):
-                return f"{option} {path} writes where no edit allow rule reaches"
-        return None
-
-    def _elsewhere(self, call: _Call, parsed: ParsedCommand) -> str | None:
-        """Why the line runs somewhere allow rules do not reach (the bash tool's ``cwd``)."""
-        heads = parsed.heads
-        cwd = call.args.get("cwd")
-        if cwd is not None:
-            targets = call.targets("cwd")
-            if targets is None:
-                return "the cwd argument is not a path"
-            if not all(self._inside(t) for t in targets):
-                return "the cwd lies outside the workspace"
-            if "git" in heads and any(self._foreign_git(t) for t in targets):
-                return "git would run in a repository other than the workspace's own"
-        if "git" in heads and heads & {"cd", "pushd", "popd"}:
-            return "git would run after a change of directory"
-        for words in parsed.commands:
-            if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
-                return "git is pointed at another repository"
-        return self._runner_writes_allowed(parsed, cwd)
-
-    def _foreign_git(self, path: str) -> bool:
-        """Whether a ``.git`` lies at *path* or above it, below the workspace root."""
-        roots = {r.rstrip("/") for r in self.workspace}
-        while path.rstrip("/") not in roots and path not in ("/", ""):
-            if os.path.lexists(os.path.join(path, ".git")):
-                return True
-            path = posixpath.dirname(path)
-        return False
+            used.append(found)
+        return tuple(dict.fromkeys(used))
 
     def _note(self, view: _ToolView, call: _Call, parsed: ParsedCommand | None) -> str | None:
         if view.paths:
@@ -735,7 +652,7 @@ class RuleSet:
                     )
         if parsed is not None and parsed.simple is None:
             return f"{parsed.problem}, so allow rules do not apply"
-        if parsed is not None and (why := self._elsewhere(call, parsed)) is not None:
+        if parsed is not None and (why := self._shell.elsewhere(parsed, call.args.get("cwd"))):
             return f"{why}, so allow rules do not apply"
         return None
 
@@ -747,53 +664,6 @@ class RuleSet:
         if combined is None or combined.fullmatch(path) is None:
             return None
         return next((r for r in found if r.path is not None and r.path.matches(path)), None)
-
-
-def _under(cwd: Any, path: str) -> str:
-    """*path* as the runner sees it: relative to the bash tool's ``cwd`` when one is given."""
-    return posixpath.join(cwd, path) if isinstance(cwd, str) and cwd else path
-
-
-_GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})
-_MAX_WRAPPED = 4
-
-
-def _covering(words: tuple[str, ...], allow: Sequence[_Applied], depth: int) -> Rule | None:
-    """The allow rule covering *words*, and (for a wrapper: ``timeout``, ``nice``, ``xargs``,
-    ``env``, ``find -exec`` ...) only when every command it runs is itself covered; a wrapper
-    that writes or deletes (``find -delete``) only by a rule naming the line word for word."""
-    found = next((a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None)
-    if found is None or found.command is None:
-        return None
-    inners = list(unwrap(words))
-    head = posixpath.basename(words[0])
-    # the wrapper's own words: up to where the latest reading of its command starts
-    own = words if head == "find" or not inners else words[: len(words) - min(map(len, inners))]
-    if wrapped_write(own) is not None and not found.command.exact:
-        return None
-    xargs = head == "xargs"
-    if xargs and any(w in _XARGS_REPLACE or w.startswith(("-I", "--replace")) for w in words):
-        return None  # a placeholder anywhere in the command: its words are unknown
-    for inner in inners:
-        if xargs:
-            if not _takes_arguments_safely(inner):
-                return None
-            inner = (*inner, DYNAMIC)  # the words xargs appends are read from stdin
-        if depth >= _MAX_WRAPPED or _covering(inner, allow, depth + 1) is None:
-            return None
-    return found
-
-
-_XARGS_REPLACE = frozenset({"-i", "-I", "--replace"})
-
-
-def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
-    """Whether words read from stdin, appended to *words*, stay arguments of the same command:
-    not options of ``git`` before its subcommand, nor a command run by a wrapper."""
-    head = posixpath.basename(words[0])
-    if head == "git":
-        return len(words) > 1 and not words[1].startswith("-")
-    return head not in WRAPPERS and head != "find"
 
 
 def _argument_free(view: _ToolView) -> bool:

@@ -157,8 +157,9 @@ _GIT_GLOBALS_WITH_VALUE = frozenset(
 )  # fmt: skip
 _MAX_SPELLINGS = 64  # per command, so a wrapper chain cannot blow up the work
 _HIDING = frozenset(
-    {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript"}
-)
+    {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript",
+     "declaration_command", "unset_command"}
+)  # fmt: skip
 
 
 @final
@@ -653,6 +654,42 @@ def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:
 # -- parsing ---------------------------------------------------------------------------------
 
 
+def _spelled(
+    spelling: tuple[str, ...], depth: int, budget: _Budget, commands: list[tuple[str, ...]]
+) -> str | None:
+    """Why one spelling of a command is dynamic; the commands of its ``sh -c`` / ``eval``
+    string are added to *commands*."""
+    why = hidden_in_command(spelling)
+    head = posixpath.basename(spelling[0])
+    if head in _DYNAMIC_WORDS:
+        why = why or f"{head} runs code only known at run time"
+    elif spelling[0] == DYNAMIC:
+        why = why or "a wrapped command word is only known at run time"
+    code, unseen = _shell_string(spelling)
+    if unseen and head not in _DYNAMIC_WORDS:
+        why = why or f"{head} reads commands that are not on the line"
+    if code is not None:
+        if DYNAMIC in code:
+            why = why or f"the {head} code is only known at run time"
+        elif depth >= MAX_DEPTH:
+            why = why or "shell strings are nested too deeply"
+        else:
+            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
+            commands.extend(inner)
+            why = why or why_inner
+    return why
+
+
+def _hidden_at(node: tree_sitter.Node, kind: str) -> str | None:
+    """Why a syntax node runs code held in a string or a variable's value (see `_hidden`)."""
+    if kind in ("declaration_command", "unset_command"):
+        head = _text(node.children[0]) if node.child_count else kind
+        if head == "export":
+            return None  # export reads no subscript and no string as code
+        return f"{head}, which evaluates its arguments as code"
+    return hidden_in_node(kind, _text(node))
+
+
 def _walk(
     source: str, depth: int, budget: _Budget
 ) -> tuple[tree_sitter.Node | None, list[tuple[str, ...]], str | None, _Trailing]:
@@ -687,37 +724,16 @@ def _walk(
         if kind == "redirected_statement":
             _note_trailing(node, trailing)
         if kind in _HIDING:
-            dynamic = dynamic or hidden_in_node(kind, _text(node))
-        elif kind in ("declaration_command", "unset_command") and node.child_count:
-            head = _text(node.children[0])
-            if head != "export":  # export reads no subscript and no string as code
-                dynamic = dynamic or f"{head}, which evaluates its arguments as code"
+            dynamic = dynamic or _hidden_at(node, kind)
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why
             assigned = [_text(c) for c in node.named_children if c.type == "variable_assignment"]
             dynamic = dynamic or hidden_in_command(words, assigned)
-            if words:
-                for spelling in _spellings(tuple(words)):
-                    commands.append(spelling)
-                    dynamic = dynamic or hidden_in_command(spelling)
-                    head = posixpath.basename(spelling[0])
-                    if head in _DYNAMIC_WORDS:
-                        dynamic = dynamic or f"{head} runs code only known at run time"
-                    elif spelling[0] == DYNAMIC:
-                        dynamic = dynamic or "a wrapped command word is only known at run time"
-                    code, unseen = _shell_string(spelling)
-                    if unseen and head not in _DYNAMIC_WORDS:
-                        dynamic = dynamic or f"{head} reads commands that are not on the line"
-                    if code is not None:
-                        if DYNAMIC in code:
-                            dynamic = dynamic or f"the {head} code is only known at run time"
-                        elif depth >= MAX_DEPTH:
-                            dynamic = dynamic or "shell strings are nested too deeply"
-                        else:
-                            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
-                            commands.extend(inner)
-                            dynamic = dynamic or why_inner
+            for spelling in _spellings(tuple(words)) if words else ():
+                commands.append(spelling)
+                why = _spelled(spelling, depth, budget, commands)  # always: it adds commands
+                dynamic = dynamic or why
         stack.extend(node.children)
     return root, commands, dynamic, trailing
 

@@ -224,15 +224,15 @@ def test_a_rule_naming_an_mcp_server_that_is_not_mounted_stops_the_host(rule: st
 
 
 def test_mcp_wildcards_are_accepted_and_mounted_servers_pass() -> None:
-    from dsh_plugins_builtin import permissions
+    from dsh_plugins_builtin._rules._checks import unmounted
 
     servers = {"gh": types.SimpleNamespace(tools=("create_issue",))}
-    assert permissions._unmounted("mcp__*", servers) is None
-    assert permissions._unmounted("mcp__gh__*", servers) is None
-    assert permissions._unmounted("mcp__g*", servers) is None
-    assert permissions._unmounted("mcp__gh__create_issue", servers) is None
-    assert permissions._unmounted("mcp__gh__delete_repo", servers) is not None
-    assert permissions._unmounted("bash", servers) is None
+    assert unmounted("mcp__*", servers) is None
+    assert unmounted("mcp__gh__*", servers) is None
+    assert unmounted("mcp__g*", servers) is None
+    assert unmounted("mcp__gh__create_issue", servers) is None
+    assert unmounted("mcp__gh__delete_repo", servers) is not None
+    assert unmounted("bash", servers) is None
 
 
 def test_a_runners_write_option_goes_through_the_sandbox_fence(tmp_path) -> None:
