@@ -72,7 +72,7 @@ from dsh_plugins_builtin._hooks._launch import (
 )
 from dsh_plugins_builtin._hooks._payload import hook_names, tool_input, tool_response
 from dsh_plugins_builtin._hooks._process import HookRunner, TreeRun, shared_runner
-from dsh_plugins_builtin._rules._final import MISSING, Notes, ahead_of
+from dsh_plugins_builtin._rules._final import MISSING, Notes, hook_final
 from dsh_plugins_builtin._sandbox._fence import (
     RootReplaced,
     SandboxPolicy,
@@ -597,7 +597,7 @@ class HookCommandsPlugin:
             if not hooks:
                 return None
             return self._guard_late(execution, tool, hooks, asked)
-        return self._final(decided, asked)
+        return hook_final(decided, asked, self._host, NAME)
 
     async def _guard_late(
         self,
@@ -606,22 +606,8 @@ class HookCommandsPlugin:
         hooks: tuple[HookCommand, ...],
         asked: bool,
     ) -> str | None:
-        return self._final(await self._hooks_decide(execution, tool, hooks), asked)
-
-    def _final(self, decision: Allow | Deny | Ask | None, asked: bool) -> str | None:
-        if type(decision) is Deny:
-            return f"{decision.reason} (a PreToolUse hook's deny is final: {self._who()} allowed)"
-        if type(decision) is Ask and not asked:
-            why = decision.reason or "a PreToolUse hook asks for approval"
-            return (
-                f"{why} ({self._who()} allowed the call without putting it to an approver; "
-                "a hook's ask is answered by a person or a configured approver)"
-            )
-        return None
-
-    def _who(self) -> str:
-        names = ahead_of(self._host.pm, NAME) if self._host is not None else ()
-        return "plugin " + " or ".join(repr(n) for n in names) if names else "a plugin"
+        decision = await self._hooks_decide(execution, tool, hooks)
+        return hook_final(decision, asked, self._host, NAME)
 
     @hookimpl
     def dsh_tool_post_execute(

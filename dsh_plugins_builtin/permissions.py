@@ -61,7 +61,7 @@ from dsh_host import (
 )
 
 from ._rules._checks import sandbox_fence, unmounted
-from ._rules._final import MISSING, Notes, ahead_of
+from ._rules._final import MISSING, Notes, who_allowed
 from ._rules._rules import (
     EDIT_RULES,
     READ_RULES,
@@ -314,7 +314,7 @@ class PermissionsPlugin:
             return None  # allowed, or only the default: another plugin's Allow may stand
         if type(own) is Ask and asked:
             return None  # the approvers were asked and allowed it once
-        who = self._who_allowed()
+        who = who_allowed(self._host, self.name)
         if type(own) is Deny:
             return (
                 f"{own.reason} (final: {who} allowed the call, but no plugin overrides a deny rule)"
@@ -323,12 +323,6 @@ class PermissionsPlugin:
             f"{own.reason} (final: {who} allowed the call without putting it to an approver; a"
             " call an ask rule matches runs only when a person or a configured approver allows it)"
         )
-
-    def _who_allowed(self) -> str:
-        names = ahead_of(self._host.pm, self.name) if self._host is not None else ()
-        if not names:
-            return "a plugin"
-        return "plugin " + " or ".join(repr(n) for n in names)
 
     @hookimpl
     def dsh_path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:

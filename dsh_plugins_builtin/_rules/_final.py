@@ -21,7 +21,9 @@ from typing import Any, final
 
 import pluggy
 
-__all__ = ["MISSING", "Notes", "ahead_of"]
+from dsh_host import Allow, Ask, Deny, Host
+
+__all__ = ["MISSING", "Notes", "ahead_of", "hook_final", "who_allowed"]
 
 _KEPT = 4_096
 MISSING: Any = object()
@@ -52,3 +54,26 @@ def ahead_of(pm: pluggy.PluginManager, name: str) -> Sequence[str]:
     if name not in names:
         return names
     return names[: names.index(name)]
+
+
+def who_allowed(host: Host | None, name: str) -> str:
+    """``plugin 'a' or 'b'``: the plugins that could have allowed a call before *name* ran."""
+    names = ahead_of(host.pm, name) if host is not None else ()
+    return "plugin " + " or ".join(repr(n) for n in names) if names else "a plugin"
+
+
+def hook_final(
+    decision: Allow | Deny | Ask | None, asked: bool, host: Host | None, name: str
+) -> str | None:
+    """The guard's reason for a ``PreToolUse`` hook's *decision*: a deny always, an ask that
+    was never put to the approvers; ``None`` otherwise."""
+    if type(decision) is Deny:
+        who = who_allowed(host, name)
+        return f"{decision.reason} (a PreToolUse hook's deny is final: {who} allowed)"
+    if type(decision) is Ask and not asked:
+        why = decision.reason or "a PreToolUse hook asks for approval"
+        return (
+            f"{why} ({who_allowed(host, name)} allowed the call without putting it to an "
+            "approver; a hook's ask is answered by a person or a configured approver)"
+        )
+    return None
