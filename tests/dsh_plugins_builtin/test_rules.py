@@ -277,7 +277,7 @@ def test_the_strict_word_grammar_refuses_every_other_spelling(command):
         ("[[ -f x ]]", "test command"),
         ("export A=1", "declaration command"),
         ("A=$(id) ls", "an assignment with an expansion"),
-        ('echo $"x"', "the token '$'"),
+        ('echo $"x"', "does not parse reliably"),  # $ glued to a string: bash reads one word
         ("echo hi\rtouch x", "control characters"),
         ("echo 'open", "does not parse"),
         ("", "empty"),

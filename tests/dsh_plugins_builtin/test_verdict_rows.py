@@ -121,6 +121,22 @@ def test_row4_words_read_two_ways_are_never_allowed(tmp_path: Path, line: str, r
     assert found.effect != "allow"
 
 
+@pytest.mark.parametrize(
+    ("line", "deny"),
+    [
+        ("'tim'\\eout 5 rm v", "bash(timeout:*)"),  # one word to bash, two to tree-sitter
+        ("''\\rm v", "bash(rm:*)"),  # empty quotes joined to an escape
+        ("git 0>/dev/null clean -f", "bash(git clean:*)"),  # git 0 clean to tree-sitter
+    ],
+)
+def test_row4_words_read_two_ways_never_hide_a_command_from_a_deny_rule(
+    tmp_path: Path, line: str, deny: str
+) -> None:
+    assert deletes(tmp_path, line)
+    found = verdict(ruleset(tmp_path, allow=["bash"], deny=[deny], default="allow"), line)
+    assert found.effect in ("ask", "deny"), found
+
+
 # -- row 7: wrappers -------------------------------------------------------------------------
 
 WRAPPED = [
