@@ -256,3 +256,22 @@ def test_a_runners_write_option_goes_through_the_sandbox_fence(tmp_path) -> None
         assert (type(decision) is Allow) is allowed, (line, decision)
         if not allowed:
             assert ".git" in (decision.reason or "")
+
+
+async def test_a_deny_rule_from_imported_claude_settings_is_final_too(tmp_path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"permissions": {"deny": ["Bash(sudo:*)"]}}')
+    config = {
+        "host": {"workspace": str(tmp_path)},
+        "plugin": {"permissions": {"allow": ["bash"], "import": [".claude/settings.json"]}},
+    }
+    host = Host(
+        config=config, plugins=[PermissionsPlugin(), First(Allow())], load_entrypoints=False
+    )
+    host.registry.register(_bash())
+    RAN.clear()
+    result = await host.call("bash", {"command": "sudo rm -rf /"})
+    assert (result.code, result.decided_by) == ("DENIED", "permissions")
+    assert str(settings) in result.text
+    assert RAN == []
