@@ -13,7 +13,9 @@ batches. Cases:
    (allowed by a plain ``echo`` rule: the per-tool view lookup and nothing else);
 3. ``rules, bash``: a ``bash``-named stand-in (the body echoes; nothing runs) with
    ``git status && git diff --stat``, a different command each call so the parse cache never
-   hits: one tree-sitter parse, the allow and deny views;
+   hits: one tree-sitter parse, the strict second reader, the allow and deny views, the
+   hidden-code checks, and the guard that makes deny and ask rules final (the rule set has
+   both, so the guard runs on every call);
 4. ``rules, bash cached``: the same command every call (the LRU cache hits);
 5. ``rules, read_file``: a read of ``src/app/main.py``: two ``realpath`` and the path regexes;
 6. ``path_denied``: one ``host.path_denied`` answer for a file a search meets (not a call).

@@ -162,6 +162,14 @@ def dsh_tool_pre_execute(
     allow and may still deny. An ``Ask`` for a tool the call's scope does not have is never put
     to an approver: the call ends ``UNKNOWN_TOOL``.
 
+    **How decisions combine.** Across every source the order is deny > ask > allow, whatever
+    the plugin order: a link returns the stricter of its own decision and the downstream one.
+    Because the chain is first-result, an early ``Allow`` would skip the plugins after it; so a
+    rule that must hold (the user's deny and ask rules in ``permissions``, a ``PreToolUse``
+    hook's deny in ``hook_commands``) is checked again in a guard, which no plugin can undo. An
+    ask is honoured only when the call was put to the approvers. Do not return ``Allow`` from a
+    ``tryfirst`` implementation: deny in `dsh_tool_guard` instead.
+
     Each implementation has ``[host] hook_timeout`` seconds (default 30) of its own time (not
     counting time in ``call_next``); one that does not answer ends the call ``PLUGIN_FAILED``.
     A synchronous implementation must not block: it cannot be interrupted, and one that runs
@@ -216,6 +224,10 @@ def dsh_tool_guard(execution: ToolExecution) -> str | Awaitable[str | None] | No
 
     **Chaining: every guard, first reason wins.** Guards cannot allow anything, so no ordering of
     plugins can undo a guard's denial. Registry guards (``registry.add_guard``) run first.
+    Guards run after *every* allowed call: one allowed by any pre-execute plugin, and one an
+    approver allowed once. This is where policy that must not depend on plugin order goes
+    (``permissions`` enforces its deny and ask rules here as well as in pre-execute). A guard's
+    denial is a ``DENIED`` result with ``decided_by`` naming the guard's plugin.
 
     Example::
 

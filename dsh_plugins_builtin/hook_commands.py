@@ -23,6 +23,13 @@ Settings files are read once, when the host starts; one that is missing or malfo
 tool could rewrite it (see `_hook_launch`). Each run is a process tree bounded by a subreaper
 (see `_hook_process`): every descendant is killed when the hook ends. During a dry run no hook
 runs; the decision's detail says which would have.
+
+Precedence (as in Claude Code, whatever the plugin order): a hook's ``deny`` is final and a
+hook's ``ask`` is put to a person (or an approver plugin). Both are checked again in this
+plugin's `dsh_tool_guard`, which no other plugin can undo: a call another plugin allowed before
+the hooks ran has its hooks run there. A hook's ``allow`` is one more allow: it never beats a
+deny or an ask from a rule or another plugin (the stricter decision of the hooks and of the
+plugins after this one wins).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from dsh_host import (
     AbortSignal,
     Accept,
     Allow,
+    ApprovalRequest,
     Ask,
     Block,
     ConfigError,
@@ -64,6 +72,7 @@ from dsh_plugins_builtin._hooks._launch import (
 )
 from dsh_plugins_builtin._hooks._payload import hook_names, tool_input, tool_response
 from dsh_plugins_builtin._hooks._process import HookRunner, TreeRun, shared_runner
+from dsh_plugins_builtin._rules._final import MISSING, Notes, hook_final
 from dsh_plugins_builtin._sandbox._fence import (
     RootReplaced,
     SandboxPolicy,
@@ -345,6 +354,8 @@ class HookCommandsPlugin:
         # PreToolUse contexts waiting for their call's post-execute, by ToolExecution.token
         self._pending: dict[object, tuple[str, ...]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
+        self._decided = Notes()  # PreToolUse decision per call, for the guard
+        self._asked = Notes()  # calls put to the approvers, for the guard
         # (event, tool definition by id or unknown tool name) -> (the tool, the hooks it matches)
         self._matched: dict[tuple[Event, object], tuple[object, tuple[HookCommand, ...]]] = {}
 
@@ -375,7 +386,8 @@ class HookCommandsPlugin:
         # No hooks configured for an event: its per-call hooks are never called (no cost).
         idle = set()
         if not self.hooks["PreToolUse"]:
-            idle |= {"dsh_tool_pre_execute", "dsh_tool_result"}  # nothing is ever pending
+            idle |= {"dsh_tool_pre_execute", "dsh_tool_result", "dsh_tool_guard"}
+            idle.add("dsh_tool_approve")  # nothing is ever pending, decided or asked
             if not self.hooks["PostToolUse"]:
                 idle.add("dsh_tool_post_execute")
         self.dsh_idle_hooks = frozenset(idle)
@@ -529,6 +541,16 @@ class HookCommandsPlugin:
             if decision.detail:
                 detail = f"{detail}; then {decision.detail}"
             return Allow(detail=detail)
+        own = await self._hooks_decide(execution, tool, hooks)
+        self._decided.note(execution.token, own)
+        if type(own) is Allow:  # one more allow: the stricter downstream decision wins
+            downstream = await call_next()
+            return own if type(downstream) is Allow else downstream
+        return own
+
+    async def _hooks_decide(
+        self, execution: ToolExecution, tool: ToolDefinition | None, hooks: tuple[HookCommand, ...]
+    ) -> Allow | Deny | Ask | None:
         payload = self._payload("PreToolUse", execution, tool)
         contexts: list[str] = []
         asks: list[str | None] = []
@@ -554,6 +576,38 @@ class HookCommandsPlugin:
         if asks:
             return Ask("\n\n".join(r for r in asks if r) or None)
         return Allow() if allowed else None
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_approve(self, request: ApprovalRequest) -> None:
+        """Note that this call was put to the approvers (answers nothing), for the guard."""
+        self._asked.note(request.execution.token)
+
+    @hookimpl
+    def dsh_tool_guard(self, execution: ToolExecution) -> Awaitable[str | None] | str | None:
+        """A hook's deny (or unanswered ask) again, after every plugin: final whoever allowed.
+
+        A call whose PreToolUse hooks did not run (another plugin allowed it first) has them
+        run here."""
+        asked = self._asked.take(execution.token) is not MISSING
+        decided = self._decided.take(execution.token)
+        if execution.dry_run:
+            return None
+        if decided is MISSING:
+            tool, hooks = self._matching("PreToolUse", execution)
+            if not hooks:
+                return None
+            return self._guard_late(execution, tool, hooks, asked)
+        return hook_final(decided, asked, self._host, NAME)
+
+    async def _guard_late(
+        self,
+        execution: ToolExecution,
+        tool: ToolDefinition | None,
+        hooks: tuple[HookCommand, ...],
+        asked: bool,
+    ) -> str | None:
+        decision = await self._hooks_decide(execution, tool, hooks)
+        return hook_final(decision, asked, self._host, NAME)
 
     @hookimpl
     def dsh_tool_post_execute(

@@ -20,6 +20,14 @@ it asks the plugins after it too, and the stricter decision wins (deny > ask > a
 ``allow`` here never hides another policy plugin's ``deny`` or ``ask``. The link is a plain
 function: a denial is returned as it is, with no coroutine.
 
+Deny and ask *rules* are final whatever any other plugin returns, at any position: the plugin
+checks them again in its ``dsh_tool_guard``, which runs after every allowed call and cannot be
+undone (see `dsh_plugins_builtin._rules._final`). A call a deny rule matches is denied there
+even when a plugin called before this one allowed it; a call an ask rule matches is denied
+there unless it was put to the approvers (a person, or an approver plugin) and they allowed it
+once. The reason names the rule and the plugins that could have allowed the call. Only the
+``default`` (no rule matched) gives way to another plugin's ``Allow``.
+
 Per call, the plugin's own decision is a dictionary lookup for every tool whose decision no
 argument can change (every rule that applies to it names the tool alone, and no allow rule
 has to check its path arguments against the workspace): it is worked out once per tool
@@ -40,8 +48,20 @@ from typing import Any, Literal, final
 
 import attrs
 
-from dsh_host import Allow, Ask, ConfigError, Deny, Host, ToolDefinition, ToolExecution, hookimpl
+from dsh_host import (
+    Allow,
+    ApprovalRequest,
+    Ask,
+    ConfigError,
+    Deny,
+    Host,
+    ToolDefinition,
+    ToolExecution,
+    hookimpl,
+)
 
+from ._rules._checks import sandbox_fence, unmounted
+from ._rules._final import MISSING, Notes, who_allowed
 from ._rules._rules import (
     EDIT_RULES,
     READ_RULES,
@@ -63,6 +83,7 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _FIXED_KEPT = 1_024
+_FINAL_HOOKS = ("dsh_tool_guard", "dsh_tool_approve")
 _MAX_SETTINGS = 4 * 1024 * 1024
 
 
@@ -144,6 +165,9 @@ class PermissionsPlugin:
         self._host: Host | None = None
         # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
         self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
+        self._asked = Notes()
+        self.dsh_idle_hooks: frozenset[str] = frozenset()
+        self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
 
     @hookimpl
     def dsh_plugin_config(self) -> type[PermissionsConfig]:
@@ -172,6 +196,7 @@ class PermissionsPlugin:
                         f"rule {text!r} {exc}",
                         path=host.config.source, plugin=self.name, key=f"{effect}[{i}]",
                     ) from None  # fmt: skip
+        self._check_mounted(host, compiled)
         for spelled in config.imports:
             path = pathlib.Path(workspace, os.path.expanduser(spelled))
             if not path.exists():
@@ -188,11 +213,31 @@ class PermissionsPlugin:
                     except RuleError as exc:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
+        self._rules.fence = sandbox_fence(host)
+        # with no deny or ask rule nothing is final: the guard (and its note) is never called
+        final = compiled["deny"] or compiled["ask"]
+        self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
         self._host = host
         self._fixed.clear()
         for tool in host.registry.tools():  # the tools known now; later ones on first call
             self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
+
+    def _check_mounted(self, host: Host, compiled: Mapping[Effect, list[Rule]]) -> None:
+        """A rule of this table naming an MCP server the ``mcp`` plugin does not mount (or a
+        tool its ``tools`` list leaves out) can never match: a `ConfigError` naming the rule."""
+        if host.pm.get_plugin("mcp") is None:
+            return  # MCP tools come from elsewhere (or nowhere): nothing to check against
+        servers: Mapping[str, Any] = getattr(host.config_for("mcp"), "servers", {})
+        for effect, rules in compiled.items():
+            for i, rule in enumerate(rules):
+                why = unmounted(rule.tool, servers)
+                if why is not None:
+                    raise ConfigError(
+                        f"rule {rule.text!r} {why}, so it can never match; mounted servers: "
+                        f"{', '.join(sorted(servers)) or 'none'}",
+                        path=host.config.source, plugin=self.name, key=f"{effect}[{i}]",
+                    )  # fmt: skip
 
     @staticmethod
     def _warn_unknown(host: Host, rules: RuleSet) -> None:
@@ -249,7 +294,35 @@ class PermissionsPlugin:
         own = self.decide(execution)
         if type(own) is Deny:
             return own
+        self._last = (execution.token, own)
         return _stricter(own, call_next)
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_approve(self, request: ApprovalRequest) -> None:
+        """Note that this call was put to the approvers (answers nothing): the guard lets a
+        call an ask rule matches run only when the approvers were asked and allowed it."""
+        self._asked.note(request.execution.token)
+
+    @hookimpl
+    def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
+        """Deny and ask rules again, after every other plugin: final whoever allowed the call."""
+        asked = self._asked.take(execution.token) is not MISSING
+        last = self._last
+        mine = last is not None and last[0] is execution.token
+        own = last[1] if last is not None and mine else self.decide(execution)
+        if type(own) is Allow or not (own.detail or "").startswith("rule "):
+            return None  # allowed, or only the default: another plugin's Allow may stand
+        if type(own) is Ask and asked:
+            return None  # the approvers were asked and allowed it once
+        who = who_allowed(self._host, self.name)
+        if type(own) is Deny:
+            return (
+                f"{own.reason} (final: {who} allowed the call, but no plugin overrides a deny rule)"
+            )
+        return (
+            f"{own.reason} (final: {who} allowed the call without putting it to an approver; a"
+            " call an ask rule matches runs only when a person or a configured approver allows it)"
+        )
 
     @hookimpl
     def dsh_path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:

@@ -73,3 +73,12 @@ def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
     (tmp_path / "dsh-x").mkdir()
     assert main(["new", "plugin", "x", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_the_policy_template_teaches_the_monotonic_guard_not_a_tryfirst_allow(tmp_path):
+    """Issue #23 row 1: the template used to make a ``tryfirst`` pre-execute policy."""
+    root = write_plugin("demo-guard", "policy", tmp_path)
+    source = next(root.rglob("plugin.py")).read_text()
+    assert "def dsh_tool_guard(" in source
+    assert "hookimpl(tryfirst" not in source
+    assert "def dsh_tool_pre_execute(" not in source

@@ -124,13 +124,21 @@ async def test_missing_arguments_are_named():
 """
 
 _POLICY = '''\
-"""The ``{name}`` plugin: deny tool calls whose arguments mention a banned word."""
+"""The ``{name}`` plugin: deny tool calls whose arguments mention a banned word.
+
+The rule is a **guard** (``dsh_tool_guard``): guards run after every allowed call, whoever
+allowed it, can only deny, and the first reason denies, so no other plugin, at any position,
+can undo this denial. That is the safe shape for a rule that must hold. Do not answer ``Allow``
+from a ``tryfirst`` ``dsh_tool_pre_execute``: the first decision wins there, so an early
+``Allow`` skips every policy after it (the built-in ``permissions`` re-checks the user's deny
+and ask rules in its own guard, but other plugins' denials and the default are skipped).
+"""
 
 from __future__ import annotations
 
 import attrs
 
-from dsh_host import Deny, Host, ToolExecution, canonical_json, hookimpl
+from dsh_host import Host, ToolExecution, canonical_json, hookimpl
 
 
 @attrs.frozen
@@ -141,7 +149,7 @@ class Config:
 
 
 class Plugin:
-    """A pre-execute policy: ``tryfirst`` so it is consulted before the other policies."""
+    """A monotonic policy: a guard that denies, which no other plugin can turn into an allow."""
 
     name = "{name}"
 
@@ -156,23 +164,40 @@ class Plugin:
     def dsh_host_started(self, host: Host) -> None:
         self.config = host.config_for(self)
 
-    @hookimpl(tryfirst=True)
-    def dsh_tool_pre_execute(self, execution: ToolExecution) -> Deny | None:
+    @hookimpl
+    def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
         text = canonical_json(execution.arguments).lower()
         for word in self.config.banned:
             if word.lower() in text:
-                return Deny(f"the arguments mention {{word!r}}", detail=f"banned word {{word!r}}")
-        return None  # no opinion: the next policy decides
+                return f"the arguments mention {{word!r}} (banned by [plugin.{name}])"
+        return None  # no objection: the call goes on as the other policies decided
 '''
 
 _POLICY_TEST = """\
+from dsh_host import Allow, hookimpl
 from dsh_host.testing import make_host, simulate, stub_tool
 
 from {package}.plugin import Plugin
 
 
+class EagerAllow:
+    \"\"\"Another plugin that allows everything before anyone else is asked.\"\"\"
+
+    name = "eager"
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_pre_execute(self, execution):
+        return Allow()
+
+
 async def test_a_banned_word_is_denied_and_attributed():
     host = make_host(Plugin(), tools=[stub_tool("bash")])
+    decision = await simulate(host, "bash", {{"command": "echo $PASSWORD"}})
+    assert (decision.allowed, decision.decided_by) == (False, "{name}")
+
+
+async def test_no_other_plugin_can_undo_the_denial():
+    host = make_host(Plugin(), EagerAllow(), tools=[stub_tool("bash")])
     decision = await simulate(host, "bash", {{"command": "echo $PASSWORD"}})
     assert (decision.allowed, decision.decided_by) == (False, "{name}")
 
@@ -339,7 +364,7 @@ def add_new_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     p.add_argument("name", metavar="NAME", help="the plugin's name, e.g. weather or git-guard")
     p.add_argument("--kind", choices=KINDS, default="tool",
-                   help="tool (a tool with config), policy (a pre-execute rule) or wrapper "
+                   help="tool (a tool with config), policy (a monotonic guard rule) or wrapper "
                    "(an execute wrapper); default: tool")  # fmt: skip
     p.add_argument("--dir", type=Path, default=Path("."), help="where to write it (default: .)")
     p.set_defaults(handler=_cmd_new)

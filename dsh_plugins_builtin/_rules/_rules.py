@@ -15,7 +15,9 @@ name or its ``claude_name``.
   ``/x`` (the settings file's project), ``./x`` and ``x`` (the workspace; ``x`` without a
   ``/`` at any depth).
 * ``WebFetch(domain:example.com)``: the host of the call's ``url`` (subdomains included).
-* ``mcp__server`` and ``mcp__server__*``: every tool of that MCP server.
+* ``mcp__server`` and ``mcp__server__*``: every tool of that MCP server; ``mcp__*``: every MCP
+  tool; ``mcp__server__delete_*``: the server's tools whose names start so. A ``*`` may end an
+  MCP name only, and means the same in allow, ask and deny lists.
 
 Matching is by absolute path: each pattern is compiled once into one regular expression over
 absolute paths (the workspace spelled as given and with symlinks resolved), which also matches
@@ -31,14 +33,16 @@ import posixpath
 import re
 import stat
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
 import attrs
 
 from dsh_host import ToolDefinition
 
+from ._bash import Finding, ShellChecks, covering
 from ._shell import ParsedCommand, parse_command, strip_git_globals
+from ._words import strict_words
 
 __all__ = [
     "EDIT_RULES",
@@ -106,6 +110,8 @@ class CommandPattern:
     """The specifier of a shell rule, compiled to a regex over the words joined by NUL."""
 
     regex: re.Pattern[str]
+    exact: bool = False  # no wildcard: the rule names one command line word for word
+    head: str | None = None  # the first word, when it holds no wildcard
 
     def fits(self, words: Sequence[str]) -> bool:
         return self.regex.fullmatch(_SEP.join(words)) is not None
@@ -130,18 +136,22 @@ def _command_pattern(spec: str) -> CommandPattern:
     if not body:
         raise RuleError("names no command; write bash alone to match every command")
     # a * is a wildcard: read the words with each * as a placeholder, then turn them into .*
-    parsed = parse_command(body.replace("*", "\ue101"))
-    if parsed.simple is None or len(parsed.simple) != 1:
+    # (by the strict reader alone: a rule may name a command no allow rule can cover, e.g.
+    # ``Bash(eval:*)`` as a deny rule)
+    read = strict_words(body.replace("*", "\ue101"))
+    if isinstance(read, str) or len(read) != 1:
+        problem = read if isinstance(read, str) else "it holds more than one command"
         raise RuleError(
             "must name one simple command of literal words, without &&, ;, |, redirections "
-            f"or $(...) ({parsed.problem or 'it holds more than one command'}); "
-            "write one rule per command"
+            f"or $(...) ({problem}); write one rule per command"
         )
-    words = parsed.simple[0]
-    regex = re.escape(_SEP.join(words)).replace("\ue101", ".*")
+    joined = _SEP.join(read[0])
+    regex = re.escape(joined).replace("\ue101", ".*")
     if rest:
         regex += f"(?:{_SEP}.*)?"
-    return CommandPattern(re.compile(regex, re.DOTALL))
+    first = read[0][0] if read[0] and "\ue101" not in read[0][0] else None
+    exact = not rest and "\ue101" not in joined
+    return CommandPattern(re.compile(regex, re.DOTALL), exact=exact, head=first)
 
 
 @final
@@ -256,9 +266,10 @@ class Rule:
         """Whether the rule's tool name is this tool (its name, Claude Code name, MCP server)."""
         if self.tool in (tool, claude_name) or _BUILT_IN.get(self.tool) == tool:
             return True
-        if self.tool.startswith("mcp__"):
-            server = self.tool.removesuffix("*").removesuffix("__")
-            return server.count("__") == 1 and tool.startswith(server + "__")
+        if self.tool.endswith("*"):  # mcp__*, mcp__srv__*, mcp__srv__delete_*
+            return tool.startswith(self.tool[:-1])
+        if self.tool.startswith("mcp__") and self.tool.count("__") == 1:  # mcp__srv
+            return tool.startswith(self.tool + "__")
         return False
 
 
@@ -283,7 +294,14 @@ def parse_rule(text: str, effect: Effect, anchors: Anchors, source: str) -> Rule
         raise RuleError(f"does not parse: {why}; e.g. Bash(git status:*) or Read(./src/**)")
     tool, spec = match["tool"], match["spec"]
     if tool.endswith("*") and not tool.startswith("mcp__"):
-        raise RuleError("has a * in the tool name; only mcp__server__* may end in *")
+        raise RuleError(
+            "has a * in the tool name; only MCP tool names may end in * (mcp__*, "
+            "mcp__server__*, mcp__server__prefix*)"
+        )
+    if tool.startswith("mcp__") and (
+        tool in ("mcp__", "mcp___*") or tool.endswith("___") or "____" in tool
+    ):
+        raise RuleError("names no MCP server or tool; write mcp__server or mcp__server__tool")
     if spec is None:
         return Rule(stripped, tool, source)
     if not spec.strip():
@@ -375,6 +393,21 @@ class RuleSet:
         self.workspace = _spellings_of(os.fspath(workspace))
         self._view = functools.lru_cache(maxsize=256)(self._make_view)
         self._by_tool: dict[int, tuple[ToolDefinition, _ToolView]] = {}
+        self._shell = ShellChecks(
+            reads={e: [r for r in found if r.tool in READ_RULES and r.path] for e, found in self._rules.items()},
+            edits={e: [r for r in found if r.tool in EDIT_RULES and r.path] for e, found in self._rules.items()},
+            default=default, workspace=self.workspace, resolve=self._targets, inside=self._inside,
+        )  # fmt: skip
+
+    @property
+    def fence(self) -> Callable[[str], str | None] | None:
+        """Why the sandbox would refuse a write to a path (``None``: it would not), if known:
+        test runners' path options are checked against it."""
+        return self._shell.fence
+
+    @fence.setter
+    def fence(self, fence: Callable[[str], str | None] | None) -> None:
+        self._shell.fence = fence
 
     def denying(self) -> tuple[Rule, ...]:
         """The deny rules."""
@@ -411,7 +444,8 @@ class RuleSet:
                 )
             withheld[access] = (tuple(found), combined)
         view = _ToolView(name, paths, shell, rules, withheld)
-        if _argument_free(view):
+        # (a bash call's cwd and a test runner's path options meet deny and ask path rules)
+        if _argument_free(view) and not (shell and self._shell.path_bound):
             # Worked out once, here, by the same code a call takes: no argument can change it.
             view = attrs.evolve(view, fixed=self._verdict(view, {}))
         return view
@@ -521,6 +555,10 @@ class RuleSet:
             for applied in view.rules[effect]:
                 if self._caught(applied, call, parsed):
                     return Verdict(effect, applied.rule)
+        if view.shell:
+            found = self._shell_finding(view, parsed, args.get("cwd"))
+            if found is not None:
+                return Verdict(found[0], found[1], note=found[2])
         if parsed is not None and parsed.dynamic is not None:
             shell_rules = [a.rule for e in ("deny", "ask") for a in view.rules[e] if a.rule.command]
             if shell_rules:
@@ -534,6 +572,15 @@ class RuleSet:
         return Verdict(
             self.default, defaulted=True, note=self._note(view, call, parsed) if allow else None
         )
+
+    def _shell_finding(
+        self, view: _ToolView, parsed: ParsedCommand | None, cwd: Any
+    ) -> Finding | None:
+        found = None if cwd is None else self._shell.cwd_rule(cwd)
+        if found is None and parsed is not None:
+            rules: dict[str, list[Rule]] = {e: [a.rule for a in view.rules[e]] for e in _ORDER[:2]}
+            found = self._shell.runner_write_rule(parsed, cwd) or self._shell.carried(rules, parsed)
+        return found
 
     def _allowed_by(
         self,
@@ -579,15 +626,16 @@ class RuleSet:
                 return (rule,)
         if parsed is None or parsed.simple is None:
             return ()
-        covering: list[Rule] = []
+        if self._shell.elsewhere(parsed, call.args.get("cwd")) is not None:
+            return ()
+        rules = [a.rule for a in allow]
+        used = []
         for words in parsed.simple:
-            found = next(
-                (a.rule for a in allow if a.rule.command and a.rule.command.fits(words)), None
-            )
+            found = covering(words, rules)
             if found is None:
                 return ()
-            covering.append(found)
-        return tuple(dict.fromkeys(covering))
+            used.append(found)
+        return tuple(dict.fromkeys(used))
 
     def _note(self, view: _ToolView, call: _Call, parsed: ParsedCommand | None) -> str | None:
         if view.paths:
@@ -604,6 +652,8 @@ class RuleSet:
                     )
         if parsed is not None and parsed.simple is None:
             return f"{parsed.problem}, so allow rules do not apply"
+        if parsed is not None and (why := self._shell.elsewhere(parsed, call.args.get("cwd"))):
+            return f"{why}, so allow rules do not apply"
         return None
 
     def withheld(

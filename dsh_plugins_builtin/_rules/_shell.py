@@ -36,14 +36,19 @@ import attrs
 import tree_sitter
 import tree_sitter_bash
 
+from ._hidden import hidden_in_command, hidden_in_node, runner_writes
+from ._words import strict_words
+
 __all__ = [
     "DYNAMIC",
     "MAX_COMMAND",
     "MAX_DEPTH",
     "MAX_NODES",
+    "WRAPPERS",
     "ParsedCommand",
     "parse_command",
     "strip_git_globals",
+    "unwrap",
 ]
 
 MAX_COMMAND = 64 * 1024
@@ -142,6 +147,8 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "doas": (frozenset({"-u", "-C"}), 0),
     "watch": (frozenset({"-n", "--interval", "-d", "--differences", "-q"}), 0),
 }
+WRAPPERS = frozenset(_WRAPPERS) | _SHELLS
+"""Programs that run (part of) their arguments as a command."""
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _GIT_GLOBALS_WITH_VALUE = frozenset(
@@ -149,6 +156,10 @@ _GIT_GLOBALS_WITH_VALUE = frozenset(
      "--super-prefix", "--list-cmds", "--attr-source"}
 )  # fmt: skip
 _MAX_SPELLINGS = 64  # per command, so a wrapper chain cannot blow up the work
+_HIDING = frozenset(
+    {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript",
+     "declaration_command", "unset_command"}
+)  # fmt: skip
 
 
 @final
@@ -167,6 +178,9 @@ class ParsedCommand:
     problem: str | None
     commands: tuple[tuple[str, ...], ...]
     dynamic: str | None
+    heads: frozenset[str] = frozenset()  # the program names of `commands`, without a path
+    writes: tuple[tuple[str, str], ...] = ()  # a test runner's (option, path) writes
+    arguments: frozenset[str] = frozenset()  # every argument word of `commands`, without a path
 
 
 class _Budget:
@@ -268,7 +282,7 @@ def _misread(node: tree_sitter.Node, data: bytes) -> bool:
             return True  # ``$  rm``: bash reads no blank inside an expansion or a word
         if (
             previous is not None
-            and gap != raw
+            and (gap != raw or node.type == "command")  # (no blank at all: `'tim'\\eout`)
             and not gap
             and child.start_byte < len(data)
             and (previous.is_named or data[end - 1] not in _OPERATOR_BYTES)
@@ -536,7 +550,7 @@ def _option_skip(words: Sequence[str], start: int, with_value: frozenset[str]) -
         return
 
 
-def _unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """The commands a wrapper in front of *words* runs (nothing when *words* is no wrapper)."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "find":
@@ -621,7 +635,7 @@ def _spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         base = posixpath.basename(current[0])
         if base and base != current[0]:
             queue.append((base, *current[1:]))
-        queue.extend(_unwrap(current))
+        queue.extend(unwrap(current))
 
 
 def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:
@@ -638,6 +652,42 @@ def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:
 
 
 # -- parsing ---------------------------------------------------------------------------------
+
+
+def _spelled(
+    spelling: tuple[str, ...], depth: int, budget: _Budget, commands: list[tuple[str, ...]]
+) -> str | None:
+    """Why one spelling of a command is dynamic; the commands of its ``sh -c`` / ``eval``
+    string are added to *commands*."""
+    why = hidden_in_command(spelling)
+    head = posixpath.basename(spelling[0])
+    if head in _DYNAMIC_WORDS:
+        why = why or f"{head} runs code only known at run time"
+    elif spelling[0] == DYNAMIC:
+        why = why or "a wrapped command word is only known at run time"
+    code, unseen = _shell_string(spelling)
+    if unseen and head not in _DYNAMIC_WORDS:
+        why = why or f"{head} reads commands that are not on the line"
+    if code is not None:
+        if DYNAMIC in code:
+            why = why or f"the {head} code is only known at run time"
+        elif depth >= MAX_DEPTH:
+            why = why or "shell strings are nested too deeply"
+        else:
+            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
+            commands.extend(inner)
+            why = why or why_inner
+    return why
+
+
+def _hidden_at(node: tree_sitter.Node, kind: str) -> str | None:
+    """Why a syntax node runs code held in a string or a variable's value (see `_hidden`)."""
+    if kind in ("declaration_command", "unset_command"):
+        head = _text(node.children[0]) if node.child_count else kind
+        if head == "export":
+            return None  # export reads no subscript and no string as code
+        return f"{head}, which evaluates its arguments as code"
+    return hidden_in_node(kind, _text(node))
 
 
 def _walk(
@@ -673,29 +723,17 @@ def _walk(
             dynamic = dynamic or "the command does not parse reliably"
         if kind == "redirected_statement":
             _note_trailing(node, trailing)
+        if kind in _HIDING:
+            dynamic = dynamic or _hidden_at(node, kind)
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why
-            if words:
-                for spelling in _spellings(tuple(words)):
-                    commands.append(spelling)
-                    head = posixpath.basename(spelling[0])
-                    if head in _DYNAMIC_WORDS:
-                        dynamic = dynamic or f"{head} runs code only known at run time"
-                    elif spelling[0] == DYNAMIC:
-                        dynamic = dynamic or "a wrapped command word is only known at run time"
-                    code, unseen = _shell_string(spelling)
-                    if unseen and head not in _DYNAMIC_WORDS:
-                        dynamic = dynamic or f"{head} reads commands that are not on the line"
-                    if code is not None:
-                        if DYNAMIC in code:
-                            dynamic = dynamic or f"the {head} code is only known at run time"
-                        elif depth >= MAX_DEPTH:
-                            dynamic = dynamic or "shell strings are nested too deeply"
-                        else:
-                            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
-                            commands.extend(inner)
-                            dynamic = dynamic or why_inner
+            assigned = [_text(c) for c in node.named_children if c.type == "variable_assignment"]
+            dynamic = dynamic or hidden_in_command(words, assigned)
+            for spelling in _spellings(tuple(words)) if words else ():
+                commands.append(spelling)
+                why = _spelled(spelling, depth, budget, commands)  # always: it adds commands
+                dynamic = dynamic or why
         stack.extend(node.children)
     return root, commands, dynamic, trailing
 
@@ -721,9 +759,24 @@ def _parse(command: str) -> ParsedCommand:
             simple, problem = None, "the command is nested too deeply to read"
         if simple is not None and not simple:
             simple, problem = None, "the command is empty"
+    if simple is not None:
+        # a second, independent reader must see the very same words (see `_words`)
+        strict = strict_words(command)
+        if isinstance(strict, str):
+            simple, problem = None, strict
+        elif list(strict) != simple:
+            # tree-sitter misread a line bash reads plainly (`git 0>/dev/null push`): neither
+            # view can trust it, so deny and ask rules ask
+            simple = None
+            problem = dynamic = "two readings of the line disagree on its words"
+    unique = tuple(dict.fromkeys(commands))
+    heads = frozenset(posixpath.basename(words[0]) for words in unique if words)
+    writes = tuple(w for words in unique for w in runner_writes(words))
+    arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:])
     return ParsedCommand(
-        None if simple is None else tuple(simple), problem, tuple(dict.fromkeys(commands)), dynamic
-    )
+        None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes,
+        arguments,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)

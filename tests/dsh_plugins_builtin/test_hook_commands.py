@@ -19,6 +19,7 @@ import trio
 from dsh_host import (
     AbortSignal,
     Accept,
+    Allow,
     ApprovalOutcome,
     Block,
     ConfigError,
@@ -27,6 +28,7 @@ from dsh_host import (
     Host,
     TextBlock,
     ToolExecution,
+    ToolExecutionInput,
     ToolExecutionResult,
     hookimpl,
 )
@@ -114,6 +116,16 @@ class Denier:
     @hookimpl
     def dsh_tool_pre_execute(self, execution):
         return Deny("denied by the next plugin")
+
+
+class Lenient:
+    """A lower-priority pre-execute plugin that allows everything."""
+
+    name = "lenient"
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution):
+        return Allow(detail="lenient")
 
 
 class Approver:
@@ -249,10 +261,11 @@ async def test_permission_decision_ask_goes_to_the_approver(tmp_path):
     assert approver.reasons == ["needs approval"]
 
 
-async def test_allow_short_circuits_lower_priority_pre_execute_plugins(tmp_path):
+async def test_allow_never_beats_a_deny_of_the_plugins_after_it(tmp_path):
     allow = prints(tmp_path, "allow", permission("allow"))
     h = host(tmp_path, settings(tmp_path, pre=[group(allow)]), plugins=(Denier(),))
-    assert (await call(h)).text == "hi"
+    result = await call(h)
+    assert (result.code, result.decided_by) == ("DENIED", "denier")
 
 
 async def test_plain_text_stdout_is_no_decision(tmp_path):
@@ -289,9 +302,9 @@ async def test_deny_beats_an_earlier_ask_and_ask_beats_allow(tmp_path):
 @pytest.mark.parametrize(
     ("output", "text"),
     [
-        ({"decision": "approve"}, "hi"),  # Claude's legacy top-level allow
-        ({"decision": "block", **permission("allow")}, "hi"),  # permissionDecision overrides
-        ({"decision": "allow"}, "Error: denied by the next plugin"),  # not a top-level value
+        ({"decision": "approve"}, "allowed by hook_commands"),  # Claude's legacy top-level allow
+        ({"decision": "block", **permission("allow")}, "allowed by hook_commands"),
+        ({"decision": "allow"}, "allowed by lenient"),  # not a top-level value: no decision
         ({"continue": False}, "Error: stopped by PreToolUse hook (continue: false)"),
         (
             {"hookSpecificOutput": {"permissionDecision": "maybe"}},
@@ -301,8 +314,13 @@ async def test_deny_beats_an_earlier_ask_and_ask_beats_allow(tmp_path):
 )
 async def test_json_output_fields(tmp_path, output, text):
     hook = prints(tmp_path, "hook", output)
-    h = host(tmp_path, settings(tmp_path, pre=[group(hook)]), plugins=(Denier(),))
-    assert text in (await call(h)).text
+    h = host(tmp_path, settings(tmp_path, pre=[group(hook)]), plugins=(Lenient(),))
+    call = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "hi"})
+    prepared = await h.registry._pipeline.prepare(call, None)  # who allowed, if it was allowed
+    if prepared.result is not None:
+        assert text in prepared.result.text
+    else:
+        assert text == f"allowed by {prepared.allowed_by}"
 
 
 async def test_pre_additional_context_reaches_the_result(tmp_path):

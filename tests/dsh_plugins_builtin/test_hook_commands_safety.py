@@ -317,7 +317,11 @@ async def test_a_dry_run_runs_no_hook_and_says_which_would_run(ws, outside):
     call = ToolExecutionInput(call_id="c1", name="echo", arguments={"text": "hi"})
     assert await host.registry.preview(call, trace=events.append) is None  # let through
     assert not marker.exists()
-    said = [e.outcome for e in events if e.plugin == "hook_commands"]
+    said = [
+        e.outcome
+        for e in events
+        if (e.plugin, e.stage) == ("hook_commands", "dsh_tool_pre_execute")
+    ]
     assert said == [f"allow: would run hook {str(hook)!r} from hooks.json (not run: dry run)"]
     result = await host.call("echo", {"text": "hi"})  # a real call runs it
     assert result.text == "hi"

@@ -1,0 +1,194 @@
+"""What the rules check of a bash call beyond its words: wrappers, the tool's ``cwd``, git in a
+repository the agent could have written, test runners' path options, and commands a program
+may run from its arguments.
+
+`covering` finds the allow rule for one simple command (wrappers only with what they wrap);
+`ShellChecks` holds one rule set's path rules and answers the rest. Findings come back as
+``(effect, rule, note)``; `_rules` turns them into verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, final
+
+from ._hidden import wrapped_write
+from ._shell import DYNAMIC, WRAPPERS, ParsedCommand, unwrap
+
+if TYPE_CHECKING:
+    from ._rules import Rule
+
+__all__ = ["Finding", "ShellChecks", "covering"]
+
+Finding = tuple[Literal["deny", "ask"], "Rule", str]
+"""A deny or ask rule that applies to a bash call: (effect, rule, why)."""
+
+_GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})
+_XARGS_REPLACE = frozenset({"-i", "-I", "--replace"})
+_MAX_WRAPPED = 4
+_STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
+
+
+def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> Rule | None:
+    """The allow rule covering *words*, and (for a wrapper: ``timeout``, ``nice``, ``xargs``,
+    ``env``, ``find -exec`` ...) only when every command it runs is itself covered; a wrapper
+    option that writes, deletes, runs a string or moves elsewhere (``find -delete``,
+    ``env -S``, ``env -C``) only by a rule naming the line word for word."""
+    found = next((r for r in allow if r.command is not None and r.command.fits(words)), None)
+    if found is None or found.command is None:
+        return None
+    inners = list(unwrap(words))
+    head = posixpath.basename(words[0])
+    # the wrapper's own words: up to where the latest reading of its command starts
+    own = words if head == "find" or not inners else words[: len(words) - min(map(len, inners))]
+    if wrapped_write(own) is not None and not found.command.exact:
+        return None
+    xargs = head == "xargs"
+    if xargs and any(w in _XARGS_REPLACE or w.startswith(("-I", "--replace")) for w in words):
+        return None  # a placeholder anywhere in the command: its words are unknown
+    for inner in inners:
+        if xargs:
+            if not _takes_arguments_safely(inner):
+                return None
+            inner = (*inner, DYNAMIC)  # the words xargs appends are read from stdin
+        if depth >= _MAX_WRAPPED or covering(inner, allow, depth + 1) is None:
+            return None
+    return found
+
+
+def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
+    """Whether words read from stdin, appended to *words*, stay arguments of the same command:
+    not options of ``git`` before its subcommand, nor a command run by a wrapper."""
+    head = posixpath.basename(words[0])
+    if head == "git":
+        return len(words) > 1 and not words[1].startswith("-")
+    return head not in WRAPPERS and head != "find"
+
+
+def _under(cwd: Any, path: str) -> str:
+    """*path* as the command sees it: relative to the bash tool's ``cwd`` when one is given."""
+    return posixpath.join(cwd, path) if isinstance(cwd, str) and cwd else path
+
+
+@final
+class ShellChecks:
+    """One rule set's checks of a bash call beyond its words.
+
+    Args:
+        reads: the read path rules (``Read``, ``read_file``) by effect.
+        edits: the edit path rules (``Edit``, ``Write`` ...) by effect.
+        default: the rule set's ``default``.
+        workspace: the workspace root's spellings.
+        resolve: every absolute spelling of a path (``None``: not a resolvable path).
+        inside: whether an absolute path lies in the workspace.
+    """
+
+    def __init__(
+        self,
+        reads: Mapping[str, Sequence[Rule]],
+        edits: Mapping[str, Sequence[Rule]],
+        default: str,
+        workspace: Sequence[str],
+        resolve: Callable[[Any], tuple[str, ...] | None],
+        inside: Callable[[str], bool],
+    ) -> None:
+        self.reads, self.edits, self.default = reads, edits, default
+        self.roots = frozenset(r.rstrip("/") for r in workspace)
+        self.resolve, self.inside = resolve, inside
+        # why the sandbox would refuse a write to a path (None: it would not), if known
+        self.fence: Callable[[str], str | None] | None = None
+
+    @property
+    def path_bound(self) -> bool:
+        """Whether a deny or ask path rule can reach a bash call (its cwd or runner writes)."""
+        return any(self.reads.get(e) or self.edits.get(e) for e in _STRICT)
+
+    def carried(self, rules: Mapping[str, Sequence[Rule]], parsed: ParsedCommand) -> Finding | None:
+        """A deny or ask rule matching the words of a command from one of its arguments on
+        (``flock /tmp/l rm v``, ``busybox rm v``, ``strace rm v``): a program may run its
+        arguments as a command, and no table of such programs is complete. It asks."""
+        strict: Literal["deny", "ask"] = "deny" if self.default == "deny" else "ask"
+        for effect in _STRICT:
+            for rule in rules.get(effect, ()):
+                pattern = rule.command
+                if pattern is None or (
+                    pattern.head is not None and pattern.head not in parsed.arguments
+                ):
+                    continue  # no argument word is the rule's program
+                for words in parsed.commands:
+                    for i in range(1, len(words)):
+                        if pattern.catches((posixpath.basename(words[i]), *words[i + 1 :])):
+                            note = (
+                                f"{words[i][:40]!r} is an argument of {words[0][:40]!r}, which may"
+                                f" run it as a command, so {rule.text} applies as an ask"
+                            )
+                            return strict, rule, note
+        return None
+
+    def cwd_rule(self, cwd: Any) -> Finding | None:
+        """The read deny (or ask) rule the bash tool's ``cwd`` lies under: the command reads
+        there, as a ``Read`` of that directory would."""
+        targets = self.resolve(cwd)
+        for effect in _STRICT:
+            for rule in self.reads.get(effect, ()):
+                if rule.path and (targets is None or any(rule.path.matches(t) for t in targets)):
+                    return effect, rule, "the command runs in that directory (cwd)"
+        return None
+
+    def runner_write_rule(self, parsed: ParsedCommand, cwd: Any) -> Finding | None:
+        """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,
+        ``--junitxml=FILE`` ...) writes against, as if the runner were a ``Write`` call."""
+        for effect in _STRICT if parsed.writes else ():
+            for rule in self.edits.get(effect, ()):
+                for option, path in parsed.writes:
+                    targets = self.resolve(_under(cwd, path))
+                    if rule.path and (
+                        targets is None or any(rule.path.matches(t) for t in targets)
+                    ):
+                        return effect, rule, f"{option} {path} writes there"
+        return None
+
+    def elsewhere(self, parsed: ParsedCommand, cwd: Any) -> str | None:
+        """Why the line runs somewhere allow rules do not reach, or writes where a ``Write``
+        would not be allowed (``None``: neither)."""
+        heads = parsed.heads
+        if cwd is not None:
+            targets = self.resolve(cwd)
+            if targets is None or not isinstance(cwd, str):
+                return "the cwd argument is not a path"
+            if not all(self.inside(t) for t in targets):
+                return "the cwd lies outside the workspace"
+            if "git" in heads and any(self._foreign_git(t) for t in targets):
+                return "git would run in a repository other than the workspace's own"
+        if "git" in heads and heads & {"cd", "pushd", "popd"}:
+            return "git would run after a change of directory"
+        for words in parsed.commands:
+            if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
+                return "git is pointed at another repository"
+        return self._runner_writes_refused(parsed, cwd)
+
+    def _runner_writes_refused(self, parsed: ParsedCommand, cwd: Any) -> str | None:
+        """Each runner write must lie inside the workspace, pass the sandbox's write fence
+        (when one is known) and be covered by an edit allow rule, as a ``Write`` would."""
+        allow = [r for r in self.edits.get("allow", ()) if r.path is not None]
+        for option, spelled in parsed.writes:
+            path = _under(cwd, spelled)
+            targets = self.resolve(path)
+            if targets is None or not all(self.inside(t) for t in targets):
+                return f"{option} {path} writes outside the workspace"
+            fenced = self.fence(path) if self.fence is not None else None
+            if fenced is not None:
+                return f"{option} {path}: {fenced}"
+            if not any(all(r.path and r.path.matches(t) for t in targets) for r in allow):
+                return f"{option} {path} writes where no edit allow rule reaches"
+        return None
+
+    def _foreign_git(self, path: str) -> bool:
+        """Whether a ``.git`` lies at *path* or above it, below the workspace root."""
+        while path.rstrip("/") not in self.roots and path not in ("/", ""):
+            if os.path.lexists(os.path.join(path, ".git")):
+                return True
+            path = posixpath.dirname(path)
+        return False
