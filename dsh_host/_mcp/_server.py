@@ -48,7 +48,14 @@ if TYPE_CHECKING:
 
     from .._host._host import Host
 
-__all__ = ["APPROVER_NAME", "McpService", "annotations_for", "content_to_mcp"]
+__all__ = [
+    "APPROVER_NAME",
+    "CALL_GROUP",
+    "CallGroup",
+    "McpService",
+    "annotations_for",
+    "content_to_mcp",
+]
 
 logger = logging.getLogger("dsh_host.mcp")
 
@@ -61,6 +68,34 @@ PREVIEW_CHARS = 300
 _REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
     "dsh_mcp_request", default=None
 )
+
+
+class CallGroup:
+    """The calls running for one client connection: aborted together when the client leaves."""
+
+    def __init__(self) -> None:
+        self._signals: set[AbortSignal] = set()
+        self.closed: str | None = None
+
+    def add(self, signal: AbortSignal) -> None:
+        if self.closed is not None:
+            signal.abort(self.closed)
+        self._signals.add(signal)
+
+    def discard(self, signal: AbortSignal) -> None:
+        self._signals.discard(signal)
+
+    def abort_all(self, reason: str) -> None:
+        """Abort every running call (and any that starts later) with *reason*."""
+        self.closed = reason
+        for signal in list(self._signals):
+            signal.abort(reason)
+
+
+CALL_GROUP: contextvars.ContextVar[CallGroup | None] = contextvars.ContextVar(
+    "dsh_mcp_call_group", default=None
+)
+"""Set around one connection's SDK session; `McpService` files each call's signal in it."""
 
 
 def _version() -> str:
@@ -275,6 +310,9 @@ class McpService:
     ) -> types.CallToolResult:
         self._calls += 1
         signal = AbortSignal()
+        group = CALL_GROUP.get()
+        if group is not None:
+            group.add(signal)
         box: list[ToolExecutionResult] = []
         failure: list[Exception] = []
         done = trio.Event()
@@ -295,6 +333,8 @@ class McpService:
                     logger.exception("dsh mcp serve: tools/call %r raised", params.name)
                     failure.append(exc)
                 finally:
+                    if group is not None:
+                        group.discard(signal)
                     done.set()
 
         async with trio.open_nursery() as nursery:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._server import McpService, annotations_for, content_to_mcp
+from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
 from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
 if TYPE_CHECKING:
@@ -55,16 +55,25 @@ async def serve(
 ) -> None:
     """Serve one MCP session over a byte stream pair until *receive* reaches end of file.
 
-    At end of file, requests already read are answered; calls still running after
-    *drain_timeout* seconds are aborted (and, being answered to a departed client, dropped).
+    At end of file the client is gone: calls still running are aborted at once (they end
+    ``ABORTED``, in their answer and in the audit); other requests already read are answered,
+    for up to *drain_timeout* seconds.
     """
     service = service or McpService(host, list_all=list_all)
     server = service.server
     options = server.create_initialization_options()
-    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout)
+    group = CallGroup()
+    wire = Wire(
+        receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout,
+        on_end_of_input=lambda: group.abort_all("the MCP client closed its input"),
+    )  # fmt: skip
 
     async def session(read: Any, write: Any) -> None:
-        await server.run(read, write, options)
+        token = CALL_GROUP.set(group)  # the SDK's request tasks inherit it
+        try:
+            await server.run(read, write, options)
+        finally:
+            CALL_GROUP.reset(token)
 
     await wire.run(session)
 

@@ -157,6 +157,7 @@ class Wire:
         max_line: int = DEFAULT_MAX_LINE,
         max_depth: int = DEFAULT_MAX_DEPTH,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        on_end_of_input: Callable[[], None] | None = None,
     ) -> None:
         if max_line < 1:
             raise ValueError(f"max_line must be a positive number of bytes, not {max_line!r}")
@@ -165,6 +166,7 @@ class Wire:
         self._max_line = max_line
         self._max_depth = max_depth
         self._drain_timeout = drain_timeout
+        self._on_end_of_input = on_end_of_input
         self._send_lock = trio.Lock()
         self._next_id = 0
         self._outer: dict[int, Any] = {}  # our id -> the client's id
@@ -192,9 +194,11 @@ class Wire:
                 nursery.start_soon(run_session)
                 async with to_session:
                     await self._read_loop()
-                    # End of input: answer what was asked before closing the session, for up
-                    # to drain_timeout; then the calls still running are aborted (the client
-                    # is leaving: the spec has it wait a while, then send SIGTERM).
+                    # End of input: the client is gone, so its running calls are aborted at
+                    # once (`on_end_of_input`: they end ABORTED, audited); what else was asked
+                    # is answered, for up to drain_timeout, before the session closes.
+                    if self._on_end_of_input is not None:
+                        self._on_end_of_input()
                     with trio.move_on_after(self._drain_timeout):
                         while self._pending:
                             self._idle = trio.Event()
