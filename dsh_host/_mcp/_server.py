@@ -28,20 +28,16 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from .._model._json import canonical_json
 from .._model._signal import AbortSignal
-from .._model._text import printable
 from .._model._trace import TraceEvent
 from .._model._values import (
-    ApprovalOutcome,
-    ApprovalRequest,
     ImageBlock,
     TextBlock,
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from .._registry._hooks import hookimpl
 from .._schema._tool import ToolDefinition
+from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,15 +55,7 @@ __all__ = [
 
 logger = logging.getLogger("dsh_host.mcp")
 
-APPROVER_NAME = "mcp_client"
-"""The name the elicitation approver is registered under (``decided_by`` when the person declines)."""
-
 INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
-PREVIEW_CHARS = 300
-
-_REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
-    "dsh_mcp_request", default=None
-)
 
 
 class CallGroup:
@@ -165,66 +153,13 @@ def _result_to_mcp(result: ToolExecutionResult) -> types.CallToolResult:
     )
 
 
-class _ClientApprover:
-    """Puts an ``Ask`` to the person at the MCP client, through elicitation.
-
-    ``trylast``, and registered after every other plugin: other approvers (remembered answers)
-    are asked first; the built-in terminal prompt, which cannot work while stdin carries the
-    protocol, after. Outside an MCP request it abstains.
-    """
-
-    name = APPROVER_NAME
-
-    @hookimpl(trylast=True)
-    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome | None:
-        ctx = _REQUEST.get()
-        if ctx is None:
-            return None
-        if request.execution.dry_run:  # the tools/list probe: nobody is asked
-            return ApprovalOutcome.CANCELLED
-        capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-        if not ctx.session.check_client_capability(capability):
-            return ApprovalOutcome.UNAVAILABLE
-        if request.signal.aborted:
-            return ApprovalOutcome.CANCELLED
-        arguments = canonical_json(request.arguments)
-        if len(arguments) > PREVIEW_CHARS:
-            arguments = arguments[:PREVIEW_CHARS] + "..."
-        message = f"Allow the tool {request.tool!r} to run once?"
-        if request.reason:
-            message += f"\nWhy it asks ({request.asked_by or 'policy'}): {request.reason}"
-        message += f"\nArguments: {arguments}"
-        answer: list[types.ElicitResult] = []
-        async with trio.open_nursery() as nursery:
-
-            async def elicit() -> None:
-                answer.append(
-                    await ctx.session.elicit_form(
-                        message=printable(message, newlines=True),
-                        requested_schema={"type": "object", "properties": {}},
-                        related_request_id=ctx.request_id,
-                    )
-                )
-                nursery.cancel_scope.cancel()
-
-            async def watch() -> None:
-                await request.signal.wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(elicit)
-            nursery.start_soon(watch)
-        if not answer:
-            return ApprovalOutcome.CANCELLED
-        return {
-            "accept": ApprovalOutcome.ALLOWED_ONCE,
-            "decline": ApprovalOutcome.REJECTED,
-        }.get(answer[0].action, ApprovalOutcome.CANCELLED)
-
-
-def _approver(host: Host) -> None:
-    """Register the elicitation approver on *host*, once."""
-    if host.pm.get_plugin(APPROVER_NAME) is None:
-        host.pm.register(_ClientApprover(), name=APPROVER_NAME)
+def _approver(host: Host) -> ClientApprover:
+    """The elicitation approver of *host*, registered once."""
+    approver = host.pm.get_plugin(APPROVER_NAME)
+    if not isinstance(approver, ClientApprover):
+        approver = ClientApprover()
+        host.pm.register(approver, name=APPROVER_NAME)
+    return approver
 
 
 class McpService:
@@ -235,7 +170,7 @@ class McpService:
         self.list_all = list_all
         self._listed: tuple[tuple[ToolDefinition, ...], list[types.Tool]] | None = None
         self._calls = 0
-        _approver(host)
+        self._approver = _approver(host)
         self.server: Server[Any] = Server(
             "dsh",
             version=_version(),
@@ -282,11 +217,11 @@ class McpService:
         """Whether a dry run of *tool* with no arguments ends DENIED by a pre-execute plugin."""
         events: list[TraceEvent] = []
         probe = ToolExecutionInput(call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={})
-        token = _REQUEST.set(_PROBE)
+        token = REQUEST.set(_PROBE)
         try:
             result = await self.host.registry.preview(probe, trace=events.append)
         finally:
-            _REQUEST.reset(token)
+            REQUEST.reset(token)
         decided = result.decided_by if result is not None else None
         if result is None or result.code != "DENIED" or decided is None:
             return False
@@ -310,6 +245,7 @@ class McpService:
     ) -> types.CallToolResult:
         self._calls += 1
         signal = AbortSignal()
+        call_id = f"mcp-{self._calls}"
         group = CALL_GROUP.get()
         if group is not None:
             group.add(signal)
@@ -322,12 +258,10 @@ class McpService:
             # Shielded: a cancelled request aborts the signal instead, so the call ends as an
             # ABORTED result (audited, its body awaited) rather than vanishing mid-pipeline.
             with trio.CancelScope(shield=True):
-                _REQUEST.set(ctx)
+                REQUEST.set(ctx)
                 try:
                     box.append(
-                        await self.host.call(
-                            params.name, arguments, call_id=f"mcp-{self._calls}", signal=signal
-                        )
+                        await self.host.call(params.name, arguments, call_id=call_id, signal=signal)
                     )
                 except Exception as exc:  # the host promises not to raise; if it does, say so
                     logger.exception("dsh mcp serve: tools/call %r raised", params.name)
@@ -350,7 +284,13 @@ class McpService:
         result = box[0]
         if result.code == "UNKNOWN_TOOL":
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        return _result_to_mcp(result)
+        answer = _result_to_mcp(result)
+        if call_id in self._approver.unelicitable:
+            self._approver.unelicitable.discard(call_id)
+            if result.code == "DENIED":
+                hint = how_to_allow(params.name, self.host.config.source)
+                answer.content.append(types.TextContent(type="text", text=hint))
+        return answer
 
 
 class _Probe:
