@@ -32,12 +32,15 @@ from .._model._signal import AbortSignal
 from .._model._trace import TraceEvent
 from .._model._values import (
     ImageBlock,
+    Scope,
     TextBlock,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolRestriction,
 )
 from .._schema._tool import ToolDefinition
 from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
+from ._auth import Tokens, grant_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -162,15 +165,24 @@ def _approver(host: Host) -> ClientApprover:
     return approver
 
 
+def _restrictions(tokens: Tokens | None) -> dict[Scope, ToolRestriction]:
+    """Each token scope's restriction (the token file gives one per scope)."""
+    grants = tokens.grants() if tokens is not None else []
+    return {g.scope: g.restriction for g in grants if g.scope and g.restriction}
+
+
 class McpService:
     """The host's tools as an SDK `Server`; one per ``dsh mcp serve`` process, any number of sessions."""
 
-    def __init__(self, host: Host, *, list_all: bool = False) -> None:
+    def __init__(self, host: Host, *, list_all: bool = False, tokens: Tokens | None = None) -> None:
         self.host = host
         self.list_all = list_all
-        self._listed: tuple[tuple[ToolDefinition, ...], list[types.Tool]] | None = None
+        self.tokens = tokens
+        self._listed: dict[Scope | None, tuple[tuple[ToolDefinition, ...], list[types.Tool]]] = {}
         self._calls = 0
         self._approver = _approver(host)
+        for scope, restriction in _restrictions(tokens).items():
+            host.registry.restrict(restriction, scope)  # ValueError: names an unknown tool
         self.server: Server[Any] = Server(
             "dsh",
             version=_version(),
@@ -182,10 +194,10 @@ class McpService:
 
     # -- tools/list ------------------------------------------------------------------------
 
-    async def listed(self) -> list[types.Tool]:
-        """The tools offered: computed once per set of registered tools, not per request."""
-        tools = self.host.registry.tools()
-        cached = self._listed
+    async def listed(self, scope: Scope | None = None) -> list[types.Tool]:
+        """The tools offered in *scope*: computed once per set of tools, not per request."""
+        tools = self.host.registry.tools(scope)
+        cached = self._listed.get(scope)
         if (
             cached is not None
             and len(cached[0]) == len(tools)
@@ -199,24 +211,28 @@ class McpService:
                 input_schema=dict(tool.schema.parameters),
                 annotations=annotations_for(tool),
             )
-            for tool in await self._offered(tools)
+            for tool in await self._offered(tools, scope)
         ]
-        self._listed = (tools, offered)
+        self._listed[scope] = (tools, offered)
         return offered
 
-    async def _offered(self, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
+    async def _offered(
+        self, tools: Sequence[ToolDefinition], scope: Scope | None
+    ) -> list[ToolDefinition]:
         if self.list_all:
             return list(tools)
         offered = []
         for tool in tools:
-            if not await self._denied_outright(tool):
+            if not await self._denied_outright(tool, scope):
                 offered.append(tool)
         return offered
 
-    async def _denied_outright(self, tool: ToolDefinition) -> bool:
+    async def _denied_outright(self, tool: ToolDefinition, scope: Scope | None) -> bool:
         """Whether a dry run of *tool* with no arguments ends DENIED by a pre-execute plugin."""
         events: list[TraceEvent] = []
-        probe = ToolExecutionInput(call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={})
+        probe = ToolExecutionInput(
+            call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={}, scope=scope
+        )
         token = REQUEST.set(_PROBE)
         try:
             result = await self.host.registry.preview(probe, trace=events.append)
@@ -236,7 +252,16 @@ class McpService:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await self.listed())
+        return types.ListToolsResult(tools=await self.listed(self._scope(ctx)))
+
+    def _scope(self, ctx: ServerRequestContext[Any]) -> Scope | None:
+        """The scope of the token the request came with (``None`` without ``--token-file``)."""
+        if self.tokens is None:
+            return None
+        grant = grant_of(ctx.request, self.tokens)
+        if grant is None:  # the SDK's bearer middleware lets nothing else through
+            raise MCPError(code=INVALID_PARAMS, message="not authenticated")
+        return grant.scope
 
     # -- tools/call ------------------------------------------------------------------------
 
@@ -244,6 +269,7 @@ class McpService:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         self._calls += 1
+        scope = self._scope(ctx)
         signal = AbortSignal()
         call_id = f"mcp-{self._calls}"
         group = CALL_GROUP.get()
@@ -261,7 +287,9 @@ class McpService:
                 REQUEST.set(ctx)
                 try:
                     box.append(
-                        await self.host.call(params.name, arguments, call_id=call_id, signal=signal)
+                        await self.host.call(
+                            params.name, arguments, call_id=call_id, scope=scope, signal=signal
+                        )
                     )
                 except Exception as exc:  # the host promises not to raise; if it does, say so
                     logger.exception("dsh mcp serve: tools/call %r raised", params.name)
