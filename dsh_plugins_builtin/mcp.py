@@ -45,7 +45,7 @@ from dsh_host import (
 )
 
 from ._hooks._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
-from ._mcp._mount import Link, McpServerConfig, Mount
+from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
 
 if TYPE_CHECKING:
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
@@ -70,16 +70,17 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
-def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig]:
+def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig | str]:
     """Each stdio server's command resolved once, now, to a program no tool can rewrite.
 
     A mounted server runs unconfined (unless it is itself a sandboxed command), so its program
     and any script argument must not lie where the sandboxed side can write: the same rule as
-    hook commands. A command that does is a config error naming the server.
+    hook commands. A server whose command does is not started: its entry is the reason (a
+    string naming the server and the key), and the other servers start as usual.
     """
     exposure = exposure_of(sandbox_policy(host))
     path_env = safe_path_env(os.environ.get("PATH", os.defpath), exposure)
-    out = {}
+    out: dict[str, McpServerConfig | str] = {}
     for name, server in config.servers.items():
         if server.command is None or not server.enabled:
             out[name] = server
@@ -92,10 +93,12 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig]:
                 shell="/bin/sh",
             )  # fmt: skip
         except HookRefused as exc:
-            raise ConfigError(
-                f"MCP server {name!r} is refused: {exc}", path=host.config.source, plugin="mcp",
-                key=f"servers.{name}.command",
-            ) from None  # fmt: skip
+            where = host.config.source or "the configuration"
+            out[name] = (
+                f"MCP server {name!r} is refused ({where}, [plugin.mcp] servers.{name}.command): "
+                f"{exc}"
+            )
+            continue
         if launch.shell:  # a name shlex.join had to quote: run exactly what was configured
             out[name] = server
             continue
@@ -152,6 +155,7 @@ class McpPlugin:
         self._register: Any = None
         self._mount: Mount | None = None
         self._unregister: dict[str, list[Any]] = {}
+        self._mounted: dict[str, list[str]] = {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[McpConfig]:
@@ -166,16 +170,25 @@ class McpPlugin:
         config: McpConfig = host.config_for(self) or McpConfig()
         _check(config, host.config.source)
         servers = _launchable(config, host)
-        links = [Link(n, s) for n, s in servers.items() if s.enabled]
-        if not links:
+        links, refused = [], []
+        for name, server in servers.items():
+            if isinstance(server, str):  # refused: reported, never started
+                link = Link(name, config.servers[name])
+                link.status, link.error = "failed", server
+                refused.append(link)
+            elif server.enabled:
+                links.append(Link(name, server))
+        if not links and not refused:
             return
         self._mount = Mount()
         atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
-        self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
+        self._mount.links.update({link.name: link for link in refused})
+        if links:
+            self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
         # servers are mounted, applies a server's tools/list_changed before the next call.
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
-        for link in links:
+        for link in [*refused, *links]:
             if link.status != "running":
                 reason = link.error or f"MCP server {link.name!r} did not start"
                 sys.stderr.write(f"dsh: mcp: {reason}\n")
@@ -206,6 +219,7 @@ class McpPlugin:
             if state["error"]:
                 line = f"{line}; {state['error']}"
             lines.append(line)
+            lines.extend(f"  {problem}" for problem in state["problems"])
         return lines
 
     def status(self) -> dict[str, dict[str, Any]]:
@@ -215,7 +229,8 @@ class McpPlugin:
             link.name: {
                 "status": link.status,
                 "error": link.error,
-                "tools": [tool_name(link.name, t.name) for t in link.tools],
+                "tools": [tool_name(link.name, n) for n in self._mounted.get(link.name, ())],
+                "problems": link.problems(),
             }
             for link in links
         }
@@ -226,18 +241,24 @@ class McpPlugin:
             self._mount.close()
 
     def _mount_tools(self, link: Link) -> None:
+        """Register *link*'s tools; a tool that cannot be is reported, the others still are."""
         for unregister in self._unregister.pop(link.name, []):
             unregister()
-        mounted = []
+        unregisters, names = [], []
+        link.tool_problems = []
         for tool in link.tools:
             try:
-                definition = self._definition(link, tool)
-            except DshError as exc:
-                link.error = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
-                sys.stderr.write(f"dsh: mcp: {link.error}\n")
+                unregisters.append(self._register(self._definition(link, tool)))
+            except Exception as exc:  # a bad schema or name: this tool only
+                problem = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
+                link.tool_problems.append(problem)
+                sys.stderr.write(f"dsh: mcp: {problem}\n")
                 continue
-            mounted.append(self._register(definition))
-        self._unregister[link.name] = mounted
+            names.append(tool.name)
+        for problem in link.guard.rejected if link.guard is not None else ():
+            sys.stderr.write(f"dsh: mcp: MCP server {link.name!r}: {problem}\n")
+        self._unregister[link.name] = unregisters
+        self._mounted[link.name] = names
 
     def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
         mount = self._mount
@@ -267,6 +288,8 @@ class McpPlugin:
             except DshError:
                 raise
             except Exception as exc:
+                if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
+                    raise DshError(str(exc), "MCP_BAD_RESULT") from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
             blocks = _content(result, server)

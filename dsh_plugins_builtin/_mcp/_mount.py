@@ -27,15 +27,23 @@ if TYPE_CHECKING:
     import mcp_types as types
     from mcp.client.session import ClientSession
 
+    from ._guard import Guard
+
 # The SDK (pydantic models: about a second to import) is imported only when a server is
 # mounted, so a host with no [plugin.mcp] servers starts without it.
 
-__all__ = ["Link", "McpServerConfig", "Mount"]
+__all__ = ["BAD_RESULT", "Link", "McpServerConfig", "Mount"]
 
 T = TypeVar("T")
 
+BAD_RESULT = -32099
+"""The JSON-RPC error code `_guard` answers a refused message with (kept here: no SDK import)."""
+
 STDERR_TAIL = 2000
 """How many characters of a stdio server's stderr an error message quotes."""
+
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+"""The default bound of one message from a stdio server (``max_result_bytes``)."""
 
 
 @attrs.frozen
@@ -49,6 +57,8 @@ class McpServerConfig:
         enabled: ``false`` mounts nothing.
         timeout_ms: the time budget of each call (also the start timeout).
         tools: the server's tool names to mount (default: all).
+        max_result_bytes: the longest message read from a stdio server; a longer answer ends
+            its call at once with an error (default 8 MiB).
     """
 
     command: str | None = None
@@ -60,6 +70,7 @@ class McpServerConfig:
     enabled: bool = True
     timeout_ms: float = 60_000.0
     tools: tuple[str, ...] | None = None
+    max_result_bytes: int = MAX_RESULT_BYTES
 
 
 class Link:
@@ -73,6 +84,8 @@ class Link:
         self.error: str | None = None
         self.tools: list[types.Tool] = []
         self.tools_changed = False
+        self.guard: Guard | None = None
+        self.tool_problems: list[str] = []
         self._stop: asyncio.Event | None = None
         # Lives as long as the link (the server writes to it until it exits).
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -85,6 +98,15 @@ class Link:
             self._errlog.seek(max(0, size - STDERR_TAIL * 4))
             return self._errlog.read()[-STDERR_TAIL:].strip()
         return ""
+
+    def problems(self) -> list[str]:
+        """Tools not mounted and why, then the server's last protocol errors."""
+        guard = self.guard
+        return [
+            *(guard.rejected if guard is not None else ()),
+            *self.tool_problems,
+            *(guard.notes[-3:] if guard is not None else ()),
+        ]
 
     def describe_failure(self, what: str) -> str:
         """*what*, plus the server's stderr tail when there is one."""
@@ -122,22 +144,28 @@ class Link:
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
+        import anyio
         from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
+        from ._guard import Guard, guarded_pumps
+        from ._stdio import stdio_transport
+
         self._stop = asyncio.Event()
+        self.guard = guard = Guard(self.name)
         config = self.config
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
-                    params = StdioServerParameters(
-                        command=config.command,
-                        args=list(config.args),
-                        env={**os.environ, **config.env},
-                        cwd=config.cwd,
+                    streams: Any = await stack.enter_async_context(
+                        stdio_transport(
+                            [config.command, *config.args],
+                            env={**os.environ, **config.env},
+                            cwd=config.cwd,
+                            errlog=self._errlog,
+                            max_line=config.max_result_bytes,
+                        )
                     )
-                    streams = await stack.enter_async_context(stdio_client(params, self._errlog))
                 else:
                     import httpx2
 
@@ -148,7 +176,9 @@ class Link:
                     streams = await stack.enter_async_context(
                         streamable_http_client(config.url, http_client=http)
                     )
-                read, write = streams[0], streams[1]
+                pumps = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
+                read, write = guarded_pumps(guard, streams[0], streams[1], pumps)
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
