@@ -22,15 +22,20 @@ fails to start is reported on stderr and by `McpPlugin.status`, and its tools ar
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
+import functools
 import math
 import os
 import re
 import shlex
 import sys
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from dsh_host import (
     ConfigError,
@@ -156,6 +161,7 @@ class McpPlugin:
         self._mount: Mount | None = None
         self._unregister: dict[str, list[Any]] = {}
         self._mounted: dict[str, list[str]] = {}
+        self._token: trio.lowlevel.TrioToken | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[McpConfig]:
@@ -180,6 +186,8 @@ class McpPlugin:
                 links.append(Link(name, server))
         if not links and not refused:
             return
+        for link in links:
+            link.on_relisted = self._relisted
         self._mount = Mount()
         atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
         self._mount.links.update({link.name: link for link in refused})
@@ -196,18 +204,47 @@ class McpPlugin:
             self._mount_tools(link)
 
     def apply_list_changes(self) -> None:
-        """Re-register the tools of servers that sent ``tools/list_changed`` (host thread only)."""
+        """Register the re-listed tools of servers that sent ``tools/list_changed``.
+
+        On the host's thread only (a registry change); the re-listing itself happened in the
+        mount loop. ``dsh mcp serve`` tells its clients through the registry's change.
+        """
         if self._mount is None:
             return
         for link in self._mount.links.values():
             if link.tools_changed:
                 link.tools_changed = False
-                try:
-                    self._mount.run_blocking(link.relist, link.config.timeout_ms / 1000)
-                except Exception as exc:
-                    link.error = f"re-listing the tools of MCP server {link.name!r} failed: {exc}"
-                    sys.stderr.write(f"dsh: mcp: {link.error}\n")
                 self._mount_tools(link)
+
+    def _relisted(self) -> None:
+        """In the mount loop: a re-listing finished; register it on the host's trio loop now."""
+        token = self._token
+        if token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self.apply_list_changes)
+
+    async def _await_relisting(self) -> None:
+        """Wait (without blocking the loop) for re-listings under way, then register them."""
+        mount = self._mount
+        assert mount is not None
+        for link in mount.links.values():
+            task = link.relisting
+            if task is not None and not task.done():
+                with contextlib.suppress(Exception):
+                    await mount.run(functools.partial(_finished, task))
+        self.apply_list_changes()
+
+    def before_call(self) -> Awaitable[None] | None:
+        """Pending list changes, before a call: registered now, or awaited if still re-listing."""
+        if self._mount is None:
+            return None
+        with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
+            self._token = trio.lowlevel.current_trio_token()
+        links = self._mount.links.values()
+        if any(link.relisting is not None and not link.relisting.done() for link in links):
+            return self._await_relisting()
+        self.apply_list_changes()
+        return None
 
     @hookimpl
     def dsh_plugin_status(self) -> list[str]:
@@ -315,5 +352,10 @@ class _ListChanges:
         self.plugin = plugin
 
     @hookimpl(tryfirst=True)
-    def dsh_tool_pre_execute(self, execution: Any) -> None:
-        self.plugin.apply_list_changes()
+    def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
+        return self.plugin.before_call()
+
+
+async def _finished(task: asyncio.Task[None]) -> None:
+    """Wait for *task* (in the mount loop) without cancelling it if the waiter is cancelled."""
+    await asyncio.shield(task)

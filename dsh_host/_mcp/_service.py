@@ -10,6 +10,7 @@ at the null device, so a tool or child process that prints cannot corrupt the pr
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
+from mcp.server.lowlevel import NotificationOptions
 
 from ._auth import TokenFileError, Tokens, read_token_file
 from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
@@ -62,7 +64,7 @@ async def serve(
     """
     service = service or McpService(host, list_all=list_all)
     server = service.server
-    options = server.create_initialization_options()
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     group = CallGroup()
     wire = Wire(
         receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout,
@@ -76,7 +78,28 @@ async def serve(
         finally:
             CALL_GROUP.reset(token)
 
-    await wire.run(session)
+    changed = trio.Event()
+    trio_token = trio.lowlevel.current_trio_token()
+
+    def on_change() -> None:  # the registry changed (on the host's thread)
+        with contextlib.suppress(trio.RunFinishedError):
+            trio_token.run_sync_soon(changed.set)
+
+    async def tell_the_client() -> None:
+        nonlocal changed
+        while True:
+            await changed.wait()
+            changed = trio.Event()
+            await wire.notify("notifications/tools/list_changed")
+
+    host.registry.listeners.append(on_change)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell_the_client)
+            await wire.run(session)
+            nursery.cancel_scope.cancel()
+    finally:
+        host.registry.listeners.remove(on_change)
 
 
 @contextmanager

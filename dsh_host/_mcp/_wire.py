@@ -17,6 +17,7 @@ crashes on a lone surrogate. So this layer sits in front of the SDK session and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import OrderedDict
@@ -174,6 +175,8 @@ class Wire:
         self._cancelled: OrderedDict[int, None] = OrderedDict()
         self._pending: set[int] = set()  # requests owed an answer
         self._idle = trio.Event()
+        self.initialized = False
+        """Whether the client said ``notifications/initialized`` (notifications may go out)."""
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
 
     async def run(self, session: Session) -> None:
@@ -344,8 +347,16 @@ class Wire:
             forward["params"] = {**_INITIALIZE_DEFAULTS, **forward["params"]}
         await self._forward(forward, reply_id)
 
+    async def notify(self, method: str) -> None:
+        """Send the notification *method* (no params), once the client is initialized."""
+        if self.initialized:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.write({"jsonrpc": "2.0", "method": method})
+
     async def _notification(self, method: str, params: Any) -> None:
         forward: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if method == "notifications/initialized":
+            self.initialized = True
         if method == "notifications/cancelled":
             request_id = params.get("requestId") if isinstance(params, dict) else None
             if not _valid_id(request_id):

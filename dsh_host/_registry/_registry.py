@@ -70,6 +70,8 @@ class ToolRegistry:
             weakref.WeakKeyDictionary()
         )
         self._global_guards: tuple[tuple[Guard, str], ...] | None = None
+        self.listeners: list[Callable[[], None]] = []
+        """Called (on the host's thread) after each change of tools, restrictions or guards."""
         self.hooks = hooks if hooks is not None else HookRelay(None)
         self._pipeline = Pipeline(
             self, self.hooks, observer_timeout=observer_timeout, hook_timeout=hook_timeout,
@@ -90,6 +92,8 @@ class ToolRegistry:
         self._views.clear()
         self._guard_cache.clear()
         self._global_guards = None
+        for listener in tuple(self.listeners):
+            listener()
 
     def close_scope(self, scope: Scope) -> None:
         """Forget *scope* and its descendants: their tools, restrictions, guards and caches.

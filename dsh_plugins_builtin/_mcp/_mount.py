@@ -84,6 +84,11 @@ class Link:
         self.error: str | None = None
         self.tools: list[types.Tool] = []
         self.tools_changed = False
+        """A re-listing finished whose tools the host has not registered yet."""
+        self.relisting: asyncio.Task[None] | None = None
+        """The re-listing under way after ``tools/list_changed`` (in the mount loop)."""
+        self.on_relisted: Callable[[], None] | None = None
+        """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
         self.tool_problems: list[str] = []
         self._stop: asyncio.Event | None = None
@@ -133,14 +138,26 @@ class Link:
 
         root = getattr(message, "root", message)
         if isinstance(root, types.ToolListChangedNotification):
-            # Marked at once, before the messages after it are read: the host re-lists
-            # before its next call (`relist`).
-            self.tools_changed = True
+            # Re-listed at once, in this loop; the host registers the result on its own
+            # thread (`on_relisted`, or before its next call, which waits for the re-listing).
+            previous = self.relisting
+            self.relisting = asyncio.get_running_loop().create_task(self._relist(previous))
 
-    async def relist(self) -> None:
-        """List the tools again (after ``tools/list_changed``)."""
-        if self.session is not None:
-            self.tools = await self._list(self.session)
+    async def _relist(self, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            with contextlib.suppress(Exception):
+                await previous
+        try:
+            if self.session is not None:
+                async with asyncio.timeout(self.config.timeout_ms / 1000):
+                    self.tools = await self._list(self.session)
+        except Exception as exc:
+            self.error = (
+                f"re-listing the tools of MCP server {self.name!r} failed: {_describe(exc)}"
+            )
+        self.tools_changed = True
+        if self.on_relisted is not None:
+            self.on_relisted()
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""

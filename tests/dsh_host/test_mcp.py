@@ -25,7 +25,7 @@ async def test_initialize_list_and_call(make_host):
         )
         assert init["result"]["protocolVersion"] == "2025-06-18"
         assert init["result"]["serverInfo"]["name"] == "dsh"
-        assert init["result"]["capabilities"]["tools"] == {"listChanged": False}
+        assert init["result"]["capabilities"]["tools"] == {"listChanged": True}
         await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         tools = await client.request(2, "tools/list")
         assert [t["name"] for t in tools["result"]["tools"]] == ["echo", "hang"]
@@ -507,6 +507,8 @@ async def test_the_listing_probe_runs_once_per_set_of_tools_not_per_request(make
             assert len((await client.request(request_id, "tools/list"))["result"]["tools"]) == 2
         assert sorted(probes) == ["echo", "hang"]
         host.registry.register(_tool("late"))
+        told = await client.receive()  # the client is told the list changed
+        assert told == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         names = [t["name"] for t in (await client.request(4, "tools/list"))["result"]["tools"]]
         assert names == ["echo", "hang", "late"]
         assert len(probes) == 5
