@@ -49,7 +49,8 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._hooks._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
+from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
+from ._mcp._confine import Confinement, confinement_for
 from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
 
 if TYPE_CHECKING:
@@ -75,7 +76,10 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
-def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig | str]:
+Launchable = tuple[McpServerConfig, "Confinement | None"]
+
+
+def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """Each stdio server's command resolved once, now, to a program no tool can rewrite.
 
     A mounted server runs unconfined (unless it is itself a sandboxed command), so its program
@@ -84,18 +88,18 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig | st
     string naming the server and the key), and the other servers start as usual.
     """
     exposure = exposure_of(sandbox_policy(host))
-    path_env = safe_path_env(os.environ.get("PATH", os.defpath), exposure)
-    out: dict[str, McpServerConfig | str] = {}
+    path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
+    out: dict[str, Launchable | str] = {}
     for name, server in config.servers.items():
         if server.command is None or not server.enabled:
-            out[name] = server
+            out[name] = (server, None)
             continue
         cwd = os.path.join(host.workspace, os.path.expanduser(server.cwd or "."))
         command = shlex.join([server.command, *server.args])
         try:
             launch = plan_launch(
                 command, cwd=cwd, env={**os.environ, "PATH": path_env}, exposure=exposure,
-                shell="/bin/sh",
+                shell="/bin/sh", skipped_path=skipped,
             )  # fmt: skip
         except HookRefused as exc:
             where = host.config.source or "the configuration"
@@ -104,12 +108,25 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig | st
                 f"{exc}"
             )
             continue
-        if launch.shell:  # a name shlex.join had to quote: run exactly what was configured
-            out[name] = server
-            continue
-        argv = launch.argv
-        out[name] = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
+        if not launch.shell:  # else a name shlex.join had to quote: run exactly what was given
+            argv = launch.argv
+            server = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
+        out[name] = _confined(name, server, host, launch.checked)
     return out
+
+
+def _confined(
+    name: str, server: McpServerConfig, host: Host, checked: tuple[str, ...]
+) -> Launchable | str:
+    """*server* with its confinement (``sandbox = true``), or why it cannot be confined."""
+    if not server.sandbox:
+        return (server, None)
+    seen = tuple(os.path.dirname(path) for path in checked)  # its program and scripts
+    confinement = confinement_for(
+        name, host, writable_roots=server.writable_roots,
+        read_roots=(*server.read_roots, *seen), network=server.network,
+    )  # fmt: skip
+    return confinement if isinstance(confinement, str) else (server, confinement)
 
 
 def _check(config: McpConfig, where: str | None) -> None:
@@ -177,13 +194,15 @@ class McpPlugin:
         _check(config, host.config.source)
         servers = _launchable(config, host)
         links, refused = [], []
-        for name, server in servers.items():
-            if isinstance(server, str):  # refused: reported, never started
+        for name, launchable in servers.items():
+            if isinstance(launchable, str):  # refused: reported, never started
                 link = Link(name, config.servers[name])
-                link.status, link.error = "failed", server
+                link.status, link.error = "failed", launchable
                 refused.append(link)
-            elif server.enabled:
-                links.append(Link(name, server))
+            elif launchable[0].enabled:
+                link = Link(name, launchable[0])
+                link.confinement = launchable[1]
+                links.append(link)
         if not links and not refused:
             return
         for link in links:
@@ -253,6 +272,8 @@ class McpPlugin:
         for name, state in sorted(self.status().items()):
             tools = state["tools"]
             line = f"server {name}: {state['status']}, {len(tools)} tool{'s' * (len(tools) != 1)}"
+            if state["unconfined"]:
+                line += ", UNCONFINED (sandbox = false: it runs with dsh's user, files and env)"
             if state["error"]:
                 line = f"{line}; {state['error']}"
             lines.append(line)
@@ -268,6 +289,7 @@ class McpPlugin:
                 "error": link.error,
                 "tools": [tool_name(link.name, n) for n in self._mounted.get(link.name, ())],
                 "problems": link.problems(),
+                "unconfined": link.config.command is not None and not link.config.sandbox,
             }
             for link in links
         }

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import mcp_types as types
     from mcp.client.session import ClientSession
 
+    from ._confine import Confinement
     from ._guard import Guard
 
 # The SDK (pydantic models: about a second to import) is imported only when a server is
@@ -59,6 +60,13 @@ class McpServerConfig:
         tools: the server's tool names to mount (default: all).
         max_result_bytes: the longest message read from a stdio server; a longer answer ends
             its call at once with an error (default 8 MiB).
+        sandbox: run a stdio server confined (default); ``false`` runs it with dsh's user,
+            files and environment, and is flagged by ``dsh plugins``.
+        writable_roots: where a confined server may write (default: nowhere; relative to the
+            workspace).
+        read_roots: more roots to keep visible to it (what lies under ``/tmp`` is hidden by
+            its private ``/tmp`` otherwise).
+        network: whether a confined server may use the network (default: no).
     """
 
     command: str | None = None
@@ -71,6 +79,10 @@ class McpServerConfig:
     timeout_ms: float = 60_000.0
     tools: tuple[str, ...] | None = None
     max_result_bytes: int = MAX_RESULT_BYTES
+    sandbox: bool = True
+    writable_roots: tuple[str, ...] = ()
+    read_roots: tuple[str, ...] = ()
+    network: bool = False
 
 
 class Link:
@@ -87,6 +99,8 @@ class Link:
         """A re-listing finished whose tools the host has not registered yet."""
         self.relisting: asyncio.Task[None] | None = None
         """The re-listing under way after ``tools/list_changed`` (in the mount loop)."""
+        self.confinement: Confinement | None = None
+        """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
         self.on_relisted: Callable[[], None] | None = None
         """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
@@ -174,15 +188,7 @@ class Link:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
-                    streams: Any = await stack.enter_async_context(
-                        stdio_transport(
-                            [config.command, *config.args],
-                            env={**os.environ, **config.env},
-                            cwd=config.cwd,
-                            errlog=self._errlog,
-                            max_line=config.max_result_bytes,
-                        )
-                    )
+                    streams: Any = await stack.enter_async_context(self._stdio(stdio_transport))
                 else:
                     import httpx2
 
@@ -218,6 +224,21 @@ class Link:
             self.session = None
             if not ready.done():
                 ready.set_result(None)
+
+    def _stdio(self, transport: Any) -> Any:
+        """The stdio transport of this server, confined unless ``sandbox = false``."""
+        config = self.config
+        assert config.command is not None
+        argv, env = [config.command, *config.args], {**os.environ, **config.env}
+        fds: list[int] = []
+        confinement = self.confinement
+        if confinement is not None:
+            argv, fds = confinement.wrap(argv, config.cwd or os.getcwd())
+            env = confinement.environment(dict(config.env))
+        return transport(
+            argv, env=env, cwd=config.cwd, errlog=self._errlog,
+            max_line=config.max_result_bytes, pass_fds=fds,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Release the stderr file (after the session has ended)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from collections.abc import AsyncIterator
 from typing import IO, Any
@@ -51,13 +52,26 @@ Raw = dict[str, Any] | Oversized | Exception
 
 @contextlib.asynccontextmanager
 async def stdio_transport(
-    argv: list[str], *, env: dict[str, str], cwd: str | None, errlog: IO[str], max_line: int
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    errlog: IO[str],
+    max_line: int,
+    pass_fds: list[int] | None = None,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Raw], MemoryObjectSendStream[Any]]]:
-    """Start *argv*; yield (messages from it, `SessionMessage` stream to it); reap it at exit."""
-    process = await anyio.open_process(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, cwd=cwd, env=env,
-        start_new_session=True,
-    )  # fmt: skip
+    """Start *argv*; yield (messages from it, `SessionMessage` stream to it); reap it at exit.
+
+    *pass_fds* are inherited by the child, and closed here once it has started.
+    """
+    try:
+        process = await anyio.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, cwd=cwd,
+            env=env, start_new_session=True, pass_fds=pass_fds or (),
+        )  # fmt: skip
+    finally:
+        for fd in pass_fds or ():
+            os.close(fd)
     to_session, from_server = anyio.create_memory_object_stream[Raw](0)
     to_server, from_session = anyio.create_memory_object_stream[Any](0)
     try:

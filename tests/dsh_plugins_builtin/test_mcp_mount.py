@@ -252,6 +252,7 @@ def test_real_pypi_servers_time_and_git(mounted, tmp_path):
             "git": {
                 "command": sys.executable,
                 "args": ["-m", "mcp_server_git", "--repository", str(repo)],
+                "read_roots": [str(repo)],  # confined: /tmp is private, this is shown
             },
         },
         NoConvert(),
