@@ -57,19 +57,22 @@ class Guard:
     def note(self, text: str) -> None:
         self.notes = [*self.notes[-(_NOTES - 1) :], text]
 
+    def sent(self, message: Any) -> None:
+        """Note a message the session sends: a request's method (and tool)."""
+        if isinstance(message, types.JSONRPCRequest):
+            params = message.params or {}
+            tool = params.get("name") if message.method == "tools/call" else None
+            if message.method == "tools/list" and not params.get("cursor"):
+                self._listed, self.rejected = set(), []
+            self._pending[message.id] = (message.method, tool)
+
     async def outbound(
         self, messages: MemoryObjectReceiveStream[SessionMessage], out: MemoryObjectSendStream[Any]
     ) -> None:
         """Forward the session's messages, noting each request's method and tool."""
         async with messages, out:
             async for item in messages:
-                message = item.message
-                if isinstance(message, types.JSONRPCRequest):
-                    params = message.params or {}
-                    tool = params.get("name") if message.method == "tools/call" else None
-                    if message.method == "tools/list" and not params.get("cursor"):
-                        self._listed, self.rejected = set(), []
-                    self._pending[message.id] = (message.method, tool)
+                self.sent(item.message)
                 await out.send(item)
 
     async def inbound(
@@ -80,7 +83,7 @@ class Guard:
         """Check each message from the server; deliver it, an error in its place, or nothing."""
         async with raw, out:
             async for item in raw:
-                for message in self._check(item):
+                for message in self.check(item):
                     await out.send(SessionMessage(message))
 
     def _refuse(self, request_id: Any, what: str) -> types.JSONRPCError:
@@ -92,7 +95,8 @@ class Guard:
             jsonrpc="2.0", id=request_id, error=types.ErrorData(code=BAD_RESULT, message=text)
         )
 
-    def _check(self, item: Raw | SessionMessage) -> list[types.JSONRPCMessage]:
+    def check(self, item: Raw | SessionMessage) -> list[types.JSONRPCMessage]:
+        """What to deliver to the session for *item* from the server (see the module docstring)."""
         if isinstance(item, Exception):
             self.note(f"MCP server {self.server!r} sent {item}")
             return []

@@ -188,7 +188,9 @@ class Link:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
-                    streams: Any = await stack.enter_async_context(self._stdio(stdio_transport))
+                    read, write = await stack.enter_async_context(
+                        self._stdio(stdio_transport, guard)
+                    )
                 else:
                     import httpx2
 
@@ -196,12 +198,12 @@ class Link:
                     http = await stack.enter_async_context(
                         httpx2.AsyncClient(headers=dict(config.headers))
                     )
-                    streams = await stack.enter_async_context(
+                    streams: Any = await stack.enter_async_context(
                         streamable_http_client(config.url, http_client=http)
                     )
-                pumps = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
-                read, write = guarded_pumps(guard, streams[0], streams[1], pumps)
+                    pumps = await stack.enter_async_context(anyio.create_task_group())
+                    stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
+                    read, write = guarded_pumps(guard, streams[0], streams[1], pumps)
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
@@ -225,7 +227,7 @@ class Link:
             if not ready.done():
                 ready.set_result(None)
 
-    def _stdio(self, transport: Any) -> Any:
+    def _stdio(self, transport: Any, guard: Guard) -> Any:
         """The stdio transport of this server, confined unless ``sandbox = false``."""
         config = self.config
         assert config.command is not None
@@ -237,7 +239,7 @@ class Link:
             env = confinement.environment(dict(config.env))
         return transport(
             argv, env=env, cwd=config.cwd, errlog=self._errlog,
-            max_line=config.max_result_bytes, pass_fds=fds,
+            max_line=config.max_result_bytes, pass_fds=fds, check=guard,
         )  # fmt: skip
 
     def close(self) -> None:

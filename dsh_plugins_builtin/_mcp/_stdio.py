@@ -24,7 +24,7 @@ import json
 import os
 import subprocess
 from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import anyio
 import attrs
@@ -59,10 +59,13 @@ async def stdio_transport(
     errlog: IO[str],
     max_line: int,
     pass_fds: list[int] | None = None,
-) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Raw], MemoryObjectSendStream[Any]]]:
+    check: Checker | None = None,
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[Any]]]:
     """Start *argv*; yield (messages from it, `SessionMessage` stream to it); reap it at exit.
 
-    *pass_fds* are inherited by the child, and closed here once it has started.
+    *pass_fds* are inherited by the child, and closed here once it has started. With *check*
+    (the `_guard.Guard`), each message read is checked in the reading task and delivered as
+    the `SessionMessage` it becomes, and each sent one noted, with no task in between.
     """
     try:
         process = await anyio.open_process(
@@ -72,12 +75,12 @@ async def stdio_transport(
     finally:
         for fd in pass_fds or ():
             os.close(fd)
-    to_session, from_server = anyio.create_memory_object_stream[Raw](0)
+    to_session, from_server = anyio.create_memory_object_stream[Any](0)
     to_server, from_session = anyio.create_memory_object_stream[Any](0)
     try:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_read, process, to_session, max_line)
-            tasks.start_soon(_write, process, from_session)
+            tasks.start_soon(_read, process, _Deliver(to_session, check), max_line)
+            tasks.start_soon(_write, process, from_session, check)
             try:
                 yield from_server, to_server
             finally:
@@ -89,12 +92,37 @@ async def stdio_transport(
                 stream.close()
 
 
-async def _read(process: Process, out: MemoryObjectSendStream[Raw], max_line: int) -> None:
+class Checker(Protocol):
+    """What `stdio_transport` asks of a checker (`_guard.Guard`)."""
+
+    def check(self, item: Raw) -> list[Any]: ...
+
+    def sent(self, message: Any) -> None: ...
+
+
+class _Deliver:
+    """Sends what is read to the session: raw, or as checked by the `Checker`."""
+
+    def __init__(self, out: MemoryObjectSendStream[Any], check: Checker | None) -> None:
+        self.out, self._check = out, check
+
+    async def send(self, item: Raw) -> None:
+        if self._check is None:
+            await self.out.send(item)
+            return
+        from mcp.shared.message import SessionMessage
+
+        for message in self._check.check(item):
+            await self.out.send(SessionMessage(message))
+
+
+async def _read(process: Process, deliver: _Deliver, max_line: int) -> None:
     assert process.stdout is not None
+    out = deliver
     parts: list[bytes] = []
     size = 0
     skipping = False
-    async with out:
+    async with deliver.out:
         with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
             while True:
                 chunk = await process.stdout.receive(1 << 16)
@@ -128,11 +156,15 @@ def _parse(line: bytes) -> Raw:
     return message
 
 
-async def _write(process: Process, messages: MemoryObjectReceiveStream[Any]) -> None:
+async def _write(
+    process: Process, messages: MemoryObjectReceiveStream[Any], check: Checker | None
+) -> None:
     assert process.stdin is not None
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         async with messages:
             async for item in messages:
+                if check is not None:
+                    check.sent(item.message)
                 text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await process.stdin.send(text.encode() + b"\n")
 
