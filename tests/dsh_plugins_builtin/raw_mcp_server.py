@@ -8,6 +8,8 @@
 - ``malformed``: ``tools/call`` is answered ``"result": [1, 2, 3]``;
 - ``huge``: ``tools/call`` is answered with a 100 MB single-line result, written slowly
   enough that only a reader that gives up early finishes in time;
+- ``escape``: at start, forks a child that leaves the process group (``setsid``), writes to
+  FILE (a FIFO) and sleeps, as a daemon would;
 - ``children``: at start, forks a child in its own process group that writes its pid to FILE
   (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind.
 """
@@ -82,6 +84,13 @@ if MODE == "children" and os.fork() == 0:
     os.closerange(0, 3)
     time.sleep(300)
     os._exit(0)
+
+if MODE == "escape" and os.fork() == 0:
+    os.setsid()
+    os.closerange(0, 3)
+    with open(sys.argv[2], "w") as file:
+        file.write("started")
+    os.execvp("sleep", ["sleep", "300"])
 
 for line in sys.stdin:
     if line.strip():

@@ -7,6 +7,7 @@ The misbehaving servers are `raw_mcp_server.py` (raw stdio) and the SDK server o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -104,7 +105,9 @@ def test_a_servers_children_do_not_outlive_the_host(mounted, tmp_path):
     os.mkfifo(pidfile)
     # Unconfined, so the process group is what reaps (a confined server's PID namespace dies
     # with it as a whole).
-    _, plugin = mounted({"c": raw("children", str(pidfile), sandbox=False)})
+    host, plugin = mounted({"c": raw("children", str(pidfile), sandbox=False)})
+    [row] = [r for r in host.plugins() if r.name == "mcp"]
+    assert "UNCONFINED (sandbox = false" in row.status_lines[0]  # `dsh plugins` flags it
 
     async def read():
         with trio.fail_after(60):  # a bound, not a pace: the child writes it at once
@@ -118,3 +121,42 @@ def test_a_servers_children_do_not_outlive_the_host(mounted, tmp_path):
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def _marked(marker):
+    """The host's processes whose environment holds *marker*."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as file:
+                    if marker.encode() in file.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return [pid for pid in found if _alive(pid)]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path):
+    """A child that leaves the process group escapes a group kill, not the server's PID
+    namespace: confined, every descendant is reaped when the host closes."""
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    marker = f"DSH_MCP_TEST_ESCAPE={tmp_path.name}-{os.getpid()}"
+    server = raw("escape", str(fifo), read_roots=[str(tmp_path)], env=dict([marker.split("=")]))
+    _, plugin = mounted({"e": server})
+    assert plugin.status()["e"]["status"] == "running"
+
+    async def started():
+        with trio.fail_after(60):  # a bound, not a pace: the child writes at once
+            return await trio.to_thread.run_sync(fifo.read_text, abandon_on_cancel=True)
+
+    assert trio.run(started) == "started"
+    children = _marked(marker)
+    assert children  # the daemon runs
+    plugin.close()
+    leaked = _marked(marker)
+    for pid in leaked:
+        os.kill(pid, signal.SIGKILL)
+    assert leaked == []
