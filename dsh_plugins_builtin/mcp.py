@@ -13,11 +13,14 @@
 
 Each server is started when the host starts (all at once, each within its ``timeout_ms``), its
 tools listed (every page) and registered as ``mcp__<server>__<tool>``, the naming Claude Code
-uses, so permission rules like ``mcp__time__*`` apply. dsh validates the arguments against the
-server's input schema before sending; a ``readOnlyHint`` makes the tool concurrency-safe; text,
-image and resource results become content blocks; an ``isError`` result is an error result
-(code ``MCP_TOOL_ERROR``); an aborted call sends ``notifications/cancelled``; a server that
-fails to start is reported on stderr and by `McpPlugin.status`, and its tools are not mounted.
+uses. dsh validates the arguments against the server's input schema before sending; a
+``readOnlyHint`` makes the tool concurrency-safe; text, image and resource results become
+content blocks; an ``isError`` result is an error result (code ``MCP_TOOL_ERROR``); a malformed
+or oversized answer (``max_result_bytes``) ends its call at once (``MCP_BAD_RESULT``); an
+aborted call sends ``notifications/cancelled``. A stdio server runs confined (``sandbox``,
+``writable_roots``, ``read_roots``, ``network``: `_mcp._confine`). A server that fails to start,
+is refused or lists a tool badly affects only itself or that tool: it is reported on stderr and
+by `McpPlugin.status` (``dsh plugins``), and the rest is mounted.
 """
 
 from __future__ import annotations
@@ -82,10 +85,11 @@ Launchable = tuple[McpServerConfig, "Confinement | None"]
 def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """Each stdio server's command resolved once, now, to a program no tool can rewrite.
 
-    A mounted server runs unconfined (unless it is itself a sandboxed command), so its program
-    and any script argument must not lie where the sandboxed side can write: the same rule as
-    hook commands. A server whose command does is not started: its entry is the reason (a
-    string naming the server and the key), and the other servers start as usual.
+    A tool that could rewrite a server's program or script would have its own code run with the
+    server's environment, roots and network (confined or not), so they must not lie where the
+    sandboxed side can write, unless the sandbox keeps them read-only: the same rule as hook
+    commands. A server whose command does is not started: its entry is the reason (a string
+    naming the server and the key), and the other servers start as usual.
     """
     exposure = exposure_of(sandbox_policy(host))
     path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
