@@ -10,8 +10,11 @@ Both servers are real child processes on stdio, driven by the official SDK clien
 - ``dsh+stack``: as ``dsh``, with the installed built-in plugins loaded (permissions, guards,
   timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``;
 - ``mounted``: ``host.call("mcp__plain__echo", ...)`` in a process whose host mounts the
-  ``plain`` server with the ``mcp`` plugin (no other plugins): the mounted tool through dsh,
-  compared with the SDK client calling ``plain`` directly.
+  ``plain`` server with the ``mcp`` plugin (no other plugins), unconfined (``sandbox =
+  false``): the mounted tool through dsh, compared with the SDK client calling ``plain``
+  directly;
+- ``mounted+sandbox``: as ``mounted``, with the server confined (the default: bubblewrap,
+  seccomp, a read-only file system, its own namespaces).
 
 Rounds alternate between the servers so that load from elsewhere hits each alike; the figure is
 the median of per-round means. Run ``python bench/bench_mcp.py [--calls N] [--rounds R] [--json]``.
@@ -81,7 +84,8 @@ from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
 
 plugin = McpPlugin()
-servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]]}}
+sandbox = sys.argv[3] == "sandbox"
+servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]], "sandbox": sandbox}}
 host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False)
 
 async def main(calls):
@@ -98,9 +102,9 @@ plugin.close()
 """
 
 
-def _mounted_round(script: Path, plain: Path, calls: int) -> float:
+def _mounted_round(script: Path, plain: Path, calls: int, sandbox: bool) -> float:
     out = subprocess.run(
-        [sys.executable, str(script), str(plain), str(calls)],
+        [sys.executable, str(script), str(plain), str(calls), "sandbox" if sandbox else "none"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return float(out.stdout.strip())
@@ -134,19 +138,22 @@ def main() -> None:
         dsh.write_text(textwrap.dedent(DSH))
         mounted.write_text(textwrap.dedent(MOUNTED))
         cases = {"plain": (plain, []), "dsh": (dsh, ["bare"]), "dsh+stack": (dsh, ["stack"])}
-        samples: dict[str, list[float]] = {name: [] for name in [*cases, "mounted"]}
+        names = [*cases, "mounted", "mounted+sandbox"]
+        samples: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(options.rounds):
             for name, (script, args) in cases.items():
                 samples[name].append(anyio.run(_round, script, args, options.calls))
-            samples["mounted"].append(_mounted_round(mounted, plain, options.calls))
+            for sandbox in (False, True):
+                name = "mounted+sandbox" if sandbox else "mounted"
+                samples[name].append(_mounted_round(mounted, plain, options.calls, sandbox))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     ratios = {name: medians[name] / medians["plain"] for name in medians}
     if options.json:
         print(json.dumps({"median_s": medians, "ratio": ratios, "samples_s": samples}))
         return
-    print(f"{'case':<10} {'per call':>10} {'x plain':>8}")
+    print(f"{'case':<16} {'per call':>10} {'x plain':>8}")
     for name in samples:
-        print(f"{name:<10} {medians[name] * 1e6:>8.0f}us {ratios[name]:>8.2f}")
+        print(f"{name:<16} {medians[name] * 1e6:>8.0f}us {ratios[name]:>8.2f}")
 
 
 if __name__ == "__main__":

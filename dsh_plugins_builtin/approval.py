@@ -15,7 +15,10 @@ empty line or end of input denies. *Allow for this run* remembers the call's fin
 canonical JSON of its arguments, so the same call is allowed again without asking and a
 changed argument asks again.
 
-Its ``dsh_tool_approve`` is ``trylast``: approvers from other plugins are asked first.
+Its ``dsh_tool_approve`` is ``trylast``: approvers from other plugins are asked first. Under
+``dsh mcp serve`` the MCP client is the approver: in ``terminal`` and ``auto`` modes this plugin
+abstains there (stdin carries the protocol), so the person at the client is asked by
+elicitation; only an explicit ``mode = "static"`` still answers for everyone.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ __all__ = [
 
 PREVIEW_CHARS = 200
 """How many characters of the arguments' JSON the prompt shows."""
+
+MCP_CLIENT = "mcp_client"
+"""The approver ``dsh mcp serve`` registers (the person at the MCP client, by elicitation). While
+it is registered, ``terminal`` and ``auto`` modes yield to it: stdin carries the protocol."""
 
 _SPACES = re.compile(" {16,}")
 SCREEN_LINES = 20
@@ -231,6 +238,7 @@ class ApprovalPlugin:
         self._reader: _LineReader | None = None
         self._lock = trio.Lock()
         self._remembered: set[tuple[str, str]] = set()
+        self._host: Host | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[ApprovalConfig]:
@@ -239,6 +247,12 @@ class ApprovalPlugin:
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         self._config = host.config_for(self)
+        self._host = host
+
+    def _client_approves(self) -> bool:
+        """Whether ``dsh mcp serve`` put its MCP client in as the approver (`MCP_CLIENT`)."""
+        host = self._host
+        return host is not None and host.pm.get_plugin(MCP_CLIENT) is not None
 
     @property
     def mode(self) -> Literal["terminal", "static"]:
@@ -257,10 +271,12 @@ class ApprovalPlugin:
             return False
 
     @hookimpl(trylast=True)
-    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
+    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome | None:
         if request.signal.aborted:
             return ApprovalOutcome.CANCELLED
         allow = self._config.answer == "allow"
+        if self._config.mode != "static" and self._client_approves():
+            return None  # under `dsh mcp serve` the person at the client decides
         if self._config.mode == "static":
             return ApprovalOutcome.ALLOWED_ONCE if allow else ApprovalOutcome.REJECTED
         if not self._stdin_is_tty():

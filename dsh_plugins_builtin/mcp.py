@@ -13,24 +13,32 @@
 
 Each server is started when the host starts (all at once, each within its ``timeout_ms``), its
 tools listed (every page) and registered as ``mcp__<server>__<tool>``, the naming Claude Code
-uses, so permission rules like ``mcp__time__*`` apply. dsh validates the arguments against the
-server's input schema before sending; a ``readOnlyHint`` makes the tool concurrency-safe; text,
-image and resource results become content blocks; an ``isError`` result is an error result
-(code ``MCP_TOOL_ERROR``); an aborted call sends ``notifications/cancelled``; a server that
-fails to start is reported on stderr and by `McpPlugin.status`, and its tools are not mounted.
+uses. dsh validates the arguments against the server's input schema before sending; a
+``readOnlyHint`` makes the tool concurrency-safe; text, image and resource results become
+content blocks; an ``isError`` result is an error result (code ``MCP_TOOL_ERROR``); a malformed
+or oversized answer (``max_result_bytes``) ends its call at once (``MCP_BAD_RESULT``); an
+aborted call sends ``notifications/cancelled``. A stdio server runs confined (``sandbox``,
+``writable_roots``, ``read_roots``, ``network``: `_mcp._confine`). A server that fails to start,
+is refused or lists a tool badly affects only itself or that tool: it is reported on stderr and
+by `McpPlugin.status` (``dsh plugins``), and the rest is mounted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
+import functools
 import math
 import os
 import re
 import shlex
 import sys
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from dsh_host import (
     ConfigError,
@@ -44,8 +52,9 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._hooks._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
-from ._mcp._mount import Link, McpServerConfig, Mount
+from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
+from ._mcp._confine import Confinement, confinement_for
+from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
 
 if TYPE_CHECKING:
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
@@ -70,38 +79,58 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
-def _launchable(config: McpConfig, host: Host) -> dict[str, McpServerConfig]:
+Launchable = tuple[McpServerConfig, "Confinement | None"]
+
+
+def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """Each stdio server's command resolved once, now, to a program no tool can rewrite.
 
-    A mounted server runs unconfined (unless it is itself a sandboxed command), so its program
-    and any script argument must not lie where the sandboxed side can write: the same rule as
-    hook commands. A command that does is a config error naming the server.
+    A tool that could rewrite a server's program or script would have its own code run with the
+    server's environment, roots and network (confined or not), so they must not lie where the
+    sandboxed side can write, unless the sandbox keeps them read-only: the same rule as hook
+    commands. A server whose command does is not started: its entry is the reason (a string
+    naming the server and the key), and the other servers start as usual.
     """
     exposure = exposure_of(sandbox_policy(host))
-    path_env = safe_path_env(os.environ.get("PATH", os.defpath), exposure)
-    out = {}
+    path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
+    out: dict[str, Launchable | str] = {}
     for name, server in config.servers.items():
         if server.command is None or not server.enabled:
-            out[name] = server
+            out[name] = (server, None)
             continue
         cwd = os.path.join(host.workspace, os.path.expanduser(server.cwd or "."))
         command = shlex.join([server.command, *server.args])
         try:
             launch = plan_launch(
                 command, cwd=cwd, env={**os.environ, "PATH": path_env}, exposure=exposure,
-                shell="/bin/sh",
+                shell="/bin/sh", skipped_path=skipped,
             )  # fmt: skip
         except HookRefused as exc:
-            raise ConfigError(
-                f"MCP server {name!r} is refused: {exc}", path=host.config.source, plugin="mcp",
-                key=f"servers.{name}.command",
-            ) from None  # fmt: skip
-        if launch.shell:  # a name shlex.join had to quote: run exactly what was configured
-            out[name] = server
+            where = host.config.source or "the configuration"
+            out[name] = (
+                f"MCP server {name!r} is refused ({where}, [plugin.mcp] servers.{name}.command): "
+                f"{exc}"
+            )
             continue
-        argv = launch.argv
-        out[name] = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
+        if not launch.shell:  # else a name shlex.join had to quote: run exactly what was given
+            argv = launch.argv
+            server = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
+        out[name] = _confined(name, server, host, launch.checked)
     return out
+
+
+def _confined(
+    name: str, server: McpServerConfig, host: Host, checked: tuple[str, ...]
+) -> Launchable | str:
+    """*server* with its confinement (``sandbox = true``), or why it cannot be confined."""
+    if not server.sandbox:
+        return (server, None)
+    seen = tuple(os.path.dirname(path) for path in checked)  # its program and scripts
+    confinement = confinement_for(
+        name, host, writable_roots=server.writable_roots,
+        read_roots=(*server.read_roots, *seen), network=server.network,
+    )  # fmt: skip
+    return confinement if isinstance(confinement, str) else (server, confinement)
 
 
 def _check(config: McpConfig, where: str | None) -> None:
@@ -152,6 +181,8 @@ class McpPlugin:
         self._register: Any = None
         self._mount: Mount | None = None
         self._unregister: dict[str, list[Any]] = {}
+        self._mounted: dict[str, list[str]] = {}
+        self._token: trio.lowlevel.TrioToken | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[McpConfig]:
@@ -166,16 +197,29 @@ class McpPlugin:
         config: McpConfig = host.config_for(self) or McpConfig()
         _check(config, host.config.source)
         servers = _launchable(config, host)
-        links = [Link(n, s) for n, s in servers.items() if s.enabled]
-        if not links:
+        links, refused = [], []
+        for name, launchable in servers.items():
+            if isinstance(launchable, str):  # refused: reported, never started
+                link = Link(name, config.servers[name])
+                link.status, link.error = "failed", launchable
+                refused.append(link)
+            elif launchable[0].enabled:
+                link = Link(name, launchable[0])
+                link.confinement = launchable[1]
+                links.append(link)
+        if not links and not refused:
             return
+        for link in links:
+            link.on_relisted = self._relisted
         self._mount = Mount()
         atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
-        self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
+        self._mount.links.update({link.name: link for link in refused})
+        if links:
+            self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
         # servers are mounted, applies a server's tools/list_changed before the next call.
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
-        for link in links:
+        for link in [*refused, *links]:
             if link.status != "running":
                 reason = link.error or f"MCP server {link.name!r} did not start"
                 sys.stderr.write(f"dsh: mcp: {reason}\n")
@@ -183,18 +227,47 @@ class McpPlugin:
             self._mount_tools(link)
 
     def apply_list_changes(self) -> None:
-        """Re-register the tools of servers that sent ``tools/list_changed`` (host thread only)."""
+        """Register the re-listed tools of servers that sent ``tools/list_changed``.
+
+        On the host's thread only (a registry change); the re-listing itself happened in the
+        mount loop. ``dsh mcp serve`` tells its clients through the registry's change.
+        """
         if self._mount is None:
             return
         for link in self._mount.links.values():
             if link.tools_changed:
                 link.tools_changed = False
-                try:
-                    self._mount.run_blocking(link.relist, link.config.timeout_ms / 1000)
-                except Exception as exc:
-                    link.error = f"re-listing the tools of MCP server {link.name!r} failed: {exc}"
-                    sys.stderr.write(f"dsh: mcp: {link.error}\n")
                 self._mount_tools(link)
+
+    def _relisted(self) -> None:
+        """In the mount loop: a re-listing finished; register it on the host's trio loop now."""
+        token = self._token
+        if token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self.apply_list_changes)
+
+    async def _await_relisting(self) -> None:
+        """Wait (without blocking the loop) for re-listings under way, then register them."""
+        mount = self._mount
+        assert mount is not None
+        for link in mount.links.values():
+            task = link.relisting
+            if task is not None and not task.done():
+                with contextlib.suppress(Exception):
+                    await mount.run(functools.partial(_finished, task))
+        self.apply_list_changes()
+
+    def before_call(self) -> Awaitable[None] | None:
+        """Pending list changes, before a call: registered now, or awaited if still re-listing."""
+        if self._mount is None:
+            return None
+        with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
+            self._token = trio.lowlevel.current_trio_token()
+        links = self._mount.links.values()
+        if any(link.relisting is not None and not link.relisting.done() for link in links):
+            return self._await_relisting()
+        self.apply_list_changes()
+        return None
 
     @hookimpl
     def dsh_plugin_status(self) -> list[str]:
@@ -203,9 +276,12 @@ class McpPlugin:
         for name, state in sorted(self.status().items()):
             tools = state["tools"]
             line = f"server {name}: {state['status']}, {len(tools)} tool{'s' * (len(tools) != 1)}"
+            if state["unconfined"]:
+                line += ", UNCONFINED (sandbox = false: it runs with dsh's user, files and env)"
             if state["error"]:
                 line = f"{line}; {state['error']}"
             lines.append(line)
+            lines.extend(f"  {problem}" for problem in state["problems"])
         return lines
 
     def status(self) -> dict[str, dict[str, Any]]:
@@ -215,7 +291,9 @@ class McpPlugin:
             link.name: {
                 "status": link.status,
                 "error": link.error,
-                "tools": [tool_name(link.name, t.name) for t in link.tools],
+                "tools": [tool_name(link.name, n) for n in self._mounted.get(link.name, ())],
+                "problems": link.problems(),
+                "unconfined": link.config.command is not None and not link.config.sandbox,
             }
             for link in links
         }
@@ -226,18 +304,24 @@ class McpPlugin:
             self._mount.close()
 
     def _mount_tools(self, link: Link) -> None:
+        """Register *link*'s tools; a tool that cannot be is reported, the others still are."""
         for unregister in self._unregister.pop(link.name, []):
             unregister()
-        mounted = []
+        unregisters, names = [], []
+        link.tool_problems = []
         for tool in link.tools:
             try:
-                definition = self._definition(link, tool)
-            except DshError as exc:
-                link.error = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
-                sys.stderr.write(f"dsh: mcp: {link.error}\n")
+                unregisters.append(self._register(self._definition(link, tool)))
+            except Exception as exc:  # a bad schema or name: this tool only
+                problem = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
+                link.tool_problems.append(problem)
+                sys.stderr.write(f"dsh: mcp: {problem}\n")
                 continue
-            mounted.append(self._register(definition))
-        self._unregister[link.name] = mounted
+            names.append(tool.name)
+        for problem in link.guard.rejected if link.guard is not None else ():
+            sys.stderr.write(f"dsh: mcp: MCP server {link.name!r}: {problem}\n")
+        self._unregister[link.name] = unregisters
+        self._mounted[link.name] = names
 
     def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
         mount = self._mount
@@ -267,6 +351,8 @@ class McpPlugin:
             except DshError:
                 raise
             except Exception as exc:
+                if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
+                    raise DshError(str(exc), "MCP_BAD_RESULT") from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
             blocks = _content(result, server)
@@ -292,5 +378,10 @@ class _ListChanges:
         self.plugin = plugin
 
     @hookimpl(tryfirst=True)
-    def dsh_tool_pre_execute(self, execution: Any) -> None:
-        self.plugin.apply_list_changes()
+    def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
+        return self.plugin.before_call()
+
+
+async def _finished(task: asyncio.Task[None]) -> None:
+    """Wait for *task* (in the mount loop) without cancelling it if the waiter is cancelled."""
+    await asyncio.shield(task)

@@ -398,8 +398,10 @@ def make_parser() -> argparse.ArgumentParser:
                    help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
                    "(a loopback HOST only, unless --public)")  # fmt: skip
     p.add_argument("--public", action="store_true",
-                   help="allow a --http HOST that is not a loopback address (there is no "
-                   "authentication: anyone who can reach it can run tools)")  # fmt: skip
+                   help="allow a --http HOST that is not a loopback address (needs --token-file)")  # fmt: skip
+    p.add_argument("--token-file", metavar="PATH",
+                   help="--http clients must send a bearer token listed in PATH: one a line, "
+                   "optionally followed by a scope name and allow=TOOL,... / deny=TOOL,...")  # fmt: skip
     p.add_argument("--list-all", action="store_true",
                    help="also list tools the configuration denies outright")  # fmt: skip
     p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,

@@ -6,7 +6,9 @@ whose id is an object, a float, ``true``, ``null`` or ``NaN`` is taken for a not
 `dsh_host.parse_json` and checked with the same `refusal` rules as the stdio wire before the SDK
 sees it; a refused message gets its JSON-RPC error with HTTP status 400 (``202`` and no body
 for a malformed notification, as for any notification). Ids must be strings or integers here:
-the SDK cannot echo a fractional id. A lone surrogate (``"\\ud800"``) is valid JSON but the
+the SDK cannot echo a fractional id. Any path but ``/mcp`` is ``404``. With ``--token-file``, a
+request without a known bearer token goes straight to the SDK, which answers ``401`` without
+reading its body. A lone surrogate (``"\\ud800"``) is valid JSON but the
 SDK's parser refuses it, with a Parse error: over HTTP such text does not reach the tools.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from .._model._json import JsonInputError, parse_json
+from ._auth import Tokens
 from ._wire import DEFAULT_MAX_DEPTH, DROP, INVALID_REQUEST, PARSE_ERROR, refusal
 
 __all__ = ["ValidatingApp"]
@@ -35,14 +38,27 @@ def _error(code: int, text: str) -> dict[str, Any]:
 class ValidatingApp:
     """ASGI middleware: POST bodies are checked before *app* (the SDK's) sees them."""
 
-    def __init__(self, app: App, *, max_body: int, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        max_body: int,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        path: str = "/mcp",
+        tokens: Tokens | None = None,
+    ) -> None:
         self.app = app
         self.max_body = max_body
         self.max_depth = max_depth
+        self.path = path
+        self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
-            await self.app(scope, receive, send)
+        if scope["type"] == "http" and scope.get("path") != self.path:
+            await _respond(send, 404, {"error": f"not found: the MCP endpoint is {self.path}"})
+            return
+        if scope["type"] != "http" or scope.get("method") != "POST" or not self._admitted(scope):
+            await self.app(scope, receive, send)  # the SDK answers (401 for a bad token)
             return
         body = bytearray()
         while True:
@@ -73,6 +89,16 @@ class ValidatingApp:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _admitted(self, scope: Scope) -> bool:
+        """Whether the request carries a known token (always, without ``--token-file``): the
+        body of a request that does not is never read; the SDK refuses it with 401."""
+        if self.tokens is None:
+            return True
+        for key, value in scope.get("headers", ()):
+            if key.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+                return self.tokens.find(value[7:].decode("latin-1")) is not None
+        return False
 
     def _check(self, body: bytes) -> dict[str, Any] | None:
         try:

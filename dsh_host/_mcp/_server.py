@@ -28,39 +28,65 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from .._model._json import canonical_json
 from .._model._signal import AbortSignal
-from .._model._text import printable
 from .._model._trace import TraceEvent
 from .._model._values import (
-    ApprovalOutcome,
-    ApprovalRequest,
     ImageBlock,
+    Scope,
     TextBlock,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolRestriction,
 )
-from .._registry._hooks import hookimpl
 from .._schema._tool import ToolDefinition
+from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
+from ._auth import Tokens, grant_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._host._host import Host
 
-__all__ = ["APPROVER_NAME", "McpService", "annotations_for", "content_to_mcp"]
+__all__ = [
+    "APPROVER_NAME",
+    "CALL_GROUP",
+    "CallGroup",
+    "McpService",
+    "annotations_for",
+    "content_to_mcp",
+]
 
 logger = logging.getLogger("dsh_host.mcp")
 
-APPROVER_NAME = "mcp_client"
-"""The name the elicitation approver is registered under (``decided_by`` when the person declines)."""
-
 INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
-PREVIEW_CHARS = 300
 
-_REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
-    "dsh_mcp_request", default=None
+
+class CallGroup:
+    """The calls running for one client connection: aborted together when the client leaves."""
+
+    def __init__(self) -> None:
+        self._signals: set[AbortSignal] = set()
+        self.closed: str | None = None
+
+    def add(self, signal: AbortSignal) -> None:
+        if self.closed is not None:
+            signal.abort(self.closed)
+        self._signals.add(signal)
+
+    def discard(self, signal: AbortSignal) -> None:
+        self._signals.discard(signal)
+
+    def abort_all(self, reason: str) -> None:
+        """Abort every running call (and any that starts later) with *reason*."""
+        self.closed = reason
+        for signal in list(self._signals):
+            signal.abort(reason)
+
+
+CALL_GROUP: contextvars.ContextVar[CallGroup | None] = contextvars.ContextVar(
+    "dsh_mcp_call_group", default=None
 )
+"""Set around one connection's SDK session; `McpService` files each call's signal in it."""
 
 
 def _version() -> str:
@@ -130,77 +156,33 @@ def _result_to_mcp(result: ToolExecutionResult) -> types.CallToolResult:
     )
 
 
-class _ClientApprover:
-    """Puts an ``Ask`` to the person at the MCP client, through elicitation.
-
-    ``trylast``, and registered after every other plugin: other approvers (remembered answers)
-    are asked first; the built-in terminal prompt, which cannot work while stdin carries the
-    protocol, after. Outside an MCP request it abstains.
-    """
-
-    name = APPROVER_NAME
-
-    @hookimpl(trylast=True)
-    async def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome | None:
-        ctx = _REQUEST.get()
-        if ctx is None:
-            return None
-        if request.execution.dry_run:  # the tools/list probe: nobody is asked
-            return ApprovalOutcome.CANCELLED
-        capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-        if not ctx.session.check_client_capability(capability):
-            return ApprovalOutcome.UNAVAILABLE
-        if request.signal.aborted:
-            return ApprovalOutcome.CANCELLED
-        arguments = canonical_json(request.arguments)
-        if len(arguments) > PREVIEW_CHARS:
-            arguments = arguments[:PREVIEW_CHARS] + "..."
-        message = f"Allow the tool {request.tool!r} to run once?"
-        if request.reason:
-            message += f"\nWhy it asks ({request.asked_by or 'policy'}): {request.reason}"
-        message += f"\nArguments: {arguments}"
-        answer: list[types.ElicitResult] = []
-        async with trio.open_nursery() as nursery:
-
-            async def elicit() -> None:
-                answer.append(
-                    await ctx.session.elicit_form(
-                        message=printable(message, newlines=True),
-                        requested_schema={"type": "object", "properties": {}},
-                        related_request_id=ctx.request_id,
-                    )
-                )
-                nursery.cancel_scope.cancel()
-
-            async def watch() -> None:
-                await request.signal.wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(elicit)
-            nursery.start_soon(watch)
-        if not answer:
-            return ApprovalOutcome.CANCELLED
-        return {
-            "accept": ApprovalOutcome.ALLOWED_ONCE,
-            "decline": ApprovalOutcome.REJECTED,
-        }.get(answer[0].action, ApprovalOutcome.CANCELLED)
+def _approver(host: Host) -> ClientApprover:
+    """The elicitation approver of *host*, registered once."""
+    approver = host.pm.get_plugin(APPROVER_NAME)
+    if not isinstance(approver, ClientApprover):
+        approver = ClientApprover()
+        host.pm.register(approver, name=APPROVER_NAME)
+    return approver
 
 
-def _approver(host: Host) -> None:
-    """Register the elicitation approver on *host*, once."""
-    if host.pm.get_plugin(APPROVER_NAME) is None:
-        host.pm.register(_ClientApprover(), name=APPROVER_NAME)
+def _restrictions(tokens: Tokens | None) -> dict[Scope, ToolRestriction]:
+    """Each token scope's restriction (the token file gives one per scope)."""
+    grants = tokens.grants() if tokens is not None else []
+    return {g.scope: g.restriction for g in grants if g.scope and g.restriction}
 
 
 class McpService:
     """The host's tools as an SDK `Server`; one per ``dsh mcp serve`` process, any number of sessions."""
 
-    def __init__(self, host: Host, *, list_all: bool = False) -> None:
+    def __init__(self, host: Host, *, list_all: bool = False, tokens: Tokens | None = None) -> None:
         self.host = host
         self.list_all = list_all
-        self._listed: tuple[tuple[ToolDefinition, ...], list[types.Tool]] | None = None
+        self.tokens = tokens
+        self._listed: dict[Scope | None, tuple[tuple[ToolDefinition, ...], list[types.Tool]]] = {}
         self._calls = 0
-        _approver(host)
+        self._approver = _approver(host)
+        for scope, restriction in _restrictions(tokens).items():
+            host.registry.restrict(restriction, scope)  # ValueError: names an unknown tool
         self.server: Server[Any] = Server(
             "dsh",
             version=_version(),
@@ -212,10 +194,10 @@ class McpService:
 
     # -- tools/list ------------------------------------------------------------------------
 
-    async def listed(self) -> list[types.Tool]:
-        """The tools offered: computed once per set of registered tools, not per request."""
-        tools = self.host.registry.tools()
-        cached = self._listed
+    async def listed(self, scope: Scope | None = None) -> list[types.Tool]:
+        """The tools offered in *scope*: computed once per set of tools, not per request."""
+        tools = self.host.registry.tools(scope)
+        cached = self._listed.get(scope)
         if (
             cached is not None
             and len(cached[0]) == len(tools)
@@ -229,29 +211,33 @@ class McpService:
                 input_schema=dict(tool.schema.parameters),
                 annotations=annotations_for(tool),
             )
-            for tool in await self._offered(tools)
+            for tool in await self._offered(tools, scope)
         ]
-        self._listed = (tools, offered)
+        self._listed[scope] = (tools, offered)
         return offered
 
-    async def _offered(self, tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
+    async def _offered(
+        self, tools: Sequence[ToolDefinition], scope: Scope | None
+    ) -> list[ToolDefinition]:
         if self.list_all:
             return list(tools)
         offered = []
         for tool in tools:
-            if not await self._denied_outright(tool):
+            if not await self._denied_outright(tool, scope):
                 offered.append(tool)
         return offered
 
-    async def _denied_outright(self, tool: ToolDefinition) -> bool:
+    async def _denied_outright(self, tool: ToolDefinition, scope: Scope | None) -> bool:
         """Whether a dry run of *tool* with no arguments ends DENIED by a pre-execute plugin."""
         events: list[TraceEvent] = []
-        probe = ToolExecutionInput(call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={})
-        token = _REQUEST.set(_PROBE)
+        probe = ToolExecutionInput(
+            call_id=f"mcp-list-{tool.name}", name=tool.name, arguments={}, scope=scope
+        )
+        token = REQUEST.set(_PROBE)
         try:
             result = await self.host.registry.preview(probe, trace=events.append)
         finally:
-            _REQUEST.reset(token)
+            REQUEST.reset(token)
         decided = result.decided_by if result is not None else None
         if result is None or result.code != "DENIED" or decided is None:
             return False
@@ -266,7 +252,16 @@ class McpService:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await self.listed())
+        return types.ListToolsResult(tools=await self.listed(self._scope(ctx)))
+
+    def _scope(self, ctx: ServerRequestContext[Any]) -> Scope | None:
+        """The scope of the token the request came with (``None`` without ``--token-file``)."""
+        if self.tokens is None:
+            return None
+        grant = grant_of(ctx.request, self.tokens)
+        if grant is None:  # the SDK's bearer middleware lets nothing else through
+            raise MCPError(code=INVALID_PARAMS, message="not authenticated")
+        return grant.scope
 
     # -- tools/call ------------------------------------------------------------------------
 
@@ -274,7 +269,12 @@ class McpService:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         self._calls += 1
+        scope = self._scope(ctx)
         signal = AbortSignal()
+        call_id = f"mcp-{self._calls}"
+        group = CALL_GROUP.get()
+        if group is not None:
+            group.add(signal)
         box: list[ToolExecutionResult] = []
         failure: list[Exception] = []
         done = trio.Event()
@@ -284,17 +284,19 @@ class McpService:
             # Shielded: a cancelled request aborts the signal instead, so the call ends as an
             # ABORTED result (audited, its body awaited) rather than vanishing mid-pipeline.
             with trio.CancelScope(shield=True):
-                _REQUEST.set(ctx)
+                REQUEST.set(ctx)
                 try:
                     box.append(
                         await self.host.call(
-                            params.name, arguments, call_id=f"mcp-{self._calls}", signal=signal
+                            params.name, arguments, call_id=call_id, scope=scope, signal=signal
                         )
                     )
                 except Exception as exc:  # the host promises not to raise; if it does, say so
                     logger.exception("dsh mcp serve: tools/call %r raised", params.name)
                     failure.append(exc)
                 finally:
+                    if group is not None:
+                        group.discard(signal)
                     done.set()
 
         async with trio.open_nursery() as nursery:
@@ -310,7 +312,13 @@ class McpService:
         result = box[0]
         if result.code == "UNKNOWN_TOOL":
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        return _result_to_mcp(result)
+        answer = _result_to_mcp(result)
+        if call_id in self._approver.unelicitable:
+            self._approver.unelicitable.discard(call_id)
+            if result.code == "DENIED":
+                hint = how_to_allow(params.name, self.host.config.source)
+                answer.content.append(types.TextContent(type="text", text=hint))
+        return answer
 
 
 class _Probe:

@@ -10,6 +10,7 @@ at the null device, so a tool or child process that prints cannot corrupt the pr
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -18,8 +19,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
+from mcp.server.lowlevel import NotificationOptions
 
-from ._server import McpService, annotations_for, content_to_mcp
+from ._auth import TokenFileError, Tokens, read_token_file
+from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
 from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
 if TYPE_CHECKING:
@@ -55,18 +58,48 @@ async def serve(
 ) -> None:
     """Serve one MCP session over a byte stream pair until *receive* reaches end of file.
 
-    At end of file, requests already read are answered; calls still running after
-    *drain_timeout* seconds are aborted (and, being answered to a departed client, dropped).
+    At end of file the client is gone: calls still running are aborted at once (they end
+    ``ABORTED``, in their answer and in the audit); other requests already read are answered,
+    for up to *drain_timeout* seconds.
     """
     service = service or McpService(host, list_all=list_all)
     server = service.server
-    options = server.create_initialization_options()
-    wire = Wire(receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout)
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    group = CallGroup()
+    wire = Wire(
+        receive, send, max_line=max_line, max_depth=max_depth, drain_timeout=drain_timeout,
+        on_end_of_input=lambda: group.abort_all("the MCP client closed its input"),
+    )  # fmt: skip
 
     async def session(read: Any, write: Any) -> None:
-        await server.run(read, write, options)
+        token = CALL_GROUP.set(group)  # the SDK's request tasks inherit it
+        try:
+            await server.run(read, write, options)
+        finally:
+            CALL_GROUP.reset(token)
 
-    await wire.run(session)
+    changed = trio.Event()
+    trio_token = trio.lowlevel.current_trio_token()
+
+    def on_change() -> None:  # the registry changed (on the host's thread)
+        with contextlib.suppress(trio.RunFinishedError):
+            trio_token.run_sync_soon(changed.set)
+
+    async def tell_the_client() -> None:
+        nonlocal changed
+        while True:
+            await changed.wait()
+            changed = trio.Event()
+            await wire.notify("notifications/tools/list_changed")
+
+    host.registry.listeners.append(on_change)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell_the_client)
+            await wire.run(session)
+            nursery.cancel_scope.cancel()
+    finally:
+        host.registry.listeners.remove(on_change)
 
 
 @contextmanager
@@ -92,20 +125,22 @@ async def serve_stdio(
     *,
     list_all: bool = False,
     max_line: int = DEFAULT_MAX_LINE,
+    service: McpService | None = None,
 ) -> None:
     """Serve MCP on this process's stdin and stdout until stdin ends."""
     with _claim_stdio() as (fd_in, fd_out):
         receive = trio.lowlevel.FdStream(fd_in)
         send = trio.lowlevel.FdStream(fd_out)
         async with receive, send:
-            await serve(host, receive, send, list_all=list_all, max_line=max_line)
+            await serve(host, receive, send, list_all=list_all, max_line=max_line, service=service)
 
 
-def parse_bind(text: str, public: bool = False) -> tuple[str, int]:
+def parse_bind(text: str, public: bool = False, *, authenticated: bool = True) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong.
 
-    A HOST that is not a loopback address is refused unless *public*: the server has no
-    authentication, so anyone who reaches the port could run tools under this host's policy.
+    A HOST that is not a loopback address is refused unless *public*, and *public* needs
+    *authenticated* (``--token-file``): anyone who reaches the port could otherwise run tools
+    under this host's policy.
     """
     where, sep, port = text.rpartition(":")
     if not sep or not where or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -116,7 +151,12 @@ def parse_bind(text: str, public: bool = False) -> tuple[str, int]:
             f"--http {text}: {address!r} is not a loopback address, and dsh mcp serve has no "
             "authentication: anyone who can reach it could run tools under this policy. Bind "
             "127.0.0.1, [::1] or localhost (put an authenticating proxy in front to serve other "
-            "machines), or pass --public to serve it anyway"
+            "machines), or pass --public with --token-file to serve it to other machines"
+        )
+    if public and not authenticated:
+        raise ValueError(
+            "--public needs --token-file: a server other machines can reach must authenticate "
+            "its clients (one bearer token a line; see dsh mcp serve --help)"
         )
     return address, int(port)
 
@@ -155,6 +195,8 @@ async def serve_http(
     list_all: bool = False,
     max_body: int = DEFAULT_MAX_LINE,
     public: bool = False,
+    tokens: Tokens | None = None,
+    service: McpService | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
@@ -169,14 +211,27 @@ async def serve_http(
 
     from ._http import ValidatingApp
 
-    address, port = parse_bind(bind, public)
-    service = McpService(host, list_all=list_all)
+    address, port = parse_bind(bind, public, authenticated=tokens is not None)
+    service = service or McpService(host, list_all=list_all, tokens=tokens)
+    auth: dict[str, Any] = {}
+    if tokens is not None:
+        from mcp.server.auth.settings import AuthSettings
+        from pydantic import AnyHttpUrl
+
+        spelled = f"[{address}]" if ":" in address else address
+        auth = {
+            "auth": AuthSettings(
+                issuer_url=AnyHttpUrl(f"http://{spelled}:{port or 1}"), resource_server_url=None
+            ),
+            "token_verifier": tokens,
+        }
     sdk_app = service.server.streamable_http_app(
         host=address,
         max_request_body_size=max_body,
         transport_security=_transport_security(address),
+        **auth,
     )
-    app = ValidatingApp(sdk_app, max_body=max_body)
+    app = ValidatingApp(sdk_app, max_body=max_body, tokens=tokens)
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
@@ -215,16 +270,19 @@ def run_serve_command(
         raise usage_error(
             f"--max-message-bytes must be at least 1024, not {args.max_message_bytes}"
         )
+    tokens = None
+    if args.token_file is not None:
+        if args.http is None:
+            raise usage_error("--token-file authenticates --http clients: give --http HOST:PORT")
+        try:
+            tokens = read_token_file(args.token_file)
+        except TokenFileError as exc:
+            raise usage_error(str(exc)) from None
     if args.http is not None:
         try:
-            parse_bind(args.http, args.public)
+            parse_bind(args.http, args.public, authenticated=tokens is not None)
         except ValueError as exc:
             raise usage_error(str(exc)) from None
-        if args.public:
-            sys.stderr.write(
-                f"dsh mcp serve: serving {args.http} with no authentication (--public): anyone "
-                "who can reach it can run tools under this policy\n"
-            )
     if args.workspace is not None:
         try:
             os.chdir(args.workspace)
@@ -233,16 +291,19 @@ def run_serve_command(
                 f"--workspace {args.workspace!r}: {exc.strerror}; pass an existing directory"
             ) from None
     host = build_host(args)
-    list_all: bool = args.list_all
+    try:
+        service = McpService(host, list_all=args.list_all, tokens=tokens)
+    except ValueError as exc:  # a token's allow=/deny= names a tool that does not exist
+        raise usage_error(f"--token-file {args.token_file}: {exc}") from None
 
     async def serving() -> None:
         if args.http is not None:
             await serve_http(
-                host, args.http, list_all=list_all, max_body=args.max_message_bytes,
-                public=args.public,
+                host, args.http, max_body=args.max_message_bytes, public=args.public,
+                tokens=tokens, service=service,
             )  # fmt: skip
         else:
-            await serve_stdio(host, list_all=list_all, max_line=args.max_message_bytes)
+            await serve_stdio(host, max_line=args.max_message_bytes, service=service)
 
     if trio.run(_until_interrupt, serving):
         sys.stderr.write("dsh mcp serve: interrupted\n")

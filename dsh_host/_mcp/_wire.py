@@ -17,6 +17,7 @@ crashes on a lone surrogate. So this layer sits in front of the SDK session and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import OrderedDict
@@ -157,6 +158,7 @@ class Wire:
         max_line: int = DEFAULT_MAX_LINE,
         max_depth: int = DEFAULT_MAX_DEPTH,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        on_end_of_input: Callable[[], None] | None = None,
     ) -> None:
         if max_line < 1:
             raise ValueError(f"max_line must be a positive number of bytes, not {max_line!r}")
@@ -165,6 +167,7 @@ class Wire:
         self._max_line = max_line
         self._max_depth = max_depth
         self._drain_timeout = drain_timeout
+        self._on_end_of_input = on_end_of_input
         self._send_lock = trio.Lock()
         self._next_id = 0
         self._outer: dict[int, Any] = {}  # our id -> the client's id
@@ -172,6 +175,8 @@ class Wire:
         self._cancelled: OrderedDict[int, None] = OrderedDict()
         self._pending: set[int] = set()  # requests owed an answer
         self._idle = trio.Event()
+        self.initialized = False
+        """Whether the client said ``notifications/initialized`` (notifications may go out)."""
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
 
     async def run(self, session: Session) -> None:
@@ -192,9 +197,11 @@ class Wire:
                 nursery.start_soon(run_session)
                 async with to_session:
                     await self._read_loop()
-                    # End of input: answer what was asked before closing the session, for up
-                    # to drain_timeout; then the calls still running are aborted (the client
-                    # is leaving: the spec has it wait a while, then send SIGTERM).
+                    # End of input: the client is gone, so its running calls are aborted at
+                    # once (`on_end_of_input`: they end ABORTED, audited); what else was asked
+                    # is answered, for up to drain_timeout, before the session closes.
+                    if self._on_end_of_input is not None:
+                        self._on_end_of_input()
                     with trio.move_on_after(self._drain_timeout):
                         while self._pending:
                             self._idle = trio.Event()
@@ -340,8 +347,16 @@ class Wire:
             forward["params"] = {**_INITIALIZE_DEFAULTS, **forward["params"]}
         await self._forward(forward, reply_id)
 
+    async def notify(self, method: str) -> None:
+        """Send the notification *method* (no params), once the client is initialized."""
+        if self.initialized:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.write({"jsonrpc": "2.0", "method": method})
+
     async def _notification(self, method: str, params: Any) -> None:
         forward: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if method == "notifications/initialized":
+            self.initialized = True
         if method == "notifications/cancelled":
             request_id = params.get("requestId") if isinstance(params, dict) else None
             if not _valid_id(request_id):

@@ -45,6 +45,8 @@ class ToolTable:
             weakref.WeakKeyDictionary()
         )
         self._global_guards: tuple[tuple[Guard, str], ...] | None = None
+        self.listeners: list[Callable[[], None]] = []
+        """Called (on the host's thread) after each change of tools, restrictions or guards."""
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -60,6 +62,8 @@ class ToolTable:
         self._views.clear()
         self._guard_cache.clear()
         self._global_guards = None
+        for listener in tuple(self.listeners):
+            listener()
 
     def close_scope(self, scope: Scope) -> None:
         """Forget *scope* and its descendants: their tools, restrictions, guards and caches.

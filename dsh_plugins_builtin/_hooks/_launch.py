@@ -41,6 +41,7 @@ __all__ = [
     "HookRefused",
     "Launch",
     "exposure_of",
+    "path_lookup",
     "plan_launch",
     "safe_path_env",
     "sandbox_policy",
@@ -76,6 +77,11 @@ class Exposure:
         """Whether *path* (absolute, canonical) lies in a writable root and is not protected."""
         return _under(path, self.writable) and not _under(path, self.protected)
 
+    def root_of(self, path: str) -> str:
+        """The writable root *path* lies in (the innermost), for messages."""
+        roots = [str(r) for r in self.writable if _under(path, (r,))]
+        return max(roots, key=len) if roots else path
+
 
 def _under(path: str, roots: Sequence[Path]) -> bool:
     for root in roots:
@@ -94,14 +100,23 @@ def _locations(path: str) -> tuple[str, ...]:
 
 def safe_path_env(path: str, exposure: Exposure) -> str:
     """``PATH`` without relative entries and entries the sandboxed side can write into."""
-    kept = []
+    return path_lookup(path, exposure)[0]
+
+
+def path_lookup(path: str, exposure: Exposure) -> tuple[str, tuple[str, ...]]:
+    """`safe_path_env`, and each entry it skipped with the reason (for a "not found" message)."""
+    kept, skipped = [], []
     for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
+            skipped.append(f"{entry or '(empty)'!r}: relative")
             continue
-        if any(exposure.exposed(where) for where in _locations(entry)):
+        exposed = [where for where in _locations(entry) if exposure.exposed(where)]
+        if exposed:
+            root = exposure.root_of(exposed[0])
+            skipped.append(f"{entry!r}: inside the writable root {root!r}")
             continue
         kept.append(entry)
-    return os.pathsep.join(kept)
+    return os.pathsep.join(kept), tuple(skipped)
 
 
 @attrs.frozen
@@ -116,10 +131,13 @@ class Launch:
 def _check(path: str, what: str, exposure: Exposure) -> str:
     for where in _locations(path):
         if exposure.exposed(where):
+            shown = f"{path!r}" if where == os.path.abspath(path) else f"{path!r} ({where!r})"
             raise HookRefused(
-                f"its {what} {path!r} lies in {where!r}, inside a writable root of the sandbox "
-                "policy, so a tool could rewrite it and have the host run it unconfined; move it "
-                "out of the writable roots or under a protected path (such as .claude/hooks/)"
+                f"its {what} {shown} lies inside a writable root of the sandbox policy, "
+                f"{exposure.root_of(where)!r}, so a tool could rewrite it and have the host run it; "
+                "move it out of the writable roots, or under a protected path (such as "
+                ".claude/hooks/, or one listed in [plugin.sandbox] protected), or narrow "
+                "[plugin.sandbox] writable_roots"
             )
     return os.path.realpath(path)
 
@@ -142,7 +160,13 @@ def _expand(word: str, env: Mapping[str, str]) -> str:
 
 
 def plan_launch(
-    command: str, *, cwd: str, env: Mapping[str, str], exposure: Exposure, shell: str
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    exposure: Exposure,
+    shell: str,
+    skipped_path: Sequence[str] = (),
 ) -> Launch:
     """Work out how *command* runs and check everything it runs (see the module docstring).
 
@@ -152,6 +176,8 @@ def plan_launch(
         env: Its environment (with the safe ``PATH``).
         exposure: What the sandboxed side can write.
         shell: The absolute path of ``/bin/sh`` (already checked).
+        skipped_path: The ``PATH`` entries left out and why (`path_lookup`), for the message
+            when the executable is not found.
 
     Raises:
         HookRefused: something it runs lies where a tool could rewrite it, or cannot be known.
@@ -165,7 +191,11 @@ def plan_launch(
     if plain and words and "=" not in words[0] and words[0] not in _BUILTINS:
         found = _which(words[0], path_env, cwd)
         if found is None:
-            raise HookRefused(f"its executable {words[0]!r} was not found on PATH ({path_env})")
+            skipped = "; ".join(skipped_path) if skipped_path else "none"
+            raise HookRefused(
+                f"its executable {words[0]!r} was not found on PATH ({path_env}); PATH entries "
+                f"skipped, since a tool could plant programs there: {skipped}"
+            )
         checked = [_check(found, "executable", exposure)]
         executable = os.path.abspath(found)  # as found: multi-call binaries read argv[0]
         args = []
@@ -239,7 +269,13 @@ def sandbox_policy(host: Host) -> SandboxPolicy | None:
     except Exception:  # the sandbox plugin has not started yet: build the policy it will build
         from dsh_plugins_builtin._sandbox._config import build_policy
 
-        policy = build_policy(host.config_for(sandbox), host.workspace, host.config.source)
+        from .._sandbox._fence import install_paths
+
+        # With the protected installation, as the plugin will (`protect_install`): a program
+        # in dsh's own environment is read-only to every tool, so it is safe to run.
+        policy = build_policy(
+            host.config_for(sandbox), host.workspace, host.config.source, install_paths()
+        )
     return policy if isinstance(policy, SandboxPolicy) else None
 
 

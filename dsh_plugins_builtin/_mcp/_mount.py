@@ -27,15 +27,24 @@ if TYPE_CHECKING:
     import mcp_types as types
     from mcp.client.session import ClientSession
 
+    from ._confine import Confinement
+    from ._guard import Guard
+
 # The SDK (pydantic models: about a second to import) is imported only when a server is
 # mounted, so a host with no [plugin.mcp] servers starts without it.
 
-__all__ = ["Link", "McpServerConfig", "Mount"]
+__all__ = ["BAD_RESULT", "Link", "McpServerConfig", "Mount"]
 
 T = TypeVar("T")
 
+BAD_RESULT = -32099
+"""The JSON-RPC error code `_guard` answers a refused message with (kept here: no SDK import)."""
+
 STDERR_TAIL = 2000
 """How many characters of a stdio server's stderr an error message quotes."""
+
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+"""The default bound of one message from a stdio server (``max_result_bytes``)."""
 
 
 @attrs.frozen
@@ -49,6 +58,15 @@ class McpServerConfig:
         enabled: ``false`` mounts nothing.
         timeout_ms: the time budget of each call (also the start timeout).
         tools: the server's tool names to mount (default: all).
+        max_result_bytes: the longest message read from a stdio server; a longer answer ends
+            its call at once with an error (default 8 MiB).
+        sandbox: run a stdio server confined (default); ``false`` runs it with dsh's user,
+            files and environment, and is flagged by ``dsh plugins``.
+        writable_roots: where a confined server may write (default: nowhere; relative to the
+            workspace).
+        read_roots: more roots to keep visible to it (what lies under ``/tmp`` is hidden by
+            its private ``/tmp`` otherwise).
+        network: whether a confined server may use the network (default: no).
     """
 
     command: str | None = None
@@ -60,6 +78,11 @@ class McpServerConfig:
     enabled: bool = True
     timeout_ms: float = 60_000.0
     tools: tuple[str, ...] | None = None
+    max_result_bytes: int = MAX_RESULT_BYTES
+    sandbox: bool = True
+    writable_roots: tuple[str, ...] = ()
+    read_roots: tuple[str, ...] = ()
+    network: bool = False
 
 
 class Link:
@@ -73,6 +96,15 @@ class Link:
         self.error: str | None = None
         self.tools: list[types.Tool] = []
         self.tools_changed = False
+        """A re-listing finished whose tools the host has not registered yet."""
+        self.relisting: asyncio.Task[None] | None = None
+        """The re-listing under way after ``tools/list_changed`` (in the mount loop)."""
+        self.confinement: Confinement | None = None
+        """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
+        self.on_relisted: Callable[[], None] | None = None
+        """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
+        self.guard: Guard | None = None
+        self.tool_problems: list[str] = []
         self._stop: asyncio.Event | None = None
         # Lives as long as the link (the server writes to it until it exits).
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -85,6 +117,15 @@ class Link:
             self._errlog.seek(max(0, size - STDERR_TAIL * 4))
             return self._errlog.read()[-STDERR_TAIL:].strip()
         return ""
+
+    def problems(self) -> list[str]:
+        """Tools not mounted and why, then the server's last protocol errors."""
+        guard = self.guard
+        return [
+            *(guard.rejected if guard is not None else ()),
+            *self.tool_problems,
+            *(guard.notes[-3:] if guard is not None else ()),
+        ]
 
     def describe_failure(self, what: str) -> str:
         """*what*, plus the server's stderr tail when there is one."""
@@ -111,33 +152,45 @@ class Link:
 
         root = getattr(message, "root", message)
         if isinstance(root, types.ToolListChangedNotification):
-            # Marked at once, before the messages after it are read: the host re-lists
-            # before its next call (`relist`).
-            self.tools_changed = True
+            # Re-listed at once, in this loop; the host registers the result on its own
+            # thread (`on_relisted`, or before its next call, which waits for the re-listing).
+            previous = self.relisting
+            self.relisting = asyncio.get_running_loop().create_task(self._relist(previous))
 
-    async def relist(self) -> None:
-        """List the tools again (after ``tools/list_changed``)."""
-        if self.session is not None:
-            self.tools = await self._list(self.session)
+    async def _relist(self, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            with contextlib.suppress(Exception):
+                await previous
+        try:
+            if self.session is not None:
+                async with asyncio.timeout(self.config.timeout_ms / 1000):
+                    self.tools = await self._list(self.session)
+        except Exception as exc:
+            self.error = (
+                f"re-listing the tools of MCP server {self.name!r} failed: {_describe(exc)}"
+            )
+        self.tools_changed = True
+        if self.on_relisted is not None:
+            self.on_relisted()
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
+        import anyio
         from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
+        from ._guard import Guard, guarded_pumps
+        from ._stdio import stdio_transport
+
         self._stop = asyncio.Event()
+        self.guard = guard = Guard(self.name)
         config = self.config
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
-                    params = StdioServerParameters(
-                        command=config.command,
-                        args=list(config.args),
-                        env={**os.environ, **config.env},
-                        cwd=config.cwd,
+                    read, write = await stack.enter_async_context(
+                        self._stdio(stdio_transport, guard)
                     )
-                    streams = await stack.enter_async_context(stdio_client(params, self._errlog))
                 else:
                     import httpx2
 
@@ -145,10 +198,12 @@ class Link:
                     http = await stack.enter_async_context(
                         httpx2.AsyncClient(headers=dict(config.headers))
                     )
-                    streams = await stack.enter_async_context(
+                    streams: Any = await stack.enter_async_context(
                         streamable_http_client(config.url, http_client=http)
                     )
-                read, write = streams[0], streams[1]
+                    pumps = await stack.enter_async_context(anyio.create_task_group())
+                    stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
+                    read, write = guarded_pumps(guard, streams[0], streams[1], pumps)
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
@@ -171,6 +226,21 @@ class Link:
             self.session = None
             if not ready.done():
                 ready.set_result(None)
+
+    def _stdio(self, transport: Any, guard: Guard) -> Any:
+        """The stdio transport of this server, confined unless ``sandbox = false``."""
+        config = self.config
+        assert config.command is not None
+        argv, env = [config.command, *config.args], {**os.environ, **config.env}
+        fds: list[int] = []
+        confinement = self.confinement
+        if confinement is not None:
+            argv, fds = confinement.wrap(argv, config.cwd or os.getcwd())
+            env = confinement.environment(dict(config.env))
+        return transport(
+            argv, env=env, cwd=config.cwd, errlog=self._errlog,
+            max_line=config.max_result_bytes, pass_fds=fds, check=guard,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Release the stderr file (after the session has ended)."""

@@ -68,9 +68,19 @@ def test_mcp_serve_runs_the_default_stack_over_stdio(ws):
             "params": {"name": "bash", "arguments": {"command": "ls"}},
         },
     ]
-    served = dsh("mcp", "serve", cwd=ws, stdin="".join(json.dumps(r) + "\n" for r in requests))
-    assert served.returncode == 0, served.stderr
-    replies = {r["id"]: r for r in map(json.loads, served.stdout.splitlines())}
+    # A client waits for its answers before it closes stdin: closing is cancellation.
+    served = subprocess.Popen(
+        [sys.executable, "-m", "dsh_host", "mcp", "serve"], cwd=ws, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    served.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+    served.stdin.flush()
+    replies = {}
+    while len(replies) < 4:
+        reply = json.loads(served.stdout.readline())
+        replies[reply["id"]] = reply
+    _, err = served.communicate(timeout=120)
+    assert served.returncode == 0, err
     assert {t["name"] for t in replies[2]["result"]["tools"]} >= {"read_file", "bash", "grep"}
     assert "two" in replies[3]["result"]["content"][0]["text"]
     assert replies[3]["result"]["isError"] is False

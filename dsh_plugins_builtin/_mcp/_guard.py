@@ -1,0 +1,183 @@
+"""What a mounted server sends, checked before the SDK session sees it.
+
+The SDK's client session validates a whole ``tools/list`` page at once (one bad tool rejects
+every tool) and, given a malformed ``tools/call`` result, logs a validation error and leaves
+the call waiting for its timeout. `Guard` sits between the transport and the session:
+
+- it notes the method (and tool) of every request the session sends;
+- a ``tools/list`` answer is checked tool by tool: a tool that is not a valid MCP tool, or whose
+  name was already listed, is dropped and reported (`Guard.rejected`), the rest go on;
+- a ``tools/call`` answer that is not a valid result, a line over the bound (`Oversized`) and
+  any other malformed answer become, at once, a JSON-RPC error for that request with code
+  `BAD_RESULT`, naming the server and the tool;
+- a line that is not JSON, or a message that answers nothing, is dropped and noted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from ._stdio import Oversized, Raw
+
+__all__ = ["BAD_RESULT", "Guard"]
+
+from ._mount import BAD_RESULT
+
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_NOTES = 20
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the message"
+        return f"{where}: {error['msg']}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+class Guard:
+    """The checks between one server's transport and its session (module docstring)."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.rejected: list[str] = []
+        """Tools of the last listing that were not mounted, and why."""
+        self.notes: list[str] = []
+        """The last protocol errors of the server (at most 20)."""
+        self._pending: dict[Any, tuple[str, str | None]] = {}
+        self._listed: set[str] = set()
+
+    def note(self, text: str) -> None:
+        self.notes = [*self.notes[-(_NOTES - 1) :], text]
+
+    def sent(self, message: Any) -> None:
+        """Note a message the session sends: a request's method (and tool)."""
+        if isinstance(message, types.JSONRPCRequest):
+            params = message.params or {}
+            tool = params.get("name") if message.method == "tools/call" else None
+            if message.method == "tools/list" and not params.get("cursor"):
+                self._listed, self.rejected = set(), []
+            self._pending[message.id] = (message.method, tool)
+
+    async def outbound(
+        self, messages: MemoryObjectReceiveStream[SessionMessage], out: MemoryObjectSendStream[Any]
+    ) -> None:
+        """Forward the session's messages, noting each request's method and tool."""
+        async with messages, out:
+            async for item in messages:
+                self.sent(item.message)
+                await out.send(item)
+
+    async def inbound(
+        self,
+        raw: MemoryObjectReceiveStream[Raw] | MemoryObjectReceiveStream[SessionMessage | Exception],
+        out: MemoryObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        """Check each message from the server; deliver it, an error in its place, or nothing."""
+        async with raw, out:
+            async for item in raw:
+                for message in self.check(item):
+                    await out.send(SessionMessage(message))
+
+    def _refuse(self, request_id: Any, what: str) -> types.JSONRPCError:
+        method, tool = self._pending.pop(request_id, ("?", None))
+        about = f"tool {tool!r}" if tool else method
+        text = f"MCP server {self.server!r} answered {about} with {what}"
+        self.note(text)
+        return types.JSONRPCError(
+            jsonrpc="2.0", id=request_id, error=types.ErrorData(code=BAD_RESULT, message=text)
+        )
+
+    def check(self, item: Raw | SessionMessage) -> list[types.JSONRPCMessage]:
+        """What to deliver to the session for *item* from the server (see the module docstring)."""
+        if isinstance(item, Exception):
+            self.note(f"MCP server {self.server!r} sent {item}")
+            return []
+        if isinstance(item, Oversized):
+            return self._oversized(item)
+        if isinstance(item, SessionMessage):  # from the HTTP transport: parsed, not yet checked
+            item = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        request_id = item.get("id")
+        pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
+        if pending is not None and "method" not in item and "result" in item:
+            try:
+                item = {**item, "result": self._result(pending[0], item["result"])}
+            except (ValidationError, ValueError, TypeError) as exc:
+                return [self._refuse(request_id, f"a malformed result: {_first_line(exc)}")]
+        try:
+            message = types.jsonrpc_message_adapter.validate_python(item, by_name=False)
+        except ValidationError as exc:
+            if pending is not None:
+                return [self._refuse(request_id, f"a malformed answer: {_first_line(exc)}")]
+            self.note(f"MCP server {self.server!r} sent a malformed message: {_first_line(exc)}")
+            return []
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._pending.pop(message.id, None)
+        return [message]
+
+    def _oversized(self, item: Oversized) -> list[types.JSONRPCMessage]:
+        what = (
+            f"a message over max_result_bytes ({item.limit} bytes); raise "
+            f"[plugin.mcp.servers.{self.server}] max_result_bytes to accept it"
+        )
+        head = item.prefix.split(b'"result"', 1)[0].split(b'"error"', 1)[0]
+        found = _ID.search(head)
+        if found is not None:
+            try:
+                request_id = types.jsonrpc_message_adapter.validate_json(
+                    b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"result":{}}'
+                ).id  # type: ignore[union-attr]
+            except ValidationError:
+                request_id = None
+            if request_id in self._pending:
+                return [self._refuse(request_id, what)]
+        calls = [key for key, (method, _) in self._pending.items() if method == "tools/call"]
+        return [self._refuse(key, what) for key in calls]  # whose it was is unknown: every call
+
+    def _result(self, method: str, result: Any) -> Any:
+        """*result* checked for *method*: a ``tools/list`` page tool by tool, a call result whole."""
+        if method == "tools/call":
+            types.CallToolResult.model_validate(result, by_name=False)
+            return result
+        if method != "tools/list":
+            return result
+        if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+            raise TypeError('"tools" must be a list')
+        kept = []
+        for tool in result["tools"]:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            shown = repr(name) if isinstance(name, str) else "without a name"
+            try:
+                types.Tool.model_validate(tool, by_name=False)
+            except ValidationError as exc:
+                self.rejected.append(f"tool {shown} not mounted: {_first_line(exc)}")
+                continue
+            if name in self._listed:
+                self.rejected.append(f"tool {shown} is listed twice: the first is mounted")
+                continue
+            self._listed.add(str(name))
+            kept.append(tool)
+        return {**result, "tools": kept}
+
+
+def guarded_pumps(
+    guard: Guard,
+    raw: MemoryObjectReceiveStream[Raw] | MemoryObjectReceiveStream[SessionMessage | Exception],
+    to_server: MemoryObjectSendStream[Any],
+    task_group: anyio.abc.TaskGroup,
+) -> tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
+]:
+    """Start *guard*'s two pumps in *task_group*; the streams the SDK session reads and writes."""
+    to_session, session_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    session_writes, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    task_group.start_soon(guard.inbound, raw, to_session)
+    task_group.start_soon(guard.outbound, from_session, to_server)
+    return session_reads, session_writes

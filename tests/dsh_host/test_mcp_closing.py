@@ -1,0 +1,118 @@
+"""Closing is cancellation: a client that goes away takes its running calls with it (issue 24 row 8)."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from dsh_host import hookimpl
+from dsh_host._mcp._service import serve
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+
+from .mcp_support import Client
+
+
+class _Observer:
+    name = "observer"
+
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+
+    @hookimpl
+    def dsh_tool_result(self, execution, result):
+        self.codes.append(result.code)
+
+
+async def test_end_of_input_aborts_a_running_bash_call_at_once(make_host, tmp_path):
+    """stdin closes while `bash` runs: the call ends ABORTED at once (not 10 s later, not ok)."""
+    observer = _Observer()
+    host = make_host(
+        ToolsPlugin(), SandboxPlugin(), observer, config={"host": {"workspace": str(tmp_path)}}
+    )
+    left, right = trio.testing.memory_stream_pair()
+    client = Client(left)
+    with trio.fail_after(8):  # the old drain waited 10 s
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: serve(host, right, right))
+            await client.initialize()
+            call = {"name": "bash", "arguments": {"command": "echo started; sleep 30"}}
+            await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+            await trio.sleep(0.5)  # the command is running
+            await left.send_eof()
+            reply = await client.receive()
+    assert reply["result"]["isError"] is True, reply
+    assert reply["result"]["_meta"]["dsh/code"].startswith("ABORTED")
+    assert observer.codes == ["ABORTED"]
+
+
+async def test_requests_read_before_end_of_input_are_still_answered(make_host):
+    observer = _Observer()
+    host = make_host(observer)
+    left, right = trio.testing.memory_stream_pair()
+    client = Client(left)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve(host, right, right))
+        await client.initialize()
+        await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        await client.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        await left.send_eof()
+        replies = {(await client.receive())["id"] for _ in range(2)}
+    assert replies == {2, 3}
+
+
+async def test_deleting_an_http_session_aborts_its_running_calls(make_host):
+    """The HTTP form of closing: DELETE of the session cancels its calls; they end ABORTED."""
+    import threading
+
+    import httpx2
+
+    from dsh_host import define_tool
+    from dsh_host._mcp._service import serve_http
+
+    from .mcp_support import INIT
+
+    started, ended = threading.Event(), threading.Event()
+    codes: list[str] = []
+
+    class Recorder:
+        name = "recorder"
+
+        @hookimpl
+        def dsh_tool_result(self, execution, result):
+            codes.append(result.code)
+            ended.set()
+
+    async def hang(args, ctx):
+        started.set()
+        await trio.sleep_forever()
+
+    tool = define_tool(name="hang", description="", parameters={}, execute=hang)
+    host = make_host(Recorder(), tools=[tool])
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+    def client(url):
+        with httpx2.Client(timeout=30) as http:
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}
+            opened = http.post(url, headers=headers, json=init)
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            http.post(url, headers=session, json=note)
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hang"}}
+
+            def calling():
+                with httpx2.Client(timeout=30) as other:
+                    other.post(url, headers=session, json=call)
+
+            caller = threading.Thread(target=calling, daemon=True)
+            caller.start()
+            assert started.wait(30)
+            http.delete(url, headers=session)
+            return ended.wait(30)
+
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(serve_http, host, "127.0.0.1:0")
+        finished = await trio.to_thread.run_sync(client, bound[0] + "/mcp")
+        nursery.cancel_scope.cancel()
+    assert finished
+    assert codes == ["ABORTED"]

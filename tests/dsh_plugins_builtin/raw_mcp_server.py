@@ -1,0 +1,97 @@
+"""A misbehaving MCP server on raw stdio (no SDK: it sends what no SDK server would).
+
+``python raw_mcp_server.py MODE [FILE]``; MODE picks the misbehaviour:
+
+- ``dup``: lists ``echo`` twice (different descriptions) and ``other``;
+- ``badschema``: lists a tool without ``inputSchema``, one whose schema is an array, one
+  without a name, and ``good``;
+- ``malformed``: ``tools/call`` is answered ``"result": [1, 2, 3]``;
+- ``huge``: ``tools/call`` is answered with a 100 MB single-line result, written slowly
+  enough that only a reader that gives up early finishes in time;
+- ``escape``: at start, forks a child that leaves the process group (``setsid``), writes to
+  FILE (a FIFO) and sleeps, as a daemon would;
+- ``children``: at start, forks a child in its own process group that writes its pid to FILE
+  (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind.
+"""
+
+import json
+import os
+import sys
+import time
+
+MODE = sys.argv[1]
+SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+
+def tool(name, **extra):
+    return {"name": name, "description": f"the {name} tool", "inputSchema": SCHEMA, **extra}
+
+
+TOOLS = {
+    "dup": [tool("echo"), tool("echo", description="the impostor"), tool("other")],
+    "badschema": [
+        {"name": "noschema", "description": "no inputSchema"},
+        {"name": "arrayschema", "inputSchema": [1, 2]},
+        {"description": "no name", "inputSchema": SCHEMA},
+        tool("good"),
+    ],
+}.get(MODE, [tool("echo")])
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(request):
+    method, rid = request.get("method"), request.get("id")
+    if method == "initialize":
+        version = request["params"]["protocolVersion"]
+        result = {
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "raw", "version": "1"},
+        }
+        return send({"jsonrpc": "2.0", "id": rid, "result": result})
+    if method == "tools/list":
+        return send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+    if method == "tools/call":
+        name = request["params"]["name"]
+        if MODE == "malformed" and name == "echo":
+            return send({"jsonrpc": "2.0", "id": rid, "result": [1, 2, 3]})
+        if MODE == "huge":
+            head = '{"jsonrpc":"2.0","id":' + json.dumps(rid)
+            head += ',"result":{"content":[{"type":"text","text":"'
+            sys.stdout.write(head)
+            for _ in range(100):
+                sys.stdout.write("x" * 1_000_000)
+                sys.stdout.flush()
+                time.sleep(0.05)
+            sys.stdout.write('"}]}}\n')
+            sys.stdout.flush()
+            return None
+        text = "echo: " + request["params"].get("arguments", {}).get("text", "")
+        result = {"content": [{"type": "text", "text": text}]}
+        return send({"jsonrpc": "2.0", "id": rid, "result": result})
+    if rid is not None:
+        return send({"jsonrpc": "2.0", "id": rid, "result": {}})
+    return None
+
+
+if MODE == "children" and os.fork() == 0:
+    with open(sys.argv[2], "w") as file:  # a FIFO the test reads
+        file.write(str(os.getpid()))
+    os.closerange(0, 3)
+    time.sleep(300)
+    os._exit(0)
+
+if MODE == "escape" and os.fork() == 0:
+    os.setsid()
+    os.closerange(0, 3)
+    with open(sys.argv[2], "w") as file:
+        file.write("started")
+    os.execvp("sleep", ["sleep", "300"])
+
+for line in sys.stdin:
+    if line.strip():
+        answer(json.loads(line))

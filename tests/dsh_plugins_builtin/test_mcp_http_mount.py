@@ -1,0 +1,57 @@
+"""A streamable-HTTP server mounted by the ``mcp`` plugin: its answers pass the same guard."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from dsh_host import Host, define_tool
+from dsh_host._mcp._service import serve_http
+from dsh_plugins_builtin.mcp import McpPlugin
+
+
+def _serving(host, bound, ready, stop):
+    """Serve *host* over HTTP in this (other) thread until *stop* is set."""
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            bound.append((await nursery.start(serve_http, host, "127.0.0.1:0"))[0])
+            ready.set()
+            await trio.to_thread.run_sync(stop.wait)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_an_http_server_is_mounted_and_its_tools_called():
+    async def echo(args):
+        return "echo: " + args["text"]
+
+    remote = Host(load_entrypoints=False)
+    remote.registry.register(
+        define_tool(
+            name="echo",
+            description="echo",
+            execute=echo,
+            parameters={"text": {"type": "string", "required": True}},
+        )
+    )
+    bound: list[str] = []
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_serving, args=(remote, bound, ready, stop), daemon=True)
+    thread.start()
+    plugin = McpPlugin()
+    try:
+        assert ready.wait(60)  # a bound, not a pace: set as soon as it listens
+        servers = {"remote": {"url": bound[0] + "/mcp"}}
+        host = Host(
+            {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
+        )
+        assert plugin.status()["remote"]["status"] == "running", plugin.status()
+        result = trio.run(host.call, "mcp__remote__echo", {"text": "over http"})
+        assert result.text == "echo: over http"
+    finally:
+        plugin.close()
+        stop.set()
+        thread.join(10)

@@ -1,0 +1,92 @@
+"""The executable check of mounted servers agrees with the sandbox (issue 24 row 2)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh_host import Host
+from dsh_plugins_builtin.mcp import McpPlugin
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+
+
+def _start(workspace, server, monkeypatch=None, path=None, **sandbox):
+    if path is not None:
+        monkeypatch.setenv("PATH", path)
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(workspace)},
+        "plugin": {
+            "sandbox": {"writable_roots": ["."], **sandbox},
+            "mcp": {"servers": {"s": server}},
+        },
+    }
+    try:
+        Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+        return plugin.status()["s"]
+    finally:
+        plugin.close()
+
+
+def test_a_server_in_a_protected_project_environment_is_accepted(tmp_path):
+    """A project's own virtual environment is writable by tools, so a server there is refused
+    (a tool could swap it for its own code, run with the server's env and roots) unless the
+    sandbox keeps it read-only: listed under [plugin.sandbox] protected, it is accepted."""
+    ws = tmp_path / "ws"
+    (ws / ".venv" / "bin").mkdir(parents=True)
+    script = ws / ".venv" / "bin" / "server.py"
+    script.write_text(Path(__file__).with_name("raw_mcp_server.py").read_text())
+    server = {"command": sys.executable, "args": [str(script), "plain"]}
+    refused = _start(ws, server)
+    assert refused["status"] == "failed"
+    assert "[plugin.sandbox] protected" in refused["error"]
+    protected = [".git", ".claude", ".dsh", "dsh.toml", ".venv"]
+    status = _start(ws, server, protected=protected)
+    assert status["status"] == "running", status["error"]
+    assert status["tools"] == ["mcp__s__echo"]
+
+
+def test_a_server_in_dshs_protected_environment_inside_the_workspace_is_accepted():
+    """The common install: the project's virtual environment, inside the workspace. dsh keeps
+    its own environment read-only (protect_install), so its programs are safe to start."""
+    venv_bin = Path(sys.executable).parent
+    workspace = venv_bin.parent.parent  # the project holding .venv
+    program = venv_bin / "mcp-server-time"
+    if not program.exists():
+        pytest.skip("mcp-server-time is not installed in this environment")
+    status = _start(workspace, {"command": str(program), "args": ["--local-timezone", "UTC"]})
+    assert status["status"] == "running", status["error"]
+    assert "mcp__s__get_current_time" in status["tools"]
+
+
+def test_the_path_lookup_says_what_it_skipped_and_why(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    planted = ws / "bin" / "my-server"
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    status = _start(
+        ws, {"command": "my-server"}, monkeypatch, path=f"{ws}/bin:relative/bin:/usr/bin"
+    )
+    assert status["status"] == "failed"
+    error = status["error"]
+    assert "'my-server' was not found on PATH (/usr/bin)" in error
+    assert f"'{ws}/bin': inside the writable root '{os.path.realpath(ws)}'" in error
+    assert "'relative/bin': relative" in error
+    assert "servers.s.command" in error
+
+
+def test_a_refusal_names_the_writable_root_and_the_setting(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = ws / "server.py"
+    script.write_text("")
+    status = _start(ws, {"command": sys.executable, "args": [str(script)]})
+    assert status["status"] == "failed"
+    error = status["error"]
+    assert f"inside a writable root of the sandbox policy, '{os.path.realpath(ws)}'" in error
+    assert "[plugin.sandbox] writable_roots" in error
+    assert "[plugin.sandbox] protected" in error
