@@ -19,10 +19,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 import trio
 
-from .._model._json import canonical_json
-from .._model._text import printable
-from .._model._values import ApprovalOutcome, ApprovalRequest
-from .._registry._hooks import hookimpl
+from dsh_host import ApprovalOutcome, ApprovalRequest, canonical_json, hookimpl, printable
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext

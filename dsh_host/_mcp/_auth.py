@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._model._values import Scope, ToolRestriction
+from dsh_host import Scope, ToolRestriction
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
