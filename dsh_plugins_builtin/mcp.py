@@ -31,6 +31,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from dsh_host import (
     ConfigError,
@@ -219,6 +220,10 @@ class McpPlugin:
             }
             for link in links
         }
+
+    @hookimpl
+    async def dsh_host_stopping(self) -> None:
+        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: servers ended and reaped
 
     def close(self) -> None:
         """Close every session; the servers see end of input and exit."""
