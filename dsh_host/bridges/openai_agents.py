@@ -76,6 +76,7 @@ class _Tools:
             if result is not None and state.deferred(result):
                 self.approved[call_id] = (name, canonical_json(params))  # if the person agrees
                 return True
+            self.approved.pop(call_id, None)  # a stale approval never carries over
             return False
 
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
