@@ -20,7 +20,7 @@ caller's current context, so under an agent framework's span it nests there. Ins
 
 With ``enabled = "auto"`` (the default) the plugin is off unless OpenTelemetry is installed and
 a tracer provider other than the API's default no-op one is set when the host starts; off, it
-unregisters itself and costs nothing per call. ``enabled = true`` without OpenTelemetry is a
+takes its hooks out of the pipeline and costs nothing per call (``dsh plugins`` says why). ``enabled = true`` without OpenTelemetry is a
 configuration error.
 """
 
@@ -50,6 +50,9 @@ from ._audit._writer import redact
 __all__ = ["OtelConfig", "OtelPlugin"]
 
 Enabled = bool | Literal["auto"]
+_PER_CALL = (
+    "dsh_tool_pre_execute", "dsh_tool_approve", "dsh_tool_guard", "dsh_tool_execute", "dsh_tool_result",
+)  # fmt: skip
 
 
 @final
@@ -75,6 +78,8 @@ class OtelPlugin:
         self._tracer: Any = None
         self._capture = False
         self._calls: dict[object, _Call] = {}
+        self._status = "not started"
+        self.dsh_idle_hooks: set[str] = set()
 
     @hookimpl
     def dsh_plugin_config(self) -> type[OtelConfig]:
@@ -92,15 +97,27 @@ class OtelPlugin:
                     "pip install 'dsh-host[otel]' (or set enabled = \"auto\")",
                     path=host.config.source, plugin=self.name, key="enabled",
                 ) from None  # fmt: skip
-            host.pm.unregister(self)
+            self._off("OpenTelemetry is not installed (pip install 'dsh-host[otel]')")
             return
         provider = self._provider or trace.get_tracer_provider()
         default = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-        if config.enabled is False or (config.enabled == "auto" and isinstance(provider, default)):
-            host.pm.unregister(self)  # no per-call hook left to cost anything
+        if config.enabled is False:
+            self._off("enabled = false")
             return
+        if config.enabled == "auto" and isinstance(provider, default):
+            self._off("no OpenTelemetry tracer provider was configured before the host started")
+            return
+        self._status = f"tracing to {type(provider).__name__}"
         self._tracer = provider.get_tracer("dsh_host")
         self._capture = config.capture_content
+
+    def _off(self, why: str) -> None:
+        self._status = f"off: {why}"
+        self.dsh_idle_hooks = set(_PER_CALL)  # the pipeline never calls them: no cost per call
+
+    @hookimpl
+    def dsh_plugin_status(self) -> list[str]:
+        return [self._status]
 
     @hookimpl(tryfirst=True)
     async def dsh_tool_pre_execute(

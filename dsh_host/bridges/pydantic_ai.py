@@ -67,6 +67,12 @@ def _output(result: ToolExecutionResult, state: BridgeCall, metadata: dict[str, 
     return text_of(result)
 
 
+def _exclusive(host: Host, name: str, scope: Scope | None) -> bool:
+    """A tool that never says it is concurrency-safe runs alone (dsh's exclusive barrier)."""
+    tool = host.registry.get(name, scope)
+    return tool is None or tool.is_concurrency_safe is None
+
+
 class DshToolset(AbstractToolset[Any]):
     """The tools of a dsh host, for a pydantic-ai agent; see the module docstring.
 
@@ -103,6 +109,7 @@ class DshToolset(AbstractToolset[Any]):
                     name=schema.name,
                     description=schema.description,
                     parameters_json_schema=thaw(schema.parameters),
+                    sequential=_exclusive(self._plain, schema.name, self._scope),
                 ),
                 max_retries=self._max_retries,
                 args_validator=_ANY_OBJECT,

@@ -122,7 +122,18 @@ async def test_the_approval_wait_is_a_child_span(traced, autojump_clock):
 async def test_off_when_no_tracer_provider_is_configured():
     plugin = OtelPlugin()  # the global provider: the API's default, a no-op
     async with dsh_host.open_host(plugins=[plugin, Policy()], entry_points=False) as host:
-        assert host.pm.get_plugin("otel") is None  # unregistered: no hook costs anything
+        hooks = (
+            "dsh_tool_pre_execute",
+            "dsh_tool_approve",
+            "dsh_tool_guard",
+            "dsh_tool_execute",
+            "dsh_tool_result",
+        )
+        assert not [i for h in hooks for i in host.hooks.impls(h) if i.plugin == "otel"]  # no cost
+        (row,) = [row for row in host.plugins() if row.name == "otel"]
+        assert row.status_lines == (
+            "off: no OpenTelemetry tracer provider was configured before the host started",
+        )
         assert (await host.call("echo", {"text": "hi"})).content[0].text == "hi"
 
 
