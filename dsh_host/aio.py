@@ -11,7 +11,9 @@ span, say) are copied into the call's trio task.
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
-so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle.
+so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
+(two thread wake-ups for a call that finds it idle; `_keep_warm` spares calls in quick
+succession).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class _Guest:
     finished: asyncio.Future[outcome.Outcome[None]]
     users: int = 0
     stopping: bool = False
+    last: float = 0.0
+    """When a call last started or ended (trio's clock)."""
+    wake: trio.Event = attrs.Factory(trio.Event)
 
 
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[_Guest]] = (
@@ -106,6 +111,7 @@ def _start(loop: asyncio.AbstractEventLoop, ready: asyncio.Future[_Guest]) -> No
         async with trio.open_nursery() as nursery:
             stop = trio.Event()
             guest = _Guest(trio.lowlevel.current_trio_token(), nursery, stop, finished)
+            trio.lowlevel.spawn_system_task(_keep_warm, guest)
             if not ready.done():
                 ready.set_result(guest)
             await stop.wait()
@@ -126,6 +132,30 @@ def _start(loop: asyncio.AbstractEventLoop, ready: asyncio.Future[_Guest]) -> No
     )
 
 
+WARM: float = 0.002
+"""How long (seconds) the guest run stays warm after a call: see `_keep_warm`."""
+
+
+async def _keep_warm(guest: _Guest) -> None:
+    """While calls come (one started or ended less than `WARM` ago), keep a trio task runnable:
+    the guest run's ticks are then scheduled on the asyncio loop itself (``loop.call_soon``)
+    instead of waiting for I/O in trio's helper thread, so a call in a quick succession of calls
+    does not pay two thread hops. A long call does not keep it spinning; idle, it sleeps until
+    the next call wakes it."""
+    while True:
+        if trio.current_time() - guest.last < WARM:
+            await trio.lowlevel.checkpoint()
+        else:
+            guest.wake = trio.Event()
+            await guest.wake.wait()
+
+
+def _spawn(guest: _Guest, task: Callable[[], Awaitable[None]]) -> None:
+    guest.last = trio.current_time()
+    guest.wake.set()
+    guest.nursery.start_soon(task)
+
+
 async def _leave(guest: _Guest) -> None:
     guest.users -= 1
     if guest.users == 0:
@@ -143,10 +173,11 @@ async def _in_trio(guest: _Guest, job: Callable[[AbortSignal], Awaitable[T]]) ->
     async def task() -> None:
         _copy_into_trio(context)
         result = await outcome.acapture(job, signal)
+        guest.last = trio.current_time()
         if not settled.done():
             settled.set_result(result)
 
-    guest.token.run_sync_soon(guest.nursery.start_soon, task)
+    guest.token.run_sync_soon(_spawn, guest, task)
     try:
         return (await asyncio.shield(settled)).unwrap()  # a cancel must not cancel *settled*
     except asyncio.CancelledError:
