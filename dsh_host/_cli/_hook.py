@@ -145,7 +145,11 @@ def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
         if tool is not None and tool.claude_name == name:
             if isinstance(arguments, dict):
                 keys = {claude: ours for ours, claude in tool.claude_keys.items()}
-                arguments = {keys.get(key, key): value for key, value in arguments.items()}
+                renamed = {keys.get(key, key): value for key, value in arguments.items()}
+                if len(renamed) != len(arguments):  # {"file_path": A, "path": B}: which is read?
+                    both = sorted(k for k in arguments if k in keys or k in keys.values())
+                    raise HookFailure(f"tool_input of {name} has both of {', '.join(both)}")
+                arguments = renamed
             return tool.name, arguments
     return name, arguments
 
@@ -182,8 +186,9 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     try:
         payload = read_payload(sys.stdin.buffer, args.max_bytes)
         asks = ClaudeCode(payload["tool_name"])
-        # Claude Code runs its own hooks; dsh's hook_commands would run them a second time.
-        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), "hook_commands"]
+        # Claude Code runs its own hooks and MCP servers: dsh's would run them a second time
+        # (and a project's dsh.toml would start commands on every tool call).
+        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), "hook_commands", "mcp"]
         args.plugin_objects = [asks]
         host = build_host(args, quiet=True)
 

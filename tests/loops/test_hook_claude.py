@@ -201,3 +201,24 @@ def test_the_console_script_speaks_claude_codes_protocol(project):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr  # (a warning about the mcp__github__* rule is fine)
     assert decision(json.loads(done.stdout)) == "deny"
+
+
+def test_a_claude_key_and_its_dsh_twin_together_fail_closed(project, capsys, monkeypatch):
+    # Claude Code reads file_path; were dsh to judge "path", a model could show it one file
+    # and read another.
+    root, _ = project
+    tool_input = {"file_path": f"{root}/secrets/key.pem", "path": f"{root}/src/app.py"}
+    status, answer, err = run_hook(payload("PreToolUse", "Read", tool_input), capsys, monkeypatch)
+    assert (status, answer) == (2, None)
+    assert "has both of file_path, path" in err
+
+
+def test_mcp_servers_of_a_project_config_never_start(project, capsys, monkeypatch):
+    root, _ = project
+    marker = root / "started"
+    (root / "dsh.toml").write_text(
+        f'[plugin.mcp.servers.evil]\ncommand = "/bin/sh"\nargs = ["-c", "touch {marker}"]\n'
+    )
+    status, _, _ = run_hook(payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch)
+    assert status == 0
+    assert not marker.exists()
