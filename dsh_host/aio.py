@@ -166,22 +166,31 @@ async def _leave(guest: _Guest) -> None:
 
 async def _in_trio(guest: _Guest, job: Callable[[AbortSignal], Awaitable[T]]) -> T:
     """Run *job* as a trio task of the guest run; cancelling the caller aborts its signal."""
-    settled: asyncio.Future[outcome.Outcome[T]] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    waiting: list[asyncio.Future[outcome.Outcome[T]]] = [loop.create_future()]
     signal = AbortSignal()
     context = contextvars.copy_context()
+
+    ended: list[bool] = []
 
     async def task() -> None:
         _copy_into_trio(context)
         result = await outcome.acapture(job, signal)
         guest.last = trio.current_time()
-        if not settled.done():
-            settled.set_result(result)
+        ended.append(True)
+        for future in waiting:
+            if not future.done():
+                future.set_result(result)
 
     guest.token.run_sync_soon(_spawn, guest, task)
     try:
-        return (await asyncio.shield(settled)).unwrap()  # a cancel must not cancel *settled*
+        return (await waiting[0]).unwrap()
     except asyncio.CancelledError:
+        if ended:  # the call settled as the cancellation came: nothing left to wait for
+            raise
         guest.token.run_sync_soon(signal.abort, "the asyncio task was cancelled")
+        settled = loop.create_future()  # the first was cancelled with the caller
+        waiting.append(settled)
         while not settled.done():  # never abandon the call: wait for it to settle
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(settled)

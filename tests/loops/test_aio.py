@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 
 import anyio
@@ -148,3 +149,20 @@ def test_outside_any_loop_it_says_so():
     cm = open_test_host(Tools())
     with pytest.raises(RuntimeError, match="this is no event loop"):
         cm.__aenter__().send(None)
+
+
+def test_a_cancellation_racing_the_calls_end_neither_hangs_nor_abandons():
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            for _ in range(50):  # cancel at every point of a call's life (once it began)
+                for ticks in range(1, 7):
+                    task = asyncio.ensure_future(host.call("echo", {"text": "x"}))
+                    for _ in range(ticks):
+                        await asyncio.sleep(0)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait_for(asyncio.shield(task), timeout=30)
+            assert len(tools.results) == 300  # every call settled, each exactly once
+
+    asyncio.run(main())
