@@ -211,8 +211,14 @@ class AsyncioHost:
     def __init__(self, host: Host, guest: _Guest) -> None:
         self.host = host
         self._guest = guest
+        self._closed = False
 
     def _run(self, job: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
+        if self._closed:
+            raise RuntimeError(
+                "this dsh host is closed (its `async with dsh_host.aio.open_host()` ended, or "
+                "aclose() ran): open a new one"
+            )
         return _in_trio(self._guest, job)
 
     async def call(
@@ -254,8 +260,10 @@ class AsyncioHost:
         return self.host.schemas(scope, format=format)
 
     async def aclose(self) -> None:
-        """`Host.aclose`: stop the plugins (flush audit, end child processes)."""
-        await self._run(lambda signal: close_host(self.host))
+        """`Host.aclose`: stop the plugins (flush audit, end child processes). Once."""
+        if not self._closed:
+            await self._run(lambda signal: close_host(self.host))
+            self._closed = True
 
 
 def _input(call: Call) -> ToolExecutionInput:

@@ -166,3 +166,16 @@ def test_a_cancellation_racing_the_calls_end_neither_hangs_nor_abandons():
             assert len(tools.results) == 300  # every call settled, each exactly once
 
     asyncio.run(main())
+
+
+def test_a_closed_host_says_so():
+    async def main():
+        async with open_test_host(Tools()) as host:
+            await host.aclose()
+            await host.aclose()  # once
+            with pytest.raises(RuntimeError, match="this dsh host is closed"):
+                await host.call("echo", {"text": "late"})
+        with pytest.raises(RuntimeError, match="this dsh host is closed"):
+            await host.call("echo", {"text": "later"})
+
+    asyncio.run(main())
