@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import hookspecs
 from ._host._host import Host
+from ._host._open import open_host
 from ._host._plugins import PluginInfo, PluginStatus
 from ._host._registry import ToolRegistry
 from ._model._errors import (
@@ -116,6 +117,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "hookspecs",
+    "open_host",
     "parse_json",
     "printable",
     "thaw",

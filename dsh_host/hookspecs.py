@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dsh_host_started",
+    "dsh_host_stopping",
     "dsh_path_denied",
     "dsh_plugin_config",
     "dsh_plugin_status",
@@ -132,6 +133,24 @@ def dsh_host_started(host: Host) -> None:
             @hookimpl
             def dsh_host_started(self, host):
                 self.config = host.config_for(self)  # state lives on the plugin object
+    """
+
+
+@hookspec
+def dsh_host_stopping(host: Host) -> Awaitable[None] | None:
+    """Called once for every plugin when the host closes (`Host.aclose`, the end of
+    ``async with dsh_host.open_host() as host``).
+
+    Release what `dsh_host_started` acquired: commit queued records, stop worker threads, end
+    child processes and wait for them. Plain or ``async def``; each implementation is isolated
+    (one that raises is logged and stops no other). No call runs after it.
+
+    Example::
+
+        class SpoolPlugin:
+            @hookimpl
+            async def dsh_host_stopping(self, host):
+                await trio.to_thread.run_sync(self.spool.close)
     """
 
 

@@ -175,6 +175,10 @@ class AuditPlugin:
         if config.required:
             writer.probe()
 
+    @hookimpl
+    async def dsh_host_stopping(self) -> None:
+        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: every queued row committed
+
     def close(self) -> None:
         """Commit what is queued, stop the writer thread and close the database."""
         if self._writer is not None:

@@ -50,7 +50,6 @@ from dsh_host import (
     AbortSignal,
     Accept,
     Allow,
-    ApprovalRequest,
     Ask,
     Block,
     ConfigError,
@@ -355,7 +354,6 @@ class HookCommandsPlugin:
         self._pending: dict[object, tuple[str, ...]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._decided = Notes()  # PreToolUse decision per call, for the guard
-        self._asked = Notes()  # calls put to the approvers, for the guard
         # (event, tool definition by id or unknown tool name) -> (the tool, the hooks it matches)
         self._matched: dict[tuple[Event, object], tuple[object, tuple[HookCommand, ...]]] = {}
 
@@ -387,7 +385,6 @@ class HookCommandsPlugin:
         idle = set()
         if not self.hooks["PreToolUse"]:
             idle |= {"dsh_tool_pre_execute", "dsh_tool_result", "dsh_tool_guard"}
-            idle.add("dsh_tool_approve")  # nothing is ever pending, decided or asked
             if not self.hooks["PostToolUse"]:
                 idle.add("dsh_tool_post_execute")
         self.dsh_idle_hooks = frozenset(idle)
@@ -577,18 +574,13 @@ class HookCommandsPlugin:
             return Ask("\n\n".join(r for r in asks if r) or None)
         return Allow() if allowed else None
 
-    @hookimpl(tryfirst=True)
-    def dsh_tool_approve(self, request: ApprovalRequest) -> None:
-        """Note that this call was put to the approvers (answers nothing), for the guard."""
-        self._asked.note(request.execution.token)
-
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> Awaitable[str | None] | str | None:
         """A hook's deny (or unanswered ask) again, after every plugin: final whoever allowed.
 
         A call whose PreToolUse hooks did not run (another plugin allowed it first) has them
         run here."""
-        asked = self._asked.take(execution.token) is not MISSING
+        asked = execution.approved_by is not None
         decided = self._decided.take(execution.token)
         if execution.dry_run:
             return None

@@ -298,6 +298,10 @@ class McpPlugin:
             for link in links
         }
 
+    @hookimpl
+    async def dsh_host_stopping(self) -> None:
+        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: servers ended and reaped
+
     def close(self) -> None:
         """Close every session; the servers see end of input and exit."""
         if self._mount is not None:

@@ -50,7 +50,6 @@ import attrs
 
 from dsh_host import (
     Allow,
-    ApprovalRequest,
     Ask,
     ConfigError,
     Deny,
@@ -61,7 +60,7 @@ from dsh_host import (
 )
 
 from ._rules._checks import sandbox_fence, unmounted
-from ._rules._final import MISSING, Notes, who_allowed
+from ._rules._final import who_allowed
 from ._rules._rules import (
     EDIT_RULES,
     READ_RULES,
@@ -83,7 +82,7 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _FIXED_KEPT = 1_024
-_FINAL_HOOKS = ("dsh_tool_guard", "dsh_tool_approve")
+_FINAL_HOOKS = ("dsh_tool_guard",)
 _MAX_SETTINGS = 4 * 1024 * 1024
 
 
@@ -165,7 +164,6 @@ class PermissionsPlugin:
         self._host: Host | None = None
         # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
         self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
-        self._asked = Notes()
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
 
@@ -297,16 +295,10 @@ class PermissionsPlugin:
         self._last = (execution.token, own)
         return _stricter(own, call_next)
 
-    @hookimpl(tryfirst=True)
-    def dsh_tool_approve(self, request: ApprovalRequest) -> None:
-        """Note that this call was put to the approvers (answers nothing): the guard lets a
-        call an ask rule matches run only when the approvers were asked and allowed it."""
-        self._asked.note(request.execution.token)
-
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
         """Deny and ask rules again, after every other plugin: final whoever allowed the call."""
-        asked = self._asked.take(execution.token) is not MISSING
+        asked = execution.approved_by is not None
         last = self._last
         mine = last is not None and last[0] is execution.token
         own = last[1] if last is not None and mine else self.decide(execution)

@@ -116,6 +116,7 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
             objects.append(load_module(spec))
         except PluginLoadError as exc:
             raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
+    objects.extend(getattr(args, "plugin_objects", ()))  # a command's own, last (`dsh hook`)
     path = config or getattr(args, "sub_config", None) or args.config
     source = pathlib.Path(path) if path else find_config()
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
@@ -408,6 +409,14 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the longest message accepted, a stdio line or an HTTP body (default: 16 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_mcp)
 
+    p = sub.add_parser("hook", parents=common, help="answer an agent's hooks with dsh's policy")
+    hook_sub = p.add_subparsers(dest="hook_command", metavar="AGENT", required=True)
+    p = hook_sub.add_parser("claude", parents=common,
+                            help="a Claude Code hook: PreToolUse, PermissionRequest, PostToolUse")  # fmt: skip
+    p.add_argument("--max-bytes", type=int, metavar="N", default=4 * 1024 * 1024,
+                   help="the largest payload read from stdin (default: 4 MiB)")  # fmt: skip
+    p.set_defaults(handler=_cmd_hook)
+
     # Commands of built-in plugins; main() hands their arguments over unparsed.
     for name, summary in _DELEGATED.items():
         sub.add_parser(name, help=summary[2], add_help=False)
@@ -443,6 +452,12 @@ def _delegate(argv: Sequence[str]) -> int:
         return 2
     status: int = command(rest)
     return status
+
+
+def _cmd_hook(args: argparse.Namespace) -> int:
+    from ._hook import cmd_hook_claude
+
+    return cmd_hook_claude(args, build_host)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

@@ -27,7 +27,9 @@ from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from .._schema._tool import ToolDefinition
 from ._config import Config, find_config, load_config, structure_plugin_config
+from ._lifecycle import SchemaFormat, close_host, export_schemas
 from ._loading import at, load_entry_point
+from ._messages import Format, arguments_of, run_tool_calls
 from ._plugins import (
     PluginInfo,
     PluginStatus,
@@ -310,15 +312,34 @@ class Host:
         signal: AbortSignal | None = None,
         trace: Trace | None = None,
     ) -> ToolExecutionResult:
-        """Run one call through the whole pipeline and return its frozen result."""
+        """Run one call through the whole pipeline and return its frozen result.
+
+        *arguments* is an object, or its JSON text as a model sends it (a text that is not JSON
+        ends ``INVALID_ARGS``, saying why)."""
         input = ToolExecutionInput(
             call_id=call_id or new_call_id(),
             name=name,
-            arguments=arguments,
+            arguments=arguments_of(arguments) if isinstance(arguments, str) else arguments,
             scope=scope,
             signal=signal,
         )
         return await self.registry.execute(input, trace=trace)
+
+    async def run_tool_calls(
+        self, calls: Any, *, format: Format, signal: AbortSignal | None = None
+    ) -> list[dict[str, Any]]:
+        """Run a provider's tool calls as one step; its result shapes back (see `_messages`)."""
+        return await run_tool_calls(
+            self.registry.execute_batch, calls, format=format, signal=signal
+        )
+
+    def schemas(self, scope: Scope | None = None, *, format: SchemaFormat = "mcp") -> list[Any]:
+        """The tools' schemas in a provider's ``tools`` format (``openai``, ``anthropic``, ``mcp``)."""
+        return export_schemas(self.registry.schemas(scope), format)
+
+    async def aclose(self) -> None:
+        """Stop the plugins (``dsh_host_stopping``): flush audit, end child processes. Once."""
+        await close_host(self)
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
         """Why policy withholds *path* (absolute, real) from the running *execution*, or ``None``.

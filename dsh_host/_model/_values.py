@@ -74,9 +74,14 @@ _nested_ids = itertools.count(1)
 
 @final
 class CallToken:
-    """The opaque identity of one call (``execution.token``): comparable only by ``is``."""
+    """The opaque identity of one call (``execution.token``): comparable only by ``is``.
 
-    __slots__ = ("__weakref__",)
+    The pipeline notes on it the approver that allowed the call once (stage D), read by guards
+    as `ToolExecution.approved_by`; nothing else is kept on it.
+    """
+
+    __slots__ = ("__weakref__", "approved_by")
+    approved_by: str  # set by stage D only; unset (not ``None``) until then
 
     def __repr__(self) -> str:
         return f"<call token {id(self):#x}>"
@@ -172,6 +177,13 @@ class ToolExecution:
     signal: AbortSignal = attrs.field(factory=AbortSignal, repr=False)
     token: object = attrs.field(factory=lambda: CallToken(), repr=False, eq=False)
     dry_run: bool = attrs.field(default=False, repr=False)
+
+    @property
+    def approved_by(self) -> str | None:
+        """The approver that allowed this call once (stage D), or ``None`` when the call was not
+        put to an approver or not yet. Guards read it: a policy that must hold unless a person
+        (or a configured approver) allowed the call checks it, whatever plugin said ``Allow``."""
+        return getattr(self.token, "approved_by", None)
 
     @classmethod
     def _make(

@@ -26,6 +26,7 @@ from .._model._values import (
     ApprovalOutcome,
     ApprovalRequest,
     Ask,
+    CallToken,
     Deny,
     ToolExecution,
     ToolExecutionInput,
@@ -212,6 +213,9 @@ class _Gate(_Chains):
             outcome_text = "unavailable: no approver answered"
             trace(TraceEvent(execution.call_id, "dsh_tool_approve", None, outcome_text, 0.0))
         if outcome is ApprovalOutcome.ALLOWED_ONCE:
+            token = execution.token
+            if type(token) is CallToken:  # noted for the guards: `ToolExecution.approved_by`
+                token.approved_by = approver or "an approver"
             return None
         if outcome is ApprovalOutcome.CANCELLED:
             if execution.signal.aborted:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .._model._errors import JsonSchemaError
-from .._model._json import FrozenDict, thaw
+from .._model._json import FrozenDict, JsonInputError, parse_json, thaw
 
 __all__ = ["Validator", "compile_accepts", "compile_parameters"]
 
@@ -91,7 +91,9 @@ def _compile_check(node: Mapping[str, Any], root: str) -> _Check:
 
         def check_object(value: Any, path: str, errors: list[str]) -> None:
             if not isinstance(value, Mapping):
-                errors.append(f'"{(path or root)}" must be an object')
+                errors.append(
+                    not_an_object(value, root) if not path else f'"{path}" must be an object'
+                )
                 return
             for key in required:
                 if key not in value:
@@ -197,6 +199,30 @@ def _compile_ok(node: Mapping[str, Any]) -> Callable[[Any], bool]:
     return lambda value: test(value) and value in allowed
 
 
+def not_an_object(value: Any, where: str) -> str:
+    """What is wrong with *value* where an object was expected, exactly (a JSON text that is
+    not JSON says why it is not)."""
+    if isinstance(value, str) and where == "arguments":  # a model's arguments, as JSON text
+        try:
+            parsed = parse_json(value)
+        except JsonInputError as exc:
+            return f'"{where}" must be a JSON object; got a string that is not one ({exc})'
+        return f'"{where}" must be an object; got a string whose JSON is {_json_kind(parsed)}'
+    return f'"{where}" must be an object; got {_json_kind(value)}'
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list | tuple) else f"a {type(value).__name__}"
+
+
 def compile_parameters(schema: Mapping[str, Any], root: str = "arguments") -> Validator:
     """Compile *schema* once into a function from a value to the list of violations.
 
@@ -245,7 +271,10 @@ def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
                 kinds = error.validator_value
                 kinds = [kinds] if isinstance(kinds, str) else list(kinds)
                 nouns = " or ".join(_TYPE_TESTS[k][1] if k in _TYPE_TESTS else k for k in kinds)
-                messages.append(f'"{(path or root)}" must be {nouns}')
+                if not path and kinds == ["object"]:
+                    messages.append(not_an_object(error.instance, root))
+                else:
+                    messages.append(f'"{(path or root)}" must be {nouns}')
             elif error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
                 declared = frozenset(error.schema.get("properties", {}))
                 patterns = error.schema.get("patternProperties", {})

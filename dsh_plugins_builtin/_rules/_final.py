@@ -6,11 +6,11 @@ registered later, or a waterfall link that overrides its downstream) can answer 
 no allow result and the first reason denies, so a plugin enforcing its rules there as well
 cannot be undone by any other plugin (the contract's monotonic guard).
 
-A guard sees only the call, not how it was allowed. For an ask rule it needs one more fact: was
-this call put to an approver? `Notes` keeps that, per call token: the plugin's ``tryfirst``
-``dsh_tool_approve`` notes the call (and answers nothing); the guard takes the note. The memo is
-bounded (the oldest notes go first), so a model cannot grow it; a note lost that way fails
-closed (the call is denied, never allowed).
+A guard sees the call, and one fact of how it was allowed: ``execution.approved_by``, the
+approver that allowed it once (noted by the pipeline at stage D, whatever the order of the
+approvers). An ask rule holds unless it is set. `Notes` keeps what an earlier stage of the same
+plugin decided, per call token; the memo is bounded (the oldest notes go first), so a model
+cannot grow it; a note lost that way fails closed (the call is denied, never allowed).
 """
 
 from __future__ import annotations

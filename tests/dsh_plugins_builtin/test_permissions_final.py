@@ -149,6 +149,29 @@ async def test_an_ask_rule_is_put_to_the_approver_and_runs_when_allowed(position
     assert RAN == ["git push"]
 
 
+class FirstApprover(Approver):
+    """A ``tryfirst`` approver registered after ``permissions``: it answers before any other."""
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_approve(self, request: Any) -> ApprovalOutcome:
+        self.asked.append(request.execution.arguments["command"])
+        return ApprovalOutcome.ALLOWED_ONCE
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+async def test_an_ask_rule_allowed_by_a_tryfirst_approver_runs(position: str) -> None:
+    """The guard reads the approval the pipeline noted (``execution.approved_by``), so the
+    order of the approvers does not matter; a plain ``Allow`` still never counts as one."""
+    RAN.clear()
+    approver = FirstApprover()
+    rules = {"allow": ["bash"], "ask": ["bash(git push:*)"]}
+    host = _host(rules, position, Ask("me too"), approver)
+    result = await host.call("bash", {"command": "git push"})
+    assert not result.is_error, result.text
+    assert approver.asked == ["git push"]
+    assert RAN == ["git push"]
+
+
 async def test_only_the_default_gives_way_to_another_plugins_allow() -> None:
     RAN.clear()
     host = _host({"allow": ["grep"], "default": "deny"}, "tryfirst", Allow(), Approver())

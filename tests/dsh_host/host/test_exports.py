@@ -16,10 +16,11 @@ def test_all_is_sorted_and_complete():
     assert dsh_host.__all__ == sorted(
         dsh_host.__all__, key=str.lower
     ) or dsh_host.__all__ == sorted(dsh_host.__all__)
-    # `testing` is a public submodule, imported on demand; pytest's assertion rewriting (the
-    # pytest11 entry point makes pytest rewrite the whole distribution) adds "@py_builtins".
+    # `testing`, `aio` and `bridges` are public submodules, imported on demand; pytest's
+    # assertion rewriting (the pytest11 entry point makes pytest rewrite the whole
+    # distribution) adds "@py_builtins".
     public = {n for n in vars(dsh_host) if not n.startswith(("_", "@"))}
-    assert set(dsh_host.__all__) == public - {"annotations", "testing"}
+    assert set(dsh_host.__all__) == public - {"aio", "annotations", "bridges", "testing"}
 
 
 def test_contract_names_are_exported():
@@ -113,7 +114,7 @@ def test_error_codes():
 
 def test_every_hookspec_is_typed_and_documented_with_an_example():
     specs = [getattr(hookspecs, n) for n in hookspecs.__all__]
-    assert len(specs) == 13
+    assert len(specs) == 14
     for spec in specs:
         doc = inspect.getdoc(spec) or ""
         assert len(doc.splitlines()) >= 3, spec.__name__

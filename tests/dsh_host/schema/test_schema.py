@@ -252,9 +252,15 @@ def test_tool_decorator_requires_parameters_or_an_attrs_annotation():
             ],
         ),
         ({}, ['missing required property "path"']),
-        (None, ['"arguments" must be an object']),
-        ("nope", ['"arguments" must be an object']),
-        ([], ['"arguments" must be an object']),
+        (None, ['"arguments" must be an object; got null']),
+        (
+            "nope",
+            [
+                '"arguments" must be a JSON object; got a string that is not one (not valid '
+                "JSON: Expecting value: line 1 column 1 (char 0))"
+            ],
+        ),
+        ([], ['"arguments" must be an object; got an array']),
         ({"path": 1}, ['"path" must be a string']),
         ({"path": "p", "n": "x"}, ['"n" must be a number']),
         (

@@ -1,0 +1,189 @@
+"""The cost of reaching dsh from other loops, as ratios to ``host.call`` under trio.
+
+Run with ``python bench/bench_loops.py [--quick] [--json]``. Not a test: nothing fails.
+
+Cases, in one process, on one host shape (an echo tool, no other plugin; entry points off):
+
+* ``trio``: ``await host.call("echo", ...)`` under ``trio.run`` (the denominator);
+* ``asyncio``: ``await host.call(...)`` on ``dsh_host.aio.open_host()``'s host under
+  ``asyncio.run`` (the trio guest run);
+* ``pydantic-ai``: one agent run whose model asks for N echo calls in one step through
+  ``DshToolset``, minus the same run asking for none, per call; beside it the same through a
+  pydantic-ai ``FunctionToolset`` echo (pydantic-ai's own cost of a tool call);
+* ``otel off``: ``host.call`` with the ``otel`` plugin installed but off (no tracer provider),
+  against the denominator: what an unconfigured ``otel`` costs per call.
+
+Each case is timed in batches of ``--calls`` calls, ``--rounds`` times; figures are the minimum
+and the median per call over batches. Garbage collection is paused while a batch is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+import dsh_host
+import dsh_host.aio
+
+Timer = Callable[[int], Awaitable[float]]
+
+
+def echo_plugin() -> object:
+    async def body(args: Any, ctx: Any) -> str:
+        return str(args["text"])
+
+    tool = dsh_host.define_tool(
+        name="echo",
+        description="echo",
+        parameters={"text": {"type": "string", "required": True}},
+        execute=body,
+    )
+
+    class Tools:
+        @dsh_host.hookimpl
+        def dsh_register_tools(self, register: Any) -> None:
+            register(tool)
+
+    return Tools()
+
+
+async def batches(timer: Timer, calls: int, rounds: int) -> list[float]:
+    await timer(max(calls // 10, 1))  # warm-up
+    out = []
+    for _ in range(rounds):
+        gc.collect()
+        gc.disable()
+        try:
+            out.append(await timer(calls) / calls)
+        finally:
+            gc.enable()
+    return out
+
+
+def host_timer(host: Any) -> Timer:
+    async def timer(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            await host.call("echo", {"text": "hi"})
+        return time.perf_counter() - start
+
+    return timer
+
+
+def trio_case(calls: int, rounds: int, plugins: tuple[object, ...] = ()) -> list[float]:
+    async def main() -> list[float]:
+        async with dsh_host.open_host(
+            plugins=[echo_plugin(), *plugins], entry_points=False
+        ) as host:
+            return await batches(host_timer(host), calls, rounds)
+
+    return trio.run(main)
+
+
+def asyncio_case(calls: int, rounds: int) -> list[float]:
+    async def main() -> list[float]:
+        async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
+            return await batches(host_timer(host), calls, rounds)
+
+    return asyncio.run(main())
+
+
+def pydantic_cases(calls: int, rounds: int) -> dict[str, list[float]]:
+    from pydantic_ai import Agent, FunctionToolset
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from dsh_host.bridges.pydantic_ai import DshToolset
+
+    wanted = [0]
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1 and wanted[0]:
+            parts = [
+                ToolCallPart("echo", {"text": "hi"}, tool_call_id=f"c{i}") for i in range(wanted[0])
+            ]
+            return ModelResponse(parts=parts)
+        return ModelResponse(parts=[TextPart("done")])
+
+    native = FunctionToolset()
+
+    @native.tool_plain(sequential=True)
+    async def echo(text: str) -> str:
+        return text
+
+    async def main() -> dict[str, list[float]]:
+        async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
+            out: dict[str, list[float]] = {}
+            for name, toolset in (
+                ("pydantic-ai DshToolset", DshToolset(host)),
+                ("pydantic-ai FunctionToolset", native),
+            ):
+                agent = Agent(FunctionModel(model), toolsets=[toolset])
+
+                async def timer(n: int, agent: Any = agent) -> float:
+                    wanted[0] = 0
+                    start = time.perf_counter()
+                    await agent.run("go")
+                    empty = time.perf_counter() - start
+                    wanted[0] = n
+                    start = time.perf_counter()
+                    await agent.run("go")
+                    return time.perf_counter() - start - empty
+
+                out[name] = await batches(timer, calls, rounds)
+            return out
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    calls, rounds = (200, 3) if args.quick else (2000, 7)
+    from dsh_plugins_builtin.otel import OtelPlugin
+
+    cases: dict[str, list[float]] = {}
+    for _ in range(2):  # alternate, so drift on a shared machine hits every case alike
+        for name, run in (
+            ("trio host.call", lambda: trio_case(calls, rounds)),
+            ("asyncio host.call", lambda: asyncio_case(calls, rounds)),
+            ("trio host.call, otel off", lambda: trio_case(calls, rounds, (OtelPlugin(),))),
+        ):
+            cases.setdefault(name, []).extend(run())
+        for name, times in pydantic_cases(max(calls // 10, 10), rounds).items():
+            cases.setdefault(name, []).extend(times)
+    base_min, base_med = min(cases["trio host.call"]), statistics.median(cases["trio host.call"])
+    rows = {
+        name: {
+            "min_us": min(t) * 1e6,
+            "median_us": statistics.median(t) * 1e6,
+            "ratio_min": min(t) / base_min,
+            "ratio_median": statistics.median(t) / base_med,
+        }
+        for name, t in cases.items()
+    }
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(
+        f"{'case':32} {'min µs':>9} {'median µs':>10} {'/ trio (min)':>13} {'/ trio (median)':>16}"
+    )
+    for name, row in rows.items():
+        print(
+            f"{name:32} {row['min_us']:9.1f} {row['median_us']:10.1f} "
+            f"{row['ratio_min']:13.2f} {row['ratio_median']:16.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

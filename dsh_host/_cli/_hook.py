@@ -1,0 +1,218 @@
+"""``dsh hook claude``: dsh's policy as a Claude Code hook.
+
+Claude Code runs the command with one hook payload on stdin (``PreToolUse``,
+``PermissionRequest``, ``PostToolUse``) and reads the answer from the exit status and stdout.
+The call is put to dsh's pre-execute hooks (permission rules, hook commands), approval and
+guards as a dry run under Claude Code's own tool name and arguments; nothing runs. Then:
+
+* ``PreToolUse``: a denial (a rule, a guard, a failing plugin) answers ``deny`` with dsh's reason;
+  an ``Ask`` answers ``ask`` (Claude Code asks the user) once the guards passed; an explicit
+  ``Allow`` answers ``allow``; no decision prints nothing, and Claude Code's own permission flow
+  goes on.
+* ``PermissionRequest``: a denial answers ``deny``, an explicit ``Allow`` answers ``allow``;
+  anything else prints nothing (the dialog is shown).
+* ``PostToolUse``: the call and Claude Code's ``tool_response`` are recorded by dsh's result
+  observers (audit). Denials of ``PreToolUse`` and ``PermissionRequest`` are recorded too.
+
+A payload that cannot be read (too large, not JSON, too deep, missing fields) or any failure
+fails closed: exit 2 (Claude Code blocks the call) and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from dsh_host import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    Host,
+    JsonInputError,
+    ToolExecution,
+    ToolExecutionInput,
+    define_tool,
+    hookimpl,
+    parse_json,
+)
+from dsh_host import ToolExecutionResult as Result
+
+from .._model._json import freeze
+
+__all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
+
+MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
+"""The largest payload read; a larger one fails closed."""
+
+EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
+
+
+class HookFailure(Exception):
+    """The payload cannot be judged: exit 2 with this one line."""
+
+
+CLAUDE_TOOLS: Final = (
+    "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "LS", "MultiEdit",
+    "NotebookEdit", "NotebookRead", "Read", "SlashCommand", "Task", "TodoWrite", "WebFetch",
+    "WebSearch", "Write",
+)  # fmt: skip
+"""Claude Code's own tools: those dsh has no tool of stand in for it, so rules naming them match."""
+
+
+class ClaudeCode:
+    """Claude Code as a plugin of the hook's host: it is the approver (an ``Ask`` is noted and
+    let on to the guards, so ``ask`` is answered only for a call the guards would allow), and it
+    offers its tools by name (stand-ins that never run)."""
+
+    name = "claude-code"
+
+    def __init__(self, tool: str) -> None:
+        self.asked: str | None = None
+        self.tools = tuple(dict.fromkeys((*CLAUDE_TOOLS, tool)))
+
+    @hookimpl
+    def dsh_register_tools(self, register: Any) -> None:
+        for name in self.tools:
+            with contextlib.suppress(ValueError):  # dsh has its own (the built-in Bash, Read...)
+                register(_stand_in(name))
+
+    @hookimpl(tryfirst=True)
+    def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
+        self.asked = request.reason or f"dsh asks before {request.tool} runs"
+        return ApprovalOutcome.ALLOWED_ONCE
+
+
+def read_payload(stream: Any, limit: int = MAX_PAYLOAD_BYTES) -> dict[str, Any]:
+    """The hook payload on *stream*, checked; `HookFailure` says what is wrong."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise HookFailure(f"the hook payload is larger than {limit} bytes")
+    try:
+        payload = parse_json(data)
+    except JsonInputError as exc:
+        raise HookFailure(f"the hook payload is {exc}") from None
+    if not isinstance(payload, dict):
+        raise HookFailure("the hook payload is not a JSON object")
+    event = payload.get("hook_event_name")
+    if event not in EVENTS:
+        raise HookFailure(
+            f"hook_event_name must be one of {', '.join(EVENTS)}, got {_short(event)}"
+        )
+    if not isinstance(payload.get("tool_name"), str) or not payload["tool_name"]:
+        raise HookFailure("the hook payload has no tool_name")
+    if "tool_input" not in payload:
+        raise HookFailure("the hook payload has no tool_input")
+    return payload
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[str, Any] | None:
+    """The answer to print for *payload* (``None``: print nothing)."""
+    event = payload["hook_event_name"]
+    name, arguments = dsh_call(host, payload["tool_name"], payload["tool_input"])
+    call_id = payload.get("tool_use_id")
+    input = ToolExecutionInput(
+        call_id=call_id if isinstance(call_id, str) and call_id else "claude-code",
+        name=name,
+        arguments=arguments,
+    )
+    prepared = await host.registry._pipeline.prepare(input, None, dry_run=True)
+    if event == "PostToolUse":
+        response = freeze(payload.get("tool_response"), "tool_response")
+        text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+        await _observe(host, prepared.execution, Result(content=text))
+        return None
+    if prepared.result is not None:
+        await _observe(host, prepared.execution, prepared.result)
+        error = prepared.result.error
+        by = f" ({prepared.result.decided_by})" if prepared.result.decided_by else ""
+        reason = f"dsh{by}: {error.message if error else 'refused'}"
+        return _answer(event, "deny", reason)
+    if asks.asked is not None:
+        return _answer(event, "ask", f"dsh: {asks.asked}") if event == "PreToolUse" else None
+    if prepared.allowed_by is not None:
+        detail = f": {prepared.detail}" if prepared.detail else ""
+        return _answer(event, "allow", f"dsh ({prepared.allowed_by}){detail}")
+    return None
+
+
+def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
+    """Claude Code's tool and arguments as dsh's (``Read`` + ``file_path`` -> ``read_file`` +
+    ``path``) when a dsh tool declares that Claude Code name; else unchanged."""
+    for schema in host.registry.schemas():
+        tool = host.registry.get(schema.name)
+        if tool is not None and tool.claude_name == name:
+            if isinstance(arguments, dict):
+                keys = {claude: ours for ours, claude in tool.claude_keys.items()}
+                renamed = {keys.get(key, key): value for key, value in arguments.items()}
+                if len(renamed) != len(arguments):  # {"file_path": A, "path": B}: which is read?
+                    both = sorted(k for k in arguments if k in keys or k in keys.values())
+                    raise HookFailure(f"tool_input of {name} has both of {', '.join(both)}")
+                arguments = renamed
+            return tool.name, arguments
+    return name, arguments
+
+
+def _stand_in(name: str) -> Any:
+    async def execute(args: Any) -> str:  # never runs: `dsh hook` only previews
+        raise RuntimeError("a Claude Code tool runs in Claude Code")
+
+    return define_tool(
+        name=name,
+        description="a Claude Code tool, judged by dsh and run by Claude Code",
+        parameters={},
+        execute=execute,
+        strict_arguments=False,
+    )
+
+
+def _answer(event: str, decision: str, reason: str) -> dict[str, Any]:
+    out: dict[str, Any]
+    if event == "PreToolUse":
+        out = {"permissionDecision": decision, "permissionDecisionReason": reason}
+    else:
+        out = {"decision": {"behavior": decision, "message": reason}}
+    return {"hookSpecificOutput": {"hookEventName": event, **out}}
+
+
+async def _observe(host: Host, execution: ToolExecution, result: Result) -> None:
+    for impl in host.hooks.impls("dsh_tool_result"):
+        await impl(execution=execution, result=result)
+
+
+def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -> int:
+    """``dsh hook claude``: exit 0 with the answer on stdout, or 2 with one line on stderr."""
+    try:
+        payload = read_payload(sys.stdin.buffer, args.max_bytes)
+        asks = ClaudeCode(payload["tool_name"])
+        # Claude Code runs its own hooks and MCP servers: dsh's would run them a second time
+        # (and a project's dsh.toml would start commands on every tool call).
+        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), "hook_commands", "mcp"]
+        args.plugin_objects = [asks]
+        host = build_host(args, quiet=True)
+
+        async def run() -> dict[str, Any] | None:
+            try:
+                return await judge(host, payload, asks)
+            finally:
+                await host.aclose()
+
+        answer = trio.run(run)
+    except Exception as exc:  # fail closed: Claude Code blocks the call on exit 2
+        message = exc.args[0] if isinstance(exc, HookFailure) else f"{type(exc).__name__}: {exc}"
+        line = " ".join(str(message).split())[:500]
+        line = line.encode("ascii", "backslashreplace").decode("ascii")
+        sys.stderr.write(f"dsh hook claude: {line}; the call is blocked\n")
+        return 2
+    if answer is not None:
+        sys.stdout.write(json.dumps(answer, ensure_ascii=True) + "\n")
+    return 0

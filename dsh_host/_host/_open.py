@@ -1,0 +1,38 @@
+"""`open_host`: ``async with open_host(...) as host`` under trio (see `_lifecycle`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterable
+
+import trio
+
+from ._host import Host
+from ._lifecycle import ConfigSource, close_host, host_config
+
+__all__ = ["open_host"]
+
+
+@contextlib.asynccontextmanager
+async def open_host(
+    config: ConfigSource = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    plugins: Iterable[object] = (),
+    entry_points: bool = True,
+) -> AsyncIterator[Host]:
+    """``async with open_host(...) as host:`` a started `Host`, closed (`Host.aclose`) on exit.
+
+    Args:
+        config: ``None`` (defaults), a TOML path, a dict of the same structure, or a `Config`.
+        workspace: overrides ``[host] workspace``.
+        plugins: plugin objects registered after the entry points, in this order.
+        entry_points: load the plugins installed under ``dsh.plugins`` (tests pass ``False``).
+    """
+    host = Host(host_config(config, workspace), plugins=plugins, load_entrypoints=entry_points)
+    try:
+        yield host
+    finally:
+        with trio.CancelScope(shield=True):  # a cancelled body still flushes and reaps
+            await close_host(host)

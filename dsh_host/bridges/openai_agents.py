@@ -1,0 +1,157 @@
+"""dsh for the OpenAI Agents SDK (``pip install 'dsh-host[openai-agents]'``).
+
+* `function_tools` gives the SDK a ``FunctionTool`` for each of a dsh host's tools:
+  ``Agent(name=..., tools=function_tools(host))``. Each call runs through dsh's whole pipeline.
+  An ``Ask`` is the SDK's approval: ``needs_approval`` previews the call (pre-execute and guards,
+  as a dry run) and answers ``True`` when dsh would ask, so the run stops with an interruption;
+  once ``RunState.approve`` let it through, the call runs without asking again for exactly those
+  arguments (a changed argument asks anew).
+* `tool_guardrail` gives a ``ToolInputGuardrail`` that puts the SDK's own function tools to
+  dsh's policy under their own names: a denial (or an ``Ask``, which a guardrail cannot turn into
+  an approval) rejects the call with dsh's reason, and the model reads it.
+
+*host* is the asyncio host, ``dsh_host.aio.open_host(...)``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+try:
+    from agents import FunctionTool, RunContextWrapper, ToolGuardrailFunctionOutput
+    from agents.tool_context import ToolContext
+    from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        f"dsh_host.bridges.openai_agents needs the OpenAI Agents SDK ({exc}): "
+        "pip install 'dsh-host[openai-agents]'"
+    ) from exc
+
+from dsh_host import (
+    AbortSignal,
+    Scope,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolSchema,
+    canonical_json,
+    define_tool,
+    thaw,
+)
+
+from .._host._messages import arguments_of
+from ..aio import AsyncioHost
+from ._common import CURRENT, BridgeCall, call, plain_host, text_of
+
+__all__ = ["function_tools", "tool_guardrail"]
+
+
+async def preview(
+    host: AsyncioHost, name: str, arguments: Any, call_id: str, scope: Scope | None
+) -> tuple[ToolExecutionResult | None, BridgeCall]:
+    """What dsh's policy makes of a call without running it (approvers are not asked)."""
+    plain = plain_host(host)
+    state = BridgeCall(preview=True)
+    arguments = arguments_of(arguments)
+    input = ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, scope=scope)
+
+    async def job(signal: AbortSignal) -> ToolExecutionResult | None:
+        token = CURRENT.set(state)
+        try:
+            return await plain.registry.preview(input)
+        finally:
+            CURRENT.reset(token)
+
+    return await host._run(job), state
+
+
+class _Tools:
+    """The SDK tools of one host: what was approved, by call id."""
+
+    def __init__(self, host: AsyncioHost, scope: Scope | None) -> None:
+        self.host = host
+        self.scope = scope
+        self.approved: dict[str, tuple[str, str]] = {}
+
+    def tool(self, schema: ToolSchema) -> FunctionTool:
+        name = schema.name
+
+        async def needs_approval(
+            ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+        ) -> bool:
+            result, state = await preview(self.host, name, params, call_id, self.scope)
+            if result is not None and state.deferred(result):
+                self.approved[call_id] = (name, canonical_json(params))  # if the person agrees
+                return True
+            self.approved.pop(call_id, None)  # a stale approval never carries over
+            return False
+
+        async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            fingerprint = self.approved.pop(ctx.tool_call_id, None)
+            result, _ = await call(
+                self.host, name, arguments,
+                call_id=ctx.tool_call_id, scope=self.scope,
+                approved=fingerprint is not None and fingerprint[1] == _canonical(arguments),
+            )  # fmt: skip
+            return text_of(result)
+
+        return FunctionTool(
+            name=name,
+            description=schema.description,
+            params_json_schema=thaw(schema.parameters),
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+            needs_approval=needs_approval,
+        )
+
+
+def _canonical(arguments: str) -> str | None:
+    try:
+        return canonical_json(json.loads(arguments))
+    except ValueError:
+        return None
+
+
+def function_tools(host: AsyncioHost, *, scope: Scope | None = None) -> list[FunctionTool]:
+    """A ``FunctionTool`` for each tool of *host* in *scope*; see the module docstring."""
+    tools = _Tools(host, scope)
+    return [tools.tool(schema) for schema in plain_host(host).registry.schemas(scope)]
+
+
+def tool_guardrail(host: AsyncioHost, *, scope: Scope | None = None) -> ToolInputGuardrail[Any]:
+    """A ``ToolInputGuardrail`` running dsh's policy for the SDK's own function tools.
+
+    Add it to a tool's ``tool_input_guardrails``. The tool's name is registered in *host* (in a
+    scope of its own by default) as a stand-in that never runs, so rules name it as the SDK does.
+    """
+    plain = plain_host(host)
+    scope = scope or Scope("openai-agents")
+    known: set[str] = set()
+
+    async def dsh_policy(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        context = data.context
+        name = context.tool_name
+        if name not in known and plain.registry.get(name, scope) is None:
+            plain.registry.register(_stand_in(name), scope, owner="openai-agents")
+        known.add(name)
+        arguments = context.tool_arguments
+        result, _ = await preview(host, name, arguments, context.tool_call_id, scope)
+        if result is None:
+            return ToolGuardrailFunctionOutput.allow(output_info={"dsh": "allowed"})
+        info = {"dsh": result.error.code if result.error else "refused", "by": result.decided_by}
+        return ToolGuardrailFunctionOutput.reject_content(text_of(result), output_info=info)
+
+    return ToolInputGuardrail(guardrail_function=dsh_policy, name="dsh")
+
+
+def _stand_in(name: str) -> Any:
+    async def execute(args: Any) -> str:  # never runs: the guardrail only previews
+        raise RuntimeError(f"{name!r} is an Agents SDK tool; the SDK runs it")
+
+    return define_tool(
+        name=name,
+        description="an OpenAI Agents SDK tool, judged by dsh",
+        parameters={},
+        execute=execute,
+        strict_arguments=False,
+    )

@@ -1,0 +1,181 @@
+"""`dsh_host.aio`: the trio pipeline driven from asyncio (a trio guest run on the asyncio loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+
+import anyio
+import pytest
+import trio
+
+import dsh_host
+import dsh_host.aio
+from dsh_host import hookimpl
+from tests.conftest import make_echo
+
+request_id = contextvars.ContextVar("request_id", default="none")
+
+
+class Tools:
+    def __init__(self):
+        self.seen = []
+        self.results = []
+        self.started = None
+        self.stopped = 0
+
+    @hookimpl
+    def dsh_register_tools(self, register):
+        register(make_echo())
+        tools = self
+
+        async def slow(args, ctx):
+            tools.started.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                tools.seen.append(("aborted", ctx.signal.aborted, ctx.signal.reason))
+
+        register(
+            dsh_host.define_tool(name="slow", description="waits", parameters={}, execute=slow)
+        )
+
+        async def whoami(args, ctx):
+            return request_id.get()
+
+        register(
+            dsh_host.define_tool(name="whoami", description="ctx", parameters={}, execute=whoami)
+        )
+
+    @hookimpl
+    def dsh_tool_result(self, execution, result):
+        self.results.append((execution.name, result.error.code if result.error else None))
+
+    @hookimpl
+    def dsh_host_stopping(self):
+        self.stopped += 1
+
+
+def open_test_host(tools):
+    return dsh_host.aio.open_host(plugins=[tools], entry_points=False)
+
+
+async def scenario():
+    tools = Tools()
+    async with open_test_host(tools) as host:
+        assert (await host.call("echo", {"text": "hi"})).content[0].text == "hi"
+        assert (await host.call("echo", '{"text": "json"}', call_id="c1")).content[0].text == "json"
+        batch = await host.call_many(
+            [("echo", {"text": "a"}), {"name": "echo", "arguments": '{"text": "b"}'}, ("nope", {})]
+        )
+        assert [r.content[0].text for r in batch[:2]] == ["a", "b"]
+        assert batch[2].error.code == "UNKNOWN_TOOL"
+        out = await host.run_tool_calls(
+            [{"type": "tool_use", "id": "t", "name": "echo", "input": {"text": "x"}}],
+            format="anthropic",
+        )
+        assert out[0]["content"] == [{"type": "text", "text": "x"}]
+        assert host.schemas(format="openai")[0]["type"] == "function"
+        request_id.set("req-7")
+        assert (await host.call("whoami", {})).content[0].text == "req-7"
+    assert tools.stopped == 1
+    return tools
+
+
+def test_under_asyncio_run():
+    asyncio.run(scenario())
+
+
+def test_under_anyio_asyncio_backend():
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_two_hosts_share_the_loop_and_open_again_after_the_last_closes():
+    async def main():
+        async with open_test_host(Tools()) as a, open_test_host(Tools()) as b:
+            ra, rb = await asyncio.gather(
+                a.call("echo", {"text": "a"}), b.call("echo", {"text": "b"})
+            )
+            assert (ra.content[0].text, rb.content[0].text) == ("a", "b")
+        await scenario()  # a new guest run after the last one ended
+        await asyncio.gather(scenario(), scenario())
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_asyncio_task_aborts_the_call_and_waits_for_it():
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            tools.started = trio.Event()  # set from the trio side
+            task = asyncio.ensure_future(host.call("slow", {}))
+            while not tools.started.is_set():
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Settled before the cancellation reached the caller: the body saw its abort signal
+            assert tools.seen == [("aborted", True, "the asyncio task was cancelled")]
+            assert ("slow", "ABORTED") in tools.results
+            assert (await host.call("echo", {"text": "still"})).content[0].text == "still"
+
+    asyncio.run(main())
+
+
+def test_timeout_from_asyncio_aborts_the_call():
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            tools.started = trio.Event()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0):
+                    await host.call("slow", {})
+            assert ("slow", "ABORTED") in tools.results or (
+                "slow",
+                "ABORTED_BEFORE_DISPATCH",
+            ) in tools.results
+
+    asyncio.run(main())
+
+
+async def test_under_trio_it_says_to_use_the_trio_host():
+    with pytest.raises(RuntimeError, match=r"under trio use `dsh_host.open_host`"):
+        async with open_test_host(Tools()):
+            pass
+
+
+def test_outside_any_loop_it_says_so():
+    cm = open_test_host(Tools())
+    with pytest.raises(RuntimeError, match="this is no event loop"):
+        cm.__aenter__().send(None)
+
+
+def test_a_cancellation_racing_the_calls_end_neither_hangs_nor_abandons():
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            for _ in range(50):  # cancel at every point of a call's life (once it began)
+                for ticks in range(1, 7):
+                    task = asyncio.ensure_future(host.call("echo", {"text": "x"}))
+                    for _ in range(ticks):
+                        await asyncio.sleep(0)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait_for(asyncio.shield(task), timeout=30)
+            assert len(tools.results) == 300  # every call settled, each exactly once
+
+    asyncio.run(main())
+
+
+def test_a_closed_host_says_so():
+    async def main():
+        async with open_test_host(Tools()) as host:
+            await host.aclose()
+            await host.aclose()  # once
+            with pytest.raises(RuntimeError, match="this dsh host is closed"):
+                await host.call("echo", {"text": "late"})
+        with pytest.raises(RuntimeError, match="this dsh host is closed"):
+            await host.call("echo", {"text": "later"})
+
+    asyncio.run(main())
