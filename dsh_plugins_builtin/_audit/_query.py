@@ -1,0 +1,141 @@
+"""Reading the audit database back: the filters of ``dsh audit`` and its ``--health`` summary.
+
+The database is opened read-only and never migrated from here: a database of an older schema
+reads with the columns it lacks empty (``None``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, Final, final
+
+import attrs
+
+from ._schema import COLUMNS, HEALTH_COLUMNS
+from ._writer import safe_text
+
+__all__ = ["Filter", "health", "parse_time", "read"]
+
+
+@final
+@attrs.frozen
+class Filter:
+    """Which rows ``dsh audit`` shows; ``None`` means any."""
+
+    last: int = 20
+    workspace: str | None = None
+    tool: str | None = None
+    outcome: str | None = None
+    call_id: str | None = None
+    since: str | None = None  # UTC ISO-8601 text, compared as text (the stored form)
+    until: str | None = None
+
+
+_RELATIVE: Final = re.compile(r"(\d{1,9})([smhd])")
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(text: str, now: datetime.datetime | None = None) -> str:
+    """``--since``/``--until``: an ISO date or time (UTC unless it says), or ``30m``, ``2h``, ``7d`` ago.
+
+    Returns the stored form (``2026-05-09T07:35:25.123Z``). Raises ValueError with what is
+    accepted.
+    """
+    now = now or datetime.datetime.now(datetime.UTC)
+    relative = _RELATIVE.fullmatch(text.strip())
+    if relative is not None:
+        when = now - datetime.timedelta(seconds=int(relative[1]) * _UNITS[relative[2]])
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise ValueError(
+                f"{text[:40]!r} is not a time: give an ISO date or time such as 2026-05-09 or "
+                "2026-05-09T07:35 (UTC unless it has an offset), or an age such as 30m, 2h, 7d"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+    when = when.astimezone(datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def read(path: Path, where: Filter) -> list[dict[str, Any]]:
+    """The last ``where.last`` rows of *path* that pass *where*, oldest first."""
+    connection = _open(path)
+    try:
+        present = _columns(connection, "calls")
+        clauses, params = _clauses(where, present)
+        selected = ", ".join(c if c in present else "NULL" for c in COLUMNS)
+        sql = f"SELECT {selected} FROM calls"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        found = connection.execute(f"{sql} ORDER BY id DESC LIMIT ?", [*params, where.last])
+        values = found.fetchall()
+    finally:
+        connection.close()
+    rows = [dict(zip(COLUMNS, row, strict=True)) for row in reversed(values)]
+    for row in rows:
+        row["arguments"] = json.loads(row["arguments"])
+        row["is_error"] = bool(row["is_error"])
+    return rows
+
+
+def _clauses(where: Filter, present: set[str]) -> tuple[list[str], list[object]]:
+    clauses: list[str] = []
+    params: list[object] = []
+    if where.workspace is not None and "workspace" in present:  # rows from before version 2
+        clauses.append("(workspace = ? OR workspace IS NULL)")  # have none: shown everywhere
+        params.append(safe_text(where.workspace))
+    exact = (("tool", where.tool), ("outcome", where.outcome), ("call_id", where.call_id))
+    for column, value in exact:
+        if value is None:
+            continue
+        if column not in present:  # an old database: no row has it
+            clauses.append("0")
+            continue
+        clauses.append(f"{column} = ?")
+        params.append(safe_text(value))  # stored with lone surrogates escaped; match that
+    if where.since is not None:
+        clauses.append("time >= ?")
+        params.append(where.since)
+    if where.until is not None:
+        clauses.append("time <= ?")
+        params.append(where.until)
+    return clauses, params
+
+
+def health(path: Path) -> dict[str, Any]:
+    """What ``dsh audit --health`` prints: version, row counts, and every loss recorded."""
+    connection = _open(path)
+    try:
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        (rows,) = connection.execute("SELECT count(*) FROM calls").fetchone()
+        events: list[dict[str, Any]] = []
+        if "event" in _columns(connection, "health"):
+            found = connection.execute(
+                f"SELECT {', '.join(HEALTH_COLUMNS)} FROM health ORDER BY id"
+            ).fetchall()
+            events = [dict(zip(HEALTH_COLUMNS, row, strict=True)) for row in found]
+    finally:
+        connection.close()
+    lost = sum(e["rows"] for e in events if e["event"] == "lost")
+    return {"path": str(path), "schema_version": version, "rows": rows, "lost": lost,
+            "events": events}  # fmt: skip
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise FileNotFoundError(
+            "no audit database there (nothing recorded yet? pass --db PATH or set "
+            "[plugin.audit] path)"
+        )
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _columns(connection: sqlite3.Connection, table: str) -> set[str]:
+    found = connection.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()
+    return {name for (name,) in found}
