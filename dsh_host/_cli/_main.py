@@ -423,12 +423,23 @@ _DELEGATED = {
 }
 
 
+_SANDBOX_HELP = """\
+usage: dsh sandbox check [--json] [--config PATH]
+
+Commands:
+  check   which sandbox backend works on this machine, why not the others, and which one the
+          configuration would use (`dsh sandbox check --help` for its options)"""
+
+
 def _delegate(argv: Sequence[str]) -> int:
     """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
     import importlib
 
     name, rest = argv[0], list(argv[1:])
     if name == "sandbox":
+        if rest and rest[0] in ("-h", "--help"):
+            print(_SANDBOX_HELP)
+            return 0
         if not rest or rest[0] != "check":
             warn("dsh sandbox: error: the only command is `dsh sandbox check [--json]`")
             return 2
