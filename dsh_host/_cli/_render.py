@@ -101,11 +101,17 @@ def _indent(lines: Iterable[str], prefix: str = "  ") -> list[str]:
 
 
 def _lines(text: str) -> list[str]:
-    """*text* split at line feeds only, each line `printable` (a carriage return is escaped)."""
+    """*text* split at line feeds only, each line `printable` (a carriage return is escaped; a
+    tab is kept, as ``cat`` shows it: it moves the cursor, it cannot hide or overwrite text)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    return [printable(line) for line in lines]
+    return [printable(line, newlines=True) for line in lines]
+
+
+def _tabbed(line: str) -> str:
+    """One line of file or command text, `printable` but for its tabs (see `_lines`)."""
+    return printable(line, newlines="\n" not in line)
 
 
 def _json_lines(value: Any) -> list[str]:
@@ -133,7 +139,7 @@ def render_diff(diff: FileDiff, style: Style) -> list[str]:
     source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
     lines: list[str] = []
     for raw in difflib.unified_diff(old, new, source, f"b/{diff.path}", lineterm=""):
-        line = printable(raw)
+        line = _tabbed(raw)
         if line.startswith(("---", "+++")):
             lines.append(style.paint(line, "bold"))
         elif line.startswith("@@"):
@@ -196,8 +202,7 @@ def render_result(view: ResultView, style: Style) -> list[str]:
         bar = "│" if style.unicode else "|"
         lines = [style.paint(f"  {printable(view.path)}", "bold")]
         lines.extend(
-            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {printable(t)}"
-            for n, t in view.lines
+            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {_tabbed(t)}" for n, t in view.lines
         )
         if view.lines:
             first, last = view.lines[0][0], view.lines[-1][0]
@@ -205,7 +210,7 @@ def render_result(view: ResultView, style: Style) -> list[str]:
         return lines
     if isinstance(view, SearchResultView):
         lines = [
-            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {printable(t)}"
+            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {_tabbed(t)}"
             for p, n, t in view.matches
         ]
         lines.extend(f"  {printable(path)}" for path in view.paths)

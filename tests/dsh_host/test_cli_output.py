@@ -112,3 +112,19 @@ def test_the_approval_hint_for_a_permissions_rule_that_does_not_cover_the_call(t
     assert '"read_file(//etc/hosts)"' in err
     assert '"read_file", "read_file"' not in err
     assert "To let 'read_file' run without asking" not in err
+
+
+def test_result_cards_show_tabs_as_tabs_and_still_escape_the_rest():
+    """Issue 26, row 4: ``dsh call read_file`` showed a tab as a literal ``\\t``."""
+    from dsh_host._cli._render import Style, render_result
+    from dsh_host._model._views import ReadResultView, SearchResultView
+
+    style = Style(color=False, unicode=False)
+    read = ReadResultView(
+        path="Makefile", offset=0, lines=((1, "all:\tbuild\x1b[2J"),), total_lines=1
+    )
+    assert render_result(read, style)[1] == "  1 | all:\tbuild\\x1b[2J"
+    found = SearchResultView(
+        matches=(("Makefile", 1, "\tgo build"),), paths=(), truncated=False, total=1
+    )
+    assert render_result(found, style)[0] == "  Makefile:1: \tgo build"

@@ -136,3 +136,10 @@ def test_the_api_reference_names_every_public_name_and_no_private_one():
     documented = set(re.findall(r"dsh_host\.(\w+)", page))
     assert set(dsh_host.__all__) - {"hookspecs"} <= documented
     assert not [name for name in documented if name.startswith("_")]
+
+
+def test_a_hook_context_reads_back_the_text_it_was_given():
+    """Issue 26, row 8: ``HookContext("text")`` read back only as a tuple of blocks."""
+    note = dsh_host.HookContext("took 2 s\tin all", source="timing")
+    assert note.text == "took 2 s\tin all"
+    assert dsh_host.HookContext((dsh_host.TextBlock("a"), dsh_host.TextBlock("b"))).text == "a\nb"
