@@ -297,7 +297,10 @@ def _cmd_call(args: argparse.Namespace) -> int:
             out(style.paint(f"  error code: {result.code}", "red"))
     allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
     allowed = allowed if isinstance(allowed, tuple | list) else None
-    for line in approval_hint(args.name, result, host.config.source, allowed):
+    hint = approval_hint(
+        args.name, result, host.config.source, allowed, _narrowest(args.name, arguments)
+    )
+    for line in hint:
         warn(line)
     return 1 if result.is_error else 0
 
@@ -429,6 +432,18 @@ usage: dsh sandbox check [--json] [--config PATH]
 Commands:
   check   which sandbox backend works on this machine, why not the others, and which one the
           configuration would use (`dsh sandbox check --help` for its options)"""
+
+
+def _narrowest(name: str, arguments: Any) -> tuple[str, ...] | None:
+    """The narrowest allow rules for this call, from the built-in permission rules if present."""
+    import importlib
+
+    try:  # by name, as `_delegate` does: the core does not depend on the built-ins
+        suggest = importlib.import_module("dsh_plugins_builtin._rules._suggest")
+    except ImportError:  # pragma: no cover - dsh-host without its built-ins
+        return None
+    found: tuple[str, ...] | None = suggest.narrowest_rules(name, arguments)
+    return found
 
 
 def _delegate(argv: Sequence[str]) -> int:

@@ -275,12 +275,18 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
 
 
 def approval_hint(
-    name: str, result: ToolExecutionResult, config: str | None, allowed: Sequence[str] | None
+    name: str,
+    result: ToolExecutionResult,
+    config: str | None,
+    allowed: Sequence[str] | None,
+    narrowest: Sequence[str] | None = None,
 ) -> list[str]:
     """How to allow a call denied because nobody could answer its ``ask`` (else no lines).
 
     *allowed* is the ``allow`` list of the ``permissions`` plugin's effective configuration,
-    when there is one: the hint then shows that list with the tool added.
+    when there is one: the hint then shows that list with the rules added. *narrowest* are the
+    narrowest rules that cover this call (``bash(ls:*)``), when known; else the hint adds the
+    whole tool.
     """
     message = result.error.message if result.error is not None else ""
     if result.code != "DENIED" or "requires approval" not in message:
@@ -310,10 +316,12 @@ def approval_hint(
             f"      {config or 'dsh.toml'}; or run on a terminal with an approval plugin enabled, to be",
             "      asked.",
         ]
-    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), name)))
+    added = tuple(narrowest) if narrowest else (name,)
+    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), *added)))
+    what = f"this call of {name!r}" if narrowest else f"{name!r}"
     return [
         f"hint: {asker} asked for approval, and no approval plugin could answer here,",
-        f"      so the call was denied. To let {name!r} run without asking, add a rule for it",
+        f"      so the call was denied. To let {what} run without asking, add a rule for it",
         f"      to {config or 'dsh.toml'}:",
         "          [plugin.permissions]",
         f"          allow = [{rule}]",

@@ -128,3 +128,34 @@ def test_result_cards_show_tabs_as_tabs_and_still_escape_the_rest():
         matches=(("Makefile", 1, "\tgo build"),), paths=(), truncated=False, total=1
     )
     assert render_result(found, style)[0] == "  Makefile:1: \tgo build"
+
+
+@pytest.mark.parametrize(
+    ("command", "rules"),
+    [
+        ("ls -la", '"bash(ls:*)"'),
+        ("git status --short", '"bash(git status:*)"'),
+        ("ls && pwd", '"bash(ls:*)", "bash(pwd:*)"'),
+    ],
+)
+def test_the_bash_hint_suggests_the_narrowest_rule_and_that_rule_works(
+    tmp_path, capsys, command, rules
+):
+    """Issue 26, row 10: the hint for bash suggested allowing all of bash."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "dsh.toml"
+    config.write_text(
+        f'[host]\nworkspace = "{ws}"\n[plugin.audit]\nenabled = false\n', encoding="utf-8"
+    )
+    call = ["--config", str(config), "call", "bash", json.dumps({"command": command})]
+    assert main(call) == 1
+    err = capsys.readouterr().err
+    assert "To let this call of 'bash' run without asking" in err
+    [allow] = [line.strip() for line in err.splitlines() if line.strip().startswith("allow = [")]
+    assert allow.endswith(f"{rules}]")
+    assert '"bash"' not in allow
+    with config.open("a", encoding="utf-8") as file:
+        file.write(f"[plugin.permissions]\n{allow}\n")
+    main(call)
+    assert "asked for approval" not in capsys.readouterr().err  # the rule covers the call
