@@ -295,10 +295,15 @@ def _cmd_call(args: argparse.Namespace) -> int:
             out(line)
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
-    allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
+    permissions = host.config_for("permissions")
+    allowed = getattr(permissions, "allow", None)  # the built-in's rules
     allowed = allowed if isinstance(allowed, tuple | list) else None
+    covered = allowed
+    if allowed is not None and getattr(permissions, "allow_defaults", False):
+        defaults = getattr(type(host.pm.get_plugin("permissions")), "DEFAULTS", ())
+        covered = (*defaults, *allowed)
     hint = approval_hint(
-        args.name, result, host.config.source, allowed, _narrowest(args.name, arguments)
+        args.name, result, host.config.source, allowed, _narrowest(args.name, arguments), covered
     )
     for line in hint:
         warn(line)

@@ -280,20 +280,23 @@ def approval_hint(
     config: str | None,
     allowed: Sequence[str] | None,
     narrowest: Sequence[str] | None = None,
+    covered: Sequence[str] | None = None,
 ) -> list[str]:
     """How to allow a call denied because nobody could answer its ``ask`` (else no lines).
 
     *allowed* is the ``allow`` list of the ``permissions`` plugin's effective configuration,
     when there is one: the hint then shows that list with the rules added. *narrowest* are the
     narrowest rules that cover this call (``bash(ls:*)``), when known; else the hint adds the
-    whole tool.
+    whole tool. *covered* is every allow rule in force (the defaults too), when it differs
+    from *allowed*.
     """
+    covered = allowed if covered is None else covered
     message = result.error.message if result.error is not None else ""
     if result.code != "DENIED" or "requires approval" not in message:
         return []
     plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
-    if plugin != "permissions" and allowed is not None and name in allowed:
+    if plugin != "permissions" and covered is not None and name in covered:
         # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
         return [
             f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
@@ -302,7 +305,7 @@ def approval_hint(
             "terminal",
             "      with an approval plugin enabled, to be asked.",
         ]
-    if allowed is not None and name in allowed:
+    if covered is not None and name in covered:
         # The rule is there and did not cover these arguments (a path outside the workspace, a
         # command it does not fit): adding it again would change nothing.
         return [
