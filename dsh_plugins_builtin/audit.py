@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -56,6 +57,7 @@ from dsh_host import (
 
 from ._audit import _command
 from ._audit._command import MAX_LAST
+from ._audit._postgres import PostgresStore
 from ._audit._writer import AuditWriter, redact
 
 __all__ = [
@@ -104,6 +106,13 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
         raise ValueError(f"{attribute.name} must be 1 or more, got {value}")
 
 
+def _postgres_url(
+    instance: object, attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is not None and not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError("url must start with postgresql:// (a PostgreSQL connection URL)")
+
+
 @final
 @attrs.frozen
 class AuditConfig:
@@ -121,6 +130,10 @@ class AuditConfig:
             ``"sync"``: once it is committed.
         required: refuse calls (``DENIED``) while rows cannot be written.
         queue_size: rows queued before calls wait for the writer (back-pressure).
+        url: ``postgresql://user:password@host:port/database``: record into PostgreSQL instead
+            of SQLite (the ``postgres`` extra); exclusive with ``path``.
+        reconnect_ms: how long a batch is retried while the PostgreSQL connection is lost
+            before its rows are counted lost.
     """
 
     path: Path | None = None
@@ -131,6 +144,8 @@ class AuditConfig:
     )
     required: bool = False
     queue_size: int = attrs.field(default=10_000, validator=_positive)
+    url: str | None = attrs.field(default=None, validator=_postgres_url, repr=False)
+    reconnect_ms: int = attrs.field(default=30_000, validator=_not_negative)
 
 
 class AuditPlugin:
@@ -161,19 +176,24 @@ class AuditPlugin:
         if not config.enabled:
             host.pm.unregister(self)  # no per-call hook left to cost anything
             return
-        configured = config.path is not None
-        path = host.workspace / config.path.expanduser() if config.path is not None else None
-        self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
-        self._warning = _check_location(
-            host, self.path, configured=configured, required=config.required
-        )
         self._async = config.durability == "async"
         self._required = config.required
+        host_id = uuid.uuid4().hex[:12]
+        store = None if config.url is None else _postgres_store(host, config, host_id)
+        if store is None:
+            configured = config.path is not None
+            path = host.workspace / config.path.expanduser() if configured else None
+            self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
+            self._warning = _check_location(
+                host, self.path, configured=configured, required=config.required
+            )
         self._writer = writer = AuditWriter(
             self.path,
             busy_timeout=config.busy_timeout_ms / 1000,
             capacity=config.queue_size,
             workspace=os.path.realpath(host.workspace),
+            host_id=host_id,
+            store=store,
         )
         weakref.finalize(self, writer.close)  # also runs at interpreter exit: flushes
         with contextlib.suppress(OSError):  # reported (once) by the first write
@@ -200,7 +220,7 @@ class AuditPlugin:
         if self._required and writer.failing is not None:
             return Deny(
                 f"audit is required ([plugin.audit] required = true) but cannot record calls "
-                f"in {writer.path} ({writer.failing}); no tool runs until it can. Fix the "
+                f"in {writer.where} ({writer.failing}); no tool runs until it can. Fix the "
                 "database (the error on stderr says how) or set required = false"
             )
         if execution.dry_run:  # a preview has no observer round to take the time back
@@ -245,6 +265,29 @@ class AuditPlugin:
 
 def _nobody() -> None:
     return None
+
+
+def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresStore:
+    """The store for ``[plugin.audit] url``; a `ConfigError` when psycopg is missing."""
+    if config.path is not None:
+        raise ConfigError(
+            "path and url are both set; keep url for PostgreSQL or path for SQLite",
+            path=host.config.source, plugin="audit", key="url",
+        )  # fmt: skip
+    try:
+        return PostgresStore(
+            config.url or "",
+            host_id=host_id,
+            reconnect=config.reconnect_ms / 1000,
+        )
+    except ImportError:
+        raise ConfigError(
+            "url names a PostgreSQL database, but psycopg is not installed: "
+            "pip install 'dsh-host[postgres]'",
+            path=host.config.source,
+            plugin="audit",
+            key="url",
+        ) from None
 
 
 _UNDECIDED: Final = (None, False)

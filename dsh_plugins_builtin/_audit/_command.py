@@ -13,7 +13,8 @@ from typing import Any, Final
 
 from dsh_host import printable
 
-from ._query import Filter, health, parse_time, read
+from ._postgres import safe_url, scrub
+from ._query import Filter, health, is_url, parse_time, read
 
 __all__ = ["MAX_LAST", "run"]
 
@@ -42,8 +43,9 @@ def _parser(default_path: Path) -> argparse.ArgumentParser:
     add("--last", metavar="N", default="20", help="how many calls (default 20)")
     add("--health", action="store_true",
         help="how many calls were lost (and why), and when the database was recreated")  # fmt: skip
-    add("--db", metavar="PATH", type=Path, default=None,
-        help=f"the audit database (default: {default_path})")  # fmt: skip
+    add("--db", metavar="PATH|URL", default=None,
+        help=f"the audit database: an SQLite file (default: {default_path}) or a "
+        "postgresql:// URL (default: $DSH_AUDIT_URL when set)")  # fmt: skip
     return parser
 
 
@@ -54,7 +56,9 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    path: Path = args.db if args.db is not None else default_path
+    path: Path | str = args.db or os.environ.get("DSH_AUDIT_URL") or default_path
+    if not is_url(path):
+        path = Path(path)
     if args.health:
         return _health(path, as_json=args.json)
     try:
@@ -67,9 +71,8 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
         if not rows and where.workspace is not None and read(path, Filter(last=1)):
             _say(f"dsh audit: no calls recorded in workspace {where.workspace}; --all shows "
                  "every workspace, --workspace DIR another")  # fmt: skip
-    except (sqlite3.Error, OSError, ValueError) as exc:
-        _say(f"dsh audit: cannot read {path}: {exc}")
-        return 1
+    except Exception as exc:
+        return _unreadable(path, exc)
     lines = [_json_line(row) for row in rows] if args.json else _table(rows)
     return _print_lines(lines)
 
@@ -95,12 +98,27 @@ def _filter(args: argparse.Namespace) -> Filter:
     )
 
 
-def _health(path: Path, *, as_json: bool) -> int:
+def _unreadable(target: Path | str, exc: Exception) -> int:
+    """Say why *target* cannot be read (a URL's password never shown); exit status 1."""
+    psycopg = sys.modules.get("psycopg")
+    known = (sqlite3.Error, OSError, ValueError, ImportError)
+    if not isinstance(exc, known + ((psycopg.Error,) if psycopg is not None else ())):
+        raise exc
+    if is_url(target):
+        shown, why = safe_url(str(target)), scrub(str(exc), str(target))
+        if isinstance(exc, ImportError):
+            why = "psycopg is not installed: pip install 'dsh-host[postgres]'"
+    else:
+        shown, why = str(target), str(exc)
+    _say(f"dsh audit: cannot read {printable(shown)}: {printable(why.strip())}")
+    return 1
+
+
+def _health(path: Path | str, *, as_json: bool) -> int:
     try:
         found = health(path)
-    except (sqlite3.Error, OSError, ValueError) as exc:
-        _say(f"dsh audit: cannot read {path}: {exc}")
-        return 1
+    except Exception as exc:
+        return _unreadable(path, exc)
     if as_json:
         return _print_lines([_json_line(found)])
     lines = [

@@ -10,6 +10,7 @@ import datetime
 import json
 import re
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -63,11 +64,12 @@ def parse_time(text: str, now: datetime.datetime | None = None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def read(path: Path, where: Filter) -> list[dict[str, Any]]:
-    """The last ``where.last`` rows of *path* that pass *where*, oldest first."""
+def read(path: Path | str, where: Filter) -> list[dict[str, Any]]:
+    """The last ``where.last`` rows of *path* (or a PostgreSQL URL) that pass *where*, oldest
+    first."""
     connection = _open(path)
     try:
-        present = _columns(connection, "calls")
+        present = connection.columns("calls")
         clauses, params = _clauses(where, present)
         selected = ", ".join(c if c in present else "NULL" for c in COLUMNS)
         sql = f"SELECT {selected} FROM calls"
@@ -108,14 +110,14 @@ def _clauses(where: Filter, present: set[str]) -> tuple[list[str], list[object]]
     return clauses, params
 
 
-def health(path: Path) -> dict[str, Any]:
+def health(path: Path | str) -> dict[str, Any]:
     """What ``dsh audit --health`` prints: version, row counts, and every loss recorded."""
     connection = _open(path)
     try:
-        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        version = connection.version()
         (rows,) = connection.execute("SELECT count(*) FROM calls").fetchone()
         events: list[dict[str, Any]] = []
-        if "event" in _columns(connection, "health"):
+        if "event" in connection.columns("health"):
             found = connection.execute(
                 f"SELECT {', '.join(HEALTH_COLUMNS)} FROM health ORDER BY id"
             ).fetchall()
@@ -123,19 +125,62 @@ def health(path: Path) -> dict[str, Any]:
     finally:
         connection.close()
     lost = sum(e["rows"] for e in events if e["event"] == "lost")
-    return {"path": str(path), "schema_version": version, "rows": rows, "lost": lost,
+    return {"path": connection.where, "schema_version": version, "rows": rows, "lost": lost,
             "events": events}  # fmt: skip
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    if not path.is_file():
-        raise FileNotFoundError(
-            "no audit database there (nothing recorded yet? pass --db PATH or set "
-            "[plugin.audit] path)"
-        )
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+def is_url(target: Path | str) -> bool:
+    """Whether ``--db`` names a PostgreSQL database rather than an SQLite file."""
+    return str(target).startswith(("postgresql://", "postgres://"))
 
 
-def _columns(connection: sqlite3.Connection, table: str) -> set[str]:
-    found = connection.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()
-    return {name for (name,) in found}
+class _Reader:
+    """One read-only connection to either store, with the little SQL that differs."""
+
+    def __init__(self, target: Path | str) -> None:
+        self.url = is_url(target)
+        if self.url:
+            import psycopg  # the postgres extra
+
+            from ._postgres import safe_url
+
+            self.where = safe_url(str(target))
+            self._connection: Any = psycopg.connect(str(target), connect_timeout=10)
+            self._connection.read_only = True
+            return
+        path = Path(target)
+        self.where = str(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                "no audit database there (nothing recorded yet? pass --db PATH or set "
+                "[plugin.audit] path)"
+            )
+        self._connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Any:
+        if self.url:
+            sql = sql.replace("?", "%s")
+        return self._connection.execute(sql, params)
+
+    def columns(self, table: str) -> set[str]:
+        if self.url:
+            sql = "SELECT column_name FROM information_schema.columns WHERE table_name = ?"
+        else:
+            sql = "SELECT name FROM pragma_table_info(?)"
+        return {name for (name,) in self.execute(sql, (table,)).fetchall()}
+
+    def version(self) -> int:
+        if not self.url:
+            return int(self.execute("PRAGMA user_version").fetchone()[0])
+        if "value" not in self.columns("dsh_audit_meta"):
+            return 0
+        found = self.execute("SELECT value FROM dsh_audit_meta WHERE key = 'schema_version'")
+        row = found.fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _open(target: Path | str) -> _Reader:
+    return _Reader(target)

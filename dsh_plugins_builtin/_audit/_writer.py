@@ -40,6 +40,7 @@ import logging
 import os
 import sqlite3
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -50,6 +51,7 @@ from typing import Any, Final, final
 
 import trio
 
+from ._postgres import scrub
 from ._redact import arguments_json, redact, safe_text
 from ._redact import timestamp as _timestamp
 from ._schema import COLUMNS, INSERT, INSERT_HEALTH, migrate
@@ -93,15 +95,30 @@ _ADVICE = {
         "the database or its directory was replaced (by a symbolic link or another directory) "
         "after the host started; check who did it, then restart dsh"
     ),
+    "unreachable": (
+        "the PostgreSQL server did not answer for reconnect_ms; check that it runs and is "
+        "reachable, and the URL's user and database, or raise reconnect_ms"
+    ),
     "encode": "a row could not be encoded; it was recorded with a placeholder for its arguments",
     "other": "see the error; set [plugin.audit] path to a writable file",
 }
+
+
+def _write_errors() -> tuple[type[Exception], ...]:
+    """What a failed write raises: SQLite's and the OS's errors, and psycopg's when psycopg is
+    imported (a `PostgresStore` is in use)."""
+    psycopg = sys.modules.get("psycopg")
+    store: tuple[type[Exception], ...] = (psycopg.Error,) if psycopg is not None else ()
+    return (sqlite3.Error, OSError, _Replaced, *store)
 
 
 def _classify(exc: BaseException) -> str:
     """The kind of a write failure, for reporting once per kind."""
     if isinstance(exc, _Replaced):
         return "replaced"
+    if type(exc).__module__.startswith("psycopg"):
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        return "unreachable" if names & {"OperationalError", "InterfaceError"} else "other"
     if isinstance(exc, sqlite3.Error):
         code = getattr(exc, "sqlite_errorcode", None)
         base = code & 0xFF if isinstance(code, int) else None
@@ -148,8 +165,13 @@ class AuditWriter:
         capacity: int = 10_000,
         workspace: str | None = None,
         host_id: str | None = None,
+        store: Any = None,
     ) -> None:
         self.path = path
+        self.store = store
+        """A `PostgresStore` that takes the rows instead of the SQLite database at *path*."""
+        self.where = store.where if store is not None else str(path)
+        """Where rows go, as messages name it (a URL's password shown as ``***``)."""
         self.workspace = safe_text(workspace)
         self.host_id = host_id if host_id is not None else uuid.uuid4().hex[:12]
         self.busy_timeout = busy_timeout
@@ -288,7 +310,7 @@ class AuditWriter:
             logger.error(
                 "audit: closing with %d call(s) not recorded in %s since writing last worked "
                 "(%s); they are lost",
-                lost, self.path, self.failing,
+                lost, self.where, self.failing,
             )  # fmt: skip
 
     # -- the writer thread -------------------------------------------------------------------
@@ -330,7 +352,9 @@ class AuditWriter:
         rows = [self._row(entry) for entry in entries]
         try:
             self._commit_rows(rows)
-        except (sqlite3.Error, OSError, _Replaced) as exc:
+        except Exception as exc:
+            if not isinstance(exc, _write_errors()):
+                raise
             with self._lock:
                 self._close_connection()  # reconnect next time: the file may be fixed by then
             self._failed(exc, len(rows))
@@ -341,7 +365,7 @@ class AuditWriter:
             self._reported.clear()
             logger.warning(
                 "audit: recording tool calls in %s works again; %d call(s) were not recorded",
-                self.path, lost,
+                self.where, lost,
             )  # fmt: skip
 
     def _commit_rows(self, rows: list[tuple[Any, ...]]) -> None:
@@ -350,6 +374,12 @@ class AuditWriter:
         A database deleted or replaced during the commit holds rows nobody will read: they are
         committed again into the new one, so a returned commit is on record at the path.
         """
+        if self.store is not None:
+            pending = [(_timestamp(time.time()), self.host_id, self.workspace, *event)
+                       for event in self._unrecorded]  # fmt: skip
+            self.store.commit(rows, pending)
+            del self._unrecorded[: len(pending)]
+            return
         for _ in range(3):
             connection = self._connect()
             health = [(_timestamp(time.time()), self.host_id, self.workspace, *event)
@@ -407,7 +437,7 @@ class AuditWriter:
         kind = _classify(exc)
         self.lost += rows
         self.lost_total += rows
-        self.failing = f"{kind}: {type(exc).__name__}: {exc}"
+        self.failing = f"{kind}: {type(exc).__name__}: {self._scrub(str(exc))}"
         if rows:
             pending = self._unrecorded
             if pending and pending[-1][0] == "lost" and pending[-1][2] == self.failing:
@@ -421,7 +451,7 @@ class AuditWriter:
                 "unless [plugin.audit] required = true; this is reported once per kind of "
                 "failure, and the count of lost calls when writing works again (`dsh audit "
                 "--health` shows it). What to do: %s.",
-                self.path, kind, type(exc).__name__, exc, _ADVICE[kind],
+                self.where, kind, type(exc).__name__, self._scrub(str(exc)), _ADVICE[kind],
             )  # fmt: skip
 
     def _row(self, entry: Entry) -> tuple[Any, ...]:
@@ -517,19 +547,26 @@ class AuditWriter:
     def pin(self) -> None:
         """Create the database's directory now and remember its identity (see `_check_path`)."""
         with self._lock:
-            if self._pin is None:
+            if self._pin is None and self.store is None:
                 self._check_path()
 
     def probe(self) -> None:
         """Open the database now; a failure sets `failing` and is reported, as a write's would."""
         with self._lock:
             try:
-                self._connect()
-            except (sqlite3.Error, OSError, _Replaced) as exc:
+                self.store.connect() if self.store is not None else self._connect()
+            except Exception as exc:
+                if not isinstance(exc, _write_errors()):
+                    raise
                 self._close_connection()
                 self._failed(exc, 0)
 
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self.store.url) if self.store is not None else text
+
     def _close_connection(self) -> None:
+        if self.store is not None:
+            self.store.close()
         if self._connection is not None:
             connection, self._connection = self._connection, None
             connection.close()
