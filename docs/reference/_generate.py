@@ -203,7 +203,9 @@ def hooks_page() -> str:
         "From the docstrings of `dsh_host.hookspecs`, the plugin author's reference.", "",
         *markdown(inspect.getdoc(hookspecs) or ""), "",
     ]  # fmt: skip
-    for title, names in HOOKS:
+    listed = {name for _, names in HOOKS for name in names}
+    others = tuple(sorted(set(hookspecs.__all__) - listed))
+    for title, names in (*HOOKS, *((("Other hooks", others),) if others else ())):
         lines += [f"## {title}", ""]
         for name in names:
             lines += entry(name, getattr(hookspecs, name))
