@@ -38,7 +38,8 @@ def _parser(default_path: Path) -> argparse.ArgumentParser:
     add("--until", metavar="TIME", help="only calls until TIME")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--workspace", metavar="DIR", help="only calls of hosts in DIR "
-                       "(default: the current directory)")  # fmt: skip
+                       "(default: the current directory or the one above it that a host "
+                       "ran in)")  # fmt: skip
     where.add_argument("--all", action="store_true", help="calls of every workspace")
     add("--last", metavar="N", default="20", help="how many calls (default 20)")
     add("--health", action="store_true",
@@ -84,12 +85,13 @@ def _filter(args: argparse.Namespace) -> Filter:
         raise ValueError(f"--last takes a whole number from 1 to {MAX_LAST}, got {shown!r}")
     if args.denied and args.outcome not in (None, "DENIED"):
         raise ValueError(f"--denied and --outcome {args.outcome} contradict each other")
-    workspace = None
+    workspace, within = None, args.workspace is None
     if not args.all:
         workspace = os.path.realpath(args.workspace if args.workspace is not None else ".")
     return Filter(
         last=last,
         workspace=workspace,
+        within=within,
         tool=args.tool,
         outcome="DENIED" if args.denied else args.outcome,
         call_id=args.call,

@@ -29,6 +29,7 @@ class Filter:
 
     last: int = 20
     workspace: str | None = None
+    within: bool = False  # the workspace is the directory holding the current one (or it)
     tool: str | None = None
     outcome: str | None = None
     call_id: str | None = None
@@ -86,12 +87,20 @@ def read(path: Path | str, where: Filter) -> list[dict[str, Any]]:
     return rows
 
 
+def _ancestors(directory: str) -> tuple[str, ...]:
+    """*directory* and every directory above it: a host's workspace may hold the current one."""
+    path = Path(directory)
+    return tuple(str(p) for p in (path, *path.parents))
+
+
 def _clauses(where: Filter, present: set[str]) -> tuple[list[str], list[object]]:
     clauses: list[str] = []
     params: list[object] = []
     if where.workspace is not None and "workspace" in present:  # rows from before version 2
-        clauses.append("(workspace = ? OR workspace IS NULL)")  # have none: shown everywhere
-        params.append(safe_text(where.workspace))
+        places = _ancestors(where.workspace) if where.within else (where.workspace,)
+        marks = ", ".join("?" * len(places))
+        clauses.append(f"(workspace IN ({marks}) OR workspace IS NULL)")  # rows without one
+        params.extend(safe_text(place) for place in places)  # show everywhere
     exact = (("tool", where.tool), ("outcome", where.outcome), ("call_id", where.call_id))
     for column, value in exact:
         if value is None:

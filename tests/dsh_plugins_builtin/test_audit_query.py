@@ -145,3 +145,13 @@ async def test_dsh_audit_says_when_another_workspace_has_the_calls(two_workspace
     empty.mkdir()
     assert audit_command(["--db", str(db), "--workspace", str(empty)]) == 0
     assert "--all shows every workspace" in capsys.readouterr().err
+
+
+async def test_dsh_audit_in_a_subdirectory_shows_the_workspace_that_holds_it(
+    two_workspaces, db, capsys, monkeypatch
+):
+    here, _ = two_workspaces
+    (here / "src" / "deep").mkdir(parents=True)
+    monkeypatch.chdir(here / "src" / "deep")
+    assert shown(capsys, "--db", str(db)) == ["a", "no", "b"]
+    assert shown(capsys, "--db", str(db), "--workspace", ".") == []  # an explicit DIR is exact
