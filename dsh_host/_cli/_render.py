@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import pathlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, final
 
@@ -418,6 +419,15 @@ def _toml_key(key: str) -> str:
     return key if bare else json.dumps(key)
 
 
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)(?P<secret>[^/@\s]+)@")
+
+
+def _without_password(text: str) -> str:
+    """A URL's password as ``***`` (``postgresql://user:***@host/db``): `dump_toml` prints the
+    effective configuration, and a config value is no place to show a credential from."""
+    return _URL_PASSWORD.sub(r"\g<head>***@", text) if "://" in text else text
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -430,7 +440,7 @@ def _toml_value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str | pathlib.PurePath):
-        return json.dumps(str(value), ensure_ascii=False)
+        return json.dumps(_without_password(str(value)), ensure_ascii=False)
     if isinstance(value, list | tuple | set | frozenset):
         items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
         return "[" + ", ".join(_toml_value(v) for v in items) + "]"

@@ -159,3 +159,16 @@ def test_the_bash_hint_suggests_the_narrowest_rule_and_that_rule_works(
         file.write(f"[plugin.permissions]\n{allow}\n")
     main(call)
     assert "asked for approval" not in capsys.readouterr().err  # the rule covers the call
+
+
+def test_config_check_never_prints_a_password_in_a_url(tmp_path, capsys):
+    """Issue 26, point 3: ``[plugin.audit] url`` holds a credential; ``dsh config check`` prints
+    the effective configuration."""
+    config = tmp_path / "dsh.toml"
+    config.write_text(
+        '[plugin.audit]\nurl = "postgresql://dsh:top%40secret@127.0.0.1:1/x"\n', encoding="utf-8"
+    )
+    assert main(["--config", str(config), "config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert 'url = "postgresql://dsh:***@127.0.0.1:1/x"' in out
+    assert "secret" not in out
