@@ -34,23 +34,23 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import sqlite3
 import stat
-import sys
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any, Final, final
 
 import trio
 
+from ._committed import Committed
+from ._committed import wake as _wake
+from ._faults import ADVICE, Replaced, classify, write_errors
 from ._postgres import scrub
 from ._redact import arguments_json, redact, safe_text
 from ._redact import timestamp as _timestamp
@@ -84,65 +84,6 @@ a bigger batch before it commits them; a row somebody waits for ends the wait at
 Entry = tuple[float, Any, Any, "float | None", "str | None", "str | None"]
 """What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms,
 the rule that allowed it or ``None``, who approved it or ``None``)."""
-
-
-_ADVICE = {
-    "locked": "another process holds the database lock; stop it or raise busy_timeout_ms",
-    "full": "the disk (or quota) is full; free space",
-    "unwritable": "set [plugin.audit] path to a file this user can write",
-    "corrupt": "the file is not an SQLite database; move it away or set [plugin.audit] path",
-    "replaced": (
-        "the database or its directory was replaced (by a symbolic link or another directory) "
-        "after the host started; check who did it, then restart dsh"
-    ),
-    "unreachable": (
-        "the PostgreSQL server did not answer for reconnect_ms; check that it runs and is "
-        "reachable, and the URL's user and database, or raise reconnect_ms"
-    ),
-    "encode": "a row could not be encoded; it was recorded with a placeholder for its arguments",
-    "other": "see the error; set [plugin.audit] path to a writable file",
-}
-
-
-def _write_errors() -> tuple[type[Exception], ...]:
-    """What a failed write raises: SQLite's and the OS's errors, and psycopg's when psycopg is
-    imported (a `PostgresStore` is in use)."""
-    psycopg = sys.modules.get("psycopg")
-    store: tuple[type[Exception], ...] = (psycopg.Error,) if psycopg is not None else ()
-    return (sqlite3.Error, OSError, _Replaced, *store)
-
-
-def _classify(exc: BaseException) -> str:
-    """The kind of a write failure, for reporting once per kind."""
-    if isinstance(exc, _Replaced):
-        return "replaced"
-    if type(exc).__module__.startswith("psycopg"):
-        names = {cls.__name__ for cls in type(exc).__mro__}
-        return "unreachable" if names & {"OperationalError", "InterfaceError"} else "other"
-    if isinstance(exc, sqlite3.Error):
-        code = getattr(exc, "sqlite_errorcode", None)
-        base = code & 0xFF if isinstance(code, int) else None
-        text = str(exc).lower()
-        if base in (5, 6) or "locked" in text or "busy" in text:  # SQLITE_BUSY, SQLITE_LOCKED
-            return "locked"
-        if base == 13 or "full" in text:  # SQLITE_FULL
-            return "full"
-        if base in (8, 14, 23) or "readonly" in text or "unable to open" in text:
-            return "unwritable"  # SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
-        if base in (11, 26) or "not a database" in text or "malformed" in text:
-            return "corrupt"  # SQLITE_CORRUPT, SQLITE_NOTADB
-        return "other"
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return "full"
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
-            return "unwritable"
-        return "other"
-    return "other"
-
-
-class _Replaced(Exception):
-    """The database or its directory is not what the host pinned at start."""
 
 
 @final
@@ -353,7 +294,7 @@ class AuditWriter:
         try:
             self._commit_rows(rows)
         except Exception as exc:
-            if not isinstance(exc, _write_errors()):
+            if not isinstance(exc, write_errors()):
                 raise
             with self._lock:
                 self._close_connection()  # reconnect next time: the file may be fixed by then
@@ -397,7 +338,7 @@ class AuditWriter:
                 del self._unrecorded[: len(health)]
                 return
             self._moved()
-        raise _Replaced(f"{self.path} keeps being deleted or replaced while rows are written")
+        raise Replaced(f"{self.path} keeps being deleted or replaced while rows are written")
 
     def _same_file(self) -> bool:
         """Whether the open database is still the file at its path (not unlinked, not swapped)."""
@@ -434,7 +375,7 @@ class AuditWriter:
             )  # fmt: skip
 
     def _failed(self, exc: BaseException, rows: int) -> None:
-        kind = _classify(exc)
+        kind = classify(exc)
         self.lost += rows
         self.lost_total += rows
         self.failing = f"{kind}: {type(exc).__name__}: {self._scrub(str(exc))}"
@@ -451,7 +392,7 @@ class AuditWriter:
                 "unless [plugin.audit] required = true; this is reported once per kind of "
                 "failure, and the count of lost calls when writing works again (`dsh audit "
                 "--health` shows it). What to do: %s.",
-                self.where, kind, type(exc).__name__, self._scrub(str(exc)), _ADVICE[kind],
+                self.where, kind, type(exc).__name__, self._scrub(str(exc)), ADVICE[kind],
             )  # fmt: skip
 
     def _row(self, entry: Entry) -> tuple[Any, ...]:
@@ -531,18 +472,18 @@ class AuditWriter:
             st = os.lstat(directory)
             self._pin = (st.st_dev, st.st_ino)
         if not stat.S_ISDIR(st.st_mode):
-            raise _Replaced(f"{directory} is no longer a directory")
+            raise Replaced(f"{directory} is no longer a directory")
         if self._pin is None:
             self._pin = (st.st_dev, st.st_ino)
         elif self._pin != (st.st_dev, st.st_ino):
-            raise _Replaced(f"{directory} is not the directory it was when first opened")
+            raise Replaced(f"{directory} is not the directory it was when first opened")
         for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             try:
                 mode = os.lstat(name).st_mode
             except FileNotFoundError:
                 continue
             if not stat.S_ISREG(mode):
-                raise _Replaced(f"{name} is not a regular file (a symbolic link?)")
+                raise Replaced(f"{name} is not a regular file (a symbolic link?)")
 
     def pin(self) -> None:
         """Create the database's directory now and remember its identity (see `_check_path`)."""
@@ -556,7 +497,7 @@ class AuditWriter:
             try:
                 self.store.connect() if self.store is not None else self._connect()
             except Exception as exc:
-                if not isinstance(exc, _write_errors()):
+                if not isinstance(exc, write_errors()):
                     raise
                 self._close_connection()
                 self._failed(exc, 0)
@@ -573,51 +514,3 @@ class AuditWriter:
         if self._held is not None:
             held, self._held = self._held, None
             os.close(held)
-
-
-@final
-class Committed:
-    """Awaitable: resolves once its row's batch is committed or has failed.
-
-    The wait cannot be cancelled (as ``trio.to_thread.run_sync`` cannot): the writer wakes every
-    row within the SQLite busy timeout plus the disk's time. The writer marks it done from the
-    trio thread (``run_sync_soon``), so awaiting it after that, or never, is fine.
-    """
-
-    __slots__ = ("done", "task", "token")
-
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self.token = token
-        self.done = False
-        self.task: trio.lowlevel.Task | None = None  # set while a task is parked on it
-
-    def __await__(self) -> Generator[Any, None, None]:
-        if not self.done:
-            self.task = trio.lowlevel.current_task()
-            yield from trio.lowlevel.wait_task_rescheduled(_not_abortable).__await__()
-
-
-def _not_abortable(raise_cancel: Any) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED
-
-
-def _wake(slots: list[Committed]) -> None:
-    """Mark *slots* done: one ``run_sync_soon`` per trio run they belong to."""
-    if not slots:
-        return
-    by_run: dict[trio.lowlevel.TrioToken, list[Committed]] = {}
-    for slot in slots:
-        by_run.setdefault(slot.token, []).append(slot)
-    for token, group in by_run.items():
-        with contextlib.suppress(trio.RunFinishedError):  # that run is over: nobody to wake
-            token.run_sync_soon(_release, group)
-
-
-def _release(slots: list[Committed]) -> None:
-    """In the trio thread: mark each slot done and resume the task parked on it, if any."""
-    for slot in slots:
-        slot.done = True
-        task = slot.task
-        if task is not None:
-            slot.task = None
-            trio.lowlevel.reschedule(task)

@@ -29,7 +29,9 @@ from dsh_host import (
     define_tool,
 )
 from dsh_plugins_builtin._audit import _writer as _audit_writer
-from dsh_plugins_builtin._audit._writer import AuditWriter, _classify, _Replaced
+from dsh_plugins_builtin._audit._faults import Replaced as _Replaced
+from dsh_plugins_builtin._audit._faults import classify as _classify
+from dsh_plugins_builtin._audit._writer import AuditWriter
 from dsh_plugins_builtin.audit import AuditPlugin, legacy_audit_path
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from tests.conftest import make_echo, soak_size
