@@ -10,8 +10,12 @@ On a terminal it shows the tool, the asker's reason and every argument in full: 
 ``key: value`` per line, wrapped at the terminal's width and never cut, with control characters
 and escape sequences shown escaped and long runs of spaces counted, so what a person approves is
 what runs. Arguments longer than a screen are summarised ("N more characters, press v to view
-all") and ``v`` shows them whole. It asks ``[a]llow once / allow for this [r]un / [d]eny``; an
-empty line or end of input denies. *Allow for this run* remembers the call's fingerprint, the tool name together with the
+all") and ``v`` shows them whole. It asks ``allow [o]nce / [a]lways / for this [r]un /
+[d]eny``; an empty line or end of input denies. *Always* allows the call once and appends the
+narrowest rules that cover it (``bash(ls:*)``, shown in the question) to ``[plugin.permissions]
+allow`` of the config file the host was started with; they apply from the next start. It is
+refused, with the reason, and the question asked again, when there is no such file, when that
+file is protected from this user, or when no rule narrower than the whole tool covers the call. *Allow for this run* remembers the call's fingerprint, the tool name together with the
 canonical JSON of its arguments, so the same call is allowed again without asking and a
 changed argument asks again.
 
@@ -42,6 +46,9 @@ from dsh_host import (
     printable,
 )
 
+from ._common._rulefile import RuleFileError, add_allow_rules
+from ._rules._suggest import narrowest_rules
+
 __all__ = [
     "ApprovalConfig",
     "ApprovalPlugin",
@@ -62,8 +69,11 @@ _SPACES = re.compile(" {16,}")
 SCREEN_LINES = 20
 """How many lines of arguments the prompt shows before summarising the rest (``v`` shows all)."""
 _ANSWERS = {
-    "a": ApprovalOutcome.ALLOWED_ONCE,
+    "o": ApprovalOutcome.ALLOWED_ONCE,
+    "once": ApprovalOutcome.ALLOWED_ONCE,
     "allow": ApprovalOutcome.ALLOWED_ONCE,
+    "a": "always",
+    "always": "always",
     "y": ApprovalOutcome.ALLOWED_ONCE,
     "yes": ApprovalOutcome.ALLOWED_ONCE,
     "r": "run",
@@ -239,6 +249,7 @@ class ApprovalPlugin:
         self._lock = trio.Lock()
         self._remembered: set[tuple[str, str]] = set()
         self._host: Host | None = None
+        self._source: str | None = None  # the config file the host was started with
 
     @hookimpl
     def dsh_plugin_config(self) -> type[ApprovalConfig]:
@@ -248,6 +259,7 @@ class ApprovalPlugin:
     def dsh_host_started(self, host: Host) -> None:
         self._config = host.config_for(self)
         self._host = host
+        self._source = host.config.source
 
     def _client_approves(self) -> bool:
         """Whether ``dsh mcp serve`` put its MCP client in as the approver (`MCP_CLIENT`)."""
@@ -322,9 +334,10 @@ class ApprovalPlugin:
             lines.extend(shown[:SCREEN_LINES])
             rest = sum(len(line) for line in shown[SCREEN_LINES:])
             lines.append(f"  … {rest} more characters, press v to view all")
-        question = "[a]llow once / allow for this [r]un / [d]eny (default: deny): "
-        if not full:
-            question = "[a]llow once / allow for this [r]un / [d]eny / [v]iew all (default: deny): "
+        rules = narrowest_rules(request.tool, request.arguments)
+        always = f"[a]lways ({', '.join(printable(r) for r in rules)})" if rules else "[a]lways"
+        view = "" if full else " / [v]iew all"
+        question = f"allow [o]nce / {always} / for this [r]un / [d]eny{view} (default: deny): "
         out.write("\n".join(lines) + "\n")
         if self._reader is None:
             self._reader = _LineReader(self._stdin or sys.stdin)
@@ -347,10 +360,36 @@ class ApprovalPlugin:
             if answer == "view":
                 out.write("  arguments, in full:\n" + "\n".join(shown) + "\n")
                 continue
+            if answer == "always":
+                if self._always(rules, out):
+                    return ApprovalOutcome.ALLOWED_ONCE
+                continue
             if answer == "run":
                 self._remembered.add(fingerprint)
                 out.write(f"dsh: tool {printable(request.tool)!r} allowed for this run\n")
                 return ApprovalOutcome.ALLOWED_ONCE
             if isinstance(answer, ApprovalOutcome):
                 return answer
-            out.write("  please answer a, r or d\n" if full else "  please answer a, r, d or v\n")
+            out.write(
+                "  please answer o, a, r or d\n" if full else "  please answer o, a, r, d or v\n"
+            )
+
+    def _always(self, rules: tuple[str, ...] | None, out: TextSink) -> bool:
+        """Write *rules* to the config file; say what was done, or why not (then ``False``)."""
+        if not rules:
+            out.write(
+                "  cannot always allow: no rule narrower than the whole tool covers this call; "
+                "answer o, r or d, or add a rule to the config by hand\n"
+            )
+            return False
+        try:
+            added = add_allow_rules(self._source, rules)
+        except (RuleFileError, OSError) as exc:
+            out.write(f"  cannot always allow: {printable(str(exc))}\n")
+            return False
+        shown = ", ".join(printable(rule) for rule in added) or "nothing new"
+        out.write(
+            f"dsh: allowed once; added {shown} to [plugin.permissions] allow in "
+            f"{printable(str(self._source))} (applies from the next start)\n"
+        )
+        return True

@@ -29,36 +29,39 @@ record), unless it lies under one of the sandbox's protected paths.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import logging
 import os
-import sqlite3
-import sys
 import time
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, final
+from typing import Final, Literal, final
 
 import attrs
 import platformdirs
 import trio
 
 from dsh_host import (
+    Allow,
+    ApprovalOutcome,
+    Ask,
     ConfigError,
     Deny,
     Host,
     ToolExecution,
     ToolExecutionResult,
     hookimpl,
-    printable,
 )
 
-from ._audit._writer import COLUMNS, AuditWriter, redact, safe_text
+from ._audit import _command
+from ._audit._command import MAX_LAST
+from ._audit._postgres import PostgresStore
+from ._audit._writer import AuditWriter, redact
 
 __all__ = [
+    "MAX_LAST",
     "AuditConfig",
     "AuditPlugin",
     "audit_command",
@@ -69,6 +72,7 @@ __all__ = [
 
 logger = logging.getLogger("dsh_plugins_builtin.audit")
 
+Decision = Allow | Deny | Ask
 Durability = Literal["sync", "async"]
 
 
@@ -102,6 +106,13 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
         raise ValueError(f"{attribute.name} must be 1 or more, got {value}")
 
 
+def _postgres_url(
+    instance: object, attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is not None and not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError("url must start with postgresql:// (a PostgreSQL connection URL)")
+
+
 @final
 @attrs.frozen
 class AuditConfig:
@@ -119,6 +130,10 @@ class AuditConfig:
             ``"sync"``: once it is committed.
         required: refuse calls (``DENIED``) while rows cannot be written.
         queue_size: rows queued before calls wait for the writer (back-pressure).
+        url: ``postgresql://user:password@host:port/database``: record into PostgreSQL instead
+            of SQLite (the ``postgres`` extra); exclusive with ``path``.
+        reconnect_ms: how long a batch is retried while the PostgreSQL connection is lost
+            before its rows are counted lost.
     """
 
     path: Path | None = None
@@ -129,6 +144,8 @@ class AuditConfig:
     )
     required: bool = False
     queue_size: int = attrs.field(default=10_000, validator=_positive)
+    url: str | None = attrs.field(default=None, validator=_postgres_url, repr=False)
+    reconnect_ms: int = attrs.field(default=30_000, validator=_not_negative)
 
 
 class AuditPlugin:
@@ -140,6 +157,7 @@ class AuditPlugin:
         self.config = AuditConfig()
         self.path = default_audit_path()
         self._started: dict[object, float] = {}
+        self._decided: dict[object, tuple[str | None, bool]] = {}  # rule, asked: by call token
         self._writer: AuditWriter | None = None
         self._async = False
         self._required = False
@@ -158,16 +176,24 @@ class AuditPlugin:
         if not config.enabled:
             host.pm.unregister(self)  # no per-call hook left to cost anything
             return
-        configured = config.path is not None
-        path = host.workspace / config.path.expanduser() if config.path is not None else None
-        self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
-        self._warning = _check_location(
-            host, self.path, configured=configured, required=config.required
-        )
         self._async = config.durability == "async"
         self._required = config.required
+        host_id = uuid.uuid4().hex[:12]
+        store = None if config.url is None else _postgres_store(host, config, host_id)
+        if store is None:
+            configured = config.path is not None
+            path = host.workspace / config.path.expanduser() if configured else None
+            self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
+            self._warning = _check_location(
+                host, self.path, configured=configured, required=config.required
+            )
         self._writer = writer = AuditWriter(
-            self.path, busy_timeout=config.busy_timeout_ms / 1000, capacity=config.queue_size
+            self.path,
+            busy_timeout=config.busy_timeout_ms / 1000,
+            capacity=config.queue_size,
+            workspace=os.path.realpath(host.workspace),
+            host_id=host_id,
+            store=store,
         )
         weakref.finalize(self, writer.close)  # also runs at interpreter exit: flushes
         with contextlib.suppress(OSError):  # reported (once) by the first write
@@ -189,28 +215,40 @@ class AuditPlugin:
         return self._writer.flush(timeout) if self._writer is not None else True
 
     @hookimpl(tryfirst=True)
-    def dsh_tool_pre_execute(self, execution: ToolExecution) -> Deny | None:
+    def dsh_tool_pre_execute(
+        self, execution: ToolExecution, call_next: Callable[[], Awaitable[Decision]]
+    ) -> Deny | Awaitable[Decision] | None:
         writer = self._writer
         if writer is None:
             return None
-        if not execution.dry_run:  # a preview has no observer round to take the time back
-            self._started[execution.token] = trio.current_time()
         if self._required and writer.failing is not None:
             return Deny(
                 f"audit is required ([plugin.audit] required = true) but cannot record calls "
-                f"in {writer.path} ({writer.failing}); no tool runs until it can. Fix the "
+                f"in {writer.where} ({writer.failing}); no tool runs until it can. Fix the "
                 "database (the error on stderr says how) or set required = false"
             )
-        return None
+        if execution.dry_run:  # a preview has no observer round to take the time back
+            return call_next()
+        self._started[execution.token] = trio.current_time()
+        return self._note_decision(execution.token, call_next())
+
+    async def _note_decision(self, token: object, downstream: Awaitable[Decision]) -> Decision:
+        """Keep the rule that decided (allows too) and whether it asked, for the row."""
+        decision = await downstream
+        if decision.detail is not None or type(decision) is Ask:
+            self._decided[token] = (decision.detail, type(decision) is Ask)
+        return decision
 
     @hookimpl
     def dsh_tool_result(
         self, execution: ToolExecution, result: ToolExecutionResult
     ) -> Awaitable[None] | None:
         started = self._started.pop(execution.token, None)
+        rule, asked = self._decided.pop(execution.token, _UNDECIDED)
         writer = self._writer
         if writer is None:
             return None
+        approved_by = _approver(result) if asked else None
         duration = None if started is None else (trio.current_time() - started) * 1000
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
@@ -221,12 +259,52 @@ class AuditPlugin:
             if self._flushing() is not root:  # once per trio run: its end flushes the queue
                 self._flushing = weakref.ref(root)
                 writer.flush_when_run_ends()
-            return writer.submit((time.time(), execution, result, duration), wait=False)
-        return writer.submit((time.time(), execution, result, duration), wait=True)
+            return writer.submit(
+                (time.time(), execution, result, duration, rule, approved_by), wait=False
+            )
+        return writer.submit(
+            (time.time(), execution, result, duration, rule, approved_by), wait=True
+        )
 
 
 def _nobody() -> None:
     return None
+
+
+def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresStore:
+    """The store for ``[plugin.audit] url``; a `ConfigError` when psycopg is missing."""
+    if config.path is not None:
+        raise ConfigError(
+            "path and url are both set; keep url for PostgreSQL or path for SQLite",
+            path=host.config.source, plugin="audit", key="url",
+        )  # fmt: skip
+    try:
+        return PostgresStore(
+            config.url or "",
+            host_id=host_id,
+            reconnect=config.reconnect_ms / 1000,
+        )
+    except ImportError:
+        raise ConfigError(
+            "url names a PostgreSQL database, but psycopg is not installed: "
+            "pip install 'dsh-host[postgres]'",
+            path=host.config.source,
+            plugin="audit",
+            key="url",
+        ) from None
+
+
+_UNDECIDED: Final = (None, False)
+
+
+def _approver(result: ToolExecutionResult) -> str:
+    """``approved_by`` of an asked call: who refused it, or that an approver allowed it once."""
+    error = result.error
+    if error is None or error.code != "DENIED" or result.decided_by is None:
+        return ApprovalOutcome.ALLOWED_ONCE.value
+    if "no approval channel is available" in error.message:  # nobody answered
+        return ApprovalOutcome.UNAVAILABLE.value
+    return result.decided_by
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:
@@ -292,151 +370,20 @@ def _writable_root_holding(host: Host, directory: Path) -> Path | None:
 # -- dsh audit ---------------------------------------------------------------------------------
 
 
-MAX_LAST: Final = 1_000_000_000
-"""The largest ``dsh audit --last``."""
-
-
 def audit_command(argv: Sequence[str] | None = None) -> int:
-    """``dsh audit [--json] [--tool NAME] [--last N] [--db PATH]``: show recorded calls.
+    """``dsh audit [filters] [--json] [--last N] [--health] [--db PATH]``: show recorded calls.
 
-    Prints the last *N* calls (default 20), oldest first, as a table, or as one JSON object per
-    line with ``--json``. Every character that is not printable (control characters, escape
-    sequences, bidirectional overrides, lone surrogates, ...) is shown as a ``\\uXXXX`` escape,
-    so a recorded value cannot move the cursor, recolour or hide text on the screen. Returns the
-    exit status: 0 (also when the reader of a pipe went away), 1 when the database cannot be
-    read, 2 for bad arguments.
+    Prints the last *N* calls (default 20) of the current workspace, oldest first, as a table
+    (with the rule that decided and the reason of a refusal), or as one JSON object per line
+    with ``--json``. Filters: ``--workspace DIR`` (default: the current directory) or ``--all``,
+    ``--tool NAME``, ``--outcome CODE`` or ``--denied``, ``--call ID``, ``--since TIME`` and
+    ``--until TIME`` (ISO dates and times in UTC, or ages such as ``2h``). ``--health`` says
+    how many calls were lost since the database was made, why, and when it was recreated.
+
+    Every character that is not printable (control characters, escape sequences,
+    bidirectional overrides, lone surrogates, ...) is shown as a ``\\uXXXX`` escape, so a
+    recorded value cannot move the cursor, recolour or hide text on the screen. Returns the exit
+    status: 0 (also when the reader of a pipe went away), 1 when the database cannot be read, 2
+    for bad arguments.
     """
-    parser = argparse.ArgumentParser(
-        prog="dsh audit", description="Show the tool calls the audit plugin recorded."
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("--tool", metavar="NAME", help="only calls of this tool")
-    parser.add_argument("--last", metavar="N", default="20", help="how many calls (default 20)")
-    parser.add_argument(
-        "--db", metavar="PATH", type=Path, default=None,
-        help=f"the audit database (default: {default_audit_path()})",
-    )  # fmt: skip
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    last = _last(args.last)
-    if last is None:
-        shown = args.last if len(args.last) <= 30 else args.last[:30] + "..."
-        _say(f"dsh audit: error: --last takes a whole number from 1 to {MAX_LAST}, got {shown!r}")
-        return 2
-    path: Path = args.db if args.db is not None else default_audit_path()
-    try:
-        rows = _read(path, args.tool, last)
-    except (sqlite3.Error, OSError, ValueError) as exc:
-        _say(f"dsh audit: cannot read {path}: {exc}")
-        return 1
-    lines = [_json_line(row) for row in rows] if args.json else _table(rows)
-    return _print_lines(lines)
-
-
-def _last(text: str) -> int | None:
-    try:
-        value = int(text)
-    except ValueError:  # not a number, or more digits than Python converts
-        return None
-    return value if 1 <= value <= MAX_LAST else None
-
-
-def _read(path: Path, tool: str | None, last: int) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise FileNotFoundError(
-            "no audit database there (nothing recorded yet? pass --db PATH or set "
-            "[plugin.audit] path)"
-        )
-    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        where, params = "", list[object]([last])
-        if tool is not None:  # names are stored with lone surrogates escaped; match that
-            where, params = "WHERE tool = ?", [safe_text(tool), last]
-        found = connection.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM calls {where} ORDER BY id DESC LIMIT ?", params
-        ).fetchall()
-    finally:
-        connection.close()
-    rows = [dict(zip(COLUMNS, values, strict=True)) for values in reversed(found)]
-    for row in rows:
-        row["arguments"] = json.loads(row["arguments"])
-        row["is_error"] = bool(row["is_error"])
-    return rows
-
-
-def _json_escape(text: str) -> str:
-    """JSON *text* with every character Python does not call printable as a JSON escape.
-
-    For ``--json`` lines, which must stay valid JSON (the table uses `dsh_host.printable`).
-
-    Control characters (C0, DEL, C1, so every terminal escape sequence), format characters
-    (bidirectional overrides, zero-width characters, tag characters), separators other than the
-    ASCII space, private-use, unassigned and lone surrogate code points become ``\\uXXXX``
-    (a surrogate pair above U+FFFF), which keeps a JSON text valid JSON.
-    """
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else _escape_char(ch) for ch in text)
-
-
-def _escape_char(ch: str) -> str:
-    code = ord(ch)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def _json_line(row: dict[str, Any]) -> str:
-    return _json_escape(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
-
-
-def _table(rows: list[dict[str, Any]]) -> list[str]:
-    header = ("TIME", "TOOL", "OUTCOME", "BY", "MS", "CALL", "ARGUMENTS")
-    table = [header]
-    for row in rows:
-        arguments = printable(
-            json.dumps(row["arguments"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        )
-        ms = row["duration_ms"]
-        table.append(
-            (
-                printable(str(row["time"])),
-                printable(str(row["tool"])),
-                printable(str(row["outcome"])),
-                printable(str(row["decided_by"] or "-")),
-                "-" if ms is None else f"{ms:.0f}",
-                printable(str(row["call_id"])),
-                arguments if len(arguments) <= 60 else arguments[:59] + "\u2026",
-            )
-        )
-    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-    return [
-        "  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]).rstrip()
-        for line in table
-    ]
-
-
-def _print_lines(lines: list[str]) -> int:
-    """Write *lines* to stdout; a reader that went away (``| head``) ends the output quietly."""
-    out = sys.stdout
-    encoding = getattr(out, "encoding", None) or "utf-8"
-    try:
-        for line in lines:
-            out.write(line.encode(encoding, "backslashreplace").decode(encoding) + "\n")
-        out.flush()
-    except BrokenPipeError:
-        # Point stdout at /dev/null so that the interpreter's final flush does not fail too.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, out.fileno())
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
-    return 0
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr)
+    return _command.run(argv, default_audit_path())

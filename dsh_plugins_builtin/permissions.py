@@ -78,7 +78,8 @@ __all__ = ["DEFAULT_ALLOW", "PermissionsConfig", "PermissionsPlugin"]
 log = logging.getLogger("dsh_plugins_builtin.permissions")
 
 DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
-"""The read-only tools: allowed (inside the workspace) when no ``allow`` list is configured."""
+"""The read-only tools: allowed (inside the workspace) unless ``allow_defaults = false``; an
+``allow`` list adds to them."""
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _FIXED_KEPT = 1_024
@@ -92,7 +93,8 @@ class PermissionsConfig:
     """The ``[plugin.permissions]`` table.
 
     Attributes:
-        allow: rules whose calls run without asking.
+        allow: rules whose calls run without asking, added to `DEFAULT_ALLOW`.
+        allow_defaults: ``false`` drops `DEFAULT_ALLOW`: only ``allow`` allows.
         ask: rules whose calls need an approver's ``allowed-once``.
         deny: rules whose calls are refused.
         default: what happens to a call no rule matches.
@@ -100,7 +102,8 @@ class PermissionsConfig:
             whose ``permissions.allow``, ``ask`` and ``deny`` lists are added to these.
     """
 
-    allow: tuple[str, ...] = DEFAULT_ALLOW
+    allow: tuple[str, ...] = ()
+    allow_defaults: bool = True
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     default: Literal["allow", "ask", "deny"] = "ask"
@@ -158,6 +161,8 @@ class PermissionsPlugin:
     """Decides every call by the configured rules (see the module docstring)."""
 
     name = "permissions"
+    DEFAULTS = DEFAULT_ALLOW
+    """`DEFAULT_ALLOW`, for ``dsh call``'s hint (which reaches the plugin, not this module)."""
 
     def __init__(self) -> None:
         self._rules: RuleSet | None = None
@@ -185,6 +190,13 @@ class PermissionsPlugin:
         where = host.config.describe()
         own = Anchors(workspace=workspace, project=workspace, home=home)
         compiled: dict[Effect, list[Rule]] = {"allow": [], "ask": [], "deny": []}
+        if config.allow_defaults:  # what a rule says it came from: not the user's file
+            builtin = "the built-in defaults"
+            compiled["allow"] = [
+                parse_rule(text, "allow", own, builtin)
+                for text in DEFAULT_ALLOW
+                if text not in config.allow  # the user's own rule names its file instead
+            ]
         for effect in _EFFECTS:
             for i, text in enumerate(getattr(config, effect)):
                 try:

@@ -247,3 +247,150 @@ def home() -> Iterator[pathlib.Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# -- every python block runs, every table parses (issue 26, rows 6, 7 and 13) --------------------
+
+ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+_FRAGMENT = "<!-- fragment -->"
+"""On the line before a ```` ```python ```` block: a piece of a larger program (a value shown, a
+call with ``...`` in it, a script run as a hook), shown but not run."""
+
+_DRIVER = """
+import inspect, json, sys, traceback, trio
+namespace = {"__name__": "__docs__"}
+for line, code in json.loads(sys.stdin.read()):
+    try:
+        exec(compile(code, f"block at line {line}", "exec"), namespace)
+        for name, test in list(namespace.items()):
+            if name.startswith("test_") and callable(test) and not inspect.signature(test).parameters:
+                del namespace[name]
+                trio.run(test) if inspect.iscoroutinefunction(test) else test()
+    except BaseException:
+        print(f"line {line}:", traceback.format_exc(limit=-3), file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """(line, code) of every ```` ```python ```` block not marked a fragment, in page order."""
+    lines = text.split("\n")
+    found = []
+    for i, line in enumerate(lines):
+        if line.strip() == "```python" and (i == 0 or lines[i - 1].strip() != _FRAGMENT):
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+            found.append((i + 1, "\n".join(lines[i + 1 : end])))
+    return found
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in ALL_PAGES if python_blocks(p.read_text(encoding="utf-8"))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_python_blocks_run(page, tmp_path, home):
+    """Each page's python blocks run in order in one namespace (in a fresh directory, with a
+    private HOME); a ``test_*`` function without parameters that a block defines is called."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER], input=json.dumps(python_blocks(page.read_text())),
+        cwd=tmp_path, env=environment(home, tmp_path), text=True, capture_output=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{page.relative_to(ROOT)}: {done.stderr}"
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a Markdown table row: ``|`` splits, except escaped or inside backticks."""
+    cells, cell, code = [], "", False
+    text = row.strip()
+    text = text[1:] if text.startswith("|") else text
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            cell += text[i : i + 2]
+            i += 2
+            continue
+        if ch == "`":
+            code = not code
+        if ch == "|" and not code:
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += ch
+        i += 1
+    if cell.strip():
+        cells.append(cell.strip())
+    return cells
+
+
+def table_problems(text: str) -> list[str]:
+    """Every table must be a header, a ``|---|`` line and rows of as many cells, ended by a blank
+    line (a line of text inside a table is what a paste into it looks like)."""
+    problems: list[str] = []
+    lines = text.split("\n")
+    fenced, i = False, 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            fenced = not fenced
+        if fenced or not lines[i].startswith("|"):
+            i += 1
+            continue
+        start, width = i + 1, len(_cells(lines[i]))
+        if i + 1 >= len(lines) or not re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[i + 1].strip()):
+            problems.append(f"line {start}: a table needs a |---| line under its header")
+        while i < len(lines) and lines[i].strip():
+            if not lines[i].startswith("|"):
+                problems.append(f"line {i + 1}: text inside the table of line {start}")
+            elif len(_cells(lines[i])) != width:
+                got = len(_cells(lines[i]))
+                problems.append(
+                    f"line {i + 1}: {got} cells, the header of line {start} has {width}"
+                )
+            i += 1
+    return problems
+
+
+@pytest.mark.parametrize("page", ALL_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_parses(page):
+    problems = table_problems(page.read_text(encoding="utf-8"))
+    assert not problems, f"{page.relative_to(ROOT)}:\n" + "\n".join(problems)
+
+
+def test_the_table_check_finds_a_paste_inside_a_table():
+    broken = "| a | b |\n|---|---|\n| `x \\| y` | 1 |\n| one\n: pasted\n\ntext | 2 |\n"
+    assert table_problems(broken) == [
+        "line 4: 1 cells, the header of line 1 has 2",
+        "line 5: text inside the table of line 1",
+    ]
+    assert table_problems("| a | b |\n|---|:--:|\n| `|` | 2 |\n") == []
+
+
+def test_the_python_block_reader_skips_fragments():
+    page = "```python\nx = 1\n```\n<!-- fragment -->\n```python\n...\n```\n"
+    assert python_blocks(page) == [(1, "x = 1")]
+
+
+def test_the_api_and_hook_references_are_generated_and_current():
+    """Issue 26, row 12: docs/reference/*.md are Markdown made from the docstrings (readable in
+    the repository); this fails while they are stale: run ``python docs/reference/_generate.py``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_generate", ROOT / "docs/reference/_generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    import dsh_host
+
+    for name, build in generate.PAGES.items():
+        page = (ROOT / "docs" / "reference" / name).read_text(encoding="utf-8")
+        assert page == build(), (
+            f"docs/reference/{name} is stale: run python docs/reference/_generate.py"
+        )
+        assert "{eval-rst}" not in page
+    api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    for name in dsh_host.__all__:
+        assert f"`{name}" in api, f"{name} is public but not in the API reference"

@@ -296,9 +296,17 @@ def _cmd_call(args: argparse.Namespace) -> int:
             out(line)
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
-    allowed = getattr(host.config_for("permissions"), "allow", None)  # the built-in's rules
+    permissions = host.config_for("permissions")
+    allowed = getattr(permissions, "allow", None)  # the built-in's rules
     allowed = allowed if isinstance(allowed, tuple | list) else None
-    for line in approval_hint(args.name, result, host.config.source, allowed):
+    covered = allowed
+    if allowed is not None and getattr(permissions, "allow_defaults", False):
+        defaults = getattr(type(host.pm.get_plugin("permissions")), "DEFAULTS", ())
+        covered = (*defaults, *allowed)
+    hint = approval_hint(
+        args.name, result, host.config.source, allowed, _narrowest(args.name, arguments), covered
+    )
+    for line in hint:
         warn(line)
     return 1 if result.is_error else 0
 
@@ -434,12 +442,35 @@ _DELEGATED = {
 }
 
 
+_SANDBOX_HELP = """\
+usage: dsh sandbox check [--json] [--config PATH]
+
+Commands:
+  check   which sandbox backend works on this machine, why not the others, and which one the
+          configuration would use (`dsh sandbox check --help` for its options)"""
+
+
+def _narrowest(name: str, arguments: Any) -> tuple[str, ...] | None:
+    """The narrowest allow rules for this call, from the built-in permission rules if present."""
+    import importlib
+
+    try:  # by name, as `_delegate` does: the core does not depend on the built-ins
+        suggest = importlib.import_module("dsh_plugins_builtin._rules._suggest")
+    except ImportError:  # pragma: no cover - dsh-host without its built-ins
+        return None
+    found: tuple[str, ...] | None = suggest.narrowest_rules(name, arguments)
+    return found
+
+
 def _delegate(argv: Sequence[str]) -> int:
     """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
     import importlib
 
     name, rest = argv[0], list(argv[1:])
     if name == "sandbox":
+        if rest and rest[0] in ("-h", "--help"):
+            print(_SANDBOX_HELP)
+            return 0
         if not rest or rest[0] != "check":
             warn("dsh sandbox: error: the only command is `dsh sandbox check [--json]`")
             return 2

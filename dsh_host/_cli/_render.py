@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import pathlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, final
 
@@ -101,11 +102,17 @@ def _indent(lines: Iterable[str], prefix: str = "  ") -> list[str]:
 
 
 def _lines(text: str) -> list[str]:
-    """*text* split at line feeds only, each line `printable` (a carriage return is escaped)."""
+    """*text* split at line feeds only, each line `printable` (a carriage return is escaped; a
+    tab is kept, as ``cat`` shows it: it moves the cursor, it cannot hide or overwrite text)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    return [printable(line) for line in lines]
+    return [printable(line, newlines=True) for line in lines]
+
+
+def _tabbed(line: str) -> str:
+    """One line of file or command text, `printable` but for its tabs (see `_lines`)."""
+    return printable(line, newlines="\n" not in line)
 
 
 def _json_lines(value: Any) -> list[str]:
@@ -133,7 +140,7 @@ def render_diff(diff: FileDiff, style: Style) -> list[str]:
     source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
     lines: list[str] = []
     for raw in difflib.unified_diff(old, new, source, f"b/{diff.path}", lineterm=""):
-        line = printable(raw)
+        line = _tabbed(raw)
         if line.startswith(("---", "+++")):
             lines.append(style.paint(line, "bold"))
         elif line.startswith("@@"):
@@ -196,8 +203,7 @@ def render_result(view: ResultView, style: Style) -> list[str]:
         bar = "│" if style.unicode else "|"
         lines = [style.paint(f"  {printable(view.path)}", "bold")]
         lines.extend(
-            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {printable(t)}"
-            for n, t in view.lines
+            f"  {style.paint(str(n).rjust(width), 'dim')} {bar} {_tabbed(t)}" for n, t in view.lines
         )
         if view.lines:
             first, last = view.lines[0][0], view.lines[-1][0]
@@ -205,7 +211,7 @@ def render_result(view: ResultView, style: Style) -> list[str]:
         return lines
     if isinstance(view, SearchResultView):
         lines = [
-            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {printable(t)}"
+            f"  {style.paint(f'{printable(p)}:{n}:', 'cyan')} {_tabbed(t)}"
             for p, n, t in view.matches
         ]
         lines.extend(f"  {printable(path)}" for path in view.paths)
@@ -270,19 +276,28 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
 
 
 def approval_hint(
-    name: str, result: ToolExecutionResult, config: str | None, allowed: Sequence[str] | None
+    name: str,
+    result: ToolExecutionResult,
+    config: str | None,
+    allowed: Sequence[str] | None,
+    narrowest: Sequence[str] | None = None,
+    covered: Sequence[str] | None = None,
 ) -> list[str]:
     """How to allow a call denied because nobody could answer its ``ask`` (else no lines).
 
     *allowed* is the ``allow`` list of the ``permissions`` plugin's effective configuration,
-    when there is one: the hint then shows that list with the tool added.
+    when there is one: the hint then shows that list with the rules added. *narrowest* are the
+    narrowest rules that cover this call (``bash(ls:*)``), when known; else the hint adds the
+    whole tool. *covered* is every allow rule in force (the defaults too), when it differs
+    from *allowed*.
     """
+    covered = allowed if covered is None else covered
     message = result.error.message if result.error is not None else ""
     if result.code != "DENIED" or "requires approval" not in message:
         return []
     plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
-    if plugin != "permissions" and allowed is not None and name in allowed:
+    if plugin != "permissions" and covered is not None and name in covered:
         # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
         return [
             f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
@@ -291,7 +306,7 @@ def approval_hint(
             "terminal",
             "      with an approval plugin enabled, to be asked.",
         ]
-    if allowed is not None and name in allowed:
+    if covered is not None and name in covered:
         # The rule is there and did not cover these arguments (a path outside the workspace, a
         # command it does not fit): adding it again would change nothing.
         return [
@@ -305,10 +320,12 @@ def approval_hint(
             f"      {config or 'dsh.toml'}; or run on a terminal with an approval plugin enabled, to be",
             "      asked.",
         ]
-    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), name)))
+    added = tuple(narrowest) if narrowest else (name,)
+    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), *added)))
+    what = f"this call of {name!r}" if narrowest else f"{name!r}"
     return [
         f"hint: {asker} asked for approval, and no approval plugin could answer here,",
-        f"      so the call was denied. To let {name!r} run without asking, add a rule for it",
+        f"      so the call was denied. To let {what} run without asking, add a rule for it",
         f"      to {config or 'dsh.toml'}:",
         "          [plugin.permissions]",
         f"          allow = [{rule}]",
@@ -402,6 +419,15 @@ def _toml_key(key: str) -> str:
     return key if bare else json.dumps(key)
 
 
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)(?P<secret>[^/@\s]+)@")
+
+
+def _without_password(text: str) -> str:
+    """A URL's password as ``***`` (``postgresql://user:***@host/db``): `dump_toml` prints the
+    effective configuration, and a config value is no place to show a credential from."""
+    return _URL_PASSWORD.sub(r"\g<head>***@", text) if "://" in text else text
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -414,7 +440,7 @@ def _toml_value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str | pathlib.PurePath):
-        return json.dumps(str(value), ensure_ascii=False)
+        return json.dumps(_without_password(str(value)), ensure_ascii=False)
     if isinstance(value, list | tuple | set | frozenset):
         items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
         return "[" + ", ".join(_toml_value(v) for v in items) + "]"

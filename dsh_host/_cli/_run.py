@@ -90,12 +90,17 @@ def _parse_line(number: int, text: str) -> _Line:
 
 def _read_calls(path: str) -> list[_Line]:
     try:
-        text = sys.stdin.read() if path == "-" else pathlib.Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = _read_stdin() if path == "-" else pathlib.Path(path).read_bytes()
+    except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     lines: list[_Line] = []
     seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw_bytes in enumerate(data.split(b"\n"), 1):
+        try:  # line by line: one line that is not UTF-8 is that line's problem only
+            raw = raw_bytes.decode("utf-8").removesuffix("\r")
+        except UnicodeDecodeError as exc:
+            lines.append(_Line(number, error=f"not UTF-8 text (byte {exc.start + 1} of the line)"))
+            continue
         if not raw.strip():
             continue
         line = _parse_line(number, raw)
@@ -106,6 +111,13 @@ def _read_calls(path: str) -> list[_Line]:
             seen[line.id or ""] = number
         lines.append(line)
     return lines
+
+
+def _read_stdin() -> bytes:
+    stream = sys.stdin
+    if hasattr(stream, "buffer"):
+        return bytes(stream.buffer.read())
+    return stream.read().encode("utf-8", "surrogateescape")  # a text stream (tests, embedders)
 
 
 def _count(n: int, noun: str) -> str:
@@ -256,7 +268,7 @@ def _report(
             out(style.paint(f"    but dispatch would fail: {problem}", "yellow"))
         return problem is not None
     out(f"  {decision_line(result, events or (), style)}")
-    text = [printable(text_line) for text_line in result.text.split("\n")]
+    text = [printable(text_line, newlines=True) for text_line in result.text.split("\n")]
     for text_line in text[:10]:
         out(f"    {style.paint(text_line, 'red') if result.is_error else text_line}")
     if len(text) > 10:

@@ -98,6 +98,11 @@ class HookContext:
     content: tuple[ContentBlock, ...] = attrs.field(converter=to_content)
     source: str = ""
 
+    @property
+    def text(self) -> str:
+        """The content's text blocks joined by newlines: ``HookContext("x").text == "x"``."""
+        return content_text(self.content)
+
     def to_json(self) -> dict[str, Any]:
         return {"content": [b.to_json() for b in self.content], "source": self.source}
 

@@ -34,27 +34,30 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
-import re
 import sqlite3
 import stat
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any, Final, final
 
 import trio
 
-from .._common._canonical import canonical
+from ._committed import Committed
+from ._committed import wake as _wake
+from ._faults import ADVICE, Replaced, classify, write_errors
+from ._postgres import scrub
+from ._redact import arguments_json, redact, safe_text
+from ._redact import timestamp as _timestamp
+from ._schema import COLUMNS, INSERT, INSERT_HEALTH, migrate
 
 __all__ = [
     "COLUMNS",
-    "SCHEMA",
     "AuditWriter",
     "Committed",
     "Entry",
@@ -68,6 +71,9 @@ logger = logging.getLogger("dsh_plugins_builtin.audit")
 IDLE_SECONDS: Final = 2.0
 """How long the writer thread waits for rows before it exits (a later row starts another)."""
 
+_HEALTH_KEPT: Final = 1_000
+"""The most health rows (losses, recreations) kept while the database cannot be written."""
+
 MAX_BATCH: Final = 5_000
 """The most rows one transaction commits (so that waiting calls are woken progressively)."""
 
@@ -75,171 +81,9 @@ LINGER_SECONDS: Final = 0.01
 """How long the writer lets rows that nobody waits for (``durability = "async"``) gather into
 a bigger batch before it commits them; a row somebody waits for ends the wait at once."""
 
-REDACTED = "[REDACTED]"
-SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
-COLUMNS = (
-    "time", "call_id", "tool", "arguments", "is_error", "outcome", "decision", "decided_by",
-    "duration_ms", "scope",
-)  # fmt: skip
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS calls (
-    id INTEGER PRIMARY KEY,
-    time TEXT NOT NULL,          -- when the call ended, UTC ISO-8601
-    call_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    arguments TEXT NOT NULL,     -- canonical JSON, secrets redacted
-    is_error INTEGER NOT NULL,
-    outcome TEXT NOT NULL,       -- the error code, or "ok"
-    decision TEXT,               -- the error message of an error
-    decided_by TEXT,
-    duration_ms REAL,
-    scope TEXT
-);
-CREATE INDEX IF NOT EXISTS calls_tool ON calls (tool);
-"""
-_INSERT = f"INSERT INTO calls ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
-
-Entry = tuple[float, Any, Any, "float | None"]
-"""What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms)."""
-
-
-_ADVICE = {
-    "locked": "another process holds the database lock; stop it or raise busy_timeout_ms",
-    "full": "the disk (or quota) is full; free space",
-    "unwritable": "set [plugin.audit] path to a file this user can write",
-    "corrupt": "the file is not an SQLite database; move it away or set [plugin.audit] path",
-    "replaced": (
-        "the database or its directory was replaced (by a symbolic link or another directory) "
-        "after the host started; check who did it, then restart dsh"
-    ),
-    "encode": "a row could not be encoded; it was recorded with a placeholder for its arguments",
-    "other": "see the error; set [plugin.audit] path to a writable file",
-}
-
-
-def redact(value: Any) -> Any:
-    """A plain copy of the JSON *value* with the values of secret-named keys replaced, at any depth."""
-    if isinstance(value, Mapping):
-        return {key: REDACTED if _is_secret(key) else redact(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(item) for item in value]
-    return value
-
-
-_SECRET = re.compile("|".join(SECRET_WORDS))
-_secret_keys: dict[str, bool] = {}
-"""Whether a key names a secret, by key: the keys of tool arguments repeat from call to call."""
-_SECRET_KEYS_KEPT: Final = 4_096
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-
-
-def _is_secret(key: object) -> bool:
-    if type(key) is str:
-        known = _secret_keys.get(key)
-        if known is not None:
-            return known
-    secret = _SECRET.search(str(key).casefold()) is not None
-    if type(key) is str and len(_secret_keys) < _SECRET_KEYS_KEPT:  # bounded: keys come from
-        _secret_keys[key] = secret  # the model, which may send a new one every call
-    return secret
-
-
-def _redacted(value: Any) -> Any:
-    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case.
-
-    One walk to look, and one more to copy only when something is secret (linear in the
-    arguments whatever their depth).
-    """
-    return redact(value) if _holds_secret(value) else value
-
-
-def _holds_secret(value: Any) -> bool:
-    """Whether some key at any depth of *value* names a secret (stops at the first)."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if _is_secret(key) or (type(item) not in _SCALARS and _holds_secret(item)):
-                return True
-    elif isinstance(value, list | tuple):
-        for item in value:
-            if type(item) not in _SCALARS and _holds_secret(item):
-                return True
-    return False
-
-
-def arguments_json(arguments: Any) -> str:
-    """Canonical JSON of the redacted *arguments*, storable as SQLite text, losslessly.
-
-    Non-ASCII text is kept as it is, unless the value holds a lone surrogate (valid JSON, but not
-    encodable as UTF-8): then the whole text is ASCII with ``\\uXXXX`` escapes, which
-    ``json.loads`` turns back into the same value.
-
-    Raises:
-        ValueError, RecursionError, TypeError: the value cannot be written as JSON.
-    """
-    value = _redacted(arguments)
-    text = canonical(value)
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return text
-
-
-def safe_text(text: str | None) -> str | None:
-    """*text* as SQLite can store it: a lone surrogate becomes its ``\\udcff`` escape."""
-    if text is None or text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
-
-
-_seconds: tuple[int, str] = (-1, "")
-
-
-def _timestamp(wall: float) -> str:
-    """``2026-05-09T07:35:25.123Z`` (UTC, milliseconds); the seconds part is formatted once."""
-    global _seconds
-    second = int(wall)
-    cached, prefix = _seconds
-    if cached != second:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        _seconds = (second, prefix)
-    return f"{prefix}.{int((wall - second) * 1000):03d}Z"
-
-
-def _classify(exc: BaseException) -> str:
-    """The kind of a write failure, for reporting once per kind."""
-    if isinstance(exc, _Replaced):
-        return "replaced"
-    if isinstance(exc, sqlite3.Error):
-        code = getattr(exc, "sqlite_errorcode", None)
-        base = code & 0xFF if isinstance(code, int) else None
-        text = str(exc).lower()
-        if base in (5, 6) or "locked" in text or "busy" in text:  # SQLITE_BUSY, SQLITE_LOCKED
-            return "locked"
-        if base == 13 or "full" in text:  # SQLITE_FULL
-            return "full"
-        if base in (8, 14, 23) or "readonly" in text or "unable to open" in text:
-            return "unwritable"  # SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
-        if base in (11, 26) or "not a database" in text or "malformed" in text:
-            return "corrupt"  # SQLITE_CORRUPT, SQLITE_NOTADB
-        return "other"
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return "full"
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
-            return "unwritable"
-        return "other"
-    return "other"
-
-
-class _Replaced(Exception):
-    """The database or its directory is not what the host pinned at start."""
+Entry = tuple[float, Any, Any, "float | None", "str | None", "str | None"]
+"""What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms,
+the rule that allowed it or ``None``, who approved it or ``None``)."""
 
 
 @final
@@ -250,6 +94,8 @@ class AuditWriter:
         path: the database file, already resolved (no symbolic link in it).
         busy_timeout: seconds a commit waits for another writer's lock before failing.
         capacity: rows the queue holds before callers wait for room.
+        workspace: the host's workspace, recorded in every row.
+        host_id: this host run's identifier, recorded in every row (default: a random one).
     """
 
     def __init__(
@@ -258,8 +104,17 @@ class AuditWriter:
         *,
         busy_timeout: float = 5.0,
         capacity: int = 10_000,
+        workspace: str | None = None,
+        host_id: str | None = None,
+        store: Any = None,
     ) -> None:
         self.path = path
+        self.store = store
+        """A `PostgresStore` that takes the rows instead of the SQLite database at *path*."""
+        self.where = store.where if store is not None else str(path)
+        """Where rows go, as messages name it (a URL's password shown as ``***``)."""
+        self.workspace = safe_text(workspace)
+        self.host_id = host_id if host_id is not None else uuid.uuid4().hex[:12]
         self.busy_timeout = busy_timeout
         self.capacity = capacity
         self.failing: str | None = None
@@ -268,6 +123,13 @@ class AuditWriter:
         """Rows committed so far."""
         self.lost = 0
         """Rows that could not be committed since writing last worked."""
+        self.lost_total = 0
+        """Rows that could not be committed since the writer was made (reported, never reset)."""
+        self.recreated = 0
+        """How many times the database was found deleted or replaced and opened anew."""
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the open database
+        self._held: int | None = None  # a descriptor on it: st_nlink 0 once it is unlinked
+        self._unrecorded: list[tuple[str, int, str]] = []  # health rows waiting for a commit
         # Re-entrant: a garbage collection in the writer thread, inside the lock, may finalise the
         # plugin, whose finaliser calls close(), which takes the lock again.
         self._lock = threading.RLock()
@@ -384,6 +246,13 @@ class AuditWriter:
         with self._lock:
             if self._thread is None:
                 self._close_connection()
+            lost, self.lost = self.lost, 0
+        if lost:
+            logger.error(
+                "audit: closing with %d call(s) not recorded in %s since writing last worked "
+                "(%s); they are lost",
+                lost, self.where, self.failing,
+            )  # fmt: skip
 
     # -- the writer thread -------------------------------------------------------------------
 
@@ -423,16 +292,10 @@ class AuditWriter:
     def _commit(self, entries: list[Entry]) -> None:
         rows = [self._row(entry) for entry in entries]
         try:
-            connection = self._connect()
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                connection.executemany(_INSERT, rows)
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
+            self._commit_rows(rows)
+        except Exception as exc:
+            if not isinstance(exc, write_errors()):
                 raise
-        except (sqlite3.Error, OSError, _Replaced) as exc:
             with self._lock:
                 self._close_connection()  # reconnect next time: the file may be fixed by then
             self._failed(exc, len(rows))
@@ -443,24 +306,99 @@ class AuditWriter:
             self._reported.clear()
             logger.warning(
                 "audit: recording tool calls in %s works again; %d call(s) were not recorded",
-                self.path, lost,
+                self.where, lost,
+            )  # fmt: skip
+
+    def _commit_rows(self, rows: list[tuple[Any, ...]]) -> None:
+        """Commit *rows* (and pending health rows) into the file that is at the path *after* it.
+
+        A database deleted or replaced during the commit holds rows nobody will read: they are
+        committed again into the new one, so a returned commit is on record at the path.
+        """
+        if self.store is not None:
+            pending = [(_timestamp(time.time()), self.host_id, self.workspace, *event)
+                       for event in self._unrecorded]  # fmt: skip
+            self.store.commit(rows, pending)
+            del self._unrecorded[: len(pending)]
+            return
+        for _ in range(3):
+            connection = self._connect()
+            health = [(_timestamp(time.time()), self.host_id, self.workspace, *event)
+                      for event in self._unrecorded]  # fmt: skip
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(INSERT, rows)
+                connection.executemany(INSERT_HEALTH, health)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+            if self._same_file():
+                del self._unrecorded[: len(health)]
+                return
+            self._moved()
+        raise Replaced(f"{self.path} keeps being deleted or replaced while rows are written")
+
+    def _same_file(self) -> bool:
+        """Whether the open database is still the file at its path (not unlinked, not swapped)."""
+        try:
+            st = os.lstat(self.path)
+            held = os.fstat(self._held) if self._held is not None else None
+        except OSError:  # gone, or its directory is
+            return False
+        if held is not None and held.st_nlink == 0:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
+
+    def _moved(self) -> None:
+        """The open database is gone or replaced: say so (once per cause) and drop it."""
+        directory = self.path.parent
+        if not os.path.lexists(directory):
+            why = "directory was removed"
+        elif not os.path.lexists(self.path):
+            why = "file was deleted"
+        else:
+            why = "file was replaced by another file"
+        self.recreated += 1
+        self._unrecorded.append(("recreated", 0, f"the database {why}"))
+        with self._lock:
+            self._close_connection()
+        if why not in self._reported:
+            self._reported.add(why)
+            logger.warning(
+                "audit: the database %s is gone (its %s) while the host ran; recording goes on in "
+                "the "
+                "database now at that path (created if absent). Calls recorded before are not "
+                "in it: restore them from a backup if you need them. Said once per cause.",
+                self.path, why,
             )  # fmt: skip
 
     def _failed(self, exc: BaseException, rows: int) -> None:
-        kind = _classify(exc)
+        kind = classify(exc)
         self.lost += rows
-        self.failing = f"{kind}: {type(exc).__name__}: {exc}"
+        self.lost_total += rows
+        self.failing = f"{kind}: {type(exc).__name__}: {self._scrub(str(exc))}"
+        if rows:
+            pending = self._unrecorded
+            if pending and pending[-1][0] == "lost" and pending[-1][2] == self.failing:
+                rows += pending.pop()[1]  # one health row per run of the same failure
+            pending.append(("lost", rows, self.failing))
+            del pending[:-_HEALTH_KEPT]
         if kind not in self._reported:
             self._reported.add(kind)
             logger.error(
                 "audit: cannot record tool calls in %s (%s): %s: %s. Calls go on unrecorded "
                 "unless [plugin.audit] required = true; this is reported once per kind of "
-                "failure. What to do: %s.",
-                self.path, kind, type(exc).__name__, exc, _ADVICE[kind],
+                "failure, and the count of lost calls when writing works again (`dsh audit "
+                "--health` shows it). What to do: %s.",
+                self.where, kind, type(exc).__name__, self._scrub(str(exc)), ADVICE[kind],
             )  # fmt: skip
 
     def _row(self, entry: Entry) -> tuple[Any, ...]:
-        wall, execution, result, duration = entry
+        wall, execution, result, duration, rule, approved_by = entry
+        if rule is None:
+            rule = result.decision_detail
         try:
             arguments = arguments_json(execution.arguments)
         except (ValueError, TypeError, RecursionError) as exc:
@@ -489,12 +427,18 @@ class AuditWriter:
             safe_text(result.decided_by),
             duration,
             safe_text(execution.scope.name) if execution.scope is not None else None,
+            self.workspace,
+            self.host_id,
+            safe_text(rule),
+            safe_text(approved_by),
         )
 
     def _connect(self) -> sqlite3.Connection:
         """The open connection, or a new one after checking the path was not replaced."""
         if self._connection is not None:
-            return self._connection
+            if self._same_file():
+                return self._connection
+            self._moved()
         self._check_path()
         if not os.path.lexists(self.path):  # owner-only: arguments may be sensitive, redacted
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -507,11 +451,13 @@ class AuditWriter:
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(SCHEMA)
+            migrate(connection)
+            held = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except BaseException:
             connection.close()
             raise
-        self._connection = connection
+        st = os.fstat(held)
+        self._connection, self._held, self._identity = connection, held, (st.st_dev, st.st_ino)
         return connection
 
     def _check_path(self) -> None:
@@ -519,85 +465,52 @@ class AuditWriter:
         directory = self.path.parent
         if self._pin is None:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(directory)
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:  # removed: a new one, made here, is as safe as the first
+            directory.mkdir(mode=0o700, parents=True)
+            st = os.lstat(directory)
+            self._pin = (st.st_dev, st.st_ino)
         if not stat.S_ISDIR(st.st_mode):
-            raise _Replaced(f"{directory} is no longer a directory")
+            raise Replaced(f"{directory} is no longer a directory")
         if self._pin is None:
             self._pin = (st.st_dev, st.st_ino)
         elif self._pin != (st.st_dev, st.st_ino):
-            raise _Replaced(f"{directory} is not the directory it was when first opened")
+            raise Replaced(f"{directory} is not the directory it was when first opened")
         for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             try:
                 mode = os.lstat(name).st_mode
             except FileNotFoundError:
                 continue
             if not stat.S_ISREG(mode):
-                raise _Replaced(f"{name} is not a regular file (a symbolic link?)")
+                raise Replaced(f"{name} is not a regular file (a symbolic link?)")
 
     def pin(self) -> None:
         """Create the database's directory now and remember its identity (see `_check_path`)."""
         with self._lock:
-            if self._pin is None:
+            if self._pin is None and self.store is None:
                 self._check_path()
 
     def probe(self) -> None:
         """Open the database now; a failure sets `failing` and is reported, as a write's would."""
         with self._lock:
             try:
-                self._connect()
-            except (sqlite3.Error, OSError, _Replaced) as exc:
+                self.store.connect() if self.store is not None else self._connect()
+            except Exception as exc:
+                if not isinstance(exc, write_errors()):
+                    raise
                 self._close_connection()
                 self._failed(exc, 0)
 
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self.store.url) if self.store is not None else text
+
     def _close_connection(self) -> None:
+        if self.store is not None:
+            self.store.close()
         if self._connection is not None:
             connection, self._connection = self._connection, None
             connection.close()
-
-
-@final
-class Committed:
-    """Awaitable: resolves once its row's batch is committed or has failed.
-
-    The wait cannot be cancelled (as ``trio.to_thread.run_sync`` cannot): the writer wakes every
-    row within the SQLite busy timeout plus the disk's time. The writer marks it done from the
-    trio thread (``run_sync_soon``), so awaiting it after that, or never, is fine.
-    """
-
-    __slots__ = ("done", "task", "token")
-
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self.token = token
-        self.done = False
-        self.task: trio.lowlevel.Task | None = None  # set while a task is parked on it
-
-    def __await__(self) -> Generator[Any, None, None]:
-        if not self.done:
-            self.task = trio.lowlevel.current_task()
-            yield from trio.lowlevel.wait_task_rescheduled(_not_abortable).__await__()
-
-
-def _not_abortable(raise_cancel: Any) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED
-
-
-def _wake(slots: list[Committed]) -> None:
-    """Mark *slots* done: one ``run_sync_soon`` per trio run they belong to."""
-    if not slots:
-        return
-    by_run: dict[trio.lowlevel.TrioToken, list[Committed]] = {}
-    for slot in slots:
-        by_run.setdefault(slot.token, []).append(slot)
-    for token, group in by_run.items():
-        with contextlib.suppress(trio.RunFinishedError):  # that run is over: nobody to wake
-            token.run_sync_soon(_release, group)
-
-
-def _release(slots: list[Committed]) -> None:
-    """In the trio thread: mark each slot done and resume the task parked on it, if any."""
-    for slot in slots:
-        slot.done = True
-        task = slot.task
-        if task is not None:
-            slot.task = None
-            trio.lowlevel.reschedule(task)
+        if self._held is not None:
+            held, self._held = self._held, None
+            os.close(held)

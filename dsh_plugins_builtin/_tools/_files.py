@@ -27,9 +27,11 @@ import codecs
 import functools
 import inspect
 import os
+import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -361,8 +363,21 @@ def _commit_write(
     return result
 
 
-def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
+def _new_path(args: Mapping[str, Any]) -> str:
+    """The ``path`` of a write: one that holds a control character (a line break, an escape) is
+    refused, since no one means to create it and every listing of it would mislead."""
     spelled = str_arg(args, "path")
+    bad = next((ch for ch in spelled if unicodedata.category(ch) == "Cc"), None)
+    if bad is not None:
+        raise ToolArgsError(
+            [f'"path" must not contain control characters, found {bad!r} in {spelled!r}; '
+             "give the file name on one line, without escapes"]
+        )  # fmt: skip
+    return spelled
+
+
+def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
+    spelled = _new_path(args)
     content = str_arg(args, "content")
     _utf8(content, "content")
     real = env.sandbox().check_write(spelled)
@@ -411,13 +426,16 @@ def _match_lines(text: str, needle: str) -> list[int]:
     return lines
 
 
+_BARE_LF: Final = re.compile(r"(?<!\r)\n")
+
+
 def _listed(lines: list[int]) -> str:
     shown = ", ".join(str(n) for n in lines[:_MAX_LISTED_LINES])
     return shown + (", ..." if len(lines) > _MAX_LISTED_LINES else "")
 
 
 def _edit_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> ToolExecutionResult:
-    spelled = str_arg(args, "path")
+    spelled = _new_path(args)
     old_text = str_arg(args, "old_text")
     new_text = str_arg(args, "new_text")
     replace_all = bool_arg(args, "replace_all")
@@ -451,11 +469,13 @@ def _edit_locked(
         )
     shown = display_path(real, env.workspace)
     lines = _match_lines(text, old_text)
+    if "\r\n" in text and text.count("\n") == text.count("\r\n"):
+        new_text = _BARE_LF.sub("\r\n", new_text)  # a CRLF file stays CRLF
     if not lines and "\r\n" in text and "\r\n" not in old_text:
         # The model copied the text with \n; the file uses CRLF.
         crlf_old = old_text.replace("\n", "\r\n")
         if lines := _match_lines(text, crlf_old):
-            old_text, new_text = crlf_old, new_text.replace("\n", "\r\n")
+            old_text, new_text = crlf_old, _BARE_LF.sub("\r\n", new_text)
     if not lines:
         raise DshError(
             f"old_text not found in {shown}; read the file again and copy the exact text "

@@ -26,6 +26,7 @@ from dsh_host import (
     TerminalCallView,
     TerminalResultView,
     ToolCallKind,
+    printable,
 )
 
 __all__ = [
@@ -131,7 +132,7 @@ def read_call(args: Any) -> GenericCallView | None:
     else:
         window = ""
     return GenericCallView(
-        title=f"Read {path}{window}",
+        title=f"Read {printable(path)}{window}",
         kind=ToolCallKind.READ,
         raw_input=_raw(args),
         locations=tuple([FileLocation(path, start)]),
@@ -156,7 +157,7 @@ def read_result(args: Any, result: Any) -> ReadResultView | None:
             return None
         lines.append((int(match.group(1)), match.group(2)))
     return ReadResultView(
-        path=path, offset=offset, lines=tuple(lines), total_lines=total, title=path
+        path=path, offset=offset, lines=tuple(lines), total_lines=total, title=printable(path)
     )
 
 
@@ -170,7 +171,7 @@ def write_call(args: Any) -> DiffCallView | None:
     if path is None or content is None:
         return None
     return DiffCallView(
-        title=f"Write {path}",
+        title=f"Write {printable(path)}",  # one line, whatever the path holds
         diffs=tuple([FileDiff(path, None, content)]),
         locations=tuple([FileLocation(path)]),
     )
@@ -183,7 +184,7 @@ def edit_call(args: Any) -> DiffCallView | None:
     if path is None or old is None or new is None:
         return None
     return DiffCallView(
-        title=f"Edit {path}",
+        title=f"Edit {printable(path)}",
         diffs=tuple([FileDiff(path, old or None, new)]),
         locations=tuple([FileLocation(path)]),
     )
@@ -227,7 +228,7 @@ def list_call(args: Any) -> GenericCallView | None:
     if not isinstance(path, str):
         return None
     return GenericCallView(
-        title=f"List {path}", kind=ToolCallKind.READ, raw_input=_raw(args),
+        title=f"List {printable(path)}", kind=ToolCallKind.READ, raw_input=_raw(args),
         locations=tuple([FileLocation(path)]),
     )  # fmt: skip
 
@@ -239,7 +240,7 @@ def list_result(args: Any, result: Any) -> GenericResultView | None:
     path, count, total = _str(meta, "path"), _int(meta, "count"), _int(meta, "total")
     if path is None or count is None or total is None:
         return None
-    return GenericResultView(title=f"List {path}", content=result.content)
+    return GenericResultView(title=f"List {printable(path)}", content=result.content)
 
 
 # -- glob / grep ---------------------------------------------------------------------------------

@@ -857,3 +857,26 @@ def test_run_summary_counts_in_words(dsh, workdir):
     status, out, _ = dsh("run", "one.jsonl")
     assert status == 2
     assert "1 call, 0 failed, 1 bad line" in out
+
+
+def test_run_reports_a_line_that_is_not_utf8_by_number_and_runs_the_rest(dsh, workdir):
+    """Issue 26, row 9: one non-UTF-8 line refused the whole file, by byte offset."""
+    (workdir / "calls.jsonl").write_bytes(
+        b'{"id": "a", "name": "echo", "arguments": {"text": "one"}}\n'
+        b'{"id": "b", "name": "echo", "arguments": {"text": "\xff"}}\n'
+        b'{"id": "c", "name": "echo", "arguments": {"text": "three"}}\r\n'
+    )
+    status, out, err = dsh("run", "calls.jsonl")
+    assert status == 2
+    assert "calls.jsonl:2: not UTF-8 text (byte 52 of the line)" in err
+    assert ran() == ["echo", "echo"]
+    assert "2 calls, 0 failed, 1 bad line" in out
+
+
+def test_run_and_call_show_a_tab_as_a_tab(dsh, workdir):
+    """Issue 26, row 4: tabs printed as a literal ``\\t``."""
+    calls = write_calls(workdir, '{"id": "a", "name": "echo", "arguments": {"text": "a\\tb"}}')
+    assert dsh("run", calls)[1].count("a\tb") == 1
+    status, out, _ = dsh("call", "echo", '{"text": "x\\ty\\u001b[2J"}')
+    assert status == 0
+    assert "x\ty\\x1b[2J" in out  # a tab stays a tab; an escape sequence is still shown escaped

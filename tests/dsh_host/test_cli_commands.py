@@ -87,3 +87,23 @@ def test_mcp_serve_runs_the_default_stack_over_stdio(ws):
     # no terminal behind the MCP transport: the ask is unavailable, hence denied
     assert replies[4]["result"]["isError"] is True
     assert replies[4]["result"]["_meta"]["dsh/code"] == "DENIED"
+
+
+def _commands() -> list[str]:
+    from dsh_host._cli._main import make_parser
+
+    [sub] = [a for a in make_parser()._actions if a.dest == "command"]
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_answers_help_with_status_0(command, capsys):
+    """Issue 26, row 5: ``dsh sandbox --help`` exited 2 with an error."""
+    from dsh_host._cli._main import main
+
+    try:
+        status = main([command, "--help"])
+    except SystemExit as exited:  # argparse's own --help
+        status = exited.code
+    assert status in (0, None)
+    assert "usage:" in capsys.readouterr().out

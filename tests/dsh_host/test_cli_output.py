@@ -112,3 +112,63 @@ def test_the_approval_hint_for_a_permissions_rule_that_does_not_cover_the_call(t
     assert '"read_file(//etc/hosts)"' in err
     assert '"read_file", "read_file"' not in err
     assert "To let 'read_file' run without asking" not in err
+
+
+def test_result_cards_show_tabs_as_tabs_and_still_escape_the_rest():
+    """Issue 26, row 4: ``dsh call read_file`` showed a tab as a literal ``\\t``."""
+    from dsh_host._cli._render import Style, render_result
+    from dsh_host._model._views import ReadResultView, SearchResultView
+
+    style = Style(color=False, unicode=False)
+    read = ReadResultView(
+        path="Makefile", offset=0, lines=((1, "all:\tbuild\x1b[2J"),), total_lines=1
+    )
+    assert render_result(read, style)[1] == "  1 | all:\tbuild\\x1b[2J"
+    found = SearchResultView(
+        matches=(("Makefile", 1, "\tgo build"),), paths=(), truncated=False, total=1
+    )
+    assert render_result(found, style)[0] == "  Makefile:1: \tgo build"
+
+
+@pytest.mark.parametrize(
+    ("command", "rules"),
+    [
+        ("ls -la", '"bash(ls:*)"'),
+        ("git status --short", '"bash(git status:*)"'),
+        ("ls && pwd", '"bash(ls:*)", "bash(pwd:*)"'),
+    ],
+)
+def test_the_bash_hint_suggests_the_narrowest_rule_and_that_rule_works(
+    tmp_path, capsys, command, rules
+):
+    """Issue 26, row 10: the hint for bash suggested allowing all of bash."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "dsh.toml"
+    config.write_text(
+        f'[host]\nworkspace = "{ws}"\n[plugin.audit]\nenabled = false\n', encoding="utf-8"
+    )
+    call = ["--config", str(config), "call", "bash", json.dumps({"command": command})]
+    assert main(call) == 1
+    err = capsys.readouterr().err
+    assert "To let this call of 'bash' run without asking" in err
+    [allow] = [line.strip() for line in err.splitlines() if line.strip().startswith("allow = [")]
+    assert allow.endswith(f"{rules}]")
+    assert '"bash"' not in allow
+    with config.open("a", encoding="utf-8") as file:
+        file.write(f"[plugin.permissions]\n{allow}\n")
+    main(call)
+    assert "asked for approval" not in capsys.readouterr().err  # the rule covers the call
+
+
+def test_config_check_never_prints_a_password_in_a_url(tmp_path, capsys):
+    """Issue 26, point 3: ``[plugin.audit] url`` holds a credential; ``dsh config check`` prints
+    the effective configuration."""
+    config = tmp_path / "dsh.toml"
+    config.write_text(
+        '[plugin.audit]\nurl = "postgresql://dsh:top%40secret@127.0.0.1:1/x"\n', encoding="utf-8"
+    )
+    assert main(["--config", str(config), "config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert 'url = "postgresql://dsh:***@127.0.0.1:1/x"' in out
+    assert "secret" not in out

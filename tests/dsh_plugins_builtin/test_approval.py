@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import queue
 import threading
 
@@ -24,7 +25,7 @@ from dsh_plugins_builtin.approval import ApprovalConfig, ApprovalPlugin, argumen
 from dsh_plugins_builtin.permissions import PermissionsPlugin
 from tests.conftest import make_echo
 
-QUESTION = "[a]llow once / allow for this [r]un / [d]eny (default: deny): "
+QUESTION = "allow [o]nce / [a]lways (echo) / for this [r]un / [d]eny (default: deny): "
 
 
 class FakeInput:
@@ -94,7 +95,7 @@ async def test_without_a_terminal_an_ask_is_unavailable_and_names_the_asker():
 
 
 async def test_terminal_mode_never_reads_a_stdin_that_is_no_terminal():
-    stdin = FakeInput("a\n")
+    stdin = FakeInput("o\n")
     config = {"plugin": {"approval": {"mode": "terminal"}}}
     host = make(AskAll(), ApprovalPlugin(stdin, io.StringIO(), isatty=False), config=config)
     result = await host.call("echo", {"text": "hi"})
@@ -124,7 +125,7 @@ async def test_static_allow_runs_the_tool():
 
 
 async def test_auto_mode_prompts_only_on_a_terminal():
-    stdin = FakeInput("a\n")
+    stdin = FakeInput("o\n")
     assert terminal(stdin).mode == "terminal"
     assert ApprovalPlugin(stdin, io.StringIO(), isatty=False).mode == "static"
     assert ApprovalPlugin(io.StringIO()).mode == "static"  # StringIO is no terminal
@@ -164,7 +165,7 @@ async def test_other_approvers_are_asked_first():
 @pytest.mark.parametrize(
     ("line", "outcome"),
     [
-        ("a\n", ApprovalOutcome.ALLOWED_ONCE),
+        ("o\n", ApprovalOutcome.ALLOWED_ONCE),
         ("Allow\n", ApprovalOutcome.ALLOWED_ONCE),
         ("y\n", ApprovalOutcome.ALLOWED_ONCE),
         ("r\n", ApprovalOutcome.ALLOWED_ONCE),
@@ -189,7 +190,7 @@ async def test_the_prompt_shows_the_tool_the_reason_and_the_arguments():
         "  arguments:\n"
         "    text: hi\\x1b[2J\n"
         "    n: 1\n"
-        f"{QUESTION}  please answer a, r or d\n{QUESTION}"
+        f"{QUESTION}  please answer o, a, r or d\n{QUESTION}"
     )
 
 
@@ -253,7 +254,7 @@ async def test_allow_for_the_run_remembers_the_tool_and_its_exact_arguments():
 
 
 async def test_allow_once_is_not_remembered():
-    host = make(AskAll(), terminal(FakeInput("a\n", "d\n")))
+    host = make(AskAll(), terminal(FakeInput("o\n", "d\n")))
     assert (await host.call("echo", {"text": "hi"})).text == "hi"
     assert (await host.call("echo", {"text": "hi"})).code == "DENIED"
 
@@ -273,7 +274,7 @@ async def test_concurrent_asks_are_asked_one_at_a_time():
         nursery.start_soon(call, "two")
         await trio.testing.wait_all_tasks_blocked()
         assert out.getvalue().count("asks for approval") == 1  # the second waits its turn
-        stdin.feed("a\n")
+        stdin.feed("o\n")
         await stdin.blocked()
         assert out.getvalue().count("asks for approval") == 2
         stdin.feed("d\n")
@@ -344,7 +345,7 @@ async def test_an_already_aborted_signal_is_cancelled_without_a_prompt():
     out = io.StringIO()
     signal = AbortSignal()
     signal.abort()
-    plugin = terminal(FakeInput("a\n"), out)
+    plugin = terminal(FakeInput("o\n"), out)
     assert await plugin.dsh_tool_approve(request(signal=signal)) is ApprovalOutcome.CANCELLED
     assert out.getvalue() == ""
 
@@ -365,7 +366,7 @@ async def test_a_line_typed_after_an_abort_goes_to_the_prompt_on_screen():
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(ask, request(arguments={"text": "next"}))
         await trio.testing.wait_all_tasks_blocked()
-        stdin.feed("a\n")  # read by the abandoned thread, handed to the live prompt
+        stdin.feed("o\n")  # read by the abandoned thread, handed to the live prompt
         stdin.feed("d\n")  # a second reader would see this one
     assert outcomes == [ApprovalOutcome.CANCELLED, ApprovalOutcome.ALLOWED_ONCE]
     assert stdin.reads == 1
@@ -387,7 +388,7 @@ async def test_an_abort_while_waiting_for_another_prompt_cancels_too():
         await trio.testing.wait_all_tasks_blocked()
         signal.abort()
         await trio.testing.wait_all_tasks_blocked()
-        stdin.feed("a\n")
+        stdin.feed("o\n")
     assert outcomes == {"second": ApprovalOutcome.CANCELLED, "first": ApprovalOutcome.ALLOWED_ONCE}
 
 
@@ -451,3 +452,80 @@ async def test_an_abort_during_a_permissions_prompt_ends_the_call():
         signal.abort()
     assert results[0].code == "ABORTED_BEFORE_DISPATCH"
     stdin.feed("")
+
+
+# -- always allow: the rule goes into the config file (issue 26, row 14) -------------------------
+
+
+def _configured(tmp_path, text="[plugin.permissions]\ndeny = []  # keep me\n"):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "dsh.toml"
+    config.write_text(f'[host]\nworkspace = "{ws}"\n\n{text}', encoding="utf-8")
+    return config
+
+
+def _bash_host(config, stdin, out):
+    host = Host(config=str(config), plugins=[PermissionsPlugin(), terminal(stdin, out)],
+                load_entrypoints=False)  # fmt: skip
+    host.registry.register(make_echo("bash"))
+    return host
+
+
+async def test_always_allows_once_and_appends_the_narrowest_rule(tmp_path):
+    import tomllib
+
+    config = _configured(tmp_path)
+    out = io.StringIO()
+    host = _bash_host(config, FakeInput("a\n"), out)
+    result = await host.call("bash", {"text": "x", "command": "git status --short"})
+    assert not result.is_error, result.text
+    assert "[a]lways (bash(git status:*))" in out.getvalue()
+    assert "added bash(git status:*) to [plugin.permissions] allow in" in out.getvalue()
+    text = config.read_text(encoding="utf-8")
+    assert "# keep me" in text  # the rest of the file as it was
+    assert tomllib.loads(text)["plugin"]["permissions"]["allow"] == ["bash(git status:*)"]
+    # the next host started from the file runs the call without asking
+    again = _bash_host(config, FakeInput(), io.StringIO())
+    assert not (await again.call("bash", {"text": "x", "command": "git status"})).is_error
+
+
+async def test_always_is_refused_without_a_config_file(tmp_path):
+    out = io.StringIO()
+    host = Host(config={}, plugins=[PermissionsPlugin(), terminal(FakeInput("a\n", "d\n"), out)],
+                load_entrypoints=False)  # fmt: skip
+    host.registry.register(make_echo("bash"))
+    result = await host.call("bash", {"text": "x", "command": "ls"})
+    assert result.code == "DENIED"  # asked again, then denied
+    assert "cannot always allow: the host was not started from a config file" in out.getvalue()
+
+
+async def test_always_is_refused_when_the_config_file_is_protected(tmp_path, monkeypatch):
+    config = _configured(tmp_path)
+    before = config.read_text()
+    out = io.StringIO()
+    host = _bash_host(config, FakeInput("a\n", "o\n"), out)
+    real_access = os.access
+    monkeypatch.setattr(  # as for a file another user owns: root may write anything
+        os,
+        "access",
+        lambda path, mode: False if str(path) == str(config) else real_access(path, mode),
+    )
+    assert not (await host.call("bash", {"text": "x", "command": "ls"})).is_error  # then "o"
+    assert f"cannot always allow: {config} is protected from this user" in out.getvalue()
+    assert config.read_text() == before
+
+
+async def test_always_is_refused_for_a_symlinked_config_and_when_no_rule_is_narrow_enough(tmp_path):
+    config = _configured(tmp_path)
+    link = tmp_path / "link.toml"
+    link.symlink_to(config)
+    out = io.StringIO()
+    host = _bash_host(link, FakeInput("a\n", "d\n"), out)
+    await host.call("bash", {"text": "x", "command": "ls"})
+    assert "is not a regular file (a symbolic link?)" in out.getvalue()
+    out = io.StringIO()
+    host = _bash_host(config, FakeInput("a\n", "d\n"), out)
+    await host.call("bash", {"text": "x", "command": "echo $(id)"})
+    assert "no rule narrower than the whole tool covers this call" in out.getvalue()
+    assert "allow =" not in config.read_text()

@@ -25,13 +25,13 @@ from dsh_host import (
     hookimpl,
 )
 from dsh_host._model._json import freeze
-from dsh_plugins_builtin import audit
-from dsh_plugins_builtin._audit import _writer as _audit_writer
-from dsh_plugins_builtin._audit._writer import SCHEMA, arguments_json
+from dsh_plugins_builtin._audit import _redact
+from dsh_plugins_builtin._audit._command import _json_escape
+from dsh_plugins_builtin._audit._schema import V1_COLUMNS, V1_SCHEMA
+from dsh_plugins_builtin._audit._writer import arguments_json
 from dsh_plugins_builtin.audit import (
     AuditConfig,
     AuditPlugin,
-    _json_escape,
     audit_command,
     default_audit_path,
     redact,
@@ -109,8 +109,13 @@ async def test_a_call_is_recorded_with_every_column(make_host, db, plugin):
     assert recorded.tzinfo == datetime.UTC
     assert before - datetime.timedelta(seconds=1) <= recorded <= datetime.datetime.now(datetime.UTC)
     assert row.pop("duration_ms") >= 0
+    assert row.pop("host_id") == plugin._writer.host_id
+    assert len(plugin._writer.host_id) == 12
     assert row == {
         "id": 1,
+        "workspace": str(host.workspace),
+        "rule": None,
+        "approved_by": None,
         "call_id": "c1",
         "tool": "echo",
         "arguments": '{"text":"hi"}',
@@ -209,17 +214,17 @@ def test_arguments_json_redacts_deep_secrets_and_copies_nothing_without_one():
     deep = freeze({"a": [{"b": ({"x": 1},)}, {"c": {"MyToken": "t"}}]}, "arguments")
     assert arguments_json(deep) == '{"a":[{"b":[{"x":1}]},{"c":{"MyToken":"[REDACTED]"}}]}'
     plain = freeze({"text": "hi", "n": [1, {"k": "v"}], "z": None}, "arguments")
-    assert _audit_writer._redacted(plain) is plain  # nothing secret: the frozen value as it is
+    assert _redact._redacted(plain) is plain  # nothing secret: the frozen value as it is
     assert arguments_json(plain) == '{"n":[1,{"k":"v"}],"text":"hi","z":null}'
     assert arguments_json(deep) == arguments_json(deep)  # the key cache answers the same
 
 
 def test_the_secret_key_cache_stays_bounded_under_hostile_keys(monkeypatch):
-    monkeypatch.setattr(_audit_writer, "_secret_keys", {})
-    for i in range(3 * _audit_writer._SECRET_KEYS_KEPT):
-        assert _audit_writer._is_secret(f"k{i}") is False
-        assert _audit_writer._is_secret(f"TOKEN{i}") is True
-    assert len(_audit_writer._secret_keys) == _audit_writer._SECRET_KEYS_KEPT
+    monkeypatch.setattr(_redact, "_secret_keys", {})
+    for i in range(3 * _redact._SECRET_KEYS_KEPT):
+        assert _redact._is_secret(f"k{i}") is False
+        assert _redact._is_secret(f"TOKEN{i}") is True
+    assert len(_redact._secret_keys) == _redact._SECRET_KEYS_KEPT
 
 
 async def test_recorded_arguments_are_canonical_and_redacted(make_host, db, plugin):
@@ -419,7 +424,7 @@ async def test_dsh_audit_json_prints_one_object_per_line(recorded, capsys):
     assert objects[3]["outcome"] == "UNKNOWN_TOOL"
     assert set(objects[0]) == {
         "time", "call_id", "tool", "arguments", "is_error", "outcome", "decision",
-        "decided_by", "duration_ms", "scope",
+        "decided_by", "duration_ms", "scope", "workspace", "host_id", "rule", "approved_by",
     }  # fmt: skip
 
 
@@ -432,10 +437,13 @@ async def test_dsh_audit_filters_by_tool_and_keeps_the_last_n(recorded, capsys):
 async def test_dsh_audit_prints_a_table(recorded, capsys):
     assert audit_command(["--db", str(recorded), "--last", "2"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split() == ["TIME", "TOOL", "OUTCOME", "BY", "MS", "CALL", "ARGUMENTS"]
+    assert header.split() == [
+        "TIME", "TOOL", "OUTCOME", "BY", "RULE", "MS", "CALL", "REASON", "ARGUMENTS"
+    ]  # fmt: skip
     assert [line.split()[1:3] for line in lines] == [["echo", "ok"], ["nope", "UNKNOWN_TOOL"]]
     assert lines[0].endswith('{"text":"c","token":"[REDACTED]"}')
-    assert lines[0].split()[5] == "c3"
+    assert lines[0].split()[6] == "c3"
+    assert lines[1].split()[7:9] == ["unknown", "tool"]  # the reason is in the table
 
 
 async def test_dsh_audit_reads_the_default_path(make_host, plugin, capsys):
@@ -575,9 +583,9 @@ async def test_dsh_audit_into_a_closed_pipe_exits_quietly(recorded, monkeypatch,
 def test_dsh_audit_piped_into_head_exits_quietly(tmp_path):
     db = tmp_path / "many.sqlite3"
     connection = sqlite3.connect(db)
-    connection.executescript(SCHEMA)
+    connection.executescript(V1_SCHEMA)  # a database of the first schema: still readable
     connection.executemany(
-        f"INSERT INTO calls ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * 10)})",
+        f"INSERT INTO calls ({', '.join(V1_COLUMNS)}) VALUES ({', '.join('?' * 10)})",
         [("2026-01-01T00:00:00.000Z", f"c{i}", "echo", "{}", 0, "ok", None, None, 1.0, None)
          for i in range(5_000)],
     )  # fmt: skip
@@ -605,10 +613,8 @@ def test_redaction_is_linear_in_the_arguments_however_deep_the_secret(monkeypatc
         value = {"next": value, "pad": [1, 2, 3]}
     frozen = freeze(value, "arguments")
     looked = []
-    is_secret = _audit_writer._is_secret
-    monkeypatch.setattr(
-        _audit_writer, "_is_secret", lambda key: looked.append(key) or is_secret(key)
-    )
+    is_secret = _redact._is_secret
+    monkeypatch.setattr(_redact, "_is_secret", lambda key: looked.append(key) or is_secret(key))
     text = arguments_json(frozen)
     assert text.count('"[REDACTED]"') == 1
     assert len(looked) <= 4 * (depth + 1)  # each key looked at at most twice (was ~depth²/2)

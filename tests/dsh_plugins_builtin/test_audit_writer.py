@@ -29,7 +29,9 @@ from dsh_host import (
     define_tool,
 )
 from dsh_plugins_builtin._audit import _writer as _audit_writer
-from dsh_plugins_builtin._audit._writer import AuditWriter, _classify, _Replaced
+from dsh_plugins_builtin._audit._faults import Replaced as _Replaced
+from dsh_plugins_builtin._audit._faults import classify as _classify
+from dsh_plugins_builtin._audit._writer import AuditWriter
 from dsh_plugins_builtin.audit import AuditPlugin, legacy_audit_path
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from tests.conftest import make_echo, soak_size
@@ -500,11 +502,13 @@ def test_a_row_that_cannot_be_encoded_keeps_a_placeholder(db, caplog):
     execution = types.SimpleNamespace(
         call_id="c", name="t", arguments={"n": 10**5000}, scope=None
     )  # more digits than Python writes as text
-    result = types.SimpleNamespace(error=None, is_error=False, decided_by=None)
+    result = types.SimpleNamespace(
+        error=None, is_error=False, decided_by=None, decision_detail=None
+    )
 
     async def main() -> None:
         for _ in range(2):
-            waiter = writer.submit((0.0, execution, result, None), wait=True)
+            waiter = writer.submit((0.0, execution, result, None, None, None), wait=True)
             assert waiter is not None
             await waiter
 
@@ -621,14 +625,15 @@ async def test_a_directory_swapped_after_start_is_never_written_through(
         home.symlink_to(outside)
     else:
         home.mkdir()
-    await host.call("echo", {"text": "open connection"})  # goes to the file it has open
-    assert count(tmp_path / "moved" / "audit.sqlite3") == 2
-    plugin._writer._close_connection()  # as after a failure: the next row reconnects
+    # The open database is no longer the file at the path: not written (to a file nobody reads)
+    await host.call("echo", {"text": "open connection"})
+    assert count(tmp_path / "moved" / "audit.sqlite3") == 1
     for i in range(3):
         await host.call("echo", {"text": str(i)})
     assert list(outside.iterdir()) == []
     assert list(home.iterdir()) == []
-    [error] = caplog.records
+    assert plugin._writer.lost_total == 4
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "(replaced)" in error.getMessage()
     why = "is no longer a directory" if swap == "symlink" else "is not the directory it was"
     assert f"{home} {why}" in error.getMessage()

@@ -203,7 +203,8 @@ async def test_golden_decisions(golden_host, tool, arguments, expected):
 
 async def test_with_no_config_the_read_only_tools_are_allowed_and_the_rest_asks(tmp_path):
     host = make(None)
-    assert PermissionsConfig().allow == ("read_file", "list_dir", "glob", "grep")
+    assert PermissionsConfig().allow == ()
+    assert PermissionsConfig().allow_defaults is True
     for tool in ("read_file", "list_dir", "glob", "grep"):
         assert not (await host.call(tool, {"path": "."})).is_error
     result = await host.call("write_file", {"path": "x"})
@@ -452,3 +453,48 @@ def test_a_denial_is_answered_without_a_coroutine():
     allowed = plugin.dsh_tool_pre_execute(execution_of("grep", pattern="x"), call_next)
     assert inspect.isawaitable(allowed)  # an allow waits for the stricter downstream decision
     allowed.close()
+
+
+# -- allow adds to the defaults (issue 26, row 11) -----------------------------------------------
+
+
+def _with(table):
+    host = Host(config={"plugin": {"permissions": table}}, plugins=[PermissionsPlugin()],
+                load_entrypoints=False)  # fmt: skip
+    for tool in STAND_INS:
+        host.registry.register(tool)
+    return host
+
+
+async def test_an_allow_list_adds_to_the_read_only_defaults():
+    host = _with({"allow": ["bash(git status:*)"]})
+    for tool in ("read_file", "list_dir", "glob", "grep"):
+        assert not (await host.call(tool, {"path": "."})).is_error, tool
+    assert not (await host.call("bash", {"command": "git status"})).is_error
+    assert (await host.call("bash", {"command": "ls"})).code == "DENIED"  # asks; nobody answers
+
+
+async def test_allow_defaults_false_drops_the_defaults():
+    host = _with({"allow": ["read_file"], "allow_defaults": False})
+    assert not (await host.call("read_file", {"path": "."})).is_error
+    for tool in ("list_dir", "glob", "grep"):
+        assert (await host.call(tool, {"path": "."})).code == "DENIED", tool
+
+
+async def test_a_default_rule_names_the_defaults_and_a_listed_one_its_file(tmp_path):
+    host = _with({"allow": ["grep"]})
+    plugin = host.pm.get_plugin("permissions")
+    assert plugin._rules.decide("list_dir", None, {"path": "."}).allowed_by[0].source == (
+        "the built-in defaults"
+    )
+    assert plugin._rules.decide("grep", None, {"path": "."}).allowed_by[0].source == (
+        "the configuration given to Host"
+    )
+
+
+def test_the_readme_example_says_that_allow_adds_to_the_defaults():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    example = readme[readme.index("[plugin.permissions]") :]
+    example = example[: example.index("```")]
+    assert "adds to" in example
+    assert "allow_defaults = false" in example

@@ -97,7 +97,7 @@ def verdict(plugin: PermissionsPlugin, name: str, arguments: Any) -> tuple[str, 
 )
 def test_a_claude_code_settings_file_loads_and_enforces(tmp_path, name, arguments, expected, rule):
     ws = project(tmp_path)
-    _, plugin = host_for(ws, allow=[])
+    _, plugin = host_for(ws, allow=[], allow_defaults=False)
     kind, detail = verdict(plugin, name, arguments)
     assert kind == expected
     settings = ws / ".claude" / "settings.json"
@@ -109,7 +109,7 @@ def test_reading_the_home_file_a_settings_file_allows(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     ws = project(tmp_path)
-    _, plugin = host_for(ws, allow=[])
+    _, plugin = host_for(ws, allow=[], allow_defaults=False)
     assert verdict(plugin, "read_file", {"path": str(home / ".zshrc")})[0] == "Allow"
     assert verdict(plugin, "read_file", {"path": str(home / ".bashrc")})[0] == "Ask"
 
@@ -198,7 +198,7 @@ def test_mcp_rules_match_server_tools(tmp_path):
 
 def test_path_denied_withholds_what_a_read_rule_denies(tmp_path):
     ws = project(tmp_path)
-    host, _ = host_for(ws, allow=[])
+    host, _ = host_for(ws, allow=[], allow_defaults=False)
     grep = ToolExecution(call_id="c", name="grep", arguments={"pattern": "x"})
     settings = ws / ".claude" / "settings.json"
     reason = host.path_denied(grep, str(ws / "secrets" / "key"), "read")

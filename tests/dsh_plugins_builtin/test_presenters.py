@@ -256,3 +256,19 @@ def test_presenters_never_raise(args: Any, meta: Any, text: str, is_error: bool)
         call(args)
     for present in RESULTS:
         present(args, result)
+
+
+@pytest.mark.parametrize("tool", ["read_file", "write_file", "edit_file", "list_dir"])
+def test_a_path_with_a_line_break_stays_on_one_title_line(tool):
+    """Issue 26, row 16: a path holding a newline showed its card split over two lines (and a
+    path can forge the line of the approval prompt under it)."""
+    from dsh_plugins_builtin._tools import _presenters
+
+    args = {"path": "a\nb.txt\x1b[2J", "content": "x", "old_text": "x", "new_text": "y"}
+    present = {"read_file": _presenters.read_call, "write_file": _presenters.write_call,
+               "edit_file": _presenters.edit_call, "list_dir": _presenters.list_call}[tool]  # fmt: skip
+    view = present(args)
+    assert view is not None
+    assert "\n" not in view.title
+    assert "\x1b" not in view.title
+    assert "a\\nb.txt\\x1b[2J" in view.title

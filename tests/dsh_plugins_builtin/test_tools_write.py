@@ -164,6 +164,39 @@ async def test_edit_keeps_crlf_line_endings(host: Host, ws: Path) -> None:
     assert (ws / "w.txt").read_bytes() == b"1\r\n2\r\nthree\r\n"
 
 
+@pytest.mark.parametrize("new_text", ["1\n1b", "1\r\n1b"])
+async def test_edit_of_one_line_in_a_crlf_file_writes_crlf(host: Host, ws: Path, new_text) -> None:
+    """Issue 26, row 15: a one-line old_text matched as is, and new_text's \\n went in bare."""
+    (ws / "w.txt").write_bytes(b"one\r\ntwo\r\n")
+    result = await host.call(
+        "edit_file", {"path": "w.txt", "old_text": "one", "new_text": new_text}
+    )
+    assert not result.is_error, result.text
+    assert (ws / "w.txt").read_bytes() == b"1\r\n1b\r\ntwo\r\n"
+
+
+async def test_edit_of_a_file_with_mixed_endings_keeps_new_text_as_given(
+    host: Host, ws: Path
+) -> None:
+    (ws / "m.txt").write_bytes(b"one\r\ntwo\n")
+    result = await host.call("edit_file", {"path": "m.txt", "old_text": "two", "new_text": "2\n3"})
+    assert not result.is_error, result.text
+    assert (ws / "m.txt").read_bytes() == b"one\r\n2\n3\n"
+
+
+@pytest.mark.parametrize("tool", ["write_file", "edit_file"])
+@pytest.mark.parametrize("path", ["a\nb.txt", "a\rb.txt", "x\x1b[2J.txt", "t\tab.txt"])
+async def test_a_path_with_a_control_character_is_refused(host: Host, ws: Path, tool, path) -> None:
+    """Issue 26, row 16: write_file created "a\\nb.txt" and showed it over two lines."""
+    args = {"path": path, "content": "x"} if tool == "write_file" else {
+        "path": path, "old_text": "x", "new_text": "y"}  # fmt: skip
+    result = await host.call(tool, args)
+    assert result.code == "INVALID_ARGS"
+    assert "must not contain control characters" in result.text
+    assert "\n" not in result.text.strip()
+    assert list(ws.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

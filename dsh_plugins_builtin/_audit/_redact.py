@@ -1,0 +1,114 @@
+"""Redaction and the text forms of a row: what the audit writer stores, and how.
+
+Secrets in the arguments are redacted before anything is written: the value of every key whose
+name contains one of `SECRET_WORDS` (any case, at any depth) becomes `REDACTED`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .._common._canonical import canonical
+
+__all__ = ["REDACTED", "SECRET_WORDS", "arguments_json", "redact", "safe_text", "timestamp"]
+
+REDACTED = "[REDACTED]"
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+
+
+def redact(value: Any) -> Any:
+    """A plain copy of the JSON *value* with the values of secret-named keys replaced, at any depth."""
+    if isinstance(value, Mapping):
+        return {key: REDACTED if _is_secret(key) else redact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    return value
+
+
+_SECRET = re.compile("|".join(SECRET_WORDS))
+_secret_keys: dict[str, bool] = {}
+"""Whether a key names a secret, by key: the keys of tool arguments repeat from call to call."""
+_SECRET_KEYS_KEPT: Final = 4_096
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_secret(key: object) -> bool:
+    if type(key) is str:
+        known = _secret_keys.get(key)
+        if known is not None:
+            return known
+    secret = _SECRET.search(str(key).casefold()) is not None
+    if type(key) is str and len(_secret_keys) < _SECRET_KEYS_KEPT:  # bounded: keys come from
+        _secret_keys[key] = secret  # the model, which may send a new one every call
+    return secret
+
+
+def _redacted(value: Any) -> Any:
+    """`redact`, but *value* itself (not a copy) when nothing in it is secret: the common case.
+
+    One walk to look, and one more to copy only when something is secret (linear in the
+    arguments whatever their depth).
+    """
+    return redact(value) if _holds_secret(value) else value
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether some key at any depth of *value* names a secret (stops at the first)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if _is_secret(key) or (type(item) not in _SCALARS and _holds_secret(item)):
+                return True
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if type(item) not in _SCALARS and _holds_secret(item):
+                return True
+    return False
+
+
+def arguments_json(arguments: Any) -> str:
+    """Canonical JSON of the redacted *arguments*, storable as SQLite text, losslessly.
+
+    Non-ASCII text is kept as it is, unless the value holds a lone surrogate (valid JSON, but not
+    encodable as UTF-8): then the whole text is ASCII with ``\\uXXXX`` escapes, which
+    ``json.loads`` turns back into the same value.
+
+    Raises:
+        ValueError, RecursionError, TypeError: the value cannot be written as JSON.
+    """
+    value = _redacted(arguments)
+    text = canonical(value)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text
+
+
+def safe_text(text: str | None) -> str | None:
+    """*text* as SQLite can store it: a lone surrogate becomes its ``\\udcff`` escape."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+_seconds: tuple[int, str] = (-1, "")
+
+
+def timestamp(wall: float) -> str:
+    """``2026-05-09T07:35:25.123Z`` (UTC, milliseconds); the seconds part is formatted once."""
+    global _seconds
+    second = int(wall)
+    cached, prefix = _seconds
+    if cached != second:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _seconds = (second, prefix)
+    return f"{prefix}.{int((wall - second) * 1000):03d}Z"

@@ -1,0 +1,157 @@
+"""Rows that answer a user's questions (issue 26, point 2): who decided (allows too), who
+approved, which workspace and host run, and ``dsh audit``'s filters."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_host import Allow, ApprovalOutcome, Ask, Deny, hookimpl
+from dsh_plugins_builtin._audit._query import parse_time
+from dsh_plugins_builtin.audit import AuditPlugin, audit_command
+from tests.conftest import make_echo
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "audit" / "calls.sqlite3"
+
+
+class Policy:
+    """Allows ``echo`` by a rule, asks for ``asked``, denies ``no``."""
+
+    name = "policy"
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any) -> Allow | Ask | Deny | None:
+        text = execution.arguments.get("text")
+        if text == "no":
+            return Deny("no", detail="rule echo(no) in dsh.toml")
+        if text in ("asked", "refused", "unanswered"):
+            return Ask("why", detail="rule echo(ask) in dsh.toml")
+        return Allow(detail="rule echo in dsh.toml")
+
+
+class Approver:
+    name = "approver"
+
+    @hookimpl
+    def dsh_tool_approve(self, request: Any) -> ApprovalOutcome | None:
+        text = request.execution.arguments["text"]
+        if text == "unanswered":
+            return None
+        return ApprovalOutcome.ALLOWED_ONCE if text == "asked" else ApprovalOutcome.REJECTED
+
+
+def read(db: Path) -> list[dict[str, Any]]:
+    connection = sqlite3.connect(db)
+    connection.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in connection.execute("SELECT * FROM calls ORDER BY id")]
+    finally:
+        connection.close()
+
+
+async def test_the_rule_that_decided_and_who_approved_are_recorded(make_host, db):
+    plugin = AuditPlugin()
+    config = {"plugin": {"audit": {"path": str(db), "durability": "sync"}}}
+    host = make_host(plugin, Policy(), Approver(), tools=[make_echo()], config=config)
+    for text in ("yes", "no", "asked", "refused", "unanswered"):
+        await host.call("echo", {"text": text})
+    plugin.close()
+    found = [(r["outcome"], r["rule"], r["approved_by"]) for r in read(db)]
+    assert found == [
+        ("ok", "rule echo in dsh.toml", None),  # allows name their rule too
+        ("DENIED", "rule echo(no) in dsh.toml", None),
+        ("ok", "rule echo(ask) in dsh.toml", "allowed-once"),
+        ("DENIED", "rule echo(ask) in dsh.toml", "approver"),
+        ("DENIED", "rule echo(ask) in dsh.toml", "unavailable"),
+    ]
+    assert plugin._decided == {}
+
+
+@pytest.fixture
+async def two_workspaces(make_host, db, tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """Calls from two hosts in two workspaces into one database."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    for workspace, texts in ((here, ("a", "no", "b")), (there, ("c",))):
+        workspace.mkdir()
+        plugin = AuditPlugin()
+        config = {
+            "host": {"workspace": str(workspace)},
+            "plugin": {"audit": {"path": str(db), "durability": "sync"}},
+        }
+        host = make_host(plugin, Policy(), tools=[make_echo(), make_echo("other")], config=config)
+        for i, text in enumerate(texts):
+            await host.call(
+                "other" if text == "b" else "echo", {"text": text}, call_id=f"{text}{i}"
+            )
+        plugin.close()
+    monkeypatch.chdir(here)
+    return here, there
+
+
+def shown(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    assert audit_command(["--json", *argv]) == 0
+    return [json.loads(line)["arguments"]["text"] for line in capsys.readouterr().out.splitlines()]
+
+
+async def test_dsh_audit_shows_the_current_workspace_unless_told(two_workspaces, db, capsys):
+    here, there = two_workspaces
+    assert shown(capsys, "--db", str(db)) == ["a", "no", "b"]
+    assert shown(capsys, "--db", str(db), "--workspace", str(there)) == ["c"]
+    assert shown(capsys, "--db", str(db), "--all") == ["a", "no", "b", "c"]
+    rows = read(db)
+    assert {r["workspace"] for r in rows} == {os.path.realpath(here), os.path.realpath(there)}
+    assert len({r["host_id"] for r in rows}) == 2  # one per host run
+
+
+async def test_dsh_audit_filters_by_outcome_tool_call_and_time(two_workspaces, db, capsys):
+    base = ["--db", str(db), "--all"]
+    assert shown(capsys, *base, "--denied") == ["no"]
+    assert shown(capsys, *base, "--outcome", "ok") == ["a", "b", "c"]
+    assert shown(capsys, *base, "--tool", "other") == ["b"]
+    assert shown(capsys, *base, "--call", "c0") == ["c"]
+    assert shown(capsys, *base, "--since", "1h") == ["a", "no", "b", "c"]
+    assert shown(capsys, *base, "--until", "2000-01-01") == []
+    assert shown(capsys, *base, "--since", "2000-01-01T00:00+02:00") == ["a", "no", "b", "c"]
+
+
+def test_a_bad_time_is_refused_with_what_is_accepted(db, capsys):
+    assert audit_command(["--db", str(db), "--since", "yesterday"]) == 2
+    err = capsys.readouterr().err
+    assert "'yesterday' is not a time" in err
+    assert "30m, 2h, 7d" in err
+
+
+def test_times_are_compared_in_the_stored_utc_form():
+    assert parse_time("2026-05-09T09:00+02:00") == "2026-05-09T07:00:00.000Z"
+    assert parse_time("2026-05-09") == "2026-05-09T00:00:00.000Z"
+
+
+async def test_dsh_audit_says_when_another_workspace_has_the_calls(two_workspaces, db, capsys):
+    empty = two_workspaces[0].parent / "empty"
+    empty.mkdir()
+    assert audit_command(["--db", str(db), "--workspace", str(empty)]) == 0
+    assert "--all shows every workspace" in capsys.readouterr().err
+
+
+async def test_dsh_audit_in_a_subdirectory_shows_the_workspace_that_holds_it(
+    two_workspaces, db, capsys, monkeypatch
+):
+    here, _ = two_workspaces
+    (here / "src" / "deep").mkdir(parents=True)
+    monkeypatch.chdir(here / "src" / "deep")
+    assert shown(capsys, "--db", str(db)) == ["a", "no", "b"]
+    assert shown(capsys, "--db", str(db), "--workspace", ".") == []  # an explicit DIR is exact
