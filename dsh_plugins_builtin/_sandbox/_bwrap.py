@@ -213,6 +213,7 @@ def _mounts(
     mounts: dict[Path, bool] = {}
     pinned = {pin.path: pin.real for pin in policy.pins}  # as at start, not as now
     visible = [policy.workspace, *policy.read_roots, *([cwd] if cwd is not None else [])]
+    visible += policy.runtime  # dsh's installation (``rg`` among it), e.g. a venv under /tmp
     for path in visible:  # a root that lies in a hidden directory stays visible
         real = pinned.get(path) or canonical(path)
         covered = any(under(real, root) for root in rw)

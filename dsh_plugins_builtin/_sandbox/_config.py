@@ -178,6 +178,7 @@ def build_policy(
             protected=config.protected,
             config_file=config_file,
             install=tuple(install) if config.protect_install else (),
+            runtime=tuple(install),
             deny_read=denied,
             deny_patterns=globs,
             unix_sockets=tuple(_root(r, ws) for r in config.allow_unix_sockets),

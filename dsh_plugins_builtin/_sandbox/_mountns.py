@@ -31,6 +31,10 @@ _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOEXEC = 8
+_MS_REMOUNT = 32
+_MS_NOATIME = 1024
+_MS_NODIRATIME = 2048
+_MS_RELATIME = 1 << 21
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -69,6 +73,15 @@ def _open_source(step: Sequence[Any], fail: Callable[[str], NoReturn]) -> int:
     if dev >= 0 and (st.st_dev, st.st_ino) != (dev, ino):
         fail(f"the root {step[1]} was replaced since the host started; binding it")
     return fd
+
+
+def _read_only_flags(at: str) -> int:
+    """Flags that remount the bind at *at* read-only, keeping what the kernel locks (a remount
+    in a user namespace may not drop the source's nosuid, nodev, noexec or atime flags)."""
+    kept = os.statvfs(at).f_flag
+    flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    flags |= kept & (_MS_NOEXEC | _MS_NOATIME | _MS_NODIRATIME)  # ST_* and MS_* agree here
+    return flags | (_MS_RELATIME if kept & os.ST_RELATIME else 0)
 
 
 def apply(
@@ -117,8 +130,18 @@ def apply(
         if kind == "tmpfs":
             flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if step[2] else 0)
             mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:")
-        else:  # writes stay Landlock's to allow or refuse: no read-only remount is needed
+        else:
             mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")
+            if kind == "bind" and not step[3]:
+                # Read-only in the mount itself: Landlock grants by path, so a bind placed
+                # under a writable root (the private /tmp) would inherit that root's rights.
+                os.close(target)
+                try:  # the mount's own root now, reached as before
+                    target = _target(path, directory=os.path.isdir(source))
+                except OSError:
+                    fail(f"reaching the mount point {path} (no symlink may be on the way)")
+                at = f"/proc/self/fd/{target}"
+                mount(None, at, None, _read_only_flags(at), f"making {path} read-only:")
         os.close(target)
     for fd in sources.values():
         os.close(fd)

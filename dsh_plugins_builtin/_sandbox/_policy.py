@@ -54,6 +54,9 @@ class SandboxPolicy:
         config_file: The config file the host was started with (protected in a writable root).
         install: Where the next ``dsh`` run executes code from (`install_paths`): protected in
             a writable root, so that no tool can change the policy host itself.
+        runtime: Where dsh and the programs its tools run (``rg``) are installed, whether or not
+            they are protected: kept in view, read-only, when they lie in a directory the
+            command does not see (a virtual environment under the host's ``/tmp``).
         tmp: The commands' private temporary directory (seen as ``/tmp`` by the file tools and,
             under bwrap, by commands; ``TMPDIR`` under Landlock), or ``None`` for none. When
             set, the default writable roots are the workspace and it.
@@ -82,6 +85,7 @@ class SandboxPolicy:
         default=None, converter=attrs.converters.optional(abs_path)
     )
     install: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
+    runtime: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     deny_read: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     deny_patterns: tuple[str, ...] = ()
     unix_sockets: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())

@@ -144,6 +144,23 @@ async def test_row1_commands_get_a_private_tmp(
     assert (plugin.tmp / name).read_text() == "mine\n"
 
 
+async def test_dsh_installed_under_the_host_tmp_stays_in_view_read_only(
+    make_host: Any, ws: Path, backend: str, host_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hiding the host's /tmp must not hide dsh's own installation (a virtual environment
+    under /tmp, with the ``rg`` the grep tool runs): it stays in view, read-only."""
+    from dsh_plugins_builtin._sandbox import _plugin
+
+    tool = host_tmp / "tool"
+    tool.write_text("#!/bin/sh\necho runtime-ok\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(_plugin, "install_paths", lambda modules=(): (host_tmp,))
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(host, f"{tool}; touch {host_tmp}/planted 2>/dev/null || echo refused")
+    assert result.text.splitlines() == ["runtime-ok", "refused"]
+    assert not (host_tmp / "planted").exists()
+
+
 # -- row 2: credentials ---------------------------------------------------------------------------
 
 
