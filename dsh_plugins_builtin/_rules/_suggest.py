@@ -17,11 +17,14 @@ suggests, instead of the whole tool.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
-from ._shell import parse_command
+from ._rules import Anchors, RuleSet, parse_rule
+from ._shell import parse_command, unwrap
 
 __all__ = ["narrowest_rules"]
 
@@ -58,6 +61,34 @@ def narrowest_rules(tool: str, arguments: Any) -> tuple[str, ...] | None:
 
 
 def _shell_rules(command: object) -> tuple[str, ...] | None:
+    """The rules for *command*, checked against the rule engine: a wrapper's rule needs the
+    rule of what it runs too (``bash(sudo ls)`` with ``bash(ls)``); a line the engine never
+    allows (``git -c ...``, a wrapper fed words from stdin) has none."""
+    rules = _candidate_rules(command)
+    if rules is None or not isinstance(command, str):
+        return None
+    if _allows(command, rules):
+        return rules
+    inner = [
+        f"bash({' '.join(words)})"
+        for simple in parse_command(command).simple or ()
+        for words in unwrap(simple)
+        if words and all(_ARG.fullmatch(word) for word in words)
+    ]
+    rules = tuple(dict.fromkeys((*rules, *inner)))
+    return rules if inner and _allows(command, rules) else None
+
+
+def _allows(command: str, rules: tuple[str, ...]) -> bool:
+    """Whether *rules* alone allow *command* (in the working directory)."""
+    here = os.getcwd()
+    anchors = Anchors(workspace=here, project=here, home=os.path.expanduser("~"))
+    allow = [parse_rule(text, "allow", anchors, "the suggestion") for text in rules]
+    decision = RuleSet(allow=allow, workspace=Path(here)).decide("bash", None, {"command": command})
+    return decision.effect == "allow"
+
+
+def _candidate_rules(command: object) -> tuple[str, ...] | None:
     if not isinstance(command, str) or not command.strip():
         return None
     parsed = parse_command(command)

@@ -23,12 +23,10 @@ def allowing(ws: Path, rules: tuple[str, ...]) -> RuleSet:
         ("ls -la", ("bash(ls:*)",), "lsof"),
         ("git status --short", ("bash(git status:*)",), "git push"),
         ("ls && pwd", ("bash(ls:*)", "bash(pwd:*)"), "rm x"),
-        ("sudo ls", ("bash(sudo ls)",), "sudo rm -rf /"),
-        ("env FOO=1 make", ("bash(env FOO=1 make)",), "env sh"),
-        ("xargs rm", ("bash(xargs rm)",), "xargs sh"),
+        ("sudo ls", ("bash(sudo ls)", "bash(ls)"), "sudo rm -rf /"),
+        ("env FOO=1 make", ("bash(env FOO=1 make)", "bash(make)"), "env sh"),
         ("python3 -m pytest", ("bash(python3 -m pytest)",), "python3 -c x"),
-        ("git -c core.pager=x log", ("bash(git -c core.pager=x log)",), "git -c a=b push"),
-        ("/usr/bin/sudo ls", ("bash(/usr/bin/sudo ls)",), "/usr/bin/sudo id"),
+        ("/usr/bin/sudo ls", ("bash(/usr/bin/sudo ls)", "bash(ls)"), "/usr/bin/sudo id"),
     ],
 )
 def test_a_bash_rule_covers_the_call_and_not_another(tmp_path, command, rules, not_covered):
@@ -39,7 +37,17 @@ def test_a_bash_rule_covers_the_call_and_not_another(tmp_path, command, rules, n
 
 
 @pytest.mark.parametrize(
-    "command", ["echo $(id)", "cat <x", "FOO=1 make test", "$SHELL", "sudo 'a b'", ""]
+    "command",
+    [
+        "echo $(id)",
+        "cat <x",
+        "FOO=1 make test",
+        "$SHELL",
+        "sudo 'a b'",
+        "",
+        "git -c core.pager=x log",  # git options naming programs: never allowed by a rule
+        "xargs rm",  # the words xargs reads from stdin: no rule spells them
+    ],
 )
 def test_no_rule_narrower_than_the_tool(command):
     assert narrowest_rules("bash", {"command": command}) is None
