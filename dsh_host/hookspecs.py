@@ -247,6 +247,9 @@ def dsh_tool_guard(execution: ToolExecution) -> str | Awaitable[str | None] | No
     approver allowed once. This is where policy that must not depend on plugin order goes
     (``permissions`` enforces its deny and ask rules here as well as in pre-execute). A guard's
     denial is a ``DENIED`` result with ``decided_by`` naming the guard's plugin.
+    ``execution.approved_by`` names the approver that allowed the call once, or is ``None``
+    when no approver did (a plugin's ``Allow`` never sets it): a rule a person must answer holds
+    unless it is set.
 
     Example::
 
