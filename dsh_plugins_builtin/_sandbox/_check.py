@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -116,7 +117,7 @@ def render_report(report: dict[str, Any]) -> list[str]:
     if report.get("mode") is not None:
         lines.append(
             f"[plugin.sandbox] mode = {report['mode']}, backend = {report['backend']}, "
-            f"network = {str(report['network']).lower()}"
+            f"network = {json.dumps(report['network'])}"
         )
         lines.append(f"workspace: {report['workspace']}")
         lines.append(f"writable roots: {', '.join(report['writable_roots']) or 'none'}")
@@ -173,7 +174,7 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
         "processes_enforced": os.geteuid() != 0 and limits["processes"] is not None,
         "mode": policy.mode,
         "backend": config.backend,
-        "network": policy.network,
+        "network": policy.network if policy.network_allow is None else policy.network_allow.names,
         "workspace": str(policy.workspace),
         "writable_roots": [str(r) for r in writable_roots(policy)],
         "readable_roots": [str(r) for r in readable_roots(policy)],

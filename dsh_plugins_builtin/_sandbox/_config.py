@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import attrs
 
+from dsh_plugins_builtin._sandbox._allow import Allowlist, allowlist
 from dsh_plugins_builtin._sandbox._deny import config_files, expand_deny
 from dsh_plugins_builtin._sandbox._env import EnvConfig
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig
@@ -46,6 +47,24 @@ def _check_names(what: str, *, paths: bool) -> Any:
     return check
 
 
+def _check_network(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, tuple):
+        allowlist(value, (), {})  # raises ValueError naming the entry
+
+
+def _check_ports(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    for port in value:
+        if isinstance(port, bool) or not 0 < port < 65536:
+            raise ValueError(f"network_ports entries must be ports (1-65535), got {port!r}")
+
+
+def _check_hosts(instance: Any, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+    try:
+        allowlist((), (), value)
+    except ValueError as exc:
+        raise ValueError(f"network_hosts maps names to IP addresses: {exc}") from None
+
+
 @attrs.frozen
 class SandboxConfig:
     """``[plugin.sandbox]``.
@@ -59,7 +78,14 @@ class SandboxConfig:
             relative entries resolve against the workspace (include ``"."`` to keep it).
         read_roots: Extra directories the file tools may read besides the workspace and the
             writable roots.
-        network: Whether ``bash`` commands may use the network.
+        network: Whether ``bash`` commands may use the network: ``true``, ``false``, or a
+            list of host names (``"api.example.com"``, ``"*.githubusercontent.com"``: every
+            name below it) and IP literals they may reach, only through a proxy on the host
+            (bubblewrap only; `dsh_plugins_builtin._sandbox._proxy`).
+        network_ports: The ports a ``network`` list lets commands connect to.
+        network_hosts: Names pinned to an address for a ``network`` list (like
+            ``/etc/hosts``); a pinned name may resolve to a loopback or private address, which
+            the proxy refuses otherwise.
         backend: ``auto`` (bubblewrap, then Landlock), ``bwrap``, ``landlock``, or ``none``
             (confines nothing: only ``danger-full-access`` can run commands then).
         env_allow: Environment names kept for commands although they look secret.
@@ -103,7 +129,9 @@ class SandboxConfig:
     read_roots: tuple[str, ...] = attrs.field(
         default=(), validator=_check_names("paths", paths=True)
     )
-    network: bool = False
+    network: bool | tuple[str, ...] = attrs.field(default=False, validator=_check_network)
+    network_ports: tuple[int, ...] = attrs.field(default=(80, 443), validator=_check_ports)
+    network_hosts: dict[str, str] = attrs.field(factory=dict, validator=_check_hosts)
     backend: Backend = "auto"
     env_allow: tuple[str, ...] = attrs.field(
         default=(), validator=_check_names("names", paths=False)
@@ -174,7 +202,8 @@ def build_policy(
             tmp=tmp,
             writable_roots=writable,
             read_roots=read_roots,
-            network=config.network,
+            network=config.network is True,
+            network_allow=_allow(config),
             protected=config.protected,
             config_file=config_file,
             install=tuple(install) if config.protect_install else (),
@@ -185,6 +214,12 @@ def build_policy(
             config_files=_config_files(config, ws, writable, files),
         )
     )
+
+
+def _allow(config: SandboxConfig) -> Allowlist | None:
+    if not isinstance(config.network, tuple):
+        return None
+    return allowlist(config.network, config.network_ports, config.network_hosts)
 
 
 def _deny(

@@ -75,6 +75,7 @@ from dsh_plugins_builtin._sandbox._bwrap import _MountPoints as _MountPoints
 from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, ulimit_prefix
+from dsh_plugins_builtin._sandbox._netns import proxied, proxy_env, relay_argv
 from dsh_plugins_builtin._sandbox._pins import check_pinned
 from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy
 from dsh_plugins_builtin._sandbox._protected import protected_paths
@@ -214,6 +215,13 @@ async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResu
 async def _run_chosen(
     chosen: str, spawn: _Spawn, policy: SandboxPolicy, bwrap: str | None
 ) -> ProcessResult:
+    if chosen == "landlock" and policy.network_allow is not None:
+        raise SandboxUnavailable(
+            "[plugin.sandbox] network: a list of names needs the bubblewrap backend (Landlock "
+            "cannot put a command behind the proxy); install bubblewrap, or set network to "
+            "true or false",
+            mode=policy.mode,
+        )
     if chosen == "landlock":
         out, returncode, timed_out = await _run_landlock(spawn, policy)
     else:
@@ -263,12 +271,26 @@ async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, i
 async def _run_bwrap(
     spawn: _Spawn, policy: SandboxPolicy, path: str
 ) -> tuple[Output, int | None, bool]:
+    if policy.network_allow is None:
+        return await _bwrap_once(spawn, policy, path, None)
+    async with proxied(policy.network_allow) as (control, session):
+        behind = attrs.evolve(
+            spawn, argv=relay_argv(control, spawn.argv, policy.deny_read), env=proxy_env(spawn.env)
+        )
+        out, returncode, timed_out = await _bwrap_once(behind, policy, path, control)
+    out.notes.extend(session.denials)
+    return out, returncode, timed_out
+
+
+async def _bwrap_once(
+    spawn: _Spawn, policy: SandboxPolicy, path: str, control: int | None
+) -> tuple[Output, int | None, bool]:
     fds: list[int] = []
     rw = rw_roots(policy)
     missing = MOUNT_POINTS.take(p for p in protected_paths(policy) if inside_any(p, rw))
     try:
         root_fds = open_roots(policy, fds)
-        seccomp_fd = seccomp_pipe(filter_bpf(not policy.network))
+        seccomp_fd = seccomp_pipe(filter_bpf(not policy.network, inet=control is not None))
         fds.append(seccomp_fd)
         wrapped = confine_argv(
             spawn.argv, policy, "bwrap", cwd=spawn.cwd, bwrap=path, seccomp_fd=seccomp_fd,
@@ -282,7 +304,12 @@ async def _run_bwrap(
             env=spawn.env,
             timeout=spawn.timeout,
             cap=spawn.cap,
-            pass_fds=(seccomp_fd, info_w, *root_fds.values()),
+            pass_fds=(
+                seccomp_fd,
+                info_w,
+                *root_fds.values(),
+                *([] if control is None else [control]),
+            ),
             info=(info_r, info_w),
         )
     finally:

@@ -16,6 +16,7 @@ from typing import Literal
 
 import attrs
 
+from dsh_plugins_builtin._sandbox._allow import Allowlist
 from dsh_plugins_builtin._sandbox._paths import abs_path, abs_paths, resolve_abs
 
 __all__ = [
@@ -50,6 +51,8 @@ class SandboxPolicy:
         read_roots: Extra roots the file tools may read besides the workspace and the writable
             roots (process confinement never restricts reads).
         network: Whether a confined process may use the network.
+        network_allow: With ``network`` false, the destinations a command may still reach
+            through the host's proxy (``network = [names]``), or ``None`` for none.
         protected: Read-only inside the writable roots (see `protected_paths`).
         config_file: The config file the host was started with (protected in a writable root).
         install: Where the next ``dsh`` run executes code from (`install_paths`): protected in
@@ -80,6 +83,7 @@ class SandboxPolicy:
     )
     read_roots: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     network: bool = False
+    network_allow: Allowlist | None = attrs.field(default=None, kw_only=True)
     protected: tuple[str, ...] = (".git", ".claude", ".dsh", "dsh.toml")
     config_file: Path | None = attrs.field(
         default=None, converter=attrs.converters.optional(abs_path)

@@ -26,7 +26,9 @@ action is *allow*, and these calls fail with ``EPERM`` (``EAFNOSUPPORT`` for soc
   ``open_by_handle_at``, ``name_to_handle_at``, ``acct``, ``swapon``/``swapoff``, ``reboot``,
   clock setting, ``iopl``/``ioperm``, ``quotactl``, ``io_uring_*`` (ring operations bypass the
   other rules);
-* with ``network = false``: ``socket()`` of every family but ``AF_UNIX``.
+* with ``network = false``: ``socket()`` of every family but ``AF_UNIX``; with a ``network``
+  list (a private network namespace whose loopback leads only to the proxy relay), of every
+  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6``.
 
 A system call of a foreign architecture (32-bit calls on a 64-bit host) kills the process.
 """
@@ -96,6 +98,8 @@ _CLONE_NEW_MASK_ALL: Final = _CLONE_NEW_MASK | 0x10000000 | 0x20000000 | 0x40000
 _TIOCSTI: Final = 0x5412
 _TIOCLINUX: Final = 0x541C
 _AF_UNIX: Final = 1
+_AF_INET: Final = 2
+_AF_INET6: Final = 10
 _PRIO_PROCESS: Final = 0
 _IOPRIO_WHO_PROCESS: Final = 1
 
@@ -104,7 +108,7 @@ class SeccompUnavailable(Exception):
     """libseccomp (or the ``pyseccomp`` binding) is missing, or it refused the filter."""
 
 
-def _build(block_network: bool) -> bytes:
+def _build(block_network: bool, inet: bool) -> bytes:
     try:
         import pyseccomp as sc  # type: ignore[import-untyped]  # loads libseccomp.so.2
     except Exception as exc:  # ImportError, OSError, or AttributeError without the library
@@ -128,8 +132,13 @@ def _build(block_network: bool) -> bytes:
     for request in (_TIOCSTI, _TIOCLINUX):
         flt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     _self_only(sc, flt, deny)
-    if block_network:
-        flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, _AF_UNIX))
+    refuse = sc.ERRNO(errno.EAFNOSUPPORT)
+    if block_network and inet:  # loopback of a network namespace: UNIX, INET, INET6 only
+        for family in sorted(set(range(_AF_INET6)) - {_AF_UNIX, _AF_INET}):
+            flt.add_rule(refuse, "socket", sc.Arg(0, sc.EQ, family))
+        flt.add_rule(refuse, "socket", sc.Arg(0, sc.GT, _AF_INET6))
+    elif block_network:
+        flt.add_rule(refuse, "socket", sc.Arg(0, sc.NE, _AF_UNIX))
     with tempfile.TemporaryFile() as out:
         flt.export_bpf(out)
         out.seek(0)
@@ -155,11 +164,13 @@ def _flag_bits(mask: int) -> list[int]:
 
 
 @functools.cache
-def filter_bpf(block_network: bool) -> bytes:
+def filter_bpf(block_network: bool, *, inet: bool = False) -> bytes:
     """The filter as raw classic-BPF instructions (8 bytes each), built once per setting.
 
     Args:
         block_network: Also refuse ``socket()`` for every family but ``AF_UNIX``.
+        inet: With *block_network*, let ``AF_INET`` and ``AF_INET6`` through too (a command
+            in its own network namespace, whose loopback only leads to the proxy relay).
 
     Returns:
         The program, as ``bwrap --seccomp`` and ``PR_SET_SECCOMP`` take it.
@@ -168,7 +179,7 @@ def filter_bpf(block_network: bool) -> bytes:
         SeccompUnavailable: libseccomp cannot be loaded or refused a rule.
     """
     try:
-        return _build(block_network)
+        return _build(block_network, inet)
     except OSError as exc:
         raise SeccompUnavailable(
             f"libseccomp refused the filter: {os.strerror(exc.errno or 0)}"
