@@ -21,14 +21,10 @@ from typing import Any
 
 import trio
 
+from .. import ConfigError, Host, JsonInputError, PluginLoadError, TraceEvent, printable
+from .. import parse_json as strict_json
 from .._host._config import config_converter, find_config
-from .._host._host import Host
 from .._host._plugins import PluginStatus, load_module
-from .._model._errors import ConfigError, PluginLoadError
-from .._model._json import JsonInputError
-from .._model._json import parse_json as strict_json
-from .._model._text import printable
-from .._model._trace import TraceEvent
 from ._completion import add_completion_parser, autocomplete, plugin_names, tool_names
 from ._render import (
     Style,

@@ -12,30 +12,37 @@ import math
 import pathlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, Any, final
+from typing import IO, Any, TypeAlias, final
 
 import attrs
 
-from .._host._plugins import PluginInfo, PluginStatus
-from .._model._json import thaw
-from .._model._text import printable
-from .._model._trace import TraceEvent
-from .._model._values import ImageBlock, TextBlock, ToolExecutionResult
-from .._model._views import (
-    CallView,
+from .. import (
     DiffCallView,
     DiffResultView,
     FileDiff,
     GenericCallView,
     GenericResultView,
+    ImageBlock,
+    PluginInfo,
+    PluginStatus,
     ReadResultView,
-    ResultView,
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
+    TextBlock,
     ToolCallKind,
+    ToolExecutionResult,
+    ToolSchema,
+    TraceEvent,
+    printable,
+    thaw,
 )
-from .._schema._tool import ToolSchema
+
+# The cards a presenter returns (the unions `dsh_present_call` / `dsh_present_result` name).
+CallView: TypeAlias = GenericCallView | TerminalCallView | DiffCallView
+ResultView: TypeAlias = (
+    GenericResultView | TerminalResultView | DiffResultView | ReadResultView | SearchResultView
+)
 
 __all__ = [
     "Style",

@@ -18,11 +18,8 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._host._host import Host
+from .. import Host, ToolExecutionInput, ToolExecutionResult, TraceEvent, printable
 from .._model._json import freeze
-from .._model._text import printable
-from .._model._trace import TraceEvent
-from .._model._values import ToolExecutionInput, ToolExecutionResult
 from .._pipeline._pipeline import Prepared
 from ._main import (
     CALL_EXAMPLE,
