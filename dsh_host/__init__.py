@@ -9,7 +9,7 @@ from . import hookspecs
 from ._host._host import Host
 from ._host._open import open_host
 from ._host._plugins import PluginInfo, PluginStatus
-from ._host._registry import ToolRegistry
+from ._host._registry import DryRun, ToolRegistry
 from ._model._errors import (
     ConfigError,
     DshError,
@@ -75,6 +75,7 @@ __all__ = [
     "Deny",
     "DiffCallView",
     "DiffResultView",
+    "DryRun",
     "DshError",
     "ExecutionMode",
     "FileDiff",

@@ -27,7 +27,7 @@ API = (
                            "PluginStatus")),
     ("Defining tools", ("define_tool", "tool", "ToolDefinition", "ToolSchema", "Prop",
                         "ToolRunContext")),
-    ("Calls and results", ("ToolRegistry", "ToolExecutionInput", "ToolExecution",
+    ("Calls and results", ("ToolRegistry", "DryRun", "ToolExecutionInput", "ToolExecution",
                            "ToolExecutionResult", "ToolFailure", "TextBlock", "ImageBlock",
                            "HookContext", "Scope", "ToolRestriction", "ExecutionMode",
                            "AbortSignal", "TraceEvent")),
