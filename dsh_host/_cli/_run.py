@@ -27,7 +27,7 @@ from .. import (
     printable,
     validate_args,
 )
-from ._main import (
+from ._common import (
     CALL_EXAMPLE,
     UsageError,
     build_host,
