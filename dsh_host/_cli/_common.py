@@ -6,16 +6,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import json
 import os
-import pathlib
 import sys
 from typing import Any
 
 from .. import Host, JsonInputError, PluginLoadError, PluginStatus, printable
 from .. import parse_json as strict_json
-from .._host._config import find_config
-from .._host._plugins import load_module
 from ._render import Style, plugin_origin, style_for
 
 __all__ = [
@@ -25,6 +23,7 @@ __all__ = [
     "debugging",
     "dump",
     "json_object",
+    "load_module",
     "out",
     "parse_json",
     "stdout_style",
@@ -85,10 +84,11 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
             raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
     objects.extend(getattr(args, "plugin_objects", ()))  # a command's own, last (`dsh hook`)
     path = config or getattr(args, "sub_config", None) or args.config
-    source = pathlib.Path(path) if path else find_config()
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
     disable = [*args.disable, *getattr(args, "sub_disable", [])]
-    host = Host(source, plugins=objects, load_entrypoints=entrypoints, disable=disable)
+    host = Host.from_config(
+        path or None, plugins=objects, load_entrypoints=entrypoints, disable=disable
+    )
     for line in host.warnings if not quiet else ():
         warn(f"dsh: warning: {printable(line)}")
     failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
@@ -144,3 +144,33 @@ def unknown_tool(host: Host, name: str) -> str:
         f"no tool named {printable(repr(name))}{did_you_mean}; available: {listed}. "
         "See `dsh tools`."
     )
+
+
+def load_module(spec: str) -> object:
+    """Import ``module`` or ``module:attribute`` for ``--plugin``; a class is instantiated, as
+    for an entry point that names a class.
+
+    Raises:
+        PluginLoadError: the module cannot be imported (its own exception is chained), has no
+            such attribute, or the class cannot be instantiated.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name:
+        raise PluginLoadError(spec, "expected MODULE or MODULE:ATTRIBUTE")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginLoadError(
+            spec, f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in filter(None, attribute.split(".")):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginLoadError(spec, f"{module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise PluginLoadError(spec, f"{attribute}(): {type(exc).__name__}: {exc}") from exc
+    return obj

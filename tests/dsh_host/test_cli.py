@@ -706,7 +706,7 @@ def test_interrupted(dsh, monkeypatch):
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dsh_host._cli._common.Host", interrupted)
+    monkeypatch.setattr("dsh_host._cli._common.Host.from_config", interrupted)
     status, _, err = dsh("tools")
     assert status == 130
     assert "interrupted" in err
