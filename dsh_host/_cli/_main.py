@@ -19,7 +19,6 @@ from typing import Any
 import trio
 
 from .. import ConfigError, PluginStatus, TraceEvent, printable
-from .._host._config import config_converter
 from ._common import (
     UsageError,
     build_host,
@@ -93,15 +92,13 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     host = build_host(args, config=args.path)
     config = host.config
-    converter = config_converter()
+    given = host.effective_config()
     tables: dict[tuple[str, ...], Any] = {
-        ("host",): converter.unstructure(config.host),
-        ("plugins",): converter.unstructure(config.plugins),
+        ("host",): given["host"],
+        ("plugins",): given["plugins"],
+        **{("plugin", name): table for name, table in given["plugin"].items()},
     }
     status = {row.name: row.status for row in host.plugins()}
-    for name, row_status in status.items():
-        if row_status is PluginStatus.ENABLED and (settings := host.config_for(name)) is not None:
-            tables[("plugin", name)] = converter.unstructure(settings)
     notes = [
         f"[plugin.{name}] not checked: the plugin is "
         + (status[name].value if name in status else "not loaded (--no-entrypoints)")

@@ -131,3 +131,37 @@ def test_load_module(tmp_path, monkeypatch):
         load_module("plugmod_for_load:Nope")
     with pytest.raises(PluginLoadError, match="MODULE or MODULE:ATTRIBUTE"):
         load_module(":x")
+
+
+def test_effective_config_is_plain_data_with_defaults_for_enabled_plugins():
+    """``Host.effective_config``: what ``dsh config check`` prints, one table per enabled plugin
+    with a config class, defaults filled in, by name."""
+    import attrs
+
+    from dsh_host import Host, hookimpl
+
+    @attrs.frozen
+    class Settings:
+        deny: tuple[str, ...] = ()
+        limit: int = 3
+
+    class Policy:
+        name = "policy"
+
+        @hookimpl
+        def dsh_plugin_config(self):
+            return Settings
+
+    class Plain:
+        name = "plain"
+
+        @hookimpl
+        def dsh_tool_guard(self):
+            return None
+
+    config = {"plugin": {"policy": {"deny": ["mallory"]}}}
+    host = Host(config, plugins=[Policy(), Plain()], load_entrypoints=False)
+    effective = host.effective_config()
+    assert effective["plugin"] == {"policy": {"deny": ["mallory"], "limit": 3}}
+    assert effective["host"]["workspace"] == str(host.workspace)
+    assert isinstance(effective["plugins"], dict)
