@@ -24,11 +24,10 @@ from ._common import (
     warn,
 )
 from ._completion import tool_names
+from ._hint import approval_hint
 from ._render import (
-    approval_hint,
     context_lines,
     decision_line,
-    dump_toml,
     render_call,
     render_plugins,
     render_result,
@@ -36,6 +35,7 @@ from ._render import (
     result_title,
     trace_line,
 )
+from ._toml import dump_toml
 
 __all__ = ["add_inspect_parsers"]
 
