@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from . import hookspecs
 from ._host._host import Host
+from ._host._messages import arguments_of
 from ._host._open import open_host
 from ._host._plugins import PluginInfo, PluginStatus
-from ._host._registry import ToolRegistry
+from ._host._registry import DryRun, ToolRegistry
 from ._model._errors import (
     ConfigError,
     DshError,
@@ -57,6 +58,7 @@ from ._model._views import (
     ToolCallKind,
     view_to_json,
 )
+from ._pipeline._pipeline import new_call_id
 from ._registry._hooks import hookimpl, hookspec
 from ._schema._dsl import Prop, to_json_schema
 from ._schema._jsonsubset import assert_supported_json_schema, validate_json_schema_value
@@ -75,6 +77,7 @@ __all__ = [
     "Deny",
     "DiffCallView",
     "DiffResultView",
+    "DryRun",
     "DshError",
     "ExecutionMode",
     "FileDiff",
@@ -111,12 +114,14 @@ __all__ = [
     "ToolRunContext",
     "ToolSchema",
     "TraceEvent",
+    "arguments_of",
     "assert_supported_json_schema",
     "canonical_json",
     "define_tool",
     "hookimpl",
     "hookspec",
     "hookspecs",
+    "new_call_id",
     "open_host",
     "parse_json",
     "printable",

@@ -24,20 +24,28 @@ import contextvars
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar, final
+from typing import Any, Literal, TypeVar, final
 
 import attrs
 import outcome
 import sniffio
 import trio
 
-from dsh_host import AbortSignal, Host, Scope, ToolExecutionInput, ToolExecutionResult
+from dsh_host import (
+    AbortSignal,
+    Host,
+    Scope,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    arguments_of,
+    new_call_id,
+)
 
 from ._host._lifecycle import ConfigSource, SchemaFormat, host_config
-from ._host._messages import Format
-from ._pipeline._pipeline import new_call_id
 
 __all__ = ["AsyncioHost", "open_host"]
+
+Format = Literal["anthropic", "openai"]  # the providers `Host.run_tool_calls` speaks
 
 T = TypeVar("T")
 Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
@@ -278,8 +286,6 @@ def _input(call: Call) -> ToolExecutionInput:
             f"a call is a ToolExecutionInput, a (name, arguments) pair or a mapping, "
             f"not {type(call).__name__}"
         )
-    from ._host._messages import arguments_of
-
     return ToolExecutionInput(
         call_id=call_id or new_call_id(), name=name, arguments=arguments_of(arguments)
     )

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from ._common import build_host
+
 __all__ = ["SHELLS", "add_completion_parser", "autocomplete", "plugin_names", "tool_names"]
 
 SHELLS = ("bash", "zsh", "fish")
@@ -35,8 +37,6 @@ def plugin_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list
 
 
 def _host(parsed_args: argparse.Namespace) -> Any:
-    from ._main import build_host
-
     try:
         return build_host(parsed_args, quiet=True)
     except Exception:  # a completer must never print a traceback into the user's shell

@@ -42,8 +42,6 @@ from dsh_host import (
 )
 from dsh_host import ToolExecutionResult as Result
 
-from .._model._json import freeze
-
 __all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
 
 MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
@@ -125,9 +123,9 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
         name=name,
         arguments=arguments,
     )
-    prepared = await host.registry._pipeline.prepare(input, None, dry_run=True)
+    prepared = await host.registry.dry_run(input)
     if event == "PostToolUse":
-        response = freeze(payload.get("tool_response"), "tool_response")
+        response = payload.get("tool_response")  # parse_json checked it: JSON, not too deep
         text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
         await _observe(host, prepared.execution, Result(content=text))
         return None

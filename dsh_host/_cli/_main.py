@@ -9,307 +9,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib.metadata
-import json
 import os
-import pathlib
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import trio
-
-from .._host._config import config_converter, find_config
-from .._host._host import Host
-from .._host._plugins import PluginStatus, load_module
-from .._model._errors import ConfigError, PluginLoadError
-from .._model._json import JsonInputError
-from .._model._json import parse_json as strict_json
-from .._model._text import printable
-from .._model._trace import TraceEvent
-from ._completion import add_completion_parser, autocomplete, plugin_names, tool_names
-from ._render import (
-    Style,
-    approval_hint,
-    context_lines,
-    decision_line,
-    dump_toml,
-    plugin_origin,
-    render_call,
-    render_plugins,
-    render_result,
-    render_tools,
-    result_title,
-    style_for,
-    trace_line,
+from .. import ConfigError, printable
+from ._commands import add_inspect_parsers
+from ._common import (
+    UsageError,
+    build_host,
+    debugging,
+    warn,
 )
+from ._completion import add_completion_parser, autocomplete, plugin_names
 
-__all__ = [
-    "UsageError",
-    "build_host",
-    "dump",
-    "json_object",
-    "main",
-    "make_parser",
-    "out",
-    "parse_json",
-    "stdout_style",
-    "unknown_tool",
-    "warn",
-]
-
-# Codes of results whose tool never ran: their card is the error text, not a result card.
-_NOT_RUN = frozenset(
-    {"DENIED", "PLUGIN_FAILED", "ABORTED_BEFORE_DISPATCH", "UNKNOWN_TOOL", "INVALID_ARGS"}
-)
-
-
-class UsageError(Exception):
-    """Bad usage: the message says what was wrong and what to do; ``dsh`` exits 2."""
-
-
-def _write(stream: Any, line: str) -> None:
-    try:
-        stream.write(f"{line}\n")
-    except UnicodeEncodeError:  # a lone surrogate, or a terminal that cannot show a character
-        encoding = getattr(stream, "encoding", None) or "utf-8"
-        text = f"{line}\n".encode(encoding, "backslashreplace").decode(encoding)
-        stream.write(text)
-
-
-def out(line: str = "") -> None:
-    _write(sys.stdout, line)
-
-
-def warn(line: str) -> None:
-    with contextlib.suppress(Exception):  # what stdout has so far comes first, as on a terminal
-        sys.stdout.flush()
-    _write(sys.stderr, line)
-
-
-def dump(value: Any, indent: int | None = 2) -> None:
-    """Print *value* as JSON; a lone surrogate is written as its ``\\udcxx`` escape."""
-    text = json.dumps(value, indent=indent, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, indent=indent, ensure_ascii=True)
-    out(text)
-
-
-def stdout_style() -> Style:
-    return style_for(sys.stdout, os.environ)
-
-
-def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
-    """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
-    objects = []
-    specs = [*args.plugin, *getattr(args, "sub_plugin", [])]
-    if specs and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(
-            os.getcwd()
-        )  # `--plugin myplugin` finds ./myplugin.py; appended: no shadowing
-    for spec in specs:
-        try:
-            objects.append(load_module(spec))
-        except PluginLoadError as exc:
-            raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
-    objects.extend(getattr(args, "plugin_objects", ()))  # a command's own, last (`dsh hook`)
-    path = config or getattr(args, "sub_config", None) or args.config
-    source = pathlib.Path(path) if path else find_config()
-    entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
-    disable = [*args.disable, *getattr(args, "sub_disable", [])]
-    host = Host(source, plugins=objects, load_entrypoints=entrypoints, disable=disable)
-    for line in host.warnings if not quiet else ():
-        warn(f"dsh: warning: {printable(line)}")
-    failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
-    if failed and not quiet:
-        names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
-        warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
-        warn("dsh: see `dsh plugins` for the errors")
-        for row in failed if debugging() else ():
-            warn(f"dsh: traceback of {row.name}:")
-            for line in (row.traceback or "").split("\n"):
-                warn(f"    {printable(line)}")
-    return host
-
-
-# -- plugins, tools, config -----------------------------------------------------------------
-
-
-def debugging() -> bool:
-    """``DSH_DEBUG=1``: show full tracebacks of plugin failures (and of internal errors)."""
-    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
-
-
-def _cmd_plugins(args: argparse.Namespace) -> int:
-    host = build_host(args, quiet=True)  # the listing shows failures itself
-    for line in host.warnings:
-        warn(f"dsh: warning: {printable(line)}")
-    rows = host.plugins()
-    if args.json:
-        dump([row.to_json() for row in rows])
-    else:
-        for line in render_plugins(rows, host.config.describe(), stdout_style()):
-            out(line)
-        for row in rows if debugging() else ():
-            if row.traceback:
-                out(f"traceback of {row.name}:")
-                for line in row.traceback.split("\n"):
-                    out(f"    {printable(line)}")
-    failed = any(row.status is PluginStatus.FAILED for row in rows)
-    return 1 if args.check and failed else 0
-
-
-def _cmd_tools(args: argparse.Namespace) -> int:
-    host = build_host(args)
-    schemas = host.registry.schemas()
-    if args.json or args.format:
-        method = {None: "to_json", "openai": "to_openai", "anthropic": "to_anthropic"}
-        export = method.get(args.format, "to_mcp")
-        dump([getattr(schema, export)() for schema in schemas])
-        return 0
-    owners = {s.name: host.registry.owner(s.name) for s in schemas}
-    for line in render_tools(schemas, owners, stdout_style()):
-        out(line)
-    return 0
-
-
-def _cmd_config(args: argparse.Namespace) -> int:
-    host = build_host(args, config=args.path)
-    config = host.config
-    converter = config_converter()
-    tables: dict[tuple[str, ...], Any] = {
-        ("host",): converter.unstructure(config.host),
-        ("plugins",): converter.unstructure(config.plugins),
-    }
-    status = {row.name: row.status for row in host.plugins()}
-    for name, row_status in status.items():
-        if row_status is PluginStatus.ENABLED and (settings := host.config_for(name)) is not None:
-            tables[("plugin", name)] = converter.unstructure(settings)
-    notes = [
-        f"[plugin.{name}] not checked: the plugin is "
-        + (status[name].value if name in status else "not loaded (--no-entrypoints)")
-        for name in sorted(config.tables)
-        if status.get(name) is not PluginStatus.ENABLED
-    ]
-    names = ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD")
-    env = {key: os.environ[key] for key in names if key in os.environ}
-    if args.json:
-        effective = {".".join(path): table for path, table in tables.items()}
-        dump({"source": config.source, "environment": env, "config": effective, "notes": notes})
-        return 0
-    if config.source is None:
-        out("# no config file: built-in defaults (looked for --config, $DSH_CONFIG, ./dsh.toml")
-        out("# and [tool.dsh] in ./pyproject.toml)")
-    else:
-        out(f"# config: {config.source} (valid)")
-    for key, value in env.items():
-        out(f"# environment: {key}={value}")
-    for note in notes:
-        out(f"# {note}")
-    out("# effective configuration, defaults filled in:")
-    for line in dump_toml(tables):
-        out(line)
-    return 0
-
-
-# -- call -----------------------------------------------------------------------------------
-
-
-_ARGUMENTS_EXAMPLE = '{"path": "README.md"}'
-CALL_EXAMPLE = '{"id": "1", "name": "read_file", "arguments": {"path": "README.md"}}'
-
-
-def json_object(value: Any, what: str, example: str = _ARGUMENTS_EXAMPLE) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        kind = {list: "an array", str: "a string", type(None): "null"}.get(type(value))
-        raise UsageError(
-            f"{what} must be a JSON object such as {example}, not {kind or json.dumps(value)}"
-        )
-    return value
-
-
-def parse_json(text: str, what: str, hint: str = "") -> Any:
-    """Parse *text* strictly (`dsh_host.parse_json`: no duplicate keys, bounded depth and integer
-    size); a `UsageError` beginning with *what* (``the line is``) if it is refused."""
-    try:
-        return strict_json(text)
-    except JsonInputError as exc:
-        reason = printable(str(exc))
-        if reason.startswith("not valid JSON: "):
-            problem = f"{what} not valid JSON ({reason.removeprefix('not valid JSON: ')})"
-        else:
-            problem = f"{what} refused: {reason}"
-        raise UsageError(problem + (f"; {hint}" if hint else "")) from None
-
-
-def unknown_tool(host: Host, name: str) -> str:
-    known = [tool.name for tool in host.registry.tools()]
-    hint = difflib.get_close_matches(name, known, n=1)
-    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-    listed = ", ".join(known) or "none; install a tool plugin"
-    return (
-        f"no tool named {printable(repr(name))}{did_you_mean}; available: {listed}. "
-        "See `dsh tools`."
-    )
-
-
-def _cmd_call(args: argparse.Namespace) -> int:
-    shell = 'pass one JSON object, quoted for the shell: dsh call NAME \'{"key": "value"}\''
-    arguments = parse_json(args.arguments, "the arguments are", hint=shell)
-    arguments = json_object(arguments, "the arguments")
-    host = build_host(args)
-    if host.registry.get(args.name) is None:
-        raise UsageError(unknown_tool(host, args.name))
-    events: list[TraceEvent] = []
-
-    def trace(event: TraceEvent) -> None:
-        events.append(event)
-        if args.trace:
-            warn(trace_line(event))
-
-    result = trio.run(lambda: host.call(args.name, arguments, trace=trace))
-    trace_text = result.meta.get("traceback") if isinstance(result.meta, Mapping) else None
-    if isinstance(trace_text, str) and (args.trace or debugging()):
-        warn(f"traceback of the {result.code} failure:")
-        for line in trace_text.split("\n"):
-            warn(f"    {printable(line)}")
-    if args.json:
-        dump(result.to_json())
-    else:
-        style = stdout_style()
-        call_view = host.present_call(args.name, arguments)
-        for line in render_call(call_view, style):
-            out(line)
-        out(decision_line(result, events, style))
-        if result.code in _NOT_RUN:
-            for line in result.text.split("\n"):
-                out(f"  {style.paint(printable(line), 'red')}")
-        else:
-            view = host.present_result(args.name, arguments, result)
-            for line in [*result_title(view, call_view.title, style), *render_result(view, style)]:
-                out(line)
-        for line in context_lines(result, style):
-            out(line)
-        if result.is_error:
-            out(style.paint(f"  error code: {result.code}", "red"))
-    permissions = host.config_for("permissions")
-    allowed = getattr(permissions, "allow", None)  # the built-in's rules
-    allowed = allowed if isinstance(allowed, tuple | list) else None
-    covered = allowed
-    if allowed is not None and getattr(permissions, "allow_defaults", False):
-        defaults = getattr(type(host.pm.get_plugin("permissions")), "DEFAULTS", ())
-        covered = (*defaults, *allowed)
-    hint = approval_hint(
-        args.name, result, host.config.source, allowed, _narrowest(args.name, arguments), covered
-    )
-    for line in hint:
-        warn(line)
-    return 1 if result.is_error else 0
-
+__all__ = ["main", "make_parser"]
 
 # -- the parser -----------------------------------------------------------------------------
 
@@ -358,28 +75,9 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = [_common("sub_")]
 
-    p = sub.add_parser("plugins", parents=common, help="list plugins and their status")
-    p.add_argument("--json", action="store_true", help="print a JSON array")
-    p.add_argument("--check", action="store_true",
-                   help="exit 1 when any plugin failed to load (for CI)")  # fmt: skip
-    p.set_defaults(handler=_cmd_plugins)
+    add_inspect_parsers(sub, common)
 
-    p = sub.add_parser("tools", parents=common, help="list the tools a model is offered")
-    p.add_argument("--json", action="store_true", help="print the schemas as JSON")
-    p.add_argument("--format", choices=("openai", "anthropic", "mcp"),
-                   help="print the tool list in this provider's JSON format")  # fmt: skip
-    p.set_defaults(handler=_cmd_tools)
-
-    p = sub.add_parser("call", parents=common, help="run one tool call through the pipeline")
-    tool_arg = p.add_argument("name", metavar="NAME", help="the tool")
-    tool_arg.completer = tool_names  # type: ignore[attr-defined]  # read by argcomplete
-    p.add_argument("arguments", metavar="JSON", nargs="?", default="{}",
-                   help="the arguments, a JSON object (default: {})")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the result object as JSON")
-    p.add_argument("--trace", action="store_true", help="print every pipeline step to stderr")
-    p.set_defaults(handler=_cmd_call)
-
-    from ._run import add_run_parser  # here: _cli_run imports this module's helpers
+    from ._run import add_run_parser
 
     add_run_parser(sub, common)
 
@@ -388,14 +86,18 @@ def make_parser() -> argparse.ArgumentParser:
     add_new_parser(sub)
     add_completion_parser(sub)
 
-    p = sub.add_parser("config", parents=common, help="configuration commands")
-    config_sub = p.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
-    p = config_sub.add_parser("check", parents=common,
-                              help="validate a config file and print the effective configuration")  # fmt: skip
-    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: as found)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(handler=_cmd_config)
+    _add_agent_parsers(sub, common)
 
+    # Commands of built-in plugins; main() hands their arguments over unparsed.
+    for name, summary in _DELEGATED.items():
+        sub.add_parser(name, help=summary[2], add_help=False)
+    return parser
+
+
+def _add_agent_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: list[argparse.ArgumentParser]
+) -> None:
+    """``dsh mcp serve`` and ``dsh hook claude``: dsh's policy for another agent or client."""
     p = sub.add_parser("mcp", parents=common, help="serve the gated tools over MCP")
     mcp_sub = p.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
     p = mcp_sub.add_parser("serve", parents=common,
@@ -425,11 +127,6 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the largest payload read from stdin (default: 4 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_hook)
 
-    # Commands of built-in plugins; main() hands their arguments over unparsed.
-    for name, summary in _DELEGATED.items():
-        sub.add_parser(name, help=summary[2], add_help=False)
-    return parser
-
 
 # name -> (module, function, help): the command parses its own arguments.
 _DELEGATED = {
@@ -448,18 +145,6 @@ usage: dsh sandbox check [--json] [--config PATH]
 Commands:
   check   which sandbox backend works on this machine, why not the others, and which one the
           configuration would use (`dsh sandbox check --help` for its options)"""
-
-
-def _narrowest(name: str, arguments: Any) -> tuple[str, ...] | None:
-    """The narrowest allow rules for this call, from the built-in permission rules if present."""
-    import importlib
-
-    try:  # by name, as `_delegate` does: the core does not depend on the built-ins
-        suggest = importlib.import_module("dsh_plugins_builtin._rules._suggest")
-    except ImportError:  # pragma: no cover - dsh-host without its built-ins
-        return None
-    found: tuple[str, ...] | None = suggest.narrowest_rules(name, arguments)
-    return found
 
 
 def _delegate(argv: Sequence[str]) -> int:

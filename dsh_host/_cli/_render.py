@@ -1,4 +1,4 @@
-"""Terminal rendering for ``dsh``: call and result cards, decisions, trace lines, TOML.
+"""Terminal rendering for ``dsh``: call and result cards, decisions, trace lines.
 
 Everything here is a pure function from values to lines of text; `Style` adds ANSI colour only
 when asked to (``dsh`` asks when stdout is a terminal and ``NO_COLOR`` is unset).
@@ -8,40 +8,42 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
-import pathlib
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, Any, final
+from collections.abc import Iterable, Mapping
+from typing import IO, Any, TypeAlias, final
 
 import attrs
 
-from .._host._plugins import PluginInfo, PluginStatus
-from .._model._json import thaw
-from .._model._text import printable
-from .._model._trace import TraceEvent
-from .._model._values import ImageBlock, TextBlock, ToolExecutionResult
-from .._model._views import (
-    CallView,
+from .. import (
     DiffCallView,
     DiffResultView,
     FileDiff,
     GenericCallView,
     GenericResultView,
+    ImageBlock,
+    PluginInfo,
+    PluginStatus,
     ReadResultView,
-    ResultView,
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
+    TextBlock,
     ToolCallKind,
+    ToolExecutionResult,
+    ToolSchema,
+    TraceEvent,
+    printable,
+    thaw,
 )
-from .._schema._tool import ToolSchema
+
+# The cards a presenter returns (the unions `dsh_present_call` / `dsh_present_result` name).
+CallView: TypeAlias = GenericCallView | TerminalCallView | DiffCallView
+ResultView: TypeAlias = (
+    GenericResultView | TerminalResultView | DiffResultView | ReadResultView | SearchResultView
+)
 
 __all__ = [
     "Style",
-    "approval_hint",
     "decision_line",
-    "dump_toml",
     "render_call",
     "render_plugins",
     "render_result",
@@ -275,65 +277,6 @@ def decision_line(result: ToolExecutionResult, events: Iterable[TraceEvent], sty
     return style.paint(f"{style.ok} {head}", "green", "bold")
 
 
-def approval_hint(
-    name: str,
-    result: ToolExecutionResult,
-    config: str | None,
-    allowed: Sequence[str] | None,
-    narrowest: Sequence[str] | None = None,
-    covered: Sequence[str] | None = None,
-) -> list[str]:
-    """How to allow a call denied because nobody could answer its ``ask`` (else no lines).
-
-    *allowed* is the ``allow`` list of the ``permissions`` plugin's effective configuration,
-    when there is one: the hint then shows that list with the rules added. *narrowest* are the
-    narrowest rules that cover this call (``bash(ls:*)``), when known; else the hint adds the
-    whole tool. *covered* is every allow rule in force (the defaults too), when it differs
-    from *allowed*.
-    """
-    covered = allowed if covered is None else covered
-    message = result.error.message if result.error is not None else ""
-    if result.code != "DENIED" or "requires approval" not in message:
-        return []
-    plugin, detail = result.decided_by or "", result.decision_detail or ""
-    asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"
-    if plugin != "permissions" and covered is not None and name in covered:
-        # An allow rule is there already: the ask is the other plugin's own, not a missing rule.
-        return [
-            f"hint: {asker} asked for approval, and no approval plugin could answer here, so",
-            f"      the call was denied. {name!r} already has an allow rule; the ask comes from",
-            f"      {plugin or 'that plugin'}'s own configuration: change it there, or run on a "
-            "terminal",
-            "      with an approval plugin enabled, to be asked.",
-        ]
-    if covered is not None and name in covered:
-        # The rule is there and did not cover these arguments (a path outside the workspace, a
-        # command it does not fit): adding it again would change nothing.
-        return [
-            f"hint: {asker} asked for approval, and no approval plugin could answer here,",
-            f"      so the call was denied. {name!r} already has an allow rule, but it does not "
-            "cover",
-            "      these arguments (the reason above says why). A path outside the workspace "
-            "needs an",
-            f'      absolute path rule, such as "{name}(//etc/hosts)" or "{name}(~/notes/**)", and a',
-            "      command a rule that fits its words; add it to [plugin.permissions] allow in",
-            f"      {config or 'dsh.toml'}; or run on a terminal with an approval plugin enabled, to be",
-            "      asked.",
-        ]
-    added = tuple(narrowest) if narrowest else (name,)
-    rule = ", ".join(json.dumps(rule) for rule in dict.fromkeys((*(allowed or ()), *added)))
-    what = f"this call of {name!r}" if narrowest else f"{name!r}"
-    return [
-        f"hint: {asker} asked for approval, and no approval plugin could answer here,",
-        f"      so the call was denied. To let {what} run without asking, add a rule for it",
-        f"      to {config or 'dsh.toml'}:",
-        "          [plugin.permissions]",
-        f"          allow = [{rule}]",
-        "      (or change the asking plugin's own table); or run on a terminal with an approval",
-        "      plugin enabled, to be asked.",
-    ]
-
-
 def plugin_origin(row: PluginInfo) -> str:
     """`` (distribution version)`` for a plugin from a distribution, else nothing."""
     if row.distribution is None:
@@ -409,58 +352,3 @@ def trace_line(event: TraceEvent) -> str:
         f"trace {printable(event.call_id)} {event.stage} {plugin}: {printable(event.outcome)} "
         f"({ms:.2f} ms)"
     )
-
-
-# -- TOML ----------------------------------------------------------------------------------------
-
-
-def _toml_key(key: str) -> str:
-    bare = key and all(c.isalnum() or c in "-_" for c in key) and key.isascii()
-    return key if bare else json.dumps(key)
-
-
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)(?P<secret>[^/@\s]+)@")
-
-
-def _without_password(text: str) -> str:
-    """A URL's password as ``***`` (``postgresql://user:***@host/db``): `dump_toml` prints the
-    effective configuration, and a config value is no place to show a credential from."""
-    return _URL_PASSWORD.sub(r"\g<head>***@", text) if "://" in text else text
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str | pathlib.PurePath):
-        return json.dumps(_without_password(str(value)), ensure_ascii=False)
-    if isinstance(value, list | tuple | set | frozenset):
-        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
-        return "[" + ", ".join(_toml_value(v) for v in items) + "]"
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items())
-        return "{" + inner + "}"
-    return json.dumps(str(value))
-
-
-def dump_toml(tables: Mapping[tuple[str, ...], Mapping[str, Any]]) -> list[str]:
-    """TOML text for ``{table path: {key: plain value}}``; ``None`` values are left out.
-
-    A table path is its dotted name split into parts: ``("plugin", "hello-policy")``.
-    """
-    lines: list[str] = []
-    for path, table in tables.items():
-        if lines:
-            lines.append("")
-        lines.append(f"[{'.'.join(_toml_key(part) for part in path)}]")
-        lines.extend(
-            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None
-        )
-    return lines

@@ -18,13 +18,16 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._host._host import Host
-from .._model._json import freeze
-from .._model._text import printable
-from .._model._trace import TraceEvent
-from .._model._values import ToolExecutionInput, ToolExecutionResult
-from .._pipeline._pipeline import Prepared
-from ._main import (
+from .. import (
+    DryRun,
+    Host,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    TraceEvent,
+    printable,
+    validate_args,
+)
+from ._common import (
     CALL_EXAMPLE,
     UsageError,
     build_host,
@@ -145,13 +148,12 @@ def _dispatch_problem(host: Host, line: _Line) -> str | None:
     tool = host.registry.get(line.name or "")
     if tool is None:
         return f"UNKNOWN_TOOL: {unknown_tool(host, line.name or '')}"
-    _, violations = tool.prepare(freeze(line.arguments, "arguments"))
+    violations = validate_args(tool, line.arguments)
     return f"INVALID_ARGS: {'; '.join(violations)}" if violations else None
 
 
-async def _dry_run(host: Host, inputs: list[ToolExecutionInput], trace: Any) -> list[Prepared]:
-    pipeline = host.registry._pipeline
-    return [await pipeline.prepare(input, trace, dry_run=True) for input in inputs]
+async def _dry_run(host: Host, inputs: list[ToolExecutionInput], trace: Any) -> list[DryRun]:
+    return [await host.registry.dry_run(input, trace=trace) for input in inputs]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -173,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = None
     if not args.dry_run and not args.trace and sys.stderr.isatty():
         progress = _Progress(len(inputs))
-    allowed: dict[int, Prepared] = {}
+    allowed: dict[int, DryRun] = {}
     if args.dry_run:
         prepared = trio.run(_dry_run, host, inputs, trace)
         allowed = {line.number: p for line, p in zip(calls, prepared, strict=True)}
@@ -230,7 +232,7 @@ def _report(
     result: ToolExecutionResult | None,
     events: list[TraceEvent] | None,
     style: Style,
-    prepared: Prepared | None = None,
+    prepared: DryRun | None = None,
 ) -> bool:
     """Show one call's outcome; whether it failed (or, in a dry run, would fail)."""
     head = {"id": line.id, "line": line.number, "name": line.name}

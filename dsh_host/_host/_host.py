@@ -26,7 +26,7 @@ from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from .._schema._tool import ToolDefinition
-from ._config import Config, find_config, load_config, structure_plugin_config
+from ._config import Config, config_converter, find_config, load_config, structure_plugin_config
 from ._lifecycle import SchemaFormat, close_host, export_schemas
 from ._loading import at, load_entry_point
 from ._messages import Format, arguments_of, run_tool_calls
@@ -294,6 +294,15 @@ class Host:
         if name is None:
             raise KeyError(f"{plugin!r} is not a registered plugin")
         return self._configs.get(name)
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration in force as plain data, defaults filled in (what ``dsh config check``
+        prints): ``{"host": ..., "plugins": ..., "plugin": {name: table}}``, a table for each
+        enabled plugin that has a config class, by name."""
+        plain = config_converter().unstructure
+        tables = {name: plain(c) for name, c in sorted(self._configs.items()) if c is not None}
+        host, plugins = plain(self.config.host), plain(self.config.plugins)
+        return {"host": host, "plugins": plugins, "plugin": tables}
 
     @property
     def workspace(self) -> pathlib.Path:

@@ -41,7 +41,6 @@ __all__ = [
     "PluginStatus",
     "inspect_hooks",
     "installed_names",
-    "load_module",
     "plugin_name",
     "select_entry_points",
 ]
@@ -314,33 +313,3 @@ def inspect_hooks(pm: pluggy.PluginManager, plugin: object, name: str) -> tuple[
 def _is_function(plugin: object, attr: str) -> bool:
     value = inspect.getattr_static(plugin, attr, None)
     return inspect.isfunction(value) or isinstance(value, staticmethod | classmethod)
-
-
-def load_module(spec: str) -> object:
-    """Import ``module`` or ``module:attribute`` for ``--plugin``; a class is instantiated, as
-    for an entry point that names a class.
-
-    Raises:
-        PluginLoadError: the module cannot be imported (its own exception is chained), has no
-            such attribute, or the class cannot be instantiated.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name:
-        raise PluginLoadError(spec, "expected MODULE or MODULE:ATTRIBUTE")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise PluginLoadError(
-            spec, f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for part in filter(None, attribute.split(".")):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise PluginLoadError(spec, f"{module_name!r} has no attribute {attribute!r}") from None
-    if isinstance(obj, type):
-        try:
-            obj = obj()
-        except Exception as exc:
-            raise PluginLoadError(spec, f"{attribute}(): {type(exc).__name__}: {exc}") from exc
-    return obj

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, final
 
-from .._model._values import ExecutionMode, ToolExecutionInput, ToolExecutionResult
+import attrs
+
+from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from .._pipeline._batch import run_batch
 from .._pipeline._classify import classify
 from .._pipeline._pipeline import Pipeline
@@ -15,7 +17,26 @@ from .._registry._registry import ToolTable
 if TYPE_CHECKING:
     from .._model._trace import Trace
 
-__all__ = ["ToolRegistry"]
+__all__ = ["DryRun", "ToolRegistry"]
+
+
+@attrs.frozen
+class DryRun:
+    """What policy made of a call without running it: the answer of `ToolRegistry.dry_run`.
+
+    Attributes:
+        execution: the frozen call the hooks saw (``dry_run`` set), e.g. for a ``dsh_tool_result``
+            observer told of the outcome afterwards.
+        result: the result the call ends with before dispatch (a denial, a plugin failure,
+            arguments that are not JSON), or ``None`` when policy lets it through.
+        allowed_by: the plugin whose ``Allow`` let the call through, when one decided.
+        detail: that ``Allow``'s detail, if it gave one.
+    """
+
+    execution: ToolExecution
+    result: ToolExecutionResult | None = None
+    allowed_by: str | None = None
+    detail: str | None = None
 
 
 @final
@@ -73,6 +94,14 @@ class ToolRegistry(ToolTable):
         through to dispatch.
         """
         return (await self._pipeline.prepare(input, trace, dry_run=True)).result
+
+    async def dry_run(self, input: ToolExecutionInput, *, trace: Trace | None = None) -> DryRun:
+        """`preview` with the reasons: the result, and which plugin allowed the call, and why.
+
+        ``dsh run --dry-run`` and ``dsh hook claude`` show these; nothing runs past the guards.
+        """
+        prepared = await self._pipeline.prepare(input, trace, dry_run=True)
+        return DryRun(prepared.execution, prepared.result, prepared.allowed_by, prepared.detail)
 
     async def execute_batch(
         self,

@@ -18,7 +18,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from .._model._json import JsonInputError, parse_json
+from .. import JsonInputError, parse_json
 from ._auth import Tokens
 from ._wire import DEFAULT_MAX_DEPTH, DROP, INVALID_REQUEST, PARSE_ERROR, refusal
 

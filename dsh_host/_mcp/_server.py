@@ -28,24 +28,24 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from .._model._signal import AbortSignal
-from .._model._trace import TraceEvent
-from .._model._values import (
+from .. import (
+    AbortSignal,
     ImageBlock,
     Scope,
     TextBlock,
+    ToolDefinition,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolRestriction,
+    TraceEvent,
 )
-from .._schema._tool import ToolDefinition
 from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
 from ._auth import Tokens, grant_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._host._host import Host
+    from .. import Host
 
 __all__ = [
     "APPROVER_NAME",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from .._host._host import Host
+    from .. import Host
 
 __all__ = [
     "McpService",

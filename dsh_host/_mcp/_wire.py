@@ -30,7 +30,7 @@ import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from .._model._json import JsonInputError, parse_json
+from .. import JsonInputError, parse_json
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",

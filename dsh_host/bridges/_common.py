@@ -28,11 +28,11 @@ from dsh_host import (
     Scope,
     TextBlock,
     ToolExecutionResult,
+    arguments_of,
     canonical_json,
     hookimpl,
 )
 
-from .._host._messages import arguments_of
 from ..aio import AsyncioHost
 
 __all__ = ["AnyHost", "BridgeCall", "Deferral", "call", "plain_host", "run_in_asyncio", "text_of"]

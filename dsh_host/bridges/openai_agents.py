@@ -34,12 +34,12 @@ from dsh_host import (
     ToolExecutionInput,
     ToolExecutionResult,
     ToolSchema,
+    arguments_of,
     canonical_json,
     define_tool,
     thaw,
 )
 
-from .._host._messages import arguments_of
 from ..aio import AsyncioHost
 from ._common import CURRENT, BridgeCall, call, plain_host, text_of
 

@@ -706,7 +706,7 @@ def test_interrupted(dsh, monkeypatch):
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dsh_host._cli._main.Host", interrupted)
+    monkeypatch.setattr("dsh_host._cli._common.Host.from_config", interrupted)
     status, _, err = dsh("tools")
     assert status == 130
     assert "interrupted" in err
@@ -727,7 +727,7 @@ def test_ascii_terminals_get_ascii_marks(dsh, monkeypatch):
 
 
 def test_the_approval_hint_extends_the_permissions_allow_list():
-    from dsh_host._cli._render import approval_hint
+    from dsh_host._cli._hint import approval_hint
     from dsh_host._model._outcomes import failure
 
     denied = failure(
@@ -830,7 +830,7 @@ def test_decision_line_names_who_decided(result, events, line):
 
 
 def test_toml_values():
-    from dsh_host._cli._render import dump_toml
+    from dsh_host._cli._toml import dump_toml
 
     text = "\n".join(
         dump_toml({("t",): {"inf": float("inf"), "s": {1, 2}, "d": {"a b": True}, "n": None}})

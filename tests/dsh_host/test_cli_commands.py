@@ -107,3 +107,61 @@ def test_every_command_answers_help_with_status_0(command, capsys):
         status = exited.code
     assert status in (0, None)
     assert "usage:" in capsys.readouterr().out
+
+
+def test_load_module(tmp_path, monkeypatch):
+    """``--plugin MODULE[:ATTRIBUTE]``: a module, or an attribute (a class is instantiated)."""
+    from dsh_host import PluginLoadError
+    from dsh_host._cli._common import load_module
+
+    (tmp_path / "plugmod_for_load.py").write_text(
+        "class K:\n    class Inner:\n        pass\n\n\nclass Bad:\n"
+        "    def __init__(self):\n        raise ValueError('no')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "plugmod_for_load", raising=False)
+    module = load_module("plugmod_for_load")
+    assert module.__name__ == "plugmod_for_load"  # type: ignore[attr-defined]
+    assert type(load_module("plugmod_for_load:K.Inner")).__name__ == "Inner"  # an instance
+    with pytest.raises(PluginLoadError, match=r"Bad\(\): ValueError: no"):
+        load_module("plugmod_for_load:Bad")
+    with pytest.raises(PluginLoadError, match="cannot import 'no_such_mod'"):
+        load_module("no_such_mod")
+    with pytest.raises(PluginLoadError, match="has no attribute 'Nope'"):
+        load_module("plugmod_for_load:Nope")
+    with pytest.raises(PluginLoadError, match="MODULE or MODULE:ATTRIBUTE"):
+        load_module(":x")
+
+
+def test_effective_config_is_plain_data_with_defaults_for_enabled_plugins():
+    """``Host.effective_config``: what ``dsh config check`` prints, one table per enabled plugin
+    with a config class, defaults filled in, by name."""
+    import attrs
+
+    from dsh_host import Host, hookimpl
+
+    @attrs.frozen
+    class Settings:
+        deny: tuple[str, ...] = ()
+        limit: int = 3
+
+    class Policy:
+        name = "policy"
+
+        @hookimpl
+        def dsh_plugin_config(self):
+            return Settings
+
+    class Plain:
+        name = "plain"
+
+        @hookimpl
+        def dsh_tool_guard(self):
+            return None
+
+    config = {"plugin": {"policy": {"deny": ["mallory"]}}}
+    host = Host(config, plugins=[Policy(), Plain()], load_entrypoints=False)
+    effective = host.effective_config()
+    assert effective["plugin"] == {"policy": {"deny": ["mallory"], "limit": 3}}
+    assert effective["host"]["workspace"] == str(host.workspace)
+    assert isinstance(effective["plugins"], dict)

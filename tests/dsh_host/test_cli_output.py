@@ -85,7 +85,7 @@ def test_dsh_run_text_shows_context_notes(dsh, tmp_path):
 
 def test_the_approval_hint_does_not_repeat_an_allow_rule_that_is_there():
     from dsh_host import ToolExecutionResult, ToolFailure
-    from dsh_host._cli._render import approval_hint
+    from dsh_host._cli._hint import approval_hint
 
     message = 'tool "hello" requires approval, but no approval channel is available.'
     denied = ToolExecutionResult(

@@ -188,7 +188,7 @@ def test_a_deeply_nested_toml_config_is_a_config_error(dsh, workdir):
 
 
 def test_an_internal_error_is_one_line_unless_debugging(dsh, monkeypatch):
-    import dsh_host._cli._main as cli
+    import dsh_host._cli._commands as cli
 
     def broken(args):
         raise RuntimeError("a bug")

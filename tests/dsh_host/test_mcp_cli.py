@@ -93,7 +93,7 @@ async def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
 
 def test_workspace_finds_the_config_there(tmp_path, config_dir, monkeypatch):
     """``--workspace DIR`` serves as if started in DIR: its dsh.toml, its default workspace."""
-    from dsh_host._cli._main import UsageError
+    from dsh_host._cli._common import UsageError
     from dsh_host._mcp._service import run_serve_command
 
     monkeypatch.chdir(tmp_path)

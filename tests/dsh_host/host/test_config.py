@@ -365,7 +365,7 @@ def test_config_error_from_host_started_stops_the_host():
 
 
 def test_effective_config_round_trips_through_toml():
-    from dsh_host._cli._render import dump_toml
+    from dsh_host._cli._toml import dump_toml
     from dsh_host._host._config import config_converter
 
     settings = Settings(deny_names=("a", 'b"c'), where=pathlib.Path("x y"))

@@ -8,7 +8,6 @@ installs a real distribution.
 from __future__ import annotations
 
 import importlib.metadata
-import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,13 +19,12 @@ from dsh_host import (
     ConfigError,
     Deny,
     Host,
-    PluginLoadError,
     PluginStatus,
     ToolExecution,
     define_tool,
     hookimpl,
 )
-from dsh_host._host._plugins import inspect_hooks, load_module
+from dsh_host._host._plugins import inspect_hooks
 
 GROUP = "dsh.plugins"
 
@@ -419,23 +417,3 @@ def test_config_for_an_unknown_plugin_raises():
 def test_inspect_hooks_of_a_good_plugin():
     host = Host(load_entrypoints=False)
     assert inspect_hooks(host.pm, denier("x"), "d") == ("dsh_tool_pre_execute",)
-
-
-def test_load_module(tmp_path, monkeypatch):
-    (tmp_path / "plugmod_for_load.py").write_text(
-        "class K:\n    class Inner:\n        pass\n\n\nclass Bad:\n"
-        "    def __init__(self):\n        raise ValueError('no')\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "plugmod_for_load", raising=False)
-    module = load_module("plugmod_for_load")
-    assert module.__name__ == "plugmod_for_load"  # type: ignore[attr-defined]
-    assert type(load_module("plugmod_for_load:K.Inner")).__name__ == "Inner"  # an instance
-    with pytest.raises(PluginLoadError, match=r"Bad\(\): ValueError: no"):
-        load_module("plugmod_for_load:Bad")
-    with pytest.raises(PluginLoadError, match="cannot import 'no_such_mod'"):
-        load_module("no_such_mod")
-    with pytest.raises(PluginLoadError, match="has no attribute 'Nope'"):
-        load_module("plugmod_for_load:Nope")
-    with pytest.raises(PluginLoadError, match="MODULE or MODULE:ATTRIBUTE"):
-        load_module(":x")

@@ -197,6 +197,47 @@ async def test_preview_runs_policy_only(make_host):
     assert ran == []
 
 
+async def test_dry_run_names_who_allowed_and_runs_nothing(make_host):
+    from dsh_host import Allow, Deny, DryRun, hookimpl
+
+    ran = []
+
+    class Rules:
+        name = "rules"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            if execution.arguments.get("text") == "big":
+                return Deny("too big")
+            return Allow(detail="rule t in dsh.toml")
+
+    async def execute(args, ctx):
+        ran.append("body")
+        return "x"
+
+    host = make_host(
+        Rules(), tools=[define_tool(name="t", description="", parameters={}, execute=execute)]
+    )
+    allowed = await host.registry.dry_run(ToolExecutionInput(call_id="1", name="t", arguments={}))
+    denied = await host.registry.dry_run(
+        ToolExecutionInput(call_id="2", name="t", arguments={"text": "big"})
+    )
+    assert isinstance(allowed, DryRun)
+    assert (allowed.result, allowed.allowed_by, allowed.detail) == (
+        None,
+        "rules",
+        "rule t in dsh.toml",
+    )
+    assert allowed.execution.dry_run
+    assert allowed.execution.call_id == "1"
+    assert (denied.result.code, denied.result.decided_by, denied.allowed_by) == (
+        "DENIED",
+        "rules",
+        None,
+    )
+    assert ran == []
+
+
 async def test_on_result_reports_each_call_in_model_order():
     registry = ToolRegistry()
     registry.register(make_echo(is_concurrency_safe=lambda a: True))
