@@ -41,8 +41,9 @@ import attrs
 from dsh_host import ToolDefinition
 
 from ._bash import Finding, ShellChecks, covering
-from ._shell import ParsedCommand, parse_command, strip_git_globals
+from ._shell import ParsedCommand, parse_command
 from ._words import strict_words
+from ._wrappers import strip_git_globals
 
 __all__ = [
     "EDIT_RULES",
