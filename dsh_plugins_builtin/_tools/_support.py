@@ -36,10 +36,12 @@ from dsh_plugins_builtin._sandbox._fence import (
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
+    "PATH_DESCRIPTION",
     "FailClosedSandbox",
     "Sandbox",
     "ToolEnv",
     "bool_arg",
+    "concurrency_safe",
     "diff_hunks",
     "display_path",
     "guarded",
@@ -208,6 +210,17 @@ def guarded_async(body: AsyncBody) -> AsyncBody:
 
 
 # -- arguments -----------------------------------------------------------------------------------
+
+PATH_DESCRIPTION = (
+    "Path of the file, relative to the workspace root (absolute paths are allowed but must stay "
+    "inside the sandbox's readable roots)."
+)
+"""The description of a file tool's ``path`` parameter."""
+
+
+def concurrency_safe(args: Any) -> bool:
+    """For ``is_concurrency_safe``: every call of the tool may run alongside others."""
+    return True
 
 
 def str_arg(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
