@@ -33,6 +33,7 @@ from dsh_host import (
 )
 from dsh_plugins_builtin._sandbox._errors import SandboxError, SandboxUnavailableError
 from dsh_plugins_builtin._tools import _presenters as present
+from dsh_plugins_builtin._tools._open import BINARY_SNIFF_BYTES, display_path, os_failure
 from dsh_plugins_builtin._tools._ripgrep import (
     RgOutput,
     glob_error,
@@ -52,15 +53,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import (
-    BINARY_SNIFF_BYTES,
-    Sandbox,
-    ToolEnv,
-    bool_arg,
-    display_path,
-    guarded_async,
-    os_failure,
-)
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, bool_arg, guarded_async
 from dsh_plugins_builtin._tools._walk import (
     RegexError,
     expand_braces,

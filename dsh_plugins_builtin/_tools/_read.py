@@ -16,18 +16,20 @@ import trio
 
 from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
 from dsh_plugins_builtin._tools import _presenters as present
-from dsh_plugins_builtin._tools._support import (
+from dsh_plugins_builtin._tools._open import (
     BINARY_SNIFF_BYTES,
-    PATH_DESCRIPTION,
-    ToolEnv,
     binary_error,
-    concurrency_safe,
     display_path,
-    guarded_async,
-    int_arg,
     open_file,
     open_regular_file,
     os_failure,
+)
+from dsh_plugins_builtin._tools._support import (
+    PATH_DESCRIPTION,
+    ToolEnv,
+    concurrency_safe,
+    guarded_async,
+    int_arg,
     str_arg,
 )
 

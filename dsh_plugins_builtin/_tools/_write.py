@@ -30,16 +30,13 @@ from dsh_host import (
 from dsh_plugins_builtin._common._commit import CommitCancelled, CommitGate, record_commit
 from dsh_plugins_builtin._sandbox._fence import FileStamp, WriteConflict
 from dsh_plugins_builtin._tools import _presenters as present
+from dsh_plugins_builtin._tools._diff import diff_hunks
+from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure, read_text_exact
 from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
     bool_arg,
-    diff_hunks,
-    display_path,
     guarded_async,
-    open_file,
-    os_failure,
-    read_text_exact,
     str_arg,
 )
 
