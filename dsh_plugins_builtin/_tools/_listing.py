@@ -10,8 +10,8 @@ from dsh_host import ToolDefinition, ToolExecutionResult, ToolRunContext, define
 from dsh_plugins_builtin._sandbox._fence import resolve_target
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure
-from dsh_plugins_builtin._tools._search_support import Policy
-from dsh_plugins_builtin._tools._support import ToolEnv, concurrency_safe, guarded, str_arg
+from dsh_plugins_builtin._tools._search_support import Policy, concurrency_safe
+from dsh_plugins_builtin._tools._support import ToolEnv, guarded, str_arg
 
 __all__ = ["list_dir_tool"]
 

@@ -24,10 +24,10 @@ from dsh_plugins_builtin._tools._open import (
     open_regular_file,
     os_failure,
 )
+from dsh_plugins_builtin._tools._search_support import concurrency_safe
 from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
-    concurrency_safe,
     guarded_async,
     int_arg,
     str_arg,

@@ -36,7 +36,7 @@ IGNORED = "Also search files that .gitignore excludes (default false; .git/ is a
 
 
 def concurrency_safe(args: Any) -> bool:
-    """Searches only read: always concurrency-safe."""
+    """Searches (and the file tools that only read) are always concurrency-safe."""
     return True
 
 

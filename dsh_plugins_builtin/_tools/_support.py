@@ -37,7 +37,6 @@ __all__ = [
     "Sandbox",
     "ToolEnv",
     "bool_arg",
-    "concurrency_safe",
     "guarded",
     "guarded_async",
     "int_arg",
@@ -201,11 +200,6 @@ PATH_DESCRIPTION = (
     "inside the sandbox's readable roots)."
 )
 """The description of a file tool's ``path`` parameter."""
-
-
-def concurrency_safe(args: Any) -> bool:
-    """For ``is_concurrency_safe``: every call of the tool may run alongside others."""
-    return True
 
 
 def str_arg(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
