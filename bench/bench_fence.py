@@ -22,7 +22,7 @@ from pathlib import Path
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin._tools import _files as _file_tools
+from dsh_plugins_builtin._tools import _read as _file_tools
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 

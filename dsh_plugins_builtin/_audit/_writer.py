@@ -33,16 +33,14 @@ Guarantees:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import sqlite3
-import stat
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -54,7 +52,9 @@ from ._faults import ADVICE, Replaced, classify, write_errors
 from ._postgres import scrub
 from ._redact import arguments_json, redact, safe_text
 from ._redact import timestamp as _timestamp
-from ._schema import COLUMNS, INSERT, INSERT_HEALTH, migrate
+from ._row import Entry, build_row
+from ._schema import COLUMNS, INSERT, INSERT_HEALTH
+from ._sqlite import check_path, connect_database, create_database
 
 __all__ = [
     "COLUMNS",
@@ -80,10 +80,6 @@ MAX_BATCH: Final = 5_000
 LINGER_SECONDS: Final = 0.01
 """How long the writer lets rows that nobody waits for (``durability = "async"``) gather into
 a bigger batch before it commits them; a row somebody waits for ends the wait at once."""
-
-Entry = tuple[float, Any, Any, "float | None", "str | None", "str | None"]
-"""What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms,
-the rule that allowed it or ``None``, who approved it or ``None``)."""
 
 
 @final
@@ -181,14 +177,9 @@ class AuditWriter:
         if self._flushers.get(False):
             return
         self._flushers.set(True)
-        trio.lowlevel.spawn_system_task(self._flush_at_end, name="dsh audit: flush at run end")
-
-    async def _flush_at_end(self) -> None:
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.flush)
+        trio.lowlevel.spawn_system_task(
+            _flush_at_end, self.flush, name="dsh audit: flush at run end"
+        )
 
     def _push(self, entry: Entry, waiter: Committed | None) -> None:
         """Append under the lock and make sure a writer thread will take it."""
@@ -290,7 +281,7 @@ class AuditWriter:
                     self._drained.notify_all()
 
     def _commit(self, entries: list[Entry]) -> None:
-        rows = [self._row(entry) for entry in entries]
+        rows = [build_row(entry, self.workspace, self.host_id, self._reported) for entry in entries]
         try:
             self._commit_rows(rows)
         except Exception as exc:
@@ -376,9 +367,10 @@ class AuditWriter:
 
     def _failed(self, exc: BaseException, rows: int) -> None:
         kind = classify(exc)
+        said = scrub(str(exc), self.store.url) if self.store is not None else str(exc)
         self.lost += rows
         self.lost_total += rows
-        self.failing = f"{kind}: {type(exc).__name__}: {self._scrub(str(exc))}"
+        self.failing = f"{kind}: {type(exc).__name__}: {said}"
         if rows:
             pending = self._unrecorded
             if pending and pending[-1][0] == "lost" and pending[-1][2] == self.failing:
@@ -392,46 +384,8 @@ class AuditWriter:
                 "unless [plugin.audit] required = true; this is reported once per kind of "
                 "failure, and the count of lost calls when writing works again (`dsh audit "
                 "--health` shows it). What to do: %s.",
-                self.where, kind, type(exc).__name__, self._scrub(str(exc)), ADVICE[kind],
+                self.where, kind, type(exc).__name__, said, ADVICE[kind],
             )  # fmt: skip
-
-    def _row(self, entry: Entry) -> tuple[Any, ...]:
-        wall, execution, result, duration, rule, approved_by = entry
-        if rule is None:
-            rule = result.decision_detail
-        try:
-            arguments = arguments_json(execution.arguments)
-        except (ValueError, TypeError, RecursionError) as exc:
-            if "encode" not in self._reported:
-                self._reported.add("encode")
-                logger.error(
-                    'audit: the arguments of call %s to tool "%s" cannot be recorded as JSON '
-                    "(%s: %s); the row keeps a placeholder instead. This is reported once.",
-                    safe_text(execution.call_id), safe_text(execution.name),
-                    type(exc).__name__, exc,
-                )  # fmt: skip
-            arguments = json.dumps(f"[not recordable: {type(exc).__name__}]")
-        error = result.error
-        if error is not None:
-            outcome = error.code or "error"
-        else:
-            outcome = "error" if result.is_error else "ok"
-        return (
-            _timestamp(wall),
-            safe_text(execution.call_id),
-            safe_text(execution.name),
-            arguments,
-            int(result.is_error),
-            safe_text(outcome),
-            safe_text(error.message) if error is not None else None,
-            safe_text(result.decided_by),
-            duration,
-            safe_text(execution.scope.name) if execution.scope is not None else None,
-            self.workspace,
-            self.host_id,
-            safe_text(rule),
-            safe_text(approved_by),
-        )
 
     def _connect(self) -> sqlite3.Connection:
         """The open connection, or a new one after checking the path was not replaced."""
@@ -439,57 +393,18 @@ class AuditWriter:
             if self._same_file():
                 return self._connection
             self._moved()
-        self._check_path()
-        if not os.path.lexists(self.path):  # owner-only: arguments may be sensitive, redacted
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, flags, 0o600))
-        self._check_path()
-        connection = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            migrate(connection)
-            held = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except BaseException:
-            connection.close()
-            raise
-        st = os.fstat(held)
-        self._connection, self._held, self._identity = connection, held, (st.st_dev, st.st_ino)
+        self._pin = check_path(self.path, self._pin)
+        create_database(self.path)
+        self._pin = check_path(self.path, self._pin)
+        connection, self._held, self._identity = connect_database(self.path, self.busy_timeout)
+        self._connection = connection
         return connection
 
-    def _check_path(self) -> None:
-        """Refuse a database whose directory changed since first use, or that is a symlink."""
-        directory = self.path.parent
-        if self._pin is None:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            st = os.lstat(directory)
-        except FileNotFoundError:  # removed: a new one, made here, is as safe as the first
-            directory.mkdir(mode=0o700, parents=True)
-            st = os.lstat(directory)
-            self._pin = (st.st_dev, st.st_ino)
-        if not stat.S_ISDIR(st.st_mode):
-            raise Replaced(f"{directory} is no longer a directory")
-        if self._pin is None:
-            self._pin = (st.st_dev, st.st_ino)
-        elif self._pin != (st.st_dev, st.st_ino):
-            raise Replaced(f"{directory} is not the directory it was when first opened")
-        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
-            try:
-                mode = os.lstat(name).st_mode
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(mode):
-                raise Replaced(f"{name} is not a regular file (a symbolic link?)")
-
     def pin(self) -> None:
-        """Create the database's directory now and remember its identity (see `_check_path`)."""
+        """Create the database's directory now and remember its identity (see `check_path`)."""
         with self._lock:
             if self._pin is None and self.store is None:
-                self._check_path()
+                self._pin = check_path(self.path, self._pin)
 
     def probe(self) -> None:
         """Open the database now; a failure sets `failing` and is reported, as a write's would."""
@@ -502,9 +417,6 @@ class AuditWriter:
                 self._close_connection()
                 self._failed(exc, 0)
 
-    def _scrub(self, text: str) -> str:
-        return scrub(text, self.store.url) if self.store is not None else text
-
     def _close_connection(self) -> None:
         if self.store is not None:
             self.store.close()
@@ -514,3 +426,12 @@ class AuditWriter:
         if self._held is not None:
             held, self._held = self._held, None
             os.close(held)
+
+
+async def _flush_at_end(flush: Callable[[], bool]) -> None:
+    """Wait for the end of the trio run, then for *flush* in a worker thread."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(flush)

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dsh_host import ToolDefinition, ToolExecutionResult, thaw
+from dsh_host import ToolDefinition, ToolExecution, ToolExecutionResult, thaw
 
-__all__ = ["hook_names", "tool_input", "tool_response"]
+__all__ = ["call_payload", "hook_names", "tool_input", "tool_response"]
 
 _GREP_LINE = re.compile(r"^(.*?):(\d+):")
 _READ_LINE = re.compile(r"^ *\d+\t")
@@ -30,6 +30,22 @@ def hook_names(tool: ToolDefinition | None, name: str) -> tuple[str, ...]:
     if tool is None or not tool.claude_name or tool.claude_name == name:
         return (name,)
     return (tool.claude_name, name)
+
+
+def call_payload(
+    event: str, execution: ToolExecution, tool: ToolDefinition | None, workspace: Path
+) -> dict[str, Any]:
+    """The payload a hook of *event* reads for *execution* (without a ``tool_response``)."""
+    return {
+        "session_id": None,
+        "transcript_path": None,
+        "cwd": str(workspace),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        "tool_name": hook_names(tool, execution.name)[0],
+        "tool_input": tool_input(tool, execution.arguments, workspace),
+        "tool_use_id": execution.call_id,
+    }
 
 
 def _absolute(value: Any, workspace: Path) -> Any:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._hidden import wrapped_write
-from ._shell import DYNAMIC, WRAPPERS, ParsedCommand, unwrap
+from ._shell import DYNAMIC, ParsedCommand
+from ._wrappers import WRAPPERS, unwrap
 
 if TYPE_CHECKING:
     from ._rules import Rule

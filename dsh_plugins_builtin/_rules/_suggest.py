@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._rules import Anchors, RuleSet, parse_rule
-from ._shell import parse_command, unwrap
+from ._shell import parse_command
+from ._wrappers import unwrap
 
 __all__ = ["narrowest_rules"]
 

@@ -14,13 +14,10 @@ would read *before* ripgrep runs, and ripgrep is told to skip the withheld ones 
 from __future__ import annotations
 
 import functools
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 from dsh_host import (
@@ -31,8 +28,20 @@ from dsh_host import (
     ToolRunContext,
     define_tool,
 )
-from dsh_plugins_builtin._sandbox._errors import SandboxError, SandboxUnavailableError
+from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
 from dsh_plugins_builtin._tools import _presenters as present
+from dsh_plugins_builtin._tools._grep_local import (
+    MAX_GREP_FILE_BYTES,
+    MAX_GREP_MATCHES,
+    Found,
+    Listing,
+    Search,
+    bad_regex,
+    local_regex,
+    local_search,
+)
+from dsh_plugins_builtin._tools._grep_recheck import Recheck
+from dsh_plugins_builtin._tools._open import display_path, os_failure
 from dsh_plugins_builtin._tools._ripgrep import (
     RgOutput,
     glob_error,
@@ -52,37 +61,20 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import (
-    BINARY_SNIFF_BYTES,
-    Sandbox,
-    ToolEnv,
-    bool_arg,
-    display_path,
-    guarded_async,
-    os_failure,
-)
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, bool_arg, guarded_async
 from dsh_plugins_builtin._tools._walk import (
-    RegexError,
     expand_braces,
     gitignore_spec,
-    linear_regex,
     walk_files,
 )
-from dsh_plugins_builtin._tools._walk import regex_error as re2_error
 
 __all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "make_grep_tool"]
-
-MAX_GREP_MATCHES = 500
 MAX_MATCH_LINE = 400
-MAX_GREP_FILE_BYTES = 32 * 1024 * 1024  # the in-process engine reads whole files; rg streams
 SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
 # A longer command line (many withheld files to exclude) is searched in-process instead; Linux
 # caps one argument (the ``bash -c`` string) at 128 KiB.
 _MAX_COMMAND = 100_000
 _INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
-_NOT_NAMES = ("", ".", "..")  # components that are no file's name (resolved in full if met)
-# Pattern features under which a line can match although the whole text does not.
-_LINE_ONLY = ("\\A", "\\z", "(?-")
 
 
 def _cut(line: str, long: bool = False) -> str:
@@ -95,48 +87,20 @@ def _cut(line: str, long: bool = False) -> str:
     return f"{line[:MAX_MATCH_LINE]} [... {len(line) - MAX_MATCH_LINE} more characters]"
 
 
-def _bad_regex(pattern: str, why: str, syntax: str) -> DshError:
-    return DshError(
-        f"invalid regular expression {pattern!r}: {why} ({syntax} syntax: like Python `re` "
-        "without lookaround or backreferences)",
-        "BAD_REGEX",
-    )
-
-
-@attrs.define
-class _Listing:
-    """What the search will read: candidate files, after policy and the size cap."""
-
-    files: list[tuple[str, str]] = attrs.Factory(list)  # (shown path, real path), sorted
-    denied: list[str] = attrs.Factory(list)  # withheld, relative to the search directory
-    too_large: int = 0
-
-
-@attrs.frozen
-class _Search:
-    """The grep arguments, checked."""
-
-    pattern: str
-    spelled: str
-    glob: str | None
-    ignore_case: bool
-    include_ignored: bool
-
-
 def _list_files(
     env: ToolEnv,
-    search: _Search,
+    search: Search,
     root: Path,
     policy: Policy,
     ctx: ToolRunContext | None,
     sizes: bool,
-) -> _Listing:
+) -> Listing:
     """Walk the files the search will read, asking policy about each (worker thread).
 
     With ``sizes`` (the in-process engine), files over `MAX_GREP_FILE_BYTES` are counted
     and left out; ripgrep streams files of any size.
     """
-    listing = _Listing()
+    listing = Listing()
     if not root.is_dir():  # one file, named explicitly: no ignore rules, no glob filter
         if not policy.denied(str(root)):
             listing.files.append((display_path(root, env.workspace), str(root)))
@@ -173,23 +137,15 @@ def _list_files(
     return listing
 
 
-@attrs.define
-class _Found:
-    """Matches gathered by either engine, in path order."""
-
-    matches: list[tuple[str, int, str, bool]] = attrs.Factory(list)  # shown, line, text, long
-    cut_short: bool = False  # stopped early by an output limit: more matches may exist
-
-
 async def _ripgrep(
     env: ToolEnv,
     rg: str,
     sandbox: Sandbox,
-    search: _Search,
+    search: Search,
     root: Path,
-    listing: _Listing,
+    listing: Listing,
     policy: Policy,
-) -> _Found | None:
+) -> Found | None:
     """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here.
 
     That is: the sandbox cannot run commands (``SANDBOX_UNAVAILABLE``), the command line would
@@ -198,7 +154,7 @@ async def _ripgrep(
     is_dir = root.is_dir()
     cwd = root if is_dir else root.parent
     if not is_dir and not listing.files:
-        return _Found()  # the one file named is withheld
+        return Found()  # the one file named is withheld
     command = functools.partial(
         rg_command,
         rg,
@@ -238,7 +194,7 @@ async def _ripgrep(
             raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {bad_glob}'])
         why = regex_error(output.messages)
         if why is not None:
-            raise _bad_regex(search.pattern, why, "Rust regex")
+            raise bad_regex(search.pattern, why, "Rust regex")
     if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
         detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
         raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
@@ -257,9 +213,9 @@ def _keep_allowed(
     root: Path,
     cwd: Path,
     output: RgOutput,
-    listing: _Listing,
+    listing: Listing,
     policy: Policy,
-) -> _Found:
+) -> Found:
     """ripgrep's matches from files the fence and the policy still allow, sorted (a thread).
 
     Each reported file is checked again by its real path: ripgrep's walk may differ from ours,
@@ -268,10 +224,10 @@ def _keep_allowed(
     """
     is_dir = root.is_dir()
     where = display_path(root, env.workspace)
-    found = _Found(cut_short=not output.complete)
+    found = Found(cut_short=not output.complete)
     prefix = shown_prefix(root, env) if is_dir else ""
     withheld = set(listing.denied)
-    check = _Recheck(sandbox, cwd, policy)
+    check = Recheck(sandbox, cwd, policy)
     allowed: dict[str, bool] = {}
     for match in output.matches:
         rel = match.path
@@ -286,130 +242,11 @@ def _keep_allowed(
     return found
 
 
-class _Recheck:
-    """Is a file ripgrep reported still one the fence and the policy let us show?
-
-    The search directory is real and fenced, so a path below it with no symlink in it is
-    inside the fence: only a path whose real location differs (a symlink swapped in) is put
-    to the fence again. Directories are resolved one component at a time below the search
-    directory, each level once (one ``lstat``; a symlink is resolved in full); each file costs
-    one ``lstat``.
-    """
-
-    def __init__(self, sandbox: Sandbox, cwd: Path, policy: Policy) -> None:
-        self._sandbox = sandbox
-        self._base = str(cwd).rstrip("/")
-        self._policy = policy
-        self._dirs: dict[str, str | None] = {"": self._base}  # relative dir -> real (None: gone)
-
-    def _real_dir(self, rel: str) -> str | None:
-        """The real path of the directory ``rel`` below the search directory (cached)."""
-        known = self._dirs.get(rel, "")
-        if known != "":
-            return known
-        parent, _, name = rel.rpartition("/")
-        real_parent = self._real_dir(parent)
-        real: str | None = None
-        if real_parent is not None:
-            candidate = f"{real_parent}/{name}"
-            try:
-                st = os.lstat(candidate)
-            except OSError:
-                st = None
-            if st is not None and (stat.S_ISLNK(st.st_mode) or name in _NOT_NAMES):
-                real = os.path.realpath(candidate)
-            elif st is not None and stat.S_ISDIR(st.st_mode):
-                real = candidate
-        self._dirs[rel] = real
-        return real
-
-    def readable(self, rel: str) -> bool:
-        directory, _, name = rel.rpartition("/")
-        if name in _NOT_NAMES:
-            return False  # ripgrep prints files; never vouch for a name that walks
-        real_dir = self._real_dir(directory)
-        if real_dir is None:
-            return False  # gone since ripgrep read it: nothing to vouch for
-        lexical_dir = f"{self._base}/{directory}" if directory else self._base
-        real = f"{real_dir}/{name}"
-        try:
-            if stat.S_ISLNK(os.lstat(real).st_mode):
-                real = os.path.realpath(real)
-        except OSError:
-            return False  # gone since ripgrep read it: nothing to vouch for
-        if real_dir != lexical_dir or real != f"{lexical_dir}/{name}":
-            try:
-                self._sandbox.check_read(real)
-            except SandboxError:
-                return False
-        return not self._policy.denied(real)
-
-
-def _local_regex(search: _Search) -> Any:
-    if "\n" in search.pattern or "\\n" in search.pattern:  # as ripgrep refuses them
-        raise _bad_regex(
-            search.pattern, 'the literal "\\n" is not allowed (lines are matched one by one)', "RE2"
-        )
-    flags = "(?mi)" if search.ignore_case else "(?m)"
-    try:
-        return linear_regex(flags + search.pattern)
-    except RegexError as exc:
-        why = re2_error(exc).split(": ", 1)[0]  # RE2 appends the pattern (with our flags)
-        raise _bad_regex(search.pattern, why, "RE2") from None
-
-
-def _search_file(regex: Any, line_only: bool, real: str, shown: str, found: _Found) -> bool:
-    """Add the matching lines of one file (binary files skipped); false once the cap is hit."""
-    try:  # never follow a symlink swapped in after the walk; never block on a FIFO
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return True
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_GREP_FILE_BYTES:
-            return True
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            # Sized by the file, not the cap: a read(cap) would allocate the cap every time.
-            data = handle.read(st.st_size + 1)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    if b"\0" in data[:BINARY_SNIFF_BYTES]:
-        return True
-    text = data.decode("utf-8", errors="replace")
-    search = regex.search
-    if not line_only and search(text.replace("\r\n", "\n") if "\r" in text else text) is None:
-        return True
-    lines = text.split("\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    for number, raw in enumerate(lines, 1):
-        line = raw.removesuffix("\r")
-        if search(line) is not None:
-            if len(found.matches) > MAX_GREP_MATCHES:
-                return False
-            found.matches.append((shown, number, line, False))
-    return True
-
-
-def _local_search(search: _Search, listing: _Listing, ctx: ToolRunContext | None) -> _Found:
-    """The in-process engine (worker thread): RE2, linear-time, over the listed files."""
-    regex = _local_regex(search)
-    line_only = any(token in search.pattern for token in _LINE_ONLY)
-    stop = abort_poll(ctx)
-    found = _Found()
-    for shown, real in listing.files:
-        if stop() or not _search_file(regex, line_only, real, shown, found):
-            break
-    return found
-
-
 async def _grep(
     env: ToolEnv, rg: str | None, args: Mapping[str, Any], ctx: ToolRunContext | None
 ) -> ToolExecutionResult:
     glob = args.get("glob")
-    search = _Search(
+    search = Search(
         pattern=checked_text(args, "pattern"),
         spelled=checked_text(args, "path", "."),
         glob=checked_text(args, "glob") if isinstance(glob, str) and glob else None,
@@ -417,7 +254,7 @@ async def _grep(
         include_ignored=bool_arg(args, "include_ignored"),
     )
     if rg is None:
-        _local_regex(search)  # a bad pattern is reported before any walk
+        local_regex(search)  # a bad pattern is reported before any walk
     sandbox = env.sandbox()
     root = search_root(sandbox, search.spelled)  # a few lstat calls: no thread hop for them
     if not root.is_file() and not root.is_dir():
@@ -431,20 +268,20 @@ async def _grep(
                 _list_files, env, search, root, policy, ctx, False
             )
         else:
-            listing = _Listing()
+            listing = Listing()
         found = await _ripgrep(env, rg, sandbox, search, root, listing, policy)
     if found is None:
         listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx, True)
-        found = await trio.to_thread.run_sync(_local_search, search, listing, ctx)
+        found = await trio.to_thread.run_sync(local_search, search, listing, ctx)
     return _grep_result(env, search, root, listing, found, policy)
 
 
 def _grep_result(
     env: ToolEnv,
-    search: _Search,
+    search: Search,
     root: Path,
-    listing: _Listing,
-    found: _Found,
+    listing: Listing,
+    found: Found,
     policy: Policy,
 ) -> ToolExecutionResult:
     where = display_path(root, env.workspace)

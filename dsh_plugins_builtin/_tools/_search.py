@@ -26,6 +26,7 @@ from typing import Any
 from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep import make_grep_tool
+from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._ripgrep import find_rg
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
@@ -38,7 +39,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, display_path, guarded, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, str_arg
 from dsh_plugins_builtin._tools._walk import compile_glob, walk_files
 
 __all__ = ["MAX_GLOB_RESULTS", "make_search_tools"]

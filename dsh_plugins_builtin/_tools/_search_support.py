@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
-from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, display_path, str_arg
+from dsh_plugins_builtin._tools._open import display_path
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, str_arg
 
 __all__ = [
     "IGNORED",
@@ -35,7 +36,7 @@ IGNORED = "Also search files that .gitignore excludes (default false; .git/ is a
 
 
 def concurrency_safe(args: Any) -> bool:
-    """Searches only read: always concurrency-safe."""
+    """Searches (and the file tools that only read) are always concurrency-safe."""
     return True
 
 

@@ -1,6 +1,6 @@
 """``grep``'s per-match cost (issue 11): what ripgrep reports is re-checked cheaply, never less.
 
-Each file ripgrep reports is checked again by its real path (`_grep_tool._Recheck`): its
+Each file ripgrep reports is checked again by its real path (`_grep_recheck.Recheck`): its
 directory is resolved one level at a time below the (real, fenced) search directory, each level
 once, and the file itself costs one ``lstat``; only a path whose real location differs from
 its spelling is put to the fence again.
@@ -18,6 +18,7 @@ import trio
 
 from dsh_host import Host, hookimpl
 from dsh_plugins_builtin._tools import _grep as _grep_tool
+from dsh_plugins_builtin._tools import _grep_recheck
 from dsh_plugins_builtin._tools._search_support import Policy
 from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -61,7 +62,7 @@ def test_each_directory_level_is_resolved_once_and_each_file_costs_one_lstat(
 ) -> None:
     put(ws, {f"a/b/f{i}.txt": "x\n" for i in range(3)} | {f"a/c/g{i}.txt": "x\n" for i in range(2)})
     fence = _Fence(ws.parent / "nowhere")
-    check = _grep_tool._Recheck(fence, ws, Policy(None, None))  # type: ignore[arg-type]
+    check = _grep_recheck.Recheck(fence, ws, Policy(None, None))  # type: ignore[arg-type]
     lstats: list[str] = []
     real_lstat = os.lstat
 
@@ -93,7 +94,7 @@ def test_a_symlinked_directory_or_a_climbing_name_is_judged_by_its_real_path(
     (ws / "a" / "link").symlink_to(outside)
     fence = _Fence(outside)
     policy = Policy(_Deny(str(ws / "top.txt")), _Ctx())  # type: ignore[arg-type]
-    check = _grep_tool._Recheck(fence, ws, policy)  # type: ignore[arg-type]
+    check = _grep_recheck.Recheck(fence, ws, policy)  # type: ignore[arg-type]
     assert check.readable("a/ok.txt")
     assert not check.readable("a/link/secret.txt")  # swapped in: the fence refuses it
     assert fence.asked == [str(outside / "secret.txt")]

@@ -19,7 +19,7 @@ import trio
 from dsh_host import Host
 from dsh_plugins_builtin._sandbox import _fence, _judge, _open, _pins, _policy
 from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, open_read, pin_roots
-from dsh_plugins_builtin._tools import _files as _file_tools
+from dsh_plugins_builtin._tools import _read as _file_tools
 from tests.dsh_plugins_builtin.conftest import tools_host
 
 SMALL = ("x" * 69 + "\n") * 20  # 1,400 bytes, as the benchmark reads

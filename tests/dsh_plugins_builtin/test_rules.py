@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsh_host import define_tool
+from dsh_plugins_builtin._rules._grammar import spellings_of
+from dsh_plugins_builtin._rules._place import Place
 from dsh_plugins_builtin._rules._rules import Anchors, RuleError, RuleSet, parse_rule
 from dsh_plugins_builtin._rules._shell import MAX_COMMAND, MAX_DEPTH, parse_command
 
@@ -627,7 +629,7 @@ def test_path_targets_resolve_as_realpath_does(tmp_path: Path) -> None:
 
 def _compare_with_realpath(real: Path, ws: Path) -> None:
     for workspace in (real, ws):
-        rules = RuleSet(workspace=workspace)
+        place = Place(spellings_of(str(workspace)))
         for text in [
             ".", "a", "a/b/f.txt", "a/b/missing/deeper", "alias/key", "a/up/key", "out",
             "out/x", "dangling", "dangling/x", "loop1", "loop1/x", "a/b/file-link",
@@ -635,9 +637,9 @@ def _compare_with_realpath(real: Path, ws: Path) -> None:
             "a/\udcff", "a/\x1b[2J\n", "a/" + "x" * 300, "a/" * 3000 + "f", "locked/inner/f",
         ]:  # fmt: skip
             lexical = os.path.normpath(os.path.join(str(workspace), text))
-            assert rules._realpath(lexical) == os.path.realpath(lexical), (workspace, text)
-            targets = rules._targets(text)
+            assert place.realpath(lexical) == os.path.realpath(lexical), (workspace, text)
+            targets = place.targets(text)
             assert targets is not None
             assert os.path.realpath(lexical) in targets
         for text in ("a/\ud800", "\ud800"):  # no encoding takes it: no target, fail closed
-            assert rules._targets(text) is None
+            assert place.targets(text) is None

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from dsh_host import AbortSignal, Host, ToolArgsError, hookimpl
 from dsh_plugins_builtin._tools import _grep as _grep_tool
-from dsh_plugins_builtin._tools import _ripgrep
+from dsh_plugins_builtin._tools import _grep_local, _ripgrep
 from dsh_plugins_builtin._tools import _search as _search_tools
 from dsh_plugins_builtin._tools._walk import compile_glob
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -135,14 +135,14 @@ async def test_the_event_loop_runs_while_the_builtin_engine_searches(
 ) -> None:
     monkeypatch.setattr(_search_tools, "find_rg", lambda: None)
     entered, release = threading.Event(), threading.Event()
-    search_file = _grep_tool._search_file
+    search_file = _grep_local._search_file
 
     def blocking(*args: Any) -> bool:
         entered.set()
         release.wait(30)
         return search_file(*args)
 
-    monkeypatch.setattr(_grep_tool, "_search_file", blocking)
+    monkeypatch.setattr(_grep_local, "_search_file", blocking)
     put(ws, {"f.txt": "needle\n"})
     host = tools_host(make_host, ws)
     results: list[Any] = []
@@ -270,8 +270,8 @@ async def test_without_a_sandbox_grep_searches_in_process(
     make_host: Any, ws: Path, sandbox: dict[str, str] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: list[str] = []
-    local = _grep_tool._local_search
-    monkeypatch.setattr(_grep_tool, "_local_search", lambda *a: ran.append("builtin") or local(*a))
+    local = _grep_tool.local_search
+    monkeypatch.setattr(_grep_tool, "local_search", lambda *a: ran.append("builtin") or local(*a))
     put(ws, {"f.txt": "aaaa\n" + "a" * 34 + "!\n"})
     config = {"host": {"workspace": str(ws)}}
     if sandbox is None:
@@ -506,8 +506,8 @@ async def test_too_many_withheld_files_for_one_command_line_search_in_process(
     host, _ = policy_host
     monkeypatch.setattr(_grep_tool, "_MAX_COMMAND", 10)  # as if thousands were withheld
     ran: list[str] = []
-    local = _grep_tool._local_search
-    monkeypatch.setattr(_grep_tool, "_local_search", lambda *a: ran.append("builtin") or local(*a))
+    local = _grep_tool.local_search
+    monkeypatch.setattr(_grep_tool, "local_search", lambda *a: ran.append("builtin") or local(*a))
     result = await host.call("grep", {"pattern": "needle"})
     assert result.text.startswith("README.md:1:needle in the readme\npub/a.txt:1:needle in public")
     assert result.meta["withheld"] == 2

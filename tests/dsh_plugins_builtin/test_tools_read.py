@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from dsh_host import ExecutionMode, Host, ToolExecutionInput
-from dsh_plugins_builtin._tools import _files as _file_tools
+from dsh_plugins_builtin._tools import _listing
+from dsh_plugins_builtin._tools import _read as _file_tools
 from dsh_plugins_builtin.tools import TOOL_NAMES
 from tests.dsh_plugins_builtin.conftest import tools_host
 
@@ -220,8 +221,8 @@ async def test_list_dir_errors(host: Host, ws: Path) -> None:
 
 
 async def test_list_dir_is_capped(host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _file_tools.MAX_DIR_ENTRIES == 1000
-    monkeypatch.setattr(_file_tools, "MAX_DIR_ENTRIES", 10)  # creating files is slow here
+    assert _listing.MAX_DIR_ENTRIES == 1000
+    monkeypatch.setattr(_listing, "MAX_DIR_ENTRIES", 10)  # creating files is slow here
     for i in range(12):
         (ws / f"f{i:02}").write_text("")
     result = await host.call("list_dir", {})
@@ -249,7 +250,7 @@ async def test_list_dir_is_capped(host: Host, ws: Path, monkeypatch: pytest.Monk
 def test_the_window_fast_path_agrees_with_the_line_by_line_one(
     text: str, offset: int, limit: int
 ) -> None:
-    from dsh_plugins_builtin._tools._files import _whole_window, _Window
+    from dsh_plugins_builtin._tools._read import _whole_window, _Window
 
     whole, bytewise = _Window(offset, limit), _Window(offset, limit)
     whole.feed(text)  # one chunk: the fast path where it applies

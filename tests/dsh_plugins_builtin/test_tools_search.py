@@ -13,7 +13,7 @@ import pytest
 
 from dsh_host import Host, ToolArgsError
 from dsh_plugins_builtin._tools import _grep as _grep_tool
-from dsh_plugins_builtin._tools import _ripgrep
+from dsh_plugins_builtin._tools import _grep_local, _ripgrep
 from dsh_plugins_builtin._tools import _search as _search_tools
 from dsh_plugins_builtin._tools._walk import compile_glob, expand_braces, walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -254,6 +254,7 @@ async def test_grep_skips_very_large_files_and_says_so(
     host: Host, ws: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_grep_tool, "MAX_GREP_FILE_BYTES", 10)
+    monkeypatch.setattr(_grep_local, "MAX_GREP_FILE_BYTES", 10)  # (the RE2 engine's own check)
     put(ws, {"big.txt": "needle" * 10, "small.txt": "needle"})
     result = await host.call("grep", {"pattern": "needle"})
     if engine == "ripgrep":  # ripgrep streams a file of any size

@@ -1,0 +1,97 @@
+"""One tool's view of the rules, and the verdict on a call.
+
+`ToolView` holds the rules that apply to one tool (worked out once per tool by
+`RuleSet.view`); `applied_to` says whether and where a rule reaches a tool; `argument_free` says
+when no argument can change the verdict; `Verdict` is what the rules say about one call.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any, final
+
+import attrs
+
+from ._grammar import EDIT_RULES, READ_RULES, Effect, Rule
+
+__all__ = ["Applied", "ToolView", "Verdict", "applied_to", "argument_free", "host_matches"]
+
+
+@final
+@attrs.frozen
+class Applied:
+    """A rule as it applies to one tool: for a path rule, the arguments it reaches."""
+
+    rule: Rule
+    arguments: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen
+class ToolView:
+    name: str
+    paths: tuple[tuple[str, str], ...]  # (argument, access)
+    shell: bool
+    rules: Mapping[str, tuple[Applied, ...]]  # effect -> rules that apply
+    withheld: Mapping[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]]  # access -> rules
+    fixed: Verdict | None = None  # the verdict on every call, when no argument can change it
+
+
+def applied_to(
+    rule: Rule, name: str, claude: str | None, paths: Sequence[tuple[str, str]]
+) -> Applied | None:
+    named = rule.names(name, claude)
+    if rule.path is not None:
+        if named:
+            reach = tuple(arg for arg, _ in paths)
+        elif rule.tool in READ_RULES:
+            reach = tuple(arg for arg, access in paths if access == "read")
+        elif rule.tool in EDIT_RULES:
+            reach = tuple(arg for arg, access in paths if access == "write")
+        else:
+            reach = ()
+        return Applied(rule, reach) if reach else None
+    if not named:
+        return None
+    return Applied(rule)
+
+
+@final
+@attrs.frozen
+class Verdict:
+    """What the rules say about one call.
+
+    ``effect``; the deny or ask ``rule`` that decided, or the allow rules that covered it
+    (``allowed_by``); ``defaulted`` when no rule matched; ``note``: why allow rules for the
+    tool did not apply, or why a deny/ask rule was applied as an ask.
+    """
+
+    effect: Effect
+    rule: Rule | None = None
+    defaulted: bool = False
+    note: str | None = None
+    allowed_by: tuple[Rule, ...] = ()
+
+
+def argument_free(view: ToolView) -> bool:
+    """Whether no argument of a call can change the verdict on *view*'s tool.
+
+    True when every rule that applies names the tool alone (no command, path or domain) and
+    no allow rule has to check that the tool's path arguments lie inside the workspace.
+    """
+    applied = [a.rule for found in view.rules.values() for a in found]
+    if any(r.command is not None or r.path is not None or r.domain is not None for r in applied):
+        return False
+    return not (view.paths and view.rules["allow"])
+
+
+def host_matches(url: Any, domain: str) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        host = (urllib.parse.urlsplit(url.strip()).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    return host == domain or host.endswith("." + domain)
