@@ -84,6 +84,25 @@ def _read_only_flags(at: str) -> int:
     return flags | (_MS_RELATIME if kept & os.ST_RELATIME else 0)
 
 
+def _read_only(
+    mount: Callable[[str | None, str, str | None, int, str], None],
+    path: str,
+    directory: bool,
+    fail: Callable[[str], NoReturn],
+) -> None:
+    """Remount the bind just made at *path* read-only in the mount itself: Landlock grants by
+    path, so a bind placed under a writable root (the private /tmp) would inherit its rights."""
+    try:  # the mount's own root now, reached as the mount point was
+        target = _target(path, directory=directory)
+    except OSError:
+        fail(f"reaching the mount point {path} (no symlink may be on the way)")
+    at = f"/proc/self/fd/{target}"
+    try:
+        mount(None, at, None, _read_only_flags(at), f"making {path} read-only:")
+    finally:
+        os.close(target)
+
+
 def apply(
     libc: ctypes.CDLL, plan: Sequence[Sequence[Any]], fail: Callable[[str], NoReturn]
 ) -> None:
@@ -133,15 +152,7 @@ def apply(
         else:
             mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")
             if kind == "bind" and not step[3]:
-                # Read-only in the mount itself: Landlock grants by path, so a bind placed
-                # under a writable root (the private /tmp) would inherit that root's rights.
-                os.close(target)
-                try:  # the mount's own root now, reached as before
-                    target = _target(path, directory=os.path.isdir(source))
-                except OSError:
-                    fail(f"reaching the mount point {path} (no symlink may be on the way)")
-                at = f"/proc/self/fd/{target}"
-                mount(None, at, None, _read_only_flags(at), f"making {path} read-only:")
+                _read_only(mount, path, os.path.isdir(source), fail)
         os.close(target)
     for fd in sources.values():
         os.close(fd)
