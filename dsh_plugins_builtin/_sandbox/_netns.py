@@ -20,7 +20,9 @@ from dsh_plugins_builtin._sandbox._proxy import Session
 __all__ = ["PROXY_VARIABLES", "RELAY_PORT", "proxied", "proxy_env", "relay_argv"]
 
 RELAY_PORT: Final = 3128
-RELAY: Final = str(Path(__file__).with_name("_relay.py"))
+RELAY_CODE: Final = Path(__file__).with_name("_relay.py").read_text(encoding="utf-8")
+"""The relay's source, read once and passed with ``-c``: the file need not be in the command's
+view (dsh installed under the host's ``/tmp``, which commands do not see)."""
 PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 _BYPASS: Final = ("NO_PROXY", "no_proxy")
 _SYSTEM_PYTHON: Final = "/usr/bin/python3"
@@ -49,7 +51,7 @@ def relay_argv(control_fd: int, argv: Sequence[str], hidden: Sequence[Path] = ()
     places = (Path(python), Path(sys.base_prefix).resolve())
     if any(place == h or h in place.parents for place in places for h in hidden):
         python = _SYSTEM_PYTHON
-    return [python, "-I", "-S", RELAY, str(control_fd), str(RELAY_PORT), *argv]
+    return [python, "-I", "-S", "-c", RELAY_CODE, str(control_fd), str(RELAY_PORT), *argv]
 
 
 @contextlib.asynccontextmanager

@@ -1,6 +1,6 @@
 """The relay inside a command's network namespace (run as a script, standard library only).
 
-``python -I -S _relay.py CONTROL_FD PORT ARGV...``: listens on ``127.0.0.1:PORT`` (the only
+``python -I -S -c "$(cat _relay.py)" CONTROL_FD PORT ARGV...``: listens on ``127.0.0.1:PORT`` (the only
 interface of the namespace is loopback), starts *ARGV*, and hands every connection to the host's
 proxy (`dsh_plugins_builtin._sandbox._proxy`) as one end of a fresh socket pair sent with
 SCM_RIGHTS over CONTROL_FD, copying bytes between the two. It exits as *ARGV* does. The command
