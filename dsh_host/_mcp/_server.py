@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
 
 from .. import (
@@ -41,6 +42,7 @@ from .. import (
 )
 from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
 from ._auth import Tokens, grant_of
+from ._sessions import HttpSessions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -171,6 +173,23 @@ def _restrictions(tokens: Tokens | None) -> dict[Scope, ToolRestriction]:
     return {g.scope: g.restriction for g in grants if g.scope and g.restriction}
 
 
+class _Server(Server[Any]):
+    """The SDK server, announcing ``tools.listChanged`` by default (the HTTP session manager
+    asks for its options without arguments)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 class McpService:
     """The host's tools as an SDK `Server`; one per ``dsh mcp serve`` process, any number of sessions."""
 
@@ -183,7 +202,9 @@ class McpService:
         self._approver = _approver(host)
         for scope, restriction in _restrictions(tokens).items():
             host.registry.restrict(restriction, scope)  # ValueError: names an unknown tool
-        self.server: Server[Any] = Server(
+        self.http_sessions = HttpSessions()
+        """The open HTTP sessions, told by `serve_http` when the tools change."""
+        self.server: Server[Any] = _Server(
             "dsh",
             version=_version(),
             instructions="Tools served by dsh; every call passes its policy pipeline.",
@@ -191,6 +212,14 @@ class McpService:
             on_call_tool=self._call_tool,
         )
         self.server.middleware = []  # no OpenTelemetry span per message on the hot path
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._initialized
+        )
+
+    async def _initialized(
+        self, ctx: ServerRequestContext[Any], params: types.NotificationParams
+    ) -> None:
+        self.http_sessions.remember(ctx)
 
     # -- tools/list ------------------------------------------------------------------------
 
@@ -252,6 +281,7 @@ class McpService:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        self.http_sessions.remember(ctx)
         return types.ListToolsResult(tools=await self.listed(self._scope(ctx)))
 
     def _scope(self, ctx: ServerRequestContext[Any]) -> Scope | None:
@@ -270,6 +300,7 @@ class McpService:
     ) -> types.CallToolResult:
         self._calls += 1
         scope = self._scope(ctx)
+        self.http_sessions.remember(ctx)
         signal = AbortSignal()
         call_id = f"mcp-{self._calls}"
         group = CALL_GROUP.get()

@@ -27,7 +27,7 @@ from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, W
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -236,7 +236,35 @@ async def serve_http(
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
+    async with _telling_sessions(host, service):
+        await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _telling_sessions(host: Host, service: McpService) -> AsyncIterator[None]:
+    """While open, each change of *host*'s tools is told to *service*'s open HTTP sessions."""
+    changed = trio.Event()
+    trio_token = trio.lowlevel.current_trio_token()
+
+    def on_change() -> None:  # the registry changed (on the host's thread)
+        with contextlib.suppress(trio.RunFinishedError):
+            trio_token.run_sync_soon(changed.set)
+
+    async def tell() -> None:
+        nonlocal changed
+        while True:
+            await changed.wait()
+            changed = trio.Event()
+            await service.http_sessions.tools_changed()
+
+    host.registry.listeners.append(on_change)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tell)
+            yield
+            nursery.cancel_scope.cancel()
+    finally:
+        host.registry.listeners.remove(on_change)
 
 
 async def _until_interrupt(serving: Callable[[], Awaitable[None]]) -> bool:
