@@ -11,10 +11,16 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
   any other malformed answer become, at once, a JSON-RPC error for that request with code
   `BAD_RESULT`, naming the server and the tool;
 - a line that is not JSON, or a message that answers nothing, is dropped and noted.
+
+From an HTTP server the SDK's transport hands over parsed messages, so the bound
+(``max_result_bytes``) is measured on each message as compact JSON: an answer over it ends its
+call as an oversized stdio line does. The transport has read that message by then, so over HTTP
+the bound keeps it from the session and the model, not from dsh's memory.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -24,7 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from ._stdio import Oversized, Raw
+from ._stdio import PREFIX, Oversized, Raw
 
 __all__ = ["BAD_RESULT", "Guard"]
 
@@ -45,8 +51,10 @@ def _first_line(exc: Exception) -> str:
 class Guard:
     """The checks between one server's transport and its session (module docstring)."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, *, limit: int | None = None) -> None:
         self.server = server
+        self.limit = limit
+        """The bound on one parsed message (HTTP); a stdio transport bounds its lines itself."""
         self.rejected: list[str] = []
         """Tools of the last listing that were not mounted, and why."""
         self.notes: list[str] = []
@@ -104,6 +112,10 @@ class Guard:
             return self._oversized(item)
         if isinstance(item, SessionMessage):  # from the HTTP transport: parsed, not yet checked
             item = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            if self.limit is not None:
+                text = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
+                if len(text) > self.limit:
+                    return self._oversized(Oversized(prefix=text[:PREFIX], limit=self.limit))
         request_id = item.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
         if pending is not None and "method" not in item and "result" in item:

@@ -44,7 +44,7 @@ STDERR_TAIL = 2000
 """How many characters of a stdio server's stderr an error message quotes."""
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024
-"""The default bound of one message from a stdio server (``max_result_bytes``)."""
+"""The default bound of one message from a server (``max_result_bytes``)."""
 
 
 @attrs.frozen
@@ -58,8 +58,9 @@ class McpServerConfig:
         enabled: ``false`` mounts nothing.
         timeout_ms: the time budget of each call (also the start timeout).
         tools: the server's tool names to mount (default: all).
-        max_result_bytes: the longest message read from a stdio server; a longer answer ends
-            its call at once with an error (default 8 MiB).
+        max_result_bytes: the longest message read from the server (over HTTP: measured as
+            compact JSON once parsed); a longer answer ends its call at once with an error
+            (default 8 MiB).
         sandbox: run a stdio server confined (default); ``false`` runs it with dsh's user,
             files and environment, and is flagged by ``dsh plugins``.
         writable_roots: where a confined server may write (default: nowhere; relative to the
@@ -183,7 +184,7 @@ class Link:
         from ._stdio import stdio_transport
 
         self._stop = asyncio.Event()
-        self.guard = guard = Guard(self.name)
+        self.guard = guard = Guard(self.name, limit=self.config.max_result_bytes)
         config = self.config
         try:
             async with contextlib.AsyncExitStack() as stack:

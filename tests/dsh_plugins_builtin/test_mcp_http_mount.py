@@ -55,3 +55,38 @@ def test_an_http_server_is_mounted_and_its_tools_called():
         plugin.close()
         stop.set()
         thread.join(10)
+
+
+def test_an_http_servers_answer_over_max_result_bytes_ends_its_call():
+    async def huge(args):
+        return "x" * 20_000
+
+    async def small(args):
+        return "ok"
+
+    remote = Host(load_entrypoints=False)
+    for name, run in (("huge", huge), ("small", small)):
+        remote.registry.register(
+            define_tool(name=name, description=name, execute=run, parameters={})
+        )
+    bound: list[str] = []
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_serving, args=(remote, bound, ready, stop), daemon=True)
+    thread.start()
+    plugin = McpPlugin()
+    try:
+        assert ready.wait(60)  # a bound, not a pace: set as soon as it listens
+        servers = {"h": {"url": bound[0] + "/mcp", "max_result_bytes": 10_000}}
+        host = Host(
+            {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
+        )
+        assert plugin.status()["h"]["status"] == "running", plugin.status()
+        result = trio.run(host.call, "mcp__h__huge", {})
+        assert result.code == "MCP_BAD_RESULT"
+        assert "max_result_bytes (10000 bytes)" in result.text
+        assert "[plugin.mcp.servers.h]" in result.text
+        assert trio.run(host.call, "mcp__h__small", {}).text == "ok"  # the session goes on
+    finally:
+        plugin.close()
+        stop.set()
+        thread.join(10)
