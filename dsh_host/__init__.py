@@ -22,7 +22,7 @@ from ._model._errors import (
 )
 from ._model._json import FrozenDict, JsonInputError, canonical_json, parse_json, thaw
 from ._model._signal import AbortSignal
-from ._model._text import printable
+from ._model._text import arguments_lines, printable
 from ._model._trace import TraceEvent
 from ._model._values import (
     Accept,
@@ -114,6 +114,7 @@ __all__ = [
     "ToolRunContext",
     "ToolSchema",
     "TraceEvent",
+    "arguments_lines",
     "arguments_of",
     "assert_supported_json_schema",
     "canonical_json",

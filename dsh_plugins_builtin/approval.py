@@ -27,11 +27,9 @@ elicitation; only an explicit ``mode = "static"`` still answers for everyone.
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import threading
-from collections.abc import Mapping
 from typing import Literal, Protocol, final
 
 import attrs
@@ -41,6 +39,7 @@ from dsh_host import (
     ApprovalOutcome,
     ApprovalRequest,
     Host,
+    arguments_lines,
     canonical_json,
     hookimpl,
     printable,
@@ -65,7 +64,6 @@ MCP_CLIENT = "mcp_client"
 """The approver ``dsh mcp serve`` registers (the person at the MCP client, by elicitation). While
 it is registered, ``terminal`` and ``auto`` modes yield to it: stdin carries the protocol."""
 
-_SPACES = re.compile(" {16,}")
 SCREEN_LINES = 20
 """How many lines of arguments the prompt shows before summarising the rest (``v`` shows all)."""
 _ANSWERS = {
@@ -179,39 +177,6 @@ class _LineReader:
                 if target is not None:
                     target.line = line
                     target.ready.set()
-
-
-def _shown(value: object) -> str:
-    """One argument's value as a person should read it: strings as text, the rest as JSON."""
-    if isinstance(value, str):
-        return printable(value, newlines=True)
-    return printable(canonical_json(value))
-
-
-def _runs(text: str) -> str:
-    """Long runs of spaces made visible (``⟨230 spaces⟩``): nothing can hide past the edge."""
-    return _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", text)
-
-
-def arguments_lines(arguments: object, width: int = 80) -> list[str]:
-    """Every argument, one ``key: value`` per line, wrapped at *width*, never cut.
-
-    Control characters and escape sequences are shown escaped (`dsh_host.printable`), line
-    breaks in a string start a new, indented line, long runs of spaces are counted, and long
-    lines are wrapped without dropping or collapsing anything.
-    """
-    items = arguments.items() if isinstance(arguments, Mapping) else [("arguments", arguments)]
-    lines: list[str] = []
-    for key, value in items:
-        head = f"    {printable(str(key))}: "
-        pad = " " * 6
-        for n, part in enumerate(_runs(_shown(value)).split("\n")):
-            prefix = head if n == 0 else pad
-            room = max(width - len(prefix), 20)
-            chunks = [part[i : i + room] for i in range(0, len(part), room)] or [""]
-            lines.append(prefix + chunks[0])
-            lines.extend(pad + chunk for chunk in chunks[1:])
-    return lines
 
 
 def preview(arguments: object, limit: int = PREVIEW_CHARS) -> str:

@@ -36,7 +36,7 @@ API = (
     ("Presentation", ("GenericCallView", "TerminalCallView", "DiffCallView", "GenericResultView",
                       "TerminalResultView", "DiffResultView", "ReadResultView",
                       "SearchResultView", "FileLocation", "FileDiff", "ToolCallKind",
-                      "view_to_json", "printable")),
+                      "view_to_json", "printable", "arguments_lines")),
     ("Schemas and JSON", ("to_json_schema", "validate_args", "assert_supported_json_schema",
                           "validate_json_schema_value", "parse_json", "arguments_of", "canonical_json", "thaw",
                           "FrozenDict")),

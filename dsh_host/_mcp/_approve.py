@@ -12,19 +12,17 @@ elicitation cannot be asked: the call is denied, and the answer says how to allo
 from __future__ import annotations
 
 import contextvars
-import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import trio
 
-from dsh_host import ApprovalOutcome, ApprovalRequest, canonical_json, hookimpl, printable
+from dsh_host import ApprovalOutcome, ApprovalRequest, arguments_lines, hookimpl, printable
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-__all__ = ["APPROVER_NAME", "REQUEST", "SCREEN_LINES", "ClientApprover", "arguments_lines"]
+__all__ = ["APPROVER_NAME", "REQUEST", "SCREEN_LINES", "ClientApprover"]
 
 APPROVER_NAME = "mcp_client"
 """The name the elicitation approver is registered under (``decided_by`` when the person declines)."""
@@ -39,30 +37,7 @@ REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.
 )
 """The MCP request a tool call serves (set by the service around ``host.call``)."""
 
-_SPACES = re.compile(" {16,}")
 _VIEW_ALL = "view_all"
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return printable(value, newlines=True)
-    return printable(canonical_json(value))
-
-
-def arguments_lines(arguments: object, width: int = WIDTH) -> list[str]:
-    """Every argument as ``key: value`` lines, wrapped at *width*, escaped, never cut."""
-    items = arguments.items() if isinstance(arguments, Mapping) else [("arguments", arguments)]
-    lines: list[str] = []
-    for key, value in items:
-        head, pad = f"    {printable(str(key))}: ", " " * 6
-        text = _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", _shown(value))
-        for n, part in enumerate(text.split("\n")):
-            prefix = head if n == 0 else pad
-            room = max(width - len(prefix), 20)
-            chunks = [part[i : i + room] for i in range(0, len(part), room)] or [""]
-            lines.append(prefix + chunks[0])
-            lines.extend(pad + chunk for chunk in chunks[1:])
-    return lines
 
 
 def _question(request: ApprovalRequest, shown: list[str], full: bool) -> str:
@@ -112,7 +87,7 @@ class ClientApprover:
         if not ctx.session.check_client_capability(capability):
             self.unelicitable.add(request.call_id)
             return ApprovalOutcome.UNAVAILABLE
-        shown = arguments_lines(request.arguments)
+        shown = arguments_lines(request.arguments, WIDTH)
         full = len(shown) <= SCREEN_LINES
         while not request.signal.aborted:
             answer = await self._elicit(ctx, request, _question(request, shown, full), full)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+import re
+from collections.abc import Mapping
+
+from ._json import canonical_json
+
+__all__ = ["arguments_lines", "printable"]
+
+_SPACES = re.compile(" {16,}")
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -33,3 +40,39 @@ def printable(text: str, *, newlines: bool = False) -> str:
         return text
     keep = "\n\t" if newlines else ""
     return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
+
+
+def _shown(value: object) -> str:
+    """One argument's value as a person should read it: strings as text, the rest as JSON."""
+    if isinstance(value, str):
+        return printable(value, newlines=True)
+    return printable(canonical_json(value))
+
+
+def _runs(text: str) -> str:
+    """Long runs of spaces made visible (``⟨230 spaces⟩``): nothing can hide past the edge."""
+    return _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", text)
+
+
+def arguments_lines(arguments: object, width: int = 80) -> list[str]:
+    """Every argument of a call, one ``key: value`` per line, wrapped at *width*, never cut.
+
+    What an approver shows a person (the ``approval`` plugin's terminal prompt, the question
+    ``dsh mcp serve`` elicits): strings as text, other values as canonical JSON, both through
+    `printable` (control characters and escape sequences escaped); a line break in a string
+    starts a new line indented under the value; a run of 16 or more spaces is counted
+    (``⟨300 spaces⟩``) so nothing hides past the edge; long lines are wrapped (at least 20
+    characters of value a line), nothing dropped or collapsed. *arguments* that are not a
+    mapping are shown under the key ``arguments``.
+    """
+    items = arguments.items() if isinstance(arguments, Mapping) else [("arguments", arguments)]
+    lines: list[str] = []
+    for key, value in items:
+        head, pad = f"    {printable(str(key))}: ", " " * 6
+        for n, part in enumerate(_runs(_shown(value)).split("\n")):
+            prefix = head if n == 0 else pad
+            room = max(width - len(prefix), 20)
+            chunks = [part[i : i + room] for i in range(0, len(part), room)] or [""]
+            lines.append(prefix + chunks[0])
+            lines.extend(pad + chunk for chunk in chunks[1:])
+    return lines

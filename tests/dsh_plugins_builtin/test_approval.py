@@ -211,6 +211,15 @@ def test_arguments_are_wrapped_never_cut_and_hidden_tails_show():
     assert multi == ["    command: echo a", "      rm -rf /\\x1b[2K"]
 
 
+def test_the_terminal_and_the_mcp_client_are_shown_arguments_by_one_function():
+    import dsh_host
+    import dsh_host._mcp._approve as mcp_approve
+
+    assert arguments_lines is dsh_host.arguments_lines  # the plugin re-exports the host's
+    assert mcp_approve.arguments_lines is dsh_host.arguments_lines
+    assert arguments_lines({"n": [1, "\u202e"]}) == ['    n: [1,"\\u202e"]']
+
+
 async def test_a_very_long_command_is_summarised_and_v_shows_all_of_it():
     out = io.StringIO()
     command = "echo " + "a" * 3000 + " && touch pwned"
