@@ -248,7 +248,7 @@ class AuditPlugin:
         writer = self._writer
         if writer is None:
             return None
-        approved_by = _approver(result) if asked else None
+        approved_by = (execution.approved_by or _approver(result)) if asked else None
         duration = None if started is None else (trio.current_time() - started) * 1000
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
@@ -298,7 +298,8 @@ _UNDECIDED: Final = (None, False)
 
 
 def _approver(result: ToolExecutionResult) -> str:
-    """``approved_by`` of an asked call: who refused it, or that an approver allowed it once."""
+    """``approved_by`` of an asked call no approver allowed (``execution.approved_by`` names one
+    that did): who refused it, or ``unavailable``."""
     error = result.error
     if error is None or error.code != "DENIED" or result.decided_by is None:
         return ApprovalOutcome.ALLOWED_ONCE.value

@@ -74,7 +74,7 @@ async def test_the_rule_that_decided_and_who_approved_are_recorded(make_host, db
     assert found == [
         ("ok", "rule echo in dsh.toml", None),  # allows name their rule too
         ("DENIED", "rule echo(no) in dsh.toml", None),
-        ("ok", "rule echo(ask) in dsh.toml", "allowed-once"),
+        ("ok", "rule echo(ask) in dsh.toml", "approver"),  # the approver that allowed it
         ("DENIED", "rule echo(ask) in dsh.toml", "approver"),
         ("DENIED", "rule echo(ask) in dsh.toml", "unavailable"),
     ]
