@@ -78,28 +78,8 @@ async def serve(
         finally:
             CALL_GROUP.reset(token)
 
-    changed = trio.Event()
-    trio_token = trio.lowlevel.current_trio_token()
-
-    def on_change() -> None:  # the registry changed (on the host's thread)
-        with contextlib.suppress(trio.RunFinishedError):
-            trio_token.run_sync_soon(changed.set)
-
-    async def tell_the_client() -> None:
-        nonlocal changed
-        while True:
-            await changed.wait()
-            changed = trio.Event()
-            await wire.notify("notifications/tools/list_changed")
-
-    host.registry.listeners.append(on_change)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(tell_the_client)
-            await wire.run(session)
-            nursery.cancel_scope.cancel()
-    finally:
-        host.registry.listeners.remove(on_change)
+    async with _on_tool_changes(host, lambda: wire.notify("notifications/tools/list_changed")):
+        await wire.run(session)
 
 
 @contextmanager
@@ -236,13 +216,17 @@ async def serve_http(
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    async with _telling_sessions(host, service):
+    async with _on_tool_changes(host, service.http_sessions.tools_changed):
         await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager
-async def _telling_sessions(host: Host, service: McpService) -> AsyncIterator[None]:
-    """While open, each change of *host*'s tools is told to *service*'s open HTTP sessions."""
+async def _on_tool_changes(
+    host: Host, tell: Callable[[], Awaitable[object]]
+) -> AsyncIterator[None]:
+    """While open, each change of *host*'s tools (coalesced: changes made while *tell* runs
+    are told once more after it) awaits *tell*: the stdio client's notification, or the open
+    HTTP sessions'."""
     changed = trio.Event()
     trio_token = trio.lowlevel.current_trio_token()
 
@@ -250,17 +234,17 @@ async def _telling_sessions(host: Host, service: McpService) -> AsyncIterator[No
         with contextlib.suppress(trio.RunFinishedError):
             trio_token.run_sync_soon(changed.set)
 
-    async def tell() -> None:
+    async def telling() -> None:
         nonlocal changed
         while True:
             await changed.wait()
             changed = trio.Event()
-            await service.http_sessions.tools_changed()
+            await tell()
 
     host.registry.listeners.append(on_change)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(tell)
+            nursery.start_soon(telling)
             yield
             nursery.cancel_scope.cancel()
     finally:
