@@ -80,8 +80,8 @@ class CallToken:
     as `ToolExecution.approved_by`; nothing else is kept on it.
     """
 
-    __slots__ = ("__weakref__", "approved_by")
-    approved_by: str  # set by stage D only; unset (not ``None``) until then
+    __slots__ = ("__weakref__", "_approved_by")
+    _approved_by: str  # set by stage D only (private: no public name lets a plugin forge it)
 
     def __repr__(self) -> str:
         return f"<call token {id(self):#x}>"
@@ -183,7 +183,7 @@ class ToolExecution:
         """The approver that allowed this call once (stage D), or ``None`` when the call was not
         put to an approver or not yet. Guards read it: a policy that must hold unless a person
         (or a configured approver) allowed the call checks it, whatever plugin said ``Allow``."""
-        return getattr(self.token, "approved_by", None)
+        return getattr(self.token, "_approved_by", None)
 
     @classmethod
     def _make(

@@ -215,7 +215,7 @@ class _Gate(_Chains):
         if outcome is ApprovalOutcome.ALLOWED_ONCE:
             token = execution.token
             if type(token) is CallToken:  # noted for the guards: `ToolExecution.approved_by`
-                token.approved_by = approver or "an approver"
+                token._approved_by = approver or "an approver"
             return None
         if outcome is ApprovalOutcome.CANCELLED:
             if execution.signal.aborted:
