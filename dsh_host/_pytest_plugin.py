@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ._host._host import Host
+from . import Host
 from .testing import make_host
 
 __all__ = ["dsh_host", "dsh_tmp_workspace"]

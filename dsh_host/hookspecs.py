@@ -17,12 +17,15 @@ Phases, in the order one call meets them::
 
 A plugin that raises in any of them never crashes the host: the call ends with a
 ``PLUGIN_FAILED`` error result that names the plugin, the hook and the exception, and
-``result.decided_by`` names the plugin.
+``result.decided_by`` names the plugin. So does one that does not answer in time: a pre-execute
+link, a guard, an execute wrapper or a post-execute link has ``[host] hook_timeout`` seconds
+(default 30) of its own time (not counting time in ``call_next``); approvers and observers have
+their own bounds, below. A synchronous implementation must not block: it cannot be interrupted,
+and one that runs past the bound is reported on stderr and fails its call.
 
-A plugin whose configuration leaves some of its per-call hooks with nothing to do (no hook
-scripts configured, no thresholds set) can say so, and the host will not call them at all: set
-``self.dsh_idle_hooks = {"dsh_tool_post_execute", ...}`` in `dsh_host_started`. Calls then cost
-nothing for those hooks.
+A plugin whose configuration leaves some of its per-call hooks with nothing to do can set
+``self.dsh_idle_hooks = {"dsh_tool_post_execute", ...}`` in `dsh_host_started`: the host then
+never calls them. More in the guides: ``docs/guides/plugin-authors.md`` and ``pipeline.md``.
 """
 
 from __future__ import annotations
@@ -33,46 +36,21 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from ._registry._markers import hookspec
 
 if TYPE_CHECKING:
-    from ._model._values import (
-        Accept,
-        Allow,
-        ApprovalOutcome,
-        ApprovalRequest,
-        Ask,
-        Block,
-        Deny,
-        Scope,
-        ToolExecution,
-        ToolExecutionResult,
-    )
+    from ._model._content import ToolExecutionResult
+    from ._model._decisions import Accept, Allow, ApprovalOutcome, Ask, Block, Deny
+    from ._model._values import ApprovalRequest, Scope, ToolExecution
     from ._model._views import CallView, ResultView
     from ._schema._tool import ToolDefinition
 
-    # `dsh_host.Host`, named and not imported: the host loads these specs, so importing it here
-    # would close a circle (hookspecs -> host -> registry -> hookspecs). Issue 21.
-    Host: TypeAlias = Any
-
+    Host: TypeAlias = Any  # `dsh_host.Host`, named, not imported (docs/architecture.md)
     Register = Callable[[ToolDefinition, Scope | None], Callable[[], None]]
 
 __all__ = [
-    "dsh_host_started",
-    "dsh_host_stopping",
-    "dsh_path_denied",
-    "dsh_plugin_config",
-    "dsh_plugin_status",
-    "dsh_present_call",
-    "dsh_present_result",
-    "dsh_register_tools",
-    "dsh_tool_approve",
-    "dsh_tool_execute",
-    "dsh_tool_guard",
-    "dsh_tool_post_execute",
-    "dsh_tool_pre_execute",
-    "dsh_tool_result",
-]
-
-
-# -- set-up ------------------------------------------------------------------------------------
+    "dsh_host_started", "dsh_host_stopping", "dsh_path_denied", "dsh_plugin_config",
+    "dsh_plugin_status", "dsh_present_call", "dsh_present_result", "dsh_register_tools",
+    "dsh_tool_approve", "dsh_tool_execute", "dsh_tool_guard", "dsh_tool_post_execute",
+    "dsh_tool_pre_execute", "dsh_tool_result",
+]  # fmt: skip
 
 
 @hookspec
@@ -98,12 +76,11 @@ def dsh_register_tools(register: Register) -> None:
 def dsh_plugin_config() -> type | None:
     """Return the attrs class this plugin's ``[plugin.<name>]`` TOML table is structured into.
 
-    Optional. The host structures the table with its cattrs converter: an unknown key, a wrong
-    type or a missing required value is a `ConfigError` that names the file, the plugin and the
-    key. With no table, the class is built from its defaults. Read the result with
+    Optional; stops at the first non-None result, so only implement it on your own plugin
+    object. The host structures the table with its cattrs converter: an unknown key, a wrong type
+    or a missing required value is a `ConfigError` that names the file, the plugin and the key.
+    With no table, the class is built from its defaults. Read the result with
     ``host.config_for(plugin)`` (usually in `dsh_host_started`).
-
-    Stops at the first non-None result, so only implement it on your own plugin object.
 
     Example::
 
@@ -114,6 +91,26 @@ def dsh_plugin_config() -> type | None:
         @hookimpl
         def dsh_plugin_config():
             return Config
+    """
+
+
+@hookspec
+def dsh_plugin_status() -> list[str] | None:
+    """Describe what this plugin is doing now, for ``dsh plugins`` (and ``--json``).
+
+    **Chaining: each plugin's own lines**, asked of each plugin separately, each time the host
+    lists its plugins (after start-up). Return short lines of text (``"server git: running, 12
+    tools"``, ``"server web: failed: ...; its stderr ends: ..."``) or ``None``. A plugin whose
+    state can go wrong after it loaded (a mounted server that crashed, a database it cannot
+    write) says so here, so that the one command users run to see what is installed also shows
+    what is broken. Must be quick and must not raise (a raising implementation is shown as a
+    status line saying so).
+
+    Example::
+
+        @hookimpl
+        def dsh_plugin_status(self):
+            return [f"cache: {len(self.cache)} entries"]
     """
 
 
@@ -154,9 +151,6 @@ def dsh_host_stopping(host: Host) -> Awaitable[None] | None:
     """
 
 
-# -- one call ----------------------------------------------------------------------------------
-
-
 @hookspec(firstresult=True)
 def dsh_tool_pre_execute(
     execution: ToolExecution, call_next: Callable[[], Awaitable[Allow | Deny | Ask]]
@@ -170,29 +164,21 @@ def dsh_tool_pre_execute(
     return ``None`` to abstain. With no decision the call is allowed. An implementation that also
     accepts ``call_next`` is a *waterfall link*: ``await call_next()`` runs the rest of the chain
     (at most once) and returns its decision, which the link may return as is or replace. A plain
-    (non-``async``) link that has nothing to add returns ``call_next()`` unawaited (a tail call):
-    the links after it decide, at no cost of a coroutine. ``call_next()`` returns an awaitable,
-    not necessarily a coroutine.
+    (non-``async``) link with nothing to add returns ``call_next()`` unawaited (a tail call): the
+    links after it decide, at no cost of a coroutine. In every chain, ``call_next()`` returns an
+    awaitable, not necessarily a coroutine.
 
     ``Deny`` and an unanswered or rejected ``Ask`` end the call with a ``DENIED`` error result
     (post-execute still sees it); ``result.decided_by`` names the plugin that decided, and the
     decision's ``detail`` becomes ``result.decision_detail``. A link that returns the downstream
-    decision unchanged leaves it credited downstream. Guards (`dsh_tool_guard`) run after an
-    allow and may still deny. An ``Ask`` for a tool the call's scope does not have is never put
-    to an approver: the call ends ``UNKNOWN_TOOL``.
+    decision unchanged leaves it credited downstream. An ``Ask`` for a tool the call's scope does
+    not have is never put to an approver: the call ends ``UNKNOWN_TOOL``.
 
-    **How decisions combine.** Across every source the order is deny > ask > allow, whatever
-    the plugin order: a link returns the stricter of its own decision and the downstream one.
-    Because the chain is first-result, an early ``Allow`` would skip the plugins after it; so a
-    rule that must hold (the user's deny and ask rules in ``permissions``, a ``PreToolUse``
-    hook's deny in ``hook_commands``) is checked again in a guard, which no plugin can undo. An
-    ask is honoured only when the call was put to the approvers. Do not return ``Allow`` from a
-    ``tryfirst`` implementation: deny in `dsh_tool_guard` instead.
-
-    Each implementation has ``[host] hook_timeout`` seconds (default 30) of its own time (not
-    counting time in ``call_next``); one that does not answer ends the call ``PLUGIN_FAILED``.
-    A synchronous implementation must not block: it cannot be interrupted, and one that runs
-    past the bound is reported on stderr and fails its call.
+    **How decisions combine:** deny > ask > allow, whatever the plugin order; a link returns the
+    stricter of its own decision and the downstream one. An early ``Allow`` skips the plugins
+    after it, so never return one from a ``tryfirst`` implementation: a rule that must hold is
+    checked again in a guard (`dsh_tool_guard`, after any allow), which no plugin can undo. An
+    ask is honoured only when the call was put to the approvers.
 
     Args:
         execution: the call (``name``, ``arguments``, ``call_id``, ``scope``, ``signal``).
@@ -241,14 +227,14 @@ def dsh_tool_approve(
 def dsh_tool_guard(execution: ToolExecution) -> str | Awaitable[str | None] | None:
     """A last, monotonic check after the call was allowed: return a reason to deny it.
 
-    **Chaining: every guard, first reason wins.** Guards cannot allow anything, so no ordering of
-    plugins can undo a guard's denial. Registry guards (``registry.add_guard``) run first.
-    Guards run after *every* allowed call: one allowed by any pre-execute plugin, and one an
-    approver allowed once. This is where policy that must not depend on plugin order goes
-    (``permissions`` enforces its deny and ask rules here as well as in pre-execute). A guard's
-    denial is a ``DENIED`` result with ``decided_by`` naming the guard's plugin.
-    ``execution.approved_by`` names the approver that allowed the call once, or is ``None``
-    when no approver did (a plugin's ``Allow`` never sets it): a rule a person must answer holds
+    **Chaining: every guard, first reason wins.** Registry guards (``registry.add_guard``) run
+    first. Guards cannot allow anything, so no ordering of plugins can undo a guard's denial:
+    this is where policy that must not depend on plugin order goes (``permissions`` enforces its
+    deny and ask rules here as well as in pre-execute, ``hook_commands`` a ``PreToolUse`` hook's
+    deny). They run after *every* allowed call, allowed by a pre-execute plugin or once by an
+    approver. A denial is a ``DENIED`` result with ``decided_by`` naming the guard's plugin.
+    ``execution.approved_by`` names the approver that allowed the call once, or is ``None`` when
+    no approver did (a plugin's ``Allow`` never sets it): a rule a person must answer holds
     unless it is set.
 
     Example::
@@ -263,24 +249,20 @@ def dsh_tool_guard(execution: ToolExecution) -> str | Awaitable[str | None] | No
 
 @hookspec
 def dsh_tool_execute(
-    execution: ToolExecution,
-    call_next: Callable[..., Awaitable[ToolExecutionResult]],
+    execution: ToolExecution, call_next: Callable[..., Awaitable[ToolExecutionResult]]
 ) -> ToolExecutionResult | Awaitable[ToolExecutionResult]:
     """Wrap the tool body: time it out, sandbox it, retry it, measure it, or answer instead of it.
 
     **Chaining: wrapper order.** The first implementation in call order is the outermost.
     ``await call_next()`` runs the inner wrappers and the body and returns their result (never
     raises for a tool failure); call it once, several times (retries) or not at all
-    (short-circuit). Return a `ToolExecutionResult`. A plain (non-``async``) wrapper with nothing
-    to do for a call returns ``call_next()`` unawaited (a tail call): the inner wrappers and the
-    body then run as if it were not there (``timeout`` does this for a tool with no budget).
-    ``call_next()`` returns an awaitable, not necessarily a coroutine.
+    (short-circuit), or return it unawaited (a tail call, as in `dsh_tool_pre_execute`:
+    ``timeout`` does this for a tool with no budget). Return a `ToolExecutionResult`.
 
     ``await call_next(signal=deadline)`` installs a replacement `AbortSignal` for the delegated
     lifetime: the body's signal is fused from the caller's and yours, so aborting yours cancels
     the body without aborting the caller. A body stopped by your signal comes back as
-    ``ABORTED``; replace it with your own error (the ``timeout`` plugin returns
-    ``TOOL_TIMEOUT``).
+    ``ABORTED``; replace it with your own error (the ``timeout`` plugin returns ``TOOL_TIMEOUT``).
 
     Raising here is a pipeline failure: the call ends ``PLUGIN_FAILED`` and post-execute is skipped.
 
@@ -340,30 +322,6 @@ def dsh_tool_result(
     """
 
 
-@hookspec
-def dsh_plugin_status() -> list[str] | None:
-    """Describe what this plugin is doing now, for ``dsh plugins`` (and ``--json``).
-
-    Called once per plugin each time the host lists its plugins, after start-up. Return short
-    lines of text (``"server git: running, 12 tools"``, ``"server web: failed: ...; its
-    stderr ends: ..."``) or ``None``. A plugin whose state can go wrong after it loaded
-    (a mounted server that crashed, a database it cannot write) says so here, so that the one
-    command users run to see what is installed also shows what is broken. Must be quick and
-    must not raise (a raising implementation is shown as a status line saying so).
-
-    **Chaining: each plugin's own lines.** The host asks each plugin separately.
-
-    Example::
-
-        @hookimpl
-        def dsh_plugin_status(self):
-            return [f"cache: {len(self.cache)} entries"]
-    """
-
-
-# -- paths -------------------------------------------------------------------------------------
-
-
 @hookspec(firstresult=True)
 def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | None:
     """Say whether policy withholds one file or directory from a tool that is already running.
@@ -374,8 +332,7 @@ def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | N
     model how many were withheld by policy. It must be **synchronous, fast and pure**: it is
     called from worker threads, once per file a search meets.
 
-    **Chaining: firstresult.** The first reason wins; ``None`` from every plugin lets the path
-    through.
+    **Chaining: firstresult.** The first reason wins; ``None`` from every plugin lets it through.
 
     Args:
         execution: the call that is running.
@@ -395,18 +352,14 @@ def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | N
     """
 
 
-# -- presentation ------------------------------------------------------------------------------
-
-
 @hookspec(firstresult=True)
 def dsh_present_call(tool: ToolDefinition, args: Any) -> CallView | None:
     """Present a pending call as a card: `GenericCallView`, `TerminalCallView` or `DiffCallView`.
 
     **Chaining: firstresult.** The first card returned wins; then the tool's own
     ``present_call``; then a generic card (the tool name and the raw arguments). A presenter that
-    raises, or returns something that is not a call view, is skipped.
-
-    Must be pure: UIs call it while the call streams in and again when a session is replayed.
+    raises, or returns something that is not a call view, is skipped. Must be pure: UIs call it
+    while the call streams in and again when a session is replayed.
 
     Args:
         tool: the `ToolDefinition` being called.

@@ -22,18 +22,19 @@ from typing import Any, final
 
 import attrs
 
-from ._host._host import Host
-from ._model._trace import TraceEvent
-from ._model._values import (
+from . import (  # the public names only, as a plugin author's tests would import them
     ApprovalOutcome,
     ApprovalRequest,
+    Host,
     Scope,
+    ToolDefinition,
     ToolExecutionInput,
     ToolExecutionResult,
+    TraceEvent,
+    define_tool,
+    hookimpl,
+    new_call_id,
 )
-from ._pipeline._pipeline import new_call_id
-from ._registry._hooks import hookimpl
-from ._schema._tool import ToolDefinition, define_tool
 
 __all__ = [
     "ScriptedApprover",

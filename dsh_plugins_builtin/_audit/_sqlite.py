@@ -1,4 +1,9 @@
-"""The audit database's file on disk: a pinned directory, and no symbolic link in the way."""
+"""The audit database's file on disk: a pinned directory, and no symbolic link in the way.
+
+`DatabaseFile` keeps the SQLite database open only while it is the file at its path: one
+deleted or replaced while the host runs (its directory removed, the file unlinked or swapped) is
+noticed before and after every commit, said, and opened anew at the path.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,113 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, final
 
 from ._faults import Replaced
-from ._schema import migrate
+from ._schema import INSERT, INSERT_HEALTH, migrate
 
-__all__ = ["check_path", "connect_database", "create_database"]
+__all__ = ["DatabaseFile", "check_path", "connect_database", "create_database"]
+
+
+@final
+class DatabaseFile:
+    """The SQLite database at *path*, used only while it is the file at that path.
+
+    Args:
+        path: the database file, already resolved (no symbolic link in it).
+        busy_timeout: seconds a commit waits for another writer's lock before failing.
+        lock: held to close the database when it is found gone (the writer's lock).
+        gone: told why, when the open database is found gone or replaced.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        busy_timeout: float,
+        lock: threading.RLock,
+        gone: Callable[[str], None],
+    ) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._lock = lock
+        self._gone = gone
+        self.connection: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the open database
+        self._held: int | None = None  # a descriptor on it: st_nlink 0 once it is unlinked
+        self._pin: tuple[int, int] | None = None  # (device, inode) of the directory
+
+    def pin(self) -> None:
+        """Create the database's directory now and remember its identity (see `check_path`)."""
+        if self._pin is None:
+            self._pin = check_path(self.path, self._pin)
+
+    def connect(self) -> sqlite3.Connection:
+        """The open connection, or a new one after checking the path was not replaced."""
+        if self.connection is not None:
+            if self.same_file():
+                return self.connection
+            self.moved()
+        self._pin = check_path(self.path, self._pin)
+        create_database(self.path)
+        self._pin = check_path(self.path, self._pin)
+        connection, self._held, self._identity = connect_database(self.path, self.busy_timeout)
+        self.connection = connection
+        return connection
+
+    def commit(
+        self,
+        connection: sqlite3.Connection,
+        rows: list[tuple[Any, ...]],
+        health: list[tuple[Any, ...]],
+    ) -> bool:
+        """Commit *rows* and *health* in one transaction on *connection* (from `connect`);
+        whether they are in the file at the path (``False``: deleted or replaced meanwhile)."""
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.executemany(INSERT, rows)
+            connection.executemany(INSERT_HEALTH, health)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return self.same_file()
+
+    def same_file(self) -> bool:
+        """Whether the open database is still the file at its path (not unlinked, not swapped)."""
+        try:
+            st = os.lstat(self.path)
+            held = os.fstat(self._held) if self._held is not None else None
+        except OSError:  # gone, or its directory is
+            return False
+        if held is not None and held.st_nlink == 0:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
+
+    def moved(self) -> None:
+        """The open database is gone or replaced: say why and close it."""
+        directory = self.path.parent
+        if not os.path.lexists(directory):
+            why = "directory was removed"
+        elif not os.path.lexists(self.path):
+            why = "file was deleted"
+        else:
+            why = "file was replaced by another file"
+        self._gone(why)
+        with self._lock:
+            self.close()
+
+    def close(self) -> None:
+        """Close the connection and the descriptor held on the file (a later `connect` reopens)."""
+        if self.connection is not None:
+            connection, self.connection = self.connection, None
+            connection.close()
+        if self._held is not None:
+            held, self._held = self._held, None
+            os.close(held)
 
 
 def check_path(path: Path, pin: tuple[int, int] | None) -> tuple[int, int]:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from dsh_host import ToolDefinition, ToolExecution, ToolExecutionResult, thaw
 
@@ -95,71 +97,111 @@ def _shaped(
     if result.is_error or name is None or not isinstance(args, dict):
         return None
     meta = thaw(result.meta) if isinstance(thaw(result.meta), dict) else {}
-    text = result.text
+    shape = _SHAPES.get(name)
+    return shape(_Done(args, meta, result.text, workspace)) if shape is not None else None
 
-    def path(default: str = ".") -> str:
-        value = args.get("path", default)
-        return str(_absolute(value if isinstance(value, str) else default, workspace))
 
-    if name == "Bash":
-        return {
-            "stdout": text,
-            "stderr": "",
-            "interrupted": bool(meta.get("timed_out")),
-            "isImage": False,
-        }
-    if name == "Read":
-        count = int(meta.get("count", 0))
-        lines = [_READ_LINE.sub("", line, count=1) for line in _lines(text, count)]
-        return {
-            "type": "text",
-            "file": {
-                "filePath": path(),
-                "content": "\n".join(lines),
-                "numLines": count,
-                "startLine": int(meta.get("offset", 1)),
-                "totalLines": int(meta.get("total_lines", count)),
-            },
-        }
-    if name == "Write":
-        created = meta.get("created")
-        return {
-            "type": "create" if created else "update",
-            "filePath": path(),
-            "content": args.get("content"),
-            "success": True,
-        }
-    if name == "Edit":
-        return {
-            "filePath": path(),
-            "oldString": args.get("old_text"),
-            "newString": args.get("new_text"),
-            "replaceAll": bool(args.get("replace_all", False)),
-            "userModified": False,
-            "success": True,
-        }
-    if name == "Glob":
-        found = _lines(text, int(meta.get("count", 0)))
-        return {
-            "filenames": [os.path.join(str(workspace), f) for f in found],
-            "numFiles": len(found),
-            "truncated": bool(meta.get("truncated")),
-            "durationMs": 0,
-        }
-    if name == "Grep":
-        matches = _lines(text, int(meta.get("count", 0)))
-        files: dict[str, None] = {}
-        for line in matches:
-            if hit := _GREP_LINE.match(line):
-                files.setdefault(os.path.join(str(workspace), hit.group(1)), None)
-        return {
-            "mode": "content",
-            "content": "\n".join(matches),
-            "numLines": len(matches),
-            "numFiles": len(files),
-            "filenames": list(files),
-        }
-    if name == "LS":
-        entries = _lines(text, int(meta.get("count", 0)))
-        return {"path": path(), "entries": entries, "content": text}
-    return None
+@attrs.frozen
+class _Done:
+    """A successful call, as a shape reads it: its arguments, its result's meta and text."""
+
+    args: dict[str, Any]
+    meta: dict[str, Any]
+    text: str
+    workspace: Path
+
+    def path(self, default: str = ".") -> str:
+        """The ``path`` argument, made absolute against the workspace."""
+        value = self.args.get("path", default)
+        return str(_absolute(value if isinstance(value, str) else default, self.workspace))
+
+    def lines(self) -> list[str]:
+        """The result's first ``meta["count"]`` lines."""
+        return _lines(self.text, int(self.meta.get("count", 0)))
+
+
+def _bash(done: _Done) -> dict[str, Any]:
+    return {
+        "stdout": done.text,
+        "stderr": "",
+        "interrupted": bool(done.meta.get("timed_out")),
+        "isImage": False,
+    }
+
+
+def _read(done: _Done) -> dict[str, Any]:
+    count = int(done.meta.get("count", 0))
+    lines = [_READ_LINE.sub("", line, count=1) for line in _lines(done.text, count)]
+    return {
+        "type": "text",
+        "file": {
+            "filePath": done.path(),
+            "content": "\n".join(lines),
+            "numLines": count,
+            "startLine": int(done.meta.get("offset", 1)),
+            "totalLines": int(done.meta.get("total_lines", count)),
+        },
+    }
+
+
+def _write(done: _Done) -> dict[str, Any]:
+    created = done.meta.get("created")
+    return {
+        "type": "create" if created else "update",
+        "filePath": done.path(),
+        "content": done.args.get("content"),
+        "success": True,
+    }
+
+
+def _edit(done: _Done) -> dict[str, Any]:
+    args = done.args
+    return {
+        "filePath": done.path(),
+        "oldString": args.get("old_text"),
+        "newString": args.get("new_text"),
+        "replaceAll": bool(args.get("replace_all", False)),
+        "userModified": False,
+        "success": True,
+    }
+
+
+def _glob(done: _Done) -> dict[str, Any]:
+    found = done.lines()
+    return {
+        "filenames": [os.path.join(str(done.workspace), f) for f in found],
+        "numFiles": len(found),
+        "truncated": bool(done.meta.get("truncated")),
+        "durationMs": 0,
+    }
+
+
+def _grep(done: _Done) -> dict[str, Any]:
+    matches = done.lines()
+    files: dict[str, None] = {}
+    for line in matches:
+        if hit := _GREP_LINE.match(line):
+            files.setdefault(os.path.join(str(done.workspace), hit.group(1)), None)
+    return {
+        "mode": "content",
+        "content": "\n".join(matches),
+        "numLines": len(matches),
+        "numFiles": len(files),
+        "filenames": list(files),
+    }
+
+
+def _ls(done: _Done) -> dict[str, Any]:
+    return {"path": done.path(), "entries": done.lines(), "content": done.text}
+
+
+_SHAPES: dict[str, Callable[[_Done], dict[str, Any]]] = {
+    "Bash": _bash,
+    "Read": _read,
+    "Write": _write,
+    "Edit": _edit,
+    "Glob": _glob,
+    "Grep": _grep,
+    "LS": _ls,
+}
+"""Claude Code's ``tool_response`` shape, by Claude Code tool name."""

@@ -28,83 +28,27 @@ children but cannot re-parent a ``setsid`` escapee; cgroups and PID namespaces n
 that an ordinary user may not have). The runner is some eighty lines of standard library.
 
 The host reads the hook's stdout and stderr, each capped; more than the cap is a failure (the
-tree is killed), as is a timeout or an abort. `HookRunner.run` never raises for the hook.
+tree is killed), as is a timeout or an abort (``_supervise``). `HookRunner.run` never raises for
+the hook.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
-import attrs
 import trio
 
 from dsh_host import AbortSignal
 
 from ._runner_code import RUNNER_CODE
+from ._supervise import TreeRun, supervise
 
 __all__ = ["HookRunner", "TreeRun", "shared_runner"]
-
-
-@attrs.frozen
-class TreeRun:
-    """What one run of a hook's process tree did.
-
-    Attributes:
-        outcome: ``exited`` (see ``code``), ``signaled`` (see ``code``: the signal number),
-            ``timeout``, ``aborted``, ``overflow`` (an output stream passed its cap; see
-            ``overflow``) or ``error`` (it could not start; see ``error``).
-        code: The exit code or the killing signal.
-        stdout: What the hook printed on stdout (at most the cap).
-        stderr: What it printed on stderr (at most the cap).
-        overflow: ``"stdout"`` or ``"stderr"``: the stream that passed the cap.
-        error: Why it could not start.
-    """
-
-    outcome: Literal["exited", "signaled", "timeout", "aborted", "overflow", "error"]
-    code: int = 0
-    stdout: bytes = b""
-    stderr: bytes = b""
-    overflow: str | None = None
-    error: str | None = None
-
-
-class _Reader:
-    def __init__(self, name: str, cap: int, on_overflow: trio.Event) -> None:
-        self.name = name
-        self.cap = cap
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.overflowed = False
-        self.on_overflow = on_overflow
-
-    async def drain(self, stream: trio.abc.ReceiveStream) -> None:
-        while chunk := await stream.receive_some(65536):
-            if self.overflowed:
-                continue  # keep draining (discarding) until the killed tree closes the pipe
-            self.size += len(chunk)
-            if self.size > self.cap:
-                self.overflowed = True
-                self.on_overflow.set()
-                continue
-            self.chunks.append(bytes(chunk))
-
-    @property
-    def data(self) -> bytes:
-        return b"".join(self.chunks)
-
-
-async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        async with stream:
-            await stream.send_all(data)
 
 
 class HookRunner:
@@ -210,7 +154,7 @@ class HookRunner:
         finally:
             for fd in theirs:
                 os.close(fd)
-        return await _supervise(
+        return await supervise(
             trio.lowlevel.FdStream(in_w), trio.lowlevel.FdStream(out_r),
             trio.lowlevel.FdStream(err_r), trio.lowlevel.FdStream(status_r), life_w,
             stdin=stdin, timeout=timeout, abort=abort, max_output_bytes=max_output_bytes,
@@ -228,99 +172,3 @@ def shared_runner(interpreter: str) -> HookRunner:
     if not runner.started:
         runner.start()
     return runner
-
-
-async def _supervise(
-    stdin_stream: trio.lowlevel.FdStream,
-    stdout: trio.lowlevel.FdStream,
-    stderr: trio.lowlevel.FdStream,
-    status: trio.lowlevel.FdStream,
-    life_w: int,
-    *,
-    stdin: bytes,
-    timeout: float,
-    abort: AbortSignal,
-    max_output_bytes: int,
-    grace: float,
-) -> TreeRun:
-    overflow = trio.Event()
-    out = _Reader("stdout", max_output_bytes, overflow)
-    err = _Reader("stderr", max_output_bytes, overflow)
-    said: list[bytes] = []
-    stopped: Literal["timeout", "aborted", "overflow"] | None = None
-
-    def cut_lifeline() -> None:
-        nonlocal life_w
-        if life_w >= 0:
-            os.close(life_w)
-            life_w = -1
-
-    async def read_status() -> None:
-        while chunk := await status.receive_some(4096):
-            said.append(bytes(chunk))
-
-    async def watch() -> None:
-        async with trio.open_nursery() as watchers:
-
-            async def on_abort() -> None:
-                nonlocal stopped
-                await abort.wait()
-                stopped = stopped or "aborted"
-                watchers.cancel_scope.cancel()
-
-            async def on_overflow() -> None:
-                nonlocal stopped
-                await overflow.wait()
-                stopped = stopped or "overflow"
-                watchers.cancel_scope.cancel()
-
-            watchers.start_soon(on_abort)
-            watchers.start_soon(on_overflow)
-        cut_lifeline()  # the reaper kills the tree; the pipes then close
-
-    async def until(deadline: float) -> None:
-        nonlocal stopped
-        await trio.sleep_until(deadline)
-        stopped = stopped or "timeout"
-        cut_lifeline()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch)
-            nursery.start_soon(until, trio.current_time() + timeout)
-            async with trio.open_nursery() as io:
-                io.start_soon(_feed, stdin_stream, stdin)
-                io.start_soon(out.drain, stdout)
-                io.start_soon(err.drain, stderr)
-                io.start_soon(read_status)
-            nursery.cancel_scope.cancel()
-    finally:
-        cut_lifeline()
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(grace) as late:
-                await read_status()  # to end of file: the reaper has killed the tree and left
-            if late.cancelled_caught:
-                _kill_reaper(said)  # stuck: last resort (its tree may survive)
-            for stream in (status, stdin_stream, stdout, stderr):
-                await stream.aclose()
-    if stopped == "overflow":
-        name = "stdout" if out.overflowed else "stderr"
-        return TreeRun("overflow", stdout=out.data, stderr=err.data, overflow=name)
-    if stopped is not None:
-        return TreeRun(stopped, stdout=out.data, stderr=err.data)
-    lines = b"".join(said).decode("utf-8", "replace").split("\n", 1)
-    kind, _, rest = (lines[1] if len(lines) > 1 else "").partition(" ")
-    if kind == "exit":
-        return TreeRun("exited", int(rest), out.data, err.data)
-    if kind == "signal":
-        return TreeRun("signaled", int(rest), out.data, err.data)
-    if kind == "error":
-        return TreeRun("error", stdout=out.data, stderr=err.data, error=rest)
-    return TreeRun("error", error="the hook's reaper ended without a report")
-
-
-def _kill_reaper(said: list[bytes]) -> None:
-    first = b"".join(said).split(b"\n", 1)[0]
-    if first.startswith(b"pid "):
-        with contextlib.suppress(ValueError, OSError):
-            os.kill(int(first[4:]), signal.SIGKILL)

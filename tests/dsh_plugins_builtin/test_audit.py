@@ -273,7 +273,7 @@ async def test_no_worker_thread_round_trip_per_call(make_host, db, plugin, monke
         await host.call("echo", {"text": str(i)})
     assert offloaded == []
     assert count(db) == 20
-    assert plugin._writer._thread.name == f"dsh audit writer: {db}"
+    assert plugin._writer._queue._thread.name == f"dsh audit writer: {db}"
 
 
 async def test_the_database_is_owner_only_and_in_wal_mode(make_host, db, plugin):

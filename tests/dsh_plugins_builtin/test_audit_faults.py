@@ -96,7 +96,7 @@ async def test_a_deleted_database_is_recreated_and_every_later_call_recorded(
     assert texts(db) == ["again"]
     assert len(warnings(caplog)) == 1
     assert plugin._writer.lost_total == 0
-    assert plugin._writer.recreated == 2
+    assert plugin._writer.losses.recreated == 2
 
 
 async def test_a_database_replaced_by_another_file_records_into_the_file_at_the_path(
@@ -132,7 +132,7 @@ async def test_a_database_deleted_during_a_commit_gets_the_rows_again(make_host,
     host = make_host(plugin, tools=[make_echo()], config=audited(db, durability="sync"))
     await run_calls(host, plugin, ["before"])
     writer = plugin._writer
-    real = writer._same_file
+    real = writer._file.same_file
     calls = []
 
     def same_file() -> bool:
@@ -141,7 +141,7 @@ async def test_a_database_deleted_during_a_commit_gets_the_rows_again(make_host,
             remove_database(db)
         return real()
 
-    writer._same_file = same_file  # type: ignore[method-assign]
+    writer._file.same_file = same_file  # type: ignore[method-assign]
     await run_calls(host, plugin, ["during"])
     assert texts(db) == ["during"]
     assert writer.lost_total == 0
@@ -155,7 +155,7 @@ def inject(
 ) -> Callable[[], None]:
     """Run *pragma* on every connection the writer opens; returns the undo."""
     writer = plugin._writer
-    real = writer._connect
+    real = writer._file.connect
 
     def connect() -> sqlite3.Connection:
         connection = real()
@@ -163,12 +163,12 @@ def inject(
         return connection
 
     writer._close_connection()
-    writer._connect = connect  # type: ignore[method-assign]
+    writer._file.connect = connect  # type: ignore[method-assign]
 
     def undo() -> None:
         with writer._lock:
             writer._close_connection()
-            writer._connect = real  # type: ignore[method-assign]
+            writer._file.connect = real  # type: ignore[method-assign]
 
     return undo
 

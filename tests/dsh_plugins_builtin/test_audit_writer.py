@@ -28,7 +28,7 @@ from dsh_host import (
     ToolExecutionResult,
     define_tool,
 )
-from dsh_plugins_builtin._audit import _writer as _audit_writer
+from dsh_plugins_builtin._audit import _queue as _audit_queue
 from dsh_plugins_builtin._audit._faults import Replaced as _Replaced
 from dsh_plugins_builtin._audit._faults import classify as _classify
 from dsh_plugins_builtin._audit._writer import AuditWriter
@@ -82,7 +82,7 @@ class Gate:
         self.opened = threading.Event()
         self.arrived = threading.Event()
         self.batches: list[int] = []
-        real = writer._commit
+        real = writer._queue._commit
 
         def commit(entries: list[Any]) -> None:
             self.arrived.set()
@@ -90,7 +90,7 @@ class Gate:
             self.batches.append(len(entries))
             real(entries)
 
-        writer._commit = commit  # type: ignore[method-assign]
+        writer._queue._commit = commit
 
     async def wait_arrived(self) -> None:
         await trio.to_thread.run_sync(self.arrived.wait)
@@ -110,16 +110,16 @@ async def test_concurrent_rows_are_committed_in_batches_with_one_wake_up_each(
     writer = plugin._writer
     gate = Gate(writer)
     wake_ups = []
-    real_wake = _audit_writer._wake
+    real_wake = _audit_queue._wake
     monkeypatch.setattr(
-        _audit_writer, "_wake", lambda waiters: (wake_ups.append(len(waiters)), real_wake(waiters))
+        _audit_queue, "_wake", lambda waiters: (wake_ups.append(len(waiters)), real_wake(waiters))
     )
     async with trio.open_nursery() as nursery:
         for i in range(200):
             nursery.start_soon(host.call, "echo", {"text": str(i)})
         await gate.wait_arrived()  # the writer holds its first batch; every call is queued
-        held = writer._busy
-        assert held + len(writer._rows) == 200
+        held = writer._queue._busy
+        assert held + len(writer._queue._rows) == 200
         gate.open()
     assert count(db) == 200
     assert gate.batches == [held, 200 - held]  # two commits for 200 calls
@@ -130,8 +130,8 @@ async def test_a_full_queue_makes_calls_wait_and_drops_nothing(make_host, db, pl
     config = audited(db, queue_size=3, durability="async")
     host = make_host(plugin, tools=[make_echo()], config=config)
     writer = plugin._writer
-    start = writer._start
-    writer._start = lambda: None  # type: ignore[method-assign]  # no writer: the queue fills
+    start = writer._queue._start
+    writer._queue._start = lambda: None  # type: ignore[method-assign]  # no writer: the queue fills
     returned = []
 
     async def call(i: int) -> None:
@@ -142,7 +142,7 @@ async def test_a_full_queue_makes_calls_wait_and_drops_nothing(make_host, db, pl
             nursery.start_soon(call, i)
         await trio.testing.wait_all_tasks_blocked()
         assert len(returned) == 3  # three rows fit; seven calls wait, their rows queued
-        assert len(writer._rows) == 10
+        assert len(writer._queue._rows) == 10
         with writer._lock:
             start()
     assert count(db) == 10
@@ -262,7 +262,7 @@ def test_async_rows_are_committed_before_the_trio_run_ends(db):
     host.registry.register(make_echo())
     writer = plugin._writer
     flushing = threading.Event()
-    real_commit, real_flush = writer._commit, writer.flush
+    real_commit, real_flush = writer._queue._commit, writer._queue.flush
 
     def commit(entries: list[Any]) -> None:  # held until the end of the run asks for a flush
         assert flushing.wait(20), "nothing flushed the queue when the trio run ended"
@@ -272,7 +272,7 @@ def test_async_rows_are_committed_before_the_trio_run_ends(db):
         flushing.set()
         return real_flush(timeout)
 
-    writer._commit, writer.flush = commit, flush  # type: ignore[method-assign]
+    writer._queue._commit, writer._queue.flush = commit, flush  # type: ignore[method-assign]
 
     async def main() -> None:
         for i in range(100):
@@ -302,7 +302,7 @@ def test_several_hosts_and_trio_runs_share_one_database(db):
     assert count(db) == 300
     for plugin in plugins:
         plugin.close()
-        assert plugin._writer._thread is None  # close() stopped the thread
+        assert plugin._writer._queue._thread is None  # close() stopped the thread
 
 
 async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
@@ -310,8 +310,8 @@ async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
     await host.call("echo", {"text": "a"})
     plugin.close()
     assert count(db) == 1
-    assert plugin._writer._thread is None
-    assert plugin._writer._connection is None
+    assert plugin._writer._queue._thread is None
+    assert plugin._writer._file.connection is None
     await host.call("echo", {"text": "b"})
     plugin.close()
     assert count(db) == 2
@@ -320,17 +320,17 @@ async def test_close_flushes_and_a_later_row_reopens(make_host, db, plugin):
 async def test_the_thread_starts_with_the_first_row_and_ends_when_idle(
     make_host, db, plugin, monkeypatch
 ):
-    monkeypatch.setattr(_audit_writer, "IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(_audit_queue, "IDLE_SECONDS", 0.0)
     host = make_host(plugin, tools=[make_echo()], config=audited(db))
     writer = plugin._writer
-    assert writer._thread is None  # no row yet, no thread
+    assert writer._queue._thread is None  # no row yet, no thread
     for text in ("a", "b"):
         await host.call("echo", {"text": text})
-        thread = writer._thread
+        thread = writer._queue._thread
         if thread is not None:
             await trio.to_thread.run_sync(thread.join, 10)
             assert not thread.is_alive()
-        assert writer._thread is None
+        assert writer._queue._thread is None
     assert count(db) == 2
 
 
@@ -339,7 +339,7 @@ async def test_close_from_the_writer_thread_itself_neither_deadlocks_nor_loses_r
 ):
     host = make_host(plugin, tools=[make_echo()], config=audited(db))
     writer = plugin._writer
-    real = writer._commit
+    real = writer._queue._commit
 
     def commit(entries: list[Any]) -> None:
         # What a garbage collection in the writer thread, inside its lock, can do: finalise
@@ -351,10 +351,10 @@ async def test_close_from_the_writer_thread_itself_neither_deadlocks_nor_loses_r
             writer._lock.release()
         real(entries)
 
-    writer._commit = commit  # type: ignore[method-assign]
+    writer._queue._commit = commit
     await host.call("echo", {"text": "x"})
     assert count(db) == 1
-    writer._commit = real  # type: ignore[method-assign]
+    writer._queue._commit = real
     await host.call("echo", {"text": "y"})  # a stopped writer starts again
     assert count(db) == 2
 
@@ -468,7 +468,7 @@ async def test_each_kind_of_failure_is_reported_once(make_host, db, plugin, capl
     host = make_host(plugin, tools=[make_echo()], config=audited(db, busy_timeout_ms=0))
     await host.call("echo", {"text": "first"})
     writer = plugin._writer
-    real = writer._connect
+    real = writer._file.connect
     failures = iter([sqlite3.OperationalError("database or disk is full")] * 3)
 
     def connect() -> sqlite3.Connection:
@@ -477,7 +477,7 @@ async def test_each_kind_of_failure_is_reported_once(make_host, db, plugin, capl
             raise error
         return real()
 
-    writer._connect = connect  # type: ignore[method-assign]
+    writer._file.connect = connect  # type: ignore[method-assign]
     writer._close_connection()
     holder = sqlite3.connect(db, isolation_level=None)
     for i in range(3):  # full, full, full
