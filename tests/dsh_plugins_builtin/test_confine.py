@@ -627,3 +627,57 @@ async def test_a_namespace_still_alive_after_the_grace_is_said_not_hidden(
     out.feed(b"partial\n")
     out.notes.append("[sandbox: some of its processes may still be running]")
     assert out.text() == "partial\n[sandbox: some of its processes may still be running]\n"
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "danger-full-access"])
+async def test_a_command_starts_without_a_thread_hop(
+    backend: str, ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: a bwrap or unconfined command is spawned on the event loop's thread (``vfork``
+    returns at ``exec``), a Landlock one through the fork server; only the fallback that forks
+    the host with a preexec hook goes to a worker thread."""
+    policy = SandboxPolicy(mode, ws, protected=())
+    await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)  # probed
+    forking_host = (
+        backend == "landlock" and not _forkclient.ENABLED and mode != "danger-full-access"
+    )
+    hops: list[Any] = []
+    real = trio.to_thread.run_sync
+
+    async def counting(function: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(function)
+        return await real(function, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    result = await run_confined("echo ok", cwd=ws, policy=policy, backend=backend, timeout=30)
+    assert result.output == "ok\n"
+    assert bool(hops) == forking_host, hops
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)
+async def test_the_view_is_computed_once_per_policy_what_exists_at_each_command(
+    backend: str, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: the mount layout (hidden directories, binds, protected and denied paths) is
+    path arithmetic done at a policy's first command, not at every one; whether a
+    ``deny_read`` entry exists is still looked at per command, so one made later is hidden."""
+    from dsh_plugins_builtin._sandbox import _bwrap
+
+    secret = ws / "keys"
+    policy = SandboxPolicy("workspace-write", ws, protected=(), deny_read=(secret,))
+    computed: list[SandboxPolicy] = []
+    real = _bwrap.masked_dirs
+
+    def counting(policy: SandboxPolicy) -> Any:
+        computed.append(policy)
+        return real(policy)
+
+    monkeypatch.setattr(_bwrap, "masked_dirs", counting)
+    await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)
+    secret.mkdir()
+    (secret / "id").write_text("SECRET-KEY")
+    result = await run_confined(
+        "cat keys/id; echo", cwd=ws, policy=policy, backend=backend, timeout=30
+    )
+    assert "SECRET-KEY" not in result.output
+    assert computed == [policy]
