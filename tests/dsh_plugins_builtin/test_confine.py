@@ -681,3 +681,37 @@ async def test_the_view_is_computed_once_per_policy_what_exists_at_each_command(
     )
     assert "SECRET-KEY" not in result.output
     assert computed == [policy]
+
+
+def test_the_environment_filter_runs_again_only_when_something_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 27: the same table over the same environment gives the answer it gave, without
+    matching every name again; a changed variable, table or TMPDIR is filtered anew."""
+    from dsh_plugins_builtin._sandbox import _env
+
+    filtered: list[str] = []
+    real = _env._inherited
+
+    def counting(name: str, *args: Any) -> bool:
+        filtered.append(name)
+        return bool(real(name, *args))
+
+    monkeypatch.setattr(_env, "_inherited", counting)
+    config = _env.EnvConfig(include=("MEMO_TEST_*",))
+    environ = {"PATH": "/bin", "MEMO_TEST_A": "1"}
+    first = _env.command_env(environ, config, tmpdir="/tmp")
+    filtered.clear()
+    again = _env.command_env(environ, config, tmpdir="/tmp")
+    assert again == first
+    assert again is not first
+    assert filtered == []
+    again["PATH"] = "changed by a caller"  # a copy: the next answer is not affected
+    environ["MEMO_TEST_B"] = "2"
+    changed = _env.command_env(environ, config, tmpdir="/tmp")
+    assert changed["PATH"] == "/bin"
+    assert changed["MEMO_TEST_B"] == "2"
+    assert filtered
+    filtered.clear()
+    assert _env.command_env(environ, config, tmpdir=None).get("TMPDIR") is None
+    assert filtered
