@@ -304,7 +304,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         },
         "bash_true": await bench_bash(workspace, args.calls, 0 if args.check else args.phases),
     }
-    if not args.check:
+    if not (args.check or args.no_grep):
         report["grep"] = await bench_grep(Path(args.root).resolve(), args.runs)
     return report
 
@@ -371,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", default="/tmp/dsh-bench-tools")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true", help="print the table rows only")
+    parser.add_argument("--no-grep", action="store_true", help="only the sandbox spawn")
     args = parser.parse_args(argv)
     report = trio.run(main_async, args)
     if args.json:
@@ -380,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"load average: {' '.join(f'{x:.2f}' for x in report['machine']['load'])}")
         print_bash(report["bash_true"])
-        print_grep(report["grep"], args.root, args.runs)
+        if "grep" in report:
+            print_grep(report["grep"], args.root, args.runs)
     return 0
 
 

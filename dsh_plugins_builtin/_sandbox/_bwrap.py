@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -216,11 +218,15 @@ class Layout:
     def denied_now(self) -> list[tuple[Path, bool]]:
         """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
         out = []
-        for path in self.denied:
-            if os.path.isdir(path):
-                out.append((path, True))
-            elif os.path.lexists(path):
-                out.append((path, False))
+        for path in self.denied:  # one lstat each (a stat too for a symlink, as isdir would)
+            try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISLNK(mode):
+                    with contextlib.suppress(OSError):
+                        mode = os.stat(path).st_mode
+            except OSError:
+                continue  # missing: nothing to hide
+            out.append((path, stat.S_ISDIR(mode)))
         return out
 
 
