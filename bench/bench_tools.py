@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib
 import inspect
 import json
 import os
@@ -49,7 +50,7 @@ from typing import Any
 import trio
 
 from dsh_host import Host
-from dsh_plugins_builtin._sandbox import _confine, _forkclient, _mountpoints, _plugin, _run
+from dsh_plugins_builtin._sandbox import _forkclient
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin._tools._walk import walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -201,23 +202,23 @@ class Phases:
             undo()
 
 
-STEPS = (  # (owner, attribute, label): the leaves of a sandboxed call, in order
-    (_plugin.SandboxPlugin, "resolve_cwd", "cwd fence"),
-    (_confine, "check_pinned", "pins, backend, environment"),
-    (_confine, "select_backend", "pins, backend, environment"),
-    (_confine, "command_env", "pins, backend, environment"),
-    (_mountpoints._MountPoints, "take", "protected mount points: take"),
-    (_confine, "open_roots", "pinned root descriptors"),
-    (_confine, "filter_bpf", "seccomp program (+ pipe)"),
-    (_confine, "seccomp_pipe", "seccomp program (+ pipe)"),
-    (_confine, "confine_argv", "argv"),
-    (_confine, "mount_plan", "mount plan + ruleset (cached)"),
-    (_confine, "_landlock_prepared", "mount plan + ruleset (cached)"),
-    (_run, "_start", "spawn (to exec; landlock: the fork server round trip)"),
-    (_run, "_watch", "the command runs (bwrap setup, bash, exit), output read"),
-    (_run, "_stop", "kill + reap"),
-    (_run._Namespace, "wait_gone", "PID namespace gone"),
-    (_mountpoints._MountPoints, "give_back", "protected mount points: rmdir"),
+STEPS = (  # (module, attribute path, label): the leaves of a sandboxed call, in order
+    ("_plugin", "SandboxPlugin.resolve_cwd", "cwd fence"),
+    ("_confine", "check_pinned", "pins, backend, environment"),
+    ("_confine", "select_backend", "pins, backend, environment"),
+    ("_confine", "command_env", "pins, backend, environment"),
+    ("_mountpoints", "_MountPoints.take", "protected mount points: take"),
+    ("_confine", "open_roots", "pinned root descriptors"),
+    ("_confine", "filter_bpf", "seccomp program (+ pipe)"),
+    ("_confine", "seccomp_pipe", "seccomp program (+ pipe)"),
+    ("_confine", "confine_argv", "argv"),
+    ("_confine", "mount_plan", "mount plan + ruleset (cached)"),
+    ("_confine", "_landlock_prepared", "mount plan + ruleset (cached)"),
+    ("_run", "_start", "spawn (to exec; landlock: the fork server round trip)"),
+    ("_run", "_watch", "the command runs (bwrap setup, bash, exit), output read"),
+    ("_run", "_stop", "kill + reap"),
+    ("_run", "_Namespace.wait_gone", "PID namespace gone"),
+    ("_mountpoints", "_MountPoints.give_back", "protected mount points: rmdir"),
 )
 _INSIDE_WATCH = ("kill + reap", "PID namespace gone")
 
@@ -225,8 +226,15 @@ _INSIDE_WATCH = ("kill + reap", "PID namespace gone")
 async def breakdown(host: Host, calls: int) -> dict[str, float]:
     """The median per call of each step (ms), and the rest of ``host.call``."""
     phases = Phases()
-    for owner, attr, label in STEPS:
-        phases.wrap(owner, attr, label)
+    for module, path, label in STEPS:
+        try:
+            owner: Any = importlib.import_module(f"dsh_plugins_builtin._sandbox.{module}")
+            *outer, attr = path.split(".")
+            for name in outer:
+                owner = getattr(owner, name)
+            phases.wrap(owner, attr, label)
+        except (ImportError, AttributeError):
+            continue  # another version of the sandbox: that step is not timed
     per_call: list[dict[str, float]] = []
     try:
         for _ in range(calls):
