@@ -328,10 +328,10 @@ def check_rows(bash: dict[str, Any]) -> list[str]:
         got = bash["landlock_over_bwrap"] if key == "landlock / bwrap" else None
         got = got if got is not None else bash["ratio_to_raw_bwrap"].get(key)
         if got is None:
-            rows.append(f"| {figure} | n/a | n/a | <= {TARGETS[key]:g} |")
+            rows.append(f"| {figure} | n/a | n/a | <= {TARGETS[key]:.1f} |")
         else:
             rows.append(
-                f"| {figure} | {got['min']:.2f} | {got['median']:.2f} | <= {TARGETS[key]:g} |"
+                f"| {figure} | {got['min']:.2f} | {got['median']:.2f} | <= {TARGETS[key]:.1f} |"
             )
     return rows
 
