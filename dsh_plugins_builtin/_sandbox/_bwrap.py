@@ -230,7 +230,9 @@ class Layout:
         return out
 
 
-_LAYOUTS: dict[int, tuple[SandboxPolicy, str | None, Layout]] = {}
+# By policy: the policy, $XDG_RUNTIME_DIR, its layout, and the socket directories that did not
+# exist then (one that appears since is hidden from the next command on: the layout is redone).
+_LAYOUTS: dict[int, tuple[SandboxPolicy, str | None, Layout, tuple[str, ...]]] = {}
 
 
 def layout_of(policy: SandboxPolicy) -> Layout:
@@ -238,7 +240,10 @@ def layout_of(policy: SandboxPolicy) -> Layout:
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     hit = _LAYOUTS.get(id(policy))
     if hit is not None and hit[0] is policy and hit[1] == runtime_dir:
-        return hit[2]
+        cached, absent = hit[2], hit[3]
+        if not any(os.path.isdir(path) for path in absent):  # none of them made since
+            return cached
+    absent = tuple(text for text in _socket_dirs() if not os.path.isdir(text))
     rw = rw_roots(policy)
     masks = masked_dirs(policy)
     tmp = private_tmp(policy)
@@ -257,7 +262,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
     )
     if len(_LAYOUTS) >= 16:
         _LAYOUTS.clear()
-    _LAYOUTS[id(policy)] = (policy, runtime_dir, layout)
+    _LAYOUTS[id(policy)] = (policy, runtime_dir, layout, absent)
     return layout
 
 
@@ -283,10 +288,7 @@ def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
     rw = rw_roots(policy)
     tmp = private_tmp(policy)
     out: list[Path] = []
-    spelled = ["/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")]
-    for text in spelled:
-        if not text.startswith("/"):
-            continue
+    for text in _socket_dirs():
         real = canonical(Path(text))
         if not real.is_dir() or real == Path("/") or any(under(real, o) for o in out):
             continue
@@ -295,6 +297,12 @@ def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
         out = [o for o in out if not under(o, real)]
         out.append(real)
     return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
+
+
+def _socket_dirs() -> tuple[str, ...]:
+    """Where other programs keep their Unix sockets, as spelled (absolute only)."""
+    spelled = ("/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""))
+    return tuple(text for text in spelled if text.startswith("/"))
 
 
 def _mounts(

@@ -715,3 +715,28 @@ def test_the_environment_filter_runs_again_only_when_something_changed(
     filtered.clear()
     assert _env.command_env(environ, config, tmpdir=None).get("TMPDIR") is None
     assert filtered
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)
+async def test_a_socket_directory_made_after_the_first_command_is_hidden_from_the_next(
+    backend: str, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 row 1 with the view computed once (issue 27): ``$XDG_RUNTIME_DIR`` did not exist
+    at the policy's first command; once it does, the next command does not see into it."""
+    base = Path(tempfile.mkdtemp(prefix="dsh-xdg-", dir=Path.home())).resolve()
+    try:
+        runtime = base / "run-user"
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        policy = SandboxPolicy("workspace-write", ws, protected=())
+        first = await run_confined(
+            f"ls {runtime} || echo missing", cwd=ws, policy=policy, backend=backend, timeout=30
+        )
+        assert "missing" in first.output
+        runtime.mkdir()
+        (runtime / "agent.sock").write_text("HOST-SOCKET")
+        result = await run_confined(
+            f"cat {runtime}/agent.sock; echo", cwd=ws, policy=policy, backend=backend, timeout=30
+        )
+        assert "HOST-SOCKET" not in result.output
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
