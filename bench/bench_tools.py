@@ -1,26 +1,40 @@
-"""What the sandbox and the built-in search cost, measured through the whole dsh pipeline.
+r"""What the sandbox and the built-in search cost, measured through the whole dsh pipeline.
 
-Run with ``python bench/bench_tools.py [--calls 20] [--runs 5] [--root /work/main] [--json]``.
+Run with ``python bench/bench_tools.py [--calls 30] [--runs 5] [--root DIR] [--json] [--check]``.
 
-1. **Sandbox overhead of ``bash``.** ``bash -c true`` through ``host.call`` (validation, the tool
-   body, the sandbox plugin, ``run_confined``), once per configuration per round, rounds
-   interleaved so drift hits every configuration alike: unconfined (``danger-full-access``),
-   ``bwrap``, ``landlock`` (started by the fork server), ``landlock`` forking the host (its
-   fallback), and a raw ``bwrap ... true`` spawn (the same profile minus the seccomp filter, no
-   dsh at all). Reported: the median of ``--calls`` calls, the cost each backend adds over the
-   unconfined median, each median as a ratio to the raw bwrap spawn, and landlock / bwrap
-   (target <= 1.2, issue 11).
-2. **``grep`` vs ``grep -rn``.** The ``grep`` tool over ``--root`` through ``host.call``, against
-   ``grep -rnE PATTERN ROOT`` and against ``grep -nE PATTERN FILES...`` over exactly the files
-   the tool searches (the tool skips ``.git`` and ``.gitignore``d files; ``grep -rn`` reads
-   everything), output captured, alternated, median of ``--runs`` runs each, as ratios
-   (tool / grep). Two patterns: ``def `` (the tool stops at its 500-match cap, as a model would
-   see it) and a pattern that matches nothing (every file is read: full-scan throughput).
+1. **Sandbox spawn.** ``bash -c true`` through ``host.call`` with the default stack (private
+   tmp, protected paths, ``deny_read``, environment allowlist, limits, seccomp), once per
+   configuration per round, rounds interleaved so drift hits every configuration alike, garbage
+   collection paused during a sample: unconfined (``danger-full-access``), ``bwrap``,
+   ``landlock`` (started by the fork server; no protected paths, which it refuses), ``landlock``
+   forking the host (its fallback), and a raw ``bwrap ... true`` spawn (``--ro-bind / / --dev
+   /dev --proc /proc --unshare-all --cap-drop ALL --new-session --die-with-parent``, no dsh, a
+   blocking ``subprocess.run``). Reported: min and median per configuration, ratios of mins and
+   of medians to the raw spawn, and landlock / bwrap.
+2. **Where the time goes** (``--phases N`` calls per backend, after the timed rounds; the
+   instrumented functions cost a little themselves): the median per call of each step between
+   ``host.call`` and the result: the cwd fence, pins + backend choice + environment, the
+   protected mount points taken and given back (bwrap ``mkdir``\s them; their removal is an
+   ``rmdir`` each), the pinned root descriptors, the seccomp program, the argv, the spawn (up to
+   ``exec``), the command's run (bwrap's setup, bash, its exit), the kill and reaping, the PID
+   namespace's end, and the rest (pipeline, output, result, audit).
+3. **``grep`` vs ``grep -rn``** (not with ``--check``; ``bench_search.py`` has the ripgrep
+   row). The ``grep`` tool over ``--root`` through ``host.call``, against ``grep -rnE PATTERN
+   ROOT`` and against ``grep -nE PATTERN FILES...`` over exactly the files the tool searches,
+   median of ``--runs`` runs each, as ratios (tool / grep); a pattern that stops at the
+   500-match cap and one that matches nothing (a full scan).
+
+``--check`` prints the table rows of issue 27 this script owns: ``| figure | min | median |
+target |``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
+import importlib
+import inspect
 import json
 import os
 import platform
@@ -29,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +58,8 @@ from dsh_plugins_builtin.tools import ToolsPlugin
 
 NO_MATCH = "zq_no_such_token_[0-9]{40}"
 HOST_FORK = "landlock (forking the host)"
+RAW = "raw bwrap ... true"
+TARGETS = {"bwrap": 1.2, "landlock / bwrap": 1.0}
 
 
 def make_host(workspace: Path, **sandbox: Any) -> Host:
@@ -59,59 +76,182 @@ async def time_call(host: Host, name: str, args: dict[str, Any]) -> tuple[float,
     return elapsed, result
 
 
-async def bench_bash(workspace: Path, calls: int) -> dict[str, Any]:
+def bash_configs(workspace: Path) -> tuple[dict[str, Host], dict[str, str]]:
+    """The hosts to compare (the default stack per backend) and the backends skipped."""
     probes = probe_backends()  # probed once up front, so no call pays for it
     configs: dict[str, Host] = {"unconfined": make_host(workspace, mode="danger-full-access")}
     skipped: dict[str, str] = {}
     for backend in ("bwrap", "landlock"):
         reason = probes["landlock-net" if backend == "landlock" else backend]
-        if reason is None:
-            # Landlock refuses protected paths inside writable roots: measure it without any.
-            extra: dict[str, Any] = (
-                {"protected": [], "protect_config": False} if backend == "landlock" else {}
-            )
-            configs[backend] = make_host(workspace, backend=backend, writable_roots=["."], **extra)
-            if backend == "landlock":  # the fallback: the host forks the supervisor itself
-                configs[HOST_FORK] = configs[backend]
-        else:
+        if reason is not None:
             skipped[backend] = reason
+            continue
+        # Landlock refuses protected paths inside writable roots: measure it without any.
+        extra: dict[str, Any] = (
+            {"protected": [], "protect_config": False, "protect_install": False}
+            if backend == "landlock"
+            else {}
+        )
+        configs[backend] = make_host(workspace, backend=backend, **extra)
+        if backend == "landlock":  # the fallback: the host forks the supervisor itself
+            configs[HOST_FORK] = configs[backend]
+    return configs, skipped
+
+
+def raw_bwrap() -> list[str] | None:
     bwrap = shutil.which("bwrap")
-    raw = None
-    if bwrap is not None:
-        raw = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
-        raw += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--", "true"]
-    samples: dict[str, list[float]] = {name: [] for name in configs}
-    raw_samples: list[float] = []
-    for name, host in configs.items():  # warm-up: imports, first fork
-        _forkclient.ENABLED = name != HOST_FORK
-        await time_call(host, "bash", {"command": "true"})
-    for _ in range(calls):
-        for name, host in configs.items():
-            _forkclient.ENABLED = name != HOST_FORK
-            elapsed, _result = await time_call(host, "bash", {"command": "true"})
-            samples[name].append(elapsed)
-        _forkclient.ENABLED = True
-        if raw is not None:
+    if bwrap is None:
+        return None
+    raw = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
+    return [*raw, "--cap-drop", "ALL", "--new-session", "--die-with-parent", "--", "true"]
+
+
+async def bash_sample(name: str, host: Host | None, raw: list[str] | None) -> float:
+    """One timed ``bash -c true`` (or the raw spawn), gc paused."""
+    _forkclient.ENABLED = name != HOST_FORK
+    gc.collect()
+    gc.disable()
+    try:
+        if host is None:
+            assert raw is not None
             started = time.perf_counter()
-            await trio.run_process(raw)
-            raw_samples.append(time.perf_counter() - started)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    base = medians["unconfined"]
-    raw_median = statistics.median(raw_samples) if raw_samples else None
+            subprocess.run(raw, check=True)
+            return time.perf_counter() - started
+        return (await time_call(host, "bash", {"command": "true"}))[0]
+    finally:
+        gc.enable()
+        _forkclient.ENABLED = True
+
+
+def ratio(samples: dict[str, list[float]], over: str, under: str) -> dict[str, float] | None:
+    if not samples.get(over) or not samples.get(under):
+        return None
+    return {
+        "min": min(samples[over]) / min(samples[under]),
+        "median": statistics.median(samples[over]) / statistics.median(samples[under]),
+    }
+
+
+async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]:
+    configs, skipped = bash_configs(workspace)
+    raw = raw_bwrap()
+    order: dict[str, Host | None] = {**configs, **({RAW: None} if raw is not None else {})}
+    samples: dict[str, list[float]] = {name: [] for name in order}
+    for name, host in order.items():  # warm-up: imports, first fork, the fork server
+        await bash_sample(name, host, raw)
+    for _ in range(calls):
+        for name, host in order.items():
+            samples[name].append(await bash_sample(name, host, raw))
+    ratios = {name: ratio(samples, name, RAW) for name in configs}
     return {
         "calls": calls,
-        "median_ms": {name: round(m * 1000, 2) for name, m in medians.items()},
-        "added_ms": {
-            name: round((m - base) * 1000, 2) for name, m in medians.items() if name != "unconfined"
+        "ms": {
+            name: {"min": min(v) * 1000, "median": statistics.median(v) * 1000}
+            for name, v in samples.items()
         },
-        "landlock_over_bwrap": round(medians["landlock"] / medians["bwrap"], 2)
-        if "landlock" in medians and "bwrap" in medians
-        else None,
-        "raw_bwrap_true_ms": None if raw_median is None else round(raw_median * 1000, 2),
-        "ratio_to_raw_bwrap": {}
-        if raw_median is None
-        else {name: round(m / raw_median, 2) for name, m in medians.items()},
+        "ratio_to_raw_bwrap": {k: v for k, v in ratios.items() if v is not None},
+        "landlock_over_bwrap": ratio(samples, "landlock", "bwrap"),
+        "phases": {
+            name: await breakdown(configs[name], phases)
+            for name in ("bwrap", "landlock")
+            if name in configs and phases
+        },
         "skipped": skipped,
+    }
+
+
+class Phases:
+    """Wraps the steps of a sandboxed call to time them (per call: the sum of each step)."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = {}
+        self.undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: Any, attr: str, label: str) -> None:
+        original = getattr(owner, attr)
+        add = self._add
+        if inspect.iscoroutinefunction(original):
+
+            @functools.wraps(original)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await original(*args, **kwargs)
+                finally:
+                    add(label, time.perf_counter() - started)
+
+            setattr(owner, attr, timed_async)
+        else:
+
+            @functools.wraps(original)
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    add(label, time.perf_counter() - started)
+
+            setattr(owner, attr, timed)
+        self.undo.append(lambda: setattr(owner, attr, original))
+
+    def _add(self, label: str, seconds: float) -> None:
+        self.now[label] = self.now.get(label, 0.0) + seconds
+
+    def restore(self) -> None:
+        for undo in reversed(self.undo):
+            undo()
+
+
+STEPS = (  # (module, attribute path, label): the leaves of a sandboxed call, in order
+    ("_plugin", "SandboxPlugin.resolve_cwd", "cwd fence"),
+    ("_confine", "check_pinned", "pins, backend, environment"),
+    ("_confine", "select_backend", "pins, backend, environment"),
+    ("_confine", "command_env", "pins, backend, environment"),
+    ("_mountpoints", "_MountPoints.take", "protected mount points: take"),
+    ("_confine", "open_roots", "pinned root descriptors"),
+    ("_confine", "filter_bpf", "seccomp program (+ pipe)"),
+    ("_confine", "seccomp_pipe", "seccomp program (+ pipe)"),
+    ("_confine", "confine_argv", "argv"),
+    ("_confine", "mount_plan", "mount plan + ruleset (cached)"),
+    ("_confine", "_landlock_prepared", "mount plan + ruleset (cached)"),
+    ("_run", "_start", "spawn (to exec; landlock: the fork server round trip)"),
+    ("_run", "_watch", "the command runs (bwrap setup, bash, exit), output read"),
+    ("_run", "_stop", "kill + reap"),
+    ("_run", "_Namespace.wait_gone", "PID namespace gone"),
+    ("_mountpoints", "_MountPoints.give_back", "protected mount points: rmdir"),
+)
+_INSIDE_WATCH = ("kill + reap", "PID namespace gone")
+
+
+async def breakdown(host: Host, calls: int) -> dict[str, float]:
+    """The median per call of each step (ms), and the rest of ``host.call``."""
+    phases = Phases()
+    for module, path, label in STEPS:
+        try:
+            owner: Any = importlib.import_module(f"dsh_plugins_builtin._sandbox.{module}")
+            *outer, attr = path.split(".")
+            for name in outer:
+                owner = getattr(owner, name)
+            phases.wrap(owner, attr, label)
+        except (ImportError, AttributeError):
+            continue  # another version of the sandbox: that step is not timed
+    per_call: list[dict[str, float]] = []
+    try:
+        for _ in range(calls):
+            phases.now = {}
+            total = await bash_sample("phases", host, None)
+            watch = "the command runs (bwrap setup, bash, exit), output read"
+            if watch in phases.now:
+                phases.now[watch] -= sum(phases.now.get(k, 0.0) for k in _INSIDE_WATCH)
+            phases.now["rest (pipeline, tool, result, audit)"] = total - sum(phases.now.values())
+            phases.now["total host.call"] = total
+            per_call.append(phases.now)
+    finally:
+        phases.restore()
+    labels = dict.fromkeys(label for call in per_call for label in call)
+    return {
+        label: statistics.median(call.get(label, 0.0) for call in per_call) * 1000
+        for label in labels
     }
 
 
@@ -163,45 +303,58 @@ async def bench_grep(root: Path, runs: int) -> dict[str, Any]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     workspace = Path(args.workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
-    return {
+    report: dict[str, Any] = {
         "machine": {
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load": os.getloadavg(),
         },
-        "bash_true": await bench_bash(workspace, args.calls),
-        "grep": await bench_grep(Path(args.root).resolve(), args.runs),
+        "bash_true": await bench_bash(workspace, args.calls, 0 if args.check else args.phases),
     }
+    if not (args.check or args.no_grep):
+        report["grep"] = await bench_grep(Path(args.root).resolve(), args.runs)
+    return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20, help="bash calls per configuration")
-    parser.add_argument("--runs", type=int, default=5, help="grep runs per side")
-    parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
-    parser.add_argument("--workspace", default="/tmp/dsh-bench-tools")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    report = trio.run(main_async, args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    bash = report["bash_true"]
-    print(f"bash -c true through host.call, median of {bash['calls']} calls:")
-    for name, ms in bash["median_ms"].items():
-        added = bash["added_ms"].get(name)
-        extra = f"  (+{added} ms over unconfined)" if added is not None else ""
-        ratio = bash["ratio_to_raw_bwrap"].get(name)
-        extra += f"  x{ratio} a raw bwrap spawn" if ratio is not None else ""
-        print(f"  {name:<28} {ms:8.2f} ms{extra}")
-    if bash["raw_bwrap_true_ms"] is not None:
-        print(f"  {'raw bwrap':<28} {bash['raw_bwrap_true_ms']:8.2f} ms  (bwrap ... true, no dsh)")
+def check_rows(bash: dict[str, Any]) -> list[str]:
+    """The rows of issue 27's table this script owns, ``| figure | min | median | target |``."""
+    rows = ["| figure | min | median | target |", "|---|---|---|---|"]
+    figures = (
+        ("`bash -c true` through host.call, default stack + bwrap / raw `bwrap … true`", "bwrap"),
+        ("the same with Landlock / bwrap", "landlock / bwrap"),
+    )
+    for figure, key in figures:
+        got = bash["landlock_over_bwrap"] if key == "landlock / bwrap" else None
+        got = got if got is not None else bash["ratio_to_raw_bwrap"].get(key)
+        if got is None:
+            rows.append(f"| {figure} | n/a | n/a | <= {TARGETS[key]:.1f} |")
+        else:
+            rows.append(
+                f"| {figure} | {got['min']:.2f} | {got['median']:.2f} | <= {TARGETS[key]:.1f} |"
+            )
+    return rows
+
+
+def print_bash(bash: dict[str, Any]) -> None:
+    print(f"bash -c true through host.call, {bash['calls']} interleaved rounds (ms; x raw bwrap):")
+    for name, ms in bash["ms"].items():
+        got = bash["ratio_to_raw_bwrap"].get(name)
+        extra = f"  x{got['min']:.2f} / x{got['median']:.2f}" if got is not None else ""
+        print(f"  {name:<28} min {ms['min']:7.2f}  median {ms['median']:7.2f}{extra}")
     for name, reason in bash["skipped"].items():
         print(f"  {name:<28} skipped: {reason}")
     if bash["landlock_over_bwrap"] is not None:
-        print(f"  landlock / bwrap (median): {bash['landlock_over_bwrap']:.2f}  (target <= 1.2)")
-    grep = report["grep"]
-    print(f"grep tool vs grep over {args.root} (median of {args.runs} runs; ratio = tool / grep):")
+        got = bash["landlock_over_bwrap"]
+        print(f"  landlock / bwrap: min {got['min']:.2f}, median {got['median']:.2f} (<= 1.0)")
+    for name, steps in bash["phases"].items():
+        print(f"where a {name} call's time goes (median per call of each step, ms):")
+        for label, ms in steps.items():
+            print(f"  {label:<58} {ms:7.3f}")
+
+
+def print_grep(grep: dict[str, Any], root: str, runs: int) -> None:
+    print(f"grep tool vs grep over {root} (median of {runs} runs; ratio = tool / grep):")
     for label in ("def ", "no match (full scan)"):
         row = grep[label]
         print(f"  pattern {label!r}: tool {row['tool_ms']:.2f} ms ({row['tool_matches']} matches)")
@@ -215,6 +368,29 @@ def main(argv: list[str] | None = None) -> int:
         f"  files: the tool searches {grep['files_searched_by_tool']} "
         f"(.gitignore honoured, no .git); grep -rn reads {grep['files_under_root']}"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=30, help="interleaved rounds of bash calls")
+    parser.add_argument("--phases", type=int, default=30, help="calls timed step by step")
+    parser.add_argument("--runs", type=int, default=5, help="grep runs per side")
+    parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
+    parser.add_argument("--workspace", default="/tmp/dsh-bench-tools")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--check", action="store_true", help="print the table rows only")
+    parser.add_argument("--no-grep", action="store_true", help="only the sandbox spawn")
+    args = parser.parse_args(argv)
+    report = trio.run(main_async, args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif args.check:
+        print("\n".join(check_rows(report["bash_true"])))
+    else:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in report['machine']['load'])}")
+        print_bash(report["bash_true"])
+        if "grep" in report:
+            print_grep(report["grep"], args.root, args.runs)
     return 0
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import threading
+import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
+import attrs
+
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
+from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 
@@ -76,7 +79,7 @@ def open_roots(policy: SandboxPolicy, opened: list[int]) -> dict[Path, int]:
     else."""
     pins = {pin.real: pin for pin in policy.pins}
     fds: dict[Path, int] = {}
-    for root in rw_roots(policy):
+    for root in layout_of(policy).rw:
         try:
             fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
@@ -107,26 +110,34 @@ def bwrap_argv(
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
 ) -> list[str]:
-    rw = rw_roots(policy)
+    layout = layout_of(policy)
     fds = root_fds or {}
+    tmp = layout.tmp
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    masks = masked_dirs(policy)
-    tmp = private_tmp(policy)
-    for path in masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
-        if tmp is not None and path == canonical(Path("/tmp")):
+    for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
+        if tmp is not None and path == layout.host_tmp:
             fd = fds.get(tmp)
             out += (
                 ["--bind-fd", str(fd), "/tmp"] if fd is not None else ["--bind", str(tmp), "/tmp"]
             )
         else:
             out += ["--tmpfs", str(path)]
-    for path, writable in _mounts(policy, cwd, rw, masks, tmp):
+    for path, writable in layout.mounts_now(cwd):
         if writable and path in fds:
             out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
         else:
             out += ["--bind" if writable else "--ro-bind", str(path), str(path)]
-    out += _protect_args(policy, rw, missing)
-    out += _deny_args(policy, rw, masks)
+    for path in layout.protected:  # each one inside a writable root
+        if path in missing if missing is not None else not os.path.lexists(path):
+            # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
+            # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
+            # directory as the mount point (see `_MountPoints`).
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            out += ["--ro-bind", str(path), str(path)]
+    for path, is_dir in layout.denied_now():  # an empty read-only tmpfs, or /dev/null, over it
+        out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
+        out.append(str(path))
     out += ["--unshare-all", "--unshare-user-try"]
     if policy.network:
         out.append("--share-net")
@@ -141,29 +152,118 @@ def bwrap_argv(
 def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
     """What Landlock's mount namespace does (`dsh_plugins_builtin._sandbox._mountns`): the same
     view as `bwrap_argv` gives, minus the protected paths (Landlock refuses those)."""
-    rw = rw_roots(policy)
-    masks = masked_dirs(policy)
-    tmp = private_tmp(policy)
+    layout = layout_of(policy)
+    tmp = layout.tmp
+    pins = {pin.real: pin for pin in policy.pins}
     plan: list[tuple[Any, ...]] = []
-    for path in masks:
-        if tmp is not None and path == canonical(Path("/tmp")):
-            pin = next((p for p in policy.pins if p.real == tmp), None)
+    for path in layout.masks:
+        if tmp is not None and path == layout.host_tmp:
+            pin = pins.get(tmp)
             ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
             plan.append(("bind", str(tmp), "/tmp", True, *ident))
         else:
             plan.append(("tmpfs", str(path), False))
-    pins = {pin.real: pin for pin in policy.pins}
-    for path, writable in _mounts(policy, None, rw, masks, tmp):
+    for path, writable in layout.mounts_now(None):
         pin = pins.get(path)  # a pinned root: bound only if it is still that directory
         ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
         plan.append(("bind", str(path), str(path), writable, *ident))
     for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
         if os.path.isdir(dev):
             plan.append(("tmpfs", dev, False))
-    for path, is_dir in _denied(policy, rw, masks):
+    for path, is_dir in layout.denied_now():
         plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))
     plan.append(("proc",))
     return tuple(plan)
+
+
+@attrs.frozen
+class Layout:
+    """What a command's view of the filesystem derives from the policy alone: the path
+    arithmetic, done once per policy (`layout_of`). What exists is looked at per command.
+
+    Attributes:
+        rw: The writable roots (`rw_roots`).
+        host_tmp: The host's ``/tmp`` (canonical): the private tmp is seen there.
+        masks: The hidden host directories (`masked_dirs`).
+        tmp: The private tmp (`private_tmp`).
+        mounts: The binds after the masks, outermost first: ``(path, writable, only if it
+            exists)``.
+        visible: The canonical roots a working directory needs no bind of its own under.
+        protected: The protected paths inside a writable root.
+        denied: The ``deny_read`` entries not hidden already.
+    """
+
+    rw: tuple[Path, ...]
+    host_tmp: Path
+    masks: tuple[Path, ...]
+    tmp: Path | None
+    mounts: tuple[tuple[Path, bool, bool], ...]
+    visible: frozenset[Path]
+    protected: tuple[Path, ...]
+    denied: tuple[Path, ...]
+
+    def mounts_now(self, cwd: Path | None) -> list[tuple[Path, bool]]:
+        """The binds for a command in *cwd*: ``(path, writable)``, outermost first."""
+        out = [(path, rw) for path, rw, check in self.mounts if not check or path.exists()]
+        if cwd is None or cwd in self.visible:
+            return out
+        real = canonical(cwd)
+        if real in self.visible or any(path == real for path, _ in out):
+            return out
+        if inside_any(real, self.masks) and not inside_any(real, self.rw) and real.exists():
+            out.append((real, False))  # a working directory in a hidden one stays visible
+            out.sort(key=lambda item: (len(item[0].parts), str(item[0])))
+        return out
+
+    def denied_now(self) -> list[tuple[Path, bool]]:
+        """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
+        out = []
+        for path in self.denied:  # one lstat each (a stat too for a symlink, as isdir would)
+            try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISLNK(mode):
+                    with contextlib.suppress(OSError):
+                        mode = os.stat(path).st_mode
+            except OSError:
+                continue  # missing: nothing to hide
+            out.append((path, stat.S_ISDIR(mode)))
+        return out
+
+
+# By policy: the policy, $XDG_RUNTIME_DIR, its layout, and the socket directories that did not
+# exist then (one that appears since is hidden from the next command on: the layout is redone).
+_LAYOUTS: dict[int, tuple[SandboxPolicy, str | None, Layout, tuple[str, ...]]] = {}
+
+
+def layout_of(policy: SandboxPolicy) -> Layout:
+    """*policy*'s `Layout`, computed at its first command (the last few policies are kept)."""
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    hit = _LAYOUTS.get(id(policy))
+    if hit is not None and hit[0] is policy and hit[1] == runtime_dir:
+        cached, absent = hit[2], hit[3]
+        if not any(os.path.isdir(path) for path in absent):  # none of them made since
+            return cached
+    absent = tuple(text for text in _socket_dirs() if not os.path.isdir(text))
+    rw = rw_roots(policy)
+    masks = masked_dirs(policy)
+    tmp = private_tmp(policy)
+    mounts, visible = _mounts(policy, rw, masks, tmp)
+    layout = Layout(
+        rw=rw,
+        host_tmp=canonical(Path("/tmp")),
+        masks=masks,
+        tmp=tmp,
+        mounts=mounts,
+        visible=visible,
+        protected=tuple(p for p in protected_paths(policy) if inside_any(p, rw)),
+        denied=tuple(
+            p for p in policy.deny_read if not (inside_any(p, masks) and not inside_any(p, rw))
+        ),
+    )
+    if len(_LAYOUTS) >= 16:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(policy)] = (policy, runtime_dir, layout, absent)
+    return layout
 
 
 def private_tmp(policy: SandboxPolicy) -> Path | None:
@@ -188,10 +288,7 @@ def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
     rw = rw_roots(policy)
     tmp = private_tmp(policy)
     out: list[Path] = []
-    spelled = ["/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")]
-    for text in spelled:
-        if not text.startswith("/"):
-            continue
+    for text in _socket_dirs():
         real = canonical(Path(text))
         if not real.is_dir() or real == Path("/") or any(under(real, o) for o in out):
             continue
@@ -202,145 +299,38 @@ def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
     return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
 
 
+def _socket_dirs() -> tuple[str, ...]:
+    """Where other programs keep their Unix sockets, as spelled (absolute only)."""
+    spelled = ("/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""))
+    return tuple(text for text in spelled if text.startswith("/"))
+
+
 def _mounts(
-    policy: SandboxPolicy,
-    cwd: Path | None,
-    rw: tuple[Path, ...],
-    masks: tuple[Path, ...],
-    tmp: Path | None,
-) -> list[tuple[Path, bool]]:
-    """Every bind after the masks, outermost first: ``(path, writable)``."""
-    mounts: dict[Path, bool] = {}
+    policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...], tmp: Path | None
+) -> tuple[tuple[tuple[Path, bool, bool], ...], frozenset[Path]]:
+    """Every bind after the masks, outermost first: ``(path, writable, only if it exists)``;
+    and the canonical roots seen (a working directory under one of them needs no bind)."""
+    mounts: dict[Path, tuple[bool, bool]] = {}
     pinned = {pin.path: pin.real for pin in policy.pins}  # as at start, not as now
-    visible = [policy.workspace, *policy.read_roots, *([cwd] if cwd is not None else [])]
+    visible = [policy.workspace, *policy.read_roots]
     visible += policy.runtime  # dsh's installation (``rg`` among it), e.g. a venv under /tmp
+    seen: set[Path] = set()
     for path in visible:  # a root that lies in a hidden directory stays visible
         real = pinned.get(path) or canonical(path)
+        seen.add(real)
         covered = any(under(real, root) for root in rw)
-        if inside_any(real, masks) and real.exists() and not covered:
-            mounts.setdefault(real, False)
+        if inside_any(real, masks) and not covered:
+            mounts.setdefault(real, (False, True))
     for root in rw:
         if root != tmp and not any(under(root, other) for other in rw if other != root):
-            mounts[root] = True  # a root nested in another writable root is already writable
+            mounts[root] = (True, False)  # a root nested in another writable root is writable
     extra = list(policy.unix_sockets)
     resolv = canonical(Path("/etc/resolv.conf"))
     if policy.network and resolv != Path("/etc/resolv.conf"):
         extra.append(resolv)  # the name server configuration, often under /run
     for path in extra:
         real = canonical(path)
-        if inside_any(real, masks) and os.path.exists(real) and not inside_any(real, rw):
-            mounts.setdefault(real, path in policy.unix_sockets)
-    return sorted(mounts.items(), key=lambda item: (len(item[0].parts), str(item[0])))
-
-
-def _protect_args(
-    policy: SandboxPolicy, rw: tuple[Path, ...], missing: Collection[Path] | None
-) -> list[str]:
-    out: list[str] = []
-    for path in protected_paths(policy):
-        if not inside_any(path, rw):
-            continue  # outside every writable root it is read-only already
-        if path in missing if missing is not None else not os.path.lexists(path):
-            # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
-            # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
-            # directory as the mount point (see `_MountPoints`).
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            out += ["--ro-bind", str(path), str(path)]
-    return out
-
-
-def _denied(
-    policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]
-) -> list[tuple[Path, bool]]:
-    """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
-    out = []
-    for path in policy.deny_read:
-        if inside_any(path, masks) and not inside_any(path, rw):
-            continue  # hidden already
-        if os.path.isdir(path):
-            out.append((path, True))
-        elif os.path.lexists(path):
-            out.append((path, False))
-    return out
-
-
-def _deny_args(policy: SandboxPolicy, rw: tuple[Path, ...], masks: tuple[Path, ...]) -> list[str]:
-    """``deny_read``: an empty read-only tmpfs over a directory, ``/dev/null`` over a file."""
-    out: list[str] = []
-    for path, is_dir in _denied(policy, rw, masks):
-        if is_dir:
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            out += ["--ro-bind", "/dev/null", str(path)]
-    return out
-
-
-class _MountPoints:
-    """The empty directories bwrap makes where it mounts a tmpfs over a missing protected path.
-
-    Without this, every command would leave ``.git``, ``.claude``, ``.dsh`` and ``dsh.toml``
-    behind as empty directories in each writable root (``/tmp`` included), where a person or a
-    tool later trips over them. A path is *ours* from the first command that finds it missing
-    until the last command that mounted over it has ended; then its directory is removed if it
-    is still empty (``rmdir``: never a file, a link or anything with contents). A command that
-    starts meanwhile mounts over it too, rather than bind it as an existing path that may
-    vanish before bwrap gets to it. Commands of other processes may still race with the removal;
-    they then fail to set up (closed), never run unconfined.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
-
-    def take(self, paths: Iterable[Path]) -> frozenset[Path]:
-        """Of *paths*, the ones to mount over (missing now, or ours); each is counted in use."""
-        taken: set[Path] = set()
-        with self._lock:
-            for path in paths:
-                if path in self._users:
-                    uses, parents = self._users[path]
-                    self._users[path] = (uses + 1, parents)
-                elif not os.path.lexists(path):
-                    missing = []  # bwrap makes these too (`mkdir -p`); removed after the path
-                    parent = path.parent
-                    while parent != parent.parent and not os.path.lexists(parent):
-                        missing.append(parent)
-                        parent = parent.parent
-                    self._users[path] = (1, tuple(missing))
-                else:
-                    continue
-                taken.add(path)
-        return frozenset(taken)
-
-    def give_back(self, paths: Iterable[Path]) -> None:
-        """The command that took *paths* has ended: remove the ones no command uses now."""
-        with self._lock:
-            for path in paths:
-                uses, parents = self._users[path]
-                if uses > 1:
-                    self._users[path] = (uses - 1, parents)
-                    continue
-                del self._users[path]
-                for directory in (path, *parents):  # the deepest first
-                    if not _remove_empty(directory):
-                        break  # not empty, gone, not a directory: keep it (and above)
-
-
-def _remove_empty(directory: Path) -> bool:
-    """``rmdir`` the canonical *directory*, reached from ``/`` through no symlink (a command may
-    have swapped a parent for one, to aim the removal elsewhere); whether it was removed."""
-    try:
-        parent = open_dir_nofollow(str(directory.parent))
-    except OSError:
-        return False
-    try:
-        os.rmdir(directory.name, dir_fd=parent)
-    except OSError:
-        return False
-    finally:
-        os.close(parent)
-    return True
-
-
-MOUNT_POINTS = _MountPoints()
+        if inside_any(real, masks) and not inside_any(real, rw):
+            mounts.setdefault(real, (path in policy.unix_sockets, True))
+    ordered = sorted(mounts.items(), key=lambda item: (len(item[0].parts), str(item[0])))
+    return tuple((path, w, check) for path, (w, check) in ordered), frozenset(seen)

@@ -64,21 +64,19 @@ from dsh_plugins_builtin._sandbox._backends import landlock_prepared as _landloc
 from dsh_plugins_builtin._sandbox._bwrap import (
     MOUNT_POINTS,
     bwrap_argv,
-    inside_any,
+    layout_of,
     mount_plan,
     open_roots,
-    private_tmp,
     rw_roots,
     seccomp_pipe,
 )
-from dsh_plugins_builtin._sandbox._bwrap import _MountPoints as _MountPoints
 from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, ulimit_prefix
+from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints as _MountPoints
 from dsh_plugins_builtin._sandbox._netns import proxied, proxy_env, relay_argv
 from dsh_plugins_builtin._sandbox._pins import check_pinned
 from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy
-from dsh_plugins_builtin._sandbox._protected import protected_paths
 from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, result, run
 from dsh_plugins_builtin._sandbox._run import runner_failure as _runner_failure
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
@@ -194,7 +192,7 @@ async def run_confined(
     resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
     chosen = select_backend(policy, backend, await _probes(resolved))
     argv = ["bash", "-c", ulimit_prefix(limits) + command]
-    tmp = private_tmp(policy)
+    tmp = layout_of(policy).tmp
     tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
     environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
     spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes)
@@ -286,8 +284,7 @@ async def _bwrap_once(
     spawn: _Spawn, policy: SandboxPolicy, path: str, control: int | None
 ) -> tuple[Output, int | None, bool]:
     fds: list[int] = []
-    rw = rw_roots(policy)
-    missing = MOUNT_POINTS.take(p for p in protected_paths(policy) if inside_any(p, rw))
+    missing = MOUNT_POINTS.take(layout_of(policy).protected)
     try:
         root_fds = open_roots(policy, fds)
         seccomp_fd = seccomp_pipe(filter_bpf(not policy.network, inet=control is not None))

@@ -125,14 +125,32 @@ def command_env(
         allow: Exact names let through like an exact ``include`` (``env_allow``).
         tmpdir: ``TMPDIR`` (and ``TMP``, ``TEMP``) for the command, if any.
     """
-    config = config if config is not None else EnvConfig()
-    exact = frozenset((*allow, *(n for n in config.include if not any(c in n for c in "*?["))))
-    env = {n: v for n, v in environ.items() if _inherited(n, v, config, exact)}
+    snapshot = dict(environ)
+    allowed = tuple(allow)
+    key = (id(config), allowed, tmpdir)
+    memo = _MEMO.get(key)
+    if memo is not None and memo[0] is config and memo[1] == snapshot and memo[2] == _set(config):
+        return dict(memo[3])  # the same table over the same environment: the same answer
+    config_ = config if config is not None else EnvConfig()
+    exact = frozenset((*allowed, *(n for n in config_.include if not any(c in n for c in "*?["))))
+    env = {n: v for n, v in snapshot.items() if _inherited(n, v, config_, exact)}
     env.update(_FORCED_ENV)
     if tmpdir is not None:
         env.update(TMPDIR=tmpdir, TMP=tmpdir, TEMP=tmpdir)
-    env.update(config.set)
+    env.update(config_.set)
+    if len(_MEMO) >= 16:
+        _MEMO.clear()
+    _MEMO[key] = (config, snapshot, _set(config), dict(env))
     return env
+
+
+# The last answers, by table (its identity), allow-list and TMPDIR, with the environment they
+# were computed from: a command costs a copy and a comparison of the environment, not its filter.
+_MEMO: dict[tuple[int, tuple[str, ...], str | None], tuple[Any, dict[str, str], Any, Any]] = {}
+
+
+def _set(config: EnvConfig | None) -> dict[str, str] | None:
+    return None if config is None else dict(config.set)
 
 
 def scrub_env(environ: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:

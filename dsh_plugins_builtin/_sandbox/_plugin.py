@@ -5,29 +5,19 @@ See `dsh_plugins_builtin.sandbox` (the plugin module, which re-exports it) for t
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-import types
-import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from dsh_host import ConfigError, DshError, Host, hookimpl
+from dsh_host import DshError, Host, hookimpl
 from dsh_plugins_builtin._sandbox._check import FIX_HINT
-from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+from dsh_plugins_builtin._sandbox._config import SandboxConfig
 from dsh_plugins_builtin._sandbox._confine import (
     ProcessResult,
-    prepare_landlock,
-    probe_backends,
     resolve_bwrap,
     run_confined,
-    select_backend,
-    startup_problem,
 )
-from dsh_plugins_builtin._sandbox._deny import config_files
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxUnavailable,
@@ -45,18 +35,22 @@ from dsh_plugins_builtin._sandbox._fence import (
     install_paths,
     open_read,
 )
+from dsh_plugins_builtin._sandbox._starting import check_enforceable, plugin_modules, start_policy
 
 __all__ = ["SandboxPlugin"]
 
 
-def _plugin_modules(host: Host) -> list[str]:
-    """The modules the host's plugins come from (their code runs at the next start too)."""
-    names = []
-    for plugin in host.pm.get_plugins():
-        name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
-        if isinstance(name, str):
-            names.append(name)
-    return names
+def _by(policy: SandboxPolicy) -> str:
+    return f"sandbox: {policy.mode} mode"
+
+
+def _pinned(policy: SandboxPolicy) -> SandboxPolicy:
+    """*policy*, after checking that no root was replaced since the host started."""
+    try:
+        check_pinned(policy)
+    except RootReplaced as exc:
+        raise SandboxUnavailableError(str(exc), by=_by(policy)) from None
+    return policy
 
 
 class SandboxPlugin:
@@ -83,54 +77,15 @@ class SandboxPlugin:
         """Read the configuration and build the policy."""
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self.install = install_paths(_plugin_modules(host))
-        self._policy = self._build(host, self._config)
+        self.install = install_paths(plugin_modules(host))
+        self._policy = start_policy(self, host, self._config, self.install, self.name)
         self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
-        self._check_enforceable(host)
-
-    def _build(self, host: Host, config: SandboxConfig) -> SandboxPolicy:
-        tmp = None
-        if config.private_tmp and config.mode != "danger-full-access":
-            tmp = Path(tempfile.mkdtemp(prefix="dsh-tmp-"))  # 0700, ours
-            weakref.finalize(self, shutil.rmtree, tmp, ignore_errors=True)
-        roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
-        files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
-        try:
-            return build_policy(
-                config,
-                host.workspace,
-                host.config.source,
-                self.install,
-                tmp=tmp,
-                files=files,
-            )
-        except ValueError as exc:
-            raise ConfigError(
-                str(exc), path=host.config.source, plugin=self.name, key="deny_read"
-            ) from None
+        check_enforceable(host, self.name, self._config, self._policy, self._bwrap)
 
     @property
     def tmp(self) -> Path | None:
         """The commands' private tmp directory (``private_tmp``), or ``None``."""
         return self._policy.tmp if self._policy is not None else None
-
-    def _check_enforceable(self, host: Host) -> None:
-        """Refuse at start a configuration this machine cannot enforce (never run weaker)."""
-        config, policy = self.config, self.policy
-        if config.bwrap is not None and self.bwrap[0] is None:
-            raise ConfigError(
-                f"{self.bwrap[1]}", path=host.config.source, plugin=self.name, key="bwrap"
-            )
-        if policy.mode == "danger-full-access" or config.backend == "none":
-            return
-        probes = probe_backends(self.bwrap)
-        problem = startup_problem(policy, config.backend, probes)
-        if problem is not None:
-            key, message = problem
-            raise ConfigError(message, path=host.config.source, plugin=self.name, key=key)
-        with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
-            if select_backend(policy, config.backend, probes) == "landlock":
-                prepare_landlock(policy)  # the ruleset is built once, here
 
     @property
     def bwrap(self) -> tuple[str | None, str]:
@@ -160,10 +115,6 @@ class SandboxPlugin:
         return self._policy
 
     @property
-    def _by(self) -> str:
-        return f"sandbox: {self.policy.mode} mode"
-
-    @property
     def mode(self) -> str:
         """``read-only``, ``workspace-write`` or ``danger-full-access``."""
         return self.policy.mode
@@ -172,15 +123,6 @@ class SandboxPlugin:
     def workspace(self) -> Path:
         """The workspace relative paths resolve against."""
         return self.policy.workspace
-
-    def _pinned(self) -> SandboxPolicy:
-        """The policy, after checking that no root was replaced since the host started."""
-        policy = self.policy
-        try:
-            check_pinned(policy)
-        except RootReplaced as exc:
-            raise SandboxUnavailableError(str(exc), by=self._by) from None
-        return policy
 
     def check_read(self, path: str | os.PathLike[str]) -> Path:
         """Fence a read.
@@ -196,9 +138,9 @@ class SandboxPlugin:
             SandboxUnavailableError: A root was replaced since the host started.
         """
         try:
-            return check_read(path, self._pinned())
+            return check_read(path, _pinned(self.policy))
         except FenceDenied as exc:
-            raise SandboxDeniedError(exc.reason, by=self._by) from None
+            raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
 
     def open_read(
         self, path: str | os.PathLike[str], *, directory: bool = False
@@ -213,13 +155,13 @@ class SandboxPlugin:
             SandboxUnavailableError: A root was replaced since the host started.
             OSError: As ``open`` would.
         """
-        policy = self._pinned()
+        policy = _pinned(self.policy)
         try:
             return open_read(path, policy, directory=directory, pins_checked=True)
         except FenceDenied as exc:
-            raise SandboxDeniedError(exc.reason, by=self._by) from None
+            raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
         except RootReplaced as exc:
-            raise SandboxUnavailableError(str(exc), by=self._by) from None
+            raise SandboxUnavailableError(str(exc), by=_by(self.policy)) from None
 
     def check_write(self, path: str | os.PathLike[str]) -> Path:
         """Fence a write (the write itself re-checks; see `write_text`).
@@ -230,9 +172,9 @@ class SandboxPlugin:
             SandboxUnavailableError: A root was replaced since the host started.
         """
         try:
-            return check_write(path, self._pinned())
+            return check_write(path, _pinned(self.policy))
         except FenceDenied as exc:
-            raise SandboxDeniedError(exc.reason, by=self._by) from None
+            raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
 
     def write_text(
         self,
@@ -257,13 +199,13 @@ class SandboxPlugin:
             SandboxUnavailableError: A root was replaced since the host started.
             OSError: The write itself failed (e.g. the target is a directory).
         """
-        policy = self._pinned()
+        policy = _pinned(self.policy)
         try:
             atomic_write_text(path, content, policy, expect=expect, commit=commit)
         except FenceDenied as exc:
-            raise SandboxDeniedError(exc.reason, by=self._by) from None
+            raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
         except RootReplaced as exc:
-            raise SandboxUnavailableError(str(exc), by=self._by) from None
+            raise SandboxUnavailableError(str(exc), by=_by(self.policy)) from None
 
     def resolve_cwd(self, cwd: str | os.PathLike[str] | None) -> Path:
         """The real working directory for a command (default: the workspace).
@@ -316,4 +258,4 @@ class SandboxPlugin:
                 bwrap=self.bwrap,
             )
         except SandboxUnavailable as exc:
-            raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=self._by) from None
+            raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=_by(self.policy)) from None

@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
+from dsh_plugins_builtin._sandbox._output import Output
 
 __all__ = ["Output", "ProcessResult", "result", "run", "runner_failure"]
 
@@ -49,48 +50,6 @@ class ProcessResult:
     backend: str
     total_bytes: int
     limit: str | None = None
-
-
-class Output:
-    """Keeps the first and the last bytes of a stream within a fixed budget."""
-
-    def __init__(self, cap: int) -> None:
-        self.head_cap = max(cap, 0) // 2
-        self.tail_cap = max(cap, 0) - self.head_cap
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-        self.notes: list[str] = []  # what the run itself has to say (after the output)
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            excess = len(self.tail) - self.tail_cap
-            if excess > 0:
-                del self.tail[:excess]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + len(self.tail)
-
-    def text(self) -> str:
-        body = self._body()
-        return "\n".join([body.rstrip("\n"), *self.notes, ""]) if self.notes else body
-
-    def _body(self) -> str:
-        head = self.head.decode(errors="replace")
-        tail = self.tail.decode(errors="replace")
-        if not self.truncated:
-            return (self.head + self.tail).decode(errors="replace")
-        omitted = self.total - len(self.head) - len(self.tail)
-        return (
-            f"{head}\n[... output truncated: {omitted} of {self.total} bytes omitted ...]\n{tail}"
-        )
 
 
 def _kill_group(pgid: int) -> None:
@@ -171,6 +130,63 @@ class _Local:
             os.close(self.pidfd)
 
 
+@functools.cache
+def _pidfds() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3+)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+class _Direct(_Local):
+    """A command spawned on the event loop's own thread: `subprocess.Popen` uses ``vfork``
+    (no preexec hook), so it returns as soon as the child has ``exec``'d, well under the cost
+    of the worker-thread hop `trio.lowlevel.open_process` makes. Waited on through its pidfd,
+    so it needs one (``None`` from `start` without it: the caller spawns the usual way)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.pidfd = self._pidfd = pidfd
+
+    @classmethod
+    def start(
+        cls, argv: list[str], cwd: Path, env: dict[str, str], write_fd: int, spawn: dict[str, Any]
+    ) -> _Direct | None:
+        if not _pidfds():
+            return None
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=str(cwd),
+            env=env,
+            start_new_session=True,
+            **spawn,
+        )
+        try:
+            return cls(popen, os.pidfd_open(popen.pid))
+        except OSError:  # not reaped: the group is ours until it is
+            _kill_group(popen.pid)
+            popen.wait()
+            raise
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def exited(self) -> None:
+        await trio.lowlevel.wait_readable(self._pidfd)
+
+    async def wait(self) -> int:
+        if self.popen.returncode is None:
+            await self.exited()
+        return self.popen.wait()  # it has exited: reaping does not block
+
+
 async def run(
     argv: list[str],
     *,
@@ -234,8 +250,12 @@ async def _start(
         )
         if launched is not None:
             return launched
-    if landlock is not None:
-        spawn["preexec_fn"] = landlock.preexec
+    if landlock is None:
+        direct = _Direct.start(argv, cwd, env, write_fd, spawn)
+        if direct is not None:
+            return direct
+    else:
+        spawn["preexec_fn"] = landlock.preexec  # a fork of the host: off the event loop
     return _Local(
         await trio.lowlevel.open_process(
             argv,

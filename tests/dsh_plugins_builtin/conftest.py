@@ -12,7 +12,7 @@ import trio
 
 from dsh_host import Host
 from dsh_plugins_builtin import sandbox as sandbox_module
-from dsh_plugins_builtin._sandbox import _forkclient, _plugin
+from dsh_plugins_builtin._sandbox import _forkclient, _starting
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -90,5 +90,5 @@ async def wait_gone(pids: list[int], within: float = 10) -> None:
 
 def patch_probes(monkeypatch: pytest.MonkeyPatch, fake: Any) -> None:
     """Make the sandbox plugin and ``dsh sandbox check`` see *fake* as `probe_backends`."""
-    for module in (sandbox_module, _plugin):
+    for module in (sandbox_module, _starting):
         monkeypatch.setattr(module, "probe_backends", fake)

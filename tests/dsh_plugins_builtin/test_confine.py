@@ -627,3 +627,116 @@ async def test_a_namespace_still_alive_after_the_grace_is_said_not_hidden(
     out.feed(b"partial\n")
     out.notes.append("[sandbox: some of its processes may still be running]")
     assert out.text() == "partial\n[sandbox: some of its processes may still be running]\n"
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "danger-full-access"])
+async def test_a_command_starts_without_a_thread_hop(
+    backend: str, ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: a bwrap or unconfined command is spawned on the event loop's thread (``vfork``
+    returns at ``exec``), a Landlock one through the fork server; only the fallback that forks
+    the host with a preexec hook goes to a worker thread."""
+    policy = SandboxPolicy(mode, ws, protected=())
+    await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)  # probed
+    forking_host = (
+        backend == "landlock" and not _forkclient.ENABLED and mode != "danger-full-access"
+    )
+    hops: list[Any] = []
+    real = trio.to_thread.run_sync
+
+    async def counting(function: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(function)
+        return await real(function, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    result = await run_confined("echo ok", cwd=ws, policy=policy, backend=backend, timeout=30)
+    assert result.output == "ok\n"
+    assert bool(hops) == forking_host, hops
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)
+async def test_the_view_is_computed_once_per_policy_what_exists_at_each_command(
+    backend: str, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: the mount layout (hidden directories, binds, protected and denied paths) is
+    path arithmetic done at a policy's first command, not at every one; whether a
+    ``deny_read`` entry exists is still looked at per command, so one made later is hidden."""
+    from dsh_plugins_builtin._sandbox import _bwrap
+
+    secret = ws / "keys"
+    policy = SandboxPolicy("workspace-write", ws, protected=(), deny_read=(secret,))
+    computed: list[SandboxPolicy] = []
+    real = _bwrap.masked_dirs
+
+    def counting(policy: SandboxPolicy) -> Any:
+        computed.append(policy)
+        return real(policy)
+
+    monkeypatch.setattr(_bwrap, "masked_dirs", counting)
+    await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)
+    secret.mkdir()
+    (secret / "id").write_text("SECRET-KEY")
+    result = await run_confined(
+        "cat keys/id; echo", cwd=ws, policy=policy, backend=backend, timeout=30
+    )
+    assert "SECRET-KEY" not in result.output
+    assert computed == [policy]
+
+
+def test_the_environment_filter_runs_again_only_when_something_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 27: the same table over the same environment gives the answer it gave, without
+    matching every name again; a changed variable, table or TMPDIR is filtered anew."""
+    from dsh_plugins_builtin._sandbox import _env
+
+    filtered: list[str] = []
+    real = _env._inherited
+
+    def counting(name: str, *args: Any) -> bool:
+        filtered.append(name)
+        return bool(real(name, *args))
+
+    monkeypatch.setattr(_env, "_inherited", counting)
+    config = _env.EnvConfig(include=("MEMO_TEST_*",))
+    environ = {"PATH": "/bin", "MEMO_TEST_A": "1"}
+    first = _env.command_env(environ, config, tmpdir="/tmp")
+    filtered.clear()
+    again = _env.command_env(environ, config, tmpdir="/tmp")
+    assert again == first
+    assert again is not first
+    assert filtered == []
+    again["PATH"] = "changed by a caller"  # a copy: the next answer is not affected
+    environ["MEMO_TEST_B"] = "2"
+    changed = _env.command_env(environ, config, tmpdir="/tmp")
+    assert changed["PATH"] == "/bin"
+    assert changed["MEMO_TEST_B"] == "2"
+    assert filtered
+    filtered.clear()
+    assert _env.command_env(environ, config, tmpdir=None).get("TMPDIR") is None
+    assert filtered
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)
+async def test_a_socket_directory_made_after_the_first_command_is_hidden_from_the_next(
+    backend: str, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 row 1 with the view computed once (issue 27): ``$XDG_RUNTIME_DIR`` did not exist
+    at the policy's first command; once it does, the next command does not see into it."""
+    base = Path(tempfile.mkdtemp(prefix="dsh-xdg-", dir=Path.home())).resolve()
+    try:
+        runtime = base / "run-user"
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        policy = SandboxPolicy("workspace-write", ws, protected=())
+        first = await run_confined(
+            f"ls {runtime} || echo missing", cwd=ws, policy=policy, backend=backend, timeout=30
+        )
+        assert "missing" in first.output
+        runtime.mkdir()
+        (runtime / "agent.sock").write_text("HOST-SOCKET")
+        result = await run_confined(
+            f"cat {runtime}/agent.sock; echo", cwd=ws, policy=policy, backend=backend, timeout=30
+        )
+        assert "HOST-SOCKET" not in result.output
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -418,3 +418,14 @@ def test_check_says_what_lies_next_to_a_commands_files(
     assert "private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): /" in out
     assert "config files the next run reads, read-only: " in out
     assert "pw@" not in out
+
+
+def test_the_plugin_class_stays_small() -> None:
+    """Issue 21: no class over ~15 methods; starting (policy, enforceability) lives in
+    `_starting`, the fence's error translation in module functions."""
+    members = [
+        name
+        for name, value in vars(SandboxPlugin).items()
+        if callable(value) or isinstance(value, property)
+    ]
+    assert len(members) <= 15, members

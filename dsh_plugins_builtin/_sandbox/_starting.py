@@ -1,0 +1,85 @@
+"""What `SandboxPlugin` does once, when the host starts it: build the policy, refuse what this
+machine cannot enforce, and prepare Landlock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import types
+import weakref
+from pathlib import Path
+
+from dsh_host import ConfigError, Host
+from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+from dsh_plugins_builtin._sandbox._confine import (
+    prepare_landlock,
+    probe_backends,
+    select_backend,
+    startup_problem,
+)
+from dsh_plugins_builtin._sandbox._deny import config_files
+from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
+
+__all__ = ["check_enforceable", "plugin_modules", "start_policy"]
+
+
+def plugin_modules(host: Host) -> list[str]:
+    """The modules the host's plugins come from (their code runs at the next start too)."""
+    names = []
+    for plugin in host.pm.get_plugins():
+        name = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+def start_policy(
+    owner: object, host: Host, config: SandboxConfig, install: tuple[Path, ...], name: str
+) -> SandboxPolicy:
+    """The policy of *config* for *host*; the private tmp is made here and removed with *owner*.
+
+    Raises:
+        ConfigError: A ``deny_read`` entry is not usable.
+    """
+    tmp = None
+    if config.private_tmp and config.mode != "danger-full-access":
+        tmp = Path(tempfile.mkdtemp(prefix="dsh-tmp-"))  # 0700, ours
+        weakref.finalize(owner, shutil.rmtree, tmp, ignore_errors=True)
+    roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
+    files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+    try:
+        return build_policy(
+            config, host.workspace, host.config.source, install, tmp=tmp, files=files
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None
+
+
+def check_enforceable(
+    host: Host,
+    name: str,
+    config: SandboxConfig,
+    policy: SandboxPolicy,
+    bwrap: tuple[str | None, str],
+) -> None:
+    """Refuse at start a configuration this machine cannot enforce (never run weaker); build
+    the Landlock ruleset now when Landlock is the backend.
+
+    Raises:
+        ConfigError: Naming the key to change.
+    """
+    if config.bwrap is not None and bwrap[0] is None:
+        raise ConfigError(f"{bwrap[1]}", path=host.config.source, plugin=name, key="bwrap")
+    if policy.mode == "danger-full-access" or config.backend == "none":
+        return
+    probes = probe_backends(bwrap)
+    problem = startup_problem(policy, config.backend, probes)
+    if problem is not None:
+        key, message = problem
+        raise ConfigError(message, path=host.config.source, plugin=name, key=key)
+    with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
+        if select_backend(policy, config.backend, probes) == "landlock":
+            prepare_landlock(policy)  # the ruleset is built once, here
