@@ -7,7 +7,7 @@ import collections
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 import outcome
@@ -211,34 +211,49 @@ async def in_trio(guest: Guest, job: Callable[[AbortSignal], Awaitable[T]]) -> T
             "this dsh host was opened on another event loop: open one on this loop "
             "(`dsh_host.aio.open_host`)"
         )
-    waiting: list[asyncio.Future[outcome.Outcome[T]]] = [loop.create_future()]
-    signal = AbortSignal()
-    ended: list[bool] = []
-
-    async def task() -> None:
-        result = await outcome.acapture(job, signal)
-        guest.last = trio.current_time()
-        ended.append(True)
-        for future in waiting:
-            if not future.done():
-                future.set_result(result)
-
-    _spawn(guest, task)
-    first = waiting[0]
+    call = _Call(job, guest)
+    _spawn(guest, call.run)
+    ticks = guest.ticks
     for _ in range(INLINE_TICKS):  # the guest run's next ticks, now, while they finish it
-        if first.done() or not guest.ticks.run_now():
+        if call.result is not None or not ticks.run_now():
             break
-    if first.done():
-        return first.result().unwrap()
-    try:
-        return (await first).unwrap()
-    except asyncio.CancelledError:
-        if ended:  # the call settled as the cancellation came: nothing left to wait for
+    if call.result is None:
+        await call.settled(loop)
+    assert call.result is not None
+    return call.result.unwrap()
+
+
+@attrs.define(eq=False)
+class _Call(Generic[T]):
+    """One call's trio task (`run`) and the asyncio side's wait for it (`settled`)."""
+
+    job: Callable[[AbortSignal], Awaitable[T]]
+    guest: Guest
+    signal: AbortSignal = attrs.Factory(AbortSignal)
+    result: outcome.Outcome[T] | None = None
+    waiting: list[asyncio.Future[None]] = attrs.Factory(list)
+
+    async def run(self) -> None:
+        result = await outcome.acapture(self.job, self.signal)
+        self.guest.last = trio.current_time()
+        self.result = result
+        for future in self.waiting:
+            if not future.done():
+                future.set_result(None)
+
+    async def settled(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for `run` to end; a cancelled caller aborts the call and still waits."""
+        first = loop.create_future()
+        self.waiting.append(first)
+        try:
+            await first
+        except asyncio.CancelledError:
+            if self.result is not None:  # it settled as the cancellation came: nothing to wait for
+                raise
+            self.guest.token.run_sync_soon(self.signal.abort, "the asyncio task was cancelled")
+            settled = loop.create_future()  # the first was cancelled with the caller
+            self.waiting.append(settled)
+            while not settled.done():  # never abandon the call: wait for it to settle
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(settled)
             raise
-        signal.abort("the asyncio task was cancelled")
-        settled = loop.create_future()  # the first was cancelled with the caller
-        waiting.append(settled)
-        while not settled.done():  # never abandon the call: wait for it to settle
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(settled)
-        raise
