@@ -1,10 +1,14 @@
 """The cost of reaching dsh from other loops, as ratios to ``host.call`` under trio.
 
-Run with ``python bench/bench_loops.py [--quick] [--json]``. Not a test: nothing fails.
+Run with ``python bench/bench_loops.py [--quick] [--json] [--check]``. Not a test: nothing
+fails. ``--check`` prints each figure against its target as a markdown table row
+(``| figure | min | median | target |``).
 
 Cases, in one process, on one host shape (an echo tool, no other plugin; entry points off):
 
 * ``trio``: ``await host.call("echo", ...)`` under ``trio.run`` (the denominator);
+* ``trio, signal``: the same with an ``AbortSignal`` (what the asyncio host passes, so that a
+  cancelled asyncio task aborts the call): the pipeline's own cost of a cancellable call;
 * ``asyncio``: ``await host.call(...)`` on ``dsh_host.aio.open_host()``'s host under
   ``asyncio.run`` (the trio guest run);
 * ``pydantic-ai``: one agent run whose model asks for N echo calls in one step through
@@ -68,22 +72,27 @@ async def batches(timer: Timer, calls: int, rounds: int) -> list[float]:
     return out
 
 
-def host_timer(host: Any) -> Timer:
+def host_timer(host: Any, signal: bool = False) -> Timer:
     async def timer(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
-            await host.call("echo", {"text": "hi"})
+            if signal:
+                await host.call("echo", {"text": "hi"}, signal=dsh_host.AbortSignal())
+            else:
+                await host.call("echo", {"text": "hi"})
         return time.perf_counter() - start
 
     return timer
 
 
-def trio_case(calls: int, rounds: int, plugins: tuple[object, ...] = ()) -> list[float]:
+def trio_case(
+    calls: int, rounds: int, plugins: tuple[object, ...] = (), signal: bool = False
+) -> list[float]:
     async def main() -> list[float]:
         async with dsh_host.open_host(
             plugins=[echo_plugin(), *plugins], entry_points=False
         ) as host:
-            return await batches(host_timer(host), calls, rounds)
+            return await batches(host_timer(host, signal), calls, rounds)
 
     return trio.run(main)
 
@@ -144,25 +153,58 @@ def pydantic_cases(calls: int, rounds: int) -> dict[str, list[float]]:
     return asyncio.run(main())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    calls, rounds = (200, 3) if args.quick else (2000, 7)
+TRIO = "trio host.call"
+CHECKS = (
+    # (figure, numerator, denominator or None, target)
+    ("asyncio host.call / trio host.call", "asyncio host.call", TRIO, "<= 1.3"),
+    ("pydantic-ai DshToolset call / trio host.call", "pydantic-ai DshToolset", TRIO, "<= 1.3"),
+    ("trio host.call, otel installed but off / trio host.call", "trio host.call, otel off", TRIO,
+     "<= 1.05"),
+    ("asyncio host.call / trio host.call with an AbortSignal (same pipeline work)",
+     "asyncio host.call", "trio host.call, signal", "—"),
+    ("pydantic-ai FunctionToolset call (pydantic-ai's own) / trio host.call",
+     "pydantic-ai FunctionToolset", TRIO, "—"),
+)  # fmt: skip
+
+
+def measure(calls: int, rounds: int, alternations: int) -> dict[str, list[float]]:
     from dsh_plugins_builtin.otel import OtelPlugin
 
     cases: dict[str, list[float]] = {}
-    for _ in range(2):  # alternate, so drift on a shared machine hits every case alike
+    for _ in range(alternations):  # alternate, so drift on a shared machine hits every case alike
         for name, run in (
-            ("trio host.call", lambda: trio_case(calls, rounds)),
+            (TRIO, lambda: trio_case(calls, rounds)),
             ("asyncio host.call", lambda: asyncio_case(calls, rounds)),
+            ("trio host.call, signal", lambda: trio_case(calls, rounds, signal=True)),
             ("trio host.call, otel off", lambda: trio_case(calls, rounds, (OtelPlugin(),))),
         ):
             cases.setdefault(name, []).extend(run())
         for name, times in pydantic_cases(max(calls // 10, 10), rounds).items():
             cases.setdefault(name, []).extend(times)
-    base_min, base_med = min(cases["trio host.call"]), statistics.median(cases["trio host.call"])
+    return cases
+
+
+def check_rows(cases: dict[str, list[float]]) -> list[str]:
+    rows = ["| figure | min | median | target |", "|---|---|---|---|"]
+    for figure, top, bottom, target in CHECKS:
+        low = min(cases[top]) / min(cases[bottom])
+        mid = statistics.median(cases[top]) / statistics.median(cases[bottom])
+        rows.append(f"| {figure} | {low:.2f} | {mid:.2f} | {target} |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--check", action="store_true", help="each figure against its target")
+    args = parser.parse_args()
+    calls, rounds, alternations = (200, 3, 2) if args.quick else (2000, 5, 4)
+    cases = measure(calls, rounds, alternations)
+    if args.check:
+        print("\n".join(check_rows(cases)))
+        return
+    base_min, base_med = min(cases[TRIO]), statistics.median(cases[TRIO])
     rows = {
         name: {
             "min_us": min(t) * 1e6,

@@ -168,6 +168,9 @@ def environment(home: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
         "COLUMNS": "100",
         "LANG": "C.UTF-8",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # A fresh install has no pytest-asyncio (dsh's test extra has it, for tests/loops); here
+        # it would print its unset-loop-scope deprecation in the example project's pytest run.
+        "PYTEST_ADDOPTS": "-p no:asyncio",
     }
     for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
         env[name] = str(home / name.lower())

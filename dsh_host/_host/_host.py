@@ -17,17 +17,14 @@ from .._model._errors import ConfigError, PluginLoadError
 from .._model._signal import AbortSignal
 from .._model._trace import Trace
 from .._model._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
-from .._model._views import (
-    CallView,
-    ResultView,
-)
+from .._model._views import CallView, ResultView
 from .._model._where import format_traceback, plugin_location
 from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from .._schema._tool import ToolDefinition
 from ._config import Config, config_converter, find_config, load_config, structure_plugin_config
-from ._lifecycle import SchemaFormat, close_host, export_schemas
+from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
 from ._loading import at, load_entry_point
 from ._messages import Format, arguments_of, run_tool_calls
 from ._plugins import (
@@ -98,6 +95,7 @@ class Host:
         self._configs: dict[str, Any] = {}
         self._tools: dict[str, list[Callable[[], None]]] = {}
         self.warnings: list[str] = []
+        self._closed = False  # `close_host` ran: calls are refused
         environ = os.environ if environ is None else environ
         loaded: list[tuple[str, object, PluginInfo]] = []
         if load_entrypoints:
@@ -324,7 +322,9 @@ class Host:
         """Run one call through the whole pipeline and return its frozen result.
 
         *arguments* is an object, or its JSON text as a model sends it (a text that is not JSON
-        ends ``INVALID_ARGS``, saying why)."""
+        ends ``INVALID_ARGS``, saying why). A closed host raises `RuntimeError`."""
+        if self._closed:
+            raise closed_error()
         input = ToolExecutionInput(
             call_id=call_id or new_call_id(),
             name=name,
@@ -338,6 +338,8 @@ class Host:
         self, calls: Any, *, format: Format, signal: AbortSignal | None = None
     ) -> list[dict[str, Any]]:
         """Run a provider's tool calls as one step; its result shapes back (see `_messages`)."""
+        if self._closed:
+            raise closed_error()
         return await run_tool_calls(
             self.registry.execute_batch, calls, format=format, signal=signal
         )
@@ -347,7 +349,8 @@ class Host:
         return export_schemas(self.registry.schemas(scope), format)
 
     async def aclose(self) -> None:
-        """Stop the plugins (``dsh_host_stopping``): flush audit, end child processes. Once."""
+        """Stop the plugins (``dsh_host_stopping``): flush audit, end child processes. Once;
+        calls are refused from then on (they would run without their audit, their servers)."""
         await close_host(self)
 
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:

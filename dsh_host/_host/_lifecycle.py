@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -27,19 +26,28 @@ if TYPE_CHECKING:
 
 
 class Stoppable(Protocol):
-    """What closing needs of a host: its hook relay (`Host` is one)."""
+    """What closing needs of a host: its hook relay and its closed flag (`Host` is one)."""
+
+    _closed: bool
+    """`close_host` ran (or is running): the host refuses calls (`closed_error`)."""
 
     @property
     def hooks(self) -> HookRelay: ...
 
 
-__all__ = ["SchemaFormat", "Stoppable", "close_host", "export_schemas", "host_config", "is_closed"]
+__all__ = [
+    "SchemaFormat",
+    "Stoppable",
+    "close_host",
+    "closed_error",
+    "export_schemas",
+    "host_config",
+    "is_closed",
+]
 
 SchemaFormat = Literal["openai", "anthropic", "mcp"]
 
 logger = logging.getLogger("dsh_host")
-
-_closed: weakref.WeakSet[Stoppable] = weakref.WeakSet()
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | Config | None
 
@@ -54,10 +62,11 @@ def host_config(config: ConfigSource, workspace: str | os.PathLike[str] | None) 
 
 
 async def close_host(host: Stoppable) -> None:
-    """Stop *host*'s plugins once (later calls do nothing); see the module docstring."""
-    if host in _closed:
+    """Stop *host*'s plugins once (later calls do nothing); see the module docstring. The host
+    refuses calls from the start of its closing."""
+    if host._closed:
         return
-    _closed.add(host)
+    host._closed = True
     for impl in host.hooks.impls("dsh_host_stopping"):
         try:
             await impl(host=host)
@@ -70,9 +79,17 @@ async def close_host(host: Stoppable) -> None:
             )  # fmt: skip
 
 
+def closed_error() -> RuntimeError:
+    """What a call to a closed host raises (`Host.call`, `Host.run_tool_calls`)."""
+    return RuntimeError(
+        "this dsh host is closed (its `async with dsh_host.open_host()` ended, or aclose() "
+        "ran): open a new one"
+    )
+
+
 def is_closed(host: Stoppable) -> bool:
     """Whether `close_host` ran for *host*."""
-    return host in _closed
+    return host._closed
 
 
 def export_schemas(schemas: Iterable[ToolSchema], format: SchemaFormat) -> list[Any]:

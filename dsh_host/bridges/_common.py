@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -35,10 +35,33 @@ from dsh_host import (
 
 from ..aio import AsyncioHost
 
-__all__ = ["AnyHost", "BridgeCall", "Deferral", "call", "plain_host", "run_in_asyncio", "text_of"]
+__all__ = [
+    "AnyHost",
+    "BridgeCall",
+    "Deferral",
+    "PathDeclarations",
+    "call",
+    "check_paths",
+    "plain_host",
+    "run_in_asyncio",
+    "text_of",
+]
 
 T = TypeVar("T")
 AnyHost = AsyncioHost
+PathDeclarations = Mapping[str, Mapping[str, Literal["read", "write"]]]
+"""Per tool name, its path arguments and how it uses each (`define_tool`'s ``paths``)."""
+
+
+def check_paths(paths: PathDeclarations, tools: Iterable[str]) -> None:
+    """Raise `ValueError` when *paths* names a tool that is not among *tools*."""
+    names = set(tools)
+    unknown = sorted(set(paths) - names)
+    if unknown:
+        raise ValueError(
+            f"paths names tools the toolset does not offer: {', '.join(unknown)} "
+            f"(its tools: {', '.join(sorted(names)) or 'none'})"
+        )
 
 
 @attrs.define

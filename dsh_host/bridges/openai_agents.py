@@ -41,7 +41,7 @@ from dsh_host import (
 )
 
 from ..aio import AsyncioHost
-from ._common import CURRENT, BridgeCall, call, plain_host, text_of
+from ._common import CURRENT, BridgeCall, PathDeclarations, call, plain_host, text_of
 
 __all__ = ["function_tools", "tool_guardrail"]
 
@@ -118,12 +118,18 @@ def function_tools(host: AsyncioHost, *, scope: Scope | None = None) -> list[Fun
     return [tools.tool(schema) for schema in plain_host(host).registry.schemas(scope)]
 
 
-def tool_guardrail(host: AsyncioHost, *, scope: Scope | None = None) -> ToolInputGuardrail[Any]:
+def tool_guardrail(
+    host: AsyncioHost, *, scope: Scope | None = None, paths: PathDeclarations | None = None
+) -> ToolInputGuardrail[Any]:
     """A ``ToolInputGuardrail`` running dsh's policy for the SDK's own function tools.
 
     Add it to a tool's ``tool_input_guardrails``. The tool's name is registered in *host* (in a
     scope of its own by default) as a stand-in that never runs, so rules name it as the SDK does.
+    *paths* declares, per tool name, which arguments are paths and how the tool uses them
+    (``{"read_note": {"path": "read"}}``, as `define_tool`'s ``paths``), so read and edit rules
+    apply to its calls.
     """
+    declared = dict(paths or {})
     plain = plain_host(host)
     scope = scope or Scope("openai-agents")
     known: set[str] = set()
@@ -132,7 +138,8 @@ def tool_guardrail(host: AsyncioHost, *, scope: Scope | None = None) -> ToolInpu
         context = data.context
         name = context.tool_name
         if name not in known and plain.registry.get(name, scope) is None:
-            plain.registry.register(_stand_in(name), scope, owner="openai-agents")
+            stand_in = _stand_in(name, declared.get(name))
+            plain.registry.register(stand_in, scope, owner="openai-agents")
         known.add(name)
         arguments = context.tool_arguments
         result, _ = await preview(host, name, arguments, context.tool_call_id, scope)
@@ -144,7 +151,7 @@ def tool_guardrail(host: AsyncioHost, *, scope: Scope | None = None) -> ToolInpu
     return ToolInputGuardrail(guardrail_function=dsh_policy, name="dsh")
 
 
-def _stand_in(name: str) -> Any:
+def _stand_in(name: str, paths: Any) -> Any:
     async def execute(args: Any) -> str:  # never runs: the guardrail only previews
         raise RuntimeError(f"{name!r} is an Agents SDK tool; the SDK runs it")
 
@@ -154,4 +161,5 @@ def _stand_in(name: str) -> Any:
         parameters={},
         execute=execute,
         strict_arguments=False,
+        paths=paths,
     )

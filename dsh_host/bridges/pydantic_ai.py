@@ -33,7 +33,17 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from dsh_host import Host, ImageBlock, Scope, ToolExecutionResult, ToolRunContext, define_tool, thaw
 
-from ._common import CURRENT, AnyHost, BridgeCall, call, plain_host, run_in_asyncio, text_of
+from ._common import (
+    CURRENT,
+    AnyHost,
+    BridgeCall,
+    PathDeclarations,
+    call,
+    check_paths,
+    plain_host,
+    run_in_asyncio,
+    text_of,
+)
 
 __all__ = ["DshToolset", "guarded"]
 
@@ -131,6 +141,7 @@ class _Guarded(WrapperToolset[Any]):
 
     host: Any = None
     scope: Scope | None = None
+    paths: PathDeclarations = field(default_factory=dict)
     registered: set[str] = field(default_factory=set)
 
     @property
@@ -139,11 +150,11 @@ class _Guarded(WrapperToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         tools = await self.wrapped.get_tools(ctx)
+        check_paths(self.paths, tools)
         for name, tool in tools.items():
             if name not in self.registered:
-                self._plain.registry.register(
-                    _body(name, tool.tool_def.description or ""), self.scope, owner="pydantic-ai"
-                )
+                body = _body(name, tool.tool_def.description or "", self.paths.get(name))
+                self._plain.registry.register(body, self.scope, owner="pydantic-ai")
                 self.registered.add(name)
         return tools
 
@@ -167,7 +178,7 @@ class _Guarded(WrapperToolset[Any]):
         return _output(result, state, {"dsh_tool": name})
 
 
-def _body(name: str, description: str) -> Any:
+def _body(name: str, description: str, paths: Any) -> Any:
     async def execute(args: Any, ctx: ToolRunContext) -> Any:
         current = CURRENT.get()
         if current is None or current.extra is None:
@@ -177,17 +188,31 @@ def _body(name: str, description: str) -> Any:
         return value if isinstance(value, str) else json.dumps(value, default=repr)
 
     return define_tool(
-        name=name, description=description, parameters={}, execute=execute, strict_arguments=False
+        name=name,
+        description=description,
+        parameters={},
+        execute=execute,
+        strict_arguments=False,
+        paths=paths,
     )
 
 
 def guarded(
-    toolset: AbstractToolset[Any], host: AnyHost, *, scope: Scope | None = None
+    toolset: AbstractToolset[Any],
+    host: AnyHost,
+    *,
+    scope: Scope | None = None,
+    paths: PathDeclarations | None = None,
 ) -> AbstractToolset[Any]:
     """*toolset* with each call put through dsh's pipeline; see the module docstring.
 
     Its tools are registered in *host* under their own names, in *scope* (default: a scope of
     their own, so they never clash with the host's tools); rules and guards name them so.
+    *paths* declares, per tool, which arguments are paths and how the tool uses them
+    (``{"read_note": {"path": "read"}}``), as `define_tool`'s ``paths`` does: read and edit
+    rules (``Read(./secrets/**)``) then apply to those calls. A tool it names that the toolset
+    does not offer is an error (a rule that silently reached nothing would be worse).
     """
     plain_host(host)
-    return _Guarded(toolset, host=host, scope=scope or Scope(f"pydantic-ai:{id(toolset):x}"))
+    scope = scope or Scope(f"pydantic-ai:{id(toolset):x}")
+    return _Guarded(toolset, host=host, scope=scope, paths=dict(paths or {}))

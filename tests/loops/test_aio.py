@@ -179,3 +179,36 @@ def test_a_closed_host_says_so():
             await host.call("echo", {"text": "later"})
 
     asyncio.run(main())
+
+
+def test_a_call_the_guest_run_ends_at_once_takes_no_turn_of_the_asyncio_loop(monkeypatch):
+    # Warm for the whole test, so a guest tick is always queued when a call starts.
+    monkeypatch.setattr(dsh_host.aio._guest, "WARM", 3600.0)
+
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            await host.call("echo", {"text": "warm"})
+            turned = []
+            asyncio.get_running_loop().call_soon(turned.append, True)
+            request_id.set("req-9")
+            first = await host.call("echo", {"text": "now"})
+            second = await host.call("whoami", {})
+            assert (first.content[0].text, second.content[0].text) == ("now", "req-9")
+            assert turned == []  # both ran, and their results came back, within this step
+            assert tools.results[-2:] == [("echo", None), ("whoami", None)]
+
+    asyncio.run(main())
+
+
+def test_a_host_used_from_another_event_loop_says_so():
+    async def main():
+        async with open_test_host(Tools()) as host:
+
+            async def elsewhere():
+                await host.call("echo", {"text": "x"})
+
+            with pytest.raises(RuntimeError, match="opened on another event loop"):
+                await asyncio.to_thread(asyncio.run, elsewhere())
+
+    asyncio.run(main())

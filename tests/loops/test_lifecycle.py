@@ -96,3 +96,23 @@ async def test_call_takes_json_text_and_says_what_is_wrong_otherwise(arguments, 
     assert bad.error is not None
     assert bad.error.code == "INVALID_ARGS"
     assert message in bad.error.message
+
+
+async def test_a_closed_trio_host_refuses_calls_as_the_asyncio_host_does():
+    async with dsh_host.open_host(plugins=[Tools()], entry_points=False) as host:
+        assert (await host.call("echo", {"text": "open"})).content[0].text == "open"
+        await host.aclose()
+        with pytest.raises(RuntimeError, match="this dsh host is closed"):
+            await host.call("echo", {"text": "late"})
+        calls = [{"type": "tool_use", "id": "t", "name": "echo", "input": {"text": "x"}}]
+        with pytest.raises(RuntimeError, match="this dsh host is closed"):
+            await host.run_tool_calls(calls, format="anthropic")
+    with pytest.raises(RuntimeError, match="open a new one"):
+        await host.call("echo", {"text": "later"})
+
+
+async def test_a_host_whose_open_host_ended_refuses_calls():
+    async with dsh_host.open_host(plugins=[Tools()], entry_points=False) as host:
+        pass
+    with pytest.raises(RuntimeError, match="this dsh host is closed"):
+        await host.call("echo", {"text": "later"})

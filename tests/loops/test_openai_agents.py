@@ -154,3 +154,38 @@ def test_tool_guardrail_puts_the_sdks_own_tools_to_dsh_policy():
         assert "pushing needs a person" in out[2]
 
     run(main())
+
+
+def test_tool_guardrail_paths_let_read_rules_reach_the_sdks_tools(tmp_path):
+    from dsh_plugins_builtin.permissions import PermissionsPlugin
+
+    (tmp_path / "secrets").mkdir()
+    config = {
+        "host": {"workspace": str(tmp_path)},
+        "plugin": {"permissions": {"deny": ["Read(./secrets/**)"], "default": "allow"}},
+    }
+
+    async def main():
+        ran = []
+        async with dsh_host.aio.open_host(
+            config, plugins=[PermissionsPlugin()], entry_points=False
+        ) as host:
+            guardrail = tool_guardrail(host, paths={"read_note": {"path": "read"}})
+
+            @function_tool(tool_input_guardrails=[guardrail])
+            def read_note(path: str) -> str:
+                """Read a note."""
+                ran.append(path)
+                return f"contents of {path}"
+
+            model = Scripted(
+                [("read_note", {"path": "secrets/key"})], [("read_note", {"path": "a"})]
+            )
+            agent = Agent(name="a", model=model, tools=[read_note])
+            result = await Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True))
+        assert ran == ["a"]
+        out = outputs(result)
+        assert "secrets" in out[0]
+        assert out[1] == "contents of a"
+
+    run(main())

@@ -217,3 +217,59 @@ def test_bridges_are_modules_of_their_own(name):
     import importlib
 
     assert importlib.import_module(f"dsh_host.bridges.{name}").__all__
+
+
+def _read_rules_host(tmp_path):
+    from dsh_plugins_builtin.permissions import PermissionsPlugin
+
+    (tmp_path / "secrets").mkdir()
+    config = {
+        "host": {"workspace": str(tmp_path)},
+        "plugin": {"permissions": {"deny": ["Read(./secrets/**)"], "default": "allow"}},
+    }
+    return dsh_host.aio.open_host(config, plugins=[PermissionsPlugin()], entry_points=False)
+
+
+def _note_tools(ran):
+    tools = FunctionToolset()
+
+    @tools.tool_plain
+    def read_note(path: str) -> str:
+        ran.append(path)
+        return f"contents of {path}"
+
+    return tools
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_guarded_tools_declare_their_path_arguments_so_read_rules_reach_them(tmp_path, declared):
+    async def main():
+        ran = []
+        paths = {"read_note": {"path": "read"}} if declared else None
+        async with _read_rules_host(tmp_path) as host:
+            agent = Agent(
+                scripted([("read_note", {"path": "secrets/key"}), ("read_note", {"path": "a"})]),
+                toolsets=[guarded(_note_tools(ran), host, paths=paths)],
+            )
+            result = await agent.run("go")
+        return ran, tool_returns(result.all_messages())
+
+    ran, returns = run(main())
+    if declared:  # the deny rule reads the declared path argument
+        assert ran == ["a"]
+        (denied,) = [r for r in returns if r.startswith("Error:")]
+        assert "secrets" in denied
+        assert "contents of a" in returns
+    else:  # undeclared, a read rule has no path to match: why the declaration is needed
+        assert sorted(ran) == ["a", "secrets/key"]
+
+
+def test_guarded_paths_naming_a_tool_the_toolset_lacks_is_an_error(tmp_path):
+    async def main():
+        async with _read_rules_host(tmp_path) as host:
+            toolset = guarded(_note_tools([]), host, paths={"read_nte": {"path": "read"}})
+            agent = Agent(scripted([("read_note", {"path": "a"})]), toolsets=[toolset])
+            await agent.run("go")
+
+    with pytest.raises(ValueError, match=r"does not offer: read_nte \(its tools: read_note\)"):
+        run(main())

@@ -1,0 +1,178 @@
+"""dsh for asyncio code: ``async with dsh_host.aio.open_host() as host``.
+
+The pipeline stays trio. Trio runs as a *guest* of the running asyncio loop
+(`trio.lowlevel.start_guest_run`): one trio run per asyncio loop, on the loop's own thread,
+shared by every asyncio host on it, started by the first `open_host` and ended by the last.
+A call is a trio task of that run; its result comes back to the awaiting asyncio task with no
+thread in between. Cancelling the asyncio task aborts the call's `AbortSignal` (the body sees
+it and the pipeline ends the call ``ABORTED``), and the task waits for the call to settle before
+it re-raises, so a call is never abandoned. The caller's context variables (an OpenTelemetry
+span, say) are copied into the call's trio task.
+
+A call costs no thread hop and, mostly, no turn of the asyncio loop: its trio task is
+started straight from the loop's thread, and the awaiting coroutine then runs the guest run's
+queued ticks itself (`_Ticks`), so a call that ends in a tick or two returns at once.
+
+Why not a trio thread: every call would cross threads twice, cancellation would have to be
+relayed across them, and context variables would not follow. The guest run shares the thread,
+so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
+(two thread wake-ups for a call that finds it idle; `_keep_warm` spares calls in quick
+succession).
+
+Why not run the pipeline on the asyncio task itself when it would not suspend: whether it
+suspends depends on the tool's body and the plugins' hooks, which may use trio (a cancel scope,
+a checkpoint) at any point, after side effects; only a trio task can run them safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, final
+
+import dsh_host
+from dsh_host import (
+    AbortSignal,
+    Host,
+    Scope,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    arguments_of,
+    new_call_id,
+)
+
+from ._guest import Guest, in_trio, join, leave
+
+__all__ = ["AsyncioHost", "open_host"]
+
+Format = Literal["anthropic", "openai"]  # the providers `Host.run_tool_calls` speaks
+SchemaFormat = Literal["openai", "anthropic", "mcp"]  # the formats `Host.schemas` speaks
+
+T = TypeVar("T")
+Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
+
+
+@final
+class AsyncioHost:
+    """A `Host` driven from asyncio; see the module docstring. Made by `open_host`."""
+
+    def __init__(self, host: Host, guest: Guest, close: Callable[[], Awaitable[object]]) -> None:
+        self.host = host
+        self._guest = guest
+        self._close = close
+        self._closed = False
+
+    def _run(self, job: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
+        if self._closed:
+            raise RuntimeError(
+                "this dsh host is closed (its `async with dsh_host.aio.open_host()` ended, or "
+                "aclose() ran): open a new one"
+            )
+        return in_trio(self._guest, job)
+
+    async def call(
+        self,
+        name: str,
+        arguments: Any,
+        call_id: str | None = None,
+        *,
+        scope: Scope | None = None,
+    ) -> ToolExecutionResult:
+        """`Host.call` from asyncio: one call through the whole pipeline."""
+        return await self._run(
+            lambda signal: self.host.call(
+                name, arguments, call_id=call_id, scope=scope, signal=signal
+            )
+        )
+
+    async def call_many(
+        self, calls: Iterable[Call], *, max_parallel: int = 10
+    ) -> list[ToolExecutionResult]:
+        """One model step (`ToolRegistry.execute_batch`): results in model order.
+
+        Each call is a `ToolExecutionInput`, a ``(name, arguments)`` pair, or a mapping with
+        ``name``, ``arguments`` and optionally ``call_id``.
+        """
+        inputs = [_input(call) for call in calls]
+        return await self._run(
+            lambda signal: self.host.registry.execute_batch(inputs, max_parallel, signal=signal)
+        )
+
+    async def run_tool_calls(self, calls: Any, *, format: Format) -> list[dict[str, Any]]:
+        """`Host.run_tool_calls` from asyncio: provider tool calls in, result shapes out."""
+        return await self._run(
+            lambda signal: self.host.run_tool_calls(calls, format=format, signal=signal)
+        )
+
+    def schemas(self, scope: Scope | None = None, *, format: SchemaFormat = "mcp") -> list[Any]:
+        """`Host.schemas`: the tools in a provider's ``tools`` format."""
+        return self.host.schemas(scope, format=format)
+
+    async def aclose(self) -> None:
+        """`Host.aclose`: stop the plugins (flush audit, end child processes). Once."""
+        if not self._closed:
+            await self._run(lambda signal: self._close())
+            self._closed = True
+
+
+def _input(call: Call) -> ToolExecutionInput:
+    if isinstance(call, ToolExecutionInput):
+        return call
+    if isinstance(call, tuple):
+        name, arguments = call
+        call_id = None
+    elif isinstance(call, Mapping):
+        name, arguments, call_id = call["name"], call.get("arguments"), call.get("call_id")
+    else:
+        raise TypeError(
+            f"a call is a ToolExecutionInput, a (name, arguments) pair or a mapping, "
+            f"not {type(call).__name__}"
+        )
+    return ToolExecutionInput(
+        call_id=call_id or new_call_id(), name=name, arguments=arguments_of(arguments)
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_host(
+    config: Any = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    plugins: Iterable[object] = (),
+    entry_points: bool = True,
+) -> AsyncIterator[AsyncioHost]:
+    """``async with dsh_host.aio.open_host(...) as host:`` `dsh_host.open_host` for asyncio.
+
+    The arguments are those of `dsh_host.open_host`, which opens the host in the trio guest
+    run. On exit the host is closed (audit flushed, child processes ended) and, when it was the
+    loop's last, the trio guest run ends.
+    """
+    guest = await join()
+    try:
+        opened = dsh_host.open_host(
+            config, workspace=workspace, plugins=plugins, entry_points=entry_points
+        )
+        plain = await in_trio(guest, lambda signal: opened.__aenter__())
+        host = AsyncioHost(plain, guest, lambda: opened.__aexit__(None, None, None))
+        try:
+            yield host
+        finally:
+            await _shielded(host.aclose())
+    finally:
+        await _shielded(leave(guest))
+
+
+async def _shielded(work: Awaitable[None]) -> None:
+    """Await *work* to the end even if the caller is cancelled meanwhile (then re-raise)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
