@@ -126,9 +126,13 @@ async def _beside_walk(
             except Exception as exc:  # raised after the walk, as if run then (no group)
                 failed.append(exc)
 
+    def stop_early() -> None:  # on the walk's thread, at the first withheld file
+        policy.on_withheld = None
+        token.run_sync_soon(speculation.cancel)
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(speculate)
-        policy.on_withheld = lambda: token.run_sync_soon(speculation.cancel)
+        policy.on_withheld = stop_early
         try:
             listing = await trio.to_thread.run_sync(walk)
         except Exception as exc:  # raised below, outside the nursery (no exception group)
