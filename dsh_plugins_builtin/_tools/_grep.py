@@ -6,9 +6,11 @@ sandbox cannot run commands, the search runs in-process on a worker thread with 
 time, like ripgrep's engine). Either way nothing here can hang the host, and the event loop is
 never blocked: blocking work runs in worker threads or in the sandboxed process.
 
-Policy: when a plugin implements ``dsh_path_denied``, our walk asks it about every file ripgrep
-would read *before* ripgrep runs, and ripgrep is told to skip the withheld ones (``--glob
-!/path``); whatever ripgrep still reports is checked again by its real path.
+Policy: when a plugin implements ``dsh_path_denied``, our walk (`_list_files`) asks it about
+every file ripgrep would read. ripgrep runs beside the walk and its answer is kept only when
+nothing was withheld; otherwise it runs again told to skip the withheld files (``--glob
+!/path``), and its first output is never read (`._grep_rg`). Whatever ripgrep reports is
+checked again by its real path.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from typing import Any
 import trio
 
 from dsh_host import (
-    DshError,
     ToolArgsError,
     ToolDefinition,
     ToolExecutionResult,
     ToolRunContext,
     define_tool,
 )
-from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_FILE_BYTES,
@@ -36,19 +36,11 @@ from dsh_plugins_builtin._tools._grep_local import (
     Found,
     Listing,
     Search,
-    bad_regex,
     local_regex,
     local_search,
 )
-from dsh_plugins_builtin._tools._grep_recheck import Recheck
+from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
 from dsh_plugins_builtin._tools._open import display_path, os_failure
-from dsh_plugins_builtin._tools._ripgrep import (
-    RgOutput,
-    glob_error,
-    parse_output,
-    regex_error,
-    rg_command,
-)
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
     SEARCH_PATH,
@@ -61,7 +53,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, bool_arg, guarded_async
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded_async
 from dsh_plugins_builtin._tools._walk import (
     expand_braces,
     gitignore_spec,
@@ -70,11 +62,6 @@ from dsh_plugins_builtin._tools._walk import (
 
 __all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "make_grep_tool"]
 MAX_MATCH_LINE = 400
-SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
-# A longer command line (many withheld files to exclude) is searched in-process instead; Linux
-# caps one argument (the ``bash -c`` string) at 128 KiB.
-_MAX_COMMAND = 100_000
-_INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
 
 
 def _cut(line: str, long: bool = False) -> str:
@@ -137,111 +124,6 @@ def _list_files(
     return listing
 
 
-async def _ripgrep(
-    env: ToolEnv,
-    rg: str,
-    sandbox: Sandbox,
-    search: Search,
-    root: Path,
-    listing: Listing,
-    policy: Policy,
-) -> Found | None:
-    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here.
-
-    That is: the sandbox cannot run commands (``SANDBOX_UNAVAILABLE``), the command line would
-    be too long, or the shell could not find or execute ``rg`` inside the sandbox.
-    """
-    is_dir = root.is_dir()
-    cwd = root if is_dir else root.parent
-    if not is_dir and not listing.files:
-        return Found()  # the one file named is withheld
-    command = functools.partial(
-        rg_command,
-        rg,
-        search.pattern,
-        ignore_case=search.ignore_case,
-        include_ignored=search.include_ignored,
-        glob=search.glob if is_dir else None,
-        exclude=listing.denied,
-        target=None if is_dir else root.name,
-    )
-    first = command()
-    if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
-        return None
-    try:
-        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
-        if result.truncated and not result.timed_out:
-            # Too much output for the sandbox's buffer: search again in path order and keep
-            # only what can be shown (ripgrep stops once `head` has enough).
-            result = await sandbox.run(
-                command(sorted_head=MAX_GREP_MATCHES + 1), cwd=str(cwd), timeout=SEARCH_TIMEOUT_S
-            )
-    except SandboxUnavailableError:
-        return None
-    where = display_path(root, env.workspace)
-    if result.timed_out:
-        raise DshError(
-            f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
-            "and was stopped; narrow the path, the glob or the pattern",
-            "SEARCH_TIMEOUT",
-        )
-    output = parse_output(result.output, result.truncated)
-    if result.exit_code in (126, 127) and not output.matches:
-        return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
-    if result.exit_code == 2 and not output.matches:
-        bad_glob = glob_error(output.messages)
-        if bad_glob is not None:
-            raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {bad_glob}'])
-        why = regex_error(output.messages)
-        if why is not None:
-            raise bad_regex(search.pattern, why, "Rust regex")
-    if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
-        detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
-        raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
-    if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
-        # A few files and no path policy to ask (dsh_path_denied is called from worker
-        # threads): a couple of lstat calls each cost less than a worker-thread hop.
-        return _keep_allowed(env, sandbox, root, cwd, output, listing, policy)
-    return await trio.to_thread.run_sync(
-        _keep_allowed, env, sandbox, root, cwd, output, listing, policy
-    )
-
-
-def _keep_allowed(
-    env: ToolEnv,
-    sandbox: Sandbox,
-    root: Path,
-    cwd: Path,
-    output: RgOutput,
-    listing: Listing,
-    policy: Policy,
-) -> Found:
-    """ripgrep's matches from files the fence and the policy still allow, sorted (a thread).
-
-    Each reported file is checked again by its real path: ripgrep's walk may differ from ours,
-    or a file may have been swapped for a symlink (to a withheld file, or outside the fence)
-    since we looked.
-    """
-    is_dir = root.is_dir()
-    where = display_path(root, env.workspace)
-    found = Found(cut_short=not output.complete)
-    prefix = shown_prefix(root, env) if is_dir else ""
-    withheld = set(listing.denied)
-    check = Recheck(sandbox, cwd, policy)
-    allowed: dict[str, bool] = {}
-    for match in output.matches:
-        rel = match.path
-        ok = allowed.get(rel)
-        if ok is None:
-            ok = rel not in withheld and check.readable(rel)
-            allowed[rel] = ok
-        if ok:
-            shown = prefix + rel if is_dir else where
-            found.matches.append((shown, match.line, match.text, match.long))
-    found.matches.sort(key=lambda item: (item[0], item[1]))
-    return found
-
-
 async def _grep(
     env: ToolEnv, rg: str | None, args: Mapping[str, Any], ctx: ToolRunContext | None
 ) -> ToolExecutionResult:
@@ -263,13 +145,8 @@ async def _grep(
     found = None
     if rg is not None:
         # ripgrep walks by itself; ours only finds what policy withholds, to exclude it.
-        if policy.active or not root.is_dir():
-            listing = await trio.to_thread.run_sync(
-                _list_files, env, search, root, policy, ctx, False
-            )
-        else:
-            listing = Listing()
-        found = await _ripgrep(env, rg, sandbox, search, root, listing, policy)
+        walk = functools.partial(_list_files, env, search, root, policy, ctx, False)
+        found, listing = await search_with_rg(env, rg, sandbox, search, root, policy, walk)
     if found is None:
         listing = await trio.to_thread.run_sync(_list_files, env, search, root, policy, ctx, True)
         found = await trio.to_thread.run_sync(local_search, search, listing, ctx)

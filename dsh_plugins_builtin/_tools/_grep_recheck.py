@@ -22,13 +22,21 @@ class Recheck:
     inside the fence: only a path whose real location differs (a symlink swapped in) is put
     to the fence again. Directories are resolved one component at a time below the search
     directory, each level once (one ``lstat``; a symlink is resolved in full); each file costs
-    one ``lstat``.
+    one ``lstat``. Policy is asked about each real path unless it is in ``allowed`` (real paths
+    policy already let through during this call: ``dsh_path_denied`` is pure).
     """
 
-    def __init__(self, sandbox: Sandbox, cwd: Path, policy: Policy) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        cwd: Path,
+        policy: Policy,
+        allowed: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         self._sandbox = sandbox
         self._base = str(cwd).rstrip("/")
         self._policy = policy
+        self._allowed = allowed
         self._dirs: dict[str, str | None] = {"": self._base}  # relative dir -> real (None: gone)
 
     def _real_dir(self, rel: str) -> str | None:
@@ -71,4 +79,4 @@ class Recheck:
                 self._sandbox.check_read(real)
             except SandboxError:
                 return False
-        return not self._policy.denied(real)
+        return real in self._allowed or not self._policy.denied(real)

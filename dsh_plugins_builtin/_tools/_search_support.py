@@ -93,6 +93,8 @@ class Policy:
         if ctx is not None and env.has_path_policy():
             self._ask = functools.partial(env.path_denied, ctx.execution)
         self._withheld: set[str] = set()
+        self.on_withheld: Callable[[], object] | None = None
+        """Called (on the asking thread) each time a file is withheld, while it is set."""
 
     @property
     def withheld(self) -> int:
@@ -109,8 +111,14 @@ class Policy:
         ask = self._ask
         if ask is None:
             return False
-        if any(ask(path, "read") is not None for path in real):
+        if len(real) == 1:
+            hit = ask(real[0], "read") is not None
+        else:
+            hit = any(ask(path, "read") is not None for path in real)
+        if hit:
             self._withheld.add(real[0])
+            if self.on_withheld is not None:
+                self.on_withheld()
             return True
         return False
 

@@ -17,8 +17,7 @@ import pytest
 import trio
 
 from dsh_host import Host, hookimpl
-from dsh_plugins_builtin._tools import _grep as _grep_tool
-from dsh_plugins_builtin._tools import _grep_recheck
+from dsh_plugins_builtin._tools import _grep_recheck, _grep_rg
 from dsh_plugins_builtin._tools._search_support import Policy
 from dsh_plugins_builtin.sandbox import SandboxDeniedError, SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -108,7 +107,7 @@ async def test_grep_resolves_and_rechecks_a_few_files_without_a_worker_thread(
 ) -> None:
     """The search root, the command's working directory and the re-check of a few reported
     files are a few ``lstat`` calls each: done on the event loop. Many files go to a thread."""
-    many = _grep_tool._INLINE_RECHECKS + 1
+    many = _grep_rg._INLINE_RECHECKS + 1
     put(ws, {"f.txt": "needle\n"} | {f"many/m{i:03}.txt": "haystack\n" for i in range(many)})
     host: Host = tools_host(make_host, ws)
     assert (await host.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"

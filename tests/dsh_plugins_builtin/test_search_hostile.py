@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from dsh_host import AbortSignal, Host, ToolArgsError, hookimpl
 from dsh_plugins_builtin._tools import _grep as _grep_tool
-from dsh_plugins_builtin._tools import _grep_local, _ripgrep
+from dsh_plugins_builtin._tools import _grep_local, _grep_rg, _ripgrep
 from dsh_plugins_builtin._tools import _search as _search_tools
 from dsh_plugins_builtin._tools._walk import compile_glob
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -218,9 +218,9 @@ async def test_a_file_swapped_for_a_symlink_out_of_the_fence_is_dropped(
     rg = fake_rg(ws / ".venv" / "bin", script)  # visible in the sandbox
     monkeypatch.setattr(_search_tools, "find_rg", lambda: rg)
     ran: list[str] = []
-    parse = _grep_tool.parse_output
+    parse = _grep_rg.parse_output
     monkeypatch.setattr(
-        _grep_tool, "parse_output", lambda text, cut: ran.append(text) or parse(text, cut)
+        _grep_rg, "parse_output", lambda text, cut: ran.append(text) or parse(text, cut)
     )
     host = tools_host(make_host, ws, writable_roots=["."])
     assert (await host.call("grep", {"pattern": "e"})).text == "ok.txt:1:fine"
@@ -394,9 +394,9 @@ async def test_ripgrep_is_told_to_skip_withheld_files(
     make_host: Any, secrets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw: list[str] = []
-    parse = _grep_tool.parse_output
+    parse = _grep_rg.parse_output
     monkeypatch.setattr(
-        _grep_tool, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
+        _grep_rg, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
     )
     config = {"host": {"workspace": str(secrets)}}
     (secrets / "secrets" / "we[ir]d *{x}.txt").write_text("hunter2 again\n")
@@ -504,7 +504,7 @@ async def test_too_many_withheld_files_for_one_command_line_search_in_process(
     policy_host: tuple[Host, WithholdSecrets], engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host, _ = policy_host
-    monkeypatch.setattr(_grep_tool, "_MAX_COMMAND", 10)  # as if thousands were withheld
+    monkeypatch.setattr(_grep_rg, "_MAX_COMMAND", 10)  # as if thousands were withheld
     ran: list[str] = []
     local = _grep_tool.local_search
     monkeypatch.setattr(_grep_tool, "local_search", lambda *a: ran.append("builtin") or local(*a))

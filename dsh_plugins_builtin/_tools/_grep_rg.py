@@ -1,0 +1,231 @@
+"""``grep`` with ripgrep: running it in the sandbox beside the policy walk, reading its answer.
+
+ripgrep runs through the sandbox plugin's ``run``, like a ``bash`` command, with
+`SEARCH_TIMEOUT_S` on the process; nothing here blocks the event loop.
+
+With a path policy (a plugin implements ``dsh_path_denied``) our walk asks it about every file
+ripgrep would read, in a worker thread. ripgrep starts at the same time, searching the whole
+directory; its answer is used only when the walk withheld nothing. The first withheld file
+cancels it (its output is dropped unread) and ripgrep runs again, told to skip every withheld
+file (``--glob !/path``). So the walk costs no time when nothing is withheld, and ripgrep's
+output never holds a withheld file's lines when something is. Whatever ripgrep reports is
+checked again by its real path (`._grep_recheck`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+from dsh_host import DshError, ToolArgsError
+from dsh_plugins_builtin._sandbox._confine import ProcessResult
+from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
+from dsh_plugins_builtin._tools._grep_local import (
+    MAX_GREP_MATCHES,
+    Found,
+    Listing,
+    Search,
+    bad_regex,
+)
+from dsh_plugins_builtin._tools._grep_recheck import Recheck
+from dsh_plugins_builtin._tools._open import display_path
+from dsh_plugins_builtin._tools._ripgrep import (
+    RgOutput,
+    glob_error,
+    parse_output,
+    regex_error,
+    rg_command,
+)
+from dsh_plugins_builtin._tools._search_support import Policy, shown_prefix
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv
+
+__all__ = ["SEARCH_TIMEOUT_S", "search_with_rg"]
+
+SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
+# A longer command line (many withheld files to exclude) is searched in-process instead; Linux
+# caps one argument (the ``bash -c`` string) at 128 KiB.
+_MAX_COMMAND = 100_000
+_INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
+
+Command = Callable[..., str]  # `rg_command` with all but ``exclude`` and ``sorted_head`` bound
+
+
+async def search_with_rg(
+    env: ToolEnv,
+    rg: str,
+    sandbox: Sandbox,
+    search: Search,
+    root: Path,
+    policy: Policy,
+    walk: Callable[[], Listing],
+) -> tuple[Found | None, Listing]:
+    """Search with ripgrep in the sandbox; ``None`` when ripgrep cannot run here.
+
+    That is: the sandbox cannot run commands (``SANDBOX_UNAVAILABLE``), the command line would
+    be too long, or the shell could not find or execute ``rg`` inside the sandbox.
+
+    Args:
+        walk: Lists what policy withholds (a worker thread runs it); not run without a policy
+            when ``root`` is a directory (ripgrep walks by itself).
+    """
+    is_dir = root.is_dir()
+    cwd = root if is_dir else root.parent
+    command: Command = functools.partial(
+        rg_command,
+        rg,
+        search.pattern,
+        ignore_case=search.ignore_case,
+        include_ignored=search.include_ignored,
+        glob=search.glob if is_dir else None,
+        target=None if is_dir else root.name,
+    )
+    if is_dir and not policy.active:
+        listing, result = Listing(), await _run(sandbox, command, (), cwd)
+    elif is_dir:
+        listing, result = await _beside_walk(sandbox, command, cwd, policy, walk)
+    else:
+        listing = await trio.to_thread.run_sync(walk)
+        if not listing.files:
+            return Found(), listing  # the one file named is withheld
+        result = await _run(sandbox, command, listing.denied, cwd)
+    output = None if result is None else _checked(env, search, root, result)
+    if output is None:
+        return None, listing
+    if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
+        # A few files and no path policy to ask (dsh_path_denied is called from worker
+        # threads): a couple of lstat calls each cost less than a worker-thread hop.
+        return _keep_allowed(env, sandbox, root, cwd, output, listing, policy), listing
+    found = await trio.to_thread.run_sync(
+        _keep_allowed, env, sandbox, root, cwd, output, listing, policy
+    )
+    return found, listing
+
+
+async def _beside_walk(
+    sandbox: Sandbox, command: Command, cwd: Path, policy: Policy, walk: Callable[[], Listing]
+) -> tuple[Listing, ProcessResult | None]:
+    """The policy walk, with ripgrep over the whole directory started beside it.
+
+    ripgrep's answer is kept only when the walk withheld nothing. The first withheld file
+    cancels it (the sandbox kills its processes) and, once the walk is done, ripgrep runs again
+    skipping every withheld file; the first answer is never read.
+    """
+    early: list[ProcessResult | None] = []
+    failed: list[Exception] = []
+    walk_failed: Exception | None = None
+    speculation = trio.CancelScope()
+    token = trio.lowlevel.current_trio_token()
+
+    async def speculate() -> None:
+        with speculation:
+            try:
+                early.append(await _run(sandbox, command, (), cwd))
+            except Exception as exc:  # raised after the walk, as if run then (no group)
+                failed.append(exc)
+
+    def stop_early() -> None:  # on the walk's thread, at the first withheld file
+        policy.on_withheld = None
+        token.run_sync_soon(speculation.cancel)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(speculate)
+        policy.on_withheld = stop_early
+        try:
+            listing = await trio.to_thread.run_sync(walk)
+        except Exception as exc:  # raised below, outside the nursery (no exception group)
+            walk_failed = exc
+        finally:
+            policy.on_withheld = None
+        if walk_failed is not None or listing.denied:
+            speculation.cancel()
+    if walk_failed is not None:
+        raise walk_failed
+    if listing.denied or not (early or failed):
+        return listing, await _run(sandbox, command, listing.denied, cwd)
+    if failed:
+        raise failed[0]
+    return listing, early[0]
+
+
+async def _run(
+    sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: Path
+) -> ProcessResult | None:
+    """Run ripgrep in the sandbox; ``None`` when the command line is too long or the sandbox
+    cannot run commands. Output over the sandbox's buffer is searched again, sorted, capped."""
+    first = command(exclude=exclude)
+    if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
+        return None
+    try:
+        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+        if result.truncated and not result.timed_out:
+            # Too much output for the sandbox's buffer: search again in path order and keep
+            # only what can be shown (ripgrep stops once `head` has enough).
+            again = command(exclude=exclude, sorted_head=MAX_GREP_MATCHES + 1)
+            result = await sandbox.run(again, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+    except SandboxUnavailableError:
+        return None
+    return result
+
+
+def _checked(env: ToolEnv, search: Search, root: Path, result: ProcessResult) -> RgOutput | None:
+    """ripgrep's output, or the error it reports; ``None`` when ``rg`` could not run at all."""
+    where = display_path(root, env.workspace)
+    if result.timed_out:
+        raise DshError(
+            f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
+            "and was stopped; narrow the path, the glob or the pattern",
+            "SEARCH_TIMEOUT",
+        )
+    output = parse_output(result.output, result.truncated)
+    if result.exit_code in (126, 127) and not output.matches:
+        return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
+    if result.exit_code == 2 and not output.matches:
+        bad_glob = glob_error(output.messages)
+        if bad_glob is not None:
+            raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {bad_glob}'])
+        why = regex_error(output.messages)
+        if why is not None:
+            raise bad_regex(search.pattern, why, "Rust regex")
+    if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
+        detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
+        raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+    return output
+
+
+def _keep_allowed(
+    env: ToolEnv,
+    sandbox: Sandbox,
+    root: Path,
+    cwd: Path,
+    output: RgOutput,
+    listing: Listing,
+    policy: Policy,
+) -> Found:
+    """ripgrep's matches from files the fence and the policy still allow, sorted (a thread).
+
+    Each reported file is checked again by its real path: ripgrep's walk may differ from ours,
+    or a file may have been swapped for a symlink (to a withheld file, or outside the fence)
+    since we looked. Policy is not asked again about a real path our walk already put to it
+    (``dsh_path_denied`` is pure: the same path gets the same answer).
+    """
+    is_dir = root.is_dir()
+    where = display_path(root, env.workspace)
+    found = Found(cut_short=not output.complete)
+    prefix = shown_prefix(root, env) if is_dir else ""
+    withheld = set(listing.denied)
+    check = Recheck(sandbox, cwd, policy, {real for _, real in listing.files})
+    allowed: dict[str, bool] = {}
+    for match in output.matches:
+        rel = match.path
+        ok = allowed.get(rel)
+        if ok is None:
+            ok = rel not in withheld and check.readable(rel)
+            allowed[rel] = ok
+        if ok:
+            shown = prefix + rel if is_dir else where
+            found.matches.append((shown, match.line, match.text, match.long))
+    found.matches.sort(key=lambda item: (item[0], item[1]))
+    return found
