@@ -12,15 +12,14 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
   `BAD_RESULT`, naming the server and the tool;
 - a line that is not JSON, or a message that answers nothing, is dropped and noted.
 
-From an HTTP server the SDK's transport hands over parsed messages, so the bound
-(``max_result_bytes``) is measured on each message as compact JSON: an answer over it ends its
-call as an oversized stdio line does. The transport has read that message by then, so over HTTP
-the bound keeps it from the session and the model, not from dsh's memory.
+From an HTTP server the SDK's transport hands over parsed messages; the bound
+(``max_result_bytes``) is kept while they are read (`_bounded`: a JSON body counted chunk by
+chunk, each server-sent event by the SDK), and the error the transport then delivers for the
+request is turned into the same refusal as an oversized stdio line.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -30,7 +29,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from ._stdio import PREFIX, Oversized, Raw
+from ._bounded import MARK
+from ._stdio import Oversized, Raw
 
 __all__ = ["BAD_RESULT", "Guard"]
 
@@ -54,7 +54,8 @@ class Guard:
     def __init__(self, server: str, *, limit: int | None = None) -> None:
         self.server = server
         self.limit = limit
-        """The bound on one parsed message (HTTP); a stdio transport bounds its lines itself."""
+        """``max_result_bytes``: to recognise the HTTP transport's error for an answer over it
+        (a stdio transport bounds its lines itself)."""
         self.rejected: list[str] = []
         """Tools of the last listing that were not mounted, and why."""
         self.notes: list[str] = []
@@ -111,11 +112,10 @@ class Guard:
         if isinstance(item, Oversized):
             return self._oversized(item)
         if isinstance(item, SessionMessage):  # from the HTTP transport: parsed, not yet checked
-            item = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            if self.limit is not None:
-                text = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
-                if len(text) > self.limit:
-                    return self._oversized(Oversized(prefix=text[:PREFIX], limit=self.limit))
+            message = item.message
+            if isinstance(message, types.JSONRPCError) and self._too_large(message):
+                return [self._refuse(message.id, self._over())]
+            item = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
         request_id = item.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
         if pending is not None and "method" not in item and "result" in item:
@@ -134,11 +134,22 @@ class Guard:
             self._pending.pop(message.id, None)
         return [message]
 
-    def _oversized(self, item: Oversized) -> list[types.JSONRPCMessage]:
-        what = (
-            f"a message over max_result_bytes ({item.limit} bytes); raise "
+    def _over(self, limit: int | None = None) -> str:
+        return (
+            f"a message over max_result_bytes ({limit or self.limit} bytes); raise "
             f"[plugin.mcp.servers.{self.server}] max_result_bytes to accept it"
         )
+
+    def _too_large(self, error: types.JSONRPCError) -> bool:
+        """Whether the HTTP transport's *error* for a pending request says its answer was cut
+        off at the bound (`_bounded`, or the SDK's own bound on one server-sent event)."""
+        text = error.error.message
+        if error.id not in self._pending or self.limit is None:
+            return False
+        return MARK in text or f"exceeded the {self.limit} byte limit" in text
+
+    def _oversized(self, item: Oversized) -> list[types.JSONRPCMessage]:
+        what = self._over(item.limit)
         head = item.prefix.split(b'"result"', 1)[0].split(b'"error"', 1)[0]
         found = _ID.search(head)
         if found is not None:

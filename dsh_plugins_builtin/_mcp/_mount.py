@@ -58,9 +58,9 @@ class McpServerConfig:
         enabled: ``false`` mounts nothing.
         timeout_ms: the time budget of each call (also the start timeout).
         tools: the server's tool names to mount (default: all).
-        max_result_bytes: the longest message read from the server (over HTTP: measured as
-            compact JSON once parsed); a longer answer ends its call at once with an error
-            (default 8 MiB).
+        max_result_bytes: the longest message read from the server (a stdio line; over HTTP,
+            a JSON answer's body or one server-sent event), counted while it is read; a longer
+            answer ends its call at once with an error (default 8 MiB).
         sandbox: run a stdio server confined (default); ``false`` runs it with dsh's user,
             files and environment, and is flagged by ``dsh plugins``.
         writable_roots: where a confined server may write (default: nowhere; relative to the
@@ -195,12 +195,20 @@ class Link:
                 else:
                     import httpx2
 
+                    from ._bounded import BoundedTransport
+
                     assert config.url is not None
+                    limit = config.max_result_bytes
                     http = await stack.enter_async_context(
-                        httpx2.AsyncClient(headers=dict(config.headers))
+                        httpx2.AsyncClient(
+                            headers={"Accept-Encoding": "identity", **config.headers},
+                            transport=BoundedTransport(limit),
+                        )
                     )
                     streams: Any = await stack.enter_async_context(
-                        streamable_http_client(config.url, http_client=http)
+                        streamable_http_client(
+                            config.url, http_client=http, max_sse_event_size=limit
+                        )
                     )
                     pumps = await stack.enter_async_context(anyio.create_task_group())
                     stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
