@@ -356,7 +356,9 @@ class McpPlugin:
                 raise
             except Exception as exc:
                 if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
-                    raise DshError(str(exc), "MCP_BAD_RESULT") from None
+                    detail = getattr(exc, "data", None)  # what the server sent, for --trace
+                    detail = detail if isinstance(detail, str) else None
+                    raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
             blocks = _content(result, server)

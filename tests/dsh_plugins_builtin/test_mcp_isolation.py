@@ -81,6 +81,30 @@ def test_a_malformed_result_is_an_error_at_once_naming_server_and_tool(mounted):
     assert len(result.text.splitlines()) == 1
 
 
+def test_what_a_malformed_result_was_is_shown_in_the_trace_not_to_the_model(mounted):
+    host, _ = mounted({"m": raw("malformed")})
+    events = []
+    result = trio.run(lambda: host.call("mcp__m__echo", {"text": "x"}, trace=events.append))
+    assert result.code == "MCP_BAD_RESULT"
+    assert "[1, 2, 3]" not in result.text  # the model gets one line
+    (body,) = [event for event in events if event.stage == "body"]
+    assert body.outcome.startswith("MCP_BAD_RESULT: ")
+    assert "the result: [1, 2, 3]" in body.outcome  # what the server actually sent
+    assert result.meta["detail"] in body.outcome
+
+
+def test_a_malformed_results_detail_is_bounded_and_escaped(mounted):
+    host, _ = mounted({"m": raw("malformed")})
+    events = []
+    result = trio.run(lambda: host.call("mcp__m__shout", {}, trace=events.append))
+    assert result.code == "MCP_BAD_RESULT"
+    (body,) = [event for event in events if event.stage == "body"]
+    assert "content.0.TextContent.text: Field required" in body.outcome  # where it is wrong
+    assert "\\u001b[2J" in body.outcome  # the escape, escaped
+    assert "\x1b" not in body.outcome
+    assert len(body.outcome) < 3_100  # bounded, not the 10,000 characters sent
+
+
 def test_a_result_over_max_result_bytes_ends_the_call_within_a_second(mounted):
     host, _ = mounted({"h": raw("huge", max_result_bytes=1_000_000)})
     started = time.monotonic()
