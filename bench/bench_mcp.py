@@ -16,13 +16,19 @@ Both servers are real child processes on stdio, driven by the official SDK clien
 - ``mounted+sandbox``: as ``mounted``, with the server confined (the default: bubblewrap,
   seccomp, a read-only file system, its own namespaces).
 
-Rounds alternate between the servers so that load from elsewhere hits each alike; the figure is
-the median of per-round means. Run ``python bench/bench_mcp.py [--calls N] [--rounds R] [--json]``.
+Rounds alternate between the servers so that load from elsewhere hits each alike; garbage
+collection is paused while a round is timed (in the measuring process: the client, or the
+mounting host). The table shows the median of per-round means; ``--check`` prints, for each
+figure of issue 27 (and the confined row of issue 24), the ratio of each round's mean to the
+``plain`` mean of the same round, its min and median over the rounds, and the target, as rows
+``| figure | min | median | target |``. Run
+``python bench/bench_mcp.py [--calls N] [--rounds R] [--json | --check]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -79,7 +85,7 @@ trio.run(serve_stdio, host)
 
 
 MOUNTED = """
-import sys, time, trio
+import gc, sys, time, trio
 from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
 
@@ -91,11 +97,15 @@ host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_en
 async def main(calls):
     for _ in range(20):
         await host.call("mcp__plain__echo", {"text": "hi"})
+    gc.collect()
+    gc.disable()
     started = time.perf_counter()
     for _ in range(calls):
         result = await host.call("mcp__plain__echo", {"text": "hi"})
+    elapsed = time.perf_counter() - started
+    gc.enable()
     assert result.text == "hi", result
-    print((time.perf_counter() - started) / calls)
+    print(elapsed / calls)
 
 trio.run(main, int(sys.argv[2]))
 plugin.close()
@@ -116,12 +126,38 @@ async def _round(script: Path, args: list[str], calls: int) -> float:
         await session.initialize()
         for _ in range(20):  # warm-up
             await session.call_tool("echo", {"text": "hi"})
-        started = time.perf_counter()
-        for _ in range(calls):
-            result = await session.call_tool("echo", {"text": "hi"})
-        elapsed = time.perf_counter() - started
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            for _ in range(calls):
+                result = await session.call_tool("echo", {"text": "hi"})
+            elapsed = time.perf_counter() - started
+        finally:
+            gc.enable()
         assert result.content[0].text == "hi", result  # type: ignore[union-attr]
     return elapsed / calls
+
+
+CHECKS = (
+    ("mounted server's tool via `host.call` / plain SDK client", "mounted", 1.1),
+    ("the same, server confined (bwrap) / plain SDK client", "mounted+sandbox", 1.1),
+    ("`dsh mcp serve`, default stack / plain SDK server", "dsh+stack", 1.0),
+)
+"""The ``--check`` rows: (figure, case, target ratio to ``plain``)."""
+
+
+def check_rows(samples: dict[str, list[float]]) -> list[str]:
+    """The ``--check`` table: each figure's per-round ratio to ``plain``, min and median."""
+    rows = ["| figure | min | median | target |", "|---|---|---|---|"]
+    for figure, case, target in CHECKS:
+        ratios = [
+            value / plain for value, plain in zip(samples[case], samples["plain"], strict=True)
+        ]
+        rows.append(
+            f"| {figure} | {min(ratios):.2f} | {statistics.median(ratios):.2f} | <= {target} |"
+        )
+    return rows
 
 
 def main() -> None:
@@ -130,6 +166,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls per round (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per server (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="print the ratios against targets")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain, dsh = Path(tmp, "plain.py"), Path(tmp, "dsh_server.py")
@@ -148,6 +185,9 @@ def main() -> None:
                 samples[name].append(_mounted_round(mounted, plain, options.calls, sandbox))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     ratios = {name: medians[name] / medians["plain"] for name in medians}
+    if options.check:
+        print("\n".join(check_rows(samples)))
+        return
     if options.json:
         print(json.dumps({"median_s": medians, "ratio": ratios, "samples_s": samples}))
         return

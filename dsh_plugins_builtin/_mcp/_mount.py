@@ -261,6 +261,12 @@ class Link:
             self._stop.set()
 
 
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark the outcome of a task nobody waits for any more as seen (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
@@ -299,17 +305,37 @@ class Mount:
         return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
 
     async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it."""
-        future = asyncio.run_coroutine_threadsafe(coroutine(), self._loop)
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-        future.add_done_callback(lambda _: token.run_sync_soon(done.set))
+        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it.
+
+        One wake-up each way and nothing in between (no `concurrent.futures.Future` chained to
+        the task, as `asyncio.run_coroutine_threadsafe` makes): the task is made in the loop,
+        and its end wakes this trio task. Callbacks given to the loop run in order, so a
+        cancellation always finds the task made.
+        """
+        loop, token, done = self._loop, trio.lowlevel.current_trio_token(), trio.Event()
+        made: list[asyncio.Task[T]] = []
+
+        def wake(_: object) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        def start() -> None:
+            task = loop.create_task(coroutine())
+            task.add_done_callback(wake)
+            made.append(task)
+
+        def cancel() -> None:
+            task = made[0]
+            task.cancel()
+            task.add_done_callback(_retrieved)
+
+        loop.call_soon_threadsafe(start)
         try:
             await done.wait()
         except trio.Cancelled:
-            future.cancel()
+            loop.call_soon_threadsafe(cancel)
             raise
-        return future.result()
+        return made[0].result()
 
     def close(self) -> None:
         """Close every session and stop the loop (stdio servers see end of input and exit)."""
