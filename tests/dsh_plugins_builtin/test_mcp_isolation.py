@@ -18,6 +18,7 @@ import trio
 
 from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
+from dsh_plugins_builtin.sandbox import SandboxPlugin
 
 RAW = str(Path(__file__).with_name("raw_mcp_server.py"))
 
@@ -30,12 +31,15 @@ def raw(mode, *args, **config):
 def mounted():
     plugins = []
 
-    def build(servers):
+    def build(servers, sandbox=None):
+        """A host mounting *servers*; with *sandbox* (its table), the sandbox plugin too."""
         plugin = McpPlugin()
         plugins.append(plugin)
-        host = Host(
-            {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
-        )
+        config = {"mcp": {"servers": servers}}
+        extra = [] if sandbox is None else [SandboxPlugin()]
+        if sandbox is not None:
+            config["sandbox"] = sandbox
+        host = Host({"plugin": config}, plugins=[*extra, plugin], load_entrypoints=False)
         return host, plugin
 
     yield build
@@ -161,16 +165,36 @@ def _marked(marker):
     return [pid for pid in found if _alive(pid)]
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path):
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request, monkeypatch):
+    """Each backend that confines a server: bubblewrap, and Landlock where bubblewrap fails."""
+    if request.param == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    if request.param == "landlock":
+        from dsh_plugins_builtin._mcp import _confine
+        from dsh_plugins_builtin._sandbox._ruleset import landlock_abi
+
+        if landlock_abi() < 4:
+            pytest.skip("needs Landlock ABI 4 or later")
+        monkeypatch.setattr(_confine, "resolve_bwrap", lambda policy: (None, "disabled"))
+    return request.param
+
+
+def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path, backend):
     """A child that leaves the process group escapes a group kill, not the server's PID
-    namespace: confined, every descendant is reaped when the host closes."""
+    namespace (bwrap) or the supervisor that kills every descendant (Landlock): confined,
+    every descendant is reaped when the host closes."""
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     marker = f"DSH_MCP_TEST_ESCAPE={tmp_path.name}-{os.getpid()}"
     server = raw("escape", str(fifo), read_roots=[str(tmp_path)], env=dict([marker.split("=")]))
-    _, plugin = mounted({"e": server})
-    assert plugin.status()["e"]["status"] == "running"
+    sandbox = None
+    if backend == "landlock":  # Landlock, unlike a read-only bind, refuses to open a FIFO
+        server = {**server, "writable_roots": [str(tmp_path)]}  # for writing outside them
+        sandbox = {"protected": [], "mode": "read-only"}  # (it cannot protect a path in one)
+    _, plugin = mounted({"e": server}, sandbox)
+    assert plugin.status()["e"]["status"] == "running", plugin.status()
+    assert plugin._mount.links["e"].confinement.backend == backend
 
     async def started():
         with trio.fail_after(60):  # a bound, not a pace: the child writes at once
