@@ -157,3 +157,27 @@ def test_under_landlock_the_planted_command_writes_only_its_writable_roots(
     assert (ws / "scratch" / "ran").read_text() == "ran\n"  # it ran, inside the sandbox
     assert not (outside / "bashrc").exists()
     assert not (ws / "pwned").exists()
+
+
+def test_without_bubblewrap_or_landlock_a_confined_server_is_refused(tmp_path, monkeypatch):
+    from dsh_plugins_builtin._mcp import _confine
+    from dsh_plugins_builtin._sandbox._landlock import LandlockUnavailable
+
+    def unavailable(*args):
+        raise LandlockUnavailable("no Landlock on this kernel (the test says)")
+
+    monkeypatch.setattr(_confine, "resolve_bwrap", lambda policy: (None, "not installed"))
+    monkeypatch.setattr(_confine, "landlock_prepared", unavailable)
+    plugin = McpPlugin()
+    server = {"command": sys.executable, "args": ["-m", "mcp_server_git"]}
+    Host(
+        {"host": {"workspace": str(tmp_path)}, "plugin": {"mcp": {"servers": {"git": server}}}},
+        plugins=[SandboxPlugin(), plugin],
+        load_entrypoints=False,
+    )
+    state = plugin.status()["git"]
+    plugin.close()
+    assert state["status"] == "failed"  # never started unconfined
+    assert "not installed" in state["error"]
+    assert "no Landlock on this kernel" in state["error"]
+    assert "sandbox = false" in state["error"]
