@@ -71,7 +71,7 @@ def _git_status(ws: Path, server: dict, backend: str | None = None, sandbox=None
     try:
         assert plugin.status()["git"]["status"] == "running", plugin.status()
         if backend is not None:
-            assert plugin._mount.links["git"].confinement.backend == backend
+            assert plugin.status()["git"]["confined"] == backend
         result = trio.run(host.call, "mcp__git__git_status", {"repo_path": str(ws / "sub")})
         return result.text
     finally:

@@ -194,7 +194,7 @@ def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path, bac
         sandbox = {"protected": [], "mode": "read-only"}  # (it cannot protect a path in one)
     _, plugin = mounted({"e": server}, sandbox)
     assert plugin.status()["e"]["status"] == "running", plugin.status()
-    assert plugin._mount.links["e"].confinement.backend == backend
+    assert plugin.status()["e"]["confined"] == backend
 
     async def started():
         with trio.fail_after(60):  # a bound, not a pace: the child writes at once
