@@ -16,13 +16,21 @@ Both servers are real child processes on stdio, driven by the official SDK clien
 - ``mounted+sandbox``: as ``mounted``, with the server confined (the default: bubblewrap,
   seccomp, a read-only file system, its own namespaces).
 
-Rounds alternate between the servers so that load from elsewhere hits each alike; the figure is
-the median of per-round means. Run ``python bench/bench_mcp.py [--calls N] [--rounds R] [--json]``.
+Every client session, and each mounting host (a process that times its own rounds on request),
+is opened once; then rounds alternate between the cases, so that load from elsewhere hits each
+alike, and garbage collection is paused while a round is timed (in the measuring process: the
+client, or the mounting host). The table shows the median of per-round means; ``--check``
+prints, for each figure of issue 27 (and the confined row of issue 24), the best round over
+``plain``'s best round (min) and the median round over ``plain``'s median round (median), and
+the target, as rows ``| figure | min | median | target |``. Run
+``python bench/bench_mcp.py [--calls N] [--rounds R] [--json | --check]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import statistics
 import subprocess
@@ -79,75 +87,147 @@ trio.run(serve_stdio, host)
 
 
 MOUNTED = """
-import sys, time, trio
+import gc, sys, time, trio
 from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
 
 plugin = McpPlugin()
-sandbox = sys.argv[3] == "sandbox"
+sandbox = sys.argv[2] == "sandbox"
 servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]], "sandbox": sandbox}}
 host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False)
 
-async def main(calls):
-    for _ in range(20):
-        await host.call("mcp__plain__echo", {"text": "hi"})
+async def timed(calls):
+    gc.collect()
+    gc.disable()
     started = time.perf_counter()
     for _ in range(calls):
         result = await host.call("mcp__plain__echo", {"text": "hi"})
+    elapsed = time.perf_counter() - started
+    gc.enable()
     assert result.text == "hi", result
-    print((time.perf_counter() - started) / calls)
+    return elapsed / calls
 
-trio.run(main, int(sys.argv[2]))
+trio.run(timed, 20)  # warm-up
+print("ready", flush=True)
+for line in sys.stdin:  # one round per line: the number of calls
+    print(trio.run(timed, int(line)), flush=True)
 plugin.close()
 """
 
 
-def _mounted_round(script: Path, plain: Path, calls: int, sandbox: bool) -> float:
-    out = subprocess.run(
-        [sys.executable, str(script), str(plain), str(calls), "sandbox" if sandbox else "none"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return float(out.stdout.strip())
+class _Mounted:
+    """A process whose host mounts ``plain``: one round per request, timed in there."""
+
+    def __init__(self, script: Path, plain: Path, sandbox: bool) -> None:
+        argv = [sys.executable, str(script), str(plain), "sandbox" if sandbox else "none"]
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline() != "ready\n":
+            raise RuntimeError("the mounting host did not start")
+
+    def round(self, calls: int) -> float:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(f"{calls}\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(30)
 
 
-async def _round(script: Path, args: list[str], calls: int) -> float:
-    params = StdioServerParameters(command=sys.executable, args=[str(script), *args])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        for _ in range(20):  # warm-up
-            await session.call_tool("echo", {"text": "hi"})
+async def _round(session: ClientSession, calls: int) -> float:
+    gc.collect()
+    gc.disable()
+    try:
         started = time.perf_counter()
         for _ in range(calls):
             result = await session.call_tool("echo", {"text": "hi"})
         elapsed = time.perf_counter() - started
-        assert result.content[0].text == "hi", result  # type: ignore[union-attr]
+    finally:
+        gc.enable()
+    assert result.content[0].text == "hi", result  # type: ignore[union-attr]
     return elapsed / calls
+
+
+async def _run(
+    scripts: dict[str, tuple[Path, list[str]]],
+    mounted: dict[str, _Mounted],
+    rounds: int,
+    calls: int,
+) -> dict[str, list[float]]:
+    """Every case once per round, in turn; the client sessions stay open throughout."""
+    samples: dict[str, list[float]] = {name: [] for name in [*scripts, *mounted]}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {}
+        for name, (script, args) in scripts.items():
+            params = StdioServerParameters(command=sys.executable, args=[str(script), *args])
+            read, write = await stack.enter_async_context(stdio_client(params))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            await _round(session, 20)  # warm-up
+            sessions[name] = session
+        for _ in range(rounds):
+            for name, session in sessions.items():
+                samples[name].append(await _round(session, calls))
+            for name, process in mounted.items():
+                samples[name].append(process.round(calls))
+    return samples
+
+
+CHECKS = (
+    ("mounted server's tool via `host.call` / plain SDK client", "mounted", 1.1),
+    ("the same, server confined (bwrap) / plain SDK client", "mounted+sandbox", 1.1),
+    ("`dsh mcp serve`, default stack / plain SDK server", "dsh+stack", 1.0),
+)
+"""The ``--check`` rows: (figure, case, target ratio to ``plain``)."""
+
+
+def check_rows(samples: dict[str, list[float]]) -> list[str]:
+    """The ``--check`` table: each figure's best round over ``plain``'s best, and its median
+    round over ``plain``'s median (both measured in the same interleaved rounds)."""
+    rows = ["| figure | min | median | target |", "|---|---|---|---|"]
+    plain = samples["plain"]
+    for figure, case, target in CHECKS:
+        best = min(samples[case]) / min(plain)
+        typical = statistics.median(samples[case]) / statistics.median(plain)
+        rows.append(f"| {figure} | {best:.2f} | {typical:.2f} | <= {target} |")
+    return rows
 
 
 def main() -> None:
     """Run the benchmark and print a table (or ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--calls", type=int, default=300, help="calls per round (default 300)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per server (default 5)")
+    parser.add_argument("--calls", type=int, default=200, help="calls per round (default 200)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds per server (default 15)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="print the ratios against targets")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain, dsh = Path(tmp, "plain.py"), Path(tmp, "dsh_server.py")
-        mounted = Path(tmp, "mounted.py")
+        script = Path(tmp, "mounted.py")
         plain.write_text(textwrap.dedent(PLAIN))
         dsh.write_text(textwrap.dedent(DSH))
-        mounted.write_text(textwrap.dedent(MOUNTED))
-        cases = {"plain": (plain, []), "dsh": (dsh, ["bare"]), "dsh+stack": (dsh, ["stack"])}
-        names = [*cases, "mounted", "mounted+sandbox"]
-        samples: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(options.rounds):
-            for name, (script, args) in cases.items():
-                samples[name].append(anyio.run(_round, script, args, options.calls))
-            for sandbox in (False, True):
-                name = "mounted+sandbox" if sandbox else "mounted"
-                samples[name].append(_mounted_round(mounted, plain, options.calls, sandbox))
+        script.write_text(textwrap.dedent(MOUNTED))
+        scripts = {"plain": (plain, []), "dsh": (dsh, ["bare"]), "dsh+stack": (dsh, ["stack"])}
+        mounted = {
+            "mounted": _Mounted(script, plain, sandbox=False),
+            "mounted+sandbox": _Mounted(script, plain, sandbox=True),
+        }
+        try:
+            samples = anyio.run(_run, scripts, mounted, options.rounds, options.calls)
+        finally:
+            for process in mounted.values():
+                process.close()
     medians = {name: statistics.median(values) for name, values in samples.items()}
     ratios = {name: medians[name] / medians["plain"] for name in medians}
+    if options.check:
+        print("\n".join(check_rows(samples)))
+        return
     if options.json:
         print(json.dumps({"median_s": medians, "ratio": ratios, "samples_s": samples}))
         return

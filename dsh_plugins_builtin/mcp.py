@@ -278,6 +278,8 @@ class McpPlugin:
             line = f"server {name}: {state['status']}, {len(tools)} tool{'s' * (len(tools) != 1)}"
             if state["unconfined"]:
                 line += ", UNCONFINED (sandbox = false: it runs with dsh's user, files and env)"
+            elif state["confined"] and state["status"] == "running":
+                line += f", confined ({state['confined']})"
             if state["error"]:
                 line = f"{line}; {state['error']}"
             lines.append(line)
@@ -285,7 +287,8 @@ class McpPlugin:
         return lines
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Each server's status (``running``/``failed``/``starting``), error and tools."""
+        """Each server's status (``running``/``failed``/``starting``), error and tools, and the
+        backend confining it (``bwrap``, ``landlock``; ``None``: unconfined or HTTP)."""
         links = self._mount.links.values() if self._mount is not None else ()
         return {
             link.name: {
@@ -294,6 +297,7 @@ class McpPlugin:
                 "tools": [tool_name(link.name, n) for n in self._mounted.get(link.name, ())],
                 "problems": link.problems(),
                 "unconfined": link.config.command is not None and not link.config.sandbox,
+                "confined": link.confinement.backend if link.confinement is not None else None,
             }
             for link in links
         }
@@ -356,7 +360,9 @@ class McpPlugin:
                 raise
             except Exception as exc:
                 if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
-                    raise DshError(str(exc), "MCP_BAD_RESULT") from None
+                    detail = getattr(exc, "data", None)  # what the server sent, for --trace
+                    detail = detail if isinstance(detail, str) else None
+                    raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
             blocks = _content(result, server)

@@ -31,14 +31,24 @@ __all__ = [
 
 
 class DshError(Exception):
-    """Base of every dsh error; ``code`` is the machine-readable outcome code."""
+    """Base of every dsh error; ``code`` is the machine-readable outcome code.
+
+    ``detail`` (optional) is for the operator, never the model: raised by a tool body, it is
+    kept in the error result's ``meta["detail"]`` and shown in the body's ``--trace`` line
+    (what a server actually sent, say). Keep it bounded; it is shown escaped.
+    """
 
     code: str = "DSH_ERROR"
+    detail: str | None = None
 
-    def __init__(self, message: str = "", code: str | None = None) -> None:
+    def __init__(
+        self, message: str = "", code: str | None = None, *, detail: str | None = None
+    ) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
+        if detail is not None:
+            self.detail = detail
 
     @property
     def message(self) -> str:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import attrs
+
 from ._errors import DshError, PluginFailure
 from ._values import HookContext, TextBlock, ToolExecutionResult, ToolFailure
 from ._where import located
 
-__all__ = ["ABORT_NAME", "aborted", "failure", "from_exception", "plugin_failed"]
+__all__ = [
+    "ABORT_NAME",
+    "aborted",
+    "detailed",
+    "failure",
+    "from_exception",
+    "plugin_failed",
+    "raised",
+]
 
 ABORT_NAME = "AbortError"
 
@@ -40,6 +52,26 @@ def aborted(body_invoked: bool, contexts: tuple[HookContext, ...] = ()) -> ToolE
         ABORT_NAME,
         contexts=contexts,
     )
+
+
+def raised(exc: BaseException) -> ToolExecutionResult:
+    """The error result of a tool body that raised *exc* (``TOOL_FAILED`` unless a `DshError`
+    says otherwise); a `DshError`'s ``detail`` goes to ``meta["detail"]``, for the host only."""
+    message, code, name = from_exception(exc, "TOOL_FAILED")
+    result = failure(message, code, name)
+    detail = getattr(exc, "detail", None) if isinstance(exc, DshError) else None
+    if type(detail) is str:
+        result = attrs.evolve(result, meta={"detail": detail})
+    return result
+
+
+def detailed(result: ToolExecutionResult) -> str:
+    """A body's outcome for the trace: its code, and an error's ``meta["detail"]`` if any."""
+    outcome = result.code or "ok"
+    meta = result.meta
+    if result.is_error and isinstance(meta, Mapping) and type(meta.get("detail")) is str:
+        outcome = f"{outcome}: {meta['detail']}"
+    return outcome
 
 
 def from_exception(exc: BaseException, default_code: str) -> tuple[str, str, str]:

@@ -12,7 +12,7 @@ import trio
 from .._model._content import to_content
 from .._model._errors import ToolOutputError
 from .._model._json import canonical_json, freeze
-from .._model._outcomes import aborted, failure, from_exception
+from .._model._outcomes import aborted, failure, raised
 from .._model._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext
 from ._contain import genuine
 from ._verify import checked
@@ -50,8 +50,7 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
             # only a real Ctrl-C and the caller's own cancellation go on.
             if await genuine(exc):
                 raise
-            message, code, name = from_exception(exc, "TOOL_FAILED")
-            result = failure(message, code, name)
+            result = raised(exc)
         finally:
             unsubscribe()
     if result is not None:

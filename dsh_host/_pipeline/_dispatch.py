@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._model._errors import PluginFailure, ToolArgsError, ToolNotFoundError
-from .._model._outcomes import aborted, failure, from_exception, plugin_failed
+from .._model._outcomes import aborted, detailed, failure, plugin_failed, raised
 from .._model._trace import Trace, TraceEvent
 from .._model._values import (
     ToolExecution,
@@ -314,8 +314,7 @@ class _Dispatch(_Chains):
             except BaseException as exc:
                 if await genuine(exc):
                     raise
-                message, code, name = from_exception(exc, "TOOL_FAILED")
-                result = failure(message, code, name)
+                result = raised(exc)
             else:
                 result = normalise(tool, value)
         else:
@@ -330,6 +329,6 @@ class _Dispatch(_Chains):
             # Only bodies set ``decided_by`` here (the pipeline's own results do not).
             result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
         if trace is not None:
-            outcome = result.code or "ok"
+            outcome = detailed(result)
             trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
         return result

@@ -9,9 +9,12 @@ own PID namespace (so every descendant dies with it), with the sandbox's scrubbe
 plus the server's ``env``. Whatever the server runs on the agent's behalf (git's fsmonitor,
 hooks, pagers) runs inside that sandbox too.
 
-Only bubblewrap confines a server here (Landlock confines a command in the child before
-``exec``, which the mount's process start does not offer): without a working bubblewrap, a
-server that asks to be confined is refused, never started unconfined.
+Bubblewrap confines a server where it works; where it does not, the sandbox's Landlock backend
+does (`_landlock_exec`: the same ruleset, seccomp filter, namespaces and supervisor the sandbox
+gives a command, applied by a small launcher before it starts the server). Landlock cannot
+keep a protected path read-only inside a writable root, so such a server is refused there, as
+is one whose network is a list of names; without either backend, a server that asks to be
+confined is refused, never started unconfined.
 """
 
 from __future__ import annotations
@@ -24,24 +27,39 @@ import attrs
 from dsh_host import Host
 
 from .._hooks._launch import sandbox_policy
+from .._sandbox._backends import landlock_prepared
+from .._sandbox._bwrap import inside_any, mount_plan, rw_roots
 from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap, scrub_env
 from .._sandbox._fence import SandboxPolicy
+from .._sandbox._landlock import LandlockUnavailable, Prepared
+from .._sandbox._protected import protected_paths
 from .._sandbox._seccomp import filter_bpf
+from ._landlock_exec import command
 
 __all__ = ["Confinement", "confinement_for"]
 
 
 @attrs.frozen
 class Confinement:
-    """How one server is confined: its policy, the bubblewrap binary and the allowed env."""
+    """How one server is confined: its policy, the bubblewrap binary (``None``: Landlock, with
+    the sandbox's *prepared* ruleset) and the allowed env."""
 
     policy: SandboxPolicy
-    bwrap: str
+    bwrap: str | None
     env_allow: tuple[str, ...] = ()
+    prepared: Prepared | None = None
+
+    @property
+    def backend(self) -> str:
+        return "bwrap" if self.bwrap is not None else "landlock"
 
     def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
-        """*argv* wrapped in bubblewrap; the descriptors the child must inherit (close them
-        after the start)."""
+        """*argv* wrapped in bubblewrap (or the Landlock launcher); the descriptors the child
+        must inherit (close them after the start)."""
+        if self.bwrap is None:
+            assert self.prepared is not None
+            ruleset = os.dup(self.prepared.ruleset_fd)  # the sandbox keeps its own
+            return command(self.prepared, argv, ruleset), [ruleset]
         read_fd, write_fd = os.pipe()
         try:
             os.write(write_fd, filter_bpf(not self.policy.network))  # a few KiB: never blocks
@@ -81,14 +99,35 @@ def confinement_for(
         network=network,
         pins=(),
     )
-    bwrap, why = resolve_bwrap(policy)
-    problem = probe_backends((bwrap, why)).get("bwrap") if bwrap is not None else why
-    if bwrap is None or problem is not None:
-        return (
-            f"MCP server {name!r} cannot be confined: bubblewrap is not usable here ({problem}); "
-            f"install bubblewrap, or set [plugin.mcp.servers.{name}] sandbox = false to run it "
-            "unconfined"
-        )
     sandbox = host.pm.get_plugin("sandbox")
     env_allow = tuple(getattr(getattr(sandbox, "config", None), "env_allow", ()) or ())
-    return Confinement(policy, bwrap, env_allow)
+    bwrap, why = resolve_bwrap(policy)
+    problem = probe_backends((bwrap, why)).get("bwrap") if bwrap is not None else why
+    if bwrap is not None and problem is None:
+        return Confinement(policy, bwrap, env_allow)
+    prepared = _landlock(policy)
+    if not isinstance(prepared, str):
+        return Confinement(policy, None, env_allow, prepared)
+    return (
+        f"MCP server {name!r} cannot be confined: bubblewrap is not usable here ({problem}), "
+        f"nor Landlock ({prepared}); install bubblewrap, or set [plugin.mcp.servers.{name}] "
+        "sandbox = false to run it unconfined"
+    )
+
+
+def _landlock(policy: SandboxPolicy) -> Prepared | str:
+    """The sandbox's prepared Landlock confinement of *policy*, or why there is none."""
+    rw = rw_roots(policy)
+    inside = [str(path) for path in protected_paths(policy) if inside_any(path, rw)]
+    if inside:
+        shown = ", ".join(inside[:3]) + (" ..." if len(inside) > 3 else "")
+        return (
+            f"it cannot keep protected paths read-only inside the server's writable roots "
+            f"({shown}; [plugin.sandbox] protected = [] accepts that the server may rewrite them)"
+        )
+    if policy.network_allow is not None:
+        return "it cannot put a server behind the proxy of a network list"
+    try:
+        return landlock_prepared(tuple(str(r) for r in rw), not policy.network, mount_plan(policy))
+    except LandlockUnavailable as exc:
+        return str(exc)

@@ -12,10 +12,10 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
   `BAD_RESULT`, naming the server and the tool;
 - a line that is not JSON, or a message that answers nothing, is dropped and noted.
 
-From an HTTP server the SDK's transport hands over parsed messages, so the bound
-(``max_result_bytes``) is measured on each message as compact JSON: an answer over it ends its
-call as an oversized stdio line does. The transport has read that message by then, so over HTTP
-the bound keeps it from the session and the model, not from dsh's memory.
+From an HTTP server the SDK's transport hands over parsed messages; the bound
+(``max_result_bytes``) is kept while they are read (`_bounded`: a JSON body counted chunk by
+chunk, each server-sent event by the SDK), and the error the transport then delivers for the
+request is turned into the same refusal as an oversized stdio line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from ._stdio import PREFIX, Oversized, Raw
+from ._bounded import MARK
+from ._stdio import Oversized, Raw
 
 __all__ = ["BAD_RESULT", "Guard"]
 
@@ -38,6 +39,28 @@ from ._mount import BAD_RESULT
 
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 _NOTES = 20
+DETAIL = 2000
+"""The longest detail (what the server sent) an error carries for ``--trace``."""
+
+
+def _shown(value: Any) -> str:
+    """*value* (what a server sent) for a trace detail: JSON, escaped, at most `DETAIL` chars."""
+    try:
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        text = json.dumps(text, ensure_ascii=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = ascii(value)
+    return text if len(text) <= DETAIL else f"{text[:DETAIL]}... ({len(text)} chars)"
+
+
+def _errors(exc: Exception) -> str:
+    """Every error of *exc* (a validation error's each place and message), on one line."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'the message'}: {e['msg']}"
+            for e in exc.errors()[:10]
+        )
+    return _first_line(exc)
 
 
 def _first_line(exc: Exception) -> str:
@@ -54,7 +77,8 @@ class Guard:
     def __init__(self, server: str, *, limit: int | None = None) -> None:
         self.server = server
         self.limit = limit
-        """The bound on one parsed message (HTTP); a stdio transport bounds its lines itself."""
+        """``max_result_bytes``: to recognise the HTTP transport's error for an answer over it
+        (a stdio transport bounds its lines itself)."""
         self.rejected: list[str] = []
         """Tools of the last listing that were not mounted, and why."""
         self.notes: list[str] = []
@@ -94,14 +118,17 @@ class Guard:
                 for message in self.check(item):
                     await out.send(SessionMessage(message))
 
-    def _refuse(self, request_id: Any, what: str) -> types.JSONRPCError:
+    def _refuse(self, request_id: Any, what: str, detail: str | None = None) -> types.JSONRPCError:
+        """The error that ends request *request_id*: *what* in one line for the model, and
+        *detail* (what the server sent, bounded and escaped) for the operator's trace."""
         method, tool = self._pending.pop(request_id, ("?", None))
         about = f"tool {tool!r}" if tool else method
         text = f"MCP server {self.server!r} answered {about} with {what}"
         self.note(text)
-        return types.JSONRPCError(
-            jsonrpc="2.0", id=request_id, error=types.ErrorData(code=BAD_RESULT, message=text)
-        )
+        if detail is not None and len(detail) > 3 * DETAIL // 2:
+            detail = f"{detail[: 3 * DETAIL // 2]}..."
+        error = types.ErrorData(code=BAD_RESULT, message=text, data=detail)
+        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
 
     def check(self, item: Raw | SessionMessage) -> list[types.JSONRPCMessage]:
         """What to deliver to the session for *item* from the server (see the module docstring)."""
@@ -111,34 +138,50 @@ class Guard:
         if isinstance(item, Oversized):
             return self._oversized(item)
         if isinstance(item, SessionMessage):  # from the HTTP transport: parsed, not yet checked
-            item = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            if self.limit is not None:
-                text = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
-                if len(text) > self.limit:
-                    return self._oversized(Oversized(prefix=text[:PREFIX], limit=self.limit))
+            message = item.message
+            if isinstance(message, types.JSONRPCError) and self._too_large(message):
+                detail = f"the HTTP transport said: {_shown(message.error.message)}"
+                return [self._refuse(message.id, self._over(), detail)]
+            item = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
         request_id = item.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
         if pending is not None and "method" not in item and "result" in item:
             try:
                 item = {**item, "result": self._result(pending[0], item["result"])}
             except (ValidationError, ValueError, TypeError) as exc:
-                return [self._refuse(request_id, f"a malformed result: {_first_line(exc)}")]
+                detail = f"{_errors(exc)}; the result: {_shown(item['result'])}"
+                what = f"a malformed result: {_first_line(exc)}"
+                return [self._refuse(request_id, what, detail)]
         try:
             message = types.jsonrpc_message_adapter.validate_python(item, by_name=False)
         except ValidationError as exc:
             if pending is not None:
-                return [self._refuse(request_id, f"a malformed answer: {_first_line(exc)}")]
+                detail = f"{_errors(exc)}; the answer: {_shown(item)}"
+                what = f"a malformed answer: {_first_line(exc)}"
+                return [self._refuse(request_id, what, detail)]
             self.note(f"MCP server {self.server!r} sent a malformed message: {_first_line(exc)}")
             return []
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             self._pending.pop(message.id, None)
         return [message]
 
-    def _oversized(self, item: Oversized) -> list[types.JSONRPCMessage]:
-        what = (
-            f"a message over max_result_bytes ({item.limit} bytes); raise "
+    def _over(self, limit: int | None = None) -> str:
+        return (
+            f"a message over max_result_bytes ({limit or self.limit} bytes); raise "
             f"[plugin.mcp.servers.{self.server}] max_result_bytes to accept it"
         )
+
+    def _too_large(self, error: types.JSONRPCError) -> bool:
+        """Whether the HTTP transport's *error* for a pending request says its answer was cut
+        off at the bound (`_bounded`, or the SDK's own bound on one server-sent event)."""
+        text = error.error.message
+        if error.id not in self._pending or self.limit is None:
+            return False
+        return MARK in text or f"exceeded the {self.limit} byte limit" in text
+
+    def _oversized(self, item: Oversized) -> list[types.JSONRPCMessage]:
+        what = self._over(item.limit)
+        detail = f"its first {len(item.prefix)} bytes: {_shown(item.prefix)}"
         head = item.prefix.split(b'"result"', 1)[0].split(b'"error"', 1)[0]
         found = _ID.search(head)
         if found is not None:
@@ -149,9 +192,11 @@ class Guard:
             except ValidationError:
                 request_id = None
             if request_id in self._pending:
-                return [self._refuse(request_id, what)]
+                return [self._refuse(request_id, what, detail)]
         calls = [key for key, (method, _) in self._pending.items() if method == "tools/call"]
-        return [self._refuse(key, what) for key in calls]  # whose it was is unknown: every call
+        return [
+            self._refuse(key, what, detail) for key in calls
+        ]  # whose it was is unknown: every call
 
     def _result(self, method: str, result: Any) -> Any:
         """*result* checked for *method*: a ``tools/list`` page tool by tool, a call result whole."""

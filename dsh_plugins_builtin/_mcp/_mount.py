@@ -58,9 +58,9 @@ class McpServerConfig:
         enabled: ``false`` mounts nothing.
         timeout_ms: the time budget of each call (also the start timeout).
         tools: the server's tool names to mount (default: all).
-        max_result_bytes: the longest message read from the server (over HTTP: measured as
-            compact JSON once parsed); a longer answer ends its call at once with an error
-            (default 8 MiB).
+        max_result_bytes: the longest message read from the server (a stdio line; over HTTP,
+            a JSON answer's body or one server-sent event), counted while it is read; a longer
+            answer ends its call at once with an error (default 8 MiB).
         sandbox: run a stdio server confined (default); ``false`` runs it with dsh's user,
             files and environment, and is flagged by ``dsh plugins``.
         writable_roots: where a confined server may write (default: nowhere; relative to the
@@ -195,12 +195,20 @@ class Link:
                 else:
                     import httpx2
 
+                    from ._bounded import BoundedTransport
+
                     assert config.url is not None
+                    limit = config.max_result_bytes
                     http = await stack.enter_async_context(
-                        httpx2.AsyncClient(headers=dict(config.headers))
+                        httpx2.AsyncClient(
+                            headers={"Accept-Encoding": "identity", **config.headers},
+                            transport=BoundedTransport(limit),
+                        )
                     )
                     streams: Any = await stack.enter_async_context(
-                        streamable_http_client(config.url, http_client=http)
+                        streamable_http_client(
+                            config.url, http_client=http, max_sse_event_size=limit
+                        )
                     )
                     pumps = await stack.enter_async_context(anyio.create_task_group())
                     stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
@@ -253,6 +261,12 @@ class Link:
             self._stop.set()
 
 
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark the outcome of a task nobody waits for any more as seen (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
@@ -291,17 +305,37 @@ class Mount:
         return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
 
     async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it."""
-        future = asyncio.run_coroutine_threadsafe(coroutine(), self._loop)
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-        future.add_done_callback(lambda _: token.run_sync_soon(done.set))
+        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it.
+
+        One wake-up each way and nothing in between (no `concurrent.futures.Future` chained to
+        the task, as `asyncio.run_coroutine_threadsafe` makes): the task is made in the loop,
+        and its end wakes this trio task. Callbacks given to the loop run in order, so a
+        cancellation always finds the task made.
+        """
+        loop, token, done = self._loop, trio.lowlevel.current_trio_token(), trio.Event()
+        made: list[asyncio.Task[T]] = []
+
+        def wake(_: object) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        def start() -> None:
+            task = loop.create_task(coroutine())
+            task.add_done_callback(wake)
+            made.append(task)
+
+        def cancel() -> None:
+            task = made[0]
+            task.cancel()
+            task.add_done_callback(_retrieved)
+
+        loop.call_soon_threadsafe(start)
         try:
             await done.wait()
         except trio.Cancelled:
-            future.cancel()
+            loop.call_soon_threadsafe(cancel)
             raise
-        return future.result()
+        return made[0].result()
 
     def close(self) -> None:
         """Close every session and stop the loop (stdio servers see end of input and exit)."""

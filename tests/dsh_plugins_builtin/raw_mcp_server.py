@@ -5,7 +5,8 @@
 - ``dup``: lists ``echo`` twice (different descriptions) and ``other``;
 - ``badschema``: lists a tool without ``inputSchema``, one whose schema is an array, one
   without a name, and ``good``;
-- ``malformed``: ``tools/call`` is answered ``"result": [1, 2, 3]``;
+- ``malformed``: ``tools/call`` of ``echo`` is answered ``"result": [1, 2, 3]``, of ``shout``
+  with a content block without its text, a terminal escape and 10,000 more characters;
 - ``huge``: ``tools/call`` is answered with a 100 MB single-line result, written slowly
   enough that only a reader that gives up early finishes in time;
 - ``escape``: at start, forks a child that leaves the process group (``setsid``), writes to
@@ -35,6 +36,7 @@ TOOLS = {
         {"description": "no name", "inputSchema": SCHEMA},
         tool("good"),
     ],
+    "malformed": [tool("echo"), tool("shout")],
 }.get(MODE, [tool("echo")])
 
 
@@ -59,6 +61,9 @@ def answer(request):
         name = request["params"]["name"]
         if MODE == "malformed" and name == "echo":
             return send({"jsonrpc": "2.0", "id": rid, "result": [1, 2, 3]})
+        if MODE == "malformed" and name == "shout":  # a terminal escape, and a long answer
+            result = {"content": [{"type": "text"}], "note": "\x1b[2J" + "y" * 10_000}
+            return send({"jsonrpc": "2.0", "id": rid, "result": result})
         if MODE == "huge":
             head = '{"jsonrpc":"2.0","id":' + json.dumps(rid)
             head += ',"result":{"content":[{"type":"text","text":"'

@@ -50,11 +50,12 @@ def _plant(ws: Path, outside: Path) -> Path:
     return ws / "sub"
 
 
-def _git_status(ws: Path, server: dict) -> str:
+def _git_status(ws: Path, server: dict, backend: str | None = None, sandbox=None) -> str:
     plugin = McpPlugin()
     config = {
         "host": {"workspace": str(ws)},
         "plugin": {
+            "sandbox": sandbox or {},
             "mcp": {
                 "servers": {
                     "git": {
@@ -63,12 +64,14 @@ def _git_status(ws: Path, server: dict) -> str:
                         **server,
                     }
                 }
-            }
+            },
         },
     }
     host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
     try:
         assert plugin.status()["git"]["status"] == "running", plugin.status()
+        if backend is not None:
+            assert plugin.status()["git"]["confined"] == backend
         result = trio.run(host.call, "mcp__git__git_status", {"repo_path": str(ws / "sub")})
         return result.text
     finally:
@@ -99,3 +102,82 @@ def test_confined_the_planted_command_runs_but_writes_only_its_writable_roots(tm
     assert (ws / "scratch" / "ran").read_text() == "ran\n"  # it ran, inside the sandbox
     assert not (outside / "bashrc").exists()
     assert not (ws / "pwned").exists()
+
+
+@pytest.fixture
+def landlock_only(monkeypatch):
+    """Bubblewrap unusable: a confined server must run under the sandbox's Landlock backend."""
+    from dsh_plugins_builtin._mcp import _confine
+    from dsh_plugins_builtin._sandbox._ruleset import landlock_abi
+
+    if landlock_abi() < 4:
+        pytest.skip("needs Landlock ABI 4 or later")
+    monkeypatch.setattr(_confine, "resolve_bwrap", lambda policy: (None, "disabled by the test"))
+
+
+def test_under_landlock_the_planted_command_writes_nothing(tmp_path, outside, landlock_only):
+    ws = tmp_path / "ws"
+    _plant(ws, outside)
+    text = _git_status(ws, {}, backend="landlock")
+    assert "a.txt" in text  # the server worked
+    assert not (outside / "bashrc").exists()
+    assert not (ws / "pwned").exists()
+    assert not (ws / "scratch" / "ran").exists()
+
+
+def test_under_landlock_a_writable_root_with_protected_paths_is_refused(
+    tmp_path, outside, landlock_only
+):
+    """Landlock cannot keep ``scratch/.git`` read-only inside the writable ``scratch``: the
+    server is refused (never started unconfined), as the sandbox refuses such a command."""
+    ws = tmp_path / "ws"
+    _plant(ws, outside)
+    plugin = McpPlugin()
+    server = {"command": sys.executable, "args": ["-m", "mcp_server_git"]}
+    config = {"mcp": {"servers": {"git": {**server, "writable_roots": ["scratch"]}}}}
+    Host(
+        {"host": {"workspace": str(ws)}, "plugin": config},
+        plugins=[SandboxPlugin(), plugin],
+        load_entrypoints=False,
+    )
+    state = plugin.status()["git"]
+    plugin.close()
+    assert state["status"] == "failed"
+    assert "nor Landlock" in state["error"]
+    assert "[plugin.sandbox] protected = []" in state["error"]
+
+
+def test_under_landlock_the_planted_command_writes_only_its_writable_roots(
+    tmp_path, outside, landlock_only
+):
+    ws = tmp_path / "ws"
+    _plant(ws, outside)
+    writable = {"writable_roots": ["scratch"]}
+    _git_status(ws, writable, backend="landlock", sandbox={"protected": []})
+    assert (ws / "scratch" / "ran").read_text() == "ran\n"  # it ran, inside the sandbox
+    assert not (outside / "bashrc").exists()
+    assert not (ws / "pwned").exists()
+
+
+def test_without_bubblewrap_or_landlock_a_confined_server_is_refused(tmp_path, monkeypatch):
+    from dsh_plugins_builtin._mcp import _confine
+    from dsh_plugins_builtin._sandbox._landlock import LandlockUnavailable
+
+    def unavailable(*args):
+        raise LandlockUnavailable("no Landlock on this kernel (the test says)")
+
+    monkeypatch.setattr(_confine, "resolve_bwrap", lambda policy: (None, "not installed"))
+    monkeypatch.setattr(_confine, "landlock_prepared", unavailable)
+    plugin = McpPlugin()
+    server = {"command": sys.executable, "args": ["-m", "mcp_server_git"]}
+    Host(
+        {"host": {"workspace": str(tmp_path)}, "plugin": {"mcp": {"servers": {"git": server}}}},
+        plugins=[SandboxPlugin(), plugin],
+        load_entrypoints=False,
+    )
+    state = plugin.status()["git"]
+    plugin.close()
+    assert state["status"] == "failed"  # never started unconfined
+    assert "not installed" in state["error"]
+    assert "no Landlock on this kernel" in state["error"]
+    assert "sandbox = false" in state["error"]

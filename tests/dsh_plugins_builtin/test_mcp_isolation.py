@@ -18,6 +18,7 @@ import trio
 
 from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
+from dsh_plugins_builtin.sandbox import SandboxPlugin
 
 RAW = str(Path(__file__).with_name("raw_mcp_server.py"))
 
@@ -30,12 +31,15 @@ def raw(mode, *args, **config):
 def mounted():
     plugins = []
 
-    def build(servers):
+    def build(servers, sandbox=None):
+        """A host mounting *servers*; with *sandbox* (its table), the sandbox plugin too."""
         plugin = McpPlugin()
         plugins.append(plugin)
-        host = Host(
-            {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
-        )
+        config = {"mcp": {"servers": servers}}
+        extra = [] if sandbox is None else [SandboxPlugin()]
+        if sandbox is not None:
+            config["sandbox"] = sandbox
+        host = Host({"plugin": config}, plugins=[*extra, plugin], load_entrypoints=False)
         return host, plugin
 
     yield build
@@ -79,6 +83,30 @@ def test_a_malformed_result_is_an_error_at_once_naming_server_and_tool(mounted):
     assert "'echo'" in result.text
     assert "malformed result" in result.text
     assert len(result.text.splitlines()) == 1
+
+
+def test_what_a_malformed_result_was_is_shown_in_the_trace_not_to_the_model(mounted):
+    host, _ = mounted({"m": raw("malformed")})
+    events = []
+    result = trio.run(lambda: host.call("mcp__m__echo", {"text": "x"}, trace=events.append))
+    assert result.code == "MCP_BAD_RESULT"
+    assert "[1, 2, 3]" not in result.text  # the model gets one line
+    (body,) = [event for event in events if event.stage == "body"]
+    assert body.outcome.startswith("MCP_BAD_RESULT: ")
+    assert "the result: [1, 2, 3]" in body.outcome  # what the server actually sent
+    assert result.meta["detail"] in body.outcome
+
+
+def test_a_malformed_results_detail_is_bounded_and_escaped(mounted):
+    host, _ = mounted({"m": raw("malformed")})
+    events = []
+    result = trio.run(lambda: host.call("mcp__m__shout", {}, trace=events.append))
+    assert result.code == "MCP_BAD_RESULT"
+    (body,) = [event for event in events if event.stage == "body"]
+    assert "content.0.TextContent.text: Field required" in body.outcome  # where it is wrong
+    assert "\\u001b[2J" in body.outcome  # the escape, escaped
+    assert "\x1b" not in body.outcome
+    assert len(body.outcome) < 3_100  # bounded, not the 10,000 characters sent
 
 
 def test_a_result_over_max_result_bytes_ends_the_call_within_a_second(mounted):
@@ -137,16 +165,36 @@ def _marked(marker):
     return [pid for pid in found if _alive(pid)]
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path):
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request, monkeypatch):
+    """Each backend that confines a server: bubblewrap, and Landlock where bubblewrap fails."""
+    if request.param == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    if request.param == "landlock":
+        from dsh_plugins_builtin._mcp import _confine
+        from dsh_plugins_builtin._sandbox._ruleset import landlock_abi
+
+        if landlock_abi() < 4:
+            pytest.skip("needs Landlock ABI 4 or later")
+        monkeypatch.setattr(_confine, "resolve_bwrap", lambda policy: (None, "disabled"))
+    return request.param
+
+
+def test_a_confined_servers_daemonized_child_dies_with_it(mounted, tmp_path, backend):
     """A child that leaves the process group escapes a group kill, not the server's PID
-    namespace: confined, every descendant is reaped when the host closes."""
+    namespace (bwrap) or the supervisor that kills every descendant (Landlock): confined,
+    every descendant is reaped when the host closes."""
     fifo = tmp_path / "started"
     os.mkfifo(fifo)
     marker = f"DSH_MCP_TEST_ESCAPE={tmp_path.name}-{os.getpid()}"
     server = raw("escape", str(fifo), read_roots=[str(tmp_path)], env=dict([marker.split("=")]))
-    _, plugin = mounted({"e": server})
-    assert plugin.status()["e"]["status"] == "running"
+    sandbox = None
+    if backend == "landlock":  # Landlock, unlike a read-only bind, refuses to open a FIFO
+        server = {**server, "writable_roots": [str(tmp_path)]}  # for writing outside them
+        sandbox = {"protected": [], "mode": "read-only"}  # (it cannot protect a path in one)
+    _, plugin = mounted({"e": server}, sandbox)
+    assert plugin.status()["e"]["status"] == "running", plugin.status()
+    assert plugin.status()["e"]["confined"] == backend
 
     async def started():
         with trio.fail_after(60):  # a bound, not a pace: the child writes at once
