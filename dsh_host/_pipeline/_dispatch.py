@@ -295,6 +295,8 @@ class _Dispatch(_Chains):
         ready = state.ready if state is not None else None
         if ready is not None and ready[0] is tool and ready[1] is arguments:
             args, violations = ready[2], None
+        elif (seen := self._accepted) is not None and seen[1] is arguments and seen[0] is tool:
+            args, violations = arguments, None  # this tool's snapshot made and accepted them
         elif (accepts := tool.accepts) is not None and accepts(arguments):
             args, violations = arguments, None
         else:
