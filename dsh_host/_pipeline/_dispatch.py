@@ -269,11 +269,13 @@ class _Dispatch(_Chains):
         return self.dispatched(view, w.state, result), True
 
     def dispatched(
-        self, view: ToolExecution, state: _DispatchState, result: ToolExecutionResult
+        self, view: ToolExecution, state: _DispatchState | None, result: ToolExecutionResult
     ) -> ToolExecutionResult:
-        """`dispatch`'s last step: an aborted call's result, a body's attribution."""
+        """`dispatch`'s last step: an aborted call's result, a body's attribution. *state*
+        ``None``: the body stage ran alone (a result that is not an error: the body ran)."""
         if view.signal.aborted and not result.is_error:
-            return aborted(state.body_invoked, result.additional_contexts)
+            ran = True if state is None else state.body_invoked
+            return aborted(ran, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
             return self._attributed(result)
         return result
