@@ -303,6 +303,7 @@ class _Dispatch(_Chains):
             args, violations = arguments, None
         else:
             args, violations = tool.prepare(arguments)
+        seen = None  # a parked body holds no memo of the pipeline's
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")

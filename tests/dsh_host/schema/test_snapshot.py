@@ -176,3 +176,30 @@ async def test_the_pipeline_validates_snapshotted_arguments_once():
     )
     assert result.code == "INVALID_ARGS"
     assert "nested more than" in result.text
+
+
+async def test_a_parked_body_holds_no_snapshot_memo():
+    import gc
+    import inspect
+
+    import trio
+
+    release = trio.Event()
+    parked = trio.Event()
+
+    async def park(args: Any, ctx: Any) -> str:
+        parked.set()
+        await release.wait()
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="park", description="", parameters={}, execute=park))
+    call = ToolExecutionInput(call_id="p", name="park", arguments={})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(registry.execute, call)
+        await parked.wait()
+        memo = registry._pipeline._accepted
+        assert memo is not None
+        # Only the pipeline keeps it: a parked call's frames do not (memory per parked call).
+        assert not any(inspect.iscoroutine(r) for r in gc.get_referrers(memo))
+        release.set()
