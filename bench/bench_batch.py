@@ -5,7 +5,9 @@ batch of ``--calls`` calls through ``execute_batch`` and the same calls awaited 
 through ``execute`` are timed in alternation, ``--reps`` times, garbage collection paused while
 timing. Figures are per call, minimum and median; ratios are taken within the run.
 
-    python bench/bench_batch.py [--calls 10000] [--reps 7]
+    python bench/bench_batch.py [--calls 10000] [--reps 7] [--check]
+
+``--check`` also prints the ratios as markdown rows against their targets (issue 27).
 
 ``--parked N`` instead lists what a parked call holds: N calls of the default stack (as in
 ``bench_pipeline.py``'s memory figure, through ``Host.call``) are parked in their body, and a
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parked", type=int, help="list what N parked default-stack calls hold")
     parser.add_argument("--parked-in-batch", type=int, help="N calls parked in one batch")
     parser.add_argument("--top", type=int, default=40, help="lines to list with --parked")
+    parser.add_argument("--check", action="store_true", help="print each figure against its target")
     options = parser.parse_args(argv)
     if options.parked:
         with tempfile.TemporaryDirectory(prefix="dsh-bench-") as tmp:
@@ -242,7 +245,30 @@ def main(argv: list[str] | None = None) -> int:
             f"+{b[0] - s[0]:.2f} µs per call; batch of 1 / execute {o[0] / e[0]:.2f} (min) "
             f"{o[1] / e[1]:.2f} (median)"
         )
+    if options.check:
+        _print_check(figures)
     return 0
+
+
+CHECKS = (
+    ("execute_batch per call / execute (10,000 calls)", "instant", "execute_batch, per call",
+     "execute, one after another", 1.1),
+    ("execute_batch per call / execute, a body that checkpoints", "checkpoint",
+     "execute_batch, per call", "execute, one after another", None),
+    ("execute_batch of 1 / execute", "instant", "execute_batch of 1", "execute, the same 1,000",
+     1.5),
+)  # fmt: skip
+
+
+def _print_check(figures: dict[str, tuple[float, float]]) -> None:
+    """The ratios as markdown rows, ``| figure | min | median | target |`` (see bench/check.py)."""
+    print()
+    print("| figure | min | median | target |")
+    print("|---|---|---|---|")
+    for figure, body, over, under, target in CHECKS:
+        a, b = figures[f"{body}: {over}"], figures[f"{body}: {under}"]
+        shown = "-" if target is None else f"<= {target:g}"
+        print(f"| {figure} | {a[0] / b[0]:.2f} | {a[1] / b[1]:.2f} | {shown} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The per-call cost of each built-in plugin of the default stack, in one run.
 
-Run with ``python bench/bench_stack.py [--quick] [--calls N] [--reps N]``.
+Run with ``python bench/bench_stack.py [--quick] [--calls N] [--reps N] [--no-alone] [--check]``;
+``--check`` also prints the stack's ratios as markdown rows against issue 27's targets.
 
 Method: one process, one trio run. Every host calls the same trivial ``echo`` tool (allowed by
 a permission rule). The hosts are
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=None, help="calls per timed batch")
     parser.add_argument("--reps", type=int, default=None, help="timed batches per host")
     parser.add_argument("--no-alone", action="store_true", help="skip the one-plugin hosts")
+    parser.add_argument("--check", action="store_true", help="print each figure against its target")
     options = parser.parse_args(argv)
     calls = options.calls or (300 if options.quick else 1_000)
     reps = options.reps or (5 if options.quick else 15)
@@ -350,7 +352,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'own work':<16}{'min µs':>10}{'median µs':>11}")
     for name, values in sorted(own.items(), key=lambda item: -statistics.median(item[1])):
         print(f"{name:<16}{min(values):>10.2f}{statistics.median(values):>11.2f}")
+    if options.check:
+        _print_check(samples)
     return 0
+
+
+CHECKS = (
+    ("default stack, audit on / bare host", "stack+audit", "bare", 3.0),
+    ("default stack, audit off / bare host", "stack", "bare", 2.0),
+    (
+        "the stack's floor (its plugins' own work), audit on / bare host",
+        "floor+audit",
+        "bare",
+        None,
+    ),
+    ("the stack's floor (its plugins' own work), audit off / bare host", "floor", "bare", None),
+)
+
+
+def _print_check(samples: dict[str, list[float]]) -> None:
+    """The ratios as markdown rows, ``| figure | min | median | target |`` (see bench/check.py).
+
+    The bare host here is a `Host` with only the benchmark's tool plugin, which is what
+    bench_pipeline.py's "bare pipeline" is for a registry; its targets are issue 27's.
+    """
+    print()
+    print("| figure | min | median | target |")
+    print("|---|---|---|---|")
+    for figure, over, under, target in CHECKS:
+        a, b = samples[over], samples[under]
+        best = min(a) / min(b)
+        median = statistics.median(a) / statistics.median(b)
+        shown = "-" if target is None else f"<= {target:g}"
+        print(f"| {figure} | {best:.2f} | {median:.2f} | {shown} |")
 
 
 if __name__ == "__main__":

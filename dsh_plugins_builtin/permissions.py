@@ -171,6 +171,8 @@ class PermissionsPlugin:
         self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
+        # Whether a pre-execute link comes after ours, for the plugin set of this generation.
+        self._after: tuple[object, bool] | None = None
 
     @hookimpl
     def dsh_plugin_config(self) -> type[PermissionsConfig]:
@@ -301,11 +303,29 @@ class PermissionsPlugin:
     ) -> PreDecision | Awaitable[PreDecision]:
         # A plain function: a denial is returned as it is (no coroutine, nobody after us is
         # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
+        # With no link after ours, the downstream decision is the host's default (allow), which
+        # is never stricter: our own is returned as it is then too.
         own = self.decide(execution)
         if type(own) is Deny:
             return own
         self._last = (execution.token, own)
-        return _stricter(own, call_next)
+        return _stricter(own, call_next) if self._downstream() else own
+
+    def _downstream(self) -> bool:
+        """Whether any pre-execute implementation is called after ours (worked out once per
+        plugin set: the plugin manager counts registrations in ``generation``)."""
+        assert self._host is not None  # `decide` checked it
+        pm = self._host.pm
+        generation = getattr(pm, "generation", None)
+        after = self._after
+        if after is not None and generation is not None and after[0] == generation:
+            return after[1]
+        # pluggy lists implementations in reverse call order: those before ours run after it
+        impls = pm.hook.dsh_tool_pre_execute.get_hookimpls()
+        mine = next((i for i, impl in enumerate(impls) if impl.plugin is self), len(impls))
+        found = any(not _idle(impl.plugin) for impl in impls[:mine])
+        self._after = (generation, found)
+        return found
 
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
@@ -339,6 +359,12 @@ class PermissionsPlugin:
             return None
         how = "denied" if rule in self._rules.denying() else "needs approval"
         return f"{how} by {rule.detail}"
+
+
+def _idle(plugin: object) -> bool:
+    """Whether *plugin* set its pre-execute hook idle, exactly as the host reads it."""
+    idle = getattr(plugin, "dsh_idle_hooks", None)
+    return isinstance(idle, frozenset | set | tuple | list) and "dsh_tool_pre_execute" in idle
 
 
 async def _stricter(

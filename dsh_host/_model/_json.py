@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 __all__ = [
+    "INT_BOUND",
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
     "FrozenDict",
@@ -21,6 +22,7 @@ __all__ = [
     "NotJsonError",
     "canonical_json",
     "freeze",
+    "frozen_from",
     "parse_json",
     "thaw",
 ]
@@ -32,6 +34,8 @@ MAX_INT_DIGITS = 4300
 
 
 _INT_BOUND = 10**MAX_INT_DIGITS
+INT_BOUND = _INT_BOUND
+"""An integer of at most `MAX_INT_DIGITS` digits lies strictly between ``-INT_BOUND`` and it."""
 
 
 class NotJsonError(ValueError):
@@ -88,6 +92,13 @@ def _made(frozen: dict[str, Any]) -> Any:
     made = _new_dict(FrozenDict)
     _fill_dict(made, frozen)
     return made
+
+
+def frozen_from(plain: dict[str, Any]) -> FrozenDict:
+    """A `FrozenDict` of *plain*, whose keys are ``str`` and whose values are frozen already
+    (the caller checked: a compiled snapshot); `FrozenDict`'s own ``__init__`` would walk them
+    again."""
+    return _made(plain) if plain else _EMPTY
 
 
 def freeze(value: object, path: str = "value") -> Any:

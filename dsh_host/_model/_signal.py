@@ -171,9 +171,19 @@ def _noop() -> None:
 def _inert() -> AbortSignal:
     """A signal for a call whose caller passed none: no one outside the pipeline holds it, so a
     body running under it needs no cancel scope."""
-    signal = AbortSignal()
+    signal = _new_signal(AbortSignal)  # `AbortSignal()`, its slots filled here: once per call
     signal._inert = True
+    signal._aborted = False
+    signal._aborted_at = None
+    signal._reason = None
+    signal._deadline = math.inf
+    signal._deadline_reason = None
+    signal._callbacks = None
+    signal._event = None
     return signal
+
+
+_new_signal = object.__new__
 
 
 def _fuse(signals: tuple[AbortSignal, ...]) -> tuple[AbortSignal, Callable[[], None]]:

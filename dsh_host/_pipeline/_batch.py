@@ -168,11 +168,9 @@ class _Batch(_Baton):
 
     async def work(self) -> None:
         """One worker: runs calls through the pipeline's own stages while holding the baton
-        (each step written out: a call per step would cost every call of the batch)."""
-        me = current_task()
-        inputs, pipeline, trace, signal = self.inputs, self.pipeline, self.trace, self.signal
-        settled, results, count, hooks = self.settled, self.results, len(inputs), pipeline.hooks
-        registry, on_result, slots = self.registry, self.on_result, self.max_parallel - 1
+        (the steps of a call written out here: a call per step would cost every call)."""
+        me, pipeline, trace, signal = current_task(), self.pipeline, self.trace, self.signal
+        count, hooks, slots = len(self.inputs), pipeline.hooks, self.max_parallel - 1
         if self.holder is not me:  # a worker just started
             self.coming -= 1
         while True:
@@ -181,16 +179,9 @@ class _Batch(_Baton):
             index = self.next
             if index >= count or (signal is not None and signal.aborted):
                 return await self._finish()
-            if index == self.pending:  # classified before the nursery was opened
-                input, ready, parallel, frozen = inputs[index], self.pending_ready, True, None
-            else:  # classified once: frozen and validated here, handed on with the batch's signal
-                input = inputs[index]
-                mode, tool, frozen, args = classify(registry, input)
-                if signal is not None and input.signal is None:
-                    input = with_signal(input, frozen, signal)
-                parallel, ready = mode is _PARALLEL, None if args is None else (tool, frozen, args)
-                if parallel and self.nursery is None and index + 1 < count:
-                    return self._park(index, input, frozen, ready)  # the caller opens the nursery
+            if (started := self._classified(index)) is None:
+                return  # parked: the caller opens the nursery
+            input, frozen, ready, parallel = started
             if self.in_flight > (limit := slots if parallel else 0) and not await self._room(limit):
                 continue  # aborted while waiting for room: the next turn ends the batch
             self.next = index + 1
@@ -204,9 +195,13 @@ class _Batch(_Baton):
                 post = False
             execution, result = admitted
             if result is None and parallel:  # wrappers and body run here, by hand (see above)
-                state = None if plan.execute else _DispatchState(ready)
+                wrapped = bool(plan.execute)
+                plain = not wrapped and ready is not None and ready[1] is ready[2]
+                state = None if wrapped or plain else _DispatchState(ready)
+                if plain:  # the body stage trusts what `classify` froze and accepted
+                    pipeline._accepted = ready[0], ready[1]
                 running: Coroutine[Any, Any, Any] = (
-                    pipeline.dispatch(execution, trace, ready, plan) if state is None
+                    pipeline.dispatch(execution, trace, ready, plan) if wrapped
                     else pipeline.body_stage(execution, state, trace)
                 )  # fmt: skip
                 try:
@@ -216,27 +211,75 @@ class _Batch(_Baton):
                 else:  # it suspends: the baton is handed on (no task, event or wrapper)
                     self.in_flight += 1  # nothing else ran since the call started
                     self._hand_on()
-                    del input, ready, frozen, admitted  # what a parked call need not hold
+                    del input, ready, frozen, admitted, started  # what a parked call need not hold
                     try:
                         value = await resume(running, trap)
                     finally:
                         self._landed()
                 result, post = (
-                    value if state is None else (pipeline.dispatched(execution, state, value), True)
+                    value if wrapped else (pipeline.dispatched(execution, state, value), True)
                 )
             elif result is None:  # an exclusive call keeps the baton: nothing else starts
                 result, post = await pipeline.dispatch(execution, trace, ready, plan)
             if index != self.committed or self.committing:
-                settled[index] = (execution, result, post)  # finalised in its turn
-                continue
-            if (post and plan.post) or plan.result:  # its turn: finalised here, by hand too
-                result = await self._finalize(me, execution, result, post, plan)
-            results[index] = result
-            self.committed = index = index + 1
-            if on_result is not None:
-                on_result(index - 1, result)
-            if index < count and settled[index] is not None and not self.committing:
-                await self._commit(me)  # calls that settled meanwhile, in order
+                self.settled[index] = (execution, result, post)  # finalised in its turn
+            elif (later := self._settle(me, index, execution, result, post, plan)) is not None:
+                await later  # its turn: finalised here, by hand too
+
+    def _classified(self, index: int) -> tuple[ToolExecutionInput, Any, Any, bool] | None:
+        """Call *index*, classified once (frozen and validated here, handed on with the batch's
+        signal): ``(input, frozen, ready, parallel)``; ``None`` when it was parked (`_park`)."""
+        input = self.inputs[index]
+        if index == self.pending:  # classified before the nursery was opened
+            return input, None, self.pending_ready, True
+        mode, tool, frozen, args = classify(self.registry, input)
+        signal = self.signal
+        if signal is not None and input.signal is None:
+            input = with_signal(input, frozen, signal)
+        parallel, ready = mode is _PARALLEL, None if args is None else (tool, frozen, args)
+        if parallel and self.nursery is None and index + 1 < len(self.inputs):
+            self._park(index, input, frozen, ready)
+            return None
+        return input, frozen, ready, parallel
+
+    def _settle(
+        self,
+        me: Task,
+        index: int,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        post: bool,
+        plan: Plan,
+    ) -> Coroutine[Any, Any, None] | None:
+        """Record call *index*, whose turn it is; what is left to await (its finalisation, the
+        calls that settled meanwhile), or ``None`` (no coroutine when there is nothing)."""
+        if (post and plan.post) or plan.result:
+            return self._settle_later(me, index, execution, result, post, plan)
+        self.results[index] = result
+        self.committed = index = index + 1
+        if self.on_result is not None:
+            self.on_result(index - 1, result)
+        if index < len(self.inputs) and self.settled[index] is not None and not self.committing:
+            return self._commit(me)  # calls that settled meanwhile, in order
+        return None
+
+    async def _settle_later(
+        self,
+        me: Task,
+        index: int,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        post: bool,
+        plan: Plan,
+    ) -> None:
+        """`_settle` for a call that post-execute or an observer sees: finalised by hand."""
+        result = await self._finalize(me, execution, result, post, plan)
+        self.results[index] = result
+        self.committed = index = index + 1
+        if self.on_result is not None:
+            self.on_result(index - 1, result)
+        if index < len(self.inputs) and self.settled[index] is not None and not self.committing:
+            await self._commit(me)
 
     async def _take(self, me: Task) -> bool:
         """Wait for the baton and take it; ``False`` when there is nothing left to start."""

@@ -31,6 +31,7 @@ from ._stage import (
 
 if TYPE_CHECKING:
     from .._registry._registry import ToolTable
+    from .._schema._tool import ToolDefinition
 
 from ._answers import (
     _ANSWERS,
@@ -55,6 +56,7 @@ class _Calling:
     _cut_off: set[str]
     _run_nested: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]]
     _plan_links: tuple[Plan, _Links, _Links] | None
+    _accepted: tuple[ToolDefinition, Any] | None
 
     def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""

@@ -25,12 +25,19 @@ def classify(
     tool = registry.get(input.name, input.scope)
     if tool is None or tool.is_concurrency_safe is None:
         return ExecutionMode.EXCLUSIVE, tool, None, None
+    snapshot = tool.snapshot
+    made = None if snapshot is None else snapshot(input.arguments)  # frozen and accepted
+    if made is None:
+        try:
+            frozen = freeze(input.arguments, "arguments")
+        except ValueError:
+            return ExecutionMode.EXCLUSIVE, tool, None, None
+    else:
+        frozen = made
     try:
-        frozen = freeze(input.arguments, "arguments")
-    except ValueError:
-        return ExecutionMode.EXCLUSIVE, tool, None, None
-    try:
-        if (accepts := tool.accepts) is not None and accepts(frozen):
+        if made is not None:
+            args = made  # accepted in the walk that froze them
+        elif (accepts := tool.accepts) is not None and accepts(frozen):
             args = frozen  # valid as they are, as the pipeline's dispatch finds them
         else:
             args, violations = tool.prepare(frozen)

@@ -269,11 +269,13 @@ class _Dispatch(_Chains):
         return self.dispatched(view, w.state, result), True
 
     def dispatched(
-        self, view: ToolExecution, state: _DispatchState, result: ToolExecutionResult
+        self, view: ToolExecution, state: _DispatchState | None, result: ToolExecutionResult
     ) -> ToolExecutionResult:
-        """`dispatch`'s last step: an aborted call's result, a body's attribution."""
+        """`dispatch`'s last step: an aborted call's result, a body's attribution. *state*
+        ``None``: the body stage ran alone (a result that is not an error: the body ran)."""
         if view.signal.aborted and not result.is_error:
-            return aborted(state.body_invoked, result.additional_contexts)
+            ran = True if state is None else state.body_invoked
+            return aborted(ran, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
             return self._attributed(result)
         return result
@@ -295,10 +297,13 @@ class _Dispatch(_Chains):
         ready = state.ready if state is not None else None
         if ready is not None and ready[0] is tool and ready[1] is arguments:
             args, violations = ready[2], None
+        elif (seen := self._accepted) is not None and seen[1] is arguments and seen[0] is tool:
+            args, violations = arguments, None  # this tool's snapshot made and accepted them
         elif (accepts := tool.accepts) is not None and accepts(arguments):
             args, violations = arguments, None
         else:
             args, violations = tool.prepare(arguments)
+        seen = None  # a parked body holds no memo of the pipeline's
         if violations:
             error_ = ToolArgsError(violations)
             return failure(error_.message, error_.code, "ToolArgsError")

@@ -90,10 +90,19 @@ class _Gate(_Chains):
                 parent = parent_token(parent)
             except TypeError as exc:
                 parent, message = None, str(exc)
-        try:
-            arguments = freeze(input.arguments, "arguments") if frozen is None else frozen
-        except ValueError as exc:
-            arguments, message = None, message or f"tool arguments must be JSON: {exc}"
+        if frozen is not None:
+            arguments = frozen
+        elif (
+            (tool := self.registry.get(input.name, input.scope)) is not None
+            and (snapshot := tool.snapshot) is not None
+            and (arguments := snapshot(input.arguments)) is not None
+        ):  # frozen and validated in one walk: the body stage need not validate them again
+            self._accepted = (tool, arguments)
+        else:
+            try:
+                arguments = freeze(input.arguments, "arguments")
+            except ValueError as exc:
+                arguments, message = None, message or f"tool arguments must be JSON: {exc}"
         execution = ToolExecution._make(
             input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
         )

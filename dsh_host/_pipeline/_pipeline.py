@@ -70,6 +70,9 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         self._cut_off: set[str] = set()
         self._run_nested = self._nested  # bound once: every body's context holds it
         self._plan_links: tuple[Plan, _Links, _Links] | None = None
+        # The last (tool, arguments) a tool's snapshot froze and accepted at stage A: frozen
+        # arguments are immutable, so the body stage trusts them for that very tool.
+        self._accepted = None
 
     async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         execution, done = self._snapshot(input, False)

@@ -15,6 +15,7 @@ from .._model._errors import JsonSchemaError
 from .._model._json import FrozenDict, freeze, thaw
 from ._convert import error_messages, structure
 from ._dsl import to_json_schema
+from ._snapshot import compile_snapshot
 from ._validators import Validator, compile_accepts, compile_parameters
 
 __all__ = ["ToolDefinition", "ToolSchema", "define_tool", "tool"]
@@ -120,17 +121,18 @@ class ToolDefinition:
     accepts: Callable[[Any], bool] | None = attrs.field(init=False, repr=False, eq=False)
     """Whether frozen arguments are valid and go to the body as they are (no ``args_type``):
     the pipeline's hot path; ``None`` when only `prepare` can tell."""
+    snapshot: Callable[[Any], Any] | None = attrs.field(init=False, repr=False, eq=False)
+    """``snapshot(raw)``: the frozen copy of raw arguments that `accepts` holds for, made in one
+    walk, or ``None`` when it cannot tell (then ``freeze`` and `accepts`); ``None`` as `accepts`."""
     is_async: bool = attrs.field(init=False, repr=False, eq=False)
     takes_context: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "validate", compile_parameters(self.parameters))
-        setattr_(
-            self,
-            "accepts",
-            compile_accepts(self.parameters) if self.args_type is None else None,
-        )
+        plain = self.args_type is None
+        setattr_(self, "accepts", compile_accepts(self.parameters) if plain else None)
+        setattr_(self, "snapshot", compile_snapshot(self.parameters) if plain else None)
         setattr_(
             self,
             "validate_output",
@@ -224,20 +226,13 @@ def define_tool(
         ValueError: *timeout_ms* is not a positive finite number.
     """
     return ToolDefinition(
-        name=name,
-        description=description,
+        name=name, description=description, execute=execute, timeout_ms=timeout_ms,
         parameters=_compiled_parameters(parameters, strict_arguments),
-        execute=execute,
-        timeout_ms=timeout_ms,
-        is_concurrency_safe=is_concurrency_safe,
-        present_call=present_call,
-        present_result=present_result,
+        is_concurrency_safe=is_concurrency_safe, present_call=present_call,
+        present_result=present_result, paths=paths, claude_name=claude_name,
         output_schema=None if output_schema is None else _frozen_output(output_schema),
-        args_type=parameters if isinstance(parameters, type) else None,
-        paths=paths,
-        claude_name=claude_name,
-        claude_keys=claude_keys,
-    )
+        args_type=parameters if isinstance(parameters, type) else None, claude_keys=claude_keys,
+    )  # fmt: skip
 
 
 def _compiled_parameters(parameters: Any, strict: bool) -> FrozenDict:

@@ -354,6 +354,43 @@ async def test_a_denial_does_not_consult_the_plugins_after_it():
     assert other.calls == 0
 
 
+class _Last(Downstream):
+    """A pre-execute plugin registered after permissions, but called after it (``trylast``)."""
+
+    @hookimpl(trylast=True)
+    def dsh_tool_pre_execute(self, execution):
+        self.calls += 1
+        return self.decision
+
+
+class _NoNext:
+    """A ``call_next`` that must not be needed: calling it fails the test."""
+
+    def __call__(self, **_kwargs):
+        raise AssertionError("call_next was called with no link after permissions")
+
+
+async def test_with_no_link_after_it_the_decision_is_plain_and_later_links_are_still_asked():
+    host = make({"plugin": {"permissions": {"allow": ["bash"]}}})
+    plugin = host.pm.get_plugin("permissions")
+    execution = ToolExecution(call_id="c", name="bash", arguments={"command": "ls"})
+    # Nobody after it: its own decision, as it is (no coroutine awaiting the host's default).
+    assert type(plugin.dsh_tool_pre_execute(execution, _NoNext())) is Allow
+    assert not (await host.call("bash", {"command": "ls"})).is_error
+    idle = _Last(Deny("idle"))
+    idle.dsh_idle_hooks = frozenset({"dsh_tool_pre_execute"})  # the host never calls it
+    host.pm.register(idle, name="idle")
+    assert type(plugin.dsh_tool_pre_execute(execution, _NoNext())) is Allow
+    odd = _Last(Deny("not on fridays"))
+    odd.dsh_idle_hooks = "dsh_tool_pre_execute"  # not a set: the host calls it, so it counts
+    host.pm.register(odd, name="odd")  # registered later, called after permissions
+    pending = plugin.dsh_tool_pre_execute(execution, _NoNext())
+    assert inspect.iscoroutine(pending)  # it waits for the decision of the link after it
+    pending.close()
+    result = await host.call("bash", {"command": "ls"})
+    assert (result.code, result.decided_by, odd.calls, idle.calls) == ("DENIED", "odd", 1, 0)
+
+
 def _attributed(result):
     """``decided_by: decision_detail``, the way these tests spell who decided and why."""
     detail = result.decision_detail
@@ -442,7 +479,8 @@ def test_the_looked_up_decision_is_the_one_matching_the_arguments_gives(rules, t
 
 
 def test_a_denial_is_answered_without_a_coroutine():
-    host = make({"plugin": {"permissions": {"deny": ["bash"], "allow": ["grep"]}}})
+    config = {"plugin": {"permissions": {"deny": ["bash"], "allow": ["grep"]}}}
+    host = make(config, Downstream(None))  # a link after permissions
     plugin = host.pm.get_plugin("permissions")
 
     def call_next():

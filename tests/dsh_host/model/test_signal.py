@@ -108,3 +108,20 @@ async def test_a_body_under_a_deadline_signal_is_cancelled_on_time(make_host, au
     result = await host.call("hang", {})
     assert result.code == "ABORTED"
     assert trio.current_time() == 2
+
+
+def test_an_inert_signal_is_a_fresh_live_signal_marked_inert():
+    from dsh_host._model._signal import _inert
+
+    fresh, inert = AbortSignal(), _inert()
+    assert inert._inert
+    assert not fresh._inert
+    # Every other slot as `AbortSignal()` sets it (`_inert` fills them itself, on the hot path).
+    for slot in AbortSignal.__slots__:
+        if slot != "_inert":
+            assert getattr(inert, slot) == getattr(fresh, slot), slot
+    assert inert is not _inert()
+    assert not inert.aborted
+    inert.abort("mine")  # a body may abort its own signal: only that call's signal
+    assert inert.aborted
+    assert not _inert().aborted
