@@ -176,11 +176,9 @@ class Link:
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
-        import anyio
         from mcp.client.session import ClientSession
-        from mcp.client.streamable_http import streamable_http_client
 
-        from ._guard import Guard, guarded_pumps
+        from ._guard import Guard
         from ._stdio import stdio_transport
 
         self._stop = asyncio.Event()
@@ -193,26 +191,7 @@ class Link:
                         self._stdio(stdio_transport, guard)
                     )
                 else:
-                    import httpx2
-
-                    from ._bounded import BoundedTransport
-
-                    assert config.url is not None
-                    limit = config.max_result_bytes
-                    http = await stack.enter_async_context(
-                        httpx2.AsyncClient(
-                            headers={"Accept-Encoding": "identity", **config.headers},
-                            transport=BoundedTransport(limit),
-                        )
-                    )
-                    streams: Any = await stack.enter_async_context(
-                        streamable_http_client(
-                            config.url, http_client=http, max_sse_event_size=limit
-                        )
-                    )
-                    pumps = await stack.enter_async_context(anyio.create_task_group())
-                    stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
-                    read, write = guarded_pumps(guard, streams[0], streams[1], pumps)
+                    read, write = await self._http(stack, guard)
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
@@ -235,6 +214,31 @@ class Link:
             self.session = None
             if not ready.done():
                 ready.set_result(None)
+
+    async def _http(self, stack: contextlib.AsyncExitStack, guard: Guard) -> tuple[Any, Any]:
+        """The streams of this server's HTTP transport, bounded by ``max_result_bytes``."""
+        import anyio
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        from ._bounded import BoundedTransport
+        from ._guard import guarded_pumps
+
+        config = self.config
+        assert config.url is not None
+        limit = config.max_result_bytes
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(
+                headers={"Accept-Encoding": "identity", **config.headers},
+                transport=BoundedTransport(limit),
+            )
+        )
+        streams: Any = await stack.enter_async_context(
+            streamable_http_client(config.url, http_client=http, max_sse_event_size=limit)
+        )
+        pumps = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
+        return guarded_pumps(guard, streams[0], streams[1], pumps)
 
     def _stdio(self, transport: Any, guard: Guard) -> Any:
         """The stdio transport of this server, confined unless ``sandbox = false``."""
