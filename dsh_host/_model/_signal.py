@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
-import trio
+if TYPE_CHECKING:
+    import trio
 
 __all__ = ["AbortSignal"]
 
@@ -16,6 +17,8 @@ _INF = math.inf
 
 
 def _now() -> float | None:
+    import trio  # here, not at the top: `import dsh_host` does not start trio (issue 27)
+
     try:
         return trio.current_time()
     except RuntimeError:  # outside trio.run
@@ -74,6 +77,8 @@ class AbortSignal:
     @classmethod
     def after(cls, seconds: float, reason: Any = None) -> AbortSignal:
         """A signal that aborts *seconds* from now (on trio's clock); call it inside `trio.run`."""
+        import trio
+
         return cls.at(trio.current_time() + seconds, reason)
 
     def __repr__(self) -> str:
@@ -126,6 +131,8 @@ class AbortSignal:
         """Sleep until the signal is aborted (at once if it already is)."""
         if self.aborted:
             return
+        import trio
+
         if self._event is None:
             self._event = trio.Event()
         with trio.move_on_at(self._deadline):

@@ -1,0 +1,83 @@
+"""Cold start (issue 27): what a fresh process imports, checked structurally (never timed).
+
+Each check runs a fresh interpreter and reads its ``sys.modules``: a module listed here is
+imported only by the code that needs it (a function body, or a public name's first use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+OPTIONAL = (
+    "trio",  # the pipeline and the host start it; a tool definition does not need it
+    "cattrs",  # structuring: on the first config table or typed arguments
+    "importlib.metadata",  # entry points: read by the host
+    "tomllib",  # the config file
+    "jsonschema",  # raw JSON Schema tools only
+    "tree_sitter",  # the shell parser of bash(...) rules
+    "platformdirs",
+    "sqlite3",  # the audit writer
+    "psycopg",
+    "mcp",
+    "anyio",
+    "asyncio",
+    "pydantic_ai",
+    "agents",
+    "opentelemetry",
+    "tomlkit",
+    "pathspec",
+    "re2",
+    "pyseccomp",
+    "difflib",  # did-you-mean hints only
+    "pathlib",
+)
+
+
+def modules_after(code: str, env: dict[str, str] | None = None, stdin: str = "") -> set[str]:
+    """The modules a fresh interpreter holds after running *code*."""
+    probe = f"{code}\nimport json, sys\nsys.stderr.write('\\n' + json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        input=stdin,
+    )
+    last = done.stderr.rstrip().rpartition("\n")[2]
+    assert last.startswith("["), done.stderr
+    return set(json.loads(last))
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules]
+
+
+def test_import_dsh_host_imports_no_optional_module():
+    modules = modules_after("import dsh_host")
+    assert loaded(modules, OPTIONAL) == []
+    assert not [m for m in modules if m.startswith(("dsh_host._host", "dsh_host._pipeline"))]
+
+
+def test_a_tool_defined_and_validated_needs_neither_trio_nor_the_host():
+    code = (
+        "import dsh_host\n"
+        "t = dsh_host.define_tool(name='echo', description='d', "
+        "parameters={'text': {'type': 'string', 'required': True}}, execute=lambda a: a)\n"
+        "assert t.validate(dsh_host.FrozenDict({'text': 'x'})) == []\n"
+        "assert dsh_host.AbortSignal().aborted is False\n"
+    )
+    modules = modules_after(code)
+    assert loaded(modules, ("trio", "cattrs", "importlib.metadata", "tomllib")) == []
+
+
+def test_the_host_names_still_import_everything_they_need():
+    modules = modules_after("from dsh_host import Host, open_host")
+    assert {"trio", "dsh_host._host._host", "dsh_host._pipeline._pipeline"} <= modules
+
+
+def env_without_dsh() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
