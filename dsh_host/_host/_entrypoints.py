@@ -3,22 +3,23 @@
 `importlib.metadata` costs a cold ``dsh`` more than most plugins do: its import, a scan of every
 distribution, and the ``METADATA`` parse behind each plugin's distribution name and version
 (issue 27). What it found is kept in ``entry-points.json`` in dsh's state directory (next to
-the audit database), one entry per environment (`_key`: the interpreter, `sys.path`, each path
-entry's mtime, so installing, upgrading or removing a distribution, or adding a ``.pth`` file,
-changes it; at most `KEPT` environments).
+the audit database), one entry per environment (`_scan`: the interpreter, `sys.path`, and the
+mtime of each path entry holding distributions, so installing, upgrading or removing one, or
+adding a ``.pth`` file, changes the key; at most `KEPT` environments).
 
 A sandboxed command may be able to write the state directory, so a cache entry is never taken
-on its word. The entry points are re-derived from the files (`_derive`: the ``entry_points.txt``
-of the first distribution of each name on `sys.path`, the way `importlib.metadata` takes them,
-parsed the same way; a few milliseconds without its machinery), and an entry is used only when
-its list is exactly that: the same entry points, values, order and providing distributions. A
-planted cache can add, drop or redirect nothing; what is not re-derived, a distribution's
-displayed name and version, is only shown. An environment the re-derivation cannot follow (a
-zip file or an ``.egg`` on `sys.path`, another finder of distributions on `sys.meta_path`, a
-malformed file) is never cached, and an entry is written only when `importlib.metadata` and the
-re-derivation agree. An unreadable, corrupt or oversized cache is a miss, and one that cannot
-be written is skipped, silently. When `importlib.metadata.entry_points` is not the standard
-library's own (a test's stand-in), it is asked directly and nothing is cached.
+on its word. Every use re-derives the entry points from the files (`_scan`: the
+``entry_points.txt`` of the first distribution of each name on `sys.path`, the way
+`importlib.metadata` takes them, parsed the same way; a few milliseconds without its
+machinery), and an entry is used only when its list is exactly that: the same entry points,
+values, order and providing distributions. A planted cache can add, drop or redirect nothing;
+what is not re-derived, a distribution's displayed name and version, is only shown. An
+environment the re-derivation cannot follow (a zip file or an ``.egg`` on `sys.path`, another
+finder of distributions on `sys.meta_path`, a malformed file) is never cached, and an entry is
+written only when `importlib.metadata` and the re-derivation agree. An unreadable, corrupt or
+oversized cache is a miss, and one that cannot be written is skipped, silently. When
+`importlib.metadata.entry_points` is not the standard library's own (a test's stand-in), it is
+asked directly and nothing is cached.
 """
 
 from __future__ import annotations
@@ -107,17 +108,16 @@ def installed_entry_points(group: str) -> list[EntryPointLike]:
     stand_in = _stand_in()
     if stand_in is not None:
         return list(stand_in(group=group))
-    key = _key(group)
-    derived = _derive(group) if key is not None else None
-    if key is not None and derived is not None:
-        found = _cached(key, derived)
+    scanned = _scan(group)
+    if scanned is not None:
+        found = _cached(*scanned)
         if found is not None:
             return found
     import importlib.metadata
 
     eps: list[EntryPointLike] = list(importlib.metadata.entry_points(group=group))
-    if key is not None and derived is not None:
-        _store(key, derived, eps)
+    if scanned is not None:
+        _store(*scanned, eps)
     return eps
 
 
@@ -151,36 +151,23 @@ def cache_path() -> str | None:
     return os.path.join(platformdirs.user_state_dir("dsh"), "entry-points.json")
 
 
-def _key(group: str) -> dict[str, Any] | None:
-    """What the answer depends on besides the files `_derive` reads (``None``: do not cache)."""
+def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:
+    """The key of this environment and the entry points of *group* its files declare, or
+    ``None`` when it holds something `importlib.metadata` reads in ways this does not follow.
+
+    The key names the interpreter and `sys.path`, with the mtime of each path entry that holds
+    distributions (installing, upgrading or removing one changes it; a working directory on
+    `sys.path` that holds none may change freely). The entry points are
+    ``(distribution, name, value)``: the ``entry_points.txt`` of the first distribution of
+    each normalized name along `sys.path`, parsed as `importlib.metadata` parses it.
+    """
     path_finder = getattr(sys.modules.get("_frozen_importlib_external"), "PathFinder", None)
     if any(
         finder is not path_finder and getattr(finder, "find_distributions", None) is not None
         for finder in sys.meta_path
     ):
         return None  # another finder of distributions: importlib.metadata asks it too
-    entries = []
-    for entry in sys.path:
-        where = os.path.abspath(entry or ".")
-        try:
-            mtime: int | None = os.stat(where).st_mtime_ns
-        except OSError:
-            mtime = None
-        entries.append([entry, where, mtime])
-    return {
-        "group": group,
-        "python": sys.version,
-        "executable": sys.executable,
-        "path": entries,
-    }
-
-
-# -- the files, read the way importlib.metadata reads them ------------------------------------
-
-
-def _derive(group: str) -> Derived | None:
-    """``(distribution, name, value)`` of every entry point of *group*, or ``None`` when the
-    environment holds something `importlib.metadata` reads in ways this does not follow."""
+    paths: list[list[Any]] = []
     seen: set[str] = set()
     found: Derived = []
     try:
@@ -191,8 +178,12 @@ def _derive(group: str) -> Derived | None:
             if not os.path.isdir(root):
                 if os.path.exists(root):
                     return None  # a zip file on sys.path
+                paths.append([entry, None])
                 continue
-            for normalized, path in _infos(root):
+            mtime = os.stat(root).st_mtime_ns
+            infos = _infos(root)
+            paths.append([entry, os.path.abspath(root), mtime if infos else None])
+            for normalized, path in infos:
                 if normalized in seen:
                     continue
                 seen.add(normalized)
@@ -200,10 +191,11 @@ def _derive(group: str) -> Derived | None:
                 found.extend((normalized, n, v) for g, n, v in _pairs(text) if g == group)
     except (OSError, ValueError):
         return None
-    return found
+    key = {"group": group, "python": sys.version, "executable": sys.executable, "path": paths}
+    return key, found
 
 
-def _infos(root: str) -> Iterable[tuple[str, str]]:
+def _infos(root: str) -> list[tuple[str, str]]:
     """The metadata directories in *root*: grouped by name in listing order, as `Lookup`."""
     infos: dict[str, list[str]] = {}
     for child in os.listdir(root):
@@ -216,7 +208,7 @@ def _infos(root: str) -> Iterable[tuple[str, str]]:
         if not normalized:
             raise ValueError("a metadata directory without a name")
         infos.setdefault(normalized, []).append(os.path.join(root, child))
-    return ((normalized, path) for normalized, paths in infos.items() for path in paths)
+    return [(normalized, path) for normalized, paths in infos.items() for path in paths]
 
 
 def _entry_points_text(path: str) -> str:

@@ -100,6 +100,28 @@ def test_an_installed_distribution_is_seen_at_once(env):
     assert {"fake", "more"} <= names(after)
 
 
+def test_an_upgraded_distribution_shows_its_new_version(env):
+    """Same entry points, new version: the key (the site directory's mtime) changed."""
+    env.run()
+    old = env.site / "dsh_fake-1.0.dist-info"
+    new = env.install("dsh-fake", (old / "entry_points.txt").read_text(), version="2.0")
+    for child in old.iterdir():
+        child.unlink()
+    old.rmdir()
+    after = env.run()
+    assert ["fake", "fake_module:Plugin", "dsh-fake", "2.0"] in after["found"]
+    assert after["found"] == after["truth"]
+    assert new.exists()
+
+
+def test_a_working_directory_without_distributions_may_change(env):
+    """``python -m dsh_host`` puts the working directory on sys.path: files the agent writes
+    there change its mtime, not the answer."""
+    env.run()
+    (env.cwd / "notes.txt").write_text("an agent wrote this")
+    assert env.run()["cached"]
+
+
 def test_a_changed_file_behind_an_unchanged_mtime_is_not_served_stale(env):
     """The key (path mtimes) matches, but the files say otherwise: a miss."""
     env.run()
