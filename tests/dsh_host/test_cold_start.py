@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
+
+import pytest
 
 OPTIONAL = (
     "trio",  # the pipeline and the host start it; a tool definition does not need it
@@ -79,5 +82,56 @@ def test_the_host_names_still_import_everything_they_need():
     assert {"trio", "dsh_host._host._host", "dsh_host._pipeline._pipeline"} <= modules
 
 
-def env_without_dsh() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+NOT_ON_THE_COMMAND_LINE = (
+    "importlib.metadata",  # the entry points come from the cache once it is warm
+    "tomllib",  # no config file in the workspace
+    "jsonschema",
+    "pathspec",  # .gitignore matching: grep and glob only
+    "psycopg",
+    "mcp",  # the MCP SDK: a mounted server or `dsh mcp serve` only
+    "anyio",
+    "pydantic_ai",
+    "agents",
+    "tomlkit",
+    "opentelemetry.trace",  # no tracer provider can have been configured
+)
+PAYLOAD = (
+    '{"session_id": "s", "transcript_path": "/dev/null", "cwd": ".", '
+    '"hook_event_name": "PreToolUse", "tool_name": "Bash", '
+    '"tool_input": {"command": "git status"}, "tool_use_id": "t1"}'
+)
+
+
+def dsh_modules(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
+    """The modules a ``dsh`` process holds after *argv* ran in *workspace* (exit 0 checked)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    env["XDG_CACHE_HOME"] = str(workspace.parent / "cache")
+    code = (
+        "import os, sys\n"
+        f"os.chdir({str(workspace)!r})\n"
+        "from dsh_host._cli._main import main\n"
+        f"assert main({argv!r}) == 0\n"
+    )
+    return modules_after(code, env=env, stdin=stdin)
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    place = tmp_path / "workspace"
+    place.mkdir()
+    (place / "a.txt").write_text("hello\n")
+    return place
+
+
+def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(workspace):
+    argv = ["call", "read_file", '{"path": "a.txt"}']
+    dsh_modules(workspace, argv)  # the first run writes the entry-point cache
+    assert loaded(dsh_modules(workspace, argv), NOT_ON_THE_COMMAND_LINE) == []
+
+
+def test_dsh_hook_claude_imports_no_optional_module(workspace):
+    argv = ["hook", "claude"]
+    dsh_modules(workspace, argv, PAYLOAD)
+    modules = dsh_modules(workspace, argv, PAYLOAD)
+    assert loaded(modules, (*NOT_ON_THE_COMMAND_LINE, "asyncio")) == []
