@@ -135,3 +135,33 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     dsh_modules(workspace, argv, PAYLOAD)
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, (*NOT_ON_THE_COMMAND_LINE, "asyncio")) == []
+
+
+def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
+    """The host checks a plugin's hooks, then pluggy registers it: one static lookup each."""
+    import collections
+
+    import pluggy
+
+    from dsh_host import Host, hookimpl
+
+    class Plugin:
+        name = "counted"
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked: collections.Counter[str] = collections.Counter()
+    real = pluggy.PluginManager.parse_hookimpl_opts
+
+    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
+        if isinstance(plugin, Plugin):
+            asked[name] += 1
+        return real(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    host = Host(plugins=[Plugin()], load_entrypoints=False)
+    assert host.pm.get_plugin("counted") is not None
+    assert asked["dsh_host_started"] == 1
+    assert set(asked.values()) == {1}
