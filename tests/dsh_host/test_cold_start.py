@@ -165,3 +165,16 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     assert host.pm.get_plugin("counted") is not None
     assert asked["dsh_host_started"] == 1
     assert set(asked.values()) == {1}
+
+
+def test_the_file_fence_loads_without_searching_for_libc():
+    """``ctypes.util.find_library`` runs ldconfig (a process) at every start."""
+    code = (
+        "import ctypes.util\n"
+        "def refuse(name):\n"
+        "    raise AssertionError(f'find_library({name!r})')\n"
+        "ctypes.util.find_library = refuse\n"
+        "from dsh_plugins_builtin._sandbox import _beneath\n"
+        "assert _beneath.HAVE_OPENAT2 in (True, False)\n"
+    )
+    modules_after(code)
