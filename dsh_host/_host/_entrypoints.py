@@ -155,9 +155,10 @@ def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:
     """The key of this environment and the entry points of *group* its files declare, or
     ``None`` when it holds something `importlib.metadata` reads in ways this does not follow.
 
-    The key names the interpreter and `sys.path`, with the mtime of each path entry that holds
-    distributions (installing, upgrading or removing one changes it; a working directory on
-    `sys.path` that holds none may change freely). The entry points are
+    The key names the interpreter and `sys.path`, with the place and mtime of each path entry
+    that holds distributions (installing, upgrading or removing one changes it); an entry that
+    holds none is named as it is, so a working directory on `sys.path` (``python -m dsh_host``
+    in one workspace after another) may change freely. The entry points are
     ``(distribution, name, value)``: the ``entry_points.txt`` of the first distribution of
     each normalized name along `sys.path`, parsed as `importlib.metadata` parses it.
     """
@@ -182,7 +183,7 @@ def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:
                 continue
             mtime = os.stat(root).st_mtime_ns
             infos = _infos(root)
-            paths.append([entry, os.path.abspath(root), mtime if infos else None])
+            paths.append([entry, os.path.abspath(root), mtime] if infos else [entry, None])
             for normalized, path in infos:
                 if normalized in seen:
                     continue

@@ -120,6 +120,9 @@ def test_a_working_directory_without_distributions_may_change(env):
     env.run()
     (env.cwd / "notes.txt").write_text("an agent wrote this")
     assert env.run()["cached"]
+    env.cwd = env.cwd.parent / "another-workspace"
+    env.cwd.mkdir()
+    assert env.run()["cached"]
 
 
 def test_a_changed_file_behind_an_unchanged_mtime_is_not_served_stale(env):
