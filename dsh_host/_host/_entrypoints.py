@@ -53,6 +53,7 @@ _PATTERN: Final = re.compile(  # `importlib.metadata.EntryPoint.pattern`
     r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 )
 
+_VERSION: Final = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
 Derived = list[tuple[str, str, str]]  # (normalized distribution, entry point name, value)
 
 
@@ -263,8 +264,10 @@ def _row_matches(row: Any, normalized: str, name: str, value: str) -> bool:
     if row["name"] != name or row["value"] != value:
         return False
     shown, version = row["distribution"], row["version"]
-    if not (isinstance(shown, str) and isinstance(version, str | None)):
+    if not (isinstance(shown, str) and (version is None or isinstance(version, str))):
         return False
+    if version is not None and not _VERSION.fullmatch(version):
+        return False  # shown on a terminal (dsh plugins): nothing but a version's characters
     return normalize(shown) == normalized
 
 

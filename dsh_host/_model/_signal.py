@@ -16,11 +16,18 @@ _Callback = Callable[["AbortSignal"], None]
 _INF = math.inf
 
 
-def _now() -> float | None:
-    import trio  # here, not at the top: `import dsh_host` does not start trio (issue 27)
+_current_time: Callable[[], float] | None = None
+"""`trio.current_time`, once a signal first needs the clock (`import dsh_host` imports no trio)."""
 
+
+def _now() -> float | None:
+    global _current_time
+    if _current_time is None:
+        import trio
+
+        _current_time = trio.current_time
     try:
-        return trio.current_time()
+        return _current_time()
     except RuntimeError:  # outside trio.run
         return None
 

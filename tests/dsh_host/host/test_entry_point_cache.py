@@ -192,6 +192,17 @@ def test_a_planted_cache_cannot_move_an_entry_point_to_another_distribution(env)
     assert not after["cached"]
 
 
+def test_a_planted_cache_cannot_show_a_version_that_is_not_one(env):
+    def escape(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["name"] == "fake":
+                row["version"] = "1.0\x1b]2;owned\x07"
+
+    after = planted(env, escape)
+    assert ["fake", "fake_module:Plugin", "dsh-fake", "1.0"] in after["found"]
+    assert not after["cached"]
+
+
 @pytest.mark.parametrize(
     "content",
     [
