@@ -49,6 +49,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The hot path, as ratios to a bare await, pluggy and peers (``-- --check``: vs targets)."""
+    """The hot path, as ratios to a bare await, pluggy and peers; ``-- --check``: every bench
+    script's figures against issue 27's targets, as one table (``bench/check.py``)."""
     session.install("-e", ".[bench]")
-    session.run("python", "bench/bench_pipeline.py", *session.posargs)
+    session.run("python", "bench/check.py", *session.posargs)

@@ -5,12 +5,10 @@ Everything public is re-exported here; the modules behind it are private.
 
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
 from . import hookspecs
-from ._host._host import Host
-from ._host._messages import arguments_of
-from ._host._open import open_host
-from ._host._plugins import PluginInfo, PluginStatus
-from ._host._registry import DryRun, ToolRegistry
 from ._model._errors import (
     ConfigError,
     DshError,
@@ -58,12 +56,32 @@ from ._model._views import (
     ToolCallKind,
     view_to_json,
 )
-from ._pipeline._pipeline import new_call_id
 from ._registry._hooks import hookimpl, hookspec
 from ._schema._dsl import Prop, to_json_schema
 from ._schema._jsonsubset import assert_supported_json_schema, validate_json_schema_value
 from ._schema._tool import ToolDefinition, ToolSchema, define_tool, tool
 from ._schema._validate import validate_args
+
+if _typing.TYPE_CHECKING:
+    from ._host._host import Host
+    from ._host._messages import arguments_of
+    from ._host._open import open_host
+    from ._host._plugins import PluginInfo, PluginStatus
+    from ._host._registry import DryRun, ToolRegistry
+    from ._pipeline._pipeline import new_call_id
+
+# The host and the pipeline are imported on first use (issue 27): `import dsh_host` for a plugin
+# or a tool definition starts neither trio nor the entry-point machinery.
+_LAZY = {
+    "DryRun": "._host._registry",
+    "Host": "._host._host",
+    "PluginInfo": "._host._plugins",
+    "PluginStatus": "._host._plugins",
+    "ToolRegistry": "._host._registry",
+    "arguments_of": "._host._messages",
+    "new_call_id": "._pipeline._pipeline",
+    "open_host": "._host._open",
+}
 
 __all__ = [
     "AbortSignal",
@@ -133,3 +151,17 @@ __all__ = [
     "validate_json_schema_value",
     "view_to_json",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """The public names of the host and the pipeline, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

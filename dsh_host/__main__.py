@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._cli._main import main
+from ._cli._entry import command
 
-raise SystemExit(main())
+command()

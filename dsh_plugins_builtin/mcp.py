@@ -25,7 +25,6 @@ by `McpPlugin.status` (``dsh plugins``), and the rest is mounted.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import functools
@@ -57,6 +56,8 @@ from ._mcp._confine import Confinement, confinement_for
 from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
 
 if TYPE_CHECKING:
+    import asyncio  # with the first mounted server (see `_mcp._mount`)
+
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
@@ -394,4 +395,6 @@ class _ListChanges:
 
 async def _finished(task: asyncio.Task[None]) -> None:
     """Wait for *task* (in the mount loop) without cancelling it if the waiter is cancelled."""
+    import asyncio
+
     await asyncio.shield(task)

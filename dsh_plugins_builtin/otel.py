@@ -27,6 +27,8 @@ configuration error.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, final
 
@@ -88,6 +90,9 @@ class OtelPlugin:
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         config: OtelConfig = host.config_for(self)
+        if config.enabled == "auto" and self._provider is None and _unset():
+            self._off(_NO_PROVIDER if _installed() else _NOT_INSTALLED)
+            return
         try:
             from opentelemetry import trace
         except ImportError:
@@ -97,7 +102,7 @@ class OtelPlugin:
                     "pip install 'dsh-host[otel]' (or set enabled = \"auto\")",
                     path=host.config.source, plugin=self.name, key="enabled",
                 ) from None  # fmt: skip
-            self._off("OpenTelemetry is not installed (pip install 'dsh-host[otel]')")
+            self._off(_NOT_INSTALLED)
             return
         provider = self._provider or trace.get_tracer_provider()
         default = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -105,7 +110,7 @@ class OtelPlugin:
             self._off("enabled = false")
             return
         if config.enabled == "auto" and isinstance(provider, default):
-            self._off("no OpenTelemetry tracer provider was configured before the host started")
+            self._off(_NO_PROVIDER)
             return
         self._status = f"tracing to {type(provider).__name__}"
         self._tracer = provider.get_tracer("dsh_host")
@@ -223,3 +228,25 @@ class _Call:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+_NOT_INSTALLED = "OpenTelemetry is not installed (pip install 'dsh-host[otel]')"
+_NO_PROVIDER = "no OpenTelemetry tracer provider was configured before the host started"
+
+
+def _unset() -> bool:
+    """Whether no tracer provider can have been configured: nothing imported OpenTelemetry's
+    API (setting a provider imports it) and ``OTEL_PYTHON_TRACER_PROVIDER`` names none. Then
+    `dsh_host_started` need not import it to find the default (issue 27: cold start)."""
+    return "opentelemetry.trace" not in sys.modules and "OTEL_PYTHON_TRACER_PROVIDER" not in (
+        os.environ
+    )
+
+
+def _installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):
+        return False

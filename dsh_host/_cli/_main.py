@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import os
 import sys
 import traceback
@@ -32,10 +31,20 @@ __all__ = ["main", "make_parser"]
 
 
 def _version() -> str:
+    import importlib.metadata  # only for --version: slow to import (issue 27)
+
     try:
         return importlib.metadata.version("dsh-host")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        sys.stdout.write(f"dsh-host {_version()}\n")
+        parser.exit()
 
 
 def _common(prefix: str) -> argparse.ArgumentParser:
@@ -69,7 +78,9 @@ def make_parser() -> argparse.ArgumentParser:
         description="A plugin host for the tool pipeline of LLM agent harnesses.",
         epilog="Exit status: 0 success, 1 an error result, 2 bad usage or configuration.",
     )  # fmt: skip
-    parser.add_argument("--version", action="version", version=f"dsh-host {_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show program's version number and exit"
+    )
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an unexpected error (or DSH_DEBUG=1)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 import pathlib
-import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any, final
 
@@ -148,6 +147,8 @@ def find_config(
         return candidate
     pyproject = cwd / "pyproject.toml"
     if pyproject.is_file():
+        import tomllib  # only when there is a file to read (issue 27)
+
         try:
             data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
@@ -158,6 +159,8 @@ def find_config(
 
 
 def _read(path: pathlib.Path) -> Mapping[str, Any]:
+    import tomllib  # only when there is a file to read (issue 27)
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -121,7 +121,10 @@ class Host:
 
     def _warn_unknown_tables(self) -> None:
         """A warning for each ``[plugin.X]`` table no installed plugin answers to."""
-        known = sorted({row.name for row in self.plugins()} | installed_names())
+        present = {row.name for row in self.plugins()}
+        if set(self.config.tables) <= present:
+            return  # every table has its plugin: no need to read the installed names
+        known = sorted(present | installed_names())
         for table in sorted(set(self.config.tables) - set(known)):
             # A leftover table of an uninstalled plugin must not stop every command: a warning.
             hint = difflib.get_close_matches(table, known, n=1)

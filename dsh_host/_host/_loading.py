@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import attrs
 
 from .._model._where import format_traceback, plugin_location
+from ._entrypoints import EntryPointLike
 from ._plugins import PluginInfo, PluginStatus
 
 __all__ = ["at", "load_entry_point"]
 
 
 def load_entry_point(
-    ep: importlib.metadata.EntryPoint,
+    ep: EntryPointLike,
 ) -> tuple[str, object, PluginInfo] | PluginInfo:
     """``(name, plugin, row)`` for a plugin loaded from *ep*, or a ``FAILED`` row saying why not.
 

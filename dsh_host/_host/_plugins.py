@@ -22,8 +22,6 @@ from __future__ import annotations
 import difflib
 import enum
 import fnmatch
-import importlib
-import importlib.metadata
 import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +33,7 @@ import pluggy
 from .._model._errors import ConfigError, PluginLoadError
 from .._registry._hooks import ENTRY_POINT_GROUP
 from ._config import Config
+from ._entrypoints import EntryPointLike, installed_entry_points
 
 __all__ = [
     "PluginInfo",
@@ -126,7 +125,7 @@ def _unique(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _dist(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
+def _dist(ep: EntryPointLike) -> tuple[str | None, str | None]:
     dist = ep.dist
     if dist is None:
         return None, None
@@ -143,7 +142,7 @@ def _not_installed(name: str, installed: Iterable[str]) -> str:
 
 def installed_names() -> set[str]:
     """The names of every installed ``dsh.plugins`` entry point (nothing is imported)."""
-    return {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return {ep.name for ep in installed_entry_points(ENTRY_POINT_GROUP)}
 
 
 def _expand(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
@@ -159,7 +158,7 @@ def _unmatched(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
 
 def select_entry_points(
     config: Config, environ: Mapping[str, str], *, disable: Iterable[str] = ()
-) -> tuple[list[importlib.metadata.EntryPoint], list[PluginInfo], list[str]]:
+) -> tuple[list[EntryPointLike], list[PluginInfo], list[str]]:
     """The entry points to load, in registration order, rows for the ones left out, and
     warnings (one line each) for names that match no installed plugin where that is harmless.
 
@@ -173,8 +172,8 @@ def select_entry_points(
         ConfigError: ``[plugins] enable`` or ``DSH_PLUGINS`` names (or a pattern matches) no
             installed plugin: an allow-list that silently loads less is a broken install.
     """
-    by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    by_name: dict[str, list[EntryPointLike]] = {}
+    for ep in installed_entry_points(ENTRY_POINT_GROUP):
         by_name.setdefault(ep.name, []).append(ep)
     selection = config.plugins
     env_enable = _env_list(environ.get("DSH_PLUGINS"))
@@ -222,7 +221,7 @@ def _blocked(
     config: Config,
     environ: Mapping[str, str],
     disable: Iterable[str],
-    by_name: Mapping[str, list[importlib.metadata.EntryPoint]],
+    by_name: Mapping[str, list[EntryPointLike]],
 ) -> tuple[dict[str, str], list[str]]:
     """The plugins blocked before import (name -> by what), and a warning for each blocking
     name or pattern that matches no installed plugin."""

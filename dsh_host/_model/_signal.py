@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
-import trio
+if TYPE_CHECKING:
+    import trio
 
 __all__ = ["AbortSignal"]
 
@@ -15,9 +16,18 @@ _Callback = Callable[["AbortSignal"], None]
 _INF = math.inf
 
 
+_current_time: Callable[[], float] | None = None
+"""`trio.current_time`, once a signal first needs the clock (`import dsh_host` imports no trio)."""
+
+
 def _now() -> float | None:
+    global _current_time
+    if _current_time is None:
+        import trio
+
+        _current_time = trio.current_time
     try:
-        return trio.current_time()
+        return _current_time()
     except RuntimeError:  # outside trio.run
         return None
 
@@ -74,6 +84,8 @@ class AbortSignal:
     @classmethod
     def after(cls, seconds: float, reason: Any = None) -> AbortSignal:
         """A signal that aborts *seconds* from now (on trio's clock); call it inside `trio.run`."""
+        import trio
+
         return cls.at(trio.current_time() + seconds, reason)
 
     def __repr__(self) -> str:
@@ -126,6 +138,8 @@ class AbortSignal:
         """Sleep until the signal is aborted (at once if it already is)."""
         if self.aborted:
             return
+        import trio
+
         if self._event is None:
             self._event = trio.Event()
         with trio.move_on_at(self._deadline):

@@ -35,11 +35,27 @@ class _PluginManager(pluggy.PluginManager):
     """A `pluggy.PluginManager` that counts registrations, so cached orderings know when to refresh."""
 
     generation = 0
+    _parsed: dict[tuple[int, str], tuple[object, Any]] | None = None
+    """What `parse_hookimpl_opts` found for the plugin about to be registered: the host checks
+    every attribute (`inspect_hooks`) and pluggy's `register` then asks again; static lookups
+    of every attribute are a visible part of a cold start (issue 27)."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = {}
+        found = parsed.get((id(plugin), name))
+        if found is not None and found[0] is plugin:
+            return found[1]
+        opts = super().parse_hookimpl_opts(plugin, name)
+        parsed[(id(plugin), name)] = (plugin, opts)
+        return opts
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         try:
             return super().register(plugin, name)
         finally:
+            self._parsed = None  # asked once per registration: never stale for the next one
             self.generation += 1
 
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:

@@ -16,19 +16,29 @@ Rules:
 from __future__ import annotations
 
 import functools
-import pathlib
-from typing import Any, TypeVar
+import sys
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import cattrs
-import cattrs.strategies
+if TYPE_CHECKING:  # cattrs is imported on first use: `import dsh_host` does without it (issue 27)
+    import cattrs
 
-__all__ = ["error_messages", "make_converter", "shared_converter", "structure"]
+__all__ = [
+    "error_messages",
+    "is_structure_error",
+    "make_converter",
+    "shared_converter",
+    "structure",
+]
 
 T = TypeVar("T")
 
 
 def configure_converter(converter: cattrs.Converter) -> None:
     """Apply dsh's rules (module docstring) to *converter*."""
+    import pathlib  # with the converter, not with dsh_host
+
+    import cattrs.strategies
+
     converter.register_structure_hook(pathlib.Path, lambda value, _: pathlib.Path(value))
     converter.register_unstructure_hook(pathlib.Path, str)
     cattrs.strategies.configure_union_passthrough(str | int | float | bool, converter)
@@ -36,6 +46,8 @@ def configure_converter(converter: cattrs.Converter) -> None:
 
 def make_converter() -> cattrs.Converter:
     """A fresh converter configured by `configure_converter`."""
+    import cattrs
+
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     configure_converter(converter)
     return converter
@@ -52,8 +64,19 @@ def structure(value: Any, cls: type[T]) -> T:
     return shared_converter().structure(value, cls)
 
 
+def is_structure_error(exc: BaseException) -> bool:
+    """Whether *exc* is cattrs' report of a value that does not fit its class."""
+    if "cattrs" not in sys.modules:  # nothing was structured yet, so it cannot be
+        return False
+    import cattrs
+
+    return isinstance(exc, cattrs.BaseValidationError | cattrs.ForbiddenExtraKeysError)
+
+
 def error_messages(exc: BaseException, path: str = "$") -> list[str]:
     """Readable ``<path>: <problem>`` lines for a cattrs structuring failure."""
-    if isinstance(exc, cattrs.BaseValidationError | cattrs.ForbiddenExtraKeysError):
+    if is_structure_error(exc):
+        import cattrs
+
         return list(cattrs.transform_error(exc, path=path))
     return [f"{path}: {exc}"]

@@ -9,11 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, final
 
 import attrs
-import cattrs
 
 from .._model._errors import JsonSchemaError
 from .._model._json import FrozenDict, freeze, thaw
-from ._convert import error_messages, structure
+from ._convert import error_messages, is_structure_error, structure
 from ._dsl import to_json_schema
 from ._snapshot import compile_snapshot
 from ._validators import Validator, compile_accepts, compile_parameters
@@ -155,7 +154,9 @@ class ToolDefinition:
             return arguments, violations
         try:
             return structure(arguments, self.args_type), []
-        except (cattrs.BaseValidationError, cattrs.ForbiddenExtraKeysError) as exc:
+        except Exception as exc:  # only cattrs' own reports are violations
+            if not is_structure_error(exc):
+                raise
             return None, error_messages(exc, path="arguments")
 
     def args_or_none(self, arguments: Any) -> Any:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -25,6 +24,8 @@ def _join(path: str, key: str) -> str:
 
 
 def _undeclared(path: str, key: str, declared: frozenset[str]) -> str:
+    import difflib  # an error message's hint only: not imported with dsh_host
+
     message = f'"{_join(path, key)}" is not a declared property'
     close = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=0.6)
     if close:

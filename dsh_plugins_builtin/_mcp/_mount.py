@@ -11,8 +11,6 @@ Cancelling that future (the call was aborted) cancels the SDK request, which sen
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import os
 import tempfile
@@ -24,14 +22,16 @@ import attrs
 import trio
 
 if TYPE_CHECKING:
+    import asyncio
+
     import mcp_types as types
     from mcp.client.session import ClientSession
 
     from ._confine import Confinement
     from ._guard import Guard
 
-# The SDK (pydantic models: about a second to import) is imported only when a server is
-# mounted, so a host with no [plugin.mcp] servers starts without it.
+# The SDK (pydantic models: about a second to import) and asyncio are imported only when a
+# server is mounted, so a host with no [plugin.mcp] servers starts without them (issue 27).
 
 __all__ = ["BAD_RESULT", "Link", "McpServerConfig", "Mount"]
 
@@ -149,6 +149,8 @@ class Link:
         return [t for t in tools if allowed is None or t.name in allowed]
 
     async def _on_message(self, message: Any) -> None:
+        import asyncio
+
         import mcp_types as types
 
         root = getattr(message, "root", message)
@@ -159,6 +161,8 @@ class Link:
             self.relisting = asyncio.get_running_loop().create_task(self._relist(previous))
 
     async def _relist(self, previous: asyncio.Task[None] | None) -> None:
+        import asyncio
+
         if previous is not None:
             with contextlib.suppress(Exception):
                 await previous
@@ -176,6 +180,8 @@ class Link:
 
     async def run(self, ready: asyncio.Future[None]) -> None:
         """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
+        import asyncio
+
         from mcp.client.session import ClientSession
 
         from ._guard import Guard
@@ -281,6 +287,8 @@ class Mount:
     """The mount loop: a daemon thread running asyncio, and the links it holds."""
 
     def __init__(self) -> None:
+        import asyncio
+
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-mcp", daemon=True)
         self._thread.start()
@@ -289,6 +297,8 @@ class Mount:
 
     def start(self, links: list[Link], timeout: float) -> None:
         """Start *links* concurrently; return once each is running or failed (or *timeout*)."""
+        import asyncio
+        import concurrent.futures
 
         async def start_all() -> None:
             loop = asyncio.get_running_loop()
@@ -306,6 +316,8 @@ class Mount:
 
     def run_blocking(self, coroutine: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
         """Run *coroutine()* in the mount loop and wait for it here (a host thread)."""
+        import asyncio
+
         return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
 
     async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -345,6 +357,7 @@ class Mount:
         """Close every session and stop the loop (stdio servers see end of input and exit)."""
         if not self._thread.is_alive():
             return
+        import asyncio
 
         async def stop_all() -> None:
             for link in self.links.values():

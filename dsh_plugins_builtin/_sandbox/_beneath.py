@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 import platform
@@ -65,7 +64,9 @@ def _load_openat2() -> Any:
     if platform.system() != "Linux" or platform.machine().startswith(("alpha", "mips", "ia64")):
         return None  # those number their syscalls differently: walk instead
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols (libc among them), as `_ruleset` loads them:
+        # ctypes.util.find_library("c") would run ldconfig at every start (issue 27).
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
     prototype = ctypes.CFUNCTYPE(

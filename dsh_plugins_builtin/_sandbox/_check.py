@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -46,6 +45,8 @@ def _find_plugin(host: Host, plugin_class: type) -> tuple[Any, str | None]:
 
 def _check_host(config_path: str | None, plugin_class: type) -> Host:
     """The host the configuration describes, with this plugin in it even if not installed."""
+    import importlib.metadata  # here: the sandbox plugin imports this module at every start
+
     installed = importlib.metadata.entry_points(group="dsh.plugins", name="sandbox")
     extra: list[object] = [] if installed else [plugin_class()]
     return Host.from_config(config_path, plugins=extra)

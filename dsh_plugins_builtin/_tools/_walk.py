@@ -21,10 +21,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pathspec
 import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
+
+if TYPE_CHECKING:  # imported by the first .gitignore read, not with the tools plugin (issue 27)
+    import pathspec
 
 from dsh_host import ToolArgsError
 
@@ -41,7 +43,7 @@ __all__ = [
 RegexError: type[Exception] = re2.error  # what `linear_regex` raises
 
 _MAX_EXPANSIONS = 256
-_Spec = tuple[str, pathspec.GitIgnoreSpec]  # (directory relative to the walk root, spec)
+_Spec = tuple[str, "pathspec.GitIgnoreSpec"]  # (directory relative to the walk root, spec)
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -138,6 +140,8 @@ def regex_error(exc: BaseException) -> str:
 
 def gitignore_spec(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
     """A ``.gitignore``-style spec matched by RE2 (see the module docstring)."""
+    import pathspec
+
     return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
 
 

@@ -7,6 +7,7 @@ import pathlib
 import re
 
 import attrs
+import pytest
 
 import dsh_host
 from dsh_host import hookspecs
@@ -19,8 +20,22 @@ def test_all_is_sorted_and_complete():
     # `testing`, `aio` and `bridges` are public submodules, imported on demand; pytest's
     # assertion rewriting (the pytest11 entry point makes pytest rewrite the whole
     # distribution) adds "@py_builtins".
-    public = {n for n in vars(dsh_host) if not n.startswith(("_", "@"))}
+    # The host and pipeline names are imported on first use (`dsh_host._LAZY`, issue 27).
+    public = {n for n in vars(dsh_host) if not n.startswith(("_", "@"))} | set(dsh_host._LAZY)
     assert set(dsh_host.__all__) == public - {"aio", "annotations", "bridges", "testing"}
+
+
+def test_names_imported_on_first_use_are_the_real_objects():
+    from dsh_host._host._host import Host
+    from dsh_host._host._open import open_host
+
+    for name in dsh_host._LAZY:
+        assert getattr(dsh_host, name).__name__ == name
+        assert name in dir(dsh_host)
+    assert dsh_host.Host is Host
+    assert dsh_host.open_host is open_host
+    with pytest.raises(AttributeError, match="no_such_name"):
+        dsh_host.no_such_name  # noqa: B018
 
 
 def test_contract_names_are_exported():

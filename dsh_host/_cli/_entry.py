@@ -1,0 +1,43 @@
+"""The ``dsh`` console script and ``python -m dsh_host``: `main`, then a quick exit.
+
+Once a command is done, the interpreter's own teardown (module by module, every object
+collected) costs a cold ``dsh`` tens of milliseconds, and hundreds on a loaded machine (issue
+27), for nothing a finished command needs. So `command` registers, before anything else can, an
+exit handler that runs last: after non-daemon threads were joined and every other exit handler
+ran (the audit writer commits what is queued, finalizers remove temporary directories, the
+sandbox's fork server stops), it flushes stdout and stderr and ends the process with the
+command's status. If `main` did not return (an exception escaped it), the interpreter exits
+the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import NoReturn
+
+__all__ = ["command"]
+
+
+def command() -> NoReturn:
+    """Run ``dsh`` with `sys.argv` and exit with its status."""
+    status: list[int | None] = [None]
+    atexit.register(_exit_now, status)  # first registered: runs after every other handler
+    from ._main import main
+
+    status[0] = main()
+    sys.exit(status[0])
+
+
+def _exit_now(status: list[int | None]) -> None:
+    code = status[0]
+    if code is None:
+        return  # main raised: the interpreter reports it and exits as usual
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            code = 120  # what the interpreter exits with when it cannot flush at exit
+    os._exit(code)

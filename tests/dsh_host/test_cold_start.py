@@ -1,0 +1,181 @@
+"""Cold start (issue 27): what a fresh process imports, checked structurally (never timed).
+
+Each check runs a fresh interpreter and reads its ``sys.modules``: a module listed here is
+imported only by the code that needs it (a function body, or a public name's first use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+OPTIONAL = (
+    "trio",  # the pipeline and the host start it; a tool definition does not need it
+    "cattrs",  # structuring: on the first config table or typed arguments
+    "importlib.metadata",  # entry points: read by the host
+    "tomllib",  # the config file
+    "jsonschema",  # raw JSON Schema tools only
+    "tree_sitter",  # the shell parser of bash(...) rules
+    "platformdirs",
+    "sqlite3",  # the audit writer
+    "psycopg",
+    "mcp",
+    "anyio",
+    "asyncio",
+    "pydantic_ai",
+    "agents",
+    "opentelemetry",
+    "tomlkit",
+    "pathspec",
+    "re2",
+    "pyseccomp",
+    "difflib",  # did-you-mean hints only
+    "pathlib",
+)
+
+
+def modules_after(code: str, env: dict[str, str] | None = None, stdin: str = "") -> set[str]:
+    """The modules a fresh interpreter holds after running *code*."""
+    probe = f"{code}\nimport json, sys\nsys.stderr.write('\\n' + json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        input=stdin,
+    )
+    last = done.stderr.rstrip().rpartition("\n")[2]
+    assert last.startswith("["), done.stderr
+    return set(json.loads(last))
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules]
+
+
+def test_import_dsh_host_imports_no_optional_module():
+    modules = modules_after("import dsh_host")
+    assert loaded(modules, OPTIONAL) == []
+    assert not [m for m in modules if m.startswith(("dsh_host._host", "dsh_host._pipeline"))]
+
+
+def test_a_tool_defined_and_validated_needs_neither_trio_nor_the_host():
+    code = (
+        "import dsh_host\n"
+        "t = dsh_host.define_tool(name='echo', description='d', "
+        "parameters={'text': {'type': 'string', 'required': True}}, execute=lambda a: a)\n"
+        "assert t.validate(dsh_host.FrozenDict({'text': 'x'})) == []\n"
+        "assert dsh_host.AbortSignal().aborted is False\n"
+    )
+    modules = modules_after(code)
+    assert loaded(modules, ("trio", "cattrs", "importlib.metadata", "tomllib")) == []
+
+
+def test_the_host_names_still_import_everything_they_need():
+    modules = modules_after("from dsh_host import Host, open_host")
+    assert {"trio", "dsh_host._host._host", "dsh_host._pipeline._pipeline"} <= modules
+
+
+NOT_ON_THE_COMMAND_LINE = (
+    "importlib.metadata",  # the entry points come from the cache once it is warm
+    "tomllib",  # no config file in the workspace
+    "jsonschema",
+    "pathspec",  # .gitignore matching: grep and glob only
+    "psycopg",
+    "mcp",  # the MCP SDK: a mounted server or `dsh mcp serve` only
+    "anyio",
+    "asyncio",  # the mcp plugin's mount loop: only with a server to mount
+    "pydantic_ai",
+    "agents",
+    "tomlkit",
+    "opentelemetry.trace",  # no tracer provider can have been configured
+)
+PAYLOAD = (
+    '{"session_id": "s", "transcript_path": "/dev/null", "cwd": ".", '
+    '"hook_event_name": "PreToolUse", "tool_name": "Bash", '
+    '"tool_input": {"command": "git status"}, "tool_use_id": "t1"}'
+)
+
+
+def dsh_modules(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
+    """The modules a ``dsh`` process holds after *argv* ran in *workspace* (exit 0 checked)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    env["XDG_CACHE_HOME"] = str(workspace.parent / "cache")
+    code = (
+        "import os, sys\n"
+        f"os.chdir({str(workspace)!r})\n"
+        "from dsh_host._cli._main import main\n"
+        f"assert main({argv!r}) == 0\n"
+    )
+    return modules_after(code, env=env, stdin=stdin)
+
+
+@pytest.fixture
+def workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    place = tmp_path / "workspace"
+    place.mkdir()
+    (place / "a.txt").write_text("hello\n")
+    return place
+
+
+def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(workspace):
+    argv = ["call", "read_file", '{"path": "a.txt"}']
+    dsh_modules(workspace, argv)  # the first run writes the entry-point cache
+    assert loaded(dsh_modules(workspace, argv), NOT_ON_THE_COMMAND_LINE) == []
+
+
+def test_dsh_hook_claude_imports_no_optional_module(workspace):
+    argv = ["hook", "claude"]
+    dsh_modules(workspace, argv, PAYLOAD)
+    modules = dsh_modules(workspace, argv, PAYLOAD)
+    assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
+
+
+def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
+    """The host checks a plugin's hooks, then pluggy registers it: one static lookup each."""
+    import collections
+
+    import pluggy
+
+    from dsh_host import Host, hookimpl
+
+    class Plugin:
+        name = "counted"
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked: collections.Counter[str] = collections.Counter()
+    real = pluggy.PluginManager.parse_hookimpl_opts
+
+    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
+        if isinstance(plugin, Plugin):
+            asked[name] += 1
+        return real(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    host = Host(plugins=[Plugin()], load_entrypoints=False)
+    assert host.pm.get_plugin("counted") is not None
+    assert asked["dsh_host_started"] == 1
+    assert set(asked.values()) == {1}
+
+
+def test_the_file_fence_loads_without_searching_for_libc():
+    """``ctypes.util.find_library`` runs ldconfig (a process) at every start."""
+    code = (
+        "import ctypes.util\n"
+        "def refuse(name):\n"
+        "    raise AssertionError(f'find_library({name!r})')\n"
+        "ctypes.util.find_library = refuse\n"
+        "from dsh_plugins_builtin._sandbox import _beneath\n"
+        "assert _beneath.HAVE_OPENAT2 in (True, False)\n"
+    )
+    modules_after(code)
