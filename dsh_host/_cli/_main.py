@@ -188,7 +188,7 @@ def _cmd_hook(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .._mcp._service import run_serve_command
+    from .._mcp import run_serve_command
 
     return run_serve_command(args, build_host, UsageError)
 
