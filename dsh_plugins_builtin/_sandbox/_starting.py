@@ -4,9 +4,12 @@ machine cannot enforce, and prepare Landlock."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
+import stat
 import tempfile
+import time
 import types
 import weakref
 from pathlib import Path
@@ -23,7 +26,9 @@ from dsh_plugins_builtin._sandbox._deny import config_files
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
-__all__ = ["check_enforceable", "plugin_modules", "start_policy"]
+__all__ = ["check_enforceable", "plugin_modules", "start_policy", "sweep_stale_tmp"]
+
+_TMP_PREFIX = "dsh-tmp-"
 
 
 def plugin_modules(host: Host) -> list[str]:
@@ -46,8 +51,7 @@ def start_policy(
     """
     tmp = None
     if config.private_tmp and config.mode != "danger-full-access":
-        tmp = Path(tempfile.mkdtemp(prefix="dsh-tmp-"))  # 0700, ours
-        weakref.finalize(owner, shutil.rmtree, tmp, ignore_errors=True)
+        tmp = _make_private_tmp(owner)
     roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
     files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
     try:
@@ -56,6 +60,66 @@ def start_policy(
         )
     except ValueError as exc:
         raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None
+
+
+def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
+    """Remove the private tmp directories in *base* that hosts killed outright (SIGKILL: no
+    finalizer ran) left behind; the ones removed.
+
+    A host holds a shared lock on its private tmp for as long as it lives (`_make_private_tmp`),
+    across PID namespaces too. Only a directory (never a symlink) named ``dsh-tmp-*``, owned by
+    this user, older than *min_age* seconds (a host locks its own the moment it makes it) and
+    that nobody holds a lock on, is removed; anything else is left alone."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(_TMP_PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (
+            not stat.S_ISDIR(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or now - info.st_mtime < min_age
+        ):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # a live host holds it
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)  # never follows a symlink inside
+        finally:
+            os.close(fd)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _make_private_tmp(owner: object) -> Path:
+    """A fresh private tmp (0700), locked (shared) for *owner*'s life, removed with it."""
+    base = Path(tempfile.gettempdir())
+    sweep_stale_tmp(base)
+    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=base))
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    weakref.finalize(owner, _remove_private_tmp, tmp, fd)
+    return tmp
+
+
+def _remove_private_tmp(tmp: Path, fd: int) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.close(fd)
 
 
 def check_enforceable(
