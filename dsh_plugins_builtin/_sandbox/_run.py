@@ -152,21 +152,10 @@ class _Direct(_Local):
         self.pidfd = self._pidfd = pidfd
 
     @classmethod
-    def start(
-        cls, argv: list[str], cwd: Path, env: dict[str, str], write_fd: int, spawn: dict[str, Any]
-    ) -> _Direct | None:
+    def start(cls, argv: list[str], options: dict[str, Any]) -> _Direct | None:
         if not _pidfds():
             return None
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            cwd=str(cwd),
-            env=env,
-            start_new_session=True,
-            **spawn,
-        )
+        popen = subprocess.Popen(argv, **options)
         try:
             return cls(popen, os.pidfd_open(popen.pid))
         except OSError:  # not reaped: the group is ours until it is
@@ -250,24 +239,22 @@ async def _start(
         )
         if launched is not None:
             return launched
+    options: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": write_fd,
+        "stderr": write_fd,
+        "cwd": str(cwd),
+        "env": env,
+        "start_new_session": True,
+        **spawn,
+    }
     if landlock is None:
-        direct = _Direct.start(argv, cwd, env, write_fd, spawn)
+        direct = _Direct.start(argv, options)
         if direct is not None:
             return direct
     else:
-        spawn["preexec_fn"] = landlock.preexec  # a fork of the host: off the event loop
-    return _Local(
-        await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            cwd=str(cwd),
-            env=env,
-            start_new_session=True,
-            **spawn,
-        )
-    )
+        options["preexec_fn"] = landlock.preexec  # a fork of the host: off the event loop
+    return _Local(await trio.lowlevel.open_process(argv, **options))
 
 
 async def _stop(proc: _Local | _forkclient.Launched, *, supervised: bool) -> None:
