@@ -353,7 +353,7 @@ async def _followed(
     signal = context.signal
     try:
         body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
-        it = body if inspect.iscoroutine(body) else body.__await__()
+        it = body if inspect.iscoroutine(body) else _awaiting(body)
         try:
             value = it.send(None)
         except StopIteration as stop:
@@ -372,3 +372,8 @@ async def _followed(
     if signal.aborted and not result.is_error:
         return aborted(True)
     return result
+
+
+async def _awaiting(awaitable: Any) -> Any:
+    """A coroutine awaiting *awaitable* (a body that returned another kind of awaitable)."""
+    return await awaitable
