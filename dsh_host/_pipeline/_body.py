@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -15,12 +15,13 @@ from .._model._json import canonical_json, freeze
 from .._model._outcomes import aborted, failure, raised
 from .._model._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext
 from ._contain import genuine
+from ._trio_internals import enter_below
 from ._verify import checked
 
 if TYPE_CHECKING:
     from .._schema._tool import ToolDefinition
 
-__all__ = ["normalise", "run_body"]
+__all__ = ["Followed", "normalise", "run_body"]
 
 
 async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
@@ -64,6 +65,52 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
 
 
 _MISSING: Any = object()
+
+
+class Followed:
+    """Drives an ``async`` body whose first step already ran (and suspended, yielding *trap*)
+    under a signal with no deadline, entering the cancel scope that follows the signal only now.
+
+    Entered at the body's first suspension, the scope is placed where an eager one would be:
+    between the cancel status the body started in (*base*) and every scope or nursery the body
+    opened meanwhile (`enter_below`). From there on it is the eager case; the body's first
+    step ran no checkpoint, so nothing could have been cancelled in it. Returns `MISSING` when
+    the scope absorbed its own cancellation (the call was aborted).
+    """
+
+    __slots__ = ("base", "body", "signal", "trap")
+
+    def __init__(self, body: Any, trap: Any, signal: Any, base: object) -> None:
+        self.body, self.trap, self.signal, self.base = body, trap, signal, base
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        send, throw, signal = self.body.send, self.body.throw, self.signal
+        scope = trio.CancelScope()
+        enter_below(scope, self.base)
+        unsubscribe = signal._subscribe(lambda _signal: scope.cancel())
+        trap, sent, error = self.trap, None, None
+        try:
+            while True:
+                try:
+                    sent, error = (yield trap), None
+                except BaseException as exc:
+                    sent, error = None, exc
+                try:
+                    trap = send(sent) if error is None else throw(error)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+        except BaseException as exc:
+            unsubscribe()
+            if scope.__exit__(type(exc), exc, exc.__traceback__):
+                return MISSING
+            raise
+        unsubscribe()
+        scope.__exit__(None, None, None)
+        return value
+
+
+MISSING = _MISSING
 
 
 def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:

@@ -12,6 +12,7 @@ caller's frame until it waits), and `dispatched` (the last step both share, and 
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +27,13 @@ from .._model._values import (
     ToolRunContext,
 )
 from .._registry._hooks import Impl, Plan
-from ._body import normalise, run_body
-from ._contain import genuine
+from ._body import MISSING, Followed, normalise, run_body
+from ._contain import genuine, is_cancellation
 from ._stage import (
     _contained,
     _Driven,
 )
+from ._trio_internals import cancel_status
 from ._verify import checked
 from ._wrappers import (
     _BODY,
@@ -44,7 +46,7 @@ from ._wrappers import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from .._schema._tool import ToolDefinition
 
 from ._answers import (
     _WRAPPER_ARGS,
@@ -322,6 +324,10 @@ class _Dispatch(_Chains):
                 result = raised(exc)
             else:
                 result = normalise(tool, value)
+        elif (
+            tool.is_async and signal.deadline == math.inf and (base := cancel_status()) is not None
+        ):
+            result = await _followed(tool, args, context, base)
         else:
             result = await run_body(tool, args, context)
         if context._deferred:
@@ -337,3 +343,37 @@ class _Dispatch(_Chains):
             outcome = detailed(result)
             trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
         return result
+
+
+async def _followed(
+    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
+) -> ToolExecutionResult:
+    """An ``async`` body under a caller's signal without a deadline: its first step runs with
+    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
+    signal = context.signal
+    try:
+        body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
+        it = body if inspect.iscoroutine(body) else _awaiting(body)
+        try:
+            value = it.send(None)
+        except StopIteration as stop:
+            value = stop.value
+        else:
+            value = await Followed(it, value, signal, base)
+    except BaseException as exc:
+        if await genuine(exc):
+            raise
+        if is_cancellation(exc) and signal.aborted:
+            return aborted(True)  # what the eager scope would have absorbed
+        return raised(exc)
+    if value is MISSING:
+        return aborted(True)
+    result = normalise(tool, value)
+    if signal.aborted and not result.is_error:
+        return aborted(True)
+    return result
+
+
+async def _awaiting(awaitable: Any) -> Any:
+    """A coroutine awaiting *awaitable* (a body that returned another kind of awaitable)."""
+    return await awaitable

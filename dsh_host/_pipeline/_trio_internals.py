@@ -6,6 +6,10 @@ trio does not expose publicly (``Task._cancel_status``, ``CancelStatus._scope`` 
 it cannot be read (the pipeline then uses eager stages: slower, still correct) and `unshielded`
 answers ``False`` (no scope entered). ``tests/dsh_host/pipeline/test_trio_internals.py`` fails
 loudly when a trio release moves any of them.
+
+One write: `enter_below` enters a scope late, below the scopes a tool body opened before its
+first suspension (``Task._activate_cancel_status`` and the ``CancelStatus.parent`` setter, which
+trio itself uses to move a task started with ``nursery.start``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 import trio
 
-__all__ = ["cancel_status", "unshielded"]
+__all__ = ["cancel_status", "enter_below", "unshielded"]
 
 
 def cancel_status() -> object | None:
@@ -33,3 +37,26 @@ def unshielded(status: Any, base: object) -> bool:
             return False
         status = getattr(status, "parent", None)
     return True
+
+
+def enter_below(scope: trio.CancelScope, base: Any) -> None:
+    """Enter *scope* as if it had been entered while the task's cancel status was *base*:
+    directly below *base* and above every scope and nursery opened since (a shield among them
+    keeps its cancellation out, as it would have)."""
+    task: Any = trio.lowlevel.current_task()
+    status = task._cancel_status
+    if status is base:
+        scope.__enter__()
+        return
+    outermost = status
+    while outermost.parent is not base:
+        outermost = outermost.parent
+        if outermost is None:
+            raise RuntimeError("the cancel status a body started in is not above it")
+    task._activate_cancel_status(base)
+    try:
+        scope.__enter__()
+    finally:
+        inserted = task._cancel_status
+        task._activate_cancel_status(status)
+    outermost.parent = inserted

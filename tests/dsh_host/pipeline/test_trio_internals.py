@@ -4,7 +4,7 @@ silently making every stage eager (slower) or every lazy scope unentered."""
 
 import trio
 
-from dsh_host._pipeline._trio_internals import cancel_status, unshielded
+from dsh_host._pipeline._trio_internals import cancel_status, enter_below, unshielded
 
 
 async def test_the_current_task_cancel_status_is_readable():
@@ -32,3 +32,19 @@ async def test_a_shield_between_is_seen():
 
 def test_outside_trio_there_is_no_status():
     assert cancel_status() is None
+
+
+async def test_a_scope_entered_late_sits_below_the_base_and_above_later_scopes():
+    base = cancel_status()
+    late = trio.CancelScope()
+    with trio.CancelScope() as own:
+        inner = cancel_status()
+        enter_below(late, base)
+        assert cancel_status() is inner  # the task stays where it was
+        assert getattr(inner, "parent", None) is not base
+        late.cancel()
+        assert own.cancel_called is False
+        assert inner.effectively_cancelled, "trio's CancelStatus.parent setter moved"
+    assert cancel_status() is not base  # `own` exited into `late`
+    late.__exit__(None, None, None)
+    assert cancel_status() is base
