@@ -33,7 +33,7 @@ from ._stage import (
     _contained,
     _Driven,
 )
-from ._trio_internals import cancel_status
+from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._verify import checked
 from ._wrappers import (
     _BODY,
@@ -325,7 +325,10 @@ class _Dispatch(_Chains):
             else:
                 result = normalise(tool, value)
         elif (
-            tool.is_async and signal.deadline == math.inf and (base := cancel_status()) is not None
+            CAN_ENTER_BELOW
+            and tool.is_async
+            and signal.deadline == math.inf
+            and (base := cancel_status()) is not None
         ):
             result = await _followed(tool, args, context, base)
         else:

@@ -18,7 +18,23 @@ from typing import Any
 
 import trio
 
-__all__ = ["cancel_status", "enter_below", "unshielded"]
+__all__ = ["CAN_ENTER_BELOW", "cancel_status", "enter_below", "unshielded"]
+
+
+def _can_enter_below() -> bool:
+    """Whether this trio has what `enter_below` writes: ``Task._activate_cancel_status`` and a
+    settable ``CancelStatus.parent`` (without them, bodies get their scope eagerly)."""
+    try:
+        from trio._core._run import CancelStatus, Task
+    except ImportError:
+        return False
+    parent = getattr(CancelStatus, "parent", None)
+    return callable(getattr(Task, "_activate_cancel_status", None)) and (
+        isinstance(parent, property) and parent.fset is not None
+    )
+
+
+CAN_ENTER_BELOW = _can_enter_below()
 
 
 def cancel_status() -> object | None:

@@ -4,7 +4,12 @@ silently making every stage eager (slower) or every lazy scope unentered."""
 
 import trio
 
-from dsh_host._pipeline._trio_internals import cancel_status, enter_below, unshielded
+from dsh_host._pipeline._trio_internals import (
+    CAN_ENTER_BELOW,
+    cancel_status,
+    enter_below,
+    unshielded,
+)
 
 
 async def test_the_current_task_cancel_status_is_readable():
@@ -48,3 +53,10 @@ async def test_a_scope_entered_late_sits_below_the_base_and_above_later_scopes()
     assert cancel_status() is not base  # `own` exited into `late`
     late.__exit__(None, None, None)
     assert cancel_status() is base
+
+
+def test_this_trio_lets_a_scope_be_entered_late():
+    assert CAN_ENTER_BELOW, (
+        "trio's Task._activate_cancel_status or the CancelStatus.parent setter moved: bodies "
+        "under a signal get their cancel scope eagerly again (slower, still correct)"
+    )
