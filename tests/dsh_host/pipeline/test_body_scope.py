@@ -49,12 +49,8 @@ def _tool(execute: Any) -> Any:
     return define_tool(name="t", description="", parameters={}, execute=execute)
 
 
-async def test_a_body_that_answers_at_once_under_a_signal_opens_no_cancel_scope(
-    make_host, scopes, scope_mode
-):
-    if scope_mode == "eager":
-        pytest.skip("an eager scope is entered by definition")
-
+@pytest.mark.parametrize("scope_mode", ["late"], indirect=True)  # eager enters one by definition
+async def test_a_body_that_answers_at_once_under_a_signal_opens_no_cancel_scope(make_host, scopes):
     async def execute(args: Any) -> str:
         return "done"
 
