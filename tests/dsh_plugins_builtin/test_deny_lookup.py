@@ -1,0 +1,46 @@
+"""``deny_read`` is looked up by a path's ancestors (a few dict lookups per file a tool opens),
+and answers exactly what testing every entry in order answers."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_plugins_builtin._sandbox._judge import _home_text, denied_by
+from dsh_plugins_builtin._sandbox._paths import within
+
+_PART = st.sampled_from(["a", "b", ".ssh", "x y", "é", "a.b", "..", ".", "", "root", "home"])
+_PATH = st.lists(_PART, max_size=5).map(lambda parts: "/" + "/".join(parts))
+
+
+def _policy(deny: list[str]) -> Any:
+    return types.SimpleNamespace(deny_read=tuple(Path(p) for p in deny), deny_patterns=())
+
+
+def _reference(key: str, deny: list[str]) -> str | None:
+    """What the entry-by-entry test answered: the first entry *key* is within."""
+    for text in (str(Path(p)) for p in deny):
+        if within(key, text):
+            return text
+    return None
+
+
+@given(key=_PATH, deny=st.lists(_PATH, max_size=6))
+def test_the_ancestor_lookup_answers_as_every_entry_in_order_would(key: str, deny: list[str]):
+    expected = _reference(key, deny)
+    assert denied_by(key, _policy(deny)) == (None if expected is None else _home_text(expected))
+
+
+def test_the_first_entry_in_order_is_named_when_nested_entries_both_hold():
+    assert denied_by("/srv/a/b/c", _policy(["/srv/a/b", "/srv/a"])) == "/srv/a/b"
+    assert denied_by("/srv/a/b/c", _policy(["/srv/a", "/srv/a/b"])) == "/srv/a"
+
+
+def test_a_root_entry_denies_everything_and_a_sibling_prefix_nothing():
+    assert denied_by("/etc/passwd", _policy(["/"])) == "/"
+    assert denied_by("/srv/ab", _policy(["/srv/a"])) is None
+    assert denied_by("/srv/a", _policy(["/srv/a"])) == "/srv/a"
