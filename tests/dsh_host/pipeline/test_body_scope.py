@@ -11,31 +11,6 @@ import trio
 from dsh_host import AbortSignal, define_tool
 
 
-class ScopeLog(list):  # type: ignore[type-arg]
-    """The trio cancel scopes one task entered after `watch`."""
-
-    task: Any = None
-
-    def watch(self) -> None:
-        self.task = trio.lowlevel.current_task()
-        self.clear()
-
-
-@pytest.fixture
-def scopes(monkeypatch: pytest.MonkeyPatch) -> ScopeLog:
-    """Cancel scopes the test's task enters after ``scopes.watch()``."""
-    log = ScopeLog()
-    enter = trio.CancelScope.__enter__
-
-    def counting(self: trio.CancelScope) -> trio.CancelScope:
-        if log.task is not None and trio.lowlevel.current_task() is log.task:
-            log.append(self)
-        return enter(self)
-
-    monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
-    return log
-
-
 @pytest.fixture(autouse=True, params=["late", "eager"])
 def scope_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every abort case twice: the scope entered at the first wait, and entered eagerly (what a
