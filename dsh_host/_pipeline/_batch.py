@@ -255,13 +255,18 @@ class _Batch(_Baton):
         calls that settled meanwhile), or ``None`` (no coroutine when there is nothing)."""
         if (post and plan.post) or plan.result:
             return self._settle_later(me, index, execution, result, post, plan)
+        if self._record(index, result):
+            return self._commit(me)  # calls that settled meanwhile, in order
+        return None
+
+    def _record(self, index: int, result: ToolExecutionResult) -> bool:
+        """Record call *index*'s final *result* in order; whether calls that settled meanwhile
+        are waiting to be committed after it."""
         self.results[index] = result
         self.committed = index = index + 1
         if self.on_result is not None:
             self.on_result(index - 1, result)
-        if index < len(self.inputs) and self.settled[index] is not None and not self.committing:
-            return self._commit(me)  # calls that settled meanwhile, in order
-        return None
+        return index < len(self.inputs) and self.settled[index] is not None and not self.committing
 
     async def _settle_later(
         self,
@@ -274,11 +279,7 @@ class _Batch(_Baton):
     ) -> None:
         """`_settle` for a call that post-execute or an observer sees: finalised by hand."""
         result = await self._finalize(me, execution, result, post, plan)
-        self.results[index] = result
-        self.committed = index = index + 1
-        if self.on_result is not None:
-            self.on_result(index - 1, result)
-        if index < len(self.inputs) and self.settled[index] is not None and not self.committing:
+        if self._record(index, result):
             await self._commit(me)
 
     async def _take(self, me: Task) -> bool:
