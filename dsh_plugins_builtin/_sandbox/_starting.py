@@ -28,7 +28,9 @@ from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
 __all__ = ["check_enforceable", "plugin_modules", "start_policy", "sweep_stale_tmp"]
 
-_TMP_PREFIX = "dsh-tmp-"
+_TMP_PREFIX = "dsh-tmpl-"
+"""Private tmps made since hosts lock them: the sweep takes no other name (an older host's
+``dsh-tmp-*``, unlocked while it lives, is never swept)."""
 
 
 def plugin_modules(host: Host) -> list[str]:
@@ -67,7 +69,7 @@ def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
     finalizer ran) left behind; the ones removed.
 
     A host holds a shared lock on its private tmp for as long as it lives (`_make_private_tmp`),
-    across PID namespaces too. Only a directory (never a symlink) named ``dsh-tmp-*``, owned by
+    across PID namespaces too. Only a directory (never a symlink) named ``dsh-tmpl-*``, owned by
     this user, older than *min_age* seconds (a host locks its own the moment it makes it) and
     that nobody holds a lock on, is removed; anything else is left alone."""
     removed: list[Path] = []
@@ -89,21 +91,35 @@ def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
             or now - info.st_mtime < min_age
         ):
             continue
-        try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # a live host holds it
-            continue
-        try:
-            shutil.rmtree(entry.path, ignore_errors=True)  # never follows a symlink inside
-        finally:
-            os.close(fd)
-        removed.append(Path(entry.path))
+        if _remove_if_unlocked(base, entry.name, info):
+            removed.append(Path(entry.path))
     return removed
+
+
+def _remove_if_unlocked(base: Path, name: str, seen: os.stat_result) -> bool:
+    """Remove *base*/*name* if it is still the directory *seen* and nobody holds its lock."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        base_fd = os.open(base, flags)
+    except OSError:
+        return False
+    try:
+        fd = os.open(name, flags, dir_fd=base_fd)
+    except OSError:
+        os.close(base_fd)
+        return False
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino, now.st_uid) != (seen.st_dev, seen.st_ino, seen.st_uid):
+            return False  # swapped since it was looked at
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a live host holds it
+        shutil.rmtree(name, dir_fd=base_fd, ignore_errors=True)  # fd-based: follows no symlink
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.close(base_fd)
 
 
 def _make_private_tmp(owner: object) -> Path:

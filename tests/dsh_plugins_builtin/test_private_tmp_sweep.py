@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dsh_plugins_builtin._sandbox._starting import sweep_stale_tmp
+from dsh_plugins_builtin._sandbox._starting import _remove_if_unlocked, sweep_stale_tmp
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 
 HOUR = 3600.0
@@ -42,7 +42,7 @@ def left(base: Path, name: str, *, age: float = HOUR) -> Path:
 @pytest.fixture
 def held(base: Path) -> Iterator[Path]:
     """A private tmp a live host holds (its shared lock)."""
-    path = left(base, "dsh-tmp-live")
+    path = left(base, "dsh-tmpl-live")
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_SH)
     try:
@@ -52,7 +52,7 @@ def held(base: Path) -> Iterator[Path]:
 
 
 def test_a_stale_private_tmp_is_removed(base: Path) -> None:
-    stale = left(base, "dsh-tmp-abc123")
+    stale = left(base, "dsh-tmpl-abc123")
     assert sweep_stale_tmp(base) == [stale]
     assert not stale.exists()
 
@@ -63,7 +63,7 @@ def test_a_private_tmp_a_live_host_holds_is_kept(base: Path, held: Path) -> None
 
 
 def test_a_young_private_tmp_is_kept_before_its_host_locks_it(base: Path) -> None:
-    young = left(base, "dsh-tmp-young", age=0)
+    young = left(base, "dsh-tmpl-young", age=0)
     assert sweep_stale_tmp(base) == []
     assert young.exists()
 
@@ -73,11 +73,28 @@ def test_only_our_own_directories_named_so_are_removed(base: Path, tmp_path: Pat
     target = tmp_path / "target"
     target.mkdir()
     (target / "keep").write_text("x")
-    (base / "dsh-tmp-link").symlink_to(target)
-    (base / "dsh-tmp-file").write_text("x")
+    (base / "dsh-tmpl-link").symlink_to(target)
+    (base / "dsh-tmpl-file").write_text("x")
     assert sweep_stale_tmp(base, min_age=0) == []
-    assert (other / "scratch").exists() and (target / "keep").exists()
-    assert (base / "dsh-tmp-file").exists()
+    assert (other / "scratch").exists()
+    assert (target / "keep").exists()
+    assert (base / "dsh-tmpl-file").exists()
+
+
+def test_an_older_hosts_unlocked_private_tmp_is_never_swept(base: Path) -> None:
+    older = left(base, "dsh-tmp-k2x8q1ab")  # made by a dsh that did not lock it: may be live
+    assert sweep_stale_tmp(base, min_age=0) == []
+    assert (older / "scratch").exists()
+
+
+def test_a_directory_swapped_since_it_was_looked_at_is_kept(base: Path) -> None:
+    looked_at = left(base, "dsh-tmpl-first")
+    seen = os.stat(looked_at, follow_symlinks=False)
+    looked_at.rename(base / "elsewhere")
+    swapped = left(base, "dsh-tmpl-first")  # another directory under the same name
+    assert not _remove_if_unlocked(base, "dsh-tmpl-first", seen)
+    assert (swapped / "scratch").exists()
+    assert _remove_if_unlocked(base, "elsewhere", seen)  # the one it looked at, unlocked
 
 
 def test_a_hosts_own_private_tmp_is_locked_while_it_lives(make_host: Any, ws: Path) -> None:
@@ -106,7 +123,8 @@ def test_a_killed_hosts_private_tmp_is_swept_by_the_next(base: Path, ws: Path) -
     try:
         assert child.stdout is not None
         tmp = Path(child.stdout.readline().decode().strip())
-        assert tmp.parent == base and tmp.name.startswith("dsh-tmp-")
+        assert tmp.parent == base
+        assert tmp.name.startswith("dsh-tmpl-")
         assert sweep_stale_tmp(base, min_age=0) == []  # alive: kept
     finally:
         child.send_signal(signal.SIGKILL)
