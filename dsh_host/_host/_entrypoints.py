@@ -12,8 +12,10 @@ on its word. Every use re-derives the entry points from the files (`_scan`: the
 ``entry_points.txt`` of the first distribution of each name on `sys.path`, the way
 `importlib.metadata` takes them, parsed the same way; a few milliseconds without its
 machinery), and an entry is used only when its list is exactly that: the same entry points,
-values, order and providing distributions. A planted cache can add, drop or redirect nothing;
-what is not re-derived, a distribution's displayed name and version, is only shown. An
+values, order and providing distributions. A planted cache can add, drop or redirect nothing,
+and the distribution name and version it shows must be those the distribution's ``METADATA``
+headers say (read for the distributions that provide the group's entry points only), in a
+name's characters (nothing a terminal would act on). An
 environment the re-derivation cannot follow (a zip file or an ``.egg`` on `sys.path`, another
 finder of distributions on `sys.meta_path`, a malformed file) is never cached, and an entry is
 written only when `importlib.metadata` and the re-derivation agree. An unreadable, corrupt or
@@ -25,13 +27,14 @@ asked directly and nothing is cached.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
 import stat
 import sys
 from collections.abc import Iterable
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, Protocol, cast, final
 
 import attrs
 
@@ -53,8 +56,10 @@ _PATTERN: Final = re.compile(  # `importlib.metadata.EntryPoint.pattern`
     r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 )
 
-_VERSION: Final = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
-Derived = list[tuple[str, str, str]]  # (normalized distribution, entry point name, value)
+_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,200}")
+Derived = list[tuple[str, str, str, str, str]]
+"""(normalized distribution, entry point name, value, the distribution's ``Name`` and
+``Version`` as its metadata says them): what a cached row must match."""
 
 
 class EntryPointLike(Protocol):
@@ -139,7 +144,11 @@ def _stand_in() -> Any:
 
 
 def cache_path() -> str | None:
-    """``entry-points.json`` in dsh's state directory (``$XDG_STATE_HOME/dsh``)."""
+    """``entry-points.json`` in dsh's state directory (``$XDG_STATE_HOME/dsh``).
+
+    On Linux and the BSDs this is what ``platformdirs.user_state_path("dsh")`` answers (the
+    audit plugin asks it), spelled out here because importing platformdirs costs a cold start
+    more than the rest of this module."""
     if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
         base = os.environ.get("XDG_STATE_HOME", "").strip() or os.path.expanduser("~/.local/state")
         if not os.path.isabs(base):
@@ -173,7 +182,9 @@ def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:
     seen: set[str] = set()
     found: Derived = []
     try:
-        for entry in sys.path:
+        for entry in cast("list[object]", sys.path):
+            if not isinstance(entry, str):
+                return None  # a Path or bytes entry: not ours to key (and not JSON)
             root = entry or "."
             if os.path.basename(root).lower().endswith(".egg"):
                 return None
@@ -190,7 +201,10 @@ def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:
                     continue
                 seen.add(normalized)
                 text = _entry_points_text(path)
-                found.extend((normalized, n, v) for g, n, v in _pairs(text) if g == group)
+                pairs = [(n, v) for g, n, v in _pairs(text) if g == group]
+                if pairs:
+                    shown = _name_and_version(path)
+                    found.extend((normalized, n, v, *shown) for n, v in pairs)
     except (OSError, ValueError):
         return None
     key = {"group": group, "python": sys.version, "executable": sys.executable, "path": paths}
@@ -211,6 +225,25 @@ def _infos(root: str) -> list[tuple[str, str]]:
             raise ValueError("a metadata directory without a name")
         infos.setdefault(normalized, []).append(os.path.join(root, child))
     return [(normalized, path) for normalized, paths in infos.items() for path in paths]
+
+
+def _name_and_version(path: str) -> tuple[str, str]:
+    """``Name`` and ``Version`` from the headers of a distribution's ``METADATA`` (``""`` for
+    one that is missing: such a row never matches, so it is not cached)."""
+    name = version = ""
+    try:
+        with open(os.path.join(path, "METADATA"), encoding="utf-8") as file:
+            for line in itertools.islice(file, 200):
+                if not line.strip():
+                    break  # the headers end here
+                field, _, text = line.partition(":")
+                if field == "Name" and not name:
+                    name = text.strip()
+                elif field == "Version" and not version:
+                    version = text.strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    return name, version
 
 
 def _entry_points_text(path: str) -> str:
@@ -249,26 +282,29 @@ def _cached(key: dict[str, Any], derived: Derived) -> list[EntryPointLike] | Non
         if not isinstance(rows, list) or len(rows) != len(derived):
             return None
         found: list[EntryPointLike] = []
-        for row, (normalized, name, value) in zip(rows, derived, strict=True):
-            if not _row_matches(row, normalized, name, value):
+        for row, derived_row in zip(rows, derived, strict=True):
+            if not _row_matches(row, *derived_row):
                 return None
             dist = Dist(row["distribution"], row["version"])
-            found.append(InstalledEntryPoint(name, value, key["group"], dist))
+            found.append(InstalledEntryPoint(row["name"], row["value"], key["group"], dist))
         return found
     return None
 
 
-def _row_matches(row: Any, normalized: str, name: str, value: str) -> bool:
+def _row_matches(
+    row: Any, normalized: str, name: str, value: str, shown_name: str, version: str
+) -> bool:
+    """Whether a cached *row* says what the files say: the entry point, and the distribution's
+    name and version as its ``METADATA`` spells them (so a planted cache cannot make ``dsh
+    plugins`` show another name or version; a row that cannot match is not cached)."""
     if not isinstance(row, dict) or set(row) != {"name", "value", "distribution", "version"}:
         return False
     if row["name"] != name or row["value"] != value:
         return False
-    shown, version = row["distribution"], row["version"]
-    if not (isinstance(shown, str) and (version is None or isinstance(version, str))):
-        return False
-    if version is not None and not _VERSION.fullmatch(version):
-        return False  # shown on a terminal (dsh plugins): nothing but a version's characters
-    return normalize(shown) == normalized
+    shown = row["distribution"]
+    if not (isinstance(shown, str) and _NAME.fullmatch(shown)):
+        return False  # shown on a terminal: a distribution name's characters only
+    return shown == shown_name and row["version"] == version and normalize(shown) == normalized
 
 
 def _read() -> list[Any]:
@@ -296,16 +332,16 @@ def _read() -> list[Any]:
 
 def _store(key: dict[str, Any], derived: Derived, eps: list[EntryPointLike]) -> None:
     """Remember *eps* for *key*, only if they are what *derived* says (else: do not cache)."""
-    rows = []
     if len(eps) != len(derived):
         return
+    rows = []
     try:
-        for ep, (normalized, name, value) in zip(eps, derived, strict=True):
+        for ep, derived_row in zip(eps, derived, strict=True):
             dist = ep.dist
             shown = dist.name if dist is not None else None
             row = {"name": ep.name, "value": ep.value, "distribution": shown}
             row["version"] = dist.version if dist is not None else None
-            if not _row_matches(row, normalized, name, value):
+            if not _row_matches(row, *derived_row):
                 return
             rows.append(row)
     except Exception:  # unreadable metadata: importlib.metadata's answer stands, uncached
@@ -323,10 +359,12 @@ def _write(data: dict[str, Any]) -> None:
     if len(text) > MAX_BYTES:
         return
     temporary = f"{path}.{os.getpid()}.tmp"
+    created = False
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temporary, flags, 0o600)
+        created = True
         try:
             view = memoryview(text)
             while view:
@@ -335,5 +373,6 @@ def _write(data: dict[str, Any]) -> None:
             os.close(fd)
         os.replace(temporary, path)
     except OSError:  # a read-only state directory: run uncached
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        if created:  # never a file of that name this process did not make
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)

@@ -204,6 +204,30 @@ def test_a_planted_cache_cannot_show_a_version_that_is_not_one(env):
 
 
 @pytest.mark.parametrize(
+    ("field", "shown"),
+    [("version", "99.0"), ("distribution", "DSH._-FAKE"), ("distribution", "dsh-\u212aake")],
+    ids=["another-version", "another-spelling", "kelvin-sign"],
+)
+def test_a_planted_cache_cannot_show_another_name_or_version(env, field, shown):
+    def spoof(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["name"] == "fake":
+                row[field] = shown
+
+    after = planted(env, spoof)
+    assert ["fake", "fake_module:Plugin", "dsh-fake", "1.0"] in after["found"]
+    assert not after["cached"]
+
+
+def test_a_path_object_on_sys_path_is_no_error(env, monkeypatch):
+    monkeypatch.setattr(_entrypoints, "cache_path", lambda: str(env.cache))
+    monkeypatch.setattr(sys, "path", [*sys.path, pathlib.Path(env.site)])
+    found = _entrypoints.installed_entry_points("dsh.plugins")
+    assert "permissions" in {ep.name for ep in found}
+    assert not env.cache.exists()  # not keyed, not cached
+
+
+@pytest.mark.parametrize(
     "content",
     [
         b"\x00\xffnot json",
