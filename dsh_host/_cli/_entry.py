@@ -36,7 +36,7 @@ def _exit_now(status: list[int | None]) -> None:
         return  # main raised: the interpreter reports it and exits as usual
     for stream in (sys.stdout, sys.stderr):
         try:
-            if stream is not None:
+            if stream is not None and not stream.closed:  # as the interpreter skips it
                 stream.flush()
         except Exception:
             code = 120  # what the interpreter exits with when it cannot flush at exit

@@ -104,3 +104,15 @@ def test_main_called_in_process_leaves_the_interpreter_alone(workspace):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert done.stdout.endswith("still here\n")
+
+
+def test_a_closed_stdout_keeps_the_commands_status(monkeypatch):
+    from dsh_host._cli import _entry
+
+    exits: list[int] = []
+    closed = open(os.devnull, "w")  # noqa: SIM115 (closed at once: flushing it raises)
+    closed.close()
+    monkeypatch.setattr(sys, "stdout", closed)
+    monkeypatch.setattr(os, "_exit", exits.append)
+    _entry._exit_now([3])
+    assert exits == [3]  # as the interpreter: a closed stream is skipped, not status 120
