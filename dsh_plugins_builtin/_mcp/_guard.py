@@ -48,8 +48,10 @@ def _shown(value: Any) -> str:
     try:
         text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         text = json.dumps(text, ensure_ascii=True, default=repr)
-    except (TypeError, ValueError, RecursionError):
+    except (TypeError, ValueError):
         text = ascii(value)
+    except RecursionError:  # ascii() would recurse as deep
+        text = "(nested too deeply to show)"
     return text if len(text) <= DETAIL else f"{text[:DETAIL]}... ({len(text)} chars)"
 
 
@@ -161,6 +163,11 @@ class Guard:
                 return [self._refuse(request_id, what, detail)]
             self.note(f"MCP server {self.server!r} sent a malformed message: {_first_line(exc)}")
             return []
+        if isinstance(message, types.JSONRPCError) and message.error.code == BAD_RESULT:
+            # dsh's own refusal code, sent by the server: an ordinary server error, its data
+            # (unchecked, unbounded) dropped, so it cannot pass for a refusal of the guard
+            error = types.ErrorData(code=types.INTERNAL_ERROR, message=message.error.message)
+            message = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             self._pending.pop(message.id, None)
         return [message]
