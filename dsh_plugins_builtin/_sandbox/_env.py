@@ -153,6 +153,9 @@ def _set(config: EnvConfig | None) -> dict[str, str] | None:
     return None if config is None else dict(config.set)
 
 
+_INHERIT_ALL = EnvConfig(inherit="all")  # one table, so its answers are memoised too
+
+
 def scrub_env(environ: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
     """`command_env` with ``inherit = "all"`` (what probes and the old name heuristic used)."""
-    return command_env(environ, EnvConfig(inherit="all"), allow=allow)
+    return command_env(environ, _INHERIT_ALL, allow=allow)

@@ -715,6 +715,11 @@ def test_the_environment_filter_runs_again_only_when_something_changed(
     filtered.clear()
     assert _env.command_env(environ, config, tmpdir=None).get("TMPDIR") is None
     assert filtered
+    filtered.clear()
+    _env.scrub_env(environ)  # the probes' table: one table, so memoised as well
+    filtered.clear()
+    assert _env.scrub_env(environ) == _env.scrub_env(environ)
+    assert filtered == []
 
 
 @pytest.mark.parametrize("backend", ["bwrap"], indirect=True)
