@@ -30,7 +30,7 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
     An ``async`` body under a signal nobody outside the pipeline holds needs no scope: the
     pipeline awaits it itself (`Pipeline.body_stage`), with no frame of this function's.
     """
-    value: Any = _MISSING
+    value: Any = MISSING
     result: ToolExecutionResult | None = None
     with trio.CancelScope(deadline=context.signal.deadline) as scope:
         unsubscribe = context.signal._subscribe(lambda _signal: scope.cancel())
@@ -56,7 +56,7 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
             unsubscribe()
     if result is not None:
         return result
-    if value is _MISSING:
+    if value is MISSING:
         return aborted(True)
     result = normalise(tool, value)
     if context.signal.aborted and not result.is_error:
@@ -64,7 +64,8 @@ async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> 
     return result
 
 
-_MISSING: Any = object()
+MISSING: Any = object()
+"""No value yet, or a body's call that its own cancel scope ended (`Followed`)."""
 
 
 class Followed:
@@ -108,9 +109,6 @@ class Followed:
         unsubscribe()
         scope.__exit__(None, None, None)
         return value
-
-
-MISSING = _MISSING
 
 
 def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:

@@ -138,7 +138,8 @@ def _ancestors(key: str) -> Iterator[str]:
         key = key[:cut]
         yield key
         cut = key.rfind("/")
-    yield "/"
+    if key != "/":
+        yield "/"
 
 
 def _home_text(text: str) -> str:
