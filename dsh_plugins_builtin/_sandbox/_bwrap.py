@@ -113,6 +113,8 @@ def bwrap_argv(
     layout = layout_of(policy)
     fds = root_fds or {}
     tmp = layout.tmp
+    if missing is None:  # judged by what exists: no mount point owed a removal may be there
+        MOUNT_POINTS.settle()
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
         if tmp is not None and path == layout.host_tmp:

@@ -2,14 +2,51 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
 
 __all__ = ["MOUNT_POINTS"]
+
+
+class _Worker:
+    """One thread, started at its first job, that runs each job it is handed (a thread started
+    per job would cost the command its start, a fifth of a millisecond)."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._job: Callable[[], None] | None = None
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, job: Callable[[], None]) -> None:
+        with self._wake:
+            self._job = job
+            self._wake.notify()
+            if self._thread is None:
+                # A daemon, so it never holds the interpreter up; exiting settles first
+                # (`atexit` below), so no removal owed is dropped.
+                self._thread = threading.Thread(
+                    target=self._serve, name="dsh-mount-points", daemon=True
+                )
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._job is not None)
+                job, self._job = self._job, None
+            assert job is not None
+            job()
+
+    def forget_thread(self) -> None:
+        """In a forked child: the thread stayed with the parent."""
+        self._wake = threading.Condition()
+        self._job = None
+        self._thread = None
 
 
 class _MountPoints:
@@ -18,23 +55,38 @@ class _MountPoints:
     Without this, every command would leave ``.git``, ``.claude``, ``.dsh`` and ``dsh.toml``
     behind as empty directories in each writable root (``/tmp`` included), where a person or a
     tool later trips over them. A path is *ours* from the first command that finds it missing
-    until the last command that mounted over it has ended; then its directory is removed if it
-    is still empty (``rmdir``: never a file, a link or anything with contents). A command that
+    until the last command that mounted over it has ended and its directory is removed (if it
+    is still empty: ``rmdir``, never a file, a link or anything with contents). A command that
     starts meanwhile mounts over it too, rather than bind it as an existing path that may
-    vanish before bwrap gets to it. Commands of other processes may still race with the removal;
-    they then fail to set up (closed), never run unconfined.
+    vanish before bwrap gets to it. Commands of other processes may still race with the removal.
+
+    The removal is off the command's path: `give_back` hands it to a worker thread, so the
+    result does not wait for the ``rmdir``\\s (a few tenths of a millisecond each, several
+    milliseconds when the disk is busy). The worker removes a path only while no command holds
+    it, under the lock `take` counts uses under: a command that takes a path still waiting for
+    its removal keeps it (and mounts over it, with no ``mkdir``); its own `give_back` queues it
+    again. `settle` waits until every removal owed is done: the host's file tools do (so they
+    never see a finished command's mount points), a command line that judges protected paths by
+    what exists does (a mounted server's: one owed a removal would pass for the user's own
+    directory, bound, then removed from under its mount), and so does the process at exit.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, start: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
         self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
+        self._owed: list[Path] = []  # given back by their last user: to remove
+        self._working = False
+        worker = _Worker()  # tests hand the jobs to themselves (`start`) instead
+        self._worker = worker if start is None else None
+        self._start = start if start is not None else worker
 
     def take(self, paths: Iterable[Path]) -> frozenset[Path]:
         """Of *paths*, the ones to mount over (missing now, or ours); each is counted in use."""
         taken: set[Path] = set()
         with self._lock:
             for path in paths:
-                if path in self._users:
+                if path in self._users:  # in use, or not removed yet: ours either way
                     uses, parents = self._users[path]
                     self._users[path] = (uses + 1, parents)
                 elif not os.path.lexists(path):
@@ -50,17 +102,67 @@ class _MountPoints:
         return frozenset(taken)
 
     def give_back(self, paths: Iterable[Path]) -> None:
-        """The command that took *paths* has ended: remove the ones no command uses now."""
+        """The command that took *paths* has ended: the ones no command uses now are removed
+        (by the worker, after this returns)."""
         with self._lock:
             for path in paths:
                 uses, parents = self._users[path]
-                if uses > 1:
-                    self._users[path] = (uses - 1, parents)
-                    continue
-                del self._users[path]
-                for directory in (path, *parents):  # the deepest first
-                    if not _remove_empty(directory):
-                        break  # not empty, gone, not a directory: keep it (and above)
+                self._users[path] = (uses - 1, parents)
+                if uses == 1:
+                    self._owed.append(path)
+            if not self._owed or self._working:
+                return
+            self._working = True
+        try:
+            self._start(self._remove_owed)
+        except RuntimeError:  # no new thread (the interpreter is exiting): remove them here
+            self._remove_owed()
+
+    def after_fork(self) -> None:
+        """In a forked child: no worker thread there (the next `give_back` starts one)."""
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._working = False
+        if self._worker is not None:
+            self._worker.forget_thread()
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until every removal owed is done; whether it is (``False``: timed out)."""
+        if not self._working:  # the usual case, no lock (a `give_back` before this set it)
+            return True
+        with self._done:
+            return self._done.wait_for(lambda: not self._working, timeout)
+
+    def _remove_owed(self) -> None:
+        idle = False
+        try:
+            while not idle:
+                idle = self._remove_one()
+        finally:
+            if not idle:  # an error: the next `give_back` starts again
+                with self._lock:
+                    self._idle()
+
+    def _idle(self) -> None:
+        self._working = False
+        self._done.notify_all()
+
+    def _remove_one(self) -> bool:
+        """Remove the next path owed (if no command took it again); whether none was left (then
+        the worker is marked done, under the same lock as the check)."""
+        with self._lock:  # one path at a time: `take` waits for one removal at most
+            if not self._owed:
+                self._idle()
+                return True
+            path = self._owed.pop(0)
+            entry = self._users.get(path)
+            if entry is None or entry[0] > 0:
+                return False  # removed already, or taken again: its last user queues it again
+            del self._users[path]
+            for directory in (path, *entry[1]):  # the deepest first
+                if not _remove_empty(directory):
+                    break  # not empty, gone, not a directory: keep it (and above)
+        return False
 
 
 def _remove_empty(directory: Path) -> bool:
@@ -80,3 +182,5 @@ def _remove_empty(directory: Path) -> bool:
 
 
 MOUNT_POINTS = _MountPoints()
+atexit.register(MOUNT_POINTS.settle, 30.0)
+os.register_at_fork(after_in_child=MOUNT_POINTS.after_fork)

@@ -597,12 +597,14 @@ def test_mount_points_are_removed_through_no_symlink(tmp_path: Path) -> None:
     (ws / "sub").rename(ws / "moved")  # the command's swap
     (ws / "sub").symlink_to(elsewhere)
     points.give_back([path])
+    assert points.settle(timeout=30)
     assert (elsewhere / "deeper" / "thing").is_dir()  # not followed
     assert (ws / "moved" / "deeper" / "thing").is_dir()  # left as it is: cannot be reached
     control = ws / "sub2" / "thing"
     assert points.take([control]) == {control}
     control.mkdir(parents=True)
     points.give_back([control])
+    assert points.settle(timeout=30)
     assert sorted(os.listdir(ws)) == ["moved", "sub"]  # sub2 and sub2/thing removed
 
 

@@ -1,0 +1,164 @@
+"""The empty mount points bwrap makes over missing protected paths are removed off the command's
+path (`_MountPoints`): never while a command holds one, before a file tool or a judge by
+existence (a mounted server's command line) looks, and at the latest when the process exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_plugins_builtin._sandbox import _mountpoints
+from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
+from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints
+from tests.dsh_plugins_builtin.test_escapes_process import bash, escape_host
+
+Work = Callable[[], None]
+
+
+def held() -> tuple[_MountPoints, list[Work]]:
+    """Mount points whose removals wait until the test runs them."""
+    owed: list[Work] = []
+    return _MountPoints(start=owed.append), owed
+
+
+def test_the_removal_is_not_on_the_commands_path(tmp_path: Path) -> None:
+    points, owed = held()
+    path = tmp_path / ".git"
+    assert points.take([path]) == {path}
+    path.mkdir()  # what bwrap makes
+    points.give_back([path])
+    assert path.is_dir()  # the result goes back first
+    assert points.settle(timeout=0) is False
+    [work] = owed
+    work()
+    assert not path.exists()
+    assert points.settle(timeout=0) is True
+
+
+def test_a_mount_point_taken_again_before_its_removal_is_kept_while_in_use(
+    tmp_path: Path,
+) -> None:
+    """Removing a directory another command mounted over would take its mount away (the kernel
+    detaches mounts on a removed directory in every namespace): the protection would be gone."""
+    points, owed = held()
+    path = tmp_path / ".claude"
+    points.take([path])
+    path.mkdir()
+    points.give_back([path])
+    assert points.take([path]) == {path}  # still ours: mounted over again, not bound as the user's
+    owed.pop()()
+    assert path.is_dir()  # in use: kept
+    points.give_back([path])
+    owed.pop()()
+    assert not path.exists()
+
+
+def test_a_removal_owed_twice_is_done_once(tmp_path: Path) -> None:
+    points, owed = held()
+    path = tmp_path / "dsh.toml"
+    points.take([path])
+    path.mkdir()
+    points.give_back([path])
+    points.take([path])
+    points.give_back([path])  # the worker of the first is still owed: no second one
+    assert len(owed) == 1
+    owed.pop()()
+    assert not path.exists()
+    assert points.take([path]) == {path}  # missing again: mounted over again
+
+
+def test_settle_waits_for_the_worker_thread(tmp_path: Path) -> None:
+    points = _MountPoints()
+    paths = [tmp_path / name for name in (".git", ".dsh", "sub/deeper")]
+    assert points.take(paths) == set(paths)
+    for path in paths:
+        path.mkdir(parents=True)
+    points.give_back(paths)
+    assert points.settle(timeout=30)
+    assert os.listdir(tmp_path) == []
+
+
+def settling_runs(monkeypatch: pytest.MonkeyPatch, owed: list[Work]) -> list[int]:
+    """`MOUNT_POINTS.settle` runs the removals owed first; how often it was called."""
+    points = _mountpoints.MOUNT_POINTS
+    real = points.settle
+    calls: list[int] = []
+
+    def settle(timeout: float | None = None) -> bool:
+        calls.append(1)
+        while owed:
+            owed.pop()()
+        return real(timeout)
+
+    monkeypatch.setattr(points, "_start", owed.append)
+    monkeypatch.setattr(points, "settle", settle)
+    return calls
+
+
+async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owed: list[Work] = []
+    settling_runs(monkeypatch, owed)
+    if probe_backends()["bwrap"] is not None:
+        pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
+    host = escape_host(make_host, ws, "bwrap", protected=[".git", ".claude"])
+    await bash(host, "test -d .git && echo ok > control")
+    assert (ws / ".git").is_dir()  # owed a removal, which has not run yet
+    listed = await host.call("list_dir", {"path": "."})
+    assert not listed.is_error, listed.text
+    assert ".git" not in listed.text
+    assert ".claude" not in listed.text
+    assert sorted(os.listdir(ws)) == ["control"]
+
+
+def test_a_command_line_judged_by_existence_waits_for_the_removals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mounted server's command line (no `take`) judges protected paths by existence: a mount
+    point owed a removal must not pass for the user's own directory (bound, then removed from
+    under the server's mount)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    owed: list[Work] = []
+    settling_runs(monkeypatch, owed)
+    points = _mountpoints.MOUNT_POINTS
+    path = ws / ".git"
+    points.take([path])
+    path.mkdir()
+    points.give_back([path])
+    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=(".git",))
+    argv = confine_argv(["true"], policy, "bwrap")
+    at = argv.index(str(path))
+    assert argv[at - 1] == "--tmpfs"  # missing (removed first): an empty read-only tmpfs
+    assert not path.exists()
+
+
+EXITING = """
+import atexit, pathlib, sys, threading
+from dsh_plugins_builtin._sandbox import _mountpoints
+exiting = threading.Event()
+remove = _mountpoints._remove_empty
+def late(directory):
+    exiting.wait()  # the removal is still owed when the interpreter starts to exit
+    return remove(directory)
+_mountpoints._remove_empty = late
+atexit.register(exiting.set)  # registered last: runs first, before the module's settle
+path = pathlib.Path(sys.argv[1])
+_mountpoints.MOUNT_POINTS.take([path])
+path.mkdir()
+_mountpoints.MOUNT_POINTS.give_back([path])
+"""
+
+
+def test_an_exiting_process_removes_the_mount_points_it_owes(tmp_path: Path) -> None:
+    path = tmp_path / ".git"
+    subprocess.run([sys.executable, "-c", EXITING, str(path)], check=True, timeout=60)
+    assert not path.exists()
