@@ -119,7 +119,8 @@ def confine_argv(
         seccomp_fd: The descriptor bwrap reads the seccomp filter from.
         root_fds: Open descriptors of the writable roots, bound with ``--bind-fd``.
         missing: The protected paths to mount an empty read-only tmpfs over (`_MountPoints.take`);
-            ``None``: the ones that do not exist now.
+            ``None``: the ones that do not exist now, and the mount points of running commands,
+            held while the process lives (`_MountPoints.hold`).
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``

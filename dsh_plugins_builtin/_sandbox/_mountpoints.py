@@ -66,9 +66,8 @@ class _MountPoints:
     it, under the lock `take` counts uses under: a command that takes a path still waiting for
     its removal keeps it (and mounts over it, with no ``mkdir``); its own `give_back` queues it
     again. `settle` waits until every removal owed is done: the host's file tools do (so they
-    never see a finished command's mount points), a command line that judges protected paths by
-    what exists does (a mounted server's: one owed a removal would pass for the user's own
-    directory, bound, then removed from under its mount), and so does the process at exit.
+    never see a finished command's mount points), and so does the process at exit. A command
+    nothing gives back (a mounted server's) `hold`\\s the ones it mounts over for good.
     """
 
     def __init__(self, start: Callable[[Callable[[], None]], None] | None = None) -> None:
@@ -101,6 +100,23 @@ class _MountPoints:
                 taken.add(path)
         return frozenset(taken)
 
+    def hold(self, paths: Iterable[Path]) -> frozenset[Path]:
+        """For a command nothing gives back (a mounted server's): of *paths*, the ones to mount
+        over (missing now, or ours). The ones that are ours are counted in use for as long as
+        this process lives: removing one from under the command's mount would take that mount
+        away (the kernel detaches mounts on a removed directory in every namespace), and with
+        it the protection. (A missing one bwrap makes is left, as it always was.)"""
+        held: set[Path] = set()
+        with self._lock:
+            for path in paths:
+                if path in self._users:
+                    uses, parents = self._users[path]
+                    self._users[path] = (uses + 1, parents)
+                elif os.path.lexists(path):
+                    continue
+                held.add(path)
+        return frozenset(held)
+
     def give_back(self, paths: Iterable[Path]) -> None:
         """The command that took *paths* has ended: the ones no command uses now are removed
         (by the worker, after this returns)."""
@@ -115,8 +131,10 @@ class _MountPoints:
             self._working = True
         try:
             self._start(self._remove_owed)
-        except RuntimeError:  # no new thread (the interpreter is exiting): remove them here
+        except BaseException as exc:  # no new thread (the interpreter is exiting): remove here
             self._remove_owed()
+            if not isinstance(exc, RuntimeError):
+                raise
 
     def after_fork(self) -> None:
         """In a forked child: no worker thread there (the next `give_back` starts one)."""

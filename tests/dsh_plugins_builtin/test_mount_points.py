@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dsh_plugins_builtin._sandbox import _mountpoints
+from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
 from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints
@@ -119,31 +119,36 @@ async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
     assert sorted(os.listdir(ws)) == ["control"]
 
 
-def test_a_command_line_judged_by_existence_waits_for_the_removals(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("running", [True, False], ids=["in use", "owed a removal"])
+def test_a_mount_point_a_server_mounts_over_is_never_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, running: bool
 ) -> None:
-    """A mounted server's command line (no `take`) judges protected paths by existence: a mount
-    point owed a removal must not pass for the user's own directory (bound, then removed from
-    under the server's mount)."""
+    """A mounted server's command line (no `take`, no `give_back`) while a command's mount point
+    is there: the server mounts over it too, and it is never removed while this process lives.
+    Bound as the user's own directory and removed when the command ends, the kernel would take
+    the server's mount away with it: the server could then create ``.git``."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    owed: list[Work] = []
-    settling_runs(monkeypatch, owed)
-    points = _mountpoints.MOUNT_POINTS
+    points, owed = held()
+    monkeypatch.setattr(_bwrap, "MOUNT_POINTS", points)
     path = ws / ".git"
     points.take([path])
-    path.mkdir()
-    points.give_back([path])
+    path.mkdir()  # what bwrap makes
+    if not running:
+        points.give_back([path])
     policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=(".git",))
     argv = confine_argv(["true"], policy, "bwrap")
-    at = argv.index(str(path))
-    assert argv[at - 1] == "--tmpfs"  # missing (removed first): an empty read-only tmpfs
-    assert not path.exists()
+    assert argv[argv.index(str(path)) - 1] == "--tmpfs"  # an empty read-only tmpfs over it
+    if running:
+        points.give_back([path])  # the command ends
+    while owed:
+        owed.pop()()
+    assert path.is_dir()  # kept: the server's mount is on it
 
 
 EXITING = """
 import atexit, pathlib, sys, threading
-from dsh_plugins_builtin._sandbox import _mountpoints
+from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
 exiting = threading.Event()
 remove = _mountpoints._remove_empty
 def late(directory):
