@@ -3,14 +3,47 @@
 from __future__ import annotations
 
 import atexit
+import errno
+import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import attrs
+
 from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
 
-__all__ = ["MOUNT_POINTS"]
+__all__ = ["MOUNT_POINTS", "MountPointBusy", "Taken"]
+
+_LOCK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_WAIT = 0.1  # seconds: at most this long for another process's lock on a protected path
+
+
+class MountPointBusy(OSError):
+    """A protected directory stays locked by another process (`_lock_dir`): nothing ran."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            errno.EBUSY,
+            f'the protected path "{path}" is locked by another process (another dsh removing '
+            "its mount point, or a command holding a lock on it); try again",
+        )
+
+
+@attrs.frozen
+class Taken:
+    """What `_MountPoints.take` gave one command.
+
+    Attributes:
+        over: The protected paths to mount an empty read-only tmpfs over.
+        locks: Shared locks on the existing protected directories it binds (closed by
+            `_MountPoints.give_back`).
+    """
+
+    over: frozenset[Path]
+    locks: tuple[int, ...] = ()
 
 
 class _Worker:
@@ -76,52 +109,73 @@ class _MountPoints:
         self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
         self._owed: list[Path] = []  # given back by their last user: to remove
         self._working = False
+        self._held: list[int] = []  # `hold`'s locks: kept while the process lives
         worker = _Worker()  # tests hand the jobs to themselves (`start`) instead
         self._worker = worker if start is None else None
         self._start = start if start is not None else worker
 
-    def take(self, paths: Iterable[Path]) -> frozenset[Path]:
-        """Of *paths*, the ones to mount over (missing now, or ours); each is counted in use."""
-        taken: set[Path] = set()
+    def take(self, paths: Iterable[Path]) -> Taken:
+        """Of *paths*, the ones to mount over (missing now, or ours), each counted in use, and
+        a shared lock on each existing directory among the others (see `_lock_dir`).
+
+        Raises:
+            MountPointBusy: One is locked by another process (nothing is taken).
+        """
         with self._lock:
-            for path in paths:
-                if path in self._users:  # in use, or not removed yet: ours either way
-                    uses, parents = self._users[path]
-                    self._users[path] = (uses + 1, parents)
-                elif not os.path.lexists(path):
-                    missing = []  # bwrap makes these too (`mkdir -p`); removed after the path
-                    parent = path.parent
-                    while parent != parent.parent and not os.path.lexists(parent):
-                        missing.append(parent)
-                        parent = parent.parent
-                    self._users[path] = (1, tuple(missing))
-                else:
-                    continue
-                taken.add(path)
-        return frozenset(taken)
+            over, locks = self._count(paths, register=True)
+        return Taken(frozenset(over), tuple(locks))
 
     def hold(self, paths: Iterable[Path]) -> frozenset[Path]:
         """For a command nothing gives back (a mounted server's): of *paths*, the ones to mount
-        over (missing now, or ours). The ones that are ours are counted in use for as long as
-        this process lives: removing one from under the command's mount would take that mount
-        away (the kernel detaches mounts on a removed directory in every namespace), and with
-        it the protection. (A missing one bwrap makes is left, as it always was.)"""
-        held: set[Path] = set()
-        with self._lock:
-            for path in paths:
-                if path in self._users:
-                    uses, parents = self._users[path]
-                    self._users[path] = (uses + 1, parents)
-                elif os.path.lexists(path):
-                    continue
-                held.add(path)
-        return frozenset(held)
+        over (missing now, or ours). The ones that are ours are counted in use, and existing
+        directories locked (shared), for as long as this process lives: removing one from
+        under the command's mount would take that mount away (the kernel detaches mounts on a
+        removed directory in every namespace), and with it the protection. (A missing one
+        bwrap makes is left, as it always was.)
 
-    def give_back(self, paths: Iterable[Path]) -> None:
-        """The command that took *paths* has ended: the ones no command uses now are removed
-        (by the worker, after this returns)."""
+        Raises:
+            MountPointBusy: One is locked by another process (nothing is held).
+        """
         with self._lock:
+            over, locks = self._count(paths, register=False)
+            self._held += locks
+        return frozenset(over)
+
+    def _count(self, paths: Iterable[Path], *, register: bool) -> tuple[list[Path], list[int]]:
+        """`take` and `hold`, under the lock: all of them, or (an error) none."""
+        over: list[Path] = []
+        locks: list[int] = []
+        counted: list[tuple[Path, tuple[int, tuple[Path, ...]] | None]] = []  # as they were
+        try:
             for path in paths:
+                if path in self._users:  # in use, or not removed yet: ours either way
+                    uses, parents = self._users[path]
+                    counted.append((path, (uses, parents)))
+                    self._users[path] = (uses + 1, parents)
+                elif _exists_locked(path, locks):
+                    continue
+                elif register:
+                    counted.append((path, None))
+                    self._users[path] = (1, _missing_parents(path))
+                over.append(path)
+        except BaseException:
+            for fd in locks:
+                os.close(fd)
+            for path, was in counted:
+                if was is None:
+                    del self._users[path]
+                else:
+                    self._users[path] = was
+            raise
+        return over, locks
+
+    def give_back(self, taken: Taken) -> None:
+        """The command that took *taken* has ended: its locks are let go, and the paths no
+        command uses now are removed (by the worker, after this returns)."""
+        for fd in taken.locks:
+            os.close(fd)
+        with self._lock:
+            for path in taken.over:
                 uses, parents = self._users[path]
                 self._users[path] = (uses - 1, parents)
                 if uses == 1:
@@ -183,19 +237,99 @@ class _MountPoints:
         return False
 
 
+def _missing_parents(path: Path) -> tuple[Path, ...]:
+    """The parents of *path* that do not exist: bwrap makes them too (``mkdir -p``), and they
+    are removed after the path, the deepest first."""
+    missing = []
+    parent = path.parent
+    while parent != parent.parent and not os.path.lexists(parent):
+        missing.append(parent)
+        parent = parent.parent
+    return tuple(missing)
+
+
+def _exists_locked(path: Path, locks: list[int]) -> bool:
+    """Whether *path* exists (to bind as it is); a directory is locked shared first, so no other
+    process removes it while it is bound (one removed while we waited: missing).
+
+    The lock is never waited for long (`_LOCK_WAIT`): a remover holds it for one ``rmdir``, and
+    anyone else (a command that locked ``.git``) must not stop the host.
+
+    Raises:
+        MountPointBusy: Still locked by another process.
+    """
+    if not os.path.lexists(path):
+        return False
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            fd = _lock_dir(path, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise MountPointBusy(path) from None
+            time.sleep(_LOCK_WAIT / 50)
+    if fd is None:
+        return os.path.lexists(path)  # not a directory (never removed), or not ours to open
+    if os.fstat(fd).st_nlink == 0:  # removed by its owner while we waited for the lock
+        os.close(fd)
+        return os.path.lexists(path)
+    locks.append(fd)
+    return True
+
+
+def _lock_dir(path: Path, how: int) -> int | None:
+    """A descriptor of the directory *path*, reached from ``/`` through no symlink, locked
+    (``flock``) *how*; ``None``: not a directory, gone, or (``LOCK_NB``) locked otherwise.
+
+    The lock is what keeps two processes off each other's mount points: a command binds an
+    existing protected directory under a shared lock, and an empty mount point is removed only
+    under an exclusive one, so never while another process's command is mounted on it.
+    """
+    try:
+        parent = open_dir_nofollow(str(path.parent))
+    except OSError:
+        return None
+    try:
+        fd = os.open(path.name, _LOCK_FLAGS, dir_fd=parent)
+    except OSError:
+        return None
+    finally:
+        os.close(parent)
+    try:
+        fcntl.flock(fd, how)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _remove_empty(directory: Path) -> bool:
     """``rmdir`` the canonical *directory*, reached from ``/`` through no symlink (a command may
-    have swapped a parent for one, to aim the removal elsewhere); whether it was removed."""
+    have swapped a parent for one, to aim the removal elsewhere), under an exclusive lock
+    (`_lock_dir`); whether it was removed."""
+    try:
+        fd = _lock_dir(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # another process's command is mounted on it: left (to whoever comes last)
+    if fd is None:
+        return False  # gone, not a directory
     try:
         parent = open_dir_nofollow(str(directory.parent))
     except OSError:
+        os.close(fd)
         return False
     try:
+        now = os.stat(directory.name, dir_fd=parent, follow_symlinks=False)
+        locked = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (locked.st_dev, locked.st_ino):
+            return False  # swapped since it was locked: not the one we hold
         os.rmdir(directory.name, dir_fd=parent)
     except OSError:
         return False
     finally:
         os.close(parent)
+        os.close(fd)
     return True
 
 

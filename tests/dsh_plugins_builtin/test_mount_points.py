@@ -4,6 +4,7 @@ existence (a mounted server's command line) looks, and at the latest when the pr
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
 from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
-from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints
+from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy, _MountPoints
 from tests.dsh_plugins_builtin.test_escapes_process import bash, escape_host
 
 Work = Callable[[], None]
@@ -31,9 +32,10 @@ def held() -> tuple[_MountPoints, list[Work]]:
 def test_the_removal_is_not_on_the_commands_path(tmp_path: Path) -> None:
     points, owed = held()
     path = tmp_path / ".git"
-    assert points.take([path]) == {path}
+    taken = points.take([path])
+    assert taken.over == {path}
     path.mkdir()  # what bwrap makes
-    points.give_back([path])
+    points.give_back(taken)
     assert path.is_dir()  # the result goes back first
     assert points.settle(timeout=0) is False
     [work] = owed
@@ -49,13 +51,14 @@ def test_a_mount_point_taken_again_before_its_removal_is_kept_while_in_use(
     detaches mounts on a removed directory in every namespace): the protection would be gone."""
     points, owed = held()
     path = tmp_path / ".claude"
-    points.take([path])
-    path.mkdir()
-    points.give_back([path])
-    assert points.take([path]) == {path}  # still ours: mounted over again, not bound as the user's
+    first = points.take([path])
+    path.mkdir()  # what bwrap makes
+    points.give_back(first)
+    again = points.take([path])
+    assert again.over == {path}  # still ours: mounted over again, not bound as the user's
     owed.pop()()
     assert path.is_dir()  # in use: kept
-    points.give_back([path])
+    points.give_back(again)
     owed.pop()()
     assert not path.exists()
 
@@ -63,24 +66,25 @@ def test_a_mount_point_taken_again_before_its_removal_is_kept_while_in_use(
 def test_a_removal_owed_twice_is_done_once(tmp_path: Path) -> None:
     points, owed = held()
     path = tmp_path / "dsh.toml"
-    points.take([path])
+    taken = points.take([path])
     path.mkdir()
-    points.give_back([path])
-    points.take([path])
-    points.give_back([path])  # the worker of the first is still owed: no second one
+    points.give_back(taken)
+    points.give_back(points.take([path]))  # the worker of the first is still owed: no second
+
     assert len(owed) == 1
     owed.pop()()
     assert not path.exists()
-    assert points.take([path]) == {path}  # missing again: mounted over again
+    assert points.take([path]).over == {path}  # missing again: mounted over again
 
 
 def test_settle_waits_for_the_worker_thread(tmp_path: Path) -> None:
     points = _MountPoints()
     paths = [tmp_path / name for name in (".git", ".dsh", "sub/deeper")]
-    assert points.take(paths) == set(paths)
+    taken = points.take(paths)
+    assert taken.over == set(paths)
     for path in paths:
         path.mkdir(parents=True)
-    points.give_back(paths)
+    points.give_back(taken)
     assert points.settle(timeout=30)
     assert os.listdir(tmp_path) == []
 
@@ -132,18 +136,70 @@ def test_a_mount_point_a_server_mounts_over_is_never_removed(
     points, owed = held()
     monkeypatch.setattr(_bwrap, "MOUNT_POINTS", points)
     path = ws / ".git"
-    points.take([path])
+    taken = points.take([path])
     path.mkdir()  # what bwrap makes
     if not running:
-        points.give_back([path])
+        points.give_back(taken)
     policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=(".git",))
     argv = confine_argv(["true"], policy, "bwrap")
     assert argv[argv.index(str(path)) - 1] == "--tmpfs"  # an empty read-only tmpfs over it
     if running:
-        points.give_back([path])  # the command ends
+        points.give_back(taken)  # the command ends
     while owed:
         owed.pop()()
     assert path.is_dir()  # kept: the server's mount is on it
+
+
+@pytest.mark.parametrize("how", ["command", "server"])
+def test_another_processs_command_on_our_mount_point_keeps_it(tmp_path: Path, how: str) -> None:
+    """Another host (another process: its own `_MountPoints`) binds our mount point as an existing
+    directory; removed when our command ends, the kernel would take its mount away and its
+    command could create ``.git``. It holds a shared lock while it is bound; we remove under an
+    exclusive one, so it stays."""
+    ours, owed = held()
+    theirs, _ = held()
+    path = tmp_path / ".git"
+    taken = ours.take([path])
+    path.mkdir()  # what our bwrap makes
+    if how == "command":
+        bound = theirs.take([path])
+        assert bound.over == frozenset()  # theirs binds it as it is
+        assert len(bound.locks) == 1
+    else:
+        assert theirs.hold([path]) == frozenset()
+    ours.give_back(taken)
+    owed.pop()()
+    assert path.is_dir()  # kept: their mount is on it (left behind: neither removes it now)
+    if how == "command":
+        theirs.give_back(bound)
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(bound.locks[0])  # let go
+
+
+def test_a_protected_directory_locked_by_another_process_fails_closed_and_takes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock held for good (a command that locked ``.git``) must not stop the host: after a
+    short wait the command is refused, and nothing it counted stays counted."""
+    monkeypatch.setattr(_mountpoints, "_LOCK_WAIT", 0.0)
+    points, _ = held()
+    missing, locked = tmp_path / ".claude", tmp_path / ".git"
+    locked.mkdir()
+    holder = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(MountPointBusy, match="is locked by another process"):
+            points.take([missing, locked])
+        with pytest.raises(MountPointBusy):
+            points.hold([locked])
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        taken = points.take([missing, locked])  # control: free again
+    finally:
+        os.close(holder)
+    assert taken.over == {missing}
+    assert points._users[missing][0] == 1  # counted afresh: the refused take left nothing
+    assert len(taken.locks) == 1
+    points.give_back(taken)
 
 
 EXITING = """
@@ -157,9 +213,9 @@ def late(directory):
 _mountpoints._remove_empty = late
 atexit.register(exiting.set)  # registered last: runs first, before the module's settle
 path = pathlib.Path(sys.argv[1])
-_mountpoints.MOUNT_POINTS.take([path])
+taken = _mountpoints.MOUNT_POINTS.take([path])
 path.mkdir()
-_mountpoints.MOUNT_POINTS.give_back([path])
+_mountpoints.MOUNT_POINTS.give_back(taken)
 """
 
 
