@@ -91,7 +91,9 @@ class _MountPoints:
     until the last command that mounted over it has ended and its directory is removed (if it
     is still empty: ``rmdir``, never a file, a link or anything with contents). A command that
     starts meanwhile mounts over it too, rather than bind it as an existing path that may
-    vanish before bwrap gets to it. Commands of other processes may still race with the removal.
+    vanish before bwrap gets to it. Another process (another host on the same workspace) sees
+    one as an existing directory, which it binds under a shared ``flock``; the removal takes an
+    exclusive one without waiting, and leaves the directory to whoever comes last otherwise.
 
     The removal is off the command's path: `give_back` hands it to a worker thread, so the
     result does not wait for the ``rmdir``\\s (a few tenths of a millisecond each, several
