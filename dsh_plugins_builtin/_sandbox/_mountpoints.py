@@ -282,7 +282,8 @@ def _exists_locked(path: Path, locks: list[int]) -> bool:
 
 def _lock_dir(path: Path, how: int) -> int | None:
     """A descriptor of the directory *path*, reached from ``/`` through no symlink, locked
-    (``flock``) *how*; ``None``: not a directory, gone, or (``LOCK_NB``) locked otherwise.
+    (``flock``) *how*; ``None``: not a directory, or gone. Raises ``BlockingIOError`` when it
+    is locked otherwise (with ``LOCK_NB``).
 
     The lock is what keeps two processes off each other's mount points: a command binds an
     existing protected directory under a shared lock, and an empty mount point is removed only
