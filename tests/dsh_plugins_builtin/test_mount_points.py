@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
 from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
@@ -121,6 +122,43 @@ async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
     assert ".git" not in listed.text
     assert ".claude" not in listed.text
     assert sorted(os.listdir(ws)) == ["control"]
+
+
+async def test_a_removal_owed_while_a_command_runs_on_it_leaves_its_mount(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through real bwrap: the removal owed by one command runs while the next one is mounted
+    on the same mount points. Removed, the kernel would detach the next command's mounts, and it
+    could create ``.git/x`` and ``dsh.toml``; it cannot."""
+    if probe_backends()["bwrap"] is not None:
+        pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
+    owed: list[Work] = []
+    monkeypatch.setattr(_mountpoints.MOUNT_POINTS, "_start", owed.append)
+    host = escape_host(make_host, ws, "bwrap")
+    await bash(host, "true")
+    assert (ws / ".git").is_dir()  # owed a removal, not removed yet
+    os.mkfifo(ws / "ready")
+    outputs: list[str] = []
+
+    async def next_command() -> None:
+        result = await bash(
+            host,
+            "echo > ready; until [ -e go ]; do :; done; "
+            "mkdir .git/x 2>/dev/null && echo created || echo refused; "
+            "(echo x > dsh.toml) 2>/dev/null && echo created || echo refused",
+        )
+        outputs.append(result.text)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(next_command)
+        await trio.to_thread.run_sync((ws / "ready").read_text)  # it runs, mounted
+        while owed:
+            owed.pop()()
+        assert (ws / ".git").is_dir()  # kept: the running command is mounted on it
+        (ws / "go").touch()
+    assert outputs == ["refused\nrefused"]
+    assert not (ws / ".git" / "x").exists()
+    assert not (ws / "dsh.toml").is_file()
 
 
 @pytest.mark.parametrize("running", [True, False], ids=["in use", "owed a removal"])
