@@ -14,10 +14,14 @@ Run with ``python bench/bench_tools.py [--calls 30] [--runs 5] [--root DIR] [--j
 2. **Where the time goes** (``--phases N`` calls per backend, after the timed rounds; the
    instrumented functions cost a little themselves): the median per call of each step between
    ``host.call`` and the result: the cwd fence, pins + backend choice + environment, the
-   protected mount points taken and given back (bwrap ``mkdir``\s them; their removal is an
-   ``rmdir`` each), the pinned root descriptors, the seccomp program, the argv, the spawn (up to
-   ``exec``), the command's run (bwrap's setup, bash, its exit), the kill and reaping, the PID
-   namespace's end, and the rest (pipeline, output, result, audit).
+   protected mount points taken and given back (bwrap ``mkdir``\s them; their ``rmdir`` is
+   done after the result, by a worker thread, and timed apart), the pinned root descriptors,
+   the seccomp program, the argv, the spawn (up to ``exec``), the command's run (bwrap's setup,
+   bash, its exit), the kill and reaping, the PID namespace's end, and the rest (pipeline,
+   output, result, audit). Then the ladder (``spawn_phases.py``): the bwrap command line of a
+   call run again without dsh, with ``true`` and with dsh's ``bash -c``, interleaved with the
+   raw spawn and ``host.call``: what dsh's view (mounts, namespaces, seccomp), bash and dsh
+   itself each add to the raw spawn.
 3. **``grep`` vs ``grep -rn``** (not with ``--check``; ``bench_search.py`` has the ripgrep
    row). The ``grep`` tool over ``--root`` through ``host.call``, against ``grep -rnE PATTERN
    ROOT`` and against ``grep -nE PATTERN FILES...`` over exactly the files the tool searches,
@@ -33,8 +37,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import importlib
-import inspect
 import json
 import os
 import platform
@@ -43,11 +45,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
+from spawn_phases import breakdown, ladder, print_ladder  # bench/, beside this script
 
 from dsh_host import Host
 from dsh_plugins_builtin._sandbox import _forkclient
@@ -143,6 +145,15 @@ async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]
         for name, host in order.items():
             samples[name].append(await bash_sample(name, host, raw))
     ratios = {name: ratio(samples, name, RAW) for name in configs}
+    per_step = {
+        name: await breakdown(functools.partial(bash_sample, name, configs[name], None), phases)
+        for name in ("bwrap", "landlock")
+        if name in configs and phases
+    }
+    steps = None
+    if "bwrap" in configs and raw is not None and phases:
+        call = functools.partial(bash_sample, "ladder", configs["bwrap"], None)
+        steps = await ladder(call, raw, str(workspace), phases)
     return {
         "calls": calls,
         "ms": {
@@ -151,107 +162,9 @@ async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]
         },
         "ratio_to_raw_bwrap": {k: v for k, v in ratios.items() if v is not None},
         "landlock_over_bwrap": ratio(samples, "landlock", "bwrap"),
-        "phases": {
-            name: await breakdown(configs[name], phases)
-            for name in ("bwrap", "landlock")
-            if name in configs and phases
-        },
+        "phases": per_step,
+        "ladder": steps,
         "skipped": skipped,
-    }
-
-
-class Phases:
-    """Wraps the steps of a sandboxed call to time them (per call: the sum of each step)."""
-
-    def __init__(self) -> None:
-        self.now: dict[str, float] = {}
-        self.undo: list[Callable[[], None]] = []
-
-    def wrap(self, owner: Any, attr: str, label: str) -> None:
-        original = getattr(owner, attr)
-        add = self._add
-        if inspect.iscoroutinefunction(original):
-
-            @functools.wraps(original)
-            async def timed_async(*args: Any, **kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return await original(*args, **kwargs)
-                finally:
-                    add(label, time.perf_counter() - started)
-
-            setattr(owner, attr, timed_async)
-        else:
-
-            @functools.wraps(original)
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    add(label, time.perf_counter() - started)
-
-            setattr(owner, attr, timed)
-        self.undo.append(lambda: setattr(owner, attr, original))
-
-    def _add(self, label: str, seconds: float) -> None:
-        self.now[label] = self.now.get(label, 0.0) + seconds
-
-    def restore(self) -> None:
-        for undo in reversed(self.undo):
-            undo()
-
-
-STEPS = (  # (module, attribute path, label): the leaves of a sandboxed call, in order
-    ("_plugin", "SandboxPlugin.resolve_cwd", "cwd fence"),
-    ("_confine", "check_pinned", "pins, backend, environment"),
-    ("_confine", "select_backend", "pins, backend, environment"),
-    ("_confine", "command_env", "pins, backend, environment"),
-    ("_mountpoints", "_MountPoints.take", "protected mount points: take"),
-    ("_confine", "open_roots", "pinned root descriptors"),
-    ("_confine", "filter_bpf", "seccomp program (+ pipe)"),
-    ("_confine", "seccomp_pipe", "seccomp program (+ pipe)"),
-    ("_confine", "confine_argv", "argv"),
-    ("_confine", "mount_plan", "mount plan + ruleset (cached)"),
-    ("_confine", "_landlock_prepared", "mount plan + ruleset (cached)"),
-    ("_run", "_start", "spawn (to exec; landlock: the fork server round trip)"),
-    ("_run", "_watch", "the command runs (bwrap setup, bash, exit), output read"),
-    ("_run", "_stop", "kill + reap"),
-    ("_run", "_Namespace.wait_gone", "PID namespace gone"),
-    ("_mountpoints", "_MountPoints.give_back", "protected mount points: rmdir"),
-)
-_INSIDE_WATCH = ("kill + reap", "PID namespace gone")
-
-
-async def breakdown(host: Host, calls: int) -> dict[str, float]:
-    """The median per call of each step (ms), and the rest of ``host.call``."""
-    phases = Phases()
-    for module, path, label in STEPS:
-        try:
-            owner: Any = importlib.import_module(f"dsh_plugins_builtin._sandbox.{module}")
-            *outer, attr = path.split(".")
-            for name in outer:
-                owner = getattr(owner, name)
-            phases.wrap(owner, attr, label)
-        except (ImportError, AttributeError):
-            continue  # another version of the sandbox: that step is not timed
-    per_call: list[dict[str, float]] = []
-    try:
-        for _ in range(calls):
-            phases.now = {}
-            total = await bash_sample("phases", host, None)
-            watch = "the command runs (bwrap setup, bash, exit), output read"
-            if watch in phases.now:
-                phases.now[watch] -= sum(phases.now.get(k, 0.0) for k in _INSIDE_WATCH)
-            phases.now["rest (pipeline, tool, result, audit)"] = total - sum(phases.now.values())
-            phases.now["total host.call"] = total
-            per_call.append(phases.now)
-    finally:
-        phases.restore()
-    labels = dict.fromkeys(label for call in per_call for label in call)
-    return {
-        label: statistics.median(call.get(label, 0.0) for call in per_call) * 1000
-        for label in labels
     }
 
 
@@ -351,6 +264,8 @@ def print_bash(bash: dict[str, Any]) -> None:
         print(f"where a {name} call's time goes (median per call of each step, ms):")
         for label, ms in steps.items():
             print(f"  {label:<58} {ms:7.3f}")
+    if bash["ladder"] is not None:
+        print_ladder(bash["ladder"])
 
 
 def print_grep(grep: dict[str, Any], root: str, runs: int) -> None:

@@ -113,6 +113,8 @@ def bwrap_argv(
     layout = layout_of(policy)
     fds = root_fds or {}
     tmp = layout.tmp
+    if missing is None:  # a command with no `take` and no `give_back`: a mounted server's
+        missing = MOUNT_POINTS.hold(layout.protected)
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
         if tmp is not None and path == layout.host_tmp:
@@ -128,7 +130,7 @@ def bwrap_argv(
         else:
             out += ["--bind" if writable else "--ro-bind", str(path), str(path)]
     for path in layout.protected:  # each one inside a writable root
-        if path in missing if missing is not None else not os.path.lexists(path):
+        if path in missing:
             # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
             # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
             # directory as the mount point (see `_MountPoints`).

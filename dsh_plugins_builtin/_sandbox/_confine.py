@@ -73,6 +73,7 @@ from dsh_plugins_builtin._sandbox._bwrap import (
 from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, ulimit_prefix
+from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy
 from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints as _MountPoints
 from dsh_plugins_builtin._sandbox._netns import proxied, proxy_env, relay_argv
 from dsh_plugins_builtin._sandbox._pins import check_pinned
@@ -119,7 +120,8 @@ def confine_argv(
         seccomp_fd: The descriptor bwrap reads the seccomp filter from.
         root_fds: Open descriptors of the writable roots, bound with ``--bind-fd``.
         missing: The protected paths to mount an empty read-only tmpfs over (`_MountPoints.take`);
-            ``None``: the ones that do not exist now.
+            ``None``: the ones that do not exist now, and the mount points of running commands,
+            held while the process lives (`_MountPoints.hold`).
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
@@ -284,14 +286,17 @@ async def _bwrap_once(
     spawn: _Spawn, policy: SandboxPolicy, path: str, control: int | None
 ) -> tuple[Output, int | None, bool]:
     fds: list[int] = []
-    missing = MOUNT_POINTS.take(layout_of(policy).protected)
+    try:
+        taken = MOUNT_POINTS.take(layout_of(policy).protected)
+    except MountPointBusy as exc:
+        raise SandboxUnavailable(str(exc.strerror), mode=policy.mode) from None
     try:
         root_fds = open_roots(policy, fds)
         seccomp_fd = seccomp_pipe(filter_bpf(not policy.network, inet=control is not None))
         fds.append(seccomp_fd)
         wrapped = confine_argv(
             spawn.argv, policy, "bwrap", cwd=spawn.cwd, bwrap=path, seccomp_fd=seccomp_fd,
-            root_fds=root_fds, missing=missing,
+            root_fds=root_fds, missing=taken.over,
         )  # fmt: skip
         info_r, info_w = os.pipe()  # run owns both from here
         wrapped[1:1] = ["--info-fd", str(info_w)]
@@ -312,4 +317,4 @@ async def _bwrap_once(
     finally:
         for fd in fds:
             os.close(fd)
-        MOUNT_POINTS.give_back(missing)
+        MOUNT_POINTS.give_back(taken)

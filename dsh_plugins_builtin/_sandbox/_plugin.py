@@ -35,6 +35,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     install_paths,
     open_read,
 )
+from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._starting import check_enforceable, plugin_modules, start_policy
 
 __all__ = ["SandboxPlugin"]
@@ -44,8 +45,14 @@ def _by(policy: SandboxPolicy) -> str:
     return f"sandbox: {policy.mode} mode"
 
 
-def _pinned(policy: SandboxPolicy) -> SandboxPolicy:
-    """*policy*, after checking that no root was replaced since the host started."""
+def _pinned(policy: SandboxPolicy, *, settle: bool = True) -> SandboxPolicy:
+    """*policy*, after checking that no root was replaced since the host started.
+
+    *settle*: first wait until the empty mount points of the commands that have ended are
+    removed (`MOUNT_POINTS`, removed off the command's path), so a file tool never sees them.
+    """
+    if settle:
+        MOUNT_POINTS.settle()
     try:
         check_pinned(policy)
     except RootReplaced as exc:
@@ -215,7 +222,10 @@ class SandboxPlugin:
             DshError: ``FILE_NOT_FOUND`` or ``NOT_A_DIRECTORY``.
         """
         spelled = "." if cwd is None else os.fspath(cwd)
-        real = self.check_read(spelled)
+        try:  # a command does not wait for mount points: it mounts over the ones still there
+            real = check_read(spelled, _pinned(self.policy, settle=False))
+        except FenceDenied as exc:
+            raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
         if not real.exists():
             raise DshError(
                 f'cwd "{spelled}" does not exist (resolved to "{real}")', "FILE_NOT_FOUND"

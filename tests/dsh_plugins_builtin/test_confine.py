@@ -592,17 +592,21 @@ def test_mount_points_are_removed_through_no_symlink(tmp_path: Path) -> None:
     (elsewhere / "deeper" / "thing").mkdir(parents=True)  # what the swap aims at
     points = _confine._MountPoints()
     path = ws / "sub" / "deeper" / "thing"
-    assert points.take([path]) == {path}
+    taken = points.take([path])
+    assert taken.over == {path}
     path.mkdir(parents=True)  # what bwrap makes
     (ws / "sub").rename(ws / "moved")  # the command's swap
     (ws / "sub").symlink_to(elsewhere)
-    points.give_back([path])
+    points.give_back(taken)
+    assert points.settle(timeout=30)
     assert (elsewhere / "deeper" / "thing").is_dir()  # not followed
     assert (ws / "moved" / "deeper" / "thing").is_dir()  # left as it is: cannot be reached
     control = ws / "sub2" / "thing"
-    assert points.take([control]) == {control}
+    taken = points.take([control])
+    assert taken.over == {control}
     control.mkdir(parents=True)
-    points.give_back([control])
+    points.give_back(taken)
+    assert points.settle(timeout=30)
     assert sorted(os.listdir(ws)) == ["moved", "sub"]  # sub2 and sub2/thing removed
 
 

@@ -31,6 +31,7 @@ import trio.testing
 from dsh_host import ConfigError, Host
 from dsh_host._host._config import find_config
 from dsh_plugins_builtin._sandbox import _plugin
+from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import patch_probes, processes_with
@@ -407,6 +408,7 @@ async def test_no_empty_protected_directories_are_left_behind(
         host,
         "test -e .claude && test -e dsh.toml && test -e sub/deeper/thing && echo mounted > control",
     )
+    assert MOUNT_POINTS.settle(timeout=60)  # removed off the call's path, right after it
     assert sorted(os.listdir(ws)) == [".git", "control"] if backend == "bwrap" else [".git"]
     assert os.listdir(other) == []
 
@@ -435,6 +437,7 @@ async def test_a_mount_point_stays_while_another_command_mounts_on_it(
         assert (ws / "dsh.toml").is_dir()  # still mounted on by the first
         (ws / "go").touch()
     assert outputs == ["refused"]
+    assert MOUNT_POINTS.settle(timeout=60)
     assert not (ws / "dsh.toml").exists()
 
 

@@ -1,0 +1,263 @@
+"""The empty mount points bwrap makes over missing protected paths are removed off the command's
+path (`_MountPoints`): never while a command holds one, before a file tool or a judge by
+existence (a mounted server's command line) looks, and at the latest when the process exits."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
+from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
+from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy, _MountPoints
+from tests.dsh_plugins_builtin.test_escapes_process import bash, escape_host
+
+Work = Callable[[], None]
+
+
+def held() -> tuple[_MountPoints, list[Work]]:
+    """Mount points whose removals wait until the test runs them."""
+    owed: list[Work] = []
+    return _MountPoints(start=owed.append), owed
+
+
+def test_the_removal_is_not_on_the_commands_path(tmp_path: Path) -> None:
+    points, owed = held()
+    path = tmp_path / ".git"
+    taken = points.take([path])
+    assert taken.over == {path}
+    path.mkdir()  # what bwrap makes
+    points.give_back(taken)
+    assert path.is_dir()  # the result goes back first
+    assert points.settle(timeout=0) is False
+    [work] = owed
+    work()
+    assert not path.exists()
+    assert points.settle(timeout=0) is True
+
+
+def test_a_mount_point_taken_again_before_its_removal_is_kept_while_in_use(
+    tmp_path: Path,
+) -> None:
+    """Removing a directory another command mounted over would take its mount away (the kernel
+    detaches mounts on a removed directory in every namespace): the protection would be gone."""
+    points, owed = held()
+    path = tmp_path / ".claude"
+    first = points.take([path])
+    path.mkdir()  # what bwrap makes
+    points.give_back(first)
+    again = points.take([path])
+    assert again.over == {path}  # still ours: mounted over again, not bound as the user's
+    owed.pop()()
+    assert path.is_dir()  # in use: kept
+    points.give_back(again)
+    owed.pop()()
+    assert not path.exists()
+
+
+def test_a_removal_owed_twice_is_done_once(tmp_path: Path) -> None:
+    points, owed = held()
+    path = tmp_path / "dsh.toml"
+    taken = points.take([path])
+    path.mkdir()
+    points.give_back(taken)
+    points.give_back(points.take([path]))  # the worker of the first is still owed: no second
+
+    assert len(owed) == 1
+    owed.pop()()
+    assert not path.exists()
+    assert points.take([path]).over == {path}  # missing again: mounted over again
+
+
+def test_settle_waits_for_the_worker_thread(tmp_path: Path) -> None:
+    points = _MountPoints()
+    paths = [tmp_path / name for name in (".git", ".dsh", "sub/deeper")]
+    taken = points.take(paths)
+    assert taken.over == set(paths)
+    for path in paths:
+        path.mkdir(parents=True)
+    points.give_back(taken)
+    assert points.settle(timeout=30)
+    assert os.listdir(tmp_path) == []
+
+
+def settling_runs(monkeypatch: pytest.MonkeyPatch, owed: list[Work]) -> list[int]:
+    """`MOUNT_POINTS.settle` runs the removals owed first; how often it was called."""
+    points = _mountpoints.MOUNT_POINTS
+    real = points.settle
+    calls: list[int] = []
+
+    def settle(timeout: float | None = None) -> bool:
+        calls.append(1)
+        while owed:
+            owed.pop()()
+        return real(timeout)
+
+    monkeypatch.setattr(points, "_start", owed.append)
+    monkeypatch.setattr(points, "settle", settle)
+    return calls
+
+
+async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owed: list[Work] = []
+    settling_runs(monkeypatch, owed)
+    if probe_backends()["bwrap"] is not None:
+        pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
+    host = escape_host(make_host, ws, "bwrap", protected=[".git", ".claude"])
+    await bash(host, "test -d .git && echo ok > control")
+    assert (ws / ".git").is_dir()  # owed a removal, which has not run yet
+    listed = await host.call("list_dir", {"path": "."})
+    assert not listed.is_error, listed.text
+    assert ".git" not in listed.text
+    assert ".claude" not in listed.text
+    assert sorted(os.listdir(ws)) == ["control"]
+
+
+async def test_a_removal_owed_while_a_command_runs_on_it_leaves_its_mount(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through real bwrap: the removal owed by one command runs while the next one is mounted
+    on the same mount points. Removed, the kernel would detach the next command's mounts, and it
+    could create ``.git/x`` and ``dsh.toml``; it cannot."""
+    if probe_backends()["bwrap"] is not None:
+        pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
+    owed: list[Work] = []
+    monkeypatch.setattr(_mountpoints.MOUNT_POINTS, "_start", owed.append)
+    host = escape_host(make_host, ws, "bwrap")
+    await bash(host, "true")
+    assert (ws / ".git").is_dir()  # owed a removal, not removed yet
+    os.mkfifo(ws / "ready")
+    outputs: list[str] = []
+
+    async def next_command() -> None:
+        result = await bash(
+            host,
+            "echo > ready; until [ -e go ]; do :; done; "
+            "mkdir .git/x 2>/dev/null && echo created || echo refused; "
+            "(echo x > dsh.toml) 2>/dev/null && echo created || echo refused",
+        )
+        outputs.append(result.text)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(next_command)
+        await trio.to_thread.run_sync((ws / "ready").read_text)  # it runs, mounted
+        while owed:
+            owed.pop()()
+        assert (ws / ".git").is_dir()  # kept: the running command is mounted on it
+        (ws / "go").touch()
+    assert outputs == ["refused\nrefused"]
+    assert not (ws / ".git" / "x").exists()
+    assert not (ws / "dsh.toml").is_file()
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["in use", "owed a removal"])
+def test_a_mount_point_a_server_mounts_over_is_never_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, running: bool
+) -> None:
+    """A mounted server's command line (no `take`, no `give_back`) while a command's mount point
+    is there: the server mounts over it too, and it is never removed while this process lives.
+    Bound as the user's own directory and removed when the command ends, the kernel would take
+    the server's mount away with it: the server could then create ``.git``."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    points, owed = held()
+    monkeypatch.setattr(_bwrap, "MOUNT_POINTS", points)
+    path = ws / ".git"
+    taken = points.take([path])
+    path.mkdir()  # what bwrap makes
+    if not running:
+        points.give_back(taken)
+    policy = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), protected=(".git",))
+    argv = confine_argv(["true"], policy, "bwrap")
+    assert argv[argv.index(str(path)) - 1] == "--tmpfs"  # an empty read-only tmpfs over it
+    if running:
+        points.give_back(taken)  # the command ends
+    while owed:
+        owed.pop()()
+    assert path.is_dir()  # kept: the server's mount is on it
+
+
+@pytest.mark.parametrize("how", ["command", "server"])
+def test_another_processs_command_on_our_mount_point_keeps_it(tmp_path: Path, how: str) -> None:
+    """Another host (another process: its own `_MountPoints`) binds our mount point as an existing
+    directory; removed when our command ends, the kernel would take its mount away and its
+    command could create ``.git``. It holds a shared lock while it is bound; we remove under an
+    exclusive one, so it stays."""
+    ours, owed = held()
+    theirs, _ = held()
+    path = tmp_path / ".git"
+    taken = ours.take([path])
+    path.mkdir()  # what our bwrap makes
+    if how == "command":
+        bound = theirs.take([path])
+        assert bound.over == frozenset()  # theirs binds it as it is
+        assert len(bound.locks) == 1
+    else:
+        assert theirs.hold([path]) == frozenset()
+    ours.give_back(taken)
+    owed.pop()()
+    assert path.is_dir()  # kept: their mount is on it (left behind: neither removes it now)
+    if how == "command":
+        theirs.give_back(bound)
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(bound.locks[0])  # let go
+
+
+def test_a_protected_directory_locked_by_another_process_fails_closed_and_takes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock held for good (a command that locked ``.git``) must not stop the host: after a
+    short wait the command is refused, and nothing it counted stays counted."""
+    monkeypatch.setattr(_mountpoints, "_LOCK_WAIT", 0.0)
+    points, _ = held()
+    missing, locked = tmp_path / ".claude", tmp_path / ".git"
+    locked.mkdir()
+    holder = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(MountPointBusy, match="is locked by another process"):
+            points.take([missing, locked])
+        with pytest.raises(MountPointBusy):
+            points.hold([locked])
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        taken = points.take([missing, locked])  # control: free again
+    finally:
+        os.close(holder)
+    assert taken.over == {missing}
+    assert points._users[missing][0] == 1  # counted afresh: the refused take left nothing
+    assert len(taken.locks) == 1
+    points.give_back(taken)
+
+
+EXITING = """
+import atexit, pathlib, sys, threading
+from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
+exiting = threading.Event()
+remove = _mountpoints._remove_empty
+def late(directory):
+    exiting.wait()  # the removal is still owed when the interpreter starts to exit
+    return remove(directory)
+_mountpoints._remove_empty = late
+atexit.register(exiting.set)  # registered last: runs first, before the module's settle
+path = pathlib.Path(sys.argv[1])
+taken = _mountpoints.MOUNT_POINTS.take([path])
+path.mkdir()
+_mountpoints.MOUNT_POINTS.give_back(taken)
+"""
+
+
+def test_an_exiting_process_removes_the_mount_points_it_owes(tmp_path: Path) -> None:
+    path = tmp_path / ".git"
+    subprocess.run([sys.executable, "-c", EXITING, str(path)], check=True, timeout=60)
+    assert not path.exists()
