@@ -138,6 +138,33 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
 
 
+def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
+    """`dsh_modules`, with the sandbox's probe of the machine refused (the process ends)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    code = (
+        "import os\n"
+        f"os.chdir({str(workspace)!r})\n"
+        "from dsh_plugins_builtin._sandbox import _backends\n"
+        "def refuse(*args):  # a host drops a plugin that raises: end the process instead\n"
+        "    os.write(2, b'the sandbox probed the machine')\n"
+        "    os._exit(3)\n"
+        "_backends._probe_all = refuse\n"
+        "from dsh_host._cli._main import main\n"
+        f"assert main({argv!r}) == 0\n"
+    )
+    return modules_after(code, env=env, stdin=stdin)
+
+
+def test_a_call_that_runs_no_command_does_not_probe_the_sandbox(workspace):
+    """The probe runs ``true`` under bwrap and Landlock: only a command needs it."""
+    modules = dsh_without_probe(workspace, ["call", "read_file", '{"path": "a.txt"}'])
+    assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
+    assert "pyseccomp" not in modules  # the probe's seccomp program was not built either
+    modules = dsh_without_probe(workspace, ["hook", "claude"], PAYLOAD)
+    assert "pyseccomp" not in modules
+
+
 def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     """The host checks a plugin's hooks, then pluggy registers it: one static lookup each."""
     import collections
