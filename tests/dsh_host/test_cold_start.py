@@ -131,6 +131,17 @@ def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(wo
     assert loaded(dsh_modules(workspace, argv), NOT_ON_THE_COMMAND_LINE) == []
 
 
+NOT_FOR_A_READ = (
+    "dsh_plugins_builtin._rules._suggest",  # the rules to suggest: a prompt or a denied call's hint
+)
+
+
+def test_dsh_call_read_file_imports_only_what_a_read_needs(workspace):
+    argv = ["call", "read_file", '{"path": "a.txt"}']
+    dsh_modules(workspace, argv)
+    assert loaded(dsh_modules(workspace, argv), NOT_FOR_A_READ) == []
+
+
 def test_dsh_hook_claude_imports_no_optional_module(workspace):
     argv = ["hook", "claude"]
     dsh_modules(workspace, argv, PAYLOAD)
