@@ -134,6 +134,8 @@ def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(wo
 NOT_FOR_A_READ = (
     "dsh_plugins_builtin._rules._suggest",  # the rules to suggest: a prompt or a denied call's hint
     "cattrs",  # no config table to structure: each plugin's config is its defaults
+    "dsh_plugins_builtin._rules._shell",  # the bash parser: the first bash call (or hook)
+    "tree_sitter",
 )
 
 
