@@ -136,6 +136,7 @@ NOT_FOR_A_READ = (
     "cattrs",  # no config table to structure: each plugin's config is its defaults
     "dsh_plugins_builtin._rules._shell",  # the bash parser: the first bash call (or hook)
     "tree_sitter",
+    "uuid",  # the audit's host id is 6 bytes of os.urandom
 )
 
 
@@ -150,6 +151,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     dsh_modules(workspace, argv, PAYLOAD)
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
+    assert loaded(modules, ("cattrs", "uuid")) == []
 
 
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
