@@ -129,13 +129,14 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     add_inspect_parsers(sub, common)
 
-    from ._run import add_run_parser
+    if command in (None, "run"):  # imported only for their own command
+        from ._run import add_run_parser
 
-    add_run_parser(sub, common)
+        add_run_parser(sub, common)
+    if command in (None, "new"):
+        from ._scaffold import add_new_parser
 
-    from ._scaffold import add_new_parser
-
-    add_new_parser(sub)
+        add_new_parser(sub)
     add_completion_parser(sub)
 
     _add_agent_parsers(sub, common)

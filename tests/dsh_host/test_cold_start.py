@@ -137,6 +137,8 @@ NOT_FOR_A_READ = (
     "dsh_plugins_builtin._rules._shell",  # the bash parser: the first bash call (or hook)
     "tree_sitter",
     "uuid",  # the audit's host id is 6 bytes of os.urandom
+    "dsh_host._cli._run",  # `dsh run` and `dsh new` only
+    "dsh_host._cli._scaffold",
 )
 
 
