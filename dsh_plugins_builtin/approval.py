@@ -46,7 +46,6 @@ from dsh_host import (
 )
 
 from ._common._rulefile import RuleFileError, add_allow_rules
-from ._rules._suggest import narrowest_rules
 
 __all__ = [
     "ApprovalConfig",
@@ -299,6 +298,8 @@ class ApprovalPlugin:
             lines.extend(shown[:SCREEN_LINES])
             rest = sum(len(line) for line in shown[SCREEN_LINES:])
             lines.append(f"  … {rest} more characters, press v to view all")
+        from ._rules._suggest import narrowest_rules  # the rules parser: only when asking
+
         rules = narrowest_rules(request.tool, request.arguments)
         always = f"[a]lways ({', '.join(printable(r) for r in rules)})" if rules else "[a]lways"
         view = "" if full else " / [v]iew all"

@@ -33,7 +33,6 @@ import contextlib
 import logging
 import os
 import time
-import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -178,7 +177,7 @@ class AuditPlugin:
             return
         self._async = config.durability == "async"
         self._required = config.required
-        host_id = uuid.uuid4().hex[:12]
+        host_id = os.urandom(6).hex()  # 12 random hex digits (uuid costs a cold start)
         store = None if config.url is None else _postgres_store(host, config, host_id)
         if store is None:
             configured = config.path is not None

@@ -92,6 +92,8 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     commands. A server whose command does is not started: its entry is the reason (a string
     naming the server and the key), and the other servers start as usual.
     """
+    if not config.servers:
+        return {}  # nothing to resolve: no policy to build, no PATH to walk (a cold start)
     exposure = exposure_of(sandbox_policy(host))
     path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
     out: dict[str, Launchable | str] = {}

@@ -24,7 +24,7 @@ from ._common import (
     warn,
 )
 from ._completion import tool_names
-from ._hint import approval_hint
+from ._hint import approval_hint, needs_approval_hint
 from ._render import (
     context_lines,
     decision_line,
@@ -160,6 +160,8 @@ def _cmd_call(args: argparse.Namespace) -> int:
             out(line)
         if result.is_error:
             out(style.paint(f"  error code: {result.code}", "red"))
+    if not needs_approval_hint(result):
+        return 1 if result.is_error else 0
     permissions = host.config_for("permissions")
     allowed = getattr(permissions, "allow", None)  # the built-in's rules
     allowed = allowed if isinstance(allowed, tuple | list) else None

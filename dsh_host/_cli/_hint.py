@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 from .. import ToolExecutionResult
 
-__all__ = ["approval_hint"]
+__all__ = ["approval_hint", "needs_approval_hint"]
+
+
+def needs_approval_hint(result: ToolExecutionResult) -> bool:
+    """Whether *result* is a call denied because nobody could answer its ``ask`` (the only
+    result `approval_hint` has lines for)."""
+    message = result.error.message if result.error is not None else ""
+    return result.code == "DENIED" and "requires approval" in message
 
 
 def approval_hint(
@@ -27,8 +34,7 @@ def approval_hint(
     from *allowed*.
     """
     covered = allowed if covered is None else covered
-    message = result.error.message if result.error is not None else ""
-    if result.code != "DENIED" or "requires approval" not in message:
+    if not needs_approval_hint(result):
         return []
     plugin, detail = result.decided_by or "", result.decision_detail or ""
     asker = f"plugin {plugin!r}" + (f" ({detail})" if detail else "") if plugin else "a plugin"

@@ -25,7 +25,7 @@ from ._common import (
 )
 from ._completion import add_completion_parser, autocomplete, plugin_names
 
-__all__ = ["main", "make_parser"]
+__all__ = ["COMMANDS", "command_of", "main", "make_parser"]
 
 # -- the parser -----------------------------------------------------------------------------
 
@@ -71,8 +71,47 @@ def _common(prefix: str) -> argparse.ArgumentParser:
     return common
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The ``dsh`` argument parser."""
+COMMANDS = ("plugins", "tools", "call", "config", "run", "new", "completion", "mcp", "hook")
+"""The subcommands `make_parser` builds (besides the delegated ``audit`` and ``sandbox``)."""
+
+_VALUED = ("--config", "--plugin", "--disable")  # host options that take the next word
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand *argv* names (its first word that is not an option or an option's
+    value), if it is one of `COMMANDS`."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--", "-h", "--help"):  # help lists every command
+            break
+        if word.startswith("--") and "=" not in word and any(v.startswith(word) for v in _VALUED):
+            next(words, None)  # its value (argparse takes `--conf` for `--config` too)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+class _Skipped:
+    """A subcommand's parser this run does not build: every call on it does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+class _Only:
+    """The subparsers action, adding only *wanted*'s parser (the others cost a cold start)."""
+
+    def __init__(self, sub: Any, wanted: str) -> None:
+        self._sub, self._wanted = sub, wanted
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        return self._sub.add_parser(name, **kwargs) if name == self._wanted else _Skipped()
+
+
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``dsh`` argument parser; with *command* (one of `COMMANDS`) only that subcommand's
+    parser, which parses its command line as the whole parser would (help listing every
+    command, an unknown command's error and shell completion use the whole parser)."""
     parser = argparse.ArgumentParser(
         prog="dsh", parents=[_common("")],
         description="A plugin host for the tool pipeline of LLM agent harnesses.",
@@ -83,18 +122,21 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an unexpected error (or DSH_DEBUG=1)")  # fmt: skip
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub: Any = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if command is not None:
+        sub = _Only(sub, command)
     common = [_common("sub_")]
 
     add_inspect_parsers(sub, common)
 
-    from ._run import add_run_parser
+    if command in (None, "run"):  # imported only for their own command
+        from ._run import add_run_parser
 
-    add_run_parser(sub, common)
+        add_run_parser(sub, common)
+    if command in (None, "new"):
+        from ._scaffold import add_new_parser
 
-    from ._scaffold import add_new_parser
-
-    add_new_parser(sub)
+        add_new_parser(sub)
     add_completion_parser(sub)
 
     _add_agent_parsers(sub, common)
@@ -262,7 +304,8 @@ def _silence_stdout() -> None:
 def _main(argv: list[str]) -> int:
     if argv and argv[0] in _DELEGATED:
         return _delegate(argv)
-    parser = make_parser()
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = make_parser(None if completing else command_of(argv))
     autocomplete(parser)  # answers and exits when the shell asks for completions
     try:
         args = parser.parse_args(argv)

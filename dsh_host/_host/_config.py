@@ -30,14 +30,15 @@ import math
 import os
 import pathlib
 from collections.abc import Callable, Mapping
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
-import cattrs
-import cattrs.strategies
 
 from .._model._errors import ConfigError, PluginLoadError
-from .._schema._convert import shared_converter
+
+if TYPE_CHECKING:  # imported on the first table to structure: an empty one needs none
+    import cattrs
+from .._schema._convert import is_structure_error, shared_converter
 from ._checking import check_value, describe_type, did_you_mean, got, typed_fields
 
 __all__ = [
@@ -111,12 +112,9 @@ class Config:
         return "the configuration given to Host" if self.given else "the built-in defaults"
 
 
-_CONVERTER = shared_converter()
-
-
 def config_converter() -> cattrs.Converter:
     """The one converter every config table is structured (and unstructured) with."""
-    return _CONVERTER
+    return shared_converter()
 
 
 # -- finding and reading ---------------------------------------------------------------------
@@ -230,16 +228,13 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
 # -- structuring -----------------------------------------------------------------------------
 
 
-_STRUCTURE_ERRORS = (
-    cattrs.BaseValidationError,
-    cattrs.ForbiddenExtraKeysError,
-    TypeError,
-    ValueError,
-)
-
-
 def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., ConfigError]) -> Any:
     """Check *data* strictly against *cls*, then structure it; ``fail(message, key)`` on error."""
+    if not data and _all_defaulted(cls):
+        try:  # what structuring {} comes to, without building the class's converter code
+            return cls()
+        except (TypeError, ValueError):
+            pass  # a default its own validator rejects: the full path names it
     try:
         problems = check_value(dict(data), cls)
     except RecursionError:
@@ -252,18 +247,29 @@ def _checked(data: Mapping[str, Any], cls: type[Any], fail: Callable[..., Config
         if f.metadata.get("key", f.name) in data and f.metadata.get("key", f.name) != f.name:
             data[f.name] = data.pop(f.metadata["key"])
     try:
-        return _CONVERTER.structure(data, cls)
+        return shared_converter().structure(data, cls)
     except RecursionError:
         raise fail("a value is nested too deeply (hundreds of levels); use a few", None) from None
-    except cattrs.StructureHandlerNotFoundError as exc:  # the class's fault, not the file's
-        raise PluginLoadError(
-            cls.__qualname__, f"its config class cannot be structured: {exc}"
-        ) from exc
-    except _STRUCTURE_ERRORS as exc:
+    except Exception as exc:
+        import cattrs  # imported by the converter already
+
+        if isinstance(exc, cattrs.StructureHandlerNotFoundError):  # the class's fault
+            raise PluginLoadError(
+                cls.__qualname__, f"its config class cannot be structured: {exc}"
+            ) from exc
+        if not isinstance(exc, TypeError | ValueError) and not is_structure_error(exc):
+            raise
         found = _validator_failure(data, cls)
         if found is None:
             raise fail(f"invalid value: {_leaves(exc)}", None) from None
         raise fail(f"invalid value: {found[1]}", found[0]) from None
+
+
+def _all_defaulted(cls: type[Any]) -> bool:
+    """Whether every field ``cls()`` takes has a default (then an empty table is ``cls()``)."""
+    return attrs.has(cls) and all(
+        f.default is not attrs.NOTHING for f in attrs.fields(cls) if f.init
+    )
 
 
 def _validator_failure(data: Mapping[str, Any], cls: type[Any]) -> tuple[str, str] | None:
@@ -279,7 +285,7 @@ def _validator_failure(data: Mapping[str, Any], cls: type[Any]) -> tuple[str, st
         if field.validator is None or key is None:
             continue
         try:
-            value = _CONVERTER.structure(data[key], hints.get(field.name, field.type))
+            value = shared_converter().structure(data[key], hints.get(field.name, field.type))
             field.validator(None, field, value)
         except (TypeError, ValueError) as exc:
             return field.name, _leaves(exc)

@@ -18,7 +18,7 @@ exit flush the queue first.
 
 from __future__ import annotations
 
-import uuid
+import os
 from pathlib import Path
 from typing import Any, final
 
@@ -71,7 +71,7 @@ class AuditWriter:
         self.where = store.where if store is not None else str(path)
         """Where rows go, as messages name it (a URL's password shown as ``***``)."""
         self.workspace = safe_text(workspace)
-        self.host_id = host_id if host_id is not None else uuid.uuid4().hex[:12]
+        self.host_id = host_id if host_id is not None else os.urandom(6).hex()
         self.losses = Losses(self.where, store.url if store is not None else None)
         """Rows committed and lost, and what was reported (`Losses`)."""
         self._queue = RowQueue(

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._hidden import wrapped_write
-from ._shell import DYNAMIC, ParsedCommand
 from ._wrappers import WRAPPERS, unwrap
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
     from ._rules import Rule
+    from ._shell import ParsedCommand
 
 __all__ = ["Finding", "ShellChecks", "covering"]
 
@@ -53,6 +53,8 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
         if xargs:
             if not _takes_arguments_safely(inner):
                 return None
+            from ._shell import DYNAMIC  # imported already: a bash call parsed its line
+
             inner = (*inner, DYNAMIC)  # the words xargs appends are read from stdin
         if depth >= _MAX_WRAPPED or covering(inner, allow, depth + 1) is None:
             return None

@@ -13,11 +13,14 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
 from dsh_host import ToolDefinition
+
+if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
+    from ._shell import ParsedCommand
 
 from ._bash import Finding, ShellChecks, covering
 from ._grammar import (
@@ -33,7 +36,6 @@ from ._grammar import (
     spellings_of,
 )
 from ._place import Place
-from ._shell import ParsedCommand, parse_command
 from ._view import Applied, ToolView, Verdict, applied_to, argument_free, host_matches
 
 __all__ = [
@@ -181,6 +183,8 @@ class RuleSet:
         call = _Call(self._place, args)
         parsed: ParsedCommand | None = None
         if view.shell and isinstance(args.get("command"), str):
+            from ._shell import parse_command
+
             parsed = parse_command(args["command"])
         for effect in ORDER[:2]:
             for applied in view.rules[effect]:

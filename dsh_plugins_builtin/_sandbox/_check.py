@@ -20,6 +20,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     writable_roots,
 )
 from dsh_plugins_builtin._sandbox._paths import resolve_abs
+from dsh_plugins_builtin._sandbox._starting import check_enforceable
 
 __all__ = ["check_report", "render_report"]
 
@@ -91,6 +92,8 @@ def check_report(
             "enable the sandbox plugin"
         )
         return report, 1
+    # A host defers this to its first command: refuse here what this machine cannot enforce.
+    check_enforceable(host, "sandbox", plugin.config, plugin.policy, plugin.bwrap)
     report.update(_policy_report(plugin))
     policy, config = plugin.policy, plugin.config
     try:

@@ -36,7 +36,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     open_read,
 )
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
-from dsh_plugins_builtin._sandbox._starting import check_enforceable, plugin_modules, start_policy
+from dsh_plugins_builtin._sandbox._starting import StartCheck, plugin_modules, start_policy
 
 __all__ = ["SandboxPlugin"]
 
@@ -70,6 +70,7 @@ class SandboxPlugin:
         self._config: SandboxConfig | None = None
         self._policy: SandboxPolicy | None = None
         self._bwrap: tuple[str | None, str] | None = None
+        self._check: StartCheck | None = None
         self.install: tuple[Path, ...] = ()
         """Where the next run executes code from (`install_paths`), found at start whether or
         not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
@@ -81,13 +82,14 @@ class SandboxPlugin:
 
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
-        """Read the configuration and build the policy."""
+        """Read the configuration and build the policy; what this machine cannot enforce is
+        refused now, or before the first command (`StartCheck`)."""
         config = host.config_for(self)
         self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
         self.install = install_paths(plugin_modules(host))
         self._policy = start_policy(self, host, self._config, self.install, self.name)
         self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
-        check_enforceable(host, self.name, self._config, self._policy, self._bwrap)
+        self._check = StartCheck(host, self.name, self._config, self._policy, self._bwrap)
 
     @property
     def tmp(self) -> Path | None:
@@ -254,6 +256,8 @@ class SandboxPlugin:
         policy = self.policy
         config = self.config
         workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
+        if self._check is not None:  # the probe, before the first command
+            await self._check.before_command(_by(policy))
         try:
             return await run_confined(
                 command,

@@ -1,5 +1,6 @@
 """What `SandboxPlugin` does once, when the host starts it: build the policy, refuse what this
-machine cannot enforce, and prepare Landlock."""
+machine cannot enforce, and prepare Landlock (`check_enforceable`); the last two wait for the
+first command when Landlock cannot be the backend (`StartCheck`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import types
 import weakref
 from pathlib import Path
+
+import trio
 
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
@@ -23,10 +27,16 @@ from dsh_plugins_builtin._sandbox._confine import (
     startup_problem,
 )
 from dsh_plugins_builtin._sandbox._deny import config_files
-from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
-from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
+from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable, SandboxUnavailableError
+from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, check_pinned
 
-__all__ = ["check_enforceable", "plugin_modules", "start_policy", "sweep_stale_tmp"]
+__all__ = [
+    "StartCheck",
+    "check_enforceable",
+    "plugin_modules",
+    "start_policy",
+    "sweep_stale_tmp",
+]
 
 _TMP_PREFIX = "dsh-tmpl-"
 """Private tmps made since hosts lock them: the sweep takes no other name (an older host's
@@ -144,12 +154,17 @@ def check_enforceable(
     config: SandboxConfig,
     policy: SandboxPolicy,
     bwrap: tuple[str | None, str],
+    *,
+    deferred: bool = False,
 ) -> None:
-    """Refuse at start a configuration this machine cannot enforce (never run weaker); build
-    the Landlock ruleset now when Landlock is the backend.
+    """Refuse a configuration this machine cannot enforce (never run weaker); build the
+    Landlock ruleset now when Landlock is the backend. *deferred*: run before the first
+    command rather than at start (`StartCheck`); the roots must then still be the ones pinned
+    at start right before the ruleset opens them (and `run_confined` checks them again after).
 
     Raises:
         ConfigError: Naming the key to change.
+        RootReplaced: *deferred*, and a root was replaced since the host started.
     """
     if config.bwrap is not None and bwrap[0] is None:
         raise ConfigError(f"{bwrap[1]}", path=host.config.source, plugin=name, key="bwrap")
@@ -162,4 +177,66 @@ def check_enforceable(
         raise ConfigError(message, path=host.config.source, plugin=name, key=key)
     with contextlib.suppress(SandboxUnavailable):  # else every command fails closed
         if select_backend(policy, config.backend, probes) == "landlock":
+            if deferred:
+                check_pinned(policy)
             prepare_landlock(policy)  # the ruleset is built once, here
+
+
+def landlock_possible(config: SandboxConfig, bwrap: tuple[str | None, str]) -> bool:
+    """Whether Landlock may confine the commands (then `check_enforceable` runs at start, so
+    its ruleset holds the roots as they were then): ``backend = "landlock"``, or ``auto``
+    without a bwrap binary. With a bwrap binary ``auto`` chooses Landlock only if bwrap fails
+    its probe."""
+    return config.backend == "landlock" or (config.backend == "auto" and bwrap[0] is None)
+
+
+class StartCheck:
+    """`check_enforceable`, once: at start when Landlock may be the backend, else before the
+    first command (a call that runs no command, e.g. ``read_file``, never probes the machine:
+    the probe runs ``true`` three times). Until it passed, no command runs: a failure is raised
+    to every command (the probe is cached, so each asks again at no cost)."""
+
+    def __init__(
+        self,
+        host: Host,
+        name: str,
+        config: SandboxConfig,
+        policy: SandboxPolicy,
+        bwrap: tuple[str | None, str],
+    ) -> None:
+        self._args = (host, name, config, policy, bwrap)
+        self._lock = threading.Lock()
+        self.done = False
+        """It passed: commands run with no further check."""
+        if (config.bwrap is not None and bwrap[0] is None) or landlock_possible(config, bwrap):
+            self.run(deferred=False)
+
+    def run(self, *, deferred: bool = True) -> None:
+        """Check now unless done (blocking: the probe runs processes; thread-safe).
+
+        Raises:
+            ConfigError: The configuration cannot be enforced here (key named).
+            RootReplaced: *deferred*, and a root was replaced since the host started.
+        """
+        with self._lock:
+            if not self.done:
+                check_enforceable(*self._args, deferred=deferred)
+                self.done = True
+
+    async def before_command(self, by: str) -> None:
+        """`run` before a command, in a thread (the probe runs processes) unless done; a
+        refusal is the command's ``SANDBOX_UNAVAILABLE`` (decided *by*), and nothing runs.
+
+        Raises:
+            SandboxUnavailableError: The configuration cannot be enforced here, or a root was
+                replaced since the host started.
+        """
+        if self.done:
+            return
+        try:
+            await trio.to_thread.run_sync(self.run)
+        except ConfigError as exc:
+            message = f"this machine cannot enforce the configuration: {exc}"
+            raise SandboxUnavailableError(message, by=by) from None
+        except RootReplaced as exc:
+            raise SandboxUnavailableError(str(exc), by=by) from None

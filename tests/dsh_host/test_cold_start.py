@@ -131,11 +131,56 @@ def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(wo
     assert loaded(dsh_modules(workspace, argv), NOT_ON_THE_COMMAND_LINE) == []
 
 
+NOT_FOR_A_READ = (
+    "dsh_plugins_builtin._rules._suggest",  # the rules to suggest: a prompt or a denied call's hint
+    "cattrs",  # no config table to structure: each plugin's config is its defaults
+    "dsh_plugins_builtin._rules._shell",  # the bash parser: the first bash call (or hook)
+    "tree_sitter",
+    "uuid",  # the audit's host id is 6 bytes of os.urandom
+    "dsh_host._cli._run",  # `dsh run` and `dsh new` only
+    "dsh_host._cli._scaffold",
+)
+
+
+def test_dsh_call_read_file_imports_only_what_a_read_needs(workspace):
+    argv = ["call", "read_file", '{"path": "a.txt"}']
+    dsh_modules(workspace, argv)
+    assert loaded(dsh_modules(workspace, argv), NOT_FOR_A_READ) == []
+
+
 def test_dsh_hook_claude_imports_no_optional_module(workspace):
     argv = ["hook", "claude"]
     dsh_modules(workspace, argv, PAYLOAD)
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
+    assert loaded(modules, ("cattrs", "uuid")) == []
+
+
+def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
+    """`dsh_modules`, with the sandbox's probe of the machine refused (the process ends)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    code = (
+        "import os\n"
+        f"os.chdir({str(workspace)!r})\n"
+        "from dsh_plugins_builtin._sandbox import _backends\n"
+        "def refuse(*args):  # a host drops a plugin that raises: end the process instead\n"
+        "    os.write(2, b'the sandbox probed the machine')\n"
+        "    os._exit(3)\n"
+        "_backends._probe_all = refuse\n"
+        "from dsh_host._cli._main import main\n"
+        f"assert main({argv!r}) == 0\n"
+    )
+    return modules_after(code, env=env, stdin=stdin)
+
+
+def test_a_call_that_runs_no_command_does_not_probe_the_sandbox(workspace):
+    """The probe runs ``true`` under bwrap and Landlock: only a command needs it."""
+    modules = dsh_without_probe(workspace, ["call", "read_file", '{"path": "a.txt"}'])
+    assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
+    assert "pyseccomp" not in modules  # the probe's seccomp program was not built either
+    modules = dsh_without_probe(workspace, ["hook", "claude"], PAYLOAD)
+    assert "pyseccomp" not in modules
 
 
 def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):

@@ -499,11 +499,29 @@ async def test_replaced_root_fails_closed(
 def test_unenforceable_network_false_is_an_error_at_start(
     make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No bwrap binary: Landlock may confine, so the machine is probed at start."""
     probes = {"bwrap": "not installed", "landlock": None, "landlock-net": "Landlock ABI 3"}
     patch_probes(monkeypatch, lambda bwrap=None: probes)
+    monkeypatch.setenv("PATH", str(ws.parent / "no-bwrap-here"))
     with pytest.raises(ConfigError, match=r"key 'network'.*network = false cannot be enforced"):
         escape_host(make_host, ws, "auto", protected=[], protect_config=False)
     escape_host(make_host, ws, "auto", protected=[], protect_config=False, network=True)
+
+
+async def test_unenforceable_network_false_refuses_the_first_command(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bwrap binary that fails its probe: the host starts (the probe waits for the first
+    command), and every command is refused with the key to change; nothing runs."""
+    probes = {"bwrap": "the probe exited 1", "landlock": None, "landlock-net": "Landlock ABI 3"}
+    patch_probes(monkeypatch, lambda bwrap=None: probes)
+    host = escape_host(make_host, ws, "auto", protected=[], protect_config=False)
+    for _ in range(2):
+        result = await host.call("bash", {"command": "echo ran > ran"})
+        assert result.code == "SANDBOX_UNAVAILABLE"
+        assert "key 'network'" in result.text
+        assert "network = false cannot be enforced" in result.text
+    assert not (ws / "ran").exists()
 
 
 async def test_root_swapped_right_after_the_check_binds_nothing_else(
