@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, Literal, TypeVar, final
 
 import dsh_host
 from dsh_host import (
-    AbortSignal,
     Host,
     Scope,
     ToolExecutionInput,
@@ -43,7 +42,7 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, in_trio, join, leave
+from ._guest import Guest, Job, in_trio, join, leave
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -58,13 +57,15 @@ Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
 class AsyncioHost:
     """A `Host` driven from asyncio; see the module docstring. Made by `open_host`."""
 
-    def __init__(self, host: Host, guest: Guest, close: Callable[[], Awaitable[object]]) -> None:
+    def __init__(
+        self, host: Host, guest: Guest, close: Callable[[], Coroutine[Any, Any, object]]
+    ) -> None:
         self.host = host
         self._guest = guest
         self._close = close
         self._closed = False
 
-    def _run(self, job: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
+    def _run(self, job: Job[T]) -> Awaitable[T]:
         if self._closed:
             raise RuntimeError(
                 "this dsh host is closed (its `async with dsh_host.aio.open_host()` ended, or "

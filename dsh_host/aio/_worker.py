@@ -1,0 +1,232 @@
+"""Running a call's first step on the asyncio task, as a step of a parked trio task.
+
+A `Worker` is a trio task of the guest run that, while idle, is parked (as in
+`trio.lowlevel.wait_task_rescheduled`). `Worker.step` runs a call's coroutine up to its first
+suspension right where the asyncio task awaits it, doing exactly what trio's run loop does for
+one task step: the worker is trio's current task meanwhile (``trio.lowlevel.current_task``, cancel
+scopes, nurseries, deadlines all belong to it), sniffio says ``"trio"``, and the coroutine runs in
+a copy of the caller's context, which becomes the worker's context. A call that ends without
+suspending has then cost no trio task and no tick. A call that suspends is handed to the worker
+with the very message its step yielded, which the worker processes as trio's run loop would
+have; from then on the worker is an ordinary trio task running the rest of the call. So the call
+runs in one trio task from its first line to its last, whatever its hooks and body do with trio.
+
+Every read or write of trio's private state for this is here (``Task._abort_func``,
+``custom_sleep_data``, ``context``, ``_runner``, ``GLOBAL_RUN_CONTEXT.task``, the run loop's
+messages). `CAN_STEP` is ``False`` when a trio release moved any of them, and the calls then run
+as one new trio task each (slower, still correct); ``tests/loops/test_aio_inline.py`` fails
+loudly when that happens. Trio instruments see task steps, so while any is installed no step
+runs outside the run loop either.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
+
+import attrs
+import outcome
+import trio
+from sniffio import thread_local as sniffio_library
+
+__all__ = ["CAN_STEP", "HANDED", "Pool", "Worker", "can_step_now"]
+
+
+def _private() -> tuple[Any, Any, Any, Any]:
+    try:
+        from trio._core import _run, _traps
+
+        return (
+            _run.GLOBAL_RUN_CONTEXT,
+            _run.Task,
+            _traps.CancelShieldedCheckpoint,
+            _traps.WaitTaskRescheduled,
+        )
+    except (ImportError, AttributeError):  # pragma: no cover - a trio that moved them
+        return None, None, None, None
+
+
+GLOBAL_RUN_CONTEXT, Task, CancelShieldedCheckpoint, WaitTaskRescheduled = _private()
+HANDED: Any = object()
+"""What `Worker.step` returns when the call suspended and its worker took it over."""
+
+
+def _can_step() -> bool:
+    """Whether this trio has every private name `Worker.step` reads or writes."""
+    if Task is None or not attrs.has(Task):
+        return False
+    fields = {field.name for field in attrs.fields(Task)}
+    wanted = {"_abort_func", "custom_sleep_data", "context", "_runner", "coro", "_next_send_fn"}
+    return wanted <= fields and callable(
+        getattr(Task, "_attempt_delivery_of_any_pending_cancel", None)
+    )
+
+
+CAN_STEP = _can_step()
+
+
+def can_step_now(runner_task: Any) -> bool:
+    """Whether a step may run now: between two ticks (no task is trio's current one) and with
+    no trio instrument to see it. *runner_task* is any task of the guest run."""
+    instruments = runner_task._runner.instruments.data  # a UserDict's own dict: quicker
+    return (
+        "before_task_step" not in instruments
+        and "after_task_step" not in instruments
+        and "task" not in GLOBAL_RUN_CONTEXT.__dict__  # its thread's attributes
+    )
+
+
+Finish = Callable[[outcome.Outcome[Any]], None]
+
+
+MAX_IDLE = 16
+"""How many idle workers a guest run keeps (more were needed only for concurrent calls)."""
+
+
+@attrs.define(eq=False)
+class Pool:
+    """The guest run's workers that are parked and usable (`idle`)."""
+
+    idle: list[Worker] = attrs.Factory(list)
+    closed: bool = False
+
+    def close(self) -> None:
+        """End the idle workers, and every busy one once its call ends (from a trio task)."""
+        self.closed = True
+        while self.idle:
+            worker = self.idle.pop()
+            worker.stopping = True
+            trio.lowlevel.reschedule(worker.task)
+
+
+@attrs.define(eq=False)
+class Worker:
+    """A trio task that runs calls handed to it (see the module docstring)."""
+
+    pool: Pool
+    task: Any = None
+    coro: Coroutine[Any, Any, Any] | None = None
+    finish: Finish | None = None
+    """Where the running call's outcome goes."""
+    stopping: bool = False
+    park: Any = None
+
+    async def drive(self) -> None:
+        """The worker's trio task (started with a call set, or none)."""
+        self.task = trio.lowlevel.current_task()
+        self.park = WaitTaskRescheduled(self._abort)
+        await _Drive(self)
+
+    def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
+        exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
+        over (set `finish` then, before anything else runs). Call only when `can_step_now`, on a
+        worker just taken out of the pool's `idle`."""
+        task = self.task
+        context = task.context = contextvars.copy_context()
+        task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
+        library, sniffio_library.name = sniffio_library.name, "trio"
+        GLOBAL_RUN_CONTEXT.task = task
+        try:
+            try:
+                message = context.run(coro.send, None)
+            except StopIteration as stop:
+                self._repark()
+                return stop.value
+            except BaseException:
+                self._repark()
+                raise
+            self.coro = coro
+            _as_the_run_loop_would(task, message)
+            return HANDED
+        finally:
+            del GLOBAL_RUN_CONTEXT.task
+            sniffio_library.name = library
+
+    def _repark(self) -> None:
+        """Back to parked and idle, as the worker's own park left it (a pending cancellation
+        is delivered as trio delivers it to a task that has just parked)."""
+        self.pool.idle.append(self)
+        task = self.task
+        task._abort_func = self._abort
+        task._attempt_delivery_of_any_pending_cancel()
+
+    def _abort(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        """Cancelled while parked idle (the guest run is failing): the worker ends."""
+        if self in self.pool.idle:
+            self.pool.idle.remove(self)
+        self.stopping = True
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def done(self, result: outcome.Outcome[Any]) -> None:
+        """The handed call ended: its outcome to its caller; park again, or end."""
+        finish, self.coro, self.finish = self.finish, None, None
+        pool = self.pool
+        if not self.stopping and not pool.closed and len(pool.idle) < MAX_IDLE:
+            pool.idle.append(self)
+        else:
+            self.stopping = True
+        assert finish is not None
+        finish(result)
+
+
+def _as_the_run_loop_would(task: Any, message: Any) -> None:
+    """What trio's run loop does with the *message* a task step yielded."""
+    runner = task._runner
+    if message is CancelShieldedCheckpoint:
+        runner.reschedule(task)
+    elif type(message) is WaitTaskRescheduled:
+        task._abort_func = message.abort_func
+        task._attempt_delivery_of_any_pending_cancel()
+    else:  # a foreign library's yield (or a detach): trio throws this into the task
+        error = TypeError(
+            f"trio.run received unrecognized yield message {message!r}: dsh_host.aio runs "
+            "tool bodies and hooks under trio"
+        )
+        runner.reschedule(task, error)
+        task._next_send_fn = task.coro.throw
+
+
+class _Drive:
+    """The worker's loop: park while idle; run the handed call's remaining steps."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        worker = self.worker
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            coro = worker.coro
+            if coro is None:
+                if worker.stopping:
+                    return
+                try:
+                    sent, error = (yield worker.park), None
+                except BaseException as exc:  # a foreign yield's error, thrown in by trio
+                    sent, error = None, exc
+                if worker.coro is None:  # woken idle: told to stop, or cancelled
+                    if error is not None:
+                        raise error
+                    if isinstance(sent, outcome.Error):
+                        sent.unwrap()
+                    return
+                continue
+            try:
+                message = coro.send(sent) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                worker.done(outcome.Value(stop.value))
+            except BaseException as exc:
+                worker.done(outcome.Error(exc))
+            else:
+                try:
+                    sent, error = (yield message), None
+                    continue
+                except BaseException as exc:
+                    sent, error = None, exc
+                    continue
+            sent, error = None, None
