@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar, final
 
 import dsh_host
 from dsh_host import (
+    AbortSignal,
     Host,
     Scope,
     ToolExecutionInput,
@@ -42,7 +43,7 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, Job, in_trio, join, leave
+from ._guest import Guest, Job, Pending, begin, in_trio, join, leave, on_loop
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -65,13 +66,16 @@ class AsyncioHost:
         self._close = close
         self._closed = False
 
-    def _run(self, job: Job[T]) -> Awaitable[T]:
+    def _open(self) -> Guest:
         if self._closed:
             raise RuntimeError(
                 "this dsh host is closed (its `async with dsh_host.aio.open_host()` ended, or "
                 "aclose() ran): open a new one"
             )
-        return in_trio(self._guest, job)
+        return self._guest
+
+    def _run(self, job: Job[T]) -> Awaitable[T]:
+        return in_trio(self._open(), job)
 
     async def call(
         self,
@@ -82,11 +86,17 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        return await self._run(
-            lambda signal: self.host.call(
-                name, arguments, call_id=call_id, scope=scope, signal=signal
-            )
+        guest = self._open()
+        on_loop(guest)
+        signal = AbortSignal()
+        started = begin(
+            guest,
+            signal,
+            self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal),
         )
+        if type(started) is Pending:
+            return await started.settle()  # type: ignore[no-any-return]
+        return started  # type: ignore[no-any-return]
 
     async def call_many(
         self, calls: Iterable[Call], *, max_parallel: int = 10

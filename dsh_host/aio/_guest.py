@@ -18,7 +18,7 @@ from dsh_host import AbortSignal
 
 from ._worker import CAN_STEP, HANDED, Pool, Worker, can_step_now
 
-__all__ = ["Guest", "Job", "in_trio", "join", "leave"]
+__all__ = ["Guest", "Job", "Pending", "begin", "in_trio", "join", "leave", "on_loop"]
 
 T = TypeVar("T")
 Job = Callable[[AbortSignal], Coroutine[Any, Any, T]]
@@ -210,62 +210,81 @@ async def leave(guest: Guest) -> None:
         (await asyncio.shield(guest.finished)).unwrap()
 
 
-async def in_trio(guest: Guest, job: Job[T]) -> T:
-    """Run *job* in the guest run; cancelling the caller aborts its signal.
-
-    Its first step runs at once, as a step of an idle `Worker` (`Worker.step`): a call that
-    does not suspend ends there. One that does is the worker's (or, with no idle worker, a new
-    worker's) trio task from then on; the caller runs the guest run's queued ticks itself
-    (`_Ticks.run_now`, up to `INLINE_TICKS`), so a call that ends in a tick or two returns
-    with no turn of the asyncio loop. Only a call still running then waits on the loop."""
-    loop = asyncio.get_running_loop()
-    if loop is not guest.ticks.loop:
+def on_loop(guest: Guest) -> None:
+    """Raise unless this is the guest run's asyncio loop."""
+    if asyncio.get_running_loop() is not guest.ticks.loop:
         raise RuntimeError(
             "this dsh host was opened on another event loop: open one on this loop "
             "(`dsh_host.aio.open_host`)"
         )
+
+
+async def in_trio(guest: Guest, job: Job[T]) -> T:
+    """Run *job* in the guest run (`begin`); cancelling the caller aborts its signal."""
+    on_loop(guest)
     signal = AbortSignal()
+    started = begin(guest, signal, job(signal))
+    if type(started) is Pending:
+        return await started.settle()  # type: ignore[no-any-return]
+    return started  # type: ignore[no-any-return]
+
+
+def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Start the call *coro* (made with *signal*) from the guest run's asyncio loop: its value
+    if it ended at once, else a `Pending` to await (`Pending.settle`).
+
+    Its first step runs now, as a step of an idle `Worker` (`Worker.step`): a call that does
+    not suspend ends there. One that does is the worker's (or, with no idle worker, a new
+    worker's) trio task from then on."""
     idle = guest.workers.idle
     if idle and can_step_now(idle[-1].task):
         worker = idle.pop()
-        value = worker.step(job(signal))
+        value = worker.step(coro)  # its exception, if it raised, goes to the caller
         if value is not HANDED:
-            return value  # type: ignore[no-any-return]
-        call: _Call[T] = _Call(guest, signal)
+            return value
+        call: Pending[Any] = Pending(guest, signal)
         worker.finish = call.finish
         _warm(guest)
-    elif CAN_STEP:
-        call = _Call(guest, signal)
-        worker = Worker(guest.workers, coro=job(signal), finish=call.finish)
+        return call
+    call = Pending(guest, signal)
+    if CAN_STEP:
+        worker = Worker(guest.workers, coro=coro, finish=call.finish)
         _spawn(guest, worker.drive)
     else:
-        call = _Call(guest, signal)
-        _spawn(guest, lambda: call.run(job))
-    return await _settle(call, guest.ticks, loop)
-
-
-async def _settle(call: _Call[T], ticks: _Ticks, loop: asyncio.AbstractEventLoop) -> T:
-    for _ in range(INLINE_TICKS):  # the guest run's next ticks, now, while they finish it
-        if call.result is not None or not ticks.run_now():
-            break
-    if call.result is None:
-        await call.settled(loop)
-    assert call.result is not None
-    return call.result.unwrap()
+        _spawn(guest, lambda: call.run(coro))
+    return call
 
 
 @attrs.define(eq=False)
-class _Call(Generic[T]):
-    """One call's outcome (`finish`) and the asyncio side's wait for it (`settled`)."""
+class Pending(Generic[T]):
+    """A call that did not end at once: its outcome (`finish`) and the asyncio side's wait."""
 
     guest: Guest
     signal: AbortSignal
     result: outcome.Outcome[T] | None = None
     waiting: list[asyncio.Future[None]] = attrs.Factory(list)
 
-    async def run(self, job: Job[T]) -> None:
+    async def settle(self) -> T:
+        """Its value (or exception). The caller first runs the guest run's queued ticks itself
+        (`_Ticks.run_now`, up to `INLINE_TICKS`), so a call that ends in a tick or two returns
+        with no turn of the asyncio loop; only a call still running then waits on the loop."""
+        ticks = self.guest.ticks
+        for _ in range(INLINE_TICKS):
+            if self.result is not None or not ticks.run_now():
+                break
+        if self.result is None:
+            await self._wait(ticks.loop)
+        assert self.result is not None
+        return self.result.unwrap()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> None:
         """The call as a trio task of its own (when workers cannot be used)."""
-        self.finish(await outcome.acapture(job, self.signal))
+        try:
+            value = await coro
+        except BaseException as exc:
+            self.finish(outcome.Error(exc))
+        else:
+            self.finish(outcome.Value(value))
 
     def finish(self, result: outcome.Outcome[T]) -> None:
         self.guest.last = trio.current_time()
@@ -274,7 +293,7 @@ class _Call(Generic[T]):
             if not future.done():
                 future.set_result(None)
 
-    async def settled(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait for the call to end; a cancelled caller aborts the call and still waits."""
         first = loop.create_future()
         self.waiting.append(first)

@@ -58,6 +58,7 @@ def _can_step() -> bool:
         return False
     fields = {field.name for field in attrs.fields(Task)}
     wanted = {"_abort_func", "custom_sleep_data", "context", "_runner", "coro", "_next_send_fn"}
+    wanted |= {"_cancel_status"}
     return wanted <= fields and callable(
         getattr(Task, "_attempt_delivery_of_any_pending_cancel", None)
     )
@@ -126,31 +127,33 @@ class Worker:
         task = self.task
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
-        library, sniffio_library.name = sniffio_library.name, "trio"
-        GLOBAL_RUN_CONTEXT.task = task
+        run, sniffio_now = GLOBAL_RUN_CONTEXT.__dict__, sniffio_library.__dict__  # this thread's
+        library = sniffio_now.get("name")
+        sniffio_now["name"] = "trio"
+        run["task"] = task
         try:
             try:
                 message = context.run(coro.send, None)
             except StopIteration as stop:
-                self._repark()
+                self._repark(task)
                 return stop.value
             except BaseException:
-                self._repark()
+                self._repark(task)
                 raise
             self.coro = coro
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
-            del GLOBAL_RUN_CONTEXT.task
-            sniffio_library.name = library
+            del run["task"]
+            sniffio_now["name"] = library
 
-    def _repark(self) -> None:
+    def _repark(self, task: Any) -> None:
         """Back to parked and idle, as the worker's own park left it (a pending cancellation
         is delivered as trio delivers it to a task that has just parked)."""
         self.pool.idle.append(self)
-        task = self.task
-        task._abort_func = self._abort
-        task._attempt_delivery_of_any_pending_cancel()
+        task._abort_func = self.park.abort_func
+        if task._cancel_status.effectively_cancelled:
+            task._attempt_delivery_of_any_pending_cancel()
 
     def _abort(self, raise_cancel: Any) -> trio.lowlevel.Abort:
         """Cancelled while parked idle (the guest run is failing): the worker ends."""
