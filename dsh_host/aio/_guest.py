@@ -16,7 +16,7 @@ import trio
 
 from dsh_host import AbortSignal
 
-from ._worker import CAN_STEP, HANDED, Pool, Worker, can_step_now
+from ._worker import CAN_STEP, HANDED, Pool, Worker
 
 __all__ = ["Guest", "Job", "Pending", "begin", "in_trio", "join", "leave", "on_loop"]
 
@@ -236,9 +236,8 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
     Its first step runs now, as a step of an idle `Worker` (`Worker.step`): a call that does
     not suspend ends there. One that does is the worker's (or, with no idle worker, a new
     worker's) trio task from then on."""
-    idle = guest.workers.idle
-    if idle and can_step_now(idle[-1].task):
-        worker = idle.pop()
+    worker = guest.workers.take()
+    if worker is not None:
         value = worker.step(coro)  # its exception, if it raised, goes to the caller
         if value is not HANDED:
             return value

@@ -30,7 +30,7 @@ import outcome
 import trio
 from sniffio import thread_local as sniffio_library
 
-__all__ = ["CAN_STEP", "HANDED", "Pool", "Worker", "can_step_now"]
+__all__ = ["CAN_STEP", "HANDED", "Pool", "Worker"]
 
 
 def _private() -> tuple[Any, Any, Any, Any]:
@@ -67,17 +67,6 @@ def _can_step() -> bool:
 CAN_STEP = _can_step()
 
 
-def can_step_now(runner_task: Any) -> bool:
-    """Whether a step may run now: between two ticks (no task is trio's current one) and with
-    no trio instrument to see it. *runner_task* is any task of the guest run."""
-    instruments = runner_task._runner.instruments.data  # a UserDict's own dict: quicker
-    return (
-        "before_task_step" not in instruments
-        and "after_task_step" not in instruments
-        and "task" not in GLOBAL_RUN_CONTEXT.__dict__  # its thread's attributes
-    )
-
-
 Finish = Callable[[outcome.Outcome[Any]], None]
 
 
@@ -91,6 +80,21 @@ class Pool:
 
     idle: list[Worker] = attrs.Factory(list)
     closed: bool = False
+    instruments: Any = None
+    """The run's instruments by hook (set as the first worker starts)."""
+
+    def take(self) -> Worker | None:
+        """An idle worker, out of `idle`, if a step may run now: between two ticks (no task is
+        trio's current one) and with no trio instrument to see it."""
+        idle, instruments = self.idle, self.instruments
+        if (
+            idle
+            and "before_task_step" not in instruments
+            and "after_task_step" not in instruments
+            and "task" not in GLOBAL_RUN_CONTEXT.__dict__  # this thread's attributes
+        ):
+            return idle.pop()
+        return None
 
     def close(self) -> None:
         """End the idle workers, and every busy one once its call ends (from a trio task)."""
@@ -116,14 +120,15 @@ class Worker:
     async def drive(self) -> None:
         """The worker's trio task (started with a call set, or none)."""
         self.task = trio.lowlevel.current_task()
+        self.pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
         self.park = WaitTaskRescheduled(self._abort)
         await _Drive(self)
 
     def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
         exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
-        over (set `finish` then, before anything else runs). Call only when `can_step_now`, on a
-        worker just taken out of the pool's `idle`."""
+        over (set `finish` then, before anything else runs). Call only on a worker just taken
+        from its pool (`Pool.take`)."""
         task = self.task
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
