@@ -3,25 +3,32 @@
 The pipeline stays trio. Trio runs as a *guest* of the running asyncio loop
 (`trio.lowlevel.start_guest_run`): one trio run per asyncio loop, on the loop's own thread,
 shared by every asyncio host on it, started by the first `open_host` and ended by the last.
-A call is a trio task of that run; its result comes back to the awaiting asyncio task with no
-thread in between. Cancelling the asyncio task aborts the call's `AbortSignal` (the body sees
-it and the pipeline ends the call ``ABORTED``), and the task waits for the call to settle before
-it re-raises, so a call is never abandoned. The caller's context variables (an OpenTelemetry
-span, say) are copied into the call's trio task.
+A call runs in a trio task of that run from its first line to its last; its result comes back
+to the awaiting asyncio task with no thread in between. Cancelling the asyncio task aborts the
+call's `AbortSignal` (the body sees it and the pipeline ends the call ``ABORTED``), and the task
+waits for the call to settle before it re-raises, so a call is never abandoned. The caller's
+context variables (an OpenTelemetry span, say) are copied into the call's trio task.
 
-A call costs no thread hop and, mostly, no turn of the asyncio loop: its trio task is
-started straight from the loop's thread, and the awaiting coroutine then runs the guest run's
-queued ticks itself (`_Ticks`), so a call that ends in a tick or two returns at once.
+A call costs no thread hop, no new trio task and, mostly, no tick of the guest run and no turn
+of the asyncio loop: the trio task is a parked *worker* (`_worker`), and the call's first step
+runs right away, on the awaiting asyncio task, as a step of that worker, set up as trio's run
+loop sets up a task step (the worker is trio's current task, sniffio says trio, the call's
+context is the worker's). A call whose pipeline does not suspend ends in that step. One that
+suspends (a checkpoint, a wait) is handed to the worker with the message its step yielded, as
+trio's run loop would have taken it, and goes on there as any trio task; the awaiting coroutine
+then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
+more still returns at once.
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
 so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
-(two thread wake-ups for a call that finds it idle; `_keep_warm` spares calls in quick
-succession).
+(two thread wake-ups for a call that suspends and finds it idle; `_keep_warm` spares calls in
+quick succession).
 
-Why not run the pipeline on the asyncio task itself when it would not suspend: whether it
-suspends depends on the tool's body and the plugins' hooks, which may use trio (a cancel scope,
-a checkpoint) at any point, after side effects; only a trio task can run them safely.
+Why not run the pipeline on the asyncio task as a plain coroutine when it would not suspend:
+whether it suspends depends on the tool's body and the plugins' hooks, which may use trio (a
+cancel scope, a checkpoint) at any point, after side effects; only a trio task can run them
+safely. The worker's step gives them one: the same task that a suspension hands the call to.
 """
 
 from __future__ import annotations
