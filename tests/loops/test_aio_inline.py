@@ -56,6 +56,15 @@ class Tools:
             await asyncio.sleep(0)  # an asyncio await inside a trio body
             return "unreachable"
 
+        async def selfcancel(args, ctx):
+            with trio.CancelScope() as scope:
+                scope.cancel()  # pending from the first step on: delivered at the checkpoint
+                await trio.sleep(0)
+                return "not reached"
+            with trio.move_on_at(trio.current_time() - 1):  # a deadline already past
+                await trio.sleep_forever()
+            return "cancelled twice"
+
         async def instrument(args, ctx):
             trio.lowlevel.add_instrument(Steps())
             return "added"
@@ -66,6 +75,7 @@ class Tools:
             ("gated", gated),
             ("foreign", foreign),
             ("instrument", instrument),
+            ("selfcancel", selfcancel),
         ):
             register(tool(name, body))
 
@@ -192,5 +202,34 @@ def test_closing_the_last_host_ends_idle_and_busy_workers(when):
                 tools.gate.set()
                 await pending
         assert all(worker.stopping for worker in workers)
+
+    asyncio.run(main())
+
+
+def test_cancel_scopes_a_call_cancels_itself_hold_across_the_hand_off():
+    async def main():
+        async with open_test_host(Tools()) as host:
+            assert text(await host.call("selfcancel", {})) == "cancelled twice"
+            assert text(await host.call("task", {})) == "trio"
+
+    asyncio.run(main())
+
+
+def test_an_exception_from_a_calls_first_step_reaches_the_caller_and_the_worker_stays():
+    async def main():
+        async with open_test_host(Tools()) as host:
+            await host.call("task", {})
+            guest = host._guest
+            idle = len(guest.workers.idle)
+
+            async def fails(signal):
+                raise LookupError("in the first step")
+
+            with pytest.raises(LookupError, match="in the first step"):
+                await _guest.in_trio(guest, fails)
+            assert len(guest.workers.idle) == idle
+            assert "task" not in _worker.GLOBAL_RUN_CONTEXT.__dict__
+            assert sniffio.current_async_library() == "asyncio"
+            assert text(await host.call("task", {})) == "trio"
 
     asyncio.run(main())
