@@ -48,6 +48,8 @@ def _private() -> tuple[Any, Any, Any, Any]:
 
 
 GLOBAL_RUN_CONTEXT, Task, CancelShieldedCheckpoint, WaitTaskRescheduled = _private()
+_IDLE = contextvars.Context()
+"""An idle worker's context: empty, so that it keeps no call's context variables alive."""
 HANDED: Any = object()
 """What `Worker.step` returns when the call suspended and its worker took it over."""
 
@@ -156,6 +158,7 @@ class Worker:
         """Back to parked and idle, as the worker's own park left it (a pending cancellation
         is delivered as trio delivers it to a task that has just parked)."""
         self.pool.idle.append(self)
+        task.context = _IDLE  # holds none of the call's context variables
         task._abort_func = self.park.abort_func
         if task._cancel_status.effectively_cancelled:
             task._attempt_delivery_of_any_pending_cancel()
@@ -170,6 +173,7 @@ class Worker:
     def done(self, result: outcome.Outcome[Any]) -> None:
         """The handed call ended: its outcome to its caller; park again, or end."""
         finish, self.coro, self.finish = self.finish, None, None
+        self.task.context = _IDLE  # from its next step on
         pool = self.pool
         if not self.stopping and not pool.closed and len(pool.idle) < MAX_IDLE:
             pool.idle.append(self)

@@ -110,8 +110,10 @@ def test_calls_that_do_not_suspend_run_in_one_reused_trio_task_as_trio():
     async def main():
         tools = Tools()
         async with open_test_host(tools) as host:
+            request_id.set("req-0")
             results = [text(await host.call("task", {})) for _ in range(3)]
             assert results == ["trio"] * 3
+            assert request_id not in tools.tasks[0].context  # an idle worker keeps no context
             assert sniffio.current_async_library() == "asyncio"  # restored after each step
             assert tools.tasks[0] is tools.tasks[1] is tools.tasks[2]
 
@@ -124,6 +126,8 @@ def test_a_call_that_suspends_goes_on_in_its_worker_with_the_callers_context():
             request_id.set("req-1")
             assert text(await host.call("nested", {})) == "req-1 req-1 trio"
             assert text(await host.call("task", {})) == "trio"  # the worker parked again
+            for worker in host._guest.workers.idle:  # it keeps no call's context alive
+                assert request_id not in worker.task.context
 
     asyncio.run(main())
 
