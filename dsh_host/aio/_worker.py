@@ -60,7 +60,7 @@ def _can_step() -> bool:
         return False
     fields = {field.name for field in attrs.fields(Task)}
     wanted = {"_abort_func", "custom_sleep_data", "context", "_runner", "coro", "_next_send_fn"}
-    wanted |= {"_cancel_status"}
+    wanted |= {"_cancel_status", "_cancel_points", "_schedule_points"}
     return wanted <= fields and callable(
         getattr(Task, "_attempt_delivery_of_any_pending_cancel", None)
     )
@@ -186,9 +186,11 @@ class Worker:
 def _as_the_run_loop_would(task: Any, message: Any) -> None:
     """What trio's run loop does with the *message* a task step yielded."""
     runner = task._runner
+    task._schedule_points += 1
     if message is CancelShieldedCheckpoint:
         runner.reschedule(task)
     elif type(message) is WaitTaskRescheduled:
+        task._cancel_points += 1
         task._abort_func = message.abort_func
         task._attempt_delivery_of_any_pending_cancel()
     else:  # a foreign library's yield (or a detach): trio throws this into the task
@@ -219,6 +221,8 @@ class _Drive:
                     return
                 try:
                     sent, error = (yield worker.park), None
+                except GeneratorExit:  # the run closed this task's coroutine
+                    raise
                 except BaseException as exc:  # a foreign yield's error, thrown in by trio
                     sent, error = None, exc
                 if worker.coro is None:  # woken idle: told to stop, or cancelled
@@ -238,6 +242,9 @@ class _Drive:
                 try:
                     sent, error = (yield message), None
                     continue
+                except GeneratorExit:  # the run closed this task's coroutine: close the call's
+                    coro.close()
+                    raise
                 except BaseException as exc:
                     sent, error = None, exc
                     continue

@@ -9,6 +9,7 @@ import contextvars
 import pytest
 import sniffio
 import trio
+import trio.testing
 
 import dsh_host
 import dsh_host.aio
@@ -65,6 +66,11 @@ class Tools:
                 await trio.sleep_forever()
             return "cancelled twice"
 
+        async def counted(args, ctx):
+            with trio.testing.assert_checkpoints():  # counts the first step's checkpoint too
+                await trio.sleep(0)
+            return "counted"
+
         async def instrument(args, ctx):
             trio.lowlevel.add_instrument(Steps())
             return "added"
@@ -76,6 +82,7 @@ class Tools:
             ("foreign", foreign),
             ("instrument", instrument),
             ("selfcancel", selfcancel),
+            ("counted", counted),
         ):
             register(tool(name, body))
 
@@ -214,6 +221,7 @@ def test_cancel_scopes_a_call_cancels_itself_hold_across_the_hand_off():
     async def main():
         async with open_test_host(Tools()) as host:
             assert text(await host.call("selfcancel", {})) == "cancelled twice"
+            assert text(await host.call("counted", {})) == "counted"
             assert text(await host.call("task", {})) == "trio"
 
     asyncio.run(main())
