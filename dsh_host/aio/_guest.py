@@ -247,7 +247,7 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
         return call
     call = Pending(guest, signal)
     if CAN_STEP:
-        worker = Worker(guest.workers, coro=coro, finish=call.finish)
+        worker = Worker(guest.workers, first=coro, finish=call.finish)
         _spawn(guest, worker.drive)
     else:
         _spawn(guest, lambda: call.run(coro))

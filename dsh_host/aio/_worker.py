@@ -10,6 +10,8 @@ suspending has then cost no trio task and no tick. A call that suspends is hande
 with the very message its step yielded, which the worker processes as trio's run loop would
 have; from then on the worker is an ordinary trio task running the rest of the call. So the call
 runs in one trio task from its first line to its last, whatever its hooks and body do with trio.
+A worker runs its calls through one generator (`_calls`) that ``yield from``s each, so that a
+call's end raises no `StopIteration` on the way out.
 
 Every read or write of trio's private state for this is here (``Task._abort_func``,
 ``custom_sleep_data``, ``context``, ``_runner``, ``GLOBAL_RUN_CONTEXT.task``, the run loop's
@@ -22,6 +24,7 @@ runs outside the run loop either.
 from __future__ import annotations
 
 import contextvars
+import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
@@ -112,26 +115,36 @@ class Worker:
     """A trio task that runs calls handed to it (see the module docstring)."""
 
     pool: Pool
-    task: Any = None
-    coro: Coroutine[Any, Any, Any] | None = None
+    first: Coroutine[Any, Any, Any] | None = None
+    """The call a new worker starts with (none for one that is to park at once)."""
     finish: Finish | None = None
     """Where the running call's outcome goes."""
+    busy: bool = False
+    """A call is handed to it (its trio task runs the call's remaining steps)."""
     stopping: bool = False
+    task: Any = None
     park: Any = None
+    calls: Any = None
+    """Its `_calls` generator, which runs each call sent in."""
+    value: Any = None
+    """The value of the call that `calls` just ended (read once)."""
 
     async def drive(self) -> None:
-        """The worker's trio task (started with a call set, or none)."""
+        """The worker's trio task."""
         self.task = trio.lowlevel.current_task()
         self.pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
         self.park = WaitTaskRescheduled(self._abort)
-        await _Drive(self)
+        self.calls = _ready_calls(self)
+        first, self.first = self.first, None
+        self.busy = first is not None
+        await _Drive(self, first)
 
     def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
         exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
         over (set `finish` then, before anything else runs). Call only on a worker just taken
         from its pool (`Pool.take`)."""
-        task = self.task
+        task, calls = self.task, self.calls
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
         run, sniffio_now = GLOBAL_RUN_CONTEXT.__dict__, sniffio_library.__dict__  # this thread's
@@ -140,19 +153,25 @@ class Worker:
         run["task"] = task
         try:
             try:
-                message = context.run(coro.send, None)
-            except StopIteration as stop:
-                self._repark(task)
-                return stop.value
+                message = context.run(calls.send, coro)
             except BaseException:
+                self.calls = _ready_calls(self)  # the call's exception ended that one
                 self._repark(task)
                 raise
-            self.coro = coro
+            if message is _ENDED:
+                self._repark(task)
+                value, self.value = self.value, None
+                return value
+            self.busy = True
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
             del run["task"]
             sniffio_now["name"] = library
+
+    def handed(self) -> bool:
+        """Whether a call is handed to it (`busy`, read anew: it changes between steps)."""
+        return self.busy
 
     def _repark(self, task: Any) -> None:
         """Back to parked and idle, as the worker's own park left it (a pending cancellation
@@ -172,7 +191,7 @@ class Worker:
 
     def done(self, result: outcome.Outcome[Any]) -> None:
         """The handed call ended: its outcome to its caller; park again, or end."""
-        finish, self.coro, self.finish = self.finish, None, None
+        finish, self.finish, self.busy = self.finish, None, False
         self.task.context = _IDLE  # from its next step on
         pool = self.pool
         if not self.stopping and not pool.closed and len(pool.idle) < MAX_IDLE:
@@ -202,21 +221,42 @@ def _as_the_run_loop_would(task: Any, message: Any) -> None:
         task._next_send_fn = task.coro.throw
 
 
+@types.coroutine
+def _calls(worker: Worker) -> Generator[Any, Any, None]:
+    """Runs each call (a coroutine) sent in to its end, yielding what it yields (trio's
+    messages), then `_ENDED` with its value in ``worker.value``: a call's end raises no
+    `StopIteration` here. A call's exception ends the generator (make a new one then)."""
+    call = yield
+    while True:
+        worker.value = yield from call
+        call = None  # hold no finished call while waiting for the next
+        call = yield _ENDED
+
+
+def _ready_calls(worker: Worker) -> Any:
+    calls = _calls(worker)
+    calls.send(None)  # to its first ``yield``: ready for a call
+    return calls
+
+
+_ENDED: Any = object()
+
+
 class _Drive:
     """The worker's loop: park while idle; run the handed call's remaining steps."""
 
-    __slots__ = ("worker",)
+    __slots__ = ("first", "worker")
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, worker: Worker, first: Coroutine[Any, Any, Any] | None) -> None:
+        self.worker, self.first = worker, first
 
     def __await__(self) -> Generator[Any, Any, None]:
         worker = self.worker
-        sent: Any = None
+        sent: Any = self.first  # the first call, sent into `calls` to start it
+        self.first = None
         error: BaseException | None = None
         while True:
-            coro = worker.coro
-            if coro is None:
+            if not worker.busy:
                 if worker.stopping:
                     return
                 try:
@@ -225,27 +265,31 @@ class _Drive:
                     raise
                 except BaseException as exc:  # a foreign yield's error, thrown in by trio
                     sent, error = None, exc
-                if worker.coro is None:  # woken idle: told to stop, or cancelled
+                if not worker.handed():  # woken idle: told to stop, or cancelled
                     if error is not None:
                         raise error
                     if isinstance(sent, outcome.Error):
                         sent.unwrap()
                     return
                 continue
+            calls = worker.calls
             try:
-                message = coro.send(sent) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                worker.done(outcome.Value(stop.value))
+                message = calls.send(sent) if error is None else calls.throw(error)
             except BaseException as exc:
+                worker.calls = _ready_calls(worker)
                 worker.done(outcome.Error(exc))
             else:
-                try:
-                    sent, error = (yield message), None
-                    continue
-                except GeneratorExit:  # the run closed this task's coroutine: close the call's
-                    coro.close()
-                    raise
-                except BaseException as exc:
-                    sent, error = None, exc
-                    continue
+                if message is _ENDED:
+                    value, worker.value = worker.value, None
+                    worker.done(outcome.Value(value))
+                else:
+                    try:
+                        sent, error = (yield message), None
+                        continue
+                    except GeneratorExit:  # the run closed this task's coroutine: and the call
+                        calls.close()
+                        raise
+                    except BaseException as exc:
+                        sent, error = None, exc
+                        continue
             sent, error = None, None

@@ -237,8 +237,15 @@ def test_an_exception_from_a_calls_first_step_reaches_the_caller_and_the_worker_
             async def fails(signal):
                 raise LookupError("in the first step")
 
+            async def fails_later(signal):
+                await trio.sleep(0)
+                raise LookupError("in a later step")
+
             with pytest.raises(LookupError, match="in the first step"):
                 await _guest.in_trio(guest, fails)
+            assert len(guest.workers.idle) == idle
+            with pytest.raises(LookupError, match="in a later step"):
+                await _guest.in_trio(guest, fails_later)
             assert len(guest.workers.idle) == idle
             assert "task" not in _worker.GLOBAL_RUN_CONTEXT.__dict__
             assert sniffio.current_async_library() == "asyncio"
