@@ -93,7 +93,7 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        guest = self._open()
+        guest = self._open()  # `in_trio` written out: no closure, no coroutine, per call
         on_loop(guest)
         signal = AbortSignal()
         started = begin(
