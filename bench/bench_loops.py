@@ -13,12 +13,16 @@ Cases, in one process, on one host shape (an echo tool, no other plugin; entry p
   ``asyncio.run`` (the trio guest run);
 * ``pydantic-ai``: one agent run whose model asks for N echo calls in one step through
   ``DshToolset``, minus the same run asking for none, per call; beside it the same through a
-  pydantic-ai ``FunctionToolset`` echo (pydantic-ai's own cost of a tool call);
+  pydantic-ai ``FunctionToolset`` echo (pydantic-ai's own cost of a tool call). Against ``host.call`` under trio that figure is mostly pydantic-ai's own
+  machinery (its function tool costs about as much); what dsh adds to an agent run is
+  ``DshToolset`` against ``FunctionToolset``;
 * ``otel off``: ``host.call`` with the ``otel`` plugin installed but off (no tracer provider),
   against the denominator: what an unconfigured ``otel`` costs per call.
 
-Each case is timed in batches of ``--calls`` calls, ``--rounds`` times; figures are the minimum
-and the median per call over batches. Garbage collection is paused while a batch is timed.
+Each case keeps its loop running in a thread of its own (`Lane`) and is timed in batches of
+2000 calls (200 for an agent run; ``--quick``: 200 and 50), one batch of each case in turn, 20
+rounds (``--quick``: 6); only one case runs at a time. Figures are the minimum and the median
+per call over batches. Garbage collection is paused while a batch is timed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import argparse
 import asyncio
 import gc
 import json
+import math
+import queue
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -59,17 +66,66 @@ def echo_plugin() -> object:
     return Tools()
 
 
-async def batches(timer: Timer, calls: int, rounds: int) -> list[float]:
-    await timer(max(calls // 10, 1))  # warm-up
-    out = []
-    for _ in range(rounds):
+class Lane(threading.Thread):
+    """One case's event loop, kept running in a thread of its own and timing one batch at a time
+    when asked (`batch`). Only one lane runs at a time (the others wait for their turn), so the
+    batches of every case interleave, round by round, in one process: load that comes and goes
+    on a shared machine hits each case alike, and no loop is restarted between batches."""
+
+    def __init__(self, start: Callable[[Callable[[Timer], Awaitable[None]]], object]) -> None:
+        super().__init__(daemon=True)
+        self._loop = start
+        self._asked: queue.Queue[int | None] = queue.Queue()
+        self._timed: queue.Queue[float | BaseException] = queue.Queue()
+
+    def run(self) -> None:
+        try:
+            self._loop(self._serve)
+        except BaseException as exc:  # reach the caller waiting for a batch
+            self._timed.put(exc)
+
+    async def _serve(self, timer: Timer) -> None:
+        while (calls := self._asked.get()) is not None:  # blocks this lane's loop: its turn
+            try:
+                self._timed.put(await timer(calls))
+            except BaseException as exc:
+                self._timed.put(exc)
+                raise
+
+    def batch(self, calls: int) -> float:
+        """Seconds per call over one batch of *calls* calls (garbage collection paused)."""
         gc.collect()
         gc.disable()
         try:
-            out.append(await timer(calls) / calls)
+            self._asked.put(calls)
+            timed = self._timed.get()
         finally:
             gc.enable()
-    return out
+        if isinstance(timed, BaseException):
+            raise timed
+        return timed / calls
+
+    def stop(self) -> None:
+        self._asked.put(None)
+        self.join()
+
+
+def _agent_timer(agent: Any, wanted: list[int]) -> Timer:
+    """One agent run whose model asks for *n* echo calls in one step, minus one asking none."""
+
+    async def timer(n: int) -> float:
+        wanted[0] = 0
+        empty = math.inf
+        for _ in range(3):  # the least of three: a run's fixed cost, without its noise
+            start = time.perf_counter()
+            await agent.run("go")
+            empty = min(empty, time.perf_counter() - start)
+        wanted[0] = n
+        start = time.perf_counter()
+        await agent.run("go")
+        return time.perf_counter() - start - empty
+
+    return timer
 
 
 def host_timer(host: Any, signal: bool = False) -> Timer:
@@ -85,27 +141,32 @@ def host_timer(host: Any, signal: bool = False) -> Timer:
     return timer
 
 
-def trio_case(
-    calls: int, rounds: int, plugins: tuple[object, ...] = (), signal: bool = False
-) -> list[float]:
-    async def main() -> list[float]:
-        async with dsh_host.open_host(
-            plugins=[echo_plugin(), *plugins], entry_points=False
-        ) as host:
-            return await batches(host_timer(host, signal), calls, rounds)
+def trio_lane(plugins: tuple[object, ...] = (), signal: bool = False) -> Lane:
+    def start(serve: Callable[[Timer], Awaitable[None]]) -> None:
+        async def main() -> None:
+            async with dsh_host.open_host(
+                plugins=[echo_plugin(), *plugins], entry_points=False
+            ) as host:
+                await serve(host_timer(host, signal))
 
-    return trio.run(main)
+        trio.run(main)
 
-
-def asyncio_case(calls: int, rounds: int) -> list[float]:
-    async def main() -> list[float]:
-        async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
-            return await batches(host_timer(host), calls, rounds)
-
-    return asyncio.run(main())
+    return Lane(start)
 
 
-def pydantic_cases(calls: int, rounds: int) -> dict[str, list[float]]:
+def asyncio_lane() -> Lane:
+    def start(serve: Callable[[Timer], Awaitable[None]]) -> None:
+        async def main() -> None:
+            async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
+                await serve(host_timer(host))
+
+        asyncio.run(main())
+
+    return Lane(start)
+
+
+def pydantic_lane(dsh: bool) -> Lane:
+    """An agent run through ``DshToolset`` (*dsh*) or through a pydantic-ai echo."""
     from pydantic_ai import Agent, FunctionToolset
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
@@ -128,29 +189,15 @@ def pydantic_cases(calls: int, rounds: int) -> dict[str, list[float]]:
     async def echo(text: str) -> str:
         return text
 
-    async def main() -> dict[str, list[float]]:
-        async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
-            out: dict[str, list[float]] = {}
-            for name, toolset in (
-                ("pydantic-ai DshToolset", DshToolset(host)),
-                ("pydantic-ai FunctionToolset", native),
-            ):
-                agent = Agent(FunctionModel(model), toolsets=[toolset])
+    def start(serve: Callable[[Timer], Awaitable[None]]) -> None:
+        async def main() -> None:
+            async with dsh_host.aio.open_host(plugins=[echo_plugin()], entry_points=False) as host:
+                toolset = DshToolset(host) if dsh else native
+                await serve(_agent_timer(Agent(FunctionModel(model), toolsets=[toolset]), wanted))
 
-                async def timer(n: int, agent: Any = agent) -> float:
-                    wanted[0] = 0
-                    start = time.perf_counter()
-                    await agent.run("go")
-                    empty = time.perf_counter() - start
-                    wanted[0] = n
-                    start = time.perf_counter()
-                    await agent.run("go")
-                    return time.perf_counter() - start - empty
+        asyncio.run(main())
 
-                out[name] = await batches(timer, calls, rounds)
-            return out
-
-    return asyncio.run(main())
+    return Lane(start)
 
 
 TRIO = "trio host.call"
@@ -164,23 +211,35 @@ CHECKS = (
      "asyncio host.call", "trio host.call, signal", "—"),
     ("pydantic-ai FunctionToolset call (pydantic-ai's own) / trio host.call",
      "pydantic-ai FunctionToolset", TRIO, "—"),
+    ("pydantic-ai DshToolset call / pydantic-ai FunctionToolset call (what dsh adds to a run)",
+     "pydantic-ai DshToolset", "pydantic-ai FunctionToolset", "<= 1.3"),
 )  # fmt: skip
 
 
-def measure(calls: int, rounds: int, alternations: int) -> dict[str, list[float]]:
+def measure(calls: int, rounds: int) -> dict[str, list[float]]:
     from dsh_plugins_builtin.otel import OtelPlugin
 
-    cases: dict[str, list[float]] = {}
-    for _ in range(alternations):  # alternate, so drift on a shared machine hits every case alike
-        for name, run in (
-            (TRIO, lambda: trio_case(calls, rounds)),
-            ("asyncio host.call", lambda: asyncio_case(calls, rounds)),
-            ("trio host.call, signal", lambda: trio_case(calls, rounds, signal=True)),
-            ("trio host.call, otel off", lambda: trio_case(calls, rounds, (OtelPlugin(),))),
-        ):
-            cases.setdefault(name, []).extend(run())
-        for name, times in pydantic_cases(max(calls // 10, 10), rounds).items():
-            cases.setdefault(name, []).extend(times)
+    agent_calls = max(calls // 10, 50)  # an agent run costs far more per call
+    lanes = {
+        TRIO: (trio_lane(), calls),
+        "asyncio host.call": (asyncio_lane(), calls),
+        "trio host.call, signal": (trio_lane(signal=True), calls),
+        "trio host.call, otel off": (trio_lane((OtelPlugin(),)), calls),
+        "pydantic-ai DshToolset": (pydantic_lane(dsh=True), agent_calls),
+        "pydantic-ai FunctionToolset": (pydantic_lane(dsh=False), agent_calls),
+    }
+    cases: dict[str, list[float]] = {name: [] for name in lanes}
+    for lane, _ in lanes.values():
+        lane.start()
+    try:
+        for lane, n in lanes.values():
+            lane.batch(max(n // 10, 1))  # warm-up
+        for _ in range(rounds):  # a batch of each case in turn, every round
+            for name, (lane, n) in lanes.items():
+                cases[name].append(lane.batch(n))
+    finally:
+        for lane, _ in lanes.values():
+            lane.stop()
     return cases
 
 
@@ -199,8 +258,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true", help="each figure against its target")
     args = parser.parse_args()
-    calls, rounds, alternations = (200, 3, 2) if args.quick else (2000, 5, 4)
-    cases = measure(calls, rounds, alternations)
+    calls, rounds = (200, 6) if args.quick else (2000, 20)
+    cases = measure(calls, rounds)
     if args.check:
         print("\n".join(check_rows(cases)))
         return

@@ -3,25 +3,32 @@
 The pipeline stays trio. Trio runs as a *guest* of the running asyncio loop
 (`trio.lowlevel.start_guest_run`): one trio run per asyncio loop, on the loop's own thread,
 shared by every asyncio host on it, started by the first `open_host` and ended by the last.
-A call is a trio task of that run; its result comes back to the awaiting asyncio task with no
-thread in between. Cancelling the asyncio task aborts the call's `AbortSignal` (the body sees
-it and the pipeline ends the call ``ABORTED``), and the task waits for the call to settle before
-it re-raises, so a call is never abandoned. The caller's context variables (an OpenTelemetry
-span, say) are copied into the call's trio task.
+A call runs in a trio task of that run from its first line to its last; its result comes back
+to the awaiting asyncio task with no thread in between. Cancelling the asyncio task aborts the
+call's `AbortSignal` (the body sees it and the pipeline ends the call ``ABORTED``), and the task
+waits for the call to settle before it re-raises, so a call is never abandoned. The caller's
+context variables (an OpenTelemetry span, say) are copied into the call's trio task.
 
-A call costs no thread hop and, mostly, no turn of the asyncio loop: its trio task is
-started straight from the loop's thread, and the awaiting coroutine then runs the guest run's
-queued ticks itself (`_Ticks`), so a call that ends in a tick or two returns at once.
+A call costs no thread hop, no new trio task and, mostly, no tick of the guest run and no turn
+of the asyncio loop: the trio task is a parked *worker* (`_worker`), and the call's first step
+runs right away, on the awaiting asyncio task, as a step of that worker, set up as trio's run
+loop sets up a task step (the worker is trio's current task, sniffio says trio, the call's
+context is the worker's). A call whose pipeline does not suspend ends in that step. One that
+suspends (a checkpoint, a wait) is handed to the worker with the message its step yielded, as
+trio's run loop would have taken it, and goes on there as any trio task; the awaiting coroutine
+then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
+more still returns at once.
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
 so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
-(two thread wake-ups for a call that finds it idle; `_keep_warm` spares calls in quick
-succession).
+(two thread wake-ups for a call that suspends and finds it idle; `_keep_warm` spares calls in
+quick succession).
 
-Why not run the pipeline on the asyncio task itself when it would not suspend: whether it
-suspends depends on the tool's body and the plugins' hooks, which may use trio (a cancel scope,
-a checkpoint) at any point, after side effects; only a trio task can run them safely.
+Why not run the pipeline on the asyncio task as a plain coroutine when it would not suspend:
+whether it suspends depends on the tool's body and the plugins' hooks, which may use trio (a
+cancel scope, a checkpoint) at any point, after side effects; only a trio task can run them
+safely. The worker's step gives them one: the same task that a suspension hands the call to.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, Literal, TypeVar, final
 
 import dsh_host
@@ -43,7 +50,7 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, in_trio, join, leave
+from ._guest import Guest, Job, Pending, begin, in_trio, join, leave, on_loop
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -58,19 +65,24 @@ Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
 class AsyncioHost:
     """A `Host` driven from asyncio; see the module docstring. Made by `open_host`."""
 
-    def __init__(self, host: Host, guest: Guest, close: Callable[[], Awaitable[object]]) -> None:
+    def __init__(
+        self, host: Host, guest: Guest, close: Callable[[], Coroutine[Any, Any, object]]
+    ) -> None:
         self.host = host
         self._guest = guest
         self._close = close
         self._closed = False
 
-    def _run(self, job: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
+    def _open(self) -> Guest:
         if self._closed:
             raise RuntimeError(
                 "this dsh host is closed (its `async with dsh_host.aio.open_host()` ended, or "
                 "aclose() ran): open a new one"
             )
-        return in_trio(self._guest, job)
+        return self._guest
+
+    def _run(self, job: Job[T]) -> Awaitable[T]:
+        return in_trio(self._open(), job)
 
     async def call(
         self,
@@ -81,11 +93,17 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        return await self._run(
-            lambda signal: self.host.call(
-                name, arguments, call_id=call_id, scope=scope, signal=signal
-            )
+        guest = self._open()  # `in_trio` written out: no closure, no coroutine, per call
+        on_loop(guest)
+        signal = AbortSignal()
+        started = begin(
+            guest,
+            signal,
+            self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal),
         )
+        if type(started) is Pending:
+            return await started.settle()  # type: ignore[no-any-return]
+        return started  # type: ignore[no-any-return]
 
     async def call_many(
         self, calls: Iterable[Call], *, max_parallel: int = 10

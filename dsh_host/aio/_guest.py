@@ -6,8 +6,8 @@ import asyncio
 import collections
 import contextlib
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 import attrs
 import outcome
@@ -16,9 +16,13 @@ import trio
 
 from dsh_host import AbortSignal
 
-__all__ = ["Guest", "in_trio", "join", "leave"]
+from ._worker import CAN_STEP, HANDED, Pool, Worker
+
+__all__ = ["Guest", "Job", "Pending", "begin", "in_trio", "join", "leave", "on_loop"]
 
 T = TypeVar("T")
+Job = Callable[[AbortSignal], Coroutine[Any, Any, T]]
+"""A call: the coroutine to run in the guest run, given the call's abort signal."""
 
 
 @attrs.define(eq=False)
@@ -84,6 +88,8 @@ class Guest:
     last: float = 0.0
     """When a call last started or ended (trio's clock)."""
     wake: trio.Event = attrs.Factory(trio.Event)
+    workers: Pool = attrs.Factory(Pool)
+    """Workers parked and ready to run a call's first step (`in_trio`)."""
 
 
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Guest]] = (
@@ -144,6 +150,7 @@ def _start(loop: asyncio.AbstractEventLoop, ready: asyncio.Future[Guest]) -> Non
             if not ready.done():
                 ready.set_result(guest)
             await stop.wait()
+            guest.workers.close()
 
     def done(result: outcome.Outcome[None]) -> None:
         if not finished.done():
@@ -186,9 +193,13 @@ def _spawn(guest: Guest, task: Callable[[], Awaitable[None]]) -> None:
     """Start *task* in the guest run, straight from the asyncio loop's thread (where the guest
     run lives, between two of its ticks): no message through trio's entry queue, no wake-up
     write; the task's context is a copy of the caller's (trio copies the current context)."""
+    _warm(guest)
+    guest.nursery.start_soon(task)
+
+
+def _warm(guest: Guest) -> None:
     guest.last = trio.current_time()
     guest.wake.set()
-    guest.nursery.start_soon(task)
 
 
 async def leave(guest: Guest) -> None:
@@ -199,50 +210,90 @@ async def leave(guest: Guest) -> None:
         (await asyncio.shield(guest.finished)).unwrap()
 
 
-async def in_trio(guest: Guest, job: Callable[[AbortSignal], Awaitable[T]]) -> T:
-    """Run *job* as a trio task of the guest run; cancelling the caller aborts its signal.
-
-    The task starts at once (`_spawn`); then the caller runs the guest run's queued ticks itself
-    (`_Ticks.run_now`, up to `INLINE_TICKS`), so a call that ends in a tick or two returns
-    with no turn of the asyncio loop. Only a call still running then waits on the loop."""
-    loop = asyncio.get_running_loop()
-    if loop is not guest.ticks.loop:
+def on_loop(guest: Guest) -> None:
+    """Raise unless this is the guest run's asyncio loop."""
+    if asyncio.get_running_loop() is not guest.ticks.loop:
         raise RuntimeError(
             "this dsh host was opened on another event loop: open one on this loop "
             "(`dsh_host.aio.open_host`)"
         )
-    call = _Call(job, guest)
-    _spawn(guest, call.run)
-    ticks = guest.ticks
-    for _ in range(INLINE_TICKS):  # the guest run's next ticks, now, while they finish it
-        if call.result is not None or not ticks.run_now():
-            break
-    if call.result is None:
-        await call.settled(loop)
-    assert call.result is not None
-    return call.result.unwrap()
+
+
+async def in_trio(guest: Guest, job: Job[T]) -> T:
+    """Run *job* in the guest run (`begin`); cancelling the caller aborts its signal."""
+    on_loop(guest)
+    signal = AbortSignal()
+    started = begin(guest, signal, job(signal))
+    if type(started) is Pending:
+        return await started.settle()  # type: ignore[no-any-return]
+    return started  # type: ignore[no-any-return]
+
+
+def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Start the call *coro* (made with *signal*) from the guest run's asyncio loop: its value
+    if it ended at once, else a `Pending` to await (`Pending.settle`).
+
+    Its first step runs now, as a step of an idle `Worker` (`Worker.step`): a call that does
+    not suspend ends there. One that does is the worker's (or, with no idle worker, a new
+    worker's) trio task from then on."""
+    worker = guest.workers.take()
+    if worker is not None:
+        value = worker.step(coro)  # its exception, if it raised, goes to the caller
+        if value is not HANDED:
+            return value
+        call: Pending[Any] = Pending(guest, signal)
+        worker.finish = call.finish
+        _warm(guest)
+        return call
+    call = Pending(guest, signal)
+    if CAN_STEP:
+        worker = Worker(guest.workers, first=coro, finish=call.finish)
+        _spawn(guest, worker.drive)
+    else:
+        _spawn(guest, lambda: call.run(coro))
+    return call
 
 
 @attrs.define(eq=False)
-class _Call(Generic[T]):
-    """One call's trio task (`run`) and the asyncio side's wait for it (`settled`)."""
+class Pending(Generic[T]):
+    """A call that did not end at once: its outcome (`finish`) and the asyncio side's wait."""
 
-    job: Callable[[AbortSignal], Awaitable[T]]
     guest: Guest
-    signal: AbortSignal = attrs.Factory(AbortSignal)
+    signal: AbortSignal
     result: outcome.Outcome[T] | None = None
     waiting: list[asyncio.Future[None]] = attrs.Factory(list)
 
-    async def run(self) -> None:
-        result = await outcome.acapture(self.job, self.signal)
+    async def settle(self) -> T:
+        """Its value (or exception). The caller first runs the guest run's queued ticks itself
+        (`_Ticks.run_now`, up to `INLINE_TICKS`), so a call that ends in a tick or two returns
+        with no turn of the asyncio loop; only a call still running then waits on the loop."""
+        ticks = self.guest.ticks
+        for _ in range(INLINE_TICKS):
+            if self.result is not None or not ticks.run_now():
+                break
+        if self.result is None:
+            await self._wait(ticks.loop)
+        assert self.result is not None
+        return self.result.unwrap()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> None:
+        """The call as a trio task of its own (when workers cannot be used)."""
+        try:
+            value = await coro
+        except BaseException as exc:
+            self.finish(outcome.Error(exc))
+        else:
+            self.finish(outcome.Value(value))
+
+    def finish(self, result: outcome.Outcome[T]) -> None:
         self.guest.last = trio.current_time()
         self.result = result
         for future in self.waiting:
             if not future.done():
                 future.set_result(None)
 
-    async def settled(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for `run` to end; a cancelled caller aborts the call and still waits."""
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for the call to end; a cancelled caller aborts the call and still waits."""
         first = loop.create_future()
         self.waiting.append(first)
         try:

@@ -165,6 +165,9 @@ async def run_in_asyncio(host: AnyHost, job: Callable[[], Awaitable[T]]) -> T:
 
 def text_of(result: ToolExecutionResult) -> str:
     """The model-facing text of *result*: its content, then its contexts."""
+    content = result.content
+    if len(content) == 1 and not result.additional_contexts and type(content[0]) is TextBlock:
+        return content[0].text  # the common case, first
     blocks = [*result.content, *(b for ctx in result.additional_contexts for b in ctx.content)]
     return "\n\n".join(_text(block) for block in blocks)
 
