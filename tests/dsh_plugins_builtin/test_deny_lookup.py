@@ -44,3 +44,25 @@ def test_a_root_entry_denies_everything_and_a_sibling_prefix_nothing():
     assert denied_by("/etc/passwd", _policy(["/"])) == "/"
     assert denied_by("/srv/ab", _policy(["/srv/a"])) is None
     assert denied_by("/srv/a", _policy(["/srv/a"])) == "/srv/a"
+
+
+class _CountedPath(type(Path())):  # type: ignore[misc]
+    hashed = 0
+
+    def __hash__(self) -> int:
+        _CountedPath.hashed += 1
+        return super().__hash__()
+
+
+def test_the_entries_are_not_hashed_again_for_each_file_opened():
+    """The table of a policy's entries is found by the tuple's identity: a tuple of 30 paths
+    is not hashed entry by entry (``Path.__hash__``, in Python) on every file a tool opens."""
+    policy = types.SimpleNamespace(
+        deny_read=tuple(_CountedPath(f"/srv/d{i}") for i in range(30)), deny_patterns=()
+    )
+    assert denied_by("/srv/d7/x", policy) == "/srv/d7"
+    _CountedPath.hashed = 0
+    for _ in range(3):
+        assert denied_by("/srv/d7/x", policy) == "/srv/d7"
+        assert denied_by("/srv/other", policy) is None
+    assert _CountedPath.hashed == 0
