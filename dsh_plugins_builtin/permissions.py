@@ -169,6 +169,8 @@ class PermissionsPlugin:
         self._host: Host | None = None
         # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
         self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
+        # verdict (by id) -> (the verdict, the tool name, its decision): made once per verdict
+        self._made: dict[int, tuple[Verdict, str, PreDecision]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
         # Whether a pre-execute link comes after ours, for the plugin set of this generation.
@@ -231,6 +233,7 @@ class PermissionsPlugin:
         self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
         self._host = host
         self._fixed.clear()
+        self._made.clear()
         for tool in host.registry.tools():  # the tools known now; later ones on first call
             self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
@@ -285,7 +288,15 @@ class PermissionsPlugin:
             fixed = self._remember(key, tool, execution.name)
         if fixed is not None:
             return fixed
-        return _decision(execution.name, rules.decide(execution.name, tool, execution.arguments))
+        verdict = rules.decide(execution.name, tool, execution.arguments)
+        made = self._made.get(id(verdict))  # a verdict looked up by place comes back as it was
+        if made is not None and made[0] is verdict and made[1] == execution.name:
+            return made[2]
+        decision = _decision(execution.name, verdict)
+        if len(self._made) >= _FIXED_KEPT:
+            self._made.clear()
+        self._made[id(verdict)] = (verdict, execution.name, decision)
+        return decision
 
     def _remember(self, key: object, tool: ToolDefinition | None, name: str) -> PreDecision | None:
         """Work out (once) the decision on every call of *tool*, if no argument can change it."""
