@@ -189,7 +189,7 @@ class TimeoutPlugin:
         # is read now, as the call is dispatched (`budget_ms`, inline): a tool registered with
         # a budget while the call waited (for approval, say) runs with it.
         per_tool = self.config.per_tool
-        ms = per_tool.get(execution.name) if per_tool else None
+        ms: float | None = per_tool.get(execution.name) if per_tool else None
         if ms is None:
             host = self._host
             tool = None if host is None else host.registry.get(execution.name, execution.scope)
