@@ -165,6 +165,29 @@ async def test_duration_is_measured_from_pre_execute_on_the_trio_clock(
     assert row["duration_ms"] == pytest.approx(250)
 
 
+async def test_the_run_clock_is_looked_up_once_per_call(
+    make_host, db, plugin, autojump_clock, monkeypatch
+):
+    """The duration is read from the run's clock itself: ``trio.current_time``, which looks the
+    clock up on every read, is not called on the per-call path (the MockClock still rules)."""
+
+    async def execute(args, ctx):  # trio.sleep would read trio.current_time
+        await trio.sleep_until(trio.lowlevel.current_clock().current_time() + 0.5)
+        return "slept"
+
+    tool = define_tool(name="nap", description="", parameters={}, execute=execute)
+    host = make_host(plugin, tools=[tool], config=audited(db))
+
+    def no(*args, **kwargs):
+        raise AssertionError("trio.current_time() on the per-call path")
+
+    monkeypatch.setattr(trio, "current_time", no)
+    await host.call("nap", {})
+    monkeypatch.undo()
+    [row] = rows(db)
+    assert row["duration_ms"] == pytest.approx(500)
+
+
 async def test_a_bounded_output_is_recorded_as_decided_by_output_budget(
     make_host, db, plugin, tmp_path
 ):
