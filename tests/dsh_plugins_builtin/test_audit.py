@@ -641,3 +641,19 @@ def test_redaction_is_linear_in_the_arguments_however_deep_the_secret(monkeypatc
     text = arguments_json(frozen)
     assert text.count('"[REDACTED]"') == 1
     assert len(looked) <= 4 * (depth + 1)  # each key looked at at most twice (was ~depth²/2)
+
+
+def test_a_row_escapes_a_lone_surrogate_in_any_text_field_alone():
+    """One ASCII check covers every text field: a surrogate in the rule (or who approved)
+    alone is still escaped, and ASCII fields are kept as they are."""
+    from dsh_host import ToolExecution, ToolExecutionResult
+    from dsh_plugins_builtin._audit._row import build_row
+
+    execution = ToolExecution(call_id="c1", name="echo", arguments={})
+    result = ToolExecutionResult(content="ok")
+    entry = (0.0, execution, result, 1.0, "rule \udcff", "person \ud800")
+    row = build_row(entry, "/ws", "host", set())
+    assert row[1:3] == ("c1", "echo")
+    assert row[-2:] == ("rule \\udcff", "person \\ud800")
+    plain = build_row((0.0, execution, result, 1.0, "rule", None), "/ws", "host", set())
+    assert plain[-2:] == ("rule", None)
