@@ -197,8 +197,15 @@ class OutputBudgetPlugin:
         # once the rest of the chain has decided.
         if result.is_error:
             return call_next()
-        if _fits(result.content, self.config.max_inline_bytes) and self._downstream_keeps_content():
-            return call_next()
+        if _fits(result.content, self.config.max_inline_bytes):
+            keeps = self._keeps
+            host = self._host
+            generation = None if host is None else getattr(host.pm, "generation", None)
+            if keeps is not None and generation is not None and keeps[0] == generation:
+                if keeps[1]:  # `_downstream_keeps_content`, known for this plugin set
+                    return call_next()
+            elif self._downstream_keeps_content():
+                return call_next()
         return self._bounded(execution, result, call_next)
 
     def _downstream_keeps_content(self) -> bool:
