@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_plugins_builtin._sandbox._judge import _home_text, denied_by
+from dsh_plugins_builtin._sandbox._open import _normal
 from dsh_plugins_builtin._sandbox._paths import within
 
 _PART = st.sampled_from(["a", "b", ".ssh", "x y", "é", "a.b", "..", ".", "", "root", "home"])
@@ -66,3 +67,16 @@ def test_the_entries_are_not_hashed_again_for_each_file_opened():
         assert denied_by("/srv/d7/x", policy) == "/srv/d7"
         assert denied_by("/srv/other", policy) is None
     assert _CountedPath.hashed == 0
+
+
+_SPELLED = st.lists(st.sampled_from(["a", ".", "..", "", ".git", "x.y", "..z", "é"]), max_size=6)
+
+
+@given(parts=_SPELLED, absolute=st.booleans())
+def test_a_path_that_is_already_normal_is_kept_as_the_split_would_make_it(parts, absolute):
+    """The read check's lexical key: the shortcut for a path with no empty, ``.`` or ``..``
+    component answers exactly what splitting and joining it answers."""
+    joined = ("/" if absolute else "") + "/".join(parts)
+    kept = [part for part in joined.split("/") if part and part != "."]
+    expected = None if ".." in kept else "/" + "/".join(kept)
+    assert _normal(joined) == expected
