@@ -245,7 +245,12 @@ class PermissionsPlugin:
             fixed = self._remember(key, tool, execution.name)
         if fixed is not None:
             return fixed
-        verdict = rules.decide(execution.name, tool, execution.arguments)
+        return self._by_arguments(execution, tool)
+
+    def _by_arguments(self, execution: ToolExecution, tool: ToolDefinition | None) -> PreDecision:
+        """`decide` for a tool whose decision depends on the call's arguments."""
+        assert self._rules is not None
+        verdict = self._rules.decide(execution.name, tool, execution.arguments)
         made = self._made.get(id(verdict))  # a verdict looked up by place comes back as it was
         if made is not None and made[0] is verdict and made[1] == execution.name:
             return made[2]
@@ -280,6 +285,8 @@ class PermissionsPlugin:
             known = self._fixed.get(execution.name if tool is None else id(tool))
             if known is not None and known[0] is tool:
                 own = known[1]
+                if own is None:  # known to depend on the arguments
+                    own = self._by_arguments(execution, tool)
         if own is None:
             own = self.decide(execution)
         if type(own) is Deny:
