@@ -1,8 +1,10 @@
 """``deny_read`` is looked up by a path's ancestors (a few dict lookups per file a tool opens),
-and answers exactly what testing every entry in order answers."""
+and answers exactly what testing every entry in order answers; the shortcuts for paths that are
+already normal answer what the general normalisation does."""
 
 from __future__ import annotations
 
+import posixpath
 import types
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_plugins_builtin._rules._grammar import normalise
 from dsh_plugins_builtin._sandbox._judge import _home_text, denied_by
 from dsh_plugins_builtin._sandbox._open import _normal
 from dsh_plugins_builtin._sandbox._paths import within
@@ -80,3 +83,14 @@ def test_a_path_that_is_already_normal_is_kept_as_the_split_would_make_it(parts,
     kept = [part for part in joined.split("/") if part and part != "."]
     expected = None if ".." in kept else "/" + "/".join(kept)
     assert _normal(joined) == expected
+
+
+@given(parts=_SPELLED, absolute=st.booleans())
+def test_a_rule_path_that_is_already_normal_is_kept_as_normpath_would_make_it(parts, absolute):
+    """The rules' `normalise`: its shortcut for an absolute path with no empty, ``.`` or ``..``
+    component answers exactly what ``posixpath.normpath`` (leading ``//`` made ``/``) does."""
+    path = ("/" if absolute else "") + "/".join(parts)
+    expected = posixpath.normpath(path)
+    if expected.startswith("//"):
+        expected = "/" + expected.lstrip("/")
+    assert normalise(path) == expected
