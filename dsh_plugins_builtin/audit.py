@@ -36,7 +36,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Final, Literal, final
+from typing import Any, Literal, final
 
 import attrs
 import platformdirs
@@ -155,8 +155,10 @@ class AuditPlugin:
     def __init__(self) -> None:
         self.config = AuditConfig()
         self.path = default_audit_path()
-        self._started: dict[object, float] = {}
-        self._decided: dict[object, tuple[str | None, bool]] = {}  # rule, asked: by call token
+        # By call token, from pre-execute to the result: [clock, start, rule, asked], where the
+        # clock is the trio run's (read once: `trio.current_time` looks it up on every read)
+        # and the rule and whether it asked are filled in by `_note_decision`.
+        self._started: dict[object, list[Any]] = {}
         self._writer: AuditWriter | None = None
         self._async = False
         self._required = False
@@ -228,27 +230,31 @@ class AuditPlugin:
             )
         if execution.dry_run:  # a preview has no observer round to take the time back
             return call_next()
-        self._started[execution.token] = trio.current_time()
-        return self._note_decision(execution.token, call_next())
+        clock = trio.lowlevel.current_clock()
+        noted = self._started[execution.token] = [clock, clock.current_time(), None, False]
+        return self._note_decision(noted, call_next())
 
-    async def _note_decision(self, token: object, downstream: Awaitable[Decision]) -> Decision:
+    async def _note_decision(self, noted: list[Any], downstream: Awaitable[Decision]) -> Decision:
         """Keep the rule that decided (allows too) and whether it asked, for the row."""
         decision = await downstream
-        if decision.detail is not None or type(decision) is Ask:
-            self._decided[token] = (decision.detail, type(decision) is Ask)
+        noted[2] = decision.detail
+        noted[3] = type(decision) is Ask
         return decision
 
     @hookimpl
     def dsh_tool_result(
         self, execution: ToolExecution, result: ToolExecutionResult
     ) -> Awaitable[None] | None:
-        started = self._started.pop(execution.token, None)
-        rule, asked = self._decided.pop(execution.token, _UNDECIDED)
+        noted = self._started.pop(execution.token, None)
         writer = self._writer
         if writer is None:
             return None
+        if noted is None:
+            duration, rule, asked = None, None, False
+        else:
+            clock, started, rule, asked = noted
+            duration = (clock.current_time() - started) * 1000
         approved_by = (execution.approved_by or _approver(result)) if asked else None
-        duration = None if started is None else (trio.current_time() - started) * 1000
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
             self._warning = None
@@ -258,10 +264,10 @@ class AuditPlugin:
             if self._flushing() is not root:  # once per trio run: its end flushes the queue
                 self._flushing = weakref.ref(root)
                 writer.flush_when_run_ends()
-            return writer.submit(
+            return writer.enqueue(
                 (time.time(), execution, result, duration, rule, approved_by), wait=False
             )
-        return writer.submit(
+        return writer.enqueue(
             (time.time(), execution, result, duration, rule, approved_by), wait=True
         )
 
@@ -291,9 +297,6 @@ def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresSt
             plugin="audit",
             key="url",
         ) from None
-
-
-_UNDECIDED: Final = (None, False)
 
 
 def _approver(result: ToolExecutionResult) -> str:

@@ -106,6 +106,8 @@ class GuardsPlugin:
         self._last: tuple[object, str] = (None, "null")
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._thresholds: frozenset[int] = frozenset(self._config.repeat_thresholds)
+        self._limit = self._config.max_argument_bytes
+        self._most: Mapping[str, int] = self._config.max_calls_per_tool
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:
@@ -115,6 +117,8 @@ class GuardsPlugin:
     def dsh_host_started(self, host: Host) -> None:
         self._config = host.config_for(self)
         self._thresholds = frozenset(self._config.repeat_thresholds)
+        self._limit = self._config.max_argument_bytes
+        self._most = self._config.max_calls_per_tool
         if not self._config.repeat_thresholds:  # nothing to remind: no per-call counting
             self.dsh_idle_hooks = frozenset({"dsh_tool_post_execute"})
         if host.config.source is not None:
@@ -124,8 +128,14 @@ class GuardsPlugin:
 
     @hookimpl
     def dsh_tool_guard(self, execution: ToolExecution) -> str | None:
-        text = self._canonical(execution.arguments)
-        limit = self._config.max_argument_bytes
+        arguments = execution.arguments
+        last = self._last
+        if arguments is last[0] and arguments is not None:  # `_canonical`, inline
+            text = last[1]
+        else:
+            text = canonical(arguments)
+            self._last = (arguments, text)
+        limit = self._limit
         # Characters never outnumber UTF-8 bytes, and ASCII text is one byte each: encode only
         # non-ASCII text that could be over. surrogatepass: a lone surrogate ("\udcff") is
         # valid JSON and counts as its 3 bytes.
@@ -138,8 +148,11 @@ class GuardsPlugin:
                 f"limit of {limit:,}; send less at once, or raise max_argument_bytes in "
                 f"{self._where}"
             )
+        limits = self._most
+        if not limits:
+            return None
         name = execution.name
-        most = self._config.max_calls_per_tool.get(name)
+        most = limits.get(name)
         if most is None:
             return None
         done = self._calls.get(name, 0)
@@ -198,7 +211,7 @@ class GuardsPlugin:
         arguments = self._canonical(execution.arguments)
         scope = execution.scope
         streak = self._global_streak if scope is None else self._streaks.get(scope)
-        if streak is not None and (streak.tool, streak.arguments) == (execution.name, arguments):
+        if streak is not None and streak.tool == execution.name and streak.arguments == arguments:
             streak.count += 1
             return streak.count
         streak = _Streak(execution.name, arguments, 1)

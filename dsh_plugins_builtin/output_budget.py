@@ -15,7 +15,12 @@ notice saying how many bytes were cut and where the full text is::
 
 The text that reaches the model, notice included, is never larger than ``max_inline_bytes``.
 Images and other non-text blocks are kept as they are; the contexts other plugins added are
-kept. Errors and ``Block`` decisions pass through untouched. Saving is best effort: if the file
+kept. Errors and ``Block`` decisions pass through untouched.
+
+The link is a plain function: an error, and a result whose text surely fits (at most 4 UTF-8
+bytes a character) when no link after it can replace the content (none, or only ``guards``'
+reminder, which adds a context), is handed on as it is (``return call_next()``), with no
+coroutine; only the rest waits for the downstream decision to bound it. Saving is best effort: if the file
 cannot be written (or the notice alone would not fit), the output passes on in full and a
 warning is logged on ``dsh_plugins_builtin.output_budget``.
 
@@ -40,7 +45,7 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import final
 
@@ -62,6 +67,7 @@ from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
 from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
 from dsh_plugins_builtin._sandbox._fence import protected_paths
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
+from dsh_plugins_builtin.guards import GuardsPlugin
 
 __all__ = [
     "NoticeDoesNotFit",
@@ -150,6 +156,8 @@ class OutputBudgetPlugin:
     def __init__(self) -> None:
         self.config = OutputBudgetConfig()
         self.spill_dir = default_spill_dir()
+        self._host: Host | None = None
+        self._keeps: tuple[object, bool] | None = None  # (generation, downstream keeps content)
 
     @hookimpl
     def dsh_plugin_config(self) -> type[OutputBudgetConfig]:
@@ -158,6 +166,8 @@ class OutputBudgetPlugin:
     @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         self.config = host.config_for(self)
+        self._host = host
+        self._keeps = None
         configured = self.config.spill_dir
         if configured is None:
             spill_dir = default_spill_dir()
@@ -174,7 +184,52 @@ class OutputBudgetPlugin:
             )
 
     @hookimpl(tryfirst=True)
-    async def dsh_tool_post_execute(
+    def dsh_tool_post_execute(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        call_next: Callable[[], Awaitable[Accept | Block]],
+    ) -> Awaitable[Accept | Block]:
+        # A plain function: an error passes through untouched whatever is decided downstream,
+        # and a result whose text fits is handed on (a tail call, no coroutine) when no link
+        # after ours can replace the content (`_downstream_keeps_content`): the decision is
+        # then the result's own content, which fits. Anything else is bounded by `_bounded`,
+        # once the rest of the chain has decided.
+        if result.is_error:
+            return call_next()
+        if _fits(result.content, self.config.max_inline_bytes):
+            keeps = self._keeps
+            host = self._host
+            generation = None if host is None else getattr(host.pm, "generation", None)
+            if keeps is not None and generation is not None and keeps[0] == generation:
+                if keeps[1]:  # `_downstream_keeps_content`, known for this plugin set
+                    return call_next()
+            elif self._downstream_keeps_content():
+                return call_next()
+        return self._bounded(execution, result, call_next)
+
+    def _downstream_keeps_content(self) -> bool:
+        """Whether every post-execute link called after ours leaves the content as it is
+        (none, or only `GuardsPlugin`'s reminder, which adds a context): worked out once per
+        plugin set (the plugin manager counts registrations in ``generation``)."""
+        host = self._host
+        if host is None:
+            return False
+        pm = host.pm
+        generation = getattr(pm, "generation", None)
+        known = self._keeps
+        if known is not None and generation is not None and known[0] == generation:
+            return known[1]
+        # pluggy lists implementations in reverse call order: those before ours run after it
+        impls = pm.hook.dsh_tool_post_execute.get_hookimpls()
+        mine = next((i for i, impl in enumerate(impls) if impl.plugin is self), None)
+        keeps = mine is not None and all(
+            isinstance(impl.plugin, GuardsPlugin) or _idle(impl.plugin) for impl in impls[:mine]
+        )
+        self._keeps = (generation, keeps)
+        return keeps
+
+    async def _bounded(
         self,
         execution: ToolExecution,
         result: ToolExecutionResult,
@@ -184,10 +239,10 @@ class OutputBudgetPlugin:
         if result.is_error or not isinstance(decision, Accept):
             return decision
         content = decision.content if decision.content is not None else result.content
-        texts = [block.text for block in content if isinstance(block, TextBlock)]
         cap = self.config.max_inline_bytes
-        if (sum(map(len, texts)) + len(texts)) * 4 <= cap:  # at most 4 UTF-8 bytes a character
+        if _fits(content, cap):
             return decision
+        texts = [block.text for block in content if isinstance(block, TextBlock)]
         data = "\n".join(texts).encode("utf-8", "replace")
         if len(data) <= cap:
             return decision
@@ -230,6 +285,22 @@ class OutputBudgetPlugin:
         finally:
             os.close(dir_fd)
         return text
+
+
+def _fits(content: Sequence[object], cap: int) -> bool:
+    """Whether the text blocks of *content*, joined by newlines, surely fit in *cap* UTF-8
+    bytes: at most 4 bytes a character (``False`` may still fit: then it is measured)."""
+    size = 0
+    for block in content:
+        if isinstance(block, TextBlock):
+            size += len(block.text) + 1
+    return size * 4 <= cap
+
+
+def _idle(plugin: object) -> bool:
+    """Whether *plugin* set its post-execute hook idle, exactly as the host reads it."""
+    idle = getattr(plugin, "dsh_idle_hooks", None)
+    return isinstance(idle, frozenset | set | tuple | list) and "dsh_tool_post_execute" in idle
 
 
 def _unprotected_in_workspace(host: Host, spill_dir: Path) -> bool:

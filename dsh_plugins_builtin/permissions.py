@@ -39,7 +39,6 @@ matched against their arguments, over rules compiled once per tool. It also answ
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
@@ -72,6 +71,7 @@ from ._rules._rules import (
     Verdict,
     parse_rule,
 )
+from ._rules._settings import project_of, read_settings
 
 __all__ = ["DEFAULT_ALLOW", "PermissionsConfig", "PermissionsPlugin"]
 
@@ -84,7 +84,6 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _FIXED_KEPT = 1_024
 _FINAL_HOOKS = ("dsh_tool_guard",)
-_MAX_SETTINGS = 4 * 1024 * 1024
 
 
 @final
@@ -114,48 +113,6 @@ PreDecision = Allow | Deny | Ask
 _SEVERITY: dict[type[PreDecision], int] = {Allow: 0, Ask: 1, Deny: 2}
 
 
-def _project_of(settings: pathlib.Path) -> str:
-    folder = settings.parent
-    return str(folder.parent if folder.name == ".claude" else folder)
-
-
-def _read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
-    """The ``permissions`` lists of one Claude Code settings file: effect -> (key, rule)."""
-
-    def bad(message: str, key: str | None = None) -> ConfigError:
-        return ConfigError(message, path=str(path), key=key)
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) != len(keys):
-            raise bad(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
-        return dict(pairs)
-
-    if not path.is_file():  # a FIFO or a device would hang or flood the read
-        raise bad("is not a regular file; point import at a Claude Code settings.json")
-    try:
-        if path.stat().st_size > _MAX_SETTINGS:
-            raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise bad(f"cannot be read as a Claude Code settings file (JSON): {exc}") from None
-    if not isinstance(data, Mapping):
-        raise bad("must hold a JSON object")
-    permissions = data.get("permissions", {})
-    if not isinstance(permissions, Mapping):
-        raise bad("must be an object with allow, ask and deny lists", "permissions")
-    out: dict[Effect, list[tuple[str, str]]] = {}
-    for effect in _EFFECTS:
-        rules = permissions.get(effect, [])
-        if not isinstance(rules, list):
-            raise bad("must be a list of rule strings", f"permissions.{effect}")
-        for i, rule in enumerate(rules):
-            if not isinstance(rule, str):
-                raise bad(f"must be a rule string, not {rule!r}", f"permissions.{effect}[{i}]")
-            out.setdefault(effect, []).append((f"permissions.{effect}[{i}]", rule))
-    return out
-
-
 @final
 class PermissionsPlugin:
     """Decides every call by the configured rules (see the module docstring)."""
@@ -169,6 +126,8 @@ class PermissionsPlugin:
         self._host: Host | None = None
         # tool definition (by id) or unknown tool name -> (the tool, its fixed decision or None)
         self._fixed: dict[object, tuple[ToolDefinition | None, PreDecision | None]] = {}
+        # verdict (by id) -> (the verdict, the tool name, its decision): made once per verdict
+        self._made: dict[int, tuple[Verdict, str, PreDecision]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
         # Whether a pre-execute link comes after ours, for the plugin set of this generation.
@@ -217,8 +176,8 @@ class PermissionsPlugin:
                     "no rules were read from it", path, where,
                 )  # fmt: skip
                 continue
-            anchors = Anchors(workspace=workspace, project=_project_of(path), home=home)
-            for effect, rules in _read_settings(path).items():
+            anchors = Anchors(workspace=workspace, project=project_of(path), home=home)
+            for effect, rules in read_settings(path).items():
                 for key, text in rules:
                     try:
                         compiled[effect].append(parse_rule(text, effect, anchors, str(path)))
@@ -231,6 +190,7 @@ class PermissionsPlugin:
         self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
         self._host = host
         self._fixed.clear()
+        self._made.clear()
         for tool in host.registry.tools():  # the tools known now; later ones on first call
             self._remember(id(tool), tool, tool.name)
         self._warn_unknown(host, self._rules)
@@ -285,7 +245,20 @@ class PermissionsPlugin:
             fixed = self._remember(key, tool, execution.name)
         if fixed is not None:
             return fixed
-        return _decision(execution.name, rules.decide(execution.name, tool, execution.arguments))
+        return self._by_arguments(execution, tool)
+
+    def _by_arguments(self, execution: ToolExecution, tool: ToolDefinition | None) -> PreDecision:
+        """`decide` for a tool whose decision depends on the call's arguments."""
+        assert self._rules is not None
+        verdict = self._rules.decide(execution.name, tool, execution.arguments)
+        made = self._made.get(id(verdict))  # a verdict looked up by place comes back as it was
+        if made is not None and made[0] is verdict and made[1] == execution.name:
+            return made[2]
+        decision = _decision(execution.name, verdict)
+        if len(self._made) >= _FIXED_KEPT:
+            self._made.clear()
+        self._made[id(verdict)] = (verdict, execution.name, decision)
+        return decision
 
     def _remember(self, key: object, tool: ToolDefinition | None, name: str) -> PreDecision | None:
         """Work out (once) the decision on every call of *tool*, if no argument can change it."""
@@ -305,11 +278,27 @@ class PermissionsPlugin:
         # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
         # With no link after ours, the downstream decision is the host's default (allow), which
         # is never stricter: our own is returned as it is then too.
-        own = self.decide(execution)
+        host = self._host
+        own: PreDecision | None = None
+        if host is not None:  # `decide`'s lookup of a fixed decision, inline
+            tool = host.registry.get(execution.name, execution.scope)
+            known = self._fixed.get(execution.name if tool is None else id(tool))
+            if known is not None and known[0] is tool:
+                own = known[1]
+                if own is None:  # known to depend on the arguments
+                    own = self._by_arguments(execution, tool)
+        if own is None:
+            own = self.decide(execution)
         if type(own) is Deny:
             return own
         self._last = (execution.token, own)
-        return _stricter(own, call_next) if self._downstream() else own
+        after = self._after
+        generation = None if host is None else getattr(host.pm, "generation", None)
+        if after is not None and generation is not None and after[0] == generation:
+            downstream = after[1]
+        else:
+            downstream = self._downstream()
+        return _stricter(own, call_next) if downstream else own
 
     def _downstream(self) -> bool:
         """Whether any pre-execute implementation is called after ours (worked out once per

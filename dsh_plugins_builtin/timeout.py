@@ -185,8 +185,17 @@ class TimeoutPlugin:
         self, execution: ToolExecution, call_next: Callable[..., Awaitable[ToolExecutionResult]]
     ) -> Awaitable[ToolExecutionResult]:
         # A plain function: a call with no budget is handed straight on (the host awaits what
-        # call_next returns), with no coroutine, deadline, scope or ledger of ours.
-        ms = self.budget_ms(execution)
+        # call_next returns), with no coroutine, deadline, scope or ledger of ours. The budget
+        # is read now, as the call is dispatched (`budget_ms`, inline): a tool registered with
+        # a budget while the call waited (for approval, say) runs with it.
+        per_tool = self.config.per_tool
+        ms: float | None = per_tool.get(execution.name) if per_tool else None
+        if ms is None:
+            host = self._host
+            tool = None if host is None else host.registry.get(execution.name, execution.scope)
+            ms = tool.timeout_ms if tool is not None else None
+            if ms is None:
+                ms = self.config.default_ms
         if ms <= 0:
             return call_next()
         return self._timed(execution, call_next, ms)

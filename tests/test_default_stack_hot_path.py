@@ -80,7 +80,11 @@ def test_configured_off_plugins_cost_no_per_call_hook(tmp_path):
 
 def test_the_links_that_usually_pass_a_call_on_are_plain_functions(host):
     """A plain function returning ``call_next()`` costs the host no coroutine of the plugin's."""
-    for hook, plugin in (("dsh_tool_execute", "timeout"), ("dsh_tool_post_execute", "guards")):
+    for hook, plugin in (
+        ("dsh_tool_execute", "timeout"),
+        ("dsh_tool_post_execute", "guards"),
+        ("dsh_tool_post_execute", "output_budget"),
+    ):
         [impl] = [i for i in host.hooks.impls(hook) if i.plugin == plugin]
         assert not impl.is_async
         assert not inspect.iscoroutinefunction(impl.function)

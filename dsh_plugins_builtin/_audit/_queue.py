@@ -108,8 +108,14 @@ class RowQueue:
         rows or commits them.
         """
         with self.lock:
-            if not wait and len(self._rows) < self.capacity:
-                self._push(entry, None)
+            rows = self._rows
+            if not wait and len(rows) < self.capacity:
+                # `_push`, inline, for a row nobody waits for: a writer that runs and neither
+                # waits for rows nor lingers needs no wake-up.
+                rows.append((entry, None))
+                self._queued += 1
+                if self._thread is None or self._idle or self._lingering:
+                    self._wake_for(None)
                 return None
             slot = Committed(trio.lowlevel.current_trio_token())
             self._push(entry, slot)
@@ -134,6 +140,10 @@ class RowQueue:
         self._queued += 1
         if waiter is not None:
             self._waited_for += 1
+        self._wake_for(waiter)
+
+    def _wake_for(self, waiter: Committed | None) -> None:
+        """After a row was appended (under the lock): start or wake the writer if needed."""
         if self._thread is None:
             self._start()
         elif self._idle:

@@ -40,19 +40,27 @@ def build_row(
     error = result.error
     ok = "error" if result.is_error else "ok"
     outcome = (error.code or "error") if error is not None else ok
+    message = error.message if error is not None else None
+    scope = execution.scope.name if execution.scope is not None else None
+    texts = (execution.call_id, execution.name, outcome, message, result.decided_by, scope)
+    call_id, name, outcome, message, decided_by, scope = texts
+    # `safe_text` of each only when one is not ASCII (one check for all: the common case)
+    if not f"{call_id}{name}{outcome}{message}{decided_by}{scope}{rule}{approved_by}".isascii():
+        call_id, name, outcome, message, decided_by, scope = map(safe_text, texts)
+        rule, approved_by = safe_text(rule), safe_text(approved_by)
     return (
         _timestamp(wall),
-        safe_text(execution.call_id),
-        safe_text(execution.name),
+        call_id,
+        name,
         arguments,
         int(result.is_error),
-        safe_text(outcome),
-        safe_text(error.message) if error is not None else None,
-        safe_text(result.decided_by),
+        outcome,
+        message,
+        decided_by,
         duration,
-        safe_text(execution.scope.name) if execution.scope is not None else None,
+        scope,
         workspace,
         host_id,
-        safe_text(rule),
-        safe_text(approved_by),
+        rule,
+        approved_by,
     )

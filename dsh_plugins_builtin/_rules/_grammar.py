@@ -93,6 +93,15 @@ def spellings_of(root: str) -> tuple[str, ...]:
 
 
 def normalise(path: str) -> str:
+    """``posixpath.normpath`` of *path*, with a leading ``//`` made ``/``.
+
+    An absolute path that is already normal (no empty, ``.`` or ``..`` component: most path
+    arguments, joined to the workspace) is returned as it is, without ``normpath``'s split.
+    """
+    if path.startswith("/") and not (
+        "//" in path or "/./" in path or "/../" in path or path.endswith(("/", "/.", "/.."))
+    ):
+        return path
     path = posixpath.normpath(path)
     return "/" + path.lstrip("/") if path.startswith("//") else path
 

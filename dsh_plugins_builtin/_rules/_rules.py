@@ -36,7 +36,15 @@ from ._grammar import (
     spellings_of,
 )
 from ._place import Place
-from ._view import Applied, ToolView, Verdict, applied_to, argument_free, host_matches
+from ._view import (
+    Applied,
+    ToolView,
+    Verdict,
+    applied_to,
+    argument_free,
+    host_matches,
+    path_bound,
+)
 
 __all__ = [
     "EDIT_RULES",
@@ -50,6 +58,9 @@ __all__ = [
     "Verdict",
     "parse_rule",
 ]
+
+_PLACES_KEPT = 1_024
+"""The most verdicts `RuleSet.decide` keeps by where the path arguments lead."""
 
 
 @final
@@ -74,6 +85,8 @@ class RuleSet:
         self._place = place = Place(self.workspace)
         self._view = functools.lru_cache(maxsize=256)(self._make_view)
         self._by_tool: dict[int, tuple[ToolDefinition, ToolView]] = {}
+        # (view id, (targets, is a string) per path argument) -> (view, verdict): `decide`
+        self._by_places: dict[tuple[Any, ...], tuple[ToolView, Verdict]] = {}
         self._shell = ShellChecks(
             reads={e: [r for r in found if r.tool in READ_RULES and r.path] for e, found in self._rules.items()},
             edits={e: [r for r in found if r.tool in EDIT_RULES and r.path] for e, found in self._rules.items()},
@@ -129,6 +142,8 @@ class RuleSet:
         if argument_free(view) and not (shell and self._shell.path_bound):
             # Worked out once, here, by the same code a call takes: no argument can change it.
             view = attrs.evolve(view, fixed=self._verdict(view, {}))
+        elif path_bound(view):
+            view = attrs.evolve(view, by_paths=True)
         return view
 
     def view(self, name: str, tool: ToolDefinition | None) -> ToolView:
@@ -172,15 +187,31 @@ class RuleSet:
         view = self.view(name, tool)
         if view.fixed is not None:
             return view.fixed
-        return self._verdict(view, arguments)
+        if not view.by_paths:
+            return self._verdict(view, arguments)
+        # Only where the path arguments lead can change the verdict: each is resolved (as
+        # every call must be: a symlink may have changed), and the verdict on the same places
+        # is looked up rather than matched again.
+        args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
+        call = _Call(self._place, args)
+        key = (id(view), *[(call.targets(a), isinstance(args.get(a), str)) for a, _ in view.paths])
+        known = self._by_places.get(key)
+        if known is not None and known[0] is view:
+            return known[1]
+        verdict = self._verdict(view, args, call)
+        if len(self._by_places) >= _PLACES_KEPT:  # the paths come from the model: bounded
+            self._by_places.clear()
+        self._by_places[key] = (view, verdict)
+        return verdict
 
     def fixed(self, name: str, tool: ToolDefinition | None) -> Verdict | None:
         """The verdict on every call of *tool* when no argument can change it, else ``None``."""
         return self.view(name, tool).fixed
 
-    def _verdict(self, view: ToolView, arguments: Any) -> Verdict:
+    def _verdict(self, view: ToolView, arguments: Any, call: _Call | None = None) -> Verdict:
         args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
-        call = _Call(self._place, args)
+        if call is None:
+            call = _Call(self._place, args)
         parsed: ParsedCommand | None = None
         if view.shell and isinstance(args.get("command"), str):
             from ._shell import parse_command

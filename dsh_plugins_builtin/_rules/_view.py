@@ -16,7 +16,15 @@ import attrs
 
 from ._grammar import EDIT_RULES, READ_RULES, Effect, Rule
 
-__all__ = ["Applied", "ToolView", "Verdict", "applied_to", "argument_free", "host_matches"]
+__all__ = [
+    "Applied",
+    "ToolView",
+    "Verdict",
+    "applied_to",
+    "argument_free",
+    "host_matches",
+    "path_bound",
+]
 
 
 @final
@@ -37,6 +45,7 @@ class ToolView:
     rules: Mapping[str, tuple[Applied, ...]]  # effect -> rules that apply
     withheld: Mapping[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]]  # access -> rules
     fixed: Verdict | None = None  # the verdict on every call, when no argument can change it
+    by_paths: bool = False  # the verdict depends on the path arguments alone (`path_bound`)
 
 
 def applied_to(
@@ -85,6 +94,16 @@ def argument_free(view: ToolView) -> bool:
     if any(r.command is not None or r.path is not None or r.domain is not None for r in applied):
         return False
     return not (view.paths and view.rules["allow"])
+
+
+def path_bound(view: ToolView) -> bool:
+    """Whether the verdict on *view*'s tool depends on its path arguments alone: where each
+    one leads (its lexical and real paths) and whether it is a string. True for a tool that is
+    not a shell, with path arguments, that no command or domain rule reaches."""
+    if view.shell or not view.paths:
+        return False
+    applied = [a.rule for found in view.rules.values() for a in found]
+    return all(r.command is None and r.domain is None for r in applied)
 
 
 def host_matches(url: Any, domain: str) -> bool:

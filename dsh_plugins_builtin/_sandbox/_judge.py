@@ -8,9 +8,8 @@ and the protected paths.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_abs, resolve_target, within
@@ -90,17 +89,25 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
     return f"{policy.tmp}{spelled[4:]}"
 
 
-@functools.cache
-def _deny_texts(paths: tuple[Path, ...]) -> tuple[str, ...]:
-    return tuple(str(path) for path in paths)
+_DenyTable = tuple[tuple[Path, ...], tuple[str, ...], dict[str, int]]
+_DENY_TABLES: dict[int, _DenyTable] = {}
+"""By the identity of a policy's ``deny_read`` tuple (held here, so its id is not reused): its
+entries as text, and text -> first position. Keyed by identity, not value: a tuple of 30 paths
+would be hashed entry by entry (``Path.__hash__``, in Python) on every file a tool opens."""
 
 
-@functools.cache
-def _deny_index(paths: tuple[Path, ...]) -> dict[str, int]:
+def _deny_table(paths: tuple[Path, ...]) -> _DenyTable:
+    table = _DENY_TABLES.get(id(paths))
+    if table is not None and table[0] is paths:
+        return table
+    texts = tuple(str(path) for path in paths)
     index: dict[str, int] = {}
-    for number, text in enumerate(_deny_texts(paths)):
+    for number, text in enumerate(texts):
         index.setdefault(text, number)
-    return index
+    if len(_DENY_TABLES) >= 64:  # policies are few; a test suite makes many
+        _DENY_TABLES.clear()
+    table = _DENY_TABLES[id(paths)] = (paths, texts, index)
+    return table
 
 
 def denied_by(key: str, policy: SandboxPolicy) -> str | None:
@@ -109,14 +116,18 @@ def denied_by(key: str, policy: SandboxPolicy) -> str | None:
     The first entry in ``deny_read`` order that *key* is within, found by looking its ancestors
     up (a few dict lookups) rather than testing every entry (the defaults list about 30)."""
     if policy.deny_read:
-        texts = _deny_texts(policy.deny_read)
+        _, texts, index = _deny_table(policy.deny_read)
         if key.startswith("/"):
-            index = _deny_index(policy.deny_read)
-            first = None
-            for ancestor in _ancestors(key):
-                number = index.get(ancestor)
+            first = index.get(key)
+            cut = key.rfind("/")
+            while cut > 0:  # `_ancestors`, inline: the ancestors of every file opened
+                number = index.get(key[:cut])
                 if number is not None and (first is None or number < first):
                     first = number
+                cut = key.rfind("/", 0, cut)
+            number = index.get("/")
+            if number is not None and (first is None or number < first):
+                first = number
             if first is not None:
                 return _home_text(texts[first])
         else:
@@ -127,19 +138,6 @@ def denied_by(key: str, policy: SandboxPolicy) -> str | None:
         if fnmatch.fnmatchcase(key, pattern):
             return _home_text(pattern)
     return None
-
-
-def _ancestors(key: str) -> Iterator[str]:
-    """*key* (absolute) and each directory above it, up to and with ``/``: exactly the strings
-    *key* is `within`."""
-    yield key
-    cut = key.rfind("/")
-    while cut > 0:
-        key = key[:cut]
-        yield key
-        cut = key.rfind("/")
-    if key != "/":
-        yield "/"
 
 
 def _home_text(text: str) -> str:

@@ -90,6 +90,24 @@ def _relative_text(text: str, base: str) -> str:
     return text[len(base) :].lstrip("/")
 
 
+def _normal(joined: str) -> str | None:
+    """*joined* with empty and ``.`` components dropped, absolute; ``None`` if it has ``..``.
+
+    A path that is already so (most are) is returned as it is, without splitting it."""
+    if (
+        not joined.startswith("/")
+        or "//" in joined
+        or "/./" in joined
+        or "/../" in joined
+        or joined.endswith(("/", "/.", "/.."))
+    ):
+        parts = [part for part in joined.split("/") if part and part != "."]
+        if ".." in parts:
+            return None
+        return "/" + "/".join(parts)
+    return joined
+
+
 def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str | None:
     """The path as spelled, normalised, when it can be opened without resolving it first.
 
@@ -102,10 +120,9 @@ def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str
         return None
     spelled = in_tmp(spelled, policy)
     joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
-    parts = [part for part in joined.split("/") if part and part != "."]
-    if ".." in parts:
+    key = _normal(joined)
+    if key is None:
         return None  # ".." after a symlink climbs from where the symlink leads
-    key = "/" + "/".join(parts)
     root = _root_text(key, resolved.readable_text)
     pin = None if root is None else resolved.pins.get(root)
     if pin is None or not (pins_checked or pin_holds(pin, root)):

@@ -165,6 +165,29 @@ async def test_duration_is_measured_from_pre_execute_on_the_trio_clock(
     assert row["duration_ms"] == pytest.approx(250)
 
 
+async def test_the_run_clock_is_looked_up_once_per_call(
+    make_host, db, plugin, autojump_clock, monkeypatch
+):
+    """The duration is read from the run's clock itself: ``trio.current_time``, which looks the
+    clock up on every read, is not called on the per-call path (the MockClock still rules)."""
+
+    async def execute(args, ctx):  # trio.sleep would read trio.current_time
+        await trio.sleep_until(trio.lowlevel.current_clock().current_time() + 0.5)
+        return "slept"
+
+    tool = define_tool(name="nap", description="", parameters={}, execute=execute)
+    host = make_host(plugin, tools=[tool], config=audited(db))
+
+    def no(*args, **kwargs):
+        raise AssertionError("trio.current_time() on the per-call path")
+
+    monkeypatch.setattr(trio, "current_time", no)
+    await host.call("nap", {})
+    monkeypatch.undo()
+    [row] = rows(db)
+    assert row["duration_ms"] == pytest.approx(500)
+
+
 async def test_a_bounded_output_is_recorded_as_decided_by_output_budget(
     make_host, db, plugin, tmp_path
 ):
@@ -618,3 +641,19 @@ def test_redaction_is_linear_in_the_arguments_however_deep_the_secret(monkeypatc
     text = arguments_json(frozen)
     assert text.count('"[REDACTED]"') == 1
     assert len(looked) <= 4 * (depth + 1)  # each key looked at at most twice (was ~depth²/2)
+
+
+def test_a_row_escapes_a_lone_surrogate_in_any_text_field_alone():
+    """One ASCII check covers every text field: a surrogate in the rule (or who approved)
+    alone is still escaped, and ASCII fields are kept as they are."""
+    from dsh_host import ToolExecution, ToolExecutionResult
+    from dsh_plugins_builtin._audit._row import build_row
+
+    execution = ToolExecution(call_id="c1", name="echo", arguments={})
+    result = ToolExecutionResult(content="ok")
+    entry = (0.0, execution, result, 1.0, "rule \udcff", "person \ud800")
+    row = build_row(entry, "/ws", "host", set())
+    assert row[1:3] == ("c1", "echo")
+    assert row[-2:] == ("rule \\udcff", "person \\ud800")
+    plain = build_row((0.0, execution, result, 1.0, "rule", None), "/ws", "host", set())
+    assert plain[-2:] == ("rule", None)

@@ -8,6 +8,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -19,10 +20,12 @@ from dsh_host import (
     HookContext,
     ImageBlock,
     TextBlock,
+    ToolExecutionResult,
     define_tool,
     hookimpl,
 )
 from dsh_plugins_builtin import output_budget
+from dsh_plugins_builtin.guards import GuardsPlugin
 from dsh_plugins_builtin.output_budget import (
     NoticeDoesNotFit,
     OutputBudgetConfig,
@@ -219,6 +222,46 @@ async def test_it_is_the_outermost_link(make_host, tmp_path):
     result = await host.call("big", {})
     assert len(result.text.encode()) <= 1000
     assert len(spilled(tmp_path)) == 1
+
+
+async def test_a_result_that_fits_is_handed_on_when_only_guards_follow(make_host, tmp_path):
+    """No coroutine of its own: with only ``guards`` (which adds contexts) after it, a result
+    whose text fits is passed on as ``call_next()`` returns it, and an error always is."""
+    plugin = OutputBudgetPlugin()
+    host = make_host(plugin, GuardsPlugin(), tools=[returns("small")], config=budget(tmp_path))
+    assert (await host.call("big", {})).text == "small"
+    downstream = object()
+    small = ToolExecutionResult(content="small")
+    large = ToolExecutionResult(content="x" * 4000)
+    error = ToolExecutionResult(content="y" * 4000, is_error=True)
+    execution = SimpleNamespace(name="big", call_id="c")
+
+    def call(result):
+        return plugin.dsh_tool_post_execute(execution, result, lambda: downstream)
+
+    assert call(small) is downstream
+    assert call(error) is downstream
+    bounding = call(large)  # waits for the downstream decision, to bound it
+    assert bounding is not downstream
+    bounding.close()
+
+
+async def test_a_replacing_link_registered_later_is_still_bounded(make_host, tmp_path):
+    class Expander:
+        name = "expander"
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result, call_next):
+            return Accept(content="z" * 4000)
+
+    host = make_host(
+        OutputBudgetPlugin(), GuardsPlugin(), tools=[returns("small")], config=budget(tmp_path)
+    )
+    assert (await host.call("big", {})).text == "small"  # nothing after it replaces content
+    host.pm.register(Expander())
+    result = await host.call("big", {})
+    assert len(result.text.encode()) <= 1000
+    assert parse(result.text)[2] == 4000
 
 
 async def test_images_are_kept_and_text_blocks_are_joined(make_host, tmp_path):

@@ -293,6 +293,21 @@ def test_a_default_outside_allow_ask_deny_stops_the_host():
         make({"plugin": {"permissions": {"default": "maybe"}}})
 
 
+def test_a_path_tools_decision_is_made_once_per_verdict(tmp_path):
+    """The decision on a verdict looked up by place is made once (not a new ``Allow`` and
+    detail text per call), and stays the tool's: another tool gets its own."""
+    plugin = PermissionsPlugin()
+    Host(
+        config={"host": {"workspace": str(tmp_path)}}, plugins=[plugin], load_entrypoints=False
+    ).registry.register(STAND_INS[1])  # read_file
+    read = ToolExecution(call_id="c1", name="read_file", arguments={"path": "a.txt"})
+    first = plugin.decide(read)
+    assert (type(first), first.detail) == (Allow, "rule read_file in the built-in defaults")
+    assert plugin.decide(read) is first
+    outside = ToolExecution(call_id="c2", name="read_file", arguments={"path": "/etc/passwd"})
+    assert type(plugin.decide(outside)) is Ask
+
+
 def test_an_unstarted_plugin_fails_closed():
     execution = ToolExecution(call_id="c1", name="bash", arguments={"command": "ls"})
     with pytest.raises(RuntimeError, match="was not started"):

@@ -643,3 +643,29 @@ def _compare_with_realpath(real: Path, ws: Path) -> None:
             assert os.path.realpath(lexical) in targets
         for text in ("a/\ud800", "\ud800"):  # no encoding takes it: no target, fail closed
             assert place.targets(text) is None
+
+
+def test_a_path_tools_verdict_is_looked_up_by_where_its_paths_lead(ws):
+    """Matched once per place: the same spelling leading to the same place is the same
+    verdict, looked up, not the rules matched again."""
+    rs = rules(ws, allow=["read_file"], deny=["Read(./secrets/**)"])
+    first = rs.decide("read_file", READ, {"path": "src/a.txt"})
+    assert first.effect == "allow"
+    assert rs.decide("read_file", READ, {"path": "src/a.txt"}) is first
+    assert rs.decide("read_file", READ, {"path": "src/link/k"}).effect == "deny"
+    assert rs.decide("read_file", READ, {"path": 7}).effect == "ask"  # not a path: no allow
+
+
+def test_a_looked_up_verdict_follows_a_symlink_planted_since(ws, tmp_path):
+    """The path is resolved on every call: where it leads now is what is looked up."""
+    rs = rules(ws, allow=["read_file"], deny=["Read(./secrets/**)"])
+    (ws / "src" / "b.txt").write_text("b")
+    assert rs.decide("read_file", READ, {"path": "src/b.txt"}).effect == "allow"
+    (ws / "src" / "b.txt").unlink()
+    os.symlink(ws / "secrets" / "k", ws / "src" / "b.txt")
+    assert rs.decide("read_file", READ, {"path": "src/b.txt"}).effect == "deny"
+    (ws / "src" / "b.txt").unlink()
+    os.symlink(tmp_path / "outside", ws / "src" / "b.txt")
+    outside = rs.decide("read_file", READ, {"path": "src/b.txt"})
+    assert (outside.effect, outside.defaulted) == ("ask", True)
+    assert "outside the workspace" in (outside.note or "")

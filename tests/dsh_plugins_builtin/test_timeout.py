@@ -16,6 +16,8 @@ import trio
 
 from dsh_host import (
     AbortSignal,
+    ApprovalOutcome,
+    Ask,
     ConfigError,
     DshError,
     Scope,
@@ -153,6 +155,41 @@ async def test_a_call_with_no_budget_is_handed_on_as_it_is(make_host):
 async def test_a_tool_budget_still_applies_when_default_ms_is_off(make_host, autojump_clock):
     host = make_host(TimeoutPlugin(), tools=[sleeper(timeout_ms=100)])
     assert_timed_out(await host.call("slow", {}), 100)
+
+
+async def test_a_tool_registered_with_a_budget_while_a_call_waits_runs_with_it(
+    make_host, autojump_clock
+):
+    """The budget is read as the call is dispatched, not when it started: a tool swapped for
+    one with a budget while the call waited for approval runs with that budget."""
+    approve = trio.Event()
+
+    class Asker:
+        name = "asker"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return Ask("wait for it")
+
+        @hookimpl
+        async def dsh_tool_approve(self, request):
+            await approve.wait()
+            return ApprovalOutcome.ALLOWED_ONCE
+
+    host = make_host(TimeoutPlugin(), Asker())
+    remove = host.registry.register(sleeper())  # no budget
+    results: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        results.append(await host.call("slow", {}))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.sleep(1)  # the call waits for approval
+        remove()
+        host.registry.register(sleeper(timeout_ms=100))
+        approve.set()
+    assert_timed_out(results[0], 100)
 
 
 async def test_the_scoped_view_decides_the_budget(make_host, autojump_clock):
