@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,8 @@ __all__ = ["MOUNT_POINTS", "MountPointBusy", "Taken"]
 
 _LOCK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_WAIT = 0.1  # seconds: at most this long for another process's lock on a protected path
+
+logger = logging.getLogger("dsh_plugins_builtin.sandbox")
 
 
 class MountPointBusy(OSError):
@@ -73,7 +76,10 @@ class _Worker:
                 self._wake.wait_for(lambda: self._job is not None)
                 job, self._job = self._job, None
             assert job is not None
-            job()
+            try:
+                job()
+            except Exception:  # the job marked itself idle first; the next one must still run
+                logger.exception("dsh sandbox: removing the empty mount points failed")
 
     def forget_thread(self) -> None:
         """In a forked child: the thread stayed with the parent."""

@@ -45,14 +45,19 @@ def _by(policy: SandboxPolicy) -> str:
     return f"sandbox: {policy.mode} mode"
 
 
+SETTLE_WAIT = 5.0
+
+
 def _pinned(policy: SandboxPolicy, *, settle: bool = True) -> SandboxPolicy:
     """*policy*, after checking that no root was replaced since the host started.
 
     *settle*: first wait until the empty mount points of the commands that have ended are
-    removed (`MOUNT_POINTS`, removed off the command's path), so a file tool never sees them.
+    removed (`MOUNT_POINTS`, removed off the command's path), so a file tool never sees them;
+    never for more than `SETTLE_WAIT` seconds (they are empty directories under protected
+    names, which the file tools refuse anyway: waiting is tidiness, never worth a hang).
     """
     if settle:
-        MOUNT_POINTS.settle()
+        MOUNT_POINTS.settle(SETTLE_WAIT)
     try:
         check_pinned(policy)
     except RootReplaced as exc:

@@ -8,7 +8,7 @@ import fcntl
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,19 @@ from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy, _MountPoin
 from tests.dsh_plugins_builtin.test_escapes_process import bash, escape_host
 
 Work = Callable[[], None]
+
+
+@pytest.fixture
+def owed_globally(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Work]]:
+    """The process's `MOUNT_POINTS` hands its removals to this list until the test runs them;
+    the ones still owed when it ends are run then, so that no later test finds a removal
+    marked under way that no worker will ever run (its file tools would wait on it)."""
+    owed: list[Work] = []
+    monkeypatch.setattr(_mountpoints.MOUNT_POINTS, "_start", owed.append)
+    yield owed
+    while owed:
+        owed.pop()()
+    assert _mountpoints.MOUNT_POINTS.settle(timeout=0)
 
 
 def held() -> tuple[_MountPoints, list[Work]]:
@@ -91,6 +104,7 @@ def test_settle_waits_for_the_worker_thread(tmp_path: Path) -> None:
 
 
 def settling_runs(monkeypatch: pytest.MonkeyPatch, owed: list[Work]) -> list[int]:
+    """(*owed*: the `owed_globally` fixture's list.)"""
     """`MOUNT_POINTS.settle` runs the removals owed first; how often it was called."""
     points = _mountpoints.MOUNT_POINTS
     real = points.settle
@@ -102,15 +116,14 @@ def settling_runs(monkeypatch: pytest.MonkeyPatch, owed: list[Work]) -> list[int
             owed.pop()()
         return real(timeout)
 
-    monkeypatch.setattr(points, "_start", owed.append)
     monkeypatch.setattr(points, "settle", settle)
     return calls
 
 
 async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
-    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch, owed_globally: list[Work]
 ) -> None:
-    owed: list[Work] = []
+    owed = owed_globally
     settling_runs(monkeypatch, owed)
     if probe_backends()["bwrap"] is not None:
         pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
@@ -125,15 +138,14 @@ async def test_a_file_tool_never_sees_a_finished_commands_mount_points(
 
 
 async def test_a_removal_owed_while_a_command_runs_on_it_leaves_its_mount(
-    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+    make_host: Any, ws: Path, owed_globally: list[Work]
 ) -> None:
     """Through real bwrap: the removal owed by one command runs while the next one is mounted
     on the same mount points. Removed, the kernel would detach the next command's mounts, and it
     could create ``.git/x`` and ``dsh.toml``; it cannot."""
     if probe_backends()["bwrap"] is not None:
         pytest.skip(f"bwrap unusable here: {probe_backends()['bwrap']}")
-    owed: list[Work] = []
-    monkeypatch.setattr(_mountpoints.MOUNT_POINTS, "_start", owed.append)
+    owed = owed_globally
     host = escape_host(make_host, ws, "bwrap")
     await bash(host, "true")
     assert (ws / ".git").is_dir()  # owed a removal, not removed yet
@@ -261,3 +273,33 @@ def test_an_exiting_process_removes_the_mount_points_it_owes(tmp_path: Path) -> 
     path = tmp_path / ".git"
     subprocess.run([sys.executable, "-c", EXITING, str(path)], check=True, timeout=60)
     assert not path.exists()
+
+
+def test_a_removal_that_fails_does_not_stop_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in one removal is logged; the worker thread still runs the next, so
+    a file tool's wait (`settle`) never hangs on a removal no thread will run."""
+    points = _MountPoints()
+    path = tmp_path / ".git"
+    real = _mountpoints._remove_empty
+    failures = [True]
+
+    def remove_empty(directory: Path) -> bool:
+        if failures:
+            raise RuntimeError("unexpected")
+        return real(directory)
+
+    monkeypatch.setattr(_mountpoints, "_remove_empty", remove_empty)
+    taken = points.take([path])
+    path.mkdir()
+    points.give_back(taken)
+    assert points.settle(timeout=30)
+    assert path.is_dir()  # that removal failed
+    failures.clear()
+    other = tmp_path / ".claude"
+    taken = points.take([other])
+    other.mkdir()
+    points.give_back(taken)
+    assert points.settle(timeout=30)  # hung without the fix: the worker thread had died
+    assert not other.exists()
