@@ -25,6 +25,7 @@ from .._model._values import (
     ToolExecution,
     ToolExecutionResult,
     ToolRunContext,
+    signal_aborted,
 )
 from .._registry._hooks import Impl, Plan
 from ._body import MISSING, Followed, normalise, run_body
@@ -275,7 +276,7 @@ class _Dispatch(_Chains):
     ) -> ToolExecutionResult:
         """`dispatch`'s last step: an aborted call's result, a body's attribution. *state*
         ``None``: the body stage ran alone (a result that is not an error: the body ran)."""
-        if view.signal.aborted and not result.is_error:
+        if not result.is_error and signal_aborted(view):
             ran = True if state is None else state.body_invoked
             return aborted(ran, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
@@ -292,8 +293,8 @@ class _Dispatch(_Chains):
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
-        signal = view.signal
-        if signal.aborted:
+        signal = view.__dict__.get("signal")  # ``None``: not made yet, so nobody holds it
+        if signal is not None and signal.aborted:
             return aborted(False)
         arguments = view.arguments
         ready = state.ready if state is not None else None
@@ -312,7 +313,7 @@ class _Dispatch(_Chains):
         context = ToolRunContext._make(view, tool, self._run_nested)
         if state is not None:
             state.body_invoked = True
-        if signal._inert and tool.is_async:
+        if (signal is None or signal._inert) and tool.is_async:
             # Nobody outside the pipeline holds this signal: no cancel scope, no `run_body`.
             try:
                 value = await (
@@ -327,12 +328,25 @@ class _Dispatch(_Chains):
         elif (
             CAN_ENTER_BELOW
             and tool.is_async
+            and signal is not None
             and signal.deadline == math.inf
             and (base := cancel_status()) is not None
         ):
             result = await _followed(tool, args, context, base)
         else:
             result = await run_body(tool, args, context)
+        if context._deferred or result.decided_by is not None:
+            result = self._after_body(tool, context, result)
+        if trace is not None:
+            outcome = detailed(result)
+            trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
+        return result
+
+    def _after_body(
+        self, tool: ToolDefinition, context: ToolRunContext, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """A body's result with what it deferred (`ToolRunContext.defer_context`), checked, and
+        its ``decided_by`` checked: the body stage's last step, when either is there."""
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -342,9 +356,6 @@ class _Dispatch(_Chains):
         ):
             # Only bodies set ``decided_by`` here (the pipeline's own results do not).
             result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
-        if trace is not None:
-            outcome = detailed(result)
-            trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
         return result
 
 

@@ -24,7 +24,13 @@ from .._model._errors import PluginFailure
 from .._model._outcomes import aborted, plugin_failed
 from .._model._text import printable
 from .._model._trace import Trace, emit
-from .._model._values import Block, ToolExecution, ToolExecutionResult, ToolFailure
+from .._model._values import (
+    Block,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolFailure,
+    signal_aborted,
+)
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
 from ._contain import genuine, real_interrupt, seconds
@@ -156,7 +162,7 @@ class _Finish(_Chains):
     ) -> ToolExecutionResult:
         """*result* with the post-execute *decision* (made by *who*) applied."""
         if decision is _ACCEPT:
-            if execution.signal.aborted and not result.is_error:
+            if not result.is_error and signal_aborted(execution):
                 result = aborted(True, result.additional_contexts)
             return result
         if decision.additional_contexts:
@@ -186,7 +192,7 @@ class _Finish(_Chains):
                 contexts = (*result.additional_contexts, *decision.additional_contexts)
                 changes["additional_contexts"] = contexts
             result = attrs.evolve(result, **changes)
-        if execution.signal.aborted and not result.is_error:
+        if not result.is_error and signal_aborted(execution):
             result = aborted(True, result.additional_contexts)
         return result
 

@@ -19,7 +19,6 @@ import attrs
 from .._model._errors import PluginFailure, ToolNotFoundError
 from .._model._json import freeze
 from .._model._outcomes import aborted, failure, plugin_failed
-from .._model._signal import _inert
 from .._model._trace import Trace, TraceEvent, emit
 from .._model._values import (
     Allow,
@@ -32,6 +31,7 @@ from .._model._values import (
     ToolExecutionInput,
     ToolExecutionResult,
     parent_token,
+    signal_aborted,
 )
 from .._registry._hooks import Plan
 from ._chain import _Chain, _Pending, _Raised, _Suspend
@@ -81,8 +81,7 @@ class _Gate(_Chains):
 
         *frozen*: ``freeze(input.arguments)``, already made (a batch froze them to classify
         the call); ``None``: freeze them here."""
-        given = input.signal
-        signal = _inert() if given is None else given
+        given = input.signal  # ``None``: the execution makes an inert one if it is asked for
         parent = input.parent
         message: str | None = None
         if parent is not None:
@@ -104,7 +103,7 @@ class _Gate(_Chains):
             except ValueError as exc:
                 arguments, message = None, message or f"tool arguments must be JSON: {exc}"
         execution = ToolExecution._make(
-            input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
+            input.call_id, input.name, arguments, input.scope, parent, given, dry_run
         )
         if message is not None:
             return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
@@ -198,7 +197,7 @@ class _Gate(_Chains):
             reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if execution.signal.aborted:
+        if signal_aborted(execution):
             return Prepared(execution, aborted(False))
         if report and who is not None and type(decision) is Allow:
             return Prepared(execution, allowed_by=who, detail=decision.detail)

@@ -1,0 +1,178 @@
+"""The bare path (`Pipeline._bare`): a call no hook, guard or trace sees, and what it must keep.
+
+A registry with no plugin runs a call as its tool alone. Everything that could see the call
+must still see it: a plugin or guard that came after the coroutine was made (before it was
+awaited), a scoped guard, a body that asks for its signal or token, or aborts that signal.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import trio
+
+import dsh_host._model._values as values_module
+from dsh_host import (
+    AbortSignal,
+    Deny,
+    HookContext,
+    Scope,
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+    hookspecs,
+)
+from dsh_host._model import _signal
+from dsh_host._registry._hooks import HookRelay, make_plugin_manager
+from tests.conftest import make_echo
+
+CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
+
+
+def _registry_with_pm() -> tuple[ToolRegistry, Any]:
+    pm = make_plugin_manager(hookspecs)
+    registry = ToolRegistry(hooks=HookRelay(pm))
+    registry.register(make_echo())
+    return registry, pm
+
+
+class DenyAll:
+    name = "deny_all"
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any) -> Any:
+        return Deny("no")
+
+
+async def test_a_plugin_registered_after_the_call_was_made_still_decides() -> None:
+    registry, pm = _registry_with_pm()
+    assert not (await registry.execute(CALL)).is_error  # the registry is seen with no hook
+    made = registry.execute(CALL)  # chosen while no hook is there
+    pm.register(DenyAll(), name="deny_all")
+    result = await made
+    assert (result.code, result.decided_by) == ("DENIED", "deny_all")
+    again = await registry.execute(CALL)
+    assert again.decided_by == "deny_all"
+
+
+async def test_a_guard_added_after_the_call_was_made_still_denies() -> None:
+    registry, _ = _registry_with_pm()
+    await registry.execute(CALL)
+    made = registry.execute(CALL)
+    registry.add_guard(lambda execution: "guarded", name="g")
+    result = await made
+    assert (result.code, result.decided_by) == ("DENIED", "g")
+
+
+async def test_a_scoped_guard_denies_a_call_in_its_scope() -> None:
+    registry, _ = _registry_with_pm()
+    await registry.execute(CALL)
+    scope = Scope("agent")
+    registry.add_guard(lambda execution: "scoped", scope, name="g")
+    await registry.execute(CALL)  # the global path is bare again after the change
+    inside = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"}, scope=scope)
+    result = await registry.execute(inside)
+    assert (result.code, result.decided_by) == ("DENIED", "g")
+    assert not (await registry.execute(CALL)).is_error
+
+
+async def test_a_call_whose_body_reads_nothing_makes_no_signal_or_token(monkeypatch: Any) -> None:
+    made: list[Any] = []
+    new_signal = _signal._new_signal
+
+    def counting(cls: Any) -> Any:
+        made.append(cls)
+        return new_signal(cls)
+
+    monkeypatch.setattr(_signal, "_new_signal", counting)
+    tokens: list[Any] = []
+    token_class = values_module.CallToken
+    monkeypatch.setattr(values_module, "CallToken", lambda: tokens.append(1) or token_class())
+    registry = ToolRegistry()
+    registry.register(make_echo())
+    for _ in range(3):
+        assert (await registry.execute(CALL)).text == "x"
+    assert made == []
+    assert tokens == []
+
+
+async def test_a_body_that_asks_gets_one_signal_and_one_token_that_work() -> None:
+    seen: list[Any] = []
+
+    async def body(args: Any, ctx: Any) -> str:
+        signal, token = ctx.signal, ctx.token
+        assert ctx.signal is signal
+        assert ctx.execution.token is token
+        assert isinstance(signal, AbortSignal)
+        assert not signal.aborted
+        assert copy.copy(ctx.execution).token is token
+        seen.append((signal, token))
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="", parameters={}, execute=body))
+    first = await registry.execute(ToolExecutionInput(call_id="a", name="t", arguments={}))
+    second = await registry.execute(ToolExecutionInput(call_id="b", name="t", arguments={}))
+    assert first.text == second.text == "ok"
+    assert seen[0][0] is not seen[1][0]
+    assert seen[0][1] is not seen[1][1]
+
+
+async def test_a_body_that_aborts_its_own_signal_ends_aborted_with_its_contexts() -> None:
+    async def body(args: Any, ctx: Any) -> str:
+        ctx.defer_context("kept")
+        ctx.signal.abort("changed my mind")
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="", parameters={}, execute=body))
+    result = await registry.execute(ToolExecutionInput(call_id="a", name="t", arguments={}))
+    assert result.is_error
+    assert result.code == "ABORTED"
+    assert [c.text for c in result.additional_contexts] == ["kept"]
+    assert isinstance(result.additional_contexts[0], HookContext)
+
+
+async def test_a_body_whose_nested_call_reads_the_token_ties_it_to_the_outer_call() -> None:
+    parents: list[Any] = []
+
+    class Watch:
+        name = "watch"
+
+        @hookimpl
+        def dsh_tool_result(self, execution: Any, result: Any) -> None:
+            parents.append((execution.name, execution.parent))
+
+    async def outer(args: Any, ctx: Any) -> str:
+        inner = await ctx.call("echo", {"text": "in"})
+        parents.append(("token", ctx.token))
+        return inner.text
+
+    registry, pm = _registry_with_pm()
+    registry.register(define_tool(name="outer", description="", parameters={}, execute=outer))
+    result = await registry.execute(ToolExecutionInput(call_id="o", name="outer", arguments={}))
+    assert result.text == "in"
+    pm.register(Watch(), name="watch")
+    await registry.execute(ToolExecutionInput(call_id="o", name="outer", arguments={}))
+    by_name = dict((name, parent) for name, parent in parents)
+    assert by_name["echo"] is by_name["token"]
+
+
+async def test_a_cancelled_caller_cancels_a_bare_body() -> None:
+    started = trio.Event()
+
+    async def body(args: Any, ctx: Any) -> str:
+        started.set()
+        await trio.sleep_forever()
+        return "never"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="", parameters={}, execute=body))
+    call = ToolExecutionInput(call_id="a", name="t", arguments={})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(registry.execute, call)
+        await started.wait()
+        nursery.cancel_scope.cancel()
+    assert nursery.cancel_scope.cancelled_caught
