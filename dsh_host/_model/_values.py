@@ -270,23 +270,28 @@ class ToolRunContext:
         tool: ToolLike,
         run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]],
     ) -> ToolRunContext:
-        """The context of a call made from *input* with no signal or parent, its execution made
-        with it: ``_make(ToolExecution._make(...), tool, run)`` in one call (the bare path)."""
-        execution = _new(ToolExecution)
-        fields = execution.__dict__
-        fields["call_id"] = input.call_id
-        fields["name"] = input.name
-        fields["arguments"] = arguments
-        fields["scope"] = input.scope
-        fields["parent"] = None
-        fields["dry_run"] = False
+        """The context of a call made from *input* with no signal or parent (the bare path):
+        its `execution` (``ToolExecution._make(...)``) is made on first read (`__getattr__`);
+        most bodies never read it. Until then nobody holds its signal."""
         self = _new(cls)
         fields = self.__dict__
-        fields["execution"] = execution
         fields["tool"] = tool
         fields["_deferred"] = None
         fields["_run"] = run
+        fields["_input"] = input
+        fields["_arguments"] = arguments
         return self
+
+    def __getattr__(self, name: str) -> Any:
+        """The execution of a context made by `_call`, made on first read (once: ``setdefault``)."""
+        fields = self.__dict__
+        if name == "execution" and "_input" in fields:
+            input = fields["_input"]
+            execution = ToolExecution._make(
+                input.call_id, input.name, fields["_arguments"], input.scope, None, None, False
+            )
+            return fields.setdefault("execution", execution)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def call_id(self) -> str:

@@ -134,7 +134,6 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         ):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
         context = ToolRunContext._call(input, arguments, tool, self._run_nested)
-        execution = context.execution
         try:
             value = await (
                 tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
@@ -150,7 +149,11 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                 result = normalise(tool, value)
         if context._deferred or result.decided_by is not None:
             result = self._after_body(tool, context, result)
-        if not result.is_error and signal_aborted(execution):  # the body aborted it
+        if (
+            not result.is_error
+            and "execution" in context.__dict__  # else nobody made the signal, nor aborted it
+            and signal_aborted(context.execution)
+        ):
             return aborted(True, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
             return self._attributed(result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 import trio
 
 import dsh_host._model._values as values_module
@@ -176,3 +177,27 @@ async def test_a_cancelled_caller_cancels_a_bare_body() -> None:
         await started.wait()
         nursery.cancel_scope.cancel()
     assert nursery.cancel_scope.cancelled_caught
+
+
+async def test_a_bare_body_reading_its_context_sees_the_call_frozen() -> None:
+    seen: list[Any] = []
+
+    async def body(args: Any, ctx: Any) -> str:
+        seen.append((ctx.call_id, ctx.name, ctx.arguments, ctx.scope, ctx.parent))
+        assert ctx.execution is ctx.execution
+        assert not hasattr(ctx, "nothing_like_this")
+        assert ctx.execution.arguments is args
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="t", description="", parameters={"path": {"type": "string"}}, execute=body)
+    )
+    result = await registry.execute(
+        ToolExecutionInput(call_id="a", name="t", arguments={"path": "p"})
+    )
+    assert result.text == "ok"
+    call_id, name, arguments, scope, parent = seen[0]
+    assert (call_id, name, dict(arguments), scope, parent) == ("a", "t", {"path": "p"}, None, None)
+    with pytest.raises(TypeError):
+        arguments["path"] = "q"  # frozen, as every execution's arguments are
