@@ -87,13 +87,18 @@ class Pipeline(_Gate, _Dispatch, _Finish):
     def _forget_bare(self) -> None:
         self._bare_plan = None
 
-    def _remember_bare(self, plan: Plan) -> None:
-        """Let `run` choose `_bare` from the next call on: *plan* has no hook, and no global
-        guard is registered. Only with a plugin manager that counts its (un)registrations
-        (`_bare` compares the count), or none."""
+    def note_idle(self, plan: Plan) -> None:
+        """Let `run` choose `_bare` from the next call on, if *plan* (the current one) has no
+        hook and no global guard is registered. Only with a plugin manager that counts its
+        (un)registrations (`_bare` compares the count), or none."""
         pm = self.hooks.pm
         generation = 0 if pm is None else getattr(pm, "generation", None)
-        if type(generation) is int and plan is self.hooks.plan():
+        if (
+            plan.idle
+            and type(generation) is int
+            and plan is self.hooks.plan()
+            and not self.registry.guards_for(None)
+        ):
             self._bare_plan, self._bare_generation = plan, generation
 
     def run(
@@ -112,12 +117,19 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             return self._bare(input)
         return self._run(input, trace)
 
-    async def _bare(self, input: ToolExecutionInput) -> ToolExecutionResult:
+    async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
         """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
         its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
-        an inert signal, then what `_run` does after it). Anything else: `_run`."""
+        an inert signal, then what `_run` does after it). Anything else: `_run`.
+
+        *ready*: ``(tool, frozen, args)`` a batch already looked up, froze and accepted, *args*
+        being *frozen* (`execute_batch` starts this coroutine by hand, having checked that
+        `bare_now`)."""
         scope = input.scope
-        if scope is None:
+        arguments: Any = None
+        if ready is not None:
+            tool, arguments = ready[0], ready[1]
+        elif scope is None:
             tool = self._global_tools.get(input.name)  # `ToolTable.get`, inline
         else:
             tool = self.registry.get(input.name, scope)
@@ -129,8 +141,13 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             tool is None
             or not tool.is_async
             or (scope is not None and self.registry.guards_for(scope))
-            or (snapshot := tool.snapshot) is None
-            or (arguments := snapshot(input.arguments)) is None
+            or (
+                arguments is None
+                and (
+                    (snapshot := tool.snapshot) is None
+                    or (arguments := snapshot(input.arguments)) is None
+                )
+            )
         ):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
         context = ToolRunContext._call(input, arguments, tool, self._run_nested)
@@ -159,13 +176,21 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             return self._attributed(result)
         return result
 
+    def bare_now(self) -> bool:
+        """Whether `_bare`, started now, would run its call bare (a global one of an ``async``
+        tool): no hook and no global guard, as last seen, and no plugin (un)registered since."""
+        pm: Any = self.hooks.pm
+        return self._bare_plan is not None and (
+            pm is None or pm.generation == self._bare_generation
+        )
+
     async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)
         plan = self.hooks.plan()
-        if plan.idle and self._bare_plan is None and not self.registry.guards_for(None):
-            self._remember_bare(plan)
+        if plan.idle and self._bare_plan is None:
+            self.note_idle(plan)
         if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
             try:
                 prepared = await self._gate(execution, trace, plan, report=False)

@@ -201,3 +201,71 @@ async def test_a_bare_body_reading_its_context_sees_the_call_frozen() -> None:
     assert (call_id, name, dict(arguments), scope, parent) == ("a", "t", {"path": "p"}, None, None)
     with pytest.raises(TypeError):
         arguments["path"] = "q"  # frozen, as every execution's arguments are
+
+
+def _safe_echo(**kwargs: Any) -> Any:
+    return make_echo("safe", is_concurrency_safe=lambda args: True, **kwargs)
+
+
+def _calls(count: int, name: str = "safe") -> list[ToolExecutionInput]:
+    return [
+        ToolExecutionInput(call_id=f"c{i}", name=name, arguments={"text": str(i)})
+        for i in range(count)
+    ]
+
+
+async def test_a_batch_runs_calls_no_hook_sees_bare(monkeypatch: Any) -> None:
+    made: list[Any] = []
+    make = values_module.ToolExecution._make.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, *args: Any) -> Any:
+        made.append(args[0])
+        return make(cls, *args)
+
+    monkeypatch.setattr(values_module.ToolExecution, "_make", classmethod(counting))
+    registry = ToolRegistry()
+    registry.register(_safe_echo())
+    results = await registry.execute_batch(_calls(6))
+    assert [r.text for r in results] == [str(i) for i in range(6)]
+    # The first is parked while the nursery opens (the general path); the rest run bare.
+    assert made == ["c0"]
+
+
+async def test_a_plugin_registered_during_a_batch_decides_for_the_calls_after_it() -> None:
+    registry, pm = _registry_with_pm()
+
+    async def register(args: Any, ctx: Any) -> str:
+        pm.register(DenyAll(), name="deny_all")
+        return "registered"
+
+    registry.register(_safe_echo())
+    registry.register(
+        define_tool(
+            name="plug",
+            description="",
+            parameters={},
+            execute=register,
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    inputs = _calls(3)
+    inputs.insert(2, ToolExecutionInput(call_id="p", name="plug", arguments={}))
+    results = await registry.execute_batch([*inputs, *_calls(2)])
+    assert [r.text for r in results[:3]] == ["0", "1", "registered"]
+    assert [r.decided_by for r in results[3:]] == ["deny_all"] * 3
+
+
+async def test_a_batch_asks_a_raising_is_concurrency_safe_once_and_runs_the_call_alone() -> None:
+    asked: list[Any] = []
+
+    def unsure(args: Any) -> bool:
+        asked.append(args["text"])
+        if args["text"] == "2":
+            raise ValueError("unsure")
+        return True
+
+    registry = ToolRegistry()
+    registry.register(make_echo("safe", is_concurrency_safe=unsure))
+    results = await registry.execute_batch(_calls(4))
+    assert [r.text for r in results] == ["0", "1", "2", "3"]
+    assert sorted(asked) == ["0", "1", "2", "3"]
