@@ -25,7 +25,6 @@ from .._model._values import (
     ToolExecution,
     ToolExecutionResult,
     ToolRunContext,
-    signal_aborted,
 )
 from .._registry._hooks import Impl, Plan
 from ._body import MISSING, Followed, normalise, run_body
@@ -55,6 +54,8 @@ from ._answers import (
 from ._chains import _Chains
 
 __all__ = ["_Dispatch"]
+
+_text_result = ToolExecutionResult._text
 
 
 class _Dispatch(_Chains):
@@ -276,7 +277,9 @@ class _Dispatch(_Chains):
     ) -> ToolExecutionResult:
         """`dispatch`'s last step: an aborted call's result, a body's attribution. *state*
         ``None``: the body stage ran alone (a result that is not an error: the body ran)."""
-        if not result.is_error and signal_aborted(view):
+        if not result.is_error and (
+            (signal := view.__dict__.get("signal")) is not None and signal.aborted
+        ):
             ran = True if state is None else state.body_invoked
             return aborted(ran, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
@@ -324,7 +327,10 @@ class _Dispatch(_Chains):
                     raise
                 result = raised(exc)
             else:
-                result = normalise(tool, value)
+                if type(value) is str and tool.validate_output is None:  # `normalise`, inline
+                    result = _text_result(value)
+                else:
+                    result = normalise(tool, value)
         elif (
             CAN_ENTER_BELOW
             and tool.is_async

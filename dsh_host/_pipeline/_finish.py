@@ -29,7 +29,6 @@ from .._model._values import (
     ToolExecution,
     ToolExecutionResult,
     ToolFailure,
-    signal_aborted,
 )
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
@@ -162,7 +161,9 @@ class _Finish(_Chains):
     ) -> ToolExecutionResult:
         """*result* with the post-execute *decision* (made by *who*) applied."""
         if decision is _ACCEPT:
-            if not result.is_error and signal_aborted(execution):
+            if not result.is_error and (
+                (signal := execution.__dict__.get("signal")) is not None and signal.aborted
+            ):
                 result = aborted(True, result.additional_contexts)
             return result
         if decision.additional_contexts:
@@ -192,7 +193,9 @@ class _Finish(_Chains):
                 contexts = (*result.additional_contexts, *decision.additional_contexts)
                 changes["additional_contexts"] = contexts
             result = attrs.evolve(result, **changes)
-        if not result.is_error and signal_aborted(execution):
+        if not result.is_error and (
+            (signal := execution.__dict__.get("signal")) is not None and signal.aborted
+        ):
             result = aborted(True, result.additional_contexts)
         return result
 

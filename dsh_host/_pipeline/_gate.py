@@ -31,7 +31,6 @@ from .._model._values import (
     ToolExecutionInput,
     ToolExecutionResult,
     parent_token,
-    signal_aborted,
 )
 from .._registry._hooks import Plan
 from ._chain import _Chain, _Pending, _Raised, _Suspend
@@ -197,7 +196,7 @@ class _Gate(_Chains):
             reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if signal_aborted(execution):
+        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
             return Prepared(execution, aborted(False))
         if report and who is not None and type(decision) is Allow:
             return Prepared(execution, allowed_by=who, detail=decision.detail)

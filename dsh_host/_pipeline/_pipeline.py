@@ -46,6 +46,8 @@ __all__ = ["Pipeline", "Prepared", "new_call_id"]
 
 
 _call_ids = itertools.count(1)
+_text_result = ToolExecutionResult._text
+_bare_context = ToolRunContext._call
 
 
 class Pipeline(_Gate, _Dispatch, _Finish):
@@ -150,7 +152,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             )
         ):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
-        context = ToolRunContext._call(input, arguments, tool, self._run_nested)
+        context = _bare_context(input, arguments, tool, self._run_nested)
         try:
             value = await (
                 tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
@@ -161,7 +163,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             result = raised(exc)
         else:
             if type(value) is str and tool.validate_output is None:  # `normalise`, first case
-                result = ToolExecutionResult._text(value)
+                result = _text_result(value)
             else:
                 result = normalise(tool, value)
         if context._deferred or result.decided_by is not None:

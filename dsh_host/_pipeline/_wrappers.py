@@ -119,7 +119,9 @@ class _Proceed:
         No coroutine of its own, and no budget unless the wrapper's own time was ever counted
         (`own`): while this runs, the wrapper's time is paused.
         """
-        w = self._live()
+        w = self.w
+        if w is None:
+            w = self._live()  # raises: passed over (a tail call)
         if signal is not None and not isinstance(signal, AbortSignal):
             raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
         budget = self.budget
