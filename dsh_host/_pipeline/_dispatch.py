@@ -292,7 +292,11 @@ class _Dispatch(_Chains):
         """Stage I: resolve, validate, run the body, normalise. A result that is not an error
         means the body ran (every way to end before it is an error)."""
         started = time.perf_counter() if trace is not None else 0.0
-        tool = self.registry.get(view.name, view.scope)
+        scope = view.scope
+        if scope is None:
+            tool = self._global_tools.get(view.name)  # `ToolTable.get`, inline
+        else:
+            tool = self.registry.get(view.name, scope)
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")

@@ -91,7 +91,12 @@ class _Gate(_Chains):
         if frozen is not None:
             arguments = frozen
         elif (
-            (tool := self.registry.get(input.name, input.scope)) is not None
+            (
+                tool := self._global_tools.get(input.name)
+                if input.scope is None
+                else self.registry.get(input.name, input.scope)
+            )
+            is not None
             and (snapshot := tool.snapshot) is not None
             and (arguments := snapshot(input.arguments)) is not None
         ):  # frozen and validated in one walk: the body stage need not validate them again

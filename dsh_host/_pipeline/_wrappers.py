@@ -110,10 +110,9 @@ class _Proceed:
             )
         return w
 
-    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
-        return self.downstream(None)
-
-    def downstream(self, signal: AbortSignal | None) -> Generator[Any, Any, ToolExecutionResult]:
+    def downstream(
+        self, signal: AbortSignal | None = None
+    ) -> Generator[Any, Any, ToolExecutionResult]:
         """What ``call_next(signal)`` awaits: the wrappers after this one, then the body.
 
         No coroutine of its own, and no budget unless the wrapper's own time was ever counted
@@ -149,6 +148,8 @@ class _Proceed:
                 budget.paused = False
         self.delegated.append(result)
         return result
+
+    __await__ = downstream  # ``await call_next()``: `downstream` itself, no call in between
 
 
 class _Signalled:
