@@ -10,21 +10,20 @@ snapshot does not accept, an exclusive call, no free slot) is left classified fo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trio.lowlevel import Task
 
 from ._by_hand import resume
 from ._contain import real_interrupt
 
-if TYPE_CHECKING:
-    from ._batch import _Batch
-
 __all__ = ["bare_calls"]
 
 
-async def bare_calls(batch: _Batch, me: Task) -> bool:
-    """Run the batch's next calls bare while *me* holds the baton; whether it still does.
+async def bare_calls(batch: Any, me: Task) -> bool:
+    """Run the *batch*'s next calls bare while *me* holds the baton; whether it still does.
+
+    *batch* is a `._batch._Batch` (not imported: it imports this module).
 
     Only with the nursery open (a call that suspends hands the baton on to other workers, as
     in `work`), no batch signal and no trace (the caller checks those).

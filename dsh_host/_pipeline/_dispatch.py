@@ -249,7 +249,10 @@ class _Dispatch(_Chains):
             raise _Held(w, token, impl, error=exc) from None
         else:
             raise _Held(w, token, impl, coroutine, trap)
-        return self.dispatched(view, w.state, self._wrapper_result(impl, token, value))
+        result = self._wrapper_result(impl, token, value)
+        if result.decided_by is None and "signal" not in view.__dict__:
+            return result  # `dispatched`, when it has nothing to do (no signal was made)
+        return self.dispatched(view, w.state, result)
 
     async def _wrap_later(
         self, view: ToolExecution, held: _Held, plan: Plan

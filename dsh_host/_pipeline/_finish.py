@@ -121,6 +121,8 @@ class _Finish(_Chains):
                     raise _Later(None, chain, slow) from None
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision is _ACCEPT and (result.is_error or "signal" not in execution.__dict__):
+            return result  # `_applied`, when there is nothing to apply (no signal was made)
         return self._applied(execution, result, decision, who)
 
     async def _post(
