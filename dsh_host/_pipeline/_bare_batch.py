@@ -29,7 +29,8 @@ async def bare_calls(batch: Any, me: Task) -> bool:
     in `work`), no batch signal and no trace (the caller checks those).
     """
     pipeline, inputs, count = batch.pipeline, batch.inputs, len(batch.inputs)
-    tools, slots = pipeline._global_tools, batch.max_parallel - 1
+    tools, slots, pm = pipeline._global_tools, batch.max_parallel - 1, pipeline.hooks.pm
+    results, settled, on_result = batch.results, batch.settled, batch.on_result
     if pipeline._bare_plan is None:
         pipeline.note_idle(pipeline.hooks.plan())
     while (index := batch.next) < count and index != batch.pending:
@@ -52,7 +53,12 @@ async def bare_calls(batch: Any, me: Task) -> bool:
                 raise
             batch._park(index, input, arguments, None, False)
             return True
-        if not parallel or batch.in_flight > slots or not pipeline.bare_now():
+        if (
+            not parallel
+            or batch.in_flight > slots
+            or pipeline._bare_plan is None  # `Pipeline.bare_now`, inline
+            or (pm is not None and pm.generation != pipeline._bare_generation)
+        ):
             batch._park(index, input, arguments, (tool, arguments, arguments), parallel)
             return True
         batch.next = index + 1
@@ -70,9 +76,14 @@ async def bare_calls(batch: Any, me: Task) -> bool:
             finally:
                 batch._landed()
         if index != batch.committed or batch.committing:
-            batch.settled[index] = (None, result, False)  # final: committed in its turn
-        elif batch._record(index, result):
-            await batch._commit(me)
+            settled[index] = (None, result, False)  # final: committed in its turn
+        else:  # `_Batch._record`, inline
+            results[index] = result
+            batch.committed = index = index + 1
+            if on_result is not None:
+                on_result(index - 1, result)
+            if index < count and settled[index] is not None and not batch.committing:
+                await batch._commit(me)
         if batch.holder is not me:
             return False
     return True
