@@ -152,6 +152,9 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
     required = tuple(node.get("required", ()))
     closed = node.get("additionalProperties") is False
     find, ok, bound, isfinite = checks.get, _compile_ok(node), INT_BOUND, math.isfinite
+    # Declared arrays or objects are copied: then the copy is built from the first key on
+    # (rather than rebuilt when the first copied value turns up).
+    nests = any(sub["type"] in ("array", "object") for sub in properties.values())
 
     def snap_object(value: Any) -> Any:
         if type(value) is not dict:
@@ -159,7 +162,7 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
         for key in required:
             if key not in value:
                 return fail
-        out: dict[str, Any] | None = None
+        out: dict[str, Any] | None = {} if nests else None
         frozen: Any
         for key, item in value.items():
             check = find(key)
