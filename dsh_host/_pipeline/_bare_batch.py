@@ -10,12 +10,17 @@ snapshot does not accept, an exclusive call, no free slot) is left classified fo
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import types
+from collections.abc import Coroutine, Generator
+from typing import Any, Final
 
 from trio.lowlevel import Task
 
-from ._by_hand import resume
-from ._contain import real_interrupt
+from .._model._outcomes import raised
+from .._model._values import ToolExecutionResult, ToolRunContext
+from ._body import normalise
+from ._contain import genuine, real_interrupt
 
 __all__ = ["bare_calls"]
 
@@ -28,9 +33,20 @@ async def bare_calls(batch: Any, me: Task) -> bool:
     Only with the nursery open (a call that suspends hands the baton on to other workers, as
     in `work`), no batch signal and no trace (the caller checks those).
     """
+    box = _Box()
+    box.runner = _run_jobs(batch.pipeline, box)
+    try:
+        return await _calls(batch, me, box)
+    finally:
+        box.runner.close()  # waiting for a job that will not come (or done already)
+
+
+async def _calls(batch: Any, me: Task, box: _Box) -> bool:
+    """`bare_calls`' loop: each call run by *box*'s runner."""
     pipeline, inputs, count = batch.pipeline, batch.inputs, len(batch.inputs)
     tools, slots, pm = pipeline._global_tools, batch.max_parallel - 1, pipeline.hooks.pm
     results, settled, on_result = batch.results, batch.settled, batch.on_result
+    runner = box.runner
     if pipeline._bare_plan is None:
         pipeline.note_idle(pipeline.hooks.plan())
     while (index := batch.next) < count and index != batch.pending:
@@ -62,19 +78,17 @@ async def bare_calls(batch: Any, me: Task) -> bool:
             batch._park(index, input, arguments, (tool, arguments, arguments), parallel)
             return True
         batch.next = index + 1
-        running = pipeline._bare(input, (tool, arguments))
-        try:
-            trap = running.send(None)
-        except StopIteration as stop:
-            result = stop.value
-        else:  # it suspends: the baton is handed on, as in `work`
+        box.input, box.tool, box.arguments = input, tool, arguments
+        trap = runner.send(None)
+        if trap is not _DONE:  # it suspends: the baton is handed on, as in `work`
             batch.in_flight += 1
             batch._hand_on()
             del input, tool, arguments  # what a parked call need not hold
             try:
-                result = await resume(running, trap)
+                await _until_done(runner, trap)
             finally:
                 batch._landed()
+        result = box.result
         if index != batch.committed or batch.committing:
             settled[index] = (None, result, False)  # final: committed in its turn
         else:  # `_Batch._record`, inline
@@ -87,3 +101,79 @@ async def bare_calls(batch: Any, me: Task) -> bool:
         if batch.holder is not me:
             return False
     return True
+
+
+_DONE: Final[Any] = object()
+"""What a runner yields when its job is done (its result is in its `_Box`)."""
+
+
+class _Box:
+    """A worker's runner of bare calls, its next job (input, tool, arguments), its last result."""
+
+    __slots__ = ("arguments", "input", "result", "runner", "tool")
+
+    input: Any
+    tool: Any
+    arguments: Any
+    result: ToolExecutionResult
+    runner: Coroutine[Any, Any, None]
+
+
+async def _run_jobs(pipeline: Any, box: _Box) -> None:
+    """Run *box*'s jobs one after another, as `Pipeline._bare` would once its checks passed
+    (`_calls` made them), awaiting `_DONE_NOW` after each: started by hand, a call that never
+    suspends comes back as a value, not as the ``StopIteration`` a finished coroutine raises,
+    and costs no coroutine of its own."""
+    run_nested = pipeline._run_nested
+    while True:
+        input, tool, arguments = box.input, box.tool, box.arguments
+        box.input = box.tool = box.arguments = None
+        context = _bare_context(input, arguments, tool, run_nested)
+        try:
+            value = await (
+                tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
+            )
+        except BaseException as exc:
+            if await genuine(exc):
+                raise
+            result, value = raised(exc), None
+        else:
+            if type(value) is str and tool.validate_output is None:  # `normalise`, first case
+                result = _text_result(value)
+            else:
+                result = normalise(tool, value)
+        if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
+            result = pipeline.bare_end(tool, context, result)
+        box.result = result
+        del input, tool, arguments, context, value, result  # a runner waiting holds no call
+        await _DONE_NOW
+
+
+class _DoneNow:
+    """Awaited, yields `_DONE` once: no frame (``iter`` of a one-tuple, made in C)."""
+
+    __slots__ = ()
+    __await__ = functools.partial(iter, (_DONE,))
+
+
+_DONE_NOW: Final[Any] = _DoneNow()
+_bare_context = ToolRunContext._call
+_text_result = ToolExecutionResult._text
+
+
+@types.coroutine
+def _until_done(runner: Coroutine[Any, Any, None], trap: Any) -> Generator[Any, Any, None]:
+    """Go on awaiting *runner* (started by hand, it yielded *trap*) until its job is done:
+    `resume` (`._by_hand`), stopping at `_DONE` instead of at the runner's end."""
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            runner.close()
+            raise
+        except BaseException as exc:
+            trap = runner.throw(exc)
+        else:
+            trap = runner.send(sent)
+        if trap is _DONE:
+            return

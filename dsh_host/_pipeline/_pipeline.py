@@ -37,6 +37,7 @@ from ._wrappers import (
 
 if TYPE_CHECKING:
     from .._registry._registry import ToolTable
+    from .._schema._tool import ToolDefinition
 
 from ._dispatch import _Dispatch
 from ._finish import _Finish
@@ -166,6 +167,15 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                 result = _text_result(value)
             else:
                 result = normalise(tool, value)
+        if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
+            return self.bare_end(tool, context, result)
+        return result  # nothing deferred, decided or read (so no signal was made, nor aborted)
+
+    def bare_end(
+        self, tool: ToolDefinition, context: ToolRunContext, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """What `_run` does after a bare body's result (`body_stage`'s end, then `dispatched`),
+        when the body deferred a context, named a plugin, or read its context."""
         if context._deferred or result.decided_by is not None:
             result = self._after_body(tool, context, result)
         if (

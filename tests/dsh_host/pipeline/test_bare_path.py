@@ -269,3 +269,48 @@ async def test_a_batch_asks_a_raising_is_concurrency_safe_once_and_runs_the_call
     results = await registry.execute_batch(_calls(4))
     assert [r.text for r in results] == ["0", "1", "2", "3"]
     assert sorted(asked) == ["0", "1", "2", "3"]
+
+
+async def test_a_batch_runs_its_bare_calls_in_one_runner_not_a_coroutine_each(
+    monkeypatch: Any,
+) -> None:
+    from dsh_host._pipeline._pipeline import Pipeline
+
+    started: list[Any] = []
+    bare = Pipeline._bare
+
+    def counting(self: Any, input: Any, ready: Any = None) -> Any:
+        started.append(input.call_id)
+        return bare(self, input, ready)
+
+    monkeypatch.setattr(Pipeline, "_bare", counting)
+    registry = ToolRegistry()
+    registry.register(_safe_echo())
+    results = await registry.execute_batch(_calls(6))
+    assert [r.text for r in results] == [str(i) for i in range(6)]
+    assert started == []  # the first goes the general way (parked), the rest through the runner
+
+
+async def test_a_bare_batch_call_that_suspends_and_one_that_fails_keep_their_order(
+    autojump_clock: Any,
+) -> None:
+    async def slow(args: Any, ctx: Any) -> str:
+        await trio.sleep(int(args["text"]))
+        if args["text"] == "2":
+            raise ValueError("two")
+        return args["text"]
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="safe",
+            description="",
+            parameters={"text": {"type": "string"}},
+            execute=slow,
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    results = await registry.execute_batch(_calls(5))
+    assert [r.text for r in results if not r.is_error] == ["0", "1", "3", "4"]
+    assert results[2].is_error
+    assert "two" in results[2].text
