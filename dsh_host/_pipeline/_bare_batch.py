@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Coroutine, Generator
-from typing import Any, Final
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Final, cast
 
 from trio.lowlevel import Task
 
@@ -25,18 +25,29 @@ from ._contain import genuine, real_interrupt
 __all__ = ["bare_calls"]
 
 
-async def bare_calls(batch: Any, me: Task) -> bool:
-    """Run the *batch*'s next calls bare while *me* holds the baton; whether it still does.
+def bare_calls(batch: Any, me: Task) -> Awaitable[bool | None]:
+    """Run the *batch*'s next calls bare while *me* holds the baton; awaited, whether it let go
+    of the baton (a call suspended). Nothing to await (no frame) when no call can run bare.
 
     *batch* is a `._batch._Batch` (not imported: it imports this module).
 
     Only with the nursery open (a call that suspends hands the baton on to other workers, as
     in `work`), no batch signal and no trace (the caller checks those).
     """
+    pipeline = batch.pipeline
+    if not pipeline.bare_now():
+        pipeline._bare_plan = None  # a hook or guard sees the calls (`Pipeline.note_idle`)
+        return _NOTHING
+    if batch.pending == batch.next:
+        return _NOTHING  # `work` starts the call it parked first
+    return _bare_calls(batch, me)
+
+
+async def _bare_calls(batch: Any, me: Task) -> bool:
     box = _Box()
     box.runner = _run_jobs(batch.pipeline, box)
     try:
-        return await _calls(batch, me, box)
+        return not await _calls(batch, me, box)
     finally:
         box.runner.close()  # waiting for a job that will not come (or done already)
 
@@ -47,8 +58,6 @@ async def _calls(batch: Any, me: Task, box: _Box) -> bool:
     tools, slots, pm = pipeline._global_tools, batch.max_parallel - 1, pipeline.hooks.pm
     results, settled, on_result = batch.results, batch.settled, batch.on_result
     runner = box.runner
-    if pipeline._bare_plan is None:
-        pipeline.note_idle(pipeline.hooks.plan())
     while (index := batch.next) < count and index != batch.pending:
         input = inputs[index]
         if input.scope is not None or input.signal is not None or input.parent is not None:
@@ -157,6 +166,16 @@ class _DoneNow:
 
 
 _DONE_NOW: Final[Any] = _DoneNow()
+
+
+class _Nothing:
+    """Awaited, gives ``None`` at once: no frame (``iter`` of an empty tuple)."""
+
+    __slots__ = ()
+    __await__ = functools.partial(iter, ())
+
+
+_NOTHING: Final = cast(Awaitable[None], _Nothing())
 _bare_context = ToolRunContext._call
 _text_result = ToolExecutionResult._text
 

@@ -178,7 +178,7 @@ class _Batch(_Baton):
         while True:
             if self.holder is not me and not await self._take(me):
                 return  # nothing left to start; whoever holds the baton ends the batch
-            if self.nursery and signal is None and trace is None and not await bare_calls(self, me):
+            if self.nursery and signal is None and trace is None and await bare_calls(self, me):
                 continue  # a call run bare suspended: the baton was handed on
             index = self.next
             if index >= count or (signal is not None and signal.aborted):

@@ -58,6 +58,8 @@ class _Calling:
     _plan_links: tuple[Plan, _Links, _Links] | None
     _accepted: tuple[ToolDefinition, Any] | None
     _global_tools: dict[str, ToolDefinition]  # the table's global tools (`ToolTable.get`, inline)
+    _bare_plan: Plan | None  # see `Pipeline.__init__`
+    _bare_generation: int
 
     def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""

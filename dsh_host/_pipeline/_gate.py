@@ -123,7 +123,23 @@ class _Gate(_Chains):
         before dispatch; ``None`` when there is policy to run (await `prepare`)."""
         if plan.pre or plan.guard or self.registry.guards_for(input.scope):
             return None
+        if plan.idle and self._bare_plan is None:
+            self.note_idle(plan)  # the batch's next calls may run bare (`_bare_batch`)
         return self._snapshot(input, False, frozen)
+
+    def note_idle(self, plan: Plan) -> None:
+        """Let `run` choose `_bare` from the next call on, if *plan* (the current one) has no
+        hook and no global guard is registered. Only with a plugin manager that counts its
+        (un)registrations (`_bare` compares the count), or none."""
+        pm = self.hooks.pm
+        generation = 0 if pm is None else getattr(pm, "generation", None)
+        if (
+            plan.idle
+            and type(generation) is int
+            and plan is self.hooks.plan()
+            and not self.registry.guards_for(None)
+        ):
+            self._bare_plan, self._bare_generation = plan, generation
 
     async def prepare(
         self,

@@ -90,20 +90,6 @@ class Pipeline(_Gate, _Dispatch, _Finish):
     def _forget_bare(self) -> None:
         self._bare_plan = None
 
-    def note_idle(self, plan: Plan) -> None:
-        """Let `run` choose `_bare` from the next call on, if *plan* (the current one) has no
-        hook and no global guard is registered. Only with a plugin manager that counts its
-        (un)registrations (`_bare` compares the count), or none."""
-        pm = self.hooks.pm
-        generation = 0 if pm is None else getattr(pm, "generation", None)
-        if (
-            plan.idle
-            and type(generation) is int
-            and plan is self.hooks.plan()
-            and not self.registry.guards_for(None)
-        ):
-            self._bare_plan, self._bare_generation = plan, generation
-
     def run(
         self, input: ToolExecutionInput, trace: Trace | None
     ) -> Coroutine[Any, Any, ToolExecutionResult]:

@@ -314,3 +314,32 @@ async def test_a_bare_batch_call_that_suspends_and_one_that_fails_keep_their_ord
     assert [r.text for r in results if not r.is_error] == ["0", "1", "3", "4"]
     assert results[2].is_error
     assert "two" in results[2].text
+
+
+async def test_a_batch_that_hooks_see_never_starts_a_bare_runner(monkeypatch: Any) -> None:
+    from dsh_host._pipeline import _bare_batch
+
+    entered: list[Any] = []
+    original = _bare_batch._bare_calls
+
+    def counting(batch: Any, me: Any) -> Any:
+        entered.append(batch)
+        return original(batch, me)
+
+    monkeypatch.setattr(_bare_batch, "_bare_calls", counting)
+    registry, pm = _registry_with_pm()
+    registry.register(_safe_echo())
+    assert [r.text for r in await registry.execute_batch(_calls(4))] == ["0", "1", "2", "3"]
+    assert entered  # no hook: the runner runs the calls after the first
+    entered.clear()
+
+    class Watch:
+        name = "watch"
+
+        @hookimpl
+        def dsh_tool_result(self, execution: Any, result: Any) -> None:
+            return None
+
+    pm.register(Watch(), name="watch")
+    assert [r.text for r in await registry.execute_batch(_calls(4))] == ["0", "1", "2", "3"]
+    assert entered == []  # an observer sees every call: no bare runner is even made
