@@ -190,13 +190,11 @@ class _Batch(_Baton):
                 continue  # aborted while waiting for room: the next turn ends the batch
             self.next = index + 1
             plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
-            admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
+            admitted, post = pipeline.admit(input, frozen, plan), False  # no policy: no coroutine
             if admitted is None:
                 prepared = await pipeline.prepare(input, trace, frozen=frozen)
                 admitted, post = (prepared.execution, prepared.result), prepared.post
                 del prepared
-            else:
-                post = False
             execution, result = admitted
             if result is None and parallel:  # wrappers and body run here, by hand (see above)
                 wrapped = bool(plan.execute)

@@ -27,8 +27,8 @@ from .._model._values import (
     ToolRunContext,
 )
 from .._registry._hooks import Impl, Plan
-from ._body import MISSING, Followed, normalise, run_body
-from ._contain import genuine, is_cancellation
+from ._body import followed, normalise, run_body
+from ._contain import genuine
 from ._stage import (
     _contained,
     _Driven,
@@ -295,11 +295,8 @@ class _Dispatch(_Chains):
         """Stage I: resolve, validate, run the body, normalise. A result that is not an error
         means the body ran (every way to end before it is an error)."""
         started = time.perf_counter() if trace is not None else 0.0
-        scope = view.scope
-        if scope is None:
-            tool = self._global_tools.get(view.name)  # `ToolTable.get`, inline
-        else:
-            tool = self.registry.get(view.name, scope)
+        views = self._global_tools if view.scope is None else self.registry._view(view.scope)
+        tool = views.get(view.name)  # `ToolTable.get`, inline
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
@@ -333,11 +330,9 @@ class _Dispatch(_Chains):
                 if await genuine(exc):
                     raise
                 result = raised(exc)
-            else:
-                if type(value) is str and tool.validate_output is None:  # `normalise`, inline
-                    result = _text_result(value)
-                else:
-                    result = normalise(tool, value)
+            else:  # `normalise`, its first case inline
+                text = type(value) is str and tool.validate_output is None
+                result = _text_result(value) if text else normalise(tool, value)
         elif (
             CAN_ENTER_BELOW
             and tool.is_async
@@ -345,7 +340,7 @@ class _Dispatch(_Chains):
             and signal.deadline == math.inf
             and (base := cancel_status()) is not None
         ):
-            result = await _followed(tool, args, context, base)
+            result = await followed(tool, args, context, base)
         else:
             result = await run_body(tool, args, context)
         if context._deferred or result.decided_by is not None:
@@ -370,37 +365,3 @@ class _Dispatch(_Chains):
             # Only bodies set ``decided_by`` here (the pipeline's own results do not).
             result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
         return result
-
-
-async def _followed(
-    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
-) -> ToolExecutionResult:
-    """An ``async`` body under a caller's signal without a deadline: its first step runs with
-    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
-    signal = context.signal
-    try:
-        body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
-        it = body if inspect.iscoroutine(body) else _awaiting(body)
-        try:
-            value = it.send(None)
-        except StopIteration as stop:
-            value = stop.value
-        else:
-            value = await Followed(it, value, signal, base)
-    except BaseException as exc:
-        if await genuine(exc):
-            raise
-        if is_cancellation(exc) and signal.aborted:
-            return aborted(True)  # what the eager scope would have absorbed
-        return raised(exc)
-    if value is MISSING:
-        return aborted(True)
-    result = normalise(tool, value)
-    if signal.aborted and not result.is_error:
-        return aborted(True)
-    return result
-
-
-async def _awaiting(awaitable: Any) -> Any:
-    """A coroutine awaiting *awaitable* (a body that returned another kind of awaitable)."""
-    return await awaitable

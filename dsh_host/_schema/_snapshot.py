@@ -138,10 +138,9 @@ def _exact_array(kind: type) -> _Snap:
     return snap_exact_array
 
 
-def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
-    """An object node: *fail* is what it answers when not sure (`_NO`; ``None`` at the top)."""
-    properties = node.get("properties", {})
-    # Per declared key: the exact type it must have (string, boolean, integer), else its function.
+def _property_checks(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Per declared key: the marker of the exact type it must have (`_EXACT`), else its
+    function."""
     checks: dict[str, Any] = {
         key: _EXACT.get(sub["type"]) if not sub.get("enum") else None
         for key, sub in properties.items()
@@ -149,12 +148,17 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
     for key, sub in properties.items():
         if checks[key] is None:
             checks[key] = _node(sub)
+    return checks
+
+
+def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
+    """An object node: *fail* is what it answers when not sure (`_NO`; ``None`` at the top)."""
+    properties = node.get("properties", {})
+    checks = _property_checks(properties)
     required = tuple(node.get("required", ()))
     closed = node.get("additionalProperties") is False
     find, ok, bound, isfinite = checks.get, _compile_ok(node), INT_BOUND, math.isfinite
-    # Declared arrays or objects are copied: then the copy is built from the first key on
-    # (rather than rebuilt when the first copied value turns up).
-    nests = any(sub["type"] in ("array", "object") for sub in properties.values())
+    nests = any(sub["type"] in ("array", "object") for sub in properties.values())  # copied
 
     def snap_object(value: Any) -> Any:
         if type(value) is not dict:
@@ -190,7 +194,7 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
                 frozen = (_any if check is None else _integer if check is int else check)(item)
                 if frozen is _NO:
                     return fail
-            if out is not None:
+            if out is not None:  # built from the first key when `nests` (values are copied)
                 out[key] = frozen
             elif frozen is not item:  # a nested value was copied: from here on, build anew
                 out = {}
