@@ -79,9 +79,13 @@ class ToolRegistry(ToolTable):
         """Run one call through the pipeline; never raises for anything a tool, plugin or model did.
 
         ``await registry.execute(input)``. (A plain method returning the pipeline's coroutine:
-        one coroutine frame less per call than an ``async def`` that awaits it.)
+        one coroutine frame less per call than an ``async def`` that awaits it; `Pipeline.run`'s
+        choice of coroutine, inline.)
         """
-        return self._pipeline.run(input, trace)
+        pipeline = self._pipeline
+        if pipeline._bare_plan is not None and trace is None and input.signal is None:
+            return pipeline._bare(input) if input.parent is None else pipeline._run(input, None)
+        return pipeline._run(input, trace)
 
     async def preview(
         self, input: ToolExecutionInput, *, trace: Trace | None = None

@@ -164,6 +164,23 @@ class ToolExecutionResult:
         fields["decision_detail"] = None
         return self
 
+    @classmethod
+    def _text(cls, text: str) -> ToolExecutionResult:
+        """``_success((TextBlock._of(text),))`` in one call: a body's ``str`` (the hot path)."""
+        block = _new(TextBlock)
+        _set_text(block, text)
+        _set_type(block, "text")
+        self = _new(cls)
+        fields = self.__dict__
+        fields["content"] = (block,)
+        fields["is_error"] = False
+        fields["error"] = None
+        fields["additional_contexts"] = ()
+        fields["meta"] = None
+        fields["decided_by"] = None
+        fields["decision_detail"] = None
+        return self
+
     @property
     def text(self) -> str:
         """The content's text blocks joined by newlines."""

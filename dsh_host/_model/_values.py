@@ -21,7 +21,7 @@ from ._content import (
     ToolFailure,
 )
 from ._decisions import Accept, Allow, ApprovalOutcome, Ask, Block, Deny, ExecutionMode
-from ._signal import AbortSignal
+from ._signal import AbortSignal, _inert
 
 __all__ = [
     "Accept",
@@ -44,6 +44,7 @@ __all__ = [
     "ToolLike",
     "ToolRestriction",
     "ToolRunContext",
+    "signal_aborted",
 ]
 
 
@@ -193,21 +194,44 @@ class ToolExecution:
         arguments: Any,
         scope: Scope | None,
         parent: object,
-        signal: AbortSignal,
+        signal: AbortSignal | None,
         dry_run: bool,
     ) -> ToolExecution:
-        """``ToolExecution(...)`` with a fresh token, positionally (the pipeline's hot path)."""
+        """``ToolExecution(...)`` with a fresh token, positionally (the pipeline's hot path).
+
+        The token, and the signal when *signal* is ``None`` (the caller passed none), are made
+        on first read (`__getattr__`): most calls never read them. Until then no one can hold
+        them, so a signal not made yet is not aborted (`signal_aborted`)."""
         self = _new(cls)
-        fields = self.__dict__  # in the order attrs' __init__ fills it (shared dict keys)
+        fields = self.__dict__
         fields["call_id"] = call_id
         fields["name"] = name
         fields["arguments"] = arguments
         fields["scope"] = scope
         fields["parent"] = parent
-        fields["signal"] = signal
-        fields["token"] = CallToken()
+        if signal is not None:
+            fields["signal"] = signal
         fields["dry_run"] = dry_run
         return self
+
+    def __getattr__(self, name: str) -> Any:
+        """The token, or the signal nobody passed, made on first read (see `_make`); once
+        (``setdefault``: two threads reading it first get the same one)."""
+        if name == "signal":
+            return self.__dict__.setdefault("signal", _inert())
+        if name == "token":
+            return self.__dict__.setdefault("token", CallToken())
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __copy__(self) -> ToolExecution:
+        """A copy sharing the token and signal, as attrs' copy would (made now if not yet)."""
+        return attrs.evolve(self)
+
+
+def signal_aborted(execution: ToolExecution) -> bool:
+    """``execution.signal.aborted``, without making a signal nobody asked for (never aborted)."""
+    signal = execution.__dict__.get("signal")
+    return signal is not None and signal.aborted
 
 
 @final
@@ -237,6 +261,37 @@ class ToolRunContext:
         fields["_deferred"] = None
         fields["_run"] = run
         return self
+
+    @classmethod
+    def _call(
+        cls,
+        input: ToolExecutionInput,
+        arguments: Any,
+        tool: ToolLike,
+        run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]],
+    ) -> ToolRunContext:
+        """The context of a call made from *input* with no signal or parent (the bare path):
+        its `execution` (``ToolExecution._make(...)``) is made on first read (`__getattr__`);
+        most bodies never read it. Until then nobody holds its signal."""
+        self = _new(cls)
+        fields = self.__dict__
+        fields["tool"] = tool
+        fields["_deferred"] = None
+        fields["_run"] = run
+        fields["_input"] = input
+        fields["_arguments"] = arguments
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """The execution of a context made by `_call`, made on first read (once: ``setdefault``)."""
+        fields = self.__dict__
+        if name == "execution" and "_input" in fields:
+            input = fields["_input"]
+            execution = ToolExecution._make(
+                input.call_id, input.name, fields["_arguments"], input.scope, None, None, False
+            )
+            return fields.setdefault("execution", execution)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def call_id(self) -> str:

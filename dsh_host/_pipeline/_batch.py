@@ -45,6 +45,7 @@ from trio.lowlevel import (
 
 from .._model._signal import AbortSignal
 from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from ._bare_batch import bare_calls
 from ._baton import _Baton
 from ._by_hand import resume, sole
 from ._classify import classify
@@ -121,6 +122,7 @@ class _Batch(_Baton):
         "nursery",
         "on_result",
         "pending",
+        "pending_parallel",
         "pending_ready",
         "pipeline",
         "registry",
@@ -161,14 +163,14 @@ class _Batch(_Baton):
         self.workers = 1  # the caller's task is the first worker
         self.coming = 0  # workers woken or started that have not run yet
         self.nursery: trio.Nursery | None = None
-        self.pending = -1  # a parallel call classified before the nursery was opened
+        self.pending = -1  # a call classified, not started: before the nursery was opened
         self.pending_ready: Any = None  # its (tool, frozen, args)
+        self.pending_parallel = True
 
     # -- the workers -------------------------------------------------------------------------
 
     async def work(self) -> None:
-        """One worker: runs calls through the pipeline's own stages while holding the baton
-        (the steps of a call written out here: a call per step would cost every call)."""
+        """One worker: runs calls, stage by stage, while it holds the baton (see the module)."""
         me, pipeline, trace, signal = current_task(), self.pipeline, self.trace, self.signal
         count, hooks, slots = len(self.inputs), pipeline.hooks, self.max_parallel - 1
         if self.holder is not me:  # a worker just started
@@ -176,6 +178,8 @@ class _Batch(_Baton):
         while True:
             if self.holder is not me and not await self._take(me):
                 return  # nothing left to start; whoever holds the baton ends the batch
+            if self.nursery and signal is None and trace is None and await bare_calls(self, me):
+                continue  # a call run bare suspended: the baton was handed on
             index = self.next
             if index >= count or (signal is not None and signal.aborted):
                 return await self._finish()
@@ -186,13 +190,11 @@ class _Batch(_Baton):
                 continue  # aborted while waiting for room: the next turn ends the batch
             self.next = index + 1
             plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
-            admitted = pipeline.admit(input, frozen, plan)  # no policy: no coroutine
+            admitted, post = pipeline.admit(input, frozen, plan), False  # no policy: no coroutine
             if admitted is None:
                 prepared = await pipeline.prepare(input, trace, frozen=frozen)
                 admitted, post = (prepared.execution, prepared.result), prepared.post
                 del prepared
-            else:
-                post = False
             execution, result = admitted
             if result is None and parallel:  # wrappers and body run here, by hand (see above)
                 wrapped = bool(plan.execute)
@@ -230,8 +232,8 @@ class _Batch(_Baton):
         """Call *index*, classified once (frozen and validated here, handed on with the batch's
         signal): ``(input, frozen, ready, parallel)``; ``None`` when it was parked (`_park`)."""
         input = self.inputs[index]
-        if index == self.pending:  # classified before the nursery was opened
-            return input, None, self.pending_ready, True
+        if index == self.pending:  # classified before the nursery was opened, or by `bare_calls`
+            return input, None, self.pending_ready, self.pending_parallel
         mode, tool, frozen, args = classify(self.registry, input)
         signal = self.signal
         if signal is not None and input.signal is None:
@@ -293,12 +295,16 @@ class _Batch(_Baton):
         await checkpoint_if_cancelled()  # no call starts in a batch being cancelled
         return True
 
-    def _park(self, index: int, input: ToolExecutionInput, frozen: Any, ready: Any) -> None:
-        """Keep the first parallel call with others after it, classified, for when the caller
-        has opened the nursery (its input carrying the frozen arguments)."""
+    def _park(
+        self, index: int, input: ToolExecutionInput, frozen: Any, ready: Any, parallel: bool = True
+    ) -> None:
+        """Keep call *index*, classified, for the next turn (its input carrying the frozen
+        arguments): the first parallel call with others after it, for when the caller has
+        opened the nursery; or the call `bare_calls` could not run bare."""
         if frozen is not None and frozen is not input.arguments:
             input = with_arguments(input, frozen)
         self.inputs[index], self.pending_ready, self.pending = input, ready, index
+        self.pending_parallel = parallel
 
     async def _room(self, limit: int) -> bool:
         """Wait until at most *limit* parallel calls run; ``False`` if the batch was aborted."""
@@ -344,7 +350,7 @@ class _Batch(_Baton):
                 settled[index] = None
                 execution, result, post = entry
                 plan = pipeline.hooks.plan()
-                if (post and plan.post) or plan.result:
+                if execution is not None and ((post and plan.post) or plan.result):
                     running = pipeline.finalize(execution, result, post, trace, plan)
                     try:
                         trap = running.send(None)

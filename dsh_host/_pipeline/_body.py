@@ -14,14 +14,14 @@ from .._model._errors import ToolOutputError
 from .._model._json import canonical_json, freeze
 from .._model._outcomes import aborted, failure, raised
 from .._model._values import ImageBlock, TextBlock, ToolExecutionResult, ToolRunContext
-from ._contain import genuine
+from ._contain import genuine, is_cancellation
 from ._trio_internals import enter_below
 from ._verify import checked
 
 if TYPE_CHECKING:
     from .._schema._tool import ToolDefinition
 
-__all__ = ["Followed", "normalise", "run_body"]
+__all__ = ["Followed", "followed", "normalise", "run_body"]
 
 
 async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
@@ -139,3 +139,37 @@ def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
     except (ValueError, TypeError) as exc:
         error = ToolOutputError(tool.name, [str(exc)])
         return failure(error.message, error.code, "ToolOutputError")
+
+
+async def followed(
+    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
+) -> ToolExecutionResult:
+    """An ``async`` body under a caller's signal without a deadline: its first step runs with
+    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
+    signal = context.signal
+    try:
+        body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
+        it = body if inspect.iscoroutine(body) else _awaiting(body)
+        try:
+            value = it.send(None)
+        except StopIteration as stop:
+            value = stop.value
+        else:
+            value = await Followed(it, value, signal, base)
+    except BaseException as exc:
+        if await genuine(exc):
+            raise
+        if is_cancellation(exc) and signal.aborted:
+            return aborted(True)  # what the eager scope would have absorbed
+        return raised(exc)
+    if value is MISSING:
+        return aborted(True)
+    result = normalise(tool, value)
+    if signal.aborted and not result.is_error:
+        return aborted(True)
+    return result
+
+
+async def _awaiting(awaitable: Any) -> Any:
+    """A coroutine awaiting *awaitable* (a body that returned another kind of awaitable)."""
+    return await awaitable

@@ -57,6 +57,9 @@ class _Calling:
     _run_nested: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]]
     _plan_links: tuple[Plan, _Links, _Links] | None
     _accepted: tuple[ToolDefinition, Any] | None
+    _global_tools: dict[str, ToolDefinition]  # the table's global tools (`ToolTable.get`, inline)
+    _bare_plan: Plan | None  # see `Pipeline.__init__`
+    _bare_generation: int
 
     def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""
@@ -194,10 +197,35 @@ class _Calling:
         Raises `_Raised` for what an implementation raised, and `_Pending` for an awaitable one
         returned: `_first_plain` takes over from there (both are rare).
         """
-        i, value = self._plain(impls, 0, hook, args, tool)
+        watchdog = self.watchdog  # `_plain`, inline (once per plain stage of every call)
+        clock, bound = _clock, watchdog.bound
+        if watchdog.registered:
+            watchdog.hook, watchdog.tool = hook, tool
+            then = clock()
+        else:
+            watchdog.enter(impls[0].plugin, hook, tool)
+            then = watchdog.started
+        value = None
+        try:
+            for i, impl in enumerate(impls):
+                watchdog.plugin = impl.plugin
+                watchdog.started = then
+                try:
+                    value = impl.positional(*args)  # type: ignore[misc]
+                except BaseException as exc:
+                    raise _Raised(i, impl, exc) from None
+                now = clock()
+                if now - then > bound:
+                    watchdog.check(now)
+                    late = PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, bound))
+                    raise _Raised(i, impl, late)
+                if value is not None:
+                    break
+                then = now
+        finally:
+            watchdog.plugin = None
         if value is None:
             return default, None
-        impl = impls[i]
         if not isinstance(value, _ANSWERS) and inspect.isawaitable(value):
             raise _Pending(i, impl, value)
         try:

@@ -27,8 +27,8 @@ from .._model._values import (
     ToolRunContext,
 )
 from .._registry._hooks import Impl, Plan
-from ._body import MISSING, Followed, normalise, run_body
-from ._contain import genuine, is_cancellation
+from ._body import followed, normalise, run_body
+from ._contain import genuine
 from ._stage import (
     _contained,
     _Driven,
@@ -54,6 +54,8 @@ from ._answers import (
 from ._chains import _Chains
 
 __all__ = ["_Dispatch"]
+
+_text_result = ToolExecutionResult._text
 
 
 class _Dispatch(_Chains):
@@ -247,7 +249,10 @@ class _Dispatch(_Chains):
             raise _Held(w, token, impl, error=exc) from None
         else:
             raise _Held(w, token, impl, coroutine, trap)
-        return self.dispatched(view, w.state, self._wrapper_result(impl, token, value))
+        result = self._wrapper_result(impl, token, value)
+        if result.decided_by is None and "signal" not in view.__dict__:
+            return result  # `dispatched`, when it has nothing to do (no signal was made)
+        return self.dispatched(view, w.state, result)
 
     async def _wrap_later(
         self, view: ToolExecution, held: _Held, plan: Plan
@@ -275,7 +280,9 @@ class _Dispatch(_Chains):
     ) -> ToolExecutionResult:
         """`dispatch`'s last step: an aborted call's result, a body's attribution. *state*
         ``None``: the body stage ran alone (a result that is not an error: the body ran)."""
-        if view.signal.aborted and not result.is_error:
+        if not result.is_error and (
+            (signal := view.__dict__.get("signal")) is not None and signal.aborted
+        ):
             ran = True if state is None else state.body_invoked
             return aborted(ran, result.additional_contexts)
         if result.decided_by is not None and result.decision_detail is None:
@@ -288,12 +295,13 @@ class _Dispatch(_Chains):
         """Stage I: resolve, validate, run the body, normalise. A result that is not an error
         means the body ran (every way to end before it is an error)."""
         started = time.perf_counter() if trace is not None else 0.0
-        tool = self.registry.get(view.name, view.scope)
+        views = self._global_tools if view.scope is None else self.registry._view(view.scope)
+        tool = views.get(view.name)  # `ToolTable.get`, inline
         if tool is None:
             error = ToolNotFoundError(view.name)
             return failure(error.message, error.code, "ToolNotFoundError")
-        signal = view.signal
-        if signal.aborted:
+        signal = view.__dict__.get("signal")  # ``None``: not made yet, so nobody holds it
+        if signal is not None and signal.aborted:
             return aborted(False)
         arguments = view.arguments
         ready = state.ready if state is not None else None
@@ -312,7 +320,7 @@ class _Dispatch(_Chains):
         context = ToolRunContext._make(view, tool, self._run_nested)
         if state is not None:
             state.body_invoked = True
-        if signal._inert and tool.is_async:
+        if (signal is None or signal._inert) and tool.is_async:
             # Nobody outside the pipeline holds this signal: no cancel scope, no `run_body`.
             try:
                 value = await (
@@ -322,17 +330,31 @@ class _Dispatch(_Chains):
                 if await genuine(exc):
                     raise
                 result = raised(exc)
-            else:
-                result = normalise(tool, value)
+            else:  # `normalise`, its first case inline
+                text = type(value) is str and tool.validate_output is None
+                result = _text_result(value) if text else normalise(tool, value)
         elif (
             CAN_ENTER_BELOW
             and tool.is_async
+            and signal is not None
             and signal.deadline == math.inf
             and (base := cancel_status()) is not None
         ):
-            result = await _followed(tool, args, context, base)
+            result = await followed(tool, args, context, base)
         else:
             result = await run_body(tool, args, context)
+        if context._deferred or result.decided_by is not None:
+            result = self._after_body(tool, context, result)
+        if trace is not None:
+            outcome = detailed(result)
+            trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
+        return result
+
+    def _after_body(
+        self, tool: ToolDefinition, context: ToolRunContext, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """A body's result with what it deferred (`ToolRunContext.defer_context`), checked, and
+        its ``decided_by`` checked: the body stage's last step, when either is there."""
         if context._deferred:
             contexts = (*context._deferred, *result.additional_contexts)
             result = attrs.evolve(result, additional_contexts=contexts)
@@ -342,41 +364,4 @@ class _Dispatch(_Chains):
         ):
             # Only bodies set ``decided_by`` here (the pipeline's own results do not).
             result = checked(result, f'tool "{tool.name}"', plugin_named=self._plugin_named)
-        if trace is not None:
-            outcome = detailed(result)
-            trace(TraceEvent(view.call_id, "body", None, outcome, time.perf_counter() - started))
         return result
-
-
-async def _followed(
-    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
-) -> ToolExecutionResult:
-    """An ``async`` body under a caller's signal without a deadline: its first step runs with
-    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
-    signal = context.signal
-    try:
-        body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
-        it = body if inspect.iscoroutine(body) else _awaiting(body)
-        try:
-            value = it.send(None)
-        except StopIteration as stop:
-            value = stop.value
-        else:
-            value = await Followed(it, value, signal, base)
-    except BaseException as exc:
-        if await genuine(exc):
-            raise
-        if is_cancellation(exc) and signal.aborted:
-            return aborted(True)  # what the eager scope would have absorbed
-        return raised(exc)
-    if value is MISSING:
-        return aborted(True)
-    result = normalise(tool, value)
-    if signal.aborted and not result.is_error:
-        return aborted(True)
-    return result
-
-
-async def _awaiting(awaitable: Any) -> Any:
-    """A coroutine awaiting *awaitable* (a body that returned another kind of awaitable)."""
-    return await awaitable

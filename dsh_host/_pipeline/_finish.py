@@ -24,7 +24,12 @@ from .._model._errors import PluginFailure
 from .._model._outcomes import aborted, plugin_failed
 from .._model._text import printable
 from .._model._trace import Trace, emit
-from .._model._values import Block, ToolExecution, ToolExecutionResult, ToolFailure
+from .._model._values import (
+    Block,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolFailure,
+)
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
 from ._contain import genuine, real_interrupt, seconds
@@ -116,6 +121,8 @@ class _Finish(_Chains):
                     raise _Later(None, chain, slow) from None
         except PluginFailure as exc:
             return plugin_failed(exc)
+        if decision is _ACCEPT and (result.is_error or "signal" not in execution.__dict__):
+            return result  # `_applied`, when there is nothing to apply (no signal was made)
         return self._applied(execution, result, decision, who)
 
     async def _post(
@@ -156,7 +163,9 @@ class _Finish(_Chains):
     ) -> ToolExecutionResult:
         """*result* with the post-execute *decision* (made by *who*) applied."""
         if decision is _ACCEPT:
-            if execution.signal.aborted and not result.is_error:
+            if not result.is_error and (
+                (signal := execution.__dict__.get("signal")) is not None and signal.aborted
+            ):
                 result = aborted(True, result.additional_contexts)
             return result
         if decision.additional_contexts:
@@ -186,7 +195,9 @@ class _Finish(_Chains):
                 contexts = (*result.additional_contexts, *decision.additional_contexts)
                 changes["additional_contexts"] = contexts
             result = attrs.evolve(result, **changes)
-        if execution.signal.aborted and not result.is_error:
+        if not result.is_error and (
+            (signal := execution.__dict__.get("signal")) is not None and signal.aborted
+        ):
             result = aborted(True, result.additional_contexts)
         return result
 

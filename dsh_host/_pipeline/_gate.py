@@ -19,7 +19,6 @@ import attrs
 from .._model._errors import PluginFailure, ToolNotFoundError
 from .._model._json import freeze
 from .._model._outcomes import aborted, failure, plugin_failed
-from .._model._signal import _inert
 from .._model._trace import Trace, TraceEvent, emit
 from .._model._values import (
     Allow,
@@ -81,8 +80,7 @@ class _Gate(_Chains):
 
         *frozen*: ``freeze(input.arguments)``, already made (a batch froze them to classify
         the call); ``None``: freeze them here."""
-        given = input.signal
-        signal = _inert() if given is None else given
+        given = input.signal  # ``None``: the execution makes an inert one if it is asked for
         parent = input.parent
         message: str | None = None
         if parent is not None:
@@ -93,7 +91,12 @@ class _Gate(_Chains):
         if frozen is not None:
             arguments = frozen
         elif (
-            (tool := self.registry.get(input.name, input.scope)) is not None
+            (
+                tool := self._global_tools.get(input.name)
+                if input.scope is None
+                else self.registry.get(input.name, input.scope)
+            )
+            is not None
             and (snapshot := tool.snapshot) is not None
             and (arguments := snapshot(input.arguments)) is not None
         ):  # frozen and validated in one walk: the body stage need not validate them again
@@ -104,7 +107,7 @@ class _Gate(_Chains):
             except ValueError as exc:
                 arguments, message = None, message or f"tool arguments must be JSON: {exc}"
         execution = ToolExecution._make(
-            input.call_id, input.name, arguments, input.scope, parent, signal, dry_run
+            input.call_id, input.name, arguments, input.scope, parent, given, dry_run
         )
         if message is not None:
             return execution, failure(message, "INVALID_ARGS", "ToolArgsError")
@@ -120,7 +123,23 @@ class _Gate(_Chains):
         before dispatch; ``None`` when there is policy to run (await `prepare`)."""
         if plan.pre or plan.guard or self.registry.guards_for(input.scope):
             return None
+        if plan.idle and self._bare_plan is None:
+            self.note_idle(plan)  # the batch's next calls may run bare (`_bare_batch`)
         return self._snapshot(input, False, frozen)
+
+    def note_idle(self, plan: Plan) -> None:
+        """Let `run` choose `_bare` from the next call on, if *plan* (the current one) has no
+        hook and no global guard is registered. Only with a plugin manager that counts its
+        (un)registrations (`_bare` compares the count), or none."""
+        pm = self.hooks.pm
+        generation = 0 if pm is None else getattr(pm, "generation", None)
+        if (
+            plan.idle
+            and type(generation) is int
+            and plan is self.hooks.plan()
+            and not self.registry.guards_for(None)
+        ):
+            self._bare_plan, self._bare_generation = plan, generation
 
     async def prepare(
         self,
@@ -198,7 +217,7 @@ class _Gate(_Chains):
             reason, guard = await self._guards(execution, trace, plan)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if execution.signal.aborted:
+        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
             return Prepared(execution, aborted(False))
         if report and who is not None and type(decision) is Allow:
             return Prepared(execution, allowed_by=who, detail=decision.detail)

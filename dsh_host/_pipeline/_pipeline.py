@@ -15,24 +15,29 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .._model._errors import PluginFailure
-from .._model._outcomes import aborted, plugin_failed
+from .._model._outcomes import aborted, plugin_failed, raised
 from .._model._trace import Trace
 from .._model._values import (
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolRunContext,
+    signal_aborted,
 )
 from .._registry._hooks import HookRelay, Plan
+from ._body import normalise
 from ._chain import _Later, _Links
-from ._contain import Watchdog
+from ._contain import Watchdog, genuine
 from ._wrappers import (
     _Held,
 )
 
 if TYPE_CHECKING:
     from .._registry._registry import ToolTable
+    from .._schema._tool import ToolDefinition
 
 from ._dispatch import _Dispatch
 from ._finish import _Finish
@@ -42,6 +47,8 @@ __all__ = ["Pipeline", "Prepared", "new_call_id"]
 
 
 _call_ids = itertools.count(1)
+_text_result = ToolExecutionResult._text
+_bare_context = ToolRunContext._call
 
 
 class Pipeline(_Gate, _Dispatch, _Finish):
@@ -73,12 +80,115 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         # The last (tool, arguments) a tool's snapshot froze and accepted at stage A: frozen
         # arguments are immutable, so the body stage trusts them for that very tool.
         self._accepted = None
+        # The plan last seen with no hook at all, while no global guard was registered: `run`
+        # then chooses `_bare`. Forgotten when a tool, restriction or guard changes.
+        self._bare_plan: Plan | None = None
+        self._bare_generation = 0
+        self._global_tools = registry._global.tools  # the same dict for the table's lifetime
+        registry.listeners.append(self._forget_bare)
 
-    async def run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
+    def _forget_bare(self) -> None:
+        self._bare_plan = None
+
+    def run(
+        self, input: ToolExecutionInput, trace: Trace | None
+    ) -> Coroutine[Any, Any, ToolExecutionResult]:
+        """The call's coroutine: `_bare` when no hook could see it (last seen so), else `_run`.
+
+        Which one is chosen when called; `_bare` checks again when awaited (and hands over
+        to `_run` when a plugin or guard came meanwhile)."""
+        if (
+            self._bare_plan is not None
+            and trace is None
+            and input.signal is None
+            and input.parent is None
+        ):
+            return self._bare(input)
+        return self._run(input, trace)
+
+    async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
+        """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
+        its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
+        an inert signal, then what `_run` does after it). Anything else: `_run`.
+
+        *ready*: ``(tool, frozen, args)`` a batch already looked up, froze and accepted, *args*
+        being *frozen* (`execute_batch` starts this coroutine by hand, having checked that
+        `bare_now`)."""
+        scope = input.scope
+        arguments: Any = None
+        if ready is not None:
+            tool, arguments = ready[0], ready[1]
+        elif scope is None:
+            tool = self._global_tools.get(input.name)  # `ToolTable.get`, inline
+        else:
+            tool = self.registry.get(input.name, scope)
+        pm: Any = self.hooks.pm
+        if self._bare_plan is None or (pm is not None and pm.generation != self._bare_generation):
+            self._bare_plan = None  # a plugin or guard came: `_run` finds out what it does
+            return await self._run(input, None)
+        if (
+            tool is None
+            or not tool.is_async
+            or (scope is not None and self.registry.guards_for(scope))
+            or (
+                arguments is None
+                and (
+                    (snapshot := tool.snapshot) is None
+                    or (arguments := snapshot(input.arguments)) is None
+                )
+            )
+        ):
+            return await self._run(input, None)  # it names what is wrong, or runs the rest
+        context = _bare_context(input, arguments, tool, self._run_nested)
+        try:
+            value = await (
+                tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
+            )
+        except BaseException as exc:
+            if await genuine(exc):
+                raise
+            result = raised(exc)
+        else:
+            if type(value) is str and tool.validate_output is None:  # `normalise`, first case
+                result = _text_result(value)
+            else:
+                result = normalise(tool, value)
+        if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
+            return self.bare_end(tool, context, result)
+        return result  # nothing deferred, decided or read (so no signal was made, nor aborted)
+
+    def bare_end(
+        self, tool: ToolDefinition, context: ToolRunContext, result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        """What `_run` does after a bare body's result (`body_stage`'s end, then `dispatched`),
+        when the body deferred a context, named a plugin, or read its context."""
+        if context._deferred or result.decided_by is not None:
+            result = self._after_body(tool, context, result)
+        if (
+            not result.is_error
+            and "execution" in context.__dict__  # else nobody made the signal, nor aborted it
+            and signal_aborted(context.execution)
+        ):
+            return aborted(True, result.additional_contexts)
+        if result.decided_by is not None and result.decision_detail is None:
+            return self._attributed(result)
+        return result
+
+    def bare_now(self) -> bool:
+        """Whether `_bare`, started now, would run its call bare (a global one of an ``async``
+        tool): no hook and no global guard, as last seen, and no plugin (un)registered since."""
+        pm: Any = self.hooks.pm
+        return self._bare_plan is not None and (
+            pm is None or pm.generation == self._bare_generation
+        )
+
+    async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)
         plan = self.hooks.plan()
+        if plan.idle and self._bare_plan is None:
+            self.note_idle(plan)
         if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
             try:
                 prepared = await self._gate(execution, trace, plan, report=False)
@@ -102,7 +212,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             result, post = await self.dispatch(execution, trace, None, plan, handover)
         else:  # no wrapper, or all passed it on: the body's result, straight (`dispatch` without its layers)
             result, post = await self.body_stage(execution, None, trace), True
-            if not result.is_error and execution.signal.aborted:
+            if not result.is_error and signal_aborted(execution):
                 result = aborted(True, result.additional_contexts)
             elif result.decided_by is not None and result.decision_detail is None:
                 result = self._attributed(result)

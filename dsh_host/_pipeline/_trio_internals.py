@@ -37,9 +37,25 @@ def _can_enter_below() -> bool:
 CAN_ENTER_BELOW = _can_enter_below()
 
 
+def _run_context() -> Any:
+    """trio's thread-local run context (``GLOBAL_RUN_CONTEXT``: what `current_task` reads), or
+    ``None`` where this trio has none (`cancel_status` then goes through `current_task`)."""
+    try:
+        from trio._core._run import GLOBAL_RUN_CONTEXT
+    except ImportError:
+        return None
+    return GLOBAL_RUN_CONTEXT
+
+
+_RUN_CONTEXT = _run_context()
+
+
 def cancel_status() -> object | None:
     """The current task's cancel status (trio-private), or ``None`` where it cannot be read."""
     try:
+        if _RUN_CONTEXT is not None:
+            status: object = _RUN_CONTEXT.task._cancel_status  # `current_task()`, no call
+            return status
         return trio.lowlevel.current_task()._cancel_status
     except (AttributeError, RuntimeError):
         return None

@@ -110,16 +110,17 @@ class _Proceed:
             )
         return w
 
-    def __await__(self) -> Generator[Any, Any, ToolExecutionResult]:
-        return self.downstream(None)
-
-    def downstream(self, signal: AbortSignal | None) -> Generator[Any, Any, ToolExecutionResult]:
+    def downstream(
+        self, signal: AbortSignal | None = None
+    ) -> Generator[Any, Any, ToolExecutionResult]:
         """What ``call_next(signal)`` awaits: the wrappers after this one, then the body.
 
         No coroutine of its own, and no budget unless the wrapper's own time was ever counted
         (`own`): while this runs, the wrapper's time is paused.
         """
-        w = self._live()
+        w = self.w
+        if w is None:
+            w = self._live()  # raises: passed over (a tail call)
         if signal is not None and not isinstance(signal, AbortSignal):
             raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
         budget = self.budget
@@ -147,6 +148,8 @@ class _Proceed:
                 budget.paused = False
         self.delegated.append(result)
         return result
+
+    __await__ = downstream  # ``await call_next()``: `downstream` itself, no call in between
 
 
 class _Signalled:

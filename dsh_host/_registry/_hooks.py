@@ -116,12 +116,14 @@ class Plan:
     non-waterfall) function: the pipeline then calls them in a loop of its own, with no
     coroutine, kwargs dict or cancel scope per implementation. ``plain_execute``: every execute
     wrapper is a plain function (the pipeline first asks them all whether they pass the call
-    on, `Pipeline._pass_over`).
+    on, `Pipeline._pass_over`). ``idle``: no per-call hook at all (a call with no trace, signal
+    or guard then meets only its tool: `Pipeline._bare`).
     """
 
     __slots__ = (
         "execute",
         "guard",
+        "idle",
         "plain_execute",
         "plain_guard",
         "plain_post",
@@ -143,6 +145,7 @@ class Plan:
         self.plain_post = _plain(self.post)
         self.plain_result = _plain(self.result)
         self.plain_execute = all(not impl.is_async for impl in self.execute)
+        self.idle = not (self.pre or self.guard or self.execute or self.post or self.result)
 
 
 _NO_IMPLS: tuple[tuple[Impl, ...], bool, bool] = ((), False, False)

@@ -91,7 +91,8 @@ _SCALARS: Final[dict[str, _Snap]] = {
     "integer": _integer,
     "number": _number,
 }
-_EXACT: Final[dict[str, type]] = {"string": str, "boolean": bool, "integer": int}
+_EXACT: Final[dict[str, type]] = {"string": str, "boolean": bool, "integer": int, "number": float}
+"""Per type, the marker `_object` checks inline (``float``: a finite float or a bounded int)."""
 
 
 def _any(value: Any) -> Any:
@@ -104,7 +105,10 @@ def _any(value: Any) -> Any:
 
 
 def _array(node: Mapping[str, Any]) -> _Snap:
-    item = _node(node["items"]) if "items" in node else _any
+    items = node.get("items")
+    if items is not None and items["type"] in ("string", "boolean") and not items.get("enum"):
+        return _exact_array(str if items["type"] == "string" else bool)
+    item = _node(items) if items is not None else _any
 
     def snap_array(value: Any) -> Any:
         if type(value) is not list:
@@ -120,10 +124,23 @@ def _array(node: Mapping[str, Any]) -> _Snap:
     return snap_array
 
 
-def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
-    """An object node: *fail* is what it answers when not sure (`_NO`; ``None`` at the top)."""
-    properties = node.get("properties", {})
-    # Per declared key: the exact type it must have (string, boolean, integer), else its function.
+def _exact_array(kind: type) -> _Snap:
+    """An array of strings (or booleans) with nothing more to check: its items as they are."""
+
+    def snap_exact_array(value: Any) -> Any:
+        if type(value) is not list:
+            return _NO  # a tuple (perhaps holding lists) is left to `freeze`
+        for element in value:
+            if type(element) is not kind:
+                return _NO
+        return tuple(value)
+
+    return snap_exact_array
+
+
+def _property_checks(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Per declared key: the marker of the exact type it must have (`_EXACT`), else its
+    function."""
     checks: dict[str, Any] = {
         key: _EXACT.get(sub["type"]) if not sub.get("enum") else None
         for key, sub in properties.items()
@@ -131,9 +148,17 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
     for key, sub in properties.items():
         if checks[key] is None:
             checks[key] = _node(sub)
+    return checks
+
+
+def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
+    """An object node: *fail* is what it answers when not sure (`_NO`; ``None`` at the top)."""
+    properties = node.get("properties", {})
+    checks = _property_checks(properties)
     required = tuple(node.get("required", ()))
     closed = node.get("additionalProperties") is False
-    find, ok, bound = checks.get, _compile_ok(node), INT_BOUND
+    find, ok, bound, isfinite = checks.get, _compile_ok(node), INT_BOUND, math.isfinite
+    nests = any(sub["type"] in ("array", "object") for sub in properties.values())  # copied
 
     def snap_object(value: Any) -> Any:
         if type(value) is not dict:
@@ -141,7 +166,7 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
         for key in required:
             if key not in value:
                 return fail
-        out: dict[str, Any] | None = None
+        out: dict[str, Any] | None = {} if nests else None
         frozen: Any
         for key, item in value.items():
             check = find(key)
@@ -155,13 +180,21 @@ def _object(node: Mapping[str, Any], fail: Any) -> _Snap:
                 if not -bound < item < bound:
                     return fail
                 frozen = item
+            elif check is float:  # `_number`, inline
+                kind = type(item)
+                if kind is float:
+                    if not isfinite(item):
+                        return fail
+                elif kind is not int or not -bound < item < bound:
+                    return fail
+                frozen = item
             else:
                 if check is None and closed:
                     return fail
                 frozen = (_any if check is None else _integer if check is int else check)(item)
                 if frozen is _NO:
                     return fail
-            if out is not None:
+            if out is not None:  # built from the first key when `nests` (values are copied)
                 out[key] = frozen
             elif frozen is not item:  # a nested value was copied: from here on, build anew
                 out = {}

@@ -348,3 +348,56 @@ async def test_stages_can_enter_their_cancel_scope_lazily_with_this_trio():
     stage = _Stage.lazy()
     assert stage is not None, "trio's Task._cancel_status is gone: stages are eager again"
     assert stage.base is trio.lowlevel.current_task()._cancel_status
+
+
+def _python_calls_per_call(registry: ToolRegistry, call: ToolExecutionInput) -> float:
+    """Python-level calls one ``execute`` makes (`bench/count_calls.py`'s figure): a count, not
+    a time, so the shared machine cannot blur it."""
+    seen = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[0] += 1
+
+    async def go() -> None:
+        for _ in range(3):
+            await registry.execute(call)
+        sys.setprofile(profile)
+        try:
+            for _ in range(10):
+                await registry.execute(call)
+        finally:
+            sys.setprofile(None)
+
+    trio.run(go)
+    return seen[0] / 10
+
+
+def test_the_bare_and_the_four_plugin_paths_make_few_python_calls():
+    class Four:
+        name = "four"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            return None
+
+        @hookimpl
+        def dsh_tool_guard(self, execution):
+            return None
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            return await call_next()
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result):
+            return None
+
+    bare = ToolRegistry()
+    bare.register(make_echo())
+    # execute, _bare, the snapshot, the context, the body, the result (+ the profiler's own
+    # setprofile call once): was 19 before the bare path.
+    assert _python_calls_per_call(bare, CALL) <= 7
+    host = Host(plugins=[Four()], load_entrypoints=False)
+    host.registry.register(make_echo())
+    assert _python_calls_per_call(host.registry, CALL) <= 29  # was 46

@@ -60,3 +60,14 @@ def test_this_trio_lets_a_scope_be_entered_late():
         "trio's Task._activate_cancel_status or the CancelStatus.parent setter moved: bodies "
         "under a signal get their cancel scope eagerly again (slower, still correct)"
     )
+
+
+async def test_the_cancel_status_is_read_without_calling_current_task(monkeypatch):
+    # Read once per wrapped call: trio's thread-local run context directly, no call.
+    expected = trio.lowlevel.current_task()._cancel_status
+
+    def no(*args):
+        raise AssertionError("current_task was called")
+
+    monkeypatch.setattr(trio.lowlevel, "current_task", no)
+    assert cancel_status() is expected

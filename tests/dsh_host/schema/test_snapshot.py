@@ -99,6 +99,12 @@ def test_valid_nested_arguments_are_snapshotted_in_one_walk():
         {"text": 1},
         {"text": "t", "z": 1},  # undeclared, closed
         {"text": "t", "x": float("nan")},
+        {"text": "t", "x": float("inf")},
+        {"text": "t", "x": True},  # a boolean is not a number
+        {"text": "t", "x": 10**5000},
+        {"text": "t", "x": "1.5"},
+        {"text": "t", "tags": ["a", 1]},
+        {"text": "t", "tags": ["a", None]},
         {"text": "t", "n": 10**5000},
         {"text": "t", "inner": {"k": 3}},
         {"text": "t", "mode": "c"},
