@@ -298,9 +298,7 @@ class ApprovalPlugin:
             lines.extend(shown[:SCREEN_LINES])
             rest = sum(len(line) for line in shown[SCREEN_LINES:])
             lines.append(f"  … {rest} more characters, press v to view all")
-        from ._rules._suggest import narrowest_rules  # the rules parser: only when asking
-
-        rules = narrowest_rules(request.tool, request.arguments)
+        rules = _narrowest(request)
         always = f"[a]lways ({', '.join(printable(r) for r in rules)})" if rules else "[a]lways"
         view = "" if full else " / [v]iew all"
         question = f"allow [o]nce / {always} / for this [r]un / [d]eny{view} (default: deny): "
@@ -359,3 +357,11 @@ class ApprovalPlugin:
             f"{printable(str(self._source))} (applies from the next start)\n"
         )
         return True
+
+
+def _narrowest(request: ApprovalRequest) -> tuple[str, ...] | None:
+    """The narrowest rules that allow *request* (`narrowest_rules`; the rules parser is
+    imported only when a person is asked)."""
+    from ._rules._suggest import narrowest_rules
+
+    return narrowest_rules(request.tool, request.arguments)

@@ -86,14 +86,12 @@ Launchable = tuple[McpServerConfig, "Confinement | None"]
 def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """Each stdio server's command resolved once, now, to a program no tool can rewrite.
 
-    A tool that could rewrite a server's program or script would have its own code run with the
-    server's environment, roots and network (confined or not), so they must not lie where the
-    sandboxed side can write, unless the sandbox keeps them read-only: the same rule as hook
-    commands. A server whose command does is not started: its entry is the reason (a string
-    naming the server and the key), and the other servers start as usual.
+    A server's program or script must not lie where the sandboxed side can write (unless kept
+    read-only: the rule of hook commands); one that does is not started, its entry the reason
+    (naming the server and the key). No servers: no policy built, no PATH walked (cold start).
     """
     if not config.servers:
-        return {}  # nothing to resolve: no policy to build, no PATH to walk (a cold start)
+        return {}
     exposure = exposure_of(sandbox_policy(host))
     path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
     out: dict[str, Launchable | str] = {}
