@@ -197,15 +197,8 @@ class OutputBudgetPlugin:
         # once the rest of the chain has decided.
         if result.is_error:
             return call_next()
-        if _fits(result.content, self.config.max_inline_bytes):
-            keeps = self._keeps
-            host = self._host
-            generation = None if host is None else getattr(host.pm, "generation", None)
-            if keeps is not None and generation is not None and keeps[0] == generation:
-                if keeps[1]:  # `_downstream_keeps_content`, known for this plugin set
-                    return call_next()
-            elif self._downstream_keeps_content():
-                return call_next()
+        if _fits(result.content, self.config.max_inline_bytes) and self._downstream_keeps_content():
+            return call_next()
         return self._bounded(execution, result, call_next)
 
     def _downstream_keeps_content(self) -> bool:
@@ -223,8 +216,11 @@ class OutputBudgetPlugin:
         # pluggy lists implementations in reverse call order: those before ours run after it
         impls = pm.hook.dsh_tool_post_execute.get_hookimpls()
         mine = next((i for i, impl in enumerate(impls) if impl.plugin is self), None)
-        keeps = mine is not None and all(
-            isinstance(impl.plugin, GuardsPlugin) or _idle(impl.plugin) for impl in impls[:mine]
+        keeps = (
+            mine is not None
+            and all(  # guards' own class: a subclass may override its hook
+                type(impl.plugin) is GuardsPlugin or _idle(impl.plugin) for impl in impls[:mine]
+            )
         )
         self._keeps = (generation, keeps)
         return keeps

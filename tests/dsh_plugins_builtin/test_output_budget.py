@@ -264,6 +264,25 @@ async def test_a_replacing_link_registered_later_is_still_bounded(make_host, tmp
     assert parse(result.text)[2] == 4000
 
 
+async def test_a_subclass_of_guards_that_replaces_content_is_still_bounded(make_host, tmp_path):
+    """Only guards' own class is known to leave the content as it is (it adds a reminder); a
+    plugin subclassing it may override the hook and replace the content with anything."""
+
+    class Expander(GuardsPlugin):
+        name = "expander"
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result, call_next):
+            return Accept(content="z" * 4000)
+
+    host = make_host(
+        OutputBudgetPlugin(), Expander(), tools=[returns("small")], config=budget(tmp_path)
+    )
+    result = await host.call("big", {})
+    assert len(result.text.encode()) <= 1000
+    assert parse(result.text)[2] == 4000
+
+
 async def test_images_are_kept_and_text_blocks_are_joined(make_host, tmp_path):
     image = ImageBlock("aGk=", "image/png")
     content = [TextBlock("a" * 3000), image, TextBlock("b" * 3000)]
