@@ -292,13 +292,7 @@ class PermissionsPlugin:
         if type(own) is Deny:
             return own
         self._last = (execution.token, own)
-        after = self._after
-        generation = None if host is None else getattr(host.pm, "generation", None)
-        if after is not None and generation is not None and after[0] == generation:
-            downstream = after[1]
-        else:
-            downstream = self._downstream()
-        return _stricter(own, call_next) if downstream else own
+        return _stricter(own, call_next) if self._downstream() else own
 
     def _downstream(self) -> bool:
         """Whether any pre-execute implementation is called after ours (worked out once per
