@@ -142,11 +142,14 @@ def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
 
 
 async def followed(
-    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
+    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object, signal: Any = None
 ) -> ToolExecutionResult:
     """An ``async`` body under a caller's signal without a deadline: its first step runs with
-    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
-    signal = context.signal
+    no cancel scope (most bodies answer without suspending), the rest under `Followed`.
+    *signal*: ``context.signal``, when the caller has it at hand (the context's execution is
+    then not made unless the body reads it)."""
+    if signal is None:
+        signal = context.signal
     try:
         body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
         it = body if inspect.iscoroutine(body) else _awaiting(body)
