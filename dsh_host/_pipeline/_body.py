@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ async def followed(
         signal = context.signal
     try:
         body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
-        it = body if inspect.iscoroutine(body) else _awaiting(body)
+        it = body if type(body) is _Coroutine or inspect.iscoroutine(body) else _awaiting(body)
         try:
             value = it.send(None)
         except StopIteration as stop:
@@ -167,10 +168,17 @@ async def followed(
         return raised(exc)
     if value is MISSING:
         return aborted(True)
-    result = normalise(tool, value)
+    if type(value) is str and tool.validate_output is None:  # `normalise`, its first case
+        result = _text_result(value)
+    else:
+        result = normalise(tool, value)
     if signal.aborted and not result.is_error:
         return aborted(True)
     return result
+
+
+_Coroutine = types.CoroutineType
+_text_result = ToolExecutionResult._text
 
 
 async def _awaiting(awaitable: Any) -> Any:

@@ -107,10 +107,8 @@ class Pipeline(_Gate, _Dispatch, _Finish):
     async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
         """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
         its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
-        an inert signal, then what `_run` does after it). Anything else: `_run`.
-
-        A live caller's signal with no deadline (the asyncio host's) stays bare: the body runs
-        under it as `body_stage` would run it (`followed`: a scope only if it suspends).
+        an inert signal, then what `_run` does after it), or under a live caller's signal with
+        no deadline (the asyncio host's) as `body_stage` runs it (`followed`). Else: `_run`.
 
         *ready*: ``(tool, frozen, args)`` a batch already looked up, froze and accepted, *args*
         being *frozen* (`execute_batch` starts this coroutine by hand, having checked that
@@ -144,22 +142,23 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
         context = _bare_context(input, arguments, tool, self._run_nested)
         if signal is not None:  # `followed` checks whether the signal aborted
-            return self.bare_end(
-                tool, context, await followed(tool, arguments, context, base, signal)
-            )
-        try:
-            value = await (
-                tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
-            )
-        except BaseException as exc:
-            if await genuine(exc):
-                raise
-            result = raised(exc)
+            result = await followed(tool, arguments, context, base, signal)
         else:
-            if type(value) is str and tool.validate_output is None:  # `normalise`, first case
-                result = _text_result(value)
+            try:
+                value = await (
+                    tool.execute(arguments, context)
+                    if tool.takes_context
+                    else tool.execute(arguments)
+                )
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                result = raised(exc)
             else:
-                result = normalise(tool, value)
+                if type(value) is str and tool.validate_output is None:  # `normalise`, first case
+                    result = _text_result(value)
+                else:
+                    result = normalise(tool, value)
         if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
             return self.bare_end(tool, context, result)
         return result  # nothing deferred, decided or read (so no signal was made, nor aborted)
