@@ -50,7 +50,8 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, Job, Pending, begin, in_trio, join, leave, on_loop
+from ._guest import Guest, Job, begin, handed, in_trio, join, leave, on_loop
+from ._worker import HANDED
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -58,6 +59,7 @@ Format = Literal["anthropic", "openai"]  # the providers `Host.run_tool_calls` s
 SchemaFormat = Literal["openai", "anthropic", "mcp"]  # the formats `Host.schemas` speaks
 
 T = TypeVar("T")
+_running_loop = asyncio.get_running_loop
 Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
 
 
@@ -93,17 +95,19 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        guest = self._open()  # `in_trio` written out: no closure, no coroutine, per call
-        on_loop(guest)
+        # `in_trio` and `begin` written out: no closure, no coroutine, fewer calls, per call
+        guest = self._guest
+        if self._closed or _running_loop() is not guest.ticks.loop:
+            on_loop(self._open())  # raises
         signal = AbortSignal()
-        started = begin(
-            guest,
-            signal,
-            self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal),
-        )
-        if type(started) is Pending:
-            return await started.settle()  # type: ignore[no-any-return]
-        return started  # type: ignore[no-any-return]
+        coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
+        worker = guest.workers.take()
+        if worker is not None:
+            value = worker.step(coro)  # its exception, if it raised, goes to the caller
+            if value is not HANDED:
+                return value  # type: ignore[no-any-return]
+            return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]
+        return await begin(guest, signal, coro).settle()  # type: ignore[no-any-return]
 
     async def call_many(
         self, calls: Iterable[Call], *, max_parallel: int = 10

@@ -18,7 +18,7 @@ from dsh_host import AbortSignal
 
 from ._worker import CAN_STEP, HANDED, Pool, Worker
 
-__all__ = ["Guest", "Job", "Pending", "begin", "in_trio", "join", "leave", "on_loop"]
+__all__ = ["Guest", "Job", "Pending", "begin", "handed", "in_trio", "join", "leave", "on_loop"]
 
 T = TypeVar("T")
 Job = Callable[[AbortSignal], Coroutine[Any, Any, T]]
@@ -239,18 +239,21 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
     worker = guest.workers.take()
     if worker is not None:
         value = worker.step(coro)  # its exception, if it raised, goes to the caller
-        if value is not HANDED:
-            return value
-        call: Pending[Any] = Pending(guest, signal)
-        worker.finish = call.finish
-        _warm(guest)
-        return call
+        return value if value is not HANDED else handed(guest, worker, signal)
     call = Pending(guest, signal)
     if CAN_STEP:
         worker = Worker(guest.workers, first=coro, finish=call.finish)
         _spawn(guest, worker.drive)
     else:
         _spawn(guest, lambda: call.run(coro))
+    return call
+
+
+def handed(guest: Guest, worker: Worker, signal: AbortSignal) -> Pending[Any]:
+    """The `Pending` of a call whose first step suspended and that *worker* took over."""
+    call: Pending[Any] = Pending(guest, signal)
+    worker.finish = call.finish
+    _warm(guest)
     return call
 
 
