@@ -240,7 +240,7 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
     if worker is not None:
         value = worker.step(coro)  # its exception, if it raised, goes to the caller
         return value if value is not HANDED else handed(guest, worker, signal)
-    call = Pending(guest, signal)
+    call: Pending[Any] = Pending(guest, signal)
     if CAN_STEP:
         worker = Worker(guest.workers, first=coro, finish=call.finish)
         _spawn(guest, worker.drive)
