@@ -59,7 +59,6 @@ Format = Literal["anthropic", "openai"]  # the providers `Host.run_tool_calls` s
 SchemaFormat = Literal["openai", "anthropic", "mcp"]  # the formats `Host.schemas` speaks
 
 T = TypeVar("T")
-_running_loop = asyncio.get_running_loop
 Call = ToolExecutionInput | tuple[str, Any] | Mapping[str, Any]
 
 
@@ -97,8 +96,8 @@ class AsyncioHost:
         """`Host.call` from asyncio: one call through the whole pipeline."""
         # `in_trio` and `begin` written out: no closure, no coroutine, fewer calls, per call
         guest = self._guest
-        if self._closed or _running_loop() is not guest.ticks.loop:
-            on_loop(self._open())  # raises
+        if self._closed or not guest.here():
+            on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
         coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
         worker = guest.workers.take()

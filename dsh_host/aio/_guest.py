@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
@@ -90,6 +91,14 @@ class Guest:
     wake: trio.Event = attrs.Factory(trio.Event)
     workers: Pool = attrs.Factory(Pool)
     """Workers parked and ready to run a call's first step (`in_trio`)."""
+    thread: int = attrs.Factory(threading.get_ident)
+    """The thread it started on (its loop's): see `here`."""
+
+    def here(self) -> bool:
+        """Whether this is the guest run's thread and its loop is running: then it is the
+        running loop (one loop runs per thread at a time). Cheaper than asking asyncio for the
+        running loop, which costs a ``getpid`` system call; when this says no, `on_loop` asks."""
+        return threading.get_ident() == self.thread and self.ticks.loop.is_running()
 
 
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Guest]] = (

@@ -212,3 +212,18 @@ def test_a_host_used_from_another_event_loop_says_so():
                 await asyncio.to_thread(asyncio.run, elsewhere())
 
     asyncio.run(main())
+
+
+def test_a_host_used_from_another_loop_on_its_own_thread_says_so():
+    """The loop check's fast path (`Guest.here`: this thread, and the host's loop running)
+    still refuses another loop that runs on the host's thread while the host's loop waits."""
+    loop = asyncio.new_event_loop()
+    try:
+        opened = open_test_host(Tools())
+        host = loop.run_until_complete(opened.__aenter__())
+        assert loop.run_until_complete(host.call("echo", {"text": "x"})).content[0].text == "x"
+        with pytest.raises(RuntimeError, match="opened on another event loop"):
+            asyncio.run(host.call("echo", {"text": "elsewhere"}))
+        loop.run_until_complete(opened.__aexit__(None, None, None))
+    finally:
+        loop.close()
