@@ -172,7 +172,7 @@ async def followed(
         result = _text_result(value)
     else:
         result = normalise(tool, value)
-    if signal.aborted and not result.is_error:
+    if signal._aborted and not result.is_error:  # `aborted`: it has no deadline
         return aborted(True)
     return result
 

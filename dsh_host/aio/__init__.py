@@ -50,7 +50,7 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, Job, begin, handed, in_trio, join, leave, on_loop
+from ._guest import Guest, Job, handed, in_trio, join, leave, on_loop, spawned
 from ._worker import HANDED
 
 __all__ = ["AsyncioHost", "open_host"]
@@ -106,7 +106,7 @@ class AsyncioHost:
             if value is not HANDED:
                 return value  # type: ignore[no-any-return]
             return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]
-        return await begin(guest, signal, coro).settle()  # type: ignore[no-any-return]
+        return await spawned(guest, signal, coro).settle()  # type: ignore[no-any-return]
 
     async def call_many(
         self, calls: Iterable[Call], *, max_parallel: int = 10

@@ -19,7 +19,18 @@ from dsh_host import AbortSignal
 
 from ._worker import CAN_STEP, HANDED, Pool, Worker
 
-__all__ = ["Guest", "Job", "Pending", "begin", "handed", "in_trio", "join", "leave", "on_loop"]
+__all__ = [
+    "Guest",
+    "Job",
+    "Pending",
+    "begin",
+    "handed",
+    "in_trio",
+    "join",
+    "leave",
+    "on_loop",
+    "spawned",
+]
 
 T = TypeVar("T")
 Job = Callable[[AbortSignal], Coroutine[Any, Any, T]]
@@ -244,11 +255,16 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
 
     Its first step runs now, as a step of an idle `Worker` (`Worker.step`): a call that does
     not suspend ends there. One that does is the worker's (or, with no idle worker, a new
-    worker's) trio task from then on."""
+    worker's: `spawned`) trio task from then on."""
     worker = guest.workers.take()
-    if worker is not None:
-        value = worker.step(coro)  # its exception, if it raised, goes to the caller
-        return value if value is not HANDED else handed(guest, worker, signal)
+    if worker is None:
+        return spawned(guest, signal, coro)
+    value = worker.step(coro)  # its exception, if it raised, goes to the caller
+    return value if value is not HANDED else handed(guest, worker, signal)
+
+
+def spawned(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> Pending[Any]:
+    """The `Pending` of a call that no idle worker could start: a new worker starts it."""
     call: Pending[Any] = Pending(guest, signal)
     if CAN_STEP:
         worker = Worker(guest.workers, first=coro, finish=call.finish)
