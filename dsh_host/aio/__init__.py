@@ -19,6 +19,13 @@ trio's run loop would have taken it, and goes on there as any trio task; the awa
 then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
 more still returns at once.
 
+The cancellation costs a call little until it suspends: the call's signal is live and has no
+deadline, so the pipeline still runs a call no hook sees on its bare path, its body with no
+cancel scope until its first suspension (`followed`); only a call that suspends has its
+signal wired to the awaiting task (`Pending._wait`). No cancellation can reach a call that
+never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
+running loop (a ``getpid`` system call per call on Python 3.11).
+
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
 so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
