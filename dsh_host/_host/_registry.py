@@ -83,7 +83,7 @@ class ToolRegistry(ToolTable):
         choice of coroutine, inline.)
         """
         pipeline = self._pipeline
-        if pipeline._bare_plan is not None and trace is None and input.signal is None:
+        if pipeline._bare_plan is not None and trace is None:
             return pipeline._bare(input) if input.parent is None else pipeline._run(input, None)
         return pipeline._run(input, trace)
 

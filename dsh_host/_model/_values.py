@@ -270,9 +270,9 @@ class ToolRunContext:
         tool: ToolLike,
         run: Callable[[ToolExecutionInput], Awaitable[ToolExecutionResult]],
     ) -> ToolRunContext:
-        """The context of a call made from *input* with no signal or parent (the bare path):
-        its `execution` (``ToolExecution._make(...)``) is made on first read (`__getattr__`);
-        most bodies never read it. Until then nobody holds its signal."""
+        """The context of a call made from *input* with no parent (the bare path): its
+        `execution` (``ToolExecution._make(...)``) is made on first read (`__getattr__`); most
+        bodies never read it. Until then nobody holds its signal, if the caller passed none."""
         self = _new(cls)
         fields = self.__dict__
         fields["tool"] = tool
@@ -288,7 +288,13 @@ class ToolRunContext:
         if name == "execution" and "_input" in fields:
             input = fields["_input"]
             execution = ToolExecution._make(
-                input.call_id, input.name, fields["_arguments"], input.scope, None, None, False
+                input.call_id,
+                input.name,
+                fields["_arguments"],
+                input.scope,
+                None,
+                input.signal,
+                False,
             )
             return fields.setdefault("execution", execution)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

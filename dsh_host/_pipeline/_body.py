@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -142,14 +143,17 @@ def normalise(tool: ToolDefinition, value: Any) -> ToolExecutionResult:
 
 
 async def followed(
-    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object
+    tool: ToolDefinition, args: Any, context: ToolRunContext, base: object, signal: Any = None
 ) -> ToolExecutionResult:
     """An ``async`` body under a caller's signal without a deadline: its first step runs with
-    no cancel scope (most bodies answer without suspending), the rest under `Followed`."""
-    signal = context.signal
+    no cancel scope (most bodies answer without suspending), the rest under `Followed`.
+    *signal*: ``context.signal``, when the caller has it at hand (the context's execution is
+    then not made unless the body reads it)."""
+    if signal is None:
+        signal = context.signal
     try:
         body = tool.execute(args, context) if tool.takes_context else tool.execute(args)
-        it = body if inspect.iscoroutine(body) else _awaiting(body)
+        it = body if type(body) is _Coroutine or inspect.iscoroutine(body) else _awaiting(body)
         try:
             value = it.send(None)
         except StopIteration as stop:
@@ -164,10 +168,17 @@ async def followed(
         return raised(exc)
     if value is MISSING:
         return aborted(True)
-    result = normalise(tool, value)
-    if signal.aborted and not result.is_error:
+    if type(value) is str and tool.validate_output is None:  # `normalise`, its first case
+        result = _text_result(value)
+    else:
+        result = normalise(tool, value)
+    if signal._aborted and not result.is_error:  # `aborted`: it has no deadline
         return aborted(True)
     return result
+
+
+_Coroutine = types.CoroutineType
+_text_result = ToolExecutionResult._text
 
 
 async def _awaiting(awaitable: Any) -> Any:

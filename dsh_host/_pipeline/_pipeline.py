@@ -14,12 +14,14 @@ post-execute sees them. A plugin raising in C, D, F or H, and arguments that are
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._model._errors import PluginFailure
 from .._model._outcomes import aborted, plugin_failed, raised
+from .._model._signal import AbortSignal
 from .._model._trace import Trace
 from .._model._values import (
     ToolExecutionInput,
@@ -28,9 +30,10 @@ from .._model._values import (
     signal_aborted,
 )
 from .._registry._hooks import HookRelay, Plan
-from ._body import normalise
+from ._body import followed, normalise
 from ._chain import _Later, _Links
 from ._contain import Watchdog, genuine
+from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._wrappers import (
     _Held,
 )
@@ -97,19 +100,15 @@ class Pipeline(_Gate, _Dispatch, _Finish):
 
         Which one is chosen when called; `_bare` checks again when awaited (and hands over
         to `_run` when a plugin or guard came meanwhile)."""
-        if (
-            self._bare_plan is not None
-            and trace is None
-            and input.signal is None
-            and input.parent is None
-        ):
+        if self._bare_plan is not None and trace is None and input.parent is None:
             return self._bare(input)
         return self._run(input, trace)
 
     async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
         """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
         its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
-        an inert signal, then what `_run` does after it). Anything else: `_run`.
+        an inert signal, then what `_run` does after it), or under a live caller's signal with
+        no deadline (the asyncio host's) as `body_stage` runs it (`followed`). Else: `_run`.
 
         *ready*: ``(tool, frozen, args)`` a batch already looked up, froze and accepted, *args*
         being *frozen* (`execute_batch` starts this coroutine by hand, having checked that
@@ -126,8 +125,10 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         if self._bare_plan is None or (pm is not None and pm.generation != self._bare_generation):
             self._bare_plan = None  # a plugin or guard came: `_run` finds out what it does
             return await self._run(input, None)
+        signal = input.signal
         if (
-            tool is None
+            (signal is not None and (base := _followable(signal)) is None)
+            or tool is None
             or not tool.is_async
             or (scope is not None and self.registry.guards_for(scope))
             or (
@@ -140,19 +141,24 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         ):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
         context = _bare_context(input, arguments, tool, self._run_nested)
-        try:
-            value = await (
-                tool.execute(arguments, context) if tool.takes_context else tool.execute(arguments)
-            )
-        except BaseException as exc:
-            if await genuine(exc):
-                raise
-            result = raised(exc)
+        if signal is not None:  # `followed` checks whether the signal aborted
+            result = await followed(tool, arguments, context, base, signal)
         else:
-            if type(value) is str and tool.validate_output is None:  # `normalise`, first case
-                result = _text_result(value)
+            try:
+                value = await (
+                    tool.execute(arguments, context)
+                    if tool.takes_context
+                    else tool.execute(arguments)
+                )
+            except BaseException as exc:
+                if await genuine(exc):
+                    raise
+                result = raised(exc)
             else:
-                result = normalise(tool, value)
+                if type(value) is str and tool.validate_output is None:  # `normalise`, first case
+                    result = _text_result(value)
+                else:
+                    result = normalise(tool, value)
         if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
             return self.bare_end(tool, context, result)
         return result  # nothing deferred, decided or read (so no signal was made, nor aborted)
@@ -233,6 +239,14 @@ class Pipeline(_Gate, _Dispatch, _Finish):
 
     async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:
         return await self.run(input, None)
+
+
+def _followable(signal: AbortSignal) -> object | None:
+    """The cancel status `followed` starts a body under *signal* from, if the body stage would
+    run the body so (*signal* live, with no deadline); else ``None``."""
+    if CAN_ENTER_BELOW and signal._deadline == math.inf and not signal._aborted:
+        return cancel_status()
+    return None
 
 
 _RUN = secrets.token_hex(4)

@@ -19,6 +19,13 @@ trio's run loop would have taken it, and goes on there as any trio task; the awa
 then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
 more still returns at once.
 
+The cancellation costs a call little until it suspends: the call's signal is live and has no
+deadline, so the pipeline still runs a call no hook sees on its bare path, its body with no
+cancel scope until its first suspension (`followed`); only a call that suspends has its
+signal wired to the awaiting task (`Pending._wait`). No cancellation can reach a call that
+never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
+running loop (a ``getpid`` system call per call on Python 3.11).
+
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
 so none of that arises; its cost is trio waiting for I/O in a helper thread while it is idle
@@ -50,7 +57,8 @@ from dsh_host import (
     new_call_id,
 )
 
-from ._guest import Guest, Job, Pending, begin, in_trio, join, leave, on_loop
+from ._guest import Guest, Job, handed, in_trio, join, leave, on_loop, spawned
+from ._worker import HANDED
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -93,17 +101,19 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        guest = self._open()  # `in_trio` written out: no closure, no coroutine, per call
-        on_loop(guest)
+        # `in_trio` and `begin` written out: no closure, no coroutine, fewer calls, per call
+        guest = self._guest
+        if self._closed or not guest.here():
+            on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
-        started = begin(
-            guest,
-            signal,
-            self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal),
-        )
-        if type(started) is Pending:
-            return await started.settle()  # type: ignore[no-any-return]
-        return started  # type: ignore[no-any-return]
+        coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
+        worker = guest.workers.take()
+        if worker is not None:
+            value = worker.step(coro)  # its exception, if it raised, goes to the caller
+            if value is not HANDED:
+                return value  # type: ignore[no-any-return]
+            return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]
+        return await spawned(guest, signal, coro).settle()  # type: ignore[no-any-return]
 
     async def call_many(
         self, calls: Iterable[Call], *, max_parallel: int = 10

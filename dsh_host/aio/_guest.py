@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
@@ -18,7 +19,18 @@ from dsh_host import AbortSignal
 
 from ._worker import CAN_STEP, HANDED, Pool, Worker
 
-__all__ = ["Guest", "Job", "Pending", "begin", "in_trio", "join", "leave", "on_loop"]
+__all__ = [
+    "Guest",
+    "Job",
+    "Pending",
+    "begin",
+    "handed",
+    "in_trio",
+    "join",
+    "leave",
+    "on_loop",
+    "spawned",
+]
 
 T = TypeVar("T")
 Job = Callable[[AbortSignal], Coroutine[Any, Any, T]]
@@ -90,6 +102,14 @@ class Guest:
     wake: trio.Event = attrs.Factory(trio.Event)
     workers: Pool = attrs.Factory(Pool)
     """Workers parked and ready to run a call's first step (`in_trio`)."""
+    thread: int = attrs.Factory(threading.get_ident)
+    """The thread it started on (its loop's): see `here`."""
+
+    def here(self) -> bool:
+        """Whether this is the guest run's thread and its loop is running: then it is the
+        running loop (one loop runs per thread at a time). Cheaper than asking asyncio for the
+        running loop, which costs a ``getpid`` system call; when this says no, `on_loop` asks."""
+        return threading.get_ident() == self.thread and self.ticks.loop.is_running()
 
 
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Guest]] = (
@@ -235,22 +255,30 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
 
     Its first step runs now, as a step of an idle `Worker` (`Worker.step`): a call that does
     not suspend ends there. One that does is the worker's (or, with no idle worker, a new
-    worker's) trio task from then on."""
+    worker's: `spawned`) trio task from then on."""
     worker = guest.workers.take()
-    if worker is not None:
-        value = worker.step(coro)  # its exception, if it raised, goes to the caller
-        if value is not HANDED:
-            return value
-        call: Pending[Any] = Pending(guest, signal)
-        worker.finish = call.finish
-        _warm(guest)
-        return call
-    call = Pending(guest, signal)
+    if worker is None:
+        return spawned(guest, signal, coro)
+    value = worker.step(coro)  # its exception, if it raised, goes to the caller
+    return value if value is not HANDED else handed(guest, worker, signal)
+
+
+def spawned(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> Pending[Any]:
+    """The `Pending` of a call that no idle worker could start: a new worker starts it."""
+    call: Pending[Any] = Pending(guest, signal)
     if CAN_STEP:
         worker = Worker(guest.workers, first=coro, finish=call.finish)
         _spawn(guest, worker.drive)
     else:
         _spawn(guest, lambda: call.run(coro))
+    return call
+
+
+def handed(guest: Guest, worker: Worker, signal: AbortSignal) -> Pending[Any]:
+    """The `Pending` of a call whose first step suspended and that *worker* took over."""
+    call: Pending[Any] = Pending(guest, signal)
+    worker.finish = call.finish
+    _warm(guest)
     return call
 
 

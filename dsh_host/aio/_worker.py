@@ -158,8 +158,12 @@ class Worker:
                 self.calls = _ready_calls(self)  # the call's exception ended that one
                 self._repark(task)
                 raise
-            if message is _ENDED:
-                self._repark(task)
+            if message is _ENDED:  # `_repark`, inline
+                self.pool.idle.append(self)
+                task.context = _IDLE
+                task._abort_func = self.park.abort_func
+                if task._cancel_status.effectively_cancelled:
+                    task._attempt_delivery_of_any_pending_cancel()
                 value, self.value = self.value, None
                 return value
             self.busy = True

@@ -212,3 +212,86 @@ def test_a_host_used_from_another_event_loop_says_so():
                 await asyncio.to_thread(asyncio.run, elsewhere())
 
     asyncio.run(main())
+
+
+def test_a_host_used_from_another_loop_on_its_own_thread_says_so():
+    """The loop check's fast path (`Guest.here`: this thread, and the host's loop running)
+    still refuses another loop that runs on the host's thread while the host's loop waits."""
+    loop = asyncio.new_event_loop()
+    try:
+        opened = open_test_host(Tools())
+        host = loop.run_until_complete(opened.__aenter__())
+        assert loop.run_until_complete(host.call("echo", {"text": "x"})).content[0].text == "x"
+        with pytest.raises(RuntimeError, match="opened on another event loop"):
+            asyncio.run(host.call("echo", {"text": "elsewhere"}))
+        loop.run_until_complete(opened.__aexit__(None, None, None))
+    finally:
+        loop.close()
+
+
+class Bare:
+    """Tools only, no hook: the asyncio host's calls take the pipeline's bare path."""
+
+    def __init__(self):
+        self.seen = []
+        self.started = None
+
+    @hookimpl
+    def dsh_register_tools(self, register):
+        bare = self
+
+        async def answers(args, ctx):
+            signal = ctx.signal
+            bare.seen.append(("answers", signal.aborted, signal is ctx.signal))
+            return "now"
+
+        async def waits(args, ctx):
+            await trio.sleep(0)  # suspends after its first step: handed to its worker
+            bare.started.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                bare.seen.append(("waits", ctx.signal.aborted, ctx.signal.reason))
+
+        for name, body in (("answers", answers), ("waits", waits)):
+            register(dsh_host.define_tool(name=name, description=name, parameters={}, execute=body))
+
+
+def test_a_call_that_does_not_suspend_runs_bare_under_a_live_signal(monkeypatch):
+    """The asyncio host passes an abort signal with every call; a call no hook sees still
+    takes the bare path (no full pipeline), and its body sees a live signal."""
+    from dsh_host._pipeline._pipeline import Pipeline
+
+    async def main():
+        bare = Bare()
+        async with dsh_host.aio.open_host(plugins=[bare], entry_points=False) as host:
+            assert (await host.call("answers", {})).content[0].text == "now"  # seen hookless
+
+            def not_bare(*args):
+                raise AssertionError("the asyncio host's call left the bare path")
+
+            monkeypatch.setattr(Pipeline, "_run", not_bare)
+            assert (await host.call("answers", {})).content[0].text == "now"
+            monkeypatch.undo()
+        assert bare.seen == [("answers", False, True)] * 2
+
+    asyncio.run(main())
+
+
+def test_a_bare_call_cancelled_from_asyncio_after_it_suspended_sees_its_abort():
+    async def main():
+        bare = Bare()
+        async with dsh_host.aio.open_host(plugins=[bare], entry_points=False) as host:
+            assert (await host.call("answers", {})).content[0].text == "now"  # now bare
+            bare.started = trio.Event()
+            task = asyncio.ensure_future(host.call("waits", {}))
+            while not bare.started.is_set():
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert bare.seen[-1] == ("waits", True, "the asyncio task was cancelled")
+            assert (await host.call("answers", {})).content[0].text == "now"  # worker back
+            assert len(host._guest.workers.idle) >= 1
+
+    asyncio.run(main())

@@ -26,6 +26,7 @@ from dsh_host import (
     hookspecs,
 )
 from dsh_host._model import _signal
+from dsh_host._pipeline._pipeline import Pipeline
 from dsh_host._registry._hooks import HookRelay, make_plugin_manager
 from tests.conftest import make_echo
 
@@ -343,3 +344,67 @@ async def test_a_batch_that_hooks_see_never_starts_a_bare_runner(monkeypatch: An
     pm.register(Watch(), name="watch")
     assert [r.text for r in await registry.execute_batch(_calls(4))] == ["0", "1", "2", "3"]
     assert entered == []  # an observer sees every call: no bare runner is even made
+
+
+def _waiting_tool(started: trio.Event, seen: list[Any] | None = None) -> Any:
+    async def body(args: Any, ctx: Any) -> str:
+        if args.get("wait"):
+            started.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                if seen is not None:
+                    seen.append(ctx.signal)
+        return "ok"
+
+    parameters = {"wait": {"type": "boolean"}}
+    return define_tool(name="t", description="", parameters=parameters, execute=body)
+
+
+async def test_a_call_under_a_live_callers_signal_runs_bare_and_its_abort_still_ends_it(
+    monkeypatch: Any,
+) -> None:
+    """The asyncio host passes a signal with every call: it takes the bare path (its body's
+    scope entered only if it suspends), and an abort while it waits ends it ``ABORTED``."""
+    started, seen = trio.Event(), []
+    registry = ToolRegistry()
+    registry.register(_waiting_tool(started, seen))
+    await registry.execute(ToolExecutionInput(call_id="w", name="t", arguments={}))  # seen bare
+
+    def not_bare(*args: Any) -> Any:
+        raise AssertionError("a live signal with no deadline left the bare path")
+
+    monkeypatch.setattr(Pipeline, "_run", not_bare)
+    call = ToolExecutionInput(call_id="a", name="t", arguments={}, signal=AbortSignal())
+    assert (await registry.execute(call)).text == "ok"
+    signal, results = AbortSignal(), []
+    waits = ToolExecutionInput(call_id="b", name="t", arguments={"wait": True}, signal=signal)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _append(results, registry.execute(waits)))
+        await started.wait()
+        signal.abort("stop")
+    assert results[0].code == "ABORTED"
+    assert seen == [signal]  # the body's signal is the caller's
+
+
+async def _append(results: list[Any], call: Any) -> None:
+    results.append(await call)
+
+
+async def test_a_call_under_an_aborted_signal_or_one_with_a_deadline_is_not_bare(
+    autojump_clock: Any,
+) -> None:
+    started = trio.Event()
+    registry = ToolRegistry()
+    registry.register(_waiting_tool(started))
+    await registry.execute(ToolExecutionInput(call_id="w", name="t", arguments={}))  # seen bare
+    aborted = AbortSignal()
+    aborted.abort()
+    early = await registry.execute(
+        ToolExecutionInput(call_id="a", name="t", arguments={}, signal=aborted)
+    )
+    assert early.code == "ABORTED_BEFORE_DISPATCH"  # never started
+    timed = ToolExecutionInput(
+        call_id="b", name="t", arguments={"wait": True}, signal=AbortSignal.after(5)
+    )
+    assert (await registry.execute(timed)).code == "ABORTED"  # its deadline cancelled the body

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from dsh_host import AbortSignal, define_tool
+from tests.conftest import make_echo
 
 
 @pytest.fixture(autouse=True, params=["late", "eager"])
@@ -17,7 +18,33 @@ def scope_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     trio without the internals `enter_below` writes gets)."""
     if request.param == "eager":
         monkeypatch.setattr("dsh_host._pipeline._dispatch.CAN_ENTER_BELOW", False)
+        monkeypatch.setattr("dsh_host._pipeline._pipeline.CAN_ENTER_BELOW", False)
     return str(request.param)
+
+
+@pytest.fixture(params=["first call", "bare path"])
+def make_host(request: pytest.FixtureRequest, make_host: Any) -> Any:
+    """Every case twice more: as a host's first call (which finds out that no hook sees its
+    calls) and as a later one, on the bare path (`Pipeline._bare`, which keeps a caller's live
+    signal with no deadline)."""
+    if request.param == "first call":
+        return make_host
+
+    def build(*plugins: object, tools: Any = ()) -> Any:
+        return _Warmed(make_host(*plugins, tools=(*tools, make_echo())))
+
+    return build
+
+
+class _Warmed:
+    """A host whose every call comes after a plain one (so that it runs bare)."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+    async def call(self, *args: Any, **kwargs: Any) -> Any:
+        await self.host.call("echo", {"text": "warm"})
+        return await self.host.call(*args, **kwargs)
 
 
 def _tool(execute: Any) -> Any:
