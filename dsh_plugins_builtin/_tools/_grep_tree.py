@@ -35,8 +35,8 @@ from dsh_plugins_builtin._tools._walk import Spec, is_ignored, load_gitignore, r
 __all__ = ["SLACK_NS", "forget", "listed_files"]
 
 SLACK_NS = 2_000_000_000  # stamps newer than this before the walk began are not trusted
-_MAX_TREES = 8  # (root, top, respect_ignore) kept, the most recently walked
-_MAX_DIRS = 200_000  # a tree with more directories is not kept
+_MAX_TREES = 4  # (root, top, respect_ignore) kept, the most recently walked
+_MAX_ENTRIES = 100_000  # a tree with more files and directories is not kept (memory)
 
 Stamp = tuple[int, int, int, int, int] | None  # dev, ino, size, mtime_ns, ctime_ns; None: absent
 
@@ -92,7 +92,7 @@ def listed_files(
     base = _ancestors(key[0], key[1]) if respect_ignore else ()
     specs = root_specs(key[0], top, respect_ignore)
     out: list[str] = []
-    if walker.walk(key[0], "", specs, base, out) and len(walker.seen) <= _MAX_DIRS:
+    if walker.walk(key[0], "", specs, base, out) and walker.entries <= _MAX_ENTRIES:
         with _lock:
             _trees.pop(key, None)
             _trees[key] = walker.seen
@@ -118,6 +118,7 @@ class _Walker:
     ) -> None:
         self.kept = kept
         self.seen: dict[str, _Dir] = {}
+        self.entries = 0  # in ``seen``
         self.settled = settled
         self.respect = respect
         self.stop = stop
@@ -145,6 +146,7 @@ class _Walker:
                 return True  # unreadable: nothing below it, as the walk does
         if self._old(known.stamp) and self._old(known.own):
             self.seen[rel] = known
+            self.entries += len(known.items)
         if known.own is not None:
             chain = (*chain, known.own)
             if known.spec is not None:

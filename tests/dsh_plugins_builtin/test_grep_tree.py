@@ -192,3 +192,14 @@ async def test_grep_asks_policy_every_call_and_withholds_a_file_added_since(
     assert result.text.startswith("README.md:1:needle\n\n[2 file(s) withheld")
     assert_nothing_secret(result.text)
     assert "hunter3" not in result.text
+
+
+def test_a_tree_too_large_to_keep_is_walked_every_time(
+    ws: Path, settled: None, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(ws)
+    real = Path(os.path.realpath(ws))
+    monkeypatch.setattr(_grep_tree, "_MAX_ENTRIES", 5)
+    first = _listed(real, real)
+    assert _listed(real, real) == first
+    assert len(reads) == 2 * 4
