@@ -21,8 +21,10 @@ hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved
 
 Below the table, where the ``grep default`` row's time goes (minimum and median per call): the
 sandbox plugin's ``run`` (starting the sandbox and ripgrep, reading its output), the policy walk
-(in a worker thread, beside ``run``), parsing ripgrep's output, and the re-check of every
-reported file (fence and policy).
+(in a worker thread, beside ``run``), parsing ripgrep's output, the re-check of every
+reported file (fence and policy), all that follows ``run`` (parsing, the re-check, shaping the
+result, the rest of the pipeline), and the host's CPU time per call (all its threads, not
+ripgrep's: a figure other processes' load hardly moves).
 
 The pattern has no literal prefix (``[A-Z][a-z]+Error\\(``), so no literal scan can skip ahead;
 it matches a few hundred lines. Garbage collection is paused while timing. Reported: minimum
@@ -164,7 +166,10 @@ class Phases:
     def __init__(self, sandbox: Any) -> None:
         self.samples: dict[str, list[float]] = {"sandbox run": [], "parse": [], "recheck": []}
         self.on = False
+        self.run_ended = 0.0  # when the sandbox's last ``run`` returned
         self._wrap_async(sandbox, "run", "sandbox run")
+        self.samples["after run"] = []  # from ``run``'s return to the call's result
+        self.samples["host CPU"] = []  # this process's CPU time per call (all its threads)
         self.samples["policy walk"] = []
         self._wrap(_grep_rg, "parse_output", "parse")
         self._wrap(_grep_rg, "_keep_allowed", "recheck")
@@ -191,10 +196,19 @@ class Phases:
             try:
                 return await real(*args, **kwargs)
             finally:
+                self.run_ended = time.perf_counter()
                 if self.on:
-                    self.samples[name].append(time.perf_counter() - started)
+                    self.samples[name].append(self.run_ended - started)
 
         setattr(owner, attr, timed)
+
+    async def call(self, host: Host) -> tuple[float, int]:
+        """`time_grep`, noting the time after the last ``run`` and the CPU time."""
+        cpu = time.process_time()
+        elapsed, count = await time_grep(host)
+        self.samples["after run"].append(time.perf_counter() - self.run_ended)
+        self.samples["host CPU"].append(time.process_time() - cpu)
+        return elapsed, count
 
 
 def tools_here() -> tuple[str, str]:
@@ -265,7 +279,8 @@ async def sample(
                 samples[name].append(elapsed)
             for name, host in hosts.items():
                 phases.on = name == "grep default"
-                elapsed, counts[name] = await time_grep(host)
+                timed_call = phases.call if phases.on else time_grep
+                elapsed, counts[name] = await timed_call(host)
                 phases.on = False
                 samples[name].append(elapsed)
     finally:

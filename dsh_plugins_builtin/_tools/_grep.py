@@ -7,8 +7,9 @@ time, like ripgrep's engine). Either way nothing here can hang the host, and the
 never blocked: blocking work runs in worker threads or in the sandboxed process.
 
 Policy: when a plugin implements ``dsh_path_denied``, our walk (`_list_files`) asks it about
-every file ripgrep would read. ripgrep runs beside the walk and its answer is kept only when
-nothing was withheld; otherwise it runs again told to skip the withheld files (``--glob
+every file ripgrep would read, on every call (what each directory holds is kept between calls
+while it is unchanged, `._grep_tree`). ripgrep runs beside the walk and its answer is kept only
+when nothing was withheld; otherwise it runs again told to skip the withheld files (``--glob
 !/path``), and its first output is never read (`._grep_rg`). Whatever ripgrep reports is
 checked again by its real path.
 """
@@ -16,7 +17,8 @@ checked again by its real path.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from dsh_plugins_builtin._tools._grep_local import (
     local_search,
 )
 from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
+from dsh_plugins_builtin._tools._grep_tree import listed_files
 from dsh_plugins_builtin._tools._open import display_path, os_failure
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
@@ -100,19 +103,14 @@ def _list_files(
             raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {exc}']) from None
     prefix = shown_prefix(root, env)
     base = str(root).rstrip("/") + "/"
-    for rel, entry in walk_files(
-        root,
-        top=workspace_top(env),
-        respect_ignore=not search.include_ignored,
-        stop=abort_poll(ctx),
-    ):
-        if entry.is_symlink() or (only is not None and not only.match_file(rel)):
+    for rel, entry in _walked(env, search, root, ctx, sizes):
+        if only is not None and not only.match_file(rel):
             continue
         real = base + rel
         if policy.denied(real):
             listing.denied.append(rel)
             continue
-        if sizes:
+        if entry is not None:
             try:
                 size = entry.stat(follow_symlinks=False).st_size
             except OSError:
@@ -122,6 +120,18 @@ def _list_files(
                 continue
         listing.files.append((prefix + rel, real))
     return listing
+
+
+def _walked(
+    env: ToolEnv, search: Search, root: Path, ctx: ToolRunContext | None, sizes: bool
+) -> Iterable[tuple[str, os.DirEntry[str] | None]]:
+    """The files below ``root`` the search reads (no symlinks), with their entries for
+    ``sizes``; without, the last call's listing while the tree is unchanged (`._grep_tree`)."""
+    top, respect, stop = workspace_top(env), not search.include_ignored, abort_poll(ctx)
+    if not sizes:
+        return ((rel, None) for rel in listed_files(root, top, respect, stop))
+    walked = walk_files(root, top=top, respect_ignore=respect, stop=stop)
+    return ((rel, entry) for rel, entry in walked if not entry.is_symlink())
 
 
 async def _grep(

@@ -15,6 +15,11 @@ from dsh_plugins_builtin._tools._support import Sandbox
 _NOT_NAMES = ("", ".", "..")  # components that are no file's name (resolved in full if met)
 
 
+def _decoded(name: str) -> str:
+    """``name`` as it reads in ripgrep's output once decoded (bytes not UTF-8 as U+FFFD)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class Recheck:
     """Is a file ripgrep reported still one the fence and the policy let us show?
 
@@ -59,6 +64,25 @@ class Recheck:
                 real = candidate
         self._dirs[rel] = real
         return real
+
+    def exact(self, rel: str) -> str | None:
+        """The real name of the file ripgrep printed as ``rel``, whose bytes that are not UTF-8
+        were decoded to U+FFFD: each such component is the one entry of its directory that
+        decodes to it (``None`` when none or several do: nothing to vouch for)."""
+        parts = rel.split("/")
+        directory = self._base
+        for index, part in enumerate(parts):
+            if "\ufffd" in part:
+                try:
+                    names = os.listdir(directory)
+                except OSError:
+                    return None
+                fits = [name for name in names if _decoded(name) == part]
+                if len(fits) != 1:
+                    return None
+                parts[index] = fits[0]
+            directory = f"{directory}/{parts[index]}"
+        return "/".join(parts)
 
     def readable(self, rel: str) -> bool:
         directory, _, name = rel.rpartition("/")

@@ -218,8 +218,15 @@ def _keep_allowed(
     withheld = set(listing.denied)
     check = Recheck(sandbox, cwd, policy, {real for _, real in listing.files})
     allowed: dict[str, bool] = {}
+    exact: dict[str, str | None] = {}
     for match in output.matches:
-        rel = match.path
+        rel = match.path if is_dir else root.name  # ripgrep read only the file named
+        if is_dir and "\ufffd" in rel:  # a name that is not UTF-8, as decoded: the real one
+            name = exact[rel] if rel in exact else check.exact(rel)
+            exact[rel] = name
+            if name is None:
+                continue
+            rel = name
         ok = allowed.get(rel)
         if ok is None:
             ok = rel not in withheld and check.readable(rel)

@@ -10,8 +10,11 @@ runs dsh) and is resolved once, when the tools are built (`find_rg`). It always 
 sandbox plugin's ``run``, exactly like a ``bash`` command: an ``rg`` the model managed to
 replace (say in a ``.venv`` inside the workspace) is confined like anything else it could run.
 
-Output is read in ripgrep's ``--null`` form (``path NUL line:text``), so a line without a NUL is
-a message (an error, or "binary file matches" for a file named explicitly), never a match.
+Output is read in ripgrep's ``--null`` form (``path NUL line:text``): a name runs up to its NUL,
+so one holding colons or line breaks is read whole, and what holds no NUL is a message (an
+error, or "binary file matches" for a file named explicitly), never a match. The sandbox decodes
+the output, bytes that are not UTF-8 as U+FFFD; the re-check finds such a name's real spelling
+(`._grep_recheck.Recheck.exact`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import shlex
 import shutil
 import sysconfig
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
@@ -151,22 +154,32 @@ class RgOutput:
 
 
 def parse_output(text: str, truncated: bool) -> RgOutput:
-    """Read ``--null`` output. When the sandbox cut the middle, only the head is kept."""
+    """Read ``--null`` output. When the sandbox cut the middle, only the head is kept.
+
+    A record is ``name NUL number:text`` up to the next line break: the name is everything from
+    the end of the previous record to the NUL (a file name may hold line breaks, never a NUL),
+    the text ends at the line break (a printed line never holds one). What holds no NUL is a
+    message.
+    """
     if truncated:
         cut = text.find(_TRUNCATION_MARK)
         head = text[:cut] if cut != -1 else text
         text = head[: head.rfind("\n") + 1]  # the last line of the head may be partial
     matches: list[RgMatch] = []
     messages: list[str] = []
-    for raw in text.split("\n"):
-        path, sep, rest = raw.partition("\0")
-        if not sep:
-            if raw.strip():
-                messages.append(raw)
-            continue
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if all("\0" in line for line in lines):  # the usual case: no message, no name broken
+        records: Iterable[tuple[str, str]] = (
+            (path, rest) for path, _, rest in (line.partition("\0") for line in lines)
+        )
+    else:
+        records = _records(text, messages)
+    for path, rest in records:
         number, colon, body = rest.partition(":")
         if not colon or not number.isdigit():
-            messages.append(raw.replace("\0", ":"))
+            messages.append(f"{path}:{rest}".replace("\0", ":"))
             continue
         body = body.removesuffix("\r")  # --crlf ends every printed line with CRLF
         long = body.endswith(_PREVIEW_MARK)
@@ -174,6 +187,36 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
             body = body[: -len(_PREVIEW_MARK)]
         matches.append(RgMatch(path.removeprefix("./"), int(number), body, long))
     return RgOutput(tuple(matches), tuple(messages), not truncated)
+
+
+def _records(text: str, messages: list[str]) -> Iterator[tuple[str, str]]:
+    """``(name, number:text)`` of each record, reading names up to their NUL (messages apart)."""
+    pos, end = 0, len(text)
+    while pos < end:
+        nul = text.find("\0", pos)
+        if nul == -1:
+            messages.extend(line for line in text[pos:].split("\n") if line.strip())
+            return
+        eol = text.find("\n", nul)
+        eol = end if eol == -1 else eol
+        yield _record_name(text[pos:nul], messages), text[nul + 1 : eol]
+        pos = eol + 1
+
+
+def _record_name(raw: str, messages: list[str]) -> str:
+    """The file name of one record: ``raw``, less whole message lines printed before it.
+
+    ripgrep names what it finds in a directory ``./...``: a name with line breaks is read whole
+    from its ``./``. Output not in that form (a file named explicitly, whose name the caller
+    knows; something else answering as ``rg``) keeps only its last line.
+    """
+    if raw.startswith("./") or "\n" not in raw:
+        return raw
+    cut = raw.find("\n./")
+    if cut == -1:
+        cut = raw.rfind("\n")
+    messages.extend(line for line in raw[:cut].split("\n") if line.strip())
+    return raw[cut + 1 :]
 
 
 def glob_error(messages: Sequence[str]) -> str | None:

@@ -32,18 +32,22 @@ from dsh_host import ToolArgsError
 
 __all__ = [
     "RegexError",
+    "Spec",
     "compile_glob",
     "expand_braces",
     "gitignore_spec",
+    "is_ignored",
     "linear_regex",
+    "load_gitignore",
     "regex_error",
+    "root_specs",
     "walk_files",
 ]
 
 RegexError: type[Exception] = re2.error  # what `linear_regex` raises
 
 _MAX_EXPANSIONS = 256
-_Spec = tuple[str, "pathspec.GitIgnoreSpec"]  # (directory relative to the walk root, spec)
+Spec = tuple[str, "pathspec.GitIgnoreSpec"]  # (directory relative to the walk root, spec)
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -177,7 +181,8 @@ def compile_glob(pattern: str) -> tuple[Any, int | None]:
     return regex, deepest
 
 
-def _load_spec(directory: str) -> pathspec.GitIgnoreSpec | None:
+def load_gitignore(directory: str) -> pathspec.GitIgnoreSpec | None:
+    """The ``.gitignore`` of ``directory`` compiled, or ``None`` (none there, or unreadable)."""
     try:
         with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
@@ -189,7 +194,7 @@ def _load_spec(directory: str) -> pathspec.GitIgnoreSpec | None:
         return None
 
 
-def _ancestor_specs(root: str, top: str) -> list[_Spec]:
+def _ancestor_specs(root: str, top: str) -> list[Spec]:
     """Specs of the directories from ``top`` down to ``root``'s parent, re-based on ``root``."""
     if root == top or not root.startswith(top.rstrip("/") + "/"):
         return []
@@ -197,19 +202,20 @@ def _ancestor_specs(root: str, top: str) -> list[_Spec]:
     found: list[tuple[int, pathspec.GitIgnoreSpec]] = []
     current = top
     for depth in range(len(rel_parts)):
-        spec = _load_spec(current)
+        spec = load_gitignore(current)
         if spec is not None:
             found.append((depth, spec))
         current = os.path.join(current, rel_parts[depth])
     # Re-base: a spec at ``depth`` sees the root as ``rel_parts[depth:]``.
-    out: list[_Spec] = []
+    out: list[Spec] = []
     for depth, spec in found:
         prefix = "/".join(rel_parts[depth:])
         out.append((f"\0{prefix}", spec))
     return out
 
 
-def _check(specs: list[_Spec], rel: str) -> bool:
+def is_ignored(specs: list[Spec], rel: str) -> bool:
+    """Whether ``specs`` ignore ``rel`` (relative to the walk root; a directory ends in ``/``)."""
     for base, spec in reversed(specs):
         if base.startswith("\0"):  # an ancestor spec: prefix the root's path below it
             sub = f"{base[1:]}/{rel}" if rel else base[1:] + "/"
@@ -219,6 +225,16 @@ def _check(specs: list[_Spec], rel: str) -> bool:
         if decision is not None:
             return bool(decision)
     return False
+
+
+def root_specs(root: str, top: Path | None, respect_ignore: bool) -> list[Spec]:
+    """The ``.gitignore`` specs that apply to ``root`` itself (from ``top`` down to it)."""
+    specs: list[Spec] = []
+    if respect_ignore and top is not None:
+        specs = _ancestor_specs(root, str(top))
+        if specs and is_ignored(specs, ""):
+            specs = []  # the caller named an ignored directory: search it anyway
+    return specs
 
 
 def walk_files(
@@ -238,11 +254,7 @@ def walk_files(
         max_depth: Do not descend past this many path segments (1 = only ``root``'s entries).
         stop: Polled once per directory; a true result ends the walk.
     """
-    specs: list[_Spec] = []
-    if respect_ignore and top is not None:
-        specs = _ancestor_specs(str(root), str(top))
-        if specs and _check(specs, ""):
-            specs = []  # the caller named an ignored directory: search it anyway
+    specs = root_specs(str(root), top, respect_ignore)
     yield from _walk(str(root), "", 1, specs, respect_ignore, max_depth, stop)
 
 
@@ -250,7 +262,7 @@ def _walk(
     directory: str,
     rel: str,
     depth: int,
-    specs: list[_Spec],
+    specs: list[Spec],
     respect_ignore: bool,
     max_depth: int | None,
     stop: Callable[[], bool],
@@ -265,7 +277,7 @@ def _walk(
     # Only open a .gitignore that is there: a failed open per directory costs more than the
     # rest of the walk on some filesystems.
     if respect_ignore and any(entry.name == ".gitignore" for entry in entries):
-        spec = _load_spec(directory)
+        spec = load_gitignore(directory)
         if spec is not None:
             specs = [*specs, (rel, spec)]
     keyed: list[tuple[str, os.DirEntry[str], bool]] = []
@@ -280,7 +292,7 @@ def _walk(
     keyed.sort(key=lambda item: item[0])
     for _key, entry, is_dir in keyed:
         path = f"{rel}/{entry.name}" if rel else entry.name
-        if specs and _check(specs, path + "/" if is_dir else path):
+        if specs and is_ignored(specs, path + "/" if is_dir else path):
             continue
         if not is_dir:
             yield path, entry
