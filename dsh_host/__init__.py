@@ -68,6 +68,7 @@ if _typing.TYPE_CHECKING:
     from ._host._open import open_host
     from ._host._plugins import PluginInfo, PluginStatus
     from ._host._registry import DryRun, ToolRegistry
+    from ._host._services import HostServices
     from ._pipeline._pipeline import new_call_id
 
 # The host and the pipeline are imported on first use (issue 27): `import dsh_host` for a plugin
@@ -75,6 +76,7 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     "DryRun": "._host._registry",
     "Host": "._host._host",
+    "HostServices": "._host._services",
     "PluginInfo": "._host._plugins",
     "PluginStatus": "._host._plugins",
     "ToolRegistry": "._host._registry",
@@ -105,6 +107,7 @@ __all__ = [
     "GenericResultView",
     "HookContext",
     "Host",
+    "HostServices",
     "ImageBlock",
     "JsonInputError",
     "JsonSchemaError",

@@ -43,7 +43,6 @@ from dsh_host import (
     ConfigError,
     DshError,
     Host,
-    ImageBlock,
     TextBlock,
     ToolDefinition,
     ToolRunContext,
@@ -53,11 +52,11 @@ from dsh_host import (
 
 from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
 from ._mcp._confine import Confinement, confinement_for
+from ._mcp._content import content_blocks
 from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
+from ._mcp._native import NativeMount, virtual_time
 
 if TYPE_CHECKING:
-    import asyncio  # with the first mounted server (see `_mcp._mount`)
-
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
@@ -153,26 +152,6 @@ def _check(config: McpConfig, where: str | None) -> None:
             raise fail(f"must be a positive number of ms, not {server.timeout_ms!r}", "timeout_ms")
 
 
-def _content(result: types.CallToolResult, server: str) -> list[TextBlock | ImageBlock]:
-    import mcp_types as types
-
-    blocks: list[TextBlock | ImageBlock] = []
-    for item in result.content:
-        if isinstance(item, types.TextContent):
-            blocks.append(TextBlock(item.text))
-        elif isinstance(item, types.ImageContent):
-            blocks.append(ImageBlock(data=item.data, mime_type=item.mime_type))
-        elif isinstance(item, types.EmbeddedResource):
-            resource = item.resource
-            text = getattr(resource, "text", None)
-            blocks.append(TextBlock(text if text is not None else f"[resource {resource.uri}]"))
-        elif isinstance(item, types.ResourceLink):
-            blocks.append(TextBlock(f"[resource link {item.uri}]"))
-        else:
-            blocks.append(TextBlock(f"[{getattr(item, 'type', 'unknown')} content from {server}]"))
-    return blocks
-
-
 class McpPlugin:
     """Mounts the MCP servers of ``[plugin.mcp.servers]``."""
 
@@ -180,7 +159,7 @@ class McpPlugin:
 
     def __init__(self) -> None:
         self._register: Any = None
-        self._mount: Mount | None = None
+        self._mount: Mount | NativeMount | None = None
         self._unregister: dict[str, list[Any]] = {}
         self._mounted: dict[str, list[str]] = {}
         self._token: trio.lowlevel.TrioToken | None = None
@@ -212,15 +191,29 @@ class McpPlugin:
             return
         for link in links:
             link.on_relisted = self._relisted
+        timeout = max((link.config.timeout_ms for link in links), default=0) / 1000 + 5
+        if host.services is not None and not virtual_time():
+            mount = NativeMount(links, timeout)  # the sessions live in the host's trio run
+            self._mount = mount
+            mount.links.update({link.name: link for link in refused})
+            ready = functools.partial(self._started, host, [*refused, *links])
+            host.services.start(functools.partial(mount.serve, on_ready=ready), name="mcp")
+            return
         self._mount = Mount()
         atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
         self._mount.links.update({link.name: link for link in refused})
         if links:
-            self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
+            self._mount.start(links, timeout)
+        self._started(host, [*refused, *links])
+
+    def _started(self, host: Host, links: list[Link]) -> None:
+        """Once the servers are running or failed: report the failures, mount the tools."""
+        with contextlib.suppress(RuntimeError):  # in a trio run: list changes wake it
+            self._token = trio.lowlevel.current_trio_token()
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
         # servers are mounted, applies a server's tools/list_changed before the next call.
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
-        for link in [*refused, *links]:
+        for link in links:
             if link.status != "running":
                 reason = link.error or f"MCP server {link.name!r} did not start"
                 sys.stderr.write(f"dsh: mcp: {reason}\n")
@@ -252,20 +245,21 @@ class McpPlugin:
         mount = self._mount
         assert mount is not None
         for link in mount.links.values():
-            task = link.relisting
-            if task is not None and not task.done():
+            done = link.relisting
+            if done is not None and not done.is_set():
                 with contextlib.suppress(Exception):
-                    await mount.run(functools.partial(_finished, task))
+                    await mount.wait(done)
         self.apply_list_changes()
 
     def before_call(self) -> Awaitable[None] | None:
         """Pending list changes, before a call: registered now, or awaited if still re-listing."""
         if self._mount is None:
             return None
-        with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
-            self._token = trio.lowlevel.current_trio_token()
+        if isinstance(self._mount, Mount):
+            with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
+                self._token = trio.lowlevel.current_trio_token()
         links = self._mount.links.values()
-        if any(link.relisting is not None and not link.relisting.done() for link in links):
+        if any(link.relisting is not None and not link.relisting.is_set() for link in links):
             return self._await_relisting()
         self.apply_list_changes()
         return None
@@ -305,7 +299,11 @@ class McpPlugin:
 
     @hookimpl
     async def dsh_host_stopping(self) -> None:
-        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: servers ended and reaped
+        """`Host.aclose`: every session closed, its server ended and reaped."""
+        if isinstance(self._mount, NativeMount):
+            await self._mount.aclose()
+        else:
+            await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
         """Close every session; the servers see end of input and exit."""
@@ -366,7 +364,7 @@ class McpPlugin:
                     raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
-            blocks = _content(result, server)
+            blocks = content_blocks(result, server)
             if result.is_error:
                 text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
                 raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
@@ -391,10 +389,3 @@ class _ListChanges:
     @hookimpl(tryfirst=True)
     def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
         return self.plugin.before_call()
-
-
-async def _finished(task: asyncio.Task[None]) -> None:
-    """Wait for *task* (in the mount loop) without cancelling it if the waiter is cancelled."""
-    import asyncio
-
-    await asyncio.shield(task)

@@ -10,6 +10,7 @@ import trio
 
 from ._host import Host
 from ._lifecycle import ConfigSource, close_host, host_config
+from ._services import HostServices, services_opening
 
 __all__ = ["open_host"]
 
@@ -29,10 +30,21 @@ async def open_host(
         workspace: overrides ``[host] workspace``.
         plugins: plugin objects registered after the entry points, in this order.
         entry_points: load the plugins installed under ``dsh.plugins`` (tests pass ``False``).
+
+    The host lives in this trio run: plugins may start long-lived tasks in it
+    (``host.services``, `HostServices`), started before the host is handed over and stopped
+    after it has closed.
     """
-    host = Host(host_config(config, workspace), plugins=plugins, load_entrypoints=entry_points)
+    services = HostServices()
+    offered = services_opening(services)
     try:
+        host = Host(host_config(config, workspace), plugins=plugins, load_entrypoints=entry_points)
+    finally:
+        offered.var.reset(offered)
+    try:
+        await services.start_pending()
         yield host
     finally:
         with trio.CancelScope(shield=True):  # a cancelled body still flushes and reaps
             await close_host(host)
+            await services.stop()

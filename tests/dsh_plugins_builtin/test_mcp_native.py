@@ -1,0 +1,128 @@
+"""A host opened by ``open_host`` runs its mounted sessions in its own trio run (issue 24's
+benchmark): no ``dsh-mcp`` thread, a call awaits the session in the calling task, and every
+guarantee of the mount thread holds (cancellation, list changes, reaping at close)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+
+import trio
+import trio.testing
+from mcp.client.session import ClientSession
+
+import dsh_host
+import dsh_host.aio
+from dsh_host import AbortSignal
+from dsh_plugins_builtin.mcp import McpPlugin
+
+from .test_mcp_mount import SERVER, _fifo, _until
+
+PIDFILE = "import os; open(os.environ['PIDFILE'], 'w').write(str(os.getpid()))\n"
+
+
+def _config(tmp_path, marker="m"):
+    script = tmp_path / "server.py"
+    script.write_text(PIDFILE + SERVER)
+    server = {
+        "command": sys.executable,
+        "args": [str(script), "ok", str(tmp_path / marker)],
+        "env": {"PIDFILE": str(tmp_path / "pid")},
+        "sandbox": False,
+    }
+    return {"plugin": {"mcp": {"servers": {"t": server}}}}
+
+
+def _mount_threads():
+    return [t.name for t in threading.enumerate() if t.name == "dsh-mcp"]
+
+
+def test_a_mounted_call_under_open_host_runs_in_the_calling_task(tmp_path, monkeypatch):
+    sent_from = []
+    call_tool = ClientSession.call_tool
+
+    async def spy(self, *args, **kwargs):
+        sent_from.append((threading.get_ident(), trio.lowlevel.current_task()))
+        return await call_tool(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClientSession, "call_tool", spy)
+
+    async def main():
+        plugin = McpPlugin()
+        async with dsh_host.open_host(
+            _config(tmp_path), plugins=[plugin], entry_points=False
+        ) as host:
+            result = await host.call("mcp__t__echo", {"text": "hi"})
+            threads = _mount_threads()
+            caller = (threading.get_ident(), trio.lowlevel.current_task())
+        return result, threads, caller
+
+    result, threads, caller = trio.run(main)
+    assert result.text == "echo: hi"
+    assert threads == []  # no mount thread
+    assert sent_from == [caller]  # sent by the calling task itself
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass  # ended and reaped when the host closed
+    else:
+        raise AssertionError(f"the server (pid {pid}) outlived the host")
+
+
+def test_abort_and_list_changes_under_open_host(tmp_path):
+    marker = _fifo(tmp_path / "cancelled")
+    _fifo(tmp_path / "cancelled.started")
+
+    async def main():
+        async with dsh_host.open_host(
+            _config(tmp_path, "cancelled"), plugins=[McpPlugin()], entry_points=False
+        ) as host:
+            signal, results = AbortSignal(), []
+            async with trio.open_nursery() as nursery:
+
+                async def slow():
+                    results.append(await host.call("mcp__t__slow", {}, signal=signal))
+
+                nursery.start_soon(slow)
+                await _until(tmp_path / "cancelled.started")
+                signal.abort("enough")
+            said = await _until(marker)
+            changed = await host.call("mcp__t__change", {})
+            extra = await host.call("mcp__t__extra", {})
+            return results[0], said, changed, extra
+
+    aborted, said, changed, extra = trio.run(main)
+    assert aborted.code == "ABORTED"
+    assert said == "cancelled"  # the server saw notifications/cancelled
+    assert changed.text == "changed"
+    assert extra.text == "extra!"  # registered after tools/list_changed
+
+
+def test_an_asyncio_host_mounts_in_its_trio_guest_run(tmp_path):
+    async def main():
+        async with dsh_host.aio.open_host(
+            _config(tmp_path), plugins=[McpPlugin()], entry_points=False
+        ) as host:
+            return await host.call("mcp__t__echo", {"text": "hi"}), _mount_threads()
+
+    result, threads = asyncio.run(main())
+    assert result.text == "echo: hi"
+    assert threads == []
+
+
+def test_a_run_in_virtual_time_keeps_the_mount_thread(tmp_path):
+    """MockClock time is not the servers' time: their timeouts stay real, in the thread."""
+
+    async def main():
+        async with dsh_host.open_host(
+            _config(tmp_path), plugins=[McpPlugin()], entry_points=False
+        ) as host:
+            return _mount_threads(), sorted(t.name for t in host.registry.tools())
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    threads, names = trio.run(main, clock=clock)
+    assert threads == ["dsh-mcp"]
+    assert "mcp__t__echo" in names
