@@ -192,19 +192,28 @@ class McpPlugin:
         for link in links:
             link.on_relisted = self._relisted
         timeout = max((link.config.timeout_ms for link in links), default=0) / 1000 + 5
-        if host.services is not None and not virtual_time():
-            mount = NativeMount(links, timeout)  # the sessions live in the host's trio run
-            self._mount = mount
+        stdio = [link for link in links if link.config.command is not None]
+        if stdio and host.services is not None and not virtual_time():
+            # The stdio sessions live in the host's trio run; HTTP ones stay in the mount
+            # thread (the SDK's HTTP client leaves async generators to the loop's finalizer).
+            http = [link for link in links if link.config.command is None]
+            fallback = self._start_thread(http, timeout) if http else None
+            self._mount = mount = NativeMount(stdio, timeout, fallback)
             mount.links.update({link.name: link for link in refused})
             ready = functools.partial(self._started, host, [*refused, *links])
             host.services.start(functools.partial(mount.serve, on_ready=ready), name="mcp")
             return
-        self._mount = Mount()
-        atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
+        self._mount = self._start_thread(links, timeout)
         self._mount.links.update({link.name: link for link in refused})
-        if links:
-            self._mount.start(links, timeout)
         self._started(host, [*refused, *links])
+
+    def _start_thread(self, links: list[Link], timeout: float) -> Mount:
+        """A mount thread holding *links*, started (each running or failed, or *timeout*)."""
+        mount = Mount()
+        atexit.register(mount.close)  # a clean goodbye to the servers when dsh exits
+        if links:
+            mount.start(links, timeout)
+        return mount
 
     def _started(self, host: Host, links: list[Link]) -> None:
         """Once the servers are running or failed: report the failures, mount the tools."""
@@ -242,13 +251,12 @@ class McpPlugin:
 
     async def _await_relisting(self) -> None:
         """Wait (without blocking the loop) for re-listings under way, then register them."""
-        mount = self._mount
-        assert mount is not None
-        for link in mount.links.values():
+        assert self._mount is not None
+        for link in self._mount.links.values():
             done = link.relisting
-            if done is not None and not done.is_set():
+            if done is not None and not done.is_set() and link.runner is not None:
                 with contextlib.suppress(Exception):
-                    await mount.wait(done)
+                    await link.runner.wait(done)
         self.apply_list_changes()
 
     def before_call(self) -> Awaitable[None] | None:
@@ -331,8 +339,6 @@ class McpPlugin:
         self._mounted[link.name] = names
 
     def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
-        mount = self._mount
-        assert mount is not None
         server, remote = link.name, tool.name
         if not _TOOL_NAME.fullmatch(remote):
             raise DshError(
@@ -343,8 +349,8 @@ class McpPlugin:
         timeout = link.config.timeout_ms / 1000
 
         async def execute(args: Any, ctx: ToolRunContext) -> Any:
-            session = link.session
-            if session is None:
+            session, runner = link.session, link.runner
+            if session is None or runner is None:
                 raise DshError(
                     link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
                     "MCP_SERVER_UNAVAILABLE",
@@ -354,7 +360,7 @@ class McpPlugin:
                 return await session.call_tool(remote, args, read_timeout_seconds=timeout)
 
             try:
-                result = await mount.run(call)
+                result = await runner.run(call)
             except DshError:
                 raise
             except Exception as exc:

@@ -107,6 +107,8 @@ class Link:
         self.on_relisted: Callable[[], None] | None = None
         """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
+        self.runner: Any = None
+        """The mount running the session (`Mount`, `_native.NativeMount`): calls go through it."""
         self.tool_problems: list[str] = []
         self._stop: anyio.Event | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -320,6 +322,8 @@ class Mount:
                 await ready.wait()
 
         self.links.update({link.name: link for link in links})
+        for link in links:
+            link.runner = self
         future = asyncio.run_coroutine_threadsafe(start_all(), self._loop)
         with contextlib.suppress(concurrent.futures.TimeoutError):
             future.result(timeout)

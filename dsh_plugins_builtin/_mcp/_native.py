@@ -7,7 +7,8 @@ trio too), and a tool call awaits the session directly in the calling task: no h
 and back. Cancelling the call cancels the request (the SDK sends ``notifications/cancelled``),
 as in the mount thread. The links are the same `Link` objects as `_mount.Mount`'s, with the same
 transport, bounds, guard, confinement and reaping; `Mount` stays for hosts no trio run owns
-(``Host(...)`` made directly: the CLI, tests).
+(``Host(...)`` made directly: the CLI, tests), and for HTTP servers: the SDK's HTTP client
+leaves async generators for the loop to finalize, which trio reports as a `ResourceWarning`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ._mount import Link
+from ._mount import Link, Mount
 
 __all__ = ["STOP_WAIT", "NativeMount", "virtual_time"]
 
@@ -31,8 +32,14 @@ STOP_WAIT = 10.0
 class NativeMount:
     """The links of a host's mounted servers, run as tasks of the host's trio run."""
 
-    def __init__(self, links: list[Link], timeout: float) -> None:
+    def __init__(self, links: list[Link], timeout: float, fallback: Mount | None = None) -> None:
         self.links: dict[str, Link] = {link.name: link for link in links}
+        for link in links:
+            link.runner = self
+        self._fallback = fallback
+        """The mount thread of the HTTP servers (started already), if any."""
+        if fallback is not None:
+            self.links.update(fallback.links)
         self._starting = links
         self._timeout = timeout
         self._scope: trio.CancelScope | None = None
@@ -71,18 +78,23 @@ class NativeMount:
     async def aclose(self) -> None:
         """Close every session (stdio servers see end of input, then are reaped) and wait for
         them, at most `STOP_WAIT` seconds before the rest is cancelled."""
-        for link in self.links.values():
+        for link in self._starting:
             link.stop()
         with trio.move_on_after(STOP_WAIT):
             await self._ended.wait()
         if self._scope is not None and not self._ended.is_set():
             self._scope.cancel()
             await self._ended.wait()
-        for link in self.links.values():
+        for link in self._starting:
             link.close()
+        if self._fallback is not None:
+            await trio.to_thread.run_sync(self._fallback.close)
 
     def close(self) -> None:
-        """Nothing from outside the run: the host's closing (`aclose`) ends the sessions."""
+        """Close the mount thread's sessions, if any (at exit); the sessions of the run end
+        with the host's closing (`aclose`)."""
+        if self._fallback is not None:
+            self._fallback.close()
 
 
 def virtual_time() -> bool:

@@ -126,3 +126,56 @@ def test_a_run_in_virtual_time_keeps_the_mount_thread(tmp_path):
     threads, names = trio.run(main, clock=clock)
     assert threads == ["dsh-mcp"]
     assert "mcp__t__echo" in names
+
+
+def test_http_servers_stay_in_the_mount_thread_beside_native_stdio_sessions(tmp_path):
+    """The SDK's HTTP client leaves async generators to the loop's finalizer (trio warns of
+    each): an HTTP server keeps the mount thread, with its bound; stdio ones run natively."""
+    from dsh_host import Host, define_tool
+
+    from .test_mcp_http_mount import _serving
+
+    async def huge(args):
+        return "x" * 20_000
+
+    async def small(args):
+        return "ok"
+
+    remote = Host(load_entrypoints=False)
+    for name, run in (("huge", huge), ("small", small)):
+        remote.registry.register(
+            define_tool(name=name, description=name, execute=run, parameters={})
+        )
+    bound: list[str] = []
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_serving, args=(remote, bound, ready, stop), daemon=True)
+    thread.start()
+
+    async def main():
+        config = _config(tmp_path)
+        servers = config["plugin"]["mcp"]["servers"]
+        servers["h"] = {"url": bound[0] + "/mcp", "max_result_bytes": 10_000}
+        plugin = McpPlugin()
+        async with dsh_host.open_host(config, plugins=[plugin], entry_points=False) as host:
+            calls = [
+                await host.call(name, arguments)
+                for name, arguments in (
+                    ("mcp__h__huge", {}),
+                    ("mcp__h__small", {}),
+                    ("mcp__t__echo", {"text": "hi"}),
+                )
+            ]
+            return calls, _mount_threads(), type(plugin._mount.links["t"].runner).__name__
+
+    try:
+        assert ready.wait(60)  # a bound, not a pace: set as soon as it listens
+        (over, small_result, echo), threads, runner = trio.run(main)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert over.code == "MCP_BAD_RESULT"
+    assert "max_result_bytes (10000 bytes)" in over.text
+    assert small_result.text == "ok"  # the session goes on
+    assert echo.text == "echo: hi"
+    assert threads == ["dsh-mcp"]  # the HTTP server's
+    assert runner == "NativeMount"  # the stdio server's
