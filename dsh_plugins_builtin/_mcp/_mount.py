@@ -111,6 +111,7 @@ class Link:
         """The mount running the session (`Mount`, `_native.NativeMount`): calls go through it."""
         self.tool_problems: list[str] = []
         self._stop: anyio.Event | None = None
+        self._stopped = False
         self._tasks: anyio.abc.TaskGroup | None = None
         # Lives as long as the link (the server writes to it until it exits).
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -198,6 +199,10 @@ class Link:
         self._stop = anyio.Event()
         self.guard = guard = Guard(self.name, limit=self.config.max_result_bytes)
         config = self.config
+        if self._stopped:  # the host closed before this ran: nothing is started
+            self.status, self.error = "failed", f"MCP server {self.name!r}: the host closed"
+            ready.set()
+            return
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
@@ -275,7 +280,8 @@ class Link:
         self._errlog.close()
 
     def stop(self) -> None:
-        """Ask `run` to close the session (call in the session's loop)."""
+        """Ask `run` to close the session, or not to open it (call in the session's loop)."""
+        self._stopped = True
         if self._stop is not None:
             self._stop.set()
 

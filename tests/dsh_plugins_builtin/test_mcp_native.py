@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 
@@ -179,3 +180,92 @@ def test_http_servers_stay_in_the_mount_thread_beside_native_stdio_sessions(tmp_
     assert echo.text == "echo: hi"
     assert threads == ["dsh-mcp"]  # the HTTP server's
     assert runner == "NativeMount"  # the stdio server's
+
+
+def test_a_link_stopped_before_it_runs_starts_no_server(tmp_path):
+    """A host closed while its services were still starting (``open_host``'s body cancelled
+    at once) starts no server, rather than one that waits for a goodbye already said."""
+    from dsh_plugins_builtin._mcp._mount import Link, McpServerConfig
+
+    marker = tmp_path / "started"
+    script = f"open({str(marker)!r}, 'w').close()"
+    link = Link("t", McpServerConfig(command=sys.executable, args=("-c", script), sandbox=False))
+    link.stop()
+
+    async def main():
+        import anyio
+
+        ready = anyio.Event()
+        with trio.fail_after(60):  # a bound, not a pace: it returns at once
+            await link.run(ready)
+        return ready.is_set()
+
+    try:
+        assert trio.run(main) is True
+    finally:
+        link.close()
+    assert link.status == "failed"
+    assert not marker.exists()
+
+
+def test_under_open_host_a_failed_server_affects_only_itself_and_others_run_confined(
+    tmp_path, capsys
+):
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    servers = {
+        "bad": {"command": sys.executable, "args": [str(script), "crash-on-start", "m"]},
+        "good": {"command": sys.executable, "args": [str(script), "ok", "m"]},  # confined
+    }
+    plugin = McpPlugin()
+
+    async def main():
+        config = {"plugin": {"mcp": {"servers": servers}}}
+        async with dsh_host.open_host(config, plugins=[plugin], entry_points=False) as host:
+            return await host.call("mcp__good__echo", {"text": "hi"}), plugin.status()
+
+    result, status = trio.run(main)
+    assert result.text == "echo: hi"
+    assert status["good"]["status"] == "running"
+    assert status["good"]["confined"] is not None
+    assert status["bad"]["status"] == "failed"
+    assert "cannot open the frobnicator" in status["bad"]["error"]
+    assert "MCP server 'bad'" in capsys.readouterr().err
+
+
+def test_under_open_host_every_descendant_is_reaped_when_the_host_closes(tmp_path):
+    """Row 7 natively: an unconfined server's child (its process group) and a confined
+    server's daemonized child (bwrap's PID namespace, or Landlock's supervisor) end with the
+    host."""
+    from .test_mcp_isolation import _alive, _marked, raw
+
+    pidfile, fifo = tmp_path / "child.pid", tmp_path / "started"
+    os.mkfifo(pidfile)
+    os.mkfifo(fifo)
+    marker = f"DSH_MCP_TEST_ESCAPE={tmp_path.name}-{os.getpid()}"
+    servers = {
+        "c": raw("children", str(pidfile), sandbox=False),
+        "e": raw("escape", str(fifo), read_roots=[str(tmp_path)], env=dict([marker.split("=")])),
+    }
+    plugin = McpPlugin()
+
+    async def read(path):
+        with trio.fail_after(60):  # a bound, not a pace: the child writes it at once
+            return await trio.to_thread.run_sync(path.read_text, abandon_on_cancel=True)
+
+    async def main():
+        config = {"plugin": {"mcp": {"servers": servers}}}
+        async with dsh_host.open_host(config, plugins=[plugin], entry_points=False):
+            status = plugin.status()
+            pid, started = int(await read(pidfile)), await read(fifo)
+            alive = (_alive(pid), bool(_marked(marker)))
+        return status, pid, started, alive
+
+    status, pid, started, alive = trio.run(main)
+    leaked = [pid] if _alive(pid) else []
+    leaked += _marked(marker)
+    for each in leaked:
+        os.kill(each, signal.SIGKILL)
+    assert status["e"]["confined"] is not None, status
+    assert (started, alive) == ("started", (True, True))
+    assert leaked == []
