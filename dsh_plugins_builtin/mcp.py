@@ -314,7 +314,8 @@ class McpPlugin:
             await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
-        """Close every session; the servers see end of input and exit."""
+        """Close the mount thread's sessions (the servers see end of input and exit); those of
+        a host's trio run end with the host (`dsh_host_stopping`)."""
         if self._mount is not None:
             self._mount.close()
 

@@ -10,7 +10,7 @@ import trio
 
 from ._host import Host
 from ._lifecycle import ConfigSource, close_host, host_config
-from ._services import HostServices, services_opening
+from ._services import HostServices, services_opening, start_services, stop_services
 
 __all__ = ["open_host"]
 
@@ -42,9 +42,9 @@ async def open_host(
     finally:
         offered.var.reset(offered)
     try:
-        await services.start_pending()
+        await start_services(services)
         yield host
     finally:
         with trio.CancelScope(shield=True):  # a cancelled body still flushes and reaps
             await close_host(host)
-            await services.stop()
+            await stop_services(services)

@@ -16,7 +16,13 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["HostServices", "opening_services", "services_opening"]
+__all__ = [
+    "HostServices",
+    "opening_services",
+    "services_opening",
+    "start_services",
+    "stop_services",
+]
 
 logger = logging.getLogger("dsh_host")
 
@@ -53,6 +59,7 @@ class HostServices:
         self._pending: list[tuple[str, Service]] = []
         self._running: list[tuple[trio.CancelScope, trio.Event]] = []
         self._claimed = False
+        self._handed_over = False
 
     def start(self, service: Service, *, name: str) -> None:
         """Run ``await service(started)`` in the host's trio run, from when the host has been
@@ -61,29 +68,42 @@ class HostServices:
         The host is handed over (``open_host`` returns it) once each service has called
         ``started()`` or ended. A service is cancelled when the host closes, after every
         ``dsh_host_stopping`` (end it there for a clean goodbye). An exception it raises is
-        logged and ends only that service. Call from ``dsh_host_started``.
+        logged and ends only that service.
+
+        Raises:
+            RuntimeError: called after the host was handed over (call from
+                ``dsh_host_started``).
         """
+        if self._handed_over:
+            raise RuntimeError(
+                f"service {name!r}: start services from dsh_host_started, before open_host "
+                "hands the host over"
+            )
         self._pending.append((name, service))
 
-    async def start_pending(self) -> None:
-        """Start the services asked for, and wait until each has started or ended."""
-        pending, self._pending = self._pending, []
-        readies = []
-        for name, service in pending:
-            ready, ended, scope = trio.Event(), trio.Event(), trio.CancelScope()
-            self._running.append((scope, ended))
-            readies.append(ready)
-            trio.lowlevel.spawn_system_task(_run, name, service, scope, ready, ended, name=name)
-        for ready in readies:
-            await ready.wait()
 
-    async def stop(self) -> None:
-        """Cancel the services still running and wait for them to end."""
-        running, self._running = self._running, []
-        for scope, _ in running:
-            scope.cancel()
-        for _, ended in running:
-            await ended.wait()
+async def start_services(services: HostServices) -> None:
+    """Start the services asked for, and wait until each has started or ended (``open_host``,
+    before it hands the host over)."""
+    services._handed_over = True
+    readies = []
+    for name, service in services._pending:
+        ready, ended, scope = trio.Event(), trio.Event(), trio.CancelScope()
+        services._running.append((scope, ended))
+        readies.append(ready)
+        trio.lowlevel.spawn_system_task(_run, name, service, scope, ready, ended, name=name)
+    services._pending.clear()
+    for ready in readies:
+        await ready.wait()
+
+
+async def stop_services(services: HostServices) -> None:
+    """Cancel the services still running and wait for them to end (``open_host``, at exit)."""
+    running, services._running = services._running, []
+    for scope, _ in running:
+        scope.cancel()
+    for _, ended in running:
+        await ended.wait()
 
 
 async def _run(

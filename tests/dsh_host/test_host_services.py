@@ -88,3 +88,16 @@ def test_only_the_host_open_host_makes_gets_its_services():
 
     assert trio.run(main) is not None
     assert inner[0].services is None
+
+
+def test_a_service_started_after_the_host_was_handed_over_is_refused():
+    async def main():
+        async with dsh_host.open_host(entry_points=False) as host:
+            assert host.services is not None
+            try:
+                host.services.start(_Serving().serve, name="late")
+            except RuntimeError as exc:
+                return str(exc)
+        return None
+
+    assert "start services from dsh_host_started" in (trio.run(main) or "")
