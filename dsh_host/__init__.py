@@ -65,7 +65,7 @@ from ._schema._validate import validate_args
 if _typing.TYPE_CHECKING:
     from ._host._host import Host
     from ._host._messages import arguments_of
-    from ._host._open import open_host
+    from ._host._open import open_host, own_host
     from ._host._plugins import PluginInfo, PluginStatus
     from ._host._registry import DryRun, ToolRegistry
     from ._host._services import HostServices
@@ -83,6 +83,7 @@ _LAZY = {
     "arguments_of": "._host._messages",
     "new_call_id": "._pipeline._pipeline",
     "open_host": "._host._open",
+    "own_host": "._host._open",
 }
 
 __all__ = [
@@ -145,6 +146,7 @@ __all__ = [
     "hookspecs",
     "new_call_id",
     "open_host",
+    "own_host",
     "parse_json",
     "printable",
     "thaw",

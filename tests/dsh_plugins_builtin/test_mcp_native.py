@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 
+import pytest
 import trio
 import trio.testing
 from mcp.client.session import ClientSession
@@ -269,3 +270,48 @@ def test_under_open_host_every_descendant_is_reaped_when_the_host_closes(tmp_pat
     assert status["e"]["confined"] is not None, status
     assert (started, alive) == ("started", (True, True))
     assert leaked == []
+
+
+def test_dsh_mcp_serve_owns_its_host_and_mounts_in_its_run(tmp_path, monkeypatch):
+    """``dsh mcp serve`` makes its host inside its trio run (`own_host`): a mounted call there
+    runs in the calling task, and the host is closed (servers reaped) when serving ends."""
+    from dsh_host import Host
+    from dsh_host._cli._common import UsageError
+    from dsh_host._cli._main import make_parser
+    from dsh_host._mcp import _service
+
+    seen = []
+
+    async def serve_stdio(host, **options):  # the client: one call, then it goes away
+        result = await host.call("mcp__t__echo", {"text": "hi"})
+        seen.append((result.text, _mount_threads(), host.services is not None))
+
+    monkeypatch.setattr(_service, "serve_stdio", serve_stdio)
+    config = _config(tmp_path)
+
+    def build_host(args):
+        return Host(config, plugins=[McpPlugin()], load_entrypoints=False)
+
+    args = make_parser().parse_args(["mcp", "serve", "--no-entrypoints"])
+    assert _service.run_serve_command(args, build_host, UsageError) == 0
+    assert seen == [("echo: hi", [], True)]
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass  # ended and reaped when serving ended
+    else:
+        raise AssertionError(f"the server (pid {pid}) outlived dsh mcp serve")
+
+
+def test_own_host_refuses_a_host_made_before():
+    from dsh_host import Host, own_host
+
+    made = Host(load_entrypoints=False)
+
+    async def main():
+        async with own_host(lambda: made):
+            pass
+
+    with pytest.raises(ValueError, match=r"make\(\) must make the host"):
+        trio.run(main)
