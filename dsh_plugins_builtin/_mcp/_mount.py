@@ -1,12 +1,12 @@
-"""The connections of the ``mcp`` plugin: one asyncio loop in a thread holds every client session.
+"""The connections of the ``mcp`` plugin: `Link` (one server's session) and `Mount` (a thread).
 
-Why a thread of its own: the host starts plugins synchronously (``dsh_host_started``), often
-inside a running trio loop, while an MCP client session must live as long as the host, across
-``dsh call``'s one ``trio.run`` and every session of ``dsh mcp serve``. So the sessions live in a
-daemon thread running an asyncio loop (the SDK client's home backend), and a tool call hops
-there with `asyncio.run_coroutine_threadsafe` and waits for the future from its own trio loop.
-Cancelling that future (the call was aborted) cancels the SDK request, which sends
-``notifications/cancelled`` to the server.
+A `Link` runs on anyio, so under trio or asyncio. Where a trio run owns the host
+(``open_host``, ``own_host``), its stdio links are tasks of that run (`_native`). Elsewhere
+(``Host(...)`` made directly, as ``dsh call`` does; HTTP servers; a run in virtual time) a
+session must still live as long as the host, across any number of ``trio.run``, so the links
+live in a daemon thread running an asyncio loop, `Mount`, and a tool call hops there and back,
+waiting from its own trio loop. Cancelling the call (it was aborted) cancels the SDK request,
+which sends ``notifications/cancelled`` to the server, either way.
 """
 
 from __future__ import annotations
