@@ -334,12 +334,6 @@ class Mount:
         with contextlib.suppress(concurrent.futures.TimeoutError):
             future.result(timeout)
 
-    def run_blocking(self, coroutine: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
-        """Run *coroutine()* in the mount loop and wait for it here (a host thread)."""
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
-
     async def wait(self, event: anyio.Event) -> None:
         """Wait from a trio task for *event* (a re-listing's, set in the mount loop)."""
         await self.run(event.wait)
