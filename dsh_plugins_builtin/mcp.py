@@ -45,7 +45,6 @@ from dsh_host import (
     Host,
     TextBlock,
     ToolDefinition,
-    ToolRunContext,
     define_tool,
     hookimpl,
 )
@@ -349,7 +348,9 @@ class McpPlugin:
         read_only = bool(annotations is not None and annotations.read_only_hint)
         timeout = link.config.timeout_ms / 1000
 
-        async def execute(args: Any, ctx: ToolRunContext) -> Any:
+        from mcp_types import TextContent
+
+        async def execute(args: Any) -> Any:
             session, runner = link.session, link.runner
             if session is None or runner is None:
                 raise DshError(
@@ -371,6 +372,9 @@ class McpPlugin:
                     raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
+            content = result.content
+            if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
+                return content[0].text  # one text block: the pipeline's quickest result
             blocks = content_blocks(result, server)
             if result.is_error:
                 text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
