@@ -9,10 +9,10 @@ Both servers are real child processes on stdio, driven by the official SDK clien
   (the wire layer, the SDK session, the whole pipeline);
 - ``dsh+stack``: as ``dsh``, with the installed built-in plugins loaded (permissions, guards,
   timeout, output budget, audit...), the default configuration plus a rule allowing ``echo``;
-- ``mounted``: ``host.call("mcp__plain__echo", ...)`` in a process whose host mounts the
-  ``plain`` server with the ``mcp`` plugin (no other plugins), unconfined (``sandbox =
-  false``): the mounted tool through dsh, compared with the SDK client calling ``plain``
-  directly;
+- ``mounted``: ``host.call("mcp__plain__echo", ...)`` in a process whose host
+  (``open_host``, in one trio run: the sessions are tasks of that run) mounts the ``plain``
+  server with the ``mcp`` plugin (no other plugins), unconfined (``sandbox = false``): the
+  mounted tool through dsh, compared with the SDK client calling ``plain`` directly;
 - ``mounted+sandbox``: as ``mounted``, with the server confined (the default: bubblewrap,
   seccomp, a read-only file system, its own namespaces).
 
@@ -88,15 +88,14 @@ trio.run(serve_stdio, host)
 
 MOUNTED = """
 import gc, sys, time, trio
-from dsh_host import Host
+from dsh_host import open_host
 from dsh_plugins_builtin.mcp import McpPlugin
 
-plugin = McpPlugin()
 sandbox = sys.argv[2] == "sandbox"
 servers = {"plain": {"command": sys.executable, "args": [sys.argv[1]], "sandbox": sandbox}}
-host = Host({"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False)
+config = {"plugin": {"mcp": {"servers": servers}}}
 
-async def timed(calls):
+async def timed(host, calls):
     gc.collect()
     gc.disable()
     started = time.perf_counter()
@@ -107,11 +106,14 @@ async def timed(calls):
     assert result.text == "hi", result
     return elapsed / calls
 
-trio.run(timed, 20)  # warm-up
-print("ready", flush=True)
-for line in sys.stdin:  # one round per line: the number of calls
-    print(trio.run(timed, int(line)), flush=True)
-plugin.close()
+async def main():
+    async with open_host(config, plugins=[McpPlugin()], entry_points=False) as host:
+        await timed(host, 20)  # warm-up
+        print("ready", flush=True)
+        while line := await trio.to_thread.run_sync(sys.stdin.readline):  # one round a line
+            print(await timed(host, int(line)), flush=True)
+
+trio.run(main)
 """
 
 

@@ -65,9 +65,10 @@ from ._schema._validate import validate_args
 if _typing.TYPE_CHECKING:
     from ._host._host import Host
     from ._host._messages import arguments_of
-    from ._host._open import open_host
+    from ._host._open import open_host, own_host
     from ._host._plugins import PluginInfo, PluginStatus
     from ._host._registry import DryRun, ToolRegistry
+    from ._host._services import HostServices
     from ._pipeline._pipeline import new_call_id
 
 # The host and the pipeline are imported on first use (issue 27): `import dsh_host` for a plugin
@@ -75,12 +76,14 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     "DryRun": "._host._registry",
     "Host": "._host._host",
+    "HostServices": "._host._services",
     "PluginInfo": "._host._plugins",
     "PluginStatus": "._host._plugins",
     "ToolRegistry": "._host._registry",
     "arguments_of": "._host._messages",
     "new_call_id": "._pipeline._pipeline",
     "open_host": "._host._open",
+    "own_host": "._host._open",
 }
 
 __all__ = [
@@ -105,6 +108,7 @@ __all__ = [
     "GenericResultView",
     "HookContext",
     "Host",
+    "HostServices",
     "ImageBlock",
     "JsonInputError",
     "JsonSchemaError",
@@ -142,6 +146,7 @@ __all__ = [
     "hookspecs",
     "new_call_id",
     "open_host",
+    "own_host",
     "parse_json",
     "printable",
     "thaw",

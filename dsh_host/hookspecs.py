@@ -119,8 +119,8 @@ def dsh_host_started(host: Host) -> None:
     """Called once for every plugin after all plugins are registered and configured.
 
     Args:
-        host: the `Host`; use ``host.config_for(self_or_module)`` to read your configuration and
-            ``host.registry`` to add guards or restrictions.
+        host: the `Host`: ``host.config_for(self_or_module)`` reads your configuration,
+            ``host.registry`` takes guards, ``host.services`` long-lived tasks (`HostServices`).
 
     Example::
 

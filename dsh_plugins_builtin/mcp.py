@@ -43,21 +43,19 @@ from dsh_host import (
     ConfigError,
     DshError,
     Host,
-    ImageBlock,
     TextBlock,
     ToolDefinition,
-    ToolRunContext,
     define_tool,
     hookimpl,
 )
 
 from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
 from ._mcp._confine import Confinement, confinement_for
+from ._mcp._content import content_blocks
 from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
+from ._mcp._native import NativeMount, virtual_time
 
 if TYPE_CHECKING:
-    import asyncio  # with the first mounted server (see `_mcp._mount`)
-
     import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
@@ -153,26 +151,6 @@ def _check(config: McpConfig, where: str | None) -> None:
             raise fail(f"must be a positive number of ms, not {server.timeout_ms!r}", "timeout_ms")
 
 
-def _content(result: types.CallToolResult, server: str) -> list[TextBlock | ImageBlock]:
-    import mcp_types as types
-
-    blocks: list[TextBlock | ImageBlock] = []
-    for item in result.content:
-        if isinstance(item, types.TextContent):
-            blocks.append(TextBlock(item.text))
-        elif isinstance(item, types.ImageContent):
-            blocks.append(ImageBlock(data=item.data, mime_type=item.mime_type))
-        elif isinstance(item, types.EmbeddedResource):
-            resource = item.resource
-            text = getattr(resource, "text", None)
-            blocks.append(TextBlock(text if text is not None else f"[resource {resource.uri}]"))
-        elif isinstance(item, types.ResourceLink):
-            blocks.append(TextBlock(f"[resource link {item.uri}]"))
-        else:
-            blocks.append(TextBlock(f"[{getattr(item, 'type', 'unknown')} content from {server}]"))
-    return blocks
-
-
 class McpPlugin:
     """Mounts the MCP servers of ``[plugin.mcp.servers]``."""
 
@@ -180,7 +158,7 @@ class McpPlugin:
 
     def __init__(self) -> None:
         self._register: Any = None
-        self._mount: Mount | None = None
+        self._mount: Mount | NativeMount | None = None
         self._unregister: dict[str, list[Any]] = {}
         self._mounted: dict[str, list[str]] = {}
         self._token: trio.lowlevel.TrioToken | None = None
@@ -212,15 +190,38 @@ class McpPlugin:
             return
         for link in links:
             link.on_relisted = self._relisted
-        self._mount = Mount()
-        atexit.register(self.close)  # a clean goodbye to the servers when dsh exits
+        timeout = max((link.config.timeout_ms for link in links), default=0) / 1000 + 5
+        stdio = [link for link in links if link.config.command is not None]
+        if stdio and host.services is not None and not virtual_time():
+            # The stdio sessions live in the host's trio run; HTTP ones stay in the mount
+            # thread (the SDK's HTTP client leaves async generators to the loop's finalizer).
+            http = [link for link in links if link.config.command is None]
+            fallback = self._start_thread(http, timeout) if http else None
+            self._mount = mount = NativeMount(stdio, timeout, fallback)
+            mount.links.update({link.name: link for link in refused})
+            ready = functools.partial(self._started, host, [*refused, *links])
+            host.services.start(functools.partial(mount.serve, on_ready=ready), name="mcp")
+            return
+        self._mount = self._start_thread(links, timeout)
         self._mount.links.update({link.name: link for link in refused})
+        self._started(host, [*refused, *links])
+
+    def _start_thread(self, links: list[Link], timeout: float) -> Mount:
+        """A mount thread holding *links*, started (each running or failed, or *timeout*)."""
+        mount = Mount()
+        atexit.register(mount.close)  # a clean goodbye to the servers when dsh exits
         if links:
-            self._mount.start(links, max(link.config.timeout_ms for link in links) / 1000 + 5)
+            mount.start(links, timeout)
+        return mount
+
+    def _started(self, host: Host, links: list[Link]) -> None:
+        """Once the servers are running or failed: report the failures, mount the tools."""
+        with contextlib.suppress(RuntimeError):  # in a trio run: list changes wake it
+            self._token = trio.lowlevel.current_trio_token()
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
         # servers are mounted, applies a server's tools/list_changed before the next call.
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
-        for link in [*refused, *links]:
+        for link in links:
             if link.status != "running":
                 reason = link.error or f"MCP server {link.name!r} did not start"
                 sys.stderr.write(f"dsh: mcp: {reason}\n")
@@ -249,23 +250,23 @@ class McpPlugin:
 
     async def _await_relisting(self) -> None:
         """Wait (without blocking the loop) for re-listings under way, then register them."""
-        mount = self._mount
-        assert mount is not None
-        for link in mount.links.values():
-            task = link.relisting
-            if task is not None and not task.done():
+        assert self._mount is not None
+        for link in self._mount.links.values():
+            done = link.relisting
+            if done is not None and not done.is_set() and link.runner is not None:
                 with contextlib.suppress(Exception):
-                    await mount.run(functools.partial(_finished, task))
+                    await link.runner.wait(done)
         self.apply_list_changes()
 
     def before_call(self) -> Awaitable[None] | None:
         """Pending list changes, before a call: registered now, or awaited if still re-listing."""
         if self._mount is None:
             return None
-        with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
-            self._token = trio.lowlevel.current_trio_token()
+        if isinstance(self._mount, Mount):
+            with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
+                self._token = trio.lowlevel.current_trio_token()
         links = self._mount.links.values()
-        if any(link.relisting is not None and not link.relisting.done() for link in links):
+        if any(link.relisting is not None and not link.relisting.is_set() for link in links):
             return self._await_relisting()
         self.apply_list_changes()
         return None
@@ -305,10 +306,15 @@ class McpPlugin:
 
     @hookimpl
     async def dsh_host_stopping(self) -> None:
-        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: servers ended and reaped
+        """`Host.aclose`: every session closed, its server ended and reaped."""
+        if isinstance(self._mount, NativeMount):
+            await self._mount.aclose()
+        else:
+            await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
-        """Close every session; the servers see end of input and exit."""
+        """Close the mount thread's sessions (the servers see end of input and exit); those of
+        a host's trio run end with the host (`dsh_host_stopping`)."""
         if self._mount is not None:
             self._mount.close()
 
@@ -333,8 +339,6 @@ class McpPlugin:
         self._mounted[link.name] = names
 
     def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
-        mount = self._mount
-        assert mount is not None
         server, remote = link.name, tool.name
         if not _TOOL_NAME.fullmatch(remote):
             raise DshError(
@@ -344,9 +348,11 @@ class McpPlugin:
         read_only = bool(annotations is not None and annotations.read_only_hint)
         timeout = link.config.timeout_ms / 1000
 
-        async def execute(args: Any, ctx: ToolRunContext) -> Any:
-            session = link.session
-            if session is None:
+        from mcp_types import TextContent
+
+        async def execute(args: Any) -> Any:
+            session, runner = link.session, link.runner
+            if session is None or runner is None:
                 raise DshError(
                     link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
                     "MCP_SERVER_UNAVAILABLE",
@@ -356,7 +362,7 @@ class McpPlugin:
                 return await session.call_tool(remote, args, read_timeout_seconds=timeout)
 
             try:
-                result = await mount.run(call)
+                result = await runner.run(call)
             except DshError:
                 raise
             except Exception as exc:
@@ -366,7 +372,10 @@ class McpPlugin:
                     raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
                 what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
                 raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
-            blocks = _content(result, server)
+            content = result.content
+            if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
+                return content[0].text  # one text block: the pipeline's quickest result
+            blocks = content_blocks(result, server)
             if result.is_error:
                 text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
                 raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
@@ -391,10 +400,3 @@ class _ListChanges:
     @hookimpl(tryfirst=True)
     def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
         return self.plugin.before_call()
-
-
-async def _finished(task: asyncio.Task[None]) -> None:
-    """Wait for *task* (in the mount loop) without cancelling it if the waiter is cancelled."""
-    import asyncio
-
-    await asyncio.shield(task)

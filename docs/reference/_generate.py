@@ -23,8 +23,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 API = (
-    ("Plugins and hooks", ("hookimpl", "hookspec", "open_host", "Host", "PluginInfo",
-                           "PluginStatus")),
+    ("Plugins and hooks", ("hookimpl", "hookspec", "open_host", "own_host", "Host",
+                           "HostServices", "PluginInfo", "PluginStatus")),
     ("Defining tools", ("define_tool", "tool", "ToolDefinition", "ToolSchema", "Prop",
                         "ToolRunContext")),
     ("Calls and results", ("ToolRegistry", "DryRun", "ToolExecutionInput", "ToolExecution",

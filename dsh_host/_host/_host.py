@@ -24,6 +24,7 @@ from ._plugins import PluginInfo
 from ._present import present_call, present_result
 from ._registry import ToolRegistry
 from ._roster import Roster
+from ._services import HostServices, opening_services
 
 __all__ = ["Host"]
 
@@ -45,6 +46,8 @@ class Host:
             ``dsh --disable NAME`` does.
 
     Attributes:
+        services: where plugins start long-lived trio tasks (`HostServices`) when a trio run
+            owns the host (`open_host`); ``None`` for a host made directly.
         warnings: one line each for configuration that names plugins that are not installed
             (a ``disable`` entry, a ``[plugin.X]`` table): harmless, so not errors, but worth
             saying (``dsh`` prints them on stderr).
@@ -80,6 +83,7 @@ class Host:
         self._roster = roster = Roster(self.pm, self.config, self.registry)
         self.warnings: list[str] = roster.warnings
         self._closed = False  # `close_host` ran: calls are refused
+        self.services: HostServices | None = opening_services()
         registered = roster.load(
             plugins,
             load_entrypoints=load_entrypoints,

@@ -302,22 +302,29 @@ def run_serve_command(
             raise usage_error(
                 f"--workspace {args.workspace!r}: {exc.strerror}; pass an existing directory"
             ) from None
-    host = build_host(args)
-    try:
-        service = McpService(host, list_all=args.list_all, tokens=tokens)
-    except ValueError as exc:  # a token's allow=/deny= names a tool that does not exist
-        raise usage_error(f"--token-file {args.token_file}: {exc}") from None
 
-    async def serving() -> None:
-        if args.http is not None:
-            await serve_http(
-                host, args.http, max_body=args.max_message_bytes, public=args.public,
-                tokens=tokens, service=service,
-            )  # fmt: skip
-        else:
-            await serve_stdio(host, max_line=args.max_message_bytes, service=service)
+    async def serve() -> bool:
+        from .. import own_host
 
-    if trio.run(_until_interrupt, serving):
+        # Made in this run, which owns it: mounted stdio servers' sessions are its tasks.
+        async with own_host(lambda: build_host(args)) as host:
+            try:
+                service = McpService(host, list_all=args.list_all, tokens=tokens)
+            except ValueError as exc:  # a token's allow=/deny= names a tool that does not exist
+                raise usage_error(f"--token-file {args.token_file}: {exc}") from None
+
+            async def serving() -> None:
+                if args.http is not None:
+                    await serve_http(
+                        host, args.http, max_body=args.max_message_bytes, public=args.public,
+                        tokens=tokens, service=service,
+                    )  # fmt: skip
+                else:
+                    await serve_stdio(host, max_line=args.max_message_bytes, service=service)
+
+            return await _until_interrupt(serving)
+
+    if trio.run(serve):
         sys.stderr.write("dsh mcp serve: interrupted\n")
         return 130
     return 0

@@ -1,12 +1,12 @@
-"""The connections of the ``mcp`` plugin: one asyncio loop in a thread holds every client session.
+"""The connections of the ``mcp`` plugin: `Link` (one server's session) and `Mount` (a thread).
 
-Why a thread of its own: the host starts plugins synchronously (``dsh_host_started``), often
-inside a running trio loop, while an MCP client session must live as long as the host, across
-``dsh call``'s one ``trio.run`` and every session of ``dsh mcp serve``. So the sessions live in a
-daemon thread running an asyncio loop (the SDK client's home backend), and a tool call hops
-there with `asyncio.run_coroutine_threadsafe` and waits for the future from its own trio loop.
-Cancelling that future (the call was aborted) cancels the SDK request, which sends
-``notifications/cancelled`` to the server.
+A `Link` runs on anyio, so under trio or asyncio. Where a trio run owns the host
+(``open_host``, ``own_host``), its stdio links are tasks of that run (`_native`). Elsewhere
+(``Host(...)`` made directly, as ``dsh call`` does; HTTP servers; a run in virtual time) a
+session must still live as long as the host, across any number of ``trio.run``, so the links
+live in a daemon thread running an asyncio loop, `Mount`, and a tool call hops there and back,
+waiting from its own trio loop. Cancelling the call (it was aborted) cancels the SDK request,
+which sends ``notifications/cancelled`` to the server, either way.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import trio
 if TYPE_CHECKING:
     import asyncio
 
+    import anyio
+    import anyio.abc
     import mcp_types as types
     from mcp.client.session import ClientSession
 
@@ -98,15 +100,19 @@ class Link:
         self.tools: list[types.Tool] = []
         self.tools_changed = False
         """A re-listing finished whose tools the host has not registered yet."""
-        self.relisting: asyncio.Task[None] | None = None
-        """The re-listing under way after ``tools/list_changed`` (in the mount loop)."""
+        self.relisting: anyio.Event | None = None
+        """Set when the re-listing under way after ``tools/list_changed`` has finished."""
         self.confinement: Confinement | None = None
         """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
         self.on_relisted: Callable[[], None] | None = None
         """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
+        self.runner: Any = None
+        """The mount running the session (`Mount`, `_native.NativeMount`): calls go through it."""
         self.tool_problems: list[str] = []
-        self._stop: asyncio.Event | None = None
+        self._stop: anyio.Event | None = None
+        self._stopped = False
+        self._tasks: anyio.abc.TaskGroup | None = None
         # Lives as long as the link (the server writes to it until it exits).
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
 
@@ -149,47 +155,54 @@ class Link:
         return [t for t in tools if allowed is None or t.name in allowed]
 
     async def _on_message(self, message: Any) -> None:
-        import asyncio
-
+        import anyio
         import mcp_types as types
 
         root = getattr(message, "root", message)
-        if isinstance(root, types.ToolListChangedNotification):
-            # Re-listed at once, in this loop; the host registers the result on its own
-            # thread (`on_relisted`, or before its next call, which waits for the re-listing).
-            previous = self.relisting
-            self.relisting = asyncio.get_running_loop().create_task(self._relist(previous))
+        if isinstance(root, types.ToolListChangedNotification) and self._tasks is not None:
+            # Re-listed at once, in the session's loop; the host registers the result on its
+            # own thread (`on_relisted`, or before its next call, which waits for the re-listing).
+            previous, self.relisting = self.relisting, anyio.Event()
+            self._tasks.start_soon(self._relist, previous, self.relisting)
 
-    async def _relist(self, previous: asyncio.Task[None] | None) -> None:
-        import asyncio
+    async def _relist(self, previous: anyio.Event | None, done: anyio.Event) -> None:
+        import anyio
 
-        if previous is not None:
-            with contextlib.suppress(Exception):
-                await previous
         try:
-            if self.session is not None:
-                async with asyncio.timeout(self.config.timeout_ms / 1000):
-                    self.tools = await self._list(self.session)
-        except Exception as exc:
-            self.error = (
-                f"re-listing the tools of MCP server {self.name!r} failed: {_describe(exc)}"
-            )
-        self.tools_changed = True
-        if self.on_relisted is not None:
-            self.on_relisted()
+            try:
+                if previous is not None:
+                    await previous.wait()
+                if self.session is not None:
+                    with anyio.fail_after(self.config.timeout_ms / 1000):
+                        self.tools = await self._list(self.session)
+            except Exception as exc:
+                self.error = (
+                    f"re-listing the tools of MCP server {self.name!r} failed: {_describe(exc)}"
+                )
+            self.tools_changed = True
+            if self.on_relisted is not None:
+                self.on_relisted()
+        finally:
+            done.set()
 
-    async def run(self, ready: asyncio.Future[None]) -> None:
-        """Connect, initialize, list tools, report *ready*; then hold the session until closed."""
-        import asyncio
+    async def run(self, ready: anyio.Event) -> None:
+        """Connect, initialize, list tools, set *ready*; then hold the session until closed.
 
+        Runs under asyncio (the mount thread) or trio (a host's services: `_native`), by anyio.
+        """
+        import anyio
         from mcp.client.session import ClientSession
 
         from ._guard import Guard
         from ._stdio import stdio_transport
 
-        self._stop = asyncio.Event()
+        self._stop = anyio.Event()
         self.guard = guard = Guard(self.name, limit=self.config.max_result_bytes)
         config = self.config
+        if self._stopped:  # the host closed before this ran: nothing is started
+            self.status, self.error = "failed", f"MCP server {self.name!r}: the host closed"
+            ready.set()
+            return
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
@@ -198,15 +211,17 @@ class Link:
                     )
                 else:
                     read, write = await self._http(stack, guard)
+                self._tasks = await stack.enter_async_context(anyio.create_task_group())
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
-                async with asyncio.timeout(config.timeout_ms / 1000):
+                stack.callback(self._tasks.cancel_scope.cancel)  # re-listings end first
+                with anyio.fail_after(config.timeout_ms / 1000):
                     await session.initialize()
                     self.tools = await self._list(session)
                 self.session = session
                 self.status = "running"
-                ready.set_result(None)
+                ready.set()
                 await self._stop.wait()
         except Exception as exc:
             what = "did not start in time" if isinstance(exc, TimeoutError) else _describe(exc)
@@ -217,9 +232,8 @@ class Link:
             )
             self.status = "failed"
         finally:
-            self.session = None
-            if not ready.done():
-                ready.set_result(None)
+            self.session = self._tasks = None
+            ready.set()
 
     async def _http(self, stack: contextlib.AsyncExitStack, guard: Guard) -> tuple[Any, Any]:
         """The streams of this server's HTTP transport, bounded by ``max_result_bytes``."""
@@ -266,7 +280,8 @@ class Link:
         self._errlog.close()
 
     def stop(self) -> None:
-        """Ask `run` to close the session (call in the mount loop)."""
+        """Ask `run` to close the session, or not to open it (call in the session's loop)."""
+        self._stopped = True
         if self._stop is not None:
             self._stop.set()
 
@@ -301,24 +316,27 @@ class Mount:
         import concurrent.futures
 
         async def start_all() -> None:
+            import anyio
+
             loop = asyncio.get_running_loop()
             readies = []
             for link in links:
-                ready: asyncio.Future[None] = loop.create_future()
+                ready = anyio.Event()
                 self._tasks.append(loop.create_task(link.run(ready)))
                 readies.append(ready)
-            await asyncio.gather(*readies)
+            for ready in readies:
+                await ready.wait()
 
         self.links.update({link.name: link for link in links})
+        for link in links:
+            link.runner = self
         future = asyncio.run_coroutine_threadsafe(start_all(), self._loop)
         with contextlib.suppress(concurrent.futures.TimeoutError):
             future.result(timeout)
 
-    def run_blocking(self, coroutine: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
-        """Run *coroutine()* in the mount loop and wait for it here (a host thread)."""
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(coroutine(), self._loop).result(timeout)
+    async def wait(self, event: anyio.Event) -> None:
+        """Wait from a trio task for *event* (a re-listing's, set in the mount loop)."""
+        await self.run(event.wait)
 
     async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it.
