@@ -139,6 +139,13 @@ NOT_FOR_A_READ = (
     "uuid",  # the audit's host id is 6 bytes of os.urandom
     "dsh_host._cli._run",  # `dsh run` and `dsh new` only
     "dsh_host._cli._scaffold",
+    "dsh_plugins_builtin._audit._command",  # `dsh audit` and its queries
+    "dsh_plugins_builtin._audit._query",
+    "dsh_plugins_builtin._hooks._plan",  # hook commands: only once a settings file has hooks
+    "dsh_plugins_builtin._hooks._process",
+    "dsh_plugins_builtin._hooks._supervise",
+    "dsh_plugins_builtin._hooks._verdict",
+    "dsh_plugins_builtin._hooks._payload",
 )
 
 
