@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import Host, JsonInputError, PluginLoadError, PluginStatus, printable
 from .. import parse_json as strict_json
+from ._gc import resume as resume_gc
 from ._render import Style, plugin_origin, style_for
 
 __all__ = [
@@ -89,6 +90,7 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     host = Host.from_config(
         path or None, plugins=objects, load_entrypoints=entrypoints, disable=disable
     )
+    resume_gc()  # the start is over: collect what the command itself leaves
     for line in host.warnings if not quiet else ():
         warn(f"dsh: warning: {printable(line)}")
     failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]

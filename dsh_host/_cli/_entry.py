@@ -8,6 +8,8 @@ ran (the audit writer commits what is queued, finalizers remove temporary direct
 sandbox's fork server stops), it flushes stdout and stderr and ends the process with the
 command's status. If `main` did not return (an exception escaped it), the interpreter exits
 the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
+
+The garbage collector is paused while the process starts (see `._gc`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import os
 import sys
 from typing import NoReturn
 
+from ._gc import pause
+
 __all__ = ["command"]
 
 
@@ -24,6 +28,7 @@ def command() -> NoReturn:
     """Run ``dsh`` with `sys.argv` and exit with its status."""
     status: list[int | None] = [None]
     atexit.register(_exit_now, status)  # first registered: runs after every other handler
+    pause()  # resumed once the host is built (`._gc`)
     from ._main import main
 
     status[0] = main()

@@ -24,6 +24,7 @@ from ._common import (
     warn,
 )
 from ._completion import add_completion_parser, autocomplete, plugin_names
+from ._gc import resume as resume_gc
 
 __all__ = ["COMMANDS", "command_of", "main", "make_parser"]
 
@@ -204,6 +205,7 @@ def _delegate(argv: Sequence[str]) -> int:
     """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
     import importlib
 
+    resume_gc()
     name, rest = argv[0], list(argv[1:])
     if name == "sandbox":
         if rest and rest[0] in ("-h", "--help"):
