@@ -220,6 +220,80 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     assert set(asked.values()) == {1}
 
 
+def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
+    """`object`'s own names (``__eq__``, ``__reduce__``...) are about half of a plugin's
+    ``dir``: no marker can be on them, so pluggy's static lookup is not asked about them."""
+    import collections
+
+    import pluggy
+
+    from dsh_host import Host, hookimpl
+
+    class Plugin:
+        name = "counted"
+
+        def __eq__(self, other: object) -> bool:  # its own: looked up
+            return self is other
+
+        __hash__ = object.__hash__
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked: collections.Counter[str] = collections.Counter()
+    real = pluggy.PluginManager.parse_hookimpl_opts
+
+    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
+        if isinstance(plugin, Plugin):
+            asked[name] += 1
+        return real(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    plugin = Plugin()
+    plugin.__dict__["__repr__"] = lambda: "on the instance"  # its own too: looked up
+    host = Host(plugins=[plugin], load_entrypoints=False)
+    assert host.pm.get_plugin("counted") is plugin
+    assert {"dsh_host_started", "__eq__", "__hash__", "__repr__", "name"} <= set(asked)
+    assert not {"__reduce__", "__setattr__", "__sizeof__", "__init_subclass__"} & set(asked)
+
+
+def test_what_only_object_defines_is_never_a_hook_implementation():
+    """The shortcut answers as pluggy's own lookup would, for every name `object` defines."""
+    import types
+
+    import pluggy
+
+    from dsh_host import hookimpl
+    from dsh_host._registry._hooks import _objects_own
+
+    class Plain:
+        pass
+
+    class Slotted:
+        __slots__ = ("__weakref__",)
+
+    class Meta(type):
+        pass
+
+    class Classy(metaclass=Meta):
+        @hookimpl(specname="dsh_host_started")
+        def __init_subclass__(cls) -> None:  # marked, and its own: not skipped
+            pass
+
+    pm = pluggy.PluginManager("dsh")
+    module = types.ModuleType("plugin_module")
+    for plugin in (Plain(), Slotted(), Classy(), Classy, module, object()):
+        for name in vars(object):
+            if _objects_own(plugin, name):
+                assert pluggy.PluginManager.parse_hookimpl_opts(pm, plugin, name) is None
+    assert not _objects_own(Classy(), "__init_subclass__")
+    assert not _objects_own(Classy, "__eq__")
+    assert not _objects_own(module, "__eq__")
+    assert _objects_own(Plain(), "__eq__")
+    assert _objects_own(object(), "__reduce__")
+
+
 def test_the_file_fence_loads_without_searching_for_libc():
     """``ctypes.util.find_library`` runs ldconfig (a process) at every start."""
     code = (
