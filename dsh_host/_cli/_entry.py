@@ -9,7 +9,8 @@ sandbox's fork server stops), it flushes stdout and stderr and ends the process 
 command's status. If `main` did not return (an exception escaped it), the interpreter exits
 the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
 
-The garbage collector is paused while the process starts (see `._gc`).
+The garbage collector is paused while the process starts (see `._gc`), and the methods attrs
+generates for each class are compiled once, not at every start (see `._attrs_code`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import sys
 from typing import NoReturn
 
+from . import _attrs_code
 from ._gc import pause
 
 __all__ = ["command"]
@@ -29,6 +31,8 @@ def command() -> NoReturn:
     status: list[int | None] = [None]
     atexit.register(_exit_now, status)  # first registered: runs after every other handler
     pause()  # resumed once the host is built (`._gc`)
+    _attrs_code.install()
+    atexit.register(_attrs_code.save)  # runs before `_exit_now`
     from ._main import main
 
     status[0] = main()

@@ -1,0 +1,164 @@
+"""The methods attrs writes for each class, compiled once and kept beside dsh's bytecode.
+
+attrs generates the source of every class's ``__init__``, ``__eq__``, ``__repr__``... at import
+and compiles it, every time: a cold ``dsh`` compiles over a hundred such scripts (trio's
+classes and dsh's), about a sixth of its start (issue 27). Python keeps no bytecode for them,
+so the console script does (`install`): each script attrs compiles is looked up, by its exact
+text, file name, compiler flags and optimization level, in ``attrs-code.<cache tag>.opt-N.bin``
+in the ``__pycache__`` directory of this package (where `importlib.util.cache_from_source`
+puts this module's own bytecode, ``PYTHONPYCACHEPREFIX`` included); a miss is compiled as
+attrs would and written there at exit (`save`), atomically, and only when Python may write
+bytecode (``-B`` / ``PYTHONDONTWRITEBYTECODE`` leave the file as it is).
+
+Trust: the file is as trusted as the ``.pyc`` files beside it, which the interpreter runs
+without any check but the source's mtime and size: whoever can write one can write the other.
+It is never put in the state or cache directories, which a sandboxed command may be able to
+write. A file that is unreadable, corrupt, oversized or not the expected shape is ignored.
+Only the console script installs it (`~dsh_host._cli._entry.command`); ``dsh_host`` imported
+as a library never does.
+"""
+
+from __future__ import annotations
+import __future__
+
+import builtins
+import contextlib
+import importlib.util
+import marshal
+import os
+import sys
+import types
+from typing import Any, Final
+
+__all__ = ["counts", "install", "save"]
+
+MAX_BYTES: Final = 16 * 1024 * 1024
+MAX_ENTRIES: Final = 4096
+
+Key = tuple[str, str, int, int]  # (filename, source, flags, optimize)
+_state: dict[str, Any] = {}
+
+
+def install(path: str | None = None) -> None:
+    """Serve attrs's compiles from the file at *path* (default: beside this package's bytecode)."""
+    try:
+        import attr._make as make
+    except ImportError:
+        return
+    if _state or not hasattr(make, "_linecache_and_compile"):  # installed, or another attrs
+        return
+    inherited = 0  # the future flags attrs's own `compile` calls inherit from its module
+    for name in __future__.all_feature_names:
+        if getattr(make, name, None) is getattr(__future__, name):
+            inherited |= getattr(__future__, name).compiler_flag
+    path = path or _default_path()
+    _state.update(
+        path=path, known=_load(path), new={}, hits=0, make=make, inherited=inherited
+    )  # fmt: skip
+    make.compile = _compile  # type: ignore[attr-defined]  # shadows the builtin in attr._make
+
+
+def _default_path() -> str:
+    here = importlib.util.cache_from_source(__file__)
+    tag = f"{sys.implementation.cache_tag}.opt-{sys.flags.optimize}"
+    return os.path.join(os.path.dirname(here), f"attrs-code.{tag}.bin")
+
+
+def _load(path: str) -> dict[Key, tuple[types.CodeType, int | None]]:
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            return {}
+        table = marshal.loads(data)
+    except Exception:  # missing, unreadable, corrupt: compile as usual
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {
+        key: value
+        for key, value in table.items()
+        if isinstance(key, tuple) and len(key) == 4 and isinstance(value, tuple)
+        and len(value) == 2 and type(value[0]) is types.CodeType
+        and (value[1] is None or type(value[1]) is int)
+    }  # fmt: skip
+
+
+def _compile(
+    source: Any, filename: Any, mode: str, flags: int = 0, dont_inherit: bool = False,
+    optimize: int = -1,
+) -> Any:  # fmt: skip
+    """`compile` as attrs calls it, from the table when its exact script was compiled before."""
+    if not dont_inherit:
+        flags |= _state["inherited"]
+    if mode != "exec" or type(source) is not str or type(filename) is not str:
+        return builtins.compile(source, filename, mode, flags, True, optimize)
+    salt = _salt(filename)
+    line = f" {salt},\n"  # how attrs writes the salt of a class's `__hash__`
+    salted = salt is not None and line in source
+    if salted:
+        source_key = source.replace(line, " @,\n")
+    else:
+        source_key, salt = source, None
+    key = (filename, source_key, flags, optimize)
+    known = _state["known"].get(key)
+    if known is not None:
+        _state["hits"] += 1
+        code, was = known
+        return code if was is None or salt is None else _resalted(code, was, salt)
+    code = builtins.compile(source, filename, mode, flags, True, optimize)
+    _state["new"][key] = (code, salt)
+    return code
+
+
+def _salt(filename: str) -> int | None:
+    """The constant attrs puts first in the hash of the class its script *filename* is for:
+    ``hash`` of the class's name, which Python salts anew in every process."""
+    prefix = "<attrs generated methods "
+    if not filename.startswith(prefix) or not filename.endswith(">"):
+        return None
+    name = filename[len(prefix) : -1]
+    base, _, count = name.rpartition("-")  # a second class of that name: attrs adds "-N"
+    if base and count.isdigit():
+        name = base
+    return hash(f"<attrs generated hash {name}>")
+
+
+def _resalted(code: types.CodeType, was: int, salt: int) -> types.CodeType:
+    """*code* with the salt of its ``__hash__`` function *was* replaced by *salt*."""
+    if was == salt:
+        return code
+    consts = tuple(
+        _resalted(c, was, salt) if isinstance(c, types.CodeType)
+        else salt if code.co_name == "__hash__" and type(c) is int and c == was
+        else c
+        for c in code.co_consts
+    )  # fmt: skip
+    return code.replace(co_consts=consts)
+
+
+def counts() -> tuple[int, int]:
+    """(scripts served from the file, scripts compiled) since `install`."""
+    return (_state.get("hits", 0), len(_state.get("new", ())))
+
+
+def save() -> None:
+    """Write what was compiled since `install` (with what the file held), if anything was."""
+    new = _state.get("new")
+    if not new or sys.dont_write_bytecode:
+        return
+    table = {**new, **_state["known"]}
+    if len(table) > MAX_ENTRIES:  # keep this run's own first
+        table = dict(list(table.items())[:MAX_ENTRIES])
+    path = _state["path"]
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "xb") as file:
+            file.write(marshal.dumps(table))
+        os.replace(temporary, path)
+    except OSError:  # a read-only install: compile every time, as before
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return
+    _state["known"], _state["new"] = table, {}

@@ -1,0 +1,97 @@
+"""The console script's cache of attrs-generated methods (`dsh_host._cli._attrs_code`, issue 27).
+
+Each test runs fresh interpreters, with bytecode written under a temporary
+``PYTHONPYCACHEPREFIX`` and a different hash seed each (attrs salts every ``__hash__``).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+VERIFY = """
+import gc, linecache, types
+import attr
+from dsh_host._cli import _attrs_code as A
+A.install()
+import dsh_host._host._host, trio
+
+def same(a, b):  # all but the column positions (a salt's digits may be fewer or more)
+    keys = ("co_code", "co_names", "co_varnames", "co_flags", "co_argcount", "co_firstlineno",
+            "co_exceptiontable", "co_name", "co_filename")
+    if [getattr(a, k) for k in keys] != [getattr(b, k) for k in keys]:
+        return False
+    if list(a.co_lines()) != list(b.co_lines()) or len(a.co_consts) != len(b.co_consts):
+        return False
+    return all(same(x, y) if isinstance(x, types.CodeType) else type(x) is type(y) and x == y
+               for x, y in zip(a.co_consts, b.co_consts))
+
+checked = differ = 0
+for cls in [o for o in gc.get_objects() if isinstance(o, type) and attr.has(o)]:
+    for name, value in vars(cls).items():
+        code = getattr(value, "__code__", None)
+        if code is None or not code.co_filename.startswith("<attrs generated methods"):
+            continue
+        script = "".join(linecache.cache[code.co_filename][2])
+        fresh = compile(script, code.co_filename, "exec", A._state["inherited"], True)
+        nested = [c for c in fresh.co_consts if getattr(c, "co_name", None) == name]
+        checked += 1
+        differ += not (nested and same(nested[0], code))
+hits, misses = A.counts()
+print(hits, misses, checked, differ)
+"""
+
+
+def run(tmp_path: pathlib.Path, seed: int, *argv: str, write: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "PYTHON"))}
+    env |= {"PYTHONPYCACHEPREFIX": str(tmp_path / "pyc"), "PYTHONHASHSEED": str(seed)}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    if not write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def cache_files(tmp_path: pathlib.Path) -> list[pathlib.Path]:
+    return list((tmp_path / "pyc").rglob("attrs-code.*.bin"))
+
+
+def test_a_second_start_compiles_no_attrs_method_again(tmp_path):
+    run(tmp_path, 1, "-m", "dsh_host", "tools", "--no-entrypoints")
+    assert len(cache_files(tmp_path)) == 1  # written at exit
+    hits, misses, checked, differ = map(int, run(tmp_path, 2, "-c", VERIFY).split())
+    assert misses == 0
+    assert hits > 50  # trio's classes and the host's
+    assert checked > 100
+    assert differ == 0  # what the file gave is what attrs would have compiled
+
+
+def test_without_the_file_attrs_compiles_as_usual(tmp_path):
+    hits, misses, _, differ = map(int, run(tmp_path, 3, "-c", VERIFY).split())
+    assert hits == 0
+    assert misses > 50
+    assert differ == 0
+
+
+def test_a_corrupt_file_is_ignored(tmp_path):
+    run(tmp_path, 1, "-m", "dsh_host", "tools", "--no-entrypoints")
+    (path,) = cache_files(tmp_path)
+    path.write_bytes(b"\xe3 not marshal data")
+    hits, misses, _, differ = map(int, run(tmp_path, 2, "-c", VERIFY).split())
+    assert (hits, differ) == (0, 0)
+    assert misses > 50
+
+
+def test_nothing_is_written_when_python_writes_no_bytecode(tmp_path):
+    run(tmp_path, 1, "-m", "dsh_host", "tools", "--no-entrypoints", write=False)
+    assert cache_files(tmp_path) == []
+
+
+def test_importing_dsh_host_leaves_attrs_alone(tmp_path):
+    code = "import dsh_host, attr._make\nassert 'compile' not in vars(attr._make)\n"
+    run(tmp_path, 1, "-c", code + "dsh_host.Host\nassert 'compile' not in vars(attr._make)\n")
