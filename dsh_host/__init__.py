@@ -6,7 +6,13 @@ Everything public is re-exported here; the modules behind it are private.
 from __future__ import annotations
 
 import importlib as _importlib
+import sys as _sys
 import typing as _typing
+
+from . import _attrs_code
+
+if _attrs_code.console(getattr(_sys, "orig_argv", [])):  # before the first attrs class
+    _attrs_code.install()
 
 from . import hookspecs
 from ._model._errors import (

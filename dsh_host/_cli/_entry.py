@@ -10,7 +10,7 @@ command's status. If `main` did not return (an exception escaped it), the interp
 the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
 
 The garbage collector is paused while the process starts (see `._gc`), and the methods attrs
-generates for each class are compiled once, not at every start (see `._attrs_code`).
+generates for each class are compiled once, not at every start (see `dsh_host._attrs_code`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import sys
 from typing import NoReturn
 
-from . import _attrs_code
+from .. import _attrs_code
 from ._gc import pause
 
 __all__ = ["command"]
@@ -31,7 +31,7 @@ def command() -> NoReturn:
     status: list[int | None] = [None]
     atexit.register(_exit_now, status)  # first registered: runs after every other handler
     pause()  # resumed once the host is built (`._gc`)
-    _attrs_code.install()
+    _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
     atexit.register(_attrs_code.save)  # runs before `_exit_now`
     from ._main import main
 

@@ -1,4 +1,4 @@
-"""The console script's cache of attrs-generated methods (`dsh_host._cli._attrs_code`, issue 27).
+"""The console script's cache of attrs-generated methods (`dsh_host._attrs_code`, issue 27).
 
 Each test runs fresh interpreters, with bytecode written under a temporary
 ``PYTHONPYCACHEPREFIX`` and a different hash seed each (attrs salts every ``__hash__``).
@@ -14,7 +14,7 @@ import sys
 VERIFY = """
 import gc, linecache, types
 import attr
-from dsh_host._cli import _attrs_code as A
+from dsh_host import _attrs_code as A
 A.install()
 import dsh_host._host._host, trio
 
@@ -95,3 +95,31 @@ def test_nothing_is_written_when_python_writes_no_bytecode(tmp_path):
 def test_importing_dsh_host_leaves_attrs_alone(tmp_path):
     code = "import dsh_host, attr._make\nassert 'compile' not in vars(attr._make)\n"
     run(tmp_path, 1, "-c", code + "dsh_host.Host\nassert 'compile' not in vars(attr._make)\n")
+
+
+def test_only_the_console_script_and_python_m_dsh_host_serve_from_the_file():
+    from dsh_host._attrs_code import console
+
+    assert console(["/usr/bin/python3", "/venv/bin/dsh", "call", "x"])
+    assert console(["python", "-m", "dsh_host", "hook", "claude"])
+    assert console(["python", "-X", "importtime", "-B", "-m", "dsh_host"])
+    assert not console(["python", "-c", "import dsh_host", "-m", "dsh_host"])
+    assert not console(["python", "-m", "pytest", "dsh"])
+    assert not console(["python", "/home/me/my_tool.py", "dsh"])
+    assert not console(["python"])
+
+
+def test_the_classes_of_dsh_host_itself_come_from_the_file(tmp_path):
+    """``dsh_host``'s ``__init__`` installs it before its first attrs class, under the console
+    script: nothing of dsh is compiled on a second start (attrs's own classes are, before)."""
+    run(tmp_path, 1, "-m", "dsh_host", "tools", "--no-entrypoints")
+    probe = (
+        "import runpy, sys\n"
+        "sys.orig_argv = [sys.executable, '-m', 'dsh_host']\n"
+        "import dsh_host, dsh_host._host._host\n"
+        "from dsh_host import _attrs_code\n"
+        "print(*_attrs_code.counts())\n"
+    )
+    hits, misses = map(int, run(tmp_path, 2, "-c", probe).split())
+    assert misses == 0
+    assert hits > 70

@@ -14,8 +14,9 @@ Trust: the file is as trusted as the ``.pyc`` files beside it, which the interpr
 without any check but the source's mtime and size: whoever can write one can write the other.
 It is never put in the state or cache directories, which a sandboxed command may be able to
 write. A file that is unreadable, corrupt, oversized or not the expected shape is ignored.
-Only the console script installs it (`~dsh_host._cli._entry.command`); ``dsh_host`` imported
-as a library never does.
+Only the console script and ``python -m dsh_host`` install it (`console`: ``dsh_host``'s
+``__init__`` asks, before its first attrs class; `~dsh_host._cli._entry.command` writes the file
+at exit); ``dsh_host`` imported as a library never does.
 """
 
 from __future__ import annotations
@@ -23,20 +24,34 @@ import __future__
 
 import builtins
 import contextlib
-import importlib.util
 import marshal
 import os
 import sys
 import types
 from typing import Any, Final
 
-__all__ = ["counts", "install", "save"]
+__all__ = ["console", "counts", "install", "save"]
 
 MAX_BYTES: Final = 16 * 1024 * 1024
 MAX_ENTRIES: Final = 4096
 
 Key = tuple[str, str, int, int]  # (filename, source, flags, optimize)
 _state: dict[str, Any] = {}
+
+
+def console(argv: list[str]) -> bool:
+    """Whether *argv* (`sys.orig_argv`) runs the ``dsh`` console script or ``python -m dsh_host``."""
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-X", "-W"):
+            next(words, None)  # its value
+        elif word == "-m":
+            return next(words, None) == "dsh_host"
+        elif word == "-c" or word.startswith("--"):
+            return False
+        elif not word.startswith("-"):  # a script
+            return os.path.basename(word) == "dsh"
+    return False
 
 
 def install(path: str | None = None) -> None:
@@ -59,6 +74,8 @@ def install(path: str | None = None) -> None:
 
 
 def _default_path() -> str:
+    import importlib.util
+
     here = importlib.util.cache_from_source(__file__)
     tag = f"{sys.implementation.cache_tag}.opt-{sys.flags.optimize}"
     return os.path.join(os.path.dirname(here), f"attrs-code.{tag}.bin")
