@@ -33,7 +33,9 @@ from typing import Any, Final
 __all__ = ["console", "counts", "install", "save"]
 
 MAX_BYTES: Final = 16 * 1024 * 1024
-MAX_ENTRIES: Final = 4096
+MAX_ENTRIES: Final = 1024
+"""Scripts the file keeps: a start uses about 150; older ones (edited classes, another
+version) give way to those a start used, at the next write."""
 
 Key = tuple[str, str, int, int]  # (filename, source, flags, optimize)
 _state: dict[str, Any] = {}
@@ -68,7 +70,7 @@ def install(path: str | None = None) -> None:
             inherited |= getattr(__future__, name).compiler_flag
     path = path or _default_path()
     _state.update(
-        path=path, known=_load(path), new={}, hits=0, make=make, inherited=inherited
+        path=path, known=_load(path), new={}, used={}, make=make, inherited=inherited
     )  # fmt: skip
     make.compile = _compile  # type: ignore[attr-defined]  # shadows the builtin in attr._make
 
@@ -120,7 +122,7 @@ def _compile(
     key = (filename, source_key, flags, optimize)
     known = _state["known"].get(key)
     if known is not None:
-        _state["hits"] += 1
+        _state["used"][key] = known
         code, was = known
         return code if was is None or salt is None else _resalted(code, was, salt)
     code = builtins.compile(source, filename, mode, flags, True, optimize)
@@ -156,7 +158,7 @@ def _resalted(code: types.CodeType, was: int, salt: int) -> types.CodeType:
 
 def counts() -> tuple[int, int]:
     """(scripts served from the file, scripts compiled) since `install`."""
-    return (_state.get("hits", 0), len(_state.get("new", ())))
+    return (len(_state.get("used", ())), len(_state.get("new", ())))
 
 
 def save() -> None:
@@ -164,8 +166,8 @@ def save() -> None:
     new = _state.get("new")
     if not new or sys.dont_write_bytecode:
         return
-    table = {**new, **_state["known"]}
-    if len(table) > MAX_ENTRIES:  # keep this run's own first
+    table = {**new, **_state["used"], **_state["known"]}  # what this start used, first
+    if len(table) > MAX_ENTRIES:
         table = dict(list(table.items())[:MAX_ENTRIES])
     path = _state["path"]
     temporary = f"{path}.{os.getpid()}.tmp"
@@ -178,4 +180,4 @@ def save() -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         return
-    _state["known"], _state["new"] = table, {}
+    _state["known"], _state["new"], _state["used"] = table, {}, {}

@@ -123,3 +123,35 @@ def test_the_classes_of_dsh_host_itself_come_from_the_file(tmp_path):
     hits, misses = map(int, run(tmp_path, 2, "-c", probe).split())
     assert misses == 0
     assert hits > 70
+
+
+def test_the_file_keeps_what_a_start_used_first(tmp_path, monkeypatch):
+    """Scripts of classes no start defines any more (edited, another version) give way."""
+    from dsh_host import _attrs_code
+
+    path = tmp_path / "attrs-code.bin"
+    stale = {
+        (f"<attrs generated methods old.C{i}>", "pass", 0, -1): (compile("pass", "x", "exec"), None)
+        for i in range(5)
+    }
+    path.write_bytes(__import__("marshal").dumps(stale))
+    monkeypatch.setattr(_attrs_code, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(_attrs_code, "_state", {})
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    _attrs_code.install(str(path))
+    make = _attrs_code._state["make"]
+    try:
+        import attrs
+
+        @attrs.frozen
+        class Fresh:
+            x: int
+
+        assert hash(Fresh(1)) == hash(Fresh(1))
+    finally:
+        del make.compile
+    assert _attrs_code.counts() == (0, 1)
+    _attrs_code.save()
+    kept = _attrs_code._load(str(path))
+    assert len(kept) == 3
+    assert next(iter(kept))[0].endswith("Fresh>")
