@@ -161,6 +161,8 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
     assert loaded(modules, ("cattrs", "uuid")) == []
+    audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
+    assert loaded(modules, audit_command) == []  # `dsh audit` only
 
 
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
