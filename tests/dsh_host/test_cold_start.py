@@ -163,6 +163,8 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, ("cattrs", "uuid")) == []
     audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
     assert loaded(modules, audit_command) == []  # `dsh audit` only
+    cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")
+    assert loaded(modules, cards) == []  # the commands that print cards and tables
 
 
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
