@@ -9,9 +9,10 @@ import importlib as _importlib
 import sys as _sys
 import typing as _typing
 
-from . import _attrs_code
+from . import _attrs_code, _gc
 
-if _attrs_code.console(getattr(_sys, "orig_argv", [])):  # before the first attrs class
+if _attrs_code.console(getattr(_sys, "orig_argv", [])):  # the dsh console script: before
+    _gc.pause()  # the first import of a module with classes (see `_gc`, `_attrs_code`)
     _attrs_code.install()
 
 from . import hookspecs

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import Host, JsonInputError, PluginLoadError, PluginStatus, printable
 from .. import parse_json as strict_json
-from ._gc import resume as resume_gc
+from .._gc import resume as resume_gc
 
 if TYPE_CHECKING:  # rendering: imported by the commands that print cards and tables
     from ._render import Style

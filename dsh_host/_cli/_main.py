@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ConfigError, printable
+from .._gc import resume as resume_gc
 from ._common import (
     UsageError,
     build_host,
@@ -23,7 +24,6 @@ from ._common import (
     warn,
 )
 from ._completion import add_completion_parser, autocomplete, plugin_names
-from ._gc import resume as resume_gc
 
 __all__ = ["COMMANDS", "command_of", "main", "make_parser"]
 

@@ -162,3 +162,21 @@ def test_main_called_in_process_leaves_the_collector_alone():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_console_script_pauses_the_collector_before_dsh_host_imports_anything():
+    console = (
+        "import gc, sys\n"
+        "sys.orig_argv = [sys.executable, '-m', 'dsh_host', 'tools']\n"
+        "import dsh_host\n"
+        "assert not gc.isenabled()\n"
+        "from dsh_host._cli._main import main\n"
+        "assert main(['tools', '--no-entrypoints']) == 0\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 0\n"  # resumed once the host is built
+    )
+    library = "import gc, dsh_host\nassert gc.isenabled()\n"
+    for code in (console, library):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr

@@ -2,10 +2,11 @@
 
 Starting is imports and the host's start: objects that live as long as the process, which the
 collector would scan again and again as they pile up (about a twentieth of a cold ``dsh``).
-The console script (`~dsh_host._cli._entry.command`) pauses it before its first import; the
-host's construction (``build_host``) and the delegated commands resume it: what exists then is
-frozen (never scanned again, as `gc.freeze` does before a fork) and collection goes on for the
-command itself, however long it runs (``dsh mcp serve``). `main` called in-process (tests,
+The console script pauses it before its first import (``dsh_host``'s ``__init__``, when
+`~dsh_host._attrs_code.console` recognises the process, else `~dsh_host._cli._entry.command`);
+the host's construction (``build_host``) and the delegated commands resume it: what exists
+then is frozen (never scanned again, as `gc.freeze` does before a fork) and collection goes on
+for the command itself, however long it runs (``dsh mcp serve``). `main` called in-process (tests,
 embedding) never pauses it, so `resume` does nothing there.
 """
 
