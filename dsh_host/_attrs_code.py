@@ -4,7 +4,8 @@ attrs generates the source of every class's ``__init__``, ``__eq__``, ``__repr__
 and compiles it, every time: a cold ``dsh`` compiles over a hundred such scripts (trio's
 classes and dsh's), about a sixth of its start (issue 27). Python keeps no bytecode for them,
 so the console script does (`install`): each script attrs compiles is looked up, by its exact
-text, file name, compiler flags and optimization level, in ``attrs-code.<cache tag>.opt-N.bin``
+text, file name, compiler flags and optimization level (and the interpreter's bytecode magic
+number, as a ``.pyc``), in ``attrs-code.<cache tag>.opt-N.bin``
 in the ``__pycache__`` directory of this package (where `importlib.util.cache_from_source`
 puts this module's own bytecode, ``PYTHONPYCACHEPREFIX`` included); a miss is compiled as
 attrs would and written there at exit (`save`), atomically, and only when Python may write
@@ -84,12 +85,14 @@ def _default_path() -> str:
 
 
 def _load(path: str) -> dict[Key, tuple[types.CodeType, int | None]]:
+    from importlib.util import MAGIC_NUMBER  # bytecode of another Python is never run
+
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES:
+        if len(data) > MAX_BYTES or not data.startswith(MAGIC_NUMBER):
             return {}
-        table = marshal.loads(data)
+        table = marshal.loads(data[len(MAGIC_NUMBER) :])
     except Exception:  # missing, unreadable, corrupt: compile as usual
         return {}
     if not isinstance(table, dict):
@@ -169,12 +172,14 @@ def save() -> None:
     table = {**new, **_state["used"], **_state["known"]}  # what this start used, first
     if len(table) > MAX_ENTRIES:
         table = dict(list(table.items())[:MAX_ENTRIES])
+    from importlib.util import MAGIC_NUMBER
+
     path = _state["path"]
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "xb") as file:
-            file.write(marshal.dumps(table))
+            file.write(MAGIC_NUMBER + marshal.dumps(table))
         os.replace(temporary, path)
     except OSError:  # a read-only install: compile every time, as before
         with contextlib.suppress(OSError):

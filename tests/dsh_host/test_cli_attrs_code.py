@@ -6,6 +6,7 @@ Each test runs fresh interpreters, with bytecode written under a temporary
 
 from __future__ import annotations
 
+import marshal
 import os
 import pathlib
 import subprocess
@@ -78,13 +79,16 @@ def test_without_the_file_attrs_compiles_as_usual(tmp_path):
     assert differ == 0
 
 
-def test_a_corrupt_file_is_ignored(tmp_path):
+def test_a_corrupt_file_or_another_pythons_is_ignored(tmp_path):
     run(tmp_path, 1, "-m", "dsh_host", "tools", "--no-entrypoints")
     (path,) = cache_files(tmp_path)
-    path.write_bytes(b"\xe3 not marshal data")
-    hits, misses, _, differ = map(int, run(tmp_path, 2, "-c", VERIFY).split())
-    assert (hits, differ) == (0, 0)
-    assert misses > 50
+    table = path.read_bytes()[4:]
+    assert marshal.loads(table)  # what the next start would use...
+    for data in (b"\x00\x00\r\n" + table, b"\xe3 not marshal data"):  # ...with another magic
+        path.write_bytes(data)
+        hits, misses, _, differ = map(int, run(tmp_path, 2, "-c", VERIFY).split())
+        assert (hits, differ) == (0, 0)
+        assert misses > 50
 
 
 def test_nothing_is_written_when_python_writes_no_bytecode(tmp_path):
@@ -134,7 +138,8 @@ def test_the_file_keeps_what_a_start_used_first(tmp_path, monkeypatch):
         (f"<attrs generated methods old.C{i}>", "pass", 0, -1): (compile("pass", "x", "exec"), None)
         for i in range(5)
     }
-    path.write_bytes(__import__("marshal").dumps(stale))
+    magic = __import__("importlib.util").util.MAGIC_NUMBER
+    path.write_bytes(magic + __import__("marshal").dumps(stale))
     monkeypatch.setattr(_attrs_code, "MAX_ENTRIES", 3)
     monkeypatch.setattr(_attrs_code, "_state", {})
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
