@@ -167,6 +167,23 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, cards) == []  # the commands that print cards and tables
 
 
+def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
+    """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
+    command line an allow rule is checked against."""
+    probe = "from dsh_plugins_builtin._rules import _words\nassert _words._patterns.cache_info().misses == 0\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    for argv, stdin in (
+        (["call", "read_file", '{"path": "a.txt"}'], ""),
+        (["hook", "claude"], PAYLOAD),
+    ):
+        code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
+        modules_after(code + probe, env=env, stdin=stdin)
+    from dsh_plugins_builtin._rules._words import strict_words
+
+    assert strict_words("git status && ls -la") == (("git", "status"), ("ls", "-la"))
+
+
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
     """`dsh_modules`, with the sandbox's probe of the machine refused (the process ends)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
