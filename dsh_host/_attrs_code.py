@@ -25,7 +25,9 @@ import __future__
 
 import builtins
 import contextlib
+import functools
 import marshal
+import operator
 import os
 import sys
 import types
@@ -57,23 +59,58 @@ def console(argv: list[str]) -> bool:
     return False
 
 
+_real_compile = builtins.compile
+_FUTURES: Final = functools.reduce(
+    operator.or_, (getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
+)
+
+
 def install(path: str | None = None) -> None:
-    """Serve attrs's compiles from the file at *path* (default: beside this package's bytecode)."""
+    """Serve attrs's compiles from the file at *path* (default: beside this package's bytecode).
+
+    attrs's own classes are made while it is imported, before its module can be patched: if it
+    is not imported yet, `compile` itself is replaced for that import only (`_while_importing`).
+    """
+    if _state:
+        return
+    path = path or _default_path()
+    _state.update(path=path, known=_load(path), new={}, used={})
+    previous = builtins.compile
+    if "attr._make" not in sys.modules:
+        builtins.compile = _while_importing
     try:
         import attr._make as make
     except ImportError:
         return
-    if _state or not hasattr(make, "_linecache_and_compile"):  # installed, or another attrs
+    finally:
+        builtins.compile = previous
+    if not hasattr(make, "_linecache_and_compile"):  # another attrs: leave it alone
         return
     inherited = 0  # the future flags attrs's own `compile` calls inherit from its module
     for name in __future__.all_feature_names:
         if getattr(make, name, None) is getattr(__future__, name):
             inherited |= getattr(__future__, name).compiler_flag
-    path = path or _default_path()
-    _state.update(
-        path=path, known=_load(path), new={}, used={}, make=make, inherited=inherited
-    )  # fmt: skip
+    _state.update(make=make, inherited=inherited)
     make.compile = _compile  # type: ignore[attr-defined]  # shadows the builtin in attr._make
+
+
+def _while_importing(
+    source: Any, filename: Any, mode: str, flags: int = 0, dont_inherit: bool = False,
+    optimize: int = -1, *, _feature_version: int = -1,
+) -> Any:  # fmt: skip
+    """`compile` while attrs is imported: its scripts served, anything else compiled exactly as
+    the builtin would (inheriting the caller's future flags as it does)."""
+    if not dont_inherit:
+        flags |= sys._getframe(1).f_code.co_flags & _FUTURES
+    if (
+        type(filename) is str
+        and filename.startswith("<attrs generated ")
+        and _feature_version == -1
+    ):
+        return _serve(source, filename, mode, flags, optimize)
+    return _real_compile(
+        source, filename, mode, flags, True, optimize, _feature_version=_feature_version
+    )
 
 
 def _default_path() -> str:
@@ -113,8 +150,12 @@ def _compile(
     """`compile` as attrs calls it, from the table when its exact script was compiled before."""
     if not dont_inherit:
         flags |= _state["inherited"]
+    return _serve(source, filename, mode, flags, optimize)
+
+
+def _serve(source: Any, filename: Any, mode: str, flags: int, optimize: int) -> Any:
     if mode != "exec" or type(source) is not str or type(filename) is not str:
-        return builtins.compile(source, filename, mode, flags, True, optimize)
+        return _real_compile(source, filename, mode, flags, True, optimize)
     salt = _salt(filename)
     line = f" {salt},\n"  # how attrs writes the salt of a class's `__hash__`
     salted = salt is not None and line in source
@@ -128,7 +169,7 @@ def _compile(
         _state["used"][key] = known
         code, was = known
         return code if was is None or salt is None else _resalted(code, was, salt)
-    code = builtins.compile(source, filename, mode, flags, True, optimize)
+    code = _real_compile(source, filename, mode, flags, True, optimize)
     _state["new"][key] = (code, salt)
     return code
 
@@ -136,8 +177,10 @@ def _compile(
 def _salt(filename: str) -> int | None:
     """The constant attrs puts first in the hash of the class its script *filename* is for:
     ``hash`` of the class's name, which Python salts anew in every process."""
-    prefix = "<attrs generated methods "
-    if not filename.startswith(prefix) or not filename.endswith(">"):
+    for prefix in ("<attrs generated methods ", "<attrs generated __hash__ "):
+        if filename.startswith(prefix) and filename.endswith(">"):
+            break
+    else:
         return None
     name = filename[len(prefix) : -1]
     base, _, count = name.rpartition("-")  # a second class of that name: attrs adds "-N"
@@ -147,16 +190,22 @@ def _salt(filename: str) -> int | None:
 
 
 def _resalted(code: types.CodeType, was: int, salt: int) -> types.CodeType:
-    """*code* with the salt of its ``__hash__`` function *was* replaced by *salt*."""
+    """*code* with the salt of its ``__hash__`` function *was* replaced by *salt* (also inside
+    a constant tuple: ``hash((salt,))`` of a class with no field to hash is folded into one)."""
     if was == salt:
         return code
-    consts = tuple(
-        _resalted(c, was, salt) if isinstance(c, types.CodeType)
-        else salt if code.co_name == "__hash__" and type(c) is int and c == was
-        else c
-        for c in code.co_consts
-    )  # fmt: skip
-    return code.replace(co_consts=consts)
+    hashing = code.co_name == "__hash__"
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, types.CodeType):
+            return _resalted(value, was, salt)
+        if hashing and type(value) is int and value == was:
+            return salt
+        if hashing and type(value) is tuple:
+            return tuple(swap(item) for item in value)
+        return value
+
+    return code.replace(co_consts=tuple(swap(c) for c in code.co_consts))
 
 
 def counts() -> tuple[int, int]:

@@ -160,3 +160,52 @@ def test_the_file_keeps_what_a_start_used_first(tmp_path, monkeypatch):
     kept = _attrs_code._load(str(path))
     assert len(kept) == 3
     assert next(iter(kept))[0].endswith("Fresh>")
+
+
+DUMP = """
+import gc, marshal, sys, types
+sys.orig_argv = [sys.executable, "-m", "dsh_host"]  # the console script: installed at once
+import dsh_host, dsh_host._host._host, trio
+from dsh_host import _attrs_code
+
+def parts(code):  # all but the column positions
+    consts = tuple(parts(c) if isinstance(c, types.CodeType) else (type(c).__name__, c)
+                   for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, code.co_flags, code.co_argcount,
+            code.co_exceptiontable, tuple(code.co_lines()), code.co_name, consts)
+
+seen = {}
+for f in gc.get_objects():
+    code = getattr(f, "__code__", None) if isinstance(f, types.FunctionType) else None
+    if code is not None and code.co_filename.startswith("<attrs generated "):
+        seen[f"{code.co_filename} {f.__qualname__}"] = parts(code)
+sys.stdout.buffer.write(marshal.dumps((seen, _attrs_code.counts())))
+_attrs_code.save()
+"""
+
+
+def dump(
+    tmp_path: pathlib.Path, seed: int, cache: str
+) -> tuple[dict[str, object], tuple[int, int]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "PYTHON"))}
+    env |= {"PYTHONPYCACHEPREFIX": str(tmp_path / cache), "PYTHONHASHSEED": str(seed)}
+    done = subprocess.run([sys.executable, "-c", DUMP], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    seen, counts = marshal.loads(done.stdout)
+    return seen, counts
+
+
+def test_attrs_own_classes_and_every_class_come_out_as_compiled(tmp_path):
+    """attrs's own classes (made while it is imported, `compile` replaced for that import only)
+    and every other: the same code as a start without the file, under another hash seed."""
+    written, _ = dump(tmp_path, 5, "warm")
+    with_file, (hits, misses) = dump(tmp_path, 6, "warm")
+    without, (none, compiled) = dump(tmp_path, 6, "cold")
+    assert (misses, none) == (0, 0)
+    assert hits == compiled > 100
+    assert any(name.startswith("<attrs generated __hash__ attr.") for name in without)
+    assert with_file == without  # the salts of seed 6, not those of seed 5
+    assert written != without
+    import builtins
+
+    assert builtins.compile.__module__ == "builtins"
