@@ -17,7 +17,8 @@ Method: one round runs every row once, in an order rotated each round, so that l
 elsewhere on the machine hits every row alike; garbage collection is off in this process while
 it waits. Each row reports the minimum and the median of its wall times; each ratio is min/min
 and median/median. The processes run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
-dropped; a warm-up round writes the caches) and with ``XDG_STATE_HOME`` and ``XDG_CACHE_HOME``
+dropped; a warm-up round writes the caches: the ``.pyc`` files and, beside them, the methods
+attrs generates, which the console script keeps (``dsh_host._attrs_code``)) and with ``XDG_STATE_HOME`` and ``XDG_CACHE_HOME``
 in a temporary directory that lives for the whole run: a user's state directory persists, so
 the entry-point cache is warm after the first run, as it is for a user; the audit rows land
 there and not in the user's own log.

@@ -6,7 +6,14 @@ Everything public is re-exported here; the modules behind it are private.
 from __future__ import annotations
 
 import importlib as _importlib
+import sys as _sys
 import typing as _typing
+
+from . import _attrs_code, _gc
+
+if _attrs_code.console(getattr(_sys, "orig_argv", [])):  # the dsh console script: before
+    _gc.pause()  # the first import of a module with classes (see `_gc`, `_attrs_code`)
+    _attrs_code.install()
 
 from . import hookspecs
 from ._model._errors import (

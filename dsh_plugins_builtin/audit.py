@@ -54,13 +54,11 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._audit import _command
-from ._audit._command import MAX_LAST
 from ._audit._postgres import PostgresStore
 from ._audit._writer import AuditWriter, redact
 
 __all__ = [
-    "MAX_LAST",
+    "MAX_LAST",  # noqa: F822  (module `__getattr__`)
     "AuditConfig",
     "AuditPlugin",
     "audit_command",
@@ -70,6 +68,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger("dsh_plugins_builtin.audit")
+
+
+def __getattr__(name: str) -> Any:  # `MAX_LAST`: `dsh audit`'s module costs a cold start
+    if name == "MAX_LAST":
+        from ._audit._command import MAX_LAST
+
+        return MAX_LAST
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 Decision = Allow | Deny | Ask
 Durability = Literal["sync", "async"]
@@ -293,10 +300,8 @@ def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresSt
         raise ConfigError(
             "url names a PostgreSQL database, but psycopg is not installed: "
             "pip install 'dsh-host[postgres]'",
-            path=host.config.source,
-            plugin="audit",
-            key="url",
-        ) from None
+            path=host.config.source, plugin="audit", key="url",
+        ) from None  # fmt: skip
 
 
 def _approver(result: ToolExecutionResult) -> str:
@@ -389,4 +394,6 @@ def audit_command(argv: Sequence[str] | None = None) -> int:
     status: 0 (also when the reader of a pipe went away), 1 when the database cannot be read, 2
     for bad arguments.
     """
+    from ._audit import _command
+
     return _command.run(argv, default_audit_path())

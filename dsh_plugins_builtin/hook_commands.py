@@ -39,7 +39,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -57,9 +57,6 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin._hooks._payload import call_payload, hook_names, tool_response
-from dsh_plugins_builtin._hooks._plan import plan_hooks, warn_exposed_settings
-from dsh_plugins_builtin._hooks._process import HookRunner
 from dsh_plugins_builtin._hooks._settings import (
     EVENTS,
     NAME,
@@ -68,15 +65,12 @@ from dsh_plugins_builtin._hooks._settings import (
     SettingsError,
     load_settings,
 )
-from dsh_plugins_builtin._hooks._verdict import (
-    Verdict,
-    contexts_of,
-    failed,
-    run_hook,
-    would_run,
-)
 from dsh_plugins_builtin._rules._final import MISSING, Notes, hook_final
-from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, check_pinned
+
+if TYPE_CHECKING:  # what running hooks needs is imported once there are hooks (issue 27)
+    from dsh_plugins_builtin._hooks._process import HookRunner
+    from dsh_plugins_builtin._hooks._verdict import Verdict
+    from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
 __all__ = ["HookCommand", "HookCommandsConfig", "HookCommandsPlugin", "load_settings"]
 
@@ -146,6 +140,8 @@ class HookCommandsPlugin:
                     path=host.config.source, plugin=NAME, key="settings",
                 ) from None  # fmt: skip
         if found:
+            from dsh_plugins_builtin._hooks._plan import plan_hooks, warn_exposed_settings
+
             planned = plan_hooks(host, found, self.workspace, self.interpreter)
             found = planned.hooks
             self.policy, self.env = planned.policy, planned.env
@@ -164,10 +160,15 @@ class HookCommandsPlugin:
     async def _run(
         self, hook: HookCommand, payload: Mapping[str, Any], abort: AbortSignal
     ) -> Verdict:
+        from dsh_plugins_builtin._hooks._verdict import run_hook
+        from dsh_plugins_builtin._sandbox._fence import RootReplaced, check_pinned
+
         if self.policy is not None:
             try:
                 check_pinned(self.policy)  # hooks run in the workspace, by paths inside it
             except RootReplaced as exc:
+                from dsh_plugins_builtin._hooks._verdict import Verdict
+
                 return Verdict(decision="deny", reason=f"{hook.describe()} was not run: {exc}")
         timeout = hook.timeout if hook.timeout is not None else self.config.timeout_ms / 1000
         assert self.runner is not None, "the runner starts with the host when there are hooks"
@@ -194,6 +195,8 @@ class HookCommandsPlugin:
         known = self._matched.get(key)
         if known is not None and known[0] is tool:
             return tool, known[1]
+        from dsh_plugins_builtin._hooks._payload import hook_names
+
         names = hook_names(tool, execution.name)
         hooks = tuple(h for h in self.hooks[event] if h.matches(*names))
         if len(self._matched) >= _MATCHED_KEPT:  # unknown names come from the model: bounded
@@ -227,6 +230,8 @@ class HookCommandsPlugin:
             decision = await call_next()
             if not isinstance(decision, Allow):
                 return decision
+            from dsh_plugins_builtin._hooks._verdict import would_run
+
             detail = would_run(list(hooks))
             if decision.detail:
                 detail = f"{detail}; then {decision.detail}"
@@ -241,6 +246,9 @@ class HookCommandsPlugin:
     async def _hooks_decide(
         self, execution: ToolExecution, tool: ToolDefinition | None, hooks: tuple[HookCommand, ...]
     ) -> Allow | Deny | Ask | None:
+        from dsh_plugins_builtin._hooks._payload import call_payload
+        from dsh_plugins_builtin._hooks._verdict import failed
+
         payload = call_payload("PreToolUse", execution, tool, self.workspace)
         contexts: list[str] = []
         asks: list[str | None] = []
@@ -321,6 +329,9 @@ class HookCommandsPlugin:
         contexts: list[str],
         call_next: Callable[[], Awaitable[Accept | Block]],
     ) -> Accept | Block:
+        from dsh_plugins_builtin._hooks._payload import call_payload, tool_response
+        from dsh_plugins_builtin._hooks._verdict import contexts_of, failed
+
         if hooks and not execution.dry_run:
             payload = {
                 **call_payload("PostToolUse", execution, tool, self.workspace),

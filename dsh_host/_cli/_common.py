@@ -10,11 +10,14 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import Host, JsonInputError, PluginLoadError, PluginStatus, printable
 from .. import parse_json as strict_json
-from ._render import Style, plugin_origin, style_for
+from .._gc import resume as resume_gc
+
+if TYPE_CHECKING:  # rendering: imported by the commands that print cards and tables
+    from ._render import Style
 
 __all__ = [
     "CALL_EXAMPLE",
@@ -66,6 +69,8 @@ def dump(value: Any, indent: int | None = 2) -> None:
 
 
 def stdout_style() -> Style:
+    from ._render import style_for
+
     return style_for(sys.stdout, os.environ)
 
 
@@ -89,10 +94,13 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     host = Host.from_config(
         path or None, plugins=objects, load_entrypoints=entrypoints, disable=disable
     )
+    resume_gc()  # the start is over: collect what the command itself leaves
     for line in host.warnings if not quiet else ():
         warn(f"dsh: warning: {printable(line)}")
     failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
     if failed and not quiet:
+        from ._render import plugin_origin
+
         names = ", ".join(f"{row.name}{plugin_origin(row)}" for row in failed)
         warn(f"dsh: warning: not running {len(failed)} plugin(s) that failed to load: {names}")
         warn("dsh: see `dsh plugins` for the errors")

@@ -8,6 +8,9 @@ ran (the audit writer commits what is queued, finalizers remove temporary direct
 sandbox's fork server stops), it flushes stdout and stderr and ends the process with the
 command's status. If `main` did not return (an exception escaped it), the interpreter exits
 the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
+
+The garbage collector is paused while the process starts (see `dsh_host._gc`), and the methods attrs
+generates for each class are compiled once, not at every start (see `dsh_host._attrs_code`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import os
 import sys
 from typing import NoReturn
 
+from .. import _attrs_code
+from .._gc import pause
+
 __all__ = ["command"]
 
 
@@ -24,6 +30,9 @@ def command() -> NoReturn:
     """Run ``dsh`` with `sys.argv` and exit with its status."""
     status: list[int | None] = [None]
     atexit.register(_exit_now, status)  # first registered: runs after every other handler
+    pause()  # resumed once the host is built (`dsh_host._gc`)
+    _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
+    atexit.register(_attrs_code.save)  # runs before `_exit_now`
     from ._main import main
 
     status[0] = main()

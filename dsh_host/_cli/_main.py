@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ConfigError, printable
-from ._commands import add_inspect_parsers
+from .._gc import resume as resume_gc
 from ._common import (
     UsageError,
     build_host,
@@ -127,9 +127,11 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
         sub = _Only(sub, command)
     common = [_common("sub_")]
 
-    add_inspect_parsers(sub, common)
+    if command in (None, "plugins", "tools", "call", "config"):  # imported only for their own
+        from ._commands import add_inspect_parsers
 
-    if command in (None, "run"):  # imported only for their own command
+        add_inspect_parsers(sub, common)
+    if command in (None, "run"):
         from ._run import add_run_parser
 
         add_run_parser(sub, common)
@@ -204,6 +206,7 @@ def _delegate(argv: Sequence[str]) -> int:
     """Run a built-in plugin's own command (``dsh audit ...``, ``dsh sandbox check ...``)."""
     import importlib
 
+    resume_gc()
     name, rest = argv[0], list(argv[1:])
     if name == "sandbox":
         if rest and rest[0] in ("-h", "--help"):

@@ -41,6 +41,8 @@ class _PluginManager(pluggy.PluginManager):
     of every attribute are a visible part of a cold start (issue 27)."""
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        if name in _OBJECTS_OWN and _objects_own(plugin, name):
+            return None  # a slot wrapper or builtin of `object`: never marked (about half of dir)
         parsed = self._parsed
         if parsed is None:
             parsed = self._parsed = {}
@@ -63,6 +65,26 @@ class _PluginManager(pluggy.PluginManager):
             return super().unregister(plugin, name)
         finally:
             self.generation += 1
+
+
+_OBJECTS_OWN = frozenset(vars(object))
+_CLASS_DICT = type.__dict__["__dict__"]  # a class's own namespace, as `inspect.getattr_static`
+
+
+def _objects_own(plugin: object, name: str) -> bool:
+    """Whether *name* on the instance *plugin* is what `object` itself defines: not in the
+    instance's ``__dict__`` nor in any class of its MRO but `object`. pluggy's static lookup
+    then finds `object`'s slot wrapper or builtin, which no marker can be set on."""
+    if isinstance(plugin, type | types.ModuleType):
+        return False
+    try:
+        own = object.__getattribute__(plugin, "__dict__")
+    except AttributeError:
+        own = None
+    if isinstance(own, dict) and name in own:
+        return False
+    mro = type(plugin).__mro__
+    return mro[-1] is object and all(name not in _CLASS_DICT.__get__(k) for k in mro[:-1])
 
 
 def make_plugin_manager(specs: types.ModuleType | type) -> pluggy.PluginManager:

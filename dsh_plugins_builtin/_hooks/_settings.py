@@ -13,11 +13,12 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from ._launch import Launch
+if TYPE_CHECKING:  # `_launch` and the fence it needs: only once a settings file has hooks
+    from ._launch import Launch
 
 __all__ = ["EVENTS", "NAME", "Event", "HookCommand", "SettingsError", "load_settings"]
 

@@ -21,14 +21,15 @@ heredoc, ``&``) makes the reader refuse the line, and the allow rules do not app
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["strict_words"]
 
 _BARE = r"[A-Za-z0-9_@%+=:,./#~{}\-\u0080-\U0010ffff]"
-_PART = re.compile(r"'([^']*)'|\"([^\"$`\\]*)\"")
+_PART = r"'([^']*)'|\"([^\"$`\\]*)\""
 # one token: blanks, a separator, a redirection, or a word (and what may follow a word)
-_TOKEN = re.compile(
+_TOKEN = (
     r"(?P<blank>[ \t]+)"
     r"|(?P<sep>&&|\|\||[;|\n])"
     r"|(?P<redirect>(?:[0-9]?>>?|&>>?|<|[0-9]?>\|)[ \t]*/dev/null(?=[ \t\n;&|]|$)"
@@ -37,7 +38,14 @@ _TOKEN = re.compile(
     rf"|(?P<word>(?:{_BARE}|'[^']*'|\"[^\"$`\\]*\")+)(?=[ \t\n;&|]|$)"
 )
 # a comment, a tilde bash would expand, a brace expansion
-_EXPANDS = re.compile(r"^[#~]|[=:]~|\{[^}]*(?:,|\.\.)[^}]*\}")
+_EXPANDS = r"^[#~]|[=:]~|\{[^}]*(?:,|\.\.)[^}]*\}"
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The scanner, the expansion check and the quoted part, compiled for the first line read:
+    the wide character class costs a cold start a few milliseconds (issue 27)."""
+    return re.compile(_TOKEN), re.compile(_EXPANDS), re.compile(_PART)
 
 
 def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
@@ -45,7 +53,8 @@ def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
     commands: list[tuple[str, ...]] = []
     words: list[str] = []
     i, end = 0, len(line)
-    match = _TOKEN.match
+    token, expands, part = _patterns()
+    match = token.match
     while i < end:
         m = match(line, i)
         if m is None:
@@ -53,9 +62,9 @@ def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
         kind = m.lastgroup
         if kind == "word":
             text = m.group()
-            if _EXPANDS.search(text):
+            if expands.search(text):
                 return f"the word {text[:40]!r} holds a comment, a tilde or braces bash expands"
-            words.append(_PART.sub(_unquote, text) if ("'" in text or '"' in text) else text)
+            words.append(part.sub(_unquote, text) if ("'" in text or '"' in text) else text)
         elif kind == "sep":
             if words:
                 commands.append(tuple(words))

@@ -116,3 +116,67 @@ def test_a_closed_stdout_keeps_the_commands_status(monkeypatch):
     monkeypatch.setattr(os, "_exit", exits.append)
     _entry._exit_now([3])
     assert exits == [3]  # as the interpreter: a closed stream is skipped, not status 120
+
+
+COLLECTOR = """
+import gc, pathlib
+from dsh_host import hookimpl
+
+OUT = pathlib.Path({out!r})
+(OUT / "import").write_text(str(gc.isenabled()))
+
+
+class Collector:
+    name = "collector"
+
+    @hookimpl
+    def dsh_host_started(self, host):
+        (OUT / "start").write_text(str(gc.isenabled()))
+
+    @hookimpl
+    def dsh_tool_result(self, execution, result):
+        (OUT / "call").write_text(f"{{gc.isenabled()}} {{gc.get_freeze_count() > 0}}")
+"""
+
+
+def test_the_collector_pauses_for_the_start_and_runs_for_the_command(workspace, tmp_path):
+    """Imports and the host's start run without the cyclic collector; the command runs with
+    it (what the start made frozen), as a long ``dsh mcp serve`` needs."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (workspace / "collector.py").write_text(COLLECTOR.format(out=str(out)))
+    argv = ["--plugin", "collector:Collector", "call", "read_file", '{"path": "a.txt"}']
+    done = dsh(workspace, *argv)
+    assert done.returncode == 0, done.stderr
+    assert (out / "import").read_text() == "False"
+    assert (out / "start").read_text() == "False"
+    assert (out / "call").read_text() == "True True"
+
+
+def test_main_called_in_process_leaves_the_collector_alone():
+    code = (
+        "import gc\n"
+        "from dsh_host._cli._main import main\n"
+        "assert main(['tools', '--no-entrypoints']) == 0\n"
+        "assert gc.isenabled() and gc.get_freeze_count() == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_console_script_pauses_the_collector_before_dsh_host_imports_anything():
+    console = (
+        "import gc, sys\n"
+        "sys.orig_argv = [sys.executable, '-m', 'dsh_host', 'tools']\n"
+        "import dsh_host\n"
+        "assert not gc.isenabled()\n"
+        "from dsh_host._cli._main import main\n"
+        "assert main(['tools', '--no-entrypoints']) == 0\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 0\n"  # resumed once the host is built
+    )
+    library = "import gc, dsh_host\nassert gc.isenabled()\n"
+    for code in (console, library):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr

@@ -139,6 +139,13 @@ NOT_FOR_A_READ = (
     "uuid",  # the audit's host id is 6 bytes of os.urandom
     "dsh_host._cli._run",  # `dsh run` and `dsh new` only
     "dsh_host._cli._scaffold",
+    "dsh_plugins_builtin._audit._command",  # `dsh audit` and its queries
+    "dsh_plugins_builtin._audit._query",
+    "dsh_plugins_builtin._hooks._plan",  # hook commands: only once a settings file has hooks
+    "dsh_plugins_builtin._hooks._process",
+    "dsh_plugins_builtin._hooks._supervise",
+    "dsh_plugins_builtin._hooks._verdict",
+    "dsh_plugins_builtin._hooks._payload",
 )
 
 
@@ -154,6 +161,27 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
     assert loaded(modules, ("cattrs", "uuid")) == []
+    audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
+    assert loaded(modules, audit_command) == []  # `dsh audit` only
+    cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")
+    assert loaded(modules, cards) == []  # the commands that print cards and tables
+
+
+def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
+    """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
+    command line an allow rule is checked against."""
+    probe = "from dsh_plugins_builtin._rules import _words\nassert _words._patterns.cache_info().misses == 0\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    for argv, stdin in (
+        (["call", "read_file", '{"path": "a.txt"}'], ""),
+        (["hook", "claude"], PAYLOAD),
+    ):
+        code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
+        modules_after(code + probe, env=env, stdin=stdin)
+    from dsh_plugins_builtin._rules._words import strict_words
+
+    assert strict_words("git status && ls -la") == (("git", "status"), ("ls", "-la"))
 
 
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
@@ -211,6 +239,80 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     assert host.pm.get_plugin("counted") is not None
     assert asked["dsh_host_started"] == 1
     assert set(asked.values()) == {1}
+
+
+def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
+    """`object`'s own names (``__eq__``, ``__reduce__``...) are about half of a plugin's
+    ``dir``: no marker can be on them, so pluggy's static lookup is not asked about them."""
+    import collections
+
+    import pluggy
+
+    from dsh_host import Host, hookimpl
+
+    class Plugin:
+        name = "counted"
+
+        def __eq__(self, other: object) -> bool:  # its own: looked up
+            return self is other
+
+        __hash__ = object.__hash__
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked: collections.Counter[str] = collections.Counter()
+    real = pluggy.PluginManager.parse_hookimpl_opts
+
+    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
+        if isinstance(plugin, Plugin):
+            asked[name] += 1
+        return real(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    plugin = Plugin()
+    plugin.__dict__["__repr__"] = lambda: "on the instance"  # its own too: looked up
+    host = Host(plugins=[plugin], load_entrypoints=False)
+    assert host.pm.get_plugin("counted") is plugin
+    assert {"dsh_host_started", "__eq__", "__hash__", "__repr__", "name"} <= set(asked)
+    assert not {"__reduce__", "__setattr__", "__sizeof__", "__init_subclass__"} & set(asked)
+
+
+def test_what_only_object_defines_is_never_a_hook_implementation():
+    """The shortcut answers as pluggy's own lookup would, for every name `object` defines."""
+    import types
+
+    import pluggy
+
+    from dsh_host import hookimpl
+    from dsh_host._registry._hooks import _objects_own
+
+    class Plain:
+        pass
+
+    class Slotted:
+        __slots__ = ("__weakref__",)
+
+    class Meta(type):
+        pass
+
+    class Classy(metaclass=Meta):
+        @hookimpl(specname="dsh_host_started")
+        def __init_subclass__(cls) -> None:  # marked, and its own: not skipped
+            pass
+
+    pm = pluggy.PluginManager("dsh")
+    module = types.ModuleType("plugin_module")
+    for plugin in (Plain(), Slotted(), Classy(), Classy, module, object()):
+        for name in vars(object):
+            if _objects_own(plugin, name):
+                assert pluggy.PluginManager.parse_hookimpl_opts(pm, plugin, name) is None
+    assert not _objects_own(Classy(), "__init_subclass__")
+    assert not _objects_own(Classy, "__eq__")
+    assert not _objects_own(module, "__eq__")
+    assert _objects_own(Plain(), "__eq__")
+    assert _objects_own(object(), "__reduce__")
 
 
 def test_the_file_fence_loads_without_searching_for_libc():
