@@ -139,7 +139,7 @@ def bwrap_argv(
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             out += ["--ro-bind", str(path), str(path)]
-    for path, is_dir in layout.denied_now():  # an empty read-only tmpfs, or /dev/null, over it
+    for path, is_dir in layout.denied_now(mounts):  # an empty read-only tmpfs, or /dev/null
         out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
         out.append(str(path))
     locks = layout.locks_now(mounts)
@@ -178,7 +178,7 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
     for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
         if os.path.isdir(dev):
             plan.append(("tmpfs", dev, False))
-    for path, is_dir in layout.denied_now():
+    for path, is_dir in layout.denied_now(mounts):
         plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))
     locks = layout.locks_now(mounts)
     if locks is not None:
@@ -201,7 +201,9 @@ class Layout:
             exists)``.
         visible: The canonical roots a working directory needs no bind of its own under.
         protected: The protected paths inside a writable root.
-        denied: The ``deny_read`` entries not hidden already.
+        denied: The ``deny_read`` entries not hidden already (a root in a hidden directory
+            shows what lies under it).
+        masked_denied: The others (a working directory there shows them: `denied_now`).
         locks: dsh's lock directory (`dsh_plugins_builtin._sandbox._locks`).
         locks_shown: A root shows it (it is not in ``/dev/shm`` or a hidden directory).
     """
@@ -214,6 +216,7 @@ class Layout:
     visible: frozenset[Path]
     protected: tuple[Path, ...]
     denied: tuple[Path, ...]
+    masked_denied: tuple[Path, ...]
     locks: Path
     locks_shown: bool
 
@@ -236,10 +239,15 @@ class Layout:
         shown = self.locks_shown or any(under(self.locks, path) for path, _ in mounts)
         return self.locks if shown and self.locks.is_dir() else None
 
-    def denied_now(self) -> list[tuple[Path, bool]]:
-        """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
+    def denied_now(self, mounts: Iterable[tuple[Path, bool]] = ()) -> list[tuple[Path, bool]]:
+        """The existing ``deny_read`` entries still in view with these binds: ``(path, is a
+        directory)``; one in a hidden directory that a bind shows (a working directory) too."""
         out = []
-        for path in self.denied:  # one lstat each (a stat too for a symlink, as isdir would)
+        shown = [p for p in self.masked_denied if any(under(p, m) for m, _ in mounts)]
+        for path in (
+            *self.denied,
+            *shown,
+        ):  # one lstat each (a stat too for a symlink, as isdir would)
             try:
                 mode = os.lstat(path).st_mode
                 if stat.S_ISLNK(mode):
@@ -270,6 +278,13 @@ def layout_of(policy: SandboxPolicy) -> Layout:
     tmp = private_tmp(policy)
     mounts, visible = _mounts(policy, rw, masks, tmp)
     locks = canonical(_locks.lock_dir())
+    hidden = tuple(
+        p
+        for p in policy.deny_read
+        if inside_any(p, masks)
+        and not inside_any(p, rw)
+        and not any(under(p, path) for path, _, _ in mounts)
+    )
     layout = Layout(
         rw=rw,
         host_tmp=canonical(Path("/tmp")),
@@ -278,9 +293,8 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         mounts=mounts,
         visible=visible,
         protected=tuple(p for p in protected_paths(policy) if inside_any(p, rw)),
-        denied=tuple(
-            p for p in policy.deny_read if not (inside_any(p, masks) and not inside_any(p, rw))
-        ),
+        denied=tuple(p for p in policy.deny_read if p not in hidden),
+        masked_denied=hidden,
         locks=locks,
         locks_shown=inside_any(locks, rw)
         or any(under(locks, path) for path, _, _ in mounts)

@@ -26,7 +26,7 @@ from dsh_plugins_builtin._sandbox._confine import (
     select_backend,
     startup_problem,
 )
-from dsh_plugins_builtin._sandbox._deny import config_files
+from dsh_plugins_builtin._sandbox._deny import config_files, dsh_state
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable, SandboxUnavailableError
 from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, check_pinned
 from dsh_plugins_builtin._sandbox._locks import FileLock, lock_key, release
@@ -69,10 +69,12 @@ def start_policy(
         tmp = _make_private_tmp(owner)
     roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
     files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+    hidden = dsh_state(Path(host.workspace), host.config.tables)
     try:
         return build_policy(
-            config, host.workspace, host.config.source, install, tmp=tmp, files=files
-        )
+            config, host.workspace, host.config.source, install, tmp=tmp, files=files,
+            hidden=hidden,
+        )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
+import shutil
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ import trio
 
 from dsh_plugins_builtin._sandbox import _locks
 from dsh_plugins_builtin._sandbox._confine import probe_backends
+from dsh_plugins_builtin._sandbox._deny import dsh_state
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from tests.dsh_plugins_builtin.test_escapes_process import bash, escape_host
 
@@ -111,3 +116,76 @@ async def test_a_command_cannot_reach_dshs_lock_files(
         os.close(probe)
     result = await bash(host, REACH.format(dir=_locks.lock_dir(), file=held))
     assert result.text == "unreachable"
+
+
+HOLD_READ_LOCK = """
+import fcntl, os, pathlib, sys
+try:
+    fds = [os.open(name, os.O_RDONLY) for name in sys.argv[1:]]
+    for fd in fds:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a POSIX read lock, as SQLite's
+    print("locked", flush=True)
+except OSError as exc:
+    print("unreachable", exc.strerror, flush=True)
+pathlib.Path("ready").write_text("")
+while not pathlib.Path("go").exists():
+    pass
+"""
+
+
+async def test_a_command_cannot_lock_the_audit_database(
+    make_host: Any,
+    ws: Path,
+    backend: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """dsh's state directory (the audit database) is hidden from commands: one that could open
+    it could hold a POSIX read lock on it, and every audit write would fail (``database is
+    locked``) while it holds it. (The state directory is in a readable root, so that the
+    command would see it otherwise: ``tmp_path`` lies in the host's hidden ``/tmp``.)"""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "state" / "dsh").mkdir(parents=True)
+    db = tmp_path / "state" / "dsh" / "audit.sqlite3"
+    writer = sqlite3.connect(db, timeout=0)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x)")
+    writer.commit()
+    host = escape_host(make_host, ws, backend, read_roots=[str(tmp_path / "state")])
+    os.mkfifo(ws / "ready")
+    outputs: list[str] = []
+    files = " ".join(shlex.quote(str(p)) for p in (db, Path(f"{db}-shm")))
+    script = shlex.quote(HOLD_READ_LOCK)
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # (/root: hidden)
+    command = f"{shlex.quote(python)} -I -S -c {script} {files} || echo failed > ready"
+
+    async def locker() -> None:
+        outputs.append((await bash(host, command)).text)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(locker)
+            await trio.to_thread.run_sync((ws / "ready").read_text)
+            try:
+                writer.execute("INSERT INTO t VALUES (1)")  # before: database is locked
+                writer.commit()
+            finally:
+                (ws / "go").touch()
+    finally:
+        writer.close()
+    assert outputs[0].startswith("unreachable"), outputs
+
+
+def test_a_configured_audit_database_is_hidden_with_its_journals(
+    make_host: Any, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    table = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": {"deny_read_defaults": False}}}
+    tables = {"audit": {"path": "logs/audit.db"}}
+    hidden = dsh_state(ws, tables)
+    assert tmp_path / "state" / "dsh" in hidden
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        assert ws / "logs" / f"audit.db{suffix}" in hidden
+    host = make_host(SandboxPlugin(), config=table)
+    plugin = next(p for p in host.pm.get_plugins() if isinstance(p, SandboxPlugin))
+    assert tmp_path / "state" / "dsh" in plugin.policy.deny_read  # whatever deny_read says
