@@ -207,7 +207,11 @@ async def ladder(
     bash = await captured(call)
     at = bash.index("--")
     view = [*bash[:at], "--", "true"]
-    placeholders = [bash[i + 1] for i, arg in enumerate(bash) if arg == "--remount-ro"]
+    placeholders = [  # the mount points bwrap makes (not a deny_read entry that is there)
+        bash[i + 1]
+        for i, arg in enumerate(bash)
+        if arg == "--remount-ro" and not os.path.lexists(bash[i + 1])
+    ]
     samples: dict[str, list[float]] = {name: [] for name in (*LADDER, RMDIR)}
     for _ in range(rounds):
         gc.collect()

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from dsh_plugins_builtin._sandbox import _locks
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
@@ -124,7 +125,8 @@ def bwrap_argv(
             )
         else:
             out += ["--tmpfs", str(path)]
-    for path, writable in layout.mounts_now(cwd):
+    mounts = layout.mounts_now(cwd)
+    for path, writable in mounts:
         if writable and path in fds:
             out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
         else:
@@ -137,9 +139,12 @@ def bwrap_argv(
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             out += ["--ro-bind", str(path), str(path)]
-    for path, is_dir in layout.denied_now():  # an empty read-only tmpfs, or /dev/null, over it
+    for path, is_dir in layout.denied_now(mounts):  # an empty read-only tmpfs, or /dev/null
         out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
         out.append(str(path))
+    locks = layout.locks_now(mounts)
+    if locks is not None:  # dsh's lock files: out of reach even where a root shows them
+        out += ["--tmpfs", str(locks), "--remount-ro", str(locks)]
     out += ["--unshare-all", "--unshare-user-try"]
     if policy.network:
         out.append("--share-net")
@@ -165,15 +170,19 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
             plan.append(("bind", str(tmp), "/tmp", True, *ident))
         else:
             plan.append(("tmpfs", str(path), False))
-    for path, writable in layout.mounts_now(None):
+    mounts = layout.mounts_now(None)
+    for path, writable in mounts:
         pin = pins.get(path)  # a pinned root: bound only if it is still that directory
         ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
         plan.append(("bind", str(path), str(path), writable, *ident))
     for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
         if os.path.isdir(dev):
             plan.append(("tmpfs", dev, False))
-    for path, is_dir in layout.denied_now():
+    for path, is_dir in layout.denied_now(mounts):
         plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))
+    locks = layout.locks_now(mounts)
+    if locks is not None:
+        plan.append(("tmpfs", str(locks), True))
     plan.append(("proc",))
     return tuple(plan)
 
@@ -192,7 +201,11 @@ class Layout:
             exists)``.
         visible: The canonical roots a working directory needs no bind of its own under.
         protected: The protected paths inside a writable root.
-        denied: The ``deny_read`` entries not hidden already.
+        denied: The ``deny_read`` entries not hidden already (a root in a hidden directory
+            shows what lies under it).
+        masked_denied: The others (a working directory there shows them: `denied_now`).
+        locks: dsh's lock directory (`dsh_plugins_builtin._sandbox._locks`).
+        locks_shown: A root shows it (it is not in ``/dev/shm`` or a hidden directory).
     """
 
     rw: tuple[Path, ...]
@@ -203,6 +216,9 @@ class Layout:
     visible: frozenset[Path]
     protected: tuple[Path, ...]
     denied: tuple[Path, ...]
+    masked_denied: tuple[Path, ...]
+    locks: Path
+    locks_shown: bool
 
     def mounts_now(self, cwd: Path | None) -> list[tuple[Path, bool]]:
         """The binds for a command in *cwd*: ``(path, writable)``, outermost first."""
@@ -217,10 +233,21 @@ class Layout:
             out.sort(key=lambda item: (len(item[0].parts), str(item[0])))
         return out
 
-    def denied_now(self) -> list[tuple[Path, bool]]:
-        """The existing ``deny_read`` entries still in view: ``(path, is a directory)``."""
+    def locks_now(self, mounts: Iterable[tuple[Path, bool]]) -> Path | None:
+        """The lock directory when a command with these binds would see it (then it gets an
+        empty read-only tmpfs): a root or the working directory shows it, and it exists."""
+        shown = self.locks_shown or any(under(self.locks, path) for path, _ in mounts)
+        return self.locks if shown and self.locks.is_dir() else None
+
+    def denied_now(self, mounts: Iterable[tuple[Path, bool]] = ()) -> list[tuple[Path, bool]]:
+        """The existing ``deny_read`` entries still in view with these binds: ``(path, is a
+        directory)``; one in a hidden directory that a bind shows (a working directory) too."""
         out = []
-        for path in self.denied:  # one lstat each (a stat too for a symlink, as isdir would)
+        shown = [p for p in self.masked_denied if any(under(p, m) for m, _ in mounts)]
+        for path in (
+            *self.denied,
+            *shown,
+        ):  # one lstat each (a stat too for a symlink, as isdir would)
             try:
                 mode = os.lstat(path).st_mode
                 if stat.S_ISLNK(mode):
@@ -250,6 +277,14 @@ def layout_of(policy: SandboxPolicy) -> Layout:
     masks = masked_dirs(policy)
     tmp = private_tmp(policy)
     mounts, visible = _mounts(policy, rw, masks, tmp)
+    locks = canonical(_locks.lock_dir())
+    hidden = tuple(
+        p
+        for p in policy.deny_read
+        if inside_any(p, masks)
+        and not inside_any(p, rw)
+        and not any(under(p, path) for path, _, _ in mounts)
+    )
     layout = Layout(
         rw=rw,
         host_tmp=canonical(Path("/tmp")),
@@ -258,9 +293,12 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         mounts=mounts,
         visible=visible,
         protected=tuple(p for p in protected_paths(policy) if inside_any(p, rw)),
-        denied=tuple(
-            p for p in policy.deny_read if not (inside_any(p, masks) and not inside_any(p, rw))
-        ),
+        denied=tuple(p for p in policy.deny_read if p not in hidden),
+        masked_denied=hidden,
+        locks=locks,
+        locks_shown=inside_any(locks, rw)
+        or any(under(locks, path) for path, _, _ in mounts)
+        or not inside_any(locks, (*masks, Path("/dev/shm"))),
     )
     if len(_LAYOUTS) >= 16:
         _LAYOUTS.clear()

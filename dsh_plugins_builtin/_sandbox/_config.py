@@ -168,6 +168,7 @@ def build_policy(
     *,
     tmp: Path | None = None,
     files: Iterable[Path] = (),
+    hidden: Iterable[Path] = (),
 ) -> SandboxPolicy:
     """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
@@ -195,6 +196,8 @@ def build_policy(
     writable = _writable(config, ws, tmp)
     read_roots = tuple(_root(r, ws) for r in config.read_roots)
     denied, globs = _deny(config, ws, (ws, *writable, *read_roots))
+    own = expand_deny(map(str, hidden), defaults=False, keep=(ws, *writable, *read_roots))[0]
+    denied += tuple(path for path in own if path not in denied)
     return pin_roots(
         SandboxPolicy(
             config.mode,

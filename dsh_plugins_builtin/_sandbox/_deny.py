@@ -9,9 +9,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import platformdirs
+
 from dsh_plugins_builtin._sandbox._paths import resolve_abs, within
 
-__all__ = ["DEFAULT_DENY_READ", "config_files", "expand_deny"]
+__all__ = ["DEFAULT_DENY_READ", "config_files", "dsh_state", "expand_deny"]
 
 DEFAULT_DENY_READ: Final = (
     "~/.ssh",
@@ -126,3 +128,17 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list | tuple):
         return [item for item in value if isinstance(item, str) and item]
     return []
+
+
+def dsh_state(workspace: Path, tables: Mapping[str, Mapping[str, Any]]) -> tuple[Path, ...]:
+    """What dsh itself keeps that no command may read: its state and data directories (the
+    audit database, ``entry-points.json``) and a configured ``[plugin.audit] path`` with its
+    ``-wal``, ``-shm`` and ``-journal`` files. A command that can open the database can hold a
+    POSIX read lock on it, and every write of the audit log then fails (``database is
+    locked``): records lost, or with ``required = true`` every call refused."""
+    out = [platformdirs.user_state_path("dsh"), platformdirs.user_data_path("dsh")]
+    configured = tables.get("audit", {}).get("path")
+    if isinstance(configured, str) and configured:
+        db = Path(workspace, os.path.expanduser(configured))
+        out += [db, *(Path(f"{db}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    return tuple(out)

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,10 +16,10 @@ from pathlib import Path
 import attrs
 
 from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
+from dsh_plugins_builtin._sandbox._locks import FileLock, LockDirUnsafe, lock_key, release
 
 __all__ = ["MOUNT_POINTS", "MountPointBusy", "Taken"]
 
-_LOCK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_WAIT = 0.1  # seconds: at most this long for another process's lock on a protected path
 
 logger = logging.getLogger("dsh_plugins_builtin.sandbox")
@@ -27,11 +28,12 @@ logger = logging.getLogger("dsh_plugins_builtin.sandbox")
 class MountPointBusy(OSError):
     """A protected directory stays locked by another process (`_lock_dir`): nothing ran."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, why: str = "") -> None:
         super().__init__(
             errno.EBUSY,
-            f'the protected path "{path}" is locked by another process (another dsh removing '
-            "its mount point, or a command holding a lock on it); try again",
+            why
+            or f'the protected path "{path}" is locked by another dsh process (removing its '
+            "mount point); try again",
         )
 
 
@@ -41,12 +43,12 @@ class Taken:
 
     Attributes:
         over: The protected paths to mount an empty read-only tmpfs over.
-        locks: Shared locks on the existing protected directories it binds (closed by
-            `_MountPoints.give_back`).
+        locks: Shared locks (`dsh_plugins_builtin._sandbox._locks`) on the existing protected
+            directories it binds (let go by `_MountPoints.give_back`).
     """
 
     over: frozenset[Path]
-    locks: tuple[int, ...] = ()
+    locks: tuple[FileLock, ...] = ()
 
 
 class _Worker:
@@ -117,7 +119,7 @@ class _MountPoints:
         self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
         self._owed: list[Path] = []  # given back by their last user: to remove
         self._working = False
-        self._held: list[int] = []  # `hold`'s locks: kept while the process lives
+        self._held: list[FileLock] = []  # `hold`'s locks: kept while the process lives
         worker = _Worker()  # tests hand the jobs to themselves (`start`) instead
         self._worker = worker if start is None else None
         self._start = start if start is not None else worker
@@ -149,10 +151,10 @@ class _MountPoints:
             self._held += locks
         return frozenset(over)
 
-    def _count(self, paths: Iterable[Path], *, register: bool) -> tuple[list[Path], list[int]]:
+    def _count(self, paths: Iterable[Path], *, register: bool) -> tuple[list[Path], list[FileLock]]:
         """`take` and `hold`, under the lock: all of them, or (an error) none."""
         over: list[Path] = []
-        locks: list[int] = []
+        locks: list[FileLock] = []
         counted: list[tuple[Path, tuple[int, tuple[Path, ...]] | None]] = []  # as they were
         try:
             for path in paths:
@@ -167,8 +169,8 @@ class _MountPoints:
                     self._users[path] = (1, _missing_parents(path))
                 over.append(path)
         except BaseException:
-            for fd in locks:
-                os.close(fd)
+            for lock in locks:
+                release(lock)
             for path, was in counted:
                 if was is None:
                     del self._users[path]
@@ -180,8 +182,8 @@ class _MountPoints:
     def give_back(self, taken: Taken) -> None:
         """The command that took *taken* has ended: its locks are let go, and the paths no
         command uses now are removed (by the worker, after this returns)."""
-        for fd in taken.locks:
-            os.close(fd)
+        for lock in taken.locks:
+            release(lock)
         with self._lock:
             for path in taken.over:
                 uses, parents = self._users[path]
@@ -256,12 +258,13 @@ def _missing_parents(path: Path) -> tuple[Path, ...]:
     return tuple(missing)
 
 
-def _exists_locked(path: Path, locks: list[int]) -> bool:
+def _exists_locked(path: Path, locks: list[FileLock]) -> bool:
     """Whether *path* exists (to bind as it is); a directory is locked shared first, so no other
     process removes it while it is bound (one removed while we waited: missing).
 
-    The lock is never waited for long (`_LOCK_WAIT`): a remover holds it for one ``rmdir``, and
-    anyone else (a command that locked ``.git``) must not stop the host.
+    The lock is never waited for long (`_LOCK_WAIT`): a remover holds it for one ``rmdir``.
+    It is a file only dsh hosts reach (`dsh_plugins_builtin._sandbox._locks`), never the
+    directory itself: a command that locks ``.git`` stops nothing.
 
     Raises:
         MountPointBusy: Still locked by another process.
@@ -271,46 +274,61 @@ def _exists_locked(path: Path, locks: list[int]) -> bool:
     deadline = time.monotonic() + _LOCK_WAIT
     while True:
         try:
-            fd = _lock_dir(path, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            lock = _lock_dir(path, fcntl.LOCK_SH | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise MountPointBusy(path) from None
             time.sleep(_LOCK_WAIT / 50)
-    if fd is None:
-        return os.path.lexists(path)  # not a directory (never removed), or not ours to open
-    if os.fstat(fd).st_nlink == 0:  # removed by its owner while we waited for the lock
-        os.close(fd)
+    if lock is None:  # not a directory (never removed), removed meanwhile, or not ours to open
         return os.path.lexists(path)
-    locks.append(fd)
+    locks.append(lock)
     return True
 
 
-def _lock_dir(path: Path, how: int) -> int | None:
-    """A descriptor of the directory *path*, reached from ``/`` through no symlink, locked
-    (``flock``) *how*; ``None``: not a directory, or gone. Raises ``BlockingIOError`` when it
-    is locked otherwise (with ``LOCK_NB``).
+def _lock_dir(path: Path, how: int, *, rmdir: bool = False) -> FileLock | None:
+    """The lock (``flock`` *how*) that stands for the directory *path* (reached from ``/``
+    through no symlink), taken while it is still that directory; ``None``: not a directory,
+    gone (or replaced) meanwhile, or another user's (its owner's host removes it without our
+    lock: see docs/plugins/sandbox.md). Raises ``BlockingIOError`` when it is locked otherwise
+    (with ``LOCK_NB``).
 
     The lock is what keeps two processes off each other's mount points: a command binds an
     existing protected directory under a shared lock, and an empty mount point is removed only
-    under an exclusive one, so never while another process's command is mounted on it.
+    under an exclusive one, so never while another process's command is mounted on it. With
+    *rmdir*, the directory is removed right after the check, through the same parent.
+
+    Raises:
+        OSError: The ``rmdir`` failed (not empty).
+        LockDirUnsafe: The lock directory is not this user's alone (as `MountPointBusy`).
     """
     try:
         parent = open_dir_nofollow(str(path.parent))
     except OSError:
         return None
     try:
-        fd = os.open(path.name, _LOCK_FLAGS, dir_fd=parent)
-    except OSError:
+        seen = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.geteuid():
+            return None
+        try:
+            lock = lock_key("dir", seen.st_dev, seen.st_ino, how)
+        except LockDirUnsafe as exc:
+            raise MountPointBusy(path, str(exc.strerror)) from None
+        try:
+            now = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino):
+                release(lock, remove=False)
+                return None
+            if rmdir:
+                os.rmdir(path.name, dir_fd=parent)
+        except BaseException:
+            release(lock)
+            raise
+    except FileNotFoundError:
         return None
     finally:
         os.close(parent)
-    try:
-        fcntl.flock(fd, how)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return lock
 
 
 def _remove_empty(directory: Path) -> bool:
@@ -318,27 +336,13 @@ def _remove_empty(directory: Path) -> bool:
     have swapped a parent for one, to aim the removal elsewhere), under an exclusive lock
     (`_lock_dir`); whether it was removed."""
     try:
-        fd = _lock_dir(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock = _lock_dir(directory, fcntl.LOCK_EX | fcntl.LOCK_NB, rmdir=True)
     except OSError:
-        return False  # another process's command is mounted on it: left (to whoever comes last)
-    if fd is None:
-        return False  # gone, not a directory
-    try:
-        parent = open_dir_nofollow(str(directory.parent))
-    except OSError:
-        os.close(fd)
-        return False
-    try:
-        now = os.stat(directory.name, dir_fd=parent, follow_symlinks=False)
-        locked = os.fstat(fd)
-        if (now.st_dev, now.st_ino) != (locked.st_dev, locked.st_ino):
-            return False  # swapped since it was locked: not the one we hold
-        os.rmdir(directory.name, dir_fd=parent)
-    except OSError:
-        return False
-    finally:
-        os.close(parent)
-        os.close(fd)
+        return False  # another process's command is mounted on it (left to whoever comes
+        # last), or not empty
+    if lock is None:
+        return False  # gone, not a directory, swapped since it was looked at
+    release(lock)
     return True
 
 

@@ -26,9 +26,11 @@ from dsh_plugins_builtin._sandbox._confine import (
     select_backend,
     startup_problem,
 )
-from dsh_plugins_builtin._sandbox._deny import config_files
+from dsh_plugins_builtin._sandbox._deny import config_files, dsh_state
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable, SandboxUnavailableError
 from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, check_pinned
+from dsh_plugins_builtin._sandbox._locks import FileLock, lock_key, release
+from dsh_plugins_builtin._sandbox._locks import sweep as sweep_locks
 
 __all__ = [
     "StartCheck",
@@ -38,9 +40,10 @@ __all__ = [
     "sweep_stale_tmp",
 ]
 
-_TMP_PREFIX = "dsh-tmpl-"
-"""Private tmps made since hosts lock them: the sweep takes no other name (an older host's
-``dsh-tmp-*``, unlocked while it lives, is never swept)."""
+_TMP_PREFIX = "dsh-ptmp-"
+"""Private tmps made since hosts lock them in the lock directory: the sweep takes no other name
+(an older host's ``dsh-tmp-*``, unlocked while it lives, or ``dsh-tmpl-*``, locked on the
+directory itself, which its commands could reach, is never swept)."""
 
 
 def plugin_modules(host: Host) -> list[str]:
@@ -66,10 +69,12 @@ def start_policy(
         tmp = _make_private_tmp(owner)
     roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
     files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+    hidden = dsh_state(Path(host.workspace), host.config.tables)
     try:
         return build_policy(
-            config, host.workspace, host.config.source, install, tmp=tmp, files=files
-        )
+            config, host.workspace, host.config.source, install, tmp=tmp, files=files,
+            hidden=hidden,
+        )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None
 
@@ -78,10 +83,13 @@ def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
     """Remove the private tmp directories in *base* that hosts killed outright (SIGKILL: no
     finalizer ran) left behind; the ones removed.
 
-    A host holds a shared lock on its private tmp for as long as it lives (`_make_private_tmp`),
-    across PID namespaces too. Only a directory (never a symlink) named ``dsh-tmpl-*``, owned by
-    this user, older than *min_age* seconds (a host locks its own the moment it makes it) and
-    that nobody holds a lock on, is removed; anything else is left alone."""
+    A host holds a shared lock for its private tmp for as long as it lives (`_make_private_tmp`),
+    across PID namespaces too: a file in the lock directory, which no command sees
+    (`dsh_plugins_builtin._sandbox._locks`), never the directory its commands see as ``/tmp``.
+    Lock files no one holds any more are removed too. Only a directory (never a symlink) named
+    ``dsh-ptmp-*``, owned by this user, older than *min_age* seconds (a host locks its own the
+    moment it makes it) and that nobody holds a lock on, is removed; anything else is left
+    alone."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(base))
@@ -103,6 +111,7 @@ def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
             continue
         if _remove_if_unlocked(base, entry.name, info):
             removed.append(Path(entry.path))
+    sweep_locks()
     return removed
 
 
@@ -122,8 +131,9 @@ def _remove_if_unlocked(base: Path, name: str, seen: os.stat_result) -> bool:
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino, now.st_uid) != (seen.st_dev, seen.st_ino, seen.st_uid):
             return False  # swapped since it was looked at
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a live host holds it
+        lock = lock_key("tmp", now.st_dev, now.st_ino, fcntl.LOCK_EX | fcntl.LOCK_NB)
         shutil.rmtree(name, dir_fd=base_fd, ignore_errors=True)  # fd-based: follows no symlink
+        release(lock)
         return True
     except OSError:
         return False
@@ -137,15 +147,15 @@ def _make_private_tmp(owner: object) -> Path:
     base = Path(tempfile.gettempdir())
     sweep_stale_tmp(base)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=base))
-    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    weakref.finalize(owner, _remove_private_tmp, tmp, fd)
+    info = os.stat(tmp, follow_symlinks=False)
+    lock = lock_key("tmp", info.st_dev, info.st_ino, fcntl.LOCK_SH)
+    weakref.finalize(owner, _remove_private_tmp, tmp, lock)
     return tmp
 
 
-def _remove_private_tmp(tmp: Path, fd: int) -> None:
+def _remove_private_tmp(tmp: Path, lock: FileLock) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
-    os.close(fd)
+    release(lock)
 
 
 def check_enforceable(

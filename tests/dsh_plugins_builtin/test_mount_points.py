@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
+from dsh_plugins_builtin._sandbox import _bwrap, _locks, _mountpoints
 from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy, _MountPoints
@@ -223,38 +224,118 @@ def test_another_processs_command_on_our_mount_point_keeps_it(tmp_path: Path, ho
     if how == "command":
         theirs.give_back(bound)
         with pytest.raises(OSError, match="Bad file descriptor"):
-            os.fstat(bound.locks[0])  # let go
+            os.fstat(bound.locks[0].fd)  # let go
+        assert not _lock_file(path).exists()  # and its file removed: no one else held it
 
 
-def test_a_protected_directory_locked_by_another_process_fails_closed_and_takes_nothing(
+def _lock_file(directory: Path) -> Path:
+    info = os.stat(directory)
+    return _locks.lock_dir() / f"dir-{info.st_dev:x}-{info.st_ino:x}.lock"
+
+
+def test_a_protected_directory_another_host_locks_fails_closed_and_takes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A lock held for good (a command that locked ``.git``) must not stop the host: after a
-    short wait the command is refused, and nothing it counted stays counted."""
+    """A lock another dsh host holds for good must not stop the host for long: after a short
+    wait the command is refused, and nothing it counted stays counted."""
     monkeypatch.setattr(_mountpoints, "_LOCK_WAIT", 0.0)
     points, _ = held()
     missing, locked = tmp_path / ".claude", tmp_path / ".git"
     locked.mkdir()
-    holder = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
+    info = os.stat(locked)
+    holder = _locks.lock_key("dir", info.st_dev, info.st_ino, fcntl.LOCK_EX)
     try:
-        fcntl.flock(holder, fcntl.LOCK_EX)
-        with pytest.raises(MountPointBusy, match="is locked by another process"):
+        with pytest.raises(MountPointBusy, match="is locked by another dsh process"):
             points.take([missing, locked])
         with pytest.raises(MountPointBusy):
             points.hold([locked])
-        fcntl.flock(holder, fcntl.LOCK_UN)
-        taken = points.take([missing, locked])  # control: free again
     finally:
-        os.close(holder)
+        _locks.release(holder, remove=False)
+    taken = points.take([missing, locked])  # control: free again
     assert taken.over == {missing}
     assert points._users[missing][0] == 1  # counted afresh: the refused take left nothing
     assert len(taken.locks) == 1
     points.give_back(taken)
 
 
+@pytest.mark.parametrize("how", [fcntl.LOCK_EX, fcntl.LOCK_SH], ids=["exclusive", "shared"])
+def test_a_process_that_locks_the_protected_directory_itself_stops_nothing(
+    tmp_path: Path, how: int
+) -> None:
+    """Anything a command runs can open ``.git`` and ``flock -x`` it (in the background, or a
+    confined server for its whole life): the lock dsh takes is never that directory's, so the
+    next command still runs and a mount point is still removed (before: every later command
+    of every host refused, ``MountPointBusy``, after 0.1 s)."""
+    points, owed = held()
+    existing, ours = tmp_path / ".git", tmp_path / ".claude"
+    existing.mkdir()
+    taken = points.take([ours])
+    ours.mkdir()  # what bwrap makes
+    holders = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in (existing, ours)]
+    try:
+        for fd in holders:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        points.give_back(taken)
+        owed.pop()()
+        assert not ours.exists()  # removed all the same
+        again = points.take([existing])
+        assert again.over == frozenset()
+        assert len(again.locks) == 1
+        points.give_back(again)
+    finally:
+        for fd in holders:
+            os.close(fd)
+
+
+def test_the_lock_directory_is_this_users_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lock files live in a ``0700`` directory this user owns; one another user made first is
+    refused (they could hold our locks), and a file planted under a lock's name is replaced."""
+    directory = tmp_path / "locks"
+    monkeypatch.setattr(_locks, "lock_dir", lambda: directory)
+    monkeypatch.setattr(_locks, "_opened", {})
+    path = tmp_path / ".git"
+    path.mkdir()
+    info = os.stat(path)
+    name = f"dir-{info.st_dev:x}-{info.st_ino:x}.lock"
+    directory.mkdir(mode=0o755)
+    (directory / name).symlink_to(tmp_path / "elsewhere")
+    lock = _locks.lock_key("dir", info.st_dev, info.st_ino, fcntl.LOCK_SH)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    held_file = os.fstat(lock.fd)
+    assert stat.S_ISREG(held_file.st_mode)
+    assert stat.S_IMODE(held_file.st_mode) == 0o600
+    assert not (tmp_path / "elsewhere").exists()
+    _locks.release(lock)
+    assert os.listdir(directory) == []  # no one else held it: removed
+    if os.geteuid() != 0:
+        return
+    os.chown(directory, 65534, 65534)  # another user's
+    monkeypatch.setattr(_locks, "_opened", {})  # (as a host that starts now finds it)
+    with pytest.raises(_locks.LockDirUnsafe, match="belongs to user 65534"):
+        _locks._open_dir(directory)
+    with pytest.raises(MountPointBusy, match="belongs to user 65534"):
+        _mountpoints._MountPoints().take([path])
+
+
+def test_lock_files_nobody_holds_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "locks"
+    monkeypatch.setattr(_locks, "lock_dir", lambda: directory)
+    monkeypatch.setattr(_locks, "_opened", {})
+    live = _locks.lock_key("dir", 1, 2, fcntl.LOCK_SH)
+    stale = _locks.lock_key("dir", 1, 3, fcntl.LOCK_SH)
+    os.close(stale.fd)  # a host killed outright: its file stays
+    assert sorted(os.listdir(directory)) == ["dir-1-2.lock", "dir-1-3.lock"]
+    assert _locks.sweep() == 1
+    assert os.listdir(directory) == ["dir-1-2.lock"]
+    _locks.release(live)
+    assert os.listdir(directory) == []
+
+
 EXITING = """
 import atexit, pathlib, sys, threading
-from dsh_plugins_builtin._sandbox import _bwrap, _mountpoints
+from dsh_plugins_builtin._sandbox import _bwrap, _locks, _mountpoints
 exiting = threading.Event()
 remove = _mountpoints._remove_empty
 def late(directory):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dsh_plugins_builtin._sandbox import _locks
 from dsh_plugins_builtin._sandbox._starting import _remove_if_unlocked, sweep_stale_tmp
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 
@@ -41,18 +42,18 @@ def left(base: Path, name: str, *, age: float = HOUR) -> Path:
 
 @pytest.fixture
 def held(base: Path) -> Iterator[Path]:
-    """A private tmp a live host holds (its shared lock)."""
-    path = left(base, "dsh-tmpl-live")
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    """A private tmp a live host holds (its shared lock, a file in the lock directory)."""
+    path = left(base, "dsh-ptmp-live")
+    info = os.stat(path)
+    lock = _locks.lock_key("tmp", info.st_dev, info.st_ino, fcntl.LOCK_SH)
     try:
         yield path
     finally:
-        os.close(fd)
+        _locks.release(lock)
 
 
 def test_a_stale_private_tmp_is_removed(base: Path) -> None:
-    stale = left(base, "dsh-tmpl-abc123")
+    stale = left(base, "dsh-ptmp-abc123")
     assert sweep_stale_tmp(base) == [stale]
     assert not stale.exists()
 
@@ -63,7 +64,7 @@ def test_a_private_tmp_a_live_host_holds_is_kept(base: Path, held: Path) -> None
 
 
 def test_a_young_private_tmp_is_kept_before_its_host_locks_it(base: Path) -> None:
-    young = left(base, "dsh-tmpl-young", age=0)
+    young = left(base, "dsh-ptmp-young", age=0)
     assert sweep_stale_tmp(base) == []
     assert young.exists()
 
@@ -73,26 +74,46 @@ def test_only_our_own_directories_named_so_are_removed(base: Path, tmp_path: Pat
     target = tmp_path / "target"
     target.mkdir()
     (target / "keep").write_text("x")
-    (base / "dsh-tmpl-link").symlink_to(target)
-    (base / "dsh-tmpl-file").write_text("x")
+    (base / "dsh-ptmp-link").symlink_to(target)
+    (base / "dsh-ptmp-file").write_text("x")
     assert sweep_stale_tmp(base, min_age=0) == []
     assert (other / "scratch").exists()
     assert (target / "keep").exists()
-    assert (base / "dsh-tmpl-file").exists()
+    assert (base / "dsh-ptmp-file").exists()
 
 
-def test_an_older_hosts_unlocked_private_tmp_is_never_swept(base: Path) -> None:
-    older = left(base, "dsh-tmp-k2x8q1ab")  # made by a dsh that did not lock it: may be live
+@pytest.mark.parametrize("name", ["dsh-tmp-k2x8q1ab", "dsh-tmpl-k2x8q1ab"])
+def test_an_older_hosts_private_tmp_is_never_swept(base: Path, name: str) -> None:
+    """Made by a dsh that did not lock it, or that locked the directory itself: may be live."""
+    older = left(base, name)
     assert sweep_stale_tmp(base, min_age=0) == []
     assert (older / "scratch").exists()
 
 
+def test_a_lock_on_the_private_tmp_itself_neither_keeps_nor_sweeps_it(
+    base: Path, held: Path
+) -> None:
+    """A command sees its private tmp as ``/tmp`` and can ``flock`` it: the host's lock is
+    elsewhere (before, a command's shared lock kept its dead host's tmp from ever being swept,
+    and the host's own lock was one the command could reach)."""
+    stale = left(base, "dsh-ptmp-stale")
+    holders = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in (held, stale)]
+    try:
+        fcntl.flock(holders[0], fcntl.LOCK_EX | fcntl.LOCK_NB)  # the live host's lock is not it
+        fcntl.flock(holders[1], fcntl.LOCK_SH | fcntl.LOCK_NB)
+        assert sweep_stale_tmp(base, min_age=0) == [stale]
+    finally:
+        for fd in holders:
+            os.close(fd)
+    assert (held / "scratch").exists()
+
+
 def test_a_directory_swapped_since_it_was_looked_at_is_kept(base: Path) -> None:
-    looked_at = left(base, "dsh-tmpl-first")
+    looked_at = left(base, "dsh-ptmp-first")
     seen = os.stat(looked_at, follow_symlinks=False)
     looked_at.rename(base / "elsewhere")
-    swapped = left(base, "dsh-tmpl-first")  # another directory under the same name
-    assert not _remove_if_unlocked(base, "dsh-tmpl-first", seen)
+    swapped = left(base, "dsh-ptmp-first")  # another directory under the same name
+    assert not _remove_if_unlocked(base, "dsh-ptmp-first", seen)
     assert (swapped / "scratch").exists()
     assert _remove_if_unlocked(base, "elsewhere", seen)  # the one it looked at, unlocked
 
@@ -125,7 +146,7 @@ def test_a_killed_hosts_private_tmp_is_swept_by_the_next(base: Path, ws: Path) -
         assert child.stdout is not None
         tmp = Path(child.stdout.readline().decode().strip())
         assert tmp.parent == base
-        assert tmp.name.startswith("dsh-tmpl-")
+        assert tmp.name.startswith("dsh-ptmp-")
         assert sweep_stale_tmp(base, min_age=0) == []  # alive: kept
     finally:
         child.send_signal(signal.SIGKILL)
