@@ -55,7 +55,7 @@ from ._answers import (
 )
 from ._chains import _Chains
 
-__all__ = ["Prepared", "_Gate"]
+__all__ = ["Prepared", "_Gate", "_GateLater"]
 
 
 @attrs.define
@@ -68,6 +68,21 @@ class Prepared:
     allowed_by: str | None = None
     """The plugin whose ``Allow`` let the call through, if one decided (for dry runs)."""
     detail: str | None = None
+
+
+class _GateLater(Exception):
+    """Where `_Gate._gate_now` stopped: *pre*, the pre-execute hook to go on with; else the
+    pre-execute *decision* and *who* made it, and *guard*, the guard hook to go on with (if
+    any)."""
+
+    def __init__(
+        self,
+        pre: _Raised | _Pending | None,
+        decision: Any = None,
+        who: str | None = None,
+        guard: _Raised | _Pending | None = None,
+    ) -> None:
+        self.pre, self.decision, self.who, self.guard = pre, decision, who, guard
 
 
 class _Gate(_Chains):
@@ -162,14 +177,63 @@ class _Gate(_Chains):
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
-    async def _gate(
-        self, execution: ToolExecution, trace: Trace | None, plan: Plan, report: bool = True
-    ) -> Prepared | None:
-        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
-        `Prepared` without a result when *report* asks who allowed it)."""
+    def _gate_now(self, execution: ToolExecution, plan: Plan) -> Prepared | None:
+        """`_gate` without a trace or a report, for plain pre-execute and guard hooks (the
+        caller checked), on the caller's frame: no coroutine. Raises `_GateLater` where `_gate`
+        must go on instead: a hook raised or answered with an awaitable, the decision was to
+        ask, or a guard is registered for the call's scope."""
         decision: Any = _ALLOW
         who: str | None = None
         if plan.pre:
+            hook, args = "dsh_tool_pre_execute", (execution,)
+            try:
+                decision, who = self._decide(
+                    plan.pre, hook, args, execution.name, _ALLOW, _check_pre
+                )
+            except (_Raised, _Pending) as slow:
+                raise _GateLater(slow) from None
+        if type(decision) is Deny:
+            denial = failure(
+                decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
+            )
+            return Prepared(execution, denial)
+        if type(decision) is Ask or self.registry.guards_for(execution.scope):
+            raise _GateLater(None, decision, who)
+        if plan.guard:
+            hook, args = "dsh_tool_guard", (execution,)
+            try:
+                reason, guard = self._decide(
+                    plan.guard, hook, args, execution.name, None, _as_reason
+                )
+            except (_Raised, _Pending) as slow:
+                raise _GateLater(None, decision, who, slow) from None
+            if reason is not None:
+                return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
+        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
+            return Prepared(execution, aborted(False))
+        return None
+
+    async def _gate(
+        self,
+        execution: ToolExecution,
+        trace: Trace | None,
+        plan: Plan,
+        report: bool = True,
+        later: _GateLater | None = None,
+    ) -> Prepared | None:
+        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
+        `Prepared` without a result when *report* asks who allowed it). *later*: where
+        `_gate_now` stopped, to go on from there."""
+        decision: Any = _ALLOW
+        who: str | None = None
+        if later is not None:
+            if later.pre is not None:
+                decision, who = await self._first_plain(
+                    plan.pre, "dsh_tool_pre_execute", (execution,), _ALLOW, _check_pre, later.pre
+                )
+            else:
+                decision, who = later.decision, later.who
+        elif plan.pre:
             if plan.plain_pre and trace is None:
                 hook, args = "dsh_tool_pre_execute", (execution,)
                 try:
@@ -201,7 +265,11 @@ class _Gate(_Chains):
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
-        if not plan.guard and not self.registry.guards_for(execution.scope):
+        if later is not None and later.guard is not None:
+            reason, guard = await self._first_plain(
+                plan.guard, "dsh_tool_guard", (execution,), None, _as_reason, later.guard
+            )
+        elif not plan.guard and not self.registry.guards_for(execution.scope):
             reason = guard = None
         elif plan.plain_guard and trace is None and not self.registry.guards_for(execution.scope):
             hook, args = "dsh_tool_guard", (execution,)

@@ -1,0 +1,128 @@
+"""Stages C-G on the caller's frame (`_Gate._gate_now`): plain pre-execute and guard hooks cost
+no coroutine of their own; whatever must be awaited (a hook that raises or answers with an
+awaitable, an ``Ask``, a registered guard) goes on in `_gate` from where it stopped, with the
+same outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh_host import Ask, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host._pipeline._pipeline import Pipeline
+from tests.conftest import make_echo
+
+CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
+
+
+@pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What every `_gate` coroutine was started with (its ``later``), from now on."""
+    seen: list[Any] = []
+    gate = Pipeline._gate
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        later = args[4] if len(args) > 4 else kwargs.get("later")
+        seen.append(later)
+        return gate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "_gate", counting)
+    return seen
+
+
+class Policy:
+    """A plain pre-execute hook and a plain guard, answering as told."""
+
+    name = "policy"
+
+    def __init__(self, pre: Any = None, guard: Any = None) -> None:
+        self.pre, self.guard = pre, guard
+        self.seen: list[str] = []
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any) -> Any:
+        self.seen.append("pre")
+        return self.pre(execution) if callable(self.pre) else self.pre
+
+    @hookimpl
+    def dsh_tool_guard(self, execution: Any) -> Any:
+        self.seen.append("guard")
+        return self.guard(execution) if callable(self.guard) else self.guard
+
+
+def _host(*plugins: object) -> Host:
+    host = Host(plugins=plugins, load_entrypoints=False)
+    host.registry.register(make_echo())
+    return host
+
+
+async def test_plain_pre_execute_and_guard_hooks_start_no_gate_coroutine(gated):
+    policy = Policy()
+    result = await _host(policy).registry.execute(CALL)
+    assert (result.is_error, result.text) == (False, "x")
+    assert policy.seen == ["pre", "guard"]
+    assert gated == []
+
+
+async def test_a_denial_by_either_hook_ends_the_call_on_the_callers_frame(gated):
+    denied = await _host(Policy(pre=Deny(reason="no"))).registry.execute(CALL)
+    assert (denied.code, denied.decided_by) == ("DENIED", "policy")
+    guarded = await _host(Policy(guard="not now")).registry.execute(CALL)
+    assert (guarded.code, guarded.decided_by) == ("DENIED", "policy")
+    assert "not now" in guarded.text
+    assert gated == []
+
+
+def _boom(execution: Any) -> Any:
+    raise RuntimeError("boom")
+
+
+async def _later(execution: Any) -> Any:
+    return Deny(reason="decided later")
+
+
+@pytest.mark.parametrize("where", ["pre", "guard"])
+async def test_a_hook_that_raises_goes_on_in_the_gate_from_where_it_stopped(gated, where):
+    policy = Policy(**{where: _boom})
+    result = await _host(policy).registry.execute(CALL)
+    assert result.code == "PLUGIN_FAILED"
+    assert policy.seen == (["pre"] if where == "pre" else ["pre", "guard"])  # each hook once
+    (later,) = gated
+    assert (later.pre is not None, later.guard is not None) == (where == "pre", where == "guard")
+
+
+async def test_a_hook_answering_with_an_awaitable_is_awaited_in_the_gate(gated):
+    policy = Policy(pre=lambda execution: _later(execution))
+    result = await _host(policy).registry.execute(CALL)
+    assert (result.code, result.decided_by) == ("DENIED", "policy")
+    assert "decided later" in result.text
+    assert policy.seen == ["pre"]
+    (later,) = gated
+    assert later.pre is not None
+
+
+async def test_an_ask_goes_to_the_approvers_in_the_gate(gated):
+    policy = Policy(pre=Ask(reason="sure?"))
+    result = await _host(policy).registry.execute(CALL)
+    assert result.code == "DENIED"  # nobody approves it
+    (later,) = gated
+    assert type(later.decision) is Ask
+    assert later.who == "policy"
+    assert policy.seen == ["pre"]
+
+
+async def test_a_registered_guard_runs_in_the_gate_after_the_plain_pre_execute_hook(gated):
+    policy = Policy()
+    host = _host(policy)
+    ran: list[str] = []
+    remove = host.registry.add_guard(lambda execution: ran.append("mine"), name="mine")
+    result = await host.registry.execute(CALL)
+    assert (result.is_error, ran, policy.seen) == (False, ["mine"], ["pre", "guard"])
+    (later,) = gated
+    assert (later.pre, later.guard, later.who) == (None, None, None)
+    host.registry.add_guard(lambda execution: "registered says no", name="no")
+    remove()
+    denied = await host.registry.execute(CALL)
+    assert denied.code == "DENIED"
+    assert "registered says no" in denied.text
