@@ -2,9 +2,9 @@
 
 `._snapshot` walks any object schema of the compiled subset with closures: per key of the
 arguments, a lookup of its check and a chain of tests. This module writes, once per tool, one
-function per object node that asks the arguments for each declared key in turn
-(``value.get("path", MISSING)``) and checks its value inline, so a call pays no lookup and no
-call per key. Whatever it does not write out (an ``enum``, an array of other items) it calls the
+function per object node that goes once over the arguments' items, matches each key against the
+declared ones (``if k == "path": ... elif k == "tags": ...``) and checks its value inline, so a
+call pays no lookup and no call per key. Whatever it does not write out (an ``enum``, an array of other items) it calls the
 closure `._snapshot` compiled for that node; arguments with an undeclared key of an open object
 go to the whole closure walk. Its answers are those of the closure walk: the frozen copy, equal
 to ``freeze(raw)`` in keys, key order, values and types, or "not sure" (`tests/dsh_host/schema/
@@ -58,7 +58,8 @@ class _Writer:
 
 def _value_check(w: _Writer, sub: Mapping[str, Any], v: str, c: str) -> tuple[list[str], bool]:
     """Lines checking local *v* against *sub*, failing with ``return FAIL``, and whether they
-    set local *c* to its frozen copy (else *v* is kept as it is)."""
+    set local *c* to its frozen copy (else *v* is kept as it is). Locals ``t`` and ``e`` are
+    theirs to use."""
     kind = sub["type"]
     items = sub.get("items")
     if sub.get("enum") or (
@@ -92,46 +93,36 @@ def _value_check(w: _Writer, sub: Mapping[str, Any], v: str, c: str) -> tuple[li
     return [f"{c} = {nested}({v})", f"if {c} is NO: return FAIL"], True
 
 
-def _property(
-    w: _Writer, key: str, sub: Mapping[str, Any], required: bool
-) -> tuple[list[str], str | None]:
-    """Lines for one declared property, and the local holding its copy (if it is copied)."""
-    v, c = w.name("v"), w.name("c")
-    lines, copies = _value_check(w, sub, v, c)
-    head = [f"{c} = MISSING"] if copies else []
-    head.append(f"{v} = get({key!r}, MISSING)")
-    if required:
-        return [*head, f"if {v} is MISSING: return FAIL", *lines], c if copies else None
-    head.append(f"if {v} is not MISSING:")
-    return head + ["    " + line for line in ["n += 1", *lines]], c if copies else None
-
-
 def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
-    """Write the function of one object node (answering *fail* when unsure); its name."""
+    """Write the function of one object node (answering *fail* when unsure); its name.
+
+    One pass over the arguments' items, each key matched against the declared ones in turn (an
+    ``if``/``elif`` chain of string comparisons), its value checked inline."""
     name = w.name("object")
     properties: Mapping[str, Any] = node.get("properties", {})
-    required = set(node.get("required", ()))
     ok = w.name("ok", compile_ok(node))
     whole = w.name("whole", w.whole(node, None if fail == "None" else w.names["NO"]))
     body: list[str] = [
         "if type(value) is not dict:",
         f"    return value if type(value) is FrozenDict and {ok}(value) else FAIL",
-        *([] if required else ["if not value: return EMPTY"]),
-        "get = value.get",
-        f"n = {sum(1 for key in properties if key in required)}",
+        *(f"if {key!r} not in value: return FAIL" for key in node.get("required", ())),
+        "if not value: return EMPTY",
     ]
+    loop: list[str] = ["for k, v in value.items():", "    if type(k) is not str: return FAIL"]
     copies: list[tuple[str, str]] = []
-    for key, sub in properties.items():
-        lines, c = _property(w, key, sub, key in required)
-        body += lines
-        if c is not None:
+    for i, (key, sub) in enumerate(properties.items()):
+        c = w.name("c")
+        lines, copied = _value_check(w, sub, "v", c)
+        loop.append(f"    {'if' if i == 0 else 'elif'} k == {key!r}:")
+        loop += ["        " + line for line in lines or ["pass"]]
+        if copied:
             copies.append((key, c))
     closed = node.get("additionalProperties") is False
+    undeclared = "return FAIL" if closed else f"return {whole}(value)"  # the closure walk
+    loop += ["    else:" if properties else "    if True:", f"        {undeclared}"]
+    body += [f"{c} = MISSING" for _, c in copies]
+    body += loop
     body += [
-        "if n != len(value):",  # an undeclared key: the closure walk knows what to do
-        "    return FAIL" if closed else f"    return {whole}(value)",
-        "for k in value:",
-        "    if type(k) is not str: return FAIL",
         "made = new(FrozenDict)",
         "fill(made, value)",
         *(f"if {c} is not MISSING: setitem(made, {key!r}, {c})" for key, c in copies),
