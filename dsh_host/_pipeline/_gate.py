@@ -70,6 +70,14 @@ class Prepared:
     detail: str | None = None
 
 
+def _note(execution: ToolExecution, decision: Any) -> None:
+    """Note the decision a plugin made at stage C on the call's token (`ToolExecution.
+    pre_decision`)."""
+    token = execution.token
+    if type(token) is CallToken:
+        token._decision = decision
+
+
 class _GateLater(Exception):
     """Where `_Gate._gate_now` stopped: *pre*, the pre-execute hook to go on with; else the
     pre-execute *decision* and *who* made it, and *guard*, the guard hook to go on with (if
@@ -192,6 +200,8 @@ class _Gate(_Chains):
                 )
             except (_Raised, _Pending) as slow:
                 raise _GateLater(slow) from None
+            if who is not None:
+                _note(execution, decision)
         if type(decision) is Deny:
             denial = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
@@ -256,6 +266,8 @@ class _Gate(_Chains):
                     "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
                     args=(execution,), impls=plan.pre,
                 )  # fmt: skip
+        if who is not None:
+            _note(execution, decision)
         if type(decision) is Deny:
             denial = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail

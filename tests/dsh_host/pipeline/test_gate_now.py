@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dsh_host import Ask, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host import Allow, Ask, Deny, Host, ToolExecutionInput, hookimpl
 from dsh_host._pipeline._pipeline import Pipeline
 from tests.conftest import make_echo
 
@@ -126,3 +126,47 @@ async def test_a_registered_guard_runs_in_the_gate_after_the_plain_pre_execute_h
     denied = await host.registry.execute(CALL)
     assert denied.code == "DENIED"
     assert "registered says no" in denied.text
+
+
+class Observer:
+    """Reads ``execution.pre_decision`` in the observer round."""
+
+    name = "observer"
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    @hookimpl
+    def dsh_tool_result(self, execution: Any, result: Any) -> None:
+        self.seen.append(execution.pre_decision)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+async def test_the_decision_of_stage_c_is_noted_for_the_observers(traced):
+    allow = Allow(detail="rule echo")
+    answers = iter([allow, Deny(reason="no", detail="rule no"), None, Ask(reason="sure?")])
+    observer = Observer()
+    host = _host(Policy(pre=lambda execution: next(answers)), observer)
+    trace = [].append if traced else None
+    for _ in range(4):
+        await host.registry.execute(CALL, trace=trace)
+    decisions = observer.seen
+    assert decisions[0] is allow
+    assert (type(decisions[1]), decisions[1].detail) == (Deny, "rule no")
+    assert decisions[2] is None  # nobody decided: the host's default
+    assert type(decisions[3]) is Ask
+
+
+async def test_a_decision_after_a_hook_that_raised_is_noted_too():
+    class Second:
+        name = "second"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution: Any) -> Any:
+            return Allow(detail="rule second")
+
+    observer = Observer()
+    host = _host(Second(), Policy(pre=_boom), observer)  # `policy` runs first (pluggy's order)
+    result = await host.registry.execute(CALL)
+    assert result.code == "PLUGIN_FAILED"
+    assert observer.seen == [None]  # a failed stage C decided nothing
