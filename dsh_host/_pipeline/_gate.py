@@ -14,8 +14,6 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from .._model._errors import PluginFailure, ToolNotFoundError
 from .._model._json import freeze
 from .._model._outcomes import aborted, failure, plugin_failed
@@ -53,47 +51,12 @@ from ._answers import (
     _check_reason,
     _failed,
 )
-from ._chains import _Chains
+from ._gate_now import Prepared, _GateLater, _GateNow, _note
 
 __all__ = ["Prepared", "_Gate", "_GateLater"]
 
 
-@attrs.define
-class Prepared:
-    """The outcome of stages A-G: either dispatch *execution*, or finish with *result*."""
-
-    execution: ToolExecution
-    result: ToolExecutionResult | None = None
-    post: bool = True
-    allowed_by: str | None = None
-    """The plugin whose ``Allow`` let the call through, if one decided (for dry runs)."""
-    detail: str | None = None
-
-
-def _note(execution: ToolExecution, decision: Any) -> None:
-    """Note the decision a plugin made at stage C on the call's token (`ToolExecution.
-    pre_decision`)."""
-    token = execution.token
-    if type(token) is CallToken:
-        token._decision = decision
-
-
-class _GateLater(Exception):
-    """Where `_Gate._gate_now` stopped: *pre*, the pre-execute hook to go on with; else the
-    pre-execute *decision* and *who* made it, and *guard*, the guard hook to go on with (if
-    any)."""
-
-    def __init__(
-        self,
-        pre: _Raised | _Pending | None,
-        decision: Any = None,
-        who: str | None = None,
-        guard: _Raised | _Pending | None = None,
-    ) -> None:
-        self.pre, self.decision, self.who, self.guard = pre, decision, who, guard
-
-
-class _Gate(_Chains):
+class _Gate(_GateNow):
     """Stages A-G of `Pipeline`."""
 
     def _snapshot(
@@ -185,44 +148,6 @@ class _Gate(_Chains):
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
-    def _gate_now(self, execution: ToolExecution, plan: Plan) -> Prepared | None:
-        """`_gate` without a trace or a report, for plain pre-execute and guard hooks (the
-        caller checked), on the caller's frame: no coroutine. Raises `_GateLater` where `_gate`
-        must go on instead: a hook raised or answered with an awaitable, the decision was to
-        ask, or a guard is registered for the call's scope."""
-        decision: Any = _ALLOW
-        who: str | None = None
-        if plan.pre:
-            hook, args = "dsh_tool_pre_execute", (execution,)
-            try:
-                decision, who = self._decide(
-                    plan.pre, hook, args, execution.name, _ALLOW, _check_pre
-                )
-            except (_Raised, _Pending) as slow:
-                raise _GateLater(slow) from None
-            if who is not None:
-                _note(execution, decision)
-        if type(decision) is Deny:
-            denial = failure(
-                decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
-            )
-            return Prepared(execution, denial)
-        if type(decision) is Ask or self.registry.guards_for(execution.scope):
-            raise _GateLater(None, decision, who)
-        if plan.guard:
-            hook, args = "dsh_tool_guard", (execution,)
-            try:
-                reason, guard = self._decide(
-                    plan.guard, hook, args, execution.name, None, _as_reason
-                )
-            except (_Raised, _Pending) as slow:
-                raise _GateLater(None, decision, who, slow) from None
-            if reason is not None:
-                return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
-            return Prepared(execution, aborted(False))
-        return None
-
     async def _gate(
         self,
         execution: ToolExecution,
@@ -236,13 +161,14 @@ class _Gate(_Chains):
         `_gate_now` stopped, to go on from there."""
         decision: Any = _ALLOW
         who: str | None = None
-        if later is not None:
-            if later.pre is not None:
-                decision, who = await self._first_plain(
-                    plan.pre, "dsh_tool_pre_execute", (execution,), _ALLOW, _check_pre, later.pre
-                )
-            else:
-                decision, who = later.decision, later.who
+        if later is not None and later.decided:
+            decision, who = later.decision, later.who
+        elif later is not None and later.pre is not None:
+            decision, who = await self._first_plain(
+                plan.pre, "dsh_tool_pre_execute", (execution,), _ALLOW, _check_pre, later.pre
+            )
+        elif later is not None and later.chain is not None and later.slow is not None:
+            decision, who = await later.chain.finish(later.slow)
         elif plan.pre:
             if plan.plain_pre and trace is None:
                 hook, args = "dsh_tool_pre_execute", (execution,)

@@ -191,11 +191,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             self.note_idle(plan)
         if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
             try:
-                if (
-                    trace is None
-                    and (plan.plain_pre or not plan.pre)
-                    and (plan.plain_guard or not plan.guard)
-                ):
+                if trace is None:
                     try:  # `_gate` on this frame, until a hook waits or raises
                         prepared = self._gate_now(execution, plan)
                     except _GateLater as later:

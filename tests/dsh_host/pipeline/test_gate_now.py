@@ -170,3 +170,48 @@ async def test_a_decision_after_a_hook_that_raised_is_noted_too():
     result = await host.registry.execute(CALL)
     assert result.code == "PLUGIN_FAILED"
     assert observer.seen == [None]  # a failed stage C decided nothing
+
+
+class Link:
+    """A waterfall pre-execute link: its own answer, or the downstream one (awaited after a
+    checkpoint when *waits*)."""
+
+    name = "link"
+
+    def __init__(self, own: Any = None, waits: bool = False) -> None:
+        self.own, self.waits = own, waits
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        if self.own is not None:
+            return self.own
+        if self.waits:
+            return self._later(call_next)
+        return call_next()  # a tail call: passed over
+
+    async def _later(self, call_next: Any) -> Any:
+        import trio
+
+        await trio.lowlevel.checkpoint()
+        return await call_next()
+
+
+async def test_a_chain_that_answers_at_once_starts_no_gate_coroutine(gated):
+    own = await _host(Link(own=Deny(reason="mine", detail="rule link"))).registry.execute(CALL)
+    assert (own.code, own.decided_by, own.decision_detail) == ("DENIED", "link", "rule link")
+    policy = Policy(pre=Deny(reason="policy says no"))
+    passed = await _host(policy, Link()).registry.execute(CALL)
+    assert (passed.code, passed.decided_by) == ("DENIED", "policy")
+    assert gated == []
+
+
+async def test_a_link_that_waits_goes_on_in_the_gate_with_the_same_credit(gated):
+    policy = Policy(pre=Deny(reason="policy says no"))
+    result = await _host(policy, Link(waits=True)).registry.execute(CALL)
+    assert (result.code, result.decided_by) == ("DENIED", "policy")  # credited downstream
+    assert policy.seen == ["pre"]  # once
+    (later,) = gated
+    assert later.chain is not None
+    assert later.slow is not None
+    allowed = await _host(Link(waits=True)).registry.execute(CALL)
+    assert (allowed.is_error, allowed.decided_by) == (False, None)  # the default, passed on
