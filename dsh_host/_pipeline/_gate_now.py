@@ -75,20 +75,13 @@ class _GateLater(Exception):
 class _GateNow(_Chains):
     """`_Gate`'s stages C-G without a coroutine (see the module docstring)."""
 
-    def _pre_now(self, execution: ToolExecution, plan: Plan) -> tuple[Any, str | None]:
-        """Stage C on this frame: the decision and who made it, or raise `_GateLater`."""
-        args = (execution,)
-        if plan.plain_pre:
-            try:
-                return self._decide(
-                    plan.pre, "dsh_tool_pre_execute", args, execution.name, _ALLOW, _check_pre
-                )
-            except (_Raised, _Pending) as slow:
-                raise _GateLater(slow) from None
+    def _chain_now(self, execution: ToolExecution, plan: Plan) -> tuple[Any, str | None]:
+        """Stage C's chain (not all plain) on this frame: the decision and who made it, or
+        raise `_GateLater`."""
         base = cancel_status()
         if base is None:
             raise _GateLater  # nothing ran: `_gate` finds the way
-        chain = _Chain(self._links(plan)[0], args, base)  # `_gate`'s chain, on this frame
+        chain = _Chain(self._links(plan)[0], (execution,), base)  # `_gate`'s chain, here
         try:
             return chain.resolve(0)
         except (_Suspend, _Raised) as slow:
@@ -101,9 +94,18 @@ class _GateNow(_Chains):
         decision: Any = _ALLOW
         who: str | None = None
         if plan.pre:
-            decision, who = self._pre_now(execution, plan)
-            if who is not None:
-                _note(execution, decision)
+            if plan.plain_pre:
+                hook, args = "dsh_tool_pre_execute", (execution,)
+                try:
+                    decision, who = self._decide(
+                        plan.pre, hook, args, execution.name, _ALLOW, _check_pre
+                    )
+                except (_Raised, _Pending) as slow:
+                    raise _GateLater(slow) from None
+            else:
+                decision, who = self._chain_now(execution, plan)
+            if who is not None and type(token := execution.token) is CallToken:
+                token._decision = decision  # `_note`, inline
         if type(decision) is Deny:
             denial = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
