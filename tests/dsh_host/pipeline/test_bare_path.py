@@ -343,3 +343,33 @@ async def test_a_batch_that_hooks_see_never_starts_a_bare_runner(monkeypatch: An
     pm.register(Watch(), name="watch")
     assert [r.text for r in await registry.execute_batch(_calls(4))] == ["0", "1", "2", "3"]
     assert entered == []  # an observer sees every call: no bare runner is even made
+
+
+def test_a_bare_batch_call_enters_no_coroutine_but_its_body() -> None:
+    """The batch starts each bare call's body by hand on its worker's frame: no runner
+    coroutine to resume per call, only the body's own frame."""
+    import inspect
+    import sys
+
+    registry = ToolRegistry()
+    registry.register(_safe_echo())
+    calls = _calls(200)
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_flags & inspect.CO_COROUTINE:
+            entered.append(frame.f_code.co_name)
+
+    async def go() -> None:
+        await registry.execute_batch(calls)
+        sys.setprofile(profile)
+        try:
+            results = await registry.execute_batch(calls)
+        finally:
+            sys.setprofile(None)
+        assert [r.text for r in results] == [str(i) for i in range(200)]
+
+    trio.run(go)
+    bodies = entered.count("execute")
+    assert bodies == 200
+    assert len(entered) - bodies <= 30  # the batch's own, a few per batch (was 218: one per call)
