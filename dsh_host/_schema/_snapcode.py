@@ -106,7 +106,7 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
         "if type(value) is not dict:",
         f"    return value if type(value) is FrozenDict and {ok}(value) else FAIL",
         *(f"if {key!r} not in value: return FAIL" for key in node.get("required", ())),
-        "if not value: return EMPTY",
+        *([] if node.get("required") else ["if not value: return EMPTY"]),  # else not empty
     ]
     loop: list[str] = ["for k, v in value.items():", "    if type(k) is not str: return FAIL"]
     copies: list[tuple[str, str]] = []

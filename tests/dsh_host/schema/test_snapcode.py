@@ -199,4 +199,8 @@ def test_the_snapshot_is_written_out_as_source_for_its_schema():
     names = snapshot.__code__.co_consts
     assert "path" in names
     assert "flags" in names  # each declared key asked for by name
+    assert "EMPTY" not in snapshot.__code__.co_names  # a required key: never empty, not asked
+    empty = compile_snapshot(_SCHEMAS["empty"])
+    assert empty is not None
+    assert "EMPTY" in empty.__code__.co_names
     assert _NO is not None
