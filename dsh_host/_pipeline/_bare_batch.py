@@ -60,19 +60,9 @@ async def _calls(batch: Any, me: Task) -> bool:
     run_nested = pipeline._run_nested
     while (index := batch.next) < count and index != batch.pending:
         input = inputs[index]
-        if input.scope is not None or input.signal is not None or input.parent is not None:
-            return True
-        tool = tools.get(input.name)
-        if (
-            tool is None
-            or not tool.is_async
-            or (safe := tool.is_concurrency_safe) is None
-            or (snapshot := tool.snapshot) is None
-            or (arguments := snapshot(input.arguments)) is None
-        ):
-            return True  # `work` classifies it (and names what is wrong with it)
-        if not _now(batch, index, input, tool, safe, arguments):
-            return True  # parked: `work` takes it from there
+        if (ready := _now(batch, index, input, tools)) is None:
+            return True  # `work` takes it from there
+        tool, arguments = ready
         batch.next = index + 1
         context = _bare_context(input, arguments, tool, run_nested)
         try:  # `Pipeline._bare`'s body stage: the body's first step, started by hand
@@ -119,16 +109,28 @@ async def _calls(batch: Any, me: Task) -> bool:
     return True
 
 
-def _now(batch: Any, index: int, input: Any, tool: Any, safe: Any, arguments: Any) -> bool:
-    """`classify`, for the call at *index*: whether it runs bare now (concurrency-safe, a free
-    slot, and still no hook or guard); else it is parked for `work`."""
+def _now(batch: Any, index: int, input: Any, tools: Any) -> tuple[Any, Any] | None:
+    """`classify`, for the call at *index*: its tool and frozen arguments when it runs bare now
+    (concurrency-safe, a free slot, and still no hook or guard); else ``None``, the call left
+    to `work` (parked, or not of the kind: `work` classifies it and names what is wrong)."""
+    if input.scope is not None or input.signal is not None or input.parent is not None:
+        return None
+    tool = tools.get(input.name)
+    if (
+        tool is None
+        or not tool.is_async
+        or (safe := tool.is_concurrency_safe) is None
+        or (snapshot := tool.snapshot) is None
+        or (arguments := snapshot(input.arguments)) is None
+    ):
+        return None
     try:
         parallel = safe(arguments) is True
     except BaseException as exc:  # the tool's fault: run it alone; a real Ctrl-C goes on
         if real_interrupt(exc):
             raise
         batch._park(index, input, arguments, None, False)
-        return False
+        return None
     pipeline, pm = batch.pipeline, batch.pipeline.hooks.pm
     if (
         not parallel
@@ -137,8 +139,8 @@ def _now(batch: Any, index: int, input: Any, tool: Any, safe: Any, arguments: An
         or (pm is not None and pm.generation != pipeline._bare_generation)
     ):
         batch._park(index, input, arguments, (tool, arguments, arguments), parallel)
-        return False
-    return True
+        return None
+    return tool, arguments
 
 
 class _Nothing:
