@@ -144,6 +144,13 @@ class _Gate(_GateNow):
         if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
+            if trace is None and not dry_run:  # nobody asks who allowed it: `_run`'s way
+                try:
+                    return self._gate_now(execution, plan) or Prepared(execution)
+                except _GateLater as later:
+                    return await self._gate(execution, None, plan, False, later) or Prepared(
+                        execution
+                    )
             return await self._gate(execution, trace, plan) or Prepared(execution)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
@@ -156,19 +163,14 @@ class _Gate(_GateNow):
         report: bool = True,
         later: _GateLater | None = None,
     ) -> Prepared | None:
-        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
-        `Prepared` without a result when *report* asks who allowed it). *later*: where
-        `_gate_now` stopped, to go on from there."""
+        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a `Prepared`
+        without a result when *report* asks who allowed it); on from *later*, if given."""
         decision: Any = _ALLOW
         who: str | None = None
         if later is not None and later.decided:
             decision, who = later.decision, later.who
-        elif later is not None and later.pre is not None:
-            decision, who = await self._first_plain(
-                plan.pre, "dsh_tool_pre_execute", (execution,), _ALLOW, _check_pre, later.pre
-            )
-        elif later is not None and later.chain is not None and later.slow is not None:
-            decision, who = await later.chain.finish(later.slow)
+        elif later is not None and (later.pre is not None or later.chain is not None):
+            decision, who = await self._pre_later(execution, plan, later)
         elif plan.pre:
             if plan.plain_pre and trace is None:
                 hook, args = "dsh_tool_pre_execute", (execution,)
@@ -203,12 +205,25 @@ class _Gate(_GateNow):
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
+        reason, guard = await self._guard_stage(execution, trace, plan, later)
+        if reason is not None:
+            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
+        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
+            return Prepared(execution, aborted(False))
+        if report and who is not None and type(decision) is Allow:
+            return Prepared(execution, allowed_by=who, detail=decision.detail)
+        return None
+
+    async def _guard_stage(
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan, later: _GateLater | None
+    ) -> tuple[str | None, str | None]:
+        """Stage F: the guards' reason to deny and who gave it (``None, None``: none denies)."""
         if later is not None and later.guard is not None:
             reason, guard = await self._first_plain(
                 plan.guard, "dsh_tool_guard", (execution,), None, _as_reason, later.guard
             )
         elif not plan.guard and not self.registry.guards_for(execution.scope):
-            reason = guard = None
+            return None, None
         elif plan.plain_guard and trace is None and not self.registry.guards_for(execution.scope):
             hook, args = "dsh_tool_guard", (execution,)
             try:  # `_guards`, for plain guards only, without its coroutine
@@ -221,13 +236,7 @@ class _Gate(_GateNow):
                 )
         else:
             reason, guard = await self._guards(execution, trace, plan)
-        if reason is not None:
-            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
-            return Prepared(execution, aborted(False))
-        if report and who is not None and type(decision) is Allow:
-            return Prepared(execution, allowed_by=who, detail=decision.detail)
-        return None
+        return reason, guard
 
     async def _ask(
         self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None

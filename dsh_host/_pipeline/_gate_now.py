@@ -87,6 +87,20 @@ class _GateNow(_Chains):
         except (_Suspend, _Raised) as slow:
             raise _GateLater(None, chain, slow) from None
 
+    async def _pre_later(
+        self, execution: ToolExecution, plan: Plan, later: _GateLater
+    ) -> tuple[Any, str | None]:
+        """Stage C, on from the plain hook (*later.pre*) or the chain's link (*later.chain*,
+        *later.slow*) where `_gate_now` stopped: the decision and who made it."""
+        if later.pre is not None:
+            return await self._first_plain(
+                plan.pre, "dsh_tool_pre_execute", (execution,), _ALLOW, _check_pre, later.pre
+            )
+        chain, slow = later.chain, later.slow
+        assert chain is not None  # `_gate` comes here with a chain or a plain hook
+        assert slow is not None
+        return await chain.finish(slow)
+
     def _gate_now(self, execution: ToolExecution, plan: Plan) -> Prepared | None:
         """`_Gate._gate` without a trace or a report, on the caller's frame: the `Prepared` the
         call ends with, or ``None`` to dispatch it. Raises `_GateLater` where `_gate` must go

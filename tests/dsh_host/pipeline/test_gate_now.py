@@ -215,3 +215,15 @@ async def test_a_link_that_waits_goes_on_in_the_gate_with_the_same_credit(gated)
     assert later.slow is not None
     allowed = await _host(Link(waits=True)).registry.execute(CALL)
     assert (allowed.is_error, allowed.decided_by) == (False, None)  # the default, passed on
+
+
+async def test_a_batch_with_plain_hooks_starts_no_gate_coroutine_and_a_dry_run_reports(gated):
+    policy = Policy(pre=Allow(detail="rule echo"))
+    host = _host(policy)
+    second = ToolExecutionInput(call_id="d", name="echo", arguments={"text": "y"})
+    results = await host.registry.execute_batch([CALL, second])
+    assert [(r.is_error, r.text) for r in results] == [(False, "x"), (False, "y")]
+    assert gated == []
+    dry = await host.registry.dry_run(CALL)
+    assert (dry.allowed_by, dry.detail) == ("policy", "rule echo")  # `_gate` reports who
+    assert gated == [None]
