@@ -144,11 +144,11 @@ class _Gate(_GateNow):
         if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
-            if trace is None and not dry_run:  # nobody asks who allowed it: `_run`'s way
+            if trace is None and not dry_run:  # `_run`'s way, saying who allowed the call
                 try:
-                    return self._gate_now(execution, plan) or Prepared(execution)
+                    return self._gate_now(execution, plan, True) or Prepared(execution)
                 except _GateLater as later:
-                    return await self._gate(execution, None, plan, False, later) or Prepared(
+                    return await self._gate(execution, None, plan, True, later) or Prepared(
                         execution
                     )
             return await self._gate(execution, trace, plan) or Prepared(execution)

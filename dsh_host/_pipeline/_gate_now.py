@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from .._model._outcomes import aborted, failure
-from .._model._values import Ask, CallToken, Deny, ToolExecution, ToolExecutionResult
+from .._model._values import Allow, Ask, CallToken, Deny, ToolExecution, ToolExecutionResult
 from .._registry._hooks import Plan
 from ._answers import _ALLOW, _as_reason, _check_pre
 from ._chain import _Chain, _Pending, _Raised, _Suspend
@@ -101,7 +101,9 @@ class _GateNow(_Chains):
         assert slow is not None
         return await chain.finish(slow)
 
-    def _gate_now(self, execution: ToolExecution, plan: Plan) -> Prepared | None:
+    def _gate_now(
+        self, execution: ToolExecution, plan: Plan, report: bool = False
+    ) -> Prepared | None:
         """`_Gate._gate` without a trace or a report, on the caller's frame: the `Prepared` the
         call ends with, or ``None`` to dispatch it. Raises `_GateLater` where `_gate` must go
         on instead (see the module docstring)."""
@@ -143,4 +145,6 @@ class _GateNow(_Chains):
                 return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
         if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
             return Prepared(execution, aborted(False))
+        if report and who is not None and type(decision) is Allow:
+            return Prepared(execution, allowed_by=who, detail=decision.detail)
         return None

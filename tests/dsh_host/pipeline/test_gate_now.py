@@ -224,6 +224,9 @@ async def test_a_batch_with_plain_hooks_starts_no_gate_coroutine_and_a_dry_run_r
     results = await host.registry.execute_batch([CALL, second])
     assert [(r.is_error, r.text) for r in results] == [(False, "x"), (False, "y")]
     assert gated == []
+    prepared = await host.registry._pipeline.prepare(CALL, None)  # not a dry run: reports too
+    assert (prepared.result, prepared.allowed_by, prepared.detail) == (None, "policy", "rule echo")
+    assert gated == []
     dry = await host.registry.dry_run(CALL)
     assert (dry.allowed_by, dry.detail) == ("policy", "rule echo")  # `_gate` reports who
     assert gated == [None]
