@@ -162,10 +162,9 @@ class AuditPlugin:
     def __init__(self) -> None:
         self.config = AuditConfig()
         self.path = default_audit_path()
-        # By call token, from pre-execute to the result: [clock, start, rule, asked], where the
-        # clock is the trio run's (read once: `trio.current_time` looks it up on every read)
-        # and the rule and whether it asked are filled in by `_note_decision`.
-        self._started: dict[object, list[Any]] = {}
+        # By call token, from pre-execute to the result: (clock, start), where the clock is the
+        # trio run's (read once: `trio.current_time` looks it up on every read).
+        self._started: dict[object, tuple[Any, float]] = {}
         self._writer: AuditWriter | None = None
         self._async = False
         self._required = False
@@ -223,9 +222,9 @@ class AuditPlugin:
         return self._writer.flush(timeout) if self._writer is not None else True
 
     @hookimpl(tryfirst=True)
-    def dsh_tool_pre_execute(
-        self, execution: ToolExecution, call_next: Callable[[], Awaitable[Decision]]
-    ) -> Deny | Awaitable[Decision] | None:
+    def dsh_tool_pre_execute(self, execution: ToolExecution) -> Deny | None:
+        # A plain function that abstains: the decision the others come to is read back from
+        # `execution.pre_decision` by the observer (no link, no coroutine per call).
         writer = self._writer
         if writer is None:
             return None
@@ -236,17 +235,10 @@ class AuditPlugin:
                 "database (the error on stderr says how) or set required = false"
             )
         if execution.dry_run:  # a preview has no observer round to take the time back
-            return call_next()
+            return None
         clock = trio.lowlevel.current_clock()
-        noted = self._started[execution.token] = [clock, clock.current_time(), None, False]
-        return self._note_decision(noted, call_next())
-
-    async def _note_decision(self, noted: list[Any], downstream: Awaitable[Decision]) -> Decision:
-        """Keep the rule that decided (allows too) and whether it asked, for the row."""
-        decision = await downstream
-        noted[2] = decision.detail
-        noted[3] = type(decision) is Ask
-        return decision
+        self._started[execution.token] = (clock, clock.current_time())
+        return None
 
     @hookimpl
     def dsh_tool_result(
@@ -259,8 +251,11 @@ class AuditPlugin:
         if noted is None:
             duration, rule, asked = None, None, False
         else:
-            clock, started, rule, asked = noted
+            clock, started = noted
             duration = (clock.current_time() - started) * 1000
+            decision = execution.pre_decision  # the rule that decided (allows too), if any
+            rule = None if decision is None else decision.detail
+            asked = type(decision) is Ask
         approved_by = (execution.approved_by or _approver(result)) if asked else None
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)

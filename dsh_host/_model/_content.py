@@ -66,6 +66,8 @@ ContentBlock: TypeAlias = TextBlock | ImageBlock
 
 def to_content(value: Any) -> tuple[ContentBlock, ...]:
     """Normalise ``str``, a block, or an iterable of those into a tuple of blocks."""
+    if type(value) is str:  # the common case: no validator to run
+        return (TextBlock._of(value),)
     if isinstance(value, str):
         return (TextBlock(value),)
     if isinstance(value, TextBlock | ImageBlock):
@@ -108,6 +110,8 @@ class HookContext:
 
 
 def _to_contexts(value: Iterable[HookContext | str]) -> tuple[HookContext, ...]:
+    if type(value) is tuple and not value:  # the default: nothing to convert
+        return ()
     return tuple(c if isinstance(c, HookContext) else HookContext(c) for c in value)
 
 
@@ -128,7 +132,7 @@ class ToolFailure:
 
 
 def _freeze_meta(value: Any) -> Any:
-    return freeze(value, "meta")
+    return None if value is None else freeze(value, "meta")
 
 
 @final

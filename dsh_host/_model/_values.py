@@ -77,12 +77,14 @@ _nested_ids = itertools.count(1)
 class CallToken:
     """The opaque identity of one call (``execution.token``): comparable only by ``is``.
 
-    The pipeline notes on it the approver that allowed the call once (stage D), read by guards
-    as `ToolExecution.approved_by`; nothing else is kept on it.
+    The pipeline notes on it the decision pre-execute came to (stage C), read as
+    `ToolExecution.pre_decision`, and the approver that allowed the call once (stage D), read by
+    guards as `ToolExecution.approved_by`; nothing else is kept on it.
     """
 
-    __slots__ = ("__weakref__", "_approved_by")
+    __slots__ = ("__weakref__", "_approved_by", "_decision")
     _approved_by: str  # set by stage D only (private: no public name lets a plugin forge it)
+    _decision: Any  # set by stage C only, likewise
 
     def __repr__(self) -> str:
         return f"<call token {id(self):#x}>"
@@ -185,6 +187,14 @@ class ToolExecution:
         put to an approver or not yet. Guards read it: a policy that must hold unless a person
         (or a configured approver) allowed the call checks it, whatever plugin said ``Allow``."""
         return getattr(self.token, "_approved_by", None)
+
+    @property
+    def pre_decision(self) -> Allow | Deny | Ask | None:
+        """The decision pre-execute came to (stage C): the `Allow`, `Deny` or `Ask` a plugin
+        answered, as the rest of the pipeline acts on it; ``None`` before stage C, when no plugin
+        decided (the host's default allow), or when a pre-execute hook failed. The ``audit``
+        plugin reads it for the rule that decided and whether the call was put to an approver."""
+        return getattr(self.token, "_decision", None)
 
     @classmethod
     def _make(

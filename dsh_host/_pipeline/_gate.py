@@ -14,8 +14,6 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from .._model._errors import PluginFailure, ToolNotFoundError
 from .._model._json import freeze
 from .._model._outcomes import aborted, failure, plugin_failed
@@ -53,24 +51,12 @@ from ._answers import (
     _check_reason,
     _failed,
 )
-from ._chains import _Chains
+from ._gate_now import Prepared, _GateLater, _GateNow, _note
 
-__all__ = ["Prepared", "_Gate"]
-
-
-@attrs.define
-class Prepared:
-    """The outcome of stages A-G: either dispatch *execution*, or finish with *result*."""
-
-    execution: ToolExecution
-    result: ToolExecutionResult | None = None
-    post: bool = True
-    allowed_by: str | None = None
-    """The plugin whose ``Allow`` let the call through, if one decided (for dry runs)."""
-    detail: str | None = None
+__all__ = ["Prepared", "_Gate", "_GateLater"]
 
 
-class _Gate(_Chains):
+class _Gate(_GateNow):
     """Stages A-G of `Pipeline`."""
 
     def _snapshot(
@@ -158,18 +144,34 @@ class _Gate(_Chains):
         if not plan.pre and not plan.guard and not self.registry.guards_for(execution.scope):
             return Prepared(execution)  # no policy at all: nothing can stop the call here
         try:
+            if trace is None and not dry_run:  # `_run`'s way, saying who allowed the call
+                try:
+                    return self._gate_now(execution, plan, True) or Prepared(execution)
+                except _GateLater as later:
+                    return await self._gate(execution, None, plan, True, later) or Prepared(
+                        execution
+                    )
             return await self._gate(execution, trace, plan) or Prepared(execution)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
 
     async def _gate(
-        self, execution: ToolExecution, trace: Trace | None, plan: Plan, report: bool = True
+        self,
+        execution: ToolExecution,
+        trace: Trace | None,
+        plan: Plan,
+        report: bool = True,
+        later: _GateLater | None = None,
     ) -> Prepared | None:
-        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a
-        `Prepared` without a result when *report* asks who allowed it)."""
+        """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a `Prepared`
+        without a result when *report* asks who allowed it); on from *later*, if given."""
         decision: Any = _ALLOW
         who: str | None = None
-        if plan.pre:
+        if later is not None and later.decided:
+            decision, who = later.decision, later.who
+        elif later is not None and (later.pre is not None or later.chain is not None):
+            decision, who = await self._pre_later(execution, plan, later)
+        elif plan.pre:
             if plan.plain_pre and trace is None:
                 hook, args = "dsh_tool_pre_execute", (execution,)
                 try:
@@ -192,6 +194,8 @@ class _Gate(_Chains):
                     "dsh_tool_pre_execute", {"execution": execution}, _ALLOW, _check_pre, trace,
                     args=(execution,), impls=plan.pre,
                 )  # fmt: skip
+        if who is not None:
+            _note(execution, decision)
         if type(decision) is Deny:
             denial = failure(
                 decision.reason, "DENIED", decided_by=who, decision_detail=decision.detail
@@ -201,8 +205,25 @@ class _Gate(_Chains):
             denied = await self._ask(execution, decision, who, trace)
             if denied is not None:
                 return denied
-        if not plan.guard and not self.registry.guards_for(execution.scope):
-            reason = guard = None
+        reason, guard = await self._guard_stage(execution, trace, plan, later)
+        if reason is not None:
+            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
+        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
+            return Prepared(execution, aborted(False))
+        if report and who is not None and type(decision) is Allow:
+            return Prepared(execution, allowed_by=who, detail=decision.detail)
+        return None
+
+    async def _guard_stage(
+        self, execution: ToolExecution, trace: Trace | None, plan: Plan, later: _GateLater | None
+    ) -> tuple[str | None, str | None]:
+        """Stage F: the guards' reason to deny and who gave it (``None, None``: none denies)."""
+        if later is not None and later.guard is not None:
+            reason, guard = await self._first_plain(
+                plan.guard, "dsh_tool_guard", (execution,), None, _as_reason, later.guard
+            )
+        elif not plan.guard and not self.registry.guards_for(execution.scope):
+            return None, None
         elif plan.plain_guard and trace is None and not self.registry.guards_for(execution.scope):
             hook, args = "dsh_tool_guard", (execution,)
             try:  # `_guards`, for plain guards only, without its coroutine
@@ -215,13 +236,7 @@ class _Gate(_Chains):
                 )
         else:
             reason, guard = await self._guards(execution, trace, plan)
-        if reason is not None:
-            return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
-            return Prepared(execution, aborted(False))
-        if report and who is not None and type(decision) is Allow:
-            return Prepared(execution, allowed_by=who, detail=decision.detail)
-        return None
+        return reason, guard
 
     async def _ask(
         self, execution: ToolExecution, ask: Ask, asker: str | None, trace: Trace | None

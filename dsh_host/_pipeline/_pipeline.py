@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 from ._dispatch import _Dispatch
 from ._finish import _Finish
-from ._gate import Prepared, _Gate
+from ._gate import Prepared, _Gate, _GateLater
 
 __all__ = ["Pipeline", "Prepared", "new_call_id"]
 
@@ -197,7 +197,13 @@ class Pipeline(_Gate, _Dispatch, _Finish):
             self.note_idle(plan)
         if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
             try:
-                prepared = await self._gate(execution, trace, plan, report=False)
+                if trace is None:
+                    try:  # `_gate` on this frame, until a hook waits or raises
+                        prepared = self._gate_now(execution, plan)
+                    except _GateLater as later:
+                        prepared = await self._gate(execution, None, plan, False, later)
+                else:
+                    prepared = await self._gate(execution, trace, plan, report=False)
             except PluginFailure as exc:
                 return await self.finalize(execution, plugin_failed(exc), False, trace)
             if prepared is not None and prepared.result is not None:

@@ -3,6 +3,7 @@ approved, which workspace and host run, and ``dsh audit``'s filters."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sqlite3
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
-from dsh_host import Allow, ApprovalOutcome, Ask, Deny, hookimpl
+from dsh_host import Allow, ApprovalOutcome, Ask, Deny, ToolExecution, hookimpl
 from dsh_plugins_builtin._audit._query import parse_time
 from dsh_plugins_builtin.audit import AuditPlugin, audit_command
 from tests.conftest import make_echo
@@ -155,3 +157,21 @@ async def test_dsh_audit_in_a_subdirectory_shows_the_workspace_that_holds_it(
     monkeypatch.chdir(here / "src" / "deep")
     assert shown(capsys, "--db", str(db)) == ["a", "no", "b"]
     assert shown(capsys, "--db", str(db), "--workspace", ".") == []  # an explicit DIR is exact
+
+
+async def test_audit_abstains_at_pre_execute_with_a_plain_function(make_host, db):
+    """The rule and whether the call asked are read back from ``execution.pre_decision`` by the
+    observer: audit's pre-execute hook is no waterfall link (no coroutine per call)."""
+    plugin = AuditPlugin()
+    config = {"plugin": {"audit": {"path": str(db), "durability": "sync"}}}
+    host = make_host(plugin, Policy(), tools=[make_echo()], config=config)
+    assert "call_next" not in inspect.signature(plugin.dsh_tool_pre_execute).parameters
+    (mine,) = [i for i in host.registry.hooks.plan().pre if i.plugin == "audit"]
+    assert mine.positional is not None
+    assert not mine.is_async
+    execution = ToolExecution(call_id="c", name="echo", arguments={"text": "x"})
+    async with trio.open_nursery():  # a trio run: audit reads its clock
+        assert plugin.dsh_tool_pre_execute(execution) is None
+    await host.call("echo", {"text": "yes"})
+    plugin.close()
+    assert [r["rule"] for r in read(db)] == ["rule echo in dsh.toml"]

@@ -408,3 +408,33 @@ async def test_a_call_under_an_aborted_signal_or_one_with_a_deadline_is_not_bare
         call_id="b", name="t", arguments={"wait": True}, signal=AbortSignal.after(5)
     )
     assert (await registry.execute(timed)).code == "ABORTED"  # its deadline cancelled the body
+
+
+def test_a_bare_batch_call_enters_no_coroutine_but_its_body() -> None:
+    """The batch starts each bare call's body by hand on its worker's frame: no runner
+    coroutine to resume per call, only the body's own frame."""
+    import inspect
+    import sys
+
+    registry = ToolRegistry()
+    registry.register(_safe_echo())
+    calls = _calls(200)
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_flags & inspect.CO_COROUTINE:
+            entered.append(frame.f_code.co_name)
+
+    async def go() -> None:
+        await registry.execute_batch(calls)
+        sys.setprofile(profile)
+        try:
+            results = await registry.execute_batch(calls)
+        finally:
+            sys.setprofile(None)
+        assert [r.text for r in results] == [str(i) for i in range(200)]
+
+    trio.run(go)
+    bodies = entered.count("execute")
+    assert bodies == 200
+    assert len(entered) - bodies <= 30  # the batch's own, a few per batch (was 218: one per call)

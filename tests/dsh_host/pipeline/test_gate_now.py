@@ -1,0 +1,232 @@
+"""Stages C-G on the caller's frame (`_Gate._gate_now`): plain pre-execute and guard hooks cost
+no coroutine of their own; whatever must be awaited (a hook that raises or answers with an
+awaitable, an ``Ask``, a registered guard) goes on in `_gate` from where it stopped, with the
+same outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh_host import Allow, Ask, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host._pipeline._pipeline import Pipeline
+from tests.conftest import make_echo
+
+CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
+
+
+@pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What every `_gate` coroutine was started with (its ``later``), from now on."""
+    seen: list[Any] = []
+    gate = Pipeline._gate
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        later = args[4] if len(args) > 4 else kwargs.get("later")
+        seen.append(later)
+        return gate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "_gate", counting)
+    return seen
+
+
+class Policy:
+    """A plain pre-execute hook and a plain guard, answering as told."""
+
+    name = "policy"
+
+    def __init__(self, pre: Any = None, guard: Any = None) -> None:
+        self.pre, self.guard = pre, guard
+        self.seen: list[str] = []
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any) -> Any:
+        self.seen.append("pre")
+        return self.pre(execution) if callable(self.pre) else self.pre
+
+    @hookimpl
+    def dsh_tool_guard(self, execution: Any) -> Any:
+        self.seen.append("guard")
+        return self.guard(execution) if callable(self.guard) else self.guard
+
+
+def _host(*plugins: object) -> Host:
+    host = Host(plugins=plugins, load_entrypoints=False)
+    host.registry.register(make_echo())
+    return host
+
+
+async def test_plain_pre_execute_and_guard_hooks_start_no_gate_coroutine(gated):
+    policy = Policy()
+    result = await _host(policy).registry.execute(CALL)
+    assert (result.is_error, result.text) == (False, "x")
+    assert policy.seen == ["pre", "guard"]
+    assert gated == []
+
+
+async def test_a_denial_by_either_hook_ends_the_call_on_the_callers_frame(gated):
+    denied = await _host(Policy(pre=Deny(reason="no"))).registry.execute(CALL)
+    assert (denied.code, denied.decided_by) == ("DENIED", "policy")
+    guarded = await _host(Policy(guard="not now")).registry.execute(CALL)
+    assert (guarded.code, guarded.decided_by) == ("DENIED", "policy")
+    assert "not now" in guarded.text
+    assert gated == []
+
+
+def _boom(execution: Any) -> Any:
+    raise RuntimeError("boom")
+
+
+async def _later(execution: Any) -> Any:
+    return Deny(reason="decided later")
+
+
+@pytest.mark.parametrize("where", ["pre", "guard"])
+async def test_a_hook_that_raises_goes_on_in_the_gate_from_where_it_stopped(gated, where):
+    policy = Policy(**{where: _boom})
+    result = await _host(policy).registry.execute(CALL)
+    assert result.code == "PLUGIN_FAILED"
+    assert policy.seen == (["pre"] if where == "pre" else ["pre", "guard"])  # each hook once
+    (later,) = gated
+    assert (later.pre is not None, later.guard is not None) == (where == "pre", where == "guard")
+
+
+async def test_a_hook_answering_with_an_awaitable_is_awaited_in_the_gate(gated):
+    policy = Policy(pre=lambda execution: _later(execution))
+    result = await _host(policy).registry.execute(CALL)
+    assert (result.code, result.decided_by) == ("DENIED", "policy")
+    assert "decided later" in result.text
+    assert policy.seen == ["pre"]
+    (later,) = gated
+    assert later.pre is not None
+
+
+async def test_an_ask_goes_to_the_approvers_in_the_gate(gated):
+    policy = Policy(pre=Ask(reason="sure?"))
+    result = await _host(policy).registry.execute(CALL)
+    assert result.code == "DENIED"  # nobody approves it
+    (later,) = gated
+    assert type(later.decision) is Ask
+    assert later.who == "policy"
+    assert policy.seen == ["pre"]
+
+
+async def test_a_registered_guard_runs_in_the_gate_after_the_plain_pre_execute_hook(gated):
+    policy = Policy()
+    host = _host(policy)
+    ran: list[str] = []
+    remove = host.registry.add_guard(lambda execution: ran.append("mine"), name="mine")
+    result = await host.registry.execute(CALL)
+    assert (result.is_error, ran, policy.seen) == (False, ["mine"], ["pre", "guard"])
+    (later,) = gated
+    assert (later.pre, later.guard, later.who) == (None, None, None)
+    host.registry.add_guard(lambda execution: "registered says no", name="no")
+    remove()
+    denied = await host.registry.execute(CALL)
+    assert denied.code == "DENIED"
+    assert "registered says no" in denied.text
+
+
+class Observer:
+    """Reads ``execution.pre_decision`` in the observer round."""
+
+    name = "observer"
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    @hookimpl
+    def dsh_tool_result(self, execution: Any, result: Any) -> None:
+        self.seen.append(execution.pre_decision)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+async def test_the_decision_of_stage_c_is_noted_for_the_observers(traced):
+    allow = Allow(detail="rule echo")
+    answers = iter([allow, Deny(reason="no", detail="rule no"), None, Ask(reason="sure?")])
+    observer = Observer()
+    host = _host(Policy(pre=lambda execution: next(answers)), observer)
+    trace = [].append if traced else None
+    for _ in range(4):
+        await host.registry.execute(CALL, trace=trace)
+    decisions = observer.seen
+    assert decisions[0] is allow
+    assert (type(decisions[1]), decisions[1].detail) == (Deny, "rule no")
+    assert decisions[2] is None  # nobody decided: the host's default
+    assert type(decisions[3]) is Ask
+
+
+async def test_a_decision_after_a_hook_that_raised_is_noted_too():
+    class Second:
+        name = "second"
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution: Any) -> Any:
+            return Allow(detail="rule second")
+
+    observer = Observer()
+    host = _host(Second(), Policy(pre=_boom), observer)  # `policy` runs first (pluggy's order)
+    result = await host.registry.execute(CALL)
+    assert result.code == "PLUGIN_FAILED"
+    assert observer.seen == [None]  # a failed stage C decided nothing
+
+
+class Link:
+    """A waterfall pre-execute link: its own answer, or the downstream one (awaited after a
+    checkpoint when *waits*)."""
+
+    name = "link"
+
+    def __init__(self, own: Any = None, waits: bool = False) -> None:
+        self.own, self.waits = own, waits
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        if self.own is not None:
+            return self.own
+        if self.waits:
+            return self._later(call_next)
+        return call_next()  # a tail call: passed over
+
+    async def _later(self, call_next: Any) -> Any:
+        import trio
+
+        await trio.lowlevel.checkpoint()
+        return await call_next()
+
+
+async def test_a_chain_that_answers_at_once_starts_no_gate_coroutine(gated):
+    own = await _host(Link(own=Deny(reason="mine", detail="rule link"))).registry.execute(CALL)
+    assert (own.code, own.decided_by, own.decision_detail) == ("DENIED", "link", "rule link")
+    policy = Policy(pre=Deny(reason="policy says no"))
+    passed = await _host(policy, Link()).registry.execute(CALL)
+    assert (passed.code, passed.decided_by) == ("DENIED", "policy")
+    assert gated == []
+
+
+async def test_a_link_that_waits_goes_on_in_the_gate_with_the_same_credit(gated):
+    policy = Policy(pre=Deny(reason="policy says no"))
+    result = await _host(policy, Link(waits=True)).registry.execute(CALL)
+    assert (result.code, result.decided_by) == ("DENIED", "policy")  # credited downstream
+    assert policy.seen == ["pre"]  # once
+    (later,) = gated
+    assert later.chain is not None
+    assert later.slow is not None
+    allowed = await _host(Link(waits=True)).registry.execute(CALL)
+    assert (allowed.is_error, allowed.decided_by) == (False, None)  # the default, passed on
+
+
+async def test_a_batch_with_plain_hooks_starts_no_gate_coroutine_and_a_dry_run_reports(gated):
+    policy = Policy(pre=Allow(detail="rule echo"))
+    host = _host(policy)
+    second = ToolExecutionInput(call_id="d", name="echo", arguments={"text": "y"})
+    results = await host.registry.execute_batch([CALL, second])
+    assert [(r.is_error, r.text) for r in results] == [(False, "x"), (False, "y")]
+    assert gated == []
+    prepared = await host.registry._pipeline.prepare(CALL, None)  # not a dry run: reports too
+    assert (prepared.result, prepared.allowed_by, prepared.detail) == (None, "policy", "rule echo")
+    assert gated == []
+    dry = await host.registry.dry_run(CALL)
+    assert (dry.allowed_by, dry.detail) == ("policy", "rule echo")  # `_gate` reports who
+    assert gated == [None]
