@@ -93,6 +93,14 @@ def _value_check(w: _Writer, sub: Mapping[str, Any], v: str, c: str) -> tuple[li
     return [f"{c} = {nested}({v})", f"if {c} is NO: return FAIL"], True
 
 
+def _literal(key: object) -> str:
+    """*key* as a Python string literal: `str`'s own ``repr``, whatever a subclass says it is
+    (a schema's property names are the only text of the schema written into the source)."""
+    if not isinstance(key, str):
+        raise TypeError(f"a property name must be a string, not {type(key).__name__}")
+    return str.__repr__(key)
+
+
 def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     """Write the function of one object node (answering *fail* when unsure); its name.
 
@@ -105,7 +113,7 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     body: list[str] = [
         "if type(value) is not dict:",
         f"    return value if type(value) is FrozenDict and {ok}(value) else FAIL",
-        *(f"if {key!r} not in value: return FAIL" for key in node.get("required", ())),
+        *(f"if {_literal(key)} not in value: return FAIL" for key in node.get("required", ())),
         *([] if node.get("required") else ["if not value: return EMPTY"]),  # else not empty
     ]
     loop: list[str] = ["for k, v in value.items():", "    if type(k) is not str: return FAIL"]
@@ -113,7 +121,7 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     for i, (key, sub) in enumerate(properties.items()):
         c = w.name("c")
         lines, copied = _value_check(w, sub, "v", c)
-        loop.append(f"    {'if' if i == 0 else 'elif'} k == {key!r}:")
+        loop.append(f"    {'if' if i == 0 else 'elif'} k == {_literal(key)}:")
         loop += ["        " + line for line in lines or ["pass"]]
         if copied:
             copies.append((key, c))
@@ -125,7 +133,7 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     body += [
         "made = new(FrozenDict)",
         "fill(made, value)",
-        *(f"if {c} is not MISSING: setitem(made, {key!r}, {c})" for key, c in copies),
+        *(f"if {c} is not MISSING: setitem(made, {_literal(key)}, {c})" for key, c in copies),
         "return made",
     ]
     w.lines += [f"def {name}(value, FAIL={fail}):", *("    " + line for line in body)]

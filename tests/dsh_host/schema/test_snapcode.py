@@ -204,3 +204,21 @@ def test_the_snapshot_is_written_out_as_source_for_its_schema():
     assert empty is not None
     assert "EMPTY" in empty.__code__.co_names
     assert _NO is not None
+
+
+class _Sly(str):
+    """A property name whose ``repr`` is Python code."""
+
+    def __repr__(self) -> str:
+        return "__import__('os').environ.setdefault('DSH_SNAPCODE_RAN', '1')"
+
+
+def test_a_property_name_is_written_as_its_string_whatever_its_repr_says(monkeypatch):
+    monkeypatch.delenv("DSH_SNAPCODE_RAN", raising=False)
+    import os
+
+    schema = {"type": "object", "properties": {_Sly("p"): {"type": "string"}}, "required": ["p"]}
+    snapshot = compile_snapshot(schema)
+    assert snapshot is not None
+    assert snapshot({"p": "x"}) == {"p": "x"}
+    assert "DSH_SNAPCODE_RAN" not in os.environ  # its repr was never run as code
