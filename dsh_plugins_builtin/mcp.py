@@ -41,29 +41,22 @@ import trio
 
 from dsh_host import (
     ConfigError,
-    DshError,
     Host,
-    TextBlock,
-    ToolDefinition,
-    define_tool,
     hookimpl,
 )
 
 from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
 from ._mcp._confine import Confinement, confinement_for
-from ._mcp._content import content_blocks
-from ._mcp._mount import BAD_RESULT, Link, McpServerConfig, Mount
+from ._mcp._mount import Link, McpServerConfig, Mount
 from ._mcp._native import NativeMount, virtual_time
+from ._mcp._tooldef import mounted_tool
 
 if TYPE_CHECKING:
-    import mcp_types as types  # imported when a server is mounted (see `_mcp_mount`)
+    pass  # imported when a server is mounted (see `_mcp_mount`)
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
 
 _NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-"""What a mounted server may call a tool (the MCP spec's recommended names): nothing that could
-smuggle control characters, spaces or a very long name to the model, a prompt or a rule."""
 
 
 @attrs.frozen
@@ -326,7 +319,9 @@ class McpPlugin:
         link.tool_problems = []
         for tool in link.tools:
             try:
-                unregisters.append(self._register(self._definition(link, tool)))
+                unregisters.append(
+                    self._register(mounted_tool(link, tool, tool_name(link.name, tool.name)))
+                )
             except Exception as exc:  # a bad schema or name: this tool only
                 problem = f"tool {tool.name!r} of MCP server {link.name!r} not mounted: {exc}"
                 link.tool_problems.append(problem)
@@ -337,58 +332,6 @@ class McpPlugin:
             sys.stderr.write(f"dsh: mcp: MCP server {link.name!r}: {problem}\n")
         self._unregister[link.name] = unregisters
         self._mounted[link.name] = names
-
-    def _definition(self, link: Link, tool: types.Tool) -> ToolDefinition:
-        server, remote = link.name, tool.name
-        if not _TOOL_NAME.fullmatch(remote):
-            raise DshError(
-                "its name is not 1 to 128 letters, digits, '_', '-' or '.'", "MCP_BAD_TOOL"
-            )
-        annotations = tool.annotations
-        read_only = bool(annotations is not None and annotations.read_only_hint)
-        timeout = link.config.timeout_ms / 1000
-
-        from mcp_types import TextContent
-
-        async def execute(args: Any) -> Any:
-            session, runner = link.session, link.runner
-            if session is None or runner is None:
-                raise DshError(
-                    link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
-                    "MCP_SERVER_UNAVAILABLE",
-                )
-
-            async def call() -> types.CallToolResult:
-                return await session.call_tool(remote, args, read_timeout_seconds=timeout)
-
-            try:
-                result = await runner.run(call)
-            except DshError:
-                raise
-            except Exception as exc:
-                if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
-                    detail = getattr(exc, "data", None)  # what the server sent, for --trace
-                    detail = detail if isinstance(detail, str) else None
-                    raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
-                what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
-                raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
-            content = result.content
-            if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
-                return content[0].text  # one text block: the pipeline's quickest result
-            blocks = content_blocks(result, server)
-            if result.is_error:
-                text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-                raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
-            return blocks
-
-        return define_tool(
-            name=tool_name(server, remote),
-            description=tool.description or f"{remote} (MCP server {server})",
-            parameters=dict(tool.input_schema),
-            execute=execute,
-            timeout_ms=link.config.timeout_ms,
-            is_concurrency_safe=(lambda args: True) if read_only else None,
-        )
 
 
 class _ListChanges:

@@ -1,0 +1,74 @@
+"""A mounted server's tool as a dsh tool (`mounted_tool`)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from dsh_host import DshError, TextBlock, ToolDefinition, define_tool
+
+from ._content import content_blocks
+from ._mount import BAD_RESULT, Link
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+__all__ = ["mounted_tool"]
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+"""What a mounted server may call a tool (the MCP spec's recommended names): nothing that could
+smuggle control characters, spaces or a very long name to the model, a prompt or a rule."""
+
+
+def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
+    """*link*'s *tool* as the dsh tool *name* (``mcp__server__tool``): its arguments checked
+    against the server's schema, the call sent through the session's runner, the answer as
+    dsh content; a failure of the server, the guard or the tool as one `DshError`."""
+    server, remote = link.name, tool.name
+    if not _TOOL_NAME.fullmatch(remote):
+        raise DshError("its name is not 1 to 128 letters, digits, '_', '-' or '.'", "MCP_BAD_TOOL")
+    annotations = tool.annotations
+    read_only = bool(annotations is not None and annotations.read_only_hint)
+    timeout = link.config.timeout_ms / 1000
+
+    from mcp_types import TextContent
+
+    async def execute(args: Any) -> Any:
+        session, runner = link.session, link.runner
+        if session is None or runner is None:
+            raise DshError(
+                link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
+                "MCP_SERVER_UNAVAILABLE",
+            )
+
+        async def call() -> types.CallToolResult:
+            return await session.call_tool(remote, args, read_timeout_seconds=timeout)
+
+        try:
+            result = await runner.run(call)
+        except DshError:
+            raise
+        except Exception as exc:
+            if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
+                detail = getattr(exc, "data", None)  # what the server sent, for --trace
+                detail = detail if isinstance(detail, str) else None
+                raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
+            what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
+            raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
+        content = result.content
+        if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
+            return content[0].text  # one text block: the pipeline's quickest result
+        blocks = content_blocks(result, server)
+        if result.is_error:
+            text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+            raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
+        return blocks
+
+    return define_tool(
+        name=name,
+        description=tool.description or f"{remote} (MCP server {server})",
+        parameters=dict(tool.input_schema),
+        execute=execute,
+        timeout_ms=link.config.timeout_ms,
+        is_concurrency_safe=(lambda args: True) if read_only else None,
+    )
