@@ -1,8 +1,7 @@
 """The frozen values of a call: scopes, inputs, executions, the body's context, approval requests.
 
-Content and results live in `._content`, decisions in `._decisions`; both are re-exported here,
-so ``_values`` stays the one place to import a value from.
-"""
+Content and results (`._content`) and decisions (`._decisions`) are re-exported here, so
+``_values`` stays the one place to import a value from."""
 
 from __future__ import annotations
 
