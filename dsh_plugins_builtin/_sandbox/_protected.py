@@ -68,7 +68,9 @@ def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
     ``.pth`` file or a ``dsh.plugins`` entry point would run at the next start, and its scripts,
     ``dsh`` among them), the interpreter's site-packages and the user's, the directories of
     dsh's own packages (an editable install keeps them in a source tree), and those of
-    *modules* (the top-level packages or files of the plugins the host loaded).
+    *modules* (the top-level packages or files of the plugins the host loaded); and
+    ``sys.pycache_prefix`` when set (``PYTHONPYCACHEPREFIX``: the bytecode of all of these, and
+    the console script's compiled attrs code, are kept there instead of beside the sources).
     """
     found: dict[Path, None] = {}
     if sys.prefix != sys.base_prefix:  # a virtual environment: all of it
@@ -77,6 +79,8 @@ def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
         found.setdefault(Path(sysconfig.get_path(key)), None)
     if site.ENABLE_USER_SITE:
         found.setdefault(Path(site.getusersitepackages()), None)
+    if sys.pycache_prefix:
+        found.setdefault(Path(os.path.abspath(sys.pycache_prefix)), None)
     for name in ("dsh_host", "dsh_plugins_builtin", *modules):
         module = sys.modules.get(name.partition(".")[0])
         if module is None or name.startswith("__main__"):

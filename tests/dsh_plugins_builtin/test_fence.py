@@ -422,6 +422,22 @@ def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
         assert Path(sys.prefix) in found  # the virtual environment, scripts and all
 
 
+def test_install_paths_name_the_bytecode_prefix_when_one_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``PYTHONPYCACHEPREFIX``, dsh's bytecode (and the console script's compiled attrs
+    code) lie there: a command that could write it would run code in the next ``dsh``."""
+    import sys
+
+    from dsh_plugins_builtin._sandbox._fence import install_paths
+
+    prefix = tmp_path / "pycache"
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    assert prefix in install_paths()
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert prefix not in install_paths()
+
+
 def test_install_paths_are_protected_only_inside_writable_roots(tmp_path: Path) -> None:
     from dsh_plugins_builtin._sandbox._fence import install_in_roots, protected_paths
 
