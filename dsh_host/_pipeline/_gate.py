@@ -19,7 +19,6 @@ from .._model._json import freeze
 from .._model._outcomes import aborted, failure, plugin_failed
 from .._model._trace import Trace, TraceEvent, emit
 from .._model._values import (
-    Allow,
     ApprovalOutcome,
     ApprovalRequest,
     Ask,
@@ -51,7 +50,7 @@ from ._answers import (
     _check_reason,
     _failed,
 )
-from ._gate_now import Prepared, _GateLater, _GateNow, _note
+from ._gate_now import Prepared, _GateLater, _GateNow, _note, _passed
 
 __all__ = ["Prepared", "_Gate", "_GateLater"]
 
@@ -208,11 +207,7 @@ class _Gate(_GateNow):
         reason, guard = await self._guard_stage(execution, trace, plan, later)
         if reason is not None:
             return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
-            return Prepared(execution, aborted(False))
-        if report and who is not None and type(decision) is Allow:
-            return Prepared(execution, allowed_by=who, detail=decision.detail)
-        return None
+        return _passed(execution, decision, who, report)
 
     async def _guard_stage(
         self, execution: ToolExecution, trace: Trace | None, plan: Plan, later: _GateLater | None

@@ -143,8 +143,17 @@ class _GateNow(_Chains):
                 raise _GateLater.after(decision, who, slow) from None
             if reason is not None:
                 return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
-            return Prepared(execution, aborted(False))
-        if report and who is not None and type(decision) is Allow:
-            return Prepared(execution, allowed_by=who, detail=decision.detail)
-        return None
+        return _passed(execution, decision, who, report)
+
+
+def _passed(
+    execution: ToolExecution, decision: Any, who: str | None, report: bool
+) -> Prepared | None:
+    """The gate's answer once no guard denied (`_GateNow` and `_Gate` alike): ``ABORTED`` if
+    the caller's signal aborted meanwhile; the allow and who gave it, when *report* asks; else
+    ``None`` (go on to the body)."""
+    if (signal := execution.__dict__.get("signal")) is not None and signal.aborted:
+        return Prepared(execution, aborted(False))
+    if report and who is not None and type(decision) is Allow:
+        return Prepared(execution, allowed_by=who, detail=decision.detail)
+    return None
