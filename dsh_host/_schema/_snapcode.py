@@ -23,7 +23,7 @@ from typing import Any, Final
 from .._model._json import INT_BOUND, FrozenDict, frozen_from
 from ._validators import _compile_ok as compile_ok
 
-__all__ = ["generate_snapshot"]
+__all__ = ["MAX_WRITTEN", "generate_snapshot", "writable"]
 
 _MISSING: Final[Any] = object()
 _EXACT_TYPES: Final = {"string": "str", "boolean": "bool"}
@@ -138,6 +138,24 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     ]
     w.lines += [f"def {name}(value, FAIL={fail}):", *("    " + line for line in body)]
     return name
+
+
+MAX_WRITTEN: Final = 200
+"""The most declared properties (all object nodes written out together) a schema may have for
+its snapshot to be written out: a longer ``if``/``elif`` chain exceeds what Python's compiler
+nests (about 3,000 raise `RecursionError` while compiling); such schemas keep the closure walk."""
+
+
+def writable(schema: Mapping[str, Any]) -> bool:
+    """Whether *schema*'s snapshot is small enough to write out (`MAX_WRITTEN`)."""
+    count, nodes = 0, [schema]
+    while nodes:
+        properties: Mapping[str, Any] = nodes.pop().get("properties", {})
+        count += len(properties)
+        if count > MAX_WRITTEN:
+            return False
+        nodes += [sub for sub in properties.values() if sub.get("type") == "object"]
+    return True
 
 
 def generate_snapshot(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from .._model._json import INT_BOUND, FrozenDict, frozen_from
-from ._snapcode import generate_snapshot
+from ._snapcode import generate_snapshot, writable
 from ._validators import _compile_ok, _fits_subset
 
 __all__ = ["compile_snapshot"]
@@ -35,6 +35,8 @@ def compile_snapshot(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     """
     if not _fits_subset(schema) or schema.get("type") != "object" or schema.get("enum"):
         return None
+    if not writable(schema):  # too long to write out: the closure walk
+        return _object(schema, None)  # an object is never ``None``: "not sure" at the top
     # written out as source for this schema (`._snapcode`), on the closures below for the rest
     return generate_snapshot(schema, _node, _object, _NO)
 

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from dsh_host import FrozenDict
 from dsh_host._model._json import INT_BOUND, NotJsonError, freeze, thaw
+from dsh_host._schema._snapcode import MAX_WRITTEN, writable
 from dsh_host._schema._snapshot import _NO, _object, compile_snapshot
 from dsh_host._schema._validators import compile_accepts
 
@@ -222,3 +223,28 @@ def test_a_property_name_is_written_as_its_string_whatever_its_repr_says(monkeyp
     assert snapshot is not None
     assert snapshot({"p": "x"}) == {"p": "x"}
     assert "DSH_SNAPCODE_RAN" not in os.environ  # its repr was never run as code
+
+
+@pytest.mark.parametrize("count", [MAX_WRITTEN + 1, 3_000, 30_000])
+def test_a_schema_too_long_to_write_out_keeps_the_closure_walk(count):
+    """Thousands of declared properties (a mounted server may list such a tool) would exceed
+    what Python's compiler nests: the snapshot is the closure walk, with the same answers."""
+    schema = {
+        "type": "object",
+        "properties": {f"k{i}": {"type": "string"} for i in range(count)},
+        "required": ["k0"],
+    }
+    snapshot = compile_snapshot(schema)
+    assert snapshot is not None
+    assert snapshot.__code__.co_filename != "<string>"  # not generated
+    assert snapshot({"k0": "a", f"k{count - 1}": "b"}) == {"k0": "a", f"k{count - 1}": "b"}
+    assert snapshot({"k0": 1}) is None
+    assert snapshot({"k1": "a"}) is None  # k0 is required
+
+
+def test_nested_objects_count_towards_the_bound():
+    inner = {"type": "object", "properties": {f"i{i}": {"type": "string"} for i in range(150)}}
+    outer = {f"o{i}": {"type": "string"} for i in range(60)}
+    schema = {"type": "object", "properties": {**outer, "inner": inner}}
+    assert not writable(schema)  # 211 declared properties
+    assert writable({"type": "object", "properties": {"inner": inner}})
