@@ -6,6 +6,7 @@ imported only by the code that needs it (a function body, or a public name's fir
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import pathlib
@@ -213,10 +214,6 @@ def test_a_call_that_runs_no_command_does_not_probe_the_sandbox(workspace):
 
 def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     """The host checks a plugin's hooks, then pluggy registers it: one static lookup each."""
-    import collections
-
-    import pluggy
-
     from dsh_host import Host, hookimpl
 
     class Plugin:
@@ -226,15 +223,7 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
         def dsh_host_started(self, host: object) -> None:
             pass
 
-    asked: collections.Counter[str] = collections.Counter()
-    real = pluggy.PluginManager.parse_hookimpl_opts
-
-    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
-        if isinstance(plugin, Plugin):
-            asked[name] += 1
-        return real(self, plugin, name)
-
-    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    asked = _lookups(monkeypatch, Plugin)
     host = Host(plugins=[Plugin()], load_entrypoints=False)
     assert host.pm.get_plugin("counted") is not None
     assert asked["dsh_host_started"] == 1
@@ -244,10 +233,6 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
 def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
     """`object`'s own names (``__eq__``, ``__reduce__``...) are about half of a plugin's
     ``dir``: no marker can be on them, so pluggy's static lookup is not asked about them."""
-    import collections
-
-    import pluggy
-
     from dsh_host import Host, hookimpl
 
     class Plugin:
@@ -262,15 +247,7 @@ def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
         def dsh_host_started(self, host: object) -> None:
             pass
 
-    asked: collections.Counter[str] = collections.Counter()
-    real = pluggy.PluginManager.parse_hookimpl_opts
-
-    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
-        if isinstance(plugin, Plugin):
-            asked[name] += 1
-        return real(self, plugin, name)
-
-    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    asked = _lookups(monkeypatch, Plugin)
     plugin = Plugin()
     plugin.__dict__["__repr__"] = lambda: "on the instance"  # its own too: looked up
     host = Host(plugins=[plugin], load_entrypoints=False)
@@ -326,3 +303,20 @@ def test_the_file_fence_loads_without_searching_for_libc():
         "assert _beneath.HAVE_OPENAT2 in (True, False)\n"
     )
     modules_after(code)
+
+
+def _lookups(monkeypatch, kind: type) -> collections.Counter[str]:
+    """How often pluggy's static lookup (`parse_hookimpl_opts`) is asked about each name of a
+    plugin of class *kind*, from now on."""
+    import pluggy
+
+    asked: collections.Counter[str] = collections.Counter()
+    real = pluggy.PluginManager.parse_hookimpl_opts
+
+    def counting(self: pluggy.PluginManager, plugin: object, name: str) -> object:
+        if isinstance(plugin, kind):
+            asked[name] += 1
+        return real(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
+    return asked
