@@ -21,8 +21,8 @@ hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved
 
 Below the table, where the ``grep default`` row's time goes (minimum and median per call): the
 sandbox plugin's ``run`` (starting the sandbox and ripgrep, reading its output), the policy walk
-(in a worker thread, beside ``run``), parsing ripgrep's output, the re-check of every
-reported file (fence and policy), all that follows ``run`` (parsing, the re-check, shaping the
+(in a worker thread, beside ``run``), parsing ripgrep's output (as it arrives, inside ``run``;
+summed over the call), the re-check of every reported file (fence and policy), all that follows ``run`` (parsing, the re-check, shaping the
 result, the rest of the pipeline), and the host's CPU time per call (all its threads, not
 ripgrep's: a figure other processes' load hardly moves).
 
@@ -61,7 +61,7 @@ from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 from dsh_plugins_builtin._tools import _grep as _grep_tool
 from dsh_plugins_builtin._tools import _grep_rg
 from dsh_plugins_builtin._tools import _search as _search_tools
-from dsh_plugins_builtin._tools._ripgrep import find_rg, rg_command
+from dsh_plugins_builtin._tools._ripgrep import RgStream, find_rg, rg_command
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 
@@ -171,7 +171,8 @@ class Phases:
         self.samples["after run"] = []  # from ``run``'s return to the call's result
         self.samples["host CPU"] = []  # this process's CPU time per call (all its threads)
         self.samples["policy walk"] = []
-        self._wrap(_grep_rg, "parse_output", "parse")
+        self.parsing = 0.0  # reading ripgrep's output as it arrives, summed over one call
+        self._wrap_feed()
         self._wrap(_grep_rg, "_keep_allowed", "recheck")
         self._wrap(_grep_tool, "_list_files", "policy walk")
 
@@ -187,6 +188,19 @@ class Phases:
                     self.samples[name].append(time.perf_counter() - started)
 
         setattr(owner, attr, timed)
+
+    def _wrap_feed(self) -> None:
+        """Sum the time `RgStream.feed` takes (parsing, in the sandbox's pump) over a call."""
+        real = RgStream.feed
+
+        def timed(stream: RgStream, data: bytes) -> bool:
+            started = time.perf_counter()
+            try:
+                return real(stream, data)
+            finally:
+                self.parsing += time.perf_counter() - started
+
+        setattr(RgStream, "feed", timed)  # noqa: B010
 
     def _wrap_async(self, owner: Any, attr: str, name: str) -> None:
         real = getattr(owner, attr)
@@ -205,7 +219,9 @@ class Phases:
     async def call(self, host: Host) -> tuple[float, int]:
         """`time_grep`, noting the time after the last ``run`` and the CPU time."""
         cpu = time.process_time()
+        self.parsing = 0.0
         elapsed, count = await time_grep(host)
+        self.samples["parse"].append(self.parsing)
         self.samples["after run"].append(time.perf_counter() - self.run_ended)
         self.samples["host CPU"].append(time.process_time() - cpu)
         return elapsed, count
