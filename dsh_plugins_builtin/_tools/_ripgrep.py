@@ -16,9 +16,10 @@ error, or "binary file matches" for a file named explicitly), never a match. Byt
 UTF-8 are decoded as U+FFFD; the re-check finds such a name's real spelling
 (`._grep_recheck.Recheck.exact`).
 
-`RgStream` reads the output as the sandbox streams it: whole records are parsed as soon as they
-have arrived (a record split between two pieces waits for its end), so parsing overlaps
-ripgrep's search, and it says when it has enough records (the sandbox then stops ripgrep).
+`RgStream` reads the output as the sandbox streams it: whole records are parsed in batches as
+they arrive (a record split between two pieces waits for its end), so parsing a large output
+overlaps ripgrep's search, and it says when it has enough records (the sandbox then stops
+ripgrep). A small output is parsed once at its end: each parse has a fixed cost.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import attrs
 
 __all__ = [
+    "BATCH_BYTES",
     "LONG_LINE_BYTES",
     "RgMatch",
     "RgOutput",
@@ -47,6 +49,7 @@ __all__ = [
 LONG_LINE_BYTES = 2000  # rg prints at most this many bytes of one line (then a preview marker)
 _PREVIEW_MARK = " [... omitted end of long line]"
 _TRUNCATION_MARK = "\n[... output truncated: "
+BATCH_BYTES = 65536  # `RgStream` parses whole records in batches of about this many bytes
 _GLOB_SPECIAL = frozenset("\\*?[]{}!")
 
 
@@ -194,34 +197,50 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
 class RgStream:
     """``--null`` output read as it arrives (`feed` is the sandbox run's sink).
 
-    Whole records are decoded and parsed (`parse_output`) as soon as their line break has
-    arrived: a record ends at the first line break after its NUL, so the text up to there is
-    read exactly as if the output had been read at once. ``limit``: `feed` answers true (stop
-    ripgrep) once this many matches were read; those first ones are kept.
+    Whole records are decoded and parsed (`parse_output`) once `BATCH_BYTES` have arrived, or,
+    with a ``limit``, once enough records may have: a record ends at the first line break after
+    its NUL, so the text up to there reads exactly as if the output had been read at once.
+    ``limit``: `feed` answers true (stop ripgrep) once this many matches were read; those first
+    ones are kept.
     """
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = limit
         self.enough = False
         self._pending = bytearray()
+        self._scanned = 0  # bytes of ``_pending`` already searched for the end of a record
         self._nul = -1  # where in ``_pending`` the NUL of an unfinished record is (-1: none)
+        self._nuls = 0  # NUL bytes in ``_pending``: at most that many records there
         self._matches: list[RgMatch] = []
         self._messages: list[str] = []
 
     def feed(self, data: bytes) -> bool:
-        """Take the next piece of output; whether enough matches were read.
+        """Take the next piece of output; whether enough matches were read."""
+        pending = self._pending
+        pending += data
+        if self.limit is None:
+            if len(pending) < BATCH_BYTES:
+                return False
+        else:
+            self._nuls += data.count(b"\0")
+            if len(pending) < BATCH_BYTES and len(self._matches) + self._nuls < self.limit:
+                return False
+        self._read_whole()
+        return self.enough
+
+    def _read_whole(self) -> None:
+        """Parse the whole records pending.
 
         The first line break after the last NUL ends a record; without one, the record before
-        it ends at the first line break after its NUL. Only new bytes are searched for either
-        (a record that never ends costs no more than its length).
+        it ends at the first line break after its NUL. Only bytes not searched before are
+        searched for either (a record that never ends costs no more than its length).
         """
         pending = self._pending
-        start = len(pending)
-        pending += data
+        start, self._scanned = self._scanned, len(pending)
         last = pending.rfind(b"\0", start)
         if last == -1:
             if self._nul == -1:
-                return False  # messages, or a name still arriving
+                return  # messages, or a name still arriving
             last, end = self._nul, pending.find(b"\n", start)
         else:
             end = pending.find(b"\n", last)
@@ -230,11 +249,12 @@ class RgStream:
             end = -1 if before == -1 else pending.find(b"\n", before, last)
         self._nul = last
         if end == -1:
-            return False
+            return
         self._parse(bytes(pending[: end + 1]))
         del pending[: end + 1]
         self._nul = last - end - 1 if last > end else -1
-        return self.enough
+        self._scanned = len(pending)
+        self._nuls = pending.count(b"\0") if self.limit is not None else 0
 
     def _parse(self, data: bytes) -> None:
         parsed = parse_output(data.decode("utf-8", "replace"), False)
@@ -247,6 +267,8 @@ class RgStream:
     def finish(self, complete: bool) -> RgOutput:
         """What was read. ``complete``: the output ended (a last record without a line break
         counts); else it was cut, and an unfinished record is dropped."""
+        if not self.enough:
+            self._read_whole()
         if complete and self._pending and not self.enough:
             self._parse(bytes(self._pending))
         self._pending.clear()

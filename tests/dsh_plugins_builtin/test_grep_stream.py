@@ -18,6 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_plugins_builtin._tools import _ripgrep
 from dsh_plugins_builtin._tools import _search as _search_tools
 from dsh_plugins_builtin._tools._ripgrep import RgStream, parse_output
 from tests.dsh_plugins_builtin.conftest import processes_with, tools_host
@@ -37,22 +38,29 @@ OUTPUT = (
 )
 
 
-def _streamed(data: bytes, cuts: list[int], complete: bool = True) -> Any:
-    stream = RgStream()
-    start = 0
-    for cut in [*sorted(cuts), len(data)]:
-        assert stream.feed(data[start:cut]) is False
-        start = cut
-    return stream.finish(complete)
+def _streamed(data: bytes, cuts: list[int], complete: bool = True, batch: int = 1) -> Any:
+    """Feed ``data`` cut at ``cuts``, whole records parsed once ``batch`` bytes are pending."""
+    saved = _ripgrep.BATCH_BYTES
+    _ripgrep.BATCH_BYTES = batch
+    try:
+        stream = RgStream()
+        start = 0
+        for cut in [*sorted(cuts), len(data)]:
+            assert stream.feed(data[start:cut]) is False
+            start = cut
+        return stream.finish(complete)
+    finally:
+        _ripgrep.BATCH_BYTES = saved
 
 
 def test_every_cut_reads_as_the_whole_output() -> None:
     whole = parse_output(OUTPUT.decode("utf-8", "replace"), False)
     assert len(whole.matches) == 5
     assert len(whole.messages) == 2
-    for cut in range(len(OUTPUT) + 1):  # one cut anywhere: in a name, a line, a character
-        assert _streamed(OUTPUT, [cut]) == whole, cut
-    assert _streamed(OUTPUT, list(range(len(OUTPUT)))) == whole  # a byte at a time
+    for batch in (1, 7, 64, _ripgrep.BATCH_BYTES):
+        for cut in range(len(OUTPUT) + 1):  # one cut anywhere: in a name, a line, a character
+            assert _streamed(OUTPUT, [cut], batch=batch) == whole, (batch, cut)
+        assert _streamed(OUTPUT, list(range(len(OUTPUT))), batch=batch) == whole
 
 
 @given(st.lists(st.integers(0, len(OUTPUT)), max_size=8))
@@ -63,7 +71,7 @@ def test_any_cuts_read_as_the_whole_output(cuts: list[int]) -> None:
 def test_a_line_longer_than_any_piece_is_read_whole() -> None:
     text = b"needle " + b"x" * 300_000
     data = b"./big.txt\x007:" + text + b"\r\n./z.txt\x001:z\n"
-    out = _streamed(data, list(range(0, len(data), 65536)))
+    out = _streamed(data, list(range(0, len(data), 65536)), batch=_ripgrep.BATCH_BYTES)
     assert [(m.path, m.line, m.text) for m in out.matches] == [
         ("big.txt", 7, text.decode()),
         ("z.txt", 1, "z"),
@@ -71,9 +79,10 @@ def test_a_line_longer_than_any_piece_is_read_whole() -> None:
 
 
 def test_a_cut_output_drops_its_unfinished_record() -> None:
-    out = _streamed(b"./a\x001:one\n./b\x002:tw", [5], complete=False)
-    assert [m.path for m in out.matches] == ["a"]
-    assert out.complete is False
+    for batch in (1, _ripgrep.BATCH_BYTES):  # parsed as it came, or all at the end
+        out = _streamed(b"./a\x001:one\n./b\x002:tw", [5], complete=False, batch=batch)
+        assert [m.path for m in out.matches] == ["a"]
+        assert out.complete is False
 
 
 def test_with_a_limit_the_stream_says_enough_and_keeps_the_first() -> None:
@@ -82,6 +91,11 @@ def test_with_a_limit_the_stream_says_enough_and_keeps_the_first() -> None:
     assert stream.feed(data[:9]) is False
     assert stream.feed(data[9:]) is True
     assert [m.line for m in stream.finish(True).matches] == [1, 2, 3]
+    cut = RgStream(limit=3)  # the third record is unfinished: not enough yet
+    assert cut.feed(b"./f\x001:x\n./f\x002:x\n./f\x003:") is False
+    assert cut.feed(b"x") is False
+    assert cut.feed(b"\n./f\x004:x\n") is True
+    assert [m.line for m in cut.finish(True).matches] == [1, 2, 3]
 
 
 def _spy_on_sinks(host: Any, monkeypatch: pytest.MonkeyPatch, piece: int) -> list[bytes]:
@@ -112,6 +126,7 @@ async def test_grep_reads_names_and_lines_cut_anywhere(
     put(ws, {"a\nb:1:c.txt": "needle \u20ac one\n", "plain.txt": "x\nneedle two\n"})
     host = tools_host(make_host, ws)
     seen = _spy_on_sinks(host, monkeypatch, 1)  # a byte at a time: every cut there is
+    monkeypatch.setattr(_ripgrep, "BATCH_BYTES", 1)  # and each read as soon as it can be
     result = await host.call("grep", {"pattern": "needle"})
     assert result.text == "a\nb:1:c.txt:1:needle \u20ac one\nplain.txt:2:needle two"
     assert seen  # streamed
@@ -161,4 +176,5 @@ def test_random_pieces_of_a_long_output_read_as_the_whole() -> None:
         records.append(f"./{name}\0{n}:{'t' * rng.randint(0, 300)}\n".encode())
     data = b"".join(records)
     cuts = [rng.randint(0, len(data)) for _ in range(300)]
-    assert _streamed(data, cuts) == parse_output(data.decode(), False)
+    for batch in (1, 4096, _ripgrep.BATCH_BYTES):
+        assert _streamed(data, cuts, batch=batch) == parse_output(data.decode(), False)
