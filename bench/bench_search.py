@@ -193,17 +193,18 @@ class Phases:
         setattr(owner, attr, timed)
 
     def _wrap_feed(self) -> None:
-        """Sum the time `RgStream.feed` takes (parsing, in the sandbox's pump) over a call."""
-        real = RgStream.feed
+        """Sum the time `RgStream` takes (``feed`` in the sandbox's pump, ``finish``) per call."""
+        for attr in ("feed", "finish"):
+            real = getattr(RgStream, attr)
 
-        def timed(stream: RgStream, data: bytes) -> bool:
-            started = time.perf_counter()
-            try:
-                return real(stream, data)
-            finally:
-                self.parsing += time.perf_counter() - started
+            def timed(stream: RgStream, *args: Any, real: Any = real, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return real(stream, *args, **kwargs)
+                finally:
+                    self.parsing += time.perf_counter() - started
 
-        setattr(RgStream, "feed", timed)  # noqa: B010
+            setattr(RgStream, attr, timed)
 
     def _wrap_async(self, owner: Any, attr: str, name: str) -> None:
         real = getattr(owner, attr)
