@@ -21,17 +21,17 @@ hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved
 
 Below the table, where the ``grep default`` row's time goes (minimum and median per call): the
 sandbox plugin's ``run`` (starting the sandbox and ripgrep, reading its output), the policy walk
-(in a worker thread, beside ``run``), parsing ripgrep's output (as it arrives, inside ``run``;
-summed over the call), the re-check of every reported file (fence and policy), all that follows ``run`` (parsing, the re-check, shaping the
-result, the rest of the pipeline), and the host's CPU time per call (all its threads, not
-ripgrep's: a figure other processes' load hardly moves).
+(in a worker thread, beside ``run``), parsing (`RgStream`, as output arrives and at its end),
+the re-check of every reported file (fence and policy), all that follows ``run`` (the re-check,
+shaping the result, the rest of the pipeline), shaping alone, and the host's CPU time per call
+(all its threads, not ripgrep's: a figure other processes' load hardly moves).
 
 The pattern has no literal prefix (``[A-Z][a-z]+Error\\(``), so no literal scan can skip ahead;
-it matches a few hundred lines (``--pattern compute_`` matches every line: ripgrep's output then
-passes the sandbox's limit, and ``grep`` stops it and searches again in path order). Garbage collection is paused while timing. Reported: minimum
-and median per configuration, and the ratio of each to plain ``rg`` (minimum over minimum and
-median over median). Targets: ``grep`` / ``rg`` <= 1.5 (issue 11); ``grep default`` / ``rg``
-<= 1.3 (issue 27). ``--check`` prints issue 27's row as a markdown table row
+it matches a few hundred lines (``--pattern compute_``: every line, so ``grep`` stops ripgrep at
+the output limit and searches again in path order). Garbage collection is paused while timing.
+Reported: minimum and median per configuration, and the ratio of each to plain ``rg`` (minimum
+over minimum and median over median). Targets: ``grep`` / ``rg`` <= 1.5 (issue 11); ``grep
+default`` / ``rg`` <= 1.3 (issue 27). ``--check`` prints issue 27's row as a markdown table row
 (``| figure | min | median | target |``).
 """
 
@@ -103,13 +103,15 @@ def build_tree(root: Path, megabytes: int, seed: int = 7) -> int:
     return index
 
 
-def time_argv(argv: list[str], tree: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
+def time_argv(
+    argv: list[str], tree: Path, env: dict[str, str] | None = None, **popen: Any
+) -> tuple[float, int]:
     started = time.perf_counter()
     done = subprocess.run(
-        argv, cwd=tree, capture_output=True, check=False, stdin=subprocess.DEVNULL, env=env
-    )
-    elapsed = time.perf_counter() - started
-    return elapsed, done.stdout.count(b"\n")
+        argv, cwd=tree, capture_output=True, check=False, stdin=subprocess.DEVNULL, env=env,
+        **popen,
+    )  # fmt: skip
+    return time.perf_counter() - started, done.stdout.count(b"\n")
 
 
 def time_seccomp(
@@ -120,14 +122,10 @@ def time_seccomp(
     fd = seccomp_pipe(filter_bpf(not policy.network, inet=False))
     try:
         wrapped = confine_argv(argv, policy, "bwrap", cwd=tree, seccomp_fd=fd)
-        done = subprocess.run(
-            wrapped, cwd=tree, capture_output=True, check=False, stdin=subprocess.DEVNULL,
-            env=env, pass_fds=(fd,),
-        )  # fmt: skip
+        _, lines = time_argv(wrapped, tree, env, pass_fds=(fd,))
     finally:
         os.close(fd)
-    elapsed = time.perf_counter() - started
-    return elapsed, done.stdout.count(b"\n")
+    return time.perf_counter() - started, lines
 
 
 async def time_grep(host: Host) -> tuple[float, int]:
@@ -165,18 +163,16 @@ class Phases:
     """Times the parts of the ``grep`` host's calls (wrapping, not changing, each part)."""
 
     def __init__(self, sandbox: Any) -> None:
-        self.samples: dict[str, list[float]] = {"sandbox run": [], "parse": [], "recheck": []}
+        names = ("sandbox run", "parse", "recheck", "after run", "host CPU", "policy walk")
+        self.samples: dict[str, list[float]] = {name: [] for name in (*names, "shaping")}
         self.on = False
         self.run_ended = 0.0  # when the sandbox's last ``run`` returned
+        self.parsing = 0.0  # `RgStream` (``feed`` in the sandbox's pump, ``finish``), one call
         self._wrap_async(sandbox, "run", "sandbox run")
-        self.samples["after run"] = []  # from ``run``'s return to the call's result
-        self.samples["host CPU"] = []  # this process's CPU time per call (all its threads)
-        self.samples["policy walk"] = []
-        self.parsing = 0.0  # reading ripgrep's output as it arrives, summed over one call
-        self._wrap_feed()
+        self._wrap(RgStream, "feed", "parse")
+        self._wrap(RgStream, "finish", "parse")
         self._wrap(_grep_rg, "_keep_allowed", "recheck")
-        self.samples["shaping"] = []  # the result's text, notes and meta (`_grep._grep_result`)
-        self._wrap(_grep_tool, "_grep_result", "shaping")
+        self._wrap(_grep_tool, "_grep_result", "shaping")  # the result's text, notes, meta
         self._wrap(_grep_tool, "_list_files", "policy walk")
 
     def _wrap(self, owner: Any, attr: str, name: str) -> None:
@@ -187,24 +183,12 @@ class Phases:
             try:
                 return real(*args, **kwargs)
             finally:
-                if self.on:
+                if name == "parse":  # summed over the call
+                    self.parsing += time.perf_counter() - started
+                elif self.on:
                     self.samples[name].append(time.perf_counter() - started)
 
         setattr(owner, attr, timed)
-
-    def _wrap_feed(self) -> None:
-        """Sum the time `RgStream` takes (``feed`` in the sandbox's pump, ``finish``) per call."""
-        for attr in ("feed", "finish"):
-            real = getattr(RgStream, attr)
-
-            def timed(stream: RgStream, *args: Any, real: Any = real, **kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return real(stream, *args, **kwargs)
-                finally:
-                    self.parsing += time.perf_counter() - started
-
-            setattr(RgStream, attr, timed)
 
     def _wrap_async(self, owner: Any, attr: str, name: str) -> None:
         real = getattr(owner, attr)
@@ -381,9 +365,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=int, default=30, help="size of the generated tree (MB)")
     parser.add_argument("--runs", type=int, default=7, help="interleaved rounds")
-    parser.add_argument(
-        "--pattern", default=PATTERN, help="the regex (e.g. 'compute_': every line matches)"
-    )
+    parser.add_argument("--pattern", default=PATTERN, help="the regex ('compute_': every line)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--check", action="store_true", help="print issue 27's row, a table row")
     args = parser.parse_args()
