@@ -38,18 +38,8 @@ def _collect(into: list[bytes]) -> Callable[[bytes], bool]:
     return sink
 
 
-@pytest.fixture(params=[True, False], ids=["confined", "unconfined"])
-def where(request: pytest.FixtureRequest, ws: Path, backend: str) -> tuple[SandboxPolicy, str]:
-    """Each backend, and no confinement (once: the backend is not used then)."""
-    if not request.param and backend != "bwrap":
-        pytest.skip("unconfined: run once")
-    return _policy(ws, backend if request.param else None)
-
-
-async def test_a_sink_that_has_enough_stops_the_command_and_it_is_reaped(
-    ws: Path, where: tuple[SandboxPolicy, str]
-) -> None:
-    policy, backend = where
+async def _enough_stops_and_reaps(ws: Path, backend: str | None) -> None:
+    policy, backend = _policy(ws, backend)
     marker = f"stream-{uuid.uuid4().hex}"
     pieces: list[bytes] = []
 
@@ -73,10 +63,8 @@ async def test_a_sink_that_has_enough_stops_the_command_and_it_is_reaped(
     assert processes_with(marker) == []  # killed and reaped before the run returned
 
 
-async def test_past_the_limit_the_sink_gets_nothing_more_and_the_command_stops(
-    ws: Path, where: tuple[SandboxPolicy, str]
-) -> None:
-    policy, backend = where
+async def _past_the_limit_stops(ws: Path, backend: str | None) -> None:
+    policy, backend = _policy(ws, backend)
     marker = f"1000.{uuid.uuid4().int % 10**9}"  # a unique sleep, to find it in /proc
     pieces: list[bytes] = []
     with trio.fail_after(CEILING_S):
@@ -89,6 +77,33 @@ async def test_past_the_limit_the_sink_gets_nothing_more_and_the_command_stops(
     assert result.truncated is True
     assert result.timed_out is False
     assert processes_with(marker) == []
+
+
+# Each case on every backend, and once unconfined (no backend is used then).
+
+
+async def test_a_sink_that_has_enough_stops_the_command_and_it_is_reaped(
+    ws: Path, backend: str
+) -> None:
+    await _enough_stops_and_reaps(ws, backend)
+
+
+async def test_unconfined_a_sink_that_has_enough_stops_the_command_and_it_is_reaped(
+    ws: Path,
+) -> None:
+    await _enough_stops_and_reaps(ws, None)
+
+
+async def test_past_the_limit_the_sink_gets_nothing_more_and_the_command_stops(
+    ws: Path, backend: str
+) -> None:
+    await _past_the_limit_stops(ws, backend)
+
+
+async def test_unconfined_past_the_limit_the_sink_gets_nothing_more_and_the_command_stops(
+    ws: Path,
+) -> None:
+    await _past_the_limit_stops(ws, None)
 
 
 async def test_a_sink_that_fails_stops_the_command_and_the_error_propagates(ws: Path) -> None:
