@@ -80,6 +80,39 @@ class _Server:
         self.ctl = ctl
         self.launchers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
+
+    def prefork(self) -> None:
+        """Fork the next request's launcher now, off the request's path: the fork (and the
+        child's start) costs about a millisecond. It waits on its own socket for the request
+        (`_spare`); the server closing that socket (its exit) ends it."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # none spare: the next request forks its launcher
+        if pid == 0:
+            ours.close()
+            _spare(theirs, (self.ctl.fileno(), self.wake_r, self.wake_w))
+        theirs.close()
+        if pid < 0:
+            ours.close()
+            return
+        self.launchers.add(pid)
+        self.spare = ours
+
+    def hand_over(self, data: bytes, fds: Sequence[int]) -> bool:
+        """Give a request to the spare launcher; whether it took it (then fork the next)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return False
+        try:
+            spare.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        except OSError:  # it is gone: this request forks its own
+            return False
+        finally:
+            spare.close()
+        return True
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -117,7 +150,8 @@ class _Server:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         if not data and not fds:
             return False
-        if data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        valid = data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
+        if valid and not self.hand_over(data, fds):
             try:
                 pid = os.fork()
             except OSError:
@@ -128,6 +162,8 @@ class _Server:
                 self.launchers.add(pid)
         for fd in fds:
             os.close(fd)
+        if self.spare is None:
+            self.prefork()
         return True
 
     def reap(self) -> None:
@@ -144,16 +180,44 @@ def _send(sock: socket.socket, kind: int, value: int, fds: tuple[int, ...] = ())
     sock.sendmsg([RECORD.pack(kind, value)], ancillary)
 
 
-def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoReturn:
-    """The launcher (in the forked server): set up, fork the command, supervise it."""
+def _ready(server_fds: tuple[int, ...]) -> None:
+    """A launcher's first steps (in the forked server), before its request is known: none of
+    the server's descriptors or signal handling, a session of its own."""
+    for fd in server_fds:
+        os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+
+
+def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
+    """A launcher forked ahead (`_Server.prefork`): ready, then wait for the request the server
+    hands over on *sock* and launch it; the socket closed (the server gone) ends it."""
+    fds = array.array("i")
+    try:
+        _ready(server_fds)
+        data, ancillary, flags, _addr = sock.recvmsg(
+            MAX_REQUEST, socket.CMSG_SPACE(3 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+        )
+        sock.close()
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    except BaseException:
+        os._exit(0)
+    if len(fds) != 3 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        os._exit(0)  # never sent whole (the server checked it): nothing to answer on
+    _launch(data, fds, None)
+
+
+def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...] | None) -> NoReturn:
+    """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
+    up, fork the command, supervise it."""
     rep = None
     rep_fd, out, ruleset = fds
     try:
-        for fd in server_fds:
-            os.close(fd)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
+        if server_fds is not None:
+            _ready(server_fds)
         rep = socket.socket(fileno=rep_fd)
         _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
         request = json.loads(data)
@@ -234,4 +298,6 @@ def serve(ctl_fd: int) -> None:
     _subreaper()
     _landlock._cap_last()  # read once here, not in every launcher
     ctl = socket.socket(fileno=ctl_fd)
-    _Server(ctl).serve()
+    server = _Server(ctl)
+    server.prefork()
+    server.serve()
