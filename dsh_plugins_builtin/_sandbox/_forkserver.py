@@ -6,12 +6,13 @@ the command), and on a virtual machine each copy costs milliseconds. So the host
 module once, in a fresh ``python -I -S`` (stdlib only, ~13 MB resident; `dsh_plugins_builtin._sandbox._forkclient`
 does that), and sends it one message per command over a private ``SOCK_SEQPACKET`` socket pair.
 
-The server forks one *launcher* per command and goes back to waiting; the launcher is the
-command's supervisor, exactly as in the in-process path (`dsh_plugins_builtin._sandbox._landlock`): it
-starts a new session, sends the host a pidfd of itself on its own socket, forks the command, which
-confines itself (`Prepared.confine_self`) and ``exec``\\s, and then supervises it: on its exit
-(or on ``SIGTERM`` from the host) it ``SIGKILL``\\s every descendant still alive and reports the
-exit status on its socket.
+The server keeps one *launcher* forked ahead (a spare, with the command's process forked ahead
+in the command's PID namespace: `_Ahead`), hands it the next request and forks the next spare:
+no fork is on a command's path. The launcher is the command's supervisor, exactly as in the
+in-process path (`dsh_plugins_builtin._sandbox._landlock`): in a session of its own, it sends the
+host a pidfd of itself on its own socket, starts the command, which confines itself
+(`Prepared.confine_self`) and ``exec``\\s, and supervises it: on its exit (or on ``SIGTERM``
+from the host) it ``SIGKILL``\\s every descendant still alive and reports the exit status.
 
 The server is itself a child subreaper: were a launcher killed outright, its orphans come to the
 server, which kills every child of its own that is not a launcher. It exits when the host's end
@@ -23,7 +24,7 @@ A request is one message on the control socket: JSON (``argv``, ``env``, ``cwd``
 hex, ``abi``; at most `MAX_REQUEST` bytes) carrying three descriptors: the launcher's socket, the
 command's stdout and the Landlock ruleset. The launcher answers on its socket with 8-byte records
 (kind, value): `HELLO` carrying its pidfd; the host answers `GO` (only then is the command
-forked: a host that gave up before it held the pidfd leaves nothing running); then `STARTED` or
+handed over: a host that gave up before it held the pidfd leaves nothing running); `STARTED` or
 a failure, then `STATUS`.
 """
 
@@ -191,28 +192,122 @@ def _ready(server_fds: tuple[int, ...]) -> None:
 
 
 def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
-    """A launcher forked ahead (`_Server.prefork`): ready, then wait for the request the server
-    hands over on *sock* and launch it; the socket closed (the server gone) ends it."""
-    fds = array.array("i")
+    """A launcher forked ahead (`_Server.prefork`): wait for the request the server hands over on
+    *sock*, and launch it; the socket closed (the server gone) ends it."""
     try:
         _ready(server_fds)
-        data, ancillary, flags, _addr = sock.recvmsg(
-            MAX_REQUEST, socket.CMSG_SPACE(3 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
-        )
+        ahead = _Ahead.fork(sock.fileno())
+        data, fds = _receive(sock, 3)
         sock.close()
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     except BaseException:
         os._exit(0)
-    if len(fds) != 3 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        os._exit(0)  # never sent whole (the server checked it): nothing to answer on
-    _launch(data, fds, None)
+    if not data or len(fds) != 3:
+        os._exit(0)  # the server is gone (or sent it torn): nothing to answer on
+    _launch(data, fds, None, ahead)
 
 
-def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...] | None) -> NoReturn:
+def _receive(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
+    """One message and the descriptors it carries (``b""``, none: torn, or the peer is gone)."""
+    fds = array.array("i")
+    data, ancillary, flags, _addr = sock.recvmsg(
+        MAX_REQUEST, socket.CMSG_SPACE(count * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+    )
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in fds:
+            os.close(fd)
+        return b"", []
+    return data, list(fds)
+
+
+class _Ahead:
+    """The command's process, forked by a spare launcher ahead, in the command's own PID and IPC
+    namespaces (`Prepared.unshare`); it gets its request (`_waiting`) once the host said `GO`.
+    A request without a mount plan (never the sandbox's) runs there as well."""
+
+    def __init__(self, pid: int, sock: socket.socket, errors: int) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.errors = errors  # its exec failure (close-on-exec: EOF once it ran)
+
+    @classmethod
+    def fork(cls, spare_fd: int) -> _Ahead | None:
+        """``None`` when the namespaces cannot be made: the request then goes the usual way,
+        which says why (exit 125) when it needs them."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
+        try:
+            _landlock.unshare_namespaces()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for fd in (ours.detach(), theirs.detach(), errors_r, errors_w):
+                os.close(fd)
+            return None
+        pid = os.fork()  # failing, the spare exits (its namespaces are half made)
+        if pid == 0:
+            _waiting(theirs, errors_w, mask, (ours.fileno(), errors_r, spare_fd))
+        theirs.close()
+        os.close(errors_w)
+        return cls(pid, ours, errors_r)
+
+    def start(self, data: bytes, ruleset: int) -> None:
+        """Hand it the request, with the command's output (``1``) and the ruleset."""
+        self.sock.sendmsg(
+            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (1, ruleset)))]
+        )
+
+
+def _waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...]) -> NoReturn:
+    """The command's process forked ahead: wait for the request, take the launcher's view
+    (output, working directory), then go on as `_command`. Nothing comes (the launcher gave
+    up, or is gone): it exits having run nothing."""
+    try:
+        for fd in close:
+            os.close(fd)
+        data, fds = _receive(sock, 2)
+        if not data or len(fds) != 2:
+            os._exit(0)
+        out, ruleset = fds
+        argv, env, prepared, cwd = _parse(data, ruleset)
+        _stdio(out)
+        os.chdir(cwd)  # the launcher's, checked there
+    except BaseException:
+        os._exit(_landlock.EXIT_RUNNER_FAILURE)
+    _command(prepared, argv, env, mask, errors, (sock.fileno(),))
+
+
+def _stdio(out: int) -> None:
+    """Standard input from ``/dev/null``, output and errors to *out* (closed)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+
+
+def _parse(data: bytes, ruleset: int) -> tuple[list[str], dict[str, str], _landlock.Prepared, str]:
+    """A request: the command's ``argv``, environment, confinement and working directory."""
+    request = json.loads(data)
+    argv = [str(arg) for arg in request["argv"]]
+    env = {str(k): str(v) for k, v in request["env"].items()}
+    plan = tuple(tuple(step) for step in request.get("plan", ()))
+    program = bytes.fromhex(request["program"])
+    prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
+    return argv, env, prepared, str(request["cwd"])
+
+
+def _launch(
+    data: bytes,
+    fds: Sequence[int],
+    server_fds: tuple[int, ...] | None,
+    ahead: _Ahead | None = None,
+) -> NoReturn:
     """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
-    up, fork the command, supervise it."""
+    up, fork the command (or start the one forked *ahead*), supervise it."""
     rep = None
     rep_fd, out, ruleset = fds
     try:
@@ -220,36 +315,23 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...] | None)
             _ready(server_fds)
         rep = socket.socket(fileno=rep_fd)
         _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
-        request = json.loads(data)
-        argv = [str(arg) for arg in request["argv"]]
-        env = {str(k): str(v) for k, v in request["env"].items()}
-        plan = tuple(tuple(step) for step in request.get("plan", ()))
-        program = bytes.fromhex(request["program"])
-        prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(null)
-        os.close(out)
+        argv, env, prepared, cwd = _parse(data, ruleset)
+        _stdio(out)
         try:
-            os.chdir(request["cwd"])
+            os.chdir(cwd)
         except OSError as exc:
             _send(rep, FAILED_CHDIR, exc.errno or 0)
             os._exit(0)
         pidfd = os.pidfd_open(os.getpid())
         _send(rep, HELLO, os.getpid(), (pidfd,))
         os.close(pidfd)
-        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
-        blocked = {signal.SIGTERM, signal.SIGCHLD}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
-            os._exit(0)
-        prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
-        child = os.fork()
-        if child == 0:
-            _command(prepared, argv, env, old, errors_w, (rep.fileno(), errors_r))
-        os.close(errors_w)
+            os._exit(0)  # (one forked ahead gets nothing, and exits too)
+        if ahead is not None:
+            ahead.start(data, ruleset)
+            child, errors_r = ahead.pid, ahead.errors
+        else:
+            child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
         with os.fdopen(errors_r, "rb") as errors:
             failed = errors.read()
         if failed:
@@ -263,6 +345,20 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...] | None)
                 _send(rep, FAILED_SETUP, (exc.errno or 0) if isinstance(exc, OSError) else 0)
         os._exit(_landlock.EXIT_RUNNER_FAILURE)
     _supervisor.supervise(child, rep.fileno())
+
+
+def _fork_command(
+    prepared: _landlock.Prepared, argv: list[str], env: dict[str, str], rep: int
+) -> tuple[int, int]:
+    """Fork the command the usual way: its pid, and the read end of its exec failure."""
+    errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
+    prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
+    child = os.fork()
+    if child == 0:
+        _command(prepared, argv, env, old, errors_w, (rep, errors_r))
+    os.close(errors_w)
+    return child, errors_r
 
 
 def _command(
