@@ -7,7 +7,7 @@ module once, in a fresh ``python -I -S`` (stdlib only, ~13 MB resident; `dsh_plu
 does that), and sends it one message per command over a private ``SOCK_SEQPACKET`` socket pair.
 
 The server keeps one *launcher* forked ahead (a spare, with the command's process forked ahead
-in the command's PID namespace: `_Ahead`), hands it the next request and forks the next spare:
+in the command's PID namespace: `Ahead`), hands it the next request and forks the next spare:
 no fork is on a command's path. The launcher is the command's supervisor, exactly as in the
 in-process path (`dsh_plugins_builtin._sandbox._landlock`): in a session of its own, it sends the
 host a pidfd of itself on its own socket, starts the command, which confines itself
@@ -33,15 +33,23 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
-import json
 import os
 import select
 import signal
 import socket
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
 from dsh_plugins_builtin._sandbox import _landlock, _ruleset, _supervisor
+from dsh_plugins_builtin._sandbox._ahead import (
+    GO,
+    MAX_REQUEST,
+    Ahead,
+    command,
+    parse,
+    receive,
+    stdio,
+)
 
 __all__ = [
     "FAILED_CHDIR",
@@ -63,9 +71,6 @@ STATUS: Final = _supervisor.REPORT_STATUS
 FAILED_CHDIR: Final = 4  # value: errno
 FAILED_EXEC: Final = 5  # value: errno
 FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
-
-MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
-GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
 
 
 def _subreaper() -> None:
@@ -196,8 +201,8 @@ def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
     *sock*, and launch it; the socket closed (the server gone) ends it."""
     try:
         _ready(server_fds)
-        ahead = _Ahead.fork(sock.fileno())
-        data, fds = _receive(sock, 3)
+        ahead = Ahead.fork(sock.fileno())
+        data, fds = receive(sock, 3)
         sock.close()
     except BaseException:
         os._exit(0)
@@ -206,105 +211,11 @@ def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
     _launch(data, fds, None, ahead)
 
 
-def _receive(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
-    """One message and the descriptors it carries (``b""``, none: torn, or the peer is gone)."""
-    fds = array.array("i")
-    data, ancillary, flags, _addr = sock.recvmsg(
-        MAX_REQUEST, socket.CMSG_SPACE(count * fds.itemsize), socket.MSG_CMSG_CLOEXEC
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        for fd in fds:
-            os.close(fd)
-        return b"", []
-    return data, list(fds)
-
-
-class _Ahead:
-    """The command's process, forked by a spare launcher ahead, in the command's own PID and IPC
-    namespaces (`Prepared.unshare`); it gets its request (`_waiting`) once the host said `GO`.
-    A request without a mount plan (never the sandbox's) runs there as well."""
-
-    def __init__(self, pid: int, sock: socket.socket, errors: int) -> None:
-        self.pid = pid
-        self.sock = sock
-        self.errors = errors  # its exec failure (close-on-exec: EOF once it ran)
-
-    @classmethod
-    def fork(cls, spare_fd: int) -> _Ahead | None:
-        """``None`` when the namespaces cannot be made: the request then goes the usual way,
-        which says why (exit 125) when it needs them."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
-        try:
-            _landlock.unshare_namespaces()
-        except OSError:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            for fd in (ours.detach(), theirs.detach(), errors_r, errors_w):
-                os.close(fd)
-            return None
-        pid = os.fork()  # failing, the spare exits (its namespaces are half made)
-        if pid == 0:
-            _waiting(theirs, errors_w, mask, (ours.fileno(), errors_r, spare_fd))
-        theirs.close()
-        os.close(errors_w)
-        return cls(pid, ours, errors_r)
-
-    def start(self, data: bytes, ruleset: int) -> None:
-        """Hand it the request, with the command's output (``1``) and the ruleset."""
-        self.sock.sendmsg(
-            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (1, ruleset)))]
-        )
-
-
-def _waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...]) -> NoReturn:
-    """The command's process forked ahead: wait for the request, take the launcher's view
-    (output, working directory), then go on as `_command`. Nothing comes (the launcher gave
-    up, or is gone): it exits having run nothing."""
-    try:
-        for fd in close:
-            os.close(fd)
-        data, fds = _receive(sock, 2)
-        if not data or len(fds) != 2:
-            os._exit(0)
-        out, ruleset = fds
-        argv, env, prepared, cwd = _parse(data, ruleset)
-        _stdio(out)
-        os.chdir(cwd)  # the launcher's, checked there
-    except BaseException:
-        os._exit(_landlock.EXIT_RUNNER_FAILURE)
-    _command(prepared, argv, env, mask, errors, (sock.fileno(),))
-
-
-def _stdio(out: int) -> None:
-    """Standard input from ``/dev/null``, output and errors to *out* (closed)."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(null)
-    os.close(out)
-
-
-def _parse(data: bytes, ruleset: int) -> tuple[list[str], dict[str, str], _landlock.Prepared, str]:
-    """A request: the command's ``argv``, environment, confinement and working directory."""
-    request = json.loads(data)
-    argv = [str(arg) for arg in request["argv"]]
-    env = {str(k): str(v) for k, v in request["env"].items()}
-    plan = tuple(tuple(step) for step in request.get("plan", ()))
-    program = bytes.fromhex(request["program"])
-    prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
-    return argv, env, prepared, str(request["cwd"])
-
-
 def _launch(
     data: bytes,
     fds: Sequence[int],
     server_fds: tuple[int, ...] | None,
-    ahead: _Ahead | None = None,
+    ahead: Ahead | None = None,
 ) -> NoReturn:
     """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
     up, fork the command (or start the one forked *ahead*), supervise it."""
@@ -315,20 +226,23 @@ def _launch(
             _ready(server_fds)
         rep = socket.socket(fileno=rep_fd)
         _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
-        argv, env, prepared, cwd = _parse(data, ruleset)
-        _stdio(out)
+        argv, env, prepared, cwd = parse(data, ruleset)
+        stdio(out)
         try:
             os.chdir(cwd)
         except OSError as exc:
             _send(rep, FAILED_CHDIR, exc.errno or 0)
             os._exit(0)
+        if ahead is not None:  # it confines itself meanwhile, and waits for the GO
+            ahead.start(data, ruleset)
         pidfd = os.pidfd_open(os.getpid())
         _send(rep, HELLO, os.getpid(), (pidfd,))
         os.close(pidfd)
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
-            os._exit(0)  # (one forked ahead gets nothing, and exits too)
+            os._exit(0)  # (one forked ahead is not told GO, and exits too)
         if ahead is not None:
-            ahead.start(data, ruleset)
+            with contextlib.suppress(OSError):  # gone: it failed to confine (its status says)
+                ahead.sock.send(GO)
             child, errors_r = ahead.pid, ahead.errors
         else:
             child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
@@ -356,35 +270,9 @@ def _fork_command(
     prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
     child = os.fork()
     if child == 0:
-        _command(prepared, argv, env, old, errors_w, (rep, errors_r))
+        command(prepared, argv, env, old, errors_w, (rep, errors_r))
     os.close(errors_w)
     return child, errors_r
-
-
-def _command(
-    prepared: _landlock.Prepared,
-    argv: list[str],
-    env: dict[str, str],
-    mask: Any,
-    errors: int,
-    close: tuple[int, ...],
-) -> NoReturn:
-    """The command (forked by the launcher): confine, ``exec``; report an ``exec`` failure."""
-    try:
-        for fd in close:
-            os.close(fd)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
-            signal.signal(number, signal.SIG_DFL)
-        prepared.confine_self()  # on failure: a "landlock-run:" line on stderr, exit 125
-        os.closerange(3, errors)
-        os.closerange(errors + 1, 1 << 20)
-        try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            os.write(errors, str(exc.errno or 0).encode())
-    finally:
-        os._exit(127)
 
 
 def serve(ctl_fd: int) -> None:

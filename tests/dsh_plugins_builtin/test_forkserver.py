@@ -423,12 +423,17 @@ async def test_the_launcher_is_forked_before_its_request(
     await wait_gone(after)
 
 
+def _status(pid: int, field: str) -> list[str]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        return next(line.split()[1:] for line in handle if line.startswith(f"{field}:"))
+
+
 async def test_the_command_process_is_forked_ahead_in_its_own_namespaces(
     ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
 ) -> None:
     """The spare launcher forks the command's process ahead too, already PID 1 of its own
-    namespace; it runs the request's command (nothing before the host's GO) and is gone with
-    it."""
+    namespace; handed the request before HELLO, it confines itself while the host answers, runs
+    the command only after the host's GO, and is gone with it."""
     assert server.start()
     assert server._proc is not None
     with trio.fail_after(30):
@@ -437,15 +442,18 @@ async def test_the_command_process_is_forked_ahead_in_its_own_namespaces(
         while not (ahead := _children(spares[0])):
             await trio.sleep(0.01)
     (command,) = ahead
-    with open(f"/proc/{command}/status", encoding="ascii") as handle:
-        nspid = next(line.split()[1:] for line in handle if line.startswith("NSpid:"))
-    assert nspid == [str(command), "1"]
+    assert _status(command, "NSpid") == [str(command), "1"]
+    assert _status(command, "Seccomp") == ["0"]  # nothing known of the command yet
     prepared = _confine._landlock_prepared((str(ws),), not policy.network)
     body = _request(ws, "echo $$ > ran", prepared)
     with _raw_request(server, body, prepared) as (ours, _):
         data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
         assert _forkserver.RECORD.unpack(data) == (_forkserver.HELLO, spares[0])
         os.close(array.array("i", ancillary[0][2])[0])
+        with trio.fail_after(30):  # it confines itself meanwhile (seccomp last), and waits
+            while _status(command, "Seccomp") != ["2"]:
+                await trio.sleep(0.01)
+        assert _status(command, "NoNewPrivs") == ["1"]
         assert not (ws / "ran").exists()
         ours.sendall(_forkserver.GO)
         records = [_forkserver.RECORD.unpack(ours.recv(_forkserver.RECORD.size)) for _ in "ab"]
