@@ -21,7 +21,9 @@ Run with ``python bench/bench_tools.py [--calls 30] [--runs 5] [--root DIR] [--j
    output, result, audit). Then the ladder (``spawn_phases.py``): the bwrap command line of a
    call run again without dsh, with ``true`` and with dsh's ``bash -c``, interleaved with the
    raw spawn and ``host.call``: what dsh's view (mounts, namespaces, seccomp), bash and dsh
-   itself each add to the raw spawn.
+   itself each add to the raw spawn; and what each kind of mount in dsh's view costs bwrap
+   (the view with ``true`` against the same without that kind: protected paths, ``deny_read``
+   and dsh's state, the hidden socket directories).
 3. **``grep`` vs ``grep -rn``** (not with ``--check``; ``bench_search.py`` has the ripgrep
    row). The ``grep`` tool over ``--root`` through ``host.call``, against ``grep -rnE PATTERN
    ROOT`` and against ``grep -nE PATTERN FILES...`` over exactly the files the tool searches,
@@ -49,7 +51,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from spawn_phases import breakdown, ladder, print_ladder  # bench/, beside this script
+from spawn_phases import (  # bench/, beside this script
+    breakdown,
+    ladder,
+    mount_costs,
+    print_ladder,
+    print_mount_costs,
+)
 
 from dsh_host import Host
 from dsh_plugins_builtin._sandbox import _forkclient
@@ -150,10 +158,11 @@ async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]
         for name in ("bwrap", "landlock")
         if name in configs and phases
     }
-    steps = None
+    steps = costs = None
     if "bwrap" in configs and raw is not None and phases:
         call = functools.partial(bash_sample, "ladder", configs["bwrap"], None)
         steps = await ladder(call, raw, str(workspace), phases)
+        costs = await mount_costs(call, str(workspace), phases)
     return {
         "calls": calls,
         "ms": {
@@ -164,6 +173,7 @@ async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]
         "landlock_over_bwrap": ratio(samples, "landlock", "bwrap"),
         "phases": per_step,
         "ladder": steps,
+        "mount_costs": costs,
         "skipped": skipped,
     }
 
@@ -266,6 +276,8 @@ def print_bash(bash: dict[str, Any]) -> None:
             print(f"  {label:<58} {ms:7.3f}")
     if bash["ladder"] is not None:
         print_ladder(bash["ladder"])
+    if bash["mount_costs"] is not None:
+        print_mount_costs(bash["mount_costs"])
 
 
 def print_grep(grep: dict[str, Any], root: str, runs: int) -> None:

@@ -15,6 +15,8 @@ raw spawn, gc paused during a sample. The steps up the ladder, each the differen
    spawn without a worker thread, the output pipe, the PID namespace's end, the result, audit);
 5. the removal of the empty mount points over the missing protected paths (``rmdir`` each),
    timed after each replay: off the call since they are removed in the background.
+
+`mount_costs` splits step 2 by kind of mount: the view against the same without that kind.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_plugins_builtin._sandbox import _confine
-from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
+from dsh_plugins_builtin._sandbox._bwrap import layout_of, seccomp_pipe
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 
@@ -144,15 +146,15 @@ async def breakdown(call: Callable[[], Awaitable[float]], calls: int) -> dict[st
     }
 
 
-async def captured(call: Callable[[], Awaitable[float]]) -> list[str]:
+async def captured(call: Callable[[], Awaitable[float]]) -> tuple[list[str], Any]:
     """The bwrap command line of one *call*, its ``--bind-fd``\\s as ``--bind`` of their paths,
-    without ``--info-fd`` and ``--seccomp`` (a fresh pipe is added per run)."""
-    seen: list[tuple[list[str], dict[Path, int]]] = []
+    without ``--info-fd`` and ``--seccomp`` (a fresh pipe is added per run); and its policy."""
+    seen: list[tuple[list[str], dict[Path, int], Any]] = []
     real = _confine.confine_argv
 
     def spy(*args: Any, **kwargs: Any) -> list[str]:
         out = real(*args, **kwargs)
-        seen.append((list(out), dict(kwargs.get("root_fds") or {})))
+        seen.append((list(out), dict(kwargs.get("root_fds") or {}), args[1]))
         return out
 
     _confine.confine_argv = spy  # type: ignore[assignment]
@@ -161,7 +163,7 @@ async def captured(call: Callable[[], Awaitable[float]]) -> list[str]:
     finally:
         _confine.confine_argv = real
     MOUNT_POINTS.settle()
-    argv, root_fds = seen[-1]
+    argv, root_fds, policy = seen[-1]
     by_fd = {str(fd): str(path) for path, fd in root_fds.items()}
     out: list[str] = []
     i = 0
@@ -177,7 +179,41 @@ async def captured(call: Callable[[], Awaitable[float]]) -> list[str]:
         else:
             out.append(argv[i])
             i += 1
-    return out
+    return out, policy
+
+
+_OPS = {"--tmpfs": 2, "--remount-ro": 2, "--ro-bind": 3, "--bind": 3}  # flag: words it takes
+
+
+def without(argv: list[str], paths: set[str]) -> list[str]:
+    """*argv* without the mount operations whose destination is one of *paths*."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        n = _OPS.get(argv[i])
+        if n is not None and argv[i + n - 1] in paths:
+            i += n
+            continue
+        out.append(argv[i])
+        i += 1
+    return out + argv[i:]
+
+
+def op_classes(argv: list[str], policy: Any) -> dict[str, set[str]]:
+    """The destinations of each kind of mount dsh adds to the raw spawn's (from *policy*)."""
+    layout = layout_of(policy)
+    dests = {argv[i + _OPS[a] - 1] for i, a in enumerate(argv[: argv.index("--")]) if a in _OPS}
+    denied = {str(p) for p in (*layout.denied, *layout.masked_denied, layout.locks)}
+    classes = {
+        "protected paths (missing: mkdir + tmpfs + remount-ro)": {
+            str(p) for p in layout.protected if not os.path.lexists(p)
+        },
+        "protected paths (existing: ro-bind)": {str(p) for p in layout.protected}
+        - {str(p) for p in layout.protected if not os.path.lexists(p)},
+        "deny_read + dsh's state (ro-bind /dev/null, tmpfs + remount-ro)": denied,
+        "host socket dirs hidden, the private /tmp": {str(p) for p in layout.masks} | {"/tmp"},
+    }  # (not the writable roots: without them, bwrap would make the protected paths elsewhere)
+    return {name: paths & dests for name, paths in classes.items() if paths & dests}
 
 
 def _run(argv: list[str], cwd: str, placeholders: list[str], rmdirs: list[float]) -> float:
@@ -204,7 +240,7 @@ async def ladder(
     call: Callable[[], Awaitable[float]], raw: list[str], cwd: str, rounds: int
 ) -> dict[str, dict[str, float]]:
     """Each step's min and median (ms) and its median over the step below (``over``)."""
-    bash = await captured(call)
+    bash, _policy = await captured(call)
     at = bash.index("--")
     view = [*bash[:at], "--", "true"]
     placeholders = [  # the mount points bwrap makes (not a deny_read entry that is there)
@@ -235,6 +271,40 @@ async def ladder(
         below = row["median"]
         out[name] = row
     return out
+
+
+async def mount_costs(
+    call: Callable[[], Awaitable[float]], cwd: str, rounds: int
+) -> dict[str, dict[str, float]]:
+    """What each kind of mount in dsh's view costs bwrap: the view (``true`` as the command)
+    against the same without that kind, interleaved; ms, min and median of the difference."""
+    bash, policy = await captured(call)
+    view = [*bash[: bash.index("--")], "--", "true"]
+    made = [
+        a for i, a in enumerate(view) if view[i - 1] == "--remount-ro" and not os.path.lexists(a)
+    ]
+    variants = {"the view": view}
+    for name, paths in op_classes(view, policy).items():
+        variants[name] = without(view, paths)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, argv in variants.items():
+            placeholders = [path for path in made if path in argv]
+            samples[name].append(_run(argv, cwd, placeholders, []))
+    whole = samples.pop("the view")
+    return {
+        name: {
+            "min": (min(whole) - min(values)) * 1000,
+            "median": (statistics.median(whole) - statistics.median(values)) * 1000,
+        }
+        for name, values in samples.items()
+    }
+
+
+def print_mount_costs(costs: dict[str, dict[str, float]]) -> None:
+    print("what each kind of mount costs bwrap (the view minus the view without it; ms):")
+    for name, row in costs.items():
+        print(f"  {name:<66} {row['min']:6.2f} {row['median']:6.2f}")
 
 
 def print_ladder(steps: dict[str, dict[str, float]]) -> None:

@@ -6,12 +6,13 @@ the command), and on a virtual machine each copy costs milliseconds. So the host
 module once, in a fresh ``python -I -S`` (stdlib only, ~13 MB resident; `dsh_plugins_builtin._sandbox._forkclient`
 does that), and sends it one message per command over a private ``SOCK_SEQPACKET`` socket pair.
 
-The server forks one *launcher* per command and goes back to waiting; the launcher is the
-command's supervisor, exactly as in the in-process path (`dsh_plugins_builtin._sandbox._landlock`): it
-starts a new session, sends the host a pidfd of itself on its own socket, forks the command, which
-confines itself (`Prepared.confine_self`) and ``exec``\\s, and then supervises it: on its exit
-(or on ``SIGTERM`` from the host) it ``SIGKILL``\\s every descendant still alive and reports the
-exit status on its socket.
+The server keeps one *launcher* forked ahead (a spare, with the command's process forked ahead
+in the command's PID namespace: `Ahead`), hands it the next request and forks the next spare:
+no fork is on a command's path. The launcher is the command's supervisor, exactly as in the
+in-process path (`dsh_plugins_builtin._sandbox._landlock`): in a session of its own, it sends the
+host a pidfd of itself on its own socket, starts the command, which confines itself
+(`Prepared.confine_self`) and ``exec``\\s, and supervises it: on its exit (or on ``SIGTERM``
+from the host) it ``SIGKILL``\\s every descendant still alive and reports the exit status.
 
 The server is itself a child subreaper: were a launcher killed outright, its orphans come to the
 server, which kills every child of its own that is not a launcher. It exits when the host's end
@@ -23,7 +24,7 @@ A request is one message on the control socket: JSON (``argv``, ``env``, ``cwd``
 hex, ``abi``; at most `MAX_REQUEST` bytes) carrying three descriptors: the launcher's socket, the
 command's stdout and the Landlock ruleset. The launcher answers on its socket with 8-byte records
 (kind, value): `HELLO` carrying its pidfd; the host answers `GO` (only then is the command
-forked: a host that gave up before it held the pidfd leaves nothing running); then `STARTED` or
+handed over: a host that gave up before it held the pidfd leaves nothing running); `STARTED` or
 a failure, then `STATUS`.
 """
 
@@ -32,15 +33,23 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
-import json
 import os
 import select
 import signal
 import socket
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
 from dsh_plugins_builtin._sandbox import _landlock, _ruleset, _supervisor
+from dsh_plugins_builtin._sandbox._ahead import (
+    GO,
+    MAX_REQUEST,
+    Ahead,
+    command,
+    parse,
+    receive,
+    stdio,
+)
 
 __all__ = [
     "FAILED_CHDIR",
@@ -63,9 +72,6 @@ FAILED_CHDIR: Final = 4  # value: errno
 FAILED_EXEC: Final = 5  # value: errno
 FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
 
-MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
-GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
-
 
 def _subreaper() -> None:
     """Become a child subreaper, or raise `OSError` (nothing here goes on without it)."""
@@ -80,6 +86,39 @@ class _Server:
         self.ctl = ctl
         self.launchers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
+
+    def prefork(self) -> None:
+        """Fork the next request's launcher now, off the request's path: the fork (and the
+        child's start) costs about a millisecond. It waits on its own socket for the request
+        (`_spare`); the server closing that socket (its exit) ends it."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # none spare: the next request forks its launcher
+        if pid == 0:
+            ours.close()
+            _spare(theirs, (self.ctl.fileno(), self.wake_r, self.wake_w))
+        theirs.close()
+        if pid < 0:
+            ours.close()
+            return
+        self.launchers.add(pid)
+        self.spare = ours
+
+    def hand_over(self, data: bytes, fds: Sequence[int]) -> bool:
+        """Give a request to the spare launcher; whether it took it (then fork the next)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return False
+        try:
+            spare.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        except OSError:  # it is gone: this request forks its own
+            return False
+        finally:
+            spare.close()
+        return True
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -117,7 +156,8 @@ class _Server:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         if not data and not fds:
             return False
-        if data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        valid = data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
+        if valid and not self.hand_over(data, fds):
             try:
                 pid = os.fork()
             except OSError:
@@ -128,6 +168,8 @@ class _Server:
                 self.launchers.add(pid)
         for fd in fds:
             os.close(fd)
+        if self.spare is None:
+            self.prefork()
         return True
 
     def reap(self) -> None:
@@ -144,48 +186,66 @@ def _send(sock: socket.socket, kind: int, value: int, fds: tuple[int, ...] = ())
     sock.sendmsg([RECORD.pack(kind, value)], ancillary)
 
 
-def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoReturn:
-    """The launcher (in the forked server): set up, fork the command, supervise it."""
+def _ready(server_fds: tuple[int, ...]) -> None:
+    """A launcher's first steps (in the forked server), before its request is known: none of
+    the server's descriptors or signal handling, a session of its own."""
+    for fd in server_fds:
+        os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+
+
+def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
+    """A launcher forked ahead (`_Server.prefork`): wait for the request the server hands over on
+    *sock*, and launch it; the socket closed (the server gone) ends it."""
+    try:
+        _ready(server_fds)
+        ahead = Ahead.fork(sock.fileno())
+        data, fds = receive(sock, 3)
+        sock.close()
+    except BaseException:
+        os._exit(0)
+    if not data or len(fds) != 3:
+        os._exit(0)  # the server is gone (or sent it torn): nothing to answer on
+    _launch(data, fds, None, ahead)
+
+
+def _launch(
+    data: bytes,
+    fds: Sequence[int],
+    server_fds: tuple[int, ...] | None,
+    ahead: Ahead | None = None,
+) -> NoReturn:
+    """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
+    up, fork the command (or start the one forked *ahead*), supervise it."""
     rep = None
     rep_fd, out, ruleset = fds
     try:
-        for fd in server_fds:
-            os.close(fd)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
+        if server_fds is not None:
+            _ready(server_fds)
         rep = socket.socket(fileno=rep_fd)
         _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
-        request = json.loads(data)
-        argv = [str(arg) for arg in request["argv"]]
-        env = {str(k): str(v) for k, v in request["env"].items()}
-        plan = tuple(tuple(step) for step in request.get("plan", ()))
-        program = bytes.fromhex(request["program"])
-        prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(null)
-        os.close(out)
+        argv, env, prepared, cwd = parse(data, ruleset)
+        stdio(out)
         try:
-            os.chdir(request["cwd"])
+            os.chdir(cwd)
         except OSError as exc:
             _send(rep, FAILED_CHDIR, exc.errno or 0)
             os._exit(0)
+        if ahead is not None:  # it confines itself meanwhile, and waits for the GO
+            ahead.start(data, ruleset)
         pidfd = os.pidfd_open(os.getpid())
         _send(rep, HELLO, os.getpid(), (pidfd,))
         os.close(pidfd)
-        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
-        blocked = {signal.SIGTERM, signal.SIGCHLD}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
-            os._exit(0)
-        prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
-        child = os.fork()
-        if child == 0:
-            _command(prepared, argv, env, old, errors_w, (rep.fileno(), errors_r))
-        os.close(errors_w)
+            os._exit(0)  # (one forked ahead is not told GO, and exits too)
+        if ahead is not None:
+            with contextlib.suppress(OSError):  # gone: it failed to confine (its status says)
+                ahead.sock.send(GO)
+            child, errors_r = ahead.pid, ahead.errors
+        else:
+            child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
         with os.fdopen(errors_r, "rb") as errors:
             failed = errors.read()
         if failed:
@@ -201,30 +261,18 @@ def _launch(data: bytes, fds: Sequence[int], server_fds: tuple[int, ...]) -> NoR
     _supervisor.supervise(child, rep.fileno())
 
 
-def _command(
-    prepared: _landlock.Prepared,
-    argv: list[str],
-    env: dict[str, str],
-    mask: Any,
-    errors: int,
-    close: tuple[int, ...],
-) -> NoReturn:
-    """The command (forked by the launcher): confine, ``exec``; report an ``exec`` failure."""
-    try:
-        for fd in close:
-            os.close(fd)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
-            signal.signal(number, signal.SIG_DFL)
-        prepared.confine_self()  # on failure: a "landlock-run:" line on stderr, exit 125
-        os.closerange(3, errors)
-        os.closerange(errors + 1, 1 << 20)
-        try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            os.write(errors, str(exc.errno or 0).encode())
-    finally:
-        os._exit(127)
+def _fork_command(
+    prepared: _landlock.Prepared, argv: list[str], env: dict[str, str], rep: int
+) -> tuple[int, int]:
+    """Fork the command the usual way: its pid, and the read end of its exec failure."""
+    errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
+    prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
+    child = os.fork()
+    if child == 0:
+        command(prepared, argv, env, old, errors_w, (rep, errors_r))
+    os.close(errors_w)
+    return child, errors_r
 
 
 def serve(ctl_fd: int) -> None:
@@ -234,4 +282,6 @@ def serve(ctl_fd: int) -> None:
     _subreaper()
     _landlock._cap_last()  # read once here, not in every launcher
     ctl = socket.socket(fileno=ctl_fd)
-    _Server(ctl).serve()
+    server = _Server(ctl)
+    server.prefork()
+    server.serve()

@@ -55,6 +55,7 @@ __all__ = [
     "exited",
     "landlock_abi",
     "prepare",
+    "unshare_namespaces",
 ]
 
 PREFIX = "landlock-run: "
@@ -166,28 +167,11 @@ class Prepared:
         """
         if not self.plan:
             return
-        libc = self._libc
-        flags = _CLONE_NEWPID | _CLONE_NEWIPC
-        if os.geteuid() == 0:
-            if libc.unshare(ctypes.c_int(flags)) != 0:
-                self._fail("unshare(CLONE_NEWPID | CLONE_NEWIPC)")
-            return
-        uid, gid = os.getuid(), os.getgid()
-        if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | flags)) != 0:
-            self._fail("unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC): user namespaces")
-        for name, text in (
-            ("uid_map", f"{uid} {uid} 1\n"),
-            ("setgroups", "deny\n"),
-            ("gid_map", f"{gid} {gid} 1\n"),
-        ):
-            try:
-                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-                try:
-                    os.write(fd, text.encode())
-                finally:
-                    os.close(fd)
-            except OSError:
-                self._fail(f"writing /proc/self/{name} in the new user namespace")
+        try:
+            unshare_namespaces()
+        except OSError as exc:
+            ctypes.set_errno(exc.errno or 0)
+            self._fail(str(exc.strerror))
 
     def confine_self(self) -> None:
         """Confine the calling process for good (no way back). Call only in a forked child."""
@@ -254,6 +238,40 @@ class Prepared:
             self.confine_self()
             return
         supervise(pid)
+
+
+def unshare_namespaces() -> None:
+    """`Prepared.unshare`'s namespaces for the caller's next child (PID, IPC; through a user
+    namespace mapping only the caller's uid and gid for an ordinary user).
+
+    Raises:
+        OSError: They cannot be made; its ``strerror`` names the step (`Prepared._fail`).
+    """
+    libc = _libc()
+    flags = _CLONE_NEWPID | _CLONE_NEWIPC
+    ctypes.set_errno(0)
+    if os.geteuid() == 0:
+        if libc.unshare(ctypes.c_int(flags)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC)")
+        return
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | flags)) != 0:
+        what = "unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC): user namespaces"
+        raise OSError(ctypes.get_errno(), what)
+    for name, text in (
+        ("uid_map", f"{uid} {uid} 1\n"),
+        ("setgroups", "deny\n"),
+        ("gid_map", f"{gid} {gid} 1\n"),
+    ):
+        try:
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            what = f"writing /proc/self/{name} in the new user namespace"
+            raise OSError(exc.errno, what) from None
 
 
 def prepare(writable: Sequence[str], *, block_network: bool, plan: _mountns.Plan = ()) -> Prepared:

@@ -389,3 +389,74 @@ async def test_a_launcher_that_cannot_set_up_says_so_and_runs_nothing(
         assert ours.recv(64) == b""  # and it is gone, with nothing more to say
         assert os.read(read_fd, 64) == b""  # it wrote nothing where the command's output goes
     assert server.broken is None
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+async def test_the_launcher_is_forked_before_its_request(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """The server forks the next launcher ahead (its fork is then off the command's path): the
+    launcher that answers a request is a child the server had before the request was sent, a
+    new one is forked behind it, and none outlives the server."""
+    assert server.start()
+    assert server._proc is not None
+    with trio.fail_after(30):  # the interpreter starts, then forks the spare
+        while not (spares := _children(server._proc.pid)):
+            await trio.sleep(0.01)
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    with _raw_request(server, _request(ws, "true", prepared), prepared) as (ours, _):
+        data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
+        kind, launcher = _forkserver.RECORD.unpack(data)
+        assert (kind, [launcher]) == (_forkserver.HELLO, spares)
+        os.close(array.array("i", ancillary[0][2])[0])
+        ours.sendall(_forkserver.GO)
+        records = [_forkserver.RECORD.unpack(ours.recv(_forkserver.RECORD.size)) for _ in "ab"]
+        assert records == [(_forkserver.STARTED, 0), (_forkserver.STATUS, 0)]
+    with trio.fail_after(30):
+        while not (after := [pid for pid in _children(server._proc.pid) if pid != launcher]):
+            await trio.sleep(0.01)
+    server.close()
+    await wait_gone(after)
+
+
+def _status(pid: int, field: str) -> list[str]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        return next(line.split()[1:] for line in handle if line.startswith(f"{field}:"))
+
+
+async def test_the_command_process_is_forked_ahead_in_its_own_namespaces(
+    ws: Path, policy: SandboxPolicy, server: _forkclient.ForkServer
+) -> None:
+    """The spare launcher forks the command's process ahead too, already PID 1 of its own
+    namespace; handed the request before HELLO, it confines itself while the host answers, runs
+    the command only after the host's GO, and is gone with it."""
+    assert server.start()
+    assert server._proc is not None
+    with trio.fail_after(30):
+        while not (spares := _children(server._proc.pid)):
+            await trio.sleep(0.01)
+        while not (ahead := _children(spares[0])):
+            await trio.sleep(0.01)
+    (command,) = ahead
+    assert _status(command, "NSpid") == [str(command), "1"]
+    assert _status(command, "Seccomp") == ["0"]  # nothing known of the command yet
+    prepared = _confine._landlock_prepared((str(ws),), not policy.network)
+    body = _request(ws, "echo $$ > ran", prepared)
+    with _raw_request(server, body, prepared) as (ours, _):
+        data, ancillary, _, _ = ours.recvmsg(_forkserver.RECORD.size, socket.CMSG_SPACE(4))
+        assert _forkserver.RECORD.unpack(data) == (_forkserver.HELLO, spares[0])
+        os.close(array.array("i", ancillary[0][2])[0])
+        with trio.fail_after(30):  # it confines itself meanwhile (seccomp last), and waits
+            while _status(command, "Seccomp") != ["2"]:
+                await trio.sleep(0.01)
+        assert _status(command, "NoNewPrivs") == ["1"]
+        assert not (ws / "ran").exists()
+        ours.sendall(_forkserver.GO)
+        records = [_forkserver.RECORD.unpack(ours.recv(_forkserver.RECORD.size)) for _ in "ab"]
+        assert records == [(_forkserver.STARTED, 0), (_forkserver.STATUS, 0)]
+    assert (ws / "ran").read_text() == "1\n"
+    await wait_gone([command])

@@ -1,0 +1,143 @@
+"""The command's side of the Landlock fork server (`dsh_plugins_builtin._sandbox._forkserver`):
+the request as a launcher reads it, and the command's process, forked the usual way or ahead
+(`Ahead`), confining itself (`Prepared.confine_self`) and ``exec``\\ing."""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import signal
+import socket
+from typing import Any, Final, NoReturn
+
+from dsh_plugins_builtin._sandbox import _landlock
+
+__all__ = ["GO", "MAX_REQUEST", "Ahead", "command", "parse", "receive", "stdio"]
+
+MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
+GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
+
+
+def receive(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
+    """One message and the descriptors it carries (``b""``, none: torn, or the peer is gone)."""
+    fds = array.array("i")
+    data, ancillary, flags, _addr = sock.recvmsg(
+        MAX_REQUEST, socket.CMSG_SPACE(count * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+    )
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in fds:
+            os.close(fd)
+        return b"", []
+    return data, list(fds)
+
+
+class Ahead:
+    """The command's process, forked by a spare launcher ahead, in the command's own PID and IPC
+    namespaces (`Prepared.unshare`); it gets its request (`waiting`) before `HELLO` and confines
+    itself, then ``exec``\\s once told `GO`. A request without a mount plan runs there too."""
+
+    def __init__(self, pid: int, sock: socket.socket, errors: int) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.errors = errors  # its exec failure (close-on-exec: EOF once it ran)
+
+    @classmethod
+    def fork(cls, spare_fd: int) -> Ahead | None:
+        """``None`` when the namespaces cannot be made: the request then goes the usual way,
+        which says why (exit 125) when it needs them."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
+        try:
+            _landlock.unshare_namespaces()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for fd in (ours.detach(), theirs.detach(), errors_r, errors_w):
+                os.close(fd)
+            return None
+        pid = os.fork()  # failing, the spare exits (its namespaces are half made)
+        if pid == 0:
+            waiting(theirs, errors_w, mask, (ours.fileno(), errors_r, spare_fd))
+        theirs.close()
+        os.close(errors_w)
+        return cls(pid, ours, errors_r)
+
+    def start(self, data: bytes, ruleset: int) -> None:
+        """Hand it the request, with the command's output (``1``) and the ruleset."""
+        self.sock.sendmsg(
+            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (1, ruleset)))]
+        )
+
+
+def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...]) -> NoReturn:
+    """The command's process forked ahead: wait for the request, take the launcher's view
+    (output, working directory), confine itself and wait for `GO` (`command`). Nothing comes
+    (the launcher gave up, or is gone): it exits having run nothing."""
+    try:
+        for fd in close:
+            os.close(fd)
+        data, fds = receive(sock, 2)
+        if not data or len(fds) != 2:
+            os._exit(0)
+        out, ruleset = fds
+        argv, env, prepared, cwd = parse(data, ruleset)
+        stdio(out)
+        os.chdir(cwd)  # the launcher's, checked there
+    except BaseException:
+        os._exit(_landlock.EXIT_RUNNER_FAILURE)
+    command(prepared, argv, env, mask, errors, (), go=sock)
+
+
+def stdio(out: int) -> None:
+    """Standard input from ``/dev/null``, output and errors to *out* (closed)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+
+
+def parse(data: bytes, ruleset: int) -> tuple[list[str], dict[str, str], _landlock.Prepared, str]:
+    """A request: the command's ``argv``, environment, confinement and working directory."""
+    request = json.loads(data)
+    argv = [str(arg) for arg in request["argv"]]
+    env = {str(k): str(v) for k, v in request["env"].items()}
+    plan = tuple(tuple(step) for step in request.get("plan", ()))
+    program = bytes.fromhex(request["program"])
+    prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
+    return argv, env, prepared, str(request["cwd"])
+
+
+def command(
+    prepared: _landlock.Prepared,
+    argv: list[str],
+    env: dict[str, str],
+    mask: Any,
+    errors: int,
+    close: tuple[int, ...],
+    go: socket.socket | None = None,
+) -> NoReturn:
+    """The command (forked by the launcher): confine, ``exec`` (once *go* says `GO`, when
+    forked ahead); report an ``exec`` failure."""
+    try:
+        for fd in close:
+            os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals
+            signal.signal(number, signal.SIG_DFL)
+        prepared.confine_self()  # on failure: a "landlock-run:" line on stderr, exit 125
+        if go is not None and go.recv(len(GO)) != GO:
+            os._exit(0)  # the host gave up: nothing of the command ran
+        os.closerange(3, errors)
+        os.closerange(errors + 1, 1 << 20)
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(errors, str(exc.errno or 0).encode())
+    finally:
+        os._exit(127)
