@@ -67,10 +67,14 @@ class Ahead:
         return cls(pid, ours, errors_r)
 
     def start(self, data: bytes, ruleset: int) -> None:
-        """Hand it the request, with the command's output (``1``) and the ruleset."""
-        self.sock.sendmsg(
-            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (1, ruleset)))]
-        )
+        """Hand it the request, with the command's output (``1``), the ruleset and the
+        launcher's working directory (the one it entered, never its name looked up again)."""
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fds = array.array("i", (1, ruleset, here))
+            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        finally:
+            os.close(here)
 
 
 def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...]) -> NoReturn:
@@ -80,13 +84,14 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
     try:
         for fd in close:
             os.close(fd)
-        data, fds = receive(sock, 2)
-        if not data or len(fds) != 2:
+        data, fds = receive(sock, 3)
+        if not data or len(fds) != 3:
             os._exit(0)
-        out, ruleset = fds
-        argv, env, prepared, cwd = parse(data, ruleset)
+        out, ruleset, here = fds
+        argv, env, prepared, _cwd = parse(data, ruleset)
         stdio(out)
-        os.chdir(cwd)  # the launcher's, checked there
+        os.fchdir(here)  # the launcher's: a directory swapped for a link since does not count
+        os.close(here)
     except BaseException:
         os._exit(_landlock.EXIT_RUNNER_FAILURE)
     command(prepared, argv, env, mask, errors, (), go=sock)
