@@ -32,11 +32,10 @@ from dsh_plugins_builtin._sandbox._fence import (
     check_pinned,
     check_read,
     check_write,
-    install_paths,
     open_read,
 )
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
-from dsh_plugins_builtin._sandbox._starting import StartCheck, plugin_modules, start_policy
+from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
 
 __all__ = ["SandboxPlugin"]
 
@@ -76,6 +75,10 @@ class SandboxPlugin:
         self._policy: SandboxPolicy | None = None
         self._bwrap: tuple[str | None, str] | None = None
         self._check: StartCheck | None = None
+        self.policy_at_start = StartPolicy(self, self.name)
+        """``policy_at_start(host)``: the policy this plugin enforces for *host*, built once per
+        host start, by `dsh_host_started` or earlier by another plugin's start that needs it
+        (the tools', audit's, output_budget's, the hook commands')."""
         self.install: tuple[Path, ...] = ()
         """Where the next run executes code from (`install_paths`), found at start whether or
         not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
@@ -89,12 +92,9 @@ class SandboxPlugin:
     def dsh_host_started(self, host: Host) -> None:
         """Read the configuration and build the policy; what this machine cannot enforce is
         refused now, or before the first command (`StartCheck`)."""
-        config = host.config_for(self)
-        self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self.install = install_paths(plugin_modules(host))
-        self._policy = start_policy(self, host, self._config, self.install, self.name)
-        self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
-        self._check = StartCheck(host, self.name, self._config, self._policy, self._bwrap)
+        self._config, self.install, self._policy = self.policy_at_start.built(host)
+        self._bwrap = resolve_bwrap(self._policy, self.config.bwrap)
+        self._check = StartCheck(host, self.name, self.config, self._policy, self._bwrap)
 
     @property
     def tmp(self) -> Path | None:
