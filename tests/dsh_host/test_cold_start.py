@@ -96,6 +96,7 @@ NOT_ON_THE_COMMAND_LINE = (
     "agents",
     "tomlkit",
     "opentelemetry.trace",  # no tracer provider can have been configured
+    "difflib",  # did-you-mean hints: only for a name that is not found
 )
 PAYLOAD = (
     '{"session_id": "s", "transcript_path": "/dev/null", "cwd": ".", '
