@@ -163,6 +163,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
     assert loaded(modules, ("cattrs", "uuid")) == []
+    assert "sqlite3" not in modules  # no row to write (a PreToolUse dsh does not deny)
     audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
     assert loaded(modules, audit_command) == []  # `dsh audit` only
     cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")
