@@ -9,15 +9,10 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsh_host import DshError, Host, hookimpl
-from dsh_plugins_builtin._sandbox._check import FIX_HINT
 from dsh_plugins_builtin._sandbox._config import SandboxConfig
-from dsh_plugins_builtin._sandbox._confine import (
-    ProcessResult,
-    resolve_bwrap,
-    run_confined,
-)
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxUnavailable,
@@ -36,6 +31,10 @@ from dsh_plugins_builtin._sandbox._fence import (
 )
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
+from dsh_plugins_builtin._sandbox._which import resolve_bwrap
+
+if TYPE_CHECKING:  # the backends load with the first command (`run`), not at start
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
 
 __all__ = ["SandboxPlugin"]
 
@@ -263,6 +262,8 @@ class SandboxPlugin:
         workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
         if self._check is not None:  # the probe, before the first command
             await self._check.before_command(_by(policy))
+        from dsh_plugins_builtin._sandbox._confine import run_confined
+
         try:
             return await run_confined(
                 command,
@@ -277,4 +278,6 @@ class SandboxPlugin:
                 bwrap=self.bwrap,
             )
         except SandboxUnavailable as exc:
+            from dsh_plugins_builtin._sandbox._check import FIX_HINT
+
             raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=_by(self.policy)) from None

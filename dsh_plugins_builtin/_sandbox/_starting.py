@@ -20,12 +20,6 @@ import trio
 
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
-from dsh_plugins_builtin._sandbox._confine import (
-    prepare_landlock,
-    probe_backends,
-    select_backend,
-    startup_problem,
-)
 from dsh_plugins_builtin._sandbox._deny import config_files, dsh_state
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable, SandboxUnavailableError
 from dsh_plugins_builtin._sandbox._fence import (
@@ -215,6 +209,12 @@ def check_enforceable(
         raise ConfigError(f"{bwrap[1]}", path=host.config.source, plugin=name, key="bwrap")
     if policy.mode == "danger-full-access" or config.backend == "none":
         return
+    from dsh_plugins_builtin._sandbox._backends import (
+        prepare_landlock,
+        select_backend,
+        startup_problem,
+    )
+
     probes = probe_backends(bwrap)
     problem = startup_problem(policy, config.backend, probes)
     if problem is not None:
@@ -225,6 +225,14 @@ def check_enforceable(
             if deferred:
                 check_pinned(policy)
             prepare_landlock(policy)  # the ruleset is built once, here
+
+
+def probe_backends(bwrap: tuple[str | None, str]) -> dict[str, str | None]:
+    """`~dsh_plugins_builtin._sandbox._backends.probe_backends`, imported when first asked: the
+    backends (Landlock, the fork server, the probes) load with the first command, not at start."""
+    from dsh_plugins_builtin._sandbox._backends import probe_backends as probe
+
+    return probe(bwrap)
 
 
 def landlock_possible(config: SandboxConfig, bwrap: tuple[str | None, str]) -> bool:

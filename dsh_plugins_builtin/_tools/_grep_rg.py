@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from dsh_host import DshError, ToolArgsError
-from dsh_plugins_builtin._sandbox._confine import ProcessResult
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_MATCHES,
@@ -41,6 +41,9 @@ from dsh_plugins_builtin._tools._ripgrep import (
 )
 from dsh_plugins_builtin._tools._search_support import Policy, shown_prefix
 from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv
+
+if TYPE_CHECKING:  # the sandbox's command runner loads with the first command
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
 
 __all__ = ["SEARCH_TIMEOUT_S", "search_with_rg"]
 
