@@ -78,7 +78,7 @@ from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints as _MountPoin
 from dsh_plugins_builtin._sandbox._netns import proxied, proxy_env, relay_argv
 from dsh_plugins_builtin._sandbox._pins import check_pinned
 from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy
-from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, result, run
+from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, Sink, result, run
 from dsh_plugins_builtin._sandbox._run import runner_failure as _runner_failure
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 
@@ -157,6 +157,7 @@ async def run_confined(
     bwrap: tuple[str | None, str] | None = None,
     env: EnvConfig | None = None,
     limits: LimitsConfig | None = None,
+    sink: Sink | None = None,
 ) -> ProcessResult:
     """Run ``bash -c command`` confined by ``policy``.
 
@@ -175,6 +176,7 @@ async def run_confined(
         bwrap: `resolve_bwrap`'s answer, resolved once at start (default: resolved now).
         env: ``[plugin.sandbox.env]`` (default: ``inherit = "core"``).
         limits: ``[plugin.sandbox.limits]`` for a confined command (default: none).
+        sink: Stream the output to it as it arrives (`dsh_plugins_builtin._sandbox._run.run`).
 
     Returns:
         The result; ``backend`` says what confined it.
@@ -185,7 +187,7 @@ async def run_confined(
         ValueError: Unknown backend.
     """
     if policy.mode == "danger-full-access":
-        spawn = _Spawn(["bash", "-c", command], cwd, {}, timeout, max_output_bytes)
+        spawn = _Spawn(["bash", "-c", command], cwd, {}, timeout, max_output_bytes, sink)
         return await _run_unconfined(spawn, command_env(os.environ, env, allow=env_allow))
     try:
         check_pinned(policy)
@@ -197,7 +199,7 @@ async def run_confined(
     tmp = layout_of(policy).tmp
     tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
     environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
-    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes)
+    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink)
     done = await _run_chosen(chosen, spawn, policy, resolved[0])
     note = explain(limits, done.output, done.signal)
     if note is not None:
@@ -207,8 +209,9 @@ async def run_confined(
 
 async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResult:
     out, returncode, timed_out = await run(
-        spawn.argv, cwd=spawn.cwd, env=environ, timeout=spawn.timeout, cap=spawn.cap
-    )
+        spawn.argv, cwd=spawn.cwd, env=environ, timeout=spawn.timeout, cap=spawn.cap,
+        sink=spawn.sink,
+    )  # fmt: skip
     return result(out, returncode, timed_out, "none")
 
 
@@ -250,6 +253,7 @@ class _Spawn:
     env: dict[str, str]
     timeout: float | None
     cap: int
+    sink: Sink | None = None
 
 
 async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, int | None, bool]:
@@ -265,6 +269,7 @@ async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, i
         timeout=spawn.timeout,
         cap=spawn.cap,
         landlock=prepared,
+        sink=spawn.sink,
     )
 
 
@@ -313,6 +318,7 @@ async def _bwrap_once(
                 *([] if control is None else [control]),
             ),
             info=(info_r, info_w),
+            sink=spawn.sink,
         )
     finally:
         for fd in fds:

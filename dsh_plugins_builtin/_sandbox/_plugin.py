@@ -241,7 +241,11 @@ class SandboxPlugin:
         return real
 
     async def run(
-        self, command: str, cwd: str | os.PathLike[str] | None = None, timeout: float | None = None
+        self,
+        command: str,
+        cwd: str | os.PathLike[str] | None = None,
+        timeout: float | None = None,
+        sink: Callable[[bytes], bool] | None = None,
     ) -> ProcessResult:
         """Run ``bash -c command`` under the policy.
 
@@ -249,6 +253,9 @@ class SandboxPlugin:
             command: The shell command.
             cwd: The working directory (default: the workspace); fenced like a read.
             timeout: Seconds before the command's process group is killed; ``None``: no limit.
+            sink: Given the output as it arrives, at most ``max_output_bytes`` in all; when it
+                answers true (enough), or more output comes, the command is stopped like at a
+                timeout (killed, reaped; ``truncated`` says the second) and the result returned.
 
         Returns:
             The output (head and tail within ``max_output_bytes``), exit status and backend.
@@ -276,6 +283,7 @@ class SandboxPlugin:
                 env=config.env,
                 limits=config.limits,
                 bwrap=self.bwrap,
+                sink=sink,
             )
         except SandboxUnavailable as exc:
             from dsh_plugins_builtin._sandbox._check import FIX_HINT

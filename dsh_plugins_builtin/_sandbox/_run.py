@@ -1,4 +1,9 @@
-"""Running one command: spawn, stream its output, wait, and kill whatever it left behind."""
+"""Running one command: spawn, stream its output, wait, and kill whatever it left behind.
+
+A caller may also stream the output as it arrives (``sink``, see `Output`): when the sink has
+had enough, the command is stopped exactly as at a timeout (its group killed, the process
+reaped, bwrap's PID namespace seen gone) and `run` returns; ``timed_out`` stays false.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +22,9 @@ import attrs
 import trio
 
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
-from dsh_plugins_builtin._sandbox._output import Output
+from dsh_plugins_builtin._sandbox._output import Output, Sink
 
-__all__ = ["Output", "ProcessResult", "result", "run", "runner_failure"]
+__all__ = ["Output", "ProcessResult", "Sink", "result", "run", "runner_failure"]
 
 _DRAIN_GRACE: Final = 1.0
 _SUPERVISOR_GRACE: Final = 5.0
@@ -69,13 +74,16 @@ async def _wait_exited(proc: trio.Process, pidfd: int | None) -> None:
         await trio.lowlevel.wait_readable(pidfd)
 
 
-async def _pump(stream: trio.lowlevel.FdStream, out: Output, done: trio.Event) -> None:
+async def _pump(
+    stream: trio.lowlevel.FdStream, out: Output, done: trio.Event, enough: trio.CancelScope
+) -> None:
     try:
         while True:
             data = await stream.receive_some(_READ_CHUNK)
             if not data:
                 return
-            out.feed(data)
+            if out.feed(data):  # a streaming caller has had enough: stop the command
+                enough.cancel()
     finally:
         done.set()
 
@@ -185,13 +193,15 @@ async def run(
     cap: int,
     landlock: _landlock.Prepared | None = None,
     info: tuple[int, int] | None = None,
+    sink: Sink | None = None,
     **spawn: Any,
 ) -> tuple[Output, int | None, bool]:
     """Start *argv*, keep a head and a tail of its output, wait (up to *timeout*), then kill
     whatever of it is left; ``(output, returncode, timed_out)``.
 
     *landlock*: confine it in the child (from the fork server when it works); *info*: bwrap's
-    ``--info-fd`` pipe, to wait until its PID namespace is gone.
+    ``--info-fd`` pipe, to wait until its PID namespace is gone; *sink*: stream the output
+    (at most *cap* bytes); once it says enough, the command is stopped as at a timeout.
     """
     read_fd, write_fd = os.pipe()
     try:
@@ -206,7 +216,7 @@ async def run(
         if info is not None:
             os.close(info[1])  # bwrap's copy is the only writer now
     stream = trio.lowlevel.FdStream(read_fd)
-    out = Output(cap)
+    out = Output(cap, sink)
     namespace = _Namespace()
     stop = functools.partial(_stop, proc, supervised=landlock is not None)
     try:
@@ -279,12 +289,14 @@ async def _watch(
     """Pump the output until the command has ended and all of it is gone; whether it timed out."""
     async with trio.open_nursery() as nursery:
         drained = trio.Event()
-        nursery.start_soon(_pump, stream, out, drained)
+        enough = trio.CancelScope()  # cancelled when a streaming caller has had enough
+        nursery.start_soon(_pump, stream, out, drained, enough)
         if info is not None:
             nursery.start_soon(namespace.watch, info[0])
         with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
-            await proc.exited()
-        await stop()  # the timeout, or background children left after the exit
+            with enough:
+                await proc.exited()
+        await stop()  # the timeout, enough output, or background children left after the exit
         await proc.wait()
         if info is not None and not await namespace.wait_gone():
             out.notes.append(

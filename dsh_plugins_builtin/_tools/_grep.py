@@ -10,7 +10,7 @@ Policy: when a plugin implements ``dsh_path_denied``, our walk (`_list_files`) a
 every file ripgrep would read, on every call (what each directory holds is kept between calls
 while it is unchanged, `._grep_tree`). ripgrep runs beside the walk and its answer is kept only
 when nothing was withheld; otherwise it runs again told to skip the withheld files (``--glob
-!/path``), and its first output is never read (`._grep_rg`). Whatever ripgrep reports is
+!/path``), and what it printed first is dropped (`._grep_rg`). Whatever ripgrep reports is
 checked again by its real path.
 """
 

@@ -1,12 +1,14 @@
 """``grep`` with ripgrep: running it in the sandbox beside the policy walk, reading its answer.
 
 ripgrep runs through the sandbox plugin's ``run``, like a ``bash`` command, with
-`SEARCH_TIMEOUT_S` on the process; nothing here blocks the event loop.
+`SEARCH_TIMEOUT_S` on the process; nothing here blocks the event loop. Its output is parsed as
+it arrives (`._ripgrep.RgStream`, the run's sink), and ripgrep is stopped once its output
+passes the sandbox's limit, or, searching in path order, once what can be shown was read.
 
 With a path policy (a plugin implements ``dsh_path_denied``) our walk asks it about every file
 ripgrep would read, in a worker thread. ripgrep starts at the same time, searching the whole
 directory; its answer is used only when the walk withheld nothing. The first withheld file
-cancels it (its output is dropped unread) and ripgrep runs again, told to skip every withheld
+cancels it (what it printed is dropped) and ripgrep runs again, told to skip every withheld
 file (``--glob !/path``). So the walk costs no time when nothing is withheld, and ripgrep's
 output never holds a withheld file's lines when something is. Whatever ripgrep reports is
 checked again by its real path (`._grep_recheck`).
@@ -34,8 +36,8 @@ from dsh_plugins_builtin._tools._grep_recheck import Recheck
 from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._ripgrep import (
     RgOutput,
+    RgStream,
     glob_error,
-    parse_output,
     regex_error,
     rg_command,
 )
@@ -53,7 +55,8 @@ SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
 _MAX_COMMAND = 100_000
 _INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
 
-Command = Callable[..., str]  # `rg_command` with all but ``exclude`` and ``sorted_head`` bound
+Command = Callable[..., str]  # `rg_command` with all but ``exclude`` and ``sort`` bound
+Ran = tuple[ProcessResult, RgOutput]  # ripgrep's run, and its output as read while it ran
 
 
 async def search_with_rg(
@@ -94,7 +97,7 @@ async def search_with_rg(
         if not listing.files:
             return Found(), listing  # the one file named is withheld
         result = await _run(sandbox, command, listing.denied, cwd)
-    output = None if result is None else _checked(env, search, root, result)
+    output = None if result is None else _checked(env, search, root, *result)
     if output is None:
         return None, listing
     if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
@@ -109,14 +112,14 @@ async def search_with_rg(
 
 async def _beside_walk(
     sandbox: Sandbox, command: Command, cwd: Path, policy: Policy, walk: Callable[[], Listing]
-) -> tuple[Listing, ProcessResult | None]:
+) -> tuple[Listing, Ran | None]:
     """The policy walk, with ripgrep over the whole directory started beside it.
 
     ripgrep's answer is kept only when the walk withheld nothing. The first withheld file
     cancels it (the sandbox kills its processes) and, once the walk is done, ripgrep runs again
-    skipping every withheld file; the first answer is never read.
+    skipping every withheld file; the first answer is dropped.
     """
-    early: list[ProcessResult | None] = []
+    early: list[Ran | None] = []
     failed: list[Exception] = []
     walk_failed: Exception | None = None
     speculation = trio.CancelScope()
@@ -153,27 +156,32 @@ async def _beside_walk(
     return listing, early[0]
 
 
-async def _run(
-    sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: Path
-) -> ProcessResult | None:
-    """Run ripgrep in the sandbox; ``None`` when the command line is too long or the sandbox
-    cannot run commands. Output over the sandbox's buffer is searched again, sorted, capped."""
+async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: Path) -> Ran | None:
+    """Run ripgrep in the sandbox, reading its output as it comes; ``None`` when the command
+    line is too long or the sandbox cannot run commands.
+
+    Output over the sandbox's limit stops ripgrep there, and it searches again in path order,
+    stopped as soon as what can be shown has been read."""
     first = command(exclude=exclude)
     if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
         return None
     try:
-        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+        stream = RgStream()
+        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, sink=stream.feed)
         if result.truncated and not result.timed_out:
-            # Too much output for the sandbox's buffer: search again in path order and keep
-            # only what can be shown (ripgrep stops once `head` has enough).
-            again = command(exclude=exclude, sorted_head=MAX_GREP_MATCHES + 1)
-            result = await sandbox.run(again, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+            stream = RgStream(limit=MAX_GREP_MATCHES + 1)
+            again = command(exclude=exclude, sort=True)
+            result = await sandbox.run(
+                again, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, sink=stream.feed
+            )
     except SandboxUnavailableError:
         return None
-    return result
+    return result, stream.finish(complete=not result.truncated)
 
 
-def _checked(env: ToolEnv, search: Search, root: Path, result: ProcessResult) -> RgOutput | None:
+def _checked(
+    env: ToolEnv, search: Search, root: Path, result: ProcessResult, output: RgOutput
+) -> RgOutput | None:
     """ripgrep's output, or the error it reports; ``None`` when ``rg`` could not run at all."""
     where = display_path(root, env.workspace)
     if result.timed_out:
@@ -182,7 +190,8 @@ def _checked(env: ToolEnv, search: Search, root: Path, result: ProcessResult) ->
             "and was stopped; narrow the path, the glob or the pattern",
             "SEARCH_TIMEOUT",
         )
-    output = parse_output(result.output, result.truncated)
+    if result.truncated or len(output.matches) > MAX_GREP_MATCHES:
+        return output  # stopped by the sandbox once it had enough: a kill of our own
     if result.exit_code in (126, 127) and not output.matches:
         return None  # the sandbox cannot see or execute rg (say, under a masked /tmp)
     if result.exit_code == 2 and not output.matches:

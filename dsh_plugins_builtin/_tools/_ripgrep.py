@@ -12,9 +12,14 @@ replace (say in a ``.venv`` inside the workspace) is confined like anything else
 
 Output is read in ripgrep's ``--null`` form (``path NUL line:text``): a name runs up to its NUL,
 so one holding colons or line breaks is read whole, and what holds no NUL is a message (an
-error, or "binary file matches" for a file named explicitly), never a match. The sandbox decodes
-the output, bytes that are not UTF-8 as U+FFFD; the re-check finds such a name's real spelling
+error, or "binary file matches" for a file named explicitly), never a match. Bytes that are not
+UTF-8 are decoded as U+FFFD; the re-check finds such a name's real spelling
 (`._grep_recheck.Recheck.exact`).
+
+`RgStream` reads the output as the sandbox streams it: whole records are parsed in batches as
+they arrive (a record split between two pieces waits for its end), so parsing a large output
+overlaps ripgrep's search, and it says when it has enough records (the sandbox then stops
+ripgrep). A small output is parsed once at its end: each parse has a fixed cost.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import attrs
 
 __all__ = [
+    "BATCH_BYTES",
     "LONG_LINE_BYTES",
     "RgMatch",
     "RgOutput",
+    "RgStream",
     "escape_glob",
     "find_rg",
     "glob_error",
@@ -42,6 +49,7 @@ __all__ = [
 LONG_LINE_BYTES = 2000  # rg prints at most this many bytes of one line (then a preview marker)
 _PREVIEW_MARK = " [... omitted end of long line]"
 _TRUNCATION_MARK = "\n[... output truncated: "
+BATCH_BYTES = 65536  # `RgStream` parses whole records in batches of about this many bytes
 _GLOB_SPECIAL = frozenset("\\*?[]{}!")
 
 
@@ -79,7 +87,7 @@ def rg_command(
     glob: str | None,
     exclude: Iterable[str],
     target: str | None,
-    sorted_head: int | None = None,
+    sort: bool = False,
 ) -> str:
     """The ``bash -c`` command line that runs ripgrep for one search.
 
@@ -92,7 +100,7 @@ def rg_command(
         exclude: Paths (relative to the working directory) withheld by policy.
         target: A file to search (relative to the working directory, so it cannot start with
             ``-``), or ``None`` for the whole working directory.
-        sorted_head: Sort by path (single-threaded) and stop after this many lines.
+        sort: Sort by path (single-threaded; the reader stops it once it has enough).
     """
     args: list[str] = [
         rg,
@@ -116,7 +124,7 @@ def rg_command(
         args.append("--ignore-case")
     if include_ignored:
         args.append("--no-ignore")
-    if sorted_head is not None:
+    if sort:
         args.append("--sort=path")
     if glob:
         args.append(f"--glob={glob}")
@@ -125,10 +133,7 @@ def rg_command(
     # Always name what to search: without a path, rg searches its stdin when that is not a
     # terminal. A directory is searched as ``./`` (parse_output strips the prefix).
     args.extend(["-e", pattern, "--", target if target is not None else "./"])
-    line = " ".join(shlex.quote(arg) for arg in args)
-    if sorted_head is None:
-        return "exec " + line
-    return f"{line} | head -n {int(sorted_head)}"
+    return "exec " + " ".join(shlex.quote(arg) for arg in args)
 
 
 @attrs.frozen
@@ -187,6 +192,87 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
             body = body[: -len(_PREVIEW_MARK)]
         matches.append(RgMatch(path.removeprefix("./"), int(number), body, long))
     return RgOutput(tuple(matches), tuple(messages), not truncated)
+
+
+class RgStream:
+    """``--null`` output read as it arrives (`feed` is the sandbox run's sink).
+
+    Whole records are decoded and parsed (`parse_output`) once `BATCH_BYTES` have arrived, or,
+    with a ``limit``, once enough records may have: a record ends at the first line break after
+    its NUL, so the text up to there reads exactly as if the output had been read at once.
+    ``limit``: `feed` answers true (stop ripgrep) once this many matches were read; those first
+    ones are kept.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.enough = False
+        self._pending = bytearray()
+        self._scanned = 0  # bytes of ``_pending`` already searched for the end of a record
+        self._nul = -1  # where in ``_pending`` the NUL of an unfinished record is (-1: none)
+        self._nuls = 0  # NUL bytes in ``_pending``: at most that many records there
+        self._matches: list[RgMatch] = []
+        self._messages: list[str] = []
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next piece of output; whether enough matches were read."""
+        pending = self._pending
+        pending += data
+        if self.limit is None:
+            if len(pending) < BATCH_BYTES:
+                return False
+        else:
+            self._nuls += data.count(b"\0")
+            if len(pending) < BATCH_BYTES and len(self._matches) + self._nuls < self.limit:
+                return False
+        self._read_whole()
+        return self.enough
+
+    def _read_whole(self) -> None:
+        """Parse the whole records pending.
+
+        The first line break after the last NUL ends a record; without one, the record before
+        it ends at the first line break after its NUL. Only bytes not searched before are
+        searched for either (a record that never ends costs no more than its length).
+        """
+        pending = self._pending
+        start, self._scanned = self._scanned, len(pending)
+        last = pending.rfind(b"\0", start)
+        if last == -1:
+            if self._nul == -1:
+                return  # messages, or a name still arriving
+            last, end = self._nul, pending.find(b"\n", start)
+        else:
+            end = pending.find(b"\n", last)
+        if end == -1:  # the last record is unfinished: read up to the end of the one before
+            before = pending.rfind(b"\0", 0, last)
+            end = -1 if before == -1 else pending.find(b"\n", before, last)
+        self._nul = last
+        if end == -1:
+            return
+        self._parse(bytes(pending[: end + 1]))
+        del pending[: end + 1]
+        self._nul = last - end - 1 if last > end else -1
+        self._scanned = len(pending)
+        self._nuls = pending.count(b"\0") if self.limit is not None else 0
+
+    def _parse(self, data: bytes) -> None:
+        parsed = parse_output(data.decode("utf-8", "replace"), False)
+        self._matches.extend(parsed.matches)
+        self._messages.extend(parsed.messages)
+        if self.limit is not None and len(self._matches) >= self.limit:
+            del self._matches[self.limit :]
+            self.enough = True
+
+    def finish(self, complete: bool) -> RgOutput:
+        """What was read. ``complete``: the output ended (a last record without a line break
+        counts); else it was cut, and an unfinished record is dropped."""
+        if not self.enough:
+            self._read_whole()
+        if complete and self._pending and not self.enough:
+            self._parse(bytes(self._pending))
+        self._pending.clear()
+        return RgOutput(tuple(self._matches), tuple(self._messages), complete)
 
 
 def _records(text: str, messages: list[str]) -> Iterator[tuple[str, str]]:

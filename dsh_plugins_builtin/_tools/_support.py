@@ -67,7 +67,11 @@ class Sandbox(Protocol):
     ) -> None: ...  # pragma: no cover - protocol
 
     async def run(
-        self, command: str, cwd: str | None = None, timeout: float | None = None
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        sink: Callable[[bytes], bool] | None = None,
     ) -> ProcessResult: ...  # pragma: no cover - protocol
 
 
@@ -148,7 +152,11 @@ class FailClosedSandbox:
         raise _unavailable(f'writing "{path}"', self._why)
 
     async def run(
-        self, command: str, cwd: str | None = None, timeout: float | None = None
+        self,
+        command: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        sink: Callable[[bytes], bool] | None = None,
     ) -> ProcessResult:
         """Refuse: running a command needs the sandbox plugin."""
         raise _unavailable("running a bash command", self._why)

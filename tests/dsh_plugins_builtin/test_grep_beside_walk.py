@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from dsh_host import AbortSignal, Host, hookimpl
-from dsh_plugins_builtin._tools import _grep_rg
+from dsh_plugins_builtin._tools import _ripgrep
 from dsh_plugins_builtin._tools import _search as _search_tools
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -57,11 +57,11 @@ def _record_runs(host: Host, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]
     real = sandbox.run
     calls: list[list[str]] = []
 
-    async def run(command: str, cwd: str | None = None, timeout: float | None = None) -> Any:
+    async def run(command: str, cwd: str | None = None, **kwargs: Any) -> Any:
         entry = [command, "running"]
         calls.append(entry)
         try:
-            result = await real(command, cwd=cwd, timeout=timeout)
+            result = await real(command, cwd=cwd, **kwargs)
         except BaseException:  # trio.Cancelled, inside the sandbox's exception group
             entry[1] = "cancelled"
             raise
@@ -89,9 +89,9 @@ async def test_ripgrep_starts_while_the_policy_walk_runs(
     sandbox: Any = host.pm.get_plugin("sandbox")
     real_run = sandbox.run
 
-    async def run(command: str, cwd: str | None = None, timeout: float | None = None) -> Any:
+    async def run(command: str, cwd: str | None = None, **kwargs: Any) -> Any:
         started.set()  # the walk's first policy question waits for this
-        return await real_run(command, cwd=cwd, timeout=timeout)
+        return await real_run(command, cwd=cwd, **kwargs)
 
     monkeypatch.setattr(sandbox, "run", run)
     result = await host.call("grep", {"pattern": "needle"})
@@ -116,9 +116,9 @@ async def test_a_withheld_file_cancels_the_early_search_and_ripgrep_runs_again_w
     host = _policed(make_host, ws, WithholdSecrets(ws))
     calls = _record_runs(host, monkeypatch)
     parsed: list[str] = []
-    parse = _grep_rg.parse_output
+    parse = _ripgrep.parse_output
     monkeypatch.setattr(
-        _grep_rg, "parse_output", lambda text, cut: parsed.append(text) or parse(text, cut)
+        _ripgrep, "parse_output", lambda text, cut: parsed.append(text) or parse(text, cut)
     )
     result = await host.call("grep", {"pattern": "needle"})
     assert result.text == (

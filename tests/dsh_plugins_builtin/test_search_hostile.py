@@ -218,9 +218,9 @@ async def test_a_file_swapped_for_a_symlink_out_of_the_fence_is_dropped(
     rg = fake_rg(ws / ".venv" / "bin", script)  # visible in the sandbox
     monkeypatch.setattr(_search_tools, "find_rg", lambda: rg)
     ran: list[str] = []
-    parse = _grep_rg.parse_output
+    parse = _ripgrep.parse_output
     monkeypatch.setattr(
-        _grep_rg, "parse_output", lambda text, cut: ran.append(text) or parse(text, cut)
+        _ripgrep, "parse_output", lambda text, cut: ran.append(text) or parse(text, cut)
     )
     host = tools_host(make_host, ws, writable_roots=["."])
     assert (await host.call("grep", {"pattern": "e"})).text == "ok.txt:1:fine"
@@ -394,9 +394,9 @@ async def test_ripgrep_is_told_to_skip_withheld_files(
     make_host: Any, secrets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw: list[str] = []
-    parse = _grep_rg.parse_output
+    parse = _ripgrep.parse_output
     monkeypatch.setattr(
-        _grep_rg, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
+        _ripgrep, "parse_output", lambda text, cut: raw.append(text) or parse(text, cut)
     )
     config = {"host": {"workspace": str(secrets)}}
     (secrets / "secrets" / "we[ir]d *{x}.txt").write_text("hunter2 again\n")
