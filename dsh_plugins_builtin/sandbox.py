@@ -86,6 +86,7 @@ def sandbox_check_command(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     this = sys.modules[__name__]  # its `_CHECKING` names (tests replace some)
+    status: int
     try:
         report, status = this.check_report(
             args.config, SandboxPlugin, this.probe_backends, this.probe_fork_server

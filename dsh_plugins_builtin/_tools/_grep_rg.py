@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
@@ -56,7 +56,7 @@ _MAX_COMMAND = 100_000
 _INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
 
 Command = Callable[..., str]  # `rg_command` with all but ``exclude`` and ``sort`` bound
-Ran = tuple[ProcessResult, RgOutput]  # ripgrep's run, and its output as read while it ran
+Ran: TypeAlias = "tuple[ProcessResult, RgOutput]"  # ripgrep's run, and its output as read
 
 
 async def search_with_rg(
