@@ -11,6 +11,9 @@ puts this module's own bytecode, ``PYTHONPYCACHEPREFIX`` included); a miss is co
 attrs would and written there at exit (`save`), atomically, and only when Python may write
 bytecode (``-B`` / ``PYTHONDONTWRITEBYTECODE`` leave the file as it is).
 
+The argument snapshot each tool's schema is written out as (`dsh_host._schema._snapcode`, about
+25 scripts a start) is compiled through the same table (`compiled`).
+
 Trust: the file is as trusted as the ``.pyc`` files beside it, which the interpreter runs
 without any check but the source's mtime and size: whoever can write one can write the other.
 It is never put in the state or cache directories, which a sandboxed command may be able to
@@ -33,7 +36,7 @@ import sys
 import types
 from typing import Any, Final
 
-__all__ = ["console", "counts", "install", "save"]
+__all__ = ["compiled", "console", "counts", "install", "save"]
 
 MAX_BYTES: Final = 16 * 1024 * 1024
 MAX_ENTRIES: Final = 1024
@@ -92,6 +95,18 @@ def install(path: str | None = None) -> None:
             inherited |= getattr(__future__, name).compiler_flag
     _state.update(make=make, inherited=inherited)
     make.compile = _compile  # type: ignore[attr-defined]  # shadows the builtin in attr._make
+
+
+def compiled(source: str, filename: str) -> types.CodeType:
+    """*source* compiled for ``exec`` (no future flags): served from the file like attrs's
+    scripts once `install` ran (the console script), else compiled. For the other scripts
+    dsh writes at every start, a tool's argument snapshot (`dsh_host._schema._snapcode`): the
+    same key (the exact text, *filename*, flags, optimization level), the same trust."""
+    if not _state:
+        code: types.CodeType = _real_compile(source, filename, "exec", 0, True)
+        return code
+    served: types.CodeType = _serve(source, filename, "exec", 0, -1)
+    return served
 
 
 def _while_importing(

@@ -337,25 +337,17 @@ def _check_location(host: Host, path: Path, *, configured: bool, required: bool)
 
 def _writable_root_holding(host: Host, directory: Path) -> Path | None:
     """The writable root of the sandbox policy that holds *directory*, unless protected."""
-    from ._sandbox._config import SandboxConfig, build_policy
-    from ._sandbox._errors import SandboxUnavailableError
     from ._sandbox._plugin import SandboxPlugin
 
     sandbox = host.pm.get_plugin("sandbox")
     if not isinstance(sandbox, SandboxPlugin):
         return None
-    try:
-        policy = sandbox.policy
-    except SandboxUnavailableError:  # not started yet: build the same policy it will
-        config = host.config_for(sandbox)
-        if not isinstance(config, SandboxConfig):
-            config = SandboxConfig()
-        try:
-            policy = build_policy(config, host.workspace, host.config.source)
-        except ConfigError:
-            raise
-        except Exception:  # the sandbox plugin reports it when it starts; nothing to check
-            return None
+    try:  # started or not yet: the policy it enforces, built once per start
+        policy = sandbox.policy_at_start(host)
+    except ConfigError:
+        raise
+    except Exception:  # the sandbox plugin reports it when it starts; nothing to check
+        return None
     from ._sandbox._fence import protected_paths, writable_roots
 
     roots = writable_roots(policy)

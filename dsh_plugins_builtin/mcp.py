@@ -45,14 +45,11 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
-from ._mcp._confine import Confinement, confinement_for
 from ._mcp._mount import Link, McpServerConfig, Mount
-from ._mcp._native import NativeMount, virtual_time
-from ._mcp._tooldef import mounted_tool
 
-if TYPE_CHECKING:
-    pass  # imported when a server is mounted (see `_mcp_mount`)
+if TYPE_CHECKING:  # imported when a server is configured (no server: a cold start skips them)
+    from ._mcp._confine import Confinement
+    from ._mcp._native import NativeMount
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
 
@@ -83,6 +80,8 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """
     if not config.servers:
         return {}
+    from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
+
     exposure = exposure_of(sandbox_policy(host))
     path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
     out: dict[str, Launchable | str] = {}
@@ -117,6 +116,8 @@ def _confined(
     """*server* with its confinement (``sandbox = true``), or why it cannot be confined."""
     if not server.sandbox:
         return (server, None)
+    from ._mcp._confine import confinement_for
+
     seen = tuple(os.path.dirname(path) for path in checked)  # its program and scripts
     confinement = confinement_for(
         name, host, writable_roots=server.writable_roots,
@@ -181,6 +182,8 @@ class McpPlugin:
                 links.append(link)
         if not links and not refused:
             return
+        from ._mcp._native import NativeMount, virtual_time
+
         for link in links:
             link.on_relisted = self._relisted
         timeout = max((link.config.timeout_ms for link in links), default=0) / 1000 + 5
@@ -300,6 +303,10 @@ class McpPlugin:
     @hookimpl
     async def dsh_host_stopping(self) -> None:
         """`Host.aclose`: every session closed, its server ended and reaped."""
+        if self._mount is None:
+            return  # no server was configured: nothing to close (and no thread to hop to)
+        from ._mcp._native import NativeMount
+
         if isinstance(self._mount, NativeMount):
             await self._mount.aclose()
         else:
@@ -313,6 +320,8 @@ class McpPlugin:
 
     def _mount_tools(self, link: Link) -> None:
         """Register *link*'s tools; a tool that cannot be is reported, the others still are."""
+        from ._mcp._tooldef import mounted_tool
+
         for unregister in self._unregister.pop(link.name, []):
             unregister()
         unregisters, names = [], []

@@ -64,7 +64,6 @@ from dsh_host import (
     hookimpl,
 )
 from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
-from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
 from dsh_plugins_builtin._sandbox._fence import protected_paths
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
 from dsh_plugins_builtin.guards import GuardsPlugin
@@ -305,10 +304,9 @@ def _unprotected_in_workspace(host: Host, spill_dir: Path) -> bool:
     if text != workspace and not text.startswith(workspace + "/"):
         return False
     sandbox = host.pm.get_plugin("sandbox")
-    config = host.config_for(sandbox) if isinstance(sandbox, SandboxPlugin) else None
-    if not isinstance(config, SandboxConfig):
+    if not isinstance(sandbox, SandboxPlugin):
         return True
-    protected = protected_paths(build_policy(config, host.workspace, host.config.source))
+    protected = protected_paths(sandbox.policy_at_start(host))  # built once per start
     return not any(text == str(p) or text.startswith(f"{p}/") for p in protected)
 
 

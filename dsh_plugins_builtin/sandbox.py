@@ -16,13 +16,13 @@ others do not, and which one the current configuration would use.
 """
 
 import argparse
+import importlib
 import json
 import sys
+from typing import Any
 
 from dsh_host import ConfigError
-from dsh_plugins_builtin._sandbox._check import check_report, render_report
 from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
-from dsh_plugins_builtin._sandbox._confine import probe_backends, probe_fork_server
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxError,
@@ -42,6 +42,24 @@ __all__ = [
 
 
 # -- dsh sandbox check ---------------------------------------------------------------------------
+
+_CHECKING = {  # what `dsh sandbox check` uses, imported on first use (the host's start never does)
+    "check_report": "_check",
+    "render_report": "_check",
+    "probe_backends": "_backends",
+    "probe_fork_server": "_backends",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of `_CHECKING`, from their modules (which load the sandbox's backends)."""
+    if name not in _CHECKING:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(
+        importlib.import_module(f"dsh_plugins_builtin._sandbox.{_CHECKING[name]}"), name
+    )
+    globals()[name] = value
+    return value
 
 
 def sandbox_check_command(argv: list[str] | None = None) -> int:
@@ -67,15 +85,19 @@ def sandbox_check_command(argv: list[str] | None = None) -> int:
         "--config", metavar="PATH", help="config file (default: $DSH_CONFIG, ./dsh.toml, ...)"
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    this = sys.modules[__name__]  # its `_CHECKING` names (tests replace some)
+    status: int
     try:
-        report, status = check_report(args.config, SandboxPlugin, probe_backends, probe_fork_server)
+        report, status = this.check_report(
+            args.config, SandboxPlugin, this.probe_backends, this.probe_fork_server
+        )
     except ConfigError as exc:
         print(f"dsh sandbox check: config error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print("\n".join(render_report(report)))
+        print("\n".join(this.render_report(report)))
     return status
 
 

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
-from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
 from dsh_plugins_builtin._sandbox._fence import config_warning
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
 from dsh_plugins_builtin._tools._bash import make_bash_tool
@@ -85,11 +84,8 @@ class ToolsPlugin:
         plugin = self._plugin
         if not isinstance(plugin, SandboxPlugin):
             return
-        # The sandbox plugin may start after this one: build its policy from its config.
-        config = host.config_for(plugin)
-        if not isinstance(config, SandboxConfig):
-            return
-        warning = config_warning(build_policy(config, host.workspace, host.config.source))
+        # The sandbox plugin may start after this one: its policy is built once, for both.
+        warning = config_warning(plugin.policy_at_start(host))
         if warning is not None:
             logger.warning("sandbox: %s", warning)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import json
 import os
@@ -144,6 +143,8 @@ def parse_json(text: str, what: str, hint: str = "") -> Any:
 
 
 def unknown_tool(host: Host, name: str) -> str:
+    import difflib  # did-you-mean hints only: not at every start
+
     known = [tool.name for tool in host.registry.tools()]
     hint = difflib.get_close_matches(name, known, n=1)
     did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""

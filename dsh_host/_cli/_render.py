@@ -6,7 +6,6 @@ when asked to (``dsh`` asks when stdout is a terminal and ``NO_COLOR`` is unset)
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, TypeAlias, final
@@ -137,6 +136,8 @@ def _content_lines(content: Iterable[TextBlock | ImageBlock]) -> list[str]:
 
 def render_diff(diff: FileDiff, style: Style) -> list[str]:
     """A unified diff of one file, coloured when *style* says so."""
+    import difflib  # a diff to show: not every call's card
+
     old = (diff.old_text or "").splitlines()
     new = diff.new_text.splitlines()
     source = "/dev/null" if diff.old_text is None else f"a/{diff.path}"

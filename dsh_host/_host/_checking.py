@@ -6,7 +6,6 @@ key, so a wrong type is named with its path and what was expected (`check_value`
 
 from __future__ import annotations
 
-import difflib
 import enum
 import pathlib
 import types
@@ -37,6 +36,8 @@ def _join(path: str, key: str) -> str:
 
 
 def did_you_mean(name: str, choices: Sequence[str] | Set[str]) -> str:
+    import difflib  # did-you-mean hints only: not at every start
+
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

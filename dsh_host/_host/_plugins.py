@@ -19,7 +19,6 @@ Which entry points load, and in which order:
 
 from __future__ import annotations
 
-import difflib
 import enum
 import fnmatch
 import inspect
@@ -133,6 +132,8 @@ def _dist(ep: EntryPointLike) -> tuple[str | None, str | None]:
 
 
 def _not_installed(name: str, installed: Iterable[str]) -> str:
+    import difflib  # did-you-mean hints only: not at every start
+
     names = sorted(installed)
     hint = difflib.get_close_matches(name, names, n=1)
     did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -283,6 +284,8 @@ def inspect_hooks(pm: pluggy.PluginManager, plugin: object, name: str) -> tuple[
         hook = opts.get("specname") or attr
         caller = getattr(pm.hook, hook, None)
         if caller is None or caller.spec is None:
+            import difflib  # did-you-mean hints only: not at every start
+
             hint = difflib.get_close_matches(hook, known, n=1)
             did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
             listed = "" if hint else f"; dsh's hooks are: {', '.join(known)}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -164,6 +163,8 @@ class Roster:
         present = {row.name for row in self.listing()}
         if set(self.config.tables) <= present:
             return  # every table has its plugin: no need to read the installed names
+        import difflib  # did-you-mean hints only: not at every start
+
         known = sorted(present | installed_names())
         for table in sorted(set(self.config.tables) - set(known)):
             # A leftover table of an uninstalled plugin must not stop every command: a warning.

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from .._attrs_code import compiled
 from .._model._json import INT_BOUND, FrozenDict, frozen_from
 from ._validators import _compile_ok as compile_ok
 
@@ -171,6 +172,7 @@ def generate_snapshot(
     w.names["NO"] = no
     top = _write_object(w, schema, fail="None")
     namespace = dict(w.names)
-    exec("\n".join(w.lines), namespace)  # the source made above: property names as literals
+    # the source made above (property names as literals), compiled once per text (`compiled`)
+    exec(compiled("\n".join(w.lines), "<string>"), namespace)
     made: Callable[[Any], Any] = namespace[top]
     return made

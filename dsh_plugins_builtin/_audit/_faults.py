@@ -7,7 +7,6 @@ Kinds: ``locked``, ``full``, ``unwritable``, ``corrupt``, ``replaced``, ``unreac
 from __future__ import annotations
 
 import errno
-import sqlite3
 import sys
 
 __all__ = ["ADVICE", "Replaced", "classify", "write_errors"]
@@ -34,6 +33,8 @@ ADVICE = {
 def write_errors() -> tuple[type[Exception], ...]:
     """What a failed write raises: SQLite's and the OS's errors, and psycopg's when psycopg is
     imported (a `PostgresStore` is in use)."""
+    import sqlite3  # here: a start that writes no row never imports it
+
     psycopg = sys.modules.get("psycopg")
     store: tuple[type[Exception], ...] = (psycopg.Error,) if psycopg is not None else ()
     return (sqlite3.Error, OSError, Replaced, *store)
@@ -41,6 +42,8 @@ def write_errors() -> tuple[type[Exception], ...]:
 
 def classify(exc: BaseException) -> str:
     """The kind of a write failure, for reporting once per kind."""
+    import sqlite3  # here: a start that writes no row never imports it
+
     if isinstance(exc, Replaced):
         return "replaced"
     if type(exc).__module__.startswith("psycopg"):

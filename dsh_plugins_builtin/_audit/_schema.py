@@ -10,8 +10,10 @@ columns empty.
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:  # sqlite3 is imported by the writer's first connection, not at start
+    import sqlite3
 
 __all__ = [
     "COLUMNS",

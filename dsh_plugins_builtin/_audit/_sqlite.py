@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from ._faults import Replaced
 from ._schema import INSERT, INSERT_HEALTH, migrate
+
+if TYPE_CHECKING:  # imported by the first connection (`connect_database`), not at start
+    import sqlite3
 
 __all__ = ["DatabaseFile", "check_path", "connect_database", "create_database"]
 
@@ -162,6 +164,8 @@ def connect_database(
     """Open and migrate the database at *path* (checked by `check_path`): the connection, a
     descriptor held on the file (its ``st_nlink`` drops to 0 once it is unlinked) and its
     (device, inode)."""
+    import sqlite3  # here: a start that writes no row never imports it
+
     connection = sqlite3.connect(
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import attrs
 
-from dsh_host import Host
+from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy, protected_paths, writable_roots
 
 __all__ = [
@@ -264,8 +264,11 @@ def sandbox_policy(host: Host) -> SandboxPolicy | None:
     sandbox = host.pm.get_plugin("sandbox")
     if sandbox is None:
         return None
-    try:
-        policy = sandbox.policy
+    at_start = getattr(sandbox, "policy_at_start", None)
+    try:  # the built-in sandbox: its policy, built once per start, started or not yet
+        policy = at_start(host) if at_start is not None else sandbox.policy
+    except ConfigError:
+        raise
     except Exception:  # the sandbox plugin has not started yet: build the policy it will build
         from dsh_plugins_builtin._sandbox._config import build_policy
 

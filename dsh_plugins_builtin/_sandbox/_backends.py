@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import trio
@@ -15,16 +14,16 @@ import trio
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._bwrap import (
     canonical,
-    inside_any,
     mount_plan,
     rw_roots,
     seccomp_pipe,
 )
 from dsh_plugins_builtin._sandbox._env import scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
-from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
+from dsh_plugins_builtin._sandbox._policy import SandboxPolicy
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 from dsh_plugins_builtin._sandbox._seccomp import SeccompUnavailable, filter_bpf
+from dsh_plugins_builtin._sandbox._which import resolve_bwrap
 
 __all__ = [
     "BACKENDS",
@@ -86,54 +85,6 @@ def _probe_run(argv: list[str], **extra: Any) -> str | None:
     lines = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
     detail = lines[-1] if lines else "no output"
     return f"the probe exited {done.returncode}: {detail}"
-
-
-def resolve_bwrap(
-    policy: SandboxPolicy | None = None, configured: str | None = None
-) -> tuple[str | None, str]:
-    """Find the bwrap binary to trust: absolute, executable, outside every writable root.
-
-    Args:
-        policy: Its writable roots are excluded (a planted ``bwrap`` there is skipped).
-        configured: ``[plugin.sandbox] bwrap``: used as given, or refused, never searched around.
-
-    Returns:
-        ``(path, why)``: the real path (``None`` when there is none) and a sentence saying why.
-    """
-    roots = writable_roots(policy) if policy is not None else ()
-    roots = () if roots == (Path("/"),) else roots
-    if configured is not None:
-        if not os.path.isabs(configured):
-            return None, f'[plugin.sandbox] bwrap = "{configured}" is not an absolute path'
-        real = canonical(Path(configured))
-        if inside_any(real, roots):
-            return None, (
-                f'[plugin.sandbox] bwrap = "{configured}" lies in a writable root ({real}), so a '
-                "command could replace it; install bwrap outside the writable roots"
-            )
-        if not (os.path.isfile(real) and os.access(real, os.X_OK)):
-            return None, f'[plugin.sandbox] bwrap = "{configured}" is not an executable file'
-        return str(real), f'configured: [plugin.sandbox] bwrap = "{configured}"'
-    skipped: list[str] = []
-    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        if not os.path.isabs(entry):
-            continue  # a relative PATH entry depends on the working directory
-        candidate = Path(entry) / "bwrap"
-        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
-            continue  # (os.path.isfile: an unreadable PATH entry is no error)
-        real = canonical(candidate)
-        if inside_any(real, roots):
-            skipped.append(str(candidate))
-            continue
-        note = f" (skipped {', '.join(skipped)}: inside a writable root)" if skipped else ""
-        return str(real), f"found on PATH as {candidate}{note}"
-    if skipped:
-        return None, (
-            f"the only bwrap on PATH ({', '.join(skipped)}) lies in a writable root, where a "
-            "command could have planted it; install bubblewrap system-wide or set "
-            "[plugin.sandbox] bwrap"
-        )
-    return None, "bwrap is not installed (not found on PATH)"
 
 
 def _seccomp_reason(block_network: bool) -> str | None:

@@ -9,15 +9,10 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsh_host import DshError, Host, hookimpl
-from dsh_plugins_builtin._sandbox._check import FIX_HINT
 from dsh_plugins_builtin._sandbox._config import SandboxConfig
-from dsh_plugins_builtin._sandbox._confine import (
-    ProcessResult,
-    resolve_bwrap,
-    run_confined,
-)
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxUnavailable,
@@ -32,11 +27,14 @@ from dsh_plugins_builtin._sandbox._fence import (
     check_pinned,
     check_read,
     check_write,
-    install_paths,
     open_read,
 )
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
-from dsh_plugins_builtin._sandbox._starting import StartCheck, plugin_modules, start_policy
+from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
+from dsh_plugins_builtin._sandbox._which import resolve_bwrap
+
+if TYPE_CHECKING:  # the backends load with the first command (`run`), not at start
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
 
 __all__ = ["SandboxPlugin"]
 
@@ -76,6 +74,10 @@ class SandboxPlugin:
         self._policy: SandboxPolicy | None = None
         self._bwrap: tuple[str | None, str] | None = None
         self._check: StartCheck | None = None
+        self.policy_at_start = StartPolicy(self, self.name)
+        """``policy_at_start(host)``: the policy this plugin enforces for *host*, built once per
+        host start, by `dsh_host_started` or earlier by another plugin's start that needs it
+        (the tools', audit's, output_budget's, the hook commands')."""
         self.install: tuple[Path, ...] = ()
         """Where the next run executes code from (`install_paths`), found at start whether or
         not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
@@ -89,12 +91,9 @@ class SandboxPlugin:
     def dsh_host_started(self, host: Host) -> None:
         """Read the configuration and build the policy; what this machine cannot enforce is
         refused now, or before the first command (`StartCheck`)."""
-        config = host.config_for(self)
-        self._config = config if isinstance(config, SandboxConfig) else SandboxConfig()
-        self.install = install_paths(plugin_modules(host))
-        self._policy = start_policy(self, host, self._config, self.install, self.name)
-        self._bwrap = resolve_bwrap(self._policy, self._config.bwrap)
-        self._check = StartCheck(host, self.name, self._config, self._policy, self._bwrap)
+        self._config, self.install, self._policy = self.policy_at_start.built(host)
+        self._bwrap = resolve_bwrap(self._policy, self.config.bwrap)
+        self._check = StartCheck(host, self.name, self.config, self._policy, self._bwrap)
 
     @property
     def tmp(self) -> Path | None:
@@ -270,6 +269,8 @@ class SandboxPlugin:
         workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
         if self._check is not None:  # the probe, before the first command
             await self._check.before_command(_by(policy))
+        from dsh_plugins_builtin._sandbox._confine import run_confined
+
         try:
             return await run_confined(
                 command,
@@ -285,4 +286,6 @@ class SandboxPlugin:
                 sink=sink,
             )
         except SandboxUnavailable as exc:
+            from dsh_plugins_builtin._sandbox._check import FIX_HINT
+
             raise SandboxUnavailableError(f"{exc}; {FIX_HINT}", by=_by(self.policy)) from None

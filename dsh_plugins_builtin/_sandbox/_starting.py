@@ -20,20 +20,20 @@ import trio
 
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
-from dsh_plugins_builtin._sandbox._confine import (
-    prepare_landlock,
-    probe_backends,
-    select_backend,
-    startup_problem,
-)
 from dsh_plugins_builtin._sandbox._deny import config_files, dsh_state
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable, SandboxUnavailableError
-from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, check_pinned
+from dsh_plugins_builtin._sandbox._fence import (
+    RootReplaced,
+    SandboxPolicy,
+    check_pinned,
+    install_paths,
+)
 from dsh_plugins_builtin._sandbox._locks import FileLock, lock_key, release
 from dsh_plugins_builtin._sandbox._locks import sweep as sweep_locks
 
 __all__ = [
     "StartCheck",
+    "StartPolicy",
     "check_enforceable",
     "plugin_modules",
     "start_policy",
@@ -77,6 +77,35 @@ def start_policy(
         )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None
+
+
+class StartPolicy:
+    """A sandbox plugin's configuration, install paths and policy for one host start: built
+    the first time they are asked for, then the same objects for the rest of that start.
+    Another host (another start, another configuration) builds its own; a build that raised
+    keeps nothing (asked again, it is built again and raises again)."""
+
+    def __init__(self, owner: object, name: str) -> None:
+        self._owner, self._name = owner, name
+        self._built: tuple[Host, SandboxConfig, tuple[Path, ...], SandboxPolicy] | None = None
+
+    def __call__(self, host: Host) -> SandboxPolicy:
+        """The policy for *host* (`built`)."""
+        return self.built(host)[2]
+
+    def built(self, host: Host) -> tuple[SandboxConfig, tuple[Path, ...], SandboxPolicy]:
+        """``(config, install paths, policy)`` for *host*.
+
+        Raises:
+            ConfigError: A ``deny_read`` entry is not usable.
+        """
+        if self._built is None or self._built[0] is not host:
+            config = host.config_for(self._owner)
+            config = config if isinstance(config, SandboxConfig) else SandboxConfig()
+            install = install_paths(plugin_modules(host))
+            policy = start_policy(self._owner, host, config, install, self._name)
+            self._built = (host, config, install, policy)
+        return self._built[1:]
 
 
 def sweep_stale_tmp(base: Path, *, min_age: float = 60.0) -> list[Path]:
@@ -180,6 +209,12 @@ def check_enforceable(
         raise ConfigError(f"{bwrap[1]}", path=host.config.source, plugin=name, key="bwrap")
     if policy.mode == "danger-full-access" or config.backend == "none":
         return
+    from dsh_plugins_builtin._sandbox._backends import (
+        prepare_landlock,
+        select_backend,
+        startup_problem,
+    )
+
     probes = probe_backends(bwrap)
     problem = startup_problem(policy, config.backend, probes)
     if problem is not None:
@@ -190,6 +225,14 @@ def check_enforceable(
             if deferred:
                 check_pinned(policy)
             prepare_landlock(policy)  # the ruleset is built once, here
+
+
+def probe_backends(bwrap: tuple[str | None, str]) -> dict[str, str | None]:
+    """`~dsh_plugins_builtin._sandbox._backends.probe_backends`, imported when first asked: the
+    backends (Landlock, the fork server, the probes) load with the first command, not at start."""
+    from dsh_plugins_builtin._sandbox._backends import probe_backends as probe
+
+    return probe(bwrap)
 
 
 def landlock_possible(config: SandboxConfig, bwrap: tuple[str | None, str]) -> bool:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
-from dsh_plugins_builtin._sandbox._confine import ProcessResult
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._presenters import NO_OUTPUT, UNCONFINED_NOTE, denial_marker
 from dsh_plugins_builtin._tools._support import ToolEnv, guarded_async, int_arg, str_arg
+
+if TYPE_CHECKING:  # the sandbox's command runner loads with the first command
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
 
 __all__ = ["MAX_TIMEOUT_MS", "UNCONFINED_NOTE", "make_bash_tool", "signal_name"]
 

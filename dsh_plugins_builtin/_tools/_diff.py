@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +36,8 @@ def _opcodes(a: list[str], b: list[str]) -> list[Opcode]:
     if len(ma) * len(mb) > _DIFF_WORK_MAX:
         codes.append(("replace", p, p + len(ma), p, p + len(mb)))
     else:
+        import difflib  # the first edit's diff, not every start
+
         matcher = difflib.SequenceMatcher(None, ma, mb, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             codes.append((tag, i1 + p, i2 + p, j1 + p, j2 + p))

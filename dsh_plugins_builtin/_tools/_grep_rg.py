@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
 from dsh_host import DshError, ToolArgsError
-from dsh_plugins_builtin._sandbox._confine import ProcessResult
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_MATCHES,
@@ -44,6 +44,9 @@ from dsh_plugins_builtin._tools._ripgrep import (
 from dsh_plugins_builtin._tools._search_support import Policy, shown_prefix
 from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv
 
+if TYPE_CHECKING:  # the sandbox's command runner loads with the first command
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
+
 __all__ = ["SEARCH_TIMEOUT_S", "search_with_rg"]
 
 SEARCH_TIMEOUT_S = 120.0  # ripgrep's process is killed after this long
@@ -53,7 +56,7 @@ _MAX_COMMAND = 100_000
 _INLINE_RECHECKS = 32  # reported files re-checked on the event loop; more go to a thread
 
 Command = Callable[..., str]  # `rg_command` with all but ``exclude`` and ``sort`` bound
-Ran = tuple[ProcessResult, RgOutput]  # ripgrep's run, and its output as read while it ran
+Ran: TypeAlias = "tuple[ProcessResult, RgOutput]"  # ripgrep's run, and its output as read
 
 
 async def search_with_rg(

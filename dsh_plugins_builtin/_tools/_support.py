@@ -12,10 +12,9 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dsh_host import ToolArgsError, ToolExecution, ToolExecutionResult, ToolFailure
-from dsh_plugins_builtin._sandbox._confine import ProcessResult
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
     SandboxError,
@@ -30,6 +29,9 @@ from dsh_plugins_builtin._sandbox._fence import (
     open_read,
     pin_roots,
 )
+
+if TYPE_CHECKING:  # the sandbox's command runner loads with the first command
+    from dsh_plugins_builtin._sandbox._confine import ProcessResult
 
 __all__ = [
     "PATH_DESCRIPTION",

@@ -209,3 +209,28 @@ def test_attrs_own_classes_and_every_class_come_out_as_compiled(tmp_path):
     import builtins
 
     assert builtins.compile.__module__ == "builtins"
+
+
+SNAPSHOTS = """
+import builtins, sys
+from dsh_host import _attrs_code as A
+A.install()
+from dsh_host import define_tool
+from dsh_host._schema import _snapcode
+seen = []
+real = A._real_compile
+A._real_compile = lambda source, filename, *a, **k: (seen.append(filename), real(source, filename, *a, **k))[1]
+tool = define_tool(name="t", description="d", parameters={"path": {"type": "string", "required": True},
+    "n": {"type": "integer"}}, execute=lambda a: a)
+assert tool.snapshot is not None and tool.snapshot({"path": "x", "n": 1}) == {"path": "x", "n": 1}
+assert tool.snapshot({"path": 1}) is None
+A.save()
+print(seen.count("<string>"))
+"""
+
+
+def test_a_second_start_compiles_no_argument_snapshot_again(tmp_path):
+    """A tool's generated argument snapshot (`_snapcode`) is compiled once, then served from the
+    file like attrs's scripts (about half of a tool's registration: ~25 of them at a start)."""
+    assert run(tmp_path, 1, "-c", SNAPSHOTS).split() == ["1"]
+    assert run(tmp_path, 2, "-c", SNAPSHOTS).split() == ["0"]

@@ -96,6 +96,7 @@ NOT_ON_THE_COMMAND_LINE = (
     "agents",
     "tomlkit",
     "opentelemetry.trace",  # no tracer provider can have been configured
+    "difflib",  # did-you-mean hints: only for a name that is not found
 )
 PAYLOAD = (
     '{"session_id": "s", "transcript_path": "/dev/null", "cwd": ".", '
@@ -132,6 +133,14 @@ def test_dsh_call_imports_no_optional_module_once_the_entry_points_are_cached(wo
     assert loaded(dsh_modules(workspace, argv), NOT_ON_THE_COMMAND_LINE) == []
 
 
+SANDBOX_BACKENDS = (  # the sandbox's backends: with the first command (or `dsh sandbox check`)
+    "dsh_plugins_builtin._sandbox._backends",
+    "dsh_plugins_builtin._sandbox._confine",
+    "dsh_plugins_builtin._sandbox._landlock",
+    "dsh_plugins_builtin._sandbox._forkclient",
+    "dsh_plugins_builtin._sandbox._run",
+    "dsh_plugins_builtin._sandbox._check",
+)
 NOT_FOR_A_READ = (
     "dsh_plugins_builtin._rules._suggest",  # the rules to suggest: a prompt or a denied call's hint
     "cattrs",  # no config table to structure: each plugin's config is its defaults
@@ -147,6 +156,7 @@ NOT_FOR_A_READ = (
     "dsh_plugins_builtin._hooks._supervise",
     "dsh_plugins_builtin._hooks._verdict",
     "dsh_plugins_builtin._hooks._payload",
+    *SANDBOX_BACKENDS,
 )
 
 
@@ -162,6 +172,9 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     modules = dsh_modules(workspace, argv, PAYLOAD)
     assert loaded(modules, NOT_ON_THE_COMMAND_LINE) == []
     assert loaded(modules, ("cattrs", "uuid")) == []
+    assert "sqlite3" not in modules  # no row to write (a PreToolUse dsh does not deny)
+    assert loaded(modules, SANDBOX_BACKENDS) == []  # nothing runs: nothing to confine
+    assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
     audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
     assert loaded(modules, audit_command) == []  # `dsh audit` only
     cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")

@@ -149,12 +149,12 @@ async def test_dsh_installed_under_the_host_tmp_stays_in_view_read_only(
 ) -> None:
     """Hiding the host's /tmp must not hide dsh's own installation (a virtual environment
     under /tmp, with the ``rg`` the grep tool runs): it stays in view, read-only."""
-    from dsh_plugins_builtin._sandbox import _plugin
+    from dsh_plugins_builtin._sandbox import _starting
 
     tool = host_tmp / "tool"
     tool.write_text("#!/bin/sh\necho runtime-ok\n")
     tool.chmod(0o755)
-    monkeypatch.setattr(_plugin, "install_paths", lambda modules=(): (host_tmp,))
+    monkeypatch.setattr(_starting, "install_paths", lambda modules=(): (host_tmp,))
     host = boundary_host(make_host, ws, backend)
     result = await bash(host, f"{tool}; touch {host_tmp}/planted 2>/dev/null || echo refused")
     assert result.text.splitlines() == ["runtime-ok", "refused"]

@@ -30,7 +30,7 @@ import trio.testing
 
 from dsh_host import ConfigError, Host
 from dsh_host._host._config import find_config
-from dsh_plugins_builtin._sandbox import _plugin
+from dsh_plugins_builtin._sandbox import _starting
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -451,7 +451,7 @@ async def test_a_command_cannot_change_the_code_the_next_run_executes(
     (venv / "lib" / "site-packages").mkdir(parents=True)
     source.mkdir(parents=True)
     (source / "__init__.py").write_text("ALLOW = False\n")
-    monkeypatch.setattr(_plugin, "install_paths", lambda modules: (venv, source))
+    monkeypatch.setattr(_starting, "install_paths", lambda modules: (venv, source))
     if backend == "landlock":
         with pytest.raises(ConfigError, match=r"key 'protected'.*protect_install = false"):
             escape_host(make_host, ws, backend)

@@ -15,7 +15,7 @@ import pytest
 
 from dsh_host import ConfigError, Host, hookimpl
 from dsh_plugins_builtin import sandbox as sandbox_module
-from dsh_plugins_builtin._sandbox import _plugin
+from dsh_plugins_builtin._sandbox import _starting
 from dsh_plugins_builtin._sandbox._fence import writable_roots
 from dsh_plugins_builtin.sandbox import (
     SandboxConfig,
@@ -234,7 +234,7 @@ def test_check_says_whether_dsh_s_own_installation_is_writable(
     (venv / "lib").mkdir(parents=True)
     elsewhere = Path(tempfile.gettempdir()).parent / "usr-lib-python-nowhere"
     fake = lambda modules: (venv / "lib", venv, elsewhere)  # noqa: E731
-    monkeypatch.setattr(_plugin, "install_paths", fake)
+    monkeypatch.setattr(_starting, "install_paths", fake)
     write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
