@@ -50,11 +50,10 @@ async def _bare_calls(batch: Any, me: Task) -> bool:
 
 
 async def _calls(batch: Any, me: Task) -> bool:
-    """`bare_calls`' loop: each call's body started by hand on this frame, as `Pipeline._bare`
-    would run it once its checks passed (made here): a call that never suspends comes back as a
-    value through the worker's `_driver` (no coroutine or frame but its body's, no
-    `StopIteration`); one that suspends is driven on by `_landing` while the baton goes on to
-    another worker."""
+    """`bare_calls`' loop: each body run on this frame, as `Pipeline._bare` would once its checks
+    passed (made here): one that never suspends comes back through the worker's `_driver` (no
+    coroutine but its own, no `StopIteration`); one that suspends is driven on by `_landing`
+    while the baton goes on to another worker."""
     pipeline, inputs, count = batch.pipeline, batch.inputs, len(batch.inputs)
     tools = pipeline._global_tools
     results, settled, on_result = batch.results, batch.settled, batch.on_result
