@@ -3,7 +3,9 @@
 Method: one trio run; for each body (one that never suspends, one that checkpoints once), a
 batch of ``--calls`` calls through ``execute_batch`` and the same calls awaited one after another
 through ``execute`` are timed in alternation, ``--reps`` times, garbage collection paused while
-timing. Figures are per call, minimum and median; ratios are taken within the run.
+timing. Both keep their results, as a caller does (``execute_batch`` returns its list; the
+``execute`` loop appends each result to one: keeping 10,000 results costs either side about
+0.15-0.3 µs a call, which a loop that dropped them would not pay). Figures are per call, minimum and median; ratios are taken within the run.
 
     python bench/bench_batch.py [--calls 10000] [--reps 7] [--check]
 
@@ -85,9 +87,11 @@ async def main_async(calls: int, reps: int) -> dict[str, tuple[float, float]]:
         async def batch(inputs: list[Any] = inputs) -> None:
             await reg.execute_batch(inputs)
 
-        async def sequential(inputs: list[Any] = inputs) -> None:
+        async def sequential(inputs: list[Any] = inputs) -> list[Any]:
+            results = []  # kept, as `execute_batch` keeps them: like for like
             for item in inputs:
-                await reg.execute(item)
+                results.append(await reg.execute(item))
+            return results
 
         async def one(inputs: list[Any] = inputs) -> None:
             for item in inputs[:1000]:

@@ -354,9 +354,13 @@ def _dsh_setup(settings: Settings, where: pathlib.Path) -> DshSetup:
     return DshSetup(cases, batches, registries, read_path)
 
 
-async def _sequential(registry: dsh_host.ToolRegistry, inputs: list[Any]) -> None:
+async def _sequential(registry: dsh_host.ToolRegistry, inputs: list[Any]) -> list[Any]:
+    """*inputs* through `execute` one after another, their results kept in a list, as
+    `execute_batch` returns them (a loop that dropped them would skip a cost the batch pays)."""
+    results = []
     for item in inputs:
-        await registry.execute(item)
+        results.append(await registry.execute(item))
+    return results
 
 
 async def _check_dsh(setup: DshSetup) -> None:

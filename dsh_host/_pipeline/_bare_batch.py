@@ -12,7 +12,8 @@ which takes it from there as it would any call.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable
+import types
+from collections.abc import Awaitable, Generator
 from types import CoroutineType
 from typing import Any, Final, cast
 
@@ -21,7 +22,6 @@ from trio.lowlevel import Task
 from .._model._outcomes import raised
 from .._model._values import ToolExecutionResult, ToolRunContext
 from ._body import normalise
-from ._by_hand import resume
 from ._contain import genuine, real_interrupt
 
 __all__ = ["bare_calls"]
@@ -50,14 +50,14 @@ async def _bare_calls(batch: Any, me: Task) -> bool:
 
 
 async def _calls(batch: Any, me: Task) -> bool:
-    """`bare_calls`' loop: each call's body started by hand on this frame, as `Pipeline._bare`
-    would run it once its checks passed (made here): a call that never suspends comes back as a
-    value and costs no coroutine or frame but its body's; one that suspends is driven by
-    `resume` while the baton goes on to another worker."""
+    """`bare_calls`' loop: each body run on this frame, as `Pipeline._bare` would once its checks
+    passed (made here): one that never suspends comes back through the worker's `_driver` (no
+    coroutine but its own, no `StopIteration`); one that suspends is driven on by `_landing`
+    while the baton goes on to another worker."""
     pipeline, inputs, count = batch.pipeline, batch.inputs, len(batch.inputs)
     tools = pipeline._global_tools
     results, settled, on_result = batch.results, batch.settled, batch.on_result
-    run_nested = pipeline._run_nested
+    run_nested, done, driving = pipeline._run_nested, _Done(), None
     while (index := batch.next) < count and index != batch.pending:
         input = inputs[index]
         if (ready := _now(batch, index, input, tools)) is None:
@@ -71,18 +71,19 @@ async def _calls(batch: Any, me: Task) -> bool:
             )
             if type(call) is not CoroutineType:
                 call = _awaited(call)  # an awaitable of another kind
-            try:
-                trap = call.send(None)
-            except StopIteration as stop:
-                value = stop.value
-            else:  # it suspends: the baton is handed on, as in `work`
+            if driving is None:
+                driving = _driver(done)
+                driving.send(None)
+            if (trap := driving.send(call)) is not done:  # it suspends: the baton is handed on
                 batch.in_flight += 1
                 batch._hand_on()
                 try:
-                    value = await resume(call, trap)
+                    await _landing(driving, trap, done)
                 finally:
                     batch._landed()
+            value, done.value = done.value, None
         except BaseException as exc:
+            driving = None  # it ended with the call (or never started one)
             if await genuine(exc):
                 raise
             result = raised(exc)
@@ -107,6 +108,45 @@ async def _calls(batch: Any, me: Task) -> bool:
         if batch.holder is not me:
             return False
     return True
+
+
+class _Done:
+    """What a worker's `_driver` yields when a body returned; its value until read."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+
+@types.coroutine
+def _driver(done: _Done) -> Generator[Any, Any, None]:
+    """Awaits each body sent in on its own frame (``yield from``: the interpreter's ``await``),
+    then yields *done* holding its value: a body that returns at once costs no
+    `StopIteration`, as ``coroutine.send`` raises one per return. A body's trap comes out of
+    ``send`` as itself (`_landing` drives the rest); a body's exception ends the driver."""
+    while True:
+        done.value = yield from (yield done)
+
+
+@types.coroutine
+def _landing(
+    driving: Generator[Any, Any, None], trap: Any, done: _Done
+) -> Generator[Any, Any, None]:
+    """`resume` for a body suspended in *driving*: forwards what trio sends or throws in until
+    the body has returned (*driving* yields *done*) or raised (out of here)."""
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            driving.close()
+            raise
+        except BaseException as exc:
+            trap = driving.throw(exc)
+        else:
+            trap = driving.send(sent)
+        if trap is done:
+            return
 
 
 def _now(batch: Any, index: int, input: Any, tools: Any) -> tuple[Any, Any] | None:

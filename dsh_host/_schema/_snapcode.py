@@ -41,8 +41,7 @@ class _Writer:
             "MISSING": _MISSING,
             "FrozenDict": FrozenDict,
             "new": dict.__new__,
-            "fill": dict.__init__,
-            "setitem": dict.__setitem__,
+            "update": dict.update,
             "isfinite": math.isfinite,
             "B": INT_BOUND,
             "EMPTY": frozen_from({}),
@@ -131,12 +130,13 @@ def _write_object(w: _Writer, node: Mapping[str, Any], fail: str) -> str:
     loop += ["    else:" if properties else "    if True:", f"        {undeclared}"]
     body += [f"{c} = MISSING" for _, c in copies]
     body += loop
-    body += [
-        "made = new(FrozenDict)",
-        "fill(made, value)",
-        *(f"if {c} is not MISSING: setitem(made, {_literal(key)}, {c})" for key, c in copies),
-        "return made",
-    ]
+    if copies:  # the copies go into a plain dict first (a store each, no slot wrapper call)
+        body += [
+            f"if {' or '.join(f'{c} is not MISSING' for _, c in copies)}:",
+            "    value = value.copy()",
+            *(f"    if {c} is not MISSING: value[{_literal(key)}] = {c}" for key, c in copies),
+        ]
+    body += ["made = new(FrozenDict)", "update(made, value)", "return made"]
     w.lines += [f"def {name}(value, FAIL={fail}):", *("    " + line for line in body)]
     return name
 

@@ -36,6 +36,7 @@ __all__ = [
     "open_absolute",
     "open_beneath",
     "open_dir_nofollow",
+    "open_normal",
 ]
 
 _O_PATH: Final[int] = getattr(os, "O_PATH", os.O_RDONLY)
@@ -233,6 +234,20 @@ def open_absolute(path: str, flags: int, *, walk: bool = False) -> int:
     One ``openat2`` where it works (else the walk, one ``openat`` per component).
     """
     return open_beneath(_slash(), path.lstrip("/"), flags, walk=walk)
+
+
+def open_normal(path: str, flags: int) -> int:
+    """`open_absolute` for a *path* already normal (absolute, no empty, ``.`` or ``..``
+    component: the caller made it so), where ``openat2`` works: one ``openat2`` from ``/``, the
+    path not split again. The kernel still refuses any symlink, and any climb out of ``/``."""
+    rel = path[1:] or "."
+    try:
+        return _openat2(_SLASH_FD, rel, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0)
+    except NotADirectoryError:
+        # O_DIRECTORY | O_NOFOLLOW on a final symlink says ENOTDIR: tell it from a file.
+        if _is_link(rel, _SLASH_FD):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel) from None
+        raise
 
 
 def open_dir_nofollow(path: str, *, walk: bool = False) -> int:

@@ -11,6 +11,7 @@ import fnmatch
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_abs, resolve_target, within
 from dsh_plugins_builtin._sandbox._pins import pin_holds
@@ -89,11 +90,15 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
     return f"{policy.tmp}{spelled[4:]}"
 
 
-_DenyTable = tuple[tuple[Path, ...], tuple[str, ...], dict[str, int]]
+_UNSEEN: Any = object()
+_DenyTable = tuple[tuple[Path, ...], tuple[str, ...], dict[str, int], dict[str, int | None]]
 _DENY_TABLES: dict[int, _DenyTable] = {}
 """By the identity of a policy's ``deny_read`` tuple (held here, so its id is not reused): its
-entries as text, and text -> first position. Keyed by identity, not value: a tuple of 30 paths
-would be hashed entry by entry (``Path.__hash__``, in Python) on every file a tool opens."""
+entries as text, text -> first position, and directory -> the first position of an entry it lies
+within (or ``None``), for the directories looked up so far. Keyed by identity, not value: a tuple
+of 30 paths would be hashed entry by entry (``Path.__hash__``, in Python) on every file a tool
+opens."""
+_DIRS_KEPT = 4096  # directories remembered per table (then forgotten at once, and learnt again)
 
 
 def _deny_table(paths: tuple[Path, ...]) -> _DenyTable:
@@ -106,28 +111,47 @@ def _deny_table(paths: tuple[Path, ...]) -> _DenyTable:
         index.setdefault(text, number)
     if len(_DENY_TABLES) >= 64:  # policies are few; a test suite makes many
         _DENY_TABLES.clear()
-    table = _DENY_TABLES[id(paths)] = (paths, texts, index)
+    table = _DENY_TABLES[id(paths)] = (paths, texts, index, {})
     return table
+
+
+def _within_entry(directory: str, index: dict[str, int]) -> int | None:
+    """The first position of an entry that the absolute *directory* is or lies within."""
+    first = index.get(directory)
+    cut = directory.rfind("/")
+    while cut > 0:
+        number = index.get(directory[:cut])
+        if number is not None and (first is None or number < first):
+            first = number
+        cut = directory.rfind("/", 0, cut)
+    number = index.get("/")
+    if number is not None and (first is None or number < first):
+        first = number
+    return first
 
 
 def denied_by(key: str, policy: SandboxPolicy) -> str | None:
     """The ``deny_read`` entry the canonical *key* falls under (``~`` for the home), or ``None``.
 
     The first entry in ``deny_read`` order that *key* is within, found by looking its ancestors
-    up (a few dict lookups) rather than testing every entry (the defaults list about 30)."""
+    up (a few dict lookups) rather than testing every entry (the defaults list about 30); what
+    its directory lies within is remembered (the same answer, one lookup, for the next file in
+    it)."""
     if policy.deny_read:
-        _, texts, index = _deny_table(policy.deny_read)
+        _, texts, index, dirs = _deny_table(policy.deny_read)
         if key.startswith("/"):
             first = index.get(key)
             cut = key.rfind("/")
-            while cut > 0:  # `_ancestors`, inline: the ancestors of every file opened
-                number = index.get(key[:cut])
-                if number is not None and (first is None or number < first):
-                    first = number
-                cut = key.rfind("/", 0, cut)
-            number = index.get("/")
-            if number is not None and (first is None or number < first):
-                first = number
+            if cut > 0:
+                directory = key[:cut]
+                if (above := dirs.get(directory, _UNSEEN)) is _UNSEEN:
+                    if len(dirs) >= _DIRS_KEPT:
+                        dirs.clear()
+                    above = dirs[directory] = _within_entry(directory, index)
+            else:
+                above = index.get("/")
+            if above is not None and (first is None or above < first):
+                first = above
             if first is not None:
                 return _home_text(texts[first])
         else:

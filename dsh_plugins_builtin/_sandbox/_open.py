@@ -18,6 +18,7 @@ from dsh_plugins_builtin._sandbox._beneath import (
     open_absolute,
     open_beneath,
     open_dir_nofollow,
+    open_normal,
 )
 from dsh_plugins_builtin._sandbox._judge import denied_by, in_tmp, read_key
 from dsh_plugins_builtin._sandbox._paths import PathArg, within
@@ -161,7 +162,7 @@ def open_read(
         # spelled (normalised, no "..") is the canonical path, inside a pinned root that still
         # holds. A symlink on it (ELOOP) is resolved and judged the long way, below.
         try:
-            return open_absolute(lexical, flags), lexical
+            return open_normal(lexical, flags), lexical  # `_normal` made it so: no split
         except OSError as exc:
             if exc.errno not in RACED:
                 raise

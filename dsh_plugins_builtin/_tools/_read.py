@@ -8,6 +8,8 @@ read again, fenced afresh, in a worker thread, in chunks (see `._files` for why)
 from __future__ import annotations
 
 import codecs
+import functools
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import trio
 
 from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
+from dsh_plugins_builtin._sandbox._errors import SandboxError
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._open import (
     BINARY_SNIFF_BYTES,
@@ -28,8 +31,8 @@ from dsh_plugins_builtin._tools._search_support import concurrency_safe
 from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
-    guarded_async,
     int_arg,
+    sandbox_failure,
     str_arg,
 )
 
@@ -140,6 +143,30 @@ def _whole_window(text: str, offset: int, limit: int) -> tuple[list[tuple[int, s
     return lines, len(pieces)
 
 
+_NUMBERS: list[str] = ["%6d\t" % n for n in range(DEFAULT_LIMIT + 1)]  # noqa: UP031
+"""The ``cat -n`` prefix (the number right-aligned in six columns, a tab) of lines 0 to
+`DEFAULT_LIMIT`, made once: a small read numbers its lines by joining these to them."""
+
+
+def _numbered_text(text: str, offset: int, limit: int) -> tuple[str, int, int] | None:
+    """The numbered body of a whole small *text* (what `_read_result` writes for
+    `_whole_window`'s lines), its last line number and the total, in one pass with no call per
+    line; ``None`` when it cannot be made so (a line to cut, a carriage return, lines past
+    `DEFAULT_LIMIT`, or none shown): the caller takes `_whole_window`."""
+    if "\r" in text or offset >= len(_NUMBERS):
+        return None
+    pieces = text.split("\n")
+    if not pieces[-1]:
+        pieces.pop()  # the text ended with a newline (or is empty)
+    chosen = pieces[offset - 1 : offset - 1 + limit]
+    if not chosen or (len(text) > MAX_LINE_CHARS and max(map(len, chosen)) > MAX_LINE_CHARS):
+        return None
+    last = offset + len(chosen) - 1
+    if last >= len(_NUMBERS):
+        return None
+    return "\n".join(map(operator.add, _NUMBERS[offset : last + 1], chosen)), last, len(pieces)
+
+
 def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[str, _Window, int]:
     fd, real = open_file(env.sandbox(), spelled)
     window = _Window(offset, limit)
@@ -200,7 +227,7 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
         os.close(fd)
     if data is None:
         return None
-    if b"\0" in data[:BINARY_SNIFF_BYTES]:
+    if data.find(b"\0", 0, BINARY_SNIFF_BYTES) >= 0:  # no copy of the first bytes
         raise binary_error(spelled, "it contains NUL bytes")
     try:
         text = data.decode("utf-8")
@@ -210,26 +237,32 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
 
 
 async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
-    spelled = str_arg(args, "path")
-    offset = int_arg(args, "offset", 1, low=1)
-    limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
-    small = _read_small(env, spelled)
-    if small is None:
-        shown, window, total = await trio.to_thread.run_sync(
-            _read_window, env, spelled, offset, limit, abandon_on_cancel=True
-        )
-        lines = window.lines
-    else:
-        shown, text = small
+    try:  # `guarded_async`, inline: one coroutine per call
+        spelled = str_arg(args, "path")
+        offset = int_arg(args, "offset", 1, low=1)
+        limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
+        small = _read_small(env, spelled)
+        if small is None:
+            shown, window, total = await trio.to_thread.run_sync(
+                _read_window, env, spelled, offset, limit, abandon_on_cancel=True
+            )
+            return _read_result(shown, window.lines, total, offset)
+    except SandboxError as exc:
+        return sandbox_failure(exc)
+    shown, text = small
+    numbered = _numbered_text(text, offset, limit)
+    if numbered is None:
         lines, total = _whole_window(text, offset, limit)
-    return _read_result(shown, lines, total, offset)
+        return _read_result(shown, lines, total, offset)
+    body, last, total = numbered
+    return _body_result(shown, body, last, total, offset)
 
 
 def _read_result(
     shown: str, lines: list[tuple[int, str]], total: int, offset: int
 ) -> ToolExecutionResult:
-    meta = {"path": shown, "offset": offset, "count": len(lines), "total_lines": total}
     if total == 0:
+        meta = {"path": shown, "offset": offset, "count": 0, "total_lines": 0}
         return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
     if offset > total:
         raise ToolArgsError(
@@ -237,7 +270,12 @@ def _read_result(
              f"pass an offset from 1 to {total}"]
         )  # fmt: skip
     body = "\n".join(["%6d\t%s" % line for line in lines])  # noqa: UP031 - the fastest
-    last = lines[-1][0]
+    return _body_result(shown, body, lines[-1][0], total, offset)
+
+
+def _body_result(shown: str, body: str, last: int, total: int, offset: int) -> ToolExecutionResult:
+    """The result of lines *offset* to *last* (numbered in *body*) of *total*."""
+    meta = {"path": shown, "offset": offset, "count": last - offset + 1, "total_lines": total}
     if last < total:
         body += (
             f"\n\n[showing lines {offset}-{last} of {total}; "
@@ -267,7 +305,7 @@ def read_file_tool(env: ToolEnv) -> ToolDefinition:
                 "description": f"Maximum number of lines to return (default {DEFAULT_LIMIT}).",
             },
         },
-        execute=guarded_async(lambda args, ctx: _read_file(env, args)),
+        execute=functools.partial(_read_file, env),  # one coroutine a call: no wrapper
         is_concurrency_safe=concurrency_safe,
         present_call=present.read_call,
         present_result=present.read_result,

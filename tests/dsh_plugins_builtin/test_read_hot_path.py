@@ -9,16 +9,21 @@ escape tests (test_file_fence.py, test_tools_escapes.py, test_escapes_*.py) keep
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsh_host import Host
 from dsh_plugins_builtin._sandbox import _fence, _judge, _open, _pins, _policy
+from dsh_plugins_builtin._sandbox._beneath import open_normal
 from dsh_plugins_builtin._sandbox._fence import RootReplaced, SandboxPolicy, open_read, pin_roots
+from dsh_plugins_builtin._sandbox._paths import within
 from dsh_plugins_builtin._tools import _read as _file_tools
 from tests.dsh_plugins_builtin.conftest import tools_host
 
@@ -166,3 +171,135 @@ def test_a_workspace_spelled_through_a_symlink_reads_through_the_slow_path(
         os.close(fd)
     with pytest.raises(_fence.FenceDenied):
         open_read(f"../{outside.name}/secret.txt", policy)
+
+
+# -- issue 27: the floor of a small read -------------------------------------------------------
+
+
+async def test_a_small_read_from_its_start_numbers_its_lines_in_one_pass(
+    host: Host, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No per-line tuple or format: the prefixes made once are joined to the lines."""
+    (ws / "a.txt").write_text(SMALL)
+
+    def no_window(*args: object) -> None:
+        raise AssertionError("a small read from its start took the per-line path")
+
+    monkeypatch.setattr(_file_tools, "_whole_window", no_window)
+    result = await host.call("read_file", {"path": "a.txt", "limit": 5})
+    assert result.text.splitlines()[:5] == [f"{n:6d}\t" + "x" * 69 for n in range(1, 6)]
+    assert result.text.endswith(
+        "[showing lines 1-5 of 20; call read_file with offset=6 to read more]"
+    )
+    assert result.meta == {"path": "a.txt", "offset": 1, "count": 5, "total_lines": 20}
+
+
+_TEXT = st.lists(
+    st.sampled_from(["", "a", "b\tc", "é", "\r", "x" * 2001, "y" * 1999]), max_size=8
+).map("\n".join)
+
+
+@given(
+    text=_TEXT | _TEXT.map(lambda t: t + "\n"),
+    offset=st.integers(1, 12) | st.integers(1990, 2010),
+    limit=st.integers(1, 12) | st.integers(1990, 2010),
+)
+def test_the_one_pass_body_is_what_the_per_line_path_writes(
+    text: str, offset: int, limit: int
+) -> None:
+    lines, total = _file_tools._whole_window(text, offset, limit)
+    numbered = _file_tools._numbered_text(text, offset, limit)
+    if numbered is None:
+        return  # the caller takes the per-line path
+    body, last, counted = numbered
+    assert counted == total
+    expected = _file_tools._read_result("f", lines, total, offset)
+    assert _file_tools._body_result("f", body, last, total, offset) == expected
+
+
+def test_read_files_body_is_one_coroutine_that_still_attributes_sandbox_refusals(
+    ws: Path,
+) -> None:
+    """No `guarded_async` wrapper around the body (a coroutine more per call); a refusal still
+    comes back as the sandbox's result."""
+    import functools
+    import inspect
+
+    from dsh_plugins_builtin._tools._read import read_file_tool
+    from dsh_plugins_builtin._tools._support import FailClosedSandbox
+
+    class Env:
+        workspace = ws
+
+        def sandbox(self) -> Any:
+            return FailClosedSandbox(ws, "not enabled")
+
+    tool = read_file_tool(Env())  # type: ignore[arg-type]
+    assert isinstance(tool.execute, functools.partial)
+    assert tool.execute.func is _file_tools._read_file
+    assert inspect.iscoroutinefunction(tool.execute)
+    assert tool.is_async
+    result = trio.run(tool.execute, {"path": "/etc/hostname"})
+    assert (result.is_error, result.code) == (True, "SANDBOX_DENIED"), result
+    assert result.decided_by is not None
+
+
+def test_a_plain_path_is_opened_without_splitting_it_again(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lexical path is normal already (`_open._normal`): one ``openat2``, no `_split`."""
+    from dsh_plugins_builtin._sandbox import _beneath
+
+    if not _beneath.HAVE_OPENAT2:
+        pytest.skip("no openat2 here: the walk splits the path")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "a.txt").write_text("inside\n")
+    policy = pin_roots(SandboxPolicy("read-only", ws, writable_roots=(ws,)))
+
+    def no_split(rel: str) -> list[str]:
+        raise AssertionError(f"split {rel!r} again")
+
+    monkeypatch.setattr(_beneath, "_split", no_split)
+    fd, real = open_read("sub/a.txt", policy)
+    try:
+        assert (real, os.read(fd, 100)) == (str(ws / "sub" / "a.txt"), b"inside\n")
+    finally:
+        os.close(fd)
+    (ws / "link").symlink_to(ws / "sub" / "a.txt")
+    with pytest.raises(OSError, match="symbolic links"):
+        open_normal(str(ws / "link"), os.O_RDONLY)  # the kernel still refuses a symlink
+
+
+def test_a_second_file_in_a_directory_does_not_walk_its_ancestors_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    policy = types.SimpleNamespace(
+        deny_read=(Path("/srv/secret"), Path("/srv/data/keys")), deny_patterns=()
+    )
+    assert _judge.denied_by("/srv/data/a.txt", policy) is None  # type: ignore[arg-type]
+
+    def no_walk(*args: object) -> None:
+        raise AssertionError("walked the ancestors of a directory seen before")
+
+    monkeypatch.setattr(_judge, "_within_entry", no_walk)
+    assert _judge.denied_by("/srv/data/b.txt", policy) is None  # type: ignore[arg-type]
+    assert _judge.denied_by("/srv/data/keys", policy) == "/srv/data/keys"  # type: ignore[arg-type]
+
+
+_PART = st.sampled_from(["a", "b", "keys", ""])
+
+
+@given(
+    keys=st.lists(st.lists(_PART, max_size=4).map(lambda p: "/" + "/".join(p)), max_size=12),
+    deny=st.lists(st.lists(_PART, max_size=3).map(lambda p: "/" + "/".join(p)), max_size=4),
+)
+def test_remembered_directories_answer_as_the_ancestor_walk_does(
+    keys: list[str], deny: list[str]
+) -> None:
+    """One policy, many files: what a directory lies within, remembered, is what the walk says."""
+    policy = types.SimpleNamespace(deny_read=tuple(Path(p) for p in deny), deny_patterns=())
+    texts = [str(Path(p)) for p in deny]
+    for key in keys:
+        entries = [t for t in texts if within(key, t)]  # every entry in order
+        expected = None if not entries else _judge._home_text(entries[0])
+        assert _judge.denied_by(key, policy) == expected  # type: ignore[arg-type]

@@ -438,3 +438,66 @@ def test_a_bare_batch_call_enters_no_coroutine_but_its_body() -> None:
     bodies = entered.count("execute")
     assert bodies == 200
     assert len(entered) - bodies <= 30  # the batch's own, a few per batch (was 218: one per call)
+
+
+def test_a_bare_batch_call_that_returns_at_once_raises_no_stop_iteration() -> None:
+    """A body that never suspends comes back through the worker's driver (``yield from``),
+    not ``coroutine.send``, which raises a `StopIteration` into the batch's loop per call
+    (issue 27, the batch floor)."""
+    import sys
+
+    registry = ToolRegistry()
+    registry.register(_safe_echo())
+    calls = _calls(200)
+    stops: list[str] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "exception" and arg[0] is StopIteration and frame.f_code.co_name == "_calls":
+            stops.append(frame.f_code.co_name)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename.endswith("_bare_batch.py") else None
+
+    async def go() -> None:
+        await registry.execute_batch(calls)
+        sys.settrace(tracer)
+        try:
+            results = await registry.execute_batch(calls)
+        finally:
+            sys.settrace(None)
+        assert [r.text for r in results] == [str(i) for i in range(200)]
+
+    trio.run(go)
+    assert stops == []  # was 199: one per call after the first
+
+
+async def test_a_bare_batch_goes_on_after_a_body_that_raised_or_suspended(
+    autojump_clock: Any,
+) -> None:
+    """The worker's driver ends with a body that raises (a new one takes the next call) and
+    carries a body that suspends to its end; the calls around them still run, in order."""
+
+    async def body(args: Any, ctx: Any) -> str:
+        text = args["text"]
+        if text in ("1", "4"):
+            raise ValueError(f"bad {text}")
+        if text in ("2", "5"):
+            await trio.sleep(1)
+        return text
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="safe",
+            description="",
+            parameters={"text": {"type": "string"}},
+            execute=body,
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    results = await registry.execute_batch(_calls(8), max_parallel=2)
+    assert [r.text if not r.is_error else "error" for r in results] == [
+        "0", "error", "2", "3", "error", "5", "6", "7",
+    ]  # fmt: skip
+    assert "bad 4" in results[4].text

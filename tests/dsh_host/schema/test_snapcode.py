@@ -248,3 +248,23 @@ def test_nested_objects_count_towards_the_bound():
     schema = {"type": "object", "properties": {**outer, "inner": inner}}
     assert not writable(schema)  # 211 declared properties
     assert writable({"type": "object", "properties": {"inner": inner}})
+
+
+def test_a_snapshot_puts_its_copies_into_a_plain_dict_and_leaves_the_arguments_as_they_were():
+    """The nested copies (a tuple, a frozen object) are stored into a plain copy of the
+    arguments, then moved into the frozen one in one ``dict.update``: no slot-wrapper call
+    (``dict.__init__``, ``dict.__setitem__``) per copy (issue 27, nested arguments)."""
+    snapshot = compile_snapshot(_SCHEMAS["closed"])
+    assert snapshot is not None
+    names = snapshot.__globals__  # the generated source's namespace
+    assert "setitem" not in names
+    assert "fill" not in names
+    raw = {"path": "a", "tags": ["x", "y"], "flags": {"a": True}, "n": 2}
+    before = repr(raw)
+    made = snapshot(raw)
+    assert repr(raw) == before  # the caller's dict and lists are untouched
+    assert type(made) is FrozenDict
+    assert list(made) == ["path", "tags", "flags", "n"]  # the arguments' key order
+    assert made["tags"] == ("x", "y")
+    assert type(made["flags"]) is FrozenDict
+    assert made == freeze(raw)
