@@ -8,7 +8,6 @@ link's ``call_next`` is a `_Next`. Only a link that really waits hands the chain
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable, Generator
 from types import CoroutineType
 from typing import Any, Protocol
@@ -17,6 +16,7 @@ import attrs
 
 from .._model._errors import PluginFailure
 from .._registry._hooks import Impl
+from ._answers import _clock
 from ._contain import Watchdog
 from ._stage import (
     _NO_TRAP,
@@ -28,8 +28,6 @@ from ._stage import (
     _stage_failed,
     _Staging,
 )
-
-_clock = time.monotonic  # the watchdog's clock (`Watchdog` reads the same one)
 
 
 class _Watched(Protocol):
