@@ -16,7 +16,7 @@ import attrs
 
 from .._model._errors import PluginFailure
 from .._registry._hooks import Impl
-from ._answers import _clock
+from ._answers import _ANSWERS, _clock
 from ._contain import Watchdog
 from ._stage import (
     _NO_TRAP,
@@ -28,6 +28,9 @@ from ._stage import (
     _stage_failed,
     _Staging,
 )
+
+_DECISIONS = frozenset(_ANSWERS)
+"""The classes of a link's answers themselves (exactly: a subclass may be awaitable)."""
 
 
 class _Watched(Protocol):
@@ -94,11 +97,9 @@ class _Chain(_Staging):
         self.tool = (args[0] if links.hook != "dsh_tool_approve" else args[0].execution).name
 
     def resolve(self, i: int) -> tuple[Any, str | None]:
-        """The decision of links *i* on and who made it, if none of them waits.
-
-        Raises `_Suspend` when a link's awaitable waits (its first step already ran), and
-        `_Raised` for what a link raised (a `PluginFailure` included).
-        """
+        """The decision of links *i* on and who made it, if none of them waits. Raises
+        `_Suspend` when a link's awaitable waits (its first step already ran), and `_Raised` for
+        what a link raised (a `PluginFailure` included)."""
         links, args = self.links, self.args
         impls, count, hook, spec = links.impls, links.count, links.hook, links.spec
         watchdog = links.pipeline.watchdog
@@ -135,8 +136,12 @@ class _Chain(_Staging):
                         nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here
                         continue
-                if value is not None and (
-                    type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
+                if (
+                    value is not None
+                    and type(value) not in _DECISIONS  # no Awaitable ABC check for an answer
+                    and (
+                        type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
+                    )
                 ):
                     value = self._first_step(i, impl, value, nxt)
             except (_Suspend, _Raised):

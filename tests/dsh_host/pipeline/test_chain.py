@@ -4,6 +4,7 @@ exactly as when each link is awaited in turn."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Generator
 from typing import Any
 
@@ -311,6 +312,28 @@ async def test_a_chains_plain_links_are_watched_inline(monkeypatch):
         assert (result.code, result.decided_by) == ("DENIED", "denies")
     assert calls == []
     assert pipeline.watchdog.plugin is None
+
+
+async def test_a_links_answer_is_not_checked_against_the_awaitable_abc(monkeypatch):
+    """A decision a link answers is known not to be awaitable: no ``inspect.isawaitable``."""
+    from dsh_host._pipeline import _chain
+
+    class Allows(Named):
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution, call_next):
+            return Allow()
+
+    checked: list[object] = []
+    real = inspect.isawaitable
+
+    def isawaitable(value: object) -> bool:
+        checked.append(value)
+        return real(value)
+
+    monkeypatch.setattr(_chain.inspect, "isawaitable", isawaitable)
+    result = await _host(Passes("passes"), Allows("allows")).call("echo", {"text": "x"})
+    assert (result.is_error, result.text) == (False, "x")
+    assert checked == []
 
 
 async def test_a_blocking_plain_execute_wrapper_is_reported_by_name_and_fails_closed():
