@@ -44,7 +44,9 @@ class _Links:
     """What a `_Chain` needs that depends only on the plugin set: one hook's implementations,
     its default and check, and the links' bound (made once per plan, not per call)."""
 
-    __slots__ = ("accept", "count", "default", "hook", "impls", "limit", "pipeline", "spec")
+    __slots__ = (
+        "accept", "count", "default", "hook", "impls", "limit", "pipeline", "spec", "tail",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -61,8 +63,18 @@ class _Links:
         self.default = default
         self.accept = accept
         self.limit = limit
-        self.spec = _WATERFALL_ARGS[hook]
+        self.spec = spec = _WATERFALL_ARGS[hook]
         self.pipeline = pipeline
+        last = impls[-1] if impls else None
+        self.tail = (
+            last is not None
+            and last.waterfall
+            and not last.is_async
+            and last.argnames == spec
+            and all(i.positional is not None and not i.is_async for i in impls[:-1])
+        )
+        """Plain hooks and a plain waterfall link last: `_tail.resolve_tail` resolves such a
+        chain without a `_Chain` or a `_Next` until something needs them."""
 
 
 class _Chain(_Staging):
@@ -143,7 +155,7 @@ class _Chain(_Staging):
                         type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
                     )
                 ):
-                    value = self._first_step(i, impl, value, nxt)
+                    value = self.first_step(i, impl, value, nxt)
             except (_Suspend, _Raised):
                 raise
             except BaseException as exc:
@@ -156,7 +168,7 @@ class _Chain(_Staging):
             return self.answer(impl, value, nxt)
         return links.default, None
 
-    def _first_step(self, i: int, impl: Impl, value: Any, nxt: _Next | None) -> Any:
+    def first_step(self, i: int, impl: Impl, value: Any, nxt: _Next | None) -> Any:
         """What link *i*'s awaitable *value* gives if its first step does not wait; else raise
         `_Suspend` (after that step, for a coroutine)."""
         stage = self.stage
