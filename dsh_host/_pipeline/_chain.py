@@ -65,16 +65,12 @@ class _Links:
         self.limit = limit
         self.spec = spec = _WATERFALL_ARGS[hook]
         self.pipeline = pipeline
-        last = impls[-1] if impls else None
-        self.tail = (
-            last is not None
-            and last.waterfall
-            and not last.is_async
-            and last.argnames == spec
-            and all(i.positional is not None and not i.is_async for i in impls[:-1])
+        self.tail = any(i.waterfall for i in impls) and all(
+            not i.is_async and (i.argnames == spec if i.waterfall else i.positional is not None)
+            for i in impls
         )
-        """Plain hooks and a plain waterfall link last: `_tail.resolve_tail` resolves such a
-        chain without a `_Chain` or a `_Next` until something needs them."""
+        """Plain functions only, a waterfall link among them: `_tail.resolve_tail` resolves
+        such a chain without a `_Chain` until something needs one."""
 
 
 class _Chain(_Staging):

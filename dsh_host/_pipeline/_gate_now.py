@@ -83,7 +83,7 @@ class _GateNow(_Chains):
         if base is None:
             raise _GateLater  # nothing ran: `_gate` finds the way
         links = self._links(plan)[0]
-        if links.tail:  # plain hooks and a plain link last: no chain made unless needed
+        if links.tail:  # plain functions only: no chain made unless needed
             try:
                 return resolve_tail(links, (execution,), base, execution.name)
             except _Handed as handed:

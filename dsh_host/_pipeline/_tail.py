@@ -1,13 +1,14 @@
-"""A chain of plain hooks with one plain waterfall link last, resolved without a `_Chain`.
+"""A chain of plain functions (hooks and waterfall links), resolved without a `_Chain`.
 
 Such a chain (`_Links.tail`: the default stack's pre-execute, ``audit``'s plain hook and the
-``permissions`` link) needs no `_Chain` and no `_Next` for as long as every hook abstains or
-answers a decision and the last link answers one, returns ``None`` or passes the call on (its
-``call_next()`` unawaited): nothing comes after that link, so its decision is the host's
-default. Its ``call_next`` is an `_End`, which makes the link's chain only if something needs
-it (the link awaits it, or its budget is asked for). Anything else (an awaitable, an exception,
-a blocking hook) makes the chain there and goes on exactly as `_Chain.resolve` would from that
-hook: `resolve_tail` raises `_Handed` with the chain and where it stopped.
+``permissions`` link, and its post-execute, ``output_budget`` and ``guards``) needs no `_Chain`
+for as long as every hook abstains or answers a decision and every link answers one, returns
+``None`` or passes the call on (its ``call_next()`` unawaited, a tail call): the links after it
+then decide, and after the last one the host's default does. A link's ``call_next`` is a
+`_Lazy`, which makes the chain only if something needs it (the link awaits it, or its budget is
+asked for). Anything else (an awaitable, an exception, a blocking hook) makes the chain there
+and goes on exactly as `_Chain.resolve` would from that hook: `resolve_tail` raises `_Handed`
+with the chain and where it stopped.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from ._answers import _clock
 from ._chain import _DECISIONS, _Chain, _Links, _Next, _Raised, _Suspend
 from ._stage import _late
 
-__all__ = ["_End", "_Handed", "resolve_tail"]
+__all__ = ["_Handed", "_Lazy", "resolve_tail"]
 
 
-class _End(_Next):
-    """The last link's ``call_next`` on the tail path: a `_Next` whose chain is made on first
-    need (`_chain`); nothing is after it, so awaited it answers the chain's default."""
+class _Lazy(_Next):
+    """A link's ``call_next`` on the tail path: a `_Next` whose chain is made on first need
+    (`_chain`), to resolve the links after link *index* - 1 as `_Next` would."""
 
     __slots__ = ("lazy",)
 
-    def __init__(self, links: _Links, args: tuple[Any, ...], base: object) -> None:
+    def __init__(self, links: _Links, args: tuple[Any, ...], base: object, index: int) -> None:
         self.chain = None
-        self.index = links.count
+        self.index = index
         self.answer = None
         self.budget = None
         self.lazy: tuple[_Links, tuple[Any, ...], object] | None = (links, args, base)
@@ -63,11 +64,9 @@ def resolve_tail(
 ) -> tuple[Any, str | None]:
     """``_Chain(links, args, base).resolve(0)`` for a chain with `_Links.tail`, with no chain
     made unless needed (see the module docstring); raises `_Handed` where it would raise."""
-    hook, last, watchdog = links.hook, links.count - 1, links.pipeline.watchdog
-    end: _End | None = None
+    hook, watchdog = links.hook, links.pipeline.watchdog
     for i, impl in enumerate(links.impls):
-        if i == last:
-            end = _End(links, args, base)
+        nxt = _Lazy(links, args, base, i + 1) if impl.waterfall else None
         try:  # `Pipeline.watched`, inline, as in `_Chain.resolve`
             if watchdog.registered:
                 watchdog.hook, watchdog.tool = hook, tool
@@ -77,7 +76,7 @@ def resolve_tail(
                 watchdog.enter(impl.plugin, hook, tool)
             try:
                 plain = impl.positional
-                value = plain(*args) if end is None else impl.function(*args, end)  # type: ignore[misc]
+                value = plain(*args) if nxt is None else impl.function(*args, nxt)  # type: ignore[misc]
             finally:
                 watchdog.plugin = None
                 ran = _clock() - watchdog.started
@@ -86,21 +85,21 @@ def resolve_tail(
                     late = _late(impl.plugin, hook, watchdog.bound)
                     raise PluginFailure(impl.plugin, hook, late)
         except BaseException as exc:
-            chain = _Chain(links, args, base) if end is None else end._chain()
+            chain = _Chain(links, args, base) if nxt is None else nxt._chain()
             slow = exc if isinstance(exc, _Suspend | _Raised) else _Raised(i, impl, exc)
             raise _Handed(chain, slow) from None
-        if value is None and (end is None or end.answer is None):
+        if value is None and (nxt is None or nxt.answer is None):
             continue
-        if value is end and end is not None:
-            end.spend()
-            break  # a tail call, with nothing after it: the default
-        if type(value) in _DECISIONS and (end is None or end.answer is None):
+        if value is nxt and nxt is not None:
+            nxt.spend()
+            continue  # a tail call: the links after it decide, right here
+        if type(value) in _DECISIONS and (nxt is None or nxt.answer is None):
             try:  # `_Chain.answer`, with no downstream decision to compare with
                 return links.accept(value), impl.plugin
             except TypeError as exc:
                 raise PluginFailure(impl.plugin, hook, exc) from None
-        chain = _Chain(links, args, base) if end is None else end._chain()
-        return _took(chain, i, impl, value, end)
+        chain = _Chain(links, args, base) if nxt is None else nxt._chain()
+        return _took(chain, i, impl, value, nxt)
     return links.default, None
 
 

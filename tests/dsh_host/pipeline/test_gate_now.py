@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
-from dsh_host import Allow, Ask, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host import Allow, Ask, Block, Deny, HookContext, Host, ToolExecutionInput, hookimpl
 from dsh_host._pipeline._pipeline import Pipeline
 from tests.conftest import make_echo
 
@@ -269,9 +270,24 @@ class Last:
 
 
 class Transparent:
-    """A plain waterfall link after every other (a tail call): makes the chain not a tail one."""
+    """An ``async`` link after every other that passes the decision on: the chain is not a
+    tail one (`_Links.tail`), and decides as it would without it."""
 
     name = "transparent"
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        return await call_next()
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_post_execute(self, execution: Any, result: Any, call_next: Any) -> Any:
+        return await call_next()
+
+
+class Passes:
+    """A plain link called after `Last` (``trylast``, registered later): a tail call."""
+
+    name = "passes"
 
     @hookimpl(trylast=True)
     def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
@@ -287,7 +303,15 @@ def _outcome(result: Any) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("how", HOWS)
 @pytest.mark.parametrize("pre", [None, Allow(detail="rule policy")])
-async def test_a_tail_chain_decides_as_the_whole_chain_would(how, pre):
+@pytest.mark.parametrize("first", [False, True])
+async def test_a_tail_chain_decides_as_the_whole_chain_would(how, pre, first):
+    """Plain hooks and plain links (*first*: the told link before another plain link)."""
+    if first:
+        tail = _host(Policy(pre=pre), Last(how), Passes())
+        assert _outcome(await tail.registry.execute(CALL)) == _outcome(
+            await _host(Policy(pre=pre), Last(how), Passes(), Transparent()).registry.execute(CALL)
+        )
+        return
     tail = _host(Policy(pre=pre), Last(how))
     assert tail.registry._pipeline._links(tail.hooks.plan())[0].tail
     whole = _host(Policy(pre=pre), Last(how), Transparent())
@@ -327,3 +351,47 @@ async def test_a_tail_called_end_cannot_be_awaited_later():
     (spent,) = last.kept
     with pytest.raises(RuntimeError, match="tail call"):
         await spent
+
+
+class PostLink:
+    """A plain post-execute link: a tail call, or a context added to the downstream decision."""
+
+    def __init__(self, name: str, how: str) -> None:
+        self.name, self.how = name, how
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution: Any, result: Any, call_next: Any) -> Any:
+        if self.how == "tail":
+            return call_next()
+        if self.how == "block":
+            return Block(feedback="no")
+        return self._add(call_next)
+
+    async def _add(self, call_next: Any) -> Any:
+        decision = await call_next()
+        return attrs.evolve(decision, additional_contexts=(HookContext("seen", self.name),))
+
+
+@pytest.mark.parametrize("hows", [("tail", "tail"), ("tail", "block"), ("block", "tail"),
+                                  ("add", "tail"), ("tail", "add"), ("add", "block")])  # fmt: skip
+async def test_a_post_execute_tail_chain_applies_what_the_whole_chain_would(hows, monkeypatch):
+    from dsh_host._pipeline import _chain, _finish, _tail
+
+    made: list[Any] = []
+
+    class Counted(_chain._Chain):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    for module in (_chain, _finish, _tail):
+        monkeypatch.setattr(module, "_Chain", Counted)
+    links = [PostLink(f"p{i}", how) for i, how in enumerate(hows)]
+    tail = _host(*links)
+    assert tail.registry._pipeline._links(tail.hooks.plan())[1].tail
+    got = await tail.registry.execute(CALL)
+    if "add" not in hows:
+        assert made == []  # every link answered at once or passed the call on
+    whole = await _host(*links, Transparent()).registry.execute(CALL)
+    assert _outcome(got) == _outcome(whole)
+    assert (got.text, got.additional_contexts) == (whole.text, whole.additional_contexts)
