@@ -46,10 +46,6 @@ class _Lazy(_Next):
             self.chain = _Chain(*lazy)
         return super()._chain()
 
-    def spend(self) -> None:
-        """Its link returned it unawaited (a tail call): never to be awaited (see `_Next`)."""
-        self.lazy = self.chain = None
-
 
 class _Handed(Exception):
     """`resolve_tail` stopped where `_Chain.resolve` would raise *slow*: go on with *chain*."""
@@ -91,7 +87,7 @@ def resolve_tail(
         if value is None and (nxt is None or nxt.answer is None):
             continue
         if value is nxt and nxt is not None:
-            nxt.spend()
+            nxt.lazy = nxt.chain = None  # spent: never to be awaited (see `_Next`)
             continue  # a tail call: the links after it decide, right here
         if type(value) in _DECISIONS and (nxt is None or nxt.answer is None):
             try:  # `_Chain.answer`, with no downstream decision to compare with
