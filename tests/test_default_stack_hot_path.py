@@ -106,6 +106,27 @@ async def test_a_call_of_the_default_stack_uses_no_worker_thread(host, monkeypat
     assert offloaded == []
 
 
+async def test_a_call_of_the_default_stack_makes_no_waterfall_chain(host, monkeypatch):
+    """Its pre-execute (audit, permissions) and post-execute (output_budget, guards) links are
+    plain functions that answer at once or pass the call on: no `_Chain` per call."""
+    from dsh_host._pipeline import _chain, _finish, _gate_now, _tail
+
+    made: list[str] = []
+
+    class Counted(_chain._Chain):
+        def __init__(self, links: Any, *args: Any, **kwargs: Any) -> None:
+            made.append(links.hook)
+            super().__init__(links, *args, **kwargs)
+
+    for module in (_chain, _finish, _gate_now, _tail):
+        monkeypatch.setattr(module, "_Chain", Counted)
+    for i in range(5):
+        call = ToolExecutionInput(call_id=f"c{i}", name="echo", arguments={"text": str(i)})
+        result = await host.registry.execute(call)
+        assert (result.is_error, result.text) == (False, str(i))
+    assert made == []
+
+
 def test_every_audit_row_of_the_default_stack_is_committed_by_the_end_of_the_run(tmp_path):
     host = default_stack(tmp_path)
     size = 2_000

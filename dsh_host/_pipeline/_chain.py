@@ -16,21 +16,37 @@ import attrs
 
 from .._model._errors import PluginFailure
 from .._registry._hooks import Impl
-from ._stage import _NO_TRAP, _Budget, _contained, _Driven, _Stage, _stage_failed, _Staging
+from ._answers import _ANSWERS, _clock
+from ._contain import Watchdog
+from ._stage import (
+    _NO_TRAP,
+    _Budget,
+    _contained,
+    _Driven,
+    _late,
+    _Stage,
+    _stage_failed,
+    _Staging,
+)
+
+_DECISIONS = frozenset(_ANSWERS)
+"""The classes of a link's answers themselves (exactly: a subclass may be awaitable)."""
 
 
 class _Watched(Protocol):
     """What a chain needs of the pipeline (`dsh_host._pipeline._calling._Calling`): a protocol,
     so this module does not import the pipeline that imports it."""
 
-    def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any: ...
+    watchdog: Watchdog
 
 
 class _Links:
     """What a `_Chain` needs that depends only on the plugin set: one hook's implementations,
     its default and check, and the links' bound (made once per plan, not per call)."""
 
-    __slots__ = ("accept", "count", "default", "hook", "impls", "limit", "pipeline", "spec")
+    __slots__ = (
+        "accept", "count", "default", "hook", "impls", "limit", "pipeline", "spec", "tail",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -47,8 +63,14 @@ class _Links:
         self.default = default
         self.accept = accept
         self.limit = limit
-        self.spec = _WATERFALL_ARGS[hook]
+        self.spec = spec = _WATERFALL_ARGS[hook]
         self.pipeline = pipeline
+        self.tail = any(i.waterfall for i in impls) and all(
+            not i.is_async and (i.argnames == spec if i.waterfall else i.positional is not None)
+            for i in impls
+        )
+        """Plain functions only, a waterfall link among them: `_tail.resolve_tail` resolves
+        such a chain without a `_Chain` until something needs one."""
 
 
 class _Chain(_Staging):
@@ -83,46 +105,53 @@ class _Chain(_Staging):
         self.tool = (args[0] if links.hook != "dsh_tool_approve" else args[0].execution).name
 
     def resolve(self, i: int) -> tuple[Any, str | None]:
-        """The decision of links *i* on and who made it, if none of them waits.
-
-        Raises `_Suspend` when a link's awaitable waits (its first step already ran), and
-        `_Raised` for what a link raised (a `PluginFailure` included).
-        """
+        """The decision of links *i* on and who made it, if none of them waits. Raises
+        `_Suspend` when a link's awaitable waits (its first step already ran), and `_Raised` for
+        what a link raised (a `PluginFailure` included)."""
         links, args = self.links, self.args
-        impls, count, hook, sync = links.impls, links.count, links.hook, links.pipeline.watched
+        impls, count, hook, spec = links.impls, links.count, links.hook, links.spec
+        watchdog = links.pipeline.watchdog
         while i < count:
             impl = impls[i]
             nxt: _Next | None = None
             try:
                 if impl.waterfall:
                     nxt = _Next(self, i + 1)
-                    if impl.argnames == links.spec:
-                        call: tuple[Any, ...] = (impl.function, *args, nxt)
+                if impl.is_async:  # only makes the coroutine: nothing to watch
+                    value = _called(impl, args, nxt, spec)
+                else:  # `Pipeline.watched`, inline (once per plain link of every call)
+                    if watchdog.registered:
+                        watchdog.hook, watchdog.tool = hook, self.tool
+                        watchdog.started = _clock()
+                        watchdog.plugin = impl.plugin  # last: the watching thread reads it first
                     else:
-                        call = (impl.call_sync, dict(zip(links.spec, (*args, nxt), strict=True)))
-                else:
-                    call = (impl.positional, *args)
-                if impl.is_async:
-                    value = call[0](*call[1:])  # only makes the coroutine: nothing to watch
-                else:
-                    value = sync(impl.plugin, hook, self.tool, *call)
+                        watchdog.enter(impl.plugin, hook, self.tool)
+                    try:
+                        if nxt is None:
+                            value = impl.positional(*args)  # type: ignore[misc]
+                        elif impl.argnames == spec:
+                            value = impl.function(*args, nxt)
+                        else:
+                            value = _called(impl, args, nxt, spec)
+                    finally:
+                        watchdog.plugin = None
+                        ran = _clock() - watchdog.started
+                        if ran > watchdog.bound:  # it answered late, so it fails closed
+                            watchdog.check(watchdog.started + ran)
+                            late = _late(impl.plugin, hook, watchdog.bound)
+                            raise PluginFailure(impl.plugin, hook, late)
                     if value is nxt and nxt is not None:
                         nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here
                         continue
-                if value is not None and (
-                    type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
+                if (
+                    value is not None
+                    and type(value) not in _DECISIONS  # no Awaitable ABC check for an answer
+                    and (
+                        type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
+                    )
                 ):
-                    stage = self.stage
-                    depth = 0 if stage is None else len(stage.stack)
-                    if type(value) is not CoroutineType:
-                        raise _Suspend(i, impl, value, _NO_TRAP, depth, nxt)
-                    try:
-                        trap = value.send(None)
-                    except StopIteration as stop:
-                        value = stop.value
-                    else:
-                        raise _Suspend(i, impl, value, trap, depth, nxt)
+                    value = self.first_step(i, impl, value, nxt)
             except (_Suspend, _Raised):
                 raise
             except BaseException as exc:
@@ -134,6 +163,19 @@ class _Chain(_Staging):
                 continue
             return self.answer(impl, value, nxt)
         return links.default, None
+
+    def first_step(self, i: int, impl: Impl, value: Any, nxt: _Next | None) -> Any:
+        """What link *i*'s awaitable *value* gives if its first step does not wait; else raise
+        `_Suspend` (after that step, for a coroutine)."""
+        stage = self.stage
+        depth = 0 if stage is None else len(stage.stack)
+        if type(value) is not CoroutineType:
+            raise _Suspend(i, impl, value, _NO_TRAP, depth, nxt)
+        try:
+            trap = value.send(None)
+        except StopIteration as stop:
+            return stop.value
+        raise _Suspend(i, impl, value, trap, depth, nxt)
 
     def answer(self, impl: Impl, value: Any, nxt: _Next | None) -> tuple[Any, str | None]:
         """What link *impl* answered (not ``None``), checked and credited."""
@@ -188,6 +230,15 @@ class _Chain(_Staging):
                 return nxt.answer
             return await self.run(slow.index + 1)
         return self.answer(impl, value, nxt)
+
+
+def _called(impl: Impl, args: tuple[Any, ...], nxt: _Next | None, spec: tuple[str, ...]) -> Any:
+    """*impl* called with the hook's *args* (and *nxt*, a waterfall link's ``call_next``)."""
+    if nxt is None:
+        return impl.positional(*args)  # type: ignore[misc]
+    if impl.argnames == spec:
+        return impl.function(*args, nxt)
+    return impl.call_sync(dict(zip(spec, (*args, nxt), strict=True)))
 
 
 class _Next:

@@ -32,6 +32,7 @@ from ._contain import genuine
 from ._stage import (
     _contained,
     _Driven,
+    _late,
 )
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._verify import checked
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 from ._answers import (
     _WRAPPER_ARGS,
+    _clock,
 )
 from ._chains import _Chains
 
@@ -117,14 +119,28 @@ class _Dispatch(_Chains):
         """
         hook = "dsh_tool_execute"
         name = view.name
+        watchdog = self.watchdog
         for i, impl in enumerate(impls):
             token = _Proceed(self, i, view)
-            try:
-                if impl.argnames == _WRAPPER_ARGS:
-                    value = self.watched(impl.plugin, hook, name, impl.function, view, token)
+            try:  # `watched`, inline (once per plain wrapper of every call)
+                if watchdog.registered:
+                    watchdog.hook, watchdog.tool = hook, name
+                    watchdog.started = _clock()
+                    watchdog.plugin = impl.plugin  # last: the watching thread reads it first
                 else:
-                    kwargs = {"execution": view, "call_next": token}
-                    value = self.watched(impl.plugin, hook, name, impl.call_sync, kwargs)
+                    watchdog.enter(impl.plugin, hook, name)
+                try:
+                    if impl.argnames == _WRAPPER_ARGS:
+                        value = impl.function(view, token)
+                    else:
+                        value = impl.call_sync({"execution": view, "call_next": token})
+                finally:
+                    watchdog.plugin = None
+                    ran = _clock() - watchdog.started
+                    if ran > watchdog.bound:  # it answered late, so it fails closed
+                        watchdog.check(watchdog.started + ran)
+                        late = _late(impl.plugin, hook, watchdog.bound)
+                        raise PluginFailure(impl.plugin, hook, late)
             except BaseException as exc:
                 return _Handover(i, token, None, exc)
             if value is not token:

@@ -52,6 +52,7 @@ from ._answers import (
     logger,
 )
 from ._chains import _Chains
+from ._tail import _Handed, resolve_tail
 
 __all__ = ["_Finish"]
 
@@ -114,11 +115,18 @@ class _Finish(_Chains):
                 base = cancel_status()
                 if base is None:  # an eager stage: the whole of `_post`
                     raise _Later(None)
-                chain = _Chain(self._links(plan)[1], args, base)
-                try:
-                    decision, who = chain.resolve(0)
-                except (_Suspend, _Raised) as slow:
-                    raise _Later(None, chain, slow) from None
+                links = self._links(plan)[1]
+                if links.tail:  # plain functions only: no chain made unless needed
+                    try:
+                        decision, who = resolve_tail(links, args, base, execution.name)
+                    except _Handed as handed:
+                        raise _Later(None, handed.chain, handed.slow) from None
+                else:
+                    chain = _Chain(links, args, base)
+                    try:
+                        decision, who = chain.resolve(0)
+                    except (_Suspend, _Raised) as slow:
+                        raise _Later(None, chain, slow) from None
         except PluginFailure as exc:
             return plugin_failed(exc)
         if decision is _ACCEPT and (result.is_error or "signal" not in execution.__dict__):

@@ -19,6 +19,7 @@ from .._registry._hooks import Plan
 from ._answers import _ALLOW, _as_reason, _check_pre
 from ._chain import _Chain, _Pending, _Raised, _Suspend
 from ._chains import _Chains
+from ._tail import _Handed, resolve_tail
 from ._trio_internals import cancel_status
 
 __all__ = ["Prepared", "_GateLater", "_GateNow", "_note"]
@@ -81,7 +82,13 @@ class _GateNow(_Chains):
         base = cancel_status()
         if base is None:
             raise _GateLater  # nothing ran: `_gate` finds the way
-        chain = _Chain(self._links(plan)[0], (execution,), base)  # `_gate`'s chain, here
+        links = self._links(plan)[0]
+        if links.tail:  # plain functions only: no chain made unless needed
+            try:
+                return resolve_tail(links, (execution,), base, execution.name)
+            except _Handed as handed:
+                raise _GateLater(None, handed.chain, handed.slow) from None
+        chain = _Chain(links, (execution,), base)  # `_gate`'s chain, here
         try:
             return chain.resolve(0)
         except (_Suspend, _Raised) as slow:

@@ -58,7 +58,7 @@ def _redacted(value: Any) -> Any:
 
 def _holds_secret(value: Any) -> bool:
     """Whether some key at any depth of *value* names a secret (stops at the first)."""
-    if isinstance(value, Mapping):
+    if type(value) in _MAPPINGS or _is_mapping(value):
         for key, item in value.items():
             if _is_secret(key) or (type(item) not in _SCALARS and _holds_secret(item)):
                 return True
@@ -67,6 +67,22 @@ def _holds_secret(value: Any) -> bool:
             if type(item) not in _SCALARS and _holds_secret(item):
                 return True
     return False
+
+
+_MAPPINGS: set[type] = {dict}
+"""The classes found to be a `Mapping` (the arguments' frozen mapping, mostly): a class is
+checked against the ABC once (its check costs more than the rest of a small object's walk); a
+class that is one stays one (an ABC cannot unregister it)."""
+_MAPPINGS_KEPT: Final = 64
+
+
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, remembering a class that is one (`_MAPPINGS`)."""
+    if not isinstance(value, Mapping):
+        return False
+    if len(_MAPPINGS) < _MAPPINGS_KEPT:
+        _MAPPINGS.add(type(value))
+    return True
 
 
 def arguments_json(arguments: Any) -> str:

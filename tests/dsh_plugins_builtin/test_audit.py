@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import json
 import logging
@@ -240,6 +241,27 @@ def test_arguments_json_redacts_deep_secrets_and_copies_nothing_without_one():
     assert _redact._redacted(plain) is plain  # nothing secret: the frozen value as it is
     assert arguments_json(plain) == '{"n":[1,{"k":"v"}],"text":"hi","z":null}'
     assert arguments_json(deep) == arguments_json(deep)  # the key cache answers the same
+
+
+def test_a_mapping_class_is_checked_against_the_abc_once(monkeypatch):
+    checks: list[type] = []
+
+    class Counting(type):
+        def __instancecheck__(cls, value: object) -> bool:
+            checks.append(type(value))
+            return isinstance(value, collections.abc.Mapping)
+
+    class CountingMapping(metaclass=Counting):
+        pass
+
+    monkeypatch.setattr(_redact, "Mapping", CountingMapping)
+    monkeypatch.setattr(_redact, "_MAPPINGS", {dict})
+    value = freeze({"a": {"b": 1}, "c": [{"d": 2}]}, "arguments")
+    for _ in range(3):
+        assert arguments_json(value) == '{"a":{"b":1},"c":[{"d":2}]}'
+        assert _redact._holds_secret(freeze({"x": {"api_key": "k"}}, "arguments"))
+    assert checks.count(type(value)) == 1  # then known: no ABC check per object
+    assert _redact._holds_secret(("no", "mapping")) is False
 
 
 def test_the_secret_key_cache_stays_bounded_under_hostile_keys(monkeypatch):

@@ -4,6 +4,7 @@ exactly as when each link is awaited in turn."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Generator
 from typing import Any
 
@@ -272,6 +273,112 @@ async def test_a_blocking_link_is_reported_by_name_and_fails_closed():
         assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
         assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
     assert plugin.pipeline.watchdog.plugin is None
+
+
+async def test_a_blocking_plain_hook_in_a_chain_is_reported_by_name_and_fails_closed():
+    class Blocks(Named):
+        pipeline: Any = None
+
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution):
+            self.pipeline.watchdog.started -= 31  # it returns 31 s after it started
+            return None
+
+    plugin = Blocks("blocks")
+    host = _host(Passes("passes"), plugin)  # a waterfall link first: the chain calls both
+    plugin.pipeline = host.registry._pipeline
+    plugin.pipeline.watchdog.stream = None
+    for _ in range(2):  # the first call registers the watchdog; later ones watch inline
+        result = await host.call("echo", {"text": "x"})
+        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
+        assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
+    assert plugin.pipeline.watchdog.plugin is None
+
+
+async def test_a_chains_plain_links_are_watched_inline(monkeypatch):
+    """`_Chain.resolve` watches each plain link itself: no `Pipeline.watched` call per link."""
+    host = _host(Passes("passes"), Denies("denies"))
+    pipeline = host.registry._pipeline
+    await host.call("echo", {"text": "x"})  # registers the watchdog
+    calls: list[str] = []
+
+    def watched(plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
+        calls.append(plugin)
+        return function(*args)
+
+    monkeypatch.setattr(pipeline, "watched", watched)
+    for _ in range(2):
+        result = await host.call("echo", {"text": "x"})
+        assert (result.code, result.decided_by) == ("DENIED", "denies")
+    assert calls == []
+    assert pipeline.watchdog.plugin is None
+
+
+async def test_a_links_answer_is_not_checked_against_the_awaitable_abc(monkeypatch):
+    """A decision a link answers is known not to be awaitable: no ``inspect.isawaitable``."""
+    from dsh_host._pipeline import _chain
+
+    class Allows(Named):
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution, call_next):
+            return Allow()
+
+    checked: list[object] = []
+    real = inspect.isawaitable
+
+    def isawaitable(value: object) -> bool:
+        checked.append(value)
+        return real(value)
+
+    monkeypatch.setattr(_chain.inspect, "isawaitable", isawaitable)
+    result = await _host(Passes("passes"), Allows("allows")).call("echo", {"text": "x"})
+    assert (result.is_error, result.text) == (False, "x")
+    assert checked == []
+
+
+async def test_a_blocking_plain_execute_wrapper_is_reported_by_name_and_fails_closed():
+    class Blocks(Named):
+        pipeline: Any = None
+
+        @hookimpl
+        def dsh_tool_execute(self, execution, call_next):
+            self.pipeline.watchdog.started -= 31  # it returns 31 s after it started
+            return call_next()
+
+    plugin = Blocks("blocks")
+    host = _host(plugin)
+    plugin.pipeline = host.registry._pipeline
+    plugin.pipeline.watchdog.stream = None
+    for _ in range(2):  # the first call registers the watchdog; later ones watch inline
+        result = await host.call("echo", {"text": "x"})
+        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
+        assert "blocks did not answer dsh_tool_execute within 30 s" in result.error.message
+    assert plugin.pipeline.watchdog.plugin is None
+
+
+async def test_plain_execute_wrappers_are_watched_inline(monkeypatch):
+    """`_pass_over` watches each plain wrapper itself: no `Pipeline.watched` call per wrapper."""
+
+    class Wraps(Named):
+        @hookimpl
+        def dsh_tool_execute(self, execution, call_next):
+            return call_next()
+
+    host = _host(Wraps("wraps"))
+    pipeline = host.registry._pipeline
+    await host.call("echo", {"text": "x"})  # registers the watchdog
+    calls: list[str] = []
+
+    def watched(plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
+        calls.append(plugin)
+        return function(*args)
+
+    monkeypatch.setattr(pipeline, "watched", watched)
+    for _ in range(2):
+        result = await host.call("echo", {"text": "x"})
+        assert (result.is_error, result.text) == (False, "x")
+    assert calls == []
+    assert pipeline.watchdog.plugin is None
 
 
 async def test_the_stricter_of_an_allow_and_a_downstream_ask_is_asked(autojump_clock):

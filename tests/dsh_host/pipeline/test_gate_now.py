@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
-from dsh_host import Allow, Ask, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host import Allow, Ask, Block, Deny, HookContext, Host, ToolExecutionInput, hookimpl
 from dsh_host._pipeline._pipeline import Pipeline
 from tests.conftest import make_echo
 
@@ -230,3 +231,167 @@ async def test_a_batch_with_plain_hooks_starts_no_gate_coroutine_and_a_dry_run_r
     dry = await host.registry.dry_run(CALL)
     assert (dry.allowed_by, dry.detail) == ("policy", "rule echo")  # `_gate` reports who
     assert gated == [None]
+
+
+class Last:
+    """A plain waterfall link called last (``trylast``), answering as told by *how*."""
+
+    name = "last"
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.kept: list[Any] = []
+
+    @hookimpl(trylast=True)
+    def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        how = self.how
+        if how == "own":
+            return Deny(reason="mine", detail="rule last")
+        if how == "none":
+            return None
+        if how == "tail":
+            self.kept.append(call_next)
+            return call_next()
+        if how == "raises":
+            raise KeyError("boom")
+        if how == "junk":
+            return 42
+        return self._later(call_next, how)
+
+    async def _later(self, call_next: Any, how: str) -> Any:
+        import trio
+
+        if how == "waits":
+            await trio.lowlevel.checkpoint()
+        downstream = await call_next()
+        if how == "stricter":
+            return Ask(reason="ask me", detail="rule last")
+        return downstream  # passed on: credited downstream (the default: nobody)
+
+
+class Transparent:
+    """An ``async`` link after every other that passes the decision on: the chain is not a
+    tail one (`_Links.tail`), and decides as it would without it."""
+
+    name = "transparent"
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        return await call_next()
+
+    @hookimpl(trylast=True)
+    async def dsh_tool_post_execute(self, execution: Any, result: Any, call_next: Any) -> Any:
+        return await call_next()
+
+
+class Passes:
+    """A plain link called after `Last` (``trylast``, registered later): a tail call."""
+
+    name = "passes"
+
+    @hookimpl(trylast=True)
+    def dsh_tool_pre_execute(self, execution: Any, call_next: Any) -> Any:
+        return call_next()
+
+
+HOWS = ["own", "none", "tail", "raises", "junk", "waits", "passes", "stricter"]
+
+
+def _outcome(result: Any) -> tuple[Any, ...]:
+    return (result.is_error, result.code, result.decided_by, result.decision_detail)
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("pre", [None, Allow(detail="rule policy")])
+@pytest.mark.parametrize("first", [False, True])
+async def test_a_tail_chain_decides_as_the_whole_chain_would(how, pre, first):
+    """Plain hooks and plain links (*first*: the told link before another plain link)."""
+    if first:
+        tail = _host(Policy(pre=pre), Last(how), Passes())
+        assert _outcome(await tail.registry.execute(CALL)) == _outcome(
+            await _host(Policy(pre=pre), Last(how), Passes(), Transparent()).registry.execute(CALL)
+        )
+        return
+    tail = _host(Policy(pre=pre), Last(how))
+    assert tail.registry._pipeline._links(tail.hooks.plan())[0].tail
+    whole = _host(Policy(pre=pre), Last(how), Transparent())
+    assert not whole.registry._pipeline._links(whole.hooks.plan())[0].tail
+    assert _outcome(await tail.registry.execute(CALL)) == _outcome(
+        await whole.registry.execute(CALL)
+    )
+
+
+async def test_a_tail_chain_that_answers_at_once_makes_no_chain(monkeypatch, gated):
+    from dsh_host._pipeline import _chain, _gate_now, _tail
+
+    made: list[Any] = []
+
+    class Counted(_chain._Chain):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    for module in (_chain, _gate_now, _tail):
+        monkeypatch.setattr(module, "_Chain", Counted)
+    for how, code in (("own", "DENIED"), ("tail", None), ("none", None)):
+        last = Last(how)
+        result = await _host(Policy(), last).registry.execute(CALL)
+        assert result.code == code
+    assert made == []
+    assert gated == []
+    waits = await _host(Policy(), Last("waits")).registry.execute(CALL)
+    assert (waits.is_error, waits.decided_by) == (False, None)  # the default, passed on
+    assert len(made) == 1  # made when the link awaited its call_next
+
+
+async def test_a_tail_called_end_cannot_be_awaited_later():
+    last = Last("tail")
+    result = await _host(Policy(), last).registry.execute(CALL)
+    assert (result.is_error, result.decided_by) == (False, None)
+    (spent,) = last.kept
+    with pytest.raises(RuntimeError, match="tail call"):
+        await spent
+
+
+class PostLink:
+    """A plain post-execute link: a tail call, or a context added to the downstream decision."""
+
+    def __init__(self, name: str, how: str) -> None:
+        self.name, self.how = name, how
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution: Any, result: Any, call_next: Any) -> Any:
+        if self.how == "tail":
+            return call_next()
+        if self.how == "block":
+            return Block(feedback="no")
+        return self._add(call_next)
+
+    async def _add(self, call_next: Any) -> Any:
+        decision = await call_next()
+        return attrs.evolve(decision, additional_contexts=(HookContext("seen", self.name),))
+
+
+@pytest.mark.parametrize("hows", [("tail", "tail"), ("tail", "block"), ("block", "tail"),
+                                  ("add", "tail"), ("tail", "add"), ("add", "block")])  # fmt: skip
+async def test_a_post_execute_tail_chain_applies_what_the_whole_chain_would(hows, monkeypatch):
+    from dsh_host._pipeline import _chain, _finish, _tail
+
+    made: list[Any] = []
+
+    class Counted(_chain._Chain):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    for module in (_chain, _finish, _tail):
+        monkeypatch.setattr(module, "_Chain", Counted)
+    links = [PostLink(f"p{i}", how) for i, how in enumerate(hows)]
+    tail = _host(*links)
+    assert tail.registry._pipeline._links(tail.hooks.plan())[1].tail
+    got = await tail.registry.execute(CALL)
+    if "add" not in hows:
+        assert made == []  # every link answered at once or passed the call on
+    whole = await _host(*links, Transparent()).registry.execute(CALL)
+    assert _outcome(got) == _outcome(whole)
+    assert (got.text, got.additional_contexts) == (whole.text, whole.additional_contexts)
