@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from threading import get_ident
 from typing import Any, Literal, TypeVar, final
 
 import dsh_host
@@ -78,6 +79,7 @@ class AsyncioHost:
     ) -> None:
         self.host = host
         self._guest = guest
+        self._loop = _known_thread(guest.ticks.loop)
         self._close = close
         self._closed = False
 
@@ -101,14 +103,23 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        # `in_trio` and `begin` written out: no closure, no coroutine, fewer calls, per call
+        # `in_trio`, `begin`, `Guest.here` and `Pool.take` written out: no closure, no
+        # coroutine, fewer calls, per call
         guest = self._guest
-        if self._closed or not guest.here():
+        if (self._closed or self._loop._thread_id != get_ident()) and (
+            self._closed or not guest.here()
+        ):
             on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
         coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
-        worker = guest.workers.take()
-        if worker is not None:
+        pool = guest.workers
+        if (
+            pool.idle
+            and "task" not in pool.run  # between two ticks: no task is trio's current one
+            and "before_task_step" not in (instruments := pool.instruments)
+            and "after_task_step" not in instruments  # no trio instrument to see the step
+        ):
+            worker = pool.idle.pop()
             value = worker.step(coro)  # its exception, if it raised, goes to the caller
             if value is not HANDED:
                 return value  # type: ignore[no-any-return]
@@ -143,6 +154,18 @@ class AsyncioHost:
         if not self._closed:
             await self._run(lambda signal: self._close())
             self._closed = True
+
+
+class _Unknown:
+    """A loop whose running thread is not known by ``_thread_id`` (`Guest.here` then asks)."""
+
+    _thread_id = None
+
+
+def _known_thread(loop: asyncio.AbstractEventLoop) -> Any:
+    """*loop*, if its ``_thread_id`` is the thread running it while it runs (else `_Unknown`):
+    asyncio's own loops set it as they start and clear it as they stop."""
+    return loop if isinstance(loop, asyncio.BaseEventLoop) else _Unknown
 
 
 def _input(call: Call) -> ToolExecutionInput:

@@ -87,6 +87,11 @@ class Pool:
     closed: bool = False
     instruments: Any = None
     """The run's instruments by hook (set as the first worker starts)."""
+    run: dict[str, Any] = attrs.Factory(dict)
+    """The guest run thread's ``GLOBAL_RUN_CONTEXT`` attributes (set as the first worker
+    starts): ``"task"`` is there while a task of the run steps."""
+    sniffio: dict[str, Any] = attrs.Factory(dict)
+    """The guest run thread's sniffio attributes (``"name"``), likewise."""
 
     def take(self) -> Worker | None:
         """An idle worker, out of `idle`, if a step may run now: between two ticks (no task is
@@ -96,7 +101,7 @@ class Pool:
             idle
             and "before_task_step" not in instruments
             and "after_task_step" not in instruments
-            and "task" not in GLOBAL_RUN_CONTEXT.__dict__  # this thread's attributes
+            and "task" not in self.run
         ):
             return idle.pop()
         return None
@@ -132,7 +137,12 @@ class Worker:
     async def drive(self) -> None:
         """The worker's trio task."""
         self.task = trio.lowlevel.current_task()
-        self.pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
+        pool = self.pool
+        pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
+        pool.run, pool.sniffio = (
+            GLOBAL_RUN_CONTEXT.__dict__,
+            sniffio_library.__dict__,
+        )  # this thread's
         self.park = WaitTaskRescheduled(self._abort)
         self.calls = _ready_calls(self)
         first, self.first = self.first, None
@@ -147,7 +157,8 @@ class Worker:
         task, calls = self.task, self.calls
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
-        run, sniffio_now = GLOBAL_RUN_CONTEXT.__dict__, sniffio_library.__dict__  # this thread's
+        pool = self.pool
+        run, sniffio_now = pool.run, pool.sniffio
         library = sniffio_now.get("name")
         sniffio_now["name"] = "trio"
         run["task"] = task
@@ -159,7 +170,7 @@ class Worker:
                 self._repark(task)
                 raise
             if message is _ENDED:  # `_repark`, inline
-                self.pool.idle.append(self)
+                pool.idle.append(self)
                 task.context = _IDLE
                 task._abort_func = self.park.abort_func
                 if task._cancel_status.effectively_cancelled:
