@@ -119,7 +119,7 @@ class AsyncioHost:
             and "before_task_step" not in (instruments := pool.instruments)
             and "after_task_step" not in instruments  # no trio instrument to see the step
         ):
-            worker = pool.idle.pop()
+            worker = pool.idle[-1]  # it stays idle unless the call suspends (`Worker.step`)
             value = worker.step(coro)  # its exception, if it raised, goes to the caller
             if value is not HANDED:
                 return value  # type: ignore[no-any-return]

@@ -94,8 +94,9 @@ class Pool:
     """The guest run thread's sniffio attributes (``"name"``), likewise."""
 
     def take(self) -> Worker | None:
-        """An idle worker, out of `idle`, if a step may run now: between two ticks (no task is
-        trio's current one) and with no trio instrument to see it."""
+        """The idle worker to run a step (`Worker.step`; it stays last in `idle` meanwhile), if
+        a step may run now: between two ticks (no task is trio's current one, so no other
+        taker nor `close` runs until the step ends) and with no trio instrument to see it."""
         idle, instruments = self.idle, self.instruments
         if (
             idle
@@ -103,7 +104,7 @@ class Pool:
             and "after_task_step" not in instruments
             and "task" not in self.run
         ):
-            return idle.pop()
+            return idle[-1]
         return None
 
     def close(self) -> None:
@@ -152,8 +153,9 @@ class Worker:
     def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
         exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
-        over (set `finish` then, before anything else runs). Call only on a worker just taken
-        from its pool (`Pool.take`)."""
+        over (set `finish` then, before anything else runs). Call only on the worker its pool
+        just gave (`Pool.take`): the last idle one, which stays there unless the call suspends
+        (no list shrinking and growing again per call)."""
         task, calls = self.task, self.calls
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
@@ -170,7 +172,6 @@ class Worker:
                 self._repark(task)
                 raise
             if message is _ENDED:  # `_repark`, inline
-                pool.idle.append(self)
                 task.context = _IDLE
                 task._abort_func = self.park.abort_func
                 if task._cancel_status.effectively_cancelled:
@@ -178,6 +179,7 @@ class Worker:
                 value, self.value = self.value, None
                 return value
             self.busy = True
+            pool.idle.remove(self)  # the last one (nothing else takes or parks workers meanwhile)
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
@@ -189,9 +191,8 @@ class Worker:
         return self.busy
 
     def _repark(self, task: Any) -> None:
-        """Back to parked and idle, as the worker's own park left it (a pending cancellation
-        is delivered as trio delivers it to a task that has just parked)."""
-        self.pool.idle.append(self)
+        """Back to parked, as the worker's own park left it, still in `idle` (a pending
+        cancellation is delivered as trio delivers it to a task that has just parked)."""
         task.context = _IDLE  # holds none of the call's context variables
         task._abort_func = self.park.abort_func
         if task._cancel_status.effectively_cancelled:
