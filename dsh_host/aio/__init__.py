@@ -19,11 +19,13 @@ trio's run loop would have taken it, and goes on there as any trio task; the awa
 then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
 more still returns at once.
 
-The cancellation costs a call little until it suspends: the call's signal is live and has no
-deadline, so the pipeline still runs a call no hook sees on its bare path, its body with no
-cancel scope until its first suspension (`followed`); only a call that suspends has its
-signal wired to the awaiting task (`Pending._wait`). No cancellation can reach a call that
-never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
+The cancellation costs a call nothing until it suspends: the call's signal is live and has no
+deadline, so the pipeline still runs a call no hook sees on its bare path, and there its body
+runs with no cancel scope, awaited directly (`caller_followed`): the worker, which steps the
+call and so sees its first suspension anyway, enters the cancel scope that follows the signal
+right there if the body is still running (`Worker._arm`, as the pipeline's `Followed` would).
+Only a call that suspends has its signal wired to the awaiting task (`Pending._wait`). No
+cancellation can reach a call that never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
 running loop (a ``getpid`` system call per call on Python 3.11).
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
@@ -59,7 +61,7 @@ from dsh_host import (
 )
 
 from ._guest import Guest, Job, handed, in_trio, join, leave, on_loop, spawned
-from ._worker import HANDED
+from ._worker import CAN_FOLLOW, HANDED
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -120,7 +122,9 @@ class AsyncioHost:
             and "after_task_step" not in instruments  # no trio instrument to see the step
         ):
             worker = pool.idle[-1]  # it stays idle unless the call suspends (`Worker.step`)
-            value = worker.step(coro)  # its exception, if it raised, goes to the caller
+            if CAN_FOLLOW:
+                signal._follower = worker  # follows it from the first suspension on
+            value = worker.step(coro, signal)  # its exception, if it raised, goes to the caller
             if value is not HANDED:
                 return value  # type: ignore[no-any-return]
             return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]

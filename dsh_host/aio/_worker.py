@@ -69,7 +69,24 @@ def _can_step() -> bool:
     )
 
 
+def _can_follow() -> bool:
+    """Whether this trio has what `_enter_below` writes (``Task._activate_cancel_status``, a
+    settable ``CancelStatus.parent``): else the pipeline follows every call's signal itself."""
+    try:
+        from trio._core._run import CancelStatus
+    except ImportError:  # pragma: no cover - a trio that moved it
+        return False
+    parent = getattr(CancelStatus, "parent", None)
+    return (
+        CAN_STEP
+        and callable(getattr(Task, "_activate_cancel_status", None))
+        and isinstance(parent, property)
+        and parent.fset is not None
+    )
+
+
 CAN_STEP = _can_step()
+CAN_FOLLOW = _can_follow()
 
 
 Finish = Callable[[outcome.Outcome[Any]], None]
@@ -134,6 +151,12 @@ class Worker:
     """Its `_calls` generator, which runs each call sent in."""
     value: Any = None
     """The value of the call that `calls` just ended (read once)."""
+    base: Any = None
+    """While a body runs unscoped under the call's signal, which the worker follows
+    (`started`): the cancel status it started in."""
+    scope: Any = None
+    """The cancel scope following that signal, from the call's first suspension on (`_arm`)."""
+    unsubscribe: Any = None
 
     async def drive(self) -> None:
         """The worker's trio task."""
@@ -150,12 +173,16 @@ class Worker:
         self.busy = first is not None
         await _Drive(self, first)
 
-    def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def step(self, coro: Coroutine[Any, Any, Any], signal: Any = None) -> Any:
         """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
         exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
         over (set `finish` then, before anything else runs). Call only on the worker its pool
         just gave (`Pool.take`): the last idle one, which stays there unless the call suspends
-        (no list shrinking and growing again per call)."""
+        (no list shrinking and growing again per call).
+
+        *signal*: the call's, which this worker follows (its ``_follower``, set by the caller):
+        a body the pipeline runs unscoped under it (`started`) that is still running at the
+        call's first suspension gets the cancel scope following it there (`_arm`)."""
         task, calls = self.task, self.calls
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
@@ -170,8 +197,12 @@ class Worker:
             except BaseException:
                 self.calls = _ready_calls(self)  # the call's exception ended that one
                 self._repark(task)
+                if signal is not None:
+                    signal._follower = None
                 raise
             if message is _ENDED:  # `_repark`, inline
+                if signal is not None:  # a body may keep it: a plain one from now on
+                    signal._follower = None
                 task.context = _IDLE
                 task._abort_func = self.park.abort_func
                 if task._cancel_status.effectively_cancelled:
@@ -180,11 +211,42 @@ class Worker:
                 return value
             self.busy = True
             pool.idle.remove(self)  # the last one (nothing else takes or parks workers meanwhile)
+            if signal is not None:
+                if signal._follower is not None:  # no body started under it: a plain one now
+                    signal._follower = None
+                elif self.base is not None:
+                    self._arm(signal)
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
             del run["task"]
             sniffio_now["name"] = library
+
+    def started(self) -> None:
+        """The pipeline runs the call's body now, unscoped (`caller_followed`)."""
+        self.base = self.task._cancel_status
+
+    def ended(self, exc: BaseException | None) -> bool:
+        """The body ended (raising *exc*): exit the scope `_arm` entered, if it did; whether
+        that scope absorbed *exc* (its own cancellation: the call was aborted)."""
+        self.base = None
+        scope = self.scope
+        if scope is None:
+            return False
+        self.scope = None
+        self.unsubscribe()
+        if exc is None:
+            scope.__exit__(None, None, None)
+            return False
+        return bool(scope.__exit__(type(exc), exc, exc.__traceback__))
+
+    def _arm(self, signal: Any) -> None:
+        """At the call's first suspension, in the body: what `Followed` does there (a cancel
+        scope below the status the body started in, cancelled when *signal* aborts)."""
+        scope = trio.CancelScope()
+        _enter_below(self.task, scope, self.base)
+        self.scope = scope
+        self.unsubscribe = signal._subscribe(lambda _signal: scope.cancel())
 
     def handed(self) -> bool:
         """Whether a call is handed to it (`busy`, read anew: it changes between steps)."""
@@ -216,6 +278,28 @@ class Worker:
             self.stopping = True
         assert finish is not None
         finish(result)
+
+
+def _enter_below(task: Any, scope: trio.CancelScope, base: Any) -> None:
+    """Enter *scope* in *task* (trio's current one) as if entered while its cancel status was
+    *base*: below *base*, above every scope and nursery opened since (`_pipeline`'s
+    ``enter_below``, which `Followed` uses, written for the worker's step)."""
+    status = task._cancel_status
+    if status is base:
+        scope.__enter__()
+        return
+    outermost = status
+    while outermost.parent is not base:
+        outermost = outermost.parent
+        if outermost is None:
+            raise RuntimeError("the cancel status a body started in is not above it")
+    task._activate_cancel_status(base)
+    try:
+        scope.__enter__()
+    finally:
+        inserted = task._cancel_status
+        task._activate_cancel_status(status)
+    outermost.parent = inserted
 
 
 def _as_the_run_loop_would(task: Any, message: Any) -> None:
