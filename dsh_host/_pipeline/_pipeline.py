@@ -191,6 +191,8 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         )
 
     async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
+        if (signal := input.signal) is not None:  # only a bare body's caller follows its signal
+            signal._follower = None  # (`caller_followed`): not this call's, nor one its body makes
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)

@@ -46,7 +46,11 @@ class Tools:
             await tools.wait(ctx, "later")
 
         async def nests(args, ctx):  # a call of its own with the same signal, which suspends
-            result = await tools.trio_host.call("sleeps", {}, signal=ctx.signal)
+            try:
+                result = await tools.trio_host.call("sleeps", {}, signal=ctx.signal)
+            except BaseException as exc:
+                tools.seen.append(("nests", type(exc).__name__))
+                raise
             tools.seen.append(("nests", result.error.code, ctx.signal.aborted))
             return "nested"
 
@@ -173,11 +177,14 @@ def test_cancelled_before_its_first_step_the_call_does_not_run():
     asyncio.run(main())
 
 
-def test_a_call_the_body_makes_with_the_same_signal_is_cancelled_with_it():
+@pytest.mark.parametrize("outer", ["bare", "full pipeline"])
+def test_a_call_the_body_makes_with_the_same_signal_is_cancelled_with_it(outer):
     """The body's own call under its signal is followed by the pipeline (the worker follows
-    one call, the first); cancelling the asyncio task reaches both, with no misnested scope,
-    as aborting the signal does under trio (the outer scope absorbs the cancellation: the
-    inner call raises it rather than end ``ABORTED``)."""
+    the call's own body only, on its bare path); cancelling the asyncio task reaches both,
+    with no misnested scope, as aborting the signal does under trio (the outer scope absorbs
+    the cancellation: the inner call raises it rather than end ``ABORTED``). After a tool
+    came, a call takes the full pipeline (`Pipeline._run`), and the call its body makes the
+    bare path."""
 
     async def under_trio():
         tools = Tools()
@@ -201,6 +208,11 @@ def test_a_call_the_body_makes_with_the_same_signal_is_cancelled_with_it():
         async with open_test_host(tools) as host:
             tools.trio_host = host.host
             assert (await host.call("answers", {})).content[0].text == "now False"
+            if outer == "full pipeline":  # a tool came: the next call finds out afresh
+                extra = dsh_host.define_tool(
+                    name="extra", description="extra", parameters={}, execute=_returns
+                )
+                host.host.registry.register(extra)
             tools.started = trio.Event()
             task = asyncio.ensure_future(host.call("nests", {}))
             while not tools.started.is_set():
@@ -212,7 +224,8 @@ def test_a_call_the_body_makes_with_the_same_signal_is_cancelled_with_it():
             assert (await host.call("answers", {})).content[0].text == "now False"
 
     expected = trio.run(under_trio)
-    assert expected == [("sleeps", "cancelled", True, "the asyncio task was cancelled")]
+    reason = "the asyncio task was cancelled"
+    assert expected == [("sleeps", "cancelled", True, reason), ("nests", "Cancelled")]
     asyncio.run(main())
 
 
