@@ -59,6 +59,7 @@ class AbortSignal:
         "_deadline",
         "_deadline_reason",
         "_event",
+        "_follower",
         "_inert",
         "_reason",
     )
@@ -72,6 +73,10 @@ class AbortSignal:
         self._deadline_reason: Any = None
         self._callbacks: list[_Callback] | None = None
         self._event: trio.Event | None = None
+        self._follower: Any = None
+        """Set by a caller that follows this signal itself from the call's first suspension on
+        (the asyncio host's worker; see `_pipeline._body.caller_followed`); ``None``: the
+        pipeline follows it."""
 
     @classmethod
     def at(cls, deadline: float, reason: Any = None) -> AbortSignal:
@@ -194,6 +199,7 @@ def _inert() -> AbortSignal:
     signal._deadline_reason = None
     signal._callbacks = None
     signal._event = None
+    signal._follower = None
     return signal
 
 

@@ -30,7 +30,7 @@ from .._model._values import (
     signal_aborted,
 )
 from .._registry._hooks import HookRelay, Plan
-from ._body import followed, normalise
+from ._body import caller_followed, followed, normalise
 from ._chain import _Later, _Links
 from ._contain import Watchdog, genuine
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
@@ -107,12 +107,11 @@ class Pipeline(_Gate, _Dispatch, _Finish):
     async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
         """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
         its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
-        an inert signal, then what `_run` does after it), or under a live caller's signal with
-        no deadline (the asyncio host's) as `body_stage` runs it (`followed`). Else: `_run`.
-
-        *ready*: ``(tool, frozen, args)`` a batch already looked up, froze and accepted, *args*
-        being *frozen* (`execute_batch` starts this coroutine by hand, having checked that
-        `bare_now`)."""
+        an inert signal, then what `_run` does after it), under a caller's live signal with no
+        deadline as `body_stage` runs it (`followed`), or as its caller follows it (the asyncio
+        host's: `caller_followed`). Else: `_run`. *ready*: ``(tool, frozen, args)`` a batch
+        already looked up, froze and accepted, *args* being *frozen* (`execute_batch` starts
+        this coroutine by hand, having checked that `bare_now`)."""
         scope = input.scope
         arguments: Any = None
         if ready is not None:
@@ -125,9 +124,10 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         if self._bare_plan is None or (pm is not None and pm.generation != self._bare_generation):
             self._bare_plan = None  # a plugin or guard came: `_run` finds out what it does
             return await self._run(input, None)
-        signal = input.signal
+        signal: Any = input.signal
+        follows = signal is not None and signal._follower is None  # else its caller follows it
         if (
-            (signal is not None and (base := _followable(signal)) is None)
+            (follows and (base := _followable(signal)) is None)
             or tool is None
             or not tool.is_async
             or (scope is not None and self.registry.guards_for(scope))
@@ -141,8 +141,10 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         ):
             return await self._run(input, None)  # it names what is wrong, or runs the rest
         context = _bare_context(input, arguments, tool, self._run_nested)
-        if signal is not None:  # `followed` checks whether the signal aborted
+        if follows:  # `followed` checks whether the signal aborted
             result = await followed(tool, arguments, context, base, signal)
+        elif signal is not None:  # from the first suspension on, its caller follows it
+            result = await caller_followed(tool, arguments, context, signal)
         else:
             try:
                 value = await (
@@ -189,6 +191,8 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         )
 
     async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
+        if (signal := input.signal) is not None:  # only a bare body's caller follows its signal
+            signal._follower = None  # (`caller_followed`): not this call's, nor one its body makes
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)

@@ -19,11 +19,13 @@ trio's run loop would have taken it, and goes on there as any trio task; the awa
 then runs the guest run's queued ticks itself (`_Ticks`), so a call that ends in a tick or two
 more still returns at once.
 
-The cancellation costs a call little until it suspends: the call's signal is live and has no
-deadline, so the pipeline still runs a call no hook sees on its bare path, its body with no
-cancel scope until its first suspension (`followed`); only a call that suspends has its
-signal wired to the awaiting task (`Pending._wait`). No cancellation can reach a call that
-never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
+The cancellation costs a call nothing until it suspends: the call's signal is live and has no
+deadline, so the pipeline still runs a call no hook sees on its bare path, and there its body
+runs with no cancel scope, awaited directly (`caller_followed`): the worker, which steps the
+call and so sees its first suspension anyway, enters the cancel scope that follows the signal
+right there if the body is still running (`Worker._arm`, as the pipeline's `Followed` would).
+Only a call that suspends has its signal wired to the awaiting task (`Pending._wait`). No
+cancellation can reach a call that never yields. The loop check compares threads (`Guest.here`) rather than ask asyncio for the
 running loop (a ``getpid`` system call per call on Python 3.11).
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
@@ -44,6 +46,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from threading import get_ident
 from typing import Any, Literal, TypeVar, final
 
 import dsh_host
@@ -58,7 +61,7 @@ from dsh_host import (
 )
 
 from ._guest import Guest, Job, handed, in_trio, join, leave, on_loop, spawned
-from ._worker import HANDED
+from ._worker import CAN_FOLLOW, HANDED
 
 __all__ = ["AsyncioHost", "open_host"]
 
@@ -78,6 +81,7 @@ class AsyncioHost:
     ) -> None:
         self.host = host
         self._guest = guest
+        self._loop = _known_thread(guest.ticks.loop)
         self._close = close
         self._closed = False
 
@@ -101,15 +105,26 @@ class AsyncioHost:
         scope: Scope | None = None,
     ) -> ToolExecutionResult:
         """`Host.call` from asyncio: one call through the whole pipeline."""
-        # `in_trio` and `begin` written out: no closure, no coroutine, fewer calls, per call
+        # `in_trio`, `begin`, `Guest.here` and `Pool.take` written out: no closure, no
+        # coroutine, fewer calls, per call
         guest = self._guest
-        if self._closed or not guest.here():
+        if (self._closed or self._loop._thread_id != get_ident()) and (
+            self._closed or not guest.here()
+        ):
             on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
         coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
-        worker = guest.workers.take()
-        if worker is not None:
-            value = worker.step(coro)  # its exception, if it raised, goes to the caller
+        pool = guest.workers
+        if (
+            pool.idle
+            and "task" not in pool.run  # between two ticks: no task is trio's current one
+            and "before_task_step" not in (instruments := pool.instruments)
+            and "after_task_step" not in instruments  # no trio instrument to see the step
+        ):
+            worker = pool.idle[-1]  # it stays idle unless the call suspends (`Worker.step`)
+            if CAN_FOLLOW:
+                signal._follower = worker  # follows it from the first suspension on
+            value = worker.step(coro, signal)  # its exception, if it raised, goes to the caller
             if value is not HANDED:
                 return value  # type: ignore[no-any-return]
             return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]
@@ -143,6 +158,18 @@ class AsyncioHost:
         if not self._closed:
             await self._run(lambda signal: self._close())
             self._closed = True
+
+
+class _Unknown:
+    """A loop whose running thread is not known by ``_thread_id`` (`Guest.here` then asks)."""
+
+    _thread_id = None
+
+
+def _known_thread(loop: asyncio.AbstractEventLoop) -> Any:
+    """*loop*, if its ``_thread_id`` is the thread running it while it runs (else `_Unknown`):
+    asyncio's own loops set it as they start and clear it as they stop."""
+    return loop if isinstance(loop, asyncio.BaseEventLoop) else _Unknown
 
 
 def _input(call: Call) -> ToolExecutionInput:

@@ -259,6 +259,7 @@ def begin(guest: Guest, signal: AbortSignal, coro: Coroutine[Any, Any, Any]) -> 
     worker = guest.workers.take()
     if worker is None:
         return spawned(guest, signal, coro)
+    # `take` left it last in `idle`: `step` takes it out if the call suspends
     value = worker.step(coro)  # its exception, if it raised, goes to the caller
     return value if value is not HANDED else handed(guest, worker, signal)
 

@@ -69,7 +69,24 @@ def _can_step() -> bool:
     )
 
 
+def _can_follow() -> bool:
+    """Whether this trio has what `_enter_below` writes (``Task._activate_cancel_status``, a
+    settable ``CancelStatus.parent``): else the pipeline follows every call's signal itself."""
+    try:
+        from trio._core._run import CancelStatus
+    except ImportError:  # pragma: no cover - a trio that moved it
+        return False
+    parent = getattr(CancelStatus, "parent", None)
+    return (
+        CAN_STEP
+        and callable(getattr(Task, "_activate_cancel_status", None))
+        and isinstance(parent, property)
+        and parent.fset is not None
+    )
+
+
 CAN_STEP = _can_step()
+CAN_FOLLOW = _can_follow()
 
 
 Finish = Callable[[outcome.Outcome[Any]], None]
@@ -87,18 +104,24 @@ class Pool:
     closed: bool = False
     instruments: Any = None
     """The run's instruments by hook (set as the first worker starts)."""
+    run: dict[str, Any] = attrs.Factory(dict)
+    """The guest run thread's ``GLOBAL_RUN_CONTEXT`` attributes (set as the first worker
+    starts): ``"task"`` is there while a task of the run steps."""
+    sniffio: dict[str, Any] = attrs.Factory(dict)
+    """The guest run thread's sniffio attributes (``"name"``), likewise."""
 
     def take(self) -> Worker | None:
-        """An idle worker, out of `idle`, if a step may run now: between two ticks (no task is
-        trio's current one) and with no trio instrument to see it."""
+        """The idle worker to run a step (`Worker.step`; it stays last in `idle` meanwhile), if
+        a step may run now: between two ticks (no task is trio's current one, so no other
+        taker nor `close` runs until the step ends) and with no trio instrument to see it."""
         idle, instruments = self.idle, self.instruments
         if (
             idle
             and "before_task_step" not in instruments
             and "after_task_step" not in instruments
-            and "task" not in GLOBAL_RUN_CONTEXT.__dict__  # this thread's attributes
+            and "task" not in self.run
         ):
-            return idle.pop()
+            return idle[-1]
         return None
 
     def close(self) -> None:
@@ -128,26 +151,43 @@ class Worker:
     """Its `_calls` generator, which runs each call sent in."""
     value: Any = None
     """The value of the call that `calls` just ended (read once)."""
+    base: Any = None
+    """While a body runs unscoped under the call's signal, which the worker follows
+    (`started`): the cancel status it started in."""
+    scope: Any = None
+    """The cancel scope following that signal, from the call's first suspension on (`_arm`)."""
+    unsubscribe: Any = None
 
     async def drive(self) -> None:
         """The worker's trio task."""
         self.task = trio.lowlevel.current_task()
-        self.pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
+        pool = self.pool
+        pool.instruments = self.task._runner.instruments.data  # a UserDict's own dict
+        pool.run, pool.sniffio = (
+            GLOBAL_RUN_CONTEXT.__dict__,
+            sniffio_library.__dict__,
+        )  # this thread's
         self.park = WaitTaskRescheduled(self._abort)
         self.calls = _ready_calls(self)
         first, self.first = self.first, None
         self.busy = first is not None
         await _Drive(self, first)
 
-    def step(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def step(self, coro: Coroutine[Any, Any, Any], signal: Any = None) -> Any:
         """Run *coro*'s first step now as this (idle, parked) worker's step: its value (or its
         exception, raised) if it ended, or `HANDED` when it suspended and the worker took it
-        over (set `finish` then, before anything else runs). Call only on a worker just taken
-        from its pool (`Pool.take`)."""
+        over (set `finish` then, before anything else runs). Call only on the worker its pool
+        just gave (`Pool.take`): the last idle one, which stays there unless the call suspends
+        (no list shrinking and growing again per call).
+
+        *signal*: the call's, which this worker follows (its ``_follower``, set by the caller):
+        a body the pipeline runs unscoped under it (`started`) that is still running at the
+        call's first suspension gets the cancel scope following it there (`_arm`)."""
         task, calls = self.task, self.calls
         context = task.context = contextvars.copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
-        run, sniffio_now = GLOBAL_RUN_CONTEXT.__dict__, sniffio_library.__dict__  # this thread's
+        pool = self.pool
+        run, sniffio_now = pool.run, pool.sniffio
         library = sniffio_now.get("name")
         sniffio_now["name"] = "trio"
         run["task"] = task
@@ -157,9 +197,12 @@ class Worker:
             except BaseException:
                 self.calls = _ready_calls(self)  # the call's exception ended that one
                 self._repark(task)
+                if signal is not None:
+                    signal._follower = None
                 raise
             if message is _ENDED:  # `_repark`, inline
-                self.pool.idle.append(self)
+                if signal is not None:  # a body may keep it: a plain one from now on
+                    signal._follower = None
                 task.context = _IDLE
                 task._abort_func = self.park.abort_func
                 if task._cancel_status.effectively_cancelled:
@@ -167,20 +210,51 @@ class Worker:
                 value, self.value = self.value, None
                 return value
             self.busy = True
+            pool.idle.remove(self)  # the last one (nothing else takes or parks workers meanwhile)
+            if signal is not None:
+                if signal._follower is not None:  # no body started under it: a plain one now
+                    signal._follower = None
+                elif self.base is not None:
+                    self._arm(signal)
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
             del run["task"]
             sniffio_now["name"] = library
 
+    def started(self) -> None:
+        """The pipeline runs the call's body now, unscoped (`caller_followed`)."""
+        self.base = self.task._cancel_status
+
+    def ended(self, exc: BaseException | None) -> bool:
+        """The body ended (raising *exc*): exit the scope `_arm` entered, if it did; whether
+        that scope absorbed *exc* (its own cancellation: the call was aborted)."""
+        self.base = None
+        scope = self.scope
+        if scope is None:
+            return False
+        self.scope = None
+        self.unsubscribe()
+        if exc is None:
+            scope.__exit__(None, None, None)
+            return False
+        return bool(scope.__exit__(type(exc), exc, exc.__traceback__))
+
+    def _arm(self, signal: Any) -> None:
+        """At the call's first suspension, in the body: what `Followed` does there (a cancel
+        scope below the status the body started in, cancelled when *signal* aborts)."""
+        scope = trio.CancelScope()
+        _enter_below(self.task, scope, self.base)
+        self.scope = scope
+        self.unsubscribe = signal._subscribe(lambda _signal: scope.cancel())
+
     def handed(self) -> bool:
         """Whether a call is handed to it (`busy`, read anew: it changes between steps)."""
         return self.busy
 
     def _repark(self, task: Any) -> None:
-        """Back to parked and idle, as the worker's own park left it (a pending cancellation
-        is delivered as trio delivers it to a task that has just parked)."""
-        self.pool.idle.append(self)
+        """Back to parked, as the worker's own park left it, still in `idle` (a pending
+        cancellation is delivered as trio delivers it to a task that has just parked)."""
         task.context = _IDLE  # holds none of the call's context variables
         task._abort_func = self.park.abort_func
         if task._cancel_status.effectively_cancelled:
@@ -204,6 +278,28 @@ class Worker:
             self.stopping = True
         assert finish is not None
         finish(result)
+
+
+def _enter_below(task: Any, scope: trio.CancelScope, base: Any) -> None:
+    """Enter *scope* in *task* (trio's current one) as if entered while its cancel status was
+    *base*: below *base*, above every scope and nursery opened since (`_pipeline`'s
+    ``enter_below``, which `Followed` uses, written for the worker's step)."""
+    status = task._cancel_status
+    if status is base:
+        scope.__enter__()
+        return
+    outermost = status
+    while outermost.parent is not base:
+        outermost = outermost.parent
+        if outermost is None:
+            raise RuntimeError("the cancel status a body started in is not above it")
+    task._activate_cancel_status(base)
+    try:
+        scope.__enter__()
+    finally:
+        inserted = task._cancel_status
+        task._activate_cancel_status(status)
+    outermost.parent = inserted
 
 
 def _as_the_run_loop_would(task: Any, message: Any) -> None:

@@ -201,9 +201,19 @@ def test_a_call_the_guest_run_ends_at_once_takes_no_turn_of_the_asyncio_loop(mon
     asyncio.run(main())
 
 
-def test_a_host_used_from_another_event_loop_says_so():
+@pytest.fixture(params=["asyncio's loop", "a loop without _thread_id"])
+def loop_kind(request, monkeypatch):
+    """The loop check's fast path reads asyncio's ``loop._thread_id``; another kind of loop (a
+    uvloop, say) has none, and the check then asks `Guest.here`: both must refuse a foreign loop."""
+    if request.param != "asyncio's loop":
+        monkeypatch.setattr(dsh_host.aio, "_known_thread", lambda loop: dsh_host.aio._Unknown)
+    return request.param
+
+
+def test_a_host_used_from_another_event_loop_says_so(loop_kind):
     async def main():
         async with open_test_host(Tools()) as host:
+            assert (await host.call("echo", {"text": "x"})).content[0].text == "x"
 
             async def elsewhere():
                 await host.call("echo", {"text": "x"})
@@ -214,7 +224,7 @@ def test_a_host_used_from_another_event_loop_says_so():
     asyncio.run(main())
 
 
-def test_a_host_used_from_another_loop_on_its_own_thread_says_so():
+def test_a_host_used_from_another_loop_on_its_own_thread_says_so(loop_kind):
     """The loop check's fast path (`Guest.here`: this thread, and the host's loop running)
     still refuses another loop that runs on the host's thread while the host's loop waits."""
     loop = asyncio.new_event_loop()
