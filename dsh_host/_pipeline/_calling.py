@@ -24,7 +24,6 @@ from ._contain import Watchdog, genuine
 from ._stage import (
     _Budget,
     _contained,
-    _late,
     _settle,
     _Stage,
 )
@@ -77,8 +76,7 @@ class _Calling:
             ran = _clock() - watchdog.started
             if ran > watchdog.bound:
                 # A blocking hook cannot be pre-empted; it answered late, so it fails closed.
-                watchdog.check(watchdog.started + ran)
-                raise PluginFailure(plugin, hook, _late(plugin, hook, watchdog.bound))
+                raise watchdog.overran(plugin, hook, ran)
 
     async def _call(
         self,
@@ -172,9 +170,7 @@ class _Calling:
                     raise _Raised(i, impl, exc) from None
                 now = clock()
                 if now - then > bound:
-                    watchdog.check(now)
-                    late = PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, bound))
-                    raise _Raised(i, impl, late)
+                    raise _Raised(i, impl, watchdog.overran(impl.plugin, hook, now - then))
                 if value is not None:
                     return i, value
                 then = now
@@ -216,9 +212,7 @@ class _Calling:
                     raise _Raised(i, impl, exc) from None
                 now = clock()
                 if now - then > bound:
-                    watchdog.check(now)
-                    late = PluginFailure(impl.plugin, hook, _late(impl.plugin, hook, bound))
-                    raise _Raised(i, impl, late)
+                    raise _Raised(i, impl, watchdog.overran(impl.plugin, hook, now - then))
                 if value is not None:
                     break
                 then = now

@@ -23,7 +23,6 @@ from ._stage import (
     _Budget,
     _contained,
     _Driven,
-    _late,
     _Stage,
     _stage_failed,
     _Staging,
@@ -137,9 +136,7 @@ class _Chain(_Staging):
                         watchdog.plugin = None
                         ran = _clock() - watchdog.started
                         if ran > watchdog.bound:  # it answered late, so it fails closed
-                            watchdog.check(watchdog.started + ran)
-                            late = _late(impl.plugin, hook, watchdog.bound)
-                            raise PluginFailure(impl.plugin, hook, late)
+                            raise watchdog.overran(impl.plugin, hook, ran)
                     if value is nxt and nxt is not None:
                         nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here

@@ -30,6 +30,8 @@ from typing import IO, final
 
 import trio
 
+from .._model._errors import PluginFailure
+
 __all__ = [
     "HookTimeout",
     "Watchdog",
@@ -49,6 +51,10 @@ class HookTimeout(Exception):
 def seconds(value: float) -> str:
     """``30 s``, ``0.5 s``: a bound as people read it."""
     return f"{value:g} s"
+
+
+def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
+    return HookTimeout(f"{plugin} did not answer {hook} within {seconds(limit)}")
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -121,6 +127,17 @@ class Watchdog:
         """Mark the hook finished; return how long it ran, in seconds."""
         self.plugin = None
         return time.monotonic() - self.started
+
+    def overran(self, plugin: str, hook: str, ran: float) -> PluginFailure:
+        """*plugin*'s synchronous *hook* answered *ran* seconds after it started, past the bound:
+        report it as the watching thread would have (it may have looked too seldom to see it;
+        still once per plugin and hook), and the failure the hook ends with (fail closed)."""
+        self.plugin = plugin
+        try:
+            self.check(self.started + ran)
+        finally:
+            self.plugin = None
+        return PluginFailure(plugin, hook, _late(plugin, hook, self.bound))
 
     def check(self, now: float | None = None) -> str | None:
         """Report the running hook if it has run past the bound; return the report."""

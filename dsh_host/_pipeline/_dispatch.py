@@ -32,7 +32,6 @@ from ._contain import genuine
 from ._stage import (
     _contained,
     _Driven,
-    _late,
 )
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._verify import checked
@@ -138,9 +137,7 @@ class _Dispatch(_Chains):
                     watchdog.plugin = None
                     ran = _clock() - watchdog.started
                     if ran > watchdog.bound:  # it answered late, so it fails closed
-                        watchdog.check(watchdog.started + ran)
-                        late = _late(impl.plugin, hook, watchdog.bound)
-                        raise PluginFailure(impl.plugin, hook, late)
+                        raise watchdog.overran(impl.plugin, hook, ran)
             except BaseException as exc:
                 return _Handover(i, token, None, exc)
             if value is not token:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import trio
 
 from .._model._errors import PluginFailure
-from ._contain import HookTimeout, genuine, is_cancellation, seconds
+from ._contain import HookTimeout, _late, genuine, is_cancellation
 from ._trio_internals import cancel_status, unshielded
 
 
@@ -344,7 +344,3 @@ def _stage_failed(stage: _Stage | None) -> NoReturn:
     if stage is not None:
         stage.fail()
     raise AssertionError("a hook stage ended without an answer")  # pragma: no cover
-
-
-def _late(plugin: str, hook: str, limit: float) -> HookTimeout:
-    return HookTimeout(f"{plugin} did not answer {hook} within {seconds(limit)}")

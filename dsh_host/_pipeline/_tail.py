@@ -21,7 +21,6 @@ from .._model._errors import PluginFailure
 from .._registry._hooks import Impl
 from ._answers import _clock
 from ._chain import _DECISIONS, _Chain, _Links, _Next, _Raised, _Suspend
-from ._stage import _late
 
 __all__ = ["_Handed", "_Lazy", "resolve_tail"]
 
@@ -77,9 +76,7 @@ def resolve_tail(
                 watchdog.plugin = None
                 ran = _clock() - watchdog.started
                 if ran > watchdog.bound:  # it answered late, so it fails closed
-                    watchdog.check(watchdog.started + ran)
-                    late = _late(impl.plugin, hook, watchdog.bound)
-                    raise PluginFailure(impl.plugin, hook, late)
+                    raise watchdog.overran(impl.plugin, hook, ran)
         except BaseException as exc:
             chain = _Chain(links, args, base) if nxt is None else nxt._chain()
             slow = exc if isinstance(exc, _Suspend | _Raised) else _Raised(i, impl, exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import signal
+import time
 
 import pytest
 import trio
@@ -20,6 +21,7 @@ from dsh_host import (
     ToolExecutionInput,
     hookimpl,
 )
+from dsh_host._pipeline import _answers, _calling, _chain, _dispatch, _tail
 from dsh_host._pipeline._contain import Watchdog, real_interrupt
 from tests.conftest import make_echo
 
@@ -337,6 +339,86 @@ async def test_a_blocking_sync_hook_is_reported_by_name_and_fails_closed(make_ho
     assert "plugin 'blocks' has blocked the event loop for 31.0 s" in text
     assert "Synchronous hooks must not block" in text
     assert any(e.plugin == "blocks" and "did not answer" in e.outcome for e in events)
+
+
+class _Late:
+    """Plain hooks of each kind that answer 31 s after they start (on a clock the test moves)."""
+
+    name = "blocks"
+
+    def __init__(self, hook: str, clock: list[float]) -> None:
+        self.hook, self.clock = hook, clock
+
+    def _blocks(self, hook: str) -> None:
+        if hook == self.hook:
+            self.clock[0] += 31
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution):
+        self._blocks("dsh_tool_pre_execute")
+
+    @hookimpl
+    def dsh_tool_guard(self, execution):
+        self._blocks("dsh_tool_guard")
+
+    @hookimpl
+    def dsh_tool_execute(self, execution, call_next):
+        self._blocks("dsh_tool_execute")
+        return call_next()
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution, result):
+        self._blocks("dsh_tool_post_execute")
+
+
+class _LateLinks(_Late):
+    """The same, with pre- and post-execute as waterfall links that pass the call on."""
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution, call_next):
+        self._blocks("dsh_tool_pre_execute")
+        return call_next()
+
+    @hookimpl
+    def dsh_tool_post_execute(self, execution, result, call_next):
+        self._blocks("dsh_tool_post_execute")
+        return call_next()
+
+
+@pytest.mark.parametrize(
+    ("kind", "hook"),
+    [
+        (_Late, "dsh_tool_pre_execute"),
+        (_LateLinks, "dsh_tool_pre_execute"),
+        (_Late, "dsh_tool_guard"),
+        (_Late, "dsh_tool_execute"),
+        (_Late, "dsh_tool_post_execute"),
+        (_LateLinks, "dsh_tool_post_execute"),
+    ],
+)
+async def test_a_sync_hook_that_answers_late_is_reported_even_if_the_thread_missed_it(
+    make_host, monkeypatch, kind, hook
+):
+    """The watching thread looks a few times a second; a hook found late only when it returns
+    is reported then, once per plugin and hook, with the same warning (the failure alone would
+    not say that it held the loop), whichever path the call took."""
+    clock = [0.0]
+    real = time.monotonic
+    for module in (_answers, _calling, _chain, _dispatch, _tail):
+        monkeypatch.setattr(module, "_clock", lambda: real() + clock[0])
+    stream = io.StringIO()
+    host = make_host(kind(hook, clock), tools=[make_echo()])
+    watchdog = host.registry._pipeline.watchdog
+    watchdog.stream = stream
+    watchdog.enter("warm-up", "-", "-")  # registered: from now on the calls time on `_clock`
+    watchdog.leave()
+    for _ in range(2):
+        result = await host.call("echo", {"text": "x"})
+        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
+        assert f"blocks did not answer {hook} within 30 s" in result.error.message
+    text = stream.getvalue()
+    assert text.count("plugin 'blocks' has blocked the event loop for 31.0 s") == 1
+    assert f'in its synchronous {hook} (tool "echo")' in text
 
 
 def test_the_watchdog_reports_once_per_plugin_and_hook():
