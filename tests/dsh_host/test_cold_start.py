@@ -181,6 +181,23 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, cards) == []  # the commands that print cards and tables
 
 
+SEARCH_BODIES = (  # grep's and glob's bodies (RE2, ripgrep's driver): with the first search
+    "re2",
+    "dsh_plugins_builtin._tools._grep",
+    "dsh_plugins_builtin._tools._grep_local",
+    "dsh_plugins_builtin._tools._grep_rg",
+    "dsh_plugins_builtin._tools._walk",
+)
+
+
+def test_a_read_and_a_hook_load_no_search_body(workspace):
+    read = ["call", "read_file", '{"path": "a.txt"}']
+    assert loaded(dsh_modules(workspace, read), SEARCH_BODIES) == []
+    modules = dsh_modules(workspace, ["hook", "claude"], PAYLOAD)
+    assert loaded(modules, SEARCH_BODIES) == []
+    assert "dsh_plugins_builtin._tools._grep_tool" in modules  # grep is still registered
+
+
 def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
     """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
     command line an allow rule is checked against."""
