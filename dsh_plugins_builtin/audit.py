@@ -210,7 +210,12 @@ class AuditPlugin:
 
     @hookimpl
     async def dsh_host_stopping(self) -> None:
-        await trio.to_thread.run_sync(self.close)  # `Host.aclose`: every queued row committed
+        # `Host.aclose`: every queued row committed. An idle writer (no thread, no database
+        # open: a `dsh hook` that recorded nothing) closes inline, with no worker thread.
+        if self._writer is None or self._writer.idle:
+            self.close()
+        else:
+            await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
         """Commit what is queued, stop the writer thread and close the database."""

@@ -10,7 +10,8 @@ command's status. If `main` did not return (an exception escaped it), the interp
 the usual way. `main` itself, called in-process (tests, embedding), never exits the process.
 
 The garbage collector is paused while the process starts (see `dsh_host._gc`), and the methods attrs
-generates for each class are compiled once, not at every start (see `dsh_host._attrs_code`).
+generates for each class are compiled once, not at every start (see `dsh_host._attrs_code`);
+trio is imported without the ``ldconfig -p`` process it starts (see `dsh_host._cli._pthread`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import NoReturn
 
 from .. import _attrs_code
 from .._gc import pause
+from . import _pthread
 
 __all__ = ["command"]
 
@@ -33,6 +35,7 @@ def command() -> NoReturn:
     pause()  # resumed once the host is built (`dsh_host._gc`)
     _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
     atexit.register(_attrs_code.save)  # runs before `_exit_now`
+    _pthread.install()  # before trio's import: no ``ldconfig -p`` process
     from ._main import main
 
     status[0] = main()

@@ -107,6 +107,12 @@ class AuditWriter:
         """Block until every row queued so far is committed (or failed); ``False`` on timeout."""
         return self._queue.flush(timeout)
 
+    @property
+    def idle(self) -> bool:
+        """No writer thread and no open database: `close` has nothing to wait for."""
+        with self._lock:
+            return self._queue.stopped and self.store is None and self._file.connection is None
+
     def close(self) -> None:
         """Flush, stop the writer thread and close the database (a later row reopens them)."""
         if not self._queue.stop():

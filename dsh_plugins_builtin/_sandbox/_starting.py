@@ -173,8 +173,7 @@ def _remove_if_unlocked(base: Path, name: str, seen: os.stat_result) -> bool:
 
 def _make_private_tmp(owner: object) -> Path:
     """A fresh private tmp (0700), locked (shared) for *owner*'s life, removed with it."""
-    base = Path(tempfile.gettempdir())
-    sweep_stale_tmp(base)
+    base = Path(tempfile.gettempdir())  # swept before the first command (`StartCheck.run`)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=base))
     info = os.stat(tmp, follow_symlinks=False)
     lock = lock_key("tmp", info.st_dev, info.st_ino, fcntl.LOCK_SH)
@@ -247,7 +246,9 @@ class StartCheck:
     """`check_enforceable`, once: at start when Landlock may be the backend, else before the
     first command (a call that runs no command, e.g. ``read_file``, never probes the machine:
     the probe runs ``true`` three times). Until it passed, no command runs: a failure is raised
-    to every command (the probe is cached, so each asks again at no cost)."""
+    to every command (the probe is cached, so each asks again at no cost). The private tmps
+    that killed hosts left are swept first, once (`sweep_stale_tmp`): a start that runs no
+    command (``dsh hook``, a read) scans no ``/tmp``."""
 
     def __init__(
         self,
@@ -261,6 +262,7 @@ class StartCheck:
         self._lock = threading.Lock()
         self.done = False
         """It passed: commands run with no further check."""
+        self._swept = False
         if (config.bwrap is not None and bwrap[0] is None) or landlock_possible(config, bwrap):
             self.run(deferred=False)
 
@@ -273,6 +275,10 @@ class StartCheck:
         """
         with self._lock:
             if not self.done:
+                policy = self._args[3]
+                if not self._swept and policy.tmp is not None:  # what killed hosts left
+                    self._swept = True
+                    sweep_stale_tmp(policy.tmp.parent)
                 check_enforceable(*self._args, deferred=deferred)
                 self.done = True
 

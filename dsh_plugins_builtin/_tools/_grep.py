@@ -1,4 +1,5 @@
-"""The ``grep`` tool: ripgrep in the sandbox, or RE2 in-process; sorted, capped, policed.
+"""The ``grep`` tool's body: ripgrep in the sandbox, or RE2 in-process; sorted, capped, policed.
+Its definition (`._grep_tool`) imports this module at the first call.
 
 ripgrep (`dsh_plugins_builtin._tools._ripgrep`) runs through the sandbox plugin's ``run``, like a
 ``bash`` command, with `SEARCH_TIMEOUT_S` on the process. Where there is no ``rg``, or the
@@ -26,12 +27,9 @@ import trio
 
 from dsh_host import (
     ToolArgsError,
-    ToolDefinition,
     ToolExecutionResult,
     ToolRunContext,
-    define_tool,
 )
-from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_FILE_BYTES,
     MAX_GREP_MATCHES,
@@ -45,25 +43,22 @@ from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
 from dsh_plugins_builtin._tools._grep_tree import listed_files
 from dsh_plugins_builtin._tools._open import display_path, os_failure
 from dsh_plugins_builtin._tools._search_support import (
-    IGNORED,
-    SEARCH_PATH,
     Policy,
     abort_poll,
     checked_text,
-    concurrency_safe,
     finish_result,
     search_root,
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded_async
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg
 from dsh_plugins_builtin._tools._walk import (
     expand_braces,
     gitignore_spec,
     walk_files,
 )
 
-__all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "make_grep_tool"]
+__all__ = ["MAX_GREP_FILE_BYTES", "MAX_GREP_MATCHES", "SEARCH_TIMEOUT_S", "grep"]
 MAX_MATCH_LINE = 400
 
 
@@ -134,7 +129,7 @@ def _walked(
     return ((rel, entry) for rel, entry in walked if not entry.is_symlink())
 
 
-async def _grep(
+async def grep(
     env: ToolEnv, rg: str | None, args: Mapping[str, Any], ctx: ToolRunContext | None
 ) -> ToolExecutionResult:
     glob = args.get("glob")
@@ -197,44 +192,3 @@ def _grep_result(
     lines = [f"{shown}:{number}:{_cut(text, long)}" for shown, number, text, long in kept]
     body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {where}"
     return finish_result(body, notes, meta, policy)
-
-
-def make_grep_tool(env: ToolEnv, binary: str | None) -> ToolDefinition:
-    """``grep``, bound to ``env`` (the ``tools`` plugin), running ``binary`` (``None``: RE2)."""
-    return define_tool(
-        name="grep",
-        description=(
-            "Search file contents for a regular expression, line by line (ripgrep's Rust "
-            "regex syntax: like Python `re` but without lookaround or backreferences; "
-            "`\\z` for end of text). Prints `path:line:text` for each matching line, paths "
-            f"relative to the workspace, sorted; at most {MAX_GREP_MATCHES} matches, long "
-            "lines cut. Binary files and files excluded by .gitignore are skipped."
-        ),
-        parameters={
-            "pattern": {
-                "type": "string",
-                "required": True,
-                "description": "Regular expression to look for in each line, e.g. 'def \\w+\\('.",
-            },
-            "path": {"type": "string", "description": SEARCH_PATH},
-            "glob": {
-                "type": "string",
-                "description": (
-                    "Only search files matching this .gitignore-style glob, e.g. '*.py' (any "
-                    "depth), 'src/**/*.ts' or '*.{js,ts}'."
-                ),
-            },
-            "ignore_case": {
-                "type": "boolean",
-                "description": "Match case-insensitively (default false).",
-            },
-            "include_ignored": {"type": "boolean", "description": IGNORED},
-        },
-        execute=guarded_async(lambda args, ctx: _grep(env, binary, args, ctx)),
-        is_concurrency_safe=concurrency_safe,
-        present_call=present.grep_call,
-        present_result=present.grep_result,
-        paths={"path": "read"},
-        claude_name="Grep",
-        claude_keys={"ignore_case": "-i"},
-    )

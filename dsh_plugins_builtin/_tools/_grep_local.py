@@ -15,6 +15,7 @@ from dsh_host import (
     DshError,
     ToolRunContext,
 )
+from dsh_plugins_builtin._tools._grep_tool import MAX_GREP_MATCHES
 from dsh_plugins_builtin._tools._open import BINARY_SNIFF_BYTES
 from dsh_plugins_builtin._tools._search_support import (
     abort_poll,
@@ -36,7 +37,6 @@ __all__ = [
     "local_search",
 ]
 
-MAX_GREP_MATCHES = 500
 MAX_GREP_FILE_BYTES = 32 * 1024 * 1024  # the in-process engine reads whole files; rg streams
 _LINE_ONLY = ("\\A", "\\z", "(?-")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
 from dsh_plugins_builtin._tools import _presenters as present
-from dsh_plugins_builtin._tools._grep import make_grep_tool
+from dsh_plugins_builtin._tools._grep_tool import make_grep_tool
 from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._ripgrep import find_rg
 from dsh_plugins_builtin._tools._search_support import (
@@ -40,7 +40,6 @@ from dsh_plugins_builtin._tools._search_support import (
     workspace_top,
 )
 from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, str_arg
-from dsh_plugins_builtin._tools._walk import compile_glob, walk_files
 
 __all__ = ["MAX_GLOB_RESULTS", "make_search_tools"]
 
@@ -48,6 +47,8 @@ MAX_GLOB_RESULTS = 1000
 
 
 def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> ToolExecutionResult:
+    from dsh_plugins_builtin._tools._walk import compile_glob, walk_files  # RE2: on first use
+
     pattern = str_arg(args, "pattern").removeprefix("./")
     spelled = str_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)

@@ -181,6 +181,23 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, cards) == []  # the commands that print cards and tables
 
 
+SEARCH_BODIES = (  # grep's and glob's bodies (RE2, ripgrep's driver): with the first search
+    "re2",
+    "dsh_plugins_builtin._tools._grep",
+    "dsh_plugins_builtin._tools._grep_local",
+    "dsh_plugins_builtin._tools._grep_rg",
+    "dsh_plugins_builtin._tools._walk",
+)
+
+
+def test_a_read_and_a_hook_load_no_search_body(workspace):
+    read = ["call", "read_file", '{"path": "a.txt"}']
+    assert loaded(dsh_modules(workspace, read), SEARCH_BODIES) == []
+    modules = dsh_modules(workspace, ["hook", "claude"], PAYLOAD)
+    assert loaded(modules, SEARCH_BODIES) == []
+    assert "dsh_plugins_builtin._tools._grep_tool" in modules  # grep is still registered
+
+
 def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
     """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
     command line an allow rule is checked against."""
@@ -333,3 +350,63 @@ def _lookups(monkeypatch, kind: type) -> collections.Counter[str]:
 
     monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", counting)
     return asked
+
+
+REFUSE_LDCONFIG = (
+    "import ctypes.util, os\n"
+    "def refuse(name):\n"
+    "    os.write(2, f'ldconfig asked for {name}'.encode())\n"
+    "    os._exit(3)\n"
+    "ctypes.util._findSoname_ldconfig = refuse\n"
+)
+
+
+def test_the_console_script_starts_trio_without_running_ldconfig(workspace):
+    """trio asks ``find_library("pthread")`` (``ldconfig -p``, a process) when imported."""
+    from dsh_host._cli import _pthread
+
+    if not _pthread.pthread_in_libc(os.confstr("CS_GNU_LIBC_VERSION")):
+        pytest.skip("glibc 2.34 or later only (elsewhere ldconfig is asked as usual)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    env["XDG_CACHE_HOME"] = str(workspace.parent / "cache")
+    code = REFUSE_LDCONFIG + (
+        "import sys\n"
+        "sys.argv = ['dsh', 'hook', 'claude']\n"
+        "from dsh_host._cli._entry import command\n"
+        "command()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=PAYLOAD, capture_output=True, text=True,
+        cwd=workspace, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert '"permissionDecision": "ask"' in done.stdout
+    # trio still names its threads: pthread_setname_np is found in libc.so.6
+    code = REFUSE_LDCONFIG + (
+        "from dsh_host._cli import _pthread\n"
+        "assert _pthread.install()\n"
+        "import trio\n"
+        "assert trio._core._thread_cache.set_os_thread_name is not None\n"
+    )
+    modules_after(code)
+
+
+@pytest.mark.parametrize(
+    ("version", "in_libc"),
+    [
+        ("glibc 2.34", True),
+        ("glibc 2.36", True),
+        ("glibc 3.0", True),
+        ("glibc 2.33", False),
+        ("glibc 2.17", False),
+        ("glibc two", False),
+        ("musl 1.2", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_only_a_glibc_that_holds_pthread_is_answered_without_ldconfig(version, in_libc):
+    from dsh_host._cli._pthread import pthread_in_libc
+
+    assert pthread_in_libc(version) is in_libc

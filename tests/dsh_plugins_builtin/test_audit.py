@@ -679,3 +679,33 @@ def test_a_row_escapes_a_lone_surrogate_in_any_text_field_alone():
     assert row[-2:] == ("rule \\udcff", "person \\ud800")
     plain = build_row((0.0, execution, result, 1.0, "rule", None), "/ws", "host", set())
     assert plain[-2:] == ("rule", None)
+
+
+async def _closed_offloading(host, monkeypatch) -> list:
+    offloaded: list = []
+    real = trio.to_thread.run_sync
+
+    async def spy(fn, *args, **kwargs):
+        offloaded.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", spy)
+    await host.aclose()
+    return offloaded
+
+
+async def test_an_idle_writer_closes_without_a_worker_thread(make_host, db, plugin, monkeypatch):
+    # `dsh hook claude` answering ``ask`` records nothing: its close starts no thread
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    assert plugin._writer.idle
+    assert await _closed_offloading(host, monkeypatch) == []
+    assert plugin._writer.idle
+
+
+async def test_a_writer_with_rows_closes_in_a_worker_thread(make_host, db, plugin, monkeypatch):
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    await host.call("echo", {"text": "hi"})
+    assert not plugin._writer.idle
+    assert await _closed_offloading(host, monkeypatch) == [plugin.close]
+    assert plugin._writer.idle
+    assert count(db) == 1

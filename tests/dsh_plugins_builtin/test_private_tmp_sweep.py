@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dsh_host import ConfigError
 from dsh_plugins_builtin._sandbox import _locks
 from dsh_plugins_builtin._sandbox._starting import _remove_if_unlocked, sweep_stale_tmp
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -154,3 +155,33 @@ def test_a_killed_hosts_private_tmp_is_swept_by_the_next(base: Path, ws: Path) -
     assert tmp.exists()  # no finalizer ran
     assert sweep_stale_tmp(base, min_age=0) == [tmp]
     assert not tmp.exists()
+
+
+def test_a_start_sweeps_nothing_and_the_first_command_sweeps_once(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dsh hook`` and a read run no command: they scan no ``/tmp``."""
+    from dsh_plugins_builtin._sandbox import _starting
+
+    swept: list[Path] = []
+    checks: list[bool] = []
+
+    def check(*args: Any, deferred: bool) -> None:
+        checks.append(deferred)
+        if len(checks) == 1:
+            raise ConfigError("not here")  # the first command is refused: no second sweep
+
+    monkeypatch.setattr(_starting, "sweep_stale_tmp", lambda base: swept.append(base) or [])
+    monkeypatch.setattr(_starting, "check_enforceable", check)
+    monkeypatch.setattr(_starting, "landlock_possible", lambda config, bwrap: False)
+    plugin = SandboxPlugin()
+    make_host(plugin, config={"host": {"workspace": str(ws)}})
+    assert plugin.tmp is not None
+    assert (swept, checks) == ([], [])  # started: nothing swept, nothing probed
+    assert plugin._check is not None
+    with pytest.raises(ConfigError):
+        plugin._check.run()
+    assert swept == [plugin.tmp.parent]
+    plugin._check.run()
+    plugin._check.run()
+    assert (swept, checks) == ([plugin.tmp.parent], [True, True])
