@@ -35,7 +35,8 @@ def command() -> NoReturn:
     pause()  # resumed once the host is built (`dsh_host._gc`)
     _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
     atexit.register(_attrs_code.save)  # runs before `_exit_now`
-    _pthread.install()  # before trio's import: no ``ldconfig -p`` process
+    with _pthread.answered():  # trio asks it when imported: no ``ldconfig -p`` process
+        import trio  # noqa: F401  (what `dsh_host` imports first; only it is answered so)
     from ._main import main
 
     status[0] = main()

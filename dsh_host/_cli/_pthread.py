@@ -5,18 +5,20 @@ it when it is imported, with ``ctypes.util.find_library("pthread")``: on Linux t
 ``/sbin/ldconfig -p`` and reads its whole output, a process (about a millisecond, more on a
 loaded machine) in every ``dsh`` start, whether a thread is ever started or not. Since glibc
 2.34 ``libpthread.so.0`` is an empty stub and every pthread function is in ``libc.so.6``, which
-the interpreter has loaded already: there the console script (`install`) answers that one
-question with ``libc.so.6``, so trio names its threads as before. Any other name, another C
+the interpreter has loaded already: there the console script (`answered`) answers that one
+question, while it imports trio, with ``libc.so.6``, so trio names its threads as before. Any other name, another C
 library or an older glibc asks ``ldconfig`` as usual. Only the console script installs it;
 ``dsh_host`` imported as a library never does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Final
 
-__all__ = ["LIBC", "install", "pthread_in_libc"]
+__all__ = ["LIBC", "answered", "pthread_in_libc"]
 
 LIBC: Final = "libc.so.6"
 
@@ -31,24 +33,27 @@ def pthread_in_libc(version: str | None) -> bool:
     return (int(parts[0]), int(parts[1])) >= (2, 34)
 
 
-def install() -> bool:
-    """Answer ``find_library("pthread")`` with ``libc.so.6`` where that is where it is;
-    whether it was installed."""
+@contextlib.contextmanager
+def answered() -> Iterator[bool]:
+    """While in the block, ``find_library("pthread")`` is answered with ``libc.so.6`` where that
+    is where it is (whether it is, the value); the real function is put back after it, so
+    nothing but trio's import (in the block) is ever answered so."""
     try:
         version = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError):
-        return False
+        version = None
     if not pthread_in_libc(version):
-        return False
+        yield False
+        return
     import ctypes.util
 
     real = ctypes.util.find_library
-    if getattr(real, "_dsh_pthread", False):
-        return True
 
     def find_library(name: str) -> str | None:
         return LIBC if name == "pthread" else real(name)
 
-    find_library._dsh_pthread = True  # type: ignore[attr-defined]
     ctypes.util.find_library = find_library
-    return True
+    try:
+        yield True
+    finally:
+        ctypes.util.find_library = real

@@ -384,10 +384,14 @@ def test_the_console_script_starts_trio_without_running_ldconfig(workspace):
     assert '"permissionDecision": "ask"' in done.stdout
     # trio still names its threads: pthread_setname_np is found in libc.so.6
     code = REFUSE_LDCONFIG + (
+        "import ctypes.util\n"
+        "real = ctypes.util.find_library\n"
         "from dsh_host._cli import _pthread\n"
-        "assert _pthread.install()\n"
-        "import trio\n"
+        "with _pthread.answered() as answered:\n"
+        "    assert answered\n"
+        "    import trio\n"
         "assert trio._core._thread_cache.set_os_thread_name is not None\n"
+        "assert ctypes.util.find_library is real  # put back: only trio's import is answered\n"
     )
     modules_after(code)
 
