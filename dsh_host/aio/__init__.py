@@ -113,7 +113,7 @@ class AsyncioHost:
         ):
             on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
-        coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
+        coro = self.host._call(name, arguments, call_id, scope, signal, None)  # no `call` frame
         pool = guest.workers
         if (
             pool.idle
