@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, final
 
 import pluggy
@@ -161,6 +161,19 @@ class Host:
 
         *arguments* is an object, or its JSON text as a model sends it (a text that is not JSON
         ends ``INVALID_ARGS``, saying why). A closed host raises `RuntimeError`."""
+        return await self._call(name, arguments, call_id, scope, signal, trace)
+
+    def _call(
+        self,
+        name: str,
+        arguments: Any,
+        call_id: str | None,
+        scope: Scope | None,
+        signal: AbortSignal | None,
+        trace: Trace | None,
+    ) -> Coroutine[Any, Any, ToolExecutionResult]:
+        """`call`, not awaited: its checks now, then the pipeline's coroutine to await. The
+        asyncio host (`dsh_host.aio`) steps that coroutine itself, with no `call` frame."""
         if self._closed:
             raise closed_error()
         input = ToolExecutionInput(
@@ -170,7 +183,7 @@ class Host:
             scope=scope,
             signal=signal,
         )
-        return await self.registry.execute(input, trace=trace)
+        return self.registry.execute(input, trace=trace)
 
     async def run_tool_calls(
         self, calls: Any, *, format: Format, signal: AbortSignal | None = None

@@ -75,7 +75,7 @@ class AbortSignal:
         self._event: trio.Event | None = None
         self._follower: Any = None
         """Set by a caller that follows this signal itself from the call's first suspension on
-        (the asyncio host's worker; see `_pipeline._body.caller_followed`); ``None``: the
+        (the asyncio host's worker; see `_pipeline._body.body_raised`); ``None``: the
         pipeline follows it."""
 
     @classmethod

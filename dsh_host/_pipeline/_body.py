@@ -22,7 +22,7 @@ from ._verify import checked
 if TYPE_CHECKING:
     from .._schema._tool import ToolDefinition
 
-__all__ = ["Followed", "caller_followed", "followed", "normalise", "run_body"]
+__all__ = ["Followed", "body_raised", "followed", "normalise", "run_body"]
 
 
 async def run_body(tool: ToolDefinition, args: Any, context: ToolRunContext) -> ToolExecutionResult:
@@ -177,36 +177,24 @@ async def followed(
     return result
 
 
-async def caller_followed(
-    tool: ToolDefinition, args: Any, context: ToolRunContext, signal: Any
-) -> ToolExecutionResult:
-    """`followed`, under a signal that its caller follows itself (``signal._follower``: the
-    asyncio host's worker, which steps the call and so sees its first suspension for nothing).
-    The body is awaited directly. If it is still running at the call's first suspension, the
-    follower enters there the cancel scope that follows *signal*, below the cancel status the
-    body started in (``follower.started()``), as `Followed` does; ``follower.ended(exc)`` exits
-    it as the body ends, saying whether it absorbed *exc* (its own cancellation). One call is
-    followed so, the first: a call made with the same signal meanwhile gets a plain one."""
-    follower, signal._follower = signal._follower, None
-    follower.started()
-    try:
-        value = await (tool.execute(args, context) if tool.takes_context else tool.execute(args))
-    except BaseException as exc:
-        if follower.ended(exc):
-            return aborted(True)  # what `Followed`'s scope absorbs
-        if await genuine(exc):
-            raise
-        if is_cancellation(exc) and signal.aborted:
-            return aborted(True)
-        return raised(exc)
-    follower.ended(None)
-    if type(value) is str and tool.validate_output is None:  # `normalise`, its first case
-        result = _text_result(value)
-    else:
-        result = normalise(tool, value)
-    if signal._aborted and not result.is_error:  # `aborted`: it has no deadline
+async def body_raised(exc: BaseException, signal: Any, follower: Any) -> ToolExecutionResult:
+    """How a bare body's exception *exc* ends its call (`Pipeline._bare`), or *exc* re-raised.
+
+    *follower*: ``None``, or the signal's caller-follower (``signal._follower``: the asyncio
+    host's worker, which steps the call and so sees its first suspension for nothing). Then
+    `Pipeline._bare` awaits the body directly, on its own frame, having told the follower
+    (``follower.started()``) and taken it off the signal (a call made with the same signal
+    meanwhile gets a plain one). If the body is still running at the call's first suspension,
+    the follower enters there the cancel scope that follows *signal*, below the cancel status
+    the body started in, as `Followed` does; ``follower.ended(exc)`` exits it as the body ends,
+    saying whether it absorbed *exc* (its own cancellation)."""
+    if follower is not None and follower.ended(exc):
+        return aborted(True)  # what `Followed`'s scope absorbs
+    if await genuine(exc):
+        raise exc
+    if follower is not None and is_cancellation(exc) and signal.aborted:
         return aborted(True)
-    return result
+    return raised(exc)
 
 
 _Coroutine = types.CoroutineType

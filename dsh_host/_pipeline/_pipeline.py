@@ -20,7 +20,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._model._errors import PluginFailure
-from .._model._outcomes import aborted, plugin_failed, raised
+from .._model._outcomes import aborted, plugin_failed
 from .._model._signal import AbortSignal
 from .._model._trace import Trace
 from .._model._values import (
@@ -30,9 +30,9 @@ from .._model._values import (
     signal_aborted,
 )
 from .._registry._hooks import HookRelay, Plan
-from ._body import caller_followed, followed, normalise
+from ._body import body_raised, followed, normalise
 from ._chain import _Later, _Links
-from ._contain import Watchdog, genuine
+from ._contain import Watchdog
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._wrappers import (
     _Held,
@@ -105,13 +105,9 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         return self._run(input, trace)
 
     async def _bare(self, input: ToolExecutionInput, ready: Any = None) -> ToolExecutionResult:
-        """`_run` for a call no hook, guard or trace sees, of an ``async`` tool whose arguments
-        its snapshot froze and accepted: the body stage alone, on this frame (`body_stage` with
-        an inert signal, then what `_run` does after it), under a caller's live signal with no
-        deadline as `body_stage` runs it (`followed`), or as its caller follows it (the asyncio
-        host's: `caller_followed`). Else: `_run`. *ready*: ``(tool, frozen, args)`` a batch
-        already looked up, froze and accepted, *args* being *frozen* (`execute_batch` starts
-        this coroutine by hand, having checked that `bare_now`)."""
+        """`_run` for a call no hook, guard or trace sees, of an ``async`` tool its snapshot
+        accepts: the body alone, on this frame, a live signal with no deadline followed (`followed`,
+        or by its caller: `body_raised`); else `_run`. *ready*: a batch's (tool, frozen, args)."""
         scope = input.scope
         arguments: Any = None
         if ready is not None:
@@ -143,9 +139,10 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         context = _bare_context(input, arguments, tool, self._run_nested)
         if follows:  # `followed` checks whether the signal aborted
             result = await followed(tool, arguments, context, base, signal)
-        elif signal is not None:  # from the first suspension on, its caller follows it
-            result = await caller_followed(tool, arguments, context, signal)
         else:
+            if (follower := signal and signal._follower) is not None:  # its caller follows
+                signal._follower = None  # it from the call's first suspension (`body_raised`)
+                follower.started()
             try:
                 value = await (
                     tool.execute(arguments, context)
@@ -153,14 +150,16 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                     else tool.execute(arguments)
                 )
             except BaseException as exc:
-                if await genuine(exc):
-                    raise
-                result = raised(exc)
+                result = await body_raised(exc, signal, follower)  # or raises it again
             else:
                 if type(value) is str and tool.validate_output is None:  # `normalise`, first case
                     result = _text_result(value)
                 else:
                     result = normalise(tool, value)
+                if follower is not None:
+                    follower.ended(None)
+                    if signal._aborted and not result.is_error:
+                        result = aborted(True)
         if context._deferred or result.decided_by is not None or "execution" in context.__dict__:
             return self.bare_end(tool, context, result)
         return result  # nothing deferred, decided or read (so no signal was made, nor aborted)
@@ -192,7 +191,9 @@ class Pipeline(_Gate, _Dispatch, _Finish):
 
     async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         if (signal := input.signal) is not None:  # only a bare body's caller follows its signal
-            signal._follower = None  # (`caller_followed`): not this call's, nor one its body makes
+            signal._follower = (
+                None  # (`_bare`, `body_raised`): not this call's, nor one its body makes
+            )
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)

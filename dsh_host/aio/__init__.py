@@ -21,7 +21,7 @@ more still returns at once.
 
 The cancellation costs a call nothing until it suspends: the call's signal is live and has no
 deadline, so the pipeline still runs a call no hook sees on its bare path, and there its body
-runs with no cancel scope, awaited directly (`caller_followed`): the worker, which steps the
+runs with no cancel scope, awaited directly (`Pipeline._bare`): the worker, which steps the
 call and so sees its first suspension anyway, enters the cancel scope that follows the signal
 right there if the body is still running (`Worker._arm`, as the pipeline's `Followed` would).
 Only a call that suspends has its signal wired to the awaiting task (`Pending._wait`). No
@@ -113,7 +113,7 @@ class AsyncioHost:
         ):
             on_loop(self._open())  # raises, unless the loop is this one after all
         signal = AbortSignal()
-        coro = self.host.call(name, arguments, call_id=call_id, scope=scope, signal=signal)
+        coro = self.host._call(name, arguments, call_id, scope, signal, None)  # no `call` frame
         pool = guest.workers
         if (
             pool.idle

@@ -223,7 +223,7 @@ class Worker:
             sniffio_now["name"] = library
 
     def started(self) -> None:
-        """The pipeline runs the call's body now, unscoped (`caller_followed`)."""
+        """The pipeline runs the call's body now, unscoped (`Pipeline._bare`)."""
         self.base = self.task._cancel_status
 
     def ended(self, exc: BaseException | None) -> bool:

@@ -1,11 +1,12 @@
 """The asyncio host's abort signal, followed by its worker from the call's first suspension on
-(`dsh_host.aio._worker.Worker._arm`, `dsh_host._pipeline._body.caller_followed`): a body that
+(`dsh_host.aio._worker.Worker._arm`, `dsh_host._pipeline._body.body_raised`): a body that
 never suspends runs with no cancel scope of the pipeline's; one that suspends is cancelled when
 the asyncio task is, and sees its signal aborted; every result is trio's."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 import trio
@@ -23,6 +24,7 @@ class Tools:
         self.started = None
         self.trio_host = None
         self.signals = []
+        self.awaited_by = None
 
     @hookimpl
     def dsh_register_tools(self, register):
@@ -30,6 +32,7 @@ class Tools:
 
         async def answers(args, ctx):
             tools.signals.append(ctx.signal)
+            tools.awaited_by = sys._getframe(1).f_code.co_name  # the coroutine awaiting it
             return f"now {ctx.signal.aborted}"
 
         async def sleeps(args, ctx):  # its first suspension is the wait it is cancelled in
@@ -120,7 +123,7 @@ def open_test_host(tools):
 
 
 def test_a_call_that_never_suspends_takes_no_cancel_scope_and_leaves_a_plain_signal(monkeypatch):
-    """The bare path runs the body under the worker-followed signal (`caller_followed`), not
+    """The bare path runs the body under the worker-followed signal (`Pipeline._bare`), not
     `followed`; the signal the body saw is a plain one afterwards (no worker attached)."""
     from dsh_host._pipeline import _pipeline
 
@@ -134,6 +137,7 @@ def test_a_call_that_never_suspends_takes_no_cancel_scope_and_leaves_a_plain_sig
             monkeypatch.setattr(_pipeline, "followed", not_followed)
             for _ in range(3):
                 assert (await host.call("answers", {})).content[0].text == "now False"
+                assert tools.awaited_by == "_bare"  # on its frame: no coroutine between
             monkeypatch.undo()
         assert all(signal._follower is None for signal in tools.signals)
 

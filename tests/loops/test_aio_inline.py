@@ -252,3 +252,25 @@ def test_an_exception_from_a_calls_first_step_reaches_the_caller_and_the_worker_
             assert text(await host.call("task", {})) == "trio"
 
     asyncio.run(main())
+
+
+def test_an_asyncio_call_steps_the_pipelines_coroutine_with_no_host_call_frame(monkeypatch):
+    """`AsyncioHost.call` takes the coroutine from `Host._call` (`Host.call`'s checks, one
+    implementation) rather than stepping a `Host.call` coroutine; a host closed under it still
+    refuses the call (the check in `Host._call`)."""
+
+    def no_host_call(*args, **kwargs):
+        raise AssertionError("the asyncio host made a Host.call coroutine")
+
+    async def main():
+        async with open_test_host(Tools()) as host:
+            monkeypatch.setattr(dsh_host.Host, "call", no_host_call)
+            request_id.set("req-3")
+            assert text(await host.call("task", {})) == "trio"
+            assert text(await host.call("nested", {})) == "req-3 req-3 trio"
+            monkeypatch.undo()
+            await host._run(lambda signal: host.host.aclose())  # the plain host alone
+            with pytest.raises(RuntimeError, match="closed"):
+                await host.call("task", {})
+
+    asyncio.run(main())
