@@ -141,25 +141,37 @@ class _Chain(_Staging):
                         nxt.chain = None  # passed over: never to be awaited (see `_Next`)
                         i += 1  # a tail call: the links after it decide, right here
                         continue
-                if (
-                    value is not None
-                    and type(value) not in _DECISIONS  # no Awaitable ABC check for an answer
-                    and (
-                        type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value)
-                    )
-                ):
-                    value = self.first_step(i, impl, value, nxt)
             except (_Suspend, _Raised):
                 raise
             except BaseException as exc:
                 raise _Raised(i, impl, exc) from None
-            if value is None:
-                if nxt is not None and nxt.answer is not None:
-                    return nxt.answer
-                i += 1
+            if value is None and (nxt is None or nxt.answer is None):
+                i += 1  # it abstained
                 continue
-            return self.answer(impl, value, nxt)
+            if type(value) in _DECISIONS:  # no Awaitable ABC check for an answer
+                return self.answer(impl, value, nxt)
+            return self.went_on(i, impl, value, nxt)  # an awaitable (rare)
         return links.default, None
+
+    def went_on(self, i: int, impl: Impl, value: Any, nxt: _Next | None) -> tuple[Any, str | None]:
+        """`resolve`, on from what link *i* returned (*value*: not a tail call): its awaitable's
+        first step, then its answer, or what the links after it decide. Raises as `resolve`."""
+        try:
+            if (
+                value is not None
+                and type(value) not in _DECISIONS
+                and (type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value))
+            ):
+                value = self.first_step(i, impl, value, nxt)
+        except (_Suspend, _Raised):
+            raise
+        except BaseException as exc:
+            raise _Raised(i, impl, exc) from None
+        if value is None:
+            if nxt is not None and nxt.answer is not None:
+                return nxt.answer
+            return self.resolve(i + 1)
+        return self.answer(impl, value, nxt)
 
     def first_step(self, i: int, impl: Impl, value: Any, nxt: _Next | None) -> Any:
         """What link *i*'s awaitable *value* gives if its first step does not wait; else raise

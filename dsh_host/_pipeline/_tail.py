@@ -13,12 +13,9 @@ with the chain and where it stopped.
 
 from __future__ import annotations
 
-import inspect
-from types import CoroutineType
 from typing import Any
 
 from .._model._errors import PluginFailure
-from .._registry._hooks import Impl
 from ._answers import _clock
 from ._chain import _DECISIONS, _Chain, _Links, _Next, _Raised, _Suspend
 
@@ -92,30 +89,8 @@ def resolve_tail(
             except TypeError as exc:
                 raise PluginFailure(impl.plugin, hook, exc) from None
         chain = _Chain(links, args, base) if nxt is None else nxt._chain()
-        return _took(chain, i, impl, value, nxt)
+        try:  # an awaitable, or an answer to compare with a downstream one: as `_Chain` goes on
+            return chain.went_on(i, impl, value, nxt)
+        except (_Suspend, _Raised) as slow:
+            raise _Handed(chain, slow) from None
     return links.default, None
-
-
-def _took(
-    chain: _Chain, i: int, impl: Impl, value: Any, nxt: _Next | None
-) -> tuple[Any, str | None]:
-    """`_Chain.resolve`, on from what link *i* returned (*value*, not its ``call_next``)."""
-    try:
-        try:
-            if (
-                value is not None
-                and type(value) not in _DECISIONS
-                and (type(value) is CoroutineType or impl.is_async or inspect.isawaitable(value))
-            ):
-                value = chain.first_step(i, impl, value, nxt)
-        except (_Suspend, _Raised):
-            raise
-        except BaseException as exc:
-            raise _Raised(i, impl, exc) from None
-        if value is None:
-            if nxt is not None and nxt.answer is not None:
-                return nxt.answer
-            return chain.resolve(i + 1)
-    except (_Suspend, _Raised) as slow:
-        raise _Handed(chain, slow) from None
-    return chain.answer(impl, value, nxt)
