@@ -57,7 +57,12 @@ def test_an_http_server_is_mounted_and_its_tools_called():
         thread.join(10)
 
 
-def test_an_http_servers_answer_over_max_result_bytes_ends_its_call():
+def serving_huge_and_small() -> tuple[
+    list[str], threading.Event, threading.Event, threading.Thread
+]:
+    """An HTTP MCP server, in a thread, with two tools: ``huge`` (20,000 characters) and
+    ``small``; ``(bound, ready, stop, thread)`` as `_serving` takes them."""
+
     async def huge(args):
         return "x" * 20_000
 
@@ -73,6 +78,11 @@ def test_an_http_servers_answer_over_max_result_bytes_ends_its_call():
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=_serving, args=(remote, bound, ready, stop), daemon=True)
     thread.start()
+    return bound, ready, stop, thread
+
+
+def test_an_http_servers_answer_over_max_result_bytes_ends_its_call():
+    bound, ready, stop, thread = serving_huge_and_small()
     plugin = McpPlugin()
     try:
         assert ready.wait(60)  # a bound, not a pace: set as soon as it listens

@@ -140,6 +140,25 @@ async def _until(path):
         return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
+async def abort_then_change(host, tmp_path, marker):
+    """Abort the test server's ``slow`` call once it started, read what the server was told
+    (*marker*), then call ``change`` (which lists a new tool) and that new tool, ``extra``."""
+    signal = AbortSignal()
+    results = []
+    async with trio.open_nursery() as nursery:
+
+        async def slow():
+            results.append(await host.call("mcp__t__slow", {}, signal=signal))
+
+        nursery.start_soon(slow)
+        await _until(tmp_path / "cancelled.started")
+        signal.abort("enough")
+    said = await _until(marker)
+    changed = await host.call("mcp__t__change", {})
+    extra = await host.call("mcp__t__extra", {})
+    return results[0], said, changed, extra
+
+
 def test_abort_sends_cancelled_and_list_changes_reregister(mounted, server_script, tmp_path):
     marker = _fifo(tmp_path / "cancelled")
     _fifo(tmp_path / "cancelled.started")
@@ -147,23 +166,7 @@ def test_abort_sends_cancelled_and_list_changes_reregister(mounted, server_scrip
         {"t": {"command": sys.executable, "args": [str(server_script), "ok", str(marker)]}}
     )
 
-    async def calls():
-        signal = AbortSignal()
-        results = []
-        async with trio.open_nursery() as nursery:
-
-            async def slow():
-                results.append(await host.call("mcp__t__slow", {}, signal=signal))
-
-            nursery.start_soon(slow)
-            await _until(tmp_path / "cancelled.started")
-            signal.abort("enough")
-        said = await _until(marker)
-        changed = await host.call("mcp__t__change", {})
-        extra = await host.call("mcp__t__extra", {})
-        return results[0], said, changed, extra
-
-    aborted, said, changed, extra = trio.run(calls)
+    aborted, said, changed, extra = trio.run(abort_then_change, host, tmp_path, marker)
     assert aborted.code == "ABORTED"
     assert said == "cancelled"  # the server saw notifications/cancelled
     assert changed.text == "changed"

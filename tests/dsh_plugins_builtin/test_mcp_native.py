@@ -17,10 +17,9 @@ from mcp.client.session import ClientSession
 
 import dsh_host
 import dsh_host.aio
-from dsh_host import AbortSignal
 from dsh_plugins_builtin.mcp import McpPlugin
 
-from .test_mcp_mount import SERVER, _fifo, _until
+from .test_mcp_mount import SERVER, _fifo, abort_then_change
 
 PIDFILE = "import os; open(os.environ['PIDFILE'], 'w').write(str(os.getpid()))\n"
 
@@ -82,19 +81,7 @@ def test_abort_and_list_changes_under_open_host(tmp_path):
         async with dsh_host.open_host(
             _config(tmp_path, "cancelled"), plugins=[McpPlugin()], entry_points=False
         ) as host:
-            signal, results = AbortSignal(), []
-            async with trio.open_nursery() as nursery:
-
-                async def slow():
-                    results.append(await host.call("mcp__t__slow", {}, signal=signal))
-
-                nursery.start_soon(slow)
-                await _until(tmp_path / "cancelled.started")
-                signal.abort("enough")
-            said = await _until(marker)
-            changed = await host.call("mcp__t__change", {})
-            extra = await host.call("mcp__t__extra", {})
-            return results[0], said, changed, extra
+            return await abort_then_change(host, tmp_path, marker)
 
     aborted, said, changed, extra = trio.run(main)
     assert aborted.code == "ABORTED"
@@ -133,25 +120,10 @@ def test_a_run_in_virtual_time_keeps_the_mount_thread(tmp_path):
 def test_http_servers_stay_in_the_mount_thread_beside_native_stdio_sessions(tmp_path):
     """The SDK's HTTP client leaves async generators to the loop's finalizer (trio warns of
     each): an HTTP server keeps the mount thread, with its bound; stdio ones run natively."""
-    from dsh_host import Host, define_tool
 
-    from .test_mcp_http_mount import _serving
+    from .test_mcp_http_mount import serving_huge_and_small
 
-    async def huge(args):
-        return "x" * 20_000
-
-    async def small(args):
-        return "ok"
-
-    remote = Host(load_entrypoints=False)
-    for name, run in (("huge", huge), ("small", small)):
-        remote.registry.register(
-            define_tool(name=name, description=name, execute=run, parameters={})
-        )
-    bound: list[str] = []
-    stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(target=_serving, args=(remote, bound, ready, stop), daemon=True)
-    thread.start()
+    bound, ready, stop, thread = serving_huge_and_small()
 
     async def main():
         config = _config(tmp_path)
