@@ -76,11 +76,16 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
     """*spelled*, with a leading ``/tmp`` standing for the private tmp (``policy.tmp``).
 
     A path under another root that lies in the host's ``/tmp`` (a workspace there) stays as it
-    is: bwrap shows such a root at its own path inside the private ``/tmp`` too.
+    is: bwrap shows such a root at its own path inside the private ``/tmp`` too. So does a path
+    already in the private tmp as the host spells it (``/tmp/dsh-ptmp-x/a``, as the search tools
+    resolve a ``/tmp`` they were given, and report its files): read as ``/tmp`` + it, it would
+    name a directory of that name inside the private tmp, which is not there.
     """
     if policy.tmp is None or not (spelled == "/tmp" or spelled.startswith("/tmp/")):
         return spelled
     lexical = os.path.normpath(spelled)
+    if within(lexical, str(policy.tmp)):
+        return spelled
     resolved = policy.resolved
     texts = resolved.readable_text if resolved is not None else ()
     roots = (policy.workspace, *policy.read_roots, *policy.writable_roots)

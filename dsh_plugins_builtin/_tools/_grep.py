@@ -88,7 +88,7 @@ def _list_files(
     listing = Listing()
     if not root.is_dir():  # one file, named explicitly: no ignore rules, no glob filter
         if not policy.denied(str(root)):
-            listing.files.append((display_path(root, env.workspace), str(root)))
+            listing.files.append((display_path(root, env), str(root)))
         return listing
     only = None
     if search.glob:
@@ -166,7 +166,7 @@ def _grep_result(
     found: Found,
     policy: Policy,
 ) -> ToolExecutionResult:
-    where = display_path(root, env.workspace)
+    where = display_path(root, env)
     truncated = len(found.matches) > MAX_GREP_MATCHES or found.cut_short
     kept = found.matches[:MAX_GREP_MATCHES]
     meta: dict[str, Any] = {

@@ -183,7 +183,7 @@ def _checked(
     env: ToolEnv, search: Search, root: Path, result: ProcessResult, output: RgOutput
 ) -> RgOutput | None:
     """ripgrep's output, or the error it reports; ``None`` when ``rg`` could not run at all."""
-    where = display_path(root, env.workspace)
+    where = display_path(root, env)
     if result.timed_out:
         raise DshError(
             f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
@@ -224,7 +224,7 @@ def _keep_allowed(
     (``dsh_path_denied`` is pure: the same path gets the same answer).
     """
     is_dir = root.is_dir()
-    where = display_path(root, env.workspace)
+    where = display_path(root, env)
     found = Found(cut_short=not output.complete)
     prefix = shown_prefix(root, env) if is_dir else ""
     withheld = set(listing.denied)

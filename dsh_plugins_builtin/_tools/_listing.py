@@ -37,7 +37,7 @@ def _list_dir(
 ) -> ToolExecutionResult:
     spelled = str_arg(args, "path", ".")
     fd, real = open_file(env.sandbox(), spelled, directory=True)
-    shown = display_path(real, env.workspace)
+    shown = display_path(real, env)
     policy = Policy(env, ctx)
     try:
         with os.scandir(fd) as it:

@@ -20,7 +20,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     FileStamp,
     stamp,
 )
-from dsh_plugins_builtin._tools._support import Sandbox
+from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -38,13 +38,15 @@ BINARY_SNIFF_BYTES = 8192
 _BASES: dict[str, str] = {}  # workspace -> its real path, without a trailing slash
 
 
-def display_path(real: Path | str, workspace: Path) -> str:
-    """``real`` relative to the workspace when it lies under it, else absolute.
+def display_path(real: Path | str, env: ToolEnv) -> str:
+    """``real`` relative to the workspace when it lies under it; in the commands' private tmp,
+    as they see it (``/tmp/...``, which every file tool reads back as the same path); else
+    absolute.
 
     The workspace's real path is taken once per workspace (it is a pinned root).
     """
     text = os.fspath(real)
-    key = os.fspath(workspace)
+    key = os.fspath(env.workspace)
     base = _BASES.get(key)
     if base is None:
         if len(_BASES) > 64:
@@ -54,6 +56,11 @@ def display_path(real: Path | str, workspace: Path) -> str:
         return "."
     if text.startswith(base + "/"):
         return text[len(base) + 1 :]
+    tmp = getattr(env.sandbox(), "tmp", None)  # a sandbox plugin need not have one
+    if isinstance(tmp, Path):
+        tmp_text = str(tmp)
+        if text == tmp_text or text.startswith(tmp_text + "/"):
+            return "/tmp" + text[len(tmp_text) :]
     return text
 
 

@@ -188,7 +188,7 @@ def _read_window(env: ToolEnv, spelled: str, offset: int, limit: int) -> tuple[s
     except OSError as exc:
         raise os_failure(exc, spelled, "read") from None
     total = window.finish()
-    return display_path(real, env.workspace), window, total
+    return display_path(real, env), window, total
 
 
 def _read_at_most(fd: int, most: int, size: int) -> bytes | None:
@@ -233,7 +233,7 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise binary_error(spelled, f"not valid UTF-8 at byte {exc.start}") from None
-    return display_path(real, env.workspace), text
+    return display_path(real, env), text
 
 
 async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:

@@ -78,7 +78,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
             total += 1
             if len(found) < MAX_GLOB_RESULTS:
                 found.append(prefix + rel)
-    where = display_path(root, env.workspace)
+    where = display_path(root, env)
     meta: dict[str, Any] = {
         "path": where,
         "count": len(found),

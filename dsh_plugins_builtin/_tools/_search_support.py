@@ -57,7 +57,7 @@ def workspace_top(env: ToolEnv) -> Path:
 
 def shown_prefix(real: Path, env: ToolEnv) -> str:
     """What to put before a path relative to ``real`` to show it relative to the workspace."""
-    shown = display_path(real, env.workspace)
+    shown = display_path(real, env)
     return "" if shown == "." else shown.rstrip("/") + "/"
 
 

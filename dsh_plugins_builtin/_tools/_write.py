@@ -151,7 +151,7 @@ def _write_file(env: ToolEnv, args: Mapping[str, Any], gate: CommitGate) -> Tool
 def _write_locked(
     env: ToolEnv, spelled: str, content: str, real: Path, gate: CommitGate
 ) -> ToolExecutionResult:
-    shown = display_path(real, env.workspace)
+    shown = display_path(real, env)
     created = not os.path.lexists(real)
     old = None if created else _existing(env, spelled)[0]
     if old == content:
@@ -229,7 +229,7 @@ def _edit_locked(
             f'"{spelled}" changed while it was being read; nothing was written. Retry the edit',
             "EDIT_CONFLICT",
         )
-    shown = display_path(real, env.workspace)
+    shown = display_path(real, env)
     lines = _match_lines(text, old_text)
     if "\r\n" in text and text.count("\n") == text.count("\r\n"):
         new_text = _BARE_LF.sub("\r\n", new_text)  # a CRLF file stays CRLF

@@ -197,6 +197,30 @@ async def test_row1_commands_get_a_private_tmp(
     assert (plugin.tmp / name).read_text() == "mine\n"
 
 
+async def test_every_file_tool_sees_the_private_tmp_at_tmp_as_commands_do(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """grep and glob search ``/tmp`` (they used to resolve it twice and fail), and every tool
+    shows a file there as ``/tmp/...``, a path bash and the file tools both read back."""
+    host = boundary_host(make_host, ws, backend)
+    await bash(host, "mkdir -p /tmp/d && echo needle > /tmp/d/hay.txt")
+    for tool, args in (
+        ("grep", {"pattern": "needle", "path": "/tmp"}),
+        ("grep", {"pattern": "needle", "path": "/tmp/d/hay.txt"}),
+        ("glob", {"pattern": "**/*.txt", "path": "/tmp"}),
+        ("list_dir", {"path": "/tmp/d"}),
+        ("write_file", {"path": "/tmp/d/new.txt", "content": "needle"}),
+    ):
+        result = await host.call(tool, args)
+        assert not result.is_error, (tool, result.text)
+        assert "/tmp/d/" in result.text or tool == "list_dir", (tool, result.text)
+        assert "dsh-ptmp" not in result.text, (tool, result.text)
+    plugin = host.pm.get_plugin("sandbox")
+    real = plugin.tmp / "d" / "hay.txt"  # the host's spelling reads the same file
+    assert "needle" in (await host.call("read_file", {"path": str(real)})).text
+    assert "needle" in (await bash(host, "cat /tmp/d/new.txt")).text
+
+
 async def test_dsh_installed_under_the_host_tmp_stays_in_view_read_only(
     make_host: Any, ws: Path, backend: str, host_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
