@@ -115,9 +115,7 @@ class AsyncioHost:
         # `in_trio`, `begin`, `Guest.here` and `Pool.take` written out: no closure, no
         # coroutine, fewer calls, per call
         guest = self._guest
-        if (self._closed or self._loop._thread_id != get_ident()) and (
-            self._closed or not guest.here()
-        ):
+        if self._loop._thread_id != get_ident() and (self._closed or not guest.here()):
             on_loop(self._open())  # raises, unless the loop is this one after all
         signal = self._spare
         if signal is None:
@@ -127,12 +125,12 @@ class AsyncioHost:
         coro = self.host._call(name, arguments, call_id, scope, signal, None)  # no `call` frame
         pool = guest.workers
         if (
-            pool.idle
+            (idle := pool.idle)
             and "task" not in pool.run  # between two ticks: no task is trio's current one
             and "before_task_step" not in (instruments := pool.instruments)
             and "after_task_step" not in instruments  # no trio instrument to see the step
         ):
-            worker = pool.idle[-1]  # it stays idle unless the call suspends (`Worker.step`)
+            worker = idle[-1]  # it stays idle unless the call suspends (`Worker.step`)
             if CAN_FOLLOW:
                 signal._follower = worker  # follows it from the first suspension on
             value = worker.step(coro, signal)  # its exception, if it raised, goes to the caller
@@ -175,6 +173,7 @@ class AsyncioHost:
         if not self._closed:
             await self._run(lambda signal: self._close())
             self._closed = True
+            self._loop = _Unknown  # `call`'s loop check then looks further, and finds it closed
 
 
 def _sole_count() -> int:
