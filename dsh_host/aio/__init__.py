@@ -25,11 +25,11 @@ runs with no cancel scope, awaited directly (`Pipeline._bare`): the worker, whic
 call and so sees its first suspension anyway, enters the cancel scope that follows the signal
 right there if the body is still running (`Worker._arm`, as the pipeline's `Followed` would).
 Only a call that suspends has its signal wired to the awaiting task (`Pending._wait`). No
-cancellation can reach a call that never yields. Nor is a signal made per call: a call that
-ends in its first step leaves its signal to the next call when nobody can tell it from a new
-one (nobody else holds it, never aborted, no subscriber). The loop check compares threads
+cancellation can reach a call that never yields. The loop check compares threads
 (`Guest.here`) rather than ask asyncio for the running loop (a ``getpid`` system call per call
-on Python 3.11).
+on Python 3.11). Each call has a signal of its own (reusing one nobody kept would save about
+3% of a call, but "nobody kept it" could only be read off `sys.getrefcount`, whose counts
+differ between interpreters).
 
 Why not a trio thread: every call would cross threads twice, cancellation would have to be
 relayed across them, and context variables would not follow. The guest run shares the thread,
@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
-from sys import getrefcount
 from threading import get_ident
 from typing import Any, Literal, TypeVar, final
 
@@ -88,9 +87,6 @@ class AsyncioHost:
         self._loop = _known_thread(guest.ticks.loop)
         self._close = close
         self._closed = False
-        self._spare: AbortSignal | None = None
-        """The next call's signal: that of a call that ended in its first step, which nobody
-        else held then and which was as new (see `call`)."""
 
     def _open(self) -> Guest:
         if self._closed:
@@ -117,11 +113,7 @@ class AsyncioHost:
         guest = self._guest
         if self._loop._thread_id != get_ident() and (self._closed or not guest.here()):
             on_loop(self._open())  # raises, unless the loop is this one after all
-        signal = self._spare
-        if signal is None:
-            signal = AbortSignal()
-        else:
-            self._spare = None
+        signal = AbortSignal()
         coro = self.host._call(name, arguments, call_id, scope, signal, None)  # no `call` frame
         pool = guest.workers
         if (
@@ -135,12 +127,6 @@ class AsyncioHost:
                 signal._follower = worker  # follows it from the first suspension on
             value = worker.step(coro, signal)  # its exception, if it raised, goes to the caller
             if value is not HANDED:
-                # Its signal is the next call's if nobody can tell it from a new one: nobody
-                # else holds it (the count is exact: a signal takes no weak reference), it was
-                # never aborted, and it has no subscriber (a fused signal's holds only the
-                # fused one). An event only a wait makes, which suspends: not this call.
-                if getrefcount(signal) == _SOLE and not signal._aborted and not signal._callbacks:
-                    self._spare = signal
                 return value  # type: ignore[no-any-return]
             return await handed(guest, worker, signal).settle()  # type: ignore[no-any-return]
         return await spawned(guest, signal, coro).settle()  # type: ignore[no-any-return]
@@ -174,16 +160,6 @@ class AsyncioHost:
             await self._run(lambda signal: self._close())
             self._closed = True
             self._loop = _Unknown  # `call`'s loop check then looks further, and finds it closed
-
-
-def _sole_count() -> int:
-    """What `getrefcount` says, on this interpreter, of a signal only a local holds (as in
-    `AsyncioHost.call`)."""
-    probe = AbortSignal()
-    return getrefcount(probe)
-
-
-_SOLE = _sole_count()
 
 
 class _Unknown:

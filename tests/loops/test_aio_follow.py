@@ -25,7 +25,6 @@ class Tools:
         self.trio_host = None
         self.signals = []
         self.awaited_by = None
-        self.fused = []
 
     @hookimpl
     def dsh_register_tools(self, register):
@@ -61,19 +60,9 @@ class Tools:
         async def peeks(args, ctx):  # keeps nothing of its call
             return f"{id(ctx.signal)} {ctx.signal.aborted}"
 
-        async def aborts_now(args, ctx):  # aborts its signal, keeps nothing, never suspends
-            ctx.signal.abort("by the body")
-            return "aborted"
-
-        async def fuses(args, ctx):  # keeps a signal fused with its own, not its own
-            tools.fused.append(dsh_host.AbortSignal.any([ctx.signal]))
-            return "fused"
-
         for name, body in (
             ("answers", answers),
             ("peeks", peeks),
-            ("aborts_now", aborts_now),
-            ("fuses", fuses),
             ("sleeps", sleeps),
             ("scoped", scoped),
             ("later", later),
@@ -264,59 +253,6 @@ def test_a_call_that_suspends_ends_as_under_trio_with_a_signal(tool):
     assert asyncio.run(under_asyncio()) == expected
     if tool.startswith("aborts"):
         assert expected.error.code == "ABORTED"
-
-
-def _peek(result):
-    identity, aborted = result.content[0].text.split()
-    return int(identity), aborted == "True"
-
-
-def test_a_signal_nobody_kept_is_the_next_calls_and_one_a_body_kept_never_is():
-    """A call that ends in its first step leaves its signal to the next call (`AsyncioHost.call`:
-    no signal made per call) only if nobody else holds it: a body that keeps its signal keeps
-    one that no other call gets."""
-
-    async def main():
-        tools = Tools()
-        async with open_test_host(tools) as host:
-            await host.call("peeks", {})  # now bare
-            first, _ = _peek(await host.call("peeks", {}))
-            assert _peek(await host.call("peeks", {})) == (first, False)  # the same signal
-            for _ in range(3):
-                await host.call("answers", {})  # keeps its signal in `tools.signals`
-            kept = {id(signal) for signal in tools.signals}  # all alive: ids are distinct
-            assert len(kept) == 3  # three signals (the first of them the spare)
-            assert _peek(await host.call("peeks", {}))[0] not in kept
-
-    asyncio.run(main())
-
-
-def test_a_signal_aborted_or_subscribed_to_in_its_call_is_not_the_next_calls():
-    """An aborted signal, or one a fused signal subscribed to, is never handed on, even when
-    nobody holds it: the next call's signal is live, and aborting it (the asyncio task
-    cancelled) aborts no fused signal of an earlier call."""
-
-    async def main():
-        tools = Tools()
-        async with open_test_host(tools) as host:
-            await host.call("peeks", {})  # now bare
-            assert (await host.call("aborts_now", {})).error.code == "ABORTED"
-            assert _peek(await host.call("peeks", {}))[1] is False  # a live signal
-            assert (await host.call("fuses", {})).content[0].text == "fused"
-            await host.call("peeks", {})  # leaves its (reusable) signal to `sleeps`
-            tools.started = trio.Event()
-            task = asyncio.ensure_future(host.call("sleeps", {}))
-            while not tools.started.is_set():
-                await asyncio.sleep(0)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            reason = "the asyncio task was cancelled"
-            assert tools.seen.pop() == ("sleeps", "cancelled", True, reason)
-            assert not tools.fused[0].aborted  # `sleeps` had another signal than `fuses`
-            assert _peek(await host.call("peeks", {}))[1] is False  # not the aborted one
-
-    asyncio.run(main())
 
 
 def test_a_call_the_full_pipeline_runs_after_bare_ones_gets_no_scope_of_its_worker():
