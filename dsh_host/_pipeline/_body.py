@@ -183,11 +183,13 @@ async def body_raised(exc: BaseException, signal: Any, follower: Any) -> ToolExe
     *follower*: ``None``, or the signal's caller-follower (``signal._follower``: the asyncio
     host's worker, which steps the call and so sees its first suspension for nothing). Then
     `Pipeline._bare` awaits the body directly, on its own frame, having told the follower
-    (``follower.started()``) and taken it off the signal (a call made with the same signal
-    meanwhile gets a plain one). If the body is still running at the call's first suspension,
-    the follower enters there the cancel scope that follows *signal*, below the cancel status
-    the body started in, as `Followed` does; ``follower.ended(exc)`` exits it as the body ends,
-    saying whether it absorbed *exc* (its own cancellation)."""
+    (``follower.unscoped = True``: attributes, not calls, on the hot path) and taken it off
+    the signal (a call made with the same signal meanwhile gets a plain one). If the body is
+    still running at the call's first suspension, the follower enters there the cancel scope
+    that follows *signal* (its ``scope``), below the cancel status the body started in, as
+    `Followed` does; ``follower.ended(exc)`` exits it as the body ends, saying whether it
+    absorbed *exc* (its own cancellation); a body that ended with no ``scope`` only clears
+    ``unscoped``."""
     if follower is not None and follower.ended(exc):
         return aborted(True)  # what `Followed`'s scope absorbs
     if await genuine(exc):

@@ -142,7 +142,7 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         else:
             if (follower := signal and signal._follower) is not None:  # its caller follows
                 signal._follower = None  # it from the call's first suspension (`body_raised`)
-                follower.started()
+                follower.unscoped = True
             try:
                 value = await (
                     tool.execute(arguments, context)
@@ -157,7 +157,10 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                 else:
                     result = normalise(tool, value)
                 if follower is not None:
-                    follower.ended(None)
+                    if follower.scope is None:  # never armed: nothing to exit
+                        follower.unscoped = False
+                    else:
+                        follower.ended(None)
                     if signal._aborted and not result.is_error:
                         result = aborted(True)
         if context._deferred or result.decided_by is not None or "execution" in context.__dict__:

@@ -23,9 +23,9 @@ runs outside the run loop either.
 
 from __future__ import annotations
 
-import contextvars
 import types
 from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context, copy_context
 from typing import Any
 
 import attrs
@@ -51,7 +51,7 @@ def _private() -> tuple[Any, Any, Any, Any]:
 
 
 GLOBAL_RUN_CONTEXT, Task, CancelShieldedCheckpoint, WaitTaskRescheduled = _private()
-_IDLE = contextvars.Context()
+_IDLE = Context()
 """An idle worker's context: empty, so that it keeps no call's context variables alive."""
 HANDED: Any = object()
 """What `Worker.step` returns when the call suspended and its worker took it over."""
@@ -147,13 +147,17 @@ class Worker:
     stopping: bool = False
     task: Any = None
     park: Any = None
+    parked: Any = None  # `park`'s abort function
+    run: Any = None  # its pool's `run` and `sniffio`, for `step`
+    sniffio: Any = None
     calls: Any = None
-    """Its `_calls` generator, which runs each call sent in."""
+    """Its `_calls` generator, which runs each call sent in (`send`: its ``send``)."""
+    send: Any = None
     value: Any = None
     """The value of the call that `calls` just ended (read once)."""
-    base: Any = None
-    """While a body runs unscoped under the call's signal, which the worker follows
-    (`started`): the cancel status it started in."""
+    unscoped: bool = False
+    """A body runs unscoped under the stepped call's signal, which the worker follows: set
+    by `Pipeline._bare` as the body starts, cleared as it ends (then `ended`, if `scope`)."""
     scope: Any = None
     """The cancel scope following that signal, from the call's first suspension on (`_arm`)."""
     unsubscribe: Any = None
@@ -168,7 +172,9 @@ class Worker:
             sniffio_library.__dict__,
         )  # this thread's
         self.park = WaitTaskRescheduled(self._abort)
-        self.calls = _ready_calls(self)
+        self.parked = self.park.abort_func
+        self.run, self.sniffio = pool.run, pool.sniffio
+        _ready_calls(self)
         first, self.first = self.first, None
         self.busy = first is not None
         await _Drive(self, first)
@@ -181,21 +187,22 @@ class Worker:
         (no list shrinking and growing again per call).
 
         *signal*: the call's, which this worker follows (its ``_follower``, set by the caller):
-        a body the pipeline runs unscoped under it (`started`) that is still running at the
-        call's first suspension gets the cancel scope following it there (`_arm`)."""
-        task, calls = self.task, self.calls
-        context = task.context = contextvars.copy_context()
+        a body the pipeline runs unscoped under it (`unscoped`) that is still running at the
+        call's first suspension gets the cancel scope following it there (`_arm`), below the
+        cancel status the body started in: this step's (`Pipeline._bare` opens none)."""
+        task = self.task
+        context = task.context = copy_context()
         task._abort_func = task.custom_sleep_data = None  # running now, as `reschedule` leaves it
-        pool = self.pool
-        run, sniffio_now = pool.run, pool.sniffio
+        base = task._cancel_status
+        run, sniffio_now = self.run, self.sniffio
         library = sniffio_now.get("name")
         sniffio_now["name"] = "trio"
         run["task"] = task
         try:
             try:
-                message = context.run(calls.send, coro)
+                message = context.run(self.send, coro)
             except BaseException:
-                self.calls = _ready_calls(self)  # the call's exception ended that one
+                _ready_calls(self)  # the call's exception ended that one
                 self._repark(task)
                 if signal is not None:
                     signal._follower = None
@@ -204,32 +211,28 @@ class Worker:
                 if signal is not None:  # a body may keep it: a plain one from now on
                     signal._follower = None
                 task.context = _IDLE
-                task._abort_func = self.park.abort_func
+                task._abort_func = self.parked
                 if task._cancel_status.effectively_cancelled:
                     task._attempt_delivery_of_any_pending_cancel()
                 value, self.value = self.value, None
                 return value
             self.busy = True
-            pool.idle.remove(self)  # the last one (nothing else takes or parks workers meanwhile)
+            self.pool.idle.remove(self)  # the last one (nothing else takes or parks meanwhile)
             if signal is not None:
                 if signal._follower is not None:  # no body started under it: a plain one now
                     signal._follower = None
-                elif self.base is not None:
-                    self._arm(signal)
+                elif self.unscoped:
+                    self._arm(signal, base)
             _as_the_run_loop_would(task, message)
             return HANDED
         finally:
             del run["task"]
             sniffio_now["name"] = library
 
-    def started(self) -> None:
-        """The pipeline runs the call's body now, unscoped (`Pipeline._bare`)."""
-        self.base = self.task._cancel_status
-
     def ended(self, exc: BaseException | None) -> bool:
         """The body ended (raising *exc*): exit the scope `_arm` entered, if it did; whether
         that scope absorbed *exc* (its own cancellation: the call was aborted)."""
-        self.base = None
+        self.unscoped = False
         scope = self.scope
         if scope is None:
             return False
@@ -240,11 +243,11 @@ class Worker:
             return False
         return bool(scope.__exit__(type(exc), exc, exc.__traceback__))
 
-    def _arm(self, signal: Any) -> None:
+    def _arm(self, signal: Any, base: Any) -> None:
         """At the call's first suspension, in the body: what `Followed` does there (a cancel
-        scope below the status the body started in, cancelled when *signal* aborts)."""
+        scope below *base*, the status the body started in, cancelled when *signal* aborts)."""
         scope = trio.CancelScope()
-        _enter_below(self.task, scope, self.base)
+        _enter_below(self.task, scope, base)
         self.scope = scope
         self.unsubscribe = signal._subscribe(lambda _signal: scope.cancel())
 
@@ -256,7 +259,7 @@ class Worker:
         """Back to parked, as the worker's own park left it, still in `idle` (a pending
         cancellation is delivered as trio delivers it to a task that has just parked)."""
         task.context = _IDLE  # holds none of the call's context variables
-        task._abort_func = self.park.abort_func
+        task._abort_func = self.parked
         if task._cancel_status.effectively_cancelled:
             task._attempt_delivery_of_any_pending_cancel()
 
@@ -333,10 +336,11 @@ def _calls(worker: Worker) -> Generator[Any, Any, None]:
         call = yield _ENDED
 
 
-def _ready_calls(worker: Worker) -> Any:
-    calls = _calls(worker)
-    calls.send(None)  # to its first ``yield``: ready for a call
-    return calls
+def _ready_calls(worker: Worker) -> None:
+    """A new `_calls` generator for *worker* (its ``calls`` and ``send``), ready for a call."""
+    calls = worker.calls = _calls(worker)
+    worker.send = calls.send
+    calls.send(None)  # to its first ``yield``
 
 
 _ENDED: Any = object()
@@ -376,7 +380,7 @@ class _Drive:
             try:
                 message = calls.send(sent) if error is None else calls.throw(error)
             except BaseException as exc:
-                worker.calls = _ready_calls(worker)
+                _ready_calls(worker)
                 worker.done(outcome.Error(exc))
             else:
                 if message is _ENDED:

@@ -57,8 +57,12 @@ class Tools:
             tools.seen.append(("nests", result.error.code, ctx.signal.aborted))
             return "nested"
 
+        async def peeks(args, ctx):  # keeps nothing of its call
+            return f"{id(ctx.signal)} {ctx.signal.aborted}"
+
         for name, body in (
             ("answers", answers),
+            ("peeks", peeks),
             ("sleeps", sleeps),
             ("scoped", scoped),
             ("later", later),
@@ -249,3 +253,27 @@ def test_a_call_that_suspends_ends_as_under_trio_with_a_signal(tool):
     assert asyncio.run(under_asyncio()) == expected
     if tool.startswith("aborts"):
         assert expected.error.code == "ABORTED"
+
+
+def test_a_call_the_full_pipeline_runs_after_bare_ones_gets_no_scope_of_its_worker():
+    """A bare body that ended in its first step leaves its worker with no body running
+    unscoped (`Worker.unscoped`): a later call that the full pipeline runs (`Pipeline._run`,
+    which follows its signal itself) and that suspends is not given the worker's scope."""
+
+    async def main():
+        tools = Tools()
+        async with open_test_host(tools) as host:
+            for _ in range(3):
+                await host.call("peeks", {})  # bare, each ended in its first step
+            extra = dsh_host.define_tool(
+                name="extra", description="extra", parameters={}, execute=_returns
+            )
+            host.host.registry.register(extra)  # a tool came: the next call takes `_run`
+            for tool in ("returns", "returns", "peeks"):
+                result = await host.call(tool, {})
+                assert not result.is_error, result
+                workers = host._guest.workers.idle
+                assert workers
+                assert all(w.scope is None and not w.unscoped for w in workers)
+
+    asyncio.run(main())
