@@ -7,8 +7,8 @@ hundred directories, ~20 KB files, a ``.gitignore``), then times, in interleaved
 
 * ``rg``: plain ripgrep, ``rg -n PATTERN`` in the tree (all cores, output to a pipe, read);
 * ``sandboxed rg``: the very command line ``grep`` runs (``bash -c 'exec rg ...'``), wrapped by
-  the same backend with the same arguments, started with `subprocess.run`: the floor for any
-  confined search, so ``grep`` / ``sandboxed rg`` is what dsh itself adds;
+  the same backend with the same arguments (read-only, as ``grep`` runs it), started with
+  `subprocess.run`: the floor for any confined search (``grep`` / it is what dsh adds);
 * ``+seccomp``: the same with the sandbox's seccomp filter too, as the plugin runs it (bwrap);
 * ``grep``: the dsh ``grep`` tool through ``host.call`` with the ``tools`` and ``sandbox``
   plugins (bwrap or Landlock, whichever works): validation, the policy walk, ripgrep in the
@@ -58,6 +58,7 @@ import trio
 from dsh_host import Host, hookimpl
 from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
 from dsh_plugins_builtin._sandbox._confine import confine_argv, probe_backends, scrub_env
+from dsh_plugins_builtin._sandbox._pins import read_only
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 from dsh_plugins_builtin._tools import _grep as _grep_tool
 from dsh_plugins_builtin._tools import _grep_rg
@@ -250,7 +251,8 @@ def make_commands(
         rg, PATTERN, ignore_case=False, include_ignored=False, glob=None, exclude=(), target=None
     )
     argv = ["bash", "-c", command]
-    confined = confine_argv(argv, sandbox.policy, backend, cwd=tree)
+    policy = read_only(sandbox.policy)  # as grep runs ripgrep (nothing writable)
+    confined = confine_argv(argv, policy, backend, cwd=tree)
     env = scrub_env(os.environ)
     plain = [rg, "--no-config", "-n", PATTERN, "./"]
     commands: dict[str, Callable[[], tuple[float, int]]] = {
@@ -258,7 +260,7 @@ def make_commands(
         "sandboxed rg": functools.partial(time_argv, confined, tree, env),
     }
     if backend == "bwrap":
-        commands["+seccomp"] = functools.partial(time_seccomp, argv, sandbox.policy, tree, env)
+        commands["+seccomp"] = functools.partial(time_seccomp, argv, policy, tree, env)
     return commands
 
 

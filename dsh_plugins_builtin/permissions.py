@@ -84,6 +84,7 @@ DEFAULT_ALLOW: tuple[str, ...] = ("read_file", "list_dir", "glob", "grep")
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _FIXED_KEPT = 1_024
 _FINAL_HOOKS = ("dsh_tool_guard",)
+_PATH_HOOK = "dsh_path_denied"  # idle: `RuleSet.withheld` answers None for every path
 
 
 @final
@@ -185,9 +186,13 @@ class PermissionsPlugin:
                         raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
         self._rules.fence = sandbox_fence(host)
-        # with no deny or ask rule nothing is final: the guard (and its note) is never called
+        # with no deny or ask rule nothing is final: the guard (and its note) is never called;
+        # with none naming a path no path is withheld: searches need not ask (no walk)
         final = compiled["deny"] or compiled["ask"]
-        self.dsh_idle_hooks = frozenset() if final else frozenset(_FINAL_HOOKS)
+        idle = set() if final else set(_FINAL_HOOKS)
+        if not any(rule.path is not None for rule in (*compiled["deny"], *compiled["ask"])):
+            idle.add(_PATH_HOOK)
+        self.dsh_idle_hooks = frozenset(idle)
         self._host = host
         self._fixed.clear()
         self._made.clear()

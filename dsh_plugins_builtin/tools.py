@@ -118,9 +118,15 @@ class ToolsPlugin:
         return None if host is None else host.path_denied(execution, path, access)
 
     def has_path_policy(self) -> bool:
-        """Whether any plugin implements ``dsh_path_denied``."""
+        """Whether any plugin implements ``dsh_path_denied`` and has not set it idle (listed
+        it in ``dsh_idle_hooks``: its configuration withholds no path, so searches do not ask)."""
         host = self._host
-        return host is not None and bool(host.pm.hook.dsh_path_denied.get_hookimpls())
+        if host is None:
+            return False
+        return any(
+            not _idle_path_hook(impl.plugin)
+            for impl in host.pm.hook.dsh_path_denied.get_hookimpls()
+        )
 
     def sandbox(self) -> Sandbox:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
@@ -145,3 +151,9 @@ class ToolsPlugin:
             self._fallback = FailClosedSandbox(self._workspace, why)
             self._fallback_why = why
         return self._fallback
+
+
+def _idle_path_hook(plugin: object) -> bool:
+    """Whether *plugin* set its ``dsh_path_denied`` idle, as the host reads ``dsh_idle_hooks``."""
+    idle = getattr(plugin, "dsh_idle_hooks", None)
+    return isinstance(idle, frozenset | set | tuple | list) and "dsh_path_denied" in idle

@@ -21,7 +21,7 @@ from dsh_plugins_builtin._sandbox._policy import (
 )
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 
-__all__ = ["check_pinned", "gone", "pin_holds", "pin_roots"]
+__all__ = ["check_pinned", "gone", "pin_holds", "pin_roots", "read_only"]
 
 
 def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
@@ -43,7 +43,17 @@ def pin_roots(policy: SandboxPolicy) -> SandboxPolicy:
             continue
         if stat.S_ISDIR(st.st_mode):
             pins[root] = RootPin(root, real, st.st_dev, st.st_ino)
-    pinned = attrs.evolve(policy, pins=tuple(pins.values()))
+    return _resolved(attrs.evolve(policy, pins=tuple(pins.values())))
+
+
+def read_only(policy: SandboxPolicy) -> SandboxPolicy:
+    """*policy* with nothing writable (mode ``read-only``): the same roots, the same pins (no
+    root is resolved or pinned again, so a root replaced since the start is still refused)."""
+    return _resolved(attrs.evolve(policy, mode="read-only"))
+
+
+def _resolved(pinned: SandboxPolicy) -> SandboxPolicy:
+    """*pinned* with its canonical roots and protected paths worked out, once."""
     readable, writable = readable_roots(pinned), writable_roots(pinned)
     by_real = {str(pin.real): pin for pin in pinned.pins}
     canonical = [

@@ -30,6 +30,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     open_read,
 )
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
+from dsh_plugins_builtin._sandbox._pins import read_only as read_only_policy
 from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
 from dsh_plugins_builtin._sandbox._which import resolve_bwrap
 
@@ -61,6 +62,21 @@ def _pinned(policy: SandboxPolicy, *, settle: bool = True) -> SandboxPolicy:
     except RootReplaced as exc:
         raise SandboxUnavailableError(str(exc), by=_by(policy)) from None
     return policy
+
+
+_READ_ONLY: dict[int, tuple[SandboxPolicy, SandboxPolicy]] = {}  # id -> (policy, read-only)
+
+
+def _read_only(policy: SandboxPolicy) -> SandboxPolicy:
+    """*policy* in ``read-only`` mode (`read_only_policy`), made once per policy."""
+    hit = _READ_ONLY.get(id(policy))
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    if len(_READ_ONLY) >= 16:  # the policies of the last few hosts
+        _READ_ONLY.clear()
+    made = read_only_policy(policy)
+    _READ_ONLY[id(policy)] = (policy, made)
+    return made
 
 
 class SandboxPlugin:
@@ -246,6 +262,7 @@ class SandboxPlugin:
         cwd: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
         sink: Callable[[bytes], bool] | None = None,
+        read_only: bool = False,
     ) -> ProcessResult:
         """Run ``bash -c command`` under the policy.
 
@@ -256,6 +273,10 @@ class SandboxPlugin:
             sink: Given the output as it arrives, at most ``max_output_bytes`` in all; when it
                 answers true (enough), or more output comes, the command is stopped like at a
                 timeout (killed, reaped; ``truncated`` says the second) and the result returned.
+            read_only: Nothing writable, for a command that only reads (``grep``'s ripgrep):
+                ``workspace-write`` runs as ``read-only`` (the same roots, pins and
+                ``deny_read``; no writable root, not the private tmp either, so no protected
+                path needs a mount); the other modes run as configured.
 
         Returns:
             The output (head and tail within ``max_output_bytes``), exit status and backend.
@@ -265,6 +286,8 @@ class SandboxPlugin:
             SandboxDeniedError: ``cwd`` lies outside every readable root.
         """
         policy = self.policy
+        if read_only and policy.mode == "workspace-write":
+            policy = _read_only(policy)
         config = self.config
         workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
         if self._check is not None:  # the probe, before the first command

@@ -165,15 +165,15 @@ async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: 
     first = command(exclude=exclude)
     if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
         return None
+    # Nothing writable: ripgrep only reads (a workspace-write sandbox runs it read-only).
+    run = functools.partial(sandbox.run, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, read_only=True)
     try:
         stream = RgStream()
-        result = await sandbox.run(first, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, sink=stream.feed)
+        result = await run(first, sink=stream.feed)
         if result.truncated and not result.timed_out:
             stream = RgStream(limit=MAX_GREP_MATCHES + 1)
             again = command(exclude=exclude, sort=True)
-            result = await sandbox.run(
-                again, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, sink=stream.feed
-            )
+            result = await run(again, sink=stream.feed)
     except SandboxUnavailableError:
         return None
     return result, stream.finish(complete=not result.truncated)

@@ -72,6 +72,7 @@ class Sandbox(Protocol):
         cwd: str | None = None,
         timeout: float | None = None,
         sink: Callable[[bytes], bool] | None = None,
+        read_only: bool = False,
     ) -> ProcessResult: ...  # pragma: no cover - protocol
 
 
@@ -157,6 +158,7 @@ class FailClosedSandbox:
         cwd: str | None = None,
         timeout: float | None = None,
         sink: Callable[[bytes], bool] | None = None,
+        read_only: bool = False,
     ) -> ProcessResult:
         """Refuse: running a command needs the sandbox plugin."""
         raise _unavailable("running a bash command", self._why)

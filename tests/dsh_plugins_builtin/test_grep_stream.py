@@ -104,7 +104,9 @@ def _spy_on_sinks(host: Any, monkeypatch: pytest.MonkeyPatch, piece: int) -> lis
     real = sandbox.run
     seen: list[bytes] = []
 
-    async def run(command: str, cwd: Any = None, timeout: Any = None, sink: Any = None) -> Any:
+    async def run(
+        command: str, cwd: Any = None, timeout: Any = None, sink: Any = None, **kwargs: Any
+    ) -> Any:
         def cut(data: bytes) -> bool:
             seen.append(data)
             enough = False
@@ -114,7 +116,7 @@ def _spy_on_sinks(host: Any, monkeypatch: pytest.MonkeyPatch, piece: int) -> lis
                     break
             return enough
 
-        return await real(command, cwd=cwd, timeout=timeout, sink=cut)
+        return await real(command, cwd=cwd, timeout=timeout, sink=cut, **kwargs)
 
     monkeypatch.setattr(sandbox, "run", run)
     return seen
