@@ -260,18 +260,32 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     assert set(asked.values()) == {1}
 
 
-def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
-    """`object`'s own names (``__eq__``, ``__reduce__``...) are about half of a plugin's
-    ``dir``: no marker can be on them, so pluggy's static lookup is not asked about them."""
+def test_registering_a_plugin_asks_pluggy_only_where_a_marker_may_be(monkeypatch):
+    """`object`'s own names (``__eq__``, ``__reduce__``...), a plugin's unmarked functions and
+    its plain attributes are most of its ``dir``: no marker can be read there, so pluggy's static
+    lookup (`inspect.getattr_static`, several microseconds a name) is not asked about them.
+    A marked function, a staticmethod, a classmethod or a slot still is."""
     from dsh_host import Host, hookimpl
 
     class Plugin:
+        __slots__ = ("__dict__", "slotted")
         name = "counted"
 
-        def __eq__(self, other: object) -> bool:  # its own: looked up
+        def __eq__(self, other: object) -> bool:  # its own, unmarked: not asked
             return self is other
 
         __hash__ = object.__hash__
+
+        def helper(self) -> None:
+            pass
+
+        @staticmethod
+        def static() -> None:
+            pass
+
+        @property
+        def prop(self) -> int:
+            raise AssertionError("a property is never evaluated")
 
         @hookimpl
         def dsh_host_started(self, host: object) -> None:
@@ -279,11 +293,69 @@ def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
 
     asked = _lookups(monkeypatch, Plugin)
     plugin = Plugin()
-    plugin.__dict__["__repr__"] = lambda: "on the instance"  # its own too: looked up
+    plugin.__dict__["__repr__"] = lambda: "on the instance"  # unmarked: not asked
     host = Host(plugins=[plugin], load_entrypoints=False)
     assert host.pm.get_plugin("counted") is plugin
-    assert {"dsh_host_started", "__eq__", "__hash__", "__repr__", "name"} <= set(asked)
-    assert not {"__reduce__", "__setattr__", "__sizeof__", "__init_subclass__"} & set(asked)
+    assert set(asked) == {"dsh_host_started", "static", "slotted"}
+
+
+def test_what_is_not_asked_is_never_a_hook_implementation():
+    """The shortcut answers as pluggy's own lookup would: wherever it says "unmarked",
+    pluggy finds nothing either, for every name of plugins of every shape."""
+    import types
+
+    import pluggy
+
+    from dsh_host import hookimpl
+    from dsh_host._registry._hooks import _unmarked
+
+    @hookimpl
+    def marked(*args: object) -> None:
+        pass
+
+    class Base:
+        @hookimpl(specname="dsh_host_started")
+        def started(self) -> None:
+            pass
+
+        @hookimpl
+        @staticmethod
+        def static() -> None:
+            pass
+
+        @hookimpl
+        @classmethod
+        def klass(cls) -> None:
+            pass
+
+    class Child(Base):
+        def started(self) -> None:  # overrides a marked one: pluggy finds this, unmarked
+            pass
+
+    class Slotted:
+        __slots__ = ("hook", "empty")
+
+    class Other:
+        @hookimpl
+        def bound(self) -> None:
+            pass
+
+    slotted = Slotted()
+    slotted.hook = marked  # type: ignore[attr-defined]
+    own = Child()
+    own.__dict__.update(in_dict=marked, method=Other().bound, plain=print, text="x")
+    module = types.ModuleType("plugin_module")
+    module.hook = marked  # type: ignore[attr-defined]
+    pm = pluggy.PluginManager("dsh")
+    found = set()
+    for plugin in (Base(), Child(), own, slotted, Slotted(), module, Base, object()):
+        for name in dir(plugin):
+            pluggy_says = pluggy.PluginManager.parse_hookimpl_opts(pm, plugin, name)
+            if _unmarked(plugin, name, "dsh_impl"):
+                assert pluggy_says is None, (plugin, name)
+            elif pluggy_says is not None:
+                found.add(name)
+    assert found == {"started", "static", "klass", "in_dict", "method", "hook"}
 
 
 def test_what_only_object_defines_is_never_a_hook_implementation():
