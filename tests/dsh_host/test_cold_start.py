@@ -333,7 +333,7 @@ def test_what_is_not_asked_is_never_a_hook_implementation():
             pass
 
     class Slotted:
-        __slots__ = ("hook", "empty")
+        __slots__ = ("empty", "hook")
 
     class Other:
         @hookimpl
