@@ -49,6 +49,13 @@ MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
 
 EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
 
+LEFT_OUT: Final = ("hook_commands", "mcp", "output_budget", "timeout")
+"""The plugins a hook's host does without. Claude Code runs its own hooks and MCP servers:
+dsh's would run them a second time (and a project's dsh.toml would start commands on every tool
+call). Claude Code runs the tool too: no call of a hook reaches an execute wrapper (``timeout``)
+or a post-execute link (``output_budget``), which decide nothing before a call, so they are not
+loaded (a cold start, issue 27)."""
+
 
 class HookFailure(Exception):
     """The payload cannot be judged: exit 2 with this one line."""
@@ -192,9 +199,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     try:
         payload = read_payload(sys.stdin.buffer, args.max_bytes)
         asks = ClaudeCode(payload["tool_name"])
-        # Claude Code runs its own hooks and MCP servers: dsh's would run them a second time
-        # (and a project's dsh.toml would start commands on every tool call).
-        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), "hook_commands", "mcp"]
+        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), *LEFT_OUT]
         args.plugin_objects = [asks]
         host = build_host(args, quiet=True)
 

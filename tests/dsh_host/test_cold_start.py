@@ -175,6 +175,10 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert "sqlite3" not in modules  # no row to write (a PreToolUse dsh does not deny)
     assert loaded(modules, SANDBOX_BACKENDS) == []  # nothing runs: nothing to confine
     assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
+    # Claude Code runs the tool: no execute wrapper nor post-execute link sees a hook's call
+    assert (
+        loaded(modules, ("dsh_plugins_builtin.timeout", "dsh_plugins_builtin.output_budget")) == []
+    )
     audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
     assert loaded(modules, audit_command) == []  # `dsh audit` only
     cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")
