@@ -36,7 +36,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import platformdirs
@@ -54,8 +54,10 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._audit._postgres import PostgresStore
 from ._audit._writer import AuditWriter, redact
+
+if TYPE_CHECKING:  # loaded with a `url` only (`_postgres_store`)
+    from ._audit._postgres import PostgresStore
 
 __all__ = [
     "MAX_LAST",  # noqa: F822  (module `__getattr__`)
@@ -290,6 +292,8 @@ def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresSt
             "path and url are both set; keep url for PostgreSQL or path for SQLite",
             path=host.config.source, plugin="audit", key="url",
         )  # fmt: skip
+    from ._audit._postgres import PostgresStore
+
     try:
         return PostgresStore(
             config.url or "",

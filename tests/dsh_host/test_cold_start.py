@@ -175,6 +175,13 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert "sqlite3" not in modules  # no row to write (a PreToolUse dsh does not deny)
     assert loaded(modules, SANDBOX_BACKENDS) == []  # nothing runs: nothing to confine
     assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
+    not_needed = (
+        "dsh_host._host._messages",  # provider messages: `run_tool_calls`, JSON-text arguments
+        "dsh_plugins_builtin._audit._postgres",  # an audit `url` only
+        "dsh_plugins_builtin._sandbox._bwrap",  # bwrap's argument vector: a command only
+        "dsh_plugins_builtin._sandbox._mountpoints",  # made by commands, settled by file tools
+    )
+    assert loaded(modules, not_needed) == []
     # Claude Code runs the tool: no execute wrapper nor post-execute link sees a hook's call
     assert (
         loaded(modules, ("dsh_plugins_builtin.timeout", "dsh_plugins_builtin.output_budget")) == []
