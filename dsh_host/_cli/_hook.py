@@ -20,12 +20,11 @@ fails closed: exit 2 (Claude Code blocks the call) and one line on stderr.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -41,6 +40,9 @@ from dsh_host import (
     parse_json,
 )
 from dsh_host import ToolExecutionResult as Result
+
+if TYPE_CHECKING:  # annotations only: argparse loads with a parser
+    import argparse
 
 __all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
 

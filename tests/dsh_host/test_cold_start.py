@@ -176,6 +176,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert loaded(modules, SANDBOX_BACKENDS) == []  # nothing runs: nothing to confine
     assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
     not_needed = (
+        "argparse",  # `dsh hook claude` as Claude Code runs it needs no parser
         "dsh_host._host._messages",  # provider messages: `run_tool_calls`, JSON-text arguments
         "dsh_plugins_builtin._audit._postgres",  # an audit `url` only
         "dsh_plugins_builtin._sandbox._bwrap",  # bwrap's argument vector: a command only
