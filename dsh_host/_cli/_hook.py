@@ -51,12 +51,14 @@ MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
 
 EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
 
-LEFT_OUT: Final = ("hook_commands", "mcp", "output_budget", "timeout")
+LEFT_OUT: Final = ("hook_commands", "mcp", "output_budget", "timeout", "approval")
 """The plugins a hook's host does without. Claude Code runs its own hooks and MCP servers:
 dsh's would run them a second time (and a project's dsh.toml would start commands on every tool
 call). Claude Code runs the tool too: no call of a hook reaches an execute wrapper (``timeout``)
-or a post-execute link (``output_budget``), which decide nothing before a call, so they are not
-loaded (a cold start, issue 27)."""
+or a post-execute link (``output_budget``), which decide nothing before a call; and Claude Code
+asks the user (`ClaudeCode` answers every approval request first, and the first answer is the
+only one), so the ``approval`` plugin is never asked. None of them is loaded (a cold start,
+issue 27)."""
 
 
 class HookFailure(Exception):
