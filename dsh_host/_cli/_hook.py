@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
 from dsh_host import (
@@ -86,9 +87,10 @@ class ClaudeCode:
 
     @hookimpl
     def dsh_register_tools(self, register: Any) -> None:
-        for name in self.tools:
+        first = _stand_in(self.tools[0])
+        for name in self.tools:  # one definition under each name (compiled once)
             with contextlib.suppress(ValueError):  # dsh has its own (the built-in Bash, Read...)
-                register(_stand_in(name))
+                register(first if name == first.name else attrs.evolve(first, name=name))
 
     @hookimpl(tryfirst=True)
     def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
