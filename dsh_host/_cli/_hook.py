@@ -159,9 +159,8 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
 def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
     """Claude Code's tool and arguments as dsh's (``Read`` + ``file_path`` -> ``read_file`` +
     ``path``) when a dsh tool declares that Claude Code name; else unchanged."""
-    for schema in host.registry.schemas():
-        tool = host.registry.get(schema.name)
-        if tool is not None and tool.claude_name == name:
+    for tool in host.registry.tools():  # (their definitions: no schema copied for a name)
+        if tool.claude_name == name:
             if isinstance(arguments, dict):
                 keys = {claude: ours for ours, claude in tool.claude_keys.items()}
                 renamed = {keys.get(key, key): value for key, value in arguments.items()}
