@@ -498,3 +498,24 @@ def test_only_a_glibc_that_holds_pthread_is_answered_without_ldconfig(version, i
     from dsh_host._cli._pthread import pthread_in_libc
 
     assert pthread_in_libc(version) is in_libc
+
+
+def test_a_read_and_a_hook_compile_no_pattern_of_a_command_environment(workspace):
+    """The patterns that keep secrets out of a command's environment cost a start ~0.5 ms:
+    compiled with the first command (a read and a hook run none)."""
+    probe = (
+        "from dsh_plugins_builtin._sandbox import _env\n"
+        "assert _env._secret_patterns.cache_info().misses == 0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    for argv, stdin in (
+        (["call", "read_file", '{"path": "a.txt"}'], ""),
+        (["hook", "claude"], PAYLOAD),
+    ):
+        code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
+        modules_after(code + probe, env=env, stdin=stdin)
+    from dsh_plugins_builtin._sandbox._env import looks_secret
+
+    assert looks_secret("ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+    assert not looks_secret("/usr/local/bin:/usr/bin")
