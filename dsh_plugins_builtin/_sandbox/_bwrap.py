@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from dsh_plugins_builtin._sandbox import _locks
+from dsh_plugins_builtin._sandbox import _hostsockets, _locks
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, under
@@ -128,9 +128,12 @@ def bwrap_argv(
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             out += ["--ro-bind", str(path), str(path)]
-    for path, is_dir in layout.denied_now(mounts):  # an empty read-only tmpfs, or /dev/null
+    denied = layout.denied_now(mounts)
+    for path, is_dir in denied:  # an empty read-only tmpfs, or /dev/null
         out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
         out.append(str(path))
+    for path in layout.sockets_now(mounts, denied):  # connect() finds /dev/null: refused
+        out += ["--ro-bind", "/dev/null", str(path)]
     locks = layout.locks_now(mounts)
     if locks is not None:  # dsh's lock files: out of reach even where a root shows them
         out += ["--tmpfs", str(locks), "--remount-ro", str(locks)]
@@ -167,8 +170,10 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
     for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
         if os.path.isdir(dev):
             plan.append(("tmpfs", dev, False))
-    for path, is_dir in layout.denied_now(mounts):
+    denied = layout.denied_now(mounts)
+    for path, is_dir in denied:
         plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))
+    plan += [("null", str(path)) for path in layout.sockets_now(mounts, denied)]
     locks = layout.locks_now(mounts)
     if locks is not None:
         plan.append(("tmpfs", str(locks), True))
@@ -195,6 +200,7 @@ class Layout:
         masked_denied: The others (a working directory there shows them: `denied_now`).
         locks: dsh's lock directory (`dsh_plugins_builtin._sandbox._locks`).
         locks_shown: A root shows it (it is not in ``/dev/shm`` or a hidden directory).
+        sockets_allowed: ``allow_unix_sockets``, real paths.
     """
 
     rw: tuple[Path, ...]
@@ -208,6 +214,7 @@ class Layout:
     masked_denied: tuple[Path, ...]
     locks: Path
     locks_shown: bool
+    sockets_allowed: frozenset[str] = frozenset()
 
     def mounts_now(self, cwd: Path | None) -> list[tuple[Path, bool]]:
         """The binds for a command in *cwd*: ``(path, writable)``, outermost first."""
@@ -233,10 +240,7 @@ class Layout:
         directory)``; one in a hidden directory that a bind shows (a working directory) too."""
         out = []
         shown = [p for p in self.masked_denied if any(under(p, m) for m, _ in mounts)]
-        for path in (
-            *self.denied,
-            *shown,
-        ):  # one lstat each (a stat too for a symlink, as isdir would)
+        for path in (*self.denied, *shown):  # one lstat each (and a stat for a symlink)
             try:
                 mode = os.lstat(path).st_mode
                 if stat.S_ISLNK(mode):
@@ -246,6 +250,23 @@ class Layout:
                 continue  # missing: nothing to hide
             out.append((path, stat.S_ISDIR(mode)))
         return out
+
+    def sockets_now(
+        self, mounts: Iterable[tuple[Path, bool]], denied: Iterable[tuple[Path, bool]]
+    ) -> list[Path]:
+        """The host's listening Unix sockets a command with these binds and these hidden
+        ``deny_read`` entries would see, but for ``allow_unix_sockets`` (`_hostsockets`)."""
+        covers, allowed = _hostsockets.covers, self.sockets_allowed
+        masks = _hostsockets.prefixes(self.masks)
+        shown = _hostsockets.prefixes(path for path, _ in mounts)
+        gone = _hostsockets.prefixes(path for path, _ in denied)
+
+        def hidden(path: str) -> bool:
+            if path in allowed or covers(path, gone):
+                return True
+            return covers(path, masks) and not covers(path, shown)
+
+        return _hostsockets.in_view(_hostsockets.listening(), hidden)
 
 
 # By policy: the policy, $XDG_RUNTIME_DIR, its layout, and the socket directories that did not
@@ -288,6 +309,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         locks_shown=inside_any(locks, rw)
         or any(under(locks, path) for path, _, _ in mounts)
         or not inside_any(locks, (*masks, Path("/dev/shm"))),
+        sockets_allowed=frozenset(str(canonical(path)) for path in policy.unix_sockets),
     )
     if len(_LAYOUTS) >= 16:
         _LAYOUTS.clear()

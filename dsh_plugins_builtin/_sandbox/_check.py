@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from dsh_host import Host
+from dsh_plugins_builtin._sandbox._bwrap import layout_of
 from dsh_plugins_builtin._sandbox._confine import SandboxUnavailable, resolve_bwrap, select_backend
 from dsh_plugins_builtin._sandbox._env import command_env
 from dsh_plugins_builtin._sandbox._fence import (
@@ -173,6 +174,7 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
         "config_files": {"protected": config_inside, "protect_config": config.protect_config},
         "deny_read": [_home(str(p)) for p in policy.deny_read] + list(policy.deny_patterns),
         "unix_sockets": [str(p) for p in policy.unix_sockets],
+        "sockets_covered": _covered_sockets(policy),
         "env": sorted(environ),
         "limits": limits,
         "processes_enforced": os.geteuid() != 0 and limits["processes"] is not None,
@@ -187,6 +189,15 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
             "exposed": [] if config.protect_install else inside,
         },
     }
+
+
+def _covered_sockets(policy: Any) -> list[str]:
+    """The host's listening Unix sockets a command in the workspace would see, each covered."""
+    if policy.mode == "danger-full-access":
+        return []
+    layout = layout_of(policy)
+    mounts = layout.mounts_now(policy.workspace)
+    return [str(p) for p in layout.sockets_now(mounts, layout.denied_now(mounts))]
 
 
 def _boundary_lines(report: dict[str, Any]) -> list[str]:
@@ -206,6 +217,11 @@ def _boundary_lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"unreadable (deny_read): {', '.join(report['deny_read']) or 'nothing'}")
     lines.append(
         f"host Unix sockets a command may use: {', '.join(report['unix_sockets']) or 'none'}"
+    )
+    covered = report["sockets_covered"]
+    lines.append(
+        "other host Unix sockets in view, covered for each command (connect is refused): "
+        + (", ".join(covered) or "none now")
     )
     lines.append(f"environment names a command gets: {', '.join(report['env'])}")
     limits = ", ".join(f"{k} = {v}" for k, v in report["limits"].items() if v is not None)

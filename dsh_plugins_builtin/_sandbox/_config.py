@@ -110,7 +110,8 @@ class SandboxConfig:
             host, instead of the host's; the default writable roots are then the workspace and
             it. The file tools see it as ``/tmp`` too.
         allow_unix_sockets: Host Unix socket paths a command may still connect to (every other
-            host socket directory is out of its view).
+            host socket directory is out of its view, every other listening host socket in
+            view is covered).
         deny_read: Paths and globs (``~`` expanded) nothing may read, on top of the default
             credential set (`dsh_plugins_builtin._sandbox._deny.DEFAULT_DENY_READ`).
         deny_read_defaults: Whether that default set applies.

@@ -5,7 +5,8 @@ decisions as bwrap's command line) and carried out by the command's process betw
 and ``exec`` (`apply`), before Landlock and seccomp: it hides the host's socket directories
 (``/tmp``, ``/var/tmp``, ``/run``, ``$XDG_RUNTIME_DIR``) under empty tmpfs mounts, binds the
 private tmp at ``/tmp``, binds back the roots and allowed sockets that lay in them, hides every
-``deny_read`` entry (an empty read-only tmpfs over a directory, ``/dev/null`` over a file),
+``deny_read`` entry (an empty read-only tmpfs over a directory, ``/dev/null`` over a file)
+and every listening host socket still in view (``/dev/null``: `_hostsockets`),
 replaces ``/dev/pts`` and ``/dev/shm`` (no other terminal, no shared memory of the host) and
 mounts a ``/proc`` of the command's own PID namespace (no host process is visible).
 

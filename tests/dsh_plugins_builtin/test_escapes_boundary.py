@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import tty
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,59 @@ async def test_row1_a_command_keeps_its_own_sockets(make_host: Any, ws: Path, ba
         "print(a.recv(2).decode(), int(socket.socketpair()[0].family))'"
     )
     assert "hi 1" in (await bash(host, own)).text
+
+
+@pytest.fixture
+def daemon() -> Iterator[Callable[[Path], Path]]:
+    """Listening Unix sockets of a host daemon (not the command's), bound at the given paths."""
+    servers: list[socket.socket] = []
+
+    def listen(path: Path) -> Path:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        path.chmod(0o777)
+        server.listen(8)
+        servers.append(server)
+        return path
+
+    yield listen
+    for server in servers:
+        server.close()
+
+
+async def test_row1_a_host_socket_anywhere_else_in_view_is_out_of_reach(
+    make_host: Any,
+    ws: Path,
+    backend: str,
+    host_tmp: Path,
+    daemon: Callable[[Path], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only the socket directories: a daemon's socket in the workspace (a language
+    server's), one bound through a symlink, one in a read-only root (dsh's installation), each
+    refused; the command's own sockets there keep working, and a listed one is reachable."""
+    from dsh_plugins_builtin._sandbox import _starting
+
+    (ws / "run").mkdir()
+    (ws / "link").symlink_to(ws / "run")
+    monkeypatch.setattr(_starting, "install_paths", lambda modules=(): (host_tmp,))
+    sockets = [
+        daemon(ws / "lsp.sock"),
+        daemon(ws / "link" / "spaced name.sock"),
+        daemon(host_tmp / "docker.sock"),
+    ]
+    host = boundary_host(make_host, ws, backend)
+    for path in sockets:
+        assert "CONNECTED" not in (await bash(host, _CONNECT + f"'{path}'")).text, path
+    own = (
+        'python3 -c \'import socket; srv=socket.socket(socket.AF_UNIX); srv.bind("own.sock"); '
+        'srv.listen(1); c=socket.socket(socket.AF_UNIX); c.connect("own.sock"); print("OWN")\''
+    )
+    assert "OWN" in (await bash(host, own)).text
+    # Control: each is reachable once listed.
+    allowed = boundary_host(make_host, ws, backend, allow_unix_sockets=[str(p) for p in sockets])
+    for path in sockets:
+        assert "CONNECTED" in (await bash(allowed, _CONNECT + f"'{path}'")).text, path
 
 
 async def test_row1_host_socket_names_are_not_passed(

@@ -7,6 +7,7 @@ whose ``core.fsmonitor`` names a command, then has ``mcp-server-git`` run ``git 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -181,3 +182,36 @@ def test_without_bubblewrap_or_landlock_a_confined_server_is_refused(tmp_path, m
     assert "not installed" in state["error"]
     assert "no Landlock on this kernel" in state["error"]
     assert "sandbox = false" in state["error"]
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_confined_server_cannot_reach_a_host_socket_beside_it(
+    tmp_path, outside, backend, request
+):
+    """Issue 22 row 1 for mounted servers: a host daemon's socket in the workspace is covered
+    for the server's command as for ``bash``'s; unconfined, the same hook reaches it."""
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    ws = tmp_path / "ws"
+    _plant(ws, outside)
+    daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    daemon.bind(str(ws / "daemon.sock"))
+    daemon.listen(8)
+    probe = (
+        "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+        f"try:\n    s.connect({str(ws / 'daemon.sock')!r}); print('CONNECTED')\n"
+        "except OSError as e:\n    print('refused', e)\n"
+    )
+    (ws / "probe.py").write_text(probe)
+    (ws / "sub" / "monitor.sh").write_text(
+        f"#!/bin/sh\n{sys.executable} {ws / 'probe.py'} > {ws / 'scratch' / 'ran'}\n"
+    )
+    writable = {"writable_roots": ["scratch"]}
+    sandbox = {"protected": []} if backend == "landlock" else None
+    try:
+        _git_status(ws, {"sandbox": False})
+        assert (ws / "scratch" / "ran").read_text() == "CONNECTED\n"  # the control
+        _git_status(ws, writable, backend=backend, sandbox=sandbox)
+        assert (ws / "scratch" / "ran").read_text().startswith("refused")
+    finally:
+        daemon.close()

@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -418,6 +419,23 @@ def test_check_says_what_lies_next_to_a_commands_files(
     assert "private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): /" in out
     assert "config files the next run reads, read-only: " in out
     assert "pw@" not in out
+
+
+def test_check_names_the_host_sockets_it_covers(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host daemon's socket in the workspace: covered for each command, and said so."""
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
+    write_config(project, "")
+    with socket.socket(socket.AF_UNIX) as daemon:
+        daemon.bind(str(project / "daemon.sock"))
+        daemon.listen(1)
+        assert sandbox_check_command(["--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["sockets_covered"] == [str(project.resolve() / "daemon.sock")]
+        assert sandbox_check_command([]) == 0
+        out = capsys.readouterr().out
+    assert "covered for each command (connect is refused): " + str(project.resolve()) in out
 
 
 def test_the_plugin_class_stays_small() -> None:
