@@ -195,6 +195,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
 
 SEARCH_BODIES = (  # grep's and glob's bodies (RE2, ripgrep's driver): with the first search
     "re2",
+    "dsh_plugins_builtin._tools._ripgrep",  # the tools are built with `_rg_path.find_rg` only
     "dsh_plugins_builtin._tools._grep",
     "dsh_plugins_builtin._tools._grep_local",
     "dsh_plugins_builtin._tools._grep_rg",
