@@ -177,6 +177,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
     not_needed = (
         "argparse",  # `dsh hook claude` as Claude Code runs it needs no parser
+        "platformdirs",  # the XDG directories are spelled out (`_common._dirs`)
         "dsh_host._host._messages",  # provider messages: `run_tool_calls`, JSON-text arguments
         "dsh_plugins_builtin._audit._postgres",  # an audit `url` only
         "dsh_plugins_builtin._sandbox._bwrap",  # bwrap's argument vector: a command only
