@@ -41,8 +41,11 @@ class _PluginManager(pluggy.PluginManager):
     of every attribute are a visible part of a cold start (issue 27)."""
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
-        if _unmarked(plugin, name, self._marker):
-            return None  # nothing pluggy's lookup could find there carries a marker
+        if _STATIC_LOOKUP:
+            if _unmarked(plugin, name, self._marker):
+                return None  # nothing pluggy's lookup could find there carries a marker
+        elif name in _OBJECTS_OWN and _objects_own(plugin, name):
+            return None  # a slot wrapper or builtin of `object`: never marked (about half of dir)
         parsed = self._parsed
         if parsed is None:
             parsed = self._parsed = {}
@@ -72,6 +75,10 @@ class _PluginManager(pluggy.PluginManager):
 
 
 _OBJECTS_OWN = frozenset(vars(object))
+_STATIC_LOOKUP = hasattr(pluggy._manager, "_static_hook_attr")
+"""Whether this pluggy (1.7 on) finds hook implementations by a static lookup, which
+`_unmarked` mirrors. An older one calls ``getattr`` (a property, ``__getattr__``), which no
+shortcut can foresee: there only ``object``'s own names are answered without asking it."""
 _CLASS_DICT = type.__dict__["__dict__"]  # a class's own namespace, as `inspect.getattr_static`
 _CLASS_MRO = type.__dict__["__mro__"]  # a class's real MRO, as `inspect.getattr_static`
 _BOUND_OR_WRAPPED = (staticmethod, classmethod, types.MethodType, types.MemberDescriptorType)

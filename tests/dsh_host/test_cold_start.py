@@ -313,6 +313,36 @@ def test_registering_a_plugin_asks_pluggy_only_where_a_marker_may_be(monkeypatch
     assert set(asked) == {"dsh_host_started", "static", "slotted"}
 
 
+def test_an_older_pluggys_dynamic_lookup_is_asked_about_all_but_objects_own_names(monkeypatch):
+    """pluggy before 1.7 finds hooks with ``getattr`` (a property, ``__getattr__``), which the
+    shortcut cannot foresee: with such a pluggy only ``object``'s own names are skipped."""
+    from dsh_host import Host, hookimpl
+    from dsh_host._registry import _hooks
+
+    def never(*args: object) -> bool:
+        raise AssertionError("the static shortcut asked under a dynamic lookup")
+
+    monkeypatch.setattr(_hooks, "_STATIC_LOOKUP", False)
+    monkeypatch.setattr(_hooks, "_unmarked", never)
+
+    class Plugin:
+        name = "dynamic"
+
+        def helper(self) -> None:
+            pass
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked = _lookups(monkeypatch, Plugin)
+    plugin = Plugin()
+    host = Host(plugins=[plugin], load_entrypoints=False)
+    assert host.pm.get_plugin("dynamic") is plugin
+    assert {"dsh_host_started", "helper", "name"} <= set(asked)
+    assert "__eq__" not in asked
+
+
 def test_what_is_not_asked_is_never_a_hook_implementation():
     """The shortcut answers as pluggy's own lookup would: wherever it says "unmarked",
     pluggy finds nothing either, for every name of plugins of every shape."""
