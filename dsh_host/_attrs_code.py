@@ -206,21 +206,37 @@ def _salt(filename: str) -> int | None:
 
 def _resalted(code: types.CodeType, was: int, salt: int) -> types.CodeType:
     """*code* with the salt of its ``__hash__`` function *was* replaced by *salt* (also inside
-    a constant tuple: ``hash((salt,))`` of a class with no field to hash is folded into one)."""
+    a constant tuple: ``hash((salt,))`` of a class with no field to hash is folded into one).
+    A code object holding no salt (``__init__``, ``__repr__``...) is returned as it is: only
+    the ``__hash__`` function and the code holding it are made anew (a start resalts about a
+    hundred classes)."""
     if was == salt:
         return code
     hashing = code.co_name == "__hash__"
+    consts = code.co_consts
+    swapped: list[Any] | None = None
+    for index, value in enumerate(consts):
+        if type(value) is types.CodeType:
+            new = _resalted(value, was, salt)
+        elif hashing:
+            new = _swap(value, was, salt)
+        else:
+            continue
+        if new is not value:
+            if swapped is None:
+                swapped = list(consts)
+            swapped[index] = new
+    return code if swapped is None else code.replace(co_consts=tuple(swapped))
 
-    def swap(value: Any) -> Any:
-        if isinstance(value, types.CodeType):
-            return _resalted(value, was, salt)
-        if hashing and type(value) is int and value == was:
-            return salt
-        if hashing and type(value) is tuple:
-            return tuple(swap(item) for item in value)
-        return value
 
-    return code.replace(co_consts=tuple(swap(c) for c in code.co_consts))
+def _swap(value: Any, was: int, salt: int) -> Any:
+    """A constant of a ``__hash__`` function with the salt *was* replaced by *salt*."""
+    if type(value) is int and value == was:
+        return salt
+    if type(value) is tuple:
+        items = tuple(_swap(item, was, salt) for item in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def counts() -> tuple[int, int]:

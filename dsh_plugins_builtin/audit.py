@@ -36,10 +36,9 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
-import platformdirs
 import trio
 
 from dsh_host import (
@@ -54,8 +53,11 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._audit._postgres import PostgresStore
 from ._audit._writer import AuditWriter, redact
+from ._common._dirs import user_data_path, user_state_path
+
+if TYPE_CHECKING:  # loaded with a `url` only (`_postgres_store`)
+    from ._audit._postgres import PostgresStore
 
 __all__ = [
     "MAX_LAST",  # noqa: F822  (module `__getattr__`)
@@ -89,7 +91,7 @@ def default_audit_path() -> Path:
     exists at the new place and one exists at the old, the old one is used, so no record is
     split or lost. Move the file to switch.
     """
-    path = platformdirs.user_state_path("dsh") / "audit.sqlite3"
+    path = user_state_path("dsh") / "audit.sqlite3"
     if not os.path.lexists(path):
         legacy = legacy_audit_path()
         if os.path.lexists(legacy):
@@ -99,7 +101,7 @@ def default_audit_path() -> Path:
 
 def legacy_audit_path() -> Path:
     """Where earlier versions kept the database: ``~/.local/share/dsh/audit.sqlite3`` on Linux."""
-    return platformdirs.user_data_path("dsh") / "audit.sqlite3"
+    return user_data_path("dsh") / "audit.sqlite3"
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -290,6 +292,8 @@ def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresSt
             "path and url are both set; keep url for PostgreSQL or path for SQLite",
             path=host.config.source, plugin="audit", key="url",
         )  # fmt: skip
+    from ._audit._postgres import PostgresStore
+
     try:
         return PostgresStore(
             config.url or "",

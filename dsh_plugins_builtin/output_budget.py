@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import final
 
 import attrs
-import platformdirs
 import trio
 
 from dsh_host import (
@@ -63,6 +62,7 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
+from dsh_plugins_builtin._common._dirs import user_cache_path
 from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
 from dsh_plugins_builtin._sandbox._fence import protected_paths
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
@@ -90,7 +90,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def default_spill_dir() -> Path:
     """``dsh-spill`` under the user cache directory (``~/.cache/dsh-spill`` on Linux)."""
-    return platformdirs.user_cache_path() / "dsh-spill"
+    return user_cache_path() / "dsh-spill"
 
 
 def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

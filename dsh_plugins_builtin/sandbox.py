@@ -15,7 +15,6 @@ the ``tools`` plugin calls from inside its tool bodies:
 others do not, and which one the current configuration would use.
 """
 
-import argparse
 import importlib
 import json
 import sys
@@ -75,6 +74,8 @@ def sandbox_check_command(argv: list[str] | None = None) -> int:
         0 when commands can run as configured, 1 when ``bash`` would fail closed
         (``SANDBOX_UNAVAILABLE``), 2 for a configuration error.
     """
+    import argparse  # this command only: a host's start parses no command line
+
     parser = argparse.ArgumentParser(
         prog="dsh sandbox check",
         description="Report which sandbox backend works on this machine and which one "

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import json
@@ -16,6 +15,8 @@ from .. import parse_json as strict_json
 from .._gc import resume as resume_gc
 
 if TYPE_CHECKING:  # rendering: imported by the commands that print cards and tables
+    import argparse  # (and argparse, with a parser: `dsh hook claude` builds none)
+
     from ._render import Style
 
 __all__ = [

@@ -8,12 +8,14 @@ plugins.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import build_host
+
+if TYPE_CHECKING:  # annotations only: argparse loads with a parser
+    import argparse
 
 __all__ = ["SHELLS", "add_completion_parser", "autocomplete", "plugin_names", "tool_names"]
 

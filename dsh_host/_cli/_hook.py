@@ -20,13 +20,13 @@ fails closed: exit 2 (Claude Code blocks the call) and one line on stderr.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
 from dsh_host import (
@@ -42,12 +42,24 @@ from dsh_host import (
 )
 from dsh_host import ToolExecutionResult as Result
 
+if TYPE_CHECKING:  # annotations only: argparse loads with a parser
+    import argparse
+
 __all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
 
 MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
 """The largest payload read; a larger one fails closed."""
 
 EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
+
+LEFT_OUT: Final = ("hook_commands", "mcp", "output_budget", "timeout", "approval")
+"""The plugins a hook's host does without. Claude Code runs its own hooks and MCP servers:
+dsh's would run them a second time (and a project's dsh.toml would start commands on every tool
+call). Claude Code runs the tool too: no call of a hook reaches an execute wrapper (``timeout``)
+or a post-execute link (``output_budget``), which decide nothing before a call; and Claude Code
+asks the user (`ClaudeCode` answers every approval request first, and the first answer is the
+only one), so the ``approval`` plugin is never asked. None of them is loaded (a cold start,
+issue 27)."""
 
 
 class HookFailure(Exception):
@@ -75,9 +87,10 @@ class ClaudeCode:
 
     @hookimpl
     def dsh_register_tools(self, register: Any) -> None:
-        for name in self.tools:
+        first = _stand_in(self.tools[0])
+        for name in self.tools:  # one definition under each name (compiled once)
             with contextlib.suppress(ValueError):  # dsh has its own (the built-in Bash, Read...)
-                register(_stand_in(name))
+                register(first if name == first.name else attrs.evolve(first, name=name))
 
     @hookimpl(tryfirst=True)
     def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
@@ -146,9 +159,8 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
 def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
     """Claude Code's tool and arguments as dsh's (``Read`` + ``file_path`` -> ``read_file`` +
     ``path``) when a dsh tool declares that Claude Code name; else unchanged."""
-    for schema in host.registry.schemas():
-        tool = host.registry.get(schema.name)
-        if tool is not None and tool.claude_name == name:
+    for tool in host.registry.tools():  # (their definitions: no schema copied for a name)
+        if tool.claude_name == name:
             if isinstance(arguments, dict):
                 keys = {claude: ours for ours, claude in tool.claude_keys.items()}
                 renamed = {keys.get(key, key): value for key, value in arguments.items()}
@@ -192,9 +204,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     try:
         payload = read_payload(sys.stdin.buffer, args.max_bytes)
         asks = ClaudeCode(payload["tool_name"])
-        # Claude Code runs its own hooks and MCP servers: dsh's would run them a second time
-        # (and a project's dsh.toml would start commands on every tool call).
-        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), "hook_commands", "mcp"]
+        args.sub_disable = [*(getattr(args, "sub_disable", None) or []), *LEFT_OUT]
         args.plugin_objects = [asks]
         host = build_host(args, quiet=True)
 

@@ -7,13 +7,12 @@ traceback. ``main(argv)`` is the console script and is callable in-process.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import ConfigError, printable
 from .._gc import resume as resume_gc
@@ -24,6 +23,9 @@ from ._common import (
     warn,
 )
 from ._completion import add_completion_parser, autocomplete, plugin_names
+
+if TYPE_CHECKING:  # argparse loads with a parser: `dsh hook claude` needs none (`_plain_hook`)
+    import argparse
 
 __all__ = ["COMMANDS", "command_of", "main", "make_parser"]
 
@@ -39,16 +41,22 @@ def _version() -> str:
         return "unknown"
 
 
-class _Version(argparse.Action):
-    """``--version``: the installed version, looked up only when asked for."""
+def _version_action() -> type[argparse.Action]:
+    """``--version``'s action: the installed version, looked up only when asked for."""
+    import argparse
 
-    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        sys.stdout.write(f"dsh-host {_version()}\n")
-        parser.exit()
+    class _Version(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+            sys.stdout.write(f"dsh-host {_version()}\n")
+            parser.exit()
+
+    return _Version
 
 
 def _common(prefix: str) -> argparse.ArgumentParser:
     """Host options, accepted before the command and after it."""
+    import argparse
+
     common = argparse.ArgumentParser(add_help=False)
     unset = argparse.SUPPRESS if prefix else None
     group = common.add_argument_group("host options")
@@ -112,13 +120,18 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``dsh`` argument parser; with *command* (one of `COMMANDS`) only that subcommand's
     parser, which parses its command line as the whole parser would (help listing every
     command, an unknown command's error and shell completion use the whole parser)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="dsh", parents=[_common("")],
         description="A plugin host for the tool pipeline of LLM agent harnesses.",
         epilog="Exit status: 0 success, 1 an error result, 2 bad usage or configuration.",
     )  # fmt: skip
     parser.add_argument(
-        "--version", action=_Version, nargs=0, help="show program's version number and exit"
+        "--version",
+        action=_version_action(),
+        nargs=0,
+        help="show program's version number and exit",
     )
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an unexpected error (or DSH_DEBUG=1)")  # fmt: skip
@@ -178,9 +191,28 @@ def _add_agent_parsers(
     hook_sub = p.add_subparsers(dest="hook_command", metavar="AGENT", required=True)
     p = hook_sub.add_parser("claude", parents=common,
                             help="a Claude Code hook: PreToolUse, PermissionRequest, PostToolUse")  # fmt: skip
-    p.add_argument("--max-bytes", type=int, metavar="N", default=4 * 1024 * 1024,
+    p.add_argument("--max-bytes", type=int, metavar="N", default=HOOK_MAX_BYTES,
                    help="the largest payload read from stdin (default: 4 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_hook)
+
+
+HOOK_MAX_BYTES = 4 * 1024 * 1024
+"""``dsh hook claude --max-bytes``'s default (`dsh_host._cli._hook.MAX_PAYLOAD_BYTES`)."""
+
+
+def _plain_hook(argv: Sequence[str]) -> Any:
+    """The arguments the parser makes of ``dsh hook claude`` with no option, the command line
+    Claude Code runs for every tool call, or ``None`` for any other: made here, so that hook
+    imports no argparse and builds no parser (about 3 ms of its cold start, issue 27).
+    ``test_the_plain_hook_command_line_is_parsed_as_the_parser_does`` holds them equal."""
+    if list(argv) != ["hook", "claude"]:
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        config=None, plugin=[], no_entrypoints=False, disable=[], version=None, debug=False,
+        command="hook", hook_command="claude", max_bytes=HOOK_MAX_BYTES, handler=_cmd_hook,
+    )  # fmt: skip
 
 
 # name -> (module, function, help): the command parses its own arguments.
@@ -308,15 +340,17 @@ def _main(argv: list[str]) -> int:
     if argv and argv[0] in _DELEGATED:
         return _delegate(argv)
     completing = "_ARGCOMPLETE" in os.environ
-    parser = make_parser(None if completing else command_of(argv))
-    autocomplete(parser)  # answers and exits when the shell asks for completions
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
-        return exc.code if isinstance(exc.code, int) else 2
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+    args = None if completing else _plain_hook(argv)
+    if args is None:
+        parser = make_parser(None if completing else command_of(argv))
+        autocomplete(parser)  # answers and exits when the shell asks for completions
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+            return exc.code if isinstance(exc.code, int) else 2
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
     try:
         status: int = args.handler(args)
     except UsageError as exc:

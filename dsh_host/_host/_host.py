@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Coroutine, Iterable, Mapping
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import pluggy
 
@@ -19,12 +19,14 @@ from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from ._config import Config, config_converter, find_config, load_config
 from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
-from ._messages import Format, arguments_of, run_tool_calls
 from ._plugins import PluginInfo
 from ._present import present_call, present_result
 from ._registry import ToolRegistry
 from ._roster import Roster
 from ._services import HostServices, opening_services
+
+if TYPE_CHECKING:  # provider messages load with their first use (a cold start, issue 27)
+    from ._messages import Format
 
 __all__ = ["Host"]
 
@@ -176,10 +178,14 @@ class Host:
         asyncio host (`dsh_host.aio`) steps that coroutine itself, with no `call` frame."""
         if self._closed:
             raise closed_error()
+        if isinstance(arguments, str):  # JSON text, as a model sends it
+            from ._messages import arguments_of
+
+            arguments = arguments_of(arguments)
         input = ToolExecutionInput(
             call_id=call_id or new_call_id(),
             name=name,
-            arguments=arguments_of(arguments) if isinstance(arguments, str) else arguments,
+            arguments=arguments,
             scope=scope,
             signal=signal,
         )
@@ -191,6 +197,8 @@ class Host:
         """Run a provider's tool calls as one step; its result shapes back (see `_messages`)."""
         if self._closed:
             raise closed_error()
+        from ._messages import run_tool_calls
+
         return await run_tool_calls(
             self.registry.execute_batch, calls, format=format, signal=signal
         )

@@ -41,7 +41,10 @@ class _PluginManager(pluggy.PluginManager):
     of every attribute are a visible part of a cold start (issue 27)."""
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
-        if name in _OBJECTS_OWN and _objects_own(plugin, name):
+        if _STATIC_LOOKUP:
+            if _unmarked(plugin, name, self._marker):
+                return None  # nothing pluggy's lookup could find there carries a marker
+        elif name in _OBJECTS_OWN and _objects_own(plugin, name):
             return None  # a slot wrapper or builtin of `object`: never marked (about half of dir)
         parsed = self._parsed
         if parsed is None:
@@ -52,6 +55,10 @@ class _PluginManager(pluggy.PluginManager):
         opts = super().parse_hookimpl_opts(plugin, name)
         parsed[(id(plugin), name)] = (plugin, opts)
         return opts
+
+    @property
+    def _marker(self) -> str:
+        return f"{self.project_name}_impl"  # the attribute `HookimplMarker` sets
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         try:
@@ -68,7 +75,51 @@ class _PluginManager(pluggy.PluginManager):
 
 
 _OBJECTS_OWN = frozenset(vars(object))
+_STATIC_LOOKUP = hasattr(pluggy._manager, "_static_hook_attr")
+"""Whether this pluggy (1.7 on) finds hook implementations by a static lookup, which
+`_unmarked` mirrors. An older one calls ``getattr`` (a property, ``__getattr__``), which no
+shortcut can foresee: there only ``object``'s own names are answered without asking it."""
 _CLASS_DICT = type.__dict__["__dict__"]  # a class's own namespace, as `inspect.getattr_static`
+_CLASS_MRO = type.__dict__["__mro__"]  # a class's real MRO, as `inspect.getattr_static`
+_BOUND_OR_WRAPPED = (staticmethod, classmethod, types.MethodType, types.MemberDescriptorType)
+_ABSENT = object()
+
+
+def _unmarked(plugin: object, name: str, marker: str) -> bool:
+    """Whether pluggy's static lookup of *name* on the instance *plugin* surely finds no hook
+    implementation: each value it could take (the instance's own, else any class's of the MRO)
+    is neither a function holding the *marker* attribute nor a method, classmethod,
+    staticmethod or slot (those, a class or module plugin and an odd ``__dict__`` are left to
+    pluggy). Most of a plugin's ``dir`` (``object``'s builtins, its helpers, its attributes) is
+    answered here with a few dict lookups instead of `inspect.getattr_static` (issue 27)."""
+    if isinstance(plugin, type | types.ModuleType):
+        return name in _OBJECTS_OWN and _objects_own(plugin, name)
+    try:
+        own = object.__getattribute__(plugin, "__dict__")
+    except AttributeError:
+        own = None
+    if own is not None:
+        if type(own) is not dict:
+            return False
+        value = own.get(name, _ABSENT)
+        if value is not _ABSENT:  # pluggy takes the instance's own value as it is
+            return _inert(value, marker)
+    for klass in _CLASS_MRO.__get__(type(plugin)):
+        namespace = _CLASS_DICT.__get__(klass)
+        if type(namespace) is not types.MappingProxyType:
+            return False
+        value = namespace.get(name, _ABSENT)
+        if value is not _ABSENT and not _inert(value, marker):
+            return False
+    return True
+
+
+def _inert(value: object, marker: str) -> bool:
+    """Whether pluggy reads no hook implementation from *value* (a function is read only
+    when it holds *marker*: a function's attributes are its ``__dict__``)."""
+    if isinstance(value, types.FunctionType):
+        return marker not in value.__dict__
+    return not isinstance(value, _BOUND_OR_WRAPPED)
 
 
 def _objects_own(plugin: object, name: str) -> bool:

@@ -128,10 +128,11 @@ class ToolDefinition:
 
     def __attrs_post_init__(self) -> None:
         setattr_ = object.__setattr__
-        setattr_(self, "validate", compile_parameters(self.parameters))
         plain = self.args_type is None
-        setattr_(self, "accepts", compile_accepts(self.parameters) if plain else None)
-        setattr_(self, "snapshot", compile_snapshot(self.parameters) if plain else None)
+        validate, accepts, snapshot = _compiled(self.parameters, plain)
+        setattr_(self, "validate", validate)
+        setattr_(self, "accepts", accepts)
+        setattr_(self, "snapshot", snapshot)
         setattr_(
             self,
             "validate_output",
@@ -166,6 +167,29 @@ class ToolDefinition:
         except ValueError:
             return None
         return None if violations else args
+
+
+_Compiled = tuple[Validator, Callable[[Any], bool] | None, Callable[[Any], Any] | None]
+_last: list[tuple[FrozenDict, bool, _Compiled] | None] = [None]
+"""The parameters compiled last (the very object), whether plain, and what they compiled to:
+one tuple, read and replaced whole (definitions may be made on several threads)."""
+
+
+def _compiled(parameters: FrozenDict, plain: bool) -> _Compiled:
+    """`validate`, `accepts` and `snapshot` of *parameters*. A definition made from another
+    (``attrs.evolve``: a tool under another name, as ``dsh hook``'s stand-ins of Claude Code's
+    tools) holds the same frozen parameters object: it takes the same pure functions instead of
+    compiling them again (the object, never an equal one: ``1`` equals ``True``)."""
+    last = _last[0]
+    if last is not None and last[0] is parameters and last[1] is plain:
+        return last[2]
+    compiled: _Compiled = (
+        compile_parameters(parameters),
+        compile_accepts(parameters) if plain else None,
+        compile_snapshot(parameters) if plain else None,
+    )
+    _last[0] = (parameters, plain, compiled)
+    return compiled
 
 
 def _positional_count(fn: Callable[..., Any]) -> int:

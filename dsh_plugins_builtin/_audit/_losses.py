@@ -17,7 +17,6 @@ import time
 from typing import Any, Final, final
 
 from ._faults import ADVICE, classify
-from ._postgres import scrub
 from ._redact import timestamp as _timestamp
 
 __all__ = ["HEALTH_KEPT", "Losses", "logger"]
@@ -77,7 +76,7 @@ class Losses:
     def failed(self, exc: BaseException, rows: int) -> None:
         """*rows* could not be committed because of *exc*: count them, say so once per kind."""
         kind = classify(exc)
-        said = scrub(str(exc), self.url) if self.url is not None else str(exc)
+        said = _scrubbed(str(exc), self.url) if self.url is not None else str(exc)
         self.lost += rows
         self.lost_total += rows
         self.failing = f"{kind}: {type(exc).__name__}: {said}"
@@ -124,3 +123,10 @@ class Losses:
                 "(%s); they are lost",
                 lost, self.where, self.failing,
             )  # fmt: skip
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """`~._postgres.scrub`, loaded with the first PostgreSQL error (SQLite needs none of it)."""
+    from ._postgres import scrub
+
+    return scrub(text, url)

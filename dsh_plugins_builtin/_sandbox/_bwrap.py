@@ -14,6 +14,7 @@ import attrs
 from dsh_plugins_builtin._sandbox import _hostsockets, _locks
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
+from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, under
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 
@@ -44,18 +45,6 @@ def seccomp_pipe(program: bytes) -> int:
     finally:
         os.close(write_fd)
     return read_fd
-
-
-def inside_any(path: Path, roots: Iterable[Path]) -> bool:
-    return any(under(path, root) for root in roots)
-
-
-def under(path: Path, root: Path) -> bool:
-    return root == Path("/") or path == root or root in path.parents
-
-
-def canonical(path: Path) -> Path:
-    return Path(os.path.realpath(path))
 
 
 def rw_roots(policy: SandboxPolicy) -> tuple[Path, ...]:

@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import platformdirs
-
+from dsh_plugins_builtin._common._dirs import user_data_path, user_state_path
 from dsh_plugins_builtin._sandbox._paths import resolve_abs, within
 
 __all__ = ["DEFAULT_DENY_READ", "config_files", "dsh_state", "expand_deny"]
@@ -136,7 +135,7 @@ def dsh_state(workspace: Path, tables: Mapping[str, Mapping[str, Any]]) -> tuple
     ``-wal``, ``-shm`` and ``-journal`` files. A command that can open the database can hold a
     POSIX read lock on it, and every write of the audit log then fails (``database is
     locked``): records lost, or with ``required = true`` every call refused."""
-    out = [platformdirs.user_state_path("dsh"), platformdirs.user_data_path("dsh")]
+    out = [user_state_path("dsh"), user_data_path("dsh")]
     configured = tables.get("audit", {}).get("path")
     if isinstance(configured, str) and configured:
         db = Path(workspace, os.path.expanduser(configured))

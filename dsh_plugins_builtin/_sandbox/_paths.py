@@ -8,7 +8,17 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["PathArg", "abs_path", "abs_paths", "resolve_abs", "resolve_target", "within"]
+__all__ = [
+    "PathArg",
+    "abs_path",
+    "abs_paths",
+    "canonical",
+    "inside_any",
+    "resolve_abs",
+    "resolve_target",
+    "under",
+    "within",
+]
 
 _MAX_SYMLINKS = 40  # the Linux MAXSYMLINKS
 
@@ -24,6 +34,18 @@ def abs_paths(values: Iterable[PathArg]) -> tuple[Path, ...]:
     for value in values:
         seen.setdefault(abs_path(value), None)
     return tuple(seen)
+
+
+def inside_any(path: Path, roots: Iterable[Path]) -> bool:
+    return any(under(path, root) for root in roots)
+
+
+def under(path: Path, root: Path) -> bool:
+    return root == Path("/") or path == root or root in path.parents
+
+
+def canonical(path: Path) -> Path:
+    return Path(os.path.realpath(path))
 
 
 def resolve_abs(path: str, start: str = "/") -> str:

@@ -29,7 +29,6 @@ from dsh_plugins_builtin._sandbox._fence import (
     check_write,
     open_read,
 )
-from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._pins import read_only as read_only_policy
 from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
 from dsh_plugins_builtin._sandbox._which import resolve_bwrap
@@ -55,7 +54,9 @@ def _pinned(policy: SandboxPolicy, *, settle: bool = True) -> SandboxPolicy:
     never for more than `SETTLE_WAIT` seconds (they are empty directories under protected
     names, which the file tools refuse anyway: waiting is tidiness, never worth a hang).
     """
-    if settle:
+    if settle:  # the mount points are made by commands: loaded with the first file tool
+        from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
+
         MOUNT_POINTS.settle(SETTLE_WAIT)
     try:
         check_pinned(policy)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dsh_plugins_builtin._sandbox._bwrap import canonical, inside_any
+from dsh_plugins_builtin._sandbox._paths import canonical, inside_any
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 
 __all__ = ["resolve_bwrap"]

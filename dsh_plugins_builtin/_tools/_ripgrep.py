@@ -24,13 +24,12 @@ ripgrep). A small output is parsed once at its end: each parse has a fixed cost.
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
+
+from dsh_plugins_builtin._tools._rg_path import find_rg
 
 __all__ = [
     "BATCH_BYTES",
@@ -51,26 +50,6 @@ _PREVIEW_MARK = " [... omitted end of long line]"
 _TRUNCATION_MARK = "\n[... output truncated: "
 BATCH_BYTES = 65536  # `RgStream` parses whole records in batches of about this many bytes
 _GLOB_SPECIAL = frozenset("\\*?[]{}!")
-
-
-def find_rg() -> str | None:
-    """The ``rg`` to use: the one installed with this Python (the wheel's), else ``$PATH``'s.
-
-    Returns:
-        An absolute path, or ``None`` when there is no ripgrep (``grep`` then searches
-        in-process with RE2).
-    """
-    scripts = sysconfig.get_path("scripts")
-    candidates: list[str] = []
-    if scripts:
-        candidates.append(os.path.join(scripts, "rg"))
-    found = shutil.which("rg")
-    if found:
-        candidates.append(found)
-    for candidate in candidates:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return os.path.abspath(candidate)
-    return None
 
 
 def escape_glob(rel: str) -> str:

@@ -27,7 +27,7 @@ from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunConte
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep_tool import make_grep_tool
 from dsh_plugins_builtin._tools._open import display_path
-from dsh_plugins_builtin._tools._ripgrep import find_rg
+from dsh_plugins_builtin._tools._rg_path import find_rg
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
     SEARCH_PATH,
@@ -101,7 +101,7 @@ def make_search_tools(env: ToolEnv, rg: str | bool | None = True) -> list[ToolDe
     Args:
         env: The tools plugin.
         rg: The ripgrep binary ``grep`` runs; ``True`` (the default) finds it now, once
-            (`dsh_plugins_builtin._tools._ripgrep.find_rg`); ``None`` or ``False`` searches in-process.
+            (`dsh_plugins_builtin._tools._rg_path.find_rg`); ``None`` or ``False`` searches in-process.
     """
     binary = find_rg() if rg is True else (rg or None)
     return [

@@ -234,3 +234,29 @@ def test_a_second_start_compiles_no_argument_snapshot_again(tmp_path):
     file like attrs's scripts (about half of a tool's registration: ~25 of them at a start)."""
     assert run(tmp_path, 1, "-c", SNAPSHOTS).split() == ["1"]
     assert run(tmp_path, 2, "-c", SNAPSHOTS).split() == ["0"]
+
+
+def test_resalting_makes_anew_only_the_code_holding_the_salt():
+    """A start resalts about a hundred classes: their ``__init__``, ``__repr__``... hold no salt
+    and are served as they are; the ``__hash__`` (and the script holding it) gets the new one."""
+    import types
+
+    from dsh_host._attrs_code import _resalted
+
+    source = (
+        "def __init__(self, x):\n    self.x = x\n"
+        "def __hash__(self):\n    return hash((\n        12345,\n        self.x,\n    ))\n"
+        "def __eq__(self, other):\n    return (12345,) == other\n"
+    )
+    script = compile(source, "<attrs generated methods m.C>", "exec")
+    resalted = _resalted(script, 12345, 678)
+    before = {c.co_name: c for c in script.co_consts if isinstance(c, types.CodeType)}
+    after = {c.co_name: c for c in resalted.co_consts if isinstance(c, types.CodeType)}
+    assert after["__init__"] is before["__init__"]
+    assert after["__eq__"] is before["__eq__"]  # not a __hash__: its 12345 is its own
+    assert after["__hash__"] is not before["__hash__"]
+    namespace: dict[str, object] = {}
+    exec(resalted, namespace)
+    holder = types.SimpleNamespace(x=7)
+    assert namespace["__hash__"](holder) == hash((678, 7))  # type: ignore[operator]
+    assert _resalted(script, 12345, 12345) is script

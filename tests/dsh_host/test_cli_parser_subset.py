@@ -67,3 +67,27 @@ def test_dsh_builds_only_the_parser_of_its_command(
     assert _main.main(["nope"]) == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
     assert built == ["tools", None]
+
+
+def test_the_plain_hook_command_line_is_parsed_as_the_parser_does() -> None:
+    """``dsh hook claude`` (what Claude Code runs for every tool call) skips argparse: its
+    arguments are exactly the parser's; any other command line goes to the parser."""
+    plain = _main._plain_hook(["hook", "claude"])
+    assert vars(plain) == vars(make_parser().parse_args(["hook", "claude"]))
+    for argv in (["hook", "claude", "--max-bytes", "9"], ["--debug", "hook", "claude"], ["hook"]):
+        assert _main._plain_hook(argv) is None
+
+
+def test_the_plain_hook_answers_as_the_parsed_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same answer, with and without the parser (a payload that fails closed: no host)."""
+    import io
+    import sys
+
+    answers = []
+    for argv in (["hook", "claude"], ["hook", "claude", "--max-bytes", str(4 * 1024 * 1024)]):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"[]")))
+        answers.append((_main.main(argv), capsys.readouterr()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 2

@@ -175,6 +175,19 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
     assert "sqlite3" not in modules  # no row to write (a PreToolUse dsh does not deny)
     assert loaded(modules, SANDBOX_BACKENDS) == []  # nothing runs: nothing to confine
     assert "dsh_plugins_builtin._sandbox._plugin" in modules  # the sandbox did start
+    not_needed = (
+        "argparse",  # `dsh hook claude` as Claude Code runs it needs no parser
+        "platformdirs",  # the XDG directories are spelled out (`_common._dirs`)
+        "dsh_host._host._messages",  # provider messages: `run_tool_calls`, JSON-text arguments
+        "dsh_plugins_builtin._audit._postgres",  # an audit `url` only
+        "dsh_plugins_builtin._sandbox._bwrap",  # bwrap's argument vector: a command only
+        "dsh_plugins_builtin._sandbox._mountpoints",  # made by commands, settled by file tools
+    )
+    assert loaded(modules, not_needed) == []
+    # Claude Code runs the tool (no execute wrapper nor post-execute link sees a hook's call)
+    # and asks the user (`ClaudeCode` answers every approval request first)
+    left_out = ("timeout", "output_budget", "approval")
+    assert loaded(modules, tuple(f"dsh_plugins_builtin.{name}" for name in left_out)) == []
     audit_command = ("dsh_plugins_builtin._audit._command", "dsh_plugins_builtin._audit._query")
     assert loaded(modules, audit_command) == []  # `dsh audit` only
     cards = ("dsh_host._cli._commands", "dsh_host._cli._render", "dsh_host._cli._toml")
@@ -183,6 +196,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
 
 SEARCH_BODIES = (  # grep's and glob's bodies (RE2, ripgrep's driver): with the first search
     "re2",
+    "dsh_plugins_builtin._tools._ripgrep",  # the tools are built with `_rg_path.find_rg` only
     "dsh_plugins_builtin._tools._grep",
     "dsh_plugins_builtin._tools._grep_local",
     "dsh_plugins_builtin._tools._grep_rg",
@@ -260,18 +274,32 @@ def test_registering_a_plugin_looks_each_attribute_up_once(monkeypatch):
     assert set(asked.values()) == {1}
 
 
-def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
-    """`object`'s own names (``__eq__``, ``__reduce__``...) are about half of a plugin's
-    ``dir``: no marker can be on them, so pluggy's static lookup is not asked about them."""
+def test_registering_a_plugin_asks_pluggy_only_where_a_marker_may_be(monkeypatch):
+    """`object`'s own names (``__eq__``, ``__reduce__``...), a plugin's unmarked functions and
+    its plain attributes are most of its ``dir``: no marker can be read there, so pluggy's static
+    lookup (`inspect.getattr_static`, several microseconds a name) is not asked about them.
+    A marked function, a staticmethod, a classmethod or a slot still is."""
     from dsh_host import Host, hookimpl
 
     class Plugin:
+        __slots__ = ("__dict__", "slotted")
         name = "counted"
 
-        def __eq__(self, other: object) -> bool:  # its own: looked up
+        def __eq__(self, other: object) -> bool:  # its own, unmarked: not asked
             return self is other
 
         __hash__ = object.__hash__
+
+        def helper(self) -> None:
+            pass
+
+        @staticmethod
+        def static() -> None:
+            pass
+
+        @property
+        def prop(self) -> int:
+            raise AssertionError("a property is never evaluated")
 
         @hookimpl
         def dsh_host_started(self, host: object) -> None:
@@ -279,11 +307,99 @@ def test_registering_a_plugin_skips_what_only_object_defines(monkeypatch):
 
     asked = _lookups(monkeypatch, Plugin)
     plugin = Plugin()
-    plugin.__dict__["__repr__"] = lambda: "on the instance"  # its own too: looked up
+    plugin.__dict__["__repr__"] = lambda: "on the instance"  # unmarked: not asked
     host = Host(plugins=[plugin], load_entrypoints=False)
     assert host.pm.get_plugin("counted") is plugin
-    assert {"dsh_host_started", "__eq__", "__hash__", "__repr__", "name"} <= set(asked)
-    assert not {"__reduce__", "__setattr__", "__sizeof__", "__init_subclass__"} & set(asked)
+    assert set(asked) == {"dsh_host_started", "static", "slotted"}
+
+
+def test_an_older_pluggys_dynamic_lookup_is_asked_about_all_but_objects_own_names(monkeypatch):
+    """pluggy before 1.7 finds hooks with ``getattr`` (a property, ``__getattr__``), which the
+    shortcut cannot foresee: with such a pluggy only ``object``'s own names are skipped."""
+    from dsh_host import Host, hookimpl
+    from dsh_host._registry import _hooks
+
+    def never(*args: object) -> bool:
+        raise AssertionError("the static shortcut asked under a dynamic lookup")
+
+    monkeypatch.setattr(_hooks, "_STATIC_LOOKUP", False)
+    monkeypatch.setattr(_hooks, "_unmarked", never)
+
+    class Plugin:
+        name = "dynamic"
+
+        def helper(self) -> None:
+            pass
+
+        @hookimpl
+        def dsh_host_started(self, host: object) -> None:
+            pass
+
+    asked = _lookups(monkeypatch, Plugin)
+    plugin = Plugin()
+    host = Host(plugins=[plugin], load_entrypoints=False)
+    assert host.pm.get_plugin("dynamic") is plugin
+    assert {"dsh_host_started", "helper", "name"} <= set(asked)
+    assert "__eq__" not in asked
+
+
+def test_what_is_not_asked_is_never_a_hook_implementation():
+    """The shortcut answers as pluggy's own lookup would: wherever it says "unmarked",
+    pluggy finds nothing either, for every name of plugins of every shape."""
+    import types
+
+    import pluggy
+
+    from dsh_host import hookimpl
+    from dsh_host._registry._hooks import _unmarked
+
+    @hookimpl
+    def marked(*args: object) -> None:
+        pass
+
+    class Base:
+        @hookimpl(specname="dsh_host_started")
+        def started(self) -> None:
+            pass
+
+        @hookimpl
+        @staticmethod
+        def static() -> None:
+            pass
+
+        @hookimpl
+        @classmethod
+        def klass(cls) -> None:
+            pass
+
+    class Child(Base):
+        def started(self) -> None:  # overrides a marked one: pluggy finds this, unmarked
+            pass
+
+    class Slotted:
+        __slots__ = ("empty", "hook")
+
+    class Other:
+        @hookimpl
+        def bound(self) -> None:
+            pass
+
+    slotted = Slotted()
+    slotted.hook = marked  # type: ignore[attr-defined]
+    own = Child()
+    own.__dict__.update(in_dict=marked, method=Other().bound, plain=print, text="x")
+    module = types.ModuleType("plugin_module")
+    module.hook = marked  # type: ignore[attr-defined]
+    pm = pluggy.PluginManager("dsh")
+    found = set()
+    for plugin in (Base(), Child(), own, slotted, Slotted(), module, Base, object()):
+        for name in dir(plugin):
+            pluggy_says = pluggy.PluginManager.parse_hookimpl_opts(pm, plugin, name)
+            if _unmarked(plugin, name, "dsh_impl"):
+                assert pluggy_says is None, (plugin, name)
+            elif pluggy_says is not None:
+                found.add(name)
+    assert found == {"started", "static", "klass", "in_dict", "method", "hook"}
 
 
 def test_what_only_object_defines_is_never_a_hook_implementation():
@@ -414,3 +530,24 @@ def test_only_a_glibc_that_holds_pthread_is_answered_without_ldconfig(version, i
     from dsh_host._cli._pthread import pthread_in_libc
 
     assert pthread_in_libc(version) is in_libc
+
+
+def test_a_read_and_a_hook_compile_no_pattern_of_a_command_environment(workspace):
+    """The patterns that keep secrets out of a command's environment cost a start ~0.5 ms:
+    compiled with the first command (a read and a hook run none)."""
+    probe = (
+        "from dsh_plugins_builtin._sandbox import _env\n"
+        "assert _env._secret_patterns.cache_info().misses == 0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    for argv, stdin in (
+        (["call", "read_file", '{"path": "a.txt"}'], ""),
+        (["hook", "claude"], PAYLOAD),
+    ):
+        code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
+        modules_after(code + probe, env=env, stdin=stdin)
+    from dsh_plugins_builtin._sandbox._env import looks_secret
+
+    assert looks_secret("ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+    assert not looks_secret("/usr/local/bin:/usr/bin")

@@ -222,3 +222,19 @@ def test_mcp_servers_of_a_project_config_never_start(project, capsys, monkeypatc
     status, _, _ = run_hook(payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch)
     assert status == 0
     assert not marker.exists()
+
+
+def test_a_claude_name_is_found_without_copying_any_schema(project, capsys, monkeypatch):
+    """Finding the dsh tool that stands for a Claude Code tool reads the definitions: no
+    model-facing schema (a deep copy of every tool's parameters) is made for it (issue 27)."""
+    from dsh_host import ToolDefinition
+
+    def refuse(self: ToolDefinition) -> None:
+        raise AssertionError(f"the schema of {self.name} was copied")
+
+    monkeypatch.setattr(ToolDefinition, "schema", property(refuse))
+    root, _ = project
+    tool_input = {"file_path": f"{root}/src/app.py"}
+    status, answer, err = run_hook(payload("PreToolUse", "Read", tool_input), capsys, monkeypatch)
+    assert (status, err) == (0, "")
+    assert decision(answer) == "allow"

@@ -457,3 +457,35 @@ def test_the_fast_predicate_accepts_exactly_what_has_no_violation(schema, value)
 
 def test_a_schema_outside_the_subset_has_no_fast_predicate():
     assert compile_accepts({"type": "string", "minLength": 2}) is None
+
+
+def test_a_definition_made_from_another_shares_its_compiled_parameters() -> None:
+    """``attrs.evolve`` (a tool under another name: ``dsh hook``'s stand-ins) keeps the very
+    parameters object, so the validators are not compiled again (a cold start, issue 27);
+    equal parameters in another object are compiled for themselves (``1 == True``)."""
+    import attrs
+
+    from dsh_host import FrozenDict, define_tool
+
+    first = define_tool(
+        name="first", description="d", execute=lambda a: a,
+        parameters={"n": {"type": "integer", "required": True}},
+    )  # fmt: skip
+    second = attrs.evolve(first, name="second")
+    assert second.parameters is first.parameters
+    assert (second.validate, second.accepts, second.snapshot) == (
+        first.validate, first.accepts, first.snapshot,
+    )  # fmt: skip
+    assert second.validate is first.validate
+    flag = define_tool(
+        name="flag", description="d", execute=lambda a: a,
+        parameters={"type": "object", "properties": {"n": {"const": True}}},
+    )  # fmt: skip
+    number = define_tool(
+        name="number", description="d", execute=lambda a: a,
+        parameters={"type": "object", "properties": {"n": {"const": 1}}},
+    )  # fmt: skip
+    assert flag.parameters == number.parameters  # equal, yet not the same schema
+    assert flag.validate(FrozenDict({"n": True})) == []
+    assert number.validate(FrozenDict({"n": True})) != []
+    assert number.validate(FrozenDict({"n": 1})) == []
