@@ -47,7 +47,11 @@ def in_view(sockets: Iterable[str], hidden: Callable[[str], bool]) -> list[Path]
     socket, that the view does not already hide. *hidden* is asked of each directory (real
     path) first, then of each socket in one it does not hide: whether it lies in a hidden
     directory no bind brings back, under a hidden ``deny_read`` entry, or is listed in
-    ``allow_unix_sockets``. Sorted, so equal views give equal command lines."""
+    ``allow_unix_sockets``. Sorted, so equal views give equal command lines.
+
+    A socket in a directory the command could not pass through (`_passable`: a ``0700``
+    directory of another user, as PostgreSQL keeps its sockets) is out of its reach already,
+    and is not covered: neither could bwrap or the Landlock child reach it to mount there."""
     real_dirs: dict[str, str | None] = {}
     out: set[str] = set()
     for text in sockets:
@@ -56,7 +60,7 @@ def in_view(sockets: Iterable[str], hidden: Callable[[str], bool]) -> list[Path]
             real_dir = real_dirs[parent]
         else:  # where the name was bound: its directory's real path, if it is in view
             real_dir = real_dirs[parent] = _real_dir(parent)
-            if real_dir is not None and hidden(real_dir):
+            if real_dir is not None and (hidden(real_dir) or not _passable(real_dir)):
                 real_dir = real_dirs[parent] = None
         if real_dir is None:
             continue
@@ -67,6 +71,31 @@ def in_view(sockets: Iterable[str], hidden: Callable[[str], bool]) -> list[Path]
         except OSError:
             continue  # gone, or a path of another mount namespace
     return [Path(path) for path in sorted(out)]
+
+
+def _passable(real_dir: str) -> bool:
+    """Whether a command of this user, with no capability, may search *real_dir* and each
+    directory above it. The kernel answers for an ordinary user (``faccessat`` with the
+    effective ids: ACLs included); root's answer there ignores the mode, so for uid 0 the mode
+    bits are read as a capability-less root meets them (owner, group, other)."""
+    if os.geteuid() != 0:
+        return os.access(real_dir, os.X_OK, effective_ids=True)
+    groups = {os.getegid(), *os.getgroups()}
+    path = real_dir
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_uid == 0:
+            bit = stat.S_IXUSR
+        else:
+            bit = stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
 
 
 def _real_dir(path: str) -> str | None:

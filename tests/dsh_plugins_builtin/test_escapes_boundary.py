@@ -166,6 +166,29 @@ async def test_row1_a_host_socket_anywhere_else_in_view_is_out_of_reach(
         assert "CONNECTED" in (await bash(allowed, _CONNECT + f"'{path}'")).text, path
 
 
+async def test_row1_a_host_socket_behind_a_closed_directory_is_left_as_it_is(
+    make_host: Any, ws: Path, backend: str, daemon: Callable[[Path], Path]
+) -> None:
+    """A socket in a directory the command may not pass through (PostgreSQL keeps its own in a
+    ``0700`` directory of its user) is out of its reach already: the command runs (neither
+    bwrap nor the Landlock child could reach it to cover it), and cannot connect."""
+    closed = ws / "closed"
+    closed.mkdir()
+    path = daemon(closed / "db.sock")
+    closed.chmod(0o700)
+    if os.geteuid() == 0:  # another user's, as PostgreSQL's is (root's would be passable to
+        os.chown(closed, 65534, 65534)  # bwrap's setup, which keeps root's capabilities)
+    else:
+        closed.chmod(0)
+    try:
+        host = boundary_host(make_host, ws, backend)
+        result = await bash(host, _CONNECT + str(path))
+        assert "CONNECTED" not in result.text
+        assert "Permission denied" in result.text
+    finally:
+        closed.chmod(0o755)
+
+
 async def test_row1_host_socket_names_are_not_passed(
     make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
