@@ -212,10 +212,9 @@ def test_a_read_and_a_hook_load_no_search_body(workspace):
     assert "dsh_plugins_builtin._tools._grep_tool" in modules  # grep is still registered
 
 
-def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
-    """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
-    command line an allow rule is checked against."""
-    probe = "from dsh_plugins_builtin._rules import _words\nassert _words._patterns.cache_info().misses == 0\n"
+def _read_and_hook_then(workspace, probe):
+    """Run a ``dsh call read_file`` and a ``dsh hook claude`` in fresh processes, each followed
+    by *probe* (code that asserts what the command left unloaded or uncompiled)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
     env["XDG_STATE_HOME"] = str(workspace.parent / "state")
     for argv, stdin in (
@@ -224,6 +223,13 @@ def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(wor
     ):
         code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
         modules_after(code + probe, env=env, stdin=stdin)
+
+
+def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(workspace):
+    """Its scanner's wide character class costs a cold start ~3 ms: compiled for the first
+    command line an allow rule is checked against."""
+    probe = "from dsh_plugins_builtin._rules import _words\nassert _words._patterns.cache_info().misses == 0\n"
+    _read_and_hook_then(workspace, probe)
     from dsh_plugins_builtin._rules._words import strict_words
 
     assert strict_words("git status && ls -la") == (("git", "status"), ("ls", "-la"))
@@ -539,14 +545,7 @@ def test_a_read_and_a_hook_compile_no_pattern_of_a_command_environment(workspace
         "from dsh_plugins_builtin._sandbox import _env\n"
         "assert _env._secret_patterns.cache_info().misses == 0\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
-    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
-    for argv, stdin in (
-        (["call", "read_file", '{"path": "a.txt"}'], ""),
-        (["hook", "claude"], PAYLOAD),
-    ):
-        code = f"import os\nos.chdir({str(workspace)!r})\nfrom dsh_host._cli._main import main\nassert main({argv!r}) == 0\n"
-        modules_after(code + probe, env=env, stdin=stdin)
+    _read_and_hook_then(workspace, probe)
     from dsh_plugins_builtin._sandbox._env import looks_secret
 
     assert looks_secret("ghp_abcdefghijklmnopqrstuvwxyz0123456789")
