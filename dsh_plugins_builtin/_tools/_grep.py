@@ -146,7 +146,7 @@ async def grep(
     root = search_root(sandbox, search.spelled)  # a few lstat calls: no thread hop for them
     if not root.is_file() and not root.is_dir():
         raise os_failure(IsADirectoryError(), search.spelled, "search")
-    policy = Policy(env, ctx)
+    policy = Policy(env, ctx, deny_read=True)
     found = None
     if rg is not None:
         # ripgrep walks by itself; ours only finds what policy withholds, to exclude it.

@@ -88,7 +88,7 @@ async def search_with_rg(
         glob=search.glob if is_dir else None,
         target=None if is_dir else root.name,
     )
-    if is_dir and not policy.active:
+    if is_dir and not policy.asks_plugins:  # deny_read: the sandbox hides it from ripgrep
         listing, result = Listing(), await _run(sandbox, command, (), cwd)
     elif is_dir:
         listing, result = await _beside_walk(sandbox, command, cwd, policy, walk)
@@ -100,7 +100,10 @@ async def search_with_rg(
     output = None if result is None else _checked(env, search, root, *result)
     if output is None:
         return None, listing
-    if not policy.active and len({match.path for match in output.matches}) <= _INLINE_RECHECKS:
+    if (
+        not policy.asks_plugins
+        and len({match.path for match in output.matches}) <= _INLINE_RECHECKS
+    ):
         # A few files and no path policy to ask (dsh_path_denied is called from worker
         # threads): a couple of lstat calls each cost less than a worker-thread hop.
         return _keep_allowed(env, sandbox, root, cwd, output, listing, policy), listing

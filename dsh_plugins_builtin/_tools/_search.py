@@ -57,7 +57,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
         raise DshError(f'"{spelled}" is a file; glob searches a directory', "NOT_A_DIRECTORY")
     prefix = shown_prefix(root, env)
     base = str(root).rstrip("/") + "/"
-    policy = Policy(env, ctx)
+    policy = Policy(env, ctx, deny_read=True)
     found: list[str] = []
     total = 0
     for rel, entry in walk_files(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
+from dsh_plugins_builtin._sandbox._errors import SandboxError
 from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, str_arg
 
@@ -86,12 +87,20 @@ def checked_text(args: Mapping[str, Any], name: str, default: str | None = None)
 
 
 class Policy:
-    """``dsh_path_denied`` for one call: which files the search must leave out, and how many."""
+    """``dsh_path_denied`` for one call: which files the search must leave out, and how many.
 
-    def __init__(self, env: ToolEnv, ctx: ToolRunContext | None) -> None:
+    With *deny_read* (the search tools, which come upon files nobody named), also the sandbox's
+    ``deny_read``: a file under ``~/.ssh`` is left out by name and content, as a command's view
+    hides it (`read_denied`).
+    """
+
+    def __init__(
+        self, env: ToolEnv, ctx: ToolRunContext | None, *, deny_read: bool = False
+    ) -> None:
         self._ask: Callable[[str, str], str | None] | None = None
         if ctx is not None and env.has_path_policy():
             self._ask = functools.partial(env.path_denied, ctx.execution)
+        self._unreadable = read_denied(env.sandbox()) if deny_read else None
         self._withheld: set[str] = set()
         self.on_withheld: Callable[[], object] | None = None
         """Called (on the asking thread) each time a file is withheld, while it is set."""
@@ -103,18 +112,22 @@ class Policy:
 
     @property
     def active(self) -> bool:
-        """Whether any plugin implements ``dsh_path_denied``."""
+        """Whether anything may withhold a file: a ``dsh_path_denied`` plugin, or ``deny_read``."""
+        return self._ask is not None or self._unreadable is not None
+
+    @property
+    def asks_plugins(self) -> bool:
+        """Whether a plugin implements ``dsh_path_denied`` (and has not set it idle)."""
         return self._ask is not None
 
     def denied(self, *real: str) -> bool:
         """Whether policy withholds any of these real paths (one file); counts it if so."""
-        ask = self._ask
-        if ask is None:
+        ask, unreadable = self._ask, self._unreadable
+        if ask is None and unreadable is None:
             return False
-        if len(real) == 1:
-            hit = ask(real[0], "read") is not None
-        else:
-            hit = any(ask(path, "read") is not None for path in real)
+        hit = (unreadable is not None and any(map(unreadable, real))) or (
+            ask is not None and any(ask(path, "read") is not None for path in real)
+        )
         if hit:
             self._withheld.add(real[0])
             if self.on_withheld is not None:
@@ -130,6 +143,23 @@ class Policy:
             f"[{self.withheld} file(s) withheld by policy: left out of this search, "
             "names and contents]"
         )
+
+
+def read_denied(sandbox: Sandbox) -> Callable[[str], bool]:
+    """Whether the sandbox's ``deny_read`` covers a real path: the sandbox plugin's own
+    `read_denied`; for another sandbox plugin, whether its `check_read` refuses the path."""
+    fast = getattr(sandbox, "read_denied", None)
+    if callable(fast):
+        return lambda real: fast(real) is not None
+
+    def refused(real: str) -> bool:
+        try:
+            sandbox.check_read(real)
+        except SandboxError:
+            return True
+        return False
+
+    return refused
 
 
 def finish_result(

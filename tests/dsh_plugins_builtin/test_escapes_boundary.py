@@ -300,6 +300,31 @@ async def test_row2_credentials_are_unreadable(make_host: Any, home: Path, backe
     assert "PRIVATE-KEY-1" in (await bash(open_host, "cat ~/.ssh/id_rsa")).text
 
 
+@pytest.mark.parametrize("engine", ["ripgrep", "in-process"])
+async def test_row2_the_search_tools_show_no_credential_by_name_or_content(
+    make_host: Any, home: Path, backend: str, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``glob`` and ``grep`` come upon files nobody named: under ``deny_read`` they leave each
+    out, name and content, and say one was withheld, whichever engine searches (ripgrep in the
+    sandbox, or in-process where ripgrep is missing: it read ``~/.ssh/id_rsa`` before)."""
+    from dsh_plugins_builtin._tools import _search
+
+    if engine == "in-process":
+        monkeypatch.setattr(_search, "find_rg", lambda: None)
+    (home / "notes.txt").write_text("no KEY here\n")
+    host = boundary_host(make_host, home, backend, deny_read=["keys/*.key"])
+    found = await host.call("grep", {"pattern": "KEY|SECRET|TOKEN", "include_ignored": True})
+    assert not found.is_error, found.text
+    assert "notes.txt" in found.text  # the control: the search ran
+    for leak in ("id_rsa", "PRIVATE-KEY-1", "AWS-SECRET-2", "GH-TOKEN-4", "deploy.key"):
+        assert leak not in found.text, (leak, found.text)
+    listed = await host.call("glob", {"pattern": "**/*", "include_ignored": True})
+    assert "notes.txt" in listed.text
+    for name in ("id_rsa", "credentials", "hosts.yml", "deploy.key", ".netrc"):
+        assert name not in listed.text, (name, listed.text)
+    assert "withheld" in listed.text
+
+
 async def test_row2_shadow_is_unreadable_even_as_root(
     make_host: Any, ws: Path, backend: str
 ) -> None:
