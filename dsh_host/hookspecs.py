@@ -328,11 +328,10 @@ def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | N
 
     A pre-execute hook sees the paths a call names; a search (``grep .``, ``glob **``) meets
     files no argument names. Tools that read or write files they discover call this (through
-    `Host.path_denied`) for each one, and leave out every path that gets a reason, telling the
-    model how many were withheld by policy. It must be **synchronous, fast and pure**: it is
-    called from worker threads, once per file a search meets. A plugin whose configuration
-    withholds no path lists it in ``dsh_idle_hooks``: while every implementation is idle, the
-    search tools ask nobody (and do not walk the tree to ask).
+    `Host.path_denied`) for each one and leave out, counted, every path that gets a reason. It
+    must be **synchronous, fast and pure**: it is called from worker threads, once per file a
+    search meets. A plugin whose configuration withholds no path lists it in ``dsh_idle_hooks``
+    (while every implementation is idle, the search tools ask nobody).
 
     **Chaining: firstresult.** The first reason wins; ``None`` from every plugin lets it through.
 
