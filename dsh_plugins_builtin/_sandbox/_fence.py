@@ -53,6 +53,7 @@ from dsh_plugins_builtin._sandbox._judge import (
     changed,
     check_read,
     check_write,
+    denied_by,
 )
 from dsh_plugins_builtin._sandbox._open import RACED, open_read, open_root, relative, root_of
 from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_target
@@ -87,6 +88,7 @@ __all__ = [
     "check_read",
     "check_write",
     "config_warning",
+    "denied_by",
     "install_in_roots",
     "install_paths",
     "open_read",

@@ -29,7 +29,6 @@ from dsh_plugins_builtin._sandbox._fence import (
     check_write,
     open_read,
 )
-from dsh_plugins_builtin._sandbox._judge import denied_by
 from dsh_plugins_builtin._sandbox._pins import read_only as read_only_policy
 from dsh_plugins_builtin._sandbox._starting import StartCheck, StartPolicy
 from dsh_plugins_builtin._sandbox._which import resolve_bwrap
@@ -172,15 +171,6 @@ class SandboxPlugin:
             return check_read(path, _pinned(self.policy))
         except FenceDenied as exc:
             raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
-
-    def read_denied(self, real: str) -> str | None:
-        """The ``deny_read`` entry the real path *real* falls under (``~/.ssh``), or ``None``.
-
-        For tools that come upon files rather than being given them (``glob``, and ``grep``
-        where it searches in-process): each leaves out what this names, as a command's view
-        hides it. A few dict lookups per file (`denied_by`).
-        """
-        return denied_by(real, self.policy)
 
     def open_read(
         self, path: str | os.PathLike[str], *, directory: bool = False
