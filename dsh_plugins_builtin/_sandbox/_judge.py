@@ -84,8 +84,8 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
     if policy.tmp is None or not (spelled == "/tmp" or spelled.startswith("/tmp/")):
         return spelled
     lexical = os.path.normpath(spelled)
-    if within(lexical, str(policy.tmp)):
-        return spelled
+    if not within(lexical, "/tmp") or within(lexical, str(policy.tmp)):
+        return spelled  # climbs out of /tmp (``/tmp/../etc``: ``/etc`` in a command's view too)
     resolved = policy.resolved
     texts = resolved.readable_text if resolved is not None else ()
     roots = (policy.workspace, *policy.read_roots, *policy.writable_roots)

@@ -242,6 +242,10 @@ async def test_every_file_tool_sees_the_private_tmp_at_tmp_as_commands_do(
     real = plugin.tmp / "d" / "hay.txt"  # the host's spelling reads the same file
     assert "needle" in (await host.call("read_file", {"path": str(real)})).text
     assert "needle" in (await bash(host, "cat /tmp/d/new.txt")).text
+    # A path that climbs out of /tmp means what it means to a command: not the private tmp's
+    # parent (``/tmp/dsh-ptmp-x/../etc``), but ``/etc``.
+    climbed = await host.call("read_file", {"path": "/tmp/d/../../etc/hostname"})
+    assert '(resolves to "/etc/hostname")' in climbed.text, climbed.text
 
 
 async def test_dsh_installed_under_the_host_tmp_stays_in_view_read_only(
