@@ -13,6 +13,7 @@ import attrs
 
 from dsh_plugins_builtin._sandbox import _hostsockets, _locks
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
+from dsh_plugins_builtin._sandbox._mountns import dev_plan
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, under
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
@@ -167,9 +168,7 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
         pin = pins.get(path)  # a pinned root: bound only if it is still that directory
         ident = (pin.dev, pin.ino) if pin is not None else (-1, -1)
         plan.append(("bind", str(path), str(path), writable, *ident))
-    for dev in ("/dev/pts", "/dev/shm"):  # no terminal of the host, no shared memory
-        if os.path.isdir(dev):
-            plan.append(("tmpfs", dev, False))
+    plan += dev_plan()  # a /dev of its own: no disk, input device or terminal of the host
     denied = layout.denied_now(mounts)
     for path, is_dir in denied:
         plan.append(("tmpfs", str(path), True) if is_dir else ("null", str(path)))

@@ -7,11 +7,15 @@ and ``exec`` (`apply`), before Landlock and seccomp: it hides the host's socket 
 private tmp at ``/tmp``, binds back the roots and allowed sockets that lay in them, hides every
 ``deny_read`` entry (an empty read-only tmpfs over a directory, ``/dev/null`` over a file)
 and every listening host socket still in view (``/dev/null``: `_hostsockets`),
-replaces ``/dev/pts`` and ``/dev/shm`` (no other terminal, no shared memory of the host) and
-mounts a ``/proc`` of the command's own PID namespace (no host process is visible).
+gives it a ``/dev`` of its own as bwrap's ``--dev`` does (`dev_plan`: ``null``, ``zero``,
+``full``, ``random``, ``urandom`` and ``tty`` bound from the host, the ``fd`` and ``std*``
+links, and empty ``pts`` and ``shm``: no disk, input device, console or terminal of the host,
+no shared memory) and mounts a ``/proc`` of the command's own PID namespace (no host process
+is visible).
 
 Each step is a list: ``["tmpfs", path, read_only]``, ``["bind", source, target, writable]``,
-``["null", path]``, ``["proc"]``. Bind sources are opened before the first step hides them.
+``["null", path]``, ``["symlink", target, path]``, ``["proc"]``. Bind sources are opened
+before the first step hides them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, NoReturn
 
 from dsh_plugins_builtin._sandbox._beneath import DIR_FLAGS, mkdir_beneath, open_beneath
 
-__all__ = ["Plan", "apply"]
+__all__ = ["Plan", "apply", "dev_plan"]
 
 Plan = tuple[tuple[Any, ...], ...]
 
@@ -40,6 +44,30 @@ _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _CLONE_NEWNS = 0x00020000
+
+
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+)
+
+
+def dev_plan() -> list[tuple[Any, ...]]:
+    """The steps of a ``/dev`` of the command's own, as bwrap's ``--dev`` makes one. The
+    host's ``/dev`` would show its disks (as root, read whole, whatever ``deny_read`` says),
+    input devices, consoles and terminals: Landlock lets a command read every file, devices
+    included."""
+    plan: list[tuple[Any, ...]] = [("tmpfs", "/dev", False)]
+    for name in _DEV_NODES:
+        if os.path.exists(f"/dev/{name}"):
+            plan.append(("bind", f"/dev/{name}", f"/dev/{name}", True))
+    plan += [("symlink", target, f"/dev/{name}") for name, target in _DEV_LINKS]
+    plan += [("tmpfs", "/dev/pts", False), ("tmpfs", "/dev/shm", False)]
+    return plan
 
 
 def _target(path: str, *, directory: bool) -> int:
@@ -104,6 +132,21 @@ def _read_only(
         os.close(target)
 
 
+def _symlink(target: str, path: str, fail: Callable[[str], NoReturn]) -> None:
+    """Make the link *path* (in a directory this plan just mounted) pointing at *target*."""
+    parent, name = os.path.split(path)
+    try:
+        directory = _target(parent, directory=True)
+    except OSError:
+        fail(f"reaching {parent} to link {name}")
+    try:
+        os.symlink(target, name, dir_fd=directory)
+    except OSError:
+        fail(f"linking {path}")
+    finally:
+        os.close(directory)
+
+
 def apply(
     libc: ctypes.CDLL, plan: Sequence[Sequence[Any]], fail: Callable[[str], NoReturn]
 ) -> None:
@@ -139,6 +182,9 @@ def apply(
         kind = step[0]
         if kind == "proc":
             mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
+            continue
+        if kind == "symlink":
+            _symlink(step[1], step[2], fail)
             continue
         source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
         path = step[2] if kind == "bind" else step[1]

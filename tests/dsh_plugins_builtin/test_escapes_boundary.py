@@ -420,6 +420,31 @@ def pty_pair() -> Iterator[tuple[int, int, str]]:
         os.close(slave)
 
 
+_STANDARD_DEV = {"null", "zero", "full", "random", "urandom", "tty", "fd", "stdin", "stdout"}
+_STANDARD_DEV |= {"stderr", "ptmx", "pts", "shm", "core"}  # bwrap adds core -> /proc/kcore
+
+
+async def test_row4_the_hosts_devices_are_out_of_view(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """A command gets a ``/dev`` of its own on both backends: none of the host's disks, input
+    devices, consoles or loop devices (under Landlock, which lets a command read every file,
+    root read a whole disk this way, whatever deny_read said); the standard nodes and links
+    still work (``<(...)`` needs ``/dev/fd``)."""
+    host_only = sorted(set(os.listdir("/dev")) - _STANDARD_DEV)
+    assert host_only  # the control: this machine's /dev has more than the standard nodes
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(
+        host,
+        "ls -A /dev; cat <(echo fd-ok); echo out-ok > /dev/stdout; "
+        "head -c 3 /dev/zero | wc -c; echo gone > /dev/null && echo null-ok",
+    )
+    lines = result.text.splitlines()
+    seen = set(lines[: lines.index("fd-ok")])
+    assert seen <= _STANDARD_DEV, seen - _STANDARD_DEV
+    assert lines[lines.index("fd-ok") :] == ["fd-ok", "out-ok", "3", "null-ok"]
+
+
 async def test_row4_another_terminal_is_unreadable(
     make_host: Any, ws: Path, backend: str, pty_pair: tuple[int, int, str]
 ) -> None:
