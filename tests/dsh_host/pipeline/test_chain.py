@@ -255,43 +255,54 @@ async def test_a_downstream_failure_reaches_the_link_awaiting_it_and_names_the_c
     assert caught == ["PluginFailure"]
 
 
-async def test_a_blocking_link_is_reported_by_name_and_fails_closed():
-    class Blocks(Named):
-        pipeline: Any = None
+class _Blocks(Named):
+    """A plain hook that returns 31 s after it started (on the watchdog's clock)."""
 
-        @hookimpl
-        def dsh_tool_pre_execute(self, execution, call_next):
-            self.pipeline.watchdog.started -= 31  # it returns 31 s after it started
-            return call_next()
+    pipeline: Any = None
 
-    plugin = Blocks("blocks")
-    host = _host(plugin)
+    def _block(self) -> None:
+        self.pipeline.watchdog.started -= 31
+
+
+class _BlockingLink(_Blocks):
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution, call_next):
+        self._block()
+        return call_next()
+
+
+class _BlockingPlainHook(_Blocks):
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution):
+        self._block()
+        return None
+
+
+class _BlockingWrapper(_Blocks):
+    @hookimpl
+    def dsh_tool_execute(self, execution, call_next):
+        self._block()
+        return call_next()
+
+
+@pytest.mark.parametrize(
+    ("blocks", "before", "hook"),
+    [
+        (_BlockingLink, (), "dsh_tool_pre_execute"),
+        # a waterfall link first: the chain calls both
+        (_BlockingPlainHook, (Passes("passes"),), "dsh_tool_pre_execute"),
+        (_BlockingWrapper, (), "dsh_tool_execute"),
+    ],
+)
+async def test_a_blocking_plain_hook_is_reported_by_name_and_fails_closed(blocks, before, hook):
+    plugin = blocks("blocks")
+    host = _host(*before, plugin)
     plugin.pipeline = host.registry._pipeline
     plugin.pipeline.watchdog.stream = None
     for _ in range(2):  # the first call registers the watchdog; later ones watch inline
         result = await host.call("echo", {"text": "x"})
         assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
-        assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
-    assert plugin.pipeline.watchdog.plugin is None
-
-
-async def test_a_blocking_plain_hook_in_a_chain_is_reported_by_name_and_fails_closed():
-    class Blocks(Named):
-        pipeline: Any = None
-
-        @hookimpl
-        def dsh_tool_pre_execute(self, execution):
-            self.pipeline.watchdog.started -= 31  # it returns 31 s after it started
-            return None
-
-    plugin = Blocks("blocks")
-    host = _host(Passes("passes"), plugin)  # a waterfall link first: the chain calls both
-    plugin.pipeline = host.registry._pipeline
-    plugin.pipeline.watchdog.stream = None
-    for _ in range(2):  # the first call registers the watchdog; later ones watch inline
-        result = await host.call("echo", {"text": "x"})
-        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
-        assert "blocks did not answer dsh_tool_pre_execute within 30 s" in result.error.message
+        assert f"blocks did not answer {hook} within 30 s" in result.error.message
     assert plugin.pipeline.watchdog.plugin is None
 
 
@@ -334,26 +345,6 @@ async def test_a_links_answer_is_not_checked_against_the_awaitable_abc(monkeypat
     result = await _host(Passes("passes"), Allows("allows")).call("echo", {"text": "x"})
     assert (result.is_error, result.text) == (False, "x")
     assert checked == []
-
-
-async def test_a_blocking_plain_execute_wrapper_is_reported_by_name_and_fails_closed():
-    class Blocks(Named):
-        pipeline: Any = None
-
-        @hookimpl
-        def dsh_tool_execute(self, execution, call_next):
-            self.pipeline.watchdog.started -= 31  # it returns 31 s after it started
-            return call_next()
-
-    plugin = Blocks("blocks")
-    host = _host(plugin)
-    plugin.pipeline = host.registry._pipeline
-    plugin.pipeline.watchdog.stream = None
-    for _ in range(2):  # the first call registers the watchdog; later ones watch inline
-        result = await host.call("echo", {"text": "x"})
-        assert (result.code, result.decided_by) == ("PLUGIN_FAILED", "blocks")
-        assert "blocks did not answer dsh_tool_execute within 30 s" in result.error.message
-    assert plugin.pipeline.watchdog.plugin is None
 
 
 async def test_plain_execute_wrappers_are_watched_inline(monkeypatch):
