@@ -84,8 +84,12 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
     if policy.tmp is None or not (spelled == "/tmp" or spelled.startswith("/tmp/")):
         return spelled
     lexical = os.path.normpath(spelled)
-    if not within(lexical, "/tmp") or within(lexical, str(policy.tmp)):
-        return spelled  # climbs out of /tmp (``/tmp/../etc``: ``/etc`` in a command's view too)
+    if _climbs(spelled[5:]):  # above /tmp, a command's view is the host's: ``..`` is lexical
+        spelled = lexical  # (``/tmp/../etc`` is ``/etc``, ``/tmp/../tmp/a`` the private ``a``)
+        if not within(spelled, "/tmp"):
+            return spelled
+    if within(lexical, str(policy.tmp)):
+        return spelled
     resolved = policy.resolved
     texts = resolved.readable_text if resolved is not None else ()
     roots = (policy.workspace, *policy.read_roots, *policy.writable_roots)
@@ -93,6 +97,19 @@ def in_tmp(spelled: str, policy: SandboxPolicy) -> str:
         if root != str(policy.tmp) and root != "/" and within(lexical, root):
             return spelled
     return f"{policy.tmp}{spelled[4:]}"
+
+
+def _climbs(rel: str) -> bool:
+    """Whether the relative path *rel* climbs above where it starts (``a/../..``)."""
+    depth = 0
+    for part in rel.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
 
 
 _UNSEEN: Any = object()

@@ -246,6 +246,8 @@ async def test_every_file_tool_sees_the_private_tmp_at_tmp_as_commands_do(
     # parent (``/tmp/dsh-ptmp-x/../etc``), but ``/etc``.
     climbed = await host.call("read_file", {"path": "/tmp/d/../../etc/hostname"})
     assert '(resolves to "/etc/hostname")' in climbed.text, climbed.text
+    back = await host.call("read_file", {"path": "/tmp/d/../../tmp/d/hay.txt"})
+    assert "needle" in back.text, back.text  # out of /tmp and back in: the private tmp
 
 
 async def test_dsh_installed_under_the_host_tmp_stays_in_view_read_only(
