@@ -200,6 +200,7 @@ class Layout:
         locks: dsh's lock directory (`dsh_plugins_builtin._sandbox._locks`).
         locks_shown: A root shows it (it is not in ``/dev/shm`` or a hidden directory).
         sockets_allowed: ``allow_unix_sockets``, real paths.
+        mask_prefixes: ``masks`` as `_hostsockets.prefixes`.
     """
 
     rw: tuple[Path, ...]
@@ -214,6 +215,7 @@ class Layout:
     locks: Path
     locks_shown: bool
     sockets_allowed: frozenset[str] = frozenset()
+    mask_prefixes: tuple[str, ...] = ()
 
     def mounts_now(self, cwd: Path | None) -> list[tuple[Path, bool]]:
         """The binds for a command in *cwd*: ``(path, writable)``, outermost first."""
@@ -256,7 +258,7 @@ class Layout:
         """The host's listening Unix sockets a command with these binds and these hidden
         ``deny_read`` entries would see, but for ``allow_unix_sockets`` (`_hostsockets`)."""
         covers, allowed = _hostsockets.covers, self.sockets_allowed
-        masks = _hostsockets.prefixes(self.masks)
+        masks = self.mask_prefixes
         shown = _hostsockets.prefixes(path for path, _ in mounts)
         gone = _hostsockets.prefixes(path for path, _ in denied)
 
@@ -309,6 +311,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         or any(under(locks, path) for path, _, _ in mounts)
         or not inside_any(locks, (*masks, Path("/dev/shm"))),
         sockets_allowed=frozenset(str(canonical(path)) for path in policy.unix_sockets),
+        mask_prefixes=_hostsockets.prefixes(masks),
     )
     if len(_LAYOUTS) >= 16:
         _LAYOUTS.clear()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -56,18 +57,19 @@ _DEV_LINKS = (
 )
 
 
-def dev_plan() -> list[tuple[Any, ...]]:
+@functools.cache
+def dev_plan() -> tuple[tuple[Any, ...], ...]:
     """The steps of a ``/dev`` of the command's own, as bwrap's ``--dev`` makes one. The
     host's ``/dev`` would show its disks (as root, read whole, whatever ``deny_read`` says),
     input devices, consoles and terminals: Landlock lets a command read every file, devices
-    included."""
+    included. Made once: which of those nodes the host has does not change."""
     plan: list[tuple[Any, ...]] = [("tmpfs", "/dev", False)]
     for name in _DEV_NODES:
         if os.path.exists(f"/dev/{name}"):
             plan.append(("bind", f"/dev/{name}", f"/dev/{name}", True))
     plan += [("symlink", target, f"/dev/{name}") for name, target in _DEV_LINKS]
     plan += [("tmpfs", "/dev/pts", False), ("tmpfs", "/dev/shm", False)]
-    return plan
+    return tuple(plan)
 
 
 def _target(path: str, *, directory: bool) -> int:
