@@ -65,21 +65,6 @@ def _pinned(policy: SandboxPolicy, *, settle: bool = True) -> SandboxPolicy:
     return policy
 
 
-_READ_ONLY: dict[int, tuple[SandboxPolicy, SandboxPolicy]] = {}  # id -> (policy, read-only)
-
-
-def _read_only(policy: SandboxPolicy) -> SandboxPolicy:
-    """*policy* in ``read-only`` mode (`read_only_policy`), made once per policy."""
-    hit = _READ_ONLY.get(id(policy))
-    if hit is not None and hit[0] is policy:
-        return hit[1]
-    if len(_READ_ONLY) >= 16:  # the policies of the last few hosts
-        _READ_ONLY.clear()
-    made = read_only_policy(policy)
-    _READ_ONLY[id(policy)] = (policy, made)
-    return made
-
-
 class SandboxPlugin:
     """Holds the sandbox policy; the file tools and ``bash`` enforce it through these methods."""
 
@@ -95,6 +80,9 @@ class SandboxPlugin:
         """``policy_at_start(host)``: the policy this plugin enforces for *host*, built once per
         host start, by `dsh_host_started` or earlier by another plugin's start that needs it
         (the tools', audit's, output_budget's, the hook commands')."""
+        self._read_only: tuple[SandboxPolicy, SandboxPolicy] | None = None
+        """The policy in force and its ``read-only`` twin (`read_only_policy`), made at the
+        first read-only command."""
         self.install: tuple[Path, ...] = ()
         """Where the next run executes code from (`install_paths`), found at start whether or
         not ``protect_install`` keeps it read-only (`dsh sandbox check` reports both ways)."""
@@ -288,7 +276,10 @@ class SandboxPlugin:
         """
         policy = self.policy
         if read_only and policy.mode == "workspace-write":
-            policy = _read_only(policy)
+            made = self._read_only
+            if made is None or made[0] is not policy:
+                made = self._read_only = (policy, read_only_policy(policy))
+            policy = made[1]
         config = self.config
         workdir = self.resolve_cwd(cwd)  # a few lstat calls: cheaper than a thread hop
         if self._check is not None:  # the probe, before the first command
