@@ -11,6 +11,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
@@ -21,7 +22,7 @@ from ._schema import INSERT, INSERT_HEALTH, migrate
 if TYPE_CHECKING:  # imported by the first connection (`connect_database`), not at start
     import sqlite3
 
-__all__ = ["DatabaseFile", "check_path", "connect_database", "create_database"]
+__all__ = ["DatabaseFile", "check_path", "connect_database", "create_database", "write_ahead"]
 
 
 @final
@@ -170,7 +171,7 @@ def connect_database(
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
+        write_ahead(connection, busy_timeout)
         connection.execute("PRAGMA synchronous=NORMAL")
         migrate(connection)
         held = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -179,3 +180,41 @@ def connect_database(
         raise
     st = os.fstat(held)
     return connection, held, (st.st_dev, st.st_ino)
+
+
+def write_ahead(
+    connection: sqlite3.Connection,
+    busy_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Put the database of *connection* in WAL mode, waiting up to *busy_timeout* seconds for
+    the lock that takes.
+
+    While another connection is about to write (a host opening the same new database at the
+    same moment, putting it in WAL mode itself), ``PRAGMA journal_mode=WAL`` fails at once with
+    "database is locked", whatever the connection's timeout: it already reads the file, and
+    SQLite does not call the busy handler to upgrade a reader (two could deadlock). So it is
+    tried again here, after pauses of 1 ms doubling up to 50 ms, as the busy handler would have
+    waited.
+    """
+    import sqlite3
+
+    deadline = clock() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = getattr(error, "sqlite_errorcode", None) in (
+                sqlite3.SQLITE_BUSY,
+                sqlite3.SQLITE_LOCKED,
+            )
+            left = deadline - clock()
+            if not busy or left <= 0:
+                raise
+        _pause(min(delay, left))
+        delay = min(delay * 2, 0.05)
+
+
+_pause = time.sleep  # how `write_ahead` waits (a test's stand-in lets the other side go)

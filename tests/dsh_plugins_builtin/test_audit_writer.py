@@ -29,6 +29,7 @@ from dsh_host import (
     define_tool,
 )
 from dsh_plugins_builtin._audit import _queue as _audit_queue
+from dsh_plugins_builtin._audit import _sqlite as _audit_sqlite
 from dsh_plugins_builtin._audit._faults import Replaced as _Replaced
 from dsh_plugins_builtin._audit._faults import classify as _classify
 from dsh_plugins_builtin._audit._writer import AuditWriter
@@ -281,6 +282,60 @@ def test_async_rows_are_committed_before_the_trio_run_ends(db):
     trio.run(main)
     assert count(db) == 100
     plugin.close()
+
+
+def _writing(path: Path) -> sqlite3.Connection:
+    """Another host's connection to the new database at *path*, about to write (it holds the
+    reserved lock, as a host does while it puts the file in WAL mode)."""
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+def test_a_new_database_another_host_writes_is_opened_once_that_host_lets_go(tmp_path, monkeypatch):
+    # SQLite fails the change to WAL mode at once while another connection is about to write,
+    # without calling the busy handler (it would deadlock): two hosts starting on one new
+    # database at the same moment lost rows to it ("database is locked").
+    path = tmp_path / "audit.db"
+    other = _writing(path)
+    waits: list[float] = []
+
+    def pause(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3:
+            other.execute("COMMIT")  # the other host's write ends
+
+    monkeypatch.setattr(_audit_sqlite, "_pause", pause)
+    connection, held, _ = _audit_sqlite.connect_database(path, 5.0)
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert waits == [0.001, 0.002, 0.004]  # tried again after each pause, 1 ms doubling
+    finally:
+        connection.close()
+        os.close(held)
+        other.close()
+
+
+def test_a_database_held_longer_than_the_busy_timeout_says_it_is_locked(tmp_path, monkeypatch):
+    path = tmp_path / "audit.db"
+    other = _writing(path)
+    now = [0.0]
+    waits: list[float] = []
+
+    def pause(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(_audit_sqlite, "_pause", pause)
+    connection = sqlite3.connect(path, timeout=0.0, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            _audit_sqlite.write_ahead(connection, 0.5, clock=lambda: now[0])
+        assert now[0] == pytest.approx(0.5)  # waited the whole timeout, no more
+        assert max(waits) == 0.05  # in pauses of at most 50 ms
+    finally:
+        connection.close()
+        other.close()
 
 
 def test_several_hosts_and_trio_runs_share_one_database(db):
