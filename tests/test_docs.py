@@ -119,7 +119,7 @@ _SETUP = (
     re.compile(r"^(\.|source) \.venv/bin/activate$"),
 )
 _SETUP_IN_THE_REPOSITORY = (  # only in the working directory, the copy of this repository
-    re.compile(r"^pip install -e (\.|'\.\[test\]')$"),
+    re.compile(r"^pip install (-e )?(\.|'\.\[test\]')$"),
     re.compile(r"^python -m pytest$"),
 )
 

@@ -272,12 +272,16 @@ def sandbox_policy(host: Host) -> SandboxPolicy | None:
     except Exception:  # the sandbox plugin has not started yet: build the policy it will build
         from dsh_plugins_builtin._sandbox._config import build_policy
 
-        from .._sandbox._fence import install_paths
+        from .._sandbox._fence import import_paths, install_paths
 
         # With the protected installation, as the plugin will (`protect_install`): a program
         # in dsh's own environment is read-only to every tool, so it is safe to run.
         policy = build_policy(
-            host.config_for(sandbox), host.workspace, host.config.source, install_paths()
+            host.config_for(sandbox),
+            host.workspace,
+            host.config.source,
+            install_paths(),
+            imports=import_paths(),
         )
     return policy if isinstance(policy, SandboxPolicy) else None
 

@@ -204,8 +204,9 @@ def _protected_problem(policy: SandboxPolicy) -> str | None:
         f"[plugin.sandbox] protected: {shown} lie inside writable roots, and Landlock cannot "
         "keep a path read-only inside a writable tree; use bwrap (install bubblewrap, "
         'backend = "bwrap"), or move those paths out of the writable roots (a config file '
-        "there is always protected: keep it outside, e.g. with DSH_CONFIG; so is dsh's own "
-        "installation, unless protect_install = false, and every config file the next run "
+        "there is always protected: keep it outside, e.g. with DSH_CONFIG; so are dsh's own "
+        "installation and the directories on its Python import path, unless "
+        "protect_install = false, and every config file the next run "
         "reads, unless protect_config = false), or set protected = [] to accept that "
         "commands may rewrite them"
     )

@@ -15,6 +15,7 @@ from dsh_plugins_builtin._sandbox._bwrap import layout_of
 from dsh_plugins_builtin._sandbox._confine import SandboxUnavailable, resolve_bwrap, select_backend
 from dsh_plugins_builtin._sandbox._env import command_env
 from dsh_plugins_builtin._sandbox._fence import (
+    import_paths,
     install_in_roots,
     protected_paths,
     readable_roots,
@@ -130,12 +131,16 @@ def render_report(report: dict[str, Any]) -> list[str]:
         install = report["install"]
         if install["protected"]:
             shown = ", ".join(install["protected"])
-            lines.append(f"dsh's own installation, read-only to every tool and command: {shown}")
+            lines.append(
+                f"dsh's own installation and import path, read-only to every tool and command: "
+                f"{shown}"
+            )
         if install["exposed"]:
             shown = ", ".join(install["exposed"])
             lines.append(
-                f"WARNING: dsh's own installation is writable by tools and commands "
-                f"(protect_install = false), so they can change the next run's policy: {shown}"
+                f"WARNING: dsh's own installation or import path is writable by tools and "
+                f"commands (protect_install = false), so they can plant code the next run "
+                f"executes: {shown}"
             )
     chosen = report.get("chosen")
     if chosen == "none":
@@ -163,7 +168,7 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
     # dsh's own installation: read-only to tools where it lies in a writable root, unless
     # protect_install is off (then it is reported as exposed)
     roots = writable_roots(policy) if policy.mode == "workspace-write" else ()
-    everywhere = attrs.evolve(policy, install=plugin.install)
+    everywhere = attrs.evolve(policy, install=(*plugin.install, *import_paths()))
     inside = [str(p) for p in install_in_roots(everywhere, roots)]
     configs = {Path(resolve_abs(str(path))) for path in policy.config_files}
     config_inside = [str(p) for p in protected_paths(policy) if p in configs]

@@ -170,6 +170,7 @@ def build_policy(
     tmp: Path | None = None,
     files: Iterable[Path] = (),
     hidden: Iterable[Path] = (),
+    imports: Iterable[Path] = (),
 ) -> SandboxPolicy:
     """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
@@ -185,6 +186,8 @@ def build_policy(
         files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a writable
             root), unless ``protect_config`` is off; default: found from the workspace, the
             roots and the environment.
+        imports: `import_paths` (protected in a writable root, as *install* is, unless
+            ``protect_install`` is off; unlike *install*, never made visible to commands).
 
     Returns:
         The policy the fence and the confinement enforce.
@@ -193,6 +196,7 @@ def build_policy(
         ValueError: A ``deny_read`` entry would hide the workspace or a root.
     """
     ws = Path(os.path.abspath(workspace))
+    install = tuple(install)
     tmp = tmp if config.private_tmp else None
     writable = _writable(config, ws, tmp)
     read_roots = tuple(_root(r, ws) for r in config.read_roots)
@@ -210,7 +214,7 @@ def build_policy(
             network_allow=_allow(config),
             protected=config.protected,
             config_file=config_file,
-            install=tuple(install) if config.protect_install else (),
+            install=(*install, *imports) if config.protect_install else (),
             runtime=tuple(install),
             deny_read=denied,
             deny_patterns=globs,

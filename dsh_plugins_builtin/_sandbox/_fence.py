@@ -69,6 +69,7 @@ from dsh_plugins_builtin._sandbox._policy import (
 )
 from dsh_plugins_builtin._sandbox._protected import (
     config_warning,
+    import_paths,
     install_in_roots,
     install_paths,
     protected_paths,
@@ -89,6 +90,7 @@ __all__ = [
     "check_write",
     "config_warning",
     "denied_by",
+    "import_paths",
     "install_in_roots",
     "install_paths",
     "open_read",

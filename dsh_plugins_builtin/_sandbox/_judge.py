@@ -329,10 +329,12 @@ def _check_protected(spelled: str, key: Path, policy: SandboxPolicy) -> None:
         if path in install_in_roots(policy, writable_roots(policy)):
             raise FenceDenied(
                 f'write to {describe(spelled, key)} denied: "{path}" holds code the next dsh '
-                "run executes (its own installation or a plugin's), and is read-only to every "
-                "tool inside the writable roots. Install dsh and its plugins outside the "
-                "workspace (pipx, or a virtual environment elsewhere), or set [plugin.sandbox] "
-                "protect_install = false if the agent must write there",
+                "run executes (its own installation, a plugin's, or a directory on Python's "
+                "import path), and is read-only to every tool inside the writable roots. "
+                "Install dsh and its plugins outside the workspace (pipx, or a virtual "
+                "environment elsewhere) and start it with no workspace directory on its import "
+                "path (not as python -m from the workspace, not with PYTHONPATH there), or set "
+                "[plugin.sandbox] protect_install = false if the agent must write there",
                 path=spelled,
                 mode=policy.mode,
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 from dsh_plugins_builtin._sandbox._paths import abs_paths, resolve_abs, within
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 
-__all__ = ["config_warning", "install_in_roots", "install_paths", "protected_paths"]
+__all__ = ["config_warning", "import_paths", "install_in_roots", "install_paths", "protected_paths"]
 
 
 def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
@@ -93,6 +93,27 @@ def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
     return abs_paths(found)
 
 
+def import_paths() -> tuple[Path, ...]:
+    """The entries of Python's import path (`sys.path`; ``""`` is the working directory): where
+    the next ``dsh`` start looks for every module it imports.
+
+    Any of them lets a command that can write there run code in that start, unconfined,
+    whether or not dsh's own packages live there: a module planted in an entry ahead of the
+    standard library shadows it, and one planted in any entry answers an import the standard
+    library tries and expects to fail (``subprocess`` tries ``msvcrt`` at every start). So
+    each is protected like `install_paths` when it lies in a writable root (an editable
+    install's source directory, ``PYTHONPATH``, the directory of the script that started
+    dsh, where ``python -m`` ran), whether it exists yet or not.
+    """
+    found: dict[Path, None] = {}
+    entries: list[object] = list(sys.path)  # a program may put anything there
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
+        found.setdefault(Path(os.path.abspath(entry or os.curdir)), None)
+    return abs_paths(found)
+
+
 def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:
     if policy.config_file is None:
         return None
@@ -101,7 +122,8 @@ def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | N
 
 
 def config_warning(policy: SandboxPolicy) -> str | None:
-    """A warning for the start of a run when a tool could rewrite the policy of the next one.
+    """A warning for the start of a run when a tool could rewrite the policy of the next one,
+    or when a whole writable root is read-only because the next run executes code from it.
 
     That is the case when the config in use is ``[tool.dsh]`` in a ``pyproject.toml`` inside a
     writable root: the file is not locked (agents edit it legitimately), so a tool may change
@@ -110,6 +132,20 @@ def config_warning(policy: SandboxPolicy) -> str | None:
     roots = writable_roots(policy)
     if roots == (Path("/"),):
         return None
+    for root in roots:
+        for path in install_in_roots(policy, (root,)):
+            if within(str(root), str(path)):
+                where = "is" if root == path else f"lies in {path}, which is"
+                return (
+                    f"the writable root {root} is read-only to every tool and command: it "
+                    f"{where} where the next dsh start loads code from (dsh's installation, a "
+                    "plugin's, or a directory on Python's import path: the directory of the "
+                    "script that started dsh, where python -m or -c ran, PYTHONPATH, an "
+                    "editable install), so a module planted there would run unconfined. Start "
+                    "the script with python -P (python -P -m dsh_host), keep PYTHONPATH and "
+                    "editable installs of the workspace out of dsh's environment, or set "
+                    "[plugin.sandbox] protect_install = false to let the agent write there"
+                )
     config = _config_in_roots(policy, roots)
     if config is None or config.name != "pyproject.toml" or policy.config_files:
         return None

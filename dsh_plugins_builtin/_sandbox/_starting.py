@@ -26,6 +26,7 @@ from dsh_plugins_builtin._sandbox._fence import (
     RootReplaced,
     SandboxPolicy,
     check_pinned,
+    import_paths,
     install_paths,
 )
 from dsh_plugins_builtin._sandbox._locks import FileLock, lock_key, release
@@ -73,7 +74,7 @@ def start_policy(
     try:
         return build_policy(
             config, host.workspace, host.config.source, install, tmp=tmp, files=files,
-            hidden=hidden,
+            hidden=hidden, imports=import_paths(),
         )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(str(exc), path=host.config.source, plugin=name, key="deny_read") from None

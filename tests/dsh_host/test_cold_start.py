@@ -498,8 +498,8 @@ def test_the_console_script_starts_trio_without_running_ldconfig(workspace):
         "from dsh_host._cli._entry import command\n"
         "command()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], input=PAYLOAD, capture_output=True, text=True,
+    done = subprocess.run(  # -P: the workspace is not on the import path (no warning)
+        [sys.executable, "-P", "-c", code], input=PAYLOAD, capture_output=True, text=True,
         cwd=workspace, env=env, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")

@@ -10,6 +10,7 @@ runs this module again as ``nobody``.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -579,6 +580,44 @@ async def test_row7_the_next_runs_config_cannot_be_planted(
     assert not (ws / "dsh.toml").is_file()
     assert (ws / "perms" / "settings.json").read_text() == "{}\n"
     assert not (ws / ".claude" / "settings.json").exists()
+
+
+@pytest.mark.parametrize("where", ["src", "."], ids=["inside-a-root", "the-root-itself"])
+async def test_row7_no_module_can_be_planted_on_the_next_runs_import_path(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A directory on Python's import path that lies in a writable root (an editable install's
+    source, ``PYTHONPATH``, where ``python -m`` ran): a module planted there runs at the next
+    dsh start, unconfined. ``subprocess`` imports ``msvcrt`` when it finds one, at every
+    start; ``copy`` imports ``org.python.core``."""
+    entry = ws if where == "." else ws / where
+    entry.mkdir(exist_ok=True)
+    (ws / "src" / "pkg").mkdir(parents=True, exist_ok=True)
+    monkeypatch.syspath_prepend(str(entry))
+    if backend == "landlock":  # it cannot keep them read-only: it refuses to start, naming them
+        with pytest.raises(ConfigError, match=f"{re.escape(str(entry))} lie inside writable roots"):
+            boundary_host(make_host, ws, backend, protect_install=True)
+        return
+    plant = (
+        f"echo 'import os' > {entry}/msvcrt.py; mkdir -p {entry}/org/python; "
+        f"echo 'x = 1' > {ws}/src/pkg/mod.py; echo done"
+    )
+    exposed = boundary_host(make_host, ws, backend, protect_install=False)
+    await bash(exposed, plant)  # the control: without the protection, the plant works
+    assert (entry / "msvcrt.py").exists()
+    assert (entry / "org").is_dir()
+    (entry / "msvcrt.py").unlink()
+    (entry / "org" / "python").rmdir()
+    (entry / "org").rmdir()
+    host = boundary_host(make_host, ws, backend)
+    result = await bash(host, plant)
+    assert "Read-only file system" in result.text
+    assert not (entry / "msvcrt.py").exists()
+    assert not (entry / "org").exists()
+    denied = await host.call("write_file", {"path": str(entry / "msvcrt.py"), "content": "1"})
+    assert denied.is_error
+    assert "a directory on Python's import path" in denied.text
+    assert not (entry / "msvcrt.py").exists()
 
 
 def test_a_mount_point_is_never_made_through_a_planted_symlink(tmp_path: Path) -> None:

@@ -396,6 +396,31 @@ def test_a_pyproject_config_is_not_protected_but_warned_about(tmp_path: Path) ->
     assert config_warning(attrs.evolve(pyproject, mode="danger-full-access")) is None
 
 
+def test_a_root_on_the_import_path_is_read_only_and_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+    from dsh_plugins_builtin._sandbox._fence import config_warning, import_paths
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.chdir(ws)
+    monkeypatch.syspath_prepend("")  # ``python -m`` or ``-c`` run in the workspace
+    assert ws in import_paths()
+    policy = build_policy(SandboxConfig(), ws, imports=import_paths())
+    warning = config_warning(policy)
+    assert warning is not None
+    assert f"the writable root {ws} is read-only to every tool and command: it is where" in warning
+    assert "python -P" in warning
+    with pytest.raises(FenceDenied, match="a directory on Python's import path"):
+        atomic_write_text("msvcrt.py", "import os", policy)
+    # the control: without it on the import path, or with protect_install off, nothing to say
+    assert config_warning(build_policy(SandboxConfig(), ws)) is None
+    exposed = build_policy(SandboxConfig(protect_install=False), ws, imports=import_paths())
+    assert config_warning(exposed) is None
+    atomic_write_text("msvcrt.py", "import os", exposed)
+
+
 def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -239,7 +239,10 @@ def test_check_says_whether_dsh_s_own_installation_is_writable(
     write_config(project, 'mode = "workspace-write"')
     assert sandbox_check_command([]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert f"dsh's own installation, read-only to every tool and command: {venv}" in out
+    assert (
+        f"dsh's own installation and import path, read-only to every tool and command: {venv}"
+        in out
+    )
     assert not any(line.startswith("WARNING") for line in out)
     write_config(project, "protect_install = false")
     assert sandbox_check_command(["--json"]) == 0
@@ -249,9 +252,22 @@ def test_check_says_whether_dsh_s_own_installation_is_writable(
     assert sandbox_check_command([]) == 0
     warning = [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
     assert warning == [
-        "WARNING: dsh's own installation is writable by tools and commands "
-        f"(protect_install = false), so they can change the next run's policy: {venv}"
+        "WARNING: dsh's own installation or import path is writable by tools and commands "
+        f"(protect_install = false), so they can plant code the next run executes: {venv}"
     ]
+
+
+def test_check_lists_the_import_path_in_the_workspace_as_protected(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
+    monkeypatch.setattr(_starting, "install_paths", lambda modules: ())
+    monkeypatch.syspath_prepend(str(project / "src"))  # PYTHONPATH=src, or an editable install
+    write_config(project, 'mode = "workspace-write"')
+    assert sandbox_check_command(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["install"] == {
+        "protected": [str(project / "src")], "exposed": [],
+    }  # fmt: skip
 
 
 def test_the_sandbox_finds_the_code_of_every_plugin_the_host_loaded(tmp_path: Path) -> None:
