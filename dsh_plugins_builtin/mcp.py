@@ -68,7 +68,8 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
-Launchable = tuple[McpServerConfig, "Confinement | None"]
+Launchable = tuple[McpServerConfig, "Confinement | None", "dict[str, str] | None"]
+"""A server, how it is confined, and the environment it inherits when it is not."""
 
 
 def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
@@ -80,14 +81,17 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """
     if not config.servers:
         return {}
+    from ._hooks._environment import safe_environment
     from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
 
     exposure = exposure_of(sandbox_policy(host))
     path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
+    # what an unconfined server inherits: nothing that leads back into the writable roots
+    inherited = safe_environment({**os.environ, "PATH": path_env}, exposure.exposed)[0]
     out: dict[str, Launchable | str] = {}
     for name, server in config.servers.items():
         if server.command is None or not server.enabled:
-            out[name] = (server, None)
+            out[name] = (server, None, None)
             continue
         cwd = os.path.join(host.workspace, os.path.expanduser(server.cwd or "."))
         command = shlex.join([server.command, *server.args])
@@ -106,16 +110,21 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
         if not launch.shell:  # else a name shlex.join had to quote: run exactly what was given
             argv = launch.argv
             server = attrs.evolve(server, command=argv[0], args=tuple(argv[1:]))
-        out[name] = _confined(name, server, host, launch.checked)
+        out[name] = _confined(name, server, host, launch.checked, inherited)
     return out
 
 
 def _confined(
-    name: str, server: McpServerConfig, host: Host, checked: tuple[str, ...]
+    name: str,
+    server: McpServerConfig,
+    host: Host,
+    checked: tuple[str, ...],
+    inherited: dict[str, str],
 ) -> Launchable | str:
-    """*server* with its confinement (``sandbox = true``), or why it cannot be confined."""
+    """*server* with its confinement (``sandbox = true``) or, unconfined, the environment it
+    inherits; or why it cannot be confined."""
     if not server.sandbox:
-        return (server, None)
+        return (server, None, inherited)
     from ._mcp._confine import confinement_for
 
     seen = tuple(os.path.dirname(path) for path in checked)  # its program and scripts
@@ -123,7 +132,7 @@ def _confined(
         name, host, writable_roots=server.writable_roots,
         read_roots=(*server.read_roots, *seen), network=server.network,
     )  # fmt: skip
-    return confinement if isinstance(confinement, str) else (server, confinement)
+    return confinement if isinstance(confinement, str) else (server, confinement, None)
 
 
 def _check(config: McpConfig, where: str | None) -> None:
@@ -178,7 +187,7 @@ class McpPlugin:
                 refused.append(link)
             elif launchable[0].enabled:
                 link = Link(name, launchable[0])
-                link.confinement = launchable[1]
+                link.confinement, link.inherited = launchable[1], launchable[2]
                 links.append(link)
         if not links and not refused:
             return

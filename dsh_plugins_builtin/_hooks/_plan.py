@@ -19,6 +19,7 @@ import attrs
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
+from ._environment import safe_environment
 from ._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
 from ._process import HookRunner, shared_runner
 from ._settings import NAME, HookCommand
@@ -49,6 +50,7 @@ def plan_hooks(
     root = str(workspace)
     env = {**os.environ, "DSH_PROJECT_DIR": root, "CLAUDE_PROJECT_DIR": root}
     env["PATH"] = safe_path_env(env.get("PATH", os.defpath), exposure)
+    env = safe_environment(env, exposure.exposed)[0]  # PYTHONPATH, LD_PRELOAD, ...
     try:
         shell = plan_launch("/bin/sh", cwd=root, env=env, exposure=exposure, shell="")
         runner = plan_launch(interpreter, cwd=root, env=env, exposure=exposure, shell="")

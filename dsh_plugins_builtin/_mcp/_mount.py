@@ -104,6 +104,8 @@ class Link:
         """Set when the re-listing under way after ``tools/list_changed`` has finished."""
         self.confinement: Confinement | None = None
         """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
+        self.inherited: dict[str, str] | None = None
+        """The environment an unconfined stdio server inherits (``None``: the host's own)."""
         self.on_relisted: Callable[[], None] | None = None
         """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
@@ -264,7 +266,8 @@ class Link:
         """The stdio transport of this server, confined unless ``sandbox = false``."""
         config = self.config
         assert config.command is not None
-        argv, env = [config.command, *config.args], {**os.environ, **config.env}
+        inherited = os.environ if self.inherited is None else self.inherited
+        argv, env = [config.command, *config.args], {**inherited, **config.env}
         fds: list[int] = []
         confinement = self.confinement
         if confinement is not None:

@@ -12,7 +12,9 @@
 - ``escape``: at start, forks a child that leaves the process group (``setsid``), writes to
   FILE (a FIFO) and sleeps, as a daemon would;
 - ``children``: at start, forks a child in its own process group that writes its pid to FILE
-  (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind.
+  (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind;
+- ``env``: ``echo`` answers with the value of the environment variable its ``text`` names
+  (``(unset)`` when it is not set).
 """
 
 import json
@@ -76,6 +78,8 @@ def answer(request):
             sys.stdout.flush()
             return None
         text = "echo: " + request["params"].get("arguments", {}).get("text", "")
+        if MODE == "env":
+            text = os.environ.get(text.removeprefix("echo: "), "(unset)")
         result = {"content": [{"type": "text", "text": text}]}
         return send({"jsonrpc": "2.0", "id": rid, "result": result})
     if rid is not None:

@@ -450,6 +450,42 @@ def test_safe_path_drops_relative_and_exposed_entries(ws, outside):
     assert safe_path_env(path, exposure) == f"{outside}:{ws}/.claude/bin:/usr/bin"
 
 
+def test_code_path_variables_keep_no_entry_a_tool_could_write(ws, outside):
+    from dsh_plugins_builtin._hooks._environment import safe_environment
+
+    exposure = Exposure((ws,), (ws / ".claude",))
+    (outside / "in-ws").symlink_to(ws)  # a name outside whose directory really is the workspace
+    env = {
+        "PYTHONPATH": f"{ws}/lib:{outside}/lib::lib:{ws}/.claude/lib",
+        "LD_LIBRARY_PATH": f"{outside}/in-ws/lib:/usr/lib",
+        "LD_PRELOAD": f"{outside}/ok.so {ws}/evil.so:/usr/lib/x.so",
+        "PYTHONUSERBASE": f"{ws}/.local",
+        "BASH_ENV": f"{outside}/rc",
+        "HOME": str(ws),  # not a code path: left alone
+    }
+    safe, dropped = safe_environment(env, exposure.exposed)
+    assert safe == {
+        "PYTHONPATH": f"{outside}/lib:{ws}/.claude/lib",
+        "LD_LIBRARY_PATH": "/usr/lib",
+        "LD_PRELOAD": f"{outside}/ok.so /usr/lib/x.so",
+        "BASH_ENV": f"{outside}/rc",
+        "HOME": str(ws),
+    }
+    assert dropped["PYTHONPATH"] == (f"{ws}/lib", "(empty)", "lib")
+    assert dropped["PYTHONUSERBASE"] == (f"{ws}/.local",)
+
+
+async def test_a_hook_inherits_no_way_back_into_the_writable_roots(ws, outside, monkeypatch):
+    seen = outside / "seen"
+    hook = script(outside, "env.sh", f'echo "$PYTHONPATH|$LD_PRELOAD|$NODE_PATH" > {seen}')
+    monkeypatch.setenv("PYTHONPATH", f"{ws}/lib:{outside}/lib")
+    monkeypatch.setenv("LD_PRELOAD", f"{ws}/evil.so")
+    monkeypatch.setenv("NODE_PATH", f"{ws}/node_modules")
+    host = build(ws, settings(ws, str(hook)))
+    assert (await host.call("echo", {"text": "hi"})).text == "hi"
+    assert seen.read_text() == f"{outside}/lib||\n"
+
+
 async def test_hooks_still_run_after_the_runner_went_away(ws, outside):
     hook = script(outside, "block.sh", "exit 2")
     host = build(ws, settings(ws, str(hook)))

@@ -90,3 +90,44 @@ def test_a_refusal_names_the_writable_root_and_the_setting(tmp_path):
     assert f"inside a writable root of the sandbox policy, '{os.path.realpath(ws)}'" in error
     assert "[plugin.sandbox] writable_roots" in error
     assert "[plugin.sandbox] protected" in error
+
+
+async def test_an_unconfined_server_inherits_no_way_back_into_the_writable_roots(
+    tmp_path, monkeypatch
+):
+    """A server run with ``sandbox = false`` gets the host's environment, but no entry of a
+    code path variable that lies in a writable root: a tool could plant a module or a library
+    there that the server (or what it starts) would load unconfined."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    script = outside / "server.py"
+    script.write_text(Path(__file__).with_name("raw_mcp_server.py").read_text())
+    monkeypatch.setenv("PYTHONPATH", f"{ws}/lib:{outside}/lib:lib")
+    monkeypatch.setenv("LD_PRELOAD", f"{ws}/evil.so")
+    monkeypatch.setenv("PATH", f"{ws}/bin:{os.environ['PATH']}")
+    monkeypatch.setenv("DSH_TEST_KEPT", "kept")  # the control: the rest is inherited
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {
+            "sandbox": {"writable_roots": ["."]},
+            "mcp": {
+                "servers": {"s": {"command": sys.executable, "args": [str(script), "env"],
+                                  "sandbox": False}},
+            },
+        },
+    }  # fmt: skip
+    host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    try:
+        seen = {}
+        for name in ("PYTHONPATH", "LD_PRELOAD", "PATH", "DSH_TEST_KEPT"):
+            result = await host.call("mcp__s__echo", {"text": name})
+            assert not result.is_error, result.text
+            seen[name] = result.text
+    finally:
+        plugin.close()
+    assert seen["PYTHONPATH"] == f"{outside}/lib"
+    assert seen["LD_PRELOAD"] == "(unset)"
+    assert f"{ws}/bin" not in seen["PATH"].split(":")
+    assert seen["DSH_TEST_KEPT"] == "kept"
