@@ -48,10 +48,12 @@ def canonical(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def resolve_abs(path: str, start: str = "/") -> str:
+def resolve_abs(path: str, start: str = "/", links: list[str] | None = None) -> str:
     """Resolve an absolute path component by component; missing components stay literal.
 
-    With ``start`` (a real directory), ``path`` is taken relative to it.
+    With ``start`` (a real directory), ``path`` is taken relative to it. With *links*, the real
+    directory holding each symbolic link followed on the way is appended to it (whoever can
+    write there can point the link elsewhere).
     """
     pending = list(reversed(path.split("/")))
     resolved = start
@@ -76,6 +78,8 @@ def resolve_abs(path: str, start: str = "/") -> str:
             if hops > _MAX_SYMLINKS:
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
             target = os.readlink(candidate)
+            if links is not None:
+                links.append(resolved)
             if target.startswith("/"):
                 resolved = "/"
             pending.extend(reversed(target.split("/")))

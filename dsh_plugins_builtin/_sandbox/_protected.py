@@ -103,15 +103,23 @@ def import_paths() -> tuple[Path, ...]:
     library tries and expects to fail (``subprocess`` tries ``msvcrt`` at every start). So
     each is protected like `install_paths` when it lies in a writable root (an editable
     install's source directory, ``PYTHONPATH``, the directory of the script that started
-    dsh, where ``python -m`` ran), whether it exists yet or not.
+    dsh, where ``python -m`` ran), whether it exists yet or not. An entry reached through a
+    symbolic link brings the directory holding that link too: a command that could write
+    there could point the link, and with it the entry, elsewhere.
     """
     found: dict[Path, None] = {}
     entries: list[object] = list(sys.path)  # a program may put anything there
     for entry in entries:
         if not isinstance(entry, str):
             continue
-        found.setdefault(Path(os.path.abspath(entry or os.curdir)), None)
-    return abs_paths(found)
+        links: list[str] = []
+        try:
+            real = resolve_abs(os.path.abspath(entry or os.curdir), links=links)
+        except OSError:  # a symlink loop: nothing is imported from there
+            continue
+        for path in (real, *links):
+            found.setdefault(Path(path), None)
+    return tuple(found)
 
 
 def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:

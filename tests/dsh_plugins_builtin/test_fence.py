@@ -421,6 +421,23 @@ def test_a_root_on_the_import_path_is_read_only_and_warned_about(
     atomic_write_text("msvcrt.py", "import os", exposed)
 
 
+def test_an_import_path_entry_reached_through_a_symlink_keeps_the_link_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+    from dsh_plugins_builtin._sandbox._fence import import_paths
+
+    ws = tmp_path / "ws"
+    (ws / "lib" / "real").mkdir(parents=True)
+    (ws / "lib" / "link").symlink_to("real")
+    monkeypatch.syspath_prepend(str(ws / "lib" / "link"))
+    assert {ws / "lib" / "real", ws / "lib"} <= set(import_paths())
+    policy = build_policy(SandboxConfig(), ws, imports=import_paths())
+    with pytest.raises(FenceDenied, match="import path"):  # the link could be pointed elsewhere
+        atomic_write_text("lib/evil/msvcrt.py", "import os", policy)
+    atomic_write_text("notes.txt", "fine", policy)  # the control: the rest of the root
+
+
 def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
