@@ -303,7 +303,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         tmp=tmp,
         mounts=mounts,
         visible=visible,
-        protected=tuple(p for p in protected_paths(policy) if inside_any(p, rw)),
+        protected=_outermost(p for p in protected_paths(policy) if inside_any(p, rw)),
         denied=tuple(p for p in policy.deny_read if p not in hidden),
         masked_denied=hidden,
         locks=locks,
@@ -350,6 +350,13 @@ def masked_dirs(policy: SandboxPolicy) -> tuple[Path, ...]:
         out = [o for o in out if not under(o, real)]
         out.append(real)
     return tuple(sorted(out, key=lambda p: (len(p.parts), str(p))))
+
+
+def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """*paths* without those under another of them (read-only already, and no mount point can
+    be made in a read-only directory), in their order."""
+    given = tuple(dict.fromkeys(paths))
+    return tuple(p for p in given if not any(o != p and under(p, o) for o in given))
 
 
 def _socket_dirs() -> tuple[str, ...]:

@@ -51,9 +51,9 @@ def canonical(path: Path) -> Path:
 def resolve_abs(path: str, start: str = "/", links: list[str] | None = None) -> str:
     """Resolve an absolute path component by component; missing components stay literal.
 
-    With ``start`` (a real directory), ``path`` is taken relative to it. With *links*, the real
-    directory holding each symbolic link followed on the way is appended to it (whoever can
-    write there can point the link elsewhere).
+    With ``start`` (a real directory), ``path`` is taken relative to it. With *links*, each
+    symbolic link followed on the way is appended to it, where it really is (whoever can write
+    the directory holding it can point it elsewhere).
     """
     pending = list(reversed(path.split("/")))
     resolved = start
@@ -79,7 +79,7 @@ def resolve_abs(path: str, start: str = "/", links: list[str] | None = None) -> 
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
             target = os.readlink(candidate)
             if links is not None:
-                links.append(resolved)
+                links.append(candidate)
             if target.startswith("/"):
                 resolved = "/"
             pending.extend(reversed(target.split("/")))

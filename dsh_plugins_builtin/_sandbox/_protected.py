@@ -29,22 +29,35 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     if not roots or roots == (Path("/"),):
         return ()
     out: dict[Path, None] = {}
+
+    def in_roots(path: str) -> bool:
+        return any(within(path, str(root)) for root in roots)
+
+    def add(path: str, *, anywhere: bool = True) -> None:
+        # A protected name reached through a symbolic link (``dsh.toml`` linked from dotfiles)
+        # keeps the directory holding the link too: a command could point it elsewhere.
+        links: list[str] = []
+        real = resolve_abs(path, links=links)
+        if anywhere or in_roots(real):
+            out.setdefault(Path(real), None)
+        for link in links:
+            if in_roots(where := os.path.dirname(link)):
+                out.setdefault(Path(where), None)
+
     tmp = None if policy.tmp is None else Path(resolve_abs(str(policy.tmp)))
     for entry in policy.protected:
         if os.path.isabs(entry):
-            out.setdefault(Path(resolve_abs(os.path.normpath(entry))), None)
+            add(os.path.normpath(entry))
             continue
         for root in roots:
             if root != tmp:  # the private tmp dies with the host: no next run reads it
-                out.setdefault(Path(resolve_abs(os.path.join(str(root), entry))), None)
+                add(os.path.join(str(root), entry))
     for path in policy.config_files:  # dsh.toml, pyproject.toml, imported settings, ...
-        real = Path(resolve_abs(str(path)))
-        if any(within(str(real), str(root)) for root in roots):
-            out.setdefault(real, None)
+        add(str(path), anywhere=False)
     config = _config_in_roots(policy, roots)
     if config is not None and (config.name != "pyproject.toml" or policy.config_files):
         # Without protect_config a pyproject.toml stays writable; `config_warning` says so.
-        out.setdefault(config, None)
+        add(str(policy.config_file))
     for path in install_in_roots(policy, roots):
         out.setdefault(path, None)
     return tuple(out)
@@ -117,7 +130,7 @@ def import_paths() -> tuple[Path, ...]:
             real = resolve_abs(os.path.abspath(entry or os.curdir), links=links)
         except OSError:  # a symlink loop: nothing is imported from there
             continue
-        for path in (real, *links):
+        for path in (real, *map(os.path.dirname, links)):
             found.setdefault(Path(path), None)
     return tuple(found)
 
@@ -140,20 +153,9 @@ def config_warning(policy: SandboxPolicy) -> str | None:
     roots = writable_roots(policy)
     if roots == (Path("/"),):
         return None
-    for root in roots:
-        for path in install_in_roots(policy, (root,)):
-            if within(str(root), str(path)):
-                where = "is" if root == path else f"lies in {path}, which is"
-                return (
-                    f"the writable root {root} is read-only to every tool and command: it "
-                    f"{where} where the next dsh start loads code from (dsh's installation, a "
-                    "plugin's, or a directory on Python's import path: the directory of the "
-                    "script that started dsh, where python -m or -c ran, PYTHONPATH, an "
-                    "editable install), so a module planted there would run unconfined. Start "
-                    "the script with python -P (python -P -m dsh_host), keep PYTHONPATH and "
-                    "editable installs of the workspace out of dsh's environment, or set "
-                    "[plugin.sandbox] protect_install = false to let the agent write there"
-                )
+    read_only = _read_only_root(policy, roots)
+    if read_only is not None:
+        return read_only
     config = _config_in_roots(policy, roots)
     if config is None or config.name != "pyproject.toml" or policy.config_files:
         return None
@@ -163,3 +165,32 @@ def config_warning(policy: SandboxPolicy) -> str | None:
         "[tool.dsh] table to a dsh.toml (protected from every tool), or point DSH_CONFIG at a "
         "file outside the workspace"
     )
+
+
+def _read_only_root(policy: SandboxPolicy, roots: tuple[Path, ...]) -> str | None:
+    """Why a writable root is read-only as a whole (a protected path holds it), if one is."""
+    code = install_in_roots(policy, roots)
+    for root in roots:
+        for path in protected_paths(policy):
+            if not within(str(root), str(path)):
+                continue
+            where = "is" if root == path else f"lies in {path}, which is"
+            if path not in code:
+                return (
+                    f"the writable root {root} is read-only to every tool and command: it "
+                    f"{where} where a protected name (.git, .claude, dsh.toml, a config file "
+                    "the next run reads) is a symbolic link, which a command could point "
+                    "elsewhere. Replace the link with what it points to, or keep that name out "
+                    "of the writable roots"
+                )
+            return (
+                f"the writable root {root} is read-only to every tool and command: it {where} "
+                "where the next dsh start loads code from (dsh's installation, a plugin's, or a "
+                "directory on Python's import path: the directory of the script that started "
+                "dsh, where python -m or -c ran, PYTHONPATH, an editable install), so a module "
+                "planted there would run unconfined. Start the script with python -P (python -P "
+                "-m dsh_host), keep PYTHONPATH and editable installs of the workspace out of "
+                "dsh's environment, or set [plugin.sandbox] protect_install = false to let the "
+                "agent write there"
+            )
+    return None

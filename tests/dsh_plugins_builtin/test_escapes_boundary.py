@@ -582,6 +582,38 @@ async def test_row7_the_next_runs_config_cannot_be_planted(
     assert not (ws / ".claude" / "settings.json").exists()
 
 
+async def test_row7_a_protected_name_that_is_a_symlink_cannot_be_pointed_elsewhere(
+    make_host: Any, ws: Path, tmp_path: Path, backend: str
+) -> None:
+    """``.git`` linked to a directory beside it, ``dsh.toml`` linked from a dotfiles directory
+    outside every root: the targets are read-only, but the links lie in the writable workspace,
+    where a command could point them at a config of its own."""
+    (ws / "realgit").mkdir()
+    (ws / "realgit" / "config").write_text("[core]\n")
+    (ws / ".git").symlink_to("realgit")
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "dsh.toml").write_text("[plugin.sandbox]\n")
+    (ws / "dsh.toml").symlink_to(dotfiles / "dsh.toml")
+    if backend == "landlock":  # it cannot keep them read-only: it refuses to start, naming them
+        with pytest.raises(ConfigError, match=re.escape(f"{ws}/realgit, {ws}, ")):
+            boundary_host(make_host, ws, backend, protected=[".git", "dsh.toml"])
+        return
+    host = boundary_host(make_host, ws, backend)
+    await host.call(
+        "bash",
+        {
+            "command": "mkdir evil; printf '[core]\\n\\tfsmonitor = touch pwned\\n' > "
+            "evil/config; ln -sfn evil .git; rm -f dsh.toml; "
+            "printf '[plugin.sandbox]\\nmode = \"danger-full-access\"\\n' > dsh.toml; echo done"
+        },
+    )
+    assert os.readlink(ws / ".git") == "realgit"
+    assert os.readlink(ws / "dsh.toml") == str(dotfiles / "dsh.toml")
+    assert (dotfiles / "dsh.toml").read_text() == "[plugin.sandbox]\n"
+    assert not (ws / "evil").exists()
+
+
 @pytest.mark.parametrize("where", ["src", "."], ids=["inside-a-root", "the-root-itself"])
 async def test_row7_no_module_can_be_planted_on_the_next_runs_import_path(
     make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch, where: str

@@ -438,6 +438,28 @@ def test_an_import_path_entry_reached_through_a_symlink_keeps_the_link_where_it_
     atomic_write_text("notes.txt", "fine", policy)  # the control: the rest of the root
 
 
+def test_a_protected_name_that_is_a_symlink_keeps_its_directory_and_says_why(
+    tmp_path: Path,
+) -> None:
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+    from dsh_plugins_builtin._sandbox._fence import config_warning, protected_paths
+
+    ws = tmp_path / "ws"
+    (ws / "sub" / "realgit").mkdir(parents=True)
+    (ws / "sub" / ".git").symlink_to("realgit")
+    policy = build_policy(SandboxConfig(protected=("sub/.git",)), ws)
+    assert {ws / "sub" / "realgit", ws / "sub"} <= set(protected_paths(policy))
+    with pytest.raises(FenceDenied, match="protected"):
+        atomic_write_text("sub/.git", "gitdir: elsewhere", policy)
+    assert config_warning(policy) is None  # the root itself stays writable
+    atomic_write_text("elsewhere.txt", "fine", policy)
+    (ws / ".git").symlink_to("sub/realgit")  # a link at the root: the root is held read-only
+    policy = build_policy(SandboxConfig(protected=(".git",)), ws)
+    warning = config_warning(policy)
+    assert warning is not None
+    assert "is a symbolic link" in warning
+
+
 def test_install_paths_name_the_environment_and_the_code_of_dsh_and_its_plugins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
