@@ -20,7 +20,8 @@ from dsh_plugins_builtin._sandbox._bwrap import (
 )
 from dsh_plugins_builtin._sandbox._env import scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
-from dsh_plugins_builtin._sandbox._policy import SandboxPolicy
+from dsh_plugins_builtin._sandbox._paths import inside_any
+from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 from dsh_plugins_builtin._sandbox._seccomp import SeccompUnavailable, filter_bpf
 from dsh_plugins_builtin._sandbox._which import resolve_bwrap
@@ -192,7 +193,8 @@ def probe_fork_server() -> str | None:
 
 
 def _protected_problem(policy: SandboxPolicy) -> str | None:
-    inside = protected_paths(policy)
+    roots = writable_roots(policy)  # a protected path elsewhere is read-only under Landlock too
+    inside = tuple(p for p in protected_paths(policy) if inside_any(p, roots))
     if not inside:
         return None
     shown = ", ".join(str(p) for p in inside[:4]) + (" ..." if len(inside) > 4 else "")
