@@ -237,6 +237,25 @@ def _resolve_text_or_deny(
         ) from None
 
 
+def _refuse_processes(spelled: str, key: str, policy: SandboxPolicy) -> None:
+    """Refuse a read in a process's ``/proc`` directory (``/proc/self`` resolves to the host's).
+
+    A command sees only its own processes (its PID namespace); a file tool runs in the host,
+    where ``/proc/PID`` holds the environment, command line, memory map and open files of the
+    host and of every process of its user: secrets a command is never given. Even with ``/``
+    among the read roots they stay out of reach.
+    """
+    name = key.split("/")[2]
+    if name.isdigit() or name in ("self", "thread-self"):
+        raise FenceDenied(
+            f"read of {describe(spelled, key)} denied: /proc/{name} is a process of this machine "
+            "(the host's own, or another one), whose environment, memory and open files no "
+            f"file tool reads under {policy.mode} mode",
+            path=spelled,
+            mode=policy.mode,
+        )
+
+
 def _roots_text(roots: Iterable[Path]) -> str:
     return ", ".join(str(r) for r in roots) or "none"
 
@@ -263,6 +282,8 @@ def read_key(
 ) -> tuple[str, str | None]:
     """`check_read` as text, with the pinned root checked on the way (`resolve_in`)."""
     key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
+    if key.startswith("/proc/") and policy.mode != "danger-full-access":
+        _refuse_processes(spelled, key, policy)
     if policy.deny_read or policy.deny_patterns:
         refuse_denied(spelled, key, policy, "read of")
     resolved = policy.resolved

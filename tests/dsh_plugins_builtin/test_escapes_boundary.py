@@ -448,6 +448,34 @@ async def test_row4_the_hosts_devices_are_out_of_view(
     assert lines[lines.index("fd-ok") :] == ["fd-ok", "out-ok", "3", "null-ok"]
 
 
+@pytest.mark.parametrize("tool", ["read_file", "grep", "list_dir", "glob"])
+async def test_row4_no_file_tool_reads_the_processes_even_with_every_root_readable(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    """File tools run in the host: ``/proc/self`` is the host, ``/proc/PID`` every process of
+    its user, with their environment (a ``DATABASE_URL`` with its password), command lines and
+    open files. A command sees only its own processes; no file tool reads any, even with
+    ``read_roots = ["/"]``."""
+    monkeypatch.setenv("DSH_TEST_SECRET", "postgres://u:hunter2@db/x")
+    host = boundary_host(make_host, ws, "bwrap", read_roots=["/"])
+    args = {
+        "read_file": lambda p: {"path": p},
+        "grep": lambda p: {"pattern": "hunter2", "path": p},
+        "list_dir": lambda p: {"path": p},
+        "glob": lambda p: {"pattern": "*", "path": p},
+    }[tool]
+    control = await host.call("read_file", {"path": "/proc/version"})  # not a process: read
+    assert not control.is_error, control.text
+    for path in ("/proc/self/environ", "/proc/self", f"/proc/{os.getpid()}/cmdline",
+                 "/proc/thread-self/environ", "/proc/self/fd"):  # fmt: skip
+        if tool in ("list_dir", "glob") and "environ" in path:
+            continue
+        result = await host.call(tool, args(path))
+        assert result.is_error, (path, result.text)
+        assert "is a process of this machine" in result.text, result.text
+        assert "hunter2" not in result.text
+
+
 async def test_row4_another_terminal_is_unreadable(
     make_host: Any, ws: Path, backend: str, pty_pair: tuple[int, int, str]
 ) -> None:
