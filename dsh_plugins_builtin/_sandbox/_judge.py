@@ -237,23 +237,35 @@ def _resolve_text_or_deny(
         ) from None
 
 
-def _refuse_processes(spelled: str, key: str, policy: SandboxPolicy) -> None:
-    """Refuse a read in a process's ``/proc`` directory (``/proc/self`` resolves to the host's).
+def _refuse_host(spelled: str, key: str, policy: SandboxPolicy) -> None:
+    """Refuse a read of a process's ``/proc`` directory or of a device.
 
-    A command sees only its own processes (its PID namespace); a file tool runs in the host,
-    where ``/proc/PID`` holds the environment, command line, memory map and open files of the
-    host and of every process of its user: secrets a command is never given. Even with ``/``
-    among the read roots they stay out of reach.
+    A command sees only its own processes (its PID namespace) and a ``/dev`` of its own; a file
+    tool runs in the host, where ``/proc/self`` is the host and ``/proc/PID`` every process of
+    its user (their environment, memory map and open files: secrets a command is never given),
+    and where opening a device may act (a terminal's input, a watchdog that reboots the machine
+    when closed). Even with ``/`` among the read roots they stay out of reach.
     """
-    name = key.split("/")[2]
-    if name.isdigit() or name in ("self", "thread-self"):
-        raise FenceDenied(
-            f"read of {describe(spelled, key)} denied: /proc/{name} is a process of this machine "
-            "(the host's own, or another one), whose environment, memory and open files no "
-            f"file tool reads under {policy.mode} mode",
-            path=spelled,
-            mode=policy.mode,
+    if policy.mode == "danger-full-access" or any(
+        within(key, str(root)) for root in (policy.workspace, *writable_roots(policy))
+    ):
+        return  # a workspace on /dev/shm is the user's own
+    top, _, rest = key[1:].partition("/")
+    name = rest.partition("/")[0]
+    if top == "dev":
+        what = "a device of this machine (the file tools read files, not devices)"
+    elif name.isdigit() or name in ("self", "thread-self"):
+        what = (
+            f"/proc/{name}, a process of this machine (the host's own, or another one), whose "
+            "environment, memory and open files no file tool reads"
         )
+    else:
+        return
+    raise FenceDenied(
+        f"read of {describe(spelled, key)} denied: it is {what} under {policy.mode} mode",
+        path=spelled,
+        mode=policy.mode,
+    )
 
 
 def _roots_text(roots: Iterable[Path]) -> str:
@@ -282,8 +294,8 @@ def read_key(
 ) -> tuple[str, str | None]:
     """`check_read` as text, with the pinned root checked on the way (`resolve_in`)."""
     key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
-    if key.startswith("/proc/") and policy.mode != "danger-full-access":
-        _refuse_processes(spelled, key, policy)
+    if key.startswith(("/proc/", "/dev/")) or key == "/dev":
+        _refuse_host(spelled, key, policy)
     if policy.deny_read or policy.deny_patterns:
         refuse_denied(spelled, key, policy, "read of")
     resolved = policy.resolved

@@ -472,8 +472,43 @@ async def test_row4_no_file_tool_reads_the_processes_even_with_every_root_readab
             continue
         result = await host.call(tool, args(path))
         assert result.is_error, (path, result.text)
-        assert "is a process of this machine" in result.text, result.text
+        assert "a process of this machine" in result.text, result.text
         assert "hunter2" not in result.text
+
+
+@pytest.mark.parametrize("tool", ["read_file", "grep", "list_dir"])
+async def test_row4_no_file_tool_opens_a_device_even_with_every_root_readable(
+    make_host: Any, ws: Path, tool: str
+) -> None:
+    """A file tool runs in the host: opening a device there may act before any check of what
+    was opened (a terminal, a watchdog that reboots the machine when closed)."""
+    host = boundary_host(make_host, ws, "bwrap", read_roots=["/"])
+    args = {"read_file": "path", "grep": "path", "list_dir": "path"}[tool]
+    extra = {"pattern": "x"} if tool == "grep" else {}
+    for path in ("/dev/null", "/dev/zero", "/dev/tty", "/dev"):
+        if tool == "read_file" and path == "/dev":
+            continue
+        result = await host.call(tool, {args: path, **extra})
+        assert result.is_error, (path, result.text)
+        assert "a device of this machine" in result.text, result.text
+
+
+async def test_a_workspace_on_dev_shm_is_read_as_any_other(make_host: Any) -> None:
+    """The control of the two above: what lies in the workspace or a writable root is the
+    user's own, wherever it is (a workspace on the ``/dev/shm`` tmpfs)."""
+    ws = Path(tempfile.mkdtemp(prefix="dsh-test-ws-", dir="/dev/shm"))
+    try:
+        (ws / "a.txt").write_text("hello\n")
+        host = boundary_host(make_host, ws, "bwrap")
+        for tool, args in (("read_file", {"path": "a.txt"}), ("list_dir", {"path": "."})):
+            result = await host.call(tool, args)
+            assert not result.is_error, result.text
+        denied = await host.call("read_file", {"path": "/dev/zero"})
+        assert "a device of this machine" in denied.text
+    finally:
+        for child in ws.iterdir():
+            child.unlink()
+        ws.rmdir()
 
 
 async def test_row4_another_terminal_is_unreadable(
