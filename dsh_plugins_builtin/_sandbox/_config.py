@@ -186,8 +186,7 @@ def build_policy(
         files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a writable
             root), unless ``protect_config`` is off; default: found from the workspace, the
             roots and the environment.
-        imports: `import_paths` (protected in a writable root, as *install* is, unless
-            ``protect_install`` is off; unlike *install*, never made visible to commands).
+        imports: `import_paths`: protected as *install* is, never made visible to commands.
 
     Returns:
         The policy the fence and the confinement enforce.
