@@ -54,6 +54,7 @@ from dsh_plugins_builtin._sandbox._judge import (
     check_read,
     check_write,
     denied_by,
+    host_only,
 )
 from dsh_plugins_builtin._sandbox._open import RACED, open_read, open_root, relative, root_of
 from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_target
@@ -90,6 +91,7 @@ __all__ = [
     "check_write",
     "config_warning",
     "denied_by",
+    "host_only",
     "import_paths",
     "install_in_roots",
     "install_paths",

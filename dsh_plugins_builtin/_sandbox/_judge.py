@@ -237,35 +237,33 @@ def _resolve_text_or_deny(
         ) from None
 
 
-def _refuse_host(spelled: str, key: str, policy: SandboxPolicy) -> None:
-    """Refuse a read of a process's ``/proc`` directory or of a device.
+def host_only(key: str, policy: SandboxPolicy) -> str | None:
+    """What the canonical *key* is when no file tool may read it, a process's ``/proc``
+    directory or a device; ``None`` for anything else.
 
     A command sees only its own processes (its PID namespace) and a ``/dev`` of its own; a file
     tool runs in the host, where ``/proc/self`` is the host and ``/proc/PID`` every process of
     its user (their environment, memory map and open files: secrets a command is never given),
     and where opening a device may act (a terminal's input, a watchdog that reboots the machine
-    when closed). Even with ``/`` among the read roots they stay out of reach.
+    when closed). Even with ``/`` among the read roots they stay out of reach; what lies in the
+    workspace or a writable root (a workspace on ``/dev/shm``) is the user's own.
     """
+    if not (key.startswith(("/proc/", "/dev/")) or key == "/dev"):
+        return None
     if policy.mode == "danger-full-access" or any(
         within(key, str(root)) for root in (policy.workspace, *writable_roots(policy))
     ):
-        return  # a workspace on /dev/shm is the user's own
+        return None
     top, _, rest = key[1:].partition("/")
     name = rest.partition("/")[0]
     if top == "dev":
-        what = "a device of this machine (the file tools read files, not devices)"
-    elif name.isdigit() or name in ("self", "thread-self"):
-        what = (
+        return "a device of this machine (the file tools read files, not devices)"
+    if name.isdigit() or name in ("self", "thread-self"):
+        return (
             f"/proc/{name}, a process of this machine (the host's own, or another one), whose "
             "environment, memory and open files no file tool reads"
         )
-    else:
-        return
-    raise FenceDenied(
-        f"read of {describe(spelled, key)} denied: it is {what} under {policy.mode} mode",
-        path=spelled,
-        mode=policy.mode,
-    )
+    return None
 
 
 def _roots_text(roots: Iterable[Path]) -> str:
@@ -294,8 +292,12 @@ def read_key(
 ) -> tuple[str, str | None]:
     """`check_read` as text, with the pinned root checked on the way (`resolve_in`)."""
     key, checked = _resolve_text_or_deny(spelled, policy, "read of", pins_checked)
-    if key.startswith(("/proc/", "/dev/")) or key == "/dev":
-        _refuse_host(spelled, key, policy)
+    if (what := host_only(key, policy)) is not None:
+        raise FenceDenied(
+            f"read of {describe(spelled, key)} denied: it is {what} under {policy.mode} mode",
+            path=spelled,
+            mode=policy.mode,
+        )
     if policy.deny_read or policy.deny_patterns:
         refuse_denied(spelled, key, policy, "read of")
     resolved = policy.resolved

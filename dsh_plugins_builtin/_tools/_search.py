@@ -71,7 +71,10 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
         # *matches* would let a pattern probe withheld names one character at a time.
         if policy.active:
             real = base + rel  # the walk never follows a symlink, so this is real
-            targets = (real, os.path.realpath(real)) if entry.is_symlink() else (real,)
+            try:
+                targets = (real, os.path.realpath(real)) if entry.is_symlink() else (real,)
+            except OSError:  # a link it may not read (/proc/1/cwd): where it leads is unknown
+                continue
             if policy.denied(*targets):
                 continue
         if regex.match(rel):

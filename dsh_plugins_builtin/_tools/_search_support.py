@@ -16,7 +16,7 @@ from typing import Any
 
 from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
 from dsh_plugins_builtin._sandbox._errors import SandboxError
-from dsh_plugins_builtin._sandbox._fence import SandboxPolicy, denied_by
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy, denied_by, host_only
 from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, str_arg
 
@@ -151,8 +151,11 @@ def read_denied(sandbox: Sandbox) -> Callable[[str], bool]:
     policy's entries (`denied_by`: a few dict lookups per file); for another sandbox plugin,
     whether its `check_read` refuses the path."""
     policy = getattr(sandbox, "policy", None)
-    if isinstance(policy, SandboxPolicy):
-        return lambda real: denied_by(real, policy) is not None
+    if isinstance(policy, SandboxPolicy):  # and neither a process's /proc nor a device
+        return lambda real: (
+            denied_by(real, policy) is not None
+            or (real.startswith(("/proc/", "/dev")) and host_only(real, policy) is not None)
+        )
 
     def refused(real: str) -> bool:
         try:

@@ -329,7 +329,7 @@ async def test_row2_the_search_tools_show_no_credential_by_name_or_content(
     assert "notes.txt" in listed.text
     for name in ("id_rsa", "credentials", "hosts.yml", "deploy.key", ".netrc"):
         assert name not in listed.text, (name, listed.text)
-    assert "withheld" in listed.text
+    assert "withheld" in listed.text, listed.meta
 
 
 async def test_row2_shadow_is_unreadable_even_as_root(
@@ -491,6 +491,29 @@ async def test_row4_no_file_tool_opens_a_device_even_with_every_root_readable(
         result = await host.call(tool, {args: path, **extra})
         assert result.is_error, (path, result.text)
         assert "a device of this machine" in result.text, result.text
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "in-process"])
+async def test_row4_a_search_from_a_parent_leaves_the_processes_out(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """Searching ``/proc`` itself (or ``/``) walks into every ``/proc/PID``: each is left out,
+    name and content, as a ``deny_read`` entry is (the in-process engine would otherwise open
+    every file the walk meets, devices under ``/dev`` included)."""
+    from dsh_plugins_builtin._tools import _search
+
+    if engine == "in-process":
+        monkeypatch.setattr(_search, "find_rg", lambda: None)
+    host = boundary_host(make_host, ws, "bwrap", read_roots=["/"])
+    listed = await host.call("glob", {"pattern": "*/environ", "path": "/proc"})
+    assert not listed.is_error, listed.text
+    assert not re.search(r"\d/environ", listed.text), listed.text
+    assert "withheld" in listed.text, listed.meta
+    control = await host.call("glob", {"pattern": "version", "path": "/proc"})
+    assert control.text.splitlines()[0].endswith("/proc/version"), control.text
+    found = await host.call("grep", {"pattern": "PATH=", "path": "/proc", "glob": "environ"})
+    assert not found.is_error, found.text
+    assert not re.search(r"environ:\d", found.text), found.text
 
 
 async def test_a_workspace_on_dev_shm_is_read_as_any_other(make_host: Any) -> None:
