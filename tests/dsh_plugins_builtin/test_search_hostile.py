@@ -512,3 +512,22 @@ async def test_too_many_withheld_files_for_one_command_line_search_in_process(
     assert result.text.startswith("README.md:1:needle in the readme\npub/a.txt:1:needle in public")
     assert result.meta["withheld"] == 2
     assert ran == ["builtin"]
+
+
+async def test_glob_leaves_out_a_symlink_it_may_not_resolve(make_host, ws, monkeypatch):
+    """A link whose target cannot be read (``/proc/1/cwd`` of another user's process, from
+    ``/`` with every root readable): where it leads is unknown, so it is left out; the search
+    goes on (it failed with ``PermissionError``)."""
+    (ws / "kept.txt").write_text("x")
+    (ws / "link").symlink_to("kept.txt")
+    real = os.path.realpath
+
+    def refuse(path, *args, **kwargs):
+        if str(path).endswith("/link"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_search_tools.os.path, "realpath", refuse)
+    result = await tools_host(make_host, ws).call("glob", {"pattern": "*"})
+    assert not result.is_error, result.text
+    assert result.text.splitlines() == ["kept.txt"]
