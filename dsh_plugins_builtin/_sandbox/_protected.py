@@ -178,10 +178,11 @@ def _read_only_root(policy: SandboxPolicy, roots: tuple[Path, ...]) -> str | Non
             if path not in code:
                 return (
                     f"the writable root {root} is read-only to every tool and command: it "
-                    f"{where} where a protected name (.git, .claude, dsh.toml, a config file "
-                    "the next run reads) is a symbolic link, which a command could point "
-                    "elsewhere. Replace the link with what it points to, or keep that name out "
-                    "of the writable roots"
+                    f"{where} protected (a [plugin.sandbox] protected entry, or where a "
+                    "protected name such as .git, .claude, dsh.toml or a config file the next "
+                    "run reads is a symbolic link, which a command could point elsewhere). "
+                    "Replace such a link with what it points to, or keep that name out of the "
+                    "writable roots"
                 )
             return (
                 f"the writable root {root} is read-only to every tool and command: it {where} "
