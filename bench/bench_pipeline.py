@@ -133,9 +133,12 @@ class Case:
 
 
 async def _time_round_robin(cases: list[Case], awaits: int, reps: int, warmup: int) -> None:
-    """Warm each case up, then time *reps* batches of *awaits* awaits each, cycling the cases."""
+    """Warm each case up, then time *reps* batches of *awaits* awaits each, cycling the cases.
+
+    Each case is awaited at least 8 times first: CPython 3.11 specializes a function only after
+    its 8th call, and an `execute_batch` runs its loop once per batch (``bench_batch.py``)."""
     for case in cases:
-        for _ in range(max(1, warmup // case.calls_per_await)):
+        for _ in range(max(8, warmup // case.calls_per_await)):
             await case.call()
     for _ in range(reps):
         for case in cases:
