@@ -292,7 +292,7 @@ async def _bwrap_once(
 ) -> tuple[Output, int | None, bool]:
     fds: list[int] = []
     try:
-        taken = MOUNT_POINTS.take(layout_of(policy).protected)
+        taken = MOUNT_POINTS.take(layout_of(policy).held)
     except MountPointBusy as exc:
         raise SandboxUnavailable(str(exc.strerror), mode=policy.mode) from None
     try:

@@ -68,6 +68,9 @@ def in_view(sockets: Iterable[str], hidden: Callable[[str], bool]) -> list[Path]
         try:
             if stat.S_ISSOCK(os.lstat(path).st_mode) and not hidden(path):
                 out.add(path)
+        except PermissionError:  # a closed directory of its own (`_passable`): covered unseen
+            if not hidden(path):
+                out.add(path)
         except OSError:
             continue  # gone, or a path of another mount namespace
     return [Path(path) for path in sorted(out)]
@@ -75,11 +78,13 @@ def in_view(sockets: Iterable[str], hidden: Callable[[str], bool]) -> list[Path]
 
 def _passable(real_dir: str) -> bool:
     """Whether a command of this user, with no capability, may search *real_dir* and each
-    directory above it. The kernel answers for an ordinary user (``faccessat`` with the
-    effective ids: ACLs included); root's answer there ignores the mode, so for uid 0 the mode
-    bits are read as a capability-less root meets them (owner, group, other)."""
-    if os.geteuid() != 0:
-        return os.access(real_dir, os.X_OK, effective_ids=True)
+    directory above it, or make it so: a directory it owns it may ``chmod`` (Landlock does not
+    govern that). The kernel answers for an ordinary user (``faccessat`` with the effective
+    ids: ACLs included); where it says no, and for uid 0 (whose answer ignores the mode), the
+    mode bits are read as a capability-less process meets them, each directory it owns passed."""
+    euid = os.geteuid()
+    if euid != 0 and os.access(real_dir, os.X_OK, effective_ids=True):
+        return True
     groups = {os.getegid(), *os.getgroups()}
     path = real_dir
     while True:
@@ -87,12 +92,10 @@ def _passable(real_dir: str) -> bool:
             st = os.stat(path)
         except OSError:
             return False
-        if st.st_uid == 0:
-            bit = stat.S_IXUSR
-        else:
+        if st.st_uid != euid:
             bit = stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH
-        if not st.st_mode & bit:
-            return False
+            if not st.st_mode & bit:
+                return False
         if path == "/":
             return True
         path = os.path.dirname(path)

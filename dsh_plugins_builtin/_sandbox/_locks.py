@@ -8,7 +8,7 @@ the object itself: it is a file named after the object's device and inode, in `l
 ``/dev/shm``), a ``0700`` directory this user owns (checked: another user's is refused). Both
 backends replace ``/dev/shm`` (bwrap mounts a fresh ``/dev``, Landlock's mount namespace a
 fresh tmpfs on ``/dev/shm``), and a configured root that would show the directory gets an
-empty read-only tmpfs over it (`dsh_plugins_builtin._sandbox._bwrap.Layout.locks_now`).
+empty read-only tmpfs over it (`dsh_plugins_builtin._sandbox._layout.Layout.locks_now`).
 
 A lock file is removed by whoever can take it exclusively once done (`release`), and one left
 by a host killed outright by the next host's `sweep`; whoever locks one checks it is still

@@ -72,12 +72,16 @@ def dev_plan() -> tuple[tuple[Any, ...], ...]:
     return tuple(plan)
 
 
-def _target(path: str, *, directory: bool) -> int:
+def _target(path: str, *, directory: bool, make: bool = True) -> int:
     """An ``O_PATH`` descriptor of the mount point *path*, made if missing (an empty directory
-    or file), every level reached from a fresh ``/`` following no symlink."""
+    or file), every level reached from a fresh ``/`` following no symlink. With *make* false
+    nothing is made (``FileNotFoundError``): a step that only hides what is there must not
+    leave a file or directory on the host where a socket or a ``deny_read`` entry was."""
     root = os.open("/", DIR_FLAGS)  # this namespace's "/", not one held from before
     try:
         rel = path.strip("/")
+        if not make:
+            return open_beneath(root, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
         if directory:
             return mkdir_beneath(root, rel)
         parent_rel, name = os.path.split(rel)
@@ -190,8 +194,15 @@ def apply(
             continue
         source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
         path = step[2] if kind == "bind" else step[1]
+        hides = kind == "null" or (kind == "tmpfs" and step[2])  # a socket, a deny_read entry
         try:  # reached from a fresh "/" following no symlink (a command may have planted one)
-            target = _target(path, directory=kind == "tmpfs" or os.path.isdir(source))
+            target = _target(
+                path, directory=kind == "tmpfs" or os.path.isdir(source), make=not hides
+            )
+        except FileNotFoundError:
+            if hides:
+                continue  # gone since the plan was made: nothing to hide
+            fail(f"reaching the mount point {path} (no symlink may be on the way)")
         except OSError:
             fail(f"reaching the mount point {path} (no symlink may be on the way)")
         at = f"/proc/self/fd/{target}"

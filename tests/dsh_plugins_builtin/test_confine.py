@@ -665,18 +665,18 @@ async def test_the_view_is_computed_once_per_policy_what_exists_at_each_command(
     """Issue 27: the mount layout (hidden directories, binds, protected and denied paths) is
     path arithmetic done at a policy's first command, not at every one; whether a
     ``deny_read`` entry exists is still looked at per command, so one made later is hidden."""
-    from dsh_plugins_builtin._sandbox import _bwrap
+    from dsh_plugins_builtin._sandbox import _layout
 
     secret = ws / "keys"
     policy = SandboxPolicy("workspace-write", ws, protected=(), deny_read=(secret,))
     computed: list[SandboxPolicy] = []
-    real = _bwrap.masked_dirs
+    real = _layout.masked_dirs
 
     def counting(policy: SandboxPolicy) -> Any:
         computed.append(policy)
         return real(policy)
 
-    monkeypatch.setattr(_bwrap, "masked_dirs", counting)
+    monkeypatch.setattr(_layout, "masked_dirs", counting)
     await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)
     secret.mkdir()
     (secret / "id").write_text("SECRET-KEY")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -755,3 +756,126 @@ def test_a_mount_point_is_never_made_through_a_planted_symlink(tmp_path: Path) -
     made = _mountns._target(str(tmp_path / "tmp" / "real" / "ws"), directory=True)  # control
     os.close(made)
     assert (tmp_path / "tmp" / "real" / "ws").is_dir()
+
+
+# -- what a command hides can be renamed out of hiding: rows 1, 2 and 7, the class --------------
+
+
+def _listening(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen(8)
+    server.setblocking(False)
+    return server
+
+
+def _accepted(server: socket.socket) -> bool:
+    try:
+        conn, _ = server.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+async def test_row1_a_covered_socket_cannot_be_renamed_into_reach(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """A host socket in a workspace directory is covered by /dev/null at its name, in each
+    command's own view: renaming the directory (on the host) showed it to the next command
+    under the new name. Every directory between the root and it is a mount point now."""
+    (ws / "sub" / "deeper").mkdir(parents=True)
+    server = _listening(ws / "sub" / "deeper" / "lsp.sock")
+    try:
+        host = boundary_host(make_host, ws, backend)
+        moved = await host.call("bash", {"command": "mv sub sub2 || mv sub/deeper sub/d2"})
+        assert "busy" in moved.text.lower(), moved.text
+        for spelled in ("sub/deeper/lsp.sock", "sub2/deeper/lsp.sock", "sub/d2/lsp.sock"):
+            assert "CONNECTED" not in (await bash(host, _CONNECT + spelled)).text
+        assert not _accepted(server)
+        assert (ws / "sub" / "deeper" / "lsp.sock").exists()  # nothing was moved on the host
+    finally:
+        server.close()
+
+
+async def test_row1_a_socket_in_a_closed_directory_of_its_own_is_covered(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    """A directory the command's own user owns is no barrier: it may ``chmod`` it open."""
+    closed = ws / "closed"
+    closed.mkdir()
+    server = _listening(closed / "s.sock")
+    closed.chmod(0o600)
+    try:
+        host = boundary_host(make_host, ws, backend)
+        result = await bash(host, "chmod 700 closed; " + _CONNECT + "closed/s.sock")
+        assert "CONNECTED" not in result.text
+        assert not _accepted(server)
+    finally:
+        closed.chmod(0o700)
+        server.close()
+
+
+async def test_row2_a_denied_file_cannot_be_renamed_into_view(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".env").write_text("API_KEY=hunter2\n")
+    host = boundary_host(make_host, ws, backend, deny_read=["sub/.env"])
+    result = await host.call(
+        "bash", {"command": "mv sub sub2; cat sub2/.env sub/.env; cp -r sub sub3; cat sub3/.env"}
+    )
+    assert "hunter2" not in result.text, result.text
+    assert (ws / "sub" / ".env").read_text() == "API_KEY=hunter2\n"
+
+
+@pytest.mark.parametrize("backend", ["bwrap"], indirect=True)  # Landlock refuses protected paths
+async def test_row7_a_nested_protected_path_cannot_be_renamed_away(
+    make_host: Any, ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python/src`` on the import path (a monorepo's PYTHONPATH) and ``build/lib`` (not made
+    yet): renaming ``python`` took the read-only mount with it and let a command make its own
+    ``python/src``; a missing ``build`` made on the way was as open."""
+    (ws / "python" / "src").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(ws / "python" / "src"))
+    monkeypatch.syspath_prepend(str(ws / "build" / "lib"))
+    host = boundary_host(make_host, ws, backend)
+    await host.call(
+        "bash",
+        {
+            "command": "mv python p2; mkdir -p python/src; echo 'import os' > python/src/msvcrt.py;"
+            " mkdir -p build/lib; echo 'import os' > build/lib/msvcrt.py"
+        },
+    )
+    assert not (ws / "python" / "src" / "msvcrt.py").exists()
+    assert not (ws / "build" / "lib" / "msvcrt.py").exists()
+    assert not (ws / "p2").exists()
+    await bash(host, "echo fine > python/notes.txt")  # the control: the rest of python/ is open
+    assert (ws / "python" / "notes.txt").read_text() == "fine\n"
+
+
+async def test_a_workspace_on_dev_shm_is_a_commands_own_too(make_host: Any, backend: str) -> None:
+    """Landlock's /dev of its own was mounted after the roots, hiding a root under /dev."""
+    ws = Path(tempfile.mkdtemp(prefix="dsh-test-ws-", dir="/dev/shm"))
+    try:
+        (ws / "a.txt").write_text("hello\n")
+        host = boundary_host(make_host, ws, backend)
+        result = await bash(host, "cat a.txt; echo made > b.txt")
+        assert "hello" in result.text
+        assert (ws / "b.txt").read_text() == "made\n"
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+def test_a_landlock_step_that_only_hides_makes_nothing(tmp_path: Path) -> None:
+    """A socket or deny_read entry gone between the plan and the mount: nothing to hide, and
+    nothing may be made in its place on the host (a file where a daemon's socket was)."""
+    from dsh_plugins_builtin._sandbox import _mountns
+
+    gone = tmp_path / "run" / "daemon.sock"
+    with pytest.raises(FileNotFoundError):
+        _mountns._target(str(gone), directory=False, make=False)
+    assert not (tmp_path / "run").exists()
+    os.close(_mountns._target(str(gone), directory=False))  # the control: a mount point is made
+    assert gone.exists()
