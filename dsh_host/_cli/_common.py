@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # rendering: imported by the commands that print cards and ta
 
 __all__ = [
     "CALL_EXAMPLE",
+    "HOOK_MAX_BYTES",
     "UsageError",
     "build_host",
     "debugging",
@@ -33,6 +34,10 @@ __all__ = [
     "unknown_tool",
     "warn",
 ]
+
+HOOK_MAX_BYTES = 4 * 1024 * 1024
+"""The largest ``dsh hook claude`` payload read (``--max-bytes``' default); a larger one fails
+closed (`dsh_host._cli._hook`)."""
 
 
 class UsageError(Exception):

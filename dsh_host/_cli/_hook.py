@@ -42,13 +42,15 @@ from dsh_host import (
 )
 from dsh_host import ToolExecutionResult as Result
 
+from ._common import HOOK_MAX_BYTES
+
 if TYPE_CHECKING:  # annotations only: argparse loads with a parser
     import argparse
 
 __all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
 
-MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
-"""The largest payload read; a larger one fails closed."""
+MAX_PAYLOAD_BYTES: Final = HOOK_MAX_BYTES
+"""The largest payload read; a larger one fails closed (``--max-bytes``' default)."""
 
 EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import ConfigError, printable
 from .._gc import resume as resume_gc
 from ._common import (
+    HOOK_MAX_BYTES,
     UsageError,
     build_host,
     debugging,
@@ -194,10 +195,6 @@ def _add_agent_parsers(
     p.add_argument("--max-bytes", type=int, metavar="N", default=HOOK_MAX_BYTES,
                    help="the largest payload read from stdin (default: 4 MiB)")  # fmt: skip
     p.set_defaults(handler=_cmd_hook)
-
-
-HOOK_MAX_BYTES = 4 * 1024 * 1024
-"""``dsh hook claude --max-bytes``'s default (`dsh_host._cli._hook.MAX_PAYLOAD_BYTES`)."""
 
 
 def _plain_hook(argv: Sequence[str]) -> Any:

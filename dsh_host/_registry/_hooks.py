@@ -42,7 +42,7 @@ class _PluginManager(pluggy.PluginManager):
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
         if _STATIC_LOOKUP:
-            if _unmarked(plugin, name, self._marker):
+            if _unmarked(plugin, name, _MARKER):
                 return None  # nothing pluggy's lookup could find there carries a marker
         elif name in _OBJECTS_OWN and _objects_own(plugin, name):
             return None  # a slot wrapper or builtin of `object`: never marked (about half of dir)
@@ -55,10 +55,6 @@ class _PluginManager(pluggy.PluginManager):
         opts = super().parse_hookimpl_opts(plugin, name)
         parsed[(id(plugin), name)] = (plugin, opts)
         return opts
-
-    @property
-    def _marker(self) -> str:
-        return f"{self.project_name}_impl"  # the attribute `HookimplMarker` sets
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         try:
@@ -75,6 +71,7 @@ class _PluginManager(pluggy.PluginManager):
 
 
 _OBJECTS_OWN = frozenset(vars(object))
+_MARKER = f"{PROJECT}_impl"  # the attribute `HookimplMarker` sets (`make_plugin_manager`'s)
 _STATIC_LOOKUP = hasattr(pluggy._manager, "_static_hook_attr")
 """Whether this pluggy (1.7 on) finds hook implementations by a static lookup, which
 `_unmarked` mirrors. An older one calls ``getattr`` (a property, ``__getattr__``), which no
@@ -93,7 +90,7 @@ def _unmarked(plugin: object, name: str, marker: str) -> bool:
     pluggy). Most of a plugin's ``dir`` (``object``'s builtins, its helpers, its attributes) is
     answered here with a few dict lookups instead of `inspect.getattr_static` (issue 27)."""
     if isinstance(plugin, type | types.ModuleType):
-        return name in _OBJECTS_OWN and _objects_own(plugin, name)
+        return False
     try:
         own = object.__getattribute__(plugin, "__dict__")
     except AttributeError:
