@@ -28,10 +28,11 @@ from dsh_host import Host
 
 from .._hooks._launch import sandbox_policy
 from .._sandbox._backends import landlock_prepared
-from .._sandbox._bwrap import inside_any, mount_plan, rw_roots
+from .._sandbox._bwrap import mount_plan, rw_roots
 from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap, scrub_env
 from .._sandbox._fence import SandboxPolicy
 from .._sandbox._landlock import LandlockUnavailable, Prepared
+from .._sandbox._paths import inside_any
 from .._sandbox._protected import protected_paths
 from .._sandbox._seccomp import filter_bpf
 from ._landlock_exec import command

@@ -16,6 +16,7 @@ from dsh_plugins_builtin._sandbox._env import EnvConfig
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig
 from dsh_plugins_builtin._sandbox._pins import pin_roots
 from dsh_plugins_builtin._sandbox._policy import SandboxMode, SandboxPolicy
+from dsh_plugins_builtin._sandbox._protected import import_paths
 
 __all__ = [
     "MAX_OUTPUT_CAP",
@@ -170,7 +171,7 @@ def build_policy(
     tmp: Path | None = None,
     files: Iterable[Path] = (),
     hidden: Iterable[Path] = (),
-    imports: Iterable[Path] = (),
+    imports: Iterable[Path] | None = None,
 ) -> SandboxPolicy:
     """The `SandboxPolicy` a configuration stands for, with its roots pinned.
 
@@ -186,7 +187,8 @@ def build_policy(
         files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a writable
             root), unless ``protect_config`` is off; default: found from the workspace, the
             roots and the environment.
-        imports: `import_paths`: protected as *install* is, never made visible to commands.
+        imports: `import_paths` (default: this process's, so no caller forgets them):
+            protected as *install* is, never made visible to commands.
 
     Returns:
         The policy the fence and the confinement enforce.
@@ -196,6 +198,7 @@ def build_policy(
     """
     ws = Path(os.path.abspath(workspace))
     install = tuple(install)
+    imports = import_paths() if imports is None else tuple(imports)
     tmp = tmp if config.private_tmp else None
     writable = _writable(config, ws, tmp)
     read_roots = tuple(_root(r, ws) for r in config.read_roots)

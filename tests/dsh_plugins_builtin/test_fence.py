@@ -415,7 +415,7 @@ def test_a_root_on_the_import_path_is_read_only_and_warned_about(
     with pytest.raises(FenceDenied, match="a directory on Python's import path"):
         atomic_write_text("msvcrt.py", "import os", policy)
     # the control: without it on the import path, or with protect_install off, nothing to say
-    assert config_warning(build_policy(SandboxConfig(), ws)) is None
+    assert config_warning(build_policy(SandboxConfig(), ws, imports=())) is None
     exposed = build_policy(SandboxConfig(protect_install=False), ws, imports=import_paths())
     assert config_warning(exposed) is None
     atomic_write_text("msvcrt.py", "import os", exposed)
@@ -572,3 +572,18 @@ def test_a_policy_derived_from_a_pinned_one_does_not_keep_its_resolved_roots(
     policy = pin_roots(SandboxPolicy("workspace-write", ws, writable_roots=(ws,)))
     wider = attrs.evolve(policy, writable_roots=(ws, other))
     assert writable_roots(wider) == (ws, other)
+
+
+def test_a_policy_built_without_naming_the_import_path_protects_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build_policy`'s callers all pass `import_paths`; one that forgot would have left the
+    import path open: the default is this process's import path, not none."""
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(ws / "src"))
+    with pytest.raises(FenceDenied, match="import path"):
+        atomic_write_text("src/msvcrt.py", "import os", build_policy(SandboxConfig(), ws))
+    atomic_write_text("src/msvcrt.py", "x", build_policy(SandboxConfig(), ws, imports=()))
