@@ -331,7 +331,7 @@ def dsh_path_denied(execution: ToolExecution, path: str, access: str) -> str | N
     `Host.path_denied`) for each one and leave out, counted, every path that gets a reason. It
     must be **synchronous, fast and pure**: it is called from worker threads, once per file a
     search meets. A plugin whose configuration withholds no path lists it in ``dsh_idle_hooks``
-    (while every implementation is idle, the search tools ask nobody).
+    (it is never asked then; while all are idle, the search tools walk no tree for policy).
 
     **Chaining: firstresult.** The first reason wins; ``None`` from every plugin lets it through.
 

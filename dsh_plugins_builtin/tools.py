@@ -123,10 +123,7 @@ class ToolsPlugin:
         host = self._host
         if host is None:
             return False
-        return any(
-            not _idle_path_hook(impl.plugin)
-            for impl in host.pm.hook.dsh_path_denied.get_hookimpls()
-        )
+        return bool(host.hooks.impls("dsh_path_denied"))  # idle ones left out
 
     def sandbox(self) -> Sandbox:
         """The sandbox plugin, or a fail-closed stand-in when it is missing or unusable."""
@@ -151,9 +148,3 @@ class ToolsPlugin:
             self._fallback = FailClosedSandbox(self._workspace, why)
             self._fallback_why = why
         return self._fallback
-
-
-def _idle_path_hook(plugin: object) -> bool:
-    """Whether *plugin* set its ``dsh_path_denied`` idle, as the host reads ``dsh_idle_hooks``."""
-    idle = getattr(plugin, "dsh_idle_hooks", None)
-    return isinstance(idle, frozenset | set | tuple | list) and "dsh_path_denied" in idle

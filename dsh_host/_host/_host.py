@@ -215,14 +215,20 @@ class Host:
     def path_denied(self, execution: ToolExecution, path: str, access: str) -> str | None:
         """Why policy withholds *path* (absolute, real) from the running *execution*, or ``None``.
 
-        Asks every ``dsh_path_denied`` implementation (firstresult). A plugin that raises denies,
-        so a broken policy plugin never lets a path through.
+        Asks each ``dsh_path_denied`` implementation a plugin has not set idle
+        (``dsh_idle_hooks``), in call order, until one answers. A plugin that raises denies, so
+        a broken policy plugin never lets a path through.
         """
-        hook = self.pm.hook.dsh_path_denied
-        if not hook.get_hookimpls():
+        impls = self.hooks.impls("dsh_path_denied")
+        if not impls:
             return None
+        reason = None
         try:
-            reason = hook(execution=execution, path=path, access=access)
+            for impl in impls:
+                call = impl.positional
+                assert call is not None  # a plain hook, never a waterfall link
+                if (reason := call(execution, path, access)) is not None:
+                    break
         except BaseException as exc:  # any failure withholds; only a real Ctrl-C goes on
             if real_interrupt(exc):
                 raise

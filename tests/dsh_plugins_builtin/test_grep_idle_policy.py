@@ -109,3 +109,27 @@ async def test_another_policy_plugin_is_still_asked_beside_an_idle_one(
     assert other.asked
     assert result.meta["count"] == 2
     assert "needle 3" not in result.text
+
+
+async def test_an_idle_policy_plugin_is_not_asked_beside_another_one(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With another policy plugin active the search puts every file to policy, but the host
+    skips the implementations set idle: the permissions plugin is not asked once per file."""
+    _tree(ws)
+    calls: list[str] = []
+    real = PermissionsPlugin.dsh_path_denied
+
+    def counting(self: Any, execution: Any, path: str, access: str) -> str | None:
+        calls.append(path)
+        return real(self, execution, path, access)
+
+    counting.__dict__.update(real.__dict__)  # the hookimpl marker
+    monkeypatch.setattr(PermissionsPlugin, "dsh_path_denied", counting)
+    host = _host(make_host, ws, WithholdSecrets(ws), allow=["grep"])
+    assert "dsh_path_denied" in host.pm.get_plugin("permissions").dsh_idle_hooks
+    assert host.pm.hook.dsh_path_denied.get_hookimpls()[0].function.__func__ is counting
+    result = await host.call("grep", {"pattern": "needle"})
+    assert not result.is_error, result.text
+    assert result.meta["count"] == 2
+    assert calls == []
