@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import math
 import os
 import re
@@ -52,6 +53,8 @@ if TYPE_CHECKING:  # imported when a server is configured (no server: a cold sta
     from ._mcp._native import NativeMount
 
 __all__ = ["McpConfig", "McpPlugin", "McpServerConfig", "tool_name"]
+
+log = logging.getLogger("dsh_plugins_builtin.mcp")
 
 _NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
 
@@ -81,13 +84,15 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
     """
     if not config.servers:
         return {}
-    from ._hooks._environment import safe_environment
-    from ._hooks._launch import HookRefused, exposure_of, path_lookup, plan_launch, sandbox_policy
+    from ._hooks._environment import unconfined_environment
+    from ._hooks._launch import HookRefused, exposure_of, plan_launch, sandbox_policy
 
-    exposure = exposure_of(sandbox_policy(host))
-    path_env, skipped = path_lookup(os.environ.get("PATH", os.defpath), exposure)
-    # what an unconfined server inherits: nothing that leads back into the writable roots
-    inherited = safe_environment({**os.environ, "PATH": path_env}, exposure.exposed)[0]
+    # what an unconfined server inherits: nothing that leads back into the writable roots;
+    # its command is planned with that same environment
+    unconfined = unconfined_environment(os.environ, exposure := exposure_of(sandbox_policy(host)))
+    inherited = unconfined.env
+    if any(s.command and s.enabled and not s.sandbox for s in config.servers.values()):
+        unconfined.warn(log, "MCP servers with sandbox = false")
     out: dict[str, Launchable | str] = {}
     for name, server in config.servers.items():
         if server.command is None or not server.enabled:
@@ -95,10 +100,11 @@ def _launchable(config: McpConfig, host: Host) -> dict[str, Launchable | str]:
             continue
         cwd = os.path.join(host.workspace, os.path.expanduser(server.cwd or "."))
         command = shlex.join([server.command, *server.args])
+        server = attrs.evolve(server, cwd=cwd)  # where it is planned is where it starts
         try:
             launch = plan_launch(
-                command, cwd=cwd, env={**os.environ, "PATH": path_env}, exposure=exposure,
-                shell="/bin/sh", skipped_path=skipped,
+                command, cwd=cwd, env=inherited, exposure=exposure, shell="/bin/sh",
+                skipped_path=unconfined.skipped_path,
             )  # fmt: skip
         except HookRefused as exc:
             where = host.config.source or "the configuration"

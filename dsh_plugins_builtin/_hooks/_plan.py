@@ -19,8 +19,8 @@ import attrs
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
-from ._environment import safe_environment
-from ._launch import HookRefused, exposure_of, plan_launch, safe_path_env, sandbox_policy
+from ._environment import unconfined_environment
+from ._launch import HookRefused, exposure_of, plan_launch, sandbox_policy
 from ._process import HookRunner, shared_runner
 from ._settings import NAME, HookCommand
 
@@ -48,9 +48,10 @@ def plan_hooks(
     policy = sandbox_policy(host)
     exposure = exposure_of(policy)
     root = str(workspace)
-    env = {**os.environ, "DSH_PROJECT_DIR": root, "CLAUDE_PROJECT_DIR": root}
-    env["PATH"] = safe_path_env(env.get("PATH", os.defpath), exposure)
-    env = safe_environment(env, exposure.exposed)[0]  # PYTHONPATH, LD_PRELOAD, ...
+    unconfined = unconfined_environment(
+        {**os.environ, "DSH_PROJECT_DIR": root, "CLAUDE_PROJECT_DIR": root}, exposure
+    )
+    env = unconfined.env
     try:
         shell = plan_launch("/bin/sh", cwd=root, env=env, exposure=exposure, shell="")
         runner = plan_launch(interpreter, cwd=root, env=env, exposure=exposure, shell="")
@@ -74,6 +75,8 @@ def plan_hooks(
                 path=host.config.source, plugin=NAME, key="settings",
             ) from None  # fmt: skip
         planned.append(attrs.evolve(hook, launch=launch))
+    if hooks:
+        unconfined.warn(log, "hooks")
     try:
         shared = shared_runner(interpreter)
     except OSError as exc:

@@ -16,7 +16,9 @@ leaves the group and outlives ``killpg``. So every hook runs under a *reaper*, a
 The reapers are forked by one *runner* process per interpreter, started when the first host with
 hooks starts:
 the host's Python interpreter with ``-I -S`` and the code below passed with ``-c`` (no file a
-tool could rewrite), detached from the host (its own session) and serving requests on a
+tool could rewrite) and an environment of ``PATH`` only (the host's own could preload a library
+a tool planted, ``LD_PRELOAD``; each hook gets its environment with its request), detached from
+the host (its own session) and serving requests on a
 ``SOCK_SEQPACKET`` socket: each request is the hook's argv and working directory, with the five
 pipe ends passed as file descriptors (``SCM_RIGHTS``). Forking the already-started runner costs
 about a millisecond; starting an interpreter per hook would cost tens. The runner exits when the
@@ -76,7 +78,7 @@ class HookRunner:
         try:
             first = subprocess.Popen(
                 [self.interpreter, "-I", "-S", "-c", RUNNER_CODE, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), cwd="/",
+                pass_fds=(theirs.fileno(),), cwd="/", env={"PATH": os.defpath},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             if first.wait() != 0:  # it forks the runner and exits

@@ -105,7 +105,7 @@ class Link:
         self.confinement: Confinement | None = None
         """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
         self.inherited: dict[str, str] | None = None
-        """The environment an unconfined stdio server inherits (``None``: the host's own)."""
+        """The environment an unconfined stdio server inherits (``None``: it is not started)."""
         self.on_relisted: Callable[[], None] | None = None
         """Called in the mount loop when a re-listing has finished (the plugin's wake-up)."""
         self.guard: Guard | None = None
@@ -266,10 +266,14 @@ class Link:
         """The stdio transport of this server, confined unless ``sandbox = false``."""
         config = self.config
         assert config.command is not None
-        inherited = os.environ if self.inherited is None else self.inherited
-        argv, env = [config.command, *config.args], {**inherited, **config.env}
-        fds: list[int] = []
         confinement = self.confinement
+        if confinement is None and self.inherited is None:  # fail closed: not the host's own
+            raise RuntimeError(
+                f"MCP server {self.name!r} runs unconfined but has no environment made safe for "
+                "it; it is not started"
+            )
+        argv, env = [config.command, *config.args], {**(self.inherited or {}), **config.env}
+        fds: list[int] = []
         if confinement is not None:
             argv, fds = confinement.wrap(argv, config.cwd or os.getcwd())
             env = confinement.environment(dict(config.env))

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_host import ConfigError, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_host import AbortSignal, ConfigError, Deny, Host, ToolExecutionInput, hookimpl
+from dsh_plugins_builtin._hooks._environment import unconfined_environment
 from dsh_plugins_builtin._hooks._launch import Exposure, plan_launch, safe_path_env
 from dsh_plugins_builtin.hook_commands import HookCommandsPlugin
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -413,7 +414,7 @@ def test_a_settings_file_a_tool_could_rewrite_is_warned_about(ws, outside, caplo
     (ws / "hooks.json").rename(ws / ".claude" / "settings.json")
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
         build(ws, ".claude/settings.json")
-    assert "writable root" not in caplog.text
+    assert "settings file" not in caplog.text  # (the environment warns of what it drops)
 
 
 @pytest.mark.parametrize(
@@ -451,11 +452,10 @@ def test_safe_path_drops_relative_and_exposed_entries(ws, outside):
 
 
 def test_code_path_variables_keep_no_entry_a_tool_could_write(ws, outside):
-    from dsh_plugins_builtin._hooks._environment import safe_environment
-
     exposure = Exposure((ws,), (ws / ".claude",))
     (outside / "in-ws").symlink_to(ws)  # a name outside whose directory really is the workspace
     env = {
+        "PATH": "/usr/bin",
         "PYTHONPATH": f"{ws}/lib:{outside}/lib::lib:{ws}/.claude/lib",
         "LD_LIBRARY_PATH": f"{outside}/in-ws/lib:/usr/lib",
         "LD_PRELOAD": f"{outside}/ok.so {ws}/evil.so:/usr/lib/x.so",
@@ -463,8 +463,10 @@ def test_code_path_variables_keep_no_entry_a_tool_could_write(ws, outside):
         "BASH_ENV": f"{outside}/rc",
         "HOME": str(ws),  # not a code path: left alone
     }
-    safe, dropped = safe_environment(env, exposure.exposed)
+    unconfined = unconfined_environment(env, exposure)
+    safe, dropped = unconfined.env, unconfined.dropped
     assert safe == {
+        "PATH": "/usr/bin",
         "PYTHONPATH": f"{outside}/lib:{ws}/.claude/lib",
         "LD_LIBRARY_PATH": "/usr/lib",
         "LD_PRELOAD": f"{outside}/ok.so /usr/lib/x.so",
@@ -473,6 +475,54 @@ def test_code_path_variables_keep_no_entry_a_tool_could_write(ws, outside):
     }
     assert dropped["PYTHONPATH"] == (f"{ws}/lib", "(empty)", "lib")
     assert dropped["PYTHONUSERBASE"] == (f"{ws}/.local",)
+    assert unconfined.home_exposed  # kept, but warned of at start
+
+
+def test_options_that_load_code_are_dropped_and_every_other_variable_is_swept(ws, outside):
+    """The named variables are a floor: options that load code go whenever set, and any other
+    variable with a path token into a writable root (or ``./``, ``../``) goes too."""
+    exposure = Exposure((ws,), (ws / ".claude",))
+    options = {
+        "NODE_OPTIONS": "--require ./pre.js",  # resolved against the cwd: the workspace
+        "PERL5OPT": "-MEvil",
+        "RUBYOPT": "-revil",
+        "JAVA_TOOL_OPTIONS": "-javaagent:agent.jar",
+        "JDK_JAVA_OPTIONS": "-Dx=1",
+        "_JAVA_OPTIONS": "-Dy=2",
+    }
+    swept = {
+        "GIT_CONFIG_GLOBAL": f"{ws}/gitconfig",
+        "GIT_EXEC_PATH": f"{ws}/.claude/../gitexec",  # normalised: in the workspace
+        "GIT_SSH_COMMAND": f"ssh -F {ws}/ssh_config",
+        "XDG_CONFIG_HOME": f"{outside}/in-ws",  # a symlink outside, to the workspace
+        "ZDOTDIR": str(ws),
+        "GCONV_PATH": f"/usr/lib:{ws}/gconv",
+        "EDITOR": "../../bin/editor",
+        "DSH_ANYTHING": f"key={ws}/x",
+        "PYTHONPLATLIBDIR": "./lib",
+        "PYTHONHOME": f"/usr:{ws}/exec",  # prefix:exec_prefix, each checked
+    }
+    kept = {
+        "PATH": "/usr/bin",
+        "DSH_PROJECT_DIR": str(ws),
+        "CLAUDE_PROJECT_DIR": str(ws),
+        "PWD": str(ws),
+        "OLDPWD": f"{ws}/sub",
+        "HOME": str(outside),
+        "LANG": "C.UTF-8",
+        "GIT_DIR": f"{outside}/repo.git",
+        "XDG_DATA_HOME": f"{ws}/.claude/data",  # under a protected path
+        "TERM": "xterm",
+    }
+    (outside / "in-ws").symlink_to(ws)
+    unconfined = unconfined_environment({**options, **swept, **kept}, exposure)
+    assert unconfined.env == kept
+    assert set(unconfined.dropped) == set(options) | set(swept)
+    assert unconfined.dropped["GIT_SSH_COMMAND"] == (f"{ws}/ssh_config",)
+    assert unconfined.dropped["GCONV_PATH"] == (f"{ws}/gconv",)
+    assert not unconfined.home_exposed
+    unconfined = unconfined_environment({"PYTHONHOME": "/usr", "PATH": "/usr/bin"}, exposure)
+    assert unconfined.env == {"PYTHONHOME": "/usr", "PATH": "/usr/bin"}
 
 
 async def test_a_hook_inherits_no_way_back_into_the_writable_roots(ws, outside, monkeypatch):
@@ -484,6 +534,54 @@ async def test_a_hook_inherits_no_way_back_into_the_writable_roots(ws, outside, 
     host = build(ws, settings(ws, str(hook)))
     assert (await host.call("echo", {"text": "hi"})).text == "hi"
     assert seen.read_text() == f"{outside}/lib||\n"
+
+
+async def test_a_hook_inherits_no_option_or_file_that_leads_into_the_workspace(
+    ws, outside, monkeypatch, caplog
+):
+    """Beyond the search paths: ``NODE_OPTIONS`` (``--require``), ``GIT_CONFIG_GLOBAL`` in
+    the workspace... are not inherited, and the host says so once, at start."""
+    seen = outside / "seen"
+    hook = script(outside, "env.sh", f'echo "$NODE_OPTIONS|$GIT_CONFIG_GLOBAL|$LANG" > {seen}')
+    monkeypatch.setenv("NODE_OPTIONS", "--require ./pre.js")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", f"{ws}/gitconfig")
+    monkeypatch.setenv("LANG", "C.UTF-8")  # the control: the rest is inherited
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        host = build(ws, settings(ws, str(hook)))
+    assert "hooks run unconfined without these environment entries" in caplog.text
+    assert f"GIT_CONFIG_GLOBAL: {ws}/gitconfig" in caplog.text
+    assert "NODE_OPTIONS: --require ./pre.js" in caplog.text
+    assert (await host.call("echo", {"text": "hi"})).text == "hi"
+    assert seen.read_text() == "||C.UTF-8\n"
+
+
+def test_a_home_in_a_writable_root_is_warned_about(ws, outside, monkeypatch, caplog):
+    hook = script(outside, "ok.sh", "exit 0")
+    monkeypatch.setenv("HOME", str(ws / "home"))
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        build(ws, settings(ws, str(hook)))
+    assert f"HOME ({ws / 'home'}) lies in a writable root of the sandbox" in caplog.text
+
+
+async def test_the_runner_starts_without_the_hosts_environment(ws, outside, monkeypatch):
+    """The runner, restarted whenever it went away, runs unconfined: started with the host's
+    environment, an ``LD_PRELOAD`` into the workspace would load a planted library into it.
+    It gets ``PATH`` only (as does each reaper it forks: the hook's parent)."""
+    from dsh_plugins_builtin._hooks._process import HookRunner
+
+    monkeypatch.setenv("DSH_TEST_RUNNER_MARKER", f"{ws}/libx.so")
+    runner = HookRunner(sys.executable)
+    runner.start()
+    try:
+        run = await runner.run(
+            ["/bin/sh", "-c", 'tr "\\0" "\\n" < /proc/$PPID/environ'], stdin=b"",
+            cwd=str(outside), env={"PATH": "/usr/bin:/bin"}, timeout=60, abort=AbortSignal(),
+            max_output_bytes=100_000,
+        )  # fmt: skip
+    finally:
+        runner.close()
+    assert run.outcome == "exited", run
+    assert run.stdout.decode().splitlines() == [f"PATH={os.defpath}"]
 
 
 async def test_hooks_still_run_after_the_runner_went_away(ws, outside):

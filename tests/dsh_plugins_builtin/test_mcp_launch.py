@@ -131,3 +131,69 @@ async def test_an_unconfined_server_inherits_no_way_back_into_the_writable_roots
     assert seen["LD_PRELOAD"] == "(unset)"
     assert f"{ws}/bin" not in seen["PATH"].split(":")
     assert seen["DSH_TEST_KEPT"] == "kept"
+
+
+def _outside_server(tmp_path):
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    script = outside / "server.py"
+    script.write_text(Path(__file__).with_name("raw_mcp_server.py").read_text())
+    return ws, outside, script
+
+
+def test_an_unconfined_server_is_checked_with_the_environment_it_gets(tmp_path, monkeypatch):
+    """Its command is planned in the environment it inherits, not the host's raw one."""
+    from dsh_plugins_builtin._hooks import _launch
+
+    ws, _outside, script = _outside_server(tmp_path)
+    seen = []
+    real = _launch.plan_launch
+
+    def spy(command, **kwargs):
+        seen.append(kwargs["env"])
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(_launch, "plan_launch", spy)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", f"{ws}/gitconfig")
+    monkeypatch.setenv("DSH_TEST_KEPT", "kept")
+    server = {"command": sys.executable, "args": [str(script), "env"], "sandbox": False}
+    status = _start(ws, server)
+    assert status["status"] == "running", status["error"]
+    assert len(seen) == 1
+    assert "GIT_CONFIG_GLOBAL" not in seen[0]
+    assert seen[0]["DSH_TEST_KEPT"] == "kept"
+
+
+def test_a_server_starts_in_the_cwd_it_was_checked_in(tmp_path, monkeypatch):
+    """A relative ``cwd`` is the workspace's, when checked and when started, whatever the
+    host process's own working directory."""
+    ws = tmp_path / "ws"
+    (ws / ".claude" / "srv").mkdir(parents=True)  # protected: a server there may run
+    (ws / ".claude" / "srv" / "server.py").write_text(
+        Path(__file__).with_name("raw_mcp_server.py").read_text()
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for sandbox in (False, True):
+        server = {"command": sys.executable, "args": ["server.py", "plain"],
+                  "cwd": ".claude/srv", "sandbox": sandbox}  # fmt: skip
+        status = _start(ws, server)
+        assert status["status"] == "running", (sandbox, status["error"])
+        assert status["tools"] == ["mcp__s__echo"]
+
+
+def test_an_unconfined_link_without_a_safe_environment_fails_closed():
+    """A link run unconfined never falls back to the host's own environment."""
+    from dsh_plugins_builtin._mcp._mount import Link, McpServerConfig
+
+    link = Link("t", McpServerConfig(command=sys.executable, sandbox=False))
+    try:
+        with pytest.raises(RuntimeError, match="no environment made safe"):
+            link._stdio(lambda *args, **kwargs: (args, kwargs), guard=None)
+        link.inherited = {"PATH": "/usr/bin"}
+        _args, kwargs = link._stdio(lambda *args, **kwargs: (args, kwargs), guard=None)
+        assert kwargs["env"] == {"PATH": "/usr/bin"}
+    finally:
+        link.close()
