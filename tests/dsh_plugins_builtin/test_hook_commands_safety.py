@@ -414,7 +414,8 @@ def test_a_settings_file_a_tool_could_rewrite_is_warned_about(ws, outside, caplo
     (ws / "hooks.json").rename(ws / ".claude" / "settings.json")
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
         build(ws, ".claude/settings.json")
-    assert "settings file" not in caplog.text  # (the environment warns of what it drops)
+    others = [r.getMessage() for r in caplog.records]  # but what the environment drops
+    assert [m for m in others if "writable root" in m and "environment entries" not in m] == []
 
 
 @pytest.mark.parametrize(
