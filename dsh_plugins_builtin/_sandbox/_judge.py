@@ -13,7 +13,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dsh_plugins_builtin._sandbox._paths import PathArg, resolve_abs, resolve_target, within
+from dsh_plugins_builtin._sandbox._paths import (
+    PathArg,
+    check_spelling,
+    resolve_abs,
+    resolve_target,
+    within,
+)
 from dsh_plugins_builtin._sandbox._pins import pin_holds
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, readable_roots, writable_roots
 from dsh_plugins_builtin._sandbox._protected import install_in_roots, protected_paths
@@ -55,18 +61,14 @@ def resolve_in(
     Returns:
         The canonical path, and the pinned root whose pin was just checked (else ``None``).
     """
-    spelled = in_tmp(spelled, policy)
+    spelled = in_tmp(check_spelling(spelled), policy)  # refused before any reading of it
     resolved = policy.resolved
-    if resolved is not None and resolved.prefixes and "\0" not in spelled:
+    if resolved is not None and resolved.prefixes:
         joined = spelled if spelled.startswith("/") else f"{policy.workspace}/{spelled}"
         for prefix, pin in resolved.prefixes:
             if joined.startswith(prefix):
                 if not (pins_checked or pin_holds(pin)):
                     break
-                try:
-                    os.fsencode(spelled)
-                except UnicodeEncodeError:
-                    break  # resolve_target explains it
                 root = prefix[:-1]
                 return resolve_abs(joined[len(prefix) :], root), root
     return str(resolve_target(spelled, policy.workspace)), None
@@ -238,32 +240,31 @@ def _resolve_text_or_deny(
 
 
 def host_only(key: str, policy: SandboxPolicy) -> str | None:
-    """What the canonical *key* is when no file tool may read it, a process's ``/proc``
-    directory or a device; ``None`` for anything else.
+    """What the canonical *key* is when no file tool may read it: in ``/proc``, or a device;
+    ``None`` for anything else.
 
-    A command sees only its own processes (its PID namespace) and a ``/dev`` of its own; a file
-    tool runs in the host, where ``/proc/self`` is the host and ``/proc/PID`` every process of
-    its user (their environment, memory map and open files: secrets a command is never given),
-    and where opening a device may act (a terminal's input, a watchdog that reboots the machine
-    when closed). Even with ``/`` among the read roots they stay out of reach; what lies in the
-    workspace or a writable root (a workspace on ``/dev/shm``) is the user's own.
+    A command sees only its own processes (its PID namespace), a ``/proc`` and a ``/dev`` of
+    its own; a file tool runs in the host, where ``/proc/self`` is the host and ``/proc/PID``
+    every process of its user (environment, memory map, open files), the rest of ``/proc`` its
+    kernel (``kallsyms``, ``keys``, ``kmsg``: a read consumes it), and opening a device may act
+    (a terminal's input, a watchdog). Even with ``/`` among the read roots they stay out of
+    reach; a root that itself lies in ``/dev`` or ``/proc`` (a workspace on ``/dev/shm``) is
+    the user's choice: what lies in it is read.
     """
-    if not (key.startswith(("/proc/", "/dev/")) or key == "/dev"):
+    if not (key.startswith(("/proc/", "/dev/")) or key in ("/dev", "/proc")):
         return None
     if policy.mode == "danger-full-access" or any(
-        within(key, str(root)) for root in (policy.workspace, *writable_roots(policy))
+        within(key, text) and (within(text, "/dev") or within(text, "/proc"))
+        for text in map(str, readable_roots(policy))
     ):
         return None
-    top, _, rest = key[1:].partition("/")
-    name = rest.partition("/")[0]
-    if top == "dev":
+    if key.startswith("/dev"):
         return "a device of this machine (the file tools read files, not devices)"
-    if name.isdigit() or name in ("self", "thread-self"):
-        return (
-            f"/proc/{name}, a process of this machine (the host's own, or another one), whose "
-            "environment, memory and open files no file tool reads"
-        )
-    return None
+    return (
+        "in /proc, the processes and kernel of this machine (a process's environment, memory "
+        "and open files, kernel addresses and keys), which no file tool reads; a command has "
+        "a /proc of its own"
+    )
 
 
 def _roots_text(roots: Iterable[Path]) -> str:

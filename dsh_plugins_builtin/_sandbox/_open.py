@@ -130,8 +130,8 @@ def _lexical_key(spelled: str, policy: SandboxPolicy, pins_checked: bool) -> str
         return None
     if (policy.deny_read or policy.deny_patterns) and denied_by(key, policy) is not None:
         return None  # the long way refuses it, naming the entry
-    if key.startswith(("/proc/", "/dev/")) or key == "/dev":
-        return None  # the long way refuses processes and devices (`read_key`)
+    if key.startswith(("/proc/", "/dev/")) or key in ("/dev", "/proc"):
+        return None  # the long way refuses /proc and devices, or lets a root there (`read_key`)
     return key
 
 

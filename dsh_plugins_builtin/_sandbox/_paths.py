@@ -13,7 +13,9 @@ __all__ = [
     "abs_path",
     "abs_paths",
     "canonical",
+    "check_spelling",
     "inside_any",
+    "outermost",
     "resolve_abs",
     "resolve_target",
     "under",
@@ -88,6 +90,34 @@ def resolve_abs(path: str, start: str = "/", links: list[str] | None = None) -> 
     return resolved
 
 
+def check_spelling(spelled: str) -> str:
+    """*spelled*, if some file name could be spelled so; else `ValueError` saying why.
+
+    Every path the fence judges goes through this first, before any other reading of the
+    spelling (``/tmp/\\0/../..`` is refused, not normalised into a path that is clean).
+
+    Raises:
+        ValueError: The path contains a NUL byte, or a lone surrogate it cannot be encoded with.
+    """
+    if "\0" in spelled:
+        raise ValueError("path contains a NUL byte")
+    try:
+        os.fsencode(spelled)
+    except UnicodeEncodeError as exc:
+        char = spelled[exc.start]
+        raise ValueError(
+            f"the path holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), "
+            "which no file name can hold"
+        ) from None
+    return spelled
+
+
+def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """*paths* without those lying within another of them (first seen order, no repeats)."""
+    found = tuple(dict.fromkeys(paths))
+    return tuple(p for p in found if not any(o != p and within(str(p), str(o)) for o in found))
+
+
 def resolve_target(path: PathArg, workspace: Path) -> Path:
     """Return the real location a path designates.
 
@@ -106,17 +136,7 @@ def resolve_target(path: PathArg, workspace: Path) -> Path:
         ValueError: The path contains a NUL byte, or a lone surrogate it cannot be encoded with.
         OSError: A symlink loop, or an ancestor that cannot be inspected.
     """
-    spelled = os.fspath(path)
-    if "\0" in spelled:
-        raise ValueError("path contains a NUL byte")
-    try:
-        os.fsencode(spelled)
-    except UnicodeEncodeError as exc:
-        char = spelled[exc.start]
-        raise ValueError(
-            f"the path holds a lone surrogate (U+{ord(char):04X} at character {exc.start}), "
-            "which no file name can hold"
-        ) from None
+    spelled = check_spelling(os.fspath(path))
     joined = os.path.join(os.path.abspath(os.fspath(workspace)), spelled)
     return Path(resolve_abs(joined))
 

@@ -9,7 +9,7 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 
-from dsh_plugins_builtin._sandbox._paths import abs_paths, resolve_abs, within
+from dsh_plugins_builtin._sandbox._paths import abs_paths, outermost, resolve_abs, within
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 
 __all__ = ["config_warning", "import_paths", "install_in_roots", "install_paths", "protected_paths"]
@@ -36,13 +36,12 @@ def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
     def add(path: str, *, anywhere: bool = True) -> None:
         # A protected name reached through a symbolic link (``dsh.toml`` linked from dotfiles)
         # keeps the directory holding the link too: a command could point it elsewhere.
-        links: list[str] = []
-        real = resolve_abs(path, links=links)
-        if anywhere or in_roots(real):
-            out.setdefault(Path(real), None)
-        for link in links:
-            if in_roots(where := os.path.dirname(link)):
-                out.setdefault(Path(where), None)
+        real, *holders = _held(path)
+        if anywhere or in_roots(str(real)):
+            out.setdefault(real, None)
+        for where in holders:
+            if in_roots(str(where)):
+                out.setdefault(where, None)
 
     tmp = None if policy.tmp is None else Path(resolve_abs(str(policy.tmp)))
     for entry in policy.protected:
@@ -67,11 +66,10 @@ def install_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> tuple[Pa
     """The canonical ``install`` paths of *policy* that lie inside one of *roots*."""
     found: dict[Path, None] = {}
     for path in policy.install:
-        real = Path(resolve_abs(str(path)))
+        real = _held(str(path))[0]
         if any(within(str(real), str(root)) for root in roots):
             found.setdefault(real, None)
-    # the outermost only (a virtual environment holds its site-packages)
-    return tuple(p for p in found if not any(o != p and within(str(p), str(o)) for o in found))
+    return outermost(found)  # a virtual environment holds its site-packages
 
 
 def install_paths(modules: Iterable[str] = ()) -> tuple[Path, ...]:
@@ -123,16 +121,25 @@ def import_paths() -> tuple[Path, ...]:
     found: dict[Path, None] = {}
     entries: list[object] = list(sys.path)  # a program may put anything there
     for entry in entries:
-        if not isinstance(entry, str):
-            continue
-        links: list[str] = []
-        try:
-            real = resolve_abs(os.path.abspath(entry or os.curdir), links=links)
-        except OSError:  # a symlink loop: nothing is imported from there
-            continue
-        for path in (real, *map(os.path.dirname, links)):
-            found.setdefault(Path(path), None)
+        if isinstance(entry, str):
+            found.update(dict.fromkeys(_held(os.path.abspath(entry or os.curdir))))
     return tuple(found)
+
+
+def _held(path: str) -> tuple[Path, ...]:
+    """The absolute *path* where it really is, then the directories holding the symbolic links
+    met on the way (a command that could write one could point its link elsewhere).
+
+    Fails closed: a path that cannot be resolved (a symlink loop, a parent that cannot be
+    searched) is held as spelled, with the links met before that, so that a command cannot
+    replace the loop with a directory of its own for the next start to import from.
+    """
+    links: list[str] = []
+    try:
+        real = resolve_abs(path, links=links)
+    except OSError:
+        real = os.path.normpath(path)
+    return (Path(real), *(Path(os.path.dirname(link)) for link in links))
 
 
 def _config_in_roots(policy: SandboxPolicy, roots: tuple[Path, ...]) -> Path | None:
@@ -170,8 +177,9 @@ def config_warning(policy: SandboxPolicy) -> str | None:
 def _read_only_root(policy: SandboxPolicy, roots: tuple[Path, ...]) -> str | None:
     """Why a writable root is read-only as a whole (a protected path holds it), if one is."""
     code = install_in_roots(policy, roots)
+    protected = protected_paths(policy)
     for root in roots:
-        for path in protected_paths(policy):
+        for path in protected:
             if not within(str(root), str(path)):
                 continue
             where = "is" if root == path else f"lies in {path}, which is"

@@ -455,8 +455,9 @@ async def test_row4_no_file_tool_reads_the_processes_even_with_every_root_readab
 ) -> None:
     """File tools run in the host: ``/proc/self`` is the host, ``/proc/PID`` every process of
     its user, with their environment (a ``DATABASE_URL`` with its password), command lines and
-    open files. A command sees only its own processes; no file tool reads any, even with
-    ``read_roots = ["/"]``."""
+    open files, and the rest of ``/proc`` the host's kernel (``kallsyms``' real addresses to
+    root, ``keys``, ``kmsg``, whose read consumes the log). A command has a ``/proc`` of its
+    own; no file tool reads any of the host's, even with ``read_roots = ["/"]``."""
     monkeypatch.setenv("DSH_TEST_SECRET", "postgres://u:hunter2@db/x")
     host = boundary_host(make_host, ws, "bwrap", read_roots=["/"])
     args = {
@@ -465,15 +466,22 @@ async def test_row4_no_file_tool_reads_the_processes_even_with_every_root_readab
         "list_dir": lambda p: {"path": p},
         "glob": lambda p: {"pattern": "*", "path": p},
     }[tool]
-    control = await host.call("read_file", {"path": "/proc/version"})  # not a process: read
-    assert not control.is_error, control.text
+    # the control: a file outside the workspace, readable through "/"
+    with tempfile.NamedTemporaryFile(prefix="dsh-test-control-", dir="/var/tmp") as outside:
+        Path(outside.name).write_text("control-ok\n")
+        control = await host.call("read_file", {"path": outside.name})
+        assert not control.is_error, control.text
+        assert "control-ok" in control.text, control.text
     for path in ("/proc/self/environ", "/proc/self", f"/proc/{os.getpid()}/cmdline",
-                 "/proc/thread-self/environ", "/proc/self/fd"):  # fmt: skip
-        if tool in ("list_dir", "glob") and "environ" in path:
+                 "/proc/thread-self/environ", "/proc/self/fd", "/proc", "/proc/version",
+                 "/proc/kallsyms", "/proc/sys", "/proc/sys/kernel/hostname"):  # fmt: skip
+        if tool in ("list_dir", "glob") and os.path.isfile(path):
+            continue
+        if tool == "read_file" and os.path.isdir(path):
             continue
         result = await host.call(tool, args(path))
         assert result.is_error, (path, result.text)
-        assert "a process of this machine" in result.text, result.text
+        assert "in /proc, the processes and kernel of this machine" in result.text, result.text
         assert "hunter2" not in result.text
 
 
@@ -495,25 +503,27 @@ async def test_row4_no_file_tool_opens_a_device_even_with_every_root_readable(
 
 
 @pytest.mark.parametrize("engine", ["ripgrep", "in-process"])
-async def test_row4_a_search_from_a_parent_leaves_the_processes_out(
+async def test_row4_a_search_of_proc_is_refused(
     make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    """Searching ``/proc`` itself (or ``/``) walks into every ``/proc/PID``: each is left out,
-    name and content, as a ``deny_read`` entry is (the in-process engine would otherwise open
-    every file the walk meets, devices under ``/dev`` included)."""
+    """Searching ``/proc`` itself would walk into every ``/proc/PID`` and the host's kernel
+    files: refused as a whole, name and content (a walk from ``/`` leaves each file in it out,
+    as a ``deny_read`` entry is: the in-process engine would otherwise open every file the walk
+    meets, devices under ``/dev`` included)."""
     from dsh_plugins_builtin._tools import _search
 
     if engine == "in-process":
         monkeypatch.setattr(_search, "find_rg", lambda: None)
     host = boundary_host(make_host, ws, "bwrap", read_roots=["/"])
-    listed = await host.call("glob", {"pattern": "*/environ", "path": "/proc"})
-    assert not listed.is_error, listed.text
-    assert not re.search(r"\d/environ", listed.text), listed.text
-    assert "withheld" in listed.text, listed.meta
-    control = await host.call("glob", {"pattern": "version", "path": "/proc"})
-    assert control.text.splitlines()[0].endswith("/proc/version"), control.text
+    (ws / "version").write_text("control\n")
+    control = await host.call("glob", {"pattern": "version", "path": str(ws)})
+    assert control.text.splitlines()[0] == "version", control.text
+    for pattern in ("*/environ", "version"):
+        listed = await host.call("glob", {"pattern": pattern, "path": "/proc"})
+        assert listed.is_error, listed.text
+        assert "in /proc, the processes and kernel" in listed.text, listed.text
     found = await host.call("grep", {"pattern": "PATH=", "path": "/proc", "glob": "environ"})
-    assert not found.is_error, found.text
+    assert found.is_error, found.text
     assert not re.search(r"environ:\d", found.text), found.text
 
 

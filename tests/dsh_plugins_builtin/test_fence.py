@@ -587,3 +587,92 @@ def test_a_policy_built_without_naming_the_import_path_protects_it(
     with pytest.raises(FenceDenied, match="import path"):
         atomic_write_text("src/msvcrt.py", "import os", build_policy(SandboxConfig(), ws))
     atomic_write_text("src/msvcrt.py", "x", build_policy(SandboxConfig(), ws, imports=()))
+
+
+def test_an_import_path_entry_that_cannot_be_resolved_is_protected_all_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``sys.path`` entry that is a symlink loop at start (``PYTHONPATH=lib``, with ``lib``
+    pointing at itself) is held as spelled, with the directory of the links met: a command
+    could otherwise replace the loop with a directory and plant a module for the next start."""
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+    from dsh_plugins_builtin._sandbox._fence import import_paths
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "lib").symlink_to("lib")
+    monkeypatch.syspath_prepend(str(ws / "lib"))
+    assert {ws / "lib", ws} <= set(import_paths())
+    policy = build_policy(SandboxConfig(), ws, imports=import_paths())
+    with pytest.raises(FenceDenied, match="import path"):
+        atomic_write_text("lib2/msvcrt.py", "import os", policy)
+
+
+def test_a_protected_name_that_cannot_be_resolved_is_protected_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    from dsh_plugins_builtin._sandbox._config import SandboxConfig, build_policy
+    from dsh_plugins_builtin._sandbox._fence import protected_paths
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".git").symlink_to(".git")  # a loop
+    policy = build_policy(SandboxConfig(protected=("sub/.git",)), ws)
+    assert {ws / "sub" / ".git", ws / "sub"} <= set(protected_paths(policy))
+    with pytest.raises(FenceDenied, match="protected"):
+        atomic_write_text("sub/config", "x", policy)  # the loop could become a directory
+    atomic_write_text("elsewhere.txt", "fine", policy)  # the control: the rest of the root
+
+
+@pytest.mark.parametrize("bad", ["\0", "\ud800"])
+def test_a_spelling_no_file_has_is_refused_before_tmp_is_read(
+    tmp_path: Path, ws: Path, bad: str
+) -> None:
+    """``/tmp/<NUL>/../..`` climbs out of the private tmp, lexically: the NUL (or lone
+    surrogate) is refused first, not normalised away into a clean path."""
+    from dsh_plugins_builtin._sandbox._fence import open_read, pin_roots
+
+    (ws / "a.txt").write_text("secret\n")
+    private = tmp_path / "ptmp"
+    private.mkdir()
+    plain = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), tmp=private)
+    for policy in (plain, pin_roots(plain)):
+        assert check_read(f"/tmp/x/../..{ws}/a.txt", policy) == ws / "a.txt"  # the control
+        for spelled in (f"/tmp/{bad}/../..{ws}/a.txt", f"/tmp/{bad}/../../etc/hostname"):
+            with pytest.raises(FenceDenied, match=r"NUL byte|lone surrogate"):
+                check_read(spelled, policy)
+            with pytest.raises(FenceDenied, match=r"NUL byte|lone surrogate"):
+                open_read(spelled, policy)
+        with pytest.raises(FenceDenied, match=r"NUL byte|lone surrogate"):
+            check_write(f"/tmp/{bad}/../..{ws}/b.txt", policy)
+
+
+def test_all_of_proc_is_refused_but_a_root_that_lies_in_dev_is_read(ws: Path) -> None:
+    """No file tool reads the host's ``/proc`` (``kallsyms``, ``keys``, not only processes),
+    even when a writable root is ``/``; a read root that itself lies in ``/dev`` is read."""
+    from dsh_plugins_builtin._sandbox._fence import open_read, pin_roots
+
+    everywhere = SandboxPolicy("workspace-write", ws, writable_roots=(Path("/"),))
+    for path in ("/proc/version", "/proc/kallsyms", "/proc/self/environ", "/proc"):
+        with pytest.raises(FenceDenied, match="in /proc, the processes and kernel"):
+            check_read(path, everywhere)
+    shm = Path(tempfile.mkdtemp(prefix="dsh-test-", dir="/dev/shm"))
+    try:
+        (shm / "a.txt").write_text("hello\n")
+        plain = SandboxPolicy("workspace-write", ws, writable_roots=(ws,), read_roots=(shm,))
+        for policy in (plain, pin_roots(plain)):
+            assert check_read(shm / "a.txt", policy) == shm / "a.txt"
+            fd, key = open_read(shm / "a.txt", policy)
+            os.close(fd)
+            assert key == str(shm / "a.txt")
+            with pytest.raises(FenceDenied, match="a device of this machine"):
+                check_read("/dev/zero", policy)  # the rest of /dev stays out of reach
+        on_root = SandboxPolicy(
+            "workspace-write", ws, writable_roots=(ws,), read_roots=(Path("/"),)
+        )
+        with pytest.raises(FenceDenied, match="a device of this machine"):
+            check_read(shm / "a.txt", on_root)  # "/" merely holds /dev: not a root in it
+    finally:
+        (shm / "a.txt").unlink()
+        shm.rmdir()
