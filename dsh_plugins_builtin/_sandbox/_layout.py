@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from dsh_plugins_builtin._sandbox import _hostsockets, _locks
-from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, under
+from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, outermost, under
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 from dsh_plugins_builtin._sandbox._protected import protected_paths
 
@@ -175,9 +175,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         tmp=tmp,
         mounts=mounts,
         visible=visible,
-        protected=(
-            protected := _outermost(p for p in protected_paths(policy) if inside_any(p, rw))
-        ),
+        protected=(protected := outermost(p for p in protected_paths(policy) if inside_any(p, rw))),
         anchors=anchors(protected, rw),
         denied=tuple(p for p in policy.deny_read if p not in hidden),
         masked_denied=hidden,
@@ -246,13 +244,6 @@ def anchors(
         for depth in range(len(root.parts) + 1, len(path.parts)):
             found.setdefault(Path(*path.parts[:depth]), None)
     return tuple(sorted((p for p in found if p not in known), key=lambda p: (len(p.parts), str(p))))
-
-
-def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
-    """*paths* without those under another of them (read-only already, and no mount point can
-    be made in a read-only directory), in their order."""
-    given = tuple(dict.fromkeys(paths))
-    return tuple(p for p in given if not any(o != p and under(p, o) for o in given))
 
 
 def _socket_dirs() -> tuple[str, ...]:
