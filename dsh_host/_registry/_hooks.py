@@ -91,10 +91,7 @@ def _unmarked(plugin: object, name: str, marker: str) -> bool:
     answered here with a few dict lookups instead of `inspect.getattr_static` (issue 27)."""
     if isinstance(plugin, type | types.ModuleType):
         return False
-    try:
-        own = object.__getattribute__(plugin, "__dict__")
-    except AttributeError:
-        own = None
+    own = _own_dict(plugin)
     if own is not None:
         if type(own) is not dict:
             return False
@@ -125,10 +122,7 @@ def _objects_own(plugin: object, name: str) -> bool:
     then finds `object`'s slot wrapper or builtin, which no marker can be set on."""
     if isinstance(plugin, type | types.ModuleType):
         return False
-    try:
-        own = object.__getattribute__(plugin, "__dict__")
-    except AttributeError:
-        own = None
+    own = _own_dict(plugin)
     if isinstance(own, dict) and name in own:
         return False
     mro = type(plugin).__mro__
@@ -323,3 +317,11 @@ def _positional(
         return None
     picks = tuple(spec.index(name) for name in argnames)
     return lambda *args: function(*[args[i] for i in picks])
+
+
+def _own_dict(plugin: object) -> object:
+    """The instance's own ``__dict__`` as `object` finds it (no ``__getattr__``), or ``None``."""
+    try:
+        return object.__getattribute__(plugin, "__dict__")
+    except AttributeError:
+        return None

@@ -115,17 +115,23 @@ async def test_row1_a_command_keeps_its_own_sockets(make_host: Any, ws: Path, ba
     assert "hi 1" in (await bash(host, own)).text
 
 
+def _listening(path: Path) -> socket.socket:
+    """A host daemon's listening Unix socket at *path* (world-connectable, non-blocking)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen(8)
+    server.setblocking(False)
+    return server
+
+
 @pytest.fixture
 def daemon() -> Iterator[Callable[[Path], Path]]:
     """Listening Unix sockets of a host daemon (not the command's), bound at the given paths."""
     servers: list[socket.socket] = []
 
     def listen(path: Path) -> Path:
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(path))
-        path.chmod(0o777)
-        server.listen(8)
-        servers.append(server)
+        servers.append(_listening(path))
         return path
 
     yield listen
@@ -769,15 +775,6 @@ def test_a_mount_point_is_never_made_through_a_planted_symlink(tmp_path: Path) -
 
 
 # -- what a command hides can be renamed out of hiding: rows 1, 2 and 7, the class --------------
-
-
-def _listening(path: Path) -> socket.socket:
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    path.chmod(0o777)
-    server.listen(8)
-    server.setblocking(False)
-    return server
 
 
 def _accepted(server: socket.socket) -> bool:
