@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -184,9 +185,18 @@ def compile_glob(pattern: str) -> tuple[Any, int | None]:
 
 
 def load_gitignore(directory: str) -> pathspec.GitIgnoreSpec | None:
-    """The ``.gitignore`` of ``directory`` compiled, or ``None`` (none there, or unreadable)."""
+    """The ``.gitignore`` of the real ``directory`` compiled, or ``None`` (none there, or
+    unreadable). A symlinked one is not followed (nor any symlink above it), as git does not:
+    the host reads it unconfined and its lines steer what a search shows, so a link to
+    ``~/.ssh/id_rsa`` would make the results an oracle on that file."""
     try:
-        with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as f:
+        fd = open_real(os.path.join(directory, ".gitignore"), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             lines = f.read().splitlines()
     except OSError:
         return None

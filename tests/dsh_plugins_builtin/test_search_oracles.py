@@ -152,3 +152,18 @@ async def test_glob_refuses_a_lone_surrogate(make_host: Any, ws: Path) -> None:
     result = await host.call("glob", {"pattern": "\udcff*"})
     assert result.code == "INVALID_ARGS"
     assert '"pattern"' in result.text
+
+
+async def test_a_symlinked_gitignore_is_not_followed(
+    make_host: Any, home: Path, tmp_path: Path
+) -> None:
+    # Its lines would steer the results: an oracle on a file the host reads unconfined.
+    (home / ".gitignore").symlink_to(home / ".ssh" / "id_rsa")  # a line: PRIVATE-KEY-1
+    put(tmp_path, {"lines": "*.txt\n"})
+    (home / "sub").mkdir()
+    (home / "sub" / ".gitignore").symlink_to(tmp_path / "lines")
+    put(home, {"sub/a.txt": "x\n", SECRET: "x\n"})
+    host = denying_host(make_host, home)
+    result = await host.call("glob", {"pattern": "**/*"})
+    shown = result.text.split("\n\n")[0].split("\n")
+    assert shown == [SECRET, "notes.txt", "sub/.gitignore", "sub/a.txt"]  # .gitignore: withheld
