@@ -188,7 +188,7 @@ def system_grep(argv: list[str]) -> tuple[float, int]:
 async def bench_grep(root: Path, runs: int) -> dict[str, Any]:
     host = make_host(root, mode="read-only")
     real = Path(os.path.realpath(root))
-    same_files = [e.path for _, e in walk_files(real, top=real) if not e.is_symlink()]
+    same_files = [f"{real}/{r}" for r, e in walk_files(real, top=real) if not e.is_symlink()]
     out: dict[str, Any] = {
         "files_searched_by_tool": len(same_files),
         "files_under_root": sum(len(files) for _, _, files in os.walk(root)),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,16 @@ def _list_files(
             raise ToolArgsError([f'"glob" {search.glob!r} is not a valid glob: {exc}']) from None
     prefix = shown_prefix(root, env)
     base = str(root).rstrip("/") + "/"
-    for rel, entry in _walked(env, search, root, ctx, sizes):
+    prune = None
+    if policy.prunes is not None:
+
+        def prune(real: str) -> bool:  # a deny_read directory: one entry, whatever the glob
+            if policy.denied_dir(real):
+                listing.denied.append(real[len(base) :])
+                return True
+            return False
+
+    for rel, entry in _walked(env, search, root, ctx, sizes, prune):
         if only is not None and not only.match_file(rel):
             continue
         real = base + rel
@@ -118,14 +127,20 @@ def _list_files(
 
 
 def _walked(
-    env: ToolEnv, search: Search, root: Path, ctx: ToolRunContext | None, sizes: bool
+    env: ToolEnv,
+    search: Search,
+    root: Path,
+    ctx: ToolRunContext | None,
+    sizes: bool,
+    prune: Callable[[str], bool] | None,
 ) -> Iterable[tuple[str, os.DirEntry[str] | None]]:
     """The files below ``root`` the search reads (no symlinks), with their entries for
-    ``sizes``; without, the last call's listing while the tree is unchanged (`._grep_tree`)."""
+    ``sizes``; without, the last call's listing while the tree is unchanged (`._grep_tree`).
+    ``prune`` leaves out a directory the sandbox denies, unread (`Policy.denied_dir`)."""
     top, respect, stop = workspace_top(env), not search.include_ignored, abort_poll(ctx)
     if not sizes:
-        return ((rel, None) for rel in listed_files(root, top, respect, stop))
-    walked = walk_files(root, top=top, respect_ignore=respect, stop=stop)
+        return ((rel, None) for rel in listed_files(root, top, respect, stop, prune))
+    walked = walk_files(root, top=top, respect_ignore=respect, stop=stop, prune=prune)
     return ((rel, entry) for rel, entry in walked if not entry.is_symlink())
 
 

@@ -23,6 +23,7 @@ from dsh_plugins_builtin._tools._search_support import (
 from dsh_plugins_builtin._tools._walk import (
     RegexError,
     linear_regex,
+    open_real,
 )
 from dsh_plugins_builtin._tools._walk import regex_error as re2_error
 
@@ -92,8 +93,8 @@ def local_regex(search: Search) -> Any:
 
 def _search_file(regex: Any, line_only: bool, real: str, shown: str, found: Found) -> bool:
     """Add the matching lines of one file (binary files skipped); false once the cap is hit."""
-    try:  # never follow a symlink swapped in after the walk; never block on a FIFO
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:  # never follow a symlink (at any level) swapped in after the walk; never block on a FIFO
+        fd = open_real(real, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return True
     try:

@@ -103,4 +103,6 @@ class Recheck:
                 self._sandbox.check_read(real)
             except SandboxError:
                 return False
-        return real in self._allowed or not self._policy.denied(real)
+        # Not counted: ripgrep reports only files that matched, so a count here would tell
+        # whether a withheld file holds the pattern (no sandbox hides it under full access).
+        return real in self._allowed or not self._policy.denied(real, count=False)

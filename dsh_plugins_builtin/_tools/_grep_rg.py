@@ -17,6 +17,7 @@ checked again by its real path (`._grep_recheck`).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
@@ -168,8 +169,11 @@ async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: 
     first = command(exclude=exclude)
     if len(first.encode("utf-8", "surrogateescape")) > _MAX_COMMAND:
         return None
-    # Nothing writable: ripgrep only reads (a workspace-write sandbox runs it read-only).
-    run = functools.partial(sandbox.run, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S, read_only=True)
+    # Nothing writable: ripgrep only reads (a workspace-write sandbox runs it read-only), where
+    # the sandbox plugin's ``run`` takes ``read_only`` (one written before it does not).
+    run = functools.partial(sandbox.run, cwd=str(cwd), timeout=SEARCH_TIMEOUT_S)
+    if takes_read_only(sandbox.run):
+        run = functools.partial(run, read_only=True)
     try:
         stream = RgStream()
         result = await run(first, sink=stream.feed)
@@ -180,6 +184,20 @@ async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: 
     except SandboxUnavailableError:
         return None
     return result, stream.finish(complete=not result.truncated)
+
+
+def takes_read_only(run: Callable[..., object]) -> bool:
+    """Whether a sandbox plugin's ``run`` accepts ``read_only`` (by name or ``**kwargs``);
+    a few microseconds beside a process start."""
+    try:
+        params = inspect.signature(run).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: call it as the protocol was
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD
+        or (p.name == "read_only" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in params
+    )
 
 
 def _checked(

@@ -49,7 +49,9 @@ class _Dir:
     chain: tuple[Stamp, ...]  # the stamps of the ``.gitignore`` files above it that applied
     own: Stamp  # its ``.gitignore``'s (followed), ``None`` when it has none
     spec: Any  # that ``.gitignore`` compiled, or ``None``
-    items: tuple[tuple[str, bool], ...]  # (name, is a directory): not ignored, no symlink
+    # (name, is a directory, ignored): no symlink; an ignored file is left out, an ignored
+    # directory kept (policy may withhold it, which counts whatever .gitignore says)
+    items: tuple[tuple[str, bool, bool], ...]
 
 
 _trees: dict[tuple[str, str, bool], dict[str, _Dir]] = {}
@@ -75,7 +77,11 @@ def forget() -> None:
 
 
 def listed_files(
-    root: Path, top: Path, respect_ignore: bool, stop: Callable[[], bool]
+    root: Path,
+    top: Path,
+    respect_ignore: bool,
+    stop: Callable[[], bool],
+    prune: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """`walk_files`'s files below ``root`` (symlinks left out), in its order.
 
@@ -84,11 +90,13 @@ def listed_files(
         top: The real workspace (its ``.gitignore`` files down to ``root`` apply).
         respect_ignore: Honour ``.gitignore`` files.
         stop: Polled once per directory; a stopped walk keeps nothing new.
+        prune: As `walk_files`'s: a directory it denies is left out whole, whatever
+            ``.gitignore`` says (asked on every call; nothing of its answer is kept).
     """
     key = (str(root), str(top), respect_ignore)
     with _lock:
         kept = _trees.get(key, {})
-    walker = _Walker(kept, _now_ns() - SLACK_NS, respect_ignore, stop)
+    walker = _Walker(kept, _now_ns() - SLACK_NS, respect_ignore, stop, prune)
     base = _ancestors(key[0], key[1]) if respect_ignore else ()
     specs = root_specs(key[0], top, respect_ignore)
     out: list[str] = []
@@ -114,8 +122,14 @@ class _Walker:
     """One walk: reuses what ``kept`` holds for unchanged directories, collects ``seen``."""
 
     def __init__(
-        self, kept: dict[str, _Dir], settled: int, respect: bool, stop: Callable[[], bool]
+        self,
+        kept: dict[str, _Dir],
+        settled: int,
+        respect: bool,
+        stop: Callable[[], bool],
+        prune: Callable[[str], bool] | None,
     ) -> None:
+        self.prune = prune
         self.kept = kept
         self.seen: dict[str, _Dir] = {}
         self.entries = 0  # in ``seen``
@@ -151,11 +165,14 @@ class _Walker:
             chain = (*chain, known.own)
             if known.spec is not None:
                 specs = [*specs, (rel, known.spec)]
-        for name, is_dir in known.items:
+        prune = self.prune
+        for name, is_dir, ignored in known.items:
             path = f"{rel}/{name}" if rel else name
             if not is_dir:
                 out.append(path)
-            elif not self.walk(f"{directory}/{name}", path, specs, chain, out):
+            elif prune is not None and prune(f"{directory}/{name}"):
+                continue  # before .gitignore: the count must not depend on one
+            elif not ignored and not self.walk(f"{directory}/{name}", path, specs, chain, out):
                 return False
         return True
 
@@ -190,6 +207,7 @@ class _Walker:
         items = []
         for sort_key, name, is_dir in keyed:
             path = f"{rel}/{sort_key}" if rel else sort_key
-            if not (specs and is_ignored(specs, path)):
-                items.append((name, is_dir))
+            ignored = bool(specs) and is_ignored(specs, path)
+            if is_dir or not ignored:
+                items.append((name, is_dir, ignored))
         return _Dir(stamp, chain, own, spec, tuple(items))

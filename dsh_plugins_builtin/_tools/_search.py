@@ -33,6 +33,7 @@ from dsh_plugins_builtin._tools._search_support import (
     SEARCH_PATH,
     Policy,
     abort_poll,
+    checked_text,
     concurrency_safe,
     finish_result,
     search_root,
@@ -49,7 +50,7 @@ MAX_GLOB_RESULTS = 1000
 def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> ToolExecutionResult:
     from dsh_plugins_builtin._tools._walk import compile_glob, walk_files  # RE2: on first use
 
-    pattern = str_arg(args, "pattern").removeprefix("./")
+    pattern = checked_text(args, "pattern").removeprefix("./")
     spelled = str_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)
     root = search_root(env.sandbox(), spelled)
@@ -66,6 +67,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
         respect_ignore=not bool_arg(args, "include_ignored"),
         max_depth=depth,
         stop=abort_poll(ctx),
+        prune=policy.prunes,  # a deny_read directory: one withheld entry, whatever the query
     ):
         # Policy sees every file the walk meets, matching or not: a count of withheld
         # *matches* would let a pattern probe withheld names one character at a time.

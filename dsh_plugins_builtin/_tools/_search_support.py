@@ -121,20 +121,43 @@ class Policy:
         """Whether a plugin implements ``dsh_path_denied`` (and has not set it idle)."""
         return self._ask is not None
 
-    def denied(self, *real: str) -> bool:
-        """Whether policy withholds any of these real paths (one file); counts it if so."""
+    def denied(self, *real: str, count: bool = True) -> bool:
+        """Whether policy withholds any of these real paths (one file); counts it if so.
+
+        With ``count`` false (ripgrep's re-check), a withheld file is left out silently: a
+        count of what ripgrep *matched* would tell whether a withheld file holds the pattern.
+        """
         ask, unreadable = self._ask, self._unreadable
         if ask is None and unreadable is None:
             return False
         hit = (unreadable is not None and any(map(unreadable, real))) or (
             ask is not None and any(ask(path, "read") is not None for path in real)
         )
-        if hit:
+        if hit and count:
             self._withheld.add(real[0])
             if self.on_withheld is not None:
                 self.on_withheld()
-            return True
-        return False
+        return hit
+
+    @property
+    def prunes(self) -> Callable[[str], bool] | None:
+        """`denied_dir` when the sandbox's ``deny_read`` applies, else ``None``."""
+        return None if self._unreadable is None else self.denied_dir
+
+    def denied_dir(self, real: str) -> bool:
+        """Whether ``deny_read`` covers the real directory ``real``; counts it (once) if so.
+
+        The walks ask this before any ``.gitignore`` or glob applies and do not descend into
+        such a directory (nor read its ``.gitignore``): it counts as one withheld entry
+        whatever the query, so the count names nothing inside it.
+        """
+        unreadable = self._unreadable
+        if unreadable is None or not unreadable(real):
+            return False
+        self._withheld.add(real)
+        if self.on_withheld is not None:
+            self.on_withheld()
+        return True
 
     def note(self) -> str | None:
         """The line telling the model files were left out, or ``None``."""

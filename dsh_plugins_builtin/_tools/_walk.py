@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # imported by the first .gitignore read, not with the tools p
     import pathspec
 
 from dsh_host import ToolArgsError
+from dsh_plugins_builtin._sandbox._beneath import HAVE_OPENAT2, open_absolute, open_normal
 
 __all__ = [
     "RegexError",
@@ -39,6 +41,7 @@ __all__ = [
     "is_ignored",
     "linear_regex",
     "load_gitignore",
+    "open_real",
     "regex_error",
     "root_specs",
     "walk_files",
@@ -182,9 +185,18 @@ def compile_glob(pattern: str) -> tuple[Any, int | None]:
 
 
 def load_gitignore(directory: str) -> pathspec.GitIgnoreSpec | None:
-    """The ``.gitignore`` of ``directory`` compiled, or ``None`` (none there, or unreadable)."""
+    """The ``.gitignore`` of the real ``directory`` compiled, or ``None`` (none there, or
+    unreadable). A symlinked one is not followed (nor any symlink above it), as git does not:
+    the host reads it unconfined and its lines steer what a search shows, so a link to
+    ``~/.ssh/id_rsa`` would make the results an oracle on that file."""
     try:
-        with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as f:
+        fd = open_real(os.path.join(directory, ".gitignore"), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -244,8 +256,14 @@ def walk_files(
     respect_ignore: bool = True,
     max_depth: int | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prune: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """Yield ``(path relative to root, entry)`` for every non-directory entry, sorted by path.
+
+    ``root`` is opened from ``/`` following no symlink (`open_real`), each directory below it
+    through its parent's descriptor with ``O_NOFOLLOW``, and listed through its own: a directory
+    swapped for a symlink mid-walk is not followed. An entry's
+    ``stat`` works only while the walk is at its directory (its descriptor is then open).
 
     Args:
         root: A real, fenced directory.
@@ -253,48 +271,93 @@ def walk_files(
         respect_ignore: Honour ``.gitignore`` files (``.git`` is skipped either way).
         max_depth: Do not descend past this many path segments (1 = only ``root``'s entries).
         stop: Polled once per directory; a true result ends the walk.
+        prune: Asked about each directory's real path before any ``.gitignore`` applies; a
+            true answer leaves it out whole, unread (`Policy.denied_dir`).
     """
     specs = root_specs(str(root), top, respect_ignore)
-    yield from _walk(str(root), "", 1, specs, respect_ignore, max_depth, stop)
+    walk = _Walk(respect_ignore, max_depth, stop, prune)
+    yield from walk.walk(str(root), "", 1, specs)
 
 
-def _walk(
-    directory: str,
-    rel: str,
-    depth: int,
-    specs: list[Spec],
-    respect_ignore: bool,
-    max_depth: int | None,
-    stop: Callable[[], bool],
-) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    if stop():
-        return
-    try:
-        with os.scandir(directory) as it:
-            entries = list(it)
-    except OSError:
-        return
-    # Only open a .gitignore that is there: a failed open per directory costs more than the
-    # rest of the walk on some filesystems.
-    if respect_ignore and any(entry.name == ".gitignore" for entry in entries):
-        spec = load_gitignore(directory)
-        if spec is not None:
-            specs = [*specs, (rel, spec)]
-    keyed: list[tuple[str, os.DirEntry[str], bool]] = []
-    for entry in entries:
-        if entry.name == ".git":
-            continue
+def open_real(path: str, flags: int) -> int:
+    """Open the real, normal path ``path`` following no symlink at any level (``ELOOP``):
+    one ``openat2`` where the kernel has it, else a walk from ``/`` (`open_absolute`)."""
+    return open_normal(path, flags) if HAVE_OPENAT2 else open_absolute(path, flags)
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class _Walk:
+    def __init__(
+        self,
+        respect_ignore: bool,
+        max_depth: int | None,
+        stop: Callable[[], bool],
+        prune: Callable[[str], bool] | None,
+    ) -> None:
+        self.respect_ignore = respect_ignore
+        self.max_depth = max_depth
+        self.stop = stop
+        self.prune = prune
+
+    def walk(
+        self, directory: str, rel: str, depth: int, specs: list[Spec], parent: int | None = None
+    ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """Yield the files below ``directory``; ``parent`` is its parent's descriptor (a
+        subdirectory is opened through it, ``O_NOFOLLOW``: no symlink at any level)."""
+        if self.stop():
+            return
         try:
-            is_dir = entry.is_dir(follow_symlinks=False)
+            if parent is None:
+                fd = open_real(directory, _DIR)
+            else:
+                fd = os.open(directory.rpartition("/")[2], _DIR | os.O_NOFOLLOW, dir_fd=parent)
         except OSError:
-            continue
-        keyed.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
-    keyed.sort(key=lambda item: item[0])
-    for _key, entry, is_dir in keyed:
-        path = f"{rel}/{entry.name}" if rel else entry.name
-        if specs and is_ignored(specs, path + "/" if is_dir else path):
-            continue
-        if not is_dir:
-            yield path, entry
-        elif max_depth is None or depth < max_depth:
-            yield from _walk(entry.path, path, depth + 1, specs, respect_ignore, max_depth, stop)
+            return
+        try:  # the descriptor stays open while this directory's entries are out (their stat)
+            keyed = self._listed(fd, directory)
+            if keyed is None:
+                return
+            if keyed[1] is not None:
+                specs = [*specs, (rel, keyed[1])]
+            base = directory.rstrip("/") + "/"
+            prune, max_depth = self.prune, self.max_depth
+            for _key, entry, is_dir in keyed[0]:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                if is_dir and prune is not None and prune(base + entry.name):
+                    continue  # before any .gitignore: the count must not depend on one
+                if specs and is_ignored(specs, path + "/" if is_dir else path):
+                    continue
+                if not is_dir:
+                    yield path, entry
+                elif max_depth is None or depth < max_depth:
+                    yield from self.walk(base + entry.name, path, depth + 1, specs, fd)
+        finally:
+            os.close(fd)
+
+    def _listed(
+        self, fd: int, directory: str
+    ) -> tuple[list[tuple[str, os.DirEntry[str], bool]], Any] | None:
+        """The directory's entries sorted as the walk goes, and its ``.gitignore`` compiled."""
+        try:
+            with os.scandir(fd) as it:
+                entries = list(it)
+        except OSError:
+            return None
+        # Only open a .gitignore that is there: a failed open per directory costs more than the
+        # rest of the walk on some filesystems.
+        spec = None
+        if self.respect_ignore and any(entry.name == ".gitignore" for entry in entries):
+            spec = load_gitignore(directory)
+        keyed: list[tuple[str, os.DirEntry[str], bool]] = []
+        for entry in entries:
+            if entry.name == ".git":
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            keyed.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
+        keyed.sort(key=lambda item: item[0])
+        return keyed, spec
