@@ -39,6 +39,7 @@ from typing import Any, Final
 __all__ = ["compiled", "console", "counts", "install", "save"]
 
 MAX_BYTES: Final = 16 * 1024 * 1024
+"""The largest file read (a larger one is ignored) and written (`save` drops old entries)."""
 MAX_ENTRIES: Final = 1024
 """Scripts the file keeps: a start uses about 150; older ones (edited classes, another
 version) give way to those a start used, at the next write."""
@@ -252,17 +253,32 @@ def save() -> None:
     table = {**new, **_state["used"], **_state["known"]}  # what this start used, first
     if len(table) > MAX_ENTRIES:
         table = dict(list(table.items())[:MAX_ENTRIES])
-    from importlib.util import MAGIC_NUMBER
-
+    table, data = _fitting(table)
     path = _state["path"]
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "xb") as file:
-            file.write(MAGIC_NUMBER + marshal.dumps(table))
+            file.write(data)
         os.replace(temporary, path)
     except OSError:  # a read-only install: compile every time, as before
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         return
     _state["known"], _state["new"], _state["used"] = table, {}, {}
+
+
+def _fitting(table: dict[Key, Any]) -> tuple[dict[Key, Any], bytes]:
+    """*table* and the file's bytes, the last (least recently used) entries dropped until they
+    fit in `MAX_BYTES`: `_load` ignores a larger file, which every start would then rewrite."""
+    from importlib.util import MAGIC_NUMBER
+
+    items = list(table.items())
+    data = MAGIC_NUMBER + marshal.dumps(table)
+    while len(data) > MAX_BYTES:
+        excess, dropped = len(data) - MAX_BYTES, 0
+        while items and dropped < excess:  # an entry's own size, about what it adds
+            dropped += len(marshal.dumps(items.pop()))
+        table = dict(items)
+        data = MAGIC_NUMBER + marshal.dumps(table)
+    return table, data

@@ -15,7 +15,10 @@ guards as a dry run under Claude Code's own tool name and arguments; nothing run
   observers (audit). Denials of ``PreToolUse`` and ``PermissionRequest`` are recorded too.
 
 A payload that cannot be read (too large, not JSON, too deep, missing fields) or any failure
-fails closed: exit 2 (Claude Code blocks the call) and one line on stderr.
+fails closed: exit 2 (Claude Code blocks the call) and one line on stderr. So does a config file
+``dsh config check`` rejects, the ``[plugin.*]`` tables of the plugins a hook does without
+(`LEFT_OUT`) included: those of `CHECKED` are structured by a host of their own, which loads
+only them, when the file has one (`check_left_out`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dsh_host import (
     ApprovalRequest,
     Host,
     JsonInputError,
+    PluginStatus,
     ToolExecution,
     ToolExecutionInput,
     define_tool,
@@ -61,7 +65,13 @@ call). Claude Code runs the tool too: no call of a hook reaches an execute wrapp
 or a post-execute link (``output_budget``), which decide nothing before a call; and Claude Code
 asks the user (`ClaudeCode` answers every approval request first, and the first answer is the
 only one), so the ``approval`` plugin is never asked. None of them is loaded (a cold start,
-issue 27)."""
+issue 27); the tables of `CHECKED` are still checked."""
+
+CHECKED: Final = ("output_budget", "timeout", "approval")
+"""The left-out plugins whose ``[plugin.*]`` table, when the config file has one, is checked
+as ``dsh config check`` checks it (`check_left_out`): their start only keeps their config. The
+tables of ``hook_commands`` and ``mcp`` are not (loading those would start commands and
+servers); ``dsh config check`` checks them."""
 
 
 class HookFailure(Exception):
@@ -196,6 +206,27 @@ def _answer(event: str, decision: str, reason: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": event, **out}}
 
 
+async def check_left_out(host: Host, disable: list[str]) -> None:
+    """Structure the tables of the `CHECKED` plugins *host*'s config file has, in a host that
+    loads only those plugins (the user's *disable* still applies), then close it: `ConfigError`
+    for a table ``dsh config check`` rejects. Nothing is loaded when the file has none."""
+    tables = host.config.tables
+    if not any(name in tables for name in CHECKED):
+        return  # the common case: nothing to check, nothing more loaded
+    rows = [row.name for row in host.plugins() if row.source == "entry point"]
+    configured = [name for name in CHECKED if name in tables and name in rows]
+    if not configured:
+        return  # no entry points (--no-entrypoints), or not installed: as `dsh config check`
+    others = [name for name in rows if name not in configured]
+    checking = Host(host.config, disable=[*disable, *others])
+    try:
+        for row in checking.plugins():
+            if row.name in configured and row.status is PluginStatus.FAILED:
+                raise HookFailure(f"plugin {row.name} failed to load: {row.error}")
+    finally:
+        await checking.aclose()
+
+
 async def _observe(host: Host, execution: ToolExecution, result: Result) -> None:
     for impl in host.hooks.impls("dsh_tool_result"):
         await impl(execution=execution, result=result)
@@ -206,12 +237,17 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     try:
         payload = read_payload(sys.stdin.buffer, args.max_bytes)
         asks = ClaudeCode(payload["tool_name"])
+        disable = [
+            *(getattr(args, "disable", None) or []),
+            *(getattr(args, "sub_disable", None) or []),
+        ]
         args.sub_disable = [*(getattr(args, "sub_disable", None) or []), *LEFT_OUT]
         args.plugin_objects = [asks]
         host = build_host(args, quiet=True)
 
         async def run() -> dict[str, Any] | None:
             try:
+                await check_left_out(host, disable)
                 return await judge(host, payload, asks)
             finally:
                 await host.aclose()

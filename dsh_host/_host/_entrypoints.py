@@ -38,6 +38,8 @@ from typing import Any, Final, Protocol, cast, final
 
 import attrs
 
+from ._statedir import state_dir
+
 __all__ = [
     "KEPT",
     "Dist",
@@ -144,21 +146,16 @@ def _stand_in() -> Any:
 
 
 def cache_path() -> str | None:
-    """``entry-points.json`` in dsh's state directory (``$XDG_STATE_HOME/dsh``).
+    """``entry-points.json`` in dsh's state directory (``$XDG_STATE_HOME/dsh``), or ``None``
+    (nothing cached) when that is not an absolute path.
 
-    On Linux and the BSDs this is what ``platformdirs.user_state_path("dsh")`` answers (the
-    audit plugin asks it), spelled out here because importing platformdirs costs a cold start
-    more than the rest of this module."""
-    if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
-        base = os.environ.get("XDG_STATE_HOME", "").strip() or os.path.expanduser("~/.local/state")
-        if not os.path.isabs(base):
-            return None
-        return os.path.join(base, "dsh", "entry-points.json")
-    try:
-        import platformdirs
-    except ImportError:
+    The directory is the one the audit plugin writes and the sandbox hides from commands,
+    found by the same rule (`dsh_host._host._statedir`), without importing platformdirs in the
+    common case: importing it costs a cold start more than the rest of this module."""
+    state = state_dir()
+    if state is None or not os.path.isabs(state):
         return None
-    return os.path.join(platformdirs.user_state_dir("dsh"), "entry-points.json")
+    return os.path.join(state, "entry-points.json")
 
 
 def _scan(group: str) -> tuple[dict[str, Any], Derived] | None:

@@ -8,6 +8,7 @@ noticed before and after every commit, said, and opened anew at the path.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import threading
@@ -195,26 +196,38 @@ def write_ahead(
     "database is locked", whatever the connection's timeout: it already reads the file, and
     SQLite does not call the busy handler to upgrade a reader (two could deadlock). So it is
     tried again here, after pauses of 1 ms doubling up to 50 ms, as the busy handler would have
-    waited.
+    waited. An attempt may also wait in that busy handler (another connection holds the file
+    exclusively): the connection's busy timeout is set to the time left before each attempt,
+    and restored after, so the whole wait stays within *busy_timeout*. Extended codes
+    (``SQLITE_BUSY_RECOVERY``, ``SQLITE_BUSY_SNAPSHOT``) are retried as their primary code.
     """
     import sqlite3
 
+    if not math.isfinite(busy_timeout) or busy_timeout < 0:
+        raise ValueError(f"busy_timeout must be a finite number of seconds, not {busy_timeout!r}")
     deadline = clock() + busy_timeout
     delay = 0.001
-    while True:
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as error:
-            busy = getattr(error, "sqlite_errorcode", None) in (
-                sqlite3.SQLITE_BUSY,
-                sqlite3.SQLITE_LOCKED,
-            )
+    (restore,) = connection.execute("PRAGMA busy_timeout").fetchone()
+    try:
+        while True:
             left = deadline - clock()
-            if not busy or left <= 0:
-                raise
-        _pause(min(delay, left))
-        delay = min(delay * 2, 0.05)
+            connection.execute(f"PRAGMA busy_timeout = {max(0, int(left * 1000))}")
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                code = getattr(error, "sqlite_errorcode", None)
+                busy = code is not None and code & 0xFF in (
+                    sqlite3.SQLITE_BUSY,
+                    sqlite3.SQLITE_LOCKED,
+                )
+                left = deadline - clock()
+                if not busy or left <= 0:
+                    raise
+            _pause(min(delay, left))
+            delay = min(delay * 2, 0.05)
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {int(restore)}")
 
 
 _pause = time.sleep  # how `write_ahead` waits (a test's stand-in lets the other side go)

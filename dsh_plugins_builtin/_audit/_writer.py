@@ -18,6 +18,7 @@ exit flush the queue first.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,8 @@ class AuditWriter:
 
     Args:
         path: the database file, already resolved (no symbolic link in it).
-        busy_timeout: seconds a commit waits for another writer's lock before failing.
+        busy_timeout: seconds a commit waits for another writer's lock before failing (finite,
+            not negative: `ValueError` otherwise).
         capacity: rows the queue holds before callers wait for room.
         workspace: the host's workspace, recorded in every row.
         host_id: this host run's identifier, recorded in every row (default: a random one).
@@ -66,6 +68,8 @@ class AuditWriter:
         host_id: str | None = None,
         store: Any = None,
     ) -> None:
+        if not math.isfinite(busy_timeout) or busy_timeout < 0:  # NaN: a wait that never ends
+            raise ValueError(f"busy_timeout must be finite and not negative, not {busy_timeout!r}")
         self.path = path
         self.store = store
         """A `PostgresStore` that takes the rows instead of the SQLite database at *path*."""

@@ -162,6 +162,42 @@ def test_the_file_keeps_what_a_start_used_first(tmp_path, monkeypatch):
     assert next(iter(kept))[0].endswith("Fresh>")
 
 
+def test_the_file_stays_small_enough_to_be_read_again(tmp_path, monkeypatch):
+    """A table past MAX_BYTES was written whole, then ignored by every start, which rewrote it:
+    the least recently used entries give way until the file fits."""
+    from dsh_host import _attrs_code
+
+    path = tmp_path / "attrs-code.bin"
+    script = "X = {!r}\n"
+    stale = {
+        (f"<snapshot old {i}>", script.format(f"{i}" * 4000), 0, -1): (
+            compile(script.format(f"{i}" * 4000), f"<snapshot old {i}>", "exec"),
+            None,
+        )
+        for i in range(4)
+    }
+    magic = __import__("importlib.util").util.MAGIC_NUMBER
+    path.write_bytes(magic + marshal.dumps(stale))
+    limit = 40_000
+    assert path.stat().st_size < limit
+    monkeypatch.setattr(_attrs_code, "MAX_BYTES", limit)
+    monkeypatch.setattr(_attrs_code, "_state", {})
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    _attrs_code.install(str(path))
+    del _attrs_code._state["make"].compile
+    assert len(_attrs_code._state["known"]) == 4
+    for name in "abc":
+        _attrs_code.compiled(script.format(name * 4000), f"<snapshot {name}>")
+    assert _attrs_code.counts() == (0, 3)
+    _attrs_code.save()
+    assert path.stat().st_size <= limit
+    kept = _attrs_code._load(str(path))  # read, not ignored
+    names = [key[0] for key in kept]
+    assert names[:3] == ["<snapshot a>", "<snapshot b>", "<snapshot c>"]  # this start's first
+    assert 3 < len(kept) < 7  # then as many of the older as fit
+    assert names[3:] == [f"<snapshot old {i}>" for i in range(len(kept) - 3)]
+
+
 DUMP = """
 import gc, marshal, sys, types
 sys.orig_argv = [sys.executable, "-m", "dsh_host"]  # the console script: installed at once

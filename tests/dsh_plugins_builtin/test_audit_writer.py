@@ -338,6 +338,84 @@ def test_a_database_held_longer_than_the_busy_timeout_says_it_is_locked(tmp_path
         other.close()
 
 
+class _Locked:
+    """A connection whose change to WAL mode fails with *codes*, one per attempt, then succeeds;
+    an attempt advances *now* by *blocks* times its busy timeout (how long SQLite's busy handler
+    waits while another connection holds the file exclusively)."""
+
+    def __init__(self, codes: list[int], now: list[float], blocks: float) -> None:
+        self.busy_ms = 1_234  # the connection's own timeout, longer than write_ahead's
+        self.codes = codes
+        self.now = now
+        self.blocks = blocks
+        self.tried: list[int] = []  # the busy timeout of each attempt, in ms
+
+    def execute(self, sql: str) -> Any:
+        if sql == "PRAGMA busy_timeout":
+            return types.SimpleNamespace(fetchone=lambda: (self.busy_ms,))
+        if sql.startswith("PRAGMA busy_timeout = "):
+            self.busy_ms = int(sql.rpartition(" ")[2])
+            return None
+        assert sql == "PRAGMA journal_mode=WAL"
+        self.tried.append(self.busy_ms)
+        self.now[0] += self.blocks * self.busy_ms / 1000
+        if self.codes:
+            error = sqlite3.OperationalError("database is locked")
+            error.sqlite_errorcode = self.codes.pop(0)  # type: ignore[attr-defined]
+            raise error
+        return None
+
+
+def test_the_change_to_wal_mode_waits_only_the_time_left_in_the_busy_handler(monkeypatch):
+    # Each attempt may wait in SQLite's busy handler for the connection's whole timeout: with
+    # the connection's own timeout, a 0.5 s busy_timeout waited 1.234 s and more.
+    now = [0.0]
+    monkeypatch.setattr(
+        _audit_sqlite, "_pause", lambda seconds: now.__setitem__(0, now[0] + seconds)
+    )
+    connection = _Locked([sqlite3.SQLITE_BUSY] * 100, now, blocks=0.5)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _audit_sqlite.write_ahead(connection, 0.5, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert now[0] <= 0.5 + 1e-9  # the whole wait, busy handler included
+    assert connection.tried[:2] == [500, 249]  # the time left, in ms, before each attempt
+    assert all(a > b for a, b in zip(connection.tried, connection.tried[1:], strict=False))
+    assert connection.busy_ms == 1_234  # the connection's own timeout, restored
+
+
+def test_the_change_to_wal_mode_is_tried_again_on_extended_busy_codes(monkeypatch):
+    waits: list[float] = []
+    monkeypatch.setattr(_audit_sqlite, "_pause", waits.append)
+    codes = [sqlite3.SQLITE_BUSY_RECOVERY, sqlite3.SQLITE_BUSY_SNAPSHOT]
+    connection = _Locked(codes, [0.0], blocks=0.0)
+    _audit_sqlite.write_ahead(connection, 5.0, clock=lambda: 0.0)  # type: ignore[arg-type]
+    assert connection.tried == [5_000, 5_000, 5_000]  # tried again after each, then set
+    assert waits == [0.001, 0.002]
+    assert connection.busy_ms == 1_234
+
+
+def test_a_real_connection_gets_its_busy_timeout_back_after_the_change_to_wal_mode(tmp_path):
+    connection = sqlite3.connect(tmp_path / "audit.db", timeout=1.5, isolation_level=None)
+    try:
+        _audit_sqlite.write_ahead(connection, 0.5)
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert connection.execute("PRAGMA busy_timeout").fetchone() == (1_500,)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("busy_timeout", [float("nan"), float("inf"), -1.0])
+def test_a_busy_timeout_that_is_not_a_finite_number_of_seconds_is_refused(tmp_path, busy_timeout):
+    # NaN never passes the deadline: the change to WAL mode was tried again forever.
+    with pytest.raises(ValueError, match="busy_timeout"):
+        AuditWriter(tmp_path / "audit.db", busy_timeout=busy_timeout)
+    connection = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
+    try:
+        with pytest.raises(ValueError, match="busy_timeout"):
+            _audit_sqlite.write_ahead(connection, busy_timeout)
+    finally:
+        connection.close()
+
+
 def test_several_hosts_and_trio_runs_share_one_database(db):
     plugins = [AuditPlugin(), AuditPlugin()]
     hosts = []

@@ -80,3 +80,30 @@ def test_an_android_app_is_left_to_platformdirs(monkeypatch):
     monkeypatch.setenv("ANDROID_DATA", "/data")
     monkeypatch.setenv("HOME", "/x")
     assert _dirs._xdg("XDG_STATE_HOME", ".local/state", "dsh") is None
+
+
+@pytest.mark.parametrize("home", VALUES)
+def test_the_entry_point_cache_is_in_the_state_directory_the_plugins_use(monkeypatch, home):
+    """The host's entry-points cache lives where the audit database does and the sandbox hides
+    from commands: a padded ``XDG_STATE_HOME`` (stripped by the host, kept by platformdirs) put
+    it outside. ``None`` (no cache) only when that directory is not absolute."""
+    from pathlib import Path
+
+    from dsh_host._host import _entrypoints
+
+    for value in VALUES:
+        for name, setting in (("XDG_STATE_HOME", value), ("HOME", home)):
+            if setting is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, setting)
+        try:
+            state: Path | None = _dirs.user_state_path("dsh")
+        except Exception:  # no usable home
+            state = None
+        cache = _entrypoints.cache_path()
+        if state is None or not state.is_absolute():
+            assert cache is None, (home, value)
+        else:
+            assert cache is not None, (home, value)
+            assert Path(cache) == state / "entry-points.json", (home, value)

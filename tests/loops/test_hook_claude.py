@@ -238,3 +238,40 @@ def test_a_claude_name_is_found_without_copying_any_schema(project, capsys, monk
     status, answer, err = run_hook(payload("PreToolUse", "Read", tool_input), capsys, monkeypatch)
     assert (status, err) == (0, "")
     assert decision(answer) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("table", "bad"),
+    [
+        ("output_budget", "max_bytes = 1000"),  # unknown key
+        ("timeout", 'default_ms = "soon"'),  # wrong type
+        ("approval", 'mode = "never"'),  # not one of the modes
+    ],
+)
+def test_a_table_of_a_left_out_plugin_config_check_rejects_fails_closed(
+    project, capsys, monkeypatch, table, bad
+):
+    # The hook does without these plugins; their tables went unchecked, so a dsh.toml that
+    # `dsh config check` rejects still got answers.
+    root, db = project
+    (root / "dsh.toml").write_text(RULES.format(db=db) + f"\n[plugin.{table}]\n{bad}\n")
+    git_status = payload("PreToolUse", "Bash", {"command": "git status"})
+    status, answer, err = run_hook(git_status, capsys, monkeypatch)
+    assert (status, answer) == (2, None)
+    assert f"[plugin.{table}]" in err
+    assert err.endswith("the call is blocked\n")
+    assert main(["config", "check"]) != 0  # what `dsh config check` says of it too
+    capsys.readouterr()
+
+
+def test_valid_tables_of_left_out_plugins_leave_the_answer_as_it_was(project, capsys, monkeypatch):
+    root, db = project
+    tables = (
+        "[plugin.output_budget]\nmax_inline_bytes = 1000\n[plugin.timeout]\ndefault_ms = 1000\n"
+        '[plugin.approval]\nmode = "static"\n'
+    )
+    (root / "dsh.toml").write_text(RULES.format(db=db) + tables)
+    git_status = payload("PreToolUse", "Bash", {"command": "git status"})
+    status, answer, err = run_hook(git_status, capsys, monkeypatch)
+    assert (status, err) == (0, "")
+    assert decision(answer) == "allow"
