@@ -110,34 +110,7 @@ def bwrap_argv(
             out += ["--bind-fd", str(fds[path]), str(path)]  # the pinned directory itself
         else:
             out += ["--bind" if writable else "--ro-bind", str(path), str(path)]
-    denied = layout.denied_now(mounts)
-    sockets = layout.sockets_now(mounts, denied)
-    # Each directory between a writable root and what is hidden in it (a protected path, a
-    # deny_read entry, a host socket) is bound onto itself: a mount point, which the command
-    # cannot rename away with the hidden thing in it and remake in its place (`_anchors`).
-    hidden = (*(path for path, _ in denied), *sockets)
-    for path in (*layout.anchors, *anchors(hidden, layout.rw, layout.anchors)):
-        if any(under(path, gone) for gone in missing if gone != path):
-            continue  # below a directory that is not there: covered by its empty tmpfs
-        if path in missing:  # not there: nothing below it can be made either
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            out += ["--bind", str(path), str(path)]
-    for path in layout.protected:  # each one inside a writable root
-        if any(under(path, gone) for gone in missing if gone != path):
-            continue  # below a directory that is not there: covered by its empty tmpfs
-        if path in missing:
-            # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
-            # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
-            # directory as the mount point (see `_MountPoints`).
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            out += ["--ro-bind", str(path), str(path)]
-    for path, is_dir in denied:  # an empty read-only tmpfs, or /dev/null
-        out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
-        out.append(str(path))
-    for path in sockets:  # connect() finds /dev/null: refused
-        out += ["--ro-bind", "/dev/null", str(path)]
+    out += _hiding(layout, mounts, missing)
     locks = layout.locks_now(mounts)
     if locks is not None:  # dsh's lock files: out of reach even where a root shows them
         out += ["--tmpfs", str(locks), "--remount-ro", str(locks)]
@@ -186,3 +159,40 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
         plan.append(("tmpfs", str(locks), True))
     plan.append(("proc",))
     return tuple(plan)
+
+
+def _hiding(
+    layout: Layout, mounts: list[tuple[Path, bool]], missing: Collection[Path]
+) -> list[str]:
+    """bwrap's arguments for what a command in a writable root must not reach: the anchors
+    on the way, the protected paths, the ``deny_read`` entries and the host sockets."""
+    out: list[str] = []
+    denied = layout.denied_now(mounts)
+    sockets = layout.sockets_now(mounts, denied)
+    # Each directory between a writable root and what is hidden in it (a protected path, a
+    # deny_read entry, a host socket) is bound onto itself: a mount point, which the command
+    # cannot rename away with the hidden thing in it and remake in its place (`anchors`).
+    hidden = (*(path for path, _ in denied), *sockets)
+    for path in (*layout.anchors, *anchors(hidden, layout.rw, layout.anchors)):
+        if any(under(path, gone) for gone in missing if gone != path):
+            continue  # below a directory that is not there: covered by its empty tmpfs
+        if path in missing:  # not there: nothing below it can be made either
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            out += ["--bind", str(path), str(path)]
+    for path in layout.protected:  # each one inside a writable root
+        if any(under(path, gone) for gone in missing if gone != path):
+            continue  # below a directory that is not there: covered by its empty tmpfs
+        if path in missing:
+            # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot
+            # create it, nor .git/config or .claude/hooks/x inside it. bwrap makes an empty
+            # directory as the mount point (see `_MountPoints`).
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            out += ["--ro-bind", str(path), str(path)]
+    for path, is_dir in denied:  # an empty read-only tmpfs, or /dev/null
+        out += ["--tmpfs", str(path), "--remount-ro"] if is_dir else ["--ro-bind", "/dev/null"]
+        out.append(str(path))
+    for path in sockets:  # connect() finds /dev/null: refused
+        out += ["--ro-bind", "/dev/null", str(path)]
+    return out

@@ -184,11 +184,9 @@ def build_policy(
             is off.
         tmp: The private tmp directory the plugin made (``private_tmp``); without one, a
             policy with ``private_tmp`` on writes under the workspace only.
-        files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a writable
-            root), unless ``protect_config`` is off; default: found from the workspace, the
-            roots and the environment.
-        imports: `import_paths` (default: this process's, so no caller forgets them):
-            protected as *install* is, never made visible to commands.
+        files: `dsh_plugins_builtin._sandbox._deny.config_files` (protected in a root, unless
+            ``protect_config`` is off); default: found from the workspace, roots and environment.
+        imports: `import_paths` (default: this process's): protected as *install* is.
 
     Returns:
         The policy the fence and the confinement enforce.

@@ -97,6 +97,21 @@ def _target(path: str, *, directory: bool, make: bool = True) -> int:
         os.close(root)
 
 
+def _reach(step: Sequence[Any], source: str, fail: Callable[[str], NoReturn]) -> int | None:
+    """The mount point of *step*, reached from a fresh ``/`` following no symlink (a command
+    may have planted one): made if missing, but for a step that only hides (a socket, a
+    ``deny_read`` entry), which gets ``None`` for a target that is gone."""
+    kind = step[0]
+    path = step[2] if kind == "bind" else step[1]
+    hides = kind == "null" or (kind == "tmpfs" and step[2])
+    try:
+        return _target(path, directory=kind == "tmpfs" or os.path.isdir(source), make=not hides)
+    except OSError as exc:
+        if hides and isinstance(exc, FileNotFoundError):
+            return None
+        fail(f"reaching the mount point {path} (no symlink may be on the way)")
+
+
 def _open_source(step: Sequence[Any], fail: Callable[[str], NoReturn]) -> int:
     """Open a bind source; a pinned root must still be the directory it was at start."""
     try:
@@ -194,17 +209,9 @@ def apply(
             continue
         source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
         path = step[2] if kind == "bind" else step[1]
-        hides = kind == "null" or (kind == "tmpfs" and step[2])  # a socket, a deny_read entry
-        try:  # reached from a fresh "/" following no symlink (a command may have planted one)
-            target = _target(
-                path, directory=kind == "tmpfs" or os.path.isdir(source), make=not hides
-            )
-        except FileNotFoundError:
-            if hides:
-                continue  # gone since the plan was made: nothing to hide
-            fail(f"reaching the mount point {path} (no symlink may be on the way)")
-        except OSError:
-            fail(f"reaching the mount point {path} (no symlink may be on the way)")
+        target = _reach(step, source, fail)
+        if target is None:
+            continue  # what it would hide is gone since the plan was made
         at = f"/proc/self/fd/{target}"
         if kind == "tmpfs":
             flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if step[2] else 0)
