@@ -43,7 +43,17 @@ def inside_any(path: Path, roots: Iterable[Path]) -> bool:
 
 
 def under(path: Path, root: Path) -> bool:
-    return root == Path("/") or path == root or root in path.parents
+    """Whether *path* is *root* or below it, by their normalised spellings (no file is read).
+
+    Compared as strings, not through ``path.parents``: the bwrap command line and the fence
+    ask this dozens of times per call (issue 27).
+    """
+    top, below = str(root), str(path)
+    if top == below or top == "/":
+        return True
+    if top == ".":  # every relative path lies below the current directory
+        return not below.startswith("/")
+    return below.startswith(top if top.endswith("/") else top + "/")
 
 
 def canonical(path: Path) -> Path:

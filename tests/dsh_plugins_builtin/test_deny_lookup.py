@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dsh_plugins_builtin._rules._grammar import normalise
 from dsh_plugins_builtin._sandbox._judge import _home_text, denied_by
 from dsh_plugins_builtin._sandbox._open import _normal
-from dsh_plugins_builtin._sandbox._paths import within
+from dsh_plugins_builtin._sandbox._paths import under, within
 
 _PART = st.sampled_from(["a", "b", ".ssh", "x y", "é", "a.b", "..", ".", "", "root", "home"])
 _PATH = st.lists(_PART, max_size=5).map(lambda parts: "/" + "/".join(parts))
@@ -94,3 +94,16 @@ def test_a_rule_path_that_is_already_normal_is_kept_as_normpath_would_make_it(pa
     if expected.startswith("//"):
         expected = "/" + expected.lstrip("/")
     assert normalise(path) == expected
+
+
+_ANY_PATH = st.tuples(st.sampled_from(["/", "//", "", "///"]), st.lists(_PART, max_size=4)).map(
+    lambda lead_parts: Path(lead_parts[0] + "/".join(lead_parts[1])),
+)
+
+
+@given(path=_ANY_PATH, root=_ANY_PATH)
+def test_under_by_spelling_answers_as_the_parents_of_the_path_do(path: Path, root: Path):
+    # `under` compares strings (the bwrap command line asks it dozens of times per call); it
+    # answers what the definition by ``path.parents`` answers, "//", "." and ".." included.
+    expected = root == Path("/") or path == root or root in path.parents
+    assert under(path, root) is expected
