@@ -448,10 +448,12 @@ def test_check_names_the_host_sockets_it_covers(
         daemon.listen(1)
         assert sandbox_check_command(["--json"]) == 0
         report = json.loads(capsys.readouterr().out)
-        assert report["sockets_covered"] == [str(project.resolve() / "daemon.sock")]
+        # (other host sockets outside the masked directories are listed too: not asserted)
+        assert str(project.resolve() / "daemon.sock") in report["sockets_covered"]
         assert sandbox_check_command([]) == 0
         out = capsys.readouterr().out
-    assert "covered for each command (connect is refused): " + str(project.resolve()) in out
+    covered = next(line for line in out.splitlines() if "covered for each command" in line)
+    assert str(project.resolve() / "daemon.sock") in covered.split(": ", 1)[1].split(", ")
 
 
 def test_the_plugin_class_stays_small() -> None:
