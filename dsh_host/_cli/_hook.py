@@ -14,6 +14,9 @@ guards as a dry run under Claude Code's own tool name and arguments; nothing run
 * ``PostToolUse``: the call and Claude Code's ``tool_response`` are recorded by dsh's result
   observers (audit). Denials of ``PreToolUse`` and ``PermissionRequest`` are recorded too.
 
+A file tool's path is also put to the sandbox plugin's fence (`._hookfence`): what it refuses
+is denied, a search over a ``deny_read`` entry is asked, never allowed.
+
 A payload that cannot be read (too large, not JSON, too deep, missing fields) or any failure
 fails closed: exit 2 (Claude Code blocks the call) and one line on stderr. So does a config file
 ``dsh config check`` rejects, the ``[plugin.*]`` tables of the plugins a hook does without
@@ -47,6 +50,7 @@ from dsh_host import (
 from dsh_host import ToolExecutionResult as Result
 
 from ._common import HOOK_MAX_BYTES
+from ._hookfence import fence_verdict
 
 if TYPE_CHECKING:  # annotations only: argparse loads with a parser
     import argparse
@@ -160,8 +164,14 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
         by = f" ({prepared.result.decided_by})" if prepared.result.decided_by else ""
         reason = f"dsh{by}: {error.message if error else 'refused'}"
         return _answer(event, "deny", reason)
+    fenced = fence_verdict(host, payload["tool_name"], payload["tool_input"])
+    if fenced is not None and fenced.result is not None:  # the sandbox's fence refuses it
+        await _observe(host, prepared.execution, fenced.result)
+        return _answer(event, "deny", fenced.reason)
     if asks.asked is not None:
         return _answer(event, "ask", f"dsh: {asks.asked}") if event == "PreToolUse" else None
+    if fenced is not None:  # a search over what deny_read withholds: never allowed
+        return _answer(event, "ask", fenced.reason) if event == "PreToolUse" else None
     if prepared.allowed_by is not None:
         detail = f": {prepared.detail}" if prepared.detail else ""
         return _answer(event, "allow", f"dsh ({prepared.allowed_by}){detail}")

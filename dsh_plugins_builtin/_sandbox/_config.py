@@ -202,7 +202,8 @@ def build_policy(
     read_roots = tuple(_root(r, ws) for r in config.read_roots)
     denied, globs = _deny(config, ws, (ws, *writable, *read_roots))
     own = expand_deny(map(str, hidden), defaults=False, keep=(ws, *writable, *read_roots))[0]
-    denied += tuple(path for path in own if path not in denied)
+    own = tuple(path for path in own if path not in denied)
+    denied += own
     return pin_roots(
         SandboxPolicy(
             config.mode,
@@ -218,6 +219,7 @@ def build_policy(
             runtime=tuple(install),
             deny_read=denied,
             deny_patterns=globs,
+            own_state=own,
             unix_sockets=tuple(_root(r, ws) for r in config.allow_unix_sockets),
             config_files=_config_files(config, ws, writable, files),
         )

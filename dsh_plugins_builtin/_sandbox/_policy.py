@@ -67,6 +67,9 @@ class SandboxPolicy:
             command (``[plugin.sandbox] deny_read``).
         deny_patterns: The ``deny_read`` globs, matched again by the file tools at each call
             (a file created after the start matches too).
+        own_state: The entries ``deny_read`` holds for dsh's own state (the audit database,
+            the state directory: `dsh_state`), not for their contents: a command that can open
+            one can lock it. ``dsh hook claude`` lets Claude Code's searches pass over them.
         unix_sockets: The host Unix sockets a command may connect to (``allow_unix_sockets``).
         config_files: The files the next ``dsh`` run reads configuration from: protected in a
             writable root like ``config_file`` (``protect_config``).
@@ -92,6 +95,7 @@ class SandboxPolicy:
     runtime: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     deny_read: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     deny_patterns: tuple[str, ...] = ()
+    own_state: tuple[Path, ...] = attrs.field(converter=abs_paths, default=(), kw_only=True)
     unix_sockets: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     config_files: tuple[Path, ...] = attrs.field(converter=abs_paths, default=())
     pins: tuple[RootPin, ...] = ()

@@ -1,0 +1,129 @@
+"""What dsh's sandbox says of the path a Claude Code file tool names (for ``dsh hook claude``).
+
+Claude Code runs its own tools, so dsh's sandbox confines none of them. What the hook can do
+is judge the path a file tool names as dsh's own file tools would, through the ``sandbox``
+plugin's fence (`Fence`):
+
+* a read the fence refuses (``deny_read``, outside the readable roots, ``/proc``) and a write
+  it refuses (``read-only`` mode, outside the writable roots, a protected path such as
+  ``dsh.toml``, ``pyproject.toml``, ``.claude`` or ``.git``) are denied, whatever the rules say:
+  in ``dsh call`` the same call would end ``SANDBOX_DENIED``;
+* a search (``Grep``, ``Glob``, ``LS``) whose directory holds a ``deny_read`` entry is asked,
+  never allowed: dsh's own search tools leave such files out, Claude Code's would read them.
+  (dsh's own state, the audit database say, is left out of this: it is denied to commands so
+  that none can lock it, not for what it holds.)
+
+Bash is not judged so: a shell command's paths are not known before it runs. With no
+``sandbox`` plugin enabled, nothing is judged here (the rules alone decide).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+
+import attrs
+
+from dsh_host import DshError, ToolFailure
+from dsh_host import ToolExecutionResult as Result
+
+if TYPE_CHECKING:
+    from dsh_host import Host
+
+__all__ = ["PATHS", "Fence", "Verdict", "fence_verdict"]
+
+PATHS: Final = {
+    "Read": ("file_path", "read"),
+    "NotebookRead": ("notebook_path", "read"),
+    "Write": ("file_path", "write"),
+    "Edit": ("file_path", "write"),
+    "MultiEdit": ("file_path", "write"),
+    "NotebookEdit": ("notebook_path", "write"),
+    "Grep": ("path", "search"),
+    "Glob": ("path", "search"),
+    "LS": ("path", "search"),
+}
+"""Claude Code's file tools: the key of the path each names, and what it does there (a search
+without the key searches the working directory)."""
+
+_GLOB: Final = frozenset("*?[")
+
+
+@runtime_checkable
+class Fence(Protocol):
+    """What the hook asks of the ``sandbox`` plugin (`dsh_plugins_builtin.sandbox`)."""
+
+    def check_read(self, path: str) -> Any: ...  # pragma: no cover - protocol
+
+    def check_write(self, path: str) -> Any: ...  # pragma: no cover - protocol
+
+    @property
+    def policy(self) -> Any: ...  # pragma: no cover - protocol
+
+
+@attrs.frozen
+class Verdict:
+    """The fence's answer: ``deny`` (with the error result audit records) or ``ask``."""
+
+    decision: str
+    reason: str
+    result: Result | None = None
+
+
+def fence_verdict(host: Host, tool: str, tool_input: Any) -> Verdict | None:
+    """What the fence says of Claude Code's *tool* call (``None``: nothing against it)."""
+    named = PATHS.get(tool)
+    fence = host.pm.get_plugin("sandbox")
+    if named is None or not isinstance(fence, Fence) or not isinstance(tool_input, dict):
+        return None
+    key, access = named
+    path = tool_input.get(key, "." if access == "search" else None)
+    if not isinstance(path, str):
+        return None  # the dry run judged the arguments already
+    try:
+        (fence.check_write if access == "write" else fence.check_read)(path)
+    except DshError as exc:
+        by = getattr(exc, "by", None) or "sandbox"
+        failure = ToolFailure(exc.message, exc.code, type(exc).__name__)
+        result = Result(
+            content=f"Error: {exc.message}", is_error=True, error=failure, decided_by=by
+        )
+        return Verdict("deny", f"dsh ({by}): {exc.message}", result)
+    if access != "search":
+        return None
+    root = Path(os.path.abspath(os.path.join(host.workspace, path)))
+    policy = fence.policy
+    own = set(getattr(policy, "own_state", ()))  # denied to commands for their locks only
+    entries = [entry for entry in policy.deny_read if entry not in own]
+    held = _held(root, entries, policy.deny_patterns, host.workspace)
+    if held is None:
+        return None
+    return Verdict(
+        "ask",
+        f"dsh (sandbox): {tool} in {root} would read {held}, which is in [plugin.sandbox] "
+        "deny_read: dsh's own search leaves it out, Claude Code's cannot",
+    )
+
+
+def _held(
+    root: Path, entries: Iterable[Path], patterns: Iterable[str], workspace: Path
+) -> str | None:
+    """The first ``deny_read`` entry or glob that may lie inside *root*."""
+    for entry in entries:
+        if entry.is_relative_to(root):
+            return str(entry)
+    for pattern in patterns:
+        base = Path(os.path.abspath(os.path.join(workspace, pattern)))
+        literal = Path(*[part for part in _until_glob(base.parts)])
+        if literal.is_relative_to(root) or root.is_relative_to(literal):
+            return pattern
+    return None
+
+
+def _until_glob(parts: tuple[str, ...]) -> Iterable[str]:
+    for part in parts:
+        if _GLOB & set(part):
+            return
+        yield part
