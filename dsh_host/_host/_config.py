@@ -124,7 +124,8 @@ def find_config(
     cwd: pathlib.Path | None = None, environ: Mapping[str, str] | None = None
 ) -> pathlib.Path | None:
     """The config file that applies in *cwd*: ``$DSH_CONFIG``, ``dsh.toml``, or a
-    ``pyproject.toml`` with a ``[tool.dsh]`` table; ``None`` if there is none.
+    ``pyproject.toml`` with a ``[tool.dsh]`` table, or one that cannot be read (it may hold
+    one: loading it says what is wrong); ``None`` if there is none.
 
     Raises:
         ConfigError: ``$DSH_CONFIG`` names a file that does not exist.
@@ -150,10 +151,21 @@ def find_config(
         try:
             data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
-            return None
+            # It may hold [tool.dsh] (deny rules, say): reading it says what is wrong, rather
+            # than starting silently with the built-in defaults.
+            return pyproject
         if isinstance(data.get("tool"), dict) and "dsh" in data["tool"]:
             return pyproject
     return None
+
+
+def _beside(path: pathlib.Path) -> str:
+    if path.name != "pyproject.toml":
+        return ""
+    return (
+        "; dsh reads its [tool.dsh] table, so it will not start without it: fix the file, or "
+        "put dsh's config in a dsh.toml beside it (read first)"
+    )
 
 
 def _read(path: pathlib.Path) -> Mapping[str, Any]:
@@ -166,11 +178,13 @@ def _read(path: pathlib.Path) -> Mapping[str, Any]:
             "no such config file; check the path given by --config or DSH_CONFIG", path=str(path)
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the config file: {exc}", path=str(path)) from None
+        raise ConfigError(
+            f"cannot read the config file: {exc}{_beside(path)}", path=str(path)
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"is not valid TOML: {exc}", path=str(path)) from None
+        raise ConfigError(f"is not valid TOML: {exc}{_beside(path)}", path=str(path)) from None
     except RecursionError:
         raise ConfigError(
             "is nested too deeply (arrays or tables inside one another hundreds of levels "

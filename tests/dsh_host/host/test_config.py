@@ -92,8 +92,25 @@ def test_dsh_toml_beats_pyproject(tmp_path):
 def test_pyproject_without_tool_dsh_is_not_a_config(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.other]\nx = 1\n")
     assert find_config(tmp_path, {}) is None
-    (tmp_path / "pyproject.toml").write_text("not [valid toml")
-    assert find_config(tmp_path, {}) is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'[project]\ndependencies = ["a",]]\n[tool.dsh.plugin.permissions]\ndeny = ["bash"]\n',
+        b"not [valid toml",
+        b"[tool.dsh]\n\xff\n",
+    ],
+)
+def test_a_pyproject_dsh_cannot_read_stops_it_rather_than_dropping_its_rules(tmp_path, content):
+    # A broken file may hold [tool.dsh] deny rules: starting with the built-in defaults would
+    # drop them without a word (a reviewer read a denied file so).
+    path = tmp_path / "pyproject.toml"
+    path.write_bytes(content)
+    assert find_config(tmp_path, {}) == path
+    with pytest.raises(ConfigError, match="dsh.toml beside it") as info:
+        Host.from_config(None, load_entrypoints=False, cwd=tmp_path, environ={})
+    assert info.value.path == str(path)
 
 
 def test_dsh_config_beats_dsh_toml(tmp_path):
