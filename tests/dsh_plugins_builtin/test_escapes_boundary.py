@@ -314,6 +314,37 @@ async def test_row2_credentials_are_unreadable(make_host: Any, home: Path, backe
     assert "PRIVATE-KEY-1" in (await bash(open_host, "cat ~/.ssh/id_rsa")).text
 
 
+_AGENT_SECRETS = {
+    ".codex/auth.json": "CODEX-TOKEN-6",
+    ".claude.json": "CLAUDE-OAUTH-7",
+    ".gemini/oauth_creds.json": "GEMINI-TOKEN-8",
+    ".cache/huggingface/token": "HF-TOKEN-9",
+    ".pgpass": "PGPASS-10",
+    ".bash_history": "export TOKEN=HISTORY-11",
+    ".python_history": "key = 'PYHIST-12'",
+}
+
+
+async def test_row2_agent_tokens_db_passwords_and_shell_histories_are_unreadable(
+    make_host: Any, home: Path, backend: str
+) -> None:
+    """The class beside ``~/.ssh``: other agents' and model hubs' tokens, database password
+    files, shell and REPL histories (a reviewer read each through bash)."""
+    for rel, text in _AGENT_SECRETS.items():
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(text)
+    host = boundary_host(make_host, home, backend)
+    result = await bash(
+        host, "cat " + " ".join(f"~/{rel}" for rel in _AGENT_SECRETS) + "; echo done"
+    )
+    assert "done" in result.text
+    for text in _AGENT_SECRETS.values():
+        assert text not in result.text
+    for rel in _AGENT_SECRETS:
+        refused = await host.call("read_file", {"path": rel})
+        assert "deny_read" in refused.text, rel
+
+
 @pytest.mark.parametrize("engine", ["ripgrep", "in-process"])
 async def test_row2_the_search_tools_show_no_credential_by_name_or_content(
     make_host: Any, home: Path, backend: str, engine: str, monkeypatch: pytest.MonkeyPatch
