@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._hidden import wrapped_write
-from ._wrappers import WRAPPERS, unwrap
+from ._wrappers import DYNAMIC, WRAPPERS, unwrap, xargs_replaces
 
 if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
     from ._rules import Rule
@@ -27,7 +27,7 @@ Finding = tuple[Literal["deny", "ask"], "Rule", str]
 """A deny or ask rule that applies to a bash call: (effect, rule, why)."""
 
 _GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})
-_XARGS_REPLACE = frozenset({"-i", "-I", "--replace"})
+_FIND_ELSEWHERE = frozenset({"-execdir", "-okdir"})
 _MAX_WRAPPED = 4
 _STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
 
@@ -47,15 +47,14 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
     if wrapped_write(own) is not None and not found.command.exact:
         return None
     xargs = head == "xargs"
-    if xargs and any(w in _XARGS_REPLACE or w.startswith(("-I", "--replace")) for w in words):
-        return None  # a placeholder anywhere in the command: its words are unknown
+    if xargs and xargs_replaces(words) is not None:
+        return None  # a placeholder anywhere in the command (any spelling): words unknown
     for inner in inners:
         if xargs:
-            if not _takes_arguments_safely(inner):
+            base = inner[:-1] if inner[-1:] == (DYNAMIC,) else inner
+            if not _takes_arguments_safely(base):
                 return None
-            from ._shell import DYNAMIC  # imported already: a bash call parsed its line
-
-            inner = (*inner, DYNAMIC)  # the words xargs appends are read from stdin
+            inner = (*base, DYNAMIC)  # the words xargs appends are read from stdin
         if depth >= _MAX_WRAPPED or covering(inner, allow, depth + 1) is None:
             return None
     return found
@@ -165,8 +164,13 @@ class ShellChecks:
                 return "the cwd lies outside the workspace"
             if "git" in heads and any(self._foreign_git(t) for t in targets):
                 return "git would run in a repository other than the workspace's own"
+        elif "git" in heads and any(self._foreign_git(root) for root in self.roots):
+            return "git would run in a repository other than the workspace's own"
         if "git" in heads and heads & {"cd", "pushd", "popd"}:
             return "git would run after a change of directory"
+        for words in parsed.commands:
+            if words[:1] == ("find",) and any(w in _FIND_ELSEWHERE for w in words):
+                return "find runs its command in the directory of each file it finds"
         for words in parsed.commands:
             if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
                 return "git is pointed at another repository"
@@ -189,9 +193,24 @@ class ShellChecks:
         return None
 
     def _foreign_git(self, path: str) -> bool:
-        """Whether a ``.git`` lies at *path* or above it, below the workspace root."""
-        while path.rstrip("/") not in self.roots and path not in ("/", ""):
+        """Whether git started at *path* may find a repository the agent could have written:
+        a ``.git`` at *path* or above it below the workspace root, or a directory git takes
+        for a bare repository itself (``HEAD`` beside ``objects`` or ``refs``) there or at a
+        root with no ``.git`` of its own (the workspace's own ``.git`` is protected; the rest
+        of the workspace is not)."""
+        while True:
+            at_root = path.rstrip("/") in self.roots or path in ("/", "")
             if os.path.lexists(os.path.join(path, ".git")):
+                return not at_root
+            if _bare_repository(path):
                 return True
+            if at_root:
+                return False
             path = posixpath.dirname(path)
+
+
+def _bare_repository(path: str) -> bool:
+    """Whether git's discovery would take the directory *path* itself for a git directory."""
+    if not os.path.lexists(os.path.join(path, "HEAD")):
         return False
+    return any(os.path.lexists(os.path.join(path, n)) for n in ("objects", "refs", "commondir"))

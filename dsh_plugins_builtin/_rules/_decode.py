@@ -12,10 +12,17 @@ import re
 
 import tree_sitter
 
-__all__ = ["DUP_OPS", "blank_inside", "globbed", "literal_value", "misread", "node_text"]
+__all__ = [
+    "DUP_OPS",
+    "blank_inside",
+    "braced",
+    "globbed",
+    "literal_value",
+    "misread",
+    "node_text",
+]
 
 _GLOB = re.compile(r"[*?\[]")
-_BRACE = re.compile(r"\{[^}]*(?:,|\.\.)[^}]*\}")
 DUP_OPS = frozenset({">&", "<&"})
 
 _ANSI_SIMPLE = {
@@ -50,6 +57,18 @@ def _ansi_c(body: str) -> str:
             return "\ufffd"
 
     return _ANSI.sub(one, body).split("\0", 1)[0]
+
+
+def braced(text: str) -> bool:
+    """Whether bash may expand braces in a word's source: a ``{`` before a later ``}`` with a
+    comma or ``..`` between them. Quotes are not looked at: a quoted ``}`` does not end
+    bash's braces (``{'}',a,b}`` is three words), so the widest span is judged (linear)."""
+    start = text.find("{")
+    end = text.rfind("}")
+    if start < 0 or end < start:
+        return False
+    inner = text[start + 1 : end]
+    return "," in inner or ".." in inner
 
 
 def blank_inside(text: str) -> bool:
@@ -155,7 +174,7 @@ def literal_value(node: tree_sitter.Node) -> str | None:
     kind = node.type
     if kind in ("word", "number"):
         text = node_text(node)
-        if text.startswith("~") or _BRACE.search(text):
+        if text.startswith("~") or braced(text):
             return None
         return _unquoted(text)
     if kind == "raw_string":
@@ -168,7 +187,7 @@ def literal_value(node: tree_sitter.Node) -> str | None:
             return None
         return _double_quoted(text[1:-1])
     if kind == "concatenation":
-        if _BRACE.search(node_text(node)):
+        if braced(node_text(node)):
             return None
         parts = [literal_value(child) for child in node.named_children]
         if any(p is None for p in parts) or len(node.children) != len(node.named_children):

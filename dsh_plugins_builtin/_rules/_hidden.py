@@ -15,7 +15,17 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-__all__ = ["hidden_in_command", "hidden_in_node", "runner_writes", "wrapped_write"]
+from ._options import ENV, read_options
+from ._wrappers import strip_git_globals
+
+__all__ = [
+    "hidden_assignment",
+    "hidden_in_command",
+    "hidden_in_node",
+    "hidden_in_source",
+    "runner_writes",
+    "wrapped_write",
+]
 
 # Builtins that evaluate an argument as code (a string, a subscript `a[$(...)]` in a variable
 # name, or arithmetic): always, or only with one of the flags given.
@@ -25,8 +35,19 @@ _EVALUATING: dict[str, tuple[str, ...]] = {
     "local": (), "readonly": (), "unset": (), "read": (), "compgen": (), "complete": (),
     "getopts": (), "bind": (), "hash": (), "fc": (),
     "printf": ("-v",), "test": ("-v",), "[": ("-v",), "mapfile": ("-C",),
-    "readarray": ("-C",),
+    "readarray": ("-C",), "wait": ("-p",),
 }  # fmt: skip
+# Variables a prefix, an ``export`` or (for environment-style names) a plain assignment may set:
+# none names a program, a file of configuration or code, or options. Any other may (``HOME``
+# moves ~/.gitconfig, ``XDG_CONFIG_HOME`` too, ``PYTHONWARNINGS`` imports a module...).
+_SAFE_VARIABLES = frozenset(
+    {"LANG", "LANGUAGE", "TZ", "TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
+     "CLICOLOR", "CLICOLOR_FORCE", "COLORTERM", "CI", "NODE_ENV", "RUST_LOG", "RUST_BACKTRACE",
+     "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONHASHSEED",
+     "PYTHONUTF8", "DEBUG", "VERBOSE", "NODE_NO_WARNINGS"}
+)  # fmt: skip
+# Lower-case names programs read from the environment (a plain ``x=1`` sets a shell variable).
+_LOWER_ENVIRONMENT = re.compile(r"(?i:npm_config_.*|(?:http|https|ftp|all|no)_proxy)")
 _GIT_CONFIG = frozenset({"-c", "--config-env", "--exec-path"})
 _PROGRAM_VARIABLES = frozenset(
     {"PAGER", "EDITOR", "VISUAL", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV",
@@ -41,14 +62,38 @@ _PLAIN_SUBSCRIPT = re.compile(r"\[(?:[0-9]+|[@*])\]")
 _SUBSTRING = re.compile(r"\$\{#?[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?:(?![-=?+])")
 
 
-def _variable(word: str) -> str | None:
+def _variable(word: str, *, plain: bool = False) -> str | None:
+    """Why the assignment *word* may change what a program runs; with *plain*, a ``NAME=value``
+    command of its own (only names in the environment's style count: ``x=1`` does not)."""
     m = _ASSIGNMENT.match(word)
     if m is None:
         return None
     name = m.group(1)
     if name.startswith("GIT_") or name in _PROGRAM_VARIABLES or name.startswith("BASH_FUNC_"):
         return f"the variable {name}, which names a program or code"
-    return None
+    if name in _SAFE_VARIABLES or name.startswith("LC_"):
+        return None
+    if plain and name != name.upper() and not _LOWER_ENVIRONMENT.fullmatch(name):
+        return None
+    return f"the variable {name}, which may name where a program reads configuration or code"
+
+
+def hidden_assignment(text: str, *, plain: bool) -> str | None:
+    """Why an assignment outside a command's prefix (``NAME=value`` alone: *plain*; or an
+    ``export`` / ``readonly`` argument) may change what a later program runs."""
+    return _variable(text, plain=plain)
+
+
+def _flagged(words: Sequence[str], flags: tuple[str, ...]) -> bool:
+    """Whether one of the single-letter *flags* is among the options of *words*, alone or in a
+    cluster (``mapfile -tC``, ``wait -np``: bash's builtins take them so)."""
+    letters = {flag[1] for flag in flags}
+    for word in words[1:]:
+        if word == "--" or not word.startswith("-"):
+            return False
+        if not word.startswith("--") and letters & set(word[1:]):
+            return True
+    return False
 
 
 def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> str | None:
@@ -64,7 +109,10 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
     if flags is not None:
         if not flags:
             return f"{head}, which evaluates its arguments as code"
-        if any(w.startswith(f) for w in words[1:] for f in flags):
+        if head in ("test", "[", "printf"):
+            if any(w.startswith(f) for w in words[1:] for f in flags):
+                return f"{head} {flags[0]}, which evaluates its arguments as code"
+        elif _flagged(words, flags):
             return f"{head} {flags[0]}, which evaluates its arguments as code"
     if head in ("env", "sudo", "doas"):
         for word in words[1:]:
@@ -72,11 +120,83 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
             if why is not None:
                 return why
     if head == "git":
-        for word in words[1:]:
-            if not word.startswith("-") or word == "--":
+        return _git_runs(words)
+    return None
+
+
+# git's subcommands and options that run a program named on the line (any abbreviation of a
+# long option; a short one alone or in a cluster, as git's parse-options reads them)
+_GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "grep": ("-O", "--open-files-in-pager"),
+    "clone": ("-u", "--upload-pack"),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "ls-remote": ("--upload-pack",),
+    "archive": ("--exec",),
+    "push": ("--receive-pack", "--exec"),
+    "rebase": ("-x", "--exec"),
+    "difftool": ("-x", "--extcmd", "-t", "--tool"),
+    "mergetool": ("-t", "--tool"),
+    "send-email": ("--smtp-server", "--sendmail-cmd", "--to-cmd", "--cc-cmd"),
+    "instaweb": ("-d", "--httpd", "-b", "--browser"),
+    "web--browse": ("-b", "--browser", "-t", "--tool"),
+}
+_GIT_PROGRAM_SUBCOMMANDS = frozenset({"filter-branch", "submodule foreach", "bisect run"})
+
+
+def _git_runs(words: Sequence[str]) -> str | None:
+    """Why this ``git`` line runs a program of its own naming (``None``: it does not)."""
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        if words[i].split("=", 1)[0] in _GIT_CONFIG:
+            return f"git {words[i].split('=', 1)[0]}, whose configuration can name a program"
+        i += 1
+    rest = list(words[i:])
+    if not rest:
+        return None
+    sub = rest[0]
+    if sub in _GIT_PROGRAM_SUBCOMMANDS or " ".join(rest[:2]) in _GIT_PROGRAM_SUBCOMMANDS:
+        return f"git {' '.join(rest[:2])}, which runs a command it is given"
+    for option in _GIT_PROGRAM_OPTIONS.get(sub, ()):
+        for word in rest[1:]:
+            if word == "--":
                 break
-            if word.split("=", 1)[0] in _GIT_CONFIG:
-                return f"git {word.split('=', 1)[0]}, whose configuration can name a program"
+            long = word.startswith("--") and len(word) > 3
+            if (option.startswith("--") and long and option.startswith(word.split("=", 1)[0])) or (
+                not option.startswith("--")
+                and word.startswith("-")
+                and not word.startswith("--")
+                and option[1] in word[1:]
+            ):
+                return f"git {sub} {option}, which runs a program it is given"
+    return None
+
+
+# Where bash evaluates text as arithmetic, a subscript runs any command substitution in it:
+# a name with a subscript (``'a[$(cmd)]'``) is code wherever it ends up (``wait -p``, a
+# ``{name}>`` redirection, ``OPTIND=``, ``$[b]``, ``((b))`` ...), quoted or not.
+_FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\[")
+
+
+def _expands(after: str) -> bool:
+    """Whether a ``$`` followed by *after* (one character) starts an expansion."""
+    return after in ("(", "{", "[", "_") or after.isalpha()
+
+
+def hidden_in_source(text: str) -> str | None:
+    """Why a command line's text holds a subscript that expands something (linear in *text*)."""
+    opened = False
+    for index, char in enumerate(text):
+        if char == "[":  # a subscript follows a name (``a[``), a test or a glob does not
+            opened = opened or (index > 0 and (text[index - 1].isalnum() or text[index - 1] == "_"))
+        elif char in "]\n":
+            opened = False
+        elif opened and (char == "`" or (char == "$" and _expands(text[index + 1 : index + 2]))):
+            return "a subscript holding an expansion, which bash evaluates as arithmetic"
+    if "$[" in text:
+        return "the arithmetic $[...], which evaluates variables' values as code"
+    if _FD_VARIABLE.search(text):
+        return "a {name[...]} redirection, whose subscript is evaluated as arithmetic"
     return None
 
 
@@ -91,10 +211,14 @@ def hidden_in_node(kind: str, text: str) -> str | None:
         if _SUBSTRING.match(text):
             return f"the offset in {text[:40]!r}, which is evaluated as arithmetic"
         return None
-    if kind == "arithmetic_expansion" and re.search(r"[A-Za-z_$]", text[3:]):
+    if kind == "arithmetic_expansion" and re.search(r"[A-Za-z_$]", text[2:]):
         return f"the arithmetic {text[:40]!r}, which evaluates variables' values as code"
     if kind == "compound_statement" and text.startswith("(("):
         return f"the arithmetic {text[:40]!r}, which evaluates variables' values as code"
+    if kind == "c_style_for_statement":
+        start = text.find("((") + 2
+        if re.search(r"[A-Za-z_$]", text[start : text.find("))", start)]):
+            return f"the arithmetic {text[:40]!r}, which evaluates variables' values as code"
     if kind == "test_command" and _ARITHMETIC_TEST.search(text):
         return f"the test {text[:40]!r}, which evaluates variables' values as code"
     if kind == "subscript" and not _PLAIN_SUBSCRIPT.search(text):
@@ -103,7 +227,6 @@ def hidden_in_node(kind: str, text: str) -> str | None:
 
 
 _ELSEWHERE_OPTIONS = {
-    "env": ("-S", "--split-string", "-C", "--chdir"),
     "sudo": ("-D", "--chdir", "-s", "-i", "--shell", "--login"),
     "doas": ("-s",),
 }
@@ -119,6 +242,14 @@ def wrapped_write(words: Sequence[str]) -> str | None:
             return f"find {found}, which deletes or writes files"
     if head == "chroot":
         return "chroot, which runs its command in another root"
+    if head == "env":
+        read = read_options(words, 1, ENV)
+        if read is None:
+            return "env with options it would refuse, whose reading is not sure"
+        for name, _ in read[0]:
+            if name in ("-S", "-C"):
+                return f"env {name}, which runs a string or in another directory"
+        return None
     for option in _ELSEWHERE_OPTIONS.get(head, ()):
         for word in words[1:]:
             if word == "--":
@@ -135,11 +266,36 @@ _RUNNER_WRITES = frozenset(
     {"--basetemp", "--junitxml", "--junit-xml", "--result-log", "--rootdir", "--debug"}
 )
 _PYTHON = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
+_GIT_OUTPUT = ("--output", "--output-directory")
+
+
+def _git_writes(words: Sequence[str]) -> list[tuple[str, str]]:
+    """The files git's ``--output`` (any abbreviation; ``--output-directory``) and, for
+    ``format-patch`` and ``archive``, ``-o`` make it write: (option, path) pairs."""
+    rest = list((strip_git_globals(words) or ())[1:])
+    sub, out, i = (rest[0] if rest else ""), [], 1
+    while i < len(rest) and rest[i] != "--":
+        word = rest[i]
+        name, eq, value = word.partition("=")
+        short = sub in ("format-patch", "archive") and word.startswith("-o") and word[1:2] != "-"
+        long = len(name) > 3 and any(o.startswith(name) for o in _GIT_OUTPUT)
+        if short or long:
+            if short:
+                value = word[2:]
+            if not (value if short else eq) and i + 1 < len(rest):
+                i += 1
+                value = rest[i]
+            out.append((f"git {sub} {name if long else '-o'}", value))
+        i += 1
+    return out
 
 
 def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
-    """The paths a test runner's options make it write or delete: (option, path) pairs."""
+    """The paths a test runner's options make it write or delete: (option, path) pairs; and
+    git's ``--output`` files."""
     head = posixpath.basename(words[0]) if words else ""
+    if head == "git":
+        return _git_writes(words)
     rest = list(words[1:])
     if _PYTHON.fullmatch(head):
         if rest[:2] != ["-m", "pytest"]:

@@ -36,10 +36,16 @@ import tree_sitter
 import tree_sitter_bash
 
 from ._decode import blank_inside, globbed, literal_value, misread, node_text
-from ._hidden import hidden_in_command, hidden_in_node, runner_writes
+from ._hidden import (
+    hidden_assignment,
+    hidden_in_command,
+    hidden_in_node,
+    hidden_in_source,
+    runner_writes,
+)
 from ._plain import NotPlain, Trailing, command_parts, note_trailing, plain
 from ._words import strict_words
-from ._wrappers import shell_string, spellings
+from ._wrappers import DYNAMIC, shell_string, spellings
 
 __all__ = [
     "DYNAMIC",
@@ -56,8 +62,6 @@ MAX_NODES = 20_000
 """The most syntax nodes one command line (with its nested ``sh -c`` strings) may have."""
 MAX_DEPTH = 4
 """How deep ``sh -c '...'`` strings inside ``sh -c`` strings are followed."""
-DYNAMIC = "\ue100"
-"""Stands for a word whose value is only known at run time: no rule word can equal it."""
 
 _CACHE_UP_TO = 4096  # longer lines are parsed every time rather than kept in the LRU cache
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
@@ -67,7 +71,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _DYNAMIC_WORDS = frozenset({"eval", "source", "."})
 _HIDING = frozenset(
     {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript",
-     "declaration_command", "unset_command"}
+     "declaration_command", "unset_command", "c_style_for_statement"}
 )  # fmt: skip
 
 
@@ -180,6 +184,8 @@ def _walk(
     elif _CONTROL.search(source):
         # bash reads \r, \v, \f (and other controls) as parts of words, the grammar as blanks
         dynamic = "the command holds control characters, which bash and the grammar read apart"
+    else:
+        dynamic = hidden_in_source(source)
     stack = [root]
     while stack:
         node = stack.pop()
@@ -200,6 +206,9 @@ def _walk(
             note_trailing(node, trailing)
         if kind in _HIDING:
             dynamic = dynamic or _hidden_at(node, kind)
+        if kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
+            export = node.parent is not None and node.parent.type == "declaration_command"
+            dynamic = dynamic or hidden_assignment(node_text(node), plain=not export)
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why

@@ -37,8 +37,8 @@ _TOKEN = (
     # one bare character or one whole quoted part per step: no nested repeat, no backtracking
     rf"|(?P<word>(?:{_BARE}|'[^']*'|\"[^\"$`\\]*\")+)(?=[ \t\n;&|]|$)"
 )
-# a comment, a tilde bash would expand, a brace expansion
-_EXPANDS = r"^[#~]|[=:]~|\{[^}]*(?:,|\.\.)[^}]*\}"
+# a comment, a tilde bash would expand (braces: `_braces`)
+_EXPANDS = r"^[#~]|[=:]~"
 
 
 @functools.cache
@@ -62,7 +62,7 @@ def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
         kind = m.lastgroup
         if kind == "word":
             text = m.group()
-            if expands.search(text):
+            if expands.search(text) or _braces(text):
                 return f"the word {text[:40]!r} holds a comment, a tilde or braces bash expands"
             words.append(part.sub(_unquote, text) if ("'" in text or '"' in text) else text)
         elif kind == "sep":
@@ -75,6 +75,13 @@ def strict_words(line: str) -> tuple[tuple[str, ...], ...] | str:
     if words:
         commands.append(tuple(words))
     return tuple(commands)
+
+
+def _braces(text: str) -> bool:
+    """A ``{`` and a later ``}`` with a comma or ``..`` between, quoted or not (bash does not
+    end braces at a quoted ``}``: ``{'}',a}`` expands)."""
+    first, last = text.find("{"), text.rfind("}")
+    return 0 <= first < last and any(s in text[first:last] for s in (",", ".."))
 
 
 def _unquote(m: re.Match[str]) -> str:

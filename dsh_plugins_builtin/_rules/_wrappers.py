@@ -12,14 +12,32 @@ import posixpath
 import re
 from collections.abc import Iterator, Sequence
 
-__all__ = ["WRAPPERS", "shell_string", "spellings", "strip_git_globals", "unwrap"]
+from ._options import ENV, XARGS, read_options
 
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+__all__ = [
+    "DYNAMIC",
+    "WRAPPERS",
+    "shell_string",
+    "spellings",
+    "strip_git_globals",
+    "unwrap",
+    "xargs_replaces",
+]
+
+DYNAMIC = "\ue100"
+"""Stands for a word whose value is only known at run time: no rule word can equal it."""
+
+# Shells whose code the bash grammar reads as they do; the others' (zsh's glob qualifiers,
+# ksh's ``${ cmd;}``, fish, csh ...) is code no rule can see.
+_SHELLS = frozenset({"sh", "bash", "dash", "ash", "rbash", "busybox"})
+_OTHER_SHELLS = frozenset(
+    {"zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "loksh", "yash", "posh", "hush", "fish",
+     "csh", "tcsh", "pwsh", "nu", "elvish", "xonsh", "rc", "es", "scsh"}
+)  # fmt: skip
 
 # Wrappers that run the rest of their words as a command: the options that take a value as a
 # separate word, and how many plain operands come before the command.
 _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
-    "env": (frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}), 0),
     "command": (frozenset(), 0),
     "builtin": (frozenset(), 0),
     "exec": (frozenset({"-a"}), 0),
@@ -32,30 +50,6 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
     "ionice": (frozenset({"-c", "-n", "-p", "-P", "-u"}), 0),
     "chroot": (frozenset({"--userspec", "--groups"}), 1),
-    "xargs": (
-        frozenset(
-            {
-                "-I",
-                "-E",
-                "-L",
-                "-n",
-                "-P",
-                "-s",
-                "-d",
-                "-a",
-                "--arg-file",
-                "--delimiter",
-                "--max-args",
-                "--max-procs",
-                "--max-lines",
-                "--max-chars",
-                "--replace",
-                "--eof",
-                "--process-slot-var",
-            }
-        ),
-        0,
-    ),
     "sudo": (
         frozenset(
             {
@@ -88,7 +82,7 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "doas": (frozenset({"-u", "-C"}), 0),
     "watch": (frozenset({"-n", "--interval", "-d", "--differences", "-q"}), 0),
 }
-WRAPPERS = frozenset(_WRAPPERS) | _SHELLS
+WRAPPERS = frozenset(_WRAPPERS) | {"env", "xargs"} | _SHELLS | _OTHER_SHELLS
 """Programs that run (part of) their arguments as a command."""
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
@@ -130,6 +124,9 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """The commands a wrapper in front of *words* runs (nothing when *words* is no wrapper)."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "find":
+        if DYNAMIC in words:  # a word known at run time may be (or split into) -exec ...
+            yield (DYNAMIC,)
+            return
         i = 1
         while i < len(words):
             if words[i] in _FIND_EXEC:
@@ -144,6 +141,12 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     if head == "!":
         yield words[1:]
         return
+    if head == "env":
+        yield from _env_command(words)
+        return
+    if head == "xargs":
+        yield from _xargs_command(words)
+        return
     wrapper = _WRAPPERS.get(head)
     if wrapper is None:
         return
@@ -156,16 +159,70 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         yield words[2:]  # coproc NAME command
 
 
+def _env_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The command ``env`` runs: after its options (as getopt reads them), a lone ``-`` (the
+    old spelling of ``-i``) and the ``NAME=value`` words; with ``-S`` it is in the string."""
+    read = read_options(words, 1, ENV)
+    if read is None:
+        yield (DYNAMIC,)  # getopt refuses it: no reading of the rest is sure
+        return
+    options, i = read
+    if any(name == "-S" for name, _ in options):
+        yield (DYNAMIC,)  # split by env itself (``\\_``, ``${VAR}``): no rule reads it
+        return
+    if i < len(words) and words[i] == "-":
+        i += 1
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    if i < len(words):
+        yield words[i:]
+        if words[i].startswith("-"):  # env would fail to run it; the deny view reads on too
+            yield from _env_command(("env", *words[i:]))
+
+
+def xargs_replaces(words: Sequence[str]) -> str | None:
+    """``xargs``' replace string (``-I R``, ``-iR``, ``--replace``, ``--repl=R``... as getopt
+    reads them; ``-i`` alone is ``{}``), ``""`` when its options cannot be read, else ``None``."""
+    read = read_options(words, 1, XARGS)
+    if read is None:
+        return ""
+    for name, value in read[0]:
+        if name in ("-I", "-i"):
+            return "{}" if value is None else value
+    return None
+
+
+def _xargs_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The command ``xargs`` runs (``echo`` if none): with the words it reads from stdin
+    appended, or, in replace mode, each word holding the replace string read at run time."""
+    read = read_options(words, 1, XARGS)
+    if read is None:
+        yield (DYNAMIC,)
+        return
+    command = words[read[1] :] or ("echo",)
+    replace = xargs_replaces(words)
+    if replace is None:
+        yield command  # (nothing read from stdin: GNU xargs runs it once without -r)
+        yield (*command, DYNAMIC)
+    else:
+        yield tuple(DYNAMIC if not replace or replace in w else w for w in command)
+
+
 def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
     """For ``sh -c STRING`` and ``eval ...``: the code string, and whether code is unseen."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "eval":
         return " ".join(words[1:]), True
     if head == "env":
-        for i, word in enumerate(words[:-1]):
-            if word in ("-S", "--split-string"):
-                return words[i + 1], False
-        return None, False
+        read = read_options(words, 1, ENV)
+        if read is None:
+            return None, True
+        strings = [value or "" for name, value in read[0] if name == "-S"]
+        # env splits the string itself (``\\_``, ``${VAR}``): code no rule reads for sure; read
+        # as bash too, so that a deny rule still sees what it plainly names
+        return (" ".join(strings), True) if strings else (None, False)
+    if head in _OTHER_SHELLS:
+        return None, True
     if head == "su" or (
         head in ("sudo", "doas")
         and any(
@@ -179,7 +236,10 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         return None, False
     i = 1
     if head == "busybox":
-        if len(words) < 2 or posixpath.basename(words[1]) not in _SHELLS:
+        applet = posixpath.basename(words[1]) if len(words) > 1 else ""
+        if applet in _OTHER_SHELLS:
+            return None, True
+        if applet not in _SHELLS:
             return None, False
         i = 2
     command_flag = False
@@ -193,7 +253,9 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
     if i < len(words) and words[i] == "--":
         i += 1
     if command_flag:
-        return (words[i] if i < len(words) else ""), False
+        if i >= len(words):
+            return None, True  # the code comes from elsewhere (xargs appends it from stdin)
+        return words[i], False
     # no -c: the shell reads its commands from stdin (or a script file): unseen code
     return None, True
 

@@ -231,3 +231,142 @@ async def test_the_readme_example_lets_a_search_over_the_root_run(tmp_path):
     # the search runs; leaving out the withheld files is the tool's part (dsh_path_denied)
     assert await attempt(ws, README, "grep", {"pattern": "TOKEN", "path": "."}) == "allowed"
     assert await attempt(ws, README, "grep", {"pattern": "TOKEN"}) == "allowed"
+
+
+# -- round two (a review of issue 22's classes): option spellings, braces, hidden arithmetic --
+
+ALLOW_BYPASSES_2 = [
+    # a quoted `}` does not end bash's braces: `{'}',a,b}` is three words
+    (["bash(find:*)"], "find . -name {'}',-o,-exec,touch,pwned,';'}"),
+    (["bash(env:*)"], "env -u {'}',touch,pwned}"),
+    (["bash(echo:*)", "bash(xargs:*)"], "echo pwned | xargs -E {'}',touch}"),
+    # getopt reads clusters and abbreviations: -iS is -i -S, --spl= is --split-string=
+    (["bash(env:*)"], "env -iS'touch pwned'"),
+    (["bash(env:*)"], "env --spl='touch pwned' echo echo"),
+    # xargs' replace mode in any spelling puts stdin into the command
+    (["bash(echo:*)", "bash(xargs:*)", "bash(sh -c foo)"], "echo 'touch pwned' | xargs -ifoo sh -c foo"),
+    # git options that run a program named on the line
+    (["bash(git grep:*)"], "git grep --no-index -O'touch pwned' hello"),
+    (["bash(git grep:*)"], "git grep --no-index --open-files='touch pwned' hello"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_2)
+async def test_allow_rules_read_options_and_braces_as_bash_and_getopt_do(tmp_path, allow, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hello").write_text("hello\n")
+    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
+    assert outcome == "asked"
+    assert not (ws / "pwned").exists()
+
+
+HIDDEN_2 = [
+    "env {'}'=1,rm,-f,victim}",
+    "find . -name {'}',-o,-exec,rm,-f,victim,';'}",
+    "env -S'rm -f victim'",
+    "env --split-string='rm -f victim'",
+    "env -vS'rm -f victim'",
+    "env -S 'rm\\_-f\\_victim'",
+    "printf 'rm -f victim' | xargs -0 sh -c",
+    "echo 'rm -f victim' | xargs -0 env -S",
+    "echo 'rm -f victim' | xargs -ifoo sh -c foo",
+    "echo 'rm -f victim' | xargs --repl=foo sh -c foo",
+    # bash evaluates a subscript as arithmetic wherever a name with one ends up
+    "sleep 0 & wait -n -p 'a[$(rm -f victim)]'",
+    "true {a['$(rm -f victim)']}>/dev/null",
+    "OPTIND='a[$(rm -f victim)]'",
+    "RANDOM='a[$(rm -f victim)]'",
+    "HISTCMD='a[$(rm -f victim)]'",
+    "b='a[$(rm -f victim)]'; echo $[b]",
+    "b='a[$(rm -f victim)]'; for ((i=0;i<b;i++)); do :; done",
+    "p=$(echo 'a[$(rm -f victim)]'); OPTIND=$p",
+    "mapfile -tC 'rm -f victim #' -c 1 </dev/null",
+    "rbash -c 'rm -f victim'",
+    "zsh -c 'rm -f victim'",
+    "env - rm victim",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_2)
+async def test_deny_rules_are_not_passed_by_hidden_spellings(tmp_path, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "victim").write_text("x")
+    rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
+    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
+    assert (ws / "victim").exists()
+
+
+def _git(*args: str, cwd: Path) -> None:
+    import subprocess
+
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _planted_config(path: Path, ws: Path, extra: str = "") -> None:
+    path.write_text(
+        f"[core]\n\trepositoryformatversion = 0\n{extra}\tfsmonitor = touch {ws}/pwned\n"
+    )
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A workspace that is no repository, with repositories the agent could have written."""
+    ws = tmp_path / "ws"
+    for bare in (ws, ws / "evil"):  # git takes a directory with HEAD, objects, refs for one
+        (bare / "objects").mkdir(parents=True)
+        (bare / "refs").mkdir()
+        (bare / "HEAD").write_text("ref: refs/heads/main\n")
+        _planted_config(bare / "config", ws, f"\tbare = false\n\tworktree = {bare}\n")
+    (ws / "sub").mkdir()
+    _git("init", "-q", cwd=ws / "sub")
+    _planted_config(ws / "sub" / ".git" / "config", ws)
+    home = tmp_path / "ws" / "fakehome"
+    home.mkdir()
+    _planted_config(home / ".gitconfig", ws)
+    return ws
+
+
+@pytest.mark.parametrize(
+    ("allow", "arguments"),
+    [
+        (["bash(git status:*)"], {"command": "git status"}),  # the workspace root itself
+        (["bash(git status:*)"], {"command": "git status", "cwd": "evil"}),
+        (["bash(find:*)", "bash(git status:*)"],
+         {"command": "find sub/.git -maxdepth 0 -execdir git status ';'"}),
+        (["bash(env:*)", "bash(git status:*)"], {"command": "env --ch=sub env git status"}),
+        (["bash(env:*)", "bash(git status:*)"], {"command": "env -iCsub env git status"}),
+        (["bash(env:*)", "bash(git status:*)"],
+         {"command": "env HOME=fakehome git -C sub status"}),
+        (["bash(env:*)", "bash(git status:*)"], {"command": "env XDG_CONFIG_HOME=x git status"}),
+        (["bash(git status:*)"], {"command": "HOME=fakehome git status"}),
+    ],
+)  # fmt: skip
+async def test_git_never_runs_allowed_in_a_repository_or_config_the_agent_wrote(
+    planted, allow, arguments
+):
+    outcome = await attempt(planted, {"allow": allow, "default": "ask"}, "bash", arguments)
+    assert outcome == "asked"
+    assert not (planted / "pwned").exists()
+
+
+async def test_git_output_files_are_writes_an_edit_rule_must_allow(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = {"allow": ["bash(git diff:*)"], "default": "ask"}
+    command = f"git diff --no-index --output={tmp_path}/outside /dev/null /dev/null"
+    assert await attempt(ws, rules, "bash", {"command": command}) == "asked"
+    assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["env LANG=C ls", "echo a | xargs echo", "find . -name '*.py'", "env -i ls", "env -u HOME ls"],
+)
+async def test_round_two_controls_keep_running(tmp_path, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    allow = ["bash(env:*)", "bash(ls:*)", "bash(echo:*)", "bash(xargs:*)", "bash(find:*)"]
+    rules = {"allow": allow, "deny": ["bash(rm:*)"], "default": "ask"}
+    assert await attempt(ws, rules, "bash", {"command": command}) == "allowed"

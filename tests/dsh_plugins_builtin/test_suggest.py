@@ -24,7 +24,7 @@ def allowing(ws: Path, rules: tuple[str, ...]) -> RuleSet:
         ("git status --short", ("bash(git status:*)",), "git push"),
         ("ls && pwd", ("bash(ls:*)", "bash(pwd:*)"), "rm x"),
         ("sudo ls", ("bash(sudo ls)", "bash(ls)"), "sudo rm -rf /"),
-        ("env FOO=1 make", ("bash(env FOO=1 make)", "bash(make)"), "env sh"),
+        ("env LANG=C make", ("bash(env LANG=C make)", "bash(make)"), "env sh"),
         ("python3 -m pytest", ("bash(python3 -m pytest)",), "python3 -c x"),
         ("/usr/bin/sudo ls", ("bash(/usr/bin/sudo ls)", "bash(ls)"), "/usr/bin/sudo id"),
     ],
@@ -42,6 +42,7 @@ def test_a_bash_rule_covers_the_call_and_not_another(tmp_path, command, rules, n
         "echo $(id)",
         "cat <x",
         "FOO=1 make test",
+        "env FOO=1 make",  # make reads FOO (CC=..., SHELL=...): no rule allows it
         "$SHELL",
         "sudo 'a b'",
         "",
