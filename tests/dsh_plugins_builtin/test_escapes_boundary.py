@@ -917,3 +917,32 @@ def test_a_landlock_step_that_only_hides_makes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
     os.close(_mountns._target(str(gone), directory=False))  # the control: a mount point is made
     assert gone.exists()
+
+
+async def test_the_documented_commit_recipe_lets_a_command_commit_and_nothing_more(
+    make_host: Any, ws: Path
+) -> None:
+    """docs/plugins/sandbox.md, "Letting the agent commit": objects, refs and the index are
+    writable; hooks, config and the submodules' repositories are not, and ``.git`` cannot be
+    renamed away and remade with a configuration of the command's own."""
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / "a.txt").write_text("a\n")
+    config = (ws / ".git" / "config").read_text()
+    recipe = [".git/hooks", ".git/config", ".git/modules", ".claude", ".dsh", "dsh.toml"]
+    host = boundary_host(make_host, ws, "bwrap", protected=recipe)
+    git = "git -c user.email=a@b.c -c user.name=agent"
+    result = await bash(host, f"{git} add a.txt && {git} commit -qm one && echo committed")
+    assert "committed" in result.text
+    await host.call(
+        "bash",
+        {
+            "command": "echo x > .git/hooks/pre-commit; echo '[core]' >> .git/config;"
+            " mkdir -p .git/modules/m/hooks; mv .git .git2; mkdir -p .claude/x"
+        },
+    )
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert (ws / ".git" / "config").read_text() == config
+    assert not (ws / ".git" / "modules").exists()
+    assert not (ws / ".git2").exists()
+    log = subprocess.run(["git", "-C", str(ws), "log", "--oneline"], capture_output=True, text=True)
+    assert log.stdout.strip().endswith("one")
