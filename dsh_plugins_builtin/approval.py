@@ -14,8 +14,9 @@ all") and ``v`` shows them whole. It asks ``allow [o]nce / [a]lways / for this [
 [d]eny``; an empty line or end of input denies. *Always* allows the call once and appends the
 narrowest rules that cover it (``bash(ls:*)``, shown in the question) to ``[plugin.permissions]
 allow`` of the config file the host was started with; they apply from the next start. It is
-refused, with the reason, and the question asked again, when there is no such file, when that
-file is protected from this user, or when no rule narrower than the whole tool covers the call. *Allow for this run* remembers the call's fingerprint, the tool name together with the
+offered only when there is such a file and a rule narrower than the whole tool covers the call,
+and refused, with the reason, and the question asked again, when that file is protected from
+this user or is not a regular file. *Allow for this run* remembers the call's fingerprint, the tool name together with the
 canonical JSON of its arguments, so the same call is allowed again without asking and a
 changed argument asks again.
 
@@ -298,10 +299,13 @@ class ApprovalPlugin:
             lines.extend(shown[:SCREEN_LINES])
             rest = sum(len(line) for line in shown[SCREEN_LINES:])
             lines.append(f"  … {rest} more characters, press v to view all")
-        rules = _narrowest(request)
-        always = f"[a]lways ({', '.join(printable(r) for r in rules)})" if rules else "[a]lways"
+        # "always" writes a rule to the config file: offered only when there is one to write
+        # to and a rule narrower than the whole tool (else it could only be refused)
+        rules = _narrowest(request) if self._source is not None else None
+        always = f"[a]lways ({', '.join(printable(r) for r in rules)}) / " if rules else ""
         view = "" if full else " / [v]iew all"
-        question = f"allow [o]nce / {always} / for this [r]un / [d]eny{view} (default: deny): "
+        question = f"allow [o]nce / {always}for this [r]un / [d]eny{view} (default: deny): "
+        letters = ("o, a, r" if rules else "o, r") + (" or d" if full else ", d or v")
         out.write("\n".join(lines) + "\n")
         if self._reader is None:
             self._reader = _LineReader(self._stdin or sys.stdin)
@@ -324,7 +328,7 @@ class ApprovalPlugin:
             if answer == "view":
                 out.write("  arguments, in full:\n" + "\n".join(shown) + "\n")
                 continue
-            if answer == "always":
+            if answer == "always" and rules:
                 if self._always(rules, out):
                     return ApprovalOutcome.ALLOWED_ONCE
                 continue
@@ -334,18 +338,10 @@ class ApprovalPlugin:
                 return ApprovalOutcome.ALLOWED_ONCE
             if isinstance(answer, ApprovalOutcome):
                 return answer
-            out.write(
-                "  please answer o, a, r or d\n" if full else "  please answer o, a, r, d or v\n"
-            )
+            out.write(f"  please answer {letters}\n")
 
-    def _always(self, rules: tuple[str, ...] | None, out: TextSink) -> bool:
+    def _always(self, rules: tuple[str, ...], out: TextSink) -> bool:
         """Write *rules* to the config file; say what was done, or why not (then ``False``)."""
-        if not rules:
-            out.write(
-                "  cannot always allow: no rule narrower than the whole tool covers this call; "
-                "answer o, r or d, or add a rule to the config by hand\n"
-            )
-            return False
         try:
             added = add_allow_rules(self._source, rules)
         except (RuleFileError, OSError) as exc:

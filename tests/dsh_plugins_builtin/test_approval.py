@@ -25,7 +25,7 @@ from dsh_plugins_builtin.approval import ApprovalConfig, ApprovalPlugin, argumen
 from dsh_plugins_builtin.permissions import PermissionsPlugin
 from tests.conftest import make_echo
 
-QUESTION = "allow [o]nce / [a]lways (echo) / for this [r]un / [d]eny (default: deny): "
+QUESTION = "allow [o]nce / for this [r]un / [d]eny (default: deny): "  # no config file: no "always"
 
 
 class FakeInput:
@@ -190,7 +190,7 @@ async def test_the_prompt_shows_the_tool_the_reason_and_the_arguments():
         "  arguments:\n"
         "    text: hi\\x1b[2J\n"
         "    n: 1\n"
-        f"{QUESTION}  please answer o, a, r or d\n{QUESTION}"
+        f"{QUESTION}  please answer o, r or d\n{QUESTION}"
     )
 
 
@@ -506,7 +506,9 @@ async def test_always_is_refused_without_a_config_file(tmp_path):
     host.registry.register(make_echo("bash"))
     result = await host.call("bash", {"text": "x", "command": "ls"})
     assert result.code == "DENIED"  # asked again, then denied
-    assert "cannot always allow: the host was not started from a config file" in out.getvalue()
+    # no file to write the rule to: "always" is not offered, and "a" is not an answer
+    assert "[a]lways" not in out.getvalue()
+    assert "please answer o, r or d" in out.getvalue()
 
 
 async def test_always_is_refused_when_the_config_file_is_protected(tmp_path, monkeypatch):
@@ -536,5 +538,6 @@ async def test_always_is_refused_for_a_symlinked_config_and_when_no_rule_is_narr
     out = io.StringIO()
     host = _bash_host(config, FakeInput("a\n", "d\n"), out)
     await host.call("bash", {"text": "x", "command": "echo $(id)"})
-    assert "no rule narrower than the whole tool covers this call" in out.getvalue()
+    assert "[a]lways" not in out.getvalue()  # no rule narrower than the whole tool: not offered
+    assert "please answer o, r or d" in out.getvalue()
     assert "allow =" not in config.read_text()
