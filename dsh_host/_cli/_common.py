@@ -79,6 +79,9 @@ def stdout_style() -> Style:
     return style_for(sys.stdout, os.environ)
 
 
+_OFF = (PluginStatus.DISABLED, PluginStatus.BLOCKED)
+
+
 def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
     """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
     objects = []
@@ -102,7 +105,15 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     resume_gc()  # the start is over: collect what the command itself leaves
     for line in host.warnings if not quiet else ():
         warn(f"dsh: warning: {printable(line)}")
-    failed = [row for row in host.plugins() if row.status is PluginStatus.FAILED]
+    rows = host.plugins()
+    for row in rows if not quiet else ():
+        if row.name == "permissions" and row.status in _OFF:
+            warn(
+                f"dsh: warning: the permissions plugin is off ({printable(row.error or '')}), so "
+                "no rule is asked before a call: unless another plugin decides, every call is "
+                "allowed"
+            )
+    failed = [row for row in rows if row.status is PluginStatus.FAILED]
     if failed and not quiet:
         from ._render import plugin_origin
 

@@ -37,6 +37,19 @@ def test_audit_reads_back_the_calls_dsh_made(ws):
     assert rows[0]["call_id"] != rows[1]["call_id"]  # ids are unique across dsh runs
 
 
+def test_switching_the_permissions_plugin_off_is_said_on_every_command(ws):
+    """With permissions off nothing asks before a call: a newcomer ran bash that way unwarned."""
+    warning = "the permissions plugin is off (blocked by --disable)"
+    done = dsh("--disable", "permissions", "call", "read_file", '{"path": "notes.txt"}', cwd=ws)
+    assert done.returncode == 0
+    assert warning in done.stderr
+    assert "every call is allowed" in done.stderr
+    assert (
+        "permissions plugin is off"
+        not in dsh("call", "read_file", '{"path": "notes.txt"}', cwd=ws).stderr
+    )
+
+
 def test_sandbox_check_reports_backends(ws):
     checked = dsh("sandbox", "check", "--json", cwd=ws)
     assert checked.returncode == 0, checked.stderr
