@@ -51,8 +51,6 @@ __all__ = [
 UNCONFINED_NOTE = "[sandbox: danger-full-access, unconfined]"
 NO_OUTPUT = "(no output)"
 _STATUS_MARKER = re.compile(r"\[(?:killed by signal: [^\n]+|exit code: -?\d+)\]")
-_DENIAL_MARKER = re.compile(r"\[sandbox: file access denied under [a-z-]+ mode\]")
-_TIMEOUT_MARKER = re.compile(r"\[timed out after \d+ms;[^\n]*\]")
 _READ_LINE = re.compile(r" *(\d+)\t(.*)", re.DOTALL)
 _MATCH_LINE = re.compile(r"(.*?):(\d+):(.*)", re.DOTALL)
 
@@ -328,15 +326,11 @@ def bash_result(args: Any, result: Any) -> TerminalResultView | None:
     lines = text.split("\n")
     if meta.get("confined") is False and lines and lines[0] == UNCONFINED_NOTE:
         lines.pop(0)
-    markers = [
-        (signal is not None or bool(exit_code), _STATUS_MARKER),
-        (meta.get("timed_out") is True, _TIMEOUT_MARKER),
-        (meta.get("denied") is True, _DENIAL_MARKER),
-    ]
-    for appended, marker in markers:  # the tool appended these last-first; strip exactly them
-        if appended and lines and marker.fullmatch(lines[-1]):
-            lines.pop()
+    # the card shows the exit code or the signal itself: that marker goes; why the command
+    # ended so (a timeout) or was refused a file stays in the output, for the reader to see
+    if (signal is not None or bool(exit_code)) and lines and _STATUS_MARKER.fullmatch(lines[-1]):
+        lines.pop()
+    if lines and lines[0] == NO_OUTPUT and _int(meta, "total_bytes") == 0:
+        lines.pop(0)
     output = "\n".join(lines)
-    if output == NO_OUTPUT and _int(meta, "total_bytes") == 0:
-        output = ""
     return TerminalResultView(output=output, exit_code=exit_code, signal=signal)

@@ -145,7 +145,13 @@ def test_bash_result_strips_exactly_the_markers_the_meta_announces() -> None:
         "denied": True,
     }  # fmt: skip
     text = "out\n[sandbox: file access denied under read-only mode]\n[exit code: 1]"
-    assert p.bash_result({}, ok(text, meta)) == TerminalResultView(output="out", exit_code=1)
+    denial = "out\n[sandbox: file access denied under read-only mode]"  # kept: the card shows why
+    assert p.bash_result({}, ok(text, meta)) == TerminalResultView(output=denial, exit_code=1)
+    timeout = "[timed out after 1000ms; the command and its child processes were killed]"
+    meta_killed = {**meta, "exit_code": None, "signal": "SIGKILL", "timed_out": True, "denied": False,
+                   "total_bytes": 0}  # fmt: skip
+    killed = ok(f"(no output)\n{timeout}\n[killed by signal: SIGKILL]", meta_killed)
+    assert p.bash_result({}, killed) == TerminalResultView(output=timeout, signal="SIGKILL")
     meta_ok = {**meta, "exit_code": 0, "denied": False}
     assert p.bash_result({}, ok("[exit code: 1]", meta_ok)).output == "[exit code: 1]"
 
