@@ -14,8 +14,8 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from ._hidden import wrapped_write
-from ._wrappers import DYNAMIC, WRAPPERS, unwrap, xargs_replaces
+from ._hidden import options_matter, wrapped_write
+from ._wrappers import DYNAMIC, WRAPPERS, git_globals, glued, unwrap, xargs_replaces
 
 if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
     from ._rules import Rule
@@ -26,7 +26,7 @@ __all__ = ["Finding", "ShellChecks", "covering"]
 Finding = tuple[Literal["deny", "ask"], "Rule", str]
 """A deny or ask rule that applies to a bash call: (effect, rule, why)."""
 
-_GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree"})
+_GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree", "--bare"})
 _FIND_ELSEWHERE = frozenset({"-execdir", "-okdir"})
 _MAX_WRAPPED = 4
 _STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
@@ -62,11 +62,12 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
 
 def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
     """Whether words read from stdin, appended to *words*, stay arguments of the same command:
-    not options of ``git`` before its subcommand, nor a command run by a wrapper."""
+    not options of ``git`` before its subcommand, nor a command run by a wrapper, nor options
+    that run a program or write a file the rules check only on the line (`options_matter`)."""
     head = posixpath.basename(words[0])
-    if head == "git":
-        return len(words) > 1 and not words[1].startswith("-")
-    return head not in WRAPPERS and head != "find"
+    if head == "git" and (len(words) < 2 or words[1].startswith("-")):
+        return False
+    return head not in WRAPPERS and head != "find" and not options_matter(words)
 
 
 def _under(cwd: Any, path: str) -> str:
@@ -121,7 +122,11 @@ class ShellChecks:
                     continue  # no argument word is the rule's program
                 for words in parsed.commands:
                     for i in range(1, len(words)):
-                        if pattern.catches((posixpath.basename(words[i]), *words[i + 1 :])):
+                        readings = [(words[i],), *glued(words[i])]
+                        if any(
+                            pattern.catches((posixpath.basename(r[0]), *r[1:], *words[i + 1 :]))
+                            for r in readings
+                        ):
                             note = (
                                 f"{words[i][:40]!r} is an argument of {words[0][:40]!r}, which may"
                                 f" run it as a command, so {rule.text} applies as an ask"
@@ -172,7 +177,7 @@ class ShellChecks:
             if words[:1] == ("find",) and any(w in _FIND_ELSEWHERE for w in words):
                 return "find runs its command in the directory of each file it finds"
         for words in parsed.commands:
-            if words[:1] == ("git",) and any(w in _GIT_ELSEWHERE for w in words[1:]):
+            if words[:1] == ("git",) and _git_elsewhere(words):
                 return "git is pointed at another repository"
         return self._runner_writes_refused(parsed, cwd)
 
@@ -207,6 +212,12 @@ class ShellChecks:
             if at_root:
                 return False
             path = posixpath.dirname(path)
+
+
+def _git_elsewhere(words: Sequence[str]) -> bool:
+    """Whether git's global options (``-C``, ``--git-dir[=]``, ``--work-tree[=]``, ``--bare``)
+    point it at another repository than the one it would find."""
+    return any(word.split("=", 1)[0] in _GIT_ELSEWHERE for word in git_globals(words))
 
 
 def _bare_repository(path: str) -> bool:

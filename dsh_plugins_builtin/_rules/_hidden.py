@@ -15,7 +15,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-from ._options import ENV, read_options
+from ._options import ENV, SUDO, XARGS, read_options
 from ._wrappers import strip_git_globals
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "hidden_in_command",
     "hidden_in_node",
     "hidden_in_source",
+    "options_matter",
     "runner_writes",
     "wrapped_write",
 ]
@@ -59,7 +60,11 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_%]*)\+?=")
 _FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 _ARITHMETIC_TEST = re.compile(r"\s-(?:eq|ne|lt|le|gt|ge|v|R)\s")
 _PLAIN_SUBSCRIPT = re.compile(r"\[(?:[0-9]+|[@*])\]")
-_SUBSTRING = re.compile(r"\$\{#?[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?:(?![-=?+])")
+_SUBSTRING = re.compile(
+    r"\$\{#?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[*@#?$!-])(?:\[[^]]*\])?:(?![-=?+])"
+)  # ${name:offset}, ${1:x}, ${*:x}, ${@:x}: the offset is arithmetic
+# ``a=([x]=1)``: the index of a compound array assignment is arithmetic too
+_ARRAY_INDEX = re.compile(r"(?:^|[\s(])\[[^\]\n]*\]\+?=")
 
 
 def _variable(word: str, *, plain: bool = False) -> str | None:
@@ -121,14 +126,40 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
                 return why
     if head == "git":
         return _git_runs(words)
+    if head in ("mapfile", "readarray"):  # the array it fills: element 0 is the variable
+        for word in words[1:]:
+            why = _variable(word + "=", plain=True) if _NAME.fullmatch(word) else None
+            if why is not None:
+                return why
+    if head == "xargs":
+        read = read_options(words, 1, XARGS)
+        for name, value in read[0] if read is not None else ():
+            if name == "--process-slot-var":
+                return _variable(f"{value}=0") or f"xargs {name}, which sets a variable"
     return None
+
+
+_GIT_WRITING = frozenset({"log", "diff", "show", "format-patch", "archive", "range-diff",
+                          "whatchanged", "shortlog", "bundle"})  # fmt: skip
+
+
+def options_matter(words: Sequence[str]) -> bool:
+    """Whether options appended to *words* (by ``xargs``, from stdin) could make it run a
+    program or write a file the rules check only when they are on the line (git's, a test
+    runner's)."""
+    head = posixpath.basename(words[0]) if words else ""
+    if head == "git":
+        sub = (strip_git_globals(words) or ("git",))[1:2]
+        return not sub or sub[0] in _GIT_PROGRAM_OPTIONS or sub[0] in _GIT_WRITING
+    return bool(runner_writes([*words, "--basetemp=x"]))
 
 
 # git's subcommands and options that run a program named on the line (any abbreviation of a
 # long option; a short one alone or in a cluster, as git's parse-options reads them)
 _GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "grep": ("-O", "--open-files-in-pager"),
-    "clone": ("-u", "--upload-pack"),
+    "clone": ("-u", "--upload-pack", "-c", "--config", "--template"),
+    "init": ("--template",),
     "fetch": ("--upload-pack",),
     "pull": ("--upload-pack",),
     "ls-remote": ("--upload-pack",),
@@ -175,6 +206,9 @@ def _git_runs(words: Sequence[str]) -> str | None:
 # Where bash evaluates text as arithmetic, a subscript runs any command substitution in it:
 # a name with a subscript (``'a[$(cmd)]'``) is code wherever it ends up (``wait -p``, a
 # ``{name}>`` redirection, ``OPTIND=``, ``$[b]``, ``((b))`` ...), quoted or not.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFAULT_ASSIGN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
+_NAMED = frozenset("_\"'\\")  # what a name, or a quoted part glued to one, may end with
 _FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\[")
 
 
@@ -187,8 +221,10 @@ def hidden_in_source(text: str) -> str | None:
     """Why a command line's text holds a subscript that expands something (linear in *text*)."""
     opened = False
     for index, char in enumerate(text):
-        if char == "[":  # a subscript follows a name (``a[``), a test or a glob does not
-            opened = opened or (index > 0 and (text[index - 1].isalnum() or text[index - 1] == "_"))
+        if char == "[":  # a subscript follows a name (``a[``, ``b"["``), a test does not
+            opened = opened or (
+                index > 0 and (text[index - 1].isalnum() or text[index - 1] in _NAMED)
+            )
         elif char in "]\n":
             opened = False
         elif opened and (char == "`" or (char == "$" and _expands(text[index + 1 : index + 2]))):
@@ -197,11 +233,17 @@ def hidden_in_source(text: str) -> str | None:
         return "the arithmetic $[...], which evaluates variables' values as code"
     if _FD_VARIABLE.search(text):
         return "a {name[...]} redirection, whose subscript is evaluated as arithmetic"
+    if _ARRAY_INDEX.search(text):
+        return "an array index ([i]=...), which is evaluated as arithmetic"
     return None
 
 
 def hidden_in_node(kind: str, text: str) -> str | None:
     """Why a syntax node of *kind* spelled *text* evaluates code held in a variable's value."""
+    if kind == "expansion" and (default := _DEFAULT_ASSIGN.match(text)) is not None:
+        why = _variable(default.group(1) + "=", plain=True)  # ${NAME:=value} assigns NAME
+        if why is not None:
+            return why
     if kind == "expansion":
         if text.startswith("${!") or "@" in text.split("}", 1)[0][2:]:
             return f"the expansion {text[:40]!r}, which evaluates a value"
@@ -226,9 +268,11 @@ def hidden_in_node(kind: str, text: str) -> str | None:
     return None
 
 
-_ELSEWHERE_OPTIONS = {
-    "sudo": ("-D", "--chdir", "-s", "-i", "--shell", "--login"),
-    "doas": ("-s",),
+_ELSEWHERE_OPTIONS = {"doas": ("-s",)}
+_GETOPT_ELSEWHERE = {
+    "env": (ENV, ("-S", "-C")),
+    "sudo": (SUDO, ("-D", "-R", "-s", "-i")),
+    "xargs": (XARGS, ("--process-slot-var",)),  # sets a variable for the command it runs
 }
 
 
@@ -242,13 +286,14 @@ def wrapped_write(words: Sequence[str]) -> str | None:
             return f"find {found}, which deletes or writes files"
     if head == "chroot":
         return "chroot, which runs its command in another root"
-    if head == "env":
-        read = read_options(words, 1, ENV)
+    spec, elsewhere = _GETOPT_ELSEWHERE.get(head, (None, ()))
+    if spec is not None:
+        read = read_options(words, 1, spec)
         if read is None:
-            return "env with options it would refuse, whose reading is not sure"
+            return f"{head} with options it would refuse, whose reading is not sure"
         for name, _ in read[0]:
-            if name in ("-S", "-C"):
-                return f"env {name}, which runs a string or in another directory"
+            if name in elsewhere:
+                return f"{head} {name}, which runs a string, a shell or in another directory"
         return None
     for option in _ELSEWHERE_OPTIONS.get(head, ()):
         for word in words[1:]:

@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["ENV", "XARGS", "Spec", "read_options"]
+__all__ = ["ENV", "SUDO", "WATCH", "XARGS", "Spec", "read_options"]
 
 
 @attrs.frozen
@@ -73,6 +73,40 @@ XARGS: Final = _spec(
     },
 )  # fmt: skip
 """GNU findutils ``xargs``."""
+
+WATCH: Final = _spec(
+    "bcCegptwxrhv",
+    "nq",
+    "d",
+    {
+        "beep": ("-b", False), "color": ("-c", False), "no-color": ("-C", False),
+        "differences": ("-d", None), "errexit": ("-e", False), "chgexit": ("-g", False),
+        "interval": ("-n", True), "precise": ("-p", False), "no-title": ("-t", False),
+        "no-wrap": ("-w", False), "exec": ("-x", False), "equexit": ("-q", True),
+        "no-rerun": ("-r", False), "help": ("-h", False), "version": ("-v", False),
+    },
+)  # fmt: skip
+"""procps ``watch`` (without ``-x`` it runs its words joined, through ``sh -c``)."""
+
+SUDO: Final = _spec(
+    "ABbEeHiKklnPSsVv",
+    "aCcDgpRrTtUu",
+    "h",
+    {
+        "askpass": ("-A", False), "auth-type": ("-a", True), "background": ("-b", False),
+        "bell": ("-B", False), "close-from": ("-C", True), "login-class": ("-c", True),
+        "chdir": ("-D", True), "preserve-env": ("-E", None), "edit": ("-e", False),
+        "group": ("-g", True), "set-home": ("-H", False), "help": ("--help", False),
+        "host": ("-h", True), "login": ("-i", False), "remove-timestamp": ("-K", False),
+        "reset-timestamp": ("-k", False), "list": ("-l", False),
+        "non-interactive": ("-n", False), "preserve-groups": ("-P", False),
+        "prompt": ("-p", True), "chroot": ("-R", True), "role": ("-r", True),
+        "stdin": ("-S", False), "shell": ("-s", False), "type": ("-t", True),
+        "command-timeout": ("-T", True), "other-user": ("-U", True), "user": ("-u", True),
+        "version": ("-V", False), "validate": ("-v", False),
+    },
+)  # fmt: skip
+"""``sudo``."""
 
 Options = list[tuple[str, str | None]]
 

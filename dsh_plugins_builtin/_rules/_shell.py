@@ -45,7 +45,7 @@ from ._hidden import (
 )
 from ._plain import NotPlain, Trailing, command_parts, note_trailing, plain
 from ._words import strict_words
-from ._wrappers import DYNAMIC, shell_string, spellings
+from ._wrappers import DYNAMIC, glued, shell_string, spellings
 
 __all__ = [
     "DYNAMIC",
@@ -69,6 +69,7 @@ _LOCAL = threading.local()
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _DYNAMIC_WORDS = frozenset({"eval", "source", "."})
+_NAMING = frozenset({"declaration_command", "for_statement"})  # a bare name there is assigned
 _HIDING = frozenset(
     {"expansion", "arithmetic_expansion", "compound_statement", "test_command", "subscript",
      "declaration_command", "unset_command", "c_style_for_statement"}
@@ -209,6 +210,10 @@ def _walk(
         if kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
             export = node.parent is not None and node.parent.type == "declaration_command"
             dynamic = dynamic or hidden_assignment(node_text(node), plain=not export)
+        elif kind == "variable_name" and node.parent is not None and node.parent.type in _NAMING:
+            # ``export NAME`` (its value set out of sight: ``${NAME:=...}``), ``for NAME in``
+            export = node.parent.type == "declaration_command"
+            dynamic = dynamic or hidden_assignment(node_text(node) + "=", plain=not export)
         if kind == "command":
             words, why = _words(node, trailing)
             dynamic = dynamic or why
@@ -258,7 +263,9 @@ def _parse(command: str) -> ParsedCommand:
     unique = tuple(dict.fromkeys(commands))
     heads = frozenset(posixpath.basename(words[0]) for words in unique if words)
     writes = tuple(w for words in unique for w in runner_writes(words))
-    arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:])
+    arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:]) | {
+        posixpath.basename(tokens[0]) for words in unique for w in words[1:] for tokens in glued(w)
+    }
     return ParsedCommand(
         None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes,
         arguments,

@@ -12,11 +12,13 @@ import posixpath
 import re
 from collections.abc import Iterator, Sequence
 
-from ._options import ENV, XARGS, read_options
+from ._options import ENV, SUDO, WATCH, XARGS, read_options
 
 __all__ = [
     "DYNAMIC",
     "WRAPPERS",
+    "git_globals",
+    "glued",
     "shell_string",
     "spellings",
     "strip_git_globals",
@@ -50,39 +52,9 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
     "ionice": (frozenset({"-c", "-n", "-p", "-P", "-u"}), 0),
     "chroot": (frozenset({"--userspec", "--groups"}), 1),
-    "sudo": (
-        frozenset(
-            {
-                "-u",
-                "-g",
-                "-C",
-                "-D",
-                "-h",
-                "-p",
-                "-r",
-                "-t",
-                "-T",
-                "-U",
-                "-R",
-                "--user",
-                "--group",
-                "--chdir",
-                "--host",
-                "--prompt",
-                "--role",
-                "--type",
-                "--other-user",
-                "--chroot",
-                "--close-from",
-                "--command-timeout",
-            }
-        ),
-        0,
-    ),
     "doas": (frozenset({"-u", "-C"}), 0),
-    "watch": (frozenset({"-n", "--interval", "-d", "--differences", "-q"}), 0),
 }
-WRAPPERS = frozenset(_WRAPPERS) | {"env", "xargs"} | _SHELLS | _OTHER_SHELLS
+WRAPPERS = frozenset(_WRAPPERS) | {"env", "xargs", "sudo", "watch"} | _SHELLS | _OTHER_SHELLS
 """Programs that run (part of) their arguments as a command."""
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
@@ -147,6 +119,18 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     if head == "xargs":
         yield from _xargs_command(words)
         return
+    if head == "sudo":
+        yield from _sudo_command(words)
+        return
+    if head == "watch":
+        read = read_options(words, 1, WATCH)
+        if read is None:
+            yield (DYNAMIC,)
+        elif any(name == "-x" for name, _ in read[0]):
+            yield words[read[1] :]
+        elif read[1] < len(words):  # joined with blanks and run by `sh -c`
+            yield ("sh", "-c", " ".join(words[read[1] :]))
+        return
     wrapper = _WRAPPERS.get(head)
     if wrapper is None:
         return
@@ -172,12 +156,25 @@ def _env_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         return
     if i < len(words) and words[i] == "-":
         i += 1
-    while i < len(words) and _ASSIGNMENT.match(words[i]):
+    while i < len(words) and "=" in words[i]:  # env takes any NAME=VALUE (``a.b=1`` too)
         i += 1
     if i < len(words):
         yield words[i:]
         if words[i].startswith("-"):  # env would fail to run it; the deny view reads on too
             yield from _env_command(("env", *words[i:]))
+
+
+def _sudo_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The command ``sudo`` runs: after its options (as getopt reads them) and ``NAME=value``."""
+    read = read_options(words, 1, SUDO)
+    if read is None:
+        yield (DYNAMIC,)
+        return
+    i = read[1]
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    if i < len(words):
+        yield words[i:]
 
 
 def xargs_replaces(words: Sequence[str]) -> str | None:
@@ -223,13 +220,13 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         return (" ".join(strings), True) if strings else (None, False)
     if head in _OTHER_SHELLS:
         return None, True
+    if head == "sudo":
+        read = read_options(words, 1, SUDO)
+        if read is None or any(name in ("-s", "-i") for name, _ in read[0]):
+            return None, True  # a shell that reads its commands from stdin (or runs -c elsewhere)
+        return None, False
     if head == "su" or (
-        head in ("sudo", "doas")
-        and any(
-            w in ("--shell", "--login")
-            or (w[:1] == "-" and w[1:2] != "-" and set(w[1:]) & {"s", "i"})
-            for w in words[1:]
-        )
+        head == "doas" and any(w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:])
     ):
         return None, True  # a shell that reads its commands from stdin (or runs -c elsewhere)
     if head not in _SHELLS:
@@ -250,7 +247,7 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         elif not flag.startswith("--") and "c" in flag[1:]:
             command_flag = True
         i += 1
-    if i < len(words) and words[i] == "--":
+    if i < len(words) and words[i] in ("-", "--"):  # bash and dash read a lone - as --
         i += 1
     if command_flag:
         if i >= len(words):
@@ -274,6 +271,31 @@ def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         if base and base != current[0]:
             queue.append((base, *current[1:]))
         queue.extend(unwrap(current))
+
+
+def glued(word: str) -> list[tuple[str, ...]]:
+    """The commands a word may carry besides being one (for deny and ask rules, which read
+    an argument as a command a program may run): an option's value glued with ``=``
+    (``--pre=rm``, ``--checkpoint-action=exec=rm -f v``) and a word holding blanks (``flock
+    l -c 'rm -f v'``), each split on blanks (bounded: at most 8 readings of one word)."""
+    values = [word]
+    at = word.find("=")
+    while at != -1 and len(values) < 8:
+        values.append(word[at + 1 :])
+        at = word.find("=", at + 1)
+    out = [tuple(v.split()) for v in values if v and (v is not word or len(v.split()) > 1)]
+    return [tokens for tokens in out if tokens]
+
+
+def git_globals(words: Sequence[str]) -> list[str]:
+    """The global option words of a ``git`` line (before its subcommand), values left out."""
+    out: list[str] = []
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        out.append(words[i])
+        name = words[i].split("=", 1)[0]
+        i += 2 if name in _GIT_GLOBALS_WITH_VALUE and "=" not in words[i] else 1
+    return out
 
 
 def strip_git_globals(words: Sequence[str]) -> tuple[str, ...] | None:

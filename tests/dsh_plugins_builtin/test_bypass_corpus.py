@@ -370,3 +370,57 @@ async def test_round_two_controls_keep_running(tmp_path, command):
     allow = ["bash(env:*)", "bash(ls:*)", "bash(echo:*)", "bash(xargs:*)", "bash(find:*)"]
     rules = {"allow": allow, "deny": ["bash(rm:*)"], "default": "ask"}
     assert await attempt(ws, rules, "bash", {"command": command}) == "allowed"
+
+
+# -- round three: what a second review of round two found -----------------------------------
+
+ALLOW_BYPASSES_3 = [
+    # watch runs its words joined, through `sh -c`
+    (["bash(echo:*)", "bash(timeout:*)", "bash(watch:*)"], "timeout 2 watch -n1 echo '$(touch pwned)'"),
+    # xargs --process-slot-var sets a variable for its command
+    (["bash(echo:*)", "bash(xargs:*)", "bash(git status:*)"],
+     "echo . | xargs --process-slot-var=GIT_CONFIG_GLOBAL git status"),
+    (["bash(git:*)"], "git --git-dir=evil status"),
+    (["bash(git:*)"], "git --bare status"),
+    (["bash(git clone:*)"], "git clone -c core.sshCommand='touch pwned' ssh://h/r d"),
+    (["bash(git clone:*)"], "git clone --template=tpl . d2"),
+    # options xargs appends from stdin skip the checks the same options get on the line
+    (["bash(echo:*)", "bash(xargs:*)", "bash(git log:*)"], "echo --output=pwned | xargs git log"),
+    (["bash(echo:*)", "bash(xargs:*)", "bash(pytest:*)"], "echo --basetemp=pwned | xargs pytest -q"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_3)
+async def test_allow_rules_hold_against_round_three(tmp_path, allow, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
+    assert outcome == "asked"
+    assert not (ws / "pwned").exists()
+
+
+HIDDEN_3 = [
+    "timeout 2 watch -n1 'rm -f victim'",
+    "bash -c - 'rm -f victim'",
+    'x=b"["\'$(rm -f victim)]\'; : "${*:x}"',
+    "x=b\"[\"'$(rm -f victim)]'; a=([x]=1)",
+    ': "${GIT_CONFIG_PARAMETERS:="\'alias.x=!rm -f victim\'"}"; export GIT_CONFIG_PARAMETERS; git x',
+    "for GIT_CONFIG_PARAMETERS in \"'alias.x=!rm -f victim'\"; do export GIT_CONFIG_PARAMETERS; git x; done",
+    "for PATH in /nowhere; do ls; done",
+    "mapfile -t PATH </dev/null; ls",
+    "rg --pre=rm zzz victim",
+    "flock lk -c 'rm -f victim'",
+    "tar -cf x.tar victim --checkpoint=1 --checkpoint-action=exec='rm -f victim'",
+    "env a.b=1 rm -f victim",
+    "sudo -nD/tmp -- rm victim",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_3)
+async def test_deny_rules_hold_against_round_three(tmp_path, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "victim").write_text("x")
+    rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
+    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
+    assert (ws / "victim").exists()
