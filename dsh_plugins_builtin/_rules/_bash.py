@@ -28,6 +28,8 @@ Finding = tuple[Literal["deny", "ask"], "Rule", str]
 
 _GIT_ELSEWHERE = frozenset({"-C", "--git-dir", "--work-tree", "--bare"})
 _FIND_ELSEWHERE = frozenset({"-execdir", "-okdir"})
+# programs that never run an argument (`printf -v` and `test -v` are hidden code on their own)
+_INERT = frozenset({"echo", "printf", ":", "true", "false", "test", "["})
 _MAX_WRAPPED = 4
 _STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
 
@@ -121,6 +123,8 @@ class ShellChecks:
                 ):
                     continue  # no argument word is the rule's program
                 for words in parsed.commands:
+                    if posixpath.basename(words[0]) in _INERT:
+                        continue  # prints or compares its arguments, never runs one
                     for i in range(1, len(words)):
                         readings = [(words[i],), *glued(words[i])]
                         if any(

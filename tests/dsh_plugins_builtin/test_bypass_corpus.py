@@ -179,6 +179,7 @@ CONTROLS = [
     "echo 'quoted arg' \"and another\"",
     "ls >/dev/null 2>&1 | cat",
     "echo a; echo b",
+    "echo 'rm -rf /'",  # echo prints its arguments, never runs one
 ]
 
 
