@@ -29,6 +29,7 @@ from dsh_host import (
     ToolArgsError,
     ToolExecutionResult,
     ToolRunContext,
+    printable,
 )
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_FILE_BYTES,
@@ -55,6 +56,7 @@ from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg
 from dsh_plugins_builtin._tools._walk import (
     expand_braces,
     gitignore_spec,
+    spec_matches,
     walk_files,
 )
 
@@ -108,7 +110,7 @@ def _list_files(
             return False
 
     for rel, entry in _walked(env, search, root, ctx, sizes, prune):
-        if only is not None and not only.match_file(rel):
+        if only is not None and not spec_matches(only, rel):
             continue
         real = base + rel
         if policy.denied(real):
@@ -204,6 +206,8 @@ def _grep_result(
         notes.append(
             f"[{listing.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
         )
-    lines = [f"{shown}:{number}:{_cut(text, long)}" for shown, number, text, long in kept]
-    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {where}"
+    lines = [
+        f"{printable(shown)}:{number}:{_cut(text, long)}" for shown, number, text, long in kept
+    ]
+    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {printable(where)}"
     return finish_result(body, notes, meta, policy)
