@@ -52,7 +52,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, os_arg
 from dsh_plugins_builtin._tools._walk import (
     expand_braces,
     gitignore_spec,
@@ -152,7 +152,7 @@ async def grep(
     glob = args.get("glob")
     search = Search(
         pattern=checked_text(args, "pattern"),
-        spelled=checked_text(args, "path", "."),
+        spelled=os_arg(args, "path", "."),
         glob=checked_text(args, "glob") if isinstance(glob, str) and glob else None,
         ignore_case=bool_arg(args, "ignore_case"),
         include_ignored=bool_arg(args, "include_ignored"),

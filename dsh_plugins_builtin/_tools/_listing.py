@@ -17,7 +17,7 @@ from dsh_plugins_builtin._sandbox._fence import resolve_target
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure
 from dsh_plugins_builtin._tools._search_support import Policy, concurrency_safe
-from dsh_plugins_builtin._tools._support import ToolEnv, guarded, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, guarded, os_arg
 
 __all__ = ["list_dir_tool"]
 
@@ -41,7 +41,7 @@ def _withheld(env: ToolEnv, policy: Policy, real: str, name: str, link: bool) ->
 def _list_dir(
     env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None = None
 ) -> ToolExecutionResult:
-    spelled = str_arg(args, "path", ".")
+    spelled = os_arg(args, "path", ".")
     fd, real = open_file(env.sandbox(), spelled, directory=True)
     shown = display_path(real, env)
     policy = Policy(env, ctx)

@@ -32,8 +32,8 @@ from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
     int_arg,
+    os_arg,
     sandbox_failure,
-    str_arg,
 )
 
 __all__ = ["INLINE_READ_BYTES", "read_file_tool"]
@@ -238,7 +238,7 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
 
 async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     try:  # `guarded_async`, inline: one coroutine per call
-        spelled = str_arg(args, "path")
+        spelled = os_arg(args, "path")
         offset = int_arg(args, "offset", 1, low=1)
         limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
         small = _read_small(env, spelled)

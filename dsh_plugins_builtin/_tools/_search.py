@@ -47,7 +47,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, os_arg
 
 __all__ = ["MAX_GLOB_RESULTS", "make_search_tools"]
 
@@ -62,7 +62,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
     )
 
     pattern = checked_text(args, "pattern").removeprefix("./")
-    spelled = str_arg(args, "path", ".")
+    spelled = os_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)
     root = search_root(env.sandbox(), spelled)
     if not root.is_dir():

@@ -44,6 +44,7 @@ from dsh_plugins_builtin._tools._support import (
     ToolEnv,
     bool_arg,
     guarded_async,
+    os_arg,
     str_arg,
 )
 
@@ -135,7 +136,7 @@ def _commit_write(
 def _new_path(args: Mapping[str, Any]) -> str:
     """The ``path`` of a write: one that holds a control character (a line break, an escape) is
     refused, since no one means to create it and every listing of it would mislead."""
-    spelled = str_arg(args, "path")
+    spelled = os_arg(args, "path")
     bad = next((ch for ch in spelled if unicodedata.category(ch) == "Cc"), None)
     if bad is not None:
         raise ToolArgsError(
