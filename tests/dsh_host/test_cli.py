@@ -492,6 +492,21 @@ def test_config_check_prints_the_file_and_the_effective_config(dsh, workdir):
     assert effective["host"]["observer_timeout"] == 10.0
 
 
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_config_check_refuses_a_workspace_that_is_not_a_directory(dsh, workdir, kind):
+    if kind == "file":
+        (workdir / "notes.txt").write_text("x\n")
+    spelled, problem = {"missing": ("/nonexistent", "does not exist"),
+                        "file": ("notes.txt", "is not a directory")}[kind]  # fmt: skip
+    config(workdir, f'[host]\nworkspace = "{spelled}"\n')
+    for argv in (("config", "check"), ("call", "echo", '{"text": "x"}')):
+        status, out, err = dsh(*argv)
+        assert status == 2, argv
+        assert "(valid)" not in out
+        assert f"{workdir / 'dsh.toml'}, key 'host.workspace': [host] workspace" in err
+        assert f"{problem}; set it to an existing directory" in err
+
+
 def test_config_check_with_no_file_uses_defaults(dsh):
     status, out, _ = dsh("config", "check")
     assert status == 0

@@ -214,7 +214,12 @@ def test_workspace_is_relative_to_the_config_file(tmp_path):
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "dsh.toml"
     path.write_text('[host]\nworkspace = "../ws"\n')
+    (tmp_path / "ws").mkdir()
     assert load_config(path).host.workspace == (tmp_path / "ws").resolve()
+    (tmp_path / "ws").rmdir()  # a config file's workspace must be a directory
+    with pytest.raises(ConfigError, match=r"\[host\] workspace '.*ws' does not exist") as info:
+        load_config(path)
+    assert (info.value.path, info.value.key) == (str(path), "host.workspace")
 
 
 def test_defaults():
