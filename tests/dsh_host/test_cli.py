@@ -679,13 +679,25 @@ def test_run_trace_and_max_parallel(dsh, workdir):
 def test_a_plugin_module_in_the_working_directory(dsh, workdir, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(workdir))])
     (workdir / "proj").mkdir()
-    (workdir / "proj" / "localplug.py").write_text("name = 'local'\n")
+    (workdir / "proj" / "localplug.py").write_text(
+        "from dsh_host import hookimpl\nname = 'local'\n\n"
+        "@hookimpl\ndef dsh_host_started():\n    pass\n"
+    )
     monkeypatch.chdir(workdir / "proj")
     monkeypatch.delitem(sys.modules, "localplug", raising=False)
     status, out, _ = dsh("plugins", "--no-entrypoints", "--plugin", "localplug", plugins=False)
     assert status == 0
     assert "local  enabled" in out
     assert sys.path[-1] == str(workdir / "proj")  # appended: it shadows nothing
+
+
+@pytest.mark.parametrize("spec", ["os:sep", "json"])
+def test_a_plugin_that_implements_no_hook_is_refused_saying_why(dsh, spec):
+    _, out, _ = dsh("plugins", "--no-entrypoints", "--plugin", spec, plugins=False)
+    name = {"os:sep": "str", "json": "json"}[spec]
+    assert f"{name}  failed  [object]" in out
+    assert "error: implements no dsh hook (no @hookimpl method), so it would do nothing" in out
+    assert "enabled" not in out
 
 
 def test_no_plugins_and_no_tools(dsh):
