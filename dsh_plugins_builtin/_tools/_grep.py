@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from dsh_host import (
+    DshError,
     ToolArgsError,
     ToolExecutionResult,
     ToolRunContext,
@@ -42,7 +43,7 @@ from dsh_plugins_builtin._tools._grep_local import (
 )
 from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
 from dsh_plugins_builtin._tools._grep_tree import listed_files
-from dsh_plugins_builtin._tools._open import display_path, os_failure
+from dsh_plugins_builtin._tools._open import display_path, quoted
 from dsh_plugins_builtin._tools._search_support import (
     Policy,
     abort_poll,
@@ -162,7 +163,11 @@ async def grep(
     sandbox = env.sandbox()
     root = search_root(sandbox, search.spelled)  # a few lstat calls: no thread hop for them
     if not root.is_file() and not root.is_dir():
-        raise os_failure(IsADirectoryError(), search.spelled, "search")
+        raise DshError(
+            f"{quoted(search.spelled)} is neither a regular file nor a directory (a FIFO, a "
+            "socket or a device); grep searches files and directories",
+            "NOT_A_FILE",
+        )
     policy = Policy(env, ctx, deny_read=True)
     found = None
     if rg is not None:

@@ -86,3 +86,12 @@ async def test_file_tools_echo_names_escaped(host: Host, ws: Path) -> None:
     wrote = await host.call("write_file", {"path": BAD, "content": "x\n"})
     assert wrote.text.startswith("Overwrote bad\\udcffname.txt ")
     assert (ws / BAD).read_text() == "x\n"
+
+
+async def test_grep_on_a_fifo_says_what_it_is(host: Host, ws: Path, engine: str) -> None:
+    os.mkfifo(ws / "pipe")
+    result = await host.call("grep", {"pattern": "x", "path": "pipe"})
+    assert result.error is not None
+    assert result.error.code == "NOT_A_FILE"
+    assert '"pipe" is neither a regular file nor a directory (a FIFO' in result.text
+    assert "is a directory" not in result.text
