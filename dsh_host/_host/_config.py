@@ -41,7 +41,7 @@ from .._model._text import printable
 if TYPE_CHECKING:  # imported on the first table to structure: an empty one needs none
     import cattrs
 from .._schema._convert import is_structure_error, shared_converter
-from ._checking import check_value, describe_type, did_you_mean, got, typed_fields
+from ._checking import check_value, describe_type, did_you_mean, got, table_at, typed_fields
 
 __all__ = [
     "Config",
@@ -377,5 +377,7 @@ def _summarise(problems: list[tuple[str, str]], cls: type[Any]) -> tuple[str, st
     """The first problem's key, and one message naming every problem."""
     key, first = problems[0]
     rest = "".join(f"; key {k!r}: {m}" for k, m in problems[1:])
-    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in typed_fields(cls))
-    return key, f"{first}{rest}. Valid keys: {keys or '(none)'}"
+    table, inner = table_at(cls, key)
+    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in typed_fields(inner))
+    where = f" of {table}" if table else ""
+    return key, f"{first}{rest}. Valid keys{where}: {keys or '(none)'}"

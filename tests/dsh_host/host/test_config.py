@@ -420,3 +420,26 @@ def test_a_config_dict_describes_itself_as_given_to_host():
 
     assert load({"plugin": {}}).describe() == "the configuration given to Host"
     assert load(None).describe() == "the built-in defaults"
+
+
+@attrs.frozen
+class Limits:
+    processes: int = 1
+    open_files: int = 2
+
+
+@attrs.frozen
+class Outer:
+    mode: str = "x"
+    limits: Limits = Limits()
+    maybe: Limits | None = None
+
+
+@pytest.mark.parametrize("table", ["limits", "maybe"])
+def test_an_unknown_nested_key_lists_the_keys_of_its_own_table(table):
+    message = str(problem({table: {"procs": 5}}, Outer))
+    assert f"key '{table}.procs': unknown key (did you mean 'processes'?)" in message
+    assert f"Valid keys of {table}: processes (an integer), open_files (an integer)" in message
+    assert "mode (" not in message
+    top = str(problem({"mods": 1}, Outer))
+    assert "Valid keys: mode (a string), limits (a table)" in top
