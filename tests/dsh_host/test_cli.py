@@ -571,6 +571,10 @@ def test_run_reports_a_bad_line_by_number_and_runs_the_rest(dsh, workdir):
     assert "    two" in out
     assert "    three" in out
     assert "3 calls, 0 failed, 4 bad lines" in out
+    # Each bad line's error is said once (on stderr, as file:line:), not again on stdout.
+    assert "✗ line 2: not run (bad line)" in out
+    assert "not valid JSON" not in out
+    assert err.count("the line is not valid JSON") == 1
 
 
 def test_run_json_is_one_result_per_line_with_ids(dsh, workdir, monkeypatch):
