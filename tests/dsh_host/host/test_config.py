@@ -108,7 +108,7 @@ def test_a_pyproject_dsh_cannot_read_stops_it_rather_than_dropping_its_rules(tmp
     path = tmp_path / "pyproject.toml"
     path.write_bytes(content)
     assert find_config(tmp_path, {}) == path
-    with pytest.raises(ConfigError, match="dsh.toml beside it") as info:
+    with pytest.raises(ConfigError, match=r"dsh\.toml beside it") as info:
         Host.from_config(None, load_entrypoints=False, cwd=tmp_path, environ={})
     assert info.value.path == str(path)
 
