@@ -7,11 +7,19 @@ notice saying how many bytes were cut and where the full text is::
 
     <head>
 
-    [... 61,204 of 111,204 bytes cut here. The full output is saved in
-    /home/me/.cache/dsh-spill/bash-call-7-9f2c....txt: read it in parts with read_file
-    (offset/limit) or search it with grep ...]
+    [... 61,204 of 111,204 bytes cut here. The full output was saved for the user in
+    /home/me/.cache/dsh-spill/bash-call-7-9f2c....txt, which the tools cannot read. To see what
+    was cut, narrow the call: read_file with offset/limit, a narrower grep pattern or path, or
+    a command whose output is shorter (head, tail, grep) ...]
 
     <tail>
+
+The notice is true: the default spill directory is dsh's own state, which the ``sandbox``
+plugin hides from every command and file tool (``bash`` cannot ``cat`` another call's output,
+of any workspace); where the sandbox's fence would let the tools read the spill file (a
+``spill_dir`` in the workspace, such as ``.dsh/spill``), the notice says instead "The full
+output is saved in PATH: read it in parts with read_file (offset/limit) or search it with
+grep". That is decided once, at start (`_tools_can_read`).
 
 The text that reaches the model, notice included, is never larger than ``max_inline_bytes``.
 Images and other non-text blocks are kept as they are; the contexts other plugins added are
@@ -62,9 +70,9 @@ from dsh_host import (
     ToolExecutionResult,
     hookimpl,
 )
-from dsh_plugins_builtin._common._dirs import user_cache_path
+from dsh_plugins_builtin._common._dirs import default_spill_path
 from dsh_plugins_builtin._sandbox._beneath import makedirs_nofollow
-from dsh_plugins_builtin._sandbox._fence import protected_paths
+from dsh_plugins_builtin._sandbox._fence import check_read, protected_paths
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
 from dsh_plugins_builtin.guards import GuardsPlugin
 
@@ -89,8 +97,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def default_spill_dir() -> Path:
-    """``dsh-spill`` under the user cache directory (``~/.cache/dsh-spill`` on Linux)."""
-    return user_cache_path() / "dsh-spill"
+    """``dsh-spill`` under the user cache directory (``~/.cache/dsh-spill`` on Linux), which
+    the sandbox hides from every command and file tool, as dsh's own state."""
+    return default_spill_path()
 
 
 def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -120,30 +129,39 @@ class NoticeDoesNotFit(ValueError):
     """``max_inline_bytes`` cannot hold even the notice."""
 
 
-def bound_text(data: bytes, cap: int, path: str) -> str:
+def bound_text(data: bytes, cap: int, path: str, *, readable: bool = True) -> str:
     """Head and tail of the UTF-8 *data* around a notice naming *path*, at most *cap* bytes.
 
     The notice is priced at its longest (every byte cut) before the rest of the budget is split,
-    half to the head and half to the tail; partial characters at the cut are dropped.
+    half to the head and half to the tail; partial characters at the cut are dropped. With
+    *readable* false (the tools cannot read *path*), the notice says the output was saved for
+    the user and how to narrow the call, instead of telling the model to read the file.
 
     Raises:
         NoticeDoesNotFit: *cap* cannot hold even the notice.
     """
     total = len(data)
-    budget = cap - len(_notice(total, total, path).encode("utf-8"))
+    budget = cap - len(_notice(total, total, path, readable).encode("utf-8"))
     if budget < 0:
         raise NoticeDoesNotFit(f"max_inline_bytes={cap} cannot hold the notice itself")
     head_size, tail_size = budget - budget // 2, budget // 2
     head = data[:head_size].decode("utf-8", "ignore")
     tail = data[total - tail_size :].decode("utf-8", "ignore") if tail_size else ""
     cut = total - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-    return f"{head}{_notice(cut, total, path)}{tail}"
+    return f"{head}{_notice(cut, total, path, readable)}{tail}"
 
 
-def _notice(cut: int, total: int, path: str) -> str:
+def _notice(cut: int, total: int, path: str, readable: bool = True) -> str:
+    if readable:
+        return (
+            f"\n\n[... {cut:,} of {total:,} bytes cut here. The full output is saved in {path}: "
+            "read it in parts with read_file (offset/limit) or search it with grep ...]\n\n"
+        )
     return (
-        f"\n\n[... {cut:,} of {total:,} bytes cut here. The full output is saved in {path}: "
-        "read it in parts with read_file (offset/limit) or search it with grep ...]\n\n"
+        f"\n\n[... {cut:,} of {total:,} bytes cut here. The full output was saved for the user "
+        f"in {path}, which the tools cannot read. To see what was cut, narrow the call: "
+        "read_file with offset/limit, a narrower grep pattern or path, or a command whose "
+        "output is shorter (head, tail, grep) ...]\n\n"
     )
 
 
@@ -157,6 +175,8 @@ class OutputBudgetPlugin:
         self.spill_dir = default_spill_dir()
         self._host: Host | None = None
         self._keeps: tuple[object, bool] | None = None  # (generation, downstream keeps content)
+        self.readable = True
+        """Whether the file tools may read what is spilled (`_tools_can_read`), set at start."""
 
     @hookimpl
     def dsh_plugin_config(self) -> type[OutputBudgetConfig]:
@@ -174,6 +194,7 @@ class OutputBudgetPlugin:
             spill_dir = host.workspace / configured.expanduser()
         # Canonical once, here; every spill then follows no symlink at all.
         self.spill_dir = Path(os.path.realpath(spill_dir))
+        self.readable = _tools_can_read(host, self.spill_dir)
         if configured is not None and _unprotected_in_workspace(host, self.spill_dir):
             logger.warning(
                 "output_budget: [plugin.output_budget] spill_dir = %s lies in the workspace: the "
@@ -267,7 +288,7 @@ class OutputBudgetPlugin:
         directory = self.spill_dir
         name = f"{_safe(execution.name)}-{_safe(execution.call_id)}-{secrets.token_hex(8)}.txt"
         path = directory / name
-        text = bound_text(data, self.config.max_inline_bytes, str(path))
+        text = bound_text(data, self.config.max_inline_bytes, str(path), readable=self.readable)
         dir_fd = makedirs_nofollow(str(directory), 0o700)
         try:
             fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
@@ -308,6 +329,23 @@ def _unprotected_in_workspace(host: Host, spill_dir: Path) -> bool:
         return True
     protected = protected_paths(sandbox.policy_at_start(host))  # built once per start
     return not any(text == str(p) or text.startswith(f"{p}/") for p in protected)
+
+
+def _tools_can_read(host: Host, spill_dir: Path) -> bool:
+    """Whether ``read_file`` and ``grep`` may read a file spilled in ``spill_dir``: the sandbox
+    plugin's fence allows the read (its policy for this start); with no sandbox plugin the
+    tools read only the workspace. Any doubt (the policy cannot be built) counts as no: the
+    notice must not send the model to a file it will be refused."""
+    probe = str(spill_dir / "probe.txt")
+    sandbox = host.pm.get_plugin("sandbox")
+    if not isinstance(sandbox, SandboxPlugin):
+        workspace = os.path.realpath(host.workspace)
+        return probe.startswith(workspace.rstrip("/") + "/")
+    try:
+        check_read(probe, sandbox.policy_at_start(host))
+    except Exception:  # FenceDenied, or a policy that cannot be built (reported by the sandbox)
+        return False
+    return True
 
 
 def _safe(part: str) -> str:

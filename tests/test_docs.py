@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 
 import attrs
@@ -397,3 +398,16 @@ def test_the_api_and_hook_references_are_generated_and_current():
     api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
     for name in dsh_host.__all__:
         assert f"`{name}" in api, f"{name} is public but not in the API reference"
+
+
+def test_the_readme_and_the_default_stack_name_every_built_in_plugin():
+    """Each entry point of ``dsh.plugins`` in pyproject.toml is named in the README's list of
+    built-in plugins and has a row in docs/plugins/defaults.md (``mcp`` and ``otel`` had none)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    names = sorted(project["project"]["entry-points"]["dsh.plugins"])
+    readme = (ROOT / "README.md").read_text()
+    listed = readme[readme.index("The built-in plugins") :].split("\n\n")[0]
+    defaults = (ROOT / "docs" / "plugins" / "defaults.md").read_text()
+    for name in names:
+        assert f"`{name}`" in listed, f"README.md: the built-in plugins omit `{name}`"
+        assert re.search(rf"^\| \[`{name}`\]\(", defaults, re.M), f"defaults.md: no `{name}` row"

@@ -196,9 +196,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             warn(f"dsh run: {printable(args.calls)}:{line.number}: {printable(line.error)}")
             if args.json:
                 dump({"id": line.id, "line": line.number, "name": line.name, **_bad(line)}, None)
-            else:
-                error = printable(line.error)
-                out(style.paint(f"{style.no} line {line.number}: not run: {error}", "red"))
+            else:  # the error itself is on stderr just above (file:line:), said once
+                out(style.paint(f"{style.no} line {line.number}: not run (bad line)", "red"))
             continue
         failed += _report(
             args, host, line, by_line[line.number], events.get(line.id or ""), style,

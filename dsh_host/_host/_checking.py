@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import attrs
 
-__all__ = ["check_value", "describe_type", "did_you_mean", "got", "typed_fields"]
+__all__ = ["check_value", "describe_type", "did_you_mean", "got", "table_at", "typed_fields"]
 
 
 def typed_fields(cls: type[Any]) -> list[tuple[str, Any, bool]]:
@@ -29,6 +29,24 @@ def typed_fields(cls: type[Any]) -> list[tuple[str, Any, bool]]:
         for f in attrs.fields(cls)
         if f.init
     ]
+
+
+def table_at(cls: type[Any], key: str) -> tuple[str, type[Any]]:
+    """The innermost table (attrs class) that holds the dotted *key* of *cls*, and its path:
+    ``("limits", Limits)`` for ``"limits.procs"``, so a message lists the keys valid where the
+    mistake is, not those of the outer table. ``("", cls)`` for a key of *cls* itself."""
+    path, inner = "", cls
+    for part in key.split(".")[:-1]:
+        field = next((tp for name, tp, _ in typed_fields(inner) if name == part), None)
+        options = typing.get_args(field) if typing.get_origin(field) in _UNIONS else (field,)
+        nested = [tp for tp in options if isinstance(tp, type) and attrs.has(tp)]
+        if len(nested) != 1:
+            break
+        path, inner = _join(path, part), nested[0]
+    return path, inner
+
+
+_UNIONS = (typing.Union, types.UnionType)
 
 
 def _join(path: str, key: str) -> str:

@@ -29,17 +29,19 @@ from __future__ import annotations
 import math
 import os
 import pathlib
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
 from .._model._errors import ConfigError, PluginLoadError
+from .._model._text import printable
 
 if TYPE_CHECKING:  # imported on the first table to structure: an empty one needs none
     import cattrs
 from .._schema._convert import is_structure_error, shared_converter
-from ._checking import check_value, describe_type, did_you_mean, got, typed_fields
+from ._checking import check_value, describe_type, did_you_mean, got, table_at, typed_fields
 
 __all__ = [
     "Config",
@@ -225,6 +227,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
     if where is not None and not host.workspace.is_absolute():
         base = pathlib.Path(where).resolve().parent
         host = attrs.evolve(host, workspace=(base / host.workspace).resolve())
+    if where is not None and "workspace" in data.get("host", {}):
+        _check_workspace(host.workspace, where)
     plugins = _structure(data.get("plugins", {}), PluginSelection, where=where, table="plugins")
     tables = data.get("plugin", {})
     if not isinstance(tables, Mapping):
@@ -237,6 +241,31 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
             )  # fmt: skip
     given = where is None
     return Config(source=where, host=host, plugins=plugins, tables=dict(tables), given=given)
+
+
+def directory_problem(path: pathlib.Path) -> str | None:
+    """Why *path* cannot be a workspace (``"does not exist"``, ``"is not a directory"``, ...),
+    or ``None`` when it is a directory."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be used ({exc.strerror or exc})"
+    return None if stat.S_ISDIR(st.st_mode) else "is not a directory"
+
+
+def _check_workspace(workspace: pathlib.Path, where: str) -> None:
+    """A config file's ``[host] workspace`` must be a directory: every tool call resolves its
+    paths against it, and would otherwise fail, each in its own confusing way."""
+    problem = directory_problem(workspace)
+    if problem is not None:
+        raise ConfigError(
+            f"[host] workspace {printable(str(workspace))!r} {problem}; set it to an existing "
+            "directory (a relative path is taken from the config file's directory), or leave "
+            "it out to use the directory dsh starts in",
+            path=where, key="host.workspace",
+        )  # fmt: skip
 
 
 # -- structuring -----------------------------------------------------------------------------
@@ -348,5 +377,7 @@ def _summarise(problems: list[tuple[str, str]], cls: type[Any]) -> tuple[str, st
     """The first problem's key, and one message naming every problem."""
     key, first = problems[0]
     rest = "".join(f"; key {k!r}: {m}" for k, m in problems[1:])
-    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in typed_fields(cls))
-    return key, f"{first}{rest}. Valid keys: {keys or '(none)'}"
+    table, inner = table_at(cls, key)
+    keys = ", ".join(f"{name} ({describe_type(tp)})" for name, tp, _ in typed_fields(inner))
+    where = f" of {table}" if table else ""
+    return key, f"{first}{rest}. Valid keys{where}: {keys or '(none)'}"

@@ -27,7 +27,13 @@ from ._plugins import (
 )
 from ._registry import ToolRegistry
 
-__all__ = ["Roster"]
+__all__ = ["NO_HOOKS", "Roster"]
+
+NO_HOOKS = (
+    "implements no dsh hook (no @hookimpl method), so it would do nothing: name the plugin "
+    "object itself (--plugin MODULE:ATTR, or the entry point's value), and decorate its hook "
+    "methods with @dsh_host.hookimpl"
+)
 
 
 @final
@@ -83,6 +89,8 @@ class Roster:
             return fail(f"another plugin is already registered under the name {name!r}")
         try:
             hooks = inspect_hooks(self.pm, plugin, name)
+            if not hooks:
+                return fail(NO_HOOKS)
             self.pm.register(plugin, name=name)
         except PluginLoadError as exc:
             return fail(exc.message.removeprefix(f"plugin {name!r}: "))

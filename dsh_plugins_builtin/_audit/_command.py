@@ -73,9 +73,24 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
             _say(f"dsh audit: no calls recorded in workspace {where.workspace}; --all shows "
                  "every workspace, --workspace DIR another")  # fmt: skip
     except Exception as exc:
+        _say_if_off()
         return _unreadable(path, exc)
+    if not rows:
+        _say_if_off()
     lines = [_json_line(row) for row in rows] if args.json else _table(rows)
     return _print_lines(lines)
+
+
+def _say_if_off() -> None:
+    """Nothing was found: say so when the configuration here records no call at all."""
+    from ._off import audit_off
+
+    why = audit_off()
+    if why is not None:
+        _say(
+            f"dsh audit: note: the audit plugin is off here ({printable(why)}), so no call "
+            "made under this configuration is recorded; turn it on to record them"
+        )
 
 
 def _filter(args: argparse.Namespace) -> Filter:

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["user_cache_path", "user_data_path", "user_state_path"]
+__all__ = ["default_spill_path", "user_cache_path", "user_data_path", "user_state_path"]
 
 
 def user_state_path(app: str) -> Path:
@@ -49,6 +49,13 @@ def user_cache_path() -> Path:
     import platformdirs
 
     return platformdirs.user_cache_path()
+
+
+def default_spill_path() -> Path:
+    """``output_budget``'s default spill directory, ``dsh-spill`` in the user cache directory
+    (``~/.cache/dsh-spill``): the full outputs of earlier calls, of every workspace. The sandbox
+    hides it from every command and file tool (`dsh_state`), as it hides the audit database."""
+    return user_cache_path() / "dsh-spill"
 
 
 def _xdg(variable: str, default: str, app: str | None) -> Path | None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from dsh_plugins_builtin._common._dirs import user_data_path, user_state_path
+from dsh_plugins_builtin._common._dirs import default_spill_path, user_data_path, user_state_path
 from dsh_plugins_builtin._sandbox._paths import resolve_abs, within
 
 __all__ = ["DEFAULT_DENY_READ", "config_files", "dsh_state", "expand_deny"]
@@ -156,11 +156,13 @@ def _strings(value: Any) -> list[str]:
 
 def dsh_state(workspace: Path, tables: Mapping[str, Mapping[str, Any]]) -> tuple[Path, ...]:
     """What dsh itself keeps that no command may read: its state and data directories (the
-    audit database, ``entry-points.json``) and a configured ``[plugin.audit] path`` with its
-    ``-wal``, ``-shm`` and ``-journal`` files. A command that can open the database can hold a
-    POSIX read lock on it, and every write of the audit log then fails (``database is
-    locked``): records lost, or with ``required = true`` every call refused."""
-    out = [user_state_path("dsh"), user_data_path("dsh")]
+    audit database, ``entry-points.json``), ``output_budget``'s default spill directory (the
+    full outputs of earlier calls, of every workspace: `default_spill_path`) and a configured
+    ``[plugin.audit] path`` with its ``-wal``, ``-shm`` and ``-journal`` files. A command that
+    can open the database can hold a POSIX read lock on it, and every write of the audit log
+    then fails (``database is locked``): records lost, or with ``required = true`` every call
+    refused."""
+    out = [user_state_path("dsh"), user_data_path("dsh"), default_spill_path()]
     configured = tables.get("audit", {}).get("path")
     if isinstance(configured, str) and configured:
         db = Path(workspace, os.path.expanduser(configured))

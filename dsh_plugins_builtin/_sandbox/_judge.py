@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from dsh_host import printable
 from dsh_plugins_builtin._sandbox._paths import (
     PathArg,
     check_spelling,
@@ -210,8 +211,8 @@ def refuse_denied(spelled: str, key: str, policy: SandboxPolicy, verb: str) -> N
 
 def describe(spelled: str, key: Path | str | None) -> str:
     if key is None or spelled == str(key):
-        return f'"{spelled}"'
-    return f'"{spelled}" (resolves to "{key}")'
+        return f'"{printable(spelled)}"'
+    return f'"{printable(spelled)}" (resolves to "{printable(str(key))}")'
 
 
 def _resolve_or_deny(path: PathArg, policy: SandboxPolicy, verb: str) -> Path:
@@ -224,7 +225,7 @@ def _resolve_text_or_deny(
     try:
         return resolve_in(spelled, policy, pins_checked)
     except ValueError as exc:
-        shown = spelled.replace("\0", "\\0")
+        shown = printable(spelled.replace("\0", "\\0"))
         raise FenceDenied(
             f'{verb} "{shown}" denied: {exc} under {policy.mode} mode',
             path=spelled,

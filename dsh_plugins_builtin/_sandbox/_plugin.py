@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsh_host import DshError, Host, hookimpl
+from dsh_host import DshError, Host, hookimpl, printable
 from dsh_plugins_builtin._sandbox._config import SandboxConfig
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
@@ -239,10 +239,11 @@ class SandboxPlugin:
             raise SandboxDeniedError(exc.reason, by=_by(self.policy)) from None
         if not real.exists():
             raise DshError(
-                f'cwd "{spelled}" does not exist (resolved to "{real}")', "FILE_NOT_FOUND"
+                f'cwd "{printable(spelled)}" does not exist (resolved to "{printable(str(real))}")',
+                "FILE_NOT_FOUND",
             )
         if not real.is_dir():
-            raise DshError(f'cwd "{spelled}" is not a directory', "NOT_A_DIRECTORY")
+            raise DshError(f'cwd "{printable(spelled)}" is not a directory', "NOT_A_DIRECTORY")
         return real
 
     async def run(

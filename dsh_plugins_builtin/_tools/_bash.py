@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._presenters import NO_OUTPUT, UNCONFINED_NOTE, denial_marker
-from dsh_plugins_builtin._tools._support import ToolEnv, guarded_async, int_arg, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, guarded_async, int_arg, os_arg
 
 if TYPE_CHECKING:  # the sandbox's command runner loads with the first command
     from dsh_plugins_builtin._sandbox._confine import ProcessResult
@@ -68,16 +68,14 @@ def render(result: ProcessResult, timeout_ms: int, mode: str) -> str:
 
 
 async def _bash(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
-    command = str_arg(args, "command")
+    command = os_arg(args, "command", what="command line")
     if not command.strip():
         raise ToolArgsError(['"command" must not be empty'])
     timeout_ms = int_arg(args, "timeout_ms", DEFAULT_TIMEOUT_MS, low=1, high=MAX_TIMEOUT_MS)
-    cwd = args.get("cwd")
+    cwd = os_arg(args, "cwd") if isinstance(args.get("cwd"), str) else None
     sandbox = env.sandbox()
     mode = sandbox.mode
-    result = await sandbox.run(
-        command, cwd=cwd if isinstance(cwd, str) else None, timeout=timeout_ms / 1000
-    )
+    result = await sandbox.run(command, cwd=cwd, timeout=timeout_ms / 1000)
     meta = {
         "exit_code": result.exit_code,
         "signal": None if result.signal is None else signal_name(result.signal),

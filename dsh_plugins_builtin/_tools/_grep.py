@@ -26,9 +26,11 @@ from typing import Any
 import trio
 
 from dsh_host import (
+    DshError,
     ToolArgsError,
     ToolExecutionResult,
     ToolRunContext,
+    printable,
 )
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_FILE_BYTES,
@@ -41,7 +43,7 @@ from dsh_plugins_builtin._tools._grep_local import (
 )
 from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
 from dsh_plugins_builtin._tools._grep_tree import listed_files
-from dsh_plugins_builtin._tools._open import display_path, os_failure
+from dsh_plugins_builtin._tools._open import display_path, quoted
 from dsh_plugins_builtin._tools._search_support import (
     Policy,
     abort_poll,
@@ -51,10 +53,11 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, os_arg
 from dsh_plugins_builtin._tools._walk import (
     expand_braces,
     gitignore_spec,
+    spec_matches,
     walk_files,
 )
 
@@ -108,7 +111,7 @@ def _list_files(
             return False
 
     for rel, entry in _walked(env, search, root, ctx, sizes, prune):
-        if only is not None and not only.match_file(rel):
+        if only is not None and not spec_matches(only, rel):
             continue
         real = base + rel
         if policy.denied(real):
@@ -150,7 +153,7 @@ async def grep(
     glob = args.get("glob")
     search = Search(
         pattern=checked_text(args, "pattern"),
-        spelled=checked_text(args, "path", "."),
+        spelled=os_arg(args, "path", "."),
         glob=checked_text(args, "glob") if isinstance(glob, str) and glob else None,
         ignore_case=bool_arg(args, "ignore_case"),
         include_ignored=bool_arg(args, "include_ignored"),
@@ -160,7 +163,11 @@ async def grep(
     sandbox = env.sandbox()
     root = search_root(sandbox, search.spelled)  # a few lstat calls: no thread hop for them
     if not root.is_file() and not root.is_dir():
-        raise os_failure(IsADirectoryError(), search.spelled, "search")
+        raise DshError(
+            f"{quoted(search.spelled)} is neither a regular file nor a directory (a FIFO, a "
+            "socket or a device); grep searches files and directories",
+            "NOT_A_FILE",
+        )
     policy = Policy(env, ctx, deny_read=True)
     found = None
     if rg is not None:
@@ -204,6 +211,8 @@ def _grep_result(
         notes.append(
             f"[{listing.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
         )
-    lines = [f"{shown}:{number}:{_cut(text, long)}" for shown, number, text, long in kept]
-    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {where}"
+    lines = [
+        f"{printable(shown)}:{number}:{_cut(text, long)}" for shown, number, text, long in kept
+    ]
+    body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {printable(where)}"
     return finish_result(body, notes, meta, policy)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
-from dsh_host import DshError, ToolArgsError
+from dsh_host import DshError, ToolArgsError, printable
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailableError
 from dsh_plugins_builtin._tools._grep_local import (
     MAX_GREP_MATCHES,
@@ -207,7 +207,7 @@ def _checked(
     where = display_path(root, env)
     if result.timed_out:
         raise DshError(
-            f"grep {search.pattern!r} in {where} did not finish within {SEARCH_TIMEOUT_S:g} s "
+            f"grep {search.pattern!r} in {printable(where)} did not finish within {SEARCH_TIMEOUT_S:g} s "
             "and was stopped; narrow the path, the glob or the pattern",
             "SEARCH_TIMEOUT",
         )
@@ -224,7 +224,9 @@ def _checked(
             raise bad_regex(search.pattern, why, "Rust regex")
     if result.signal is not None or (result.exit_code not in (0, 1, 2) and not output.matches):
         detail = "; ".join(output.messages[:3]) or f"exit status {result.exit_code}"
-        raise DshError(f"grep {search.pattern!r} in {where} failed: {detail}", "SEARCH_FAILED")
+        raise DshError(
+            f"grep {search.pattern!r} in {printable(where)} failed: {detail}", "SEARCH_FAILED"
+        )
     return output
 
 

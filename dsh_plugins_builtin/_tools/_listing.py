@@ -6,12 +6,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_host import ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
+from dsh_host import (
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    define_tool,
+    printable,
+)
 from dsh_plugins_builtin._sandbox._fence import resolve_target
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure
 from dsh_plugins_builtin._tools._search_support import Policy, concurrency_safe
-from dsh_plugins_builtin._tools._support import ToolEnv, guarded, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, guarded, os_arg
 
 __all__ = ["list_dir_tool"]
 
@@ -35,7 +41,7 @@ def _withheld(env: ToolEnv, policy: Policy, real: str, name: str, link: bool) ->
 def _list_dir(
     env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None = None
 ) -> ToolExecutionResult:
-    spelled = str_arg(args, "path", ".")
+    spelled = os_arg(args, "path", ".")
     fd, real = open_file(env.sandbox(), spelled, directory=True)
     shown = display_path(real, env)
     policy = Policy(env, ctx)
@@ -47,11 +53,11 @@ def _list_dir(
                 if _withheld(env, policy, str(real), entry.name, link):
                     continue
                 if link:
-                    entries.append(f"{entry.name}@")
+                    entries.append(f"{printable(entry.name)}@")
                 elif entry.is_dir(follow_symlinks=False):
-                    entries.append(f"{entry.name}/")
+                    entries.append(f"{printable(entry.name)}/")
                 else:
-                    entries.append(entry.name)
+                    entries.append(printable(entry.name))
     except OSError as exc:
         raise os_failure(exc, spelled, "list") from None
     finally:
@@ -68,7 +74,9 @@ def _list_dir(
             "(a path rule denies reading them)]"
         )
     if not entries:
-        return ToolExecutionResult(content=f"({shown} is an empty directory){note}", meta=meta)
+        return ToolExecutionResult(
+            content=f"({printable(shown)} is an empty directory){note}", meta=meta
+        )
     body = "\n".join(entries[:MAX_DIR_ENTRIES])
     if total > MAX_DIR_ENTRIES:
         body += f"\n\n[showing {MAX_DIR_ENTRIES} of {total} entries; use glob to narrow down]"

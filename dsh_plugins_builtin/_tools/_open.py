@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from dsh_host import DshError
+from dsh_host import DshError, printable
 from dsh_plugins_builtin._sandbox._errors import (
     SandboxDeniedError,
 )
@@ -30,6 +30,7 @@ __all__ = [
     "open_regular",
     "open_regular_file",
     "os_failure",
+    "quoted",
     "read_text_exact",
 ]
 
@@ -64,9 +65,16 @@ def display_path(real: Path | str, env: ToolEnv) -> str:
     return text
 
 
+def quoted(spelled: str) -> str:
+    """A path a tool names in its output, in double quotes, `printable`: a control character, a
+    line break or a byte that is not UTF-8 (a lone surrogate) is shown escaped, so a planted
+    name can neither break the output nor pass for two."""
+    return f'"{printable(spelled)}"'
+
+
 def os_failure(exc: OSError, spelled: str, action: str) -> DshError:
     """Turn an `OSError` into a tool error the model can act on."""
-    shown = f'"{spelled}"'
+    shown = quoted(spelled)
     if not os.path.isabs(spelled):
         shown += " (relative to the workspace)"
     if isinstance(exc, FileNotFoundError):
@@ -96,7 +104,7 @@ def _checked_regular(fd: int, spelled: str) -> os.stat_result:
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         hint = "; use list_dir to see what it holds" if stat.S_ISDIR(st.st_mode) else ""
-        raise DshError(f'"{spelled}" is {kind}{hint}', "NOT_A_FILE")
+        raise DshError(f"{quoted(spelled)} is {kind}{hint}", "NOT_A_FILE")
     return st
 
 
@@ -152,7 +160,7 @@ def _open_checked(
     except NotADirectoryError:
         if directory:
             raise DshError(
-                f'"{spelled}" is a file, not a directory; use read_file to read it',
+                f"{quoted(spelled)} is a file, not a directory; use read_file to read it",
                 "NOT_A_DIRECTORY",
             ) from None
         raise os_failure(NotADirectoryError(), spelled, "read") from None
@@ -166,7 +174,7 @@ def _open_checked(
 def binary_error(spelled: str, why: str) -> DshError:
     """The ``BINARY_FILE`` refusal."""
     return DshError(
-        f'"{spelled}" looks like a binary file ({why}); only UTF-8 text files can be read or edited',
+        f"{quoted(spelled)} looks like a binary file ({why}); only UTF-8 text files can be read or edited",
         "BINARY_FILE",
     )
 
@@ -189,7 +197,7 @@ def read_text_exact(fd: int, spelled: str, max_bytes: int) -> tuple[str, FileSta
         raise os_failure(exc, spelled, "read") from None
     if len(data) > max_bytes:
         raise DshError(
-            f'"{spelled}" is larger than {max_bytes} bytes; too large to edit here',
+            f"{quoted(spelled)} is larger than {max_bytes} bytes; too large to edit here",
             "FILE_TOO_LARGE",
         )
     if b"\0" in data[:BINARY_SNIFF_BYTES]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool
+from dsh_host import ToolArgsError, ToolDefinition, ToolExecutionResult, define_tool, printable
 from dsh_plugins_builtin._sandbox._errors import SandboxError
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._open import (
@@ -32,8 +32,8 @@ from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
     int_arg,
+    os_arg,
     sandbox_failure,
-    str_arg,
 )
 
 __all__ = ["INLINE_READ_BYTES", "read_file_tool"]
@@ -238,7 +238,7 @@ def _read_small(env: ToolEnv, spelled: str) -> tuple[str, str] | None:
 
 async def _read_file(env: ToolEnv, args: Mapping[str, Any]) -> ToolExecutionResult:
     try:  # `guarded_async`, inline: one coroutine per call
-        spelled = str_arg(args, "path")
+        spelled = os_arg(args, "path")
         offset = int_arg(args, "offset", 1, low=1)
         limit = int_arg(args, "limit", DEFAULT_LIMIT, low=1)
         small = _read_small(env, spelled)
@@ -263,10 +263,10 @@ def _read_result(
 ) -> ToolExecutionResult:
     if total == 0:
         meta = {"path": shown, "offset": offset, "count": 0, "total_lines": 0}
-        return ToolExecutionResult(content=f"({shown} is empty)", meta=meta)
+        return ToolExecutionResult(content=f"({printable(shown)} is empty)", meta=meta)
     if offset > total:
         raise ToolArgsError(
-            [f'"offset" is {offset} but {shown} has only {total} line{"s" if total != 1 else ""}; '
+            [f'"offset" is {offset} but {printable(shown)} has only {total} line{"s" if total != 1 else ""}; '
              f"pass an offset from 1 to {total}"]
         )  # fmt: skip
     body = "\n".join(["%6d\t%s" % line for line in lines])  # noqa: UP031 - the fastest

@@ -23,10 +23,17 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_host import DshError, ToolDefinition, ToolExecutionResult, ToolRunContext, define_tool
+from dsh_host import (
+    DshError,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    define_tool,
+    printable,
+)
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep_tool import make_grep_tool
-from dsh_plugins_builtin._tools._open import display_path
+from dsh_plugins_builtin._tools._open import display_path, quoted
 from dsh_plugins_builtin._tools._rg_path import find_rg
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
@@ -40,7 +47,7 @@ from dsh_plugins_builtin._tools._search_support import (
     shown_prefix,
     workspace_top,
 )
-from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, str_arg
+from dsh_plugins_builtin._tools._support import ToolEnv, bool_arg, guarded, os_arg
 
 __all__ = ["MAX_GLOB_RESULTS", "make_search_tools"]
 
@@ -48,14 +55,18 @@ MAX_GLOB_RESULTS = 1000
 
 
 def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> ToolExecutionResult:
-    from dsh_plugins_builtin._tools._walk import compile_glob, walk_files  # RE2: on first use
+    from dsh_plugins_builtin._tools._walk import (  # RE2: on first use
+        compile_glob,
+        matchable,
+        walk_files,
+    )
 
     pattern = checked_text(args, "pattern").removeprefix("./")
-    spelled = str_arg(args, "path", ".")
+    spelled = os_arg(args, "path", ".")
     regex, depth = compile_glob(pattern)
     root = search_root(env.sandbox(), spelled)
     if not root.is_dir():
-        raise DshError(f'"{spelled}" is a file; glob searches a directory', "NOT_A_DIRECTORY")
+        raise DshError(f"{quoted(spelled)} is a file; glob searches a directory", "NOT_A_DIRECTORY")
     prefix = shown_prefix(root, env)
     base = str(root).rstrip("/") + "/"
     policy = Policy(env, ctx, deny_read=True)
@@ -79,10 +90,14 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
                 continue
             if policy.denied(*targets):
                 continue
-        if regex.match(rel):
+        try:
+            hit = regex.match(rel)
+        except UnicodeEncodeError:  # a name that is not UTF-8 (a lone surrogate)
+            hit = regex.match(matchable(rel))
+        if hit:
             total += 1
             if len(found) < MAX_GLOB_RESULTS:
-                found.append(prefix + rel)
+                found.append(printable(prefix + rel))
     where = display_path(root, env)
     meta: dict[str, Any] = {
         "path": where,
@@ -96,7 +111,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
             f"[showing the first {len(found)} of {total} matching files; "
             "narrow the pattern or the path]"
         )
-    body = "\n".join(found) if found else f"No files match {pattern!r} in {where}"
+    body = "\n".join(found) if found else f"No files match {pattern!r} in {printable(where)}"
     return finish_result(body, notes, meta, policy)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from dsh_host import DshError, ToolArgsError, ToolExecutionResult, ToolRunContext
 from dsh_plugins_builtin._sandbox._errors import SandboxError
 from dsh_plugins_builtin._sandbox._fence import SandboxPolicy, denied_by, host_only
-from dsh_plugins_builtin._tools._open import display_path
+from dsh_plugins_builtin._tools._open import display_path, quoted
 from dsh_plugins_builtin._tools._support import Sandbox, ToolEnv, str_arg
 
 __all__ = [
@@ -47,7 +47,8 @@ def search_root(sandbox: Sandbox, spelled: str) -> Path:
     real = sandbox.check_read(spelled)
     if not real.exists():
         raise DshError(
-            f'no such file or directory: "{spelled}" (relative to the workspace)', "FILE_NOT_FOUND"
+            f"no such file or directory: {quoted(spelled)} (relative to the workspace)",
+            "FILE_NOT_FOUND",
         )
     return real
 

@@ -42,6 +42,7 @@ __all__ = [
     "guarded",
     "guarded_async",
     "int_arg",
+    "os_arg",
     "str_arg",
 ]
 
@@ -219,6 +220,32 @@ def str_arg(args: Mapping[str, Any], name: str, default: str | None = None) -> s
     value = args.get(name, default)
     if not isinstance(value, str):
         raise ToolArgsError([f'"{name}" is required and must be a string'])
+    return value
+
+
+def os_arg(
+    args: Mapping[str, Any], name: str, default: str | None = None, *, what: str = "file name"
+) -> str:
+    """A string argument that reaches the operating system (a path, a command line).
+
+    A NUL, or a lone surrogate that stands for no byte (``os.fsencode`` refuses it; ``\\udc80``
+    to ``\\udcff`` stand for the bytes of a name that is not UTF-8, and pass), is
+    ``INVALID_ARGS`` naming the argument: no *what* can hold one, and the OS call would fail.
+    """
+    value = str_arg(args, name, default)
+    if "\0" in value:
+        raise ToolArgsError(
+            [f'"{name}" holds a NUL character (at character {value.index(chr(0))}), which no '
+             f"{what} can hold; remove it"]
+        )  # fmt: skip
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise ToolArgsError(
+            [f'"{name}" holds a lone surrogate (U+{ord(value[exc.start]):04X} at character '
+             f"{exc.start}), which no {what} can hold; a byte of a name that is not UTF-8 is "
+             "written \\udc80 to \\udcff"]
+        ) from None  # fmt: skip
     return value
 
 

@@ -41,9 +41,11 @@ __all__ = [
     "is_ignored",
     "linear_regex",
     "load_gitignore",
+    "matchable",
     "open_real",
     "regex_error",
     "root_specs",
+    "spec_matches",
     "walk_files",
 ]
 
@@ -226,6 +228,21 @@ def _ancestor_specs(root: str, top: str) -> list[Spec]:
     return out
 
 
+def matchable(path: str) -> str:
+    """``path`` as RE2 can match it: each byte that is not UTF-8 (which `os` decodes to a lone
+    surrogate) read as U+FFFD, as ripgrep and git show it. RE2 encodes what it matches to UTF-8,
+    and a lone surrogate would raise: one planted name must not break a search."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def spec_matches(spec: pathspec.GitIgnoreSpec, rel: str) -> bool:
+    """Whether ``spec`` matches the relative path ``rel``, whatever bytes its name holds."""
+    try:
+        return bool(spec.match_file(rel))
+    except UnicodeEncodeError:
+        return bool(spec.match_file(matchable(rel)))
+
+
 def is_ignored(specs: list[Spec], rel: str) -> bool:
     """Whether ``specs`` ignore ``rel`` (relative to the walk root; a directory ends in ``/``)."""
     for base, spec in reversed(specs):
@@ -233,7 +250,10 @@ def is_ignored(specs: list[Spec], rel: str) -> bool:
             sub = f"{base[1:]}/{rel}" if rel else base[1:] + "/"
         else:
             sub = rel[len(base) + 1 :] if base else rel
-        decision = spec.check_file(sub).include
+        try:
+            decision = spec.check_file(sub).include
+        except UnicodeEncodeError:  # a name that is not UTF-8: RE2 matches its decoded form
+            decision = spec.check_file(matchable(sub)).include
         if decision is not None:
             return bool(decision)
     return False

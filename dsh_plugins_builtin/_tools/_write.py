@@ -26,17 +26,25 @@ from dsh_host import (
     ToolExecutionResult,
     ToolRunContext,
     define_tool,
+    printable,
 )
 from dsh_plugins_builtin._common._commit import CommitCancelled, CommitGate, record_commit
 from dsh_plugins_builtin._sandbox._fence import FileStamp, WriteConflict
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._diff import diff_hunks
-from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure, read_text_exact
+from dsh_plugins_builtin._tools._open import (
+    display_path,
+    open_file,
+    os_failure,
+    quoted,
+    read_text_exact,
+)
 from dsh_plugins_builtin._tools._support import (
     PATH_DESCRIPTION,
     ToolEnv,
     bool_arg,
     guarded_async,
+    os_arg,
     str_arg,
 )
 
@@ -128,7 +136,7 @@ def _commit_write(
 def _new_path(args: Mapping[str, Any]) -> str:
     """The ``path`` of a write: one that holds a control character (a line break, an escape) is
     refused, since no one means to create it and every listing of it would mislead."""
-    spelled = str_arg(args, "path")
+    spelled = os_arg(args, "path")
     bad = next((ch for ch in spelled if unicodedata.category(ch) == "Cc"), None)
     if bad is not None:
         raise ToolArgsError(
@@ -156,7 +164,7 @@ def _write_locked(
     old = None if created else _existing(env, spelled)[0]
     if old == content:
         return ToolExecutionResult(
-            content=f"{shown} already has this content; nothing was written",
+            content=f"{printable(shown)} already has this content; nothing was written",
             meta={"path": shown, "created": False, "diffs": []},
         )
     diffs: list[dict[str, Any]] | None
@@ -170,7 +178,9 @@ def _write_locked(
     meta: dict[str, Any] = {"path": shown, "created": created}
     if diffs is not None:
         meta["diffs"] = diffs
-    result = ToolExecutionResult(content=f"{verb} {shown} ({_count(content)})", meta=meta)
+    result = ToolExecutionResult(
+        content=f"{verb} {printable(shown)} ({_count(content)})", meta=meta
+    )
     return _commit_write(env, spelled, content, gate, result)
 
 
@@ -226,7 +236,7 @@ def _edit_locked(
     text, read_stamp = read_text_exact(fd, spelled, MAX_EDIT_BYTES)
     if read_real != real:
         raise DshError(
-            f'"{spelled}" changed while it was being read; nothing was written. Retry the edit',
+            f"{quoted(spelled)} changed while it was being read; nothing was written. Retry the edit",
             "EDIT_CONFLICT",
         )
     shown = display_path(real, env)
@@ -240,13 +250,13 @@ def _edit_locked(
             old_text, new_text = crlf_old, _BARE_LF.sub("\r\n", new_text)
     if not lines:
         raise DshError(
-            f"old_text not found in {shown}; read the file again and copy the exact text "
+            f"old_text not found in {printable(shown)}; read the file again and copy the exact text "
             "(whitespace and indentation must match)",
             "EDIT_NO_MATCH",
         )
     if len(lines) > 1 and not replace_all:
         raise DshError(
-            f"old_text matches {len(lines)} places in {shown} (lines {_listed(lines)}); "
+            f"old_text matches {len(lines)} places in {printable(shown)} (lines {_listed(lines)}); "
             "add context to make it unique or pass replace_all",
             "EDIT_AMBIGUOUS",
         )
@@ -259,7 +269,7 @@ def _edit_locked(
         meta["diffs"] = hunks
     noun = "occurrence" if count == 1 else "occurrences"
     result = ToolExecutionResult(
-        content=f"Edited {shown}: replaced {count} {noun} ({where})", meta=meta
+        content=f"Edited {printable(shown)}: replaced {count} {noun} ({where})", meta=meta
     )
     return _commit_write(env, spelled, updated, gate, result, read_stamp)
 

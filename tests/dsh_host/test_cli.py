@@ -492,6 +492,21 @@ def test_config_check_prints_the_file_and_the_effective_config(dsh, workdir):
     assert effective["host"]["observer_timeout"] == 10.0
 
 
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_config_check_refuses_a_workspace_that_is_not_a_directory(dsh, workdir, kind):
+    if kind == "file":
+        (workdir / "notes.txt").write_text("x\n")
+    spelled, problem = {"missing": ("/nonexistent", "does not exist"),
+                        "file": ("notes.txt", "is not a directory")}[kind]  # fmt: skip
+    config(workdir, f'[host]\nworkspace = "{spelled}"\n')
+    for argv in (("config", "check"), ("call", "echo", '{"text": "x"}')):
+        status, out, err = dsh(*argv)
+        assert status == 2, argv
+        assert "(valid)" not in out
+        assert f"{workdir / 'dsh.toml'}, key 'host.workspace': [host] workspace" in err
+        assert f"{problem}; set it to an existing directory" in err
+
+
 def test_config_check_with_no_file_uses_defaults(dsh):
     status, out, _ = dsh("config", "check")
     assert status == 0
@@ -556,6 +571,10 @@ def test_run_reports_a_bad_line_by_number_and_runs_the_rest(dsh, workdir):
     assert "    two" in out
     assert "    three" in out
     assert "3 calls, 0 failed, 4 bad lines" in out
+    # Each bad line's error is said once (on stderr, as file:line:), not again on stdout.
+    assert "✗ line 2: not run (bad line)" in out
+    assert "not valid JSON" not in out
+    assert err.count("the line is not valid JSON") == 1
 
 
 def test_run_json_is_one_result_per_line_with_ids(dsh, workdir, monkeypatch):
@@ -664,13 +683,25 @@ def test_run_trace_and_max_parallel(dsh, workdir):
 def test_a_plugin_module_in_the_working_directory(dsh, workdir, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(workdir))])
     (workdir / "proj").mkdir()
-    (workdir / "proj" / "localplug.py").write_text("name = 'local'\n")
+    (workdir / "proj" / "localplug.py").write_text(
+        "from dsh_host import hookimpl\nname = 'local'\n\n"
+        "@hookimpl\ndef dsh_host_started():\n    pass\n"
+    )
     monkeypatch.chdir(workdir / "proj")
     monkeypatch.delitem(sys.modules, "localplug", raising=False)
     status, out, _ = dsh("plugins", "--no-entrypoints", "--plugin", "localplug", plugins=False)
     assert status == 0
     assert "local  enabled" in out
     assert sys.path[-1] == str(workdir / "proj")  # appended: it shadows nothing
+
+
+@pytest.mark.parametrize("spec", ["os:sep", "json"])
+def test_a_plugin_that_implements_no_hook_is_refused_saying_why(dsh, spec):
+    _, out, _ = dsh("plugins", "--no-entrypoints", "--plugin", spec, plugins=False)
+    name = {"os:sep": "str", "json": "json"}[spec]
+    assert f"{name}  failed  [object]" in out
+    assert "error: implements no dsh hook (no @hookimpl method), so it would do nothing" in out
+    assert "enabled" not in out
 
 
 def test_no_plugins_and_no_tools(dsh):

@@ -175,3 +175,39 @@ async def test_audit_abstains_at_pre_execute_with_a_plain_function(make_host, db
     await host.call("echo", {"text": "yes"})
     plugin.close()
     assert [r["rule"] for r in read(db)] == ["rule echo in dsh.toml"]
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "why"),
+    [
+        ("[plugin.audit]\nenabled = false\n", {}, "[plugin.audit] enabled = false in "),
+        ('[plugins]\ndisable = ["aud*"]\n', {}, "it is blocked by [plugins] disable in "),
+        ('[plugins]\nenable = ["tools"]\n', {}, "it is not listed in [plugins] enable in "),
+        ("", {"DSH_DISABLE_PLUGINS": "x,audit"}, "it is blocked by DSH_DISABLE_PLUGINS"),
+        ("", {"DSH_PLUGINS": "tools"}, "it is not listed in DSH_PLUGINS"),
+        ("", {"DSH_DISABLE_PLUGIN_AUTOLOAD": "1"}, "DSH_DISABLE_PLUGIN_AUTOLOAD is set"),
+    ],
+)
+async def test_dsh_audit_finding_nothing_says_when_the_audit_plugin_is_off_here(
+    two_workspaces, db, capsys, monkeypatch, toml, env, why
+):
+    here = two_workspaces[0].parent / "off"
+    here.mkdir()
+    (here / "dsh.toml").write_text(toml)
+    monkeypatch.chdir(here)
+    for name in ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert audit_command(["--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert "no calls recorded in workspace" in err
+    assert f"dsh audit: note: the audit plugin is off here ({why}" in err
+    assert "no call made under this configuration is recorded; turn it on" in err
+    assert audit_command(["--db", str(here / "none.sqlite3")]) == 1  # no database: said too
+    assert "the audit plugin is off here" in capsys.readouterr().err
+    (here / "dsh.toml").write_text("")
+    for name in env:
+        monkeypatch.delenv(name)
+    assert audit_command(["--db", str(db)]) == 0
+    assert "off here" not in capsys.readouterr().err  # on: nothing more is said

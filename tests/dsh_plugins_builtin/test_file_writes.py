@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_host import Host, ToolExecutionInput
+from dsh_host import Host, ToolExecutionInput, hookimpl
 from dsh_plugins_builtin._sandbox import _fence
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.timeout import TimeoutPlugin
@@ -244,6 +244,10 @@ async def test_a_third_party_sandbox_with_a_plain_write_text_still_writes(
     class PlainSandbox:
         name = "sandbox"
         mode = "workspace-write"
+
+        @hookimpl  # a plugin must implement a hook to be registered
+        def dsh_host_started(self) -> None:
+            pass
 
         def __init__(self) -> None:
             self.writes: list[str] = []

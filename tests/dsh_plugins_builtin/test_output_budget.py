@@ -36,10 +36,15 @@ from dsh_plugins_builtin.output_budget import (
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.timeout import TimeoutPlugin
 
+# Either wording: the tools may read the spill file (in the workspace), or not (with no sandbox
+# plugin they read only the workspace; see test_output_budget_spill_fence.py).
 NOTICE = re.compile(
     r"\n\n\[\.\.\. (?P<cut>[\d,]+) of (?P<total>[\d,]+) bytes cut here\. "
-    r"The full output is saved in (?P<path>\S+): read it in parts with read_file "
-    r"\(offset/limit\) or search it with grep \.\.\.\]\n\n"
+    r"The full output (?:is saved in (?P<path>\S+): read it in parts with read_file "
+    r"\(offset/limit\) or search it with grep|was saved for the user in (?P<saved>\S+), which "
+    r"the tools cannot read\. To see what was cut, narrow the call: read_file with "
+    r"offset/limit, a narrower grep pattern or path, or a command whose output is shorter "
+    r"\(head, tail, grep\)) \.\.\.\]\n\n"
 )
 LOGGER = "dsh_plugins_builtin.output_budget"
 
@@ -70,7 +75,8 @@ def parse(text: str) -> tuple[str, int, int, Path, str]:
     match = NOTICE.search(text)
     assert match is not None, text
     cut, total = (int(match[k].replace(",", "")) for k in ("cut", "total"))
-    return text[: match.start()], cut, total, Path(match["path"]), text[match.end() :]
+    path = Path(match["path"] or match["saved"])
+    return text[: match.start()], cut, total, path, text[match.end() :]
 
 
 def spilled(tmp_path: Path) -> list[Path]:

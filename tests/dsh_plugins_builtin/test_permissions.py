@@ -62,6 +62,7 @@ def make(config, *plugins) -> Host:
 
 
 def write_config(path: Path, table: str) -> Path:
+    (path.parent / "ws").mkdir(exist_ok=True)  # a config file's workspace must exist
     path.write_text(f'[host]\nworkspace = "ws"\n\n[plugin.permissions]\n{table}\n')
     return path
 

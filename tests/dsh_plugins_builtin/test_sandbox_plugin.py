@@ -152,6 +152,10 @@ async def test_tools_fail_closed_with_a_foreign_sandbox_plugin(make_host: Any, w
     class Impostor:
         name = "sandbox"
 
+        @hookimpl  # a plugin must implement a hook to be registered
+        def dsh_host_started(self) -> None:
+            pass
+
         def check_read(self, path: str) -> Path:
             return Path("/")
 
@@ -275,6 +279,10 @@ def test_the_sandbox_finds_the_code_of_every_plugin_the_host_loaded(tmp_path: Pa
 
     class Local:  # a plugin from this test module: its top-level package is `tests`
         name = "local"
+
+        @hookimpl  # a plugin must implement a hook to be registered
+        def dsh_host_started(self) -> None:
+            pass
 
     sandbox = SandboxPlugin()
     config = {"host": {"workspace": str(tmp_path)}}

@@ -214,7 +214,12 @@ def test_workspace_is_relative_to_the_config_file(tmp_path):
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "dsh.toml"
     path.write_text('[host]\nworkspace = "../ws"\n')
+    (tmp_path / "ws").mkdir()
     assert load_config(path).host.workspace == (tmp_path / "ws").resolve()
+    (tmp_path / "ws").rmdir()  # a config file's workspace must be a directory
+    with pytest.raises(ConfigError, match=r"\[host\] workspace '.*ws' does not exist") as info:
+        load_config(path)
+    assert (info.value.path, info.value.key) == (str(path), "host.workspace")
 
 
 def test_defaults():
@@ -415,3 +420,26 @@ def test_a_config_dict_describes_itself_as_given_to_host():
 
     assert load({"plugin": {}}).describe() == "the configuration given to Host"
     assert load(None).describe() == "the built-in defaults"
+
+
+@attrs.frozen
+class Limits:
+    processes: int = 1
+    open_files: int = 2
+
+
+@attrs.frozen
+class Outer:
+    mode: str = "x"
+    limits: Limits = Limits()
+    maybe: Limits | None = None
+
+
+@pytest.mark.parametrize("table", ["limits", "maybe"])
+def test_an_unknown_nested_key_lists_the_keys_of_its_own_table(table):
+    message = str(problem({table: {"procs": 5}}, Outer))
+    assert f"key '{table}.procs': unknown key (did you mean 'processes'?)" in message
+    assert f"Valid keys of {table}: processes (an integer), open_files (an integer)" in message
+    assert "mode (" not in message
+    top = str(problem({"mods": 1}, Outer))
+    assert "Valid keys: mode (a string), limits (a table)" in top

@@ -118,6 +118,19 @@ def test_a_plugin_that_fails_to_import_is_reported_and_the_rest_load(installed):
     assert {t.name for t in host.registry.tools()} == {"a_tool", "c_tool"}
 
 
+def test_an_entry_point_that_implements_no_hook_is_failed_saying_why(installed):
+    class Hookless:  # an entry point naming the wrong object (a module, a constant...)
+        pass
+
+    installed(ep("a"), ep("empty", Hookless()))
+    host = Host(environ={})
+    row = rows(host)["empty"]
+    assert row.status is PluginStatus.FAILED
+    assert row.error.startswith("implements no dsh hook (no @hookimpl method)")
+    assert host.pm.get_plugin("empty") is None
+    assert rows(host)["a"].status is PluginStatus.ENABLED
+
+
 def test_system_exit_at_import_is_contained(installed):
     def exits() -> object:
         raise SystemExit(3)

@@ -198,6 +198,10 @@ async def test_a_parallel_body_naming_a_plugin_is_attributed_as_execute_does():
     class Named:
         name = "judge"
 
+        @hookimpl  # a plugin must implement a hook to be registered
+        def dsh_host_started(self):
+            pass
+
     async def read(args, ctx):
         return ToolExecutionResult(
             content="no", is_error=True, error=ToolFailure("no", "DENIED"),

@@ -535,6 +535,10 @@ async def test_a_body_decided_by_with_a_detail_is_split(make_host):
     class Sandbox:
         name = "sandbox"
 
+        @hookimpl  # a plugin must implement a hook to be registered
+        def dsh_host_started(self):
+            pass
+
     async def body(args):
         return ToolExecutionResult(
             content="no", is_error=True, error=ToolFailure("no", "SANDBOX_DENIED"),

@@ -1,0 +1,58 @@
+"""Why the configuration ``dsh audit`` runs under records no call, if it records none.
+
+``dsh audit`` reads a database; it does not start a host. When it finds nothing, the reason is
+often not an idle workspace but a configuration in which the ``audit`` plugin is off: blocked by
+``[plugins] disable`` (or ``DSH_DISABLE_PLUGINS``), left out of ``[plugins] enable`` (or
+``DSH_PLUGINS``, or by ``DSH_DISABLE_PLUGIN_AUTOLOAD``), or ``[plugin.audit] enabled = false``.
+`audit_off` reads the configuration found here (as ``dsh`` would: ``--config`` aside) without
+loading any plugin, and says which, so "no calls recorded" is not taken for "nothing ran".
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+
+__all__ = ["audit_off"]
+
+
+def _names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def _matches(patterns: object) -> bool:
+    return isinstance(patterns, list | tuple) and any(
+        isinstance(p, str) and fnmatch.fnmatchcase("audit", p) for p in patterns
+    )
+
+
+def audit_off(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the ``audit`` plugin is off in the configuration found in the working directory
+    (``"[plugin.audit] enabled = false in dsh.toml"``), or ``None`` (it is on, or the
+    configuration cannot be read: ``dsh`` itself then says why)."""
+    from dsh_host import Host
+
+    environ = os.environ if environ is None else environ
+    try:
+        config = Host.from_config(None, load_entrypoints=False, environ=environ).config
+    except Exception:
+        return None
+    where = config.describe()
+    if _matches(config.plugins.disable):
+        return f"it is blocked by [plugins] disable in {where}"
+    if _matches(_names(environ.get("DSH_DISABLE_PLUGINS"))):
+        return "it is blocked by DSH_DISABLE_PLUGINS"
+    env_enable = _names(environ.get("DSH_PLUGINS"))
+    if environ.get("DSH_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0") and not _matches(env_enable):
+        return "DSH_DISABLE_PLUGIN_AUTOLOAD is set"
+    if env_enable is not None and not _matches(env_enable):
+        return "it is not listed in DSH_PLUGINS"
+    if config.plugins.enable is not None and not _matches(config.plugins.enable):
+        return f"it is not listed in [plugins] enable in {where}"
+    table = config.tables.get("audit", {})
+    if isinstance(table, Mapping) and table.get("enabled") is False:
+        return f"[plugin.audit] enabled = false in {where}"
+    return None
