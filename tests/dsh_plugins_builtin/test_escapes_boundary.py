@@ -28,7 +28,6 @@ import trio
 
 from dsh_host import ConfigError, Host
 from dsh_plugins_builtin._sandbox._env import looks_secret
-from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import processes_with, wait_gone
@@ -920,31 +919,21 @@ def test_a_landlock_step_that_only_hides_makes_nothing(tmp_path: Path) -> None:
     assert gone.exists()
 
 
-async def test_the_documented_commit_recipe_lets_a_command_commit_and_nothing_more(
-    make_host: Any, ws: Path
-) -> None:
-    """docs/plugins/sandbox.md, "Letting the agent commit": objects, refs and the index are
-    writable; hooks, config and the submodules' repositories are not, and ``.git`` cannot be
-    renamed away and remade with a configuration of the command's own."""
+async def test_a_command_cannot_change_the_repository_at_all(make_host: Any, ws: Path) -> None:
+    """docs/plugins/sandbox.md, "Why the agent cannot commit": all of .git stays read-only
+    (a partial list would leave .git/commondir, which points git elsewhere, to be planted)."""
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / "a.txt").write_text("a\n")
-    config = (ws / ".git" / "config").read_text()
-    recipe = [".git/hooks", ".git/config", ".git/modules", ".claude", ".dsh", "dsh.toml"]
-    host = boundary_host(make_host, ws, "bwrap", protected=recipe)
+    before = sorted(p.name for p in (ws / ".git").iterdir())
+    host = boundary_host(make_host, ws, "bwrap")
     git = "git -c user.email=a@b.c -c user.name=agent"
-    result = await bash(host, f"{git} add a.txt && {git} commit -qm one && echo committed")
-    assert "committed" in result.text
-    await host.call(
+    result = await host.call(
         "bash",
         {
-            "command": "echo x > .git/hooks/pre-commit; echo '[core]' >> .git/config;"
-            " mkdir -p .git/modules/m/hooks; mv .git .git2; mkdir -p .claude/x"
+            "command": f"{git} add a.txt; {git} commit -qm one; echo /x > .git/commondir;"
+            " echo x > .git/hooks/pre-commit; mv .git .git2"
         },
     )
-    MOUNT_POINTS.settle()  # the empty mount point over the missing .git/modules is removed
-    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
-    assert (ws / ".git" / "config").read_text() == config
-    assert not (ws / ".git" / "modules").exists()
+    assert "Read-only file system" in result.text
+    assert sorted(p.name for p in (ws / ".git").iterdir()) == before
     assert not (ws / ".git2").exists()
-    log = subprocess.run(["git", "-C", str(ws), "log", "--oneline"], capture_output=True, text=True)
-    assert log.stdout.strip().endswith("one")
