@@ -8,6 +8,7 @@ otherwise than bash does, so the reader can refuse to trust the tree there (see 
 
 from __future__ import annotations
 
+import bisect
 import re
 
 import tree_sitter
@@ -20,6 +21,7 @@ __all__ = [
     "literal_value",
     "misread",
     "node_text",
+    "unread_substitution",
 ]
 
 _GLOB = re.compile(r"[*?\[]")
@@ -203,3 +205,63 @@ def globbed(node: tree_sitter.Node) -> bool:
     if node.type == "word":
         return bool(_GLOB.search(node_text(node).replace("\\\\", "").replace("\\*", "")))
     return any(globbed(child) for child in node.named_children if child.type == "word")
+
+
+_SUBSTITUTING = frozenset({"command_substitution", "process_substitution", "arithmetic_expansion"})
+_INERT_TEXT = frozenset({"raw_string", "ansi_c_string", "comment"})
+_OPENERS = re.compile(rb"\$\(|`")
+
+
+def unread_substitution(root: tree_sitter.Node, data: bytes) -> str | None:
+    """Why the line holds a ``$(`` or a backtick the grammar read as no substitution (bash runs
+    it: ``${x#$(cmd)}`` is a pattern to the grammar, a here-document body after a blank line is
+    text to it), or an escaped backtick inside backticks (bash runs it one level down).
+
+    Each one outside single quotes, ``$'...'``, comments and quoted here-documents must start
+    (or end) a substitution node; linear in the line."""
+    starts: set[int] = set()
+    inert: list[tuple[int, int]] = []
+    ticks: list[tuple[int, int]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind in _SUBSTITUTING:
+            starts.update((node.start_byte, node.end_byte - 1))
+            if data[node.start_byte : node.start_byte + 1] == b"`":
+                ticks.append((node.start_byte, node.end_byte))
+        elif kind in _INERT_TEXT:
+            inert.append((node.start_byte, node.end_byte))
+            continue
+        elif kind == "heredoc_redirect":
+            opener = next((c for c in node.children if c.type == "heredoc_start"), None)
+            if opener is not None and any(q in node_text(opener) for q in "'\"\\"):
+                inert += [
+                    (c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"
+                ]
+        stack.extend(node.children)
+    inert.sort()
+    for found in _OPENERS.finditer(data):
+        at = found.start()
+        tick = found.group() == b"`"
+        if (not tick and _escaped(data, at)) or _inside(at, inert):
+            continue
+        if tick and _escaped(data, at):
+            if any(start < at < end for start, end in ticks):
+                return "an escaped backtick inside backticks, which bash runs one level down"
+            continue
+        if at not in starts:
+            return "a command substitution the grammar does not read as one"
+    return None
+
+
+def _escaped(data: bytes, at: int) -> bool:
+    count = 0
+    while at - count - 1 >= 0 and data[at - count - 1] == 0x5C:
+        count += 1
+    return count % 2 == 1
+
+
+def _inside(at: int, ranges: list[tuple[int, int]]) -> bool:
+    i = bisect.bisect_right(ranges, (at, 1 << 62)) - 1
+    return i >= 0 and ranges[i][0] <= at < ranges[i][1]

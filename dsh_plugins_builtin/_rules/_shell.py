@@ -35,7 +35,14 @@ import attrs
 import tree_sitter
 import tree_sitter_bash
 
-from ._decode import blank_inside, globbed, literal_value, misread, node_text
+from ._decode import (
+    blank_inside,
+    globbed,
+    literal_value,
+    misread,
+    node_text,
+    unread_substitution,
+)
 from ._hidden import (
     hidden_assignment,
     hidden_in_command,
@@ -98,8 +105,13 @@ class ParsedCommand:
 
 
 class _Budget:
+    """What one line may cost its reading: syntax nodes, bytes of code parsed (each ``sh -c``
+    string once: a string met again in another spelling of its command is not read again)."""
+
     def __init__(self) -> None:
         self.nodes = MAX_NODES
+        self.bytes = 4 * MAX_COMMAND
+        self.read: dict[str, tuple[list[tuple[str, ...]], str | None]] = {}
 
 
 def _parser() -> tree_sitter.Parser:
@@ -154,7 +166,13 @@ def _spelled(
         elif depth >= MAX_DEPTH:
             why = why or "shell strings are nested too deeply"
         else:
-            _, inner, why_inner, _ = _walk(code, depth + 1, budget)
+            if code not in budget.read:
+                budget.bytes -= len(code)
+                if budget.bytes < 0:
+                    budget.read[code] = ([], "the command's shell strings are too large to read")
+                else:
+                    budget.read[code] = _walk(code, depth + 1, budget)[1:3]
+            inner, why_inner = budget.read[code]
             commands.extend(inner)
             why = why or why_inner
     return why
@@ -226,6 +244,8 @@ def _walk(
                 why = _spelled(spelling, depth, budget, commands)  # always: it adds commands
                 dynamic = dynamic or why
         stack.extend(node.children)
+    if dynamic is None:
+        dynamic = unread_substitution(root, data)
     return root, commands, dynamic, trailing
 
 

@@ -54,7 +54,12 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "chroot": (frozenset({"--userspec", "--groups"}), 1),
     "doas": (frozenset({"-u", "-C"}), 0),
 }
-WRAPPERS = frozenset(_WRAPPERS) | {"env", "xargs", "sudo", "watch"} | _SHELLS | _OTHER_SHELLS
+WRAPPERS = (
+    frozenset(_WRAPPERS)
+    | {"env", "xargs", "sudo", "watch", "flock", "tar"}
+    | _SHELLS
+    | _OTHER_SHELLS
+)
 """Programs that run (part of) their arguments as a command."""
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
@@ -122,6 +127,9 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     if head == "sudo":
         yield from _sudo_command(words)
         return
+    if head in ("flock", "tar"):
+        yield from (_flock_command if head == "flock" else _tar_commands)(words)
+        return
     if head == "watch":
         read = read_options(words, 1, WATCH)
         if read is None:
@@ -162,6 +170,53 @@ def _env_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         yield words[i:]
         if words[i].startswith("-"):  # env would fail to run it; the deny view reads on too
             yield from _env_command(("env", *words[i:]))
+
+
+def _code(value: str | None) -> tuple[str, ...]:
+    """A string a program hands to ``sh -c``, as a command (`DYNAMIC` when it is not known)."""
+    return ("sh", "-c", DYNAMIC if value is None else value)
+
+
+def _flock_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """``flock LOCK -c STRING`` runs the string through ``sh -c``; ``flock LOCK CMD ...``
+    runs the command."""
+    for i, word in enumerate(words[1:], 1):
+        name, eq, value = word.partition("=")
+        if word == "-c" or (
+            word.startswith("--") and len(name) > 3 and "--command".startswith(name)
+        ):
+            yield _code(value if eq else (words[i + 1] if i + 1 < len(words) else None))
+            return
+        if word.startswith("-c") and not word.startswith("--"):
+            yield _code(word[2:])
+            return
+    rest = [i for i, word in enumerate(words[1:], 1) if not word.startswith("-")]
+    if len(rest) > 1:  # the lock file, then the command
+        yield words[rest[1] :]
+
+
+_TAR_CODE = ("--checkpoint-action", "--to-command", "--use-compress-program", "--info-script",
+             "--new-volume-script")  # fmt: skip
+
+
+def _tar_commands(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The strings GNU tar runs through ``sh -c``: ``--to-command``, ``--checkpoint-action=exec=``,
+    ``-I``/``--use-compress-program``, ``-F``/``--info-script`` (any unambiguous abbreviation;
+    ``-I`` and ``-F`` also in a cluster)."""
+    for i, word in enumerate(words[1:], 1):
+        following = words[i + 1] if i + 1 < len(words) else None
+        name, eq, value = word.partition("=")
+        if word.startswith("--") and len(name) > 5 and any(c.startswith(name) for c in _TAR_CODE):
+            value = value if eq else following or ""
+            if "--checkpoint-action".startswith(name):
+                if not value.startswith("exec"):
+                    continue
+                value = value.partition("=")[2]
+            yield _code(value)
+        elif word.startswith("-") and not word.startswith("--"):
+            at = min((word.find(c) for c in "IF" if c in word), default=-1)
+            if at > 0:
+                yield _code(word[at + 1 :] or following)
 
 
 def _sudo_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
@@ -239,14 +294,16 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         if applet not in _SHELLS:
             return None, False
         i = 2
+    if any(_startup_file(word) for word in words[i:]):
+        return None, True  # it reads a startup file (stdin, say) before any -c code
     command_flag = False
     while i < len(words) and words[i].startswith(("-", "+")) and words[i] not in ("-", "--"):
         flag = words[i]
-        if flag in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+        if flag.startswith("--"):
             i += 1
-        elif not flag.startswith("--") and "c" in flag[1:]:
-            command_flag = True
-        i += 1
+            continue
+        command_flag = command_flag or (flag[0] == "-" and "c" in flag[1:])
+        i += 1 + sum(letter in "oO" for letter in flag[1:])  # -o NAME, -O NAME, also in -co
     if i < len(words) and words[i] in ("-", "--"):  # bash and dash read a lone - as --
         i += 1
     if command_flag:
@@ -255,6 +312,20 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         return words[i], False
     # no -c: the shell reads its commands from stdin (or a script file): unseen code
     return None, True
+
+
+def _runs_a_shell(words: tuple[str, ...], i: int) -> bool:
+    if posixpath.basename(words[i]) not in _SHELLS | _OTHER_SHELLS:
+        return False
+    return any(w[:1] == "-" and w[1:2] != "-" and "c" in w[1:] for w in words[i + 1 :])
+
+
+def _startup_file(word: str) -> bool:
+    """Whether a shell's option *word* makes it read code from a file before its ``-c``:
+    ``--rcfile``, ``--init-file``, or ``-i`` (an interactive shell reads ``~/.bashrc``)."""
+    if word.startswith("--"):
+        return word.split("=", 1)[0] in ("--rcfile", "--init-file", "--interactive")
+    return word.startswith("-") and "i" in word[1:]
 
 
 def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
@@ -271,6 +342,9 @@ def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         if base and base != current[0]:
             queue.append((base, *current[1:]))
         queue.extend(unwrap(current))
+        # a shell with -c among the arguments of a program no table knows (``taskset 1 sh -c``,
+        # ``strace -f sh -c``): read as run from there
+        queue.extend(current[i:] for i in range(1, len(current)) if _runs_a_shell(current, i))
 
 
 def glued(word: str) -> list[tuple[str, ...]]:

@@ -425,3 +425,62 @@ async def test_deny_rules_hold_against_round_three(tmp_path, command):
     rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
     assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
     assert (ws / "victim").exists()
+
+
+# -- round four: a third review -------------------------------------------------------------
+
+HIDDEN_4 = [
+    # substitutions the grammar reads as text (a pattern, a here-document after a blank line)
+    "cat <<EOF\n $(rm -f victim)\nEOF",
+    "cat <<EOF\n`rm -f victim`\nEOF",
+    "echo ${PWD#$(rm -f victim)}",
+    "echo `echo \\`rm -f victim\\``",
+    # -o / -O take a value inside a cluster: the code is the next word
+    "bash -co posix 'true; rm -f victim'",
+    "bash -Oc extglob 'true; rm -f victim'",
+    # a startup file read before -c
+    "bash --rcfile /dev/stdin -ic true <<< 'rm -f victim'",
+    # sh -c behind programs no table knows, and programs that run a string through sh -c
+    "taskset 1 sh -c 'true; rm -f victim'",
+    "strace -f -o /dev/null sh -c 'true; rm -f victim'",
+    "flock lk -c 'true; rm -f victim'",
+    "flock lk -c 'r\"\"m -f victim'",
+    "tar -cf /dev/null --checkpoint=1 --checkpoint-action=exec='true;rm -f victim' .",
+    "echo 'true;rm -f victim' | xargs -0 flock l -c",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_4)
+async def test_deny_rules_hold_against_round_four(tmp_path, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "victim").write_text("x")
+    rules = {"allow": ["bash"], "deny": ["bash(rm:*)"], "default": "allow"}
+    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
+    assert (ws / "victim").exists()
+
+
+def test_nested_shell_strings_are_read_once_within_a_budget():
+    """A 60 KB line wrapped in five xargs and sh -c, four times over, took 19 s and 250 MB: each
+    string was read again for every spelling of its command. Not a timed test: the budget is
+    counted in bytes read, which the line cannot exceed."""
+    import shlex
+
+    from dsh_plugins_builtin._rules import _shell
+
+    line = "echo " + "a" * 60_000
+    for _ in range(4):
+        line = "xargs xargs xargs xargs xargs /bin/sh -c " + shlex.quote(line)
+    read: list[int] = []
+    real = _shell._walk
+
+    def counting(source, depth, budget):
+        read.append(len(source))
+        return real(source, depth, budget)
+
+    _shell._walk = counting
+    try:
+        _shell._parse(line)
+    finally:
+        _shell._walk = real
+    assert sum(read) <= 5 * len(line)
