@@ -83,6 +83,21 @@ def _variable(word: str, *, plain: bool = False) -> str | None:
     return f"the variable {name}, which may name where a program reads configuration or code"
 
 
+def _make_reads_the_line(word: str, following: str) -> bool:
+    """``make --eval=TEXT`` / ``-E TEXT``, and ``-f -`` / ``--file=/dev/stdin``: code given
+    on the line (or stdin) rather than in a makefile."""
+    name, eq, value = word.partition("=")
+    if name.startswith("--ev") or (word.startswith("-E") and not word.startswith("--")):
+        return True
+    if word.startswith("-f") and not word.startswith("--"):
+        value = word[2:] or following
+    elif name in ("--file", "--makefile"):
+        value = value if eq else following
+    else:
+        return False
+    return value in ("-", "/dev/stdin") or value.startswith(("/dev/fd/", "/proc/"))
+
+
 def hidden_assignment(text: str, *, plain: bool) -> str | None:
     """Why an assignment outside a command's prefix (``NAME=value`` alone: *plain*; or an
     ``export`` / ``readonly`` argument) may change what a later program runs."""
@@ -126,6 +141,9 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
                 return why
     if head == "git":
         return _git_runs(words)
+    following = (*words[1:], "")
+    if head == "make" and any(map(_make_reads_the_line, words, following)):
+        return "make --eval or a makefile from stdin, which runs code written on the line"
     if head in ("mapfile", "readarray"):  # the array it fills: element 0 is the variable
         for word in words[1:]:
             why = _variable(word + "=", plain=True) if _NAME.fullmatch(word) else None
@@ -308,8 +326,12 @@ def wrapped_write(words: Sequence[str]) -> str | None:
 # pytest (run as pytest, py.test or python -m pytest) options that write or delete a path:
 # --basetemp=DIR deletes DIR first; the rest write (over) a file or a directory.
 _RUNNER_WRITES = frozenset(
-    {"--basetemp", "--junitxml", "--junit-xml", "--result-log", "--rootdir", "--debug"}
-)
+    {"--basetemp", "--junitxml", "--junit-xml", "--result-log", "--rootdir", "--debug",
+     "--log-file", "--report-log", "--resultlog"}
+)  # fmt: skip
+_INI_WRITES = frozenset(
+    {"cache_dir", "log_file"}
+)  # ini keys (-o KEY=PATH) that name a path written
 _PYTHON = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
 _GIT_OUTPUT = ("--output", "--output-directory")
 
@@ -354,19 +376,30 @@ def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         word = rest[i]
         name, eq, value = word.partition("=")
         ini: str | None = None
-        if name in _RUNNER_WRITES and (eq or name != "--debug"):
+        if name in _RUNNER_WRITES:
+            # --debug's value is optional: the next word is it unless it is an option
+            if not eq and i + 1 < len(rest) and not (name == "--debug" and rest[i + 1][:1] == "-"):
+                i += 1
+                value = rest[i]
+            if eq or value or name != "--debug":
+                out.append((name, value))
+        elif name in ("-c", "--config-file"):  # the cache goes beside the file it names
             if not eq and i + 1 < len(rest):
                 i += 1
                 value = rest[i]
-            out.append((name, value))
+            out.append((name, posixpath.join(posixpath.dirname(value), ".pytest_cache")))
         elif word in ("-o", "--override-ini") and i + 1 < len(rest):
             i += 1
             ini = rest[i]
         elif word.startswith("-o") and not word.startswith("--"):
-            ini = word[2:]
+            ini = word[2:].removeprefix("=")
         elif name == "--override-ini" and eq:
             ini = value
-        if ini is not None and ini.partition("=")[0].strip() == "cache_dir":
-            out.append(("-o cache_dir", ini.partition("=")[2]))
+        if ini is not None:
+            key, _, path = ini.partition("=")
+            if key.strip() in _INI_WRITES:
+                out.append((f"-o {key.strip()}", path))
+            elif key.strip() == "addopts":  # options no rule reads: as if any path were written
+                out.append(("-o addopts", "/"))
         i += 1
     return out

@@ -484,3 +484,23 @@ def test_nested_shell_strings_are_read_once_within_a_budget():
     finally:
         _shell._walk = real
     assert sum(read) <= 5 * len(line)
+
+
+ALLOW_BYPASSES_4 = [
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest -o addopts=--junitxml=pwned"),
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest --log-file=pwned"),
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest --debug pwned"),
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest -o=cache_dir=pwned"),
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest -o log_file=pwned"),
+    (["bash(make:*)"], "make --eval='$(shell touch pwned)'"),
+    (["bash(echo:*)", "bash(make:*)"], "echo 'all: ; touch pwned' | make -f -"),
+]
+
+
+@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_4)
+async def test_runner_options_that_write_or_run_the_line_are_not_allowed(tmp_path, allow, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
+    assert outcome == "asked"
+    assert not (ws / "pwned").exists()
