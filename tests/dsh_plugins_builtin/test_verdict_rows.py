@@ -275,8 +275,8 @@ def test_row7_xargs_appends_stdin_words_no_rule_saw(tmp_path: Path, line: str) -
 
 
 @pytest.mark.parametrize(
-    "line", ["flock lockfile rm v", "taskset 1 rm v", "chrt -o 0 rm v", "setpriv rm v"]
-)
+    "line", ["prlimit rm v", "taskset 1 rm v", "chrt -o 0 rm v", "setpriv rm v"]
+)  # (flock is read as a wrapper now: `flock lockfile rm v` is denied outright)
 def test_row5_a_program_no_wrapper_table_knows_still_turns_a_deny_rule_into_an_ask(
     tmp_path: Path, line: str
 ) -> None:
