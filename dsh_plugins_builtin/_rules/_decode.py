@@ -209,7 +209,7 @@ def globbed(node: tree_sitter.Node) -> bool:
 
 _SUBSTITUTING = frozenset({"command_substitution", "process_substitution", "arithmetic_expansion"})
 _INERT_TEXT = frozenset({"raw_string", "ansi_c_string", "comment"})
-_OPENERS = re.compile(rb"\$\(|`")
+_OPENERS = re.compile(rb"\$\(|[<>]\(|`")
 
 
 def unread_substitution(root: tree_sitter.Node, data: bytes) -> str | None:
@@ -222,15 +222,18 @@ def unread_substitution(root: tree_sitter.Node, data: bytes) -> str | None:
     starts: set[int] = set()
     inert: list[tuple[int, int]] = []
     ticks: list[tuple[int, int]] = []
-    stack = [root]
+    if b"$\\\n" in data:  # bash joins "$\<newline>(" into "$(" (in double quotes too)
+        return "a line continuation right after $, which bash joins to what follows"
+    stack: list[tuple[tree_sitter.Node, bool]] = [(root, False)]
     while stack:
-        node = stack.pop()
+        node, quoted = stack.pop()
         kind = node.type
         if kind in _SUBSTITUTING:
             starts.update((node.start_byte, node.end_byte - 1))
             if data[node.start_byte : node.start_byte + 1] == b"`":
                 ticks.append((node.start_byte, node.end_byte))
-        elif kind in _INERT_TEXT:
+        elif kind in _INERT_TEXT and not quoted:
+            # ('...' inside "${x:+...}" is no quoting to bash: what it holds is expanded)
             inert.append((node.start_byte, node.end_byte))
             continue
         elif kind == "heredoc_redirect":
@@ -239,7 +242,8 @@ def unread_substitution(root: tree_sitter.Node, data: bytes) -> str | None:
                 inert += [
                     (c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"
                 ]
-        stack.extend(node.children)
+        inside = quoted or kind in ("string", "expansion")
+        stack.extend((child, inside) for child in node.children)
     inert.sort()
     for found in _OPENERS.finditer(data):
         at = found.start()

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from ._options import ENV, SUDO, XARGS, read_options
-from ._wrappers import strip_git_globals
+from ._wrappers import git_globals, strip_git_globals
 
 __all__ = [
     "hidden_assignment",
@@ -84,18 +84,22 @@ def _variable(word: str, *, plain: bool = False) -> str | None:
 
 
 def _make_reads_the_line(word: str, following: str) -> bool:
-    """``make --eval=TEXT`` / ``-E TEXT``, and ``-f -`` / ``--file=/dev/stdin``: code given
-    on the line (or stdin) rather than in a makefile."""
+    """``make --eval=TEXT`` / ``-E TEXT`` (also in a cluster), ``-f -`` / ``--file=/dev/stdin``
+    (code on the line or stdin rather than in a makefile), and a variable defined on the line
+    that runs or expands code at once (``X!=cmd``, ``X:=$(shell cmd)``)."""
     name, eq, value = word.partition("=")
-    if name.startswith("--ev") or (word.startswith("-E") and not word.startswith("--")):
+    short = word.startswith("-") and not word.startswith("--")
+    if name.startswith("--ev") or (short and "E" in word[1:]):
         return True
-    if word.startswith("-f") and not word.startswith("--"):
-        value = word[2:] or following
+    if short and "f" in word[1:]:
+        value = word[word.index("f", 1) + 1 :] or following
     elif name in ("--file", "--makefile"):
         value = value if eq else following
+    elif not word.startswith("-") and eq:
+        return "$" in value or name.endswith(("!", ":"))
     else:
         return False
-    return value in ("-", "/dev/stdin") or value.startswith(("/dev/fd/", "/proc/"))
+    return value in ("-", "/dev/stdin") or value.startswith(("/dev/", "/proc/"))
 
 
 def hidden_assignment(text: str, *, plain: bool) -> str | None:
@@ -142,8 +146,13 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
     if head == "git":
         return _git_runs(words)
     following = (*words[1:], "")
-    if head == "make" and any(map(_make_reads_the_line, words, following)):
-        return "make --eval or a makefile from stdin, which runs code written on the line"
+    if head == "make" and any(map(_make_reads_the_line, words[1:], following[1:])):
+        return "make --eval, a makefile from stdin or a variable that runs code at once"
+    if head == "make":  # NAME=value overrides the makefile's (CC, SHELL ...): as a prefix would
+        for word in words[1:]:
+            why = None if word.startswith("-") else _variable(word)
+            if why is not None:
+                return why
     if head in ("mapfile", "readarray"):  # the array it fills: element 0 is the variable
         for word in words[1:]:
             why = _variable(word + "=", plain=True) if _NAME.fullmatch(word) else None
@@ -179,8 +188,10 @@ _GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "clone": ("-u", "--upload-pack", "-c", "--config", "--template"),
     "init": ("--template",),
     "fetch": ("--upload-pack",),
+    "fetch-pack": ("--exec", "--upload-pack"),
+    "send-pack": ("--receive-pack", "--exec"),
     "pull": ("--upload-pack",),
-    "ls-remote": ("--upload-pack",),
+    "ls-remote": ("--upload-pack", "--exec"),
     "archive": ("--exec",),
     "push": ("--receive-pack", "--exec"),
     "rebase": ("-x", "--exec"),
@@ -190,22 +201,21 @@ _GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "instaweb": ("-d", "--httpd", "-b", "--browser"),
     "web--browse": ("-b", "--browser", "-t", "--tool"),
 }
-_GIT_PROGRAM_SUBCOMMANDS = frozenset({"filter-branch", "submodule foreach", "bisect run"})
+_GIT_PROGRAM_SUBCOMMANDS = {"filter-branch": "", "submodule": "foreach", "bisect": "run"}
 
 
 def _git_runs(words: Sequence[str]) -> str | None:
     """Why this ``git`` line runs a program of its own naming (``None``: it does not)."""
-    i = 1
-    while i < len(words) and words[i].startswith("-") and words[i] != "--":
-        if words[i].split("=", 1)[0] in _GIT_CONFIG:
-            return f"git {words[i].split('=', 1)[0]}, whose configuration can name a program"
-        i += 1
-    rest = list(words[i:])
+    for word in git_globals(words):  # (the values of -C, --namespace ... skipped)
+        if word.split("=", 1)[0] in _GIT_CONFIG:
+            return f"git {word.split('=', 1)[0]}, whose configuration can name a program"
+    rest = list((strip_git_globals(words) or ("git",))[1:])
     if not rest:
         return None
     sub = rest[0]
-    if sub in _GIT_PROGRAM_SUBCOMMANDS or " ".join(rest[:2]) in _GIT_PROGRAM_SUBCOMMANDS:
-        return f"git {' '.join(rest[:2])}, which runs a command it is given"
+    runs = _GIT_PROGRAM_SUBCOMMANDS.get(sub)
+    if runs is not None and (not runs or runs in rest[1:]):  # (submodule --quiet foreach)
+        return f"git {sub} {runs}, which runs a command it is given"
     for option in _GIT_PROGRAM_OPTIONS.get(sub, ()):
         for word in rest[1:]:
             if word == "--":
@@ -391,8 +401,14 @@ def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         elif word in ("-o", "--override-ini") and i + 1 < len(rest):
             i += 1
             ini = rest[i]
-        elif word.startswith("-o") and not word.startswith("--"):
-            ini = word[2:].removeprefix("=")
+        elif word.startswith("-") and not word.startswith("--") and ("o" in word or "c" in word):
+            at = min(word.find(c) for c in "oc" if c in word)  # -qo KEY=V, -qc FILE
+            value = word[at + 1 :].removeprefix("=") or (rest[i + 1] if i + 1 < len(rest) else "")
+            i += 0 if word[at + 1 :] else 1
+            if word[at] == "o":
+                ini = value
+            else:
+                out.append(("-c", posixpath.join(posixpath.dirname(value), ".pytest_cache")))
         elif name == "--override-ini" and eq:
             ini = value
         if ini is not None:

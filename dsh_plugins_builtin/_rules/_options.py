@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["ENV", "SUDO", "WATCH", "XARGS", "Spec", "read_options"]
+__all__ = ["ENV", "FLOCK", "SUDO", "WATCH", "XARGS", "Spec", "read_options"]
 
 
 @attrs.frozen
@@ -107,6 +107,20 @@ SUDO: Final = _spec(
     },
 )  # fmt: skip
 """``sudo``."""
+
+FLOCK: Final = _spec(
+    "sexnoFuh",
+    "wEc",
+    "",
+    {
+        "shared": ("-s", False), "exclusive": ("-x", False), "unlock": ("-u", False),
+        "nonblock": ("-n", False), "nb": ("-n", False), "timeout": ("-w", True),
+        "wait": ("-w", True), "close": ("-o", False), "conflict-exit-code": ("-E", True),
+        "no-fork": ("-F", False), "verbose": ("--verbose", False), "command": ("-c", True),
+        "help": ("-h", False), "version": ("--version", False),
+    },
+)  # fmt: skip
+"""util-linux ``flock``."""
 
 Options = list[tuple[str, str | None]]
 

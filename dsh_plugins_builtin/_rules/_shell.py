@@ -157,6 +157,8 @@ def _spelled(
         why = why or f"{head} runs code only known at run time"
     elif spelling[0] == DYNAMIC:
         why = why or "a wrapped command word is only known at run time"
+    elif spelling[0].startswith(("/proc/", "/dev/")):
+        why = why or f"the program {spelling[0][:40]!r}, which may be any program (bash itself)"
     code, unseen = shell_string(spelling)
     if unseen and head not in _DYNAMIC_WORDS:
         why = why or f"{head} reads commands that are not on the line"

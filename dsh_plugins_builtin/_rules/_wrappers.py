@@ -12,7 +12,7 @@ import posixpath
 import re
 from collections.abc import Iterator, Sequence
 
-from ._options import ENV, SUDO, WATCH, XARGS, read_options
+from ._options import ENV, FLOCK, SUDO, WATCH, XARGS, read_options
 
 __all__ = [
     "DYNAMIC",
@@ -178,35 +178,42 @@ def _code(value: str | None) -> tuple[str, ...]:
 
 
 def _flock_command(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    """``flock LOCK -c STRING`` runs the string through ``sh -c``; ``flock LOCK CMD ...``
-    runs the command."""
-    for i, word in enumerate(words[1:], 1):
-        name, eq, value = word.partition("=")
-        if word == "-c" or (
-            word.startswith("--") and len(name) > 3 and "--command".startswith(name)
-        ):
-            yield _code(value if eq else (words[i + 1] if i + 1 < len(words) else None))
-            return
-        if word.startswith("-c") and not word.startswith("--"):
-            yield _code(word[2:])
-            return
-    rest = [i for i, word in enumerate(words[1:], 1) if not word.startswith("-")]
-    if len(rest) > 1:  # the lock file, then the command
-        yield words[rest[1] :]
+    """``flock [OPTIONS] LOCK -c STRING`` runs the string through ``sh -c``; ``flock [OPTIONS]
+    LOCK CMD ...`` runs the command (options read as getopt reads them: ``-E 1``, ``-w 5``)."""
+    read = read_options(words, 1, FLOCK)
+    if read is None:
+        yield (DYNAMIC,)
+        return
+    options, i = read
+    code = [value for name, value in options if name == "-c"]
+    after = read_options(words, i + 1, FLOCK) if i + 1 < len(words) else None
+    if after is not None and after[0]:  # options after the lock file: -c STRING there
+        code += [value for name, value in after[0] if name == "-c"]
+        i = after[1] - 1
+    if code:
+        yield _code(code[0])
+    elif i + 1 < len(words):  # the lock file, then the command
+        yield words[i + 1 :]
 
 
 _TAR_CODE = ("--checkpoint-action", "--to-command", "--use-compress-program", "--info-script",
-             "--new-volume-script")  # fmt: skip
+             "--new-volume-script", "--rsh-command")  # fmt: skip
+_TAR_VALUES = "bfgCHIKLNTVXF"  # old-style letters (``tar cIf PROG FILE``) that take the next word
 
 
 def _tar_commands(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """The strings GNU tar runs through ``sh -c``: ``--to-command``, ``--checkpoint-action=exec=``,
-    ``-I``/``--use-compress-program``, ``-F``/``--info-script`` (any unambiguous abbreviation;
-    ``-I`` and ``-F`` also in a cluster)."""
+    ``-I``/``--use-compress-program``, ``-F``/``--info-script``, ``--rsh-command`` (any
+    unambiguous abbreviation; ``-I`` and ``-F`` also in a cluster, and old-style ``cIf``)."""
+    if len(words) > 1 and not words[1].startswith("-"):  # old style: letters, values after
+        taking = [letter for letter in words[1] if letter in _TAR_VALUES]
+        for k, letter in enumerate(taking):
+            if letter in "IF":
+                yield _code(words[2 + k] if 2 + k < len(words) else None)
     for i, word in enumerate(words[1:], 1):
         following = words[i + 1] if i + 1 < len(words) else None
         name, eq, value = word.partition("=")
-        if word.startswith("--") and len(name) > 5 and any(c.startswith(name) for c in _TAR_CODE):
+        if word.startswith("--") and len(name) > 3 and any(c.startswith(name) for c in _TAR_CODE):
             value = value if eq else following or ""
             if "--checkpoint-action".startswith(name):
                 if not value.startswith("exec"):

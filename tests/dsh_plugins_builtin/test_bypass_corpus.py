@@ -504,3 +504,54 @@ async def test_runner_options_that_write_or_run_the_line_are_not_allowed(tmp_pat
     outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
     assert outcome == "asked"
     assert not (ws / "pwned").exists()
+
+
+# -- round five: a fourth review ------------------------------------------------------------
+
+ALLOW_BYPASSES_5 = [
+    (["bash(make:*)"], "make 'X!=touch pwned'"),
+    (["bash(make:*)"], "make 'X:=$(shell touch pwned)'"),
+    (["bash(make:*)"], "make -sE '$(shell touch pwned)'"),
+    (["bash(printf:*)", "bash(make:*)"], "printf 'all:\\n\\ttouch pwned\\n' | make -sf -"),
+    (["bash(make:*)"], "make CC='touch pwned'"),
+    (["bash(tar:*)"], "tar cIf 'sh -c \"touch pwned\"' b.tar hello"),
+    (["bash(tar:*)"], "tar --use='sh -c \"touch pwned\"' -cf c.tar hello"),
+    (["bash(tar:*)"], "tar --rsh-command=/usr/bin/touch -cf localhost:pwned hello"),
+    (["bash(flock:*)", "bash(ls:*)"], "flock -E 1 ls touch pwned"),
+    (["bash(python3 -m pytest:*)"], "python3 -m pytest -qo addopts=--junitxml=pwned"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_5)
+async def test_allow_rules_hold_against_round_five(tmp_path, allow, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hello").write_text("hello\n")
+    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
+    assert outcome == "asked"
+    assert not (ws / "pwned").exists()
+
+
+HIDDEN_5 = [
+    "git --namespace x -c alias.y='!true;rm -f victim' y",
+    "git --namespace x grep -O'rm -f victim' -e foo",
+    "git fetch-pack --exec='true;rm -f victim' .",
+    "git send-pack --receive-pack='true;rm -f victim' . HEAD",
+    "git submodule --quiet foreach 'true;rm -f victim'",
+    "x=abc; echo ${x#<(rm -f victim)}; sleep 0",
+    'echo "$\\\n(rm -f victim)"',
+    "x=1; echo \"${x:+'$(rm -f victim)'}\"",
+    "echo \"${x-'`rm -f victim`'}\"",
+    "/proc/self/exe -c 'true;rm -f victim'",
+    "tar cIf 'sh -c \"true;rm -f victim\"' b.tar victim",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_5)
+async def test_deny_rules_hold_against_round_five(tmp_path, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "victim").write_text("x")
+    rules = {"allow": ["bash"], "deny": ["bash(rm:*)"], "default": "allow"}
+    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
+    assert (ws / "victim").exists()
