@@ -285,20 +285,8 @@ class ApprovalPlugin:
         if fingerprint in self._remembered:  # answered while this one waited for its turn
             out.write(f"dsh: tool {printable(request.tool)!r} allowed for this run (remembered)\n")
             return ApprovalOutcome.ALLOWED_ONCE
-        lines = [f"dsh: tool {printable(request.tool)!r} asks for approval"]
-        if request.reason:
-            asker = f" ({printable(request.asked_by)})" if request.asked_by else ""
-            lines.append(f"  reason{asker}: {printable(request.reason)}")
-        width = self._width or shutil.get_terminal_size((100, 24)).columns
-        shown = arguments_lines(request.arguments, width)
-        lines.append("  arguments:")
+        lines, shown = self._card(request)
         full = len(shown) <= SCREEN_LINES
-        if full:
-            lines.extend(shown)
-        else:
-            lines.extend(shown[:SCREEN_LINES])
-            rest = sum(len(line) for line in shown[SCREEN_LINES:])
-            lines.append(f"  … {rest} more characters, press v to view all")
         # "always" writes a rule to the config file: offered only when there is one to write
         # to and a rule narrower than the whole tool (else it could only be refused)
         rules = _narrowest(request) if self._source is not None else None
@@ -339,6 +327,21 @@ class ApprovalPlugin:
             if isinstance(answer, ApprovalOutcome):
                 return answer
             out.write(f"  please answer {letters}\n")
+
+    def _card(self, request: ApprovalRequest) -> tuple[list[str], list[str]]:
+        """The lines shown before the question (the arguments cut at a screen), and all of
+        the arguments' lines (``v`` shows them)."""
+        lines = [f"dsh: tool {printable(request.tool)!r} asks for approval"]
+        if request.reason:
+            asker = f" ({printable(request.asked_by)})" if request.asked_by else ""
+            lines.append(f"  reason{asker}: {printable(request.reason)}")
+        width = self._width or shutil.get_terminal_size((100, 24)).columns
+        shown = arguments_lines(request.arguments, width)
+        lines += ["  arguments:", *shown[:SCREEN_LINES]]
+        if len(shown) > SCREEN_LINES:
+            rest = sum(len(line) for line in shown[SCREEN_LINES:])
+            lines.append(f"  … {rest} more characters, press v to view all")
+        return lines, shown
 
     def _always(self, rules: tuple[str, ...], out: TextSink) -> bool:
         """Write *rules* to the config file; say what was done, or why not (then ``False``)."""

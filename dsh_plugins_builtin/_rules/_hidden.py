@@ -15,8 +15,9 @@ import posixpath
 import re
 from collections.abc import Sequence
 
+from ._git import GIT_PROGRAM_OPTIONS, GIT_WRITING, git_runs, git_writes
 from ._options import ENV, SUDO, XARGS, read_options
-from ._wrappers import git_globals, strip_git_globals
+from ._wrappers import strip_git_globals
 
 __all__ = [
     "hidden_assignment",
@@ -49,7 +50,6 @@ _SAFE_VARIABLES = frozenset(
 )  # fmt: skip
 # Lower-case names programs read from the environment (a plain ``x=1`` sets a shell variable).
 _LOWER_ENVIRONMENT = re.compile(r"(?i:npm_config_.*|(?:http|https|ftp|all|no)_proxy)")
-_GIT_CONFIG = frozenset({"-c", "--config-env", "--exec-path"})
 _PROGRAM_VARIABLES = frozenset(
     {"PAGER", "EDITOR", "VISUAL", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV",
      "ENV", "PROMPT_COMMAND", "PS4", "SHELLOPTS", "BASHOPTS", "SSH_ASKPASS", "LESSOPEN",
@@ -144,7 +144,7 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
             if why is not None:
                 return why
     if head == "git":
-        return _git_runs(words)
+        return git_runs(words)
     following = (*words[1:], "")
     if head == "make" and any(map(_make_reads_the_line, words[1:], following[1:])):
         return "make --eval, a makefile from stdin or a variable that runs code at once"
@@ -166,10 +166,6 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
     return None
 
 
-_GIT_WRITING = frozenset({"log", "diff", "show", "format-patch", "archive", "range-diff",
-                          "whatchanged", "shortlog", "bundle"})  # fmt: skip
-
-
 def options_matter(words: Sequence[str]) -> bool:
     """Whether options appended to *words* (by ``xargs``, from stdin) could make it run a
     program or write a file the rules check only when they are on the line (git's, a test
@@ -177,58 +173,8 @@ def options_matter(words: Sequence[str]) -> bool:
     head = posixpath.basename(words[0]) if words else ""
     if head == "git":
         sub = (strip_git_globals(words) or ("git",))[1:2]
-        return not sub or sub[0] in _GIT_PROGRAM_OPTIONS or sub[0] in _GIT_WRITING
+        return not sub or sub[0] in GIT_PROGRAM_OPTIONS or sub[0] in GIT_WRITING
     return bool(runner_writes([*words, "--basetemp=x"]))
-
-
-# git's subcommands and options that run a program named on the line (any abbreviation of a
-# long option; a short one alone or in a cluster, as git's parse-options reads them)
-_GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "grep": ("-O", "--open-files-in-pager"),
-    "clone": ("-u", "--upload-pack", "-c", "--config", "--template"),
-    "init": ("--template",),
-    "fetch": ("--upload-pack",),
-    "fetch-pack": ("--exec", "--upload-pack"),
-    "send-pack": ("--receive-pack", "--exec"),
-    "pull": ("--upload-pack",),
-    "ls-remote": ("--upload-pack", "--exec"),
-    "archive": ("--exec",),
-    "push": ("--receive-pack", "--exec"),
-    "rebase": ("-x", "--exec"),
-    "difftool": ("-x", "--extcmd", "-t", "--tool"),
-    "mergetool": ("-t", "--tool"),
-    "send-email": ("--smtp-server", "--sendmail-cmd", "--to-cmd", "--cc-cmd"),
-    "instaweb": ("-d", "--httpd", "-b", "--browser"),
-    "web--browse": ("-b", "--browser", "-t", "--tool"),
-}
-_GIT_PROGRAM_SUBCOMMANDS = {"filter-branch": "", "submodule": "foreach", "bisect": "run"}
-
-
-def _git_runs(words: Sequence[str]) -> str | None:
-    """Why this ``git`` line runs a program of its own naming (``None``: it does not)."""
-    for word in git_globals(words):  # (the values of -C, --namespace ... skipped)
-        if word.split("=", 1)[0] in _GIT_CONFIG:
-            return f"git {word.split('=', 1)[0]}, whose configuration can name a program"
-    rest = list((strip_git_globals(words) or ("git",))[1:])
-    if not rest:
-        return None
-    sub = rest[0]
-    runs = _GIT_PROGRAM_SUBCOMMANDS.get(sub)
-    if runs is not None and (not runs or runs in rest[1:]):  # (submodule --quiet foreach)
-        return f"git {sub} {runs}, which runs a command it is given"
-    for option in _GIT_PROGRAM_OPTIONS.get(sub, ()):
-        for word in rest[1:]:
-            if word == "--":
-                break
-            long = word.startswith("--") and len(word) > 3
-            if (option.startswith("--") and long and option.startswith(word.split("=", 1)[0])) or (
-                not option.startswith("--")
-                and word.startswith("-")
-                and not word.startswith("--")
-                and option[1] in word[1:]
-            ):
-                return f"git {sub} {option}, which runs a program it is given"
-    return None
 
 
 # Where bash evaluates text as arithmetic, a subscript runs any command substitution in it:
@@ -343,28 +289,6 @@ _INI_WRITES = frozenset(
     {"cache_dir", "log_file"}
 )  # ini keys (-o KEY=PATH) that name a path written
 _PYTHON = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
-_GIT_OUTPUT = ("--output", "--output-directory")
-
-
-def _git_writes(words: Sequence[str]) -> list[tuple[str, str]]:
-    """The files git's ``--output`` (any abbreviation; ``--output-directory``) and, for
-    ``format-patch`` and ``archive``, ``-o`` make it write: (option, path) pairs."""
-    rest = list((strip_git_globals(words) or ())[1:])
-    sub, out, i = (rest[0] if rest else ""), [], 1
-    while i < len(rest) and rest[i] != "--":
-        word = rest[i]
-        name, eq, value = word.partition("=")
-        short = sub in ("format-patch", "archive") and word.startswith("-o") and word[1:2] != "-"
-        long = len(name) > 3 and any(o.startswith(name) for o in _GIT_OUTPUT)
-        if short or long:
-            if short:
-                value = word[2:]
-            if not (value if short else eq) and i + 1 < len(rest):
-                i += 1
-                value = rest[i]
-            out.append((f"git {sub} {name if long else '-o'}", value))
-        i += 1
-    return out
 
 
 def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
@@ -372,7 +296,7 @@ def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
     git's ``--output`` files."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "git":
-        return _git_writes(words)
+        return git_writes(words)
     rest = list(words[1:])
     if _PYTHON.fullmatch(head):
         if rest[:2] != ["-m", "pytest"]:

@@ -178,8 +178,7 @@ def build_policy(
     Args:
         config: The plugin configuration.
         workspace: ``[host] workspace`` (made absolute here).
-        config_file: The config file the host was started with, if any (it is protected when
-            it lies in a writable root).
+        config_file: The host's config file, if any (protected when in a writable root).
         install: `install_paths` (protected in a writable root), unless ``protect_install``
             is off.
         tmp: The private tmp directory the plugin made (``private_tmp``); without one, a
@@ -201,8 +200,7 @@ def build_policy(
     writable = _writable(config, ws, tmp)
     read_roots = tuple(_root(r, ws) for r in config.read_roots)
     denied, globs = _deny(config, ws, (ws, *writable, *read_roots))
-    own = expand_deny(map(str, hidden), defaults=False, keep=(ws, *writable, *read_roots))[0]
-    own = tuple(path for path in own if path not in denied)
+    own = _own_state(hidden, denied, (ws, *writable, *read_roots))
     denied += own
     return pin_roots(
         SandboxPolicy(
@@ -224,6 +222,14 @@ def build_policy(
             config_files=_config_files(config, ws, writable, files),
         )
     )
+
+
+def _own_state(
+    hidden: Iterable[Path], denied: tuple[Path, ...], roots: tuple[Path, ...]
+) -> tuple[Path, ...]:
+    """dsh's own state (`dsh_state`) that ``deny_read`` does not hold already."""
+    own = expand_deny(map(str, hidden), defaults=False, keep=roots)[0]
+    return tuple(path for path in own if path not in denied)
 
 
 def _allow(config: SandboxConfig) -> Allowlist | None:
