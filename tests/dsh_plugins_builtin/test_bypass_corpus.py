@@ -252,16 +252,6 @@ ALLOW_BYPASSES_2 = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_2)
-async def test_allow_rules_read_options_and_braces_as_bash_and_getopt_do(tmp_path, allow, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "hello").write_text("hello\n")
-    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
-    assert outcome == "asked"
-    assert not (ws / "pwned").exists()
-
-
 HIDDEN_2 = [
     "env {'}'=1,rm,-f,victim}",
     "find . -name {'}',-o,-exec,rm,-f,victim,';'}",
@@ -287,16 +277,6 @@ HIDDEN_2 = [
     "zsh -c 'rm -f victim'",
     "env - rm victim",
 ]
-
-
-@pytest.mark.parametrize("command", HIDDEN_2)
-async def test_deny_rules_are_not_passed_by_hidden_spellings(tmp_path, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "victim").write_text("x")
-    rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
-    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
-    assert (ws / "victim").exists()
 
 
 def _git(*args: str, cwd: Path) -> None:
@@ -391,15 +371,6 @@ ALLOW_BYPASSES_3 = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_3)
-async def test_allow_rules_hold_against_round_three(tmp_path, allow, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
-    assert outcome == "asked"
-    assert not (ws / "pwned").exists()
-
-
 HIDDEN_3 = [
     "timeout 2 watch -n1 'rm -f victim'",
     "bash -c - 'rm -f victim'",
@@ -415,16 +386,6 @@ HIDDEN_3 = [
     "env a.b=1 rm -f victim",
     "sudo -nD/tmp -- rm victim",
 ]
-
-
-@pytest.mark.parametrize("command", HIDDEN_3)
-async def test_deny_rules_hold_against_round_three(tmp_path, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "victim").write_text("x")
-    rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
-    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
-    assert (ws / "victim").exists()
 
 
 # -- round four: a third review -------------------------------------------------------------
@@ -448,16 +409,6 @@ HIDDEN_4 = [
     "tar -cf /dev/null --checkpoint=1 --checkpoint-action=exec='true;rm -f victim' .",
     "echo 'true;rm -f victim' | xargs -0 flock l -c",
 ]
-
-
-@pytest.mark.parametrize("command", HIDDEN_4)
-async def test_deny_rules_hold_against_round_four(tmp_path, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "victim").write_text("x")
-    rules = {"allow": ["bash"], "deny": ["bash(rm:*)"], "default": "allow"}
-    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
-    assert (ws / "victim").exists()
 
 
 def test_nested_shell_strings_are_read_once_within_a_budget():
@@ -497,15 +448,6 @@ ALLOW_BYPASSES_4 = [
 ]
 
 
-@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_4)
-async def test_runner_options_that_write_or_run_the_line_are_not_allowed(tmp_path, allow, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
-    assert outcome == "asked"
-    assert not (ws / "pwned").exists()
-
-
 # -- round five: a fourth review ------------------------------------------------------------
 
 ALLOW_BYPASSES_5 = [
@@ -520,16 +462,6 @@ ALLOW_BYPASSES_5 = [
     (["bash(flock:*)", "bash(ls:*)"], "flock -E 1 ls touch pwned"),
     (["bash(python3 -m pytest:*)"], "python3 -m pytest -qo addopts=--junitxml=pwned"),
 ]  # fmt: skip
-
-
-@pytest.mark.parametrize(("allow", "command"), ALLOW_BYPASSES_5)
-async def test_allow_rules_hold_against_round_five(tmp_path, allow, command):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "hello").write_text("hello\n")
-    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
-    assert outcome == "asked"
-    assert not (ws / "pwned").exists()
 
 
 HIDDEN_5 = [
@@ -547,11 +479,29 @@ HIDDEN_5 = [
 ]
 
 
-@pytest.mark.parametrize("command", HIDDEN_5)
-async def test_deny_rules_hold_against_round_five(tmp_path, command):
+# -- every review round's lines, through one pair of tests ------------------------------------
+
+ALLOW_ROUNDS = ALLOW_BYPASSES_2 + ALLOW_BYPASSES_3 + ALLOW_BYPASSES_4 + ALLOW_BYPASSES_5
+HIDDEN_ROUNDS = HIDDEN_2 + HIDDEN_3 + HIDDEN_4 + HIDDEN_5
+
+
+@pytest.mark.parametrize(("allow", "command"), ALLOW_ROUNDS)
+async def test_allow_rules_hold_against_every_review_round(tmp_path, allow, command):
+    """Each line an allow rule let through in a review: asked now, its payload not run."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hello").write_text("hello\n")
+    outcome = await attempt(ws, {"allow": allow, "default": "ask"}, "bash", {"command": command})
+    assert outcome == "asked"
+    assert not (ws / "pwned").exists()
+
+
+@pytest.mark.parametrize("command", HIDDEN_ROUNDS)
+async def test_deny_rules_hold_against_every_review_round(tmp_path, command):
+    """Each line that ran a denied program unseen in a review: asked or denied now."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "victim").write_text("x")
-    rules = {"allow": ["bash"], "deny": ["bash(rm:*)"], "default": "allow"}
+    rules = {"allow": ["bash"], "deny": ["bash(rm:*)", "bash(curl:*)"], "default": "allow"}
     assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
     assert (ws / "victim").exists()
