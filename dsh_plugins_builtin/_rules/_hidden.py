@@ -183,7 +183,7 @@ def options_matter(words: Sequence[str]) -> bool:
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFAULT_ASSIGN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
 _NAMED = frozenset("_\"'\\")  # what a name, or a quoted part glued to one, may end with
-_FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\[")
+_FD_VARIABLE = re.compile(r"(?<!\$)\{[A-Za-z_][A-Za-z0-9_]*\[")  # {a[..]}>, not ${a[0]}
 
 
 def _expands(after: str) -> bool:

@@ -671,3 +671,30 @@ def test_a_looked_up_verdict_follows_a_symlink_planted_since(ws, tmp_path):
     outside = rs.decide("read_file", READ, {"path": "src/b.txt"})
     assert (outside.effect, outside.defaulted) == ("ask", True)
     assert "outside the workspace" in (outside.note or "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "for f in *.py; do echo $f; done",
+        "if [ -f x ]; then cat x; fi",
+        "cat > file <<'EOF'\nprint($x)\nEOF",
+        'echo "$(date)"',
+        "awk '{print $1}' f",
+        "jq '.items[0]' f.json",
+        "NODE_ENV=test npm test",
+        "echo ${arr[0]}",
+        "cat <<EOF > f\nhello $USER\nEOF",
+        "wc -l $(git ls-files)",
+        'echo "a [b] c"',
+        "grep -E '^[a-z]+$' f",
+        "echo $((1+2))",
+        "git commit -m 'fix: x[0] bug'",
+        'test -n "$CI" && echo ci',
+        "echo 'rm -rf /'",
+    ],
+)
+def test_common_lines_are_not_taken_for_hidden_code(command):
+    """The hidden-code checks close classes conservatively; lines agents write every day must
+    not fall into them (a deny rule would then ask at each one)."""
+    assert parse_command(command).dynamic is None
