@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -76,6 +77,13 @@ CHECKED: Final = ("output_budget", "timeout", "approval")
 as ``dsh config check`` checks it (`check_left_out`): their start only keeps their config. The
 tables of ``hook_commands`` and ``mcp`` are not (loading those would start commands and
 servers); ``dsh config check`` checks them."""
+
+
+ENV_SWITCHES: Final = ("DSH_PLUGINS", "DSH_DISABLE_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD")
+"""The variables that switch plugins on and off, ignored here: Claude Code passes a project's
+``.claude/settings.json`` ``env`` block to its hooks, so a project could switch the sandbox or
+the rules off even under a ``--config`` of the user's own. The hook's plugins come from its
+config file and the command line only."""
 
 
 class HookFailure(Exception):
@@ -244,6 +252,8 @@ async def _observe(host: Host, execution: ToolExecution, result: Result) -> None
 
 def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -> int:
     """``dsh hook claude``: exit 0 with the answer on stdout, or 2 with one line on stderr."""
+    for name in ENV_SWITCHES:  # a project's .claude/settings.json "env" reaches this process
+        os.environ.pop(name, None)
     try:
         payload = read_payload(sys.stdin.buffer, args.max_bytes)
         asks = ClaudeCode(payload["tool_name"])

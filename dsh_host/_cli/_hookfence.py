@@ -79,9 +79,45 @@ def fence_verdict(host: Host, tool: str, tool_input: Any) -> Verdict | None:
     if named is None or not isinstance(fence, Fence) or not isinstance(tool_input, dict):
         return None
     key, access = named
-    path = tool_input.get(key, "." if access == "search" else None)
-    if not isinstance(path, str):
+    given = [tool_input.get(k) for k in (key, "path") if k in tool_input] or [None]
+    if access == "search":  # no path (or null): the working directory
+        given = [p if p is not None else "." for p in given]
+    paths = [p for p in given if isinstance(p, str)]
+    if not paths:
         return None  # the dry run judged the arguments already
+    spellings = dict.fromkeys(s for p in paths for s in _spellings(host.workspace, p))
+    for spelled in spellings:
+        refused = _refusal(fence, access, spelled)
+        if refused is not None:
+            return refused
+    if access == "write":
+        return _config_write(host, spellings)
+    policy = fence.policy
+    own = set(getattr(policy, "own_state", ()))  # denied to commands for their locks only
+    entries = [entry for entry in policy.deny_read if entry not in own]
+    for spelled in spellings if access == "search" else ():
+        held = _held(Path(spelled), entries, policy.deny_patterns, host.workspace)
+        if held is not None:
+            return Verdict(
+                "ask",
+                f"dsh (sandbox): {tool} in {spelled} would read {held}, which is in "
+                "[plugin.sandbox] deny_read: dsh's own search leaves it out, Claude Code's "
+                "cannot",
+            )
+    return None
+
+
+def _spellings(workspace: Path, path: str) -> tuple[str, ...]:
+    """*path* as the fence would resolve it, as Claude Code may (``..`` taken lexically, as
+    Node's ``path.resolve`` does: ``link/../.env`` is ``.env``), and where it really leads (a
+    link in the host's ``/tmp``, which the fence would take for its private tmp)."""
+    if "\0" in path:
+        return (path,)
+    absolute = os.path.join(workspace, os.path.expanduser(path))
+    return (path, os.path.normpath(absolute), os.path.realpath(absolute))
+
+
+def _refusal(fence: Fence, access: str, path: str) -> Verdict | None:
     try:
         (fence.check_write if access == "write" else fence.check_read)(path)
     except DshError as exc:
@@ -91,20 +127,26 @@ def fence_verdict(host: Host, tool: str, tool_input: Any) -> Verdict | None:
             content=f"Error: {exc.message}", is_error=True, error=failure, decided_by=by
         )
         return Verdict("deny", f"dsh ({by}): {exc.message}", result)
-    if access != "search":
-        return None
-    root = Path(os.path.abspath(os.path.join(host.workspace, path)))
-    policy = fence.policy
-    own = set(getattr(policy, "own_state", ()))  # denied to commands for their locks only
-    entries = [entry for entry in policy.deny_read if entry not in own]
-    held = _held(root, entries, policy.deny_patterns, host.workspace)
-    if held is None:
-        return None
-    return Verdict(
-        "ask",
-        f"dsh (sandbox): {tool} in {root} would read {held}, which is in [plugin.sandbox] "
-        "deny_read: dsh's own search leaves it out, Claude Code's cannot",
-    )
+    return None
+
+
+_CONFIG_NAMES = frozenset({"dsh.toml", "pyproject.toml"})
+_CONFIG_DIRS = frozenset({".claude", ".dsh"})
+
+
+def _config_write(host: Host, spellings: Iterable[str]) -> Verdict | None:
+    """A write to a file a later hook could read its configuration from, deeper in the project
+    than the fence protects (``sub/dsh.toml``: Claude Code runs the hook where its shell
+    ``cd``-ed to): asked, never allowed."""
+    for spelled in spellings:
+        parts = Path(spelled).parts
+        if Path(spelled).name in _CONFIG_NAMES or _CONFIG_DIRS & set(parts[:-1]):
+            return Verdict(
+                "ask",
+                f"dsh (sandbox): {spelled} is a file a later run may read its configuration "
+                "from (when Claude Code's working directory moves there)",
+            )
+    return None
 
 
 def _held(

@@ -5,7 +5,10 @@ roots) is denied whatever the rules allow, and a search over a ``deny_read`` ent
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +121,76 @@ def test_without_the_sandbox_plugin_the_rules_alone_decide(project, capsys, monk
     (root / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n' + text)
     tool_input = {"file_path": "{root}/pyproject.toml", "content": "x"}
     assert judged(project, capsys, monkeypatch, "Write", tool_input)[0] == "allow"
+
+
+# -- a review of the fence in the hook --------------------------------------------------------
+
+
+def test_a_link_then_dotdot_is_judged_as_claude_code_resolves_it(project, capsys, monkeypatch):
+    # Node's path.resolve takes ".." lexically: X/../.env is .env, wherever X links
+    root, _ = project
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "X").symlink_to(root / "a" / "b")
+    for path in (f"{root}/X/../.env", "X/../.env", f"{root}/X/../keys/deploy.pem"):
+        assert judged(project, capsys, monkeypatch, "Read", {"file_path": path})[0] == "deny"
+
+
+def test_a_link_in_the_hosts_tmp_is_judged_where_it_leads(project, capsys, monkeypatch, tmp_path):
+    # the fence takes /tmp for its private tmp; Claude Code reads the host's
+    root, _ = project
+    outside = Path(tempfile.mkdtemp(prefix="dsh-hook-", dir="/tmp"))
+    try:
+        (outside / "l").symlink_to(root / ".env")
+        (outside / "w").symlink_to(root / "dsh.toml")
+        assert (
+            judged(project, capsys, monkeypatch, "Read", {"file_path": str(outside / "l")})[0]
+            == "deny"
+        )
+        write = {"file_path": str(outside / "w"), "content": "x"}
+        assert judged(project, capsys, monkeypatch, "Write", write)[0] == "deny"
+    finally:
+        shutil.rmtree(outside)
+
+
+def test_a_search_through_a_linked_directory_is_asked(project, capsys, monkeypatch):
+    root, _ = project
+    (root / "src" / "up").symlink_to(root)
+    for tool in ("Grep", "Glob", "LS"):
+        tool_input = {"pattern": "x", "path": f"{root}/src/up"}
+        assert judged(project, capsys, monkeypatch, tool, tool_input)[0] == "ask"
+    # a null path is the working directory, the project root here: it holds .env
+    assert judged(project, capsys, monkeypatch, "Grep", {"pattern": "x", "path": None})[0] == "ask"
+
+
+def test_dsh_s_own_key_for_a_path_is_judged_too(project, capsys, monkeypatch):
+    root, _ = project
+    assert judged(project, capsys, monkeypatch, "Read", {"path": f"{root}/.env"})[0] == "deny"
+
+
+@pytest.mark.parametrize(
+    "name", ["sub/dsh.toml", "sub/pyproject.toml", "sub/.claude/settings.json"]
+)
+def test_a_config_file_deeper_in_the_project_is_asked_before_it_is_written(
+    project, capsys, monkeypatch, name
+):
+    # Claude Code runs the hook where its shell cd-ed to: a sub/dsh.toml would be the next policy
+    root, _ = project
+    write = {"file_path": f"{root}/{name}", "content": "[plugins]\ndisable = ['sandbox']\n"}
+    assert judged(project, capsys, monkeypatch, "Write", write)[0] == "ask"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DSH_DISABLE_PLUGINS", "sandbox"),
+        ("DSH_DISABLE_PLUGIN_AUTOLOAD", "1"),
+        ("DSH_PLUGINS", "x"),
+    ],
+)
+def test_the_environment_cannot_switch_the_hooks_plugins_off(
+    project, capsys, monkeypatch, name, value
+):
+    # a project's .claude/settings.json "env" reaches the hook process
+    root, _ = project
+    monkeypatch.setenv(name, value)
+    assert judged(project, capsys, monkeypatch, "Read", {"file_path": f"{root}/.env"})[0] == "deny"
