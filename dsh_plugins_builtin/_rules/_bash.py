@@ -62,6 +62,21 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
     return found
 
 
+# programs that take file names and text, never a command: a word of theirs known only at run
+# time is no command (any other program's may be: ``taskset 1 $(echo rm) v``)
+_ARGUMENTS_ONLY = _INERT | frozenset(
+    {"cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut", "diff", "cmp",
+     "file", "stat", "du", "df", "touch", "mkdir", "rmdir", "cp", "mv", "ln", "chmod", "chown",
+     "basename", "dirname", "readlink", "realpath", "cd", "pwd", "tee", "tr", "nl", "od",
+     "sha256sum", "md5sum", "git", "rm"}
+)  # fmt: skip
+
+
+def _runs_unknown(words: tuple[str, ...]) -> bool:
+    """Whether a program that may run its arguments has one known only at run time."""
+    return DYNAMIC in words[1:] and posixpath.basename(words[0]) not in _ARGUMENTS_ONLY
+
+
 def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
     """Whether words read from stdin, appended to *words*, stay arguments of the same command:
     not options of ``git`` before its subcommand, nor a command run by a wrapper, nor options
@@ -118,9 +133,16 @@ class ShellChecks:
         for effect in _STRICT:
             for rule in rules.get(effect, ()):
                 pattern = rule.command
-                if pattern is None or (
-                    pattern.head is not None and pattern.head not in parsed.arguments
-                ):
+                if pattern is None:
+                    continue
+                for words in parsed.commands:
+                    if pattern.may_catch(words, DYNAMIC) or _runs_unknown(words):
+                        note = (
+                            f"a word of {words[0][:40]!r} is only known at run time, so "
+                            f"{rule.text} applies as an ask"
+                        )
+                        return strict, rule, note
+                if pattern.head is not None and pattern.head not in parsed.arguments:
                     continue  # no argument word is the rule's program
                 for words in parsed.commands:
                     if posixpath.basename(words[0]) in _INERT:

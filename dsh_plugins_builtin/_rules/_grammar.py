@@ -26,6 +26,7 @@ everything under a matching directory.
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import re
@@ -117,9 +118,22 @@ class CommandPattern:
     regex: re.Pattern[str]
     exact: bool = False  # no wildcard: the rule names one command line word for word
     head: str | None = None  # the first word, when it holds no wildcard
+    literal: tuple[str, ...] = ()  # the words before the first wildcard
 
     def fits(self, words: Sequence[str]) -> bool:
         return self.regex.fullmatch(_SEP.join(words)) is not None
+
+    def may_catch(self, words: Sequence[str], unknown: str) -> bool:
+        """For deny and ask rules: whether a word only known at run time (*unknown*) could
+        make *words* match: the words before it agree with the rule's leading literal words
+        and it stands where one of them is due (``git $x`` for ``git push:*``)."""
+        for spelled in (words, strip_git_globals(words)):
+            if spelled is None or unknown not in spelled:
+                continue
+            at = list(spelled).index(unknown)
+            if 0 < at < len(self.literal) and tuple(spelled[:at]) == self.literal[:at]:
+                return True
+        return False
 
     def catches(self, words: Sequence[str]) -> bool:
         """For deny and ask rules: also with git's global options left out."""
@@ -156,7 +170,8 @@ def _command_pattern(spec: str) -> CommandPattern:
         regex += f"(?:{_SEP}.*)?"
     first = read[0][0] if read[0] and "\ue101" not in read[0][0] else None
     exact = not rest and "\ue101" not in joined
-    return CommandPattern(re.compile(regex, re.DOTALL), exact=exact, head=first)
+    literal = tuple(itertools.takewhile(lambda w: "\ue101" not in w, read[0]))
+    return CommandPattern(re.compile(regex, re.DOTALL), exact=exact, head=first, literal=literal)
 
 
 @final

@@ -153,6 +153,14 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
             why = None if word.startswith("-") else _variable(word)
             if why is not None:
                 return why
+    if head in ("npm", "pnpm"):  # any --key=value on the line is configuration, as npm_config_*
+        for word in words[1:]:
+            if word == "--":
+                break
+            if word.startswith("-") and word.split("=", 1)[0] not in _NPM_SAFE:
+                return (
+                    f"{head} {word.split('=', 1)[0]}, which sets configuration (a program, a place)"
+                )
     if head in ("mapfile", "readarray"):  # the array it fills: element 0 is the variable
         for word in words[1:]:
             why = _variable(word + "=", plain=True) if _NAME.fullmatch(word) else None
@@ -180,6 +188,10 @@ def options_matter(words: Sequence[str]) -> bool:
 # Where bash evaluates text as arithmetic, a subscript runs any command substitution in it:
 # a name with a subscript (``'a[$(cmd)]'``) is code wherever it ends up (``wait -p``, a
 # ``{name}>`` redirection, ``OPTIND=``, ``$[b]``, ``((b))`` ...), quoted or not.
+_NPM_SAFE = frozenset(
+    {"-s", "--silent", "-q", "--quiet", "-d", "--verbose", "--if-present", "--json", "--color",
+     "--no-color", "--no-fund", "--no-audit", "--no-progress"}
+)  # fmt: skip
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFAULT_ASSIGN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
 _NAMED = frozenset("_\"'\\")  # what a name, or a quoted part glued to one, may end with

@@ -139,7 +139,8 @@ def _words(node: tree_sitter.Node, trailing: Trailing) -> tuple[list[str], str |
     words = [command]
     for argument in arguments:
         literal = literal_value(argument)
-        words.append(DYNAMIC if literal is None else literal)
+        # a pathname pattern becomes whatever names match it (``git p[u]sh``)
+        words.append(DYNAMIC if literal is None or globbed(argument) else literal)
     return words, why
 
 
@@ -159,6 +160,8 @@ def _spelled(
         why = why or "a wrapped command word is only known at run time"
     elif spelling[0].startswith(("/proc/", "/dev/")):
         why = why or f"the program {spelling[0][:40]!r}, which may be any program (bash itself)"
+    elif spelling[0] not in ("[", "[[") and any(c in spelling[0] for c in "*?["):
+        why = why or f"the program {spelling[0][:40]!r}, which may be a pathname pattern"
     code, unseen = shell_string(spelling)
     if unseen and head not in _DYNAMIC_WORDS:
         why = why or f"{head} reads commands that are not on the line"

@@ -110,8 +110,9 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
                 end = i + 1
                 while end < len(words) and words[end] not in (";", "+"):
                     end += 1
-                if end > i + 1:
-                    yield words[i + 1 : end]
+                if end > i + 1:  # `{}` as the program: whatever file find found
+                    inner = words[i + 1 : end]
+                    yield (DYNAMIC, *inner[1:]) if "{}" in inner[0] else inner
                 i = end
             i += 1
         return
@@ -287,7 +288,7 @@ def shell_string(words: tuple[str, ...]) -> tuple[str | None, bool]:
         if read is None or any(name in ("-s", "-i") for name, _ in read[0]):
             return None, True  # a shell that reads its commands from stdin (or runs -c elsewhere)
         return None, False
-    if head == "su" or (
+    if head in ("su", "runuser") or (
         head == "doas" and any(w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:])
     ):
         return None, True  # a shell that reads its commands from stdin (or runs -c elsewhere)

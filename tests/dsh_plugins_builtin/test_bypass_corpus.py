@@ -479,10 +479,58 @@ HIDDEN_5 = [
 ]
 
 
+ALLOW_BYPASSES_6 = [
+    (["bash(npm test:*)"], "npm test --script-shell=/usr/bin/touch"),
+    (["bash(npm test:*)"], "npm test --logs-dir=pwned"),
+    (["bash(npm test:*)"], "npm test --node-options=--require=./pwned.js"),
+    (["bash(npm test:*)"], "npm test -C /elsewhere"),
+]  # fmt: skip
+
+HIDDEN_6 = [
+    # a pathname pattern as the program behind a wrapper
+    "nice /usr/bin/r[m] victim",
+    "timeout 5 /bin/r? victim",
+    "env /bin/r[m] victim",
+    "echo victim | xargs /bin/r[m]",
+    "find . -name victim -exec /usr/bin/r[m] {} +",
+    # a word known only at run time as the command of a program no table knows
+    "taskset 1 $(echo rm) victim",
+    "x=rm; taskset 1 $x victim",
+    "echo rm victim | xargs taskset 1",
+    "find /usr/bin -name 'r[m]' -exec {} victim ';'",
+    "runuser root -c 'true;rm victim'",
+]
+
+MAYBE = [
+    # a deny rule of two words, met by a later word known only at run time
+    "x=push; git $x",
+    "git {push,}",
+    "git $(echo push)",
+    "echo push | xargs git",
+    "git p[u]sh",
+]
+
+
+@pytest.mark.parametrize("command", MAYBE)
+async def test_a_later_word_known_only_at_run_time_cannot_dodge_a_rule_of_several_words(
+    tmp_path, command
+):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = {"allow": ["bash"], "deny": ["bash(git push:*)"], "default": "allow"}
+    assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
+
+
 # -- every review round's lines, through one pair of tests ------------------------------------
 
-ALLOW_ROUNDS = ALLOW_BYPASSES_2 + ALLOW_BYPASSES_3 + ALLOW_BYPASSES_4 + ALLOW_BYPASSES_5
-HIDDEN_ROUNDS = HIDDEN_2 + HIDDEN_3 + HIDDEN_4 + HIDDEN_5
+ALLOW_ROUNDS = [
+    *ALLOW_BYPASSES_2,
+    *ALLOW_BYPASSES_3,
+    *ALLOW_BYPASSES_4,
+    *ALLOW_BYPASSES_5,
+    *ALLOW_BYPASSES_6,
+]
+HIDDEN_ROUNDS = HIDDEN_2 + HIDDEN_3 + HIDDEN_4 + HIDDEN_5 + HIDDEN_6
 
 
 @pytest.mark.parametrize(("allow", "command"), ALLOW_ROUNDS)
