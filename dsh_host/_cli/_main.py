@@ -333,9 +333,24 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+def _delegated_at(argv: Sequence[str]) -> int | None:
+    """Where *argv* names a built-in plugin's own command (``audit``, ``sandbox``), after any
+    global options (``dsh --config X audit``), or ``None``."""
+    words = iter(enumerate(argv))
+    for at, word in words:
+        if word in ("--", "-h", "--help"):
+            return None
+        if word.startswith("--") and "=" not in word and any(v.startswith(word) for v in _VALUED):
+            next(words, None)  # its value
+        elif not word.startswith("-"):
+            return at if word in _DELEGATED else None
+    return None
+
+
 def _main(argv: list[str]) -> int:
-    if argv and argv[0] in _DELEGATED:
-        return _delegate(argv)
+    named = _delegated_at(argv)
+    if named is not None:  # its own parser reads the rest: global options given before it too
+        return _delegate([*argv[named:], *argv[:named]])
     completing = "_ARGCOMPLETE" in os.environ
     args = None if completing else _plain_hook(argv)
     if args is None:

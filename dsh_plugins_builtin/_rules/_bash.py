@@ -68,7 +68,17 @@ _ARGUMENTS_ONLY = _INERT | frozenset(
     {"cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut", "diff", "cmp",
      "file", "stat", "du", "df", "touch", "mkdir", "rmdir", "cp", "mv", "ln", "chmod", "chown",
      "basename", "dirname", "readlink", "realpath", "cd", "pwd", "tee", "tr", "nl", "od",
-     "sha256sum", "md5sum", "git", "rm"}
+     "sha256sum", "md5sum", "rm"}
+)  # fmt: skip
+
+
+# writes no file, or only runs commands read apart: on a line of these, git reads a repository
+# as it was before the line
+_READ_ONLY = _INERT | frozenset(
+    {"git", "cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut",
+     "tr", "diff", "cmp", "file", "stat", "pwd", "basename", "dirname", "realpath", "readlink",
+     "less", "more", "nl", "column", "jq", "xargs", "env", "timeout", "nice", "nohup", "time",
+     "stdbuf", "setsid", "ionice", "command", "builtin"}
 )  # fmt: skip
 
 
@@ -199,6 +209,8 @@ class ShellChecks:
             return "git would run in a repository other than the workspace's own"
         if "git" in heads and heads & {"cd", "pushd", "popd"}:
             return "git would run after a change of directory"
+        if "git" in heads and heads - _READ_ONLY:  # (tee HEAD; cp -r x objects; git status)
+            return "git runs on a line whose other commands may write the repository it reads"
         for words in parsed.commands:
             if words[:1] == ("find",) and any(w in _FIND_ELSEWHERE for w in words):
                 return "find runs its command in the directory of each file it finds"

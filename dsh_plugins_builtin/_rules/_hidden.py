@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ._git import GIT_PROGRAM_OPTIONS, GIT_WRITING, git_runs, git_writes
 from ._options import ENV, SUDO, XARGS, read_options
-from ._wrappers import strip_git_globals
+from ._wrappers import DYNAMIC, strip_git_globals
 
 __all__ = [
     "hidden_assignment",
@@ -143,6 +143,9 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
             why = _variable(word)
             if why is not None:
                 return why
+    if head in ("test", "[", "printf") and words[1:2] == (DYNAMIC,):
+        # its first word may be -v, whose NAME[subscript] is evaluated (`test $x`)
+        return f"{head} with a first word known only at run time, which may be -v"
     if head == "git":
         return git_runs(words)
     following = (*words[1:], "")
@@ -247,6 +250,8 @@ def hidden_in_node(kind: str, text: str) -> str | None:
         start = text.find("((") + 2
         if re.search(r"[A-Za-z_$]", text[start : text.find("))", start)]):
             return f"the arithmetic {text[:40]!r}, which evaluates variables' values as code"
+    if kind == "test_command" and re.match(r"\[\s+[$`]", text):
+        return f"the test {text[:40]!r}, whose first word may be -v (evaluated)"
     if kind == "test_command" and _ARITHMETIC_TEST.search(text):
         return f"the test {text[:40]!r}, which evaluates variables' values as code"
     if kind == "subscript" and not _PLAIN_SUBSCRIPT.search(text):

@@ -34,10 +34,13 @@ class Place:
         out: list[str] = []
         for text in spelled:
             for root in self.workspace[:1]:
-                lexical = normalise(posixpath.join(root, text))
+                joined = posixpath.join(root, text)
+                lexical = normalise(joined)
                 out.append(lexical)
                 try:
                     out.append(self.realpath(lexical))
+                    if ".." in text.split("/"):  # the kernel follows l before l/..: so does this
+                        out.append(os.path.realpath(joined))
                 except (OSError, ValueError):
                     return None
         return tuple(dict.fromkeys(out))

@@ -349,6 +349,8 @@ def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         base = posixpath.basename(current[0])
         if base and base != current[0]:
             queue.append((base, *current[1:]))
+        if base.startswith("git-") and len(base) > 4:  # git's own programs: git-push is git push
+            queue.append(("git", base[4:], *current[1:]))
         queue.extend(unwrap(current))
         # a shell with -c among the arguments of a program no table knows (``taskset 1 sh -c``,
         # ``strace -f sh -c``): read as run from there

@@ -50,6 +50,16 @@ def test_switching_the_permissions_plugin_off_is_said_on_every_command(ws):
     )
 
 
+def test_global_options_before_a_plugins_own_command_are_no_internal_error(ws):
+    # `dsh --config X audit` fell through to a parser entry with no handler: AttributeError
+    for argv in (("--config", "dsh.toml", "audit"), ("--disable", "audit", "audit")):
+        done = dsh(*argv, cwd=ws)
+        assert "internal error" not in done.stderr
+        assert done.returncode == 2
+    done = dsh("--config", "dsh.toml", "sandbox", "check", cwd=ws)
+    assert (done.returncode, "internal error" in done.stderr) == (0, False)
+
+
 def test_sandbox_check_reports_backends(ws):
     checked = dsh("sandbox", "check", "--json", cwd=ws)
     assert checked.returncode == 0, checked.stderr

@@ -521,6 +521,45 @@ async def test_a_later_word_known_only_at_run_time_cannot_dodge_a_rule_of_severa
     assert await attempt(ws, rules, "bash", {"command": command}) in ("asked", "denied")
 
 
+HIDDEN_7 = [
+    # git's options known only at run time (git takes more than names)
+    "x=-Orm; git grep --no-index $x -e x victim",
+    "echo -Orm victim | xargs git grep --no-index -e x",
+    # test, [ and printf whose first word may be -v
+    "x=$(echo LXYgYVskKHJtJHtJRlN9dmljdGltKV0K | base64 -d); test $x",
+    "x=$(echo LXYgYVskKHJtJHtJRlN9dmljdGltKV0K | base64 -d); [ $x ]",
+]
+
+
+async def test_git_s_own_programs_are_read_as_git(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = {"allow": ["bash"], "deny": ["bash(git push:*)"], "default": "allow"}
+    command = "/usr/lib/git-core/git-push origin HEAD"
+    assert await attempt(ws, rules, "bash", {"command": command}) == "denied"
+
+
+async def test_git_runs_not_allowed_after_a_command_that_may_write_its_repository(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = {"allow": ["bash(echo:*)", "bash(tee:*)", "bash(git status:*)"], "default": "ask"}
+    command = (
+        "echo 'ref: refs/heads/main' | tee HEAD; echo x | tee refs; echo x | tee objects; "
+        f"echo '[core]\n\tfsmonitor = touch {ws}/pwned' | tee config; git status"
+    )
+    assert await attempt(ws, rules, "bash", {"command": command}) == "asked"
+    assert not (ws / "pwned").exists()
+
+
+async def test_a_link_then_dotdot_is_resolved_as_the_kernel_does(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "secrets" / "sub").mkdir(parents=True)
+    (ws / "secrets" / "key").write_text("TOKEN=hunter2\n")
+    (ws / "l").symlink_to(ws / "secrets" / "sub")
+    rules = {"deny": ["read_file(./secrets/**)"]}
+    assert await attempt(ws, rules, "read_file", {"path": "l/../key"}) == "denied"
+
+
 # -- every review round's lines, through one pair of tests ------------------------------------
 
 ALLOW_ROUNDS = [
@@ -530,7 +569,7 @@ ALLOW_ROUNDS = [
     *ALLOW_BYPASSES_5,
     *ALLOW_BYPASSES_6,
 ]
-HIDDEN_ROUNDS = HIDDEN_2 + HIDDEN_3 + HIDDEN_4 + HIDDEN_5 + HIDDEN_6
+HIDDEN_ROUNDS = HIDDEN_2 + HIDDEN_3 + HIDDEN_4 + HIDDEN_5 + HIDDEN_6 + HIDDEN_7
 
 
 @pytest.mark.parametrize(("allow", "command"), ALLOW_ROUNDS)
