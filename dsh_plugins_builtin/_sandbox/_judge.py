@@ -201,9 +201,9 @@ def refuse_denied(spelled: str, key: str, policy: SandboxPolicy, verb: str) -> N
     entry = denied_by(key, policy)
     if entry is not None:
         raise FenceDenied(
-            f"{verb} {describe(spelled, key)} denied by the sandbox: {entry} is in deny_read "
-            "([plugin.sandbox] deny_read, which holds credentials by default; "
-            "deny_read_defaults = false drops the default set)",
+            f"{verb} {describe(spelled, key)} denied by the sandbox: {printable(entry)} is in "
+            "deny_read ([plugin.sandbox] deny_read, which holds credentials by default and "
+            "always dsh's own state; deny_read_defaults = false drops the default set)",
             path=spelled,
             mode=policy.mode,
         )

@@ -95,3 +95,13 @@ async def test_grep_on_a_fifo_says_what_it_is(host: Host, ws: Path, engine: str)
     assert result.error.code == "NOT_A_FILE"
     assert '"pipe" is neither a regular file nor a directory (a FIFO' in result.text
     assert "is a directory" not in result.text
+
+
+async def test_a_deny_read_refusal_names_a_hostile_name_escaped(make_host: Any, ws: Path) -> None:
+    """The refusal's text named the deny_read entry raw: a lone surrogate some clients reject."""
+    (ws / os.fsdecode(b"s\xff.key")).write_text("KEY\n")
+    config = {"host": {"workspace": str(ws)}, "plugin": {"sandbox": {"deny_read": ["*.key"]}}}
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config=config)
+    refused = await host.call("read_file", {"path": os.fsdecode(b"s\xff.key")})
+    assert "deny_read" in refused.text
+    _plain(refused.text)
