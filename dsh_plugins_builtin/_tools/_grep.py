@@ -43,7 +43,7 @@ from dsh_plugins_builtin._tools._grep_local import (
 )
 from dsh_plugins_builtin._tools._grep_rg import SEARCH_TIMEOUT_S, search_with_rg
 from dsh_plugins_builtin._tools._grep_tree import listed_files
-from dsh_plugins_builtin._tools._open import display_path, quoted
+from dsh_plugins_builtin._tools._open import display_path, quoted, shown_name
 from dsh_plugins_builtin._tools._search_support import (
     Policy,
     abort_poll,
@@ -212,7 +212,7 @@ def _grep_result(
             f"[{listing.too_large} file(s) larger than {MAX_GREP_FILE_BYTES} bytes were not searched]"
         )
     lines = [
-        f"{printable(shown)}:{number}:{_cut(text, long)}" for shown, number, text, long in kept
+        f"{shown_name(shown)}:{number}:{_cut(text, long)}" for shown, number, text, long in kept
     ]
     body = "\n".join(lines) if lines else f"No matches for {search.pattern!r} in {printable(where)}"
     return finish_result(body, notes, meta, policy)

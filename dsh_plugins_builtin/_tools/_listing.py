@@ -15,7 +15,7 @@ from dsh_host import (
 )
 from dsh_plugins_builtin._sandbox._fence import resolve_target
 from dsh_plugins_builtin._tools import _presenters as present
-from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure
+from dsh_plugins_builtin._tools._open import display_path, open_file, os_failure, shown_name
 from dsh_plugins_builtin._tools._search_support import Policy, concurrency_safe
 from dsh_plugins_builtin._tools._support import ToolEnv, guarded, os_arg
 
@@ -53,11 +53,11 @@ def _list_dir(
                 if _withheld(env, policy, str(real), entry.name, link):
                     continue
                 if link:
-                    entries.append(f"{printable(entry.name)}@")
+                    entries.append(f"{shown_name(entry.name)}@")
                 elif entry.is_dir(follow_symlinks=False):
-                    entries.append(f"{printable(entry.name)}/")
+                    entries.append(f"{shown_name(entry.name)}/")
                 else:
-                    entries.append(printable(entry.name))
+                    entries.append(shown_name(entry.name))
     except OSError as exc:
         raise os_failure(exc, spelled, "list") from None
     finally:

@@ -32,6 +32,7 @@ __all__ = [
     "os_failure",
     "quoted",
     "read_text_exact",
+    "shown_name",
 ]
 
 BINARY_SNIFF_BYTES = 8192
@@ -65,11 +66,17 @@ def display_path(real: Path | str, env: ToolEnv) -> str:
     return text
 
 
+def shown_name(name: str) -> str:
+    """A file name as a tool lists it: `printable` (a control character, a line break, a byte
+    that is not UTF-8 as ``\\udcXX``) with each backslash doubled first, so a name that holds
+    ``\\udcff`` as text never prints as one holding the byte: no two names print alike."""
+    return printable(name.replace("\\", "\\\\"))
+
+
 def quoted(spelled: str) -> str:
-    """A path a tool names in its output, in double quotes, `printable`: a control character, a
-    line break or a byte that is not UTF-8 (a lone surrogate) is shown escaped, so a planted
-    name can neither break the output nor pass for two."""
-    return f'"{printable(spelled)}"'
+    """A path a tool names in its output, in double quotes, as `shown_name` shows it, so a
+    planted name can neither break the output nor pass for another."""
+    return f'"{shown_name(spelled)}"'
 
 
 def os_failure(exc: OSError, spelled: str, action: str) -> DshError:

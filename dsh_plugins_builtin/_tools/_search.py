@@ -33,7 +33,7 @@ from dsh_host import (
 )
 from dsh_plugins_builtin._tools import _presenters as present
 from dsh_plugins_builtin._tools._grep_tool import make_grep_tool
-from dsh_plugins_builtin._tools._open import display_path, quoted
+from dsh_plugins_builtin._tools._open import display_path, quoted, shown_name
 from dsh_plugins_builtin._tools._rg_path import find_rg
 from dsh_plugins_builtin._tools._search_support import (
     IGNORED,
@@ -97,7 +97,7 @@ def _glob(env: ToolEnv, args: Mapping[str, Any], ctx: ToolRunContext | None) -> 
         if hit:
             total += 1
             if len(found) < MAX_GLOB_RESULTS:
-                found.append(printable(prefix + rel))
+                found.append(shown_name(prefix + rel))
     where = display_path(root, env)
     meta: dict[str, Any] = {
         "path": where,

@@ -105,3 +105,20 @@ async def test_a_deny_read_refusal_names_a_hostile_name_escaped(make_host: Any, 
     refused = await host.call("read_file", {"path": os.fsdecode(b"s\xff.key")})
     assert "deny_read" in refused.text
     _plain(refused.text)
+
+
+async def test_a_name_holding_an_escape_as_text_never_prints_as_the_byte(
+    make_host: Any, ws: Path
+) -> None:
+    """``a\\xffb`` and a name spelling ``a\\udcffb`` out printed alike: a planted name could
+    stand for another file. Backslashes are doubled, so no two names print alike."""
+    (ws / os.fsdecode(b"a\xffb.txt")).write_text("needle\n")
+    (ws / "a\\udcffb.txt").write_text("needle\n")
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config={"host": {"workspace": str(ws)}})
+    for tool, args in (("list_dir", {}), ("glob", {"pattern": "*.txt"})):
+        lines = (await host.call(tool, args)).text.split("\n")
+        assert "a\\udcffb.txt" in lines, (tool, lines)
+        assert "a\\\\udcffb.txt" in lines, (tool, lines)
+    grep = (await host.call("grep", {"pattern": "needle", "include_ignored": True})).text
+    assert "a\\udcffb.txt:1:" in grep
+    assert "a\\\\udcffb.txt:1:" in grep
