@@ -196,10 +196,10 @@ def load_gitignore(directory: str) -> pathspec.GitIgnoreSpec | None:
     except OSError:
         return None
     try:
-        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        with os.fdopen(fd, encoding="utf-8", errors="surrogateescape") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return None
-            lines = f.read().splitlines()
+            lines = [matchable(line) for line in f.read().splitlines()]
     except OSError:
         return None
     try:
@@ -230,9 +230,17 @@ def _ancestor_specs(root: str, top: str) -> list[Spec]:
 
 def matchable(path: str) -> str:
     """``path`` as RE2 can match it: each byte that is not UTF-8 (which `os` decodes to a lone
-    surrogate) read as U+FFFD, as ripgrep and git show it. RE2 encodes what it matches to UTF-8,
-    and a lone surrogate would raise: one planted name must not break a search."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    surrogate U+DC80..U+DCFF) as a private-use character of its own (U+F780..U+F7FF). RE2
+    encodes what it matches to UTF-8, and a lone surrogate would raise: one planted name must
+    not break a search. One character per byte, each byte its own: ``?`` matches one, and a
+    ``.gitignore`` line naming ``conf\\xff.py`` matches that file and no ``conf\\xfe.py`` (as
+    U+FFFD for every byte, it matched both)."""
+    if path.isascii():
+        return path
+    return path.translate(_BYTES_AS_PRIVATE_USE)
+
+
+_BYTES_AS_PRIVATE_USE = {code: code - 0xDC00 + 0xF700 for code in range(0xDC80, 0xDD00)}
 
 
 def spec_matches(spec: pathspec.GitIgnoreSpec, rel: str) -> bool:

@@ -122,3 +122,23 @@ async def test_a_name_holding_an_escape_as_text_never_prints_as_the_byte(
     grep = (await host.call("grep", {"pattern": "needle", "include_ignored": True})).text
     assert "a\\udcffb.txt:1:" in grep
     assert "a\\\\udcffb.txt:1:" in grep
+
+
+async def test_a_gitignore_line_for_one_byte_hides_no_other(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every byte that is not UTF-8 was read as U+FFFD: a .gitignore line naming conf\\xff.py
+    hid conf\\xfe.py too, from glob and the in-process grep, with no note. (ripgrep matches
+    .gitignore by its bytes itself.)"""
+    from dsh_plugins_builtin._tools import _search
+
+    monkeypatch.setattr(_search, "find_rg", lambda: None)
+    (ws / ".gitignore").write_bytes(b"conf\xff.py\n")
+    (ws / os.fsdecode(b"conf\xff.py")).write_text("needle\n")
+    (ws / os.fsdecode(b"conf\xfe.py")).write_text("needle\n")
+    host: Host = make_host(ToolsPlugin(), SandboxPlugin(), config={"host": {"workspace": str(ws)}})
+    listed = (await host.call("glob", {"pattern": "*.py"})).text.split("\n")
+    assert listed == ["conf\\udcfe.py"]
+    found = (await host.call("grep", {"pattern": "needle"})).text
+    assert "conf\\udcfe.py:1:" in found
+    assert "conf\\udcff.py" not in found
