@@ -91,7 +91,7 @@ def fence_verdict(host: Host, tool: str, tool_input: Any) -> Verdict | None:
         if refused is not None:
             return refused
     if access == "write":
-        return _config_write(host, spellings)
+        return _config_write(fence.policy, spellings, Path(host.workspace))
     policy = fence.policy
     own = set(getattr(policy, "own_state", ()))  # denied to commands for their locks only
     entries = [entry for entry in policy.deny_read if entry not in own]
@@ -130,17 +130,16 @@ def _refusal(fence: Fence, access: str, path: str) -> Verdict | None:
     return None
 
 
-_CONFIG_NAMES = frozenset({"dsh.toml", "pyproject.toml"})
-_CONFIG_DIRS = frozenset({".claude", ".dsh"})
-
-
-def _config_write(host: Host, spellings: Iterable[str]) -> Verdict | None:
+def _config_write(policy: Any, spellings: Iterable[str], workspace: Path) -> Verdict | None:
     """A write to a file a later hook could read its configuration from, deeper in the project
     than the fence protects (``sub/dsh.toml``: Claude Code runs the hook where its shell
-    ``cd``-ed to): asked, never allowed."""
+    ``cd``-ed to): asked, never allowed. The names are the sandbox's relative ``protected``
+    entries (``.git``, ``.claude``, ``.dsh``, ``dsh.toml`` by default) and ``pyproject.toml``."""
+    names = {Path(e).name for e in policy.protected if not os.path.isabs(e)} | {"pyproject.toml"}
     for spelled in spellings:
-        parts = Path(spelled).parts
-        if Path(spelled).name in _CONFIG_NAMES or _CONFIG_DIRS & set(parts[:-1]):
+        path = Path(spelled)  # (the workspace's own place does not count: ~/.dsh/proj)
+        below = path.relative_to(workspace) if path.is_relative_to(workspace) else path
+        if names & set(below.parts):
             return Verdict(
                 "ask",
                 f"dsh (sandbox): {spelled} is a file a later run may read its configuration "

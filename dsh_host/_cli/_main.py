@@ -86,18 +86,24 @@ COMMANDS = ("plugins", "tools", "call", "config", "run", "new", "completion", "m
 _VALUED = ("--config", "--plugin", "--disable")  # host options that take the next word
 
 
-def command_of(argv: Sequence[str]) -> str | None:
-    """The subcommand *argv* names (its first word that is not an option or an option's
-    value), if it is one of `COMMANDS`."""
-    words = iter(argv)
-    for word in words:
+def _command_at(argv: Sequence[str]) -> int | None:
+    """Where the first word of *argv* that is not an option or an option's value stands."""
+    words = iter(enumerate(argv))
+    for at, word in words:
         if word in ("--", "-h", "--help"):  # help lists every command
-            break
+            return None
         if word.startswith("--") and "=" not in word and any(v.startswith(word) for v in _VALUED):
             next(words, None)  # its value (argparse takes `--conf` for `--config` too)
         elif not word.startswith("-"):
-            return word if word in COMMANDS else None
+            return at
     return None
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand *argv* names (its first word that is not an option or an option's
+    value), if it is one of `COMMANDS`."""
+    at = _command_at(argv)
+    return argv[at] if at is not None and argv[at] in COMMANDS else None
 
 
 class _Skipped:
@@ -336,15 +342,8 @@ def _silence_stdout() -> None:
 def _delegated_at(argv: Sequence[str]) -> int | None:
     """Where *argv* names a built-in plugin's own command (``audit``, ``sandbox``), after any
     global options (``dsh --config X audit``), or ``None``."""
-    words = iter(enumerate(argv))
-    for at, word in words:
-        if word in ("--", "-h", "--help"):
-            return None
-        if word.startswith("--") and "=" not in word and any(v.startswith(word) for v in _VALUED):
-            next(words, None)  # its value
-        elif not word.startswith("-"):
-            return at if word in _DELEGATED else None
-    return None
+    at = _command_at(argv)
+    return at if at is not None and argv[at] in _DELEGATED else None
 
 
 def _main(argv: list[str]) -> int:

@@ -62,23 +62,26 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
     return found
 
 
+# programs that read file names and text and write nothing
+_READERS = frozenset(
+    {"cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut", "tr", "diff",
+     "cmp", "file", "stat", "pwd", "basename", "dirname", "readlink", "realpath", "nl"}
+)  # fmt: skip
 # programs that take file names and text, never a command: a word of theirs known only at run
 # time is no command (any other program's may be: ``taskset 1 $(echo rm) v``)
-_ARGUMENTS_ONLY = _INERT | frozenset(
-    {"cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut", "diff", "cmp",
-     "file", "stat", "du", "df", "touch", "mkdir", "rmdir", "cp", "mv", "ln", "chmod", "chown",
-     "basename", "dirname", "readlink", "realpath", "cd", "pwd", "tee", "tr", "nl", "od",
-     "sha256sum", "md5sum", "rm"}
+_ARGUMENTS_ONLY = (
+    _INERT
+    | _READERS
+    | {"du", "df", "touch", "mkdir", "rmdir", "cp", "mv", "ln", "chmod", "chown", "cd", "tee",
+       "od", "sha256sum", "md5sum", "rm"}
 )  # fmt: skip
-
-
-# writes no file, or only runs commands read apart: on a line of these, git reads a repository
+# write no file, or only run commands read apart: on a line of these, git reads a repository
 # as it was before the line
-_READ_ONLY = _INERT | frozenset(
-    {"git", "cat", "ls", "head", "tail", "wc", "grep", "egrep", "fgrep", "uniq", "cut",
-     "tr", "diff", "cmp", "file", "stat", "pwd", "basename", "dirname", "realpath", "readlink",
-     "less", "more", "nl", "column", "jq", "xargs", "env", "timeout", "nice", "nohup", "time",
-     "stdbuf", "setsid", "ionice", "command", "builtin"}
+_READ_ONLY = (
+    _INERT
+    | _READERS
+    | {"git", "less", "more", "column", "jq", "xargs", "env", "timeout", "nice", "nohup", "time",
+       "stdbuf", "setsid", "ionice", "command", "builtin"}
 )  # fmt: skip
 
 

@@ -194,3 +194,14 @@ def test_the_environment_cannot_switch_the_hooks_plugins_off(
     root, _ = project
     monkeypatch.setenv(name, value)
     assert judged(project, capsys, monkeypatch, "Read", {"file_path": f"{root}/.env"})[0] == "deny"
+
+
+def test_a_workspace_under_a_protected_name_is_no_config_file_itself(tmp_path, capsys, monkeypatch):
+    # only what lies below the workspace counts: a project kept in ~/.dsh/proj writes freely
+    ws = tmp_path / ".dsh" / "proj"
+    (ws / "src").mkdir(parents=True)
+    (ws / "dsh.toml").write_text('[plugin.permissions]\nallow = ["Write"]\n')
+    monkeypatch.chdir(ws)
+    write = {"file_path": f"{ws}/src/app.py", "content": "x"}
+    status, answer, err = run_hook(payload("PreToolUse", "Write", write), capsys, monkeypatch)
+    assert (status, err, decision(answer)) == (0, "", "allow")
