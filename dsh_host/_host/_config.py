@@ -224,9 +224,11 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
             path=where, key=unknown[0],
         )  # fmt: skip
     host = _structure(data.get("host", {}), HostSettings, where=where, table="host")
-    if where is not None and not host.workspace.is_absolute():
+    if where is not None and not host.workspace.expanduser().is_absolute():
         base = pathlib.Path(where).resolve().parent
         host = attrs.evolve(host, workspace=(base / host.workspace).resolve())
+    elif where is not None:  # ``~`` and ``~user`` as every other path of a dsh config
+        host = attrs.evolve(host, workspace=host.workspace.expanduser().resolve())
     if where is not None and "workspace" in data.get("host", {}):
         _check_workspace(host.workspace, where)
     plugins = _structure(data.get("plugins", {}), PluginSelection, where=where, table="plugins")

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
+from .._model._errors import ConfigError
+from .._model._text import printable
 from .._pipeline._contain import real_interrupt
 from .._schema._tool import ToolSchema
-from ._config import Config, load_config
+from ._config import Config, directory_problem, load_config
 
 if TYPE_CHECKING:
     from .._registry._hooks import HookRelay
@@ -58,6 +60,13 @@ def host_config(config: ConfigSource, workspace: str | os.PathLike[str] | None) 
     if workspace is None:
         return loaded
     root = pathlib.Path(workspace).expanduser().resolve()
+    problem = directory_problem(root)
+    if problem is not None:  # as a config file's ``[host] workspace`` (`load_config`)
+        raise ConfigError(
+            f"the workspace {printable(str(root))!r} given to open_host {problem}; pass an "
+            "existing directory, or None to use the config's [host] workspace",
+            path=loaded.source, key="host.workspace",
+        )  # fmt: skip
     return attrs.evolve(loaded, host=attrs.evolve(loaded.host, workspace=root))
 
 

@@ -443,3 +443,22 @@ def test_an_unknown_nested_key_lists_the_keys_of_its_own_table(table):
     assert "mode (" not in message
     top = str(problem({"mods": 1}, Outer))
     assert "Valid keys: mode (a string), limits (a table)" in top
+
+
+def test_a_workspace_under_home_is_spelled_with_a_tilde(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "proj").mkdir(parents=True)
+    path = tmp_path / "dsh.toml"
+    path.write_text('[host]\nworkspace = "~/proj"\n')
+    assert load_config(path).host.workspace == (tmp_path / "home" / "proj").resolve()
+
+
+async def test_open_host_refuses_a_workspace_that_is_no_directory(tmp_path):
+    from dsh_host import open_host
+
+    (tmp_path / "file").write_text("")
+    for given, problem in ((tmp_path / "missing", "does not exist"), (tmp_path / "file", "is not")):
+        with pytest.raises(ConfigError, match=f"given to open_host {problem}") as info:
+            async with open_host(workspace=given, entry_points=False):
+                pass  # pragma: no cover
+        assert info.value.key == "host.workspace"
