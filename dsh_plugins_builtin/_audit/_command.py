@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from dsh_host import printable
+from dsh_host import ConfigError, Host, printable
 
+from ._off import audit_off, configured_store, found_config
 from ._postgres import safe_url, scrub
 from ._query import Filter, health, is_url, parse_time, read
 
@@ -45,8 +46,12 @@ def _parser(default_path: Path) -> argparse.ArgumentParser:
     add("--health", action="store_true",
         help="how many calls were lost (and why), and when the database was recreated")  # fmt: skip
     add("--db", metavar="PATH|URL", default=None,
-        help=f"the audit database: an SQLite file (default: {default_path}) or a "
-        "postgresql:// URL (default: $DSH_AUDIT_URL when set)")  # fmt: skip
+        help="the audit database: an SQLite file or a postgresql:// URL (default: "
+        "$DSH_AUDIT_URL when set, else [plugin.audit] url or path of the configuration, "
+        f"else {default_path})")  # fmt: skip
+    add("--config", metavar="PATH", default=None,
+        help="the dsh config whose [plugin.audit] url or path is read (default: the one "
+        "dsh finds here, as `dsh call` does)")  # fmt: skip
     return parser
 
 
@@ -57,7 +62,16 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    path: Path | str = args.db or os.environ.get("DSH_AUDIT_URL") or default_path
+    config = None
+    if not (args.db or os.environ.get("DSH_AUDIT_URL")) or args.config:
+        try:
+            config = found_config(args.config)
+        except ConfigError as exc:
+            if args.config:  # named: it must be read; found: `dsh call` says what is wrong
+                _say(f"dsh audit: config error: {exc}")
+                return 2
+    configured = configured_store(config) if config is not None else None
+    path: Path | str = args.db or os.environ.get("DSH_AUDIT_URL") or configured or default_path
     if not is_url(path):
         path = Path(path)
     if args.health:
@@ -73,19 +87,17 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
             _say(f"dsh audit: no calls recorded in workspace {where.workspace}; --all shows "
                  "every workspace, --workspace DIR another")  # fmt: skip
     except Exception as exc:
-        _say_if_off()
+        _say_if_off(config)
         return _unreadable(path, exc)
     if not rows:
-        _say_if_off()
+        _say_if_off(config)
     lines = [_json_line(row) for row in rows] if args.json else _table(rows)
     return _print_lines(lines)
 
 
-def _say_if_off() -> None:
+def _say_if_off(host: Host | None) -> None:
     """Nothing was found: say so when the configuration here records no call at all."""
-    from ._off import audit_off
-
-    why = audit_off()
+    why = audit_off(host=host)
     if why is not None:
         _say(
             f"dsh audit: note: the audit plugin is off here ({printable(why)}), so no call "

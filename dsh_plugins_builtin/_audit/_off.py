@@ -1,11 +1,13 @@
-"""Why the configuration ``dsh audit`` runs under records no call, if it records none.
+"""The configuration ``dsh audit`` runs under: where it records calls, and why none, if none.
 
 ``dsh audit`` reads a database; it does not start a host. When it finds nothing, the reason is
 often not an idle workspace but a configuration in which the ``audit`` plugin is off: blocked by
 ``[plugins] disable`` (or ``DSH_DISABLE_PLUGINS``), left out of ``[plugins] enable`` (or
 ``DSH_PLUGINS``, or by ``DSH_DISABLE_PLUGIN_AUTOLOAD``), or ``[plugin.audit] enabled = false``.
-`audit_off` reads the configuration found here (as ``dsh`` would: ``--config`` aside) without
-loading any plugin, and says which, so "no calls recorded" is not taken for "nothing ran".
+`audit_off` reads the configuration found here (as ``dsh`` would, or the one ``--config``
+names) without loading any plugin, and says which, so "no calls recorded" is not taken for
+"nothing ran". `configured_store` is the database that configuration records into
+(``[plugin.audit] url`` or ``path``), which ``dsh audit`` reads by default.
 """
 
 from __future__ import annotations
@@ -13,8 +15,39 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["audit_off"]
+if TYPE_CHECKING:
+    from dsh_host import Host
+
+__all__ = ["audit_off", "configured_store", "found_config"]
+
+
+def found_config(path: str | None, environ: Mapping[str, str] | None = None) -> Host:
+    """A host, never started, of the configuration at *path*, else of the one ``dsh`` finds in
+    the working directory (the defaults when there is none), made without loading any plugin.
+
+    Raises:
+        ConfigError: it cannot be read.
+    """
+    from dsh_host import Host
+
+    environ = os.environ if environ is None else environ
+    return Host.from_config(path, load_entrypoints=False, environ=environ)
+
+
+def configured_store(host: Host) -> Path | str | None:
+    """``[plugin.audit] url``, else ``path`` (relative to ``[host] workspace``, ``~`` expanded,
+    as the plugin takes it), else ``None`` (the default database)."""
+    config = host.config
+    table = config.tables.get("audit", {})  # a table: `load_config` checked it
+    url, path = table.get("url"), table.get("path")
+    if isinstance(url, str) and url:
+        return url
+    if isinstance(path, str) and path:
+        return config.host.workspace / Path(path).expanduser()
+    return None
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -29,17 +62,17 @@ def _matches(patterns: object) -> bool:
     )
 
 
-def audit_off(environ: Mapping[str, str] | None = None) -> str | None:
-    """Why the ``audit`` plugin is off in the configuration found in the working directory
-    (``"[plugin.audit] enabled = false in dsh.toml"``), or ``None`` (it is on, or the
-    configuration cannot be read: ``dsh`` itself then says why)."""
-    from dsh_host import Host
-
+def audit_off(environ: Mapping[str, str] | None = None, host: Host | None = None) -> str | None:
+    """Why the ``audit`` plugin is off in *host*'s configuration (default: the one found in the
+    working directory) (``"[plugin.audit] enabled = false in dsh.toml"``), or ``None`` (it is
+    on, or the configuration cannot be read: ``dsh`` itself then says why)."""
     environ = os.environ if environ is None else environ
-    try:
-        config = Host.from_config(None, load_entrypoints=False, environ=environ).config
-    except Exception:
-        return None
+    if host is None:
+        try:
+            host = found_config(None, environ)
+        except Exception:
+            return None
+    config = host.config
     where = config.describe()
     if _matches(config.plugins.disable):
         return f"it is blocked by [plugins] disable in {where}"

@@ -211,3 +211,24 @@ async def test_dsh_audit_finding_nothing_says_when_the_audit_plugin_is_off_here(
         monkeypatch.delenv(name)
     assert audit_command(["--db", str(db)]) == 0
     assert "off here" not in capsys.readouterr().err  # on: nothing more is said
+
+
+async def test_dsh_audit_reads_the_database_the_configuration_records_into(
+    two_workspaces, db, capsys, monkeypatch, tmp_path
+):
+    here, _ = two_workspaces
+    monkeypatch.delenv("DSH_CONFIG", raising=False)
+    monkeypatch.delenv("DSH_AUDIT_URL", raising=False)
+    (here / "dsh.toml").write_text(f'[plugin.audit]\npath = "{db}"\n')
+    assert shown(capsys) == ["a", "no", "b"]  # the configured path, not the default one
+    (here / "dsh.toml").write_text("")
+    assert audit_command([]) == 1  # the default database: none there
+    assert "cannot read" in capsys.readouterr().err
+    elsewhere = tmp_path / "elsewhere.toml"  # named by --config, as `dsh --config X audit` does
+    elsewhere.write_text(f'[host]\nworkspace = "{here}"\n[plugin.audit]\npath = "{db.name}"\n')
+    (here / db.name).write_bytes(db.read_bytes())
+    assert shown(capsys, "--config", str(elsewhere)) == ["a", "no", "b"]
+    assert audit_command(["--config", str(elsewhere), "--db", str(tmp_path / "none")]) == 1
+    assert "cannot read" in capsys.readouterr().err  # --db first
+    assert audit_command(["--config", str(tmp_path / "missing.toml")]) == 2
+    assert "dsh audit: config error:" in capsys.readouterr().err
