@@ -44,6 +44,7 @@ from ._view import (
     argument_free,
     host_matches,
     path_bound,
+    url_host,
 )
 
 __all__ = [
@@ -175,7 +176,9 @@ class RuleSet:
                     return True
             return False
         if rule.domain is not None:
-            return host_matches(call.args.get("url"), rule.domain)
+            url = call.args.get("url")  # a URL not written plainly: caught (fail closed)
+            host = url_host(url)
+            return isinstance(url, str) and (host is None or host_matches(host, rule.domain))
         return True
 
     def decide(self, name: str, tool: ToolDefinition | None, arguments: Any) -> Verdict:
@@ -288,7 +291,9 @@ class RuleSet:
             return (plain[0],)
         domains = [a.rule for a in allow if a.rule.domain is not None]
         for rule in domains:
-            if rule.domain is not None and host_matches(call.args.get("url"), rule.domain):
+            if rule.domain is not None and host_matches(
+                url_host(call.args.get("url")), rule.domain
+            ):
                 return (rule,)
         if parsed is None or parsed.simple is None:
             return ()

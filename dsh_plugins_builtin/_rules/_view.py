@@ -8,7 +8,6 @@ when no argument can change the verdict; `Verdict` is what the rules say about o
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
@@ -24,6 +23,7 @@ __all__ = [
     "argument_free",
     "host_matches",
     "path_bound",
+    "url_host",
 ]
 
 
@@ -106,11 +106,32 @@ def path_bound(view: ToolView) -> bool:
     return all(r.command is None and r.domain is None for r in applied)
 
 
-def host_matches(url: Any, domain: str) -> bool:
+_PLAIN_URL = re.compile(
+    r"(?i:https?)://(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)\.?(?::[0-9]{1,5})?(?:[/?#]|\Z)"
+)
+_ENDS = "".join(map(chr, range(0x21)))  # what a WHATWG URL parser strips from both ends
+
+
+def url_host(url: Any) -> str | None:
+    """The host *url* names, in lower case, when it is written plainly (``http`` or ``https``,
+    ``//``, an ASCII host name or IPv4 address, an optional port, then ``/``, ``?``, ``#`` or
+    nothing); ``None`` for anything else.
+
+    Every other spelling is one that parsers read differently, and the one that fetches it
+    (Node's WHATWG parser, for Claude Code's ``WebFetch``) is not this one: ``\\`` taken for
+    ``/``, user info (``https://evil.com\\@example.com/``), ``https:evil.com``, percent-encoded
+    or non-ASCII hosts (``ev%69l.com``, ``evil。com``, full-width letters), tabs and newlines
+    removed from inside. So a domain rule judges no such URL by its host: a deny or ask rule
+    with a domain catches it (fail closed), an allow rule does not allow it."""
     if not isinstance(url, str):
+        return None
+    match = _PLAIN_URL.match(url.strip(_ENDS))
+    return match["host"].lower() if match is not None else None
+
+
+def host_matches(host: str | None, domain: str) -> bool:
+    """Whether *host* (`url_host`) is *domain* or below it (``api.example.com``)."""
+    if host is None:
         return False
-    try:
-        host = (urllib.parse.urlsplit(url.strip()).hostname or "").rstrip(".")
-    except ValueError:
-        return False
+    domain = domain.lower().rstrip(".")
     return host == domain or host.endswith("." + domain)

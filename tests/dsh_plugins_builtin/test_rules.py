@@ -568,7 +568,34 @@ def test_web_fetch_domain_rules(ws):
     assert rs.decide("web_fetch", fetch, {"url": "https://docs.example.com/x"}).effect == "allow"
     assert rs.decide("web_fetch", fetch, {"url": "https://example.com.evil.test/"}).effect == "deny"
     assert rs.decide("web_fetch", fetch, {"url": "https://notexample.com/"}).effect == "ask"
-    assert rs.decide("web_fetch", fetch, {"url": "http://[::1"}).effect == "ask"
+    assert rs.decide("web_fetch", fetch, {"url": "http://[::1"}).effect == "deny"  # unclear
+    assert rs.decide("web_fetch", fetch, {"url": "HTTPS://Docs.Example.COM."}).effect == "allow"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.test\\@example.com/",  # Node: evil.test (\\ ends the host); urlsplit: example.com
+        "https://example.com@evil.test/",
+        "https:evil.test/",
+        "https:/evil.test/",
+        "https:\\\\evil.test/",
+        "https://ev%69l.test/",
+        "https://evil\u3002test/",  # an ideographic full stop
+        "https://\uff45vil.test/",  # a full-width letter
+        "https://evi\tl.test/",  # Node drops tabs and newlines
+        "https://[::1]/",
+        "//evil.test/",
+    ],
+)
+def test_a_url_not_written_plainly_meets_domain_deny_rules_and_no_allow(ws, url):
+    # WHATWG parsers (Node's, for Claude Code's WebFetch) and urlsplit read these hosts apart:
+    # none may pass a deny rule for the host Node fetches, nor be allowed by a domain rule.
+    fetch = tool("web_fetch", claude_name="WebFetch")
+    rs = rules(ws, allow=["WebFetch(domain:example.com)"], deny=["WebFetch(domain:evil.test)"])
+    assert rs.decide("web_fetch", fetch, {"url": url}).effect == "deny"
+    only_allow = rules(ws, allow=["WebFetch(domain:example.com)", "WebFetch(domain:evil.test)"])
+    assert only_allow.decide("web_fetch", fetch, {"url": url}).effect == "ask"
 
 
 def test_a_plain_allow_rule_for_bash_allows_anything_not_denied(ws):
