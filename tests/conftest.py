@@ -18,6 +18,7 @@ def pytest_configure(config: pytest.Config) -> None:
     home = tempfile.mkdtemp(prefix="dsh-tests-")
     for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
         os.environ[name] = os.path.join(home, name.lower())
+    os.environ.pop("CLAUDE_PROJECT_DIR", None)  # run inside Claude Code: `dsh hook` would go there
 
 
 def soak_size(ci: int, full: int) -> int:

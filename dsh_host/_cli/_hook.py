@@ -1,7 +1,10 @@
 """``dsh hook claude``: dsh's policy as a Claude Code hook.
 
 Claude Code runs the command with one hook payload on stdin (``PreToolUse``,
-``PermissionRequest``, ``PostToolUse``) and reads the answer from the exit status and stdout.
+``PermissionRequest``, ``PostToolUse``, ``PostToolUseFailure``) and reads the answer from the
+exit status and stdout. The hook starts in ``$CLAUDE_PROJECT_DIR`` (the project's config and
+workspace decide, wherever Claude Code's shell ``cd``-ed), and a relative path in a file tool's
+input is taken from where Claude Code ran it (`anchored`).
 The call is put to dsh's pre-execute hooks (permission rules, hook commands), approval and
 guards as a dry run under Claude Code's own tool name and arguments; nothing runs. Then:
 
@@ -12,10 +15,14 @@ guards as a dry run under Claude Code's own tool name and arguments; nothing run
 * ``PermissionRequest``: a denial answers ``deny``, an explicit ``Allow`` answers ``allow``;
   anything else prints nothing (the dialog is shown).
 * ``PostToolUse``: the call and Claude Code's ``tool_response`` are recorded by dsh's result
-  observers (audit). Denials of ``PreToolUse`` and ``PermissionRequest`` are recorded too.
+  observers (audit); ``PostToolUseFailure``: the call and its ``error``, as an error. Denials of
+  ``PreToolUse`` and ``PermissionRequest`` are recorded too.
+
+A ``Bash`` call with ``dangerouslyDisableSandbox`` is never answered ``allow``.
 
 A file tool's path is also put to the sandbox plugin's fence (`._hookfence`): what it refuses
-is denied, a search over a ``deny_read`` entry is asked, never allowed.
+is denied, a search over a ``deny_read`` entry, or over a path a plugin withholds from dsh's
+own searches (``dsh_path_denied``: a deny or ask rule), is asked, never allowed.
 
 A payload that cannot be read (too large, not JSON, too deep, missing fields) or any failure
 fails closed: exit 2 (Claude Code blocks the call) and one line on stderr. So does a config file
@@ -51,7 +58,7 @@ from dsh_host import (
 from dsh_host import ToolExecutionResult as Result
 
 from ._common import HOOK_MAX_BYTES
-from ._hookfence import fence_verdict
+from ._hookfence import PATHS, fence_verdict, withheld_below
 
 if TYPE_CHECKING:  # annotations only: argparse loads with a parser
     import argparse
@@ -61,7 +68,7 @@ __all__ = ["MAX_PAYLOAD_BYTES", "cmd_hook_claude"]
 MAX_PAYLOAD_BYTES: Final = HOOK_MAX_BYTES
 """The largest payload read; a larger one fails closed (``--max-bytes``' default)."""
 
-EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse")
+EVENTS: Final = ("PreToolUse", "PermissionRequest", "PostToolUse", "PostToolUseFailure")
 
 LEFT_OUT: Final = ("hook_commands", "mcp", "output_budget", "timeout", "approval")
 """The plugins a hook's host does without. Claude Code runs its own hooks and MCP servers:
@@ -113,8 +120,10 @@ class ClaudeCode:
     def dsh_register_tools(self, register: Any) -> None:
         first = _stand_in(self.tools[0])
         for name in self.tools:  # one definition under each name (compiled once)
+            key, access = PATHS.get(name, (None, None))  # so read and edit rules reach it
+            paths = {key: "write" if access == "write" else "read"} if key else {}
             with contextlib.suppress(ValueError):  # dsh has its own (the built-in Bash, Read...)
-                register(first if name == first.name else attrs.evolve(first, name=name))
+                register(attrs.evolve(first, name=name, paths=paths))
 
     @hookimpl(tryfirst=True)
     def dsh_tool_approve(self, request: ApprovalRequest) -> ApprovalOutcome:
@@ -161,10 +170,11 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
         arguments=arguments,
     )
     prepared = await host.registry.dry_run(input)
-    if event == "PostToolUse":
-        response = payload.get("tool_response")  # parse_json checked it: JSON, not too deep
+    if event.startswith("PostToolUse"):  # PostToolUseFailure: the tool ran, and failed
+        failed = event == "PostToolUseFailure"
+        response = payload.get("error" if failed else "tool_response")  # checked: JSON
         text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
-        await _observe(host, prepared.execution, Result(content=text))
+        await _observe(host, prepared.execution, Result(content=text, is_error=failed))
         return None
     if prepared.result is not None:
         await _observe(host, prepared.execution, prepared.result)
@@ -180,6 +190,12 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
         return _answer(event, "ask", f"dsh: {asks.asked}") if event == "PreToolUse" else None
     if fenced is not None:  # a search over what deny_read withholds: never allowed
         return _answer(event, "ask", fenced.reason) if event == "PreToolUse" else None
+    held = withheld_below(host, prepared.execution, payload["tool_name"], payload["tool_input"])
+    if held is not None:  # a search over what a rule withholds from dsh's own: never allowed
+        return _answer(event, "ask", held) if event == "PreToolUse" else None
+    if _unsandboxed(payload) and prepared.allowed_by is not None:
+        reason = "dsh: Bash asks to run outside Claude Code's sandbox (dangerouslyDisableSandbox)"
+        return _answer(event, "ask", reason) if event == "PreToolUse" else None
     if prepared.allowed_by is not None:
         detail = f": {prepared.detail}" if prepared.detail else ""
         return _answer(event, "allow", f"dsh ({prepared.allowed_by}){detail}")
@@ -200,6 +216,36 @@ def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
                 arguments = renamed
             return tool.name, arguments
     return name, arguments
+
+
+def _unsandboxed(payload: dict[str, Any]) -> bool:
+    """Whether a ``Bash`` call asks Claude Code to run it outside its sandbox: never allowed
+    here, so Claude Code asks (a rule allows a command, not a command set loose)."""
+    tool_input = payload["tool_input"]
+    return (
+        payload["tool_name"] == "Bash"
+        and isinstance(tool_input, dict)
+        and tool_input.get("dangerouslyDisableSandbox", False) is not False
+    )
+
+
+def anchored(payload: dict[str, Any], here: str) -> dict[str, Any]:
+    """*payload* with the relative path a Claude Code file tool names made absolute against
+    *here*, Claude Code's working directory (where it runs the hook), as Claude Code resolves
+    it; a search without a path (or a null one) searches *here*."""
+    named = PATHS.get(payload["tool_name"])
+    tool_input = payload["tool_input"]
+    if named is None or not isinstance(tool_input, dict):
+        return payload
+    key, access = named
+    given = dict(tool_input)
+    if access == "search" and given.get(key) is None and given.get("path") is None:
+        given[key] = here
+    for k in dict.fromkeys((key, "path")):
+        value = given.get(k)
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            given[k] = os.path.join(here, value)
+    return {**payload, "tool_input": given}
 
 
 def _stand_in(name: str) -> Any:
@@ -250,12 +296,30 @@ async def _observe(host: Host, execution: ToolExecution, result: Result) -> None
         await impl(execution=execution, result=result)
 
 
+def _to_project(project: str | None) -> None:
+    """Start where the project is: Claude Code runs its hooks where its shell last ``cd``-ed
+    (``src/``), and sets ``CLAUDE_PROJECT_DIR`` to the project, whose ``dsh.toml`` (and
+    workspace) must decide every call, wherever the model moved. Unset (a hook run by hand):
+    the working directory, as ``dsh call``."""
+    if not project:
+        return
+    try:
+        os.chdir(project)
+    except OSError as exc:
+        raise HookFailure(
+            f"CLAUDE_PROJECT_DIR {_short(project)} cannot be entered ({exc.strerror or exc})"
+        ) from None
+
+
 def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -> int:
     """``dsh hook claude``: exit 0 with the answer on stdout, or 2 with one line on stderr."""
     for name in ENV_SWITCHES:  # a project's .claude/settings.json "env" reaches this process
         os.environ.pop(name, None)
+    here: str | None = None
     try:
-        payload = read_payload(sys.stdin.buffer, args.max_bytes)
+        here = os.getcwd()
+        payload = anchored(read_payload(sys.stdin.buffer, args.max_bytes), here)
+        _to_project(os.environ.get("CLAUDE_PROJECT_DIR"))
         asks = ClaudeCode(payload["tool_name"])
         disable = [
             *(getattr(args, "disable", None) or []),
@@ -279,6 +343,10 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
         line = line.encode("ascii", "backslashreplace").decode("ascii")
         sys.stderr.write(f"dsh hook claude: {line}; the call is blocked\n")
         return 2
+    finally:
+        if here is not None:  # called in-process (tests, embedding): back where it was
+            with contextlib.suppress(OSError):
+                os.chdir(here)
     if answer is not None:
         sys.stdout.write(json.dumps(answer, ensure_ascii=True) + "\n")
     return 0

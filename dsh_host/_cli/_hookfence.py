@@ -20,7 +20,7 @@ Bash is not judged so: a shell command's paths are not known before it runs. Wit
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
@@ -30,9 +30,9 @@ from dsh_host import DshError, ToolFailure
 from dsh_host import ToolExecutionResult as Result
 
 if TYPE_CHECKING:
-    from dsh_host import Host
+    from dsh_host import Host, ToolExecution
 
-__all__ = ["PATHS", "Fence", "Verdict", "fence_verdict"]
+__all__ = ["PATHS", "WALK_LIMIT", "Fence", "Verdict", "fence_verdict", "withheld_below"]
 
 PATHS: Final = {
     "Read": ("file_path", "read"),
@@ -49,6 +49,10 @@ PATHS: Final = {
 without the key searches the working directory)."""
 
 _GLOB: Final = frozenset("*?[")
+
+WALK_LIMIT: Final = 50_000
+"""The most entries `withheld_below` looks at under one search root; past it, the search is
+asked (it may meet a withheld path not looked at)."""
 
 
 @runtime_checkable
@@ -168,3 +172,44 @@ def _until_glob(parts: tuple[str, ...]) -> Iterable[str]:
         if _GLOB & set(part):
             return
         yield part
+
+
+def withheld_below(host: Host, execution: ToolExecution, tool: str, tool_input: Any) -> str | None:
+    """Why a Claude Code search (``Grep``, ``Glob``, ``LS``) must be asked: under its root lies a
+    path that a plugin withholds from dsh's own searches (`Host.path_denied`, for example
+    under a ``Read(./secrets/**)`` deny or ask rule). dsh's search leaves such a path out as it
+    meets it; Claude Code's would read it. ``None`` when nothing under the root is withheld,
+    or no plugin withholds any path (nothing is walked then).
+
+    The walk follows no link, but asks of each link where it leads; past `WALK_LIMIT` entries
+    the search is asked too."""
+    named = PATHS.get(tool)
+    if named is None or named[1] != "search" or not host.hooks.impls("dsh_path_denied"):
+        return None
+    given = tool_input.get(named[0]) if isinstance(tool_input, dict) else None
+    root = os.path.realpath(os.path.join(host.workspace, given if isinstance(given, str) else "."))
+    for seen, path in enumerate(_entries(root), 1):
+        if seen > WALK_LIMIT:
+            return f"dsh: {tool} in {root} meets more than {WALK_LIMIT} paths to check"
+        reason = host.path_denied(execution, path, "read")
+        if reason is not None:
+            return f"dsh: {tool} in {root} would read {path}, which is {reason}"
+    return None
+
+
+def _entries(root: str) -> Iterator[str]:
+    """*root* and every path below it, real: a link is given as where it leads (not entered)."""
+    yield root
+    stack = [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as found:
+                for entry in found:
+                    if entry.is_symlink():
+                        yield os.path.realpath(entry.path)
+                    else:
+                        yield entry.path
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+        except OSError:  # unreadable: no search reads it either
+            continue

@@ -72,7 +72,8 @@ def decision(answer):
         ("Edit", {"file_path": "{root}/src/app.py", "old_string": "a", "new_string": "b"}, "ask"),
         ("Write", {"file_path": "{root}/src/new.py", "content": "print(1)\n"}, "ask"),
         ("Grep", {"pattern": "TODO", "path": "{root}/src", "output_mode": "content"}, "allow"),
-        ("Glob", {"pattern": "**/*.py", "path": "{root}"}, "allow"),
+        ("Glob", {"pattern": "**/*.py", "path": "{root}/src"}, "allow"),
+        ("Glob", {"pattern": "**/*.py", "path": "{root}"}, "ask"),  # secrets/ lies below
         ("WebFetch", {"url": "https://evil.example/x", "prompt": "summarise"}, "deny"),
         ("mcp__github__create_issue", {"owner": "o", "repo": "r", "title": "t"}, "ask"),
     ],

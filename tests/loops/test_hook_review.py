@@ -1,0 +1,168 @@
+"""`dsh hook claude` after a review that attacked it as a prompt-injected model would: where
+its policy is read from, which tools path rules reach, searches over what rules withhold, URLs
+read two ways, calls that failed, and Bash set loose from Claude Code's sandbox."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from dsh_host._cli._main import main
+from tests.loops.test_hook_claude import decision, payload, run_hook
+
+RULES = """
+[plugin.permissions]
+allow = ["Grep", "Glob", "LS", "Bash(git status)", "MultiEdit", "NotebookEdit", "NotebookRead"]
+deny = ["Read(credentials.json)", "Read(./secrets/**)", "Edit(./secrets/**)", "Bash(rm:*)",
+        "WebFetch(domain:evil.test)"]
+
+[plugin.audit]
+path = "{db}"
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "project"
+    db = root / ".dsh" / "audit.sqlite3"
+    for name in ("src", "secrets", "docs"):
+        (root / name).mkdir(parents=True)
+    (root / "dsh.toml").write_text(RULES.format(db=db))
+    (root / "secrets" / "key").write_text("KEY\n")
+    (root / "src" / "credentials.json").write_text("{}\n")
+    (root / "docs" / "a.md").write_text("# a\n")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(root))
+    return root, db
+
+
+def answer_of(capsys, monkeypatch, event, tool, tool_input, **extra):
+    status, answer, err = run_hook(payload(event, tool, tool_input, **extra), capsys, monkeypatch)
+    assert (status, err) == (0, "")
+    return answer
+
+
+def test_the_projects_policy_decides_wherever_claude_codes_shell_went(project, capsys, monkeypatch):
+    root, db = project
+    monkeypatch.chdir(root / "src")  # the model ran `cd src`; Claude Code runs the hook there
+    for tool_input in (
+        {"file_path": str(root / "src" / "credentials.json")},
+        {"file_path": "credentials.json"},  # relative: where Claude Code runs, src/
+        {"file_path": "../secrets/key"},
+    ):
+        answer = answer_of(capsys, monkeypatch, "PreToolUse", "Read", tool_input)
+        assert decision(answer) == "deny", tool_input
+    rm = answer_of(capsys, monkeypatch, "PreToolUse", "Bash", {"command": "rm -rf x"})
+    assert decision(rm) == "deny"
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM calls").fetchone()[0] == 4
+
+
+def test_a_pinned_config_takes_its_workspace_from_the_project(
+    project, capsys, monkeypatch, tmp_path
+):
+    root, _ = project
+    pinned = tmp_path / "claude.toml"
+    pinned.write_text('[plugin.permissions]\ndeny = ["Read(./secrets/**)"]\ndefault = "allow"\n')
+    monkeypatch.chdir(root / "src")
+    monkeypatch.setattr("sys.stdin", None)
+    data = payload("PreToolUse", "Read", {"file_path": "../secrets/key"})
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(data).encode())))
+    assert main(["hook", "claude", "--config", str(pinned)]) == 0
+    assert decision(json.loads(capsys.readouterr().out)) == "deny"
+
+
+def test_a_project_dir_that_cannot_be_entered_fails_closed(project, capsys, monkeypatch):
+    root, _ = project
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(root / "missing"))
+    data = payload("PreToolUse", "Bash", {"command": "git status"})
+    status, answer, err = run_hook(data, capsys, monkeypatch)
+    assert (status, answer) == (2, None)
+    assert "CLAUDE_PROJECT_DIR" in err
+    assert "the call is blocked" in err
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Grep", {"pattern": "K", "glob": "secrets/**", "output_mode": "content"}),
+        ("Grep", {"pattern": "K"}),
+        ("Grep", {"pattern": "K", "path": None}),
+        ("Glob", {"pattern": "**/*"}),
+        ("LS", {"path": "{root}"}),
+        ("Grep", {"pattern": "K", "path": "{root}/docs"}),  # docs/link leads to secrets/
+    ],
+)
+def test_a_search_over_what_a_rule_withholds_is_never_allowed(
+    project, capsys, monkeypatch, tool, tool_input
+):
+    root, _ = project
+    (root / "docs" / "link").symlink_to(root / "secrets")
+    tool_input = json.loads(json.dumps(tool_input).replace("{root}", str(root)))
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", tool, tool_input)
+    assert decision(answer) == "ask"
+    reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "Read(./secrets/**)" in reason
+    assert answer_of(capsys, monkeypatch, "PermissionRequest", tool, tool_input) is None
+
+
+def test_a_search_beside_what_rules_withhold_is_allowed(project, capsys, monkeypatch):
+    root, _ = project
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "a", "path": "docs"})
+    assert decision(answer) == "allow"
+    (root / "dsh.toml").write_text('[plugin.permissions]\nallow = ["Grep"]\n')  # nothing withheld
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "K"})
+    assert decision(answer) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("MultiEdit", {"file_path": "{root}/secrets/key", "edits": [{"old_string": "K", "new_string": "X"}]}),
+        ("NotebookEdit", {"notebook_path": "{root}/secrets/key", "new_source": "x"}),
+        ("NotebookRead", {"notebook_path": "{root}/secrets/key"}),
+        ("MultiEdit", {"file_path": "secrets/key", "edits": []}),
+    ],
+)  # fmt: skip
+def test_read_and_edit_rules_reach_every_claude_file_tool(
+    project, capsys, monkeypatch, tool, tool_input
+):
+    root, _ = project
+    tool_input = json.loads(json.dumps(tool_input).replace("{root}", str(root)))
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", tool, tool_input)
+    assert decision(answer) == "deny"
+    assert "secrets/**" in answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://evil.test\\@example.com/", "https:evil.test/", "https://ev%69l.test/", "HTTPS://evil\u3002test/"],
+)  # fmt: skip
+def test_a_url_node_reads_as_a_denied_host_is_denied(project, capsys, monkeypatch, url):
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "WebFetch", {"url": url, "prompt": "p"})
+    assert decision(answer) == "deny"
+
+
+def test_a_call_that_failed_is_audited_as_an_error(project, capsys, monkeypatch):
+    _, db = project
+    failed = payload("PostToolUseFailure", "Bash", {"command": "touch x; false"}, error="exit 1")
+    status, answer, err = run_hook(failed, capsys, monkeypatch)
+    assert (status, answer, err) == (0, None, "")
+    row = sqlite3.connect(db).execute("SELECT tool, outcome, is_error FROM calls").fetchone()
+    assert row == ("bash", "error", 1)
+
+
+def test_bash_outside_claude_codes_sandbox_is_never_allowed(project, capsys, monkeypatch):
+    loose = {"command": "git status", "dangerouslyDisableSandbox": True}
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Bash", loose)
+    assert decision(answer) == "ask"
+    assert "dangerouslyDisableSandbox" in answer["hookSpecificOutput"]["permissionDecisionReason"]
+    assert answer_of(capsys, monkeypatch, "PermissionRequest", "Bash", loose) is None
+    kept = {"command": "git status", "dangerouslyDisableSandbox": False}
+    assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", kept)) == "allow"
+    denied = {"command": "rm x", "dangerouslyDisableSandbox": True}
+    assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", denied)) == "deny"
