@@ -123,7 +123,12 @@ def parse_bind(text: str, public: bool = False, *, authenticated: bool = True) -
     under this host's policy.
     """
     where, sep, port = text.rpartition(":")
-    if not sep or not where or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if (
+        not sep
+        or not where
+        or not (port.isascii() and port.isdigit())
+        or not 0 <= int(port) <= 65535
+    ):
         raise ValueError(f"--http takes HOST:PORT such as 127.0.0.1:8765, not {text!r}")
     address = where.strip("[]")
     if not public and not _loopback(address):

@@ -145,6 +145,9 @@ class Session:
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            except Exception as exc:  # a request no check foresaw: refused, the session goes on
+                self.deny(f"network: blocked a malformed request ({type(exc).__name__})")
+                return
             async with upstream:
                 await _splice(client, upstream, bytes(reader.buf))
 
@@ -254,7 +257,7 @@ def _authority(text: bytes, default: int | None) -> tuple[str, int]:
         if default is None:
             raise Denied("CONNECT needs host:port")
         host, port_text = host_text, str(default)
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise Denied("bad port")
     return host, int(port_text)
 

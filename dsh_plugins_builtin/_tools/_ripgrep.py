@@ -162,7 +162,7 @@ def parse_output(text: str, truncated: bool) -> RgOutput:
         records = _records(text, messages)
     for path, rest in records:
         number, colon, body = rest.partition(":")
-        if not colon or not number.isdigit():
+        if not colon or not (number.isascii() and number.isdigit()):
             messages.append(f"{path}:{rest}".replace("\0", ":"))
             continue
         body = body.removesuffix("\r")  # --crlf ends every printed line with CRLF

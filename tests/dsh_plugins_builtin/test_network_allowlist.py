@@ -157,6 +157,8 @@ HOSTILE = [
     (b"\x05\x01\x00\x05\x01\x00\x04" + bytes(15) + b"\x01\x01\xbb", "::1:443 (address not in"),
     # ports
     (b"CONNECT api.test:22 HTTP/1.1\r\n\r\n", "api.test:22 (port 22 is not in network_ports)"),
+    (b"CONNECT api.test:\xb2 HTTP/1.1\r\n\r\n", "bad port"),  # a superscript two: not ASCII
+    ("CONNECT api.test:\u0664\u0664\u0663 HTTP/1.1\r\n\r\n".encode(), "bad port"),
     # smuggling and malformed heads
     (
         b"GET http://api.test/ HTTP/1.1\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n",
@@ -202,6 +204,22 @@ async def test_hostile_requests_are_refused_and_reported(
     assert reason in denials[0]
     assert upstream.heads == []
     assert b"200" not in data
+
+
+async def test_a_request_no_check_foresaw_is_refused_and_the_session_goes_on(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception nothing expected (a parser's ValueError) blocks that request only: it once
+    ended the whole session, and the command's output and denials with it."""
+    from dsh_plugins_builtin._sandbox import _proxy
+
+    def broken(text: bytes, default: int | None) -> tuple[str, int]:
+        raise ValueError("invalid literal for int()")
+
+    monkeypatch.setattr(_proxy, "_authority", broken)
+    _, denials = await _exchange(_allow(upstream), b"CONNECT api.test:443 HTTP/1.1\r\n\r\n")
+    assert denials == ["network: blocked a malformed request (ValueError)"]
+    assert upstream.heads == []
 
 
 async def test_a_name_resolving_to_loopback_is_refused_unless_pinned(upstream: Upstream) -> None:
