@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from dsh_plugins_builtin._sandbox._devnodes import NAMES, nodes
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._layout import (
     Layout,
@@ -38,6 +39,30 @@ __all__ = [
     "seccomp_pipe",
     "under",
 ]
+
+
+_PROC_READ_ONLY: Final = tuple(
+    word
+    for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+    for word in ("--ro-bind-try", path, path)
+)
+"""The parts of ``/proc`` that change the machine, not a process: kernel settings
+(``/proc/sys/kernel/core_pattern`` names a program the kernel runs as root), the SysRq trigger,
+interrupt affinity. A fresh ``/proc`` leaves them writable to the user that owns them (root, as
+which a command of a root host runs, capabilities or not): each is bound read-only over itself."""
+
+
+def _own_nodes() -> list[str]:
+    """A root host's own device nodes over those ``--dev`` binds from the host (`_devnodes`)."""
+    own = nodes()
+    if own is None:
+        return []
+    return [
+        w
+        for name in NAMES
+        if os.path.exists(f"/dev/{name}")
+        for w in ("--dev-bind", f"{own}/{name}", f"/dev/{name}")
+    ]
 
 
 def seccomp_pipe(program: bytes) -> int:
@@ -89,13 +114,23 @@ def bwrap_argv(
     seccomp_fd: int | None = None,
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
+    """The bwrap command line for *argv*. Every directory in RAM a command may write
+    (``/dev/shm`` and the fresh ones over the host's socket directories: ``/run``,
+    ``/var/tmp``...) holds at most *tmpfs_bytes* (the command's memory limit: what it writes
+    there is memory no address-space limit counts); ``/dev`` itself is read-only, and in
+    ``read-only`` mode all of them are."""
     layout = layout_of(policy)
     fds = root_fds or {}
     tmp = layout.tmp
     if missing is None:  # a command with no `take` and no `give_back`: a mounted server's
         missing = MOUNT_POINTS.hold(layout.held)
-    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    size = [] if tmpfs_bytes is None else ["--size", str(tmpfs_bytes)]
+    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_own_nodes()]
+    out += [*size, "--tmpfs", "/dev/shm"]
+    out += ["--proc", "/proc", *_PROC_READ_ONLY]
+    scratch = ["/dev/shm"]  # writable, in RAM: read-only in read-only mode
     for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
         if tmp is not None and path == layout.host_tmp:
             fd = fds.get(tmp)
@@ -103,7 +138,8 @@ def bwrap_argv(
                 ["--bind-fd", str(fd), "/tmp"] if fd is not None else ["--bind", str(tmp), "/tmp"]
             )
         else:
-            out += ["--tmpfs", str(path)]
+            out += [*size, "--tmpfs", str(path)]
+            scratch.append(str(path))
     mounts = layout.mounts_now(cwd)
     for path, writable in mounts:
         if writable and path in fds:
@@ -114,6 +150,9 @@ def bwrap_argv(
     locks = layout.locks_now(mounts)
     if locks is not None:  # dsh's lock files: out of reach even where a root shows them
         out += ["--tmpfs", str(locks), "--remount-ro", str(locks)]
+    out += ["--remount-ro", "/dev"]  # after every mount point made in it (a root in /dev/shm)
+    for place in scratch if policy.mode == "read-only" else ():
+        out += ["--remount-ro", place]
     out += ["--unshare-all", "--unshare-user-try"]
     if policy.network:
         out.append("--share-net")
@@ -131,7 +170,12 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
     layout = layout_of(policy)
     tmp = layout.tmp
     pins = {pin.real: pin for pin in policy.pins}
-    plan: list[tuple[Any, ...]] = []
+    # A /dev of its own (no disk, input device or terminal of the host), before the roots: a
+    # root under /dev (a workspace on /dev/shm) stays in view, as under bwrap's --dev. First of
+    # all: a root host's own nodes (`_devnodes`) are in its state directory, which a mask
+    # below may cover (a state directory under /tmp).
+    own = nodes()
+    plan: list[tuple[Any, ...]] = [*dev_plan("/dev" if own is None else str(own))]
     for path in layout.masks:
         if tmp is not None and path == layout.host_tmp:
             pin = pins.get(tmp)
@@ -139,9 +183,6 @@ def mount_plan(policy: SandboxPolicy) -> tuple[tuple[Any, ...], ...]:
             plan.append(("bind", str(tmp), "/tmp", True, *ident))
         else:
             plan.append(("tmpfs", str(path), False))
-    # A /dev of its own (no disk, input device or terminal of the host), before the roots: a
-    # root under /dev (a workspace on /dev/shm) stays in view, as under bwrap's --dev.
-    plan += dev_plan()
     mounts = layout.mounts_now(None)
     for path, writable in mounts:
         pin = pins.get(path)  # a pinned root: bound only if it is still that directory

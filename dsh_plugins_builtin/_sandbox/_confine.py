@@ -43,6 +43,7 @@ heuristic only (``*PASSPHRASE*`` would leak).
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
@@ -72,7 +73,7 @@ from dsh_plugins_builtin._sandbox._bwrap import (
 )
 from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
-from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, ulimit_prefix
+from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, rlimits, ulimit_prefix
 from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy
 from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints as _MountPoints
 from dsh_plugins_builtin._sandbox._netns import proxied, proxy_env, relay_argv
@@ -81,6 +82,7 @@ from dsh_plugins_builtin._sandbox._policy import RootReplaced, SandboxPolicy
 from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, Sink, result, run
 from dsh_plugins_builtin._sandbox._run import runner_failure as _runner_failure
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
+from dsh_plugins_builtin._sandbox._tmpway import ready
 
 __all__ = [
     "BACKENDS",
@@ -108,6 +110,7 @@ def confine_argv(
     seccomp_fd: int | None = None,
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """Build the command line that runs ``argv`` confined by ``backend`` under ``policy``.
 
@@ -122,6 +125,8 @@ def confine_argv(
         missing: The protected paths to mount an empty read-only tmpfs over (`_MountPoints.take`);
             ``None``: the ones that do not exist now, and the mount points of running commands,
             held while the process lives (`_MountPoints.hold`).
+        tmpfs_bytes: The size of each directory in RAM the command may write (``/dev/shm``,
+            the fresh ``/run``...): its memory limit (bwrap; Landlock refuses writes there).
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
@@ -134,7 +139,7 @@ def confine_argv(
     if policy.mode == "danger-full-access":
         return list(argv)
     if backend == "bwrap":
-        return bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds, missing)
+        return bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds, missing, tmpfs_bytes)
     if backend == "landlock":
         return list(argv)
     if backend == "none":
@@ -196,10 +201,13 @@ async def run_confined(
     resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
     chosen = select_backend(policy, backend, await _probes(resolved))
     argv = ["bash", "-c", ulimit_prefix(limits) + command]
-    tmp = layout_of(policy).tmp
+    layout = layout_of(policy)
+    tmp = layout.tmp
+    if tmp is not None:  # the way to a root under /tmp: real directories, not a command's links
+        ready(tmp, layout.host_tmp, (path for path, _ in layout.mounts_now(cwd)))
     tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
     environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
-    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink)
+    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits))
     done = await _run_chosen(chosen, spawn, policy, resolved[0])
     note = explain(limits, done.output, done.signal)
     if note is not None:
@@ -254,6 +262,11 @@ class _Spawn:
     timeout: float | None
     cap: int
     sink: Sink | None = None
+    limits: tuple[tuple[int, int], ...] = ()  # what anything before the command's shell sets
+
+
+def _memory(limits: Sequence[tuple[int, int]]) -> int | None:
+    return next((value for which, value in limits if which == resource.RLIMIT_AS), None)
 
 
 async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, int | None, bool]:
@@ -280,7 +293,9 @@ async def _run_bwrap(
         return await _bwrap_once(spawn, policy, path, None)
     async with proxied(policy.network_allow) as (control, session):
         behind = attrs.evolve(
-            spawn, argv=relay_argv(control, spawn.argv, policy.deny_read), env=proxy_env(spawn.env)
+            spawn,
+            argv=relay_argv(control, spawn.argv, policy.deny_read),
+            env=proxy_env(spawn.env),
         )
         out, returncode, timed_out = await _bwrap_once(behind, policy, path, control)
     out.notes.extend(session.denials)
@@ -301,10 +316,16 @@ async def _bwrap_once(
         fds.append(seccomp_fd)
         wrapped = confine_argv(
             spawn.argv, policy, "bwrap", cwd=spawn.cwd, bwrap=path, seccomp_fd=seccomp_fd,
-            root_fds=root_fds, missing=taken.over,
+            root_fds=root_fds, missing=taken.over, tmpfs_bytes=_memory(spawn.limits),
         )  # fmt: skip
         info_r, info_w = os.pipe()  # run owns both from here
         wrapped[1:1] = ["--info-fd", str(info_w)]
+        block, block_fds = None, []
+        if spawn.limits:  # set on bwrap's first process, before it starts any other (`run`)
+            block_r, block_w = os.pipe2(os.O_CLOEXEC)
+            fds.append(block_r)
+            block, block_fds = (block_w, spawn.limits), [block_r]
+            wrapped[1:1] = ["--block-fd", str(block_r)]
         return await run(
             wrapped,
             cwd=spawn.cwd,
@@ -314,10 +335,12 @@ async def _bwrap_once(
             pass_fds=(
                 seccomp_fd,
                 info_w,
+                *block_fds,
                 *root_fds.values(),
                 *([] if control is None else [control]),
             ),
             info=(info_r, info_w),
+            block=block,
             sink=spawn.sink,
         )
     finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 
 from dsh_plugins_builtin._sandbox import _hostsockets, _locks
+from dsh_plugins_builtin._sandbox._denyglob import matching
 from dsh_plugins_builtin._sandbox._paths import canonical, inside_any, outermost, under
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 from dsh_plugins_builtin._sandbox._protected import protected_paths
@@ -67,6 +68,7 @@ class Layout:
         locks_shown: A root shows it (it is not in ``/dev/shm`` or a hidden directory).
         sockets_allowed: ``allow_unix_sockets``, real paths.
         mask_prefixes: ``masks`` as `_hostsockets.prefixes`.
+        patterns: The ``deny_read`` globs, matched again per command (`_denyglob`).
     """
 
     rw: tuple[Path, ...]
@@ -83,6 +85,7 @@ class Layout:
     locks_shown: bool
     sockets_allowed: frozenset[str] = frozenset()
     mask_prefixes: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[Path, ...]:
@@ -122,6 +125,11 @@ class Layout:
             except OSError:
                 continue  # missing: nothing to hide
             out.append((path, stat.S_ISDIR(mode)))
+        if self.patterns:  # what the globs cover now, made since the start included
+            known = [path for path, _ in out]
+            for path, is_dir in matching(self.patterns, self.rw):
+                if not any(under(path, hidden) for hidden in known):
+                    out.append((path, is_dir))
         return out
 
     def sockets_now(
@@ -185,6 +193,7 @@ def layout_of(policy: SandboxPolicy) -> Layout:
         or not inside_any(locks, (*masks, Path("/dev/shm"))),
         sockets_allowed=frozenset(str(canonical(path)) for path in policy.unix_sockets),
         mask_prefixes=_hostsockets.prefixes(masks),
+        patterns=policy.deny_patterns,
     )
     if len(_LAYOUTS) >= 16:
         _LAYOUTS.clear()

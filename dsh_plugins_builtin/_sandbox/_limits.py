@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["LimitsConfig", "explain", "ulimit_prefix"]
+__all__ = ["LimitsConfig", "explain", "rlimits", "ulimit_prefix"]
 
 _MIB: Final = 1024 * 1024
 
@@ -70,12 +70,12 @@ _TABLE: Final = (
 )
 
 
-def ulimit_prefix(limits: LimitsConfig | None) -> str:
-    """``ulimit -H -S ...;`` for the command's shell (``""`` when nothing is limited)."""
+def rlimits(limits: LimitsConfig | None) -> tuple[tuple[int, int], ...]:
+    """``(RLIMIT_*, value)`` for each limit set, each at most the host's own hard limit."""
     if limits is None:
-        return ""
-    flags = []
-    for field, flag, which, flag_unit, unit in _TABLE:
+        return ()
+    out = []
+    for field, _, which, _, unit in _TABLE:
         value = getattr(limits, field)
         if value is None:
             continue
@@ -83,7 +83,16 @@ def ulimit_prefix(limits: LimitsConfig | None) -> str:
         hard = resource.getrlimit(which)[1]
         if hard != resource.RLIM_INFINITY:
             wanted = min(wanted, hard)
-        flags.append(f"{flag} {max(wanted // flag_unit, 1)}")
+        out.append((which, wanted))
+    return tuple(out)
+
+
+def ulimit_prefix(limits: LimitsConfig | None) -> str:
+    """``ulimit -H -S ...;`` for the command's shell (``""`` when nothing is limited)."""
+    units = {which: (flag, flag_unit) for _, flag, which, flag_unit, _ in _TABLE}
+    flags = [
+        f"{units[which][0]} {max(value // units[which][1], 1)}" for which, value in rlimits(limits)
+    ]
     return f"ulimit -H -S {' '.join(flags)} || exit 125; " if flags else ""
 
 

@@ -58,15 +58,16 @@ _DEV_LINKS = (
 
 
 @functools.cache
-def dev_plan() -> tuple[tuple[Any, ...], ...]:
+def dev_plan(source: str = "/dev") -> tuple[tuple[Any, ...], ...]:
     """The steps of a ``/dev`` of the command's own, as bwrap's ``--dev`` makes one. The
     host's ``/dev`` would show its disks (as root, read whole, whatever ``deny_read`` says),
     input devices, consoles and terminals: Landlock lets a command read every file, devices
-    included. Made once: which of those nodes the host has does not change."""
+    included. The nodes are bound from *source* (a root host's own copies: `_devnodes`). Made
+    once: which of those nodes the host has does not change."""
     plan: list[tuple[Any, ...]] = [("tmpfs", "/dev", False)]
     for name in _DEV_NODES:
         if os.path.exists(f"/dev/{name}"):
-            plan.append(("bind", f"/dev/{name}", f"/dev/{name}", True))
+            plan.append(("bind", f"{source}/{name}", f"/dev/{name}", True))
     plan += [("symlink", target, f"/dev/{name}") for name, target in _DEV_LINKS]
     plan += [("tmpfs", "/dev/pts", False), ("tmpfs", "/dev/shm", False)]
     return tuple(plan)

@@ -8,6 +8,8 @@ import os
 import stat
 from collections.abc import Sequence
 
+from dsh_plugins_builtin._sandbox._devnodes import nodes
+
 __all__ = ["LandlockUnavailable", "build_ruleset", "check_abi", "landlock_abi"]
 
 _SYS_CREATE_RULESET = 444
@@ -163,6 +165,9 @@ def build_ruleset(writable: Sequence[str], abi: int, *, block_network: bool) -> 
         _add_path_rule(libc, ruleset_fd, "/", _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR)
         null_rights = _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE
         _add_path_rule(libc, ruleset_fd, "/dev/null", null_rights)
+        own = nodes()  # a root host's own /dev/null, bound in its place (`_devnodes`)
+        if own is not None:
+            _add_path_rule(libc, ruleset_fd, str(own / "null"), null_rights)
         for path in writable:
             _add_path_rule(libc, ruleset_fd, path, handled_fs)
     except BaseException:

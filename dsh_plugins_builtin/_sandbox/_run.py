@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import os
 import signal as _signal
@@ -23,11 +22,11 @@ import trio
 
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._output import Output, Sink
+from dsh_plugins_builtin._sandbox._pidns import SUPERVISOR_GRACE, Block, Namespace
 
-__all__ = ["Output", "ProcessResult", "Sink", "result", "run", "runner_failure"]
+__all__ = ["Block", "Output", "ProcessResult", "Sink", "result", "run", "runner_failure"]
 
 _DRAIN_GRACE: Final = 1.0
-_SUPERVISOR_GRACE: Final = 5.0
 _READ_CHUNK: Final = 65536
 
 
@@ -193,6 +192,7 @@ async def run(
     cap: int,
     landlock: _landlock.Prepared | None = None,
     info: tuple[int, int] | None = None,
+    block: Block | None = None,
     sink: Sink | None = None,
     **spawn: Any,
 ) -> tuple[Output, int | None, bool]:
@@ -200,7 +200,9 @@ async def run(
     whatever of it is left; ``(output, returncode, timed_out)``.
 
     *landlock*: confine it in the child (from the fork server when it works); *info*: bwrap's
-    ``--info-fd`` pipe, to wait until its PID namespace is gone; *sink*: stream the output
+    ``--info-fd`` pipe, to wait until its PID namespace is gone; *block*: the write end of
+    bwrap's ``--block-fd`` and the resource limits (``(RLIMIT_*, value)``) to set on the first
+    process of its namespace before it goes on (`Namespace`); *sink*: stream the output
     (at most *cap* bytes); once it says enough, the command is stopped as at a timeout.
     """
     read_fd, write_fd = os.pipe()
@@ -210,6 +212,8 @@ async def run(
         os.close(read_fd)
         if info is not None:
             os.close(info[0])
+        if block is not None:
+            os.close(block[0])
         raise
     finally:
         os.close(write_fd)
@@ -217,7 +221,7 @@ async def run(
             os.close(info[1])  # bwrap's copy is the only writer now
     stream = trio.lowlevel.FdStream(read_fd)
     out = Output(cap, sink)
-    namespace = _Namespace()
+    namespace = Namespace(block)
     stop = functools.partial(_stop, proc, supervised=landlock is not None)
     try:
         timed_out = await _watch(proc, stream, out, namespace, info, timeout, stop)
@@ -272,7 +276,7 @@ async def _stop(proc: _Local | _forkclient.Launched, *, supervised: bool) -> Non
     # SIGKILL would orphan them. It is our code, so it answers; the group kill follows.
     if supervised and proc.returncode is None:
         proc.send_signal(_signal.SIGTERM)
-        with trio.move_on_after(_SUPERVISOR_GRACE):
+        with trio.move_on_after(SUPERVISOR_GRACE):
             await proc.exited()
     proc.kill_all()
 
@@ -281,7 +285,7 @@ async def _watch(
     proc: _Local | _forkclient.Launched,
     stream: trio.lowlevel.FdStream,
     out: Output,
-    namespace: _Namespace,
+    namespace: Namespace,
     info: tuple[int, int] | None,
     timeout: float | None,
     stop: Callable[[], Awaitable[None]],
@@ -292,7 +296,7 @@ async def _watch(
         enough = trio.CancelScope()  # cancelled when a streaming caller has had enough
         nursery.start_soon(_pump, stream, out, drained, enough)
         if info is not None:
-            nursery.start_soon(namespace.watch, info[0])
+            nursery.start_soon(namespace.watch, info[0], stop, out)
         with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
             with enough:
                 await proc.exited()
@@ -301,49 +305,12 @@ async def _watch(
         if info is not None and not await namespace.wait_gone():
             out.notes.append(
                 "[sandbox: the command's PID namespace did not end within "
-                f"{_SUPERVISOR_GRACE:g} s: some of its processes may still be running]"
+                f"{SUPERVISOR_GRACE:g} s: some of its processes may still be running]"
             )
         with trio.move_on_after(_DRAIN_GRACE):
             await drained.wait()
         nursery.cancel_scope.cancel()
     return deadline.cancelled_caught
-
-
-class _Namespace:
-    """The init of bwrap's PID namespace, from ``--info-fd``: when it has exited, the kernel has
-    killed and reaped every process in the namespace (``setsid`` ones included)."""
-
-    def __init__(self) -> None:
-        self.pidfd: int | None = None
-        self.known = trio.Event()
-
-    async def watch(self, info_fd: int) -> None:
-        data = bytearray()
-        async with trio.lowlevel.FdStream(info_fd) as stream:
-            while chunk := await stream.receive_some(_READ_CHUNK):
-                data += chunk
-                try:
-                    pid = int(json.loads(data)["child-pid"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                with contextlib.suppress(OSError):  # already gone: so is the namespace
-                    self.pidfd = os.pidfd_open(pid)
-                break
-        self.known.set()
-
-    async def wait_gone(self) -> bool:
-        """Wait (a bounded time) until the namespace's init is gone; whether it is."""
-        with trio.move_on_after(_SUPERVISOR_GRACE):
-            await self.known.wait()
-            if self.pidfd is not None:
-                await trio.lowlevel.wait_readable(self.pidfd)
-            return True
-        return False
-
-    def close(self) -> None:
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
 
 
 def result(out: Output, returncode: int | None, timed_out: bool, backend: str) -> ProcessResult:

@@ -437,7 +437,13 @@ def test_confine_argv_bwrap_shape(tmp_path: Path) -> None:
     argv = confine_argv(
         ["bash", "-c", "cmd"], SandboxPolicy("workspace-write", ws), "bwrap", cwd=ws
     )
-    assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    assert argv[:6] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
+    shown = list(itertools.pairwise(argv))
+    assert ("--tmpfs", "/dev/shm") in shown
+    assert argv[argv.index("--proc") : argv.index("--proc") + 5] == [
+        *("--proc", "/proc", "--ro-bind-try", "/proc/sys", "/proc/sys")  # the machine's settings
+    ]
+    assert ("--remount-ro", "/dev") in shown
     assert argv[-4:] == ["--", "bash", "-c", "cmd"]
     pairs = list(itertools.pairwise(argv))
     assert ("--tmpfs", "/tmp") not in pairs  # /tmp is a writable root here, not masked
@@ -615,10 +621,10 @@ async def test_a_namespace_still_alive_after_the_grace_is_said_not_hidden(
 ) -> None:
     """Issue 22 row 5: "killed" only when verified. A PID namespace whose init outlives the
     grace is reported as possibly still running, never as killed."""
-    from dsh_plugins_builtin._sandbox import _run
+    from dsh_plugins_builtin._sandbox import _pidns, _run
 
     alive = subprocess.Popen(["sleep", "600"])
-    namespace = _run._Namespace()
+    namespace = _pidns.Namespace()
     try:
         namespace.known.set()
         namespace.pidfd = os.pidfd_open(alive.pid)
@@ -631,6 +637,34 @@ async def test_a_namespace_still_alive_after_the_grace_is_said_not_hidden(
     out.feed(b"partial\n")
     out.notes.append("[sandbox: some of its processes may still be running]")
     assert out.text() == "partial\n[sandbox: some of its processes may still be running]\n"
+
+
+async def test_a_namespace_whose_limits_cannot_be_set_never_goes_on() -> None:
+    """bwrap's first process waits on ``--block-fd`` for its limits; when the host cannot set
+    them (bwrap named no process), it is stopped, told nothing, and the output says why."""
+    import resource
+
+    from dsh_plugins_builtin._sandbox import _pidns, _run
+
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    os.write(info_w, b'{"no-child-pid": 1}')
+    os.close(info_w)
+    stopped = []
+
+    async def stop() -> None:
+        stopped.append(True)
+
+    out = _run.Output(100)
+    namespace = _pidns.Namespace((block_w, ((resource.RLIMIT_AS, 1 << 30),)))
+    try:
+        await namespace.watch(info_r, stop, out)
+        assert stopped == [True]
+        assert "the command was not run: its limits were not set" in out.text()
+        assert os.read(block_r, 1) == b""  # closed, never written: the command never ran
+    finally:
+        namespace.close()
+        os.close(block_r)
 
 
 @pytest.mark.parametrize("mode", ["workspace-write", "danger-full-access"])

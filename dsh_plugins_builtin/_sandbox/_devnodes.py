@@ -1,0 +1,64 @@
+"""Device nodes of dsh's own for a root command's ``/dev`` (``null``, ``zero``, ``tty``...).
+
+bwrap's ``--dev`` (and the Landlock backend's ``/dev``, `dsh_plugins_builtin._sandbox._mountns`)
+binds the host's own nodes: a command running as root owns them, capabilities or not, and its
+``chmod 000 /dev/null`` changed the host's ``/dev/null`` (every service writing there failed
+after). A read-only bind cannot be used (bwrap remounts it ``nodev``). So a root host binds
+copies of its own instead (`nodes`), made with ``mknod`` in dsh's state directory (which no
+command sees) and checked before each command: the mode a command changed is put back. Where
+they cannot serve (no ``mknod``, a ``nodev`` file system) the host's are bound as before, and
+`nodes` says ``None``. A user other than root owns none of the host's nodes: nothing to do.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Final
+
+from dsh_plugins_builtin._common._dirs import user_state_path
+
+__all__ = ["NAMES", "nodes"]
+
+NAMES: Final = ("null", "zero", "full", "random", "urandom", "tty")
+_MODE: Final = 0o666
+_unusable: set[Path] = set()
+
+
+def nodes(directory: Path | None = None) -> Path | None:
+    """The directory of dsh's own nodes, each made (again) now as the host's is, or ``None``
+    (not root, or they cannot serve here: the host's are bound)."""
+    if os.geteuid() != 0:
+        return None
+    directory = directory or user_state_path("dsh") / "dev"
+    if directory in _unusable:
+        return None
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for name in NAMES:
+            _ensure(directory / name, Path("/dev", name))
+        with open(directory / "null", "wb") as null:  # a nodev file system refuses this
+            null.write(b"")
+    except OSError:
+        _unusable.add(directory)
+        return None
+    return directory
+
+
+def _ensure(path: Path, host: Path) -> None:
+    try:
+        want = os.stat(host).st_rdev
+    except FileNotFoundError:
+        return  # the host has none: neither has the command
+    try:
+        st = os.lstat(path)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and st.st_uid == 0:
+            if stat.S_IMODE(st.st_mode) != _MODE:  # what a command's chmod left: the same
+                os.chmod(path, _MODE)  # node (Landlock's rule for it holds) with its mode back
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.mknod(path, stat.S_IFCHR | _MODE, want)
+    os.chmod(path, _MODE)  # the umask took some bits (the directory is dsh's: no link here)

@@ -1,0 +1,164 @@
+"""What a confined command must not change beyond its own processes and files: the machine's
+kernel settings, and the resource limits of every process in its namespace (a review found a
+root command writing ``/proc/sys``, and code written into bwrap's unlimited init through
+``/proc/1/mem``). Every backend, as root here and as ``nobody`` through
+`test_escapes_unprivileged.py`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dsh_plugins_builtin.test_escapes_boundary import bash, boundary_host
+
+SETTING = "/proc/sys/kernel/printk_ratelimit"  # harmless, and written back with its own value
+
+
+async def test_the_kernels_settings_cannot_be_written(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    if not os.path.exists(SETTING):
+        pytest.skip(f"this kernel has no {SETTING}")
+    host = boundary_host(make_host, ws, backend)
+    result = await host.call(
+        "bash", {"command": f'v=$(cat {SETTING}) && echo "$v" > {SETTING} && echo WROTE'}
+    )
+    assert "WROTE" not in result.text  # refused: read-only (bwrap), outside the roots (Landlock)
+    if backend == "bwrap":  # read-only mounts, whoever the command runs as
+        shown = (await bash(host, "cat /proc/self/mountinfo")).text
+        mounted = {line.split()[4]: line.split()[5] for line in shown.splitlines()[1:]}
+        for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
+            if os.path.exists(path):
+                assert mounted.get(path, "").startswith("ro"), (path, mounted.get(path))
+
+
+LIMITED = "for p in /proc/[0-9]*; do echo \"$p $(grep -E '^Max (address space|file size)' $p/limits | tr -s ' ' | cut -d' ' -f4 | tr '\\n' ' ')\"; done"
+"""Each process of the namespace with its file size and address space limits."""
+
+
+def assert_limited(text: str) -> None:
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("/proc/")]
+    assert any(row[0] == "/proc/1" for row in rows), text  # bwrap's init, or the command
+    for row in rows:  # (a process gone meanwhile shows no figures)
+        assert row[1:] in ([], [str(3 << 20), str(700 << 20)]), (row, text)
+
+
+async def test_every_process_of_the_namespace_has_the_limits(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    limits = {"memory_mib": 700, "file_size_mib": 3}
+    host = boundary_host(make_host, ws, backend, limits=limits)
+    assert_limited((await bash(host, LIMITED)).text)
+
+
+async def test_behind_the_proxy_every_process_has_the_limits_too(make_host: Any, ws: Path) -> None:
+    # bwrap's init and the relay (a network list needs bwrap) start before the command's shell
+    limits = {"memory_mib": 700, "file_size_mib": 3}
+    network = {"network": ["api.test"], "network_hosts": {"api.test": "127.0.0.1"}}
+    host = boundary_host(make_host, ws, "bwrap", limits=limits, **network)
+    shown = (await bash(host, LIMITED)).text
+    assert shown.count("/proc/") >= 3, shown  # init, relay, the command's shell at least
+    assert_limited(shown)
+
+
+async def test_deny_read_globs_hide_what_the_file_tools_refuse_from_every_command(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    # The globs were expanded once, at start, with glob.glob: dot-names and deeper files (which
+    # the file tools' fnmatch covers: its * crosses /) stayed readable, and so did later ones.
+    for name in (".b.key", ".certs/d.key", "sub/e.key", "sub/deeper/f.key", "plain.txt"):
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(f"SECRET-{name}\n" if name.endswith(".key") else "fine\n")
+    host = boundary_host(make_host, ws, backend, deny_read=["*.key"])
+    names = ".b.key .certs/d.key sub/e.key sub/deeper/f.key plain.txt"
+    shown = (await host.call("bash", {"command": f"cat {names} 2>&1; echo made > new.key"})).text
+    assert "SECRET" not in shown
+    assert "fine" in shown  # the control: the command reads what no glob covers
+    assert (ws / "new.key").read_text() == "made\n"
+    (ws / "new.key").write_text("SECRET-new\n")  # made since: covered before the next command
+    again = (await host.call("bash", {"command": "cat new.key; ln new.key copy.txt"})).text
+    assert "SECRET" not in again
+    read = await host.call("read_file", {"path": "copy.txt"})
+    assert "SECRET" not in read.text
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "read-only"])
+async def test_memory_in_ram_backed_directories_is_bounded(
+    make_host: Any, ws: Path, backend: str, mode: str
+) -> None:
+    # What a command writes to a tmpfs is memory its address-space limit does not count: each
+    # one it may write holds at most memory_mib; /dev itself and, read-only, all are read-only.
+    # (Landlock refuses every write outside the roots: none of them is writable there.)
+    host = boundary_host(make_host, ws, backend, mode=mode, limits={"memory_mib": 64})
+    shown = await bash(
+        host,
+        "for d in /dev/shm /run /var/tmp; do [ -d $d ] || continue; "
+        "head -c 100M /dev/zero > $d/fill 2>/dev/null; "
+        'echo "$d $(stat -c %s $d/fill 2>/dev/null || echo none)"; done; '
+        "touch /dev/made 2>/dev/null && echo DEV-WRITABLE; echo done",
+    )
+    rows = [line.split() for line in shown.text.splitlines() if line.startswith("/")]
+    assert rows, shown.text
+    for directory, size in rows:
+        if mode == "read-only" or backend == "landlock":
+            assert size == "none", (directory, shown.text)
+        else:
+            assert size != "none", (directory, shown.text)  # writable, as before
+            assert int(size) <= 64 << 20, (directory, shown.text)
+    assert "DEV-WRITABLE" not in shown.text
+    assert "done" in shown.text
+
+
+async def test_the_way_to_a_workspace_under_tmp_cannot_be_swapped_for_a_link(
+    make_host: Any, backend: str
+) -> None:
+    # The workspace lies under the host's /tmp, so the directory holding it is a plain
+    # directory of the private tmp: renamed and replaced by a link, the next command's mount
+    # point was made through it on the host (bwrap), or every later command refused (Landlock).
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="dsh-test-way-", dir="/tmp"))
+    try:
+        (top / "ws").mkdir()
+        (top / "outside").mkdir()
+        top.chmod(0o755)
+        host = boundary_host(make_host, top / "ws", backend)
+        swap = f"mv {top} /tmp/moved && ln -s /oldroot{top}/outside {top} && echo swapped"
+        assert "swapped" in (await bash(host, swap)).text
+        after = await host.call("bash", {"command": "pwd; echo still-works"})
+        assert not after.is_error, after.text
+        assert "still-works" in after.text
+        assert list((top / "outside").iterdir()) == []  # nothing made outside the roots
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+async def test_a_command_cannot_change_the_hosts_device_nodes(
+    make_host: Any, ws: Path, backend: str
+) -> None:
+    # /dev/null and the others were the host's own nodes, bound in: a root command owns them
+    # and its chmod changed the host's. Never chmod-ed here unless it must fail.
+    from dsh_plugins_builtin._sandbox._devnodes import NAMES, nodes
+
+    host = boundary_host(make_host, ws, backend)
+    names = [name for name in NAMES if os.path.exists(f"/dev/{name}")]
+    listing = "; ".join(f"echo {n} $(stat -c '%d %i %a' /dev/{n})" for n in names)
+    if os.geteuid() != 0:  # the host's nodes are root's: a chmod fails, whatever is bound
+        refused = await bash(host, "chmod 600 /dev/null 2>/dev/null || echo refused")
+        assert "refused" in refused.text
+        return
+    own = nodes()
+    assert own is not None
+    (own / "null").chmod(0o600)  # as a command left it: made again before the next one
+    shown = await bash(host, listing)
+    words = [line.split() for line in shown.text.splitlines()]
+    rows = {w[0]: w[1:] for w in words if len(w) == 4 and w[0] in names}
+    assert set(rows) == set(names), shown.text
+    for name in names:
+        st = os.stat(f"/dev/{name}")
+        assert rows[name][:2] != [str(st.st_dev), str(st.st_ino)], (name, shown.text)
+        assert rows[name][2] == "666", (name, shown.text)
