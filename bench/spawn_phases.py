@@ -182,16 +182,22 @@ async def captured(call: Callable[[], Awaitable[float]]) -> tuple[list[str], Any
     return out, policy
 
 
-_OPS = {"--tmpfs": 2, "--remount-ro": 2, "--ro-bind": 3, "--bind": 3}  # flag: words it takes
+_OPS = {  # flag: words it takes
+    "--tmpfs": 2, "--remount-ro": 2, "--ro-bind": 3, "--bind": 3, "--ro-bind-try": 3,
+    "--dev-bind": 3,
+}  # fmt: skip
 
 
 def without(argv: list[str], paths: set[str]) -> list[str]:
-    """*argv* without the mount operations whose destination is one of *paths*."""
+    """*argv* without the mount operations whose destination is one of *paths* (with the
+    ``--size N`` before a ``--tmpfs`` left out)."""
     out: list[str] = []
     i = 0
     while i < len(argv) and argv[i] != "--":
         n = _OPS.get(argv[i])
         if n is not None and argv[i + n - 1] in paths:
+            if out[-2:-1] == ["--size"]:
+                del out[-2:]
             i += n
             continue
         out.append(argv[i])
@@ -212,6 +218,17 @@ def op_classes(argv: list[str], policy: Any) -> dict[str, set[str]]:
         - {str(p) for p in layout.protected if not os.path.lexists(p)},
         "deny_read + dsh's state (ro-bind /dev/null, tmpfs + remount-ro)": denied,
         "host socket dirs hidden, the private /tmp": {str(p) for p in layout.masks} | {"/tmp"},
+        "the machine's /proc parts read-only (ro-bind-try)": {
+            "/proc/sys",
+            "/proc/sysrq-trigger",
+            "/proc/irq",
+            "/proc/bus",
+            "/proc/fs",
+        },
+        "a root host's own device nodes (dev-bind)": {
+            f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom", "tty")
+        },
+        "/dev/shm sized, /dev read-only (tmpfs, remount-ro)": {"/dev/shm", "/dev"},
     }  # (not the writable roots: without them, bwrap would make the protected paths elsewhere)
     return {name: paths & dests for name, paths in classes.items() if paths & dests}
 
