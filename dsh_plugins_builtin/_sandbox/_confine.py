@@ -194,17 +194,10 @@ async def run_confined(
     if policy.mode == "danger-full-access":
         spawn = _Spawn(["bash", "-c", command], cwd, {}, timeout, max_output_bytes, sink)
         return await _run_unconfined(spawn, command_env(os.environ, env, allow=env_allow))
-    try:
-        check_pinned(policy)
-    except RootReplaced as exc:
-        raise SandboxUnavailable(str(exc), mode=policy.mode) from None
+    tmp = _prepared(policy, cwd)
     resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
     chosen = select_backend(policy, backend, await _probes(resolved))
     argv = ["bash", "-c", ulimit_prefix(limits) + command]
-    layout = layout_of(policy)
-    tmp = layout.tmp
-    if tmp is not None:  # the way to a root under /tmp: real directories, not a command's links
-        ready(tmp, layout.host_tmp, (path for path, _ in layout.mounts_now(cwd)))
     tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
     environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
     spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits))
@@ -213,6 +206,19 @@ async def run_confined(
     if note is not None:
         done = attrs.evolve(done, output=f"{done.output.rstrip()}\n{note}\n", limit=note)
     return done
+
+
+def _prepared(policy: SandboxPolicy, cwd: Path) -> Path | None:
+    """Check the pinned roots, and make the way to a root under ``/tmp`` real directories
+    again, not a command's links (`_tmpway`); the private tmp, if there is one."""
+    try:
+        check_pinned(policy)
+    except RootReplaced as exc:
+        raise SandboxUnavailable(str(exc), mode=policy.mode) from None
+    layout = layout_of(policy)
+    if layout.tmp is not None:
+        ready(layout.tmp, layout.host_tmp, (path for path, _ in layout.mounts_now(cwd)))
+    return layout.tmp
 
 
 async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResult:
