@@ -107,7 +107,7 @@ def path_bound(view: ToolView) -> bool:
 
 
 _PLAIN_URL = re.compile(
-    r"(?i:https?)://(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)\.?(?::[0-9]{1,5})?(?:[/?#]|\Z)"
+    r"(?i:https?)://(?P<host>[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)\.?(?::[0-9]{1,5})?(?:[/?#]|\Z)"
 )
 _ENDS = "".join(map(chr, range(0x21)))  # what a WHATWG URL parser strips from both ends
 

@@ -570,6 +570,7 @@ def test_web_fetch_domain_rules(ws):
     assert rs.decide("web_fetch", fetch, {"url": "https://notexample.com/"}).effect == "ask"
     assert rs.decide("web_fetch", fetch, {"url": "http://[::1"}).effect == "deny"  # unclear
     assert rs.decide("web_fetch", fetch, {"url": "HTTPS://Docs.Example.COM."}).effect == "allow"
+    assert rs.decide("web_fetch", fetch, {"url": "http://my_host.example.com:8080"}).effect == "allow"
 
 
 @pytest.mark.parametrize(
