@@ -58,7 +58,7 @@ from dsh_host import (
 from dsh_host import ToolExecutionResult as Result
 
 from ._common import HOOK_MAX_BYTES
-from ._hookfence import PATHS, fence_verdict, withheld_below
+from ._hookfence import PATHS, claude_path, fence_verdict, withheld_below
 
 if TYPE_CHECKING:  # annotations only: argparse loads with a parser
     import argparse
@@ -159,8 +159,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[str, Any] | None:
-    """The answer to print for *payload* (``None``: print nothing)."""
+async def judge(
+    host: Host, payload: dict[str, Any], asks: ClaudeCode, *, unusual: bool = False
+) -> dict[str, Any] | None:
+    """The answer to print for *payload* (``None``: print nothing); *unusual*: a path was
+    spelled otherwise than it resolves (`anchored`), so no ``allow``."""
     event = payload["hook_event_name"]
     name, arguments = dsh_call(host, payload["tool_name"], payload["tool_input"])
     call_id = payload.get("tool_use_id")
@@ -193,8 +196,13 @@ async def judge(host: Host, payload: dict[str, Any], asks: ClaudeCode) -> dict[s
     held = withheld_below(host, prepared.execution, payload["tool_name"], payload["tool_input"])
     if held is not None:  # a search over what a rule withholds from dsh's own: never allowed
         return _answer(event, "ask", held) if event == "PreToolUse" else None
-    if _unsandboxed(payload) and prepared.allowed_by is not None:
-        reason = "dsh: Bash asks to run outside Claude Code's sandbox (dangerouslyDisableSandbox)"
+    if (_unsandboxed(payload) or unusual) and prepared.allowed_by is not None:
+        reason = (
+            "dsh: a path is spelled otherwise than it resolves (a space around it, a "
+            "decomposed character)"
+            if unusual
+            else "dsh: Bash asks to run outside Claude Code's sandbox (dangerouslyDisableSandbox)"
+        )
         return _answer(event, "ask", reason) if event == "PreToolUse" else None
     if prepared.allowed_by is not None:
         detail = f": {prepared.detail}" if prepared.detail else ""
@@ -229,23 +237,27 @@ def _unsandboxed(payload: dict[str, Any]) -> bool:
     )
 
 
-def anchored(payload: dict[str, Any], here: str) -> dict[str, Any]:
-    """*payload* with the relative path a Claude Code file tool names made absolute against
-    *here*, Claude Code's working directory (where it runs the hook), as Claude Code resolves
-    it; a search without a path (or a null one) searches *here*."""
+def anchored(payload: dict[str, Any], here: str) -> tuple[dict[str, Any], bool]:
+    """*payload* with each path a Claude Code file tool names resolved as Claude Code resolves
+    it (`claude_path`: trimmed, NFC, ``~`` expanded, relative to *here*, Claude Code's working
+    directory, where it runs the hook); a search without a path (or a null one) searches
+    *here*. Also whether a path was spelled otherwise than it resolves (a space around it, a
+    decomposed character): such a call is never answered ``allow``."""
     named = PATHS.get(payload["tool_name"])
     tool_input = payload["tool_input"]
     if named is None or not isinstance(tool_input, dict):
-        return payload
+        return payload, False
     key, access = named
     given = dict(tool_input)
     if access == "search" and given.get(key) is None and given.get("path") is None:
         given[key] = here
+    unusual = False
     for k in dict.fromkeys((key, "path")):
         value = given.get(k)
-        if isinstance(value, str) and value and not value.startswith(("/", "~")):
-            given[k] = os.path.join(here, value)
-    return {**payload, "tool_input": given}
+        if isinstance(value, str):
+            given[k], odd = claude_path(value, here)
+            unusual = unusual or odd
+    return {**payload, "tool_input": given}, unusual
 
 
 def _stand_in(name: str) -> Any:
@@ -318,7 +330,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     here: str | None = None
     try:
         here = os.getcwd()
-        payload = anchored(read_payload(sys.stdin.buffer, args.max_bytes), here)
+        payload, unusual = anchored(read_payload(sys.stdin.buffer, args.max_bytes), here)
         _to_project(os.environ.get("CLAUDE_PROJECT_DIR"))
         asks = ClaudeCode(payload["tool_name"])
         disable = [
@@ -332,7 +344,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
         async def run() -> dict[str, Any] | None:
             try:
                 await check_left_out(host, disable)
-                return await judge(host, payload, asks)
+                return await judge(host, payload, asks, unusual=unusual)
             finally:
                 await host.aclose()
 

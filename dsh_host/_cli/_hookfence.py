@@ -20,6 +20,7 @@ Bash is not judged so: a shell command's paths are not known before it runs. Wit
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
@@ -32,7 +33,9 @@ from dsh_host import ToolExecutionResult as Result
 if TYPE_CHECKING:
     from dsh_host import Host, ToolExecution
 
-__all__ = ["PATHS", "WALK_LIMIT", "Fence", "Verdict", "fence_verdict", "withheld_below"]
+__all__ = [
+    "PATHS", "WALK_LIMIT", "Fence", "Verdict", "claude_path", "fence_verdict", "withheld_below",
+]  # fmt: skip
 
 PATHS: Final = {
     "Read": ("file_path", "read"),
@@ -53,6 +56,24 @@ _GLOB: Final = frozenset("*?[")
 WALK_LIMIT: Final = 50_000
 """The most entries `withheld_below` looks at under one search root; past it, the search is
 asked (it may meet a withheld path not looked at)."""
+
+
+_JS_SPACE: Final = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+"""What JavaScript's ``String.prototype.trim`` removes (Claude Code trims a path first)."""
+
+
+def claude_path(value: str, here: str) -> tuple[str, bool]:
+    """*value* as Claude Code resolves a tool's path: trimmed (as JavaScript trims), in NFC,
+    ``~`` and ``~/`` taken from the home directory, relative to *here* (an empty one is *here*);
+    and whether that differs from how it was spelled, but for being made absolute."""
+    text = unicodedata.normalize("NFC", value.strip(_JS_SPACE))
+    unusual = text != value
+    if text == "~" or text.startswith("~/"):
+        text = os.path.expanduser("~") + text[1:]
+    return os.path.join(here, text), unusual
 
 
 @runtime_checkable
@@ -187,13 +208,22 @@ def withheld_below(host: Host, execution: ToolExecution, tool: str, tool_input: 
     if named is None or named[1] != "search" or not host.hooks.impls("dsh_path_denied"):
         return None
     given = tool_input.get(named[0]) if isinstance(tool_input, dict) else None
-    root = os.path.realpath(os.path.join(host.workspace, given if isinstance(given, str) else "."))
-    for seen, path in enumerate(_entries(root), 1):
-        if seen > WALK_LIMIT:
-            return f"dsh: {tool} in {root} meets more than {WALK_LIMIT} paths to check"
-        reason = host.path_denied(execution, path, "read")
-        if reason is not None:
-            return f"dsh: {tool} in {root} would read {path}, which is {reason}"
+    places = [given if isinstance(given, str) else "."]
+    pattern = tool_input.get("pattern") if tool == "Glob" and isinstance(tool_input, dict) else None
+    if isinstance(pattern, str) and pattern.strip(_JS_SPACE).startswith(("/", "~")):
+        # Claude Code's Glob searches an absolute pattern's own directory, whatever path says
+        base = claude_path(pattern, str(host.workspace))[0]
+        places.append(str(Path(*_until_glob(Path(base).parts))))
+    seen = 0
+    for place in places:
+        root = os.path.realpath(os.path.join(host.workspace, place))
+        for path in _entries(root):
+            seen += 1
+            if seen > WALK_LIMIT:
+                return f"dsh: {tool} in {root} meets more than {WALK_LIMIT} paths to check"
+            reason = host.path_denied(execution, path, "read")
+            if reason is not None:
+                return f"dsh: {tool} in {root} would read {path}, which is {reason}"
     return None
 
 

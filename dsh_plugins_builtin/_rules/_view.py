@@ -110,6 +110,10 @@ _PLAIN_URL = re.compile(
     r"(?i:https?)://(?P<host>[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)\.?(?::[0-9]{1,5})?(?:[/?#]|\Z)"
 )
 _ENDS = "".join(map(chr, range(0x21)))  # what a WHATWG URL parser strips from both ends
+_NUMERIC = re.compile(r"[0-9]+|0x[0-9a-f]*")  # a last label that makes a host an IPv4 address
+_DOTTED_QUAD = re.compile(
+    r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+)
 
 
 def url_host(url: Any) -> str | None:
@@ -121,12 +125,20 @@ def url_host(url: Any) -> str | None:
     (Node's WHATWG parser, for Claude Code's ``WebFetch``) is not this one: ``\\`` taken for
     ``/``, user info (``https://evil.com\\@example.com/``), ``https:evil.com``, percent-encoded
     or non-ASCII hosts (``ev%69l.com``, ``evil。com``, full-width letters), tabs and newlines
-    removed from inside. So a domain rule judges no such URL by its host: a deny or ask rule
-    with a domain catches it (fail closed), an allow rule does not allow it."""
+    removed from inside, an IPv4 address spelled otherwise than as four decimal numbers
+    (``127.1``, ``0x7f.1``, ``2130706433``, ``0177.0.0.1``). So a domain rule judges no such URL
+    by its host: a deny or ask rule with a domain catches it (fail closed), an allow rule does
+    not allow it."""
     if not isinstance(url, str):
         return None
     match = _PLAIN_URL.match(url.strip(_ENDS))
-    return match["host"].lower() if match is not None else None
+    if match is None:
+        return None
+    host = match["host"].lower()
+    last = host.rpartition(".")[2]
+    if _NUMERIC.fullmatch(last) and not _DOTTED_QUAD.fullmatch(host):
+        return None  # an IPv4 address in another spelling (127.1, 0x7f.1, 2130706433, 0177...)
+    return host
 
 
 def host_matches(host: str | None, domain: str) -> bool:

@@ -570,7 +570,9 @@ def test_web_fetch_domain_rules(ws):
     assert rs.decide("web_fetch", fetch, {"url": "https://notexample.com/"}).effect == "ask"
     assert rs.decide("web_fetch", fetch, {"url": "http://[::1"}).effect == "deny"  # unclear
     assert rs.decide("web_fetch", fetch, {"url": "HTTPS://Docs.Example.COM."}).effect == "allow"
-    assert rs.decide("web_fetch", fetch, {"url": "http://my_host.example.com:8080"}).effect == "allow"
+    assert (
+        rs.decide("web_fetch", fetch, {"url": "http://my_host.example.com:8080"}).effect == "allow"
+    )
 
 
 @pytest.mark.parametrize(
@@ -587,6 +589,10 @@ def test_web_fetch_domain_rules(ws):
         "https://evi\tl.test/",  # Node drops tabs and newlines
         "https://[::1]/",
         "//evil.test/",
+        "http://127.1/",  # IPv4 in other spellings: Node reads each as 127.0.0.1
+        "http://0x7f.1/",
+        "http://2130706433/",
+        "http://0177.0.0.1/",
     ],
 )
 def test_a_url_not_written_plainly_meets_domain_deny_rules_and_no_allow(ws, url):

@@ -166,3 +166,50 @@ def test_bash_outside_claude_codes_sandbox_is_never_allowed(project, capsys, mon
     assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", kept)) == "allow"
     denied = {"command": "rm x", "dangerouslyDisableSandbox": True}
     assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", denied)) == "deny"
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Read", {"file_path": " {root}/secrets/key"}),
+        ("Read", {"file_path": "{root}/secrets/key\t"}),
+        ("Read", {"file_path": "\u3000credentials.json"}),
+        ("MultiEdit", {"file_path": " secrets/key", "edits": []}),
+    ],
+)
+def test_a_path_is_judged_as_claude_code_resolves_it(
+    project, capsys, monkeypatch, tool, tool_input
+):
+    # Claude Code trims a path (as JavaScript trims) before it resolves it: " secrets/key"
+    # was judged as a file named with a space, and allowed.
+    root, _ = project
+    monkeypatch.chdir(root / "src")
+    tool_input = json.loads(json.dumps(tool_input).replace("{root}", str(root)))
+    if tool == "MultiEdit":
+        monkeypatch.chdir(root)
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", tool, tool_input)
+    assert decision(answer) == "deny", answer
+
+
+def test_a_path_spelled_otherwise_than_it_resolves_is_never_allowed(project, capsys, monkeypatch):
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "a", "path": " docs"})
+    assert decision(answer) == "ask"
+    plain = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "a", "path": "docs"})
+    assert decision(plain) == "allow"  # the control
+
+
+def test_a_search_root_under_home_is_walked_where_it_leads(project, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # the project is ~/project
+    answer = answer_of(
+        capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "K", "path": "~/project"}
+    )
+    assert decision(answer) == "ask"
+
+
+def test_an_absolute_glob_pattern_is_walked_where_claude_code_searches(
+    project, capsys, monkeypatch
+):
+    root, _ = project
+    tool_input = {"pattern": f"{root}/secrets/*", "path": str(root / "docs")}
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Glob", tool_input)
+    assert decision(answer) == "ask"
