@@ -98,12 +98,14 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
 
 
 def stdio(out: int) -> None:
-    """Standard input from ``/dev/null``, output and errors to *out* (closed)."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
+    """Standard input from an empty pipe (not the host's ``/dev/null``, whose mode a root
+    command could change through ``/proc/self/fd/0``), output and errors to *out* (closed)."""
+    empty, closed = os.pipe()
+    os.close(closed)
+    os.dup2(empty, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    os.close(null)
+    os.close(empty)
     os.close(out)
 
 

@@ -115,6 +115,7 @@ def bwrap_argv(
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
     tmpfs_bytes: int | None = None,
+    ways: Sequence[tuple[str, int]] = (),
 ) -> list[str]:
     """The bwrap command line for *argv*. Every directory in RAM a command may write
     (``/dev/shm`` and the fresh ones over the host's socket directories: ``/run``,
@@ -140,6 +141,8 @@ def bwrap_argv(
         else:
             out += [*size, "--tmpfs", str(path)]
             scratch.append(str(path))
+    for seen, fd in ways:  # the way to a root in the private tmp: mount points (`_tmpway`)
+        out += ["--bind-fd", str(fd), seen]
     mounts = layout.mounts_now(cwd)
     for path, writable in mounts:
         if writable and path in fds:
@@ -153,7 +156,10 @@ def bwrap_argv(
     out += ["--remount-ro", "/dev"]  # after every mount point made in it (a root in /dev/shm)
     for place in scratch if policy.mode == "read-only" else ():
         out += ["--remount-ro", place]
-    out += ["--unshare-all", "--unshare-user-try"]
+    # The command (or the relay) is the namespace's first process: no bwrap init in its view,
+    # whose /proc/1/exe is the host's bwrap binary (a root command chmod-ed it) and whose
+    # memory a command could write. Its end still ends every process of the namespace.
+    out += ["--unshare-all", "--unshare-user-try", "--as-pid-1"]
     if policy.network:
         out.append("--share-net")
     out += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]

@@ -111,6 +111,7 @@ def confine_argv(
     root_fds: Mapping[Path, int] | None = None,
     missing: Collection[Path] | None = None,
     tmpfs_bytes: int | None = None,
+    ways: Sequence[tuple[str, int]] = (),
 ) -> list[str]:
     """Build the command line that runs ``argv`` confined by ``backend`` under ``policy``.
 
@@ -127,6 +128,8 @@ def confine_argv(
             held while the process lives (`_MountPoints.hold`).
         tmpfs_bytes: The size of each directory in RAM the command may write (``/dev/shm``,
             the fresh ``/run``...): its memory limit (bwrap; Landlock refuses writes there).
+        ways: The directories on the way to a root inside the private tmp, with a descriptor
+            of each, bound onto themselves (`_tmpway`; bwrap).
 
     Returns:
         The wrapped argv; ``argv`` unchanged for ``danger-full-access`` and for ``landlock``
@@ -139,7 +142,9 @@ def confine_argv(
     if policy.mode == "danger-full-access":
         return list(argv)
     if backend == "bwrap":
-        return bwrap_argv(argv, policy, cwd, bwrap, seccomp_fd, root_fds, missing, tmpfs_bytes)
+        return bwrap_argv(
+            argv, policy, cwd, bwrap, seccomp_fd, root_fds, missing, tmpfs_bytes, ways
+        )
     if backend == "landlock":
         return list(argv)
     if backend == "none":
@@ -194,31 +199,37 @@ async def run_confined(
     if policy.mode == "danger-full-access":
         spawn = _Spawn(["bash", "-c", command], cwd, {}, timeout, max_output_bytes, sink)
         return await _run_unconfined(spawn, command_env(os.environ, env, allow=env_allow))
-    tmp = _prepared(policy, cwd)
-    resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
-    chosen = select_backend(policy, backend, await _probes(resolved))
-    argv = ["bash", "-c", ulimit_prefix(limits) + command]
-    tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
-    environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
-    spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits))
-    done = await _run_chosen(chosen, spawn, policy, resolved[0])
+    tmp, ways = _prepared(policy, cwd)
+    try:
+        resolved = bwrap if bwrap is not None else resolve_bwrap(policy)
+        chosen = select_backend(policy, backend, await _probes(resolved))
+        argv = ["bash", "-c", ulimit_prefix(limits) + command]
+        tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
+        environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
+        spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits), ways)
+        done = await _run_chosen(chosen, spawn, policy, resolved[0])
+    finally:
+        for _, fd in ways:
+            os.close(fd)
     note = explain(limits, done.output, done.signal)
     if note is not None:
         done = attrs.evolve(done, output=f"{done.output.rstrip()}\n{note}\n", limit=note)
     return done
 
 
-def _prepared(policy: SandboxPolicy, cwd: Path) -> Path | None:
+def _prepared(policy: SandboxPolicy, cwd: Path) -> tuple[Path | None, list[tuple[str, int]]]:
     """Check the pinned roots, and make the way to a root under ``/tmp`` real directories
-    again, not a command's links (`_tmpway`); the private tmp, if there is one."""
+    again, not a command's links (`_tmpway`); the private tmp, if there is one, and the
+    directories on that way with a descriptor of each (the caller closes them)."""
     try:
         check_pinned(policy)
     except RootReplaced as exc:
         raise SandboxUnavailable(str(exc), mode=policy.mode) from None
     layout = layout_of(policy)
-    if layout.tmp is not None:
-        ready(layout.tmp, layout.host_tmp, (path for path, _ in layout.mounts_now(cwd)))
-    return layout.tmp
+    if layout.tmp is None:
+        return None, []
+    places = (path for path, _ in layout.mounts_now(cwd))
+    return layout.tmp, ready(layout.tmp, layout.host_tmp, places)
 
 
 async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResult:
@@ -269,6 +280,7 @@ class _Spawn:
     cap: int
     sink: Sink | None = None
     limits: tuple[tuple[int, int], ...] = ()  # what anything before the command's shell sets
+    ways: list[tuple[str, int]] = attrs.Factory(list)  # bound onto themselves (`_tmpway`)
 
 
 def _memory(limits: Sequence[tuple[int, int]]) -> int | None:
@@ -323,6 +335,7 @@ async def _bwrap_once(
         wrapped = confine_argv(
             spawn.argv, policy, "bwrap", cwd=spawn.cwd, bwrap=path, seccomp_fd=seccomp_fd,
             root_fds=root_fds, missing=taken.over, tmpfs_bytes=_memory(spawn.limits),
+            ways=spawn.ways,
         )  # fmt: skip
         info_r, info_w = os.pipe()  # run owns both from here
         wrapped[1:1] = ["--info-fd", str(info_w)]
@@ -342,6 +355,7 @@ async def _bwrap_once(
                 seccomp_fd,
                 info_w,
                 *block_fds,
+                *(fd for _, fd in spawn.ways),
                 *root_fds.values(),
                 *([] if control is None else [control]),
             ),

@@ -7,8 +7,9 @@ glob's literal directory (the part before its first ``*``, ``?`` or ``[``) whose
 glob matches, dot-names included, and what was made since the last command too. A matched
 directory is hidden whole (not walked further); a link is never followed (what it leads to is
 hidden where it lies, if a glob matches it there). A walk that meets more than `WALK_LIMIT`
-entries, or matches more than `MATCH_LIMIT`, refuses the command (`SandboxUnavailable`) rather
-than show it what it could not check.
+entries, matches more than `MATCH_LIMIT`, or meets a directory it cannot list (a command's
+``chmod 0311`` would keep its names from the walk, not from ``cat``), refuses the command
+(`SandboxUnavailable`) rather than show it what it could not check.
 """
 
 from __future__ import annotations
@@ -54,11 +55,21 @@ def _walk(pattern: str, match: Callable[[str], object]) -> Iterator[tuple[str, b
     base = _literal_dir(pattern)
     stack, seen = [base], 0
     while stack:
+        directory = stack.pop()
         try:
-            with os.scandir(stack.pop()) as entries:
+            with os.scandir(directory) as entries:
                 found = list(entries)
-        except OSError:  # missing or unreadable: nothing there to hide, or to read
+        except (FileNotFoundError, NotADirectoryError):  # nothing there to hide
             continue
+        except OSError as exc:  # unlistable (chmod 0311): a name in it may still be opened
+            if not os.access(directory, os.X_OK):
+                continue  # not even searchable: no name in it can be reached either
+            raise SandboxUnavailable(
+                f"[plugin.sandbox] deny_read {pattern!r}: {directory} cannot be listed "
+                f"({exc.strerror or exc}), so what the glob covers in it cannot be hidden; "
+                "make it listable again (chmod u+r) or name it in deny_read",
+                mode="workspace-write",
+            ) from None
         seen += len(found)
         if seen > WALK_LIMIT:
             raise SandboxUnavailable(

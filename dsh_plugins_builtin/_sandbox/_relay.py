@@ -10,7 +10,6 @@ never holds CONTROL_FD (it is closed before ``exec``).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import threading
@@ -64,10 +63,9 @@ def main() -> None:
     threading.Thread(target=_serve, args=(listener, control), daemon=True).start()
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code & 0xFF)
+    # Killed by a signal: exit as bwrap reports it (128 + N). The relay is its namespace's
+    # first process, which no signal from inside it can end, not even its own.
+    os._exit(128 - code if code < 0 else code & 0xFF)
 
 
 if __name__ == "__main__":

@@ -253,8 +253,12 @@ async def _start(
         )
         if launched is not None:
             return launched
+    # Standard input: an empty pipe, not the host's /dev/null, whose mode a root command
+    # could change through /proc/self/fd/0 (a pipe's inode is the command's alone).
+    empty, closed = os.pipe()
+    os.close(closed)
     options: dict[str, Any] = {
-        "stdin": subprocess.DEVNULL,
+        "stdin": empty,
         "stdout": write_fd,
         "stderr": write_fd,
         "cwd": str(cwd),
@@ -262,13 +266,16 @@ async def _start(
         "start_new_session": True,
         **spawn,
     }
-    if landlock is None:
-        direct = _Direct.start(argv, options)
-        if direct is not None:
-            return direct
-    else:
-        options["preexec_fn"] = landlock.preexec  # a fork of the host: off the event loop
-    return _Local(await trio.lowlevel.open_process(argv, **options))
+    try:
+        if landlock is None:
+            direct = _Direct.start(argv, options)
+            if direct is not None:
+                return direct
+        else:
+            options["preexec_fn"] = landlock.preexec  # a fork of the host: off the event loop
+        return _Local(await trio.lowlevel.open_process(argv, **options))
+    finally:
+        os.close(empty)
 
 
 async def _stop(proc: _Local | _forkclient.Launched, *, supervised: bool) -> None:
