@@ -1,10 +1,11 @@
 """bwrap's PID namespace, seen from the host: its first process, named on ``--info-fd``.
 
 When that process has exited, the kernel has killed and reaped every process in the namespace
-(``setsid`` ones included). With bwrap's ``--block-fd``, that process waits until the host has
-set its resource limits (``prlimit``): it is bwrap's init, which the command's own shell
-(`~dsh_plugins_builtin._sandbox._limits.ulimit_prefix`) does not reach and into which a command
-could write code through ``/proc/1/mem``; every process after it inherits them.
+(``setsid`` ones included). With bwrap's ``--block-fd``, that process waits, before it is
+started, until the host has set its resource limits (``prlimit``): it may be the relay of a
+network list, which the command's own shell (`~dsh_plugins_builtin._sandbox._limits.ulimit_prefix`)
+does not reach and into which a command could write code through ``/proc/1/mem`` (bwrap's own
+init was, before ``--as-pid-1``); every process after it inherits them.
 """
 
 from __future__ import annotations
