@@ -70,7 +70,8 @@ def claude_path(value: str, here: str) -> tuple[str, bool]:
     ``~`` and ``~/`` taken from the home directory, relative to *here* (an empty one is *here*);
     and whether that differs from how it was spelled, but for being made absolute."""
     text = unicodedata.normalize("NFC", value.strip(_JS_SPACE))
-    unusual = text != value
+    # A character this Python's Unicode tables do not know may compose in Node's newer ones.
+    unusual = text != value or any(unicodedata.category(c) == "Cn" for c in text)
     if text == "~" or text.startswith("~/"):
         text = os.path.expanduser("~") + text[1:]
     return os.path.join(here, text), unusual
@@ -107,6 +108,7 @@ def fence_verdict(host: Host, tool: str, tool_input: Any) -> Verdict | None:
     given = [tool_input.get(k) for k in (key, "path") if k in tool_input] or [None]
     if access == "search":  # no path (or null): the working directory
         given = [p if p is not None else "." for p in given]
+        given += _pattern_base(tool, tool_input, str(host.workspace))
     paths = [p for p in given if isinstance(p, str)]
     if not paths:
         return None  # the dry run judged the arguments already
@@ -209,36 +211,51 @@ def withheld_below(host: Host, execution: ToolExecution, tool: str, tool_input: 
         return None
     given = tool_input.get(named[0]) if isinstance(tool_input, dict) else None
     places = [given if isinstance(given, str) else "."]
-    pattern = tool_input.get("pattern") if tool == "Glob" and isinstance(tool_input, dict) else None
-    if isinstance(pattern, str) and pattern.strip(_JS_SPACE).startswith(("/", "~")):
-        # Claude Code's Glob searches an absolute pattern's own directory, whatever path says
-        base = claude_path(pattern, str(host.workspace))[0]
-        places.append(str(Path(*_until_glob(Path(base).parts))))
+    places += _pattern_base(tool, tool_input, str(host.workspace))
+    fence = host.pm.get_plugin("sandbox")
     seen = 0
     for place in places:
         root = os.path.realpath(os.path.join(host.workspace, place))
-        for path in _entries(root):
+        for path, linked in _entries(root):
             seen += 1
             if seen > WALK_LIMIT:
                 return f"dsh: {tool} in {root} meets more than {WALK_LIMIT} paths to check"
             reason = host.path_denied(execution, path, "read")
+            if reason is None and linked and isinstance(fence, Fence):
+                refused = _refusal(fence, "read", path)  # a link out to what deny_read hides
+                reason = refused.reason if refused is not None else None
             if reason is not None:
                 return f"dsh: {tool} in {root} would read {path}, which is {reason}"
     return None
 
 
-def _entries(root: str) -> Iterator[str]:
-    """*root* and every path below it, real: a link is given as where it leads (not entered)."""
-    yield root
+def _pattern_base(tool: str, tool_input: Any, workspace: str) -> list[str]:
+    """The directory Claude Code's ``Glob`` searches for an absolute *pattern*, whatever its
+    ``path`` says: the pattern up to its first ``*``, ``?``, ``[`` or ``{``, cut at the last
+    ``/`` before it; a pattern with none of them, its directory."""
+    pattern = tool_input.get("pattern") if tool == "Glob" and isinstance(tool_input, dict) else None
+    if not isinstance(pattern, str) or not pattern.strip(_JS_SPACE).startswith(("/", "~")):
+        return []
+    full = claude_path(pattern, workspace)[0]
+    cut = min((full.index(c) for c in "*?[{" if c in full), default=None)
+    if cut is None:
+        return [os.path.dirname(full) or "/"]
+    return [full[: full.rfind("/", 0, cut)] or "/"]
+
+
+def _entries(root: str) -> Iterator[tuple[str, bool]]:
+    """*root* and every path below it, real, and whether it is where a link leads (a link is
+    given so, not entered)."""
+    yield root, False
     stack = [root]
     while stack:
         try:
             with os.scandir(stack.pop()) as found:
                 for entry in found:
                     if entry.is_symlink():
-                        yield os.path.realpath(entry.path)
+                        yield os.path.realpath(entry.path), True
                     else:
-                        yield entry.path
+                        yield entry.path, False
                         if entry.is_dir(follow_symlinks=False):
                             stack.append(entry.path)
         except OSError:  # unreadable: no search reads it either

@@ -213,3 +213,53 @@ def test_an_absolute_glob_pattern_is_walked_where_claude_code_searches(
     tool_input = {"pattern": f"{root}/secrets/*", "path": str(root / "docs")}
     answer = answer_of(capsys, monkeypatch, "PreToolUse", "Glob", tool_input)
     assert decision(answer) == "ask"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["{root}/{{secrets,x}}/*", "{root}/secrets/key", "{root}/docs/../secrets/key", "{root}/*"],
+)
+def test_an_absolute_glob_is_judged_where_claude_code_searches_it(
+    project, capsys, monkeypatch, pattern
+):
+    # Claude Code's Glob searches the pattern's directory: up to its first * ? [ {, or the
+    # directory of a pattern with none; both the rules and deny_read judge that directory.
+    root, _ = project
+    (root / ".env").write_text("SECRET=1\n")
+    text = (root / "dsh.toml").read_text()
+    (root / "dsh.toml").write_text(text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
+    tool_input = {
+        "pattern": pattern.replace("{root}", str(root)).replace("{{", "{").replace("}}", "}"),
+        "path": "docs",
+    }
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Glob", tool_input)
+    assert decision(answer) in ("ask", "deny"), answer
+    assert answer_of(capsys, monkeypatch, "PermissionRequest", "Glob", tool_input) is None or (
+        answer_of(capsys, monkeypatch, "PermissionRequest", "Glob", tool_input)[
+            "hookSpecificOutput"
+        ]["decision"]["behavior"]
+        == "deny"
+    )
+
+
+def test_a_link_in_a_searched_tree_to_what_deny_read_hides_is_asked(project, capsys, monkeypatch):
+    root, _ = project
+    (root / ".env").write_text("SECRET=1\n")
+    text = (root / "dsh.toml").read_text()
+    (root / "dsh.toml").write_text(text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
+    (root / "docs" / "e").symlink_to(root / ".env")
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "S", "path": "docs"})
+    assert decision(answer) == "ask", answer
+
+
+def test_a_character_node_may_compose_differently_is_never_allowed(project, capsys, monkeypatch):
+    # U+16D63 U+16D67 compose in Node's Unicode 17 NFC, not in this Python's: unknown code
+    # points make a path unusual, so never allowed.
+    answer = answer_of(
+        capsys,
+        monkeypatch,
+        "PreToolUse",
+        "Grep",
+        {"pattern": "a", "path": "docs\U00016d63\U00016d67"},
+    )
+    assert decision(answer) != "allow", answer
