@@ -49,6 +49,7 @@ def main(args: list[str]) -> None:
         argv = args[split + 1 :]
         steps: Any = _tuples(json.loads(plan))
         prepared = Prepared(int(fd), bytes.fromhex(program), int(abi), steps)
+        prepared.host_pid = os.getppid()  # it runs `preexec` itself: its parent is the host
     except (ValueError, TypeError) as exc:
         os.write(2, f"{PREFIX}bad launcher arguments: {exc}\n".encode())
         os._exit(EXIT_RUNNER_FAILURE)

@@ -7,9 +7,10 @@ glob's literal directory (the part before its first ``*``, ``?`` or ``[``) whose
 glob matches, dot-names included, and what was made since the last command too. A matched
 directory is hidden whole (not walked further); a link is never followed (what it leads to is
 hidden where it lies, if a glob matches it there). A walk that meets more than `WALK_LIMIT`
-entries, matches more than `MATCH_LIMIT`, or meets a directory it cannot list (a command's
-``chmod 0311`` would keep its names from the walk, not from ``cat``), refuses the command
-(`SandboxUnavailable`) rather than show it what it could not check.
+entries, matches more than `MATCH_LIMIT`, or meets a directory it cannot list for any reason
+but its absence (a command's ``chmod 0311`` or ``000``, which it can undo, or a path longer
+than the kernel names: each would keep names from the walk, not from ``cat``), refuses the
+command (`SandboxUnavailable`) rather than show it what it could not check.
 """
 
 from __future__ import annotations
@@ -61,9 +62,8 @@ def _walk(pattern: str, match: Callable[[str], object]) -> Iterator[tuple[str, b
                 found = list(entries)
         except (FileNotFoundError, NotADirectoryError):  # nothing there to hide
             continue
-        except OSError as exc:  # unlistable (chmod 0311): a name in it may still be opened
-            if not os.access(directory, os.X_OK):
-                continue  # not even searchable: no name in it can be reached either
+        except OSError as exc:  # unlistable (chmod 0311, 000, a path too long to name): a
+            # command may make it listable again, or open a name in it it already knows
             raise SandboxUnavailable(
                 f"[plugin.sandbox] deny_read {pattern!r}: {directory} cannot be listed "
                 f"({exc.strerror or exc}), so what the glob covers in it cannot be hidden; "

@@ -188,12 +188,22 @@ def _send(sock: socket.socket, kind: int, value: int, fds: tuple[int, ...] = ())
 
 def _ready(server_fds: tuple[int, ...]) -> None:
     """A launcher's first steps (in the forked server), before its request is known: none of
-    the server's descriptors or signal handling, a session of its own."""
+    the server's descriptors or signal handling, a session of its own, and ``SIGTERM`` when the
+    server ends (``PR_SET_PDEATHSIG``): it ends when the host does (its control socket closes),
+    and a launcher left supervising would otherwise keep its command running under init; on
+    ``SIGTERM`` it kills the command and everything under it, as when the host asks."""
+    if _ruleset._libc().prctl(_landlock._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(_landlock.EXIT_RUNNER_FAILURE)
+    if os.getppid() != _SERVER[0]:  # the server ended before that took: end with it
+        os._exit(0)
     for fd in server_fds:
         os.close(fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
+
+
+_SERVER = [0]  # the server's pid (`serve`), which each launcher it forks checks it still has
 
 
 def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
@@ -279,6 +289,7 @@ def serve(ctl_fd: int) -> None:
     """The server's main loop, on the inherited control socket *ctl_fd*."""
     os.set_inheritable(ctl_fd, False)
     os.chdir("/")
+    _SERVER[0] = os.getpid()
     _subreaper()
     _landlock._cap_last()  # read once here, not in every launcher
     ctl = socket.socket(fileno=ctl_fd)

@@ -117,6 +117,7 @@ class Prepared:
                 empty: the host's view, no namespace (probes).
         """
         self.plan = plan
+        self.host_pid = os.getpid()  # `preexec`'s parent: the host that made it
         self.ruleset_fd = ruleset_fd
         self.abi = abi
         self.program = program
@@ -228,6 +229,10 @@ class Prepared:
         blocked = {signal.SIGTERM, signal.SIGCHLD}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         self._prctl("prctl(PR_SET_CHILD_SUBREAPER)", _PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # The host killed outright: SIGTERM, and the supervisor kills everything under it.
+        self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != self.host_pid:  # the host ended before that took
+            os._exit(EXIT_RUNNER_FAILURE)
         self.unshare()
         try:
             pid = os.fork()

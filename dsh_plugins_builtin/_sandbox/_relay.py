@@ -10,6 +10,7 @@ never holds CONTROL_FD (it is closed before ``exec``).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -47,7 +48,19 @@ def _serve(listener: socket.socket, control: socket.socket) -> None:
         threading.Thread(target=_relay, args=(conn, control, lock), daemon=True).start()
 
 
+def _untouchable() -> None:
+    """The relay is its namespace's first process: no signal from inside may end it
+    (Python's own SIGINT handler would), and its memory (it holds the control socket) is
+    no one else's to write through /proc/1/mem (``PR_SET_DUMPABLE`` 0; the command, which
+    execs, is dumpable again)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
 def main() -> None:
+    _untouchable()
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
     listener = socket.create_server(("127.0.0.1", int(sys.argv[2])))

@@ -190,20 +190,96 @@ async def test_no_host_file_is_reachable_through_proc_links(
             assert (str(st.st_dev), str(st.st_ino)) not in reached, (path, shown.text)
 
 
+@pytest.mark.parametrize("mode", ["0311", "000"])
 async def test_a_glob_cannot_be_blinded_by_an_unlistable_directory(
-    make_host: Any, ws: Path, backend: str
+    make_host: Any, ws: Path, backend: str, mode: str
 ) -> None:
     # chmod 0311 kept the directory's names from the walk (the host cannot list it), not from
     # a command that knows them: the command is refused instead. (Root lists it anyway.)
     (ws / "secrets").mkdir()
     (ws / "secrets" / "api.key").write_text("SECRET-API\n")
     host = boundary_host(make_host, ws, backend, deny_read=["*.key"])
-    await bash(host, "chmod 0311 secrets")
+    await bash(host, f"chmod {mode} secrets")
     try:
-        result = await host.call("bash", {"command": "cat secrets/api.key"})
+        command = "chmod 0755 secrets; cat secrets/api.key"  # what it can undo, it undoes
+        result = await host.call("bash", {"command": command})
         assert "SECRET" not in result.text
         if os.geteuid() != 0:
             assert result.is_error
             assert "cannot be listed" in result.text
     finally:
         (ws / "secrets").chmod(0o755)
+
+
+HOST_SCRIPT = """
+import sys, trio
+from dsh_plugins_builtin._sandbox import _forkclient
+from dsh_host import testing
+from dsh_plugins_builtin.sandbox import SandboxPlugin
+from dsh_plugins_builtin.tools import ToolsPlugin
+ws, backend, forking, marker = sys.argv[1:5]
+if forking == "1":
+    _forkclient.ENABLED = False
+sandbox = {"backend": backend}
+if backend == "landlock":
+    sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
+host = testing.make_host(
+    ToolsPlugin(), SandboxPlugin(),
+    config={"host": {"workspace": ws}, "plugin": {"sandbox": sandbox}},
+)
+command = f"echo started > fifo; exec -a {marker} sleep 57"
+trio.run(host.call, "bash", {"command": command, "timeout_ms": 120_000})
+"""
+
+
+async def test_a_command_does_not_outlive_a_host_killed_outright(
+    ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under Landlock the launcher (or the supervisor the host forked) was left supervising
+    # under init when the host was SIGKILLed: the command ran on. Now it dies with the host.
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    import trio
+
+    from dsh_plugins_builtin._sandbox import _forkclient
+    from tests.dsh_plugins_builtin.conftest import processes_with, wait_gone
+
+    marker = f"dsh-outlive-{uuid.uuid4().hex[:12]}"
+    os.mkfifo(ws / "fifo")
+    forking = "0" if _forkclient.ENABLED else "1"  # the backend fixture's Landlock variant
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_SCRIPT, str(ws), backend, forking, marker],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        started = await trio.to_thread.run_sync(lambda: (ws / "fifo").read_text())
+        assert started == "started\n"
+        with trio.fail_after(20):
+            while not processes_with(marker):  # exec'd right after the line above
+                await trio.sleep(0)
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        await wait_gone(processes_with(marker), within=20)
+    finally:
+        host.kill()
+        host.wait()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert not processes_with(marker)
+
+
+async def test_the_relay_cannot_be_ended_or_written_from_inside(make_host: Any, ws: Path) -> None:
+    # The relay is the namespace's first process behind a network list: Python's SIGINT
+    # handler let `kill -INT 1` end it, and its memory (it holds the control socket) was
+    # writable through /proc/1/mem.
+    network = {"network": ["api.test"], "network_hosts": {"api.test": "127.0.0.1"}}
+    host = boundary_host(make_host, ws, "bwrap", **network)
+    shown = await bash(
+        host, "grep SigIgn /proc/1/status; : 2>/dev/null >> /proc/1/mem && echo MEM-WRITABLE"
+    )
+    ignored = int(shown.text.split("SigIgn:")[1].split()[0], 16)
+    assert ignored & (1 << (2 - 1)), shown.text  # SIGINT: ignored, no handler to end it
+    assert "MEM-WRITABLE" not in shown.text, shown.text
