@@ -129,18 +129,16 @@ def bwrap_argv(
         missing = MOUNT_POINTS.hold(layout.held)
     size = [] if tmpfs_bytes is None else ["--size", str(tmpfs_bytes)]
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_own_nodes()]
-    out += [*size, "--tmpfs", "/dev/shm"]
-    out += ["--proc", "/proc", *_PROC_READ_ONLY]
-    scratch = ["/dev/shm"]  # writable, in RAM: read-only in read-only mode
+    out += [*size, "--tmpfs", "/dev/shm", "--proc", "/proc", *_PROC_READ_ONLY]
+    scratch = ["/dev/shm", *(str(p) for p in layout.masks if p != layout.host_tmp or tmp is None)]
     for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
+        fd = fds.get(tmp) if tmp is not None and path == layout.host_tmp else None
         if tmp is not None and path == layout.host_tmp:
-            fd = fds.get(tmp)
             out += (
                 ["--bind-fd", str(fd), "/tmp"] if fd is not None else ["--bind", str(tmp), "/tmp"]
             )
         else:
-            out += [*size, "--tmpfs", str(path)]
-            scratch.append(str(path))
+            out += [*size, "--tmpfs", str(path)]  # writable, in RAM: read-only in read-only mode
     for seen, fd in ways:  # the way to a root in the private tmp: mount points (`_tmpway`)
         out += ["--bind-fd", str(fd), seen]
     mounts = layout.mounts_now(cwd)
@@ -156,9 +154,8 @@ def bwrap_argv(
     out += ["--remount-ro", "/dev"]  # after every mount point made in it (a root in /dev/shm)
     for place in scratch if policy.mode == "read-only" else ():
         out += ["--remount-ro", place]
-    # The command (or the relay) is the namespace's first process: no bwrap init in its view,
-    # whose /proc/1/exe is the host's bwrap binary (a root command chmod-ed it) and whose
-    # memory a command could write. Its end still ends every process of the namespace.
+    # The command (or the relay) is the namespace's first process: no bwrap init in view (its
+    # /proc/1/exe was the host's bwrap, which a root command chmod-ed; its memory writable).
     out += ["--unshare-all", "--unshare-user-try", "--as-pid-1"]
     if policy.network:
         out.append("--share-net")
