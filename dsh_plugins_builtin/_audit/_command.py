@@ -72,6 +72,12 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
                 return 2
     configured = configured_store(config) if config is not None else None
     path: Path | str = args.db or os.environ.get("DSH_AUDIT_URL") or configured or default_path
+    if config is not None and configured is not None and path is configured:
+        # A project's own dsh.toml chose it: say which database this is, and whose choice.
+        shown = safe_url(str(path)) if is_url(path) else str(path)
+        _say(
+            f"dsh audit: reading {printable(shown)} ([plugin.audit] in {config.config.describe()})"
+        )
     if not is_url(path):
         path = Path(path)
     if args.health:

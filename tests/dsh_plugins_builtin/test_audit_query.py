@@ -220,7 +220,10 @@ async def test_dsh_audit_reads_the_database_the_configuration_records_into(
     monkeypatch.delenv("DSH_CONFIG", raising=False)
     monkeypatch.delenv("DSH_AUDIT_URL", raising=False)
     (here / "dsh.toml").write_text(f'[plugin.audit]\npath = "{db}"\n')
-    assert shown(capsys) == ["a", "no", "b"]  # the configured path, not the default one
+    assert audit_command(["--json"]) == 0  # the configured path, not the default one
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["arguments"]["text"] for line in out.splitlines()] == ["a", "no", "b"]
+    assert f"dsh audit: reading {db} ([plugin.audit] in {here / 'dsh.toml'})" in err  # whose
     (here / "dsh.toml").write_text("")
     assert audit_command([]) == 1  # the default database: none there
     assert "cannot read" in capsys.readouterr().err
