@@ -5,8 +5,10 @@ plugin's (protected paths, the protected installation, the config file, and what
 policy carries), with the server's own ``writable_roots`` (default none: the workspace and
 everything else are read-only to it, ``/tmp`` is a private empty tmpfs), ``read_roots`` and
 ``network`` (default off). It runs under bubblewrap with the sandbox's seccomp filter, in its
-own PID namespace (so every descendant dies with it), with the sandbox's scrubbed environment
-plus the server's ``env``. Whatever the server runs on the agent's behalf (git's fsmonitor,
+own PID namespace (so every descendant dies with it), under the sandbox's resource limits
+(``[plugin.sandbox.limits]``, set by its first process before it starts the server; each tmpfs
+it may write holds at most ``memory_mib``), with the sandbox's scrubbed environment plus the
+server's ``env``. Whatever the server runs on the agent's behalf (git's fsmonitor,
 hooks, pagers) runs inside that sandbox too.
 
 Bubblewrap confines a server where it works; where it does not, the sandbox's Landlock backend
@@ -32,6 +34,7 @@ from .._sandbox._bwrap import mount_plan, rw_roots
 from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap, scrub_env
 from .._sandbox._fence import SandboxPolicy
 from .._sandbox._landlock import LandlockUnavailable, Prepared
+from .._sandbox._limits import LimitsConfig, ulimit_prefix
 from .._sandbox._paths import inside_any
 from .._sandbox._protected import protected_paths
 from .._sandbox._seccomp import filter_bpf
@@ -49,6 +52,7 @@ class Confinement:
     bwrap: str | None
     env_allow: tuple[str, ...] = ()
     prepared: Prepared | None = None
+    limits: LimitsConfig | None = None  # the sandbox's [plugin.sandbox.limits], as a command's
 
     @property
     def backend(self) -> str:
@@ -57,6 +61,9 @@ class Confinement:
     def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
         """*argv* wrapped in bubblewrap (or the Landlock launcher); the descriptors the child
         must inherit (close them after the start)."""
+        prefix = ulimit_prefix(self.limits)
+        if prefix:  # the server's first process sets them, before it execs the server
+            argv = ["bash", "-c", prefix + 'exec "$@"', "dsh-mcp-server", *argv]
         if self.bwrap is None:
             assert self.prepared is not None
             ruleset = os.dup(self.prepared.ruleset_fd)  # the sandbox keeps its own
@@ -66,9 +73,11 @@ class Confinement:
             os.write(write_fd, filter_bpf(not self.policy.network))  # a few KiB: never blocks
         finally:
             os.close(write_fd)
+        memory = self.limits.memory_mib if self.limits is not None else None
         wrapped = confine_argv(
-            argv, self.policy, "bwrap", cwd=Path(cwd), bwrap=self.bwrap, seccomp_fd=read_fd
-        )
+            argv, self.policy, "bwrap", cwd=Path(cwd), bwrap=self.bwrap, seccomp_fd=read_fd,
+            tmpfs_bytes=None if memory is None else memory << 20,
+        )  # fmt: skip
         return wrapped, [read_fd]
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
@@ -102,13 +111,15 @@ def confinement_for(
     )
     sandbox = host.pm.get_plugin("sandbox")
     env_allow = tuple(getattr(getattr(sandbox, "config", None), "env_allow", ()) or ())
+    limits = getattr(getattr(sandbox, "config", None), "limits", None)
+    limits = limits if isinstance(limits, LimitsConfig) else None
     bwrap, why = resolve_bwrap(policy)
     problem = probe_backends((bwrap, why)).get("bwrap") if bwrap is not None else why
     if bwrap is not None and problem is None:
-        return Confinement(policy, bwrap, env_allow)
+        return Confinement(policy, bwrap, env_allow, None, limits)
     prepared = _landlock(policy)
     if not isinstance(prepared, str):
-        return Confinement(policy, None, env_allow, prepared)
+        return Confinement(policy, None, env_allow, prepared, limits)
     return (
         f"MCP server {name!r} cannot be confined: bubblewrap is not usable here ({problem}), "
         f"nor Landlock ({prepared}); install bubblewrap, or set [plugin.mcp.servers.{name}] "

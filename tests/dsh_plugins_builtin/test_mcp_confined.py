@@ -215,3 +215,38 @@ def test_a_confined_server_cannot_reach_a_host_socket_beside_it(
         assert (ws / "scratch" / "ran").read_text().startswith("refused")
     finally:
         daemon.close()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_confined_server_runs_under_the_sandboxs_limits(tmp_path, backend):
+    # A mounted server ran with no rlimit and unsized tmpfs: what a command may not use, a
+    # hostile server could. Its first process now sets [plugin.sandbox.limits] before it starts.
+    ws = tmp_path / "ws"
+    (ws / "scratch").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    record = "cat /proc/self/limits > scratch/limits; df -B1 --output=size /dev/shm > scratch/shm"
+    server = {
+        "command": "sh",
+        "args": ["-c", f'{record}; exec "$0" "$@"', sys.executable, "-m", "mcp_server_git"],
+        "writable_roots": ["scratch"],
+        "cwd": str(ws),
+    }
+    sandbox = {"backend": backend, "limits": {"memory_mib": 900, "file_size_mib": 7}}
+    if backend == "landlock":
+        sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {"sandbox": sandbox, "mcp": {"servers": {"git": server}}},
+    }
+    Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    try:
+        status = plugin.status()["git"]
+        assert status["status"] == "running", status
+        limits = (ws / "scratch" / "limits").read_text()
+        assert f"Max address space         {900 << 20}" in limits, limits
+        assert f"Max file size             {7 << 20}" in limits, limits
+        if backend == "bwrap":  # (Landlock refuses writes to /dev/shm altogether)
+            assert int((ws / "scratch" / "shm").read_text().split()[-1]) <= 900 << 20
+    finally:
+        plugin.close()
