@@ -54,7 +54,7 @@ from dsh_host import (
 )
 
 from ._audit._writer import AuditWriter, redact
-from ._common._dirs import user_data_path, user_state_path
+from ._common._dirs import audit_path_in, user_data_path, user_state_path
 
 if TYPE_CHECKING:  # loaded with a `url` only (`_postgres_store`)
     from ._audit._postgres import PostgresStore
@@ -191,7 +191,7 @@ class AuditPlugin:
         store = None if config.url is None else _postgres_store(host, config, host_id)
         if store is None:
             configured = config.path is not None
-            path = host.workspace / config.path.expanduser() if configured else None
+            path = audit_path_in(host.workspace, config.path) if config.path else None
             self.path = Path(os.path.realpath(path if path is not None else default_audit_path()))
             self._warning = _check_location(
                 host, self.path, configured=configured, required=config.required

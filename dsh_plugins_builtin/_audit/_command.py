@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from dsh_host import ConfigError, Host, printable
 
-from ._off import audit_off, configured_store, found_config
+from ._off import audit_off, configured_store, found_host
 from ._postgres import safe_url, scrub
 from ._query import Filter, health, is_url, parse_time, read
 
@@ -62,22 +62,20 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    config = None
+    host = None
     if not (args.db or os.environ.get("DSH_AUDIT_URL")) or args.config:
         try:
-            config = found_config(args.config)
+            host = found_host(args.config)
         except ConfigError as exc:
             if args.config:  # named: it must be read; found: `dsh call` says what is wrong
                 _say(f"dsh audit: config error: {exc}")
                 return 2
-    configured = configured_store(config) if config is not None else None
+    configured = configured_store(host) if host is not None else None
     path: Path | str = args.db or os.environ.get("DSH_AUDIT_URL") or configured or default_path
-    if config is not None and configured is not None and path is configured:
+    if host is not None and configured is not None and path is configured:
         # A project's own dsh.toml chose it: say which database this is, and whose choice.
         shown = safe_url(str(path)) if is_url(path) else str(path)
-        _say(
-            f"dsh audit: reading {printable(shown)} ([plugin.audit] in {config.config.describe()})"
-        )
+        _say(f"dsh audit: reading {printable(shown)} ([plugin.audit] in {host.config.describe()})")
     if not is_url(path):
         path = Path(path)
     if args.health:
@@ -93,10 +91,10 @@ def run(argv: Sequence[str] | None, default_path: Path) -> int:
             _say(f"dsh audit: no calls recorded in workspace {where.workspace}; --all shows "
                  "every workspace, --workspace DIR another")  # fmt: skip
     except Exception as exc:
-        _say_if_off(config)
+        _say_if_off(host)
         return _unreadable(path, exc)
     if not rows:
-        _say_if_off(config)
+        _say_if_off(host)
     lines = [_json_line(row) for row in rows] if args.json else _table(rows)
     return _print_lines(lines)
 

@@ -18,13 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dsh_plugins_builtin._common._dirs import audit_path_in
+
 if TYPE_CHECKING:
     from dsh_host import Host
 
-__all__ = ["audit_off", "configured_store", "found_config"]
+__all__ = ["audit_off", "configured_store", "found_host"]
 
 
-def found_config(path: str | None, environ: Mapping[str, str] | None = None) -> Host:
+def found_host(path: str | None, environ: Mapping[str, str] | None = None) -> Host:
     """A host, never started, of the configuration at *path*, else of the one ``dsh`` finds in
     the working directory (the defaults when there is none), made without loading any plugin.
 
@@ -46,7 +48,7 @@ def configured_store(host: Host) -> Path | str | None:
     if isinstance(url, str) and url:
         return url
     if isinstance(path, str) and path:
-        return config.host.workspace / Path(path).expanduser()
+        return audit_path_in(config.host.workspace, path)
     return None
 
 
@@ -69,7 +71,7 @@ def audit_off(environ: Mapping[str, str] | None = None, host: Host | None = None
     environ = os.environ if environ is None else environ
     if host is None:
         try:
-            host = found_config(None, environ)
+            host = found_host(None, environ)
         except Exception:
             return None
     config = host.config

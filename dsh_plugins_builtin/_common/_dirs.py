@@ -18,7 +18,19 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["default_spill_path", "user_cache_path", "user_data_path", "user_state_path"]
+__all__ = [
+    "audit_path_in",
+    "default_spill_path",
+    "user_cache_path",
+    "user_data_path",
+    "user_state_path",
+]
+
+
+def audit_path_in(workspace: Path, configured: str | os.PathLike[str]) -> Path:
+    """``[plugin.audit] path`` as the plugin takes it: ``~`` expanded, relative to the workspace.
+    The plugin, ``dsh audit`` and the sandbox (which hides the database) all take it so."""
+    return Path(workspace, os.path.expanduser(configured))
 
 
 def user_state_path(app: str) -> Path:

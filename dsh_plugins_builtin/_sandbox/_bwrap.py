@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from dsh_plugins_builtin._sandbox._devnodes import NAMES, nodes
+from dsh_plugins_builtin._sandbox._devnodes import host_nodes, nodes
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._layout import (
     Layout,
@@ -57,12 +57,7 @@ def _own_nodes() -> list[str]:
     own = nodes()
     if own is None:
         return []
-    return [
-        w
-        for name in NAMES
-        if os.path.exists(f"/dev/{name}")
-        for w in ("--dev-bind", f"{own}/{name}", f"/dev/{name}")
-    ]
+    return [w for name in host_nodes() for w in ("--dev-bind", f"{own}/{name}", f"/dev/{name}")]
 
 
 def seccomp_pipe(program: bytes) -> int:

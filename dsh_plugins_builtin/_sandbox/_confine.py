@@ -206,7 +206,9 @@ async def run_confined(
         argv = ["bash", "-c", ulimit_prefix(limits) + command]
         tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
         environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
-        spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits), ways)
+        spawn = _Spawn(
+            argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits), tuple(ways)
+        )
         done = await _run_chosen(chosen, spawn, policy, resolved[0])
     finally:
         for _, fd in ways:
@@ -280,7 +282,7 @@ class _Spawn:
     cap: int
     sink: Sink | None = None
     limits: tuple[tuple[int, int], ...] = ()  # what anything before the command's shell sets
-    ways: list[tuple[str, int]] = attrs.Factory(list)  # bound onto themselves (`_tmpway`)
+    ways: tuple[tuple[str, int], ...] = ()  # bound onto themselves (`_tmpway`)
 
 
 def _memory(limits: Sequence[tuple[int, int]]) -> int | None:

@@ -9,10 +9,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from dsh_plugins_builtin._common._dirs import default_spill_path, user_data_path, user_state_path
+from dsh_plugins_builtin._common._dirs import (
+    audit_path_in,
+    default_spill_path,
+    user_data_path,
+    user_state_path,
+)
 from dsh_plugins_builtin._sandbox._paths import resolve_abs, within
 
-__all__ = ["DEFAULT_DENY_READ", "config_files", "dsh_state", "expand_deny"]
+__all__ = [
+    "DEFAULT_DENY_READ", "GLOB_CHARACTERS", "config_files", "dsh_state", "expand_deny",
+]  # fmt: skip
 
 DEFAULT_DENY_READ: Final = (
     "~/.ssh",
@@ -70,7 +77,8 @@ DEFAULT_DENY_READ: Final = (
     "/etc/shadow-",
     "/etc/gshadow-",
 )
-_GLOB: Final = ("*", "?", "[")
+GLOB_CHARACTERS: Final = ("*", "?", "[")
+"""What makes a ``deny_read`` entry a glob (matched with ``fnmatch``)."""
 
 
 def _defaults() -> tuple[str, ...]:
@@ -102,7 +110,7 @@ def expand_deny(
         *((e, True) for e in entries),
     ]:
         spelled = os.path.normpath(os.path.join(workspace, os.path.expanduser(entry)))
-        if any(c in spelled for c in _GLOB):
+        if any(c in spelled for c in GLOB_CHARACTERS):
             globs.append(resolve_abs(spelled))
             found = glob.glob(spelled, recursive=True)
         else:
@@ -165,6 +173,6 @@ def dsh_state(workspace: Path, tables: Mapping[str, Mapping[str, Any]]) -> tuple
     out = [user_state_path("dsh"), user_data_path("dsh"), default_spill_path()]
     configured = tables.get("audit", {}).get("path")
     if isinstance(configured, str) and configured:
-        db = Path(workspace, os.path.expanduser(configured))
+        db = audit_path_in(workspace, configured)
         out += [db, *(Path(f"{db}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
     return tuple(out)

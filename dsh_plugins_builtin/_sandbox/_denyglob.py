@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from dsh_plugins_builtin._sandbox._deny import GLOB_CHARACTERS
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
 from dsh_plugins_builtin._sandbox._paths import within
 
@@ -29,7 +30,6 @@ __all__ = ["MATCH_LIMIT", "WALK_LIMIT", "matching"]
 
 WALK_LIMIT: Final = 200_000
 MATCH_LIMIT: Final = 2_000
-_GLOB: Final = frozenset("*?[")
 
 
 def matching(patterns: Iterable[str], keep: Iterable[Path]) -> list[tuple[Path, bool]]:
@@ -89,5 +89,5 @@ def _walk(pattern: str, match: Callable[[str], object]) -> Iterator[tuple[str, b
 
 def _literal_dir(pattern: str) -> str:
     """The directory before the first glob character of *pattern* (``/ws`` of ``/ws/*.key``)."""
-    cut = min((pattern.index(c) for c in _GLOB if c in pattern), default=len(pattern))
+    cut = min((pattern.index(c) for c in GLOB_CHARACTERS if c in pattern), default=len(pattern))
     return os.path.dirname(pattern[:cut]) or "/"

@@ -12,6 +12,7 @@ they cannot serve (no ``mknod``, a ``nodev`` file system) the host's are bound a
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -19,38 +20,56 @@ from typing import Final
 
 from dsh_plugins_builtin._common._dirs import user_state_path
 
-__all__ = ["NAMES", "nodes"]
+__all__ = ["NAMES", "host_nodes", "nodes"]
 
 NAMES: Final = ("null", "zero", "full", "random", "urandom", "tty")
 _MODE: Final = 0o666
-_unusable: set[Path] = set()
+_ready: dict[Path, tuple[tuple[str, int], ...] | None] = {}  # directory -> (name, rdev) or None
 
 
 def nodes(directory: Path | None = None) -> Path | None:
-    """The directory of dsh's own nodes, each made (again) now as the host's is, or ``None``
-    (not root, or they cannot serve here: the host's are bound)."""
+    """The directory of dsh's own nodes, each checked now (its mode put back, or made again),
+    or ``None`` (not root, or they cannot serve here: the host's are bound). Made, and tried,
+    once per directory; each later call is an ``lstat`` per node."""
     if os.geteuid() != 0:
         return None
     directory = directory or user_state_path("dsh") / "dev"
-    if directory in _unusable:
+    if directory not in _ready:
+        _ready[directory] = _set_up(directory)
+    made = _ready[directory]
+    if made is None:
         return None
     try:
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        for name in NAMES:
-            _ensure(directory / name, Path("/dev", name))
-        with open(directory / "null", "wb") as null:  # a nodev file system refuses this
-            null.write(b"")
-    except OSError:
-        _unusable.add(directory)
-        return None
+        for name, rdev in made:
+            _ensure(directory / name, rdev)
+    except OSError:  # the directory went away meanwhile: made again, or none
+        _ready[directory] = _set_up(directory)
+        return directory if _ready[directory] is not None else None
     return directory
 
 
-def _ensure(path: Path, host: Path) -> None:
+@functools.cache
+def host_nodes() -> tuple[str, ...]:
+    """Which of `NAMES` the host has (as the Landlock plan, read once: it does not change)."""
+    return tuple(name for name in NAMES if os.path.exists(f"/dev/{name}"))
+
+
+def _set_up(directory: Path) -> tuple[tuple[str, int], ...] | None:
+    """The nodes the host has (``(name, rdev)``), made in *directory*; ``None`` where they
+    cannot serve (no ``mknod``; a ``nodev`` file system refuses the write tried here)."""
     try:
-        want = os.stat(host).st_rdev
-    except FileNotFoundError:
-        return  # the host has none: neither has the command
+        made = tuple((name, os.stat(f"/dev/{name}").st_rdev) for name in host_nodes())
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for name, rdev in made:
+            _ensure(directory / name, rdev)
+        with open(directory / "null", "wb") as null:
+            null.write(b"")
+    except OSError:
+        return None
+    return made
+
+
+def _ensure(path: Path, want: int) -> None:
     try:
         st = os.lstat(path)
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and st.st_uid == 0:

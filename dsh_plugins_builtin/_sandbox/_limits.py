@@ -11,6 +11,7 @@ is still reported by ``dsh sandbox check`` (docs/plugins/sandbox.md says what to
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import signal
@@ -70,8 +71,10 @@ _TABLE: Final = (
 )
 
 
+@functools.lru_cache(maxsize=16)
 def rlimits(limits: LimitsConfig | None) -> tuple[tuple[int, int], ...]:
-    """``(RLIMIT_*, value)`` for each limit set, each at most the host's own hard limit."""
+    """``(RLIMIT_*, value)`` for each limit set, each at most the host's own hard limit (the
+    host's, read once per configuration: work that depends on it alone is not per call)."""
     if limits is None:
         return ()
     out = []
@@ -87,6 +90,7 @@ def rlimits(limits: LimitsConfig | None) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=16)
 def ulimit_prefix(limits: LimitsConfig | None) -> str:
     """``ulimit -H -S ...;`` for the command's shell (``""`` when nothing is limited)."""
     units = {which: (flag, flag_unit) for _, flag, which, flag_unit, _ in _TABLE}

@@ -263,3 +263,19 @@ def test_a_character_node_may_compose_differently_is_never_allowed(project, caps
         {"pattern": "a", "path": "docs\U00016d63\U00016d67"},
     )
     assert decision(answer) != "allow", answer
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Grep", {"pattern": "a", "path": "docs\x00x"}),
+        ("Grep", {"pattern": "a", "path": "\ud800"}),
+        ("Read", {"file_path": "\ud800/x"}),
+        ("Glob", {"pattern": "/tmp/\x00/*"}),
+        ("Glob", {"pattern": "*", "path": "docs\u2028"}),
+    ],
+)
+def test_a_hostile_path_is_never_allowed(project, capsys, monkeypatch, tool, tool_input):
+    # a NUL, a lone surrogate or a line separator: resolved as Claude Code would, or refused
+    status, answer, _ = run_hook(payload("PreToolUse", tool, tool_input), capsys, monkeypatch)
+    assert status == 2 or decision(answer) != "allow", answer
