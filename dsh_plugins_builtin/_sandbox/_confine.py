@@ -206,9 +206,7 @@ async def run_confined(
         argv = ["bash", "-c", ulimit_prefix(limits) + command]
         tmpdir = None if tmp is None else "/tmp"  # both backends show the private tmp there
         environ = command_env(os.environ, env, allow=env_allow, tmpdir=tmpdir)
-        spawn = _Spawn(
-            argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits), tuple(ways)
-        )
+        spawn = _Spawn(argv, cwd, environ, timeout, max_output_bytes, sink, rlimits(limits), ways)
         done = await _run_chosen(chosen, spawn, policy, resolved[0])
     finally:
         for _, fd in ways:
@@ -219,7 +217,7 @@ async def run_confined(
     return done
 
 
-def _prepared(policy: SandboxPolicy, cwd: Path) -> tuple[Path | None, list[tuple[str, int]]]:
+def _prepared(policy: SandboxPolicy, cwd: Path) -> tuple[Path | None, tuple[tuple[str, int], ...]]:
     """Check the pinned roots, and make the way to a root under ``/tmp`` real directories
     again, not a command's links (`_tmpway`); the private tmp, if there is one, and the
     directories on that way with a descriptor of each (the caller closes them)."""
@@ -229,9 +227,9 @@ def _prepared(policy: SandboxPolicy, cwd: Path) -> tuple[Path | None, list[tuple
         raise SandboxUnavailable(str(exc), mode=policy.mode) from None
     layout = layout_of(policy)
     if layout.tmp is None:
-        return None, []
+        return None, ()
     places = (path for path, _ in layout.mounts_now(cwd))
-    return layout.tmp, ready(layout.tmp, layout.host_tmp, places)
+    return layout.tmp, tuple(ready(layout.tmp, layout.host_tmp, places))
 
 
 async def _run_unconfined(spawn: _Spawn, environ: dict[str, str]) -> ProcessResult:
