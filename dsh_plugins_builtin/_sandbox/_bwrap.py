@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -101,6 +102,9 @@ def open_roots(policy: SandboxPolicy, opened: list[int]) -> dict[Path, int]:
     return fds
 
 
+_PAGE: Final = mmap.PAGESIZE  # a tmpfs size is rounded up to pages: each share, down
+
+
 def bwrap_argv(
     argv: Sequence[str],
     policy: SandboxPolicy,
@@ -112,20 +116,21 @@ def bwrap_argv(
     tmpfs_bytes: int | None = None,
     ways: Sequence[tuple[str, int]] = (),
 ) -> list[str]:
-    """The bwrap command line for *argv*. Every directory in RAM a command may write
+    """The bwrap command line for *argv*. The directories in RAM a command may write
     (``/dev/shm`` and the fresh ones over the host's socket directories: ``/run``,
-    ``/var/tmp``...) holds at most *tmpfs_bytes* (the command's memory limit: what it writes
-    there is memory no address-space limit counts); ``/dev`` itself is read-only, and in
-    ``read-only`` mode all of them are."""
+    ``/var/tmp``...) hold at most *tmpfs_bytes* together (the command's memory limit: what it
+    writes there is memory no address-space limit counts), an equal share each; ``/dev``
+    itself is read-only, and in ``read-only`` mode all of them are."""
     layout = layout_of(policy)
     fds = root_fds or {}
     tmp = layout.tmp
     if missing is None:  # a command with no `take` and no `give_back`: a mounted server's
         missing = MOUNT_POINTS.hold(layout.held)
-    size = [] if tmpfs_bytes is None else ["--size", str(tmpfs_bytes)]
+    scratch = ["/dev/shm", *(str(p) for p in layout.masks if p != layout.host_tmp or tmp is None)]
+    share = None if tmpfs_bytes is None else max(tmpfs_bytes // len(scratch) // _PAGE, 1) * _PAGE
+    size = [] if share is None else ["--size", str(share)]
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_own_nodes()]
     out += [*size, "--tmpfs", "/dev/shm", "--proc", "/proc", *_PROC_READ_ONLY]
-    scratch = ["/dev/shm", *(str(p) for p in layout.masks if p != layout.host_tmp or tmp is None)]
     for path in layout.masks:  # host socket directories: out of view (a fresh tmpfs, or our tmp)
         fd = fds.get(tmp) if tmp is not None and path == layout.host_tmp else None
         if tmp is not None and path == layout.host_tmp:

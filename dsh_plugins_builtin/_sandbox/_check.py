@@ -183,6 +183,7 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
         "env": sorted(environ),
         "limits": limits,
         "processes_enforced": os.geteuid() != 0 and limits["processes"] is not None,
+        "core_helper": core_helper(),
         "mode": policy.mode,
         "backend": config.backend,
         "network": policy.network if policy.network_allow is None else policy.network_allow.names,
@@ -194,6 +195,17 @@ def _policy_report(plugin: Any) -> dict[str, Any]:
             "exposed": [] if config.protect_install else inside,
         },
     }
+
+
+def core_helper(pattern_file: str = "/proc/sys/kernel/core_pattern") -> str | None:
+    """The program the kernel starts on the host for each crash (``core_pattern`` a pipe), or
+    ``None``."""
+    try:
+        with open(pattern_file, encoding="utf-8", errors="replace") as file:
+            pattern = file.read().strip()
+    except OSError:
+        return None
+    return pattern[1:].split()[0] if pattern.startswith("|") and pattern[1:].split() else None
 
 
 def _covered_sockets(policy: Any) -> list[str]:
@@ -233,4 +245,12 @@ def _boundary_lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"limits per command: {limits or 'none'}")
     if not report["processes_enforced"] and report["limits"]["processes"] is not None:
         lines.append("  (processes is not enforced: the kernel never limits uid 0's processes)")
+    lines.append(
+        "core dumps: none (hard limit 0); memfd and System V IPC, memory no limit counts: refused"
+    )
+    if report["core_helper"]:
+        lines.append(
+            f"  (a crashing command still makes the kernel start {report['core_helper']} on the "
+            "host, outside the sandbox; it is told the limit is 0 and should keep nothing)"
+        )
     return lines

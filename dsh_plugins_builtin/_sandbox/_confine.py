@@ -126,8 +126,9 @@ def confine_argv(
         missing: The protected paths to mount an empty read-only tmpfs over (`_MountPoints.take`);
             ``None``: the ones that do not exist now, and the mount points of running commands,
             held while the process lives (`_MountPoints.hold`).
-        tmpfs_bytes: The size of each directory in RAM the command may write (``/dev/shm``,
-            the fresh ``/run``...): its memory limit (bwrap; Landlock refuses writes there).
+        tmpfs_bytes: What the directories in RAM the command may write (``/dev/shm``, the
+            fresh ``/run``...) hold together: its memory limit (bwrap; Landlock refuses
+            writes there).
         ways: The directories on the way to a root inside the private tmp, with a descriptor
             of each, bound onto themselves (`_tmpway`; bwrap).
 

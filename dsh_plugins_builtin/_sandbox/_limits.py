@@ -71,13 +71,21 @@ _TABLE: Final = (
 )
 
 
+_NO_CORE: Final = (resource.RLIMIT_CORE, 0)
+"""Always set, whatever the configuration: no core dump, hard limit 0. Where the kernel's
+``core_pattern`` is a pipe (systemd-coredump, apport, abrt), each dump a command made would
+start that helper on the host, as root and outside every namespace, writing outside the
+writable roots."""
+
+
 @functools.lru_cache(maxsize=16)
 def rlimits(limits: LimitsConfig | None) -> tuple[tuple[int, int], ...]:
     """``(RLIMIT_*, value)`` for each limit set, each at most the host's own hard limit (the
-    host's, read once per configuration: work that depends on it alone is not per call)."""
+    host's, read once per configuration: work that depends on it alone is not per call); the
+    core size always, 0 (`_NO_CORE`)."""
     if limits is None:
-        return ()
-    out = []
+        return (_NO_CORE,)
+    out = [_NO_CORE]
     for field, _, which, _, unit in _TABLE:
         value = getattr(limits, field)
         if value is None:
@@ -92,12 +100,14 @@ def rlimits(limits: LimitsConfig | None) -> tuple[tuple[int, int], ...]:
 
 @functools.lru_cache(maxsize=16)
 def ulimit_prefix(limits: LimitsConfig | None) -> str:
-    """``ulimit -H -S ...;`` for the command's shell (``""`` when nothing is limited)."""
+    """``ulimit -H -S ...;`` for the command's shell (the core size at least: `_NO_CORE`)."""
     units = {which: (flag, flag_unit) for _, flag, which, flag_unit, _ in _TABLE}
+    units[resource.RLIMIT_CORE] = ("-c", 1024)
     flags = [
-        f"{units[which][0]} {max(value // units[which][1], 1)}" for which, value in rlimits(limits)
+        f"{units[which][0]} {max(value // units[which][1], 1) if value else 0}"
+        for which, value in rlimits(limits)
     ]
-    return f"ulimit -H -S {' '.join(flags)} || exit 125; " if flags else ""
+    return f"ulimit -H -S {' '.join(flags)} || exit 125; "
 
 
 def explain(limits: LimitsConfig | None, output: str, signal_number: int | None) -> str | None:

@@ -13,6 +13,10 @@ action is *allow*, and these calls fail with ``EPERM`` (``EAFNOSUPPORT`` for soc
 * ``setns``, ``unshare`` and ``clone`` with any ``CLONE_NEW*`` flag; ``clone3`` fails with
   ``ENOSYS`` (its flags live in memory seccomp cannot read, so the C library falls back to
   ``clone``, which is checked);
+* memory no address-space limit counts, held without a mapping (`_UNCOUNTED`):
+  ``memfd_create`` and ``memfd_secret``, and System V IPC (``shmget``, ``msgget``,
+  ``semget``: in the command's own IPC namespace nothing exists it did not make) fail with
+  ``ENOSYS``, as on a kernel built without them;
 * ``keyctl``, ``add_key``, ``request_key`` (the kernel keyring is not namespaced);
 * ``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``kcmp``, ``pidfd_open``,
   ``pidfd_getfd``;
@@ -35,6 +39,7 @@ A system call of a foreign architecture (32-bit calls on a 64-bit host) kills th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -92,6 +97,11 @@ _EPERM_CALLS: Final = (
     "io_uring_enter",
     "io_uring_register",
 )
+_UNCOUNTED: Final = ("memfd_create", "shmget", "msgget", "semget")
+"""Calls that hold memory outside every process's address space (``RLIMIT_AS``): without a
+cgroup, nothing would bound it (a 4 GiB ``memfd`` under ``memory_mib = 256``)."""
+_UNCOUNTED_NEWER: Final = ("memfd_secret",)
+"""As `_UNCOUNTED`, but unknown to older libseccomp releases: refused where it knows them."""
 # Every CLONE_NEW* flag: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET.
 _CLONE_NEW_MASK: Final = 0x80 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000
 _CLONE_NEW_MASK_ALL: Final = _CLONE_NEW_MASK | 0x10000000 | 0x20000000 | 0x40000000
@@ -123,7 +133,12 @@ def _build(block_network: bool, inet: bool) -> bytes:
     for bit in _flag_bits(_CLONE_NEW_MASK_ALL):
         flt.add_rule(deny, "unshare", sc.Arg(0, sc.MASKED_EQ, bit, bit))
         flt.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
-    flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    nosys = sc.ERRNO(errno.ENOSYS)
+    for name in ("clone3", *_UNCOUNTED):
+        flt.add_rule(nosys, name)
+    for name in _UNCOUNTED_NEWER:
+        with contextlib.suppress(OSError, ValueError):
+            flt.add_rule(nosys, name)
     # Devices and terminals.
     fmt = stat.S_IFMT(0o177777)
     for kind in (stat.S_IFCHR, stat.S_IFBLK):

@@ -443,6 +443,28 @@ def test_check_says_what_lies_next_to_a_commands_files(
     assert "private tmp (commands' /tmp and TMPDIR, the file tools' /tmp): /" in out
     assert "config files the next run reads, read-only: " in out
     assert "pw@" not in out
+    assert "core dumps: none (hard limit 0)" in out
+    from dsh_plugins_builtin._sandbox import _check
+
+    monkeypatch.setattr(_check, "core_helper", lambda: "/usr/lib/systemd/systemd-coredump")
+    assert sandbox_check_command([]) == 0
+    out = capsys.readouterr().out
+    assert "the kernel start /usr/lib/systemd/systemd-coredump on the host" in out
+
+
+def test_check_names_the_hosts_core_helper(tmp_path: Path) -> None:
+    # A crash of a command still starts a pipe core_pattern's helper on the host (it is told
+    # the limit is 0): `dsh sandbox check` says which one.
+    from dsh_plugins_builtin._sandbox._check import core_helper
+
+    pattern = tmp_path / "core_pattern"
+    pattern.write_text("|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h\n")
+    assert core_helper(str(pattern)) == "/usr/lib/systemd/systemd-coredump"
+    pattern.write_text("core\n")
+    assert core_helper(str(pattern)) is None
+    assert core_helper(str(tmp_path / "missing")) is None
+    pattern.write_text("|\n")
+    assert core_helper(str(pattern)) is None
 
 
 def test_check_names_the_host_sockets_it_covers(
