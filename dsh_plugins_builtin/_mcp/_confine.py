@@ -6,9 +6,9 @@ policy carries), with the server's own ``writable_roots`` (default none: the wor
 everything else are read-only to it, ``/tmp`` is a private empty tmpfs), ``read_roots`` and
 ``network`` (default off). It runs under bubblewrap with the sandbox's seccomp filter, in its
 own PID namespace (so every descendant dies with it), under the sandbox's resource limits
-(``[plugin.sandbox.limits]``, set by its first process before it starts the server; each tmpfs
-it may write holds at most ``memory_mib``), with the sandbox's scrubbed environment plus the
-server's ``env``. Whatever the server runs on the agent's behalf (git's fsmonitor,
+(``[plugin.sandbox.limits]``, set by its first process before it starts the server; the
+tmpfs directories it may write hold at most ``memory_mib`` together), with the environment a
+command gets (``[plugin.sandbox.env]``: ``core`` names by default) plus the server's ``env``. Whatever the server runs on the agent's behalf (git's fsmonitor,
 hooks, pagers) runs inside that sandbox too.
 
 Bubblewrap confines a server where it works; where it does not, the sandbox's Landlock backend
@@ -31,7 +31,8 @@ from dsh_host import Host
 from .._hooks._launch import sandbox_policy
 from .._sandbox._backends import landlock_prepared
 from .._sandbox._bwrap import mount_plan, rw_roots
-from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap, scrub_env
+from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap
+from .._sandbox._env import EnvConfig, command_env
 from .._sandbox._fence import SandboxPolicy
 from .._sandbox._landlock import LandlockUnavailable, Prepared
 from .._sandbox._limits import LimitsConfig, ulimit_prefix
@@ -53,6 +54,7 @@ class Confinement:
     env_allow: tuple[str, ...] = ()
     prepared: Prepared | None = None
     limits: LimitsConfig | None = None  # the sandbox's [plugin.sandbox.limits], as a command's
+    env: EnvConfig | None = None  # the sandbox's [plugin.sandbox.env], as a command's
 
     @property
     def backend(self) -> str:
@@ -81,8 +83,9 @@ class Confinement:
         return wrapped, [read_fd]
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
-        """The sandbox's scrubbed environment, plus the server's own ``env``."""
-        return {**scrub_env(os.environ, self.env_allow), **extra}
+        """The environment a command gets (the sandbox's ``[plugin.sandbox.env]`` allowlist,
+        ``env_allow``), plus the server's own ``env``."""
+        return {**command_env(os.environ, self.env, allow=self.env_allow), **extra}
 
 
 def _roots(paths: tuple[str, ...], workspace: Path) -> tuple[Path, ...]:
@@ -113,13 +116,15 @@ def confinement_for(
     env_allow = tuple(getattr(getattr(sandbox, "config", None), "env_allow", ()) or ())
     limits = getattr(getattr(sandbox, "config", None), "limits", None)
     limits = limits if isinstance(limits, LimitsConfig) else None
+    env = getattr(getattr(sandbox, "config", None), "env", None)
+    env = env if isinstance(env, EnvConfig) else None
     bwrap, why = resolve_bwrap(policy)
     problem = probe_backends((bwrap, why)).get("bwrap") if bwrap is not None else why
     if bwrap is not None and problem is None:
-        return Confinement(policy, bwrap, env_allow, None, limits)
+        return Confinement(policy, bwrap, env_allow, None, limits, env)
     prepared = _landlock(policy)
     if not isinstance(prepared, str):
-        return Confinement(policy, None, env_allow, prepared, limits)
+        return Confinement(policy, None, env_allow, prepared, limits, env)
     return (
         f"MCP server {name!r} cannot be confined: bubblewrap is not usable here ({problem}), "
         f"nor Landlock ({prepared}); install bubblewrap, or set [plugin.mcp.servers.{name}] "

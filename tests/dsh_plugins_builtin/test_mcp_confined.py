@@ -250,3 +250,45 @@ def test_a_confined_server_runs_under_the_sandboxs_limits(tmp_path, backend):
             assert int((ws / "scratch" / "shm").read_text().split()[-1]) <= 900 << 20
     finally:
         plugin.close()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_confined_server_gets_the_environment_a_command_gets(tmp_path, backend, monkeypatch):
+    # A confined server got the host's whole environment minus secret-looking names and
+    # values, where a command gets the [plugin.sandbox.env] allowlist: a password in a plainly
+    # named variable reached a server (and any model it runs commands for).
+    monkeypatch.setenv("DEPLOY_PASS", "hunter2")
+    monkeypatch.setenv("MY_TOOL_HOME", "wanted")
+    ws = tmp_path / "ws"
+    (ws / "scratch").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    server = {
+        "command": "sh",
+        "args": ["-c", 'env > scratch/env; exec "$0" "$@"', sys.executable, "-m", "mcp_server_git"],
+        "writable_roots": ["scratch"],
+        "cwd": str(ws),
+        "env": {"SERVER_OWN": "given"},
+    }
+    sandbox = {"backend": backend, "env": {"include": ["MY_TOOL_HOME"]}}
+    if backend == "landlock":
+        sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {"sandbox": sandbox, "mcp": {"servers": {"git": server}}},
+    }
+    Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    try:
+        assert plugin.status()["git"]["status"] == "running", plugin.status()
+        names = dict(
+            line.split("=", 1)
+            for line in (ws / "scratch" / "env").read_text().splitlines()
+            if "=" in line
+        )
+        assert "DEPLOY_PASS" not in names  # not a core name: never inherited
+        assert "hunter2" not in (ws / "scratch" / "env").read_text()
+        assert names.get("SERVER_OWN") == "given"  # the server's own env table
+        assert names.get("MY_TOOL_HOME") == "wanted"  # [plugin.sandbox.env] include
+        assert "PATH" in names
+    finally:
+        plugin.close()
