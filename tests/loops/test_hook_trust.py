@@ -184,3 +184,28 @@ def test_a_file_tool_never_gets_a_write_of_the_policy_allowed(project, capsys, m
     assert answer(capsys, monkeypatch, "PermissionRequest", "Write", write) is None
     other = {"file_path": "src/a.py", "content": "x = 1\n"}
     assert decision(answer(capsys, monkeypatch, "PreToolUse", "Write", other)) == "allow"
+
+
+# -- 3. a URL that is not a string -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tool_input",
+    [{"url": None}, {"url": ["http://evil.test/x"]}, {"prompt": "p"}, {"url": {"href": "x"}}],
+)
+def test_a_url_that_is_not_a_string_is_caught_by_domain_deny_rules(
+    project, capsys, monkeypatch, tool_input
+):
+    assert decision(answer(capsys, monkeypatch, "PreToolUse", "WebFetch", tool_input)) == "deny"
+
+
+def test_a_url_that_is_not_a_string_is_allowed_by_no_domain_rule(project, capsys, monkeypatch):
+    (project / "dsh.toml").write_text(
+        '[plugin.permissions]\nallow = ["WebFetch(domain:ok.test)"]\n'
+    )
+    for tool_input in ({"url": None}, {"url": ["http://ok.test/x"]}, {}):
+        assert decision(answer(capsys, monkeypatch, "PreToolUse", "WebFetch", tool_input)) != (
+            "allow"
+        )
+    ok = answer(capsys, monkeypatch, "PreToolUse", "WebFetch", {"url": "https://ok.test/x"})
+    assert decision(ok) == "allow"
