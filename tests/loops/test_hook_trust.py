@@ -209,3 +209,29 @@ def test_a_url_that_is_not_a_string_is_allowed_by_no_domain_rule(project, capsys
         )
     ok = answer(capsys, monkeypatch, "PreToolUse", "WebFetch", {"url": "https://ok.test/x"})
     assert decision(ok) == "allow"
+
+
+# -- 4. a Glob pattern that climbs out of its path ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tool_input",
+    [
+        {"pattern": "../secrets/*", "path": "docs"},
+        {"pattern": "docs/../secrets/*"},
+        {"pattern": "*/../../secrets/*", "path": "docs"},  # the `..` after a wildcard
+        {"pattern": "**/../secrets/*", "path": "docs"},  # `**` may match no directory
+        {"pattern": "../secrets/key", "path": "docs"},
+    ],
+)
+def test_a_glob_pattern_is_judged_where_it_climbs_to(project, capsys, monkeypatch, tool_input):
+    out = answer(capsys, monkeypatch, "PreToolUse", "Glob", tool_input)
+    assert decision(out) == "ask"
+    assert "Read(./secrets/**)" in reason(out)
+
+
+def test_a_glob_pattern_that_stays_below_its_path_is_allowed(project, capsys, monkeypatch):
+    out = answer(
+        capsys, monkeypatch, "PreToolUse", "Glob", {"pattern": "a/../*.md", "path": "docs"}
+    )
+    assert decision(out) == "allow"
