@@ -3,8 +3,9 @@
 Claude Code runs the command with one hook payload on stdin (``PreToolUse``,
 ``PermissionRequest``, ``PostToolUse``, ``PostToolUseFailure``) and reads the answer from the
 exit status and stdout. The hook starts in ``$CLAUDE_PROJECT_DIR`` (the project's config and
-workspace decide, wherever Claude Code's shell ``cd``-ed), and a relative path in a file tool's
-input is taken from where Claude Code ran it (`anchored`).
+workspace decide, wherever Claude Code's shell ``cd``-ed), a relative path in a file tool's
+input is taken from Claude Code's working directory, the payload's ``cwd`` (`anchored`,
+`shell_dir`), and a ``Bash`` command is judged to run there.
 The call is put to dsh's pre-execute hooks (permission rules, hook commands), approval and
 guards as a dry run under Claude Code's own tool name and arguments; nothing runs. Then:
 
@@ -18,7 +19,10 @@ guards as a dry run under Claude Code's own tool name and arguments; nothing run
   observers (audit); ``PostToolUseFailure``: the call and its ``error``, as an error. Denials of
   ``PreToolUse`` and ``PermissionRequest`` are recorded too.
 
-A ``Bash`` call with ``dangerouslyDisableSandbox`` is never answered ``allow``.
+A ``Bash`` call with ``dangerouslyDisableSandbox`` is never answered ``allow``; nor is a call
+whose input has a key Claude Code's tool does not take but dsh's stand-in reads, nor, while the
+hook's policy is read from a file a command could rewrite, a tool whose writes it cannot judge
+(`._hooktrust`).
 
 A file tool's path is also put to the sandbox plugin's fence (`._hookfence`): what it refuses
 is denied, a search over a ``deny_read`` entry, or over a path a plugin withholds from dsh's
