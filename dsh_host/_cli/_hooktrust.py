@@ -45,7 +45,8 @@ CLAUDE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "LS": frozenset({"path", "ignore"}),
     "Glob": frozenset({"pattern", "path"}),
     "Grep": frozenset(
-        ["pattern", "path", "glob", "type", "output_mode", "-i", "-n", "-A", "-B", "-C", "multiline", "head_limit", "offset"]
+        {"pattern", "path", "glob", "type", "output_mode", "multiline", "head_limit", "offset"}
+        | {"-i", "-n", "-A", "-B", "-C"}
     ),
     "WebFetch": frozenset({"url", "prompt"}),
 }
