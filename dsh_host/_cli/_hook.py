@@ -3,8 +3,9 @@
 Claude Code runs the command with one hook payload on stdin (``PreToolUse``,
 ``PermissionRequest``, ``PostToolUse``, ``PostToolUseFailure``) and reads the answer from the
 exit status and stdout. The hook starts in ``$CLAUDE_PROJECT_DIR`` (the project's config and
-workspace decide, wherever Claude Code's shell ``cd``-ed), and a relative path in a file tool's
-input is taken from where Claude Code ran it (`anchored`).
+workspace decide, wherever Claude Code's shell ``cd``-ed), a relative path in a file tool's
+input is taken from Claude Code's working directory, the payload's ``cwd`` (`anchored`,
+`shell_dir`), and a ``Bash`` command is judged to run there.
 The call is put to dsh's pre-execute hooks (permission rules, hook commands), approval and
 guards as a dry run under Claude Code's own tool name and arguments; nothing runs. Then:
 
@@ -18,7 +19,10 @@ guards as a dry run under Claude Code's own tool name and arguments; nothing run
   observers (audit); ``PostToolUseFailure``: the call and its ``error``, as an error. Denials of
   ``PreToolUse`` and ``PermissionRequest`` are recorded too.
 
-A ``Bash`` call with ``dangerouslyDisableSandbox`` is never answered ``allow``.
+A ``Bash`` call with ``dangerouslyDisableSandbox`` is never answered ``allow``; nor is a call
+whose input has a key Claude Code's tool does not take but dsh's stand-in reads, nor, while the
+hook's policy is read from a file a command could rewrite, a tool whose writes it cannot judge
+(`._hooktrust`).
 
 A file tool's path is also put to the sandbox plugin's fence (`._hookfence`): what it refuses
 is denied, a search over a ``deny_read`` entry, or over a path a plugin withholds from dsh's
@@ -59,6 +63,7 @@ from dsh_host import ToolExecutionResult as Result
 
 from ._common import HOOK_MAX_BYTES
 from ._hookfence import PATHS, claude_path, fence_verdict, withheld_below
+from ._hooktrust import doubt, shell_dir, untrusted_keys
 
 if TYPE_CHECKING:  # annotations only: argparse loads with a parser
     import argparse
@@ -160,12 +165,23 @@ def _short(value: Any) -> str:
 
 
 async def judge(
-    host: Host, payload: dict[str, Any], asks: ClaudeCode, *, unusual: bool = False
+    host: Host,
+    payload: dict[str, Any],
+    asks: ClaudeCode,
+    *,
+    unusual: bool = False,
+    shell: str | None = None,
 ) -> dict[str, Any] | None:
     """The answer to print for *payload* (``None``: print nothing); *unusual*: a path was
-    spelled otherwise than it resolves (`anchored`), so no ``allow``."""
+    spelled otherwise than it resolves (`anchored`), so no ``allow``; *shell*: where Claude
+    Code's shell is (`shell_dir`), where a ``Bash`` command is judged to run."""
     event = payload["hook_event_name"]
     name, arguments = dsh_call(host, payload["tool_name"], payload["tool_input"])
+    untrusted = untrusted_keys(host.registry.get(name), payload["tool_name"], payload["tool_input"])
+    if payload["tool_name"] == "Bash" and shell is not None and isinstance(arguments, dict):
+        # Claude Code runs a command where its shell is, whatever cwd the model wrote: the
+        # model's is not judged (and, being there, keeps the call from being allowed).
+        arguments = {**arguments, "cwd": shell}
     call_id = payload.get("tool_use_id")
     input = ToolExecutionInput(
         call_id=call_id if isinstance(call_id, str) and call_id else "claude-code",
@@ -196,15 +212,10 @@ async def judge(
     held = withheld_below(host, prepared.execution, payload["tool_name"], payload["tool_input"])
     if held is not None:  # a search over what a rule withholds from dsh's own: never allowed
         return _answer(event, "ask", held) if event == "PreToolUse" else None
-    if (_unsandboxed(payload) or unusual) and prepared.allowed_by is not None:
-        reason = (
-            "dsh: a path is spelled otherwise than it resolves (a space around it, a "
-            "decomposed character)"
-            if unusual
-            else "dsh: Bash asks to run outside Claude Code's sandbox (dangerouslyDisableSandbox)"
-        )
-        return _answer(event, "ask", reason) if event == "PreToolUse" else None
     if prepared.allowed_by is not None:
+        why = doubt(host, payload, untrusted, unusual=unusual, shell=shell)
+        if why is not None:
+            return _answer(event, "ask", why) if event == "PreToolUse" else None
         detail = f": {prepared.detail}" if prepared.detail else ""
         return _answer(event, "allow", f"dsh ({prepared.allowed_by}){detail}")
     return None
@@ -224,17 +235,6 @@ def dsh_call(host: Host, name: str, arguments: Any) -> tuple[str, Any]:
                 arguments = renamed
             return tool.name, arguments
     return name, arguments
-
-
-def _unsandboxed(payload: dict[str, Any]) -> bool:
-    """Whether a ``Bash`` call asks Claude Code to run it outside its sandbox: never allowed
-    here, so Claude Code asks (a rule allows a command, not a command set loose)."""
-    tool_input = payload["tool_input"]
-    return (
-        payload["tool_name"] == "Bash"
-        and isinstance(tool_input, dict)
-        and tool_input.get("dangerouslyDisableSandbox", False) is not False
-    )
 
 
 def anchored(payload: dict[str, Any], here: str) -> tuple[dict[str, Any], bool]:
@@ -330,7 +330,9 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
     here: str | None = None
     try:
         here = os.getcwd()
-        payload, unusual = anchored(read_payload(sys.stdin.buffer, args.max_bytes), here)
+        given = read_payload(sys.stdin.buffer, args.max_bytes)
+        shell = shell_dir(given, here)
+        payload, unusual = anchored(given, shell)
         _to_project(os.environ.get("CLAUDE_PROJECT_DIR"))
         asks = ClaudeCode(payload["tool_name"])
         disable = [
@@ -344,7 +346,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
         async def run() -> dict[str, Any] | None:
             try:
                 await check_left_out(host, disable)
-                return await judge(host, payload, asks, unusual=unusual)
+                return await judge(host, payload, asks, unusual=unusual, shell=shell)
             finally:
                 await host.aclose()
 

@@ -230,17 +230,27 @@ def withheld_below(host: Host, execution: ToolExecution, tool: str, tool_input: 
 
 
 def _pattern_base(tool: str, tool_input: Any, workspace: str) -> list[str]:
-    """The directory Claude Code's ``Glob`` searches for an absolute *pattern*, whatever its
-    ``path`` says: the pattern up to its first ``*``, ``?``, ``[`` or ``{``, cut at the last
-    ``/`` before it; a pattern with none of them, its directory."""
-    pattern = tool_input.get("pattern") if tool == "Glob" and isinstance(tool_input, dict) else None
-    if not isinstance(pattern, str) or not pattern.strip(_JS_SPACE).startswith(("/", "~")):
+    """The directory Claude Code's ``Glob`` searches for its *pattern* when that lies beyond
+    its ``path`` (``[]`` when it does not): the pattern joined to the ``path`` (the working
+    directory without one; an absolute pattern as it is), up to the segment holding its first
+    ``*``, ``?``, ``[`` or ``{``, ``..`` taken lexically, then one directory up for each
+    segment after that holding ``..`` (``**/..`` climbs above where ``**`` starts); a pattern
+    with none of them, its directory."""
+    if tool != "Glob" or not isinstance(tool_input, dict):
         return []
-    full = claude_path(pattern, workspace)[0]
-    cut = min((full.index(c) for c in "*?[{" if c in full), default=None)
+    pattern, place = tool_input.get("pattern"), tool_input.get("path")
+    if not isinstance(pattern, str):
+        return []
+    search = claude_path(place, workspace)[0] if isinstance(place, str) else workspace
+    parts = claude_path(pattern, search)[0].split("/")
+    cut = next((i for i, part in enumerate(parts) if set(part) & set("*?[{")), None)
     if cut is None:
-        return [os.path.dirname(full) or "/"]
-    return [full[: full.rfind("/", 0, cut)] or "/"]
+        root = os.path.dirname(os.path.normpath("/".join(parts))) or "/"
+    else:
+        root = os.path.normpath("/".join(parts[:cut]) or "/")
+        for _ in range(sum(".." in part for part in parts[cut:])):
+            root = os.path.dirname(root)
+    return [] if Path(root).is_relative_to(os.path.normpath(search)) else [root]
 
 
 def _entries(root: str) -> Iterator[tuple[str, bool]]:

@@ -176,9 +176,10 @@ class RuleSet:
                     return True
             return False
         if rule.domain is not None:
-            url = call.args.get("url")  # a URL not written plainly: caught (fail closed)
-            host = url_host(url)
-            return isinstance(url, str) and (host is None or host_matches(host, rule.domain))
+            # A URL not written plainly, not a string or missing: caught (fail closed), and
+            # allowed by no domain rule (`_allowed_by`; a plain ``WebFetch`` rule allows it).
+            host = url_host(call.args.get("url"))
+            return host is None or host_matches(host, rule.domain)
         return True
 
     def decide(self, name: str, tool: ToolDefinition | None, arguments: Any) -> Verdict:

@@ -28,7 +28,7 @@ def payload(event, tool, tool_input, **extra):
     base = {
         "session_id": "abc123",
         "transcript_path": "/home/u/.claude/projects/p/abc123.jsonl",
-        "cwd": "/home/u/p",
+        "cwd": os.getcwd(),  # where Claude Code runs the hook: its shell directory
         "permission_mode": "default",
         "hook_event_name": event,
         "tool_name": tool,
@@ -49,10 +49,20 @@ def project(tmp_path, monkeypatch):
     return tmp_path, db
 
 
-def run_hook(data, capsys, monkeypatch):
+@pytest.fixture
+def pinned(project, tmp_path_factory):
+    """The project's rules pinned outside it (``--config``): only then is a Bash call (whose
+    writes the hook cannot judge) ever allowed."""
+    _, db = project
+    path = tmp_path_factory.mktemp("pinned") / "claude.toml"
+    path.write_text(RULES.format(db=db))
+    return path
+
+
+def run_hook(data, capsys, monkeypatch, *, config=None):
     raw = data if isinstance(data, bytes) else json.dumps(data).encode()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
-    status = main(["hook", "claude"])
+    status = main(["hook", "claude", *(["--config", str(config)] if config else [])])
     out, err = capsys.readouterr()
     return status, (json.loads(out) if out.strip() else None), err
 
@@ -79,11 +89,12 @@ def decision(answer):
     ],
 )
 def test_pre_tool_use_answers_with_dsh_rules(
-    project, capsys, monkeypatch, tool, tool_input, expected
+    project, pinned, capsys, monkeypatch, tool, tool_input, expected
 ):
     root, _ = project
     tool_input = json.loads(json.dumps(tool_input).replace("{root}", str(root)))
-    status, answer, err = run_hook(payload("PreToolUse", tool, tool_input), capsys, monkeypatch)
+    data = payload("PreToolUse", tool, tool_input)
+    status, answer, err = run_hook(data, capsys, monkeypatch, config=pinned)
     assert (status, err) == (0, "")
     assert answer["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     assert decision(answer) == expected
@@ -99,15 +110,15 @@ def test_a_call_no_rule_decides_prints_nothing(project, capsys, monkeypatch):
 
 
 def test_permission_request_answers_allow_or_deny_and_stays_quiet_on_ask(
-    project, capsys, monkeypatch
+    project, pinned, capsys, monkeypatch
 ):
     deny = run_hook(payload("PermissionRequest", "Bash", {"command": "rm x"}), capsys, monkeypatch)
     assert deny[0] == 0
     assert deny[1]["hookSpecificOutput"]["decision"]["behavior"] == "deny"
     assert "Bash(rm:*)" in deny[1]["hookSpecificOutput"]["decision"]["message"]
-    allow = run_hook(
-        payload("PermissionRequest", "Bash", {"command": "git status"}), capsys, monkeypatch
-    )
+    git_status = payload("PermissionRequest", "Bash", {"command": "git status"})
+    assert run_hook(git_status, capsys, monkeypatch)[:2] == (0, None)  # the policy is local
+    allow = run_hook(git_status, capsys, monkeypatch, config=pinned)
     assert allow[1]["hookSpecificOutput"] == {
         "hookEventName": "PermissionRequest",
         "decision": {
@@ -123,11 +134,11 @@ def test_permission_request_answers_allow_or_deny_and_stays_quiet_on_ask(
 
 def test_an_ask_the_guards_refuse_is_denied_not_asked(project, capsys, monkeypatch):
     (project[0] / "dsh.toml").write_text(
-        '[plugin.permissions]\nask = ["Bash"]\n[plugin.guards]\nmax_argument_bytes = 64\n'
-    )
+        '[plugin.permissions]\nask = ["Bash"]\n[plugin.guards]\nmax_argument_bytes = 400\n'
+    )  # (the guards see the command's cwd too: Claude Code's shell directory)
     short = run_hook(payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch)
     assert decision(short[1]) == "ask"
-    long = run_hook(payload("PreToolUse", "Bash", {"command": "x" * 100}), capsys, monkeypatch)
+    long = run_hook(payload("PreToolUse", "Bash", {"command": "x" * 500}), capsys, monkeypatch)
     assert decision(long[1]) == "deny"
     assert "guards" in long[1]["hookSpecificOutput"]["permissionDecisionReason"]
 
@@ -265,14 +276,16 @@ def test_a_table_of_a_left_out_plugin_config_check_rejects_fails_closed(
     capsys.readouterr()
 
 
-def test_valid_tables_of_left_out_plugins_leave_the_answer_as_it_was(project, capsys, monkeypatch):
-    root, db = project
+def test_valid_tables_of_left_out_plugins_leave_the_answer_as_it_was(
+    project, pinned, capsys, monkeypatch
+):
+    _, db = project
     tables = (
         "[plugin.output_budget]\nmax_inline_bytes = 1000\n[plugin.timeout]\ndefault_ms = 1000\n"
         '[plugin.approval]\nmode = "static"\n'
     )
-    (root / "dsh.toml").write_text(RULES.format(db=db) + tables)
+    pinned.write_text(RULES.format(db=db) + tables)
     git_status = payload("PreToolUse", "Bash", {"command": "git status"})
-    status, answer, err = run_hook(git_status, capsys, monkeypatch)
+    status, answer, err = run_hook(git_status, capsys, monkeypatch, config=pinned)
     assert (status, err) == (0, "")
     assert decision(answer) == "allow"

@@ -38,8 +38,19 @@ def project(tmp_path, monkeypatch):
     return root, db
 
 
-def answer_of(capsys, monkeypatch, event, tool, tool_input, **extra):
-    status, answer, err = run_hook(payload(event, tool, tool_input, **extra), capsys, monkeypatch)
+@pytest.fixture
+def pinned(project, tmp_path):
+    """The project's rules pinned outside it (``--config``): only then is a Bash call (whose
+    writes the hook cannot judge) ever allowed."""
+    root, _ = project
+    path = tmp_path / "pinned.toml"
+    path.write_text((root / "dsh.toml").read_text())
+    return path
+
+
+def answer_of(capsys, monkeypatch, event, tool, tool_input, *, config=None, **extra):
+    data = payload(event, tool, tool_input, **extra)
+    status, answer, err = run_hook(data, capsys, monkeypatch, config=config)
     assert (status, err) == (0, "")
     return answer
 
@@ -156,14 +167,15 @@ def test_a_call_that_failed_is_audited_as_an_error(project, capsys, monkeypatch)
     assert row == ("bash", "error", 1)
 
 
-def test_bash_outside_claude_codes_sandbox_is_never_allowed(project, capsys, monkeypatch):
+def test_bash_outside_claude_codes_sandbox_is_never_allowed(project, pinned, capsys, monkeypatch):
     loose = {"command": "git status", "dangerouslyDisableSandbox": True}
-    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Bash", loose)
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Bash", loose, config=pinned)
     assert decision(answer) == "ask"
     assert "dangerouslyDisableSandbox" in answer["hookSpecificOutput"]["permissionDecisionReason"]
-    assert answer_of(capsys, monkeypatch, "PermissionRequest", "Bash", loose) is None
+    assert answer_of(capsys, monkeypatch, "PermissionRequest", "Bash", loose, config=pinned) is None
     kept = {"command": "git status", "dangerouslyDisableSandbox": False}
-    assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", kept)) == "allow"
+    answer = answer_of(capsys, monkeypatch, "PreToolUse", "Bash", kept, config=pinned)
+    assert decision(answer) == "allow"
     denied = {"command": "rm x", "dangerouslyDisableSandbox": True}
     assert decision(answer_of(capsys, monkeypatch, "PreToolUse", "Bash", denied)) == "deny"
 
