@@ -4,8 +4,8 @@ When the client declared elicitation, the question is an elicitation form whose 
 the tool, the asker's reason and every argument in full, as the terminal prompt of the built-in
 ``approval`` plugin does: one ``key: value`` per line, wrapped, never cut, control characters
 escaped and long runs of spaces counted (``⟨230 spaces⟩``). Past `SCREEN_LINES` lines the rest
-is summarised and the form offers *view all* (a boolean field): accepting with it ticked shows
-the whole arguments in a second question, which is the one answered. A client without
+is summarised, and accepting that form never runs the call: it shows the whole arguments in a
+second question, which is the one answered (nothing is allowed unseen). A client without
 elicitation cannot be asked: the call is denied, and the answer says how to allow it.
 """
 
@@ -37,9 +37,6 @@ REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.
 )
 """The MCP request a tool call serves (set by the service around ``host.call``)."""
 
-_VIEW_ALL = "view_all"
-
-
 def _question(request: ApprovalRequest, shown: list[str], full: bool) -> str:
     lines = [f"Allow the tool {printable(request.tool)!r} to run once?"]
     if request.reason:
@@ -51,15 +48,15 @@ def _question(request: ApprovalRequest, shown: list[str], full: bool) -> str:
     else:
         lines.extend(shown[:SCREEN_LINES])
         rest = sum(len(line) for line in shown[SCREEN_LINES:])
-        lines.append(f"… {rest} more characters: tick 'view all' and accept to see them first")
+        lines.append(
+            f"… {rest} more characters: accept to see them all first (nothing runs until you "
+            "accept the whole arguments)"
+        )
     return "\n".join(lines)
 
 
-def _schema(full: bool) -> dict[str, Any]:
-    if full:
-        return {"type": "object", "properties": {}}
-    view = {"type": "boolean", "title": "View all the arguments first", "default": False}
-    return {"type": "object", "properties": {_VIEW_ALL: view}}
+def _schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
 
 
 class ClientApprover:
@@ -90,11 +87,11 @@ class ClientApprover:
         shown = arguments_lines(request.arguments, WIDTH)
         full = len(shown) <= SCREEN_LINES
         while not request.signal.aborted:
-            answer = await self._elicit(ctx, request, _question(request, shown, full), full)
+            answer = await self._elicit(ctx, request, _question(request, shown, full))
             if answer is None:
                 break
-            if answer.action == "accept" and not full and (answer.content or {}).get(_VIEW_ALL):
-                full = True  # ask again, with everything shown
+            if answer.action == "accept" and not full:
+                full = True  # never allowed unseen: asked again, with everything shown
                 continue
             return {
                 "accept": ApprovalOutcome.ALLOWED_ONCE,
@@ -103,7 +100,7 @@ class ClientApprover:
         return ApprovalOutcome.CANCELLED
 
     async def _elicit(
-        self, ctx: ServerRequestContext[Any], request: ApprovalRequest, message: str, full: bool
+        self, ctx: ServerRequestContext[Any], request: ApprovalRequest, message: str
     ) -> types.ElicitResult | None:
         """One elicitation, given up (``None``) if the call is aborted meanwhile."""
         answer: list[types.ElicitResult] = []
@@ -113,7 +110,7 @@ class ClientApprover:
                 answer.append(
                     await ctx.session.elicit_form(
                         message=message,
-                        requested_schema=_schema(full),
+                        requested_schema=_schema(),
                         related_request_id=ctx.request_id,
                     )
                 )

@@ -85,20 +85,42 @@ async def test_a_static_allow_in_auto_mode_does_not_answer_for_the_client(tmp_pa
     assert not (workspace / "out.txt").exists()
 
 
-async def test_long_arguments_are_summarised_and_view_all_shows_them(tmp_path):
+async def test_long_arguments_are_summarised_and_accepting_shows_them_all(tmp_path):
     workspace = _workspace(tmp_path)
     content = "\n".join(f"line {n}" for n in range(60)) + "\nrm -rf ~ # the last line"
-    answers = [{"action": "accept", "content": {"view_all": True}}, {"action": "decline"}]
+    answers = [{"action": "accept", "content": {}}, {"action": "decline"}]
     messages, result = await trio.to_thread.run_sync(
         _call, workspace, {"path": "out.txt", "content": content}, answers
     )
     first, second = messages
     assert "more characters" in first
-    assert "view all" in first
+    assert "accept to see them all first" in first
     assert "rm -rf ~ # the last line" not in first
     assert "rm -rf ~ # the last line" in second  # the whole arguments, before deciding
     assert result.is_error is True  # declined after viewing
     assert not (workspace / "out.txt").exists()
+
+
+async def test_accepting_the_summary_never_runs_the_call(tmp_path):
+    # A review accepted the 20-line form without ticking "view all": the call ran, with the
+    # `touch` below the fold nobody saw. Accepting a summary only shows the whole arguments.
+    workspace = _workspace(tmp_path)
+    content = "\n".join(f"# comment {n}" for n in range(25)) + "\ntouch PWNED"
+    for first_answer in ({"action": "accept", "content": {}}, {"action": "accept"}):
+        answers = [first_answer, {"action": "cancel"}]
+        messages, result = await trio.to_thread.run_sync(
+            _call, workspace, {"path": "out.txt", "content": content}, answers
+        )
+        assert len(messages) == 2, messages
+        assert "touch PWNED" in messages[1]
+        assert result.is_error is True
+        assert not (workspace / "out.txt").exists()
+    answers = [{"action": "accept", "content": {}}, {"action": "accept", "content": {}}]
+    messages, result = await trio.to_thread.run_sync(
+        _call, workspace, {"path": "out.txt", "content": content}, answers
+    )
+    assert result.is_error is False, result  # accepted once everything was shown
+    assert (workspace / "out.txt").read_text() == content
 
 
 async def test_a_client_without_elicitation_is_told_how_to_allow_the_call(tmp_path):
