@@ -221,7 +221,10 @@ class PermissionsPlugin:
         tools = host.registry.tools()
         if not tools:
             return  # tools come later (an embedding host registers its own): nothing to say yet
+        mounting = host.pm.get_plugin("mcp") is not None  # its tools come later (`_check_mounted`)
         for rule in rules.rules():
+            if mounting and rule.tool.startswith("mcp__"):
+                continue
             reaches = any(rule.names(t.name, t.claude_name) for t in tools)
             if rule.path is not None and rule.tool in READ_RULES | EDIT_RULES:
                 reaches = reaches or any(t.paths for t in tools)

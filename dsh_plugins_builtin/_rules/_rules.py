@@ -118,7 +118,9 @@ class RuleSet:
     ) -> ToolView:
         shell = name in SHELL_RULES or claude in SHELL_RULES
         rules: dict[str, tuple[Applied, ...]] = {
-            effect: tuple(a for r in found if (a := applied_to(r, name, claude, paths)) is not None)
+            effect: tuple(
+                a for r in found if (a := applied_to(r, name, claude, paths, effect)) is not None
+            )
             for effect, found in self._rules.items()
         }
         withheld: dict[str, tuple[tuple[Rule, ...], re.Pattern[str] | None]] = {}
@@ -164,6 +166,8 @@ class RuleSet:
     # -- one call ----------------------------------------------------------------------------
 
     def _caught(self, applied: Applied, call: _Call, parsed: ParsedCommand | None) -> bool:
+        if applied.whole:
+            return True  # a specifier this tool cannot be judged by: every call (fail closed)
         rule = applied.rule
         if rule.command is not None:
             return parsed is not None and any(rule.command.catches(w) for w in parsed.commands)
@@ -224,7 +228,13 @@ class RuleSet:
         for effect in ORDER[:2]:
             for applied in view.rules[effect]:
                 if self._caught(applied, call, parsed):
-                    return Verdict(effect, applied.rule)
+                    note = None
+                    if applied.whole:
+                        note = (
+                            f"{view.name} takes no path argument, so the specifier of "
+                            f"{applied.rule.text} cannot be judged and the rule applies to every call"
+                        )
+                    return Verdict(effect, applied.rule, note=note)
         if view.shell:
             found = self._shell_finding(view, parsed, args.get("cwd"))
             if found is not None:

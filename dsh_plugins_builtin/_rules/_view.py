@@ -30,10 +30,13 @@ __all__ = [
 @final
 @attrs.frozen
 class Applied:
-    """A rule as it applies to one tool: for a path rule, the arguments it reaches."""
+    """A rule as it applies to one tool: for a path rule, the arguments it reaches; ``whole``
+    for a deny or ask rule whose path specifier names a tool with no path argument (it cannot
+    be judged, so it catches every call: fail closed)."""
 
     rule: Rule
     arguments: tuple[str, ...] = ()
+    whole: bool = False
 
 
 @final
@@ -49,10 +52,19 @@ class ToolView:
 
 
 def applied_to(
-    rule: Rule, name: str, claude: str | None, paths: Sequence[tuple[str, str]]
+    rule: Rule,
+    name: str,
+    claude: str | None,
+    paths: Sequence[tuple[str, str]],
+    effect: Effect = "allow",
 ) -> Applied | None:
+    """How *rule* (of *effect*) applies to the tool *name*, or ``None``. A deny or ask rule
+    naming the tool with a path specifier the tool has no path argument for (an MCP tool:
+    ``mcp__srv__echo(text=secret)``) applies to every call; an allow rule so, to none."""
     named = rule.names(name, claude)
     if rule.path is not None:
+        if named and not paths and effect != "allow":
+            return Applied(rule, whole=True)
         if named:
             reach = tuple(arg for arg, _ in paths)
         elif rule.tool in READ_RULES:

@@ -412,3 +412,33 @@ def test_a_host_with_no_mcp_server_does_not_import_the_sdk(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_rule_on_a_mounted_tool_is_not_said_to_name_a_missing_tool(
+    mounted, server_script, tmp_path, caplog
+):
+    # The permissions plugin starts before the servers are mounted: its start warned that a
+    # rule on a mounted tool "names a tool that is not installed". With a path specifier the
+    # tool cannot be judged by, the deny rule catches every call of it (fail closed).
+    from dsh_plugins_builtin.permissions import PermissionsPlugin
+    from dsh_plugins_builtin.tools import ToolsPlugin
+
+    command = {"command": sys.executable, "args": [str(server_script), "ok", str(tmp_path / "m")]}
+    plugin = McpPlugin()
+    config = {
+        "plugin": {
+            "mcp": {"servers": {"t": command}},
+            "permissions": {"default": "allow", "deny": ["mcp__t__echo(text=secret)"]},
+        }
+    }
+    try:
+        with caplog.at_level("WARNING"):
+            host = Host(
+                config, plugins=[PermissionsPlugin(), ToolsPlugin(), plugin], load_entrypoints=False
+            )
+        assert "mcp__t__echo" not in caplog.text
+        result = trio.run(host.call, "mcp__t__echo", {"text": "secret"})
+        assert result.code == "DENIED", result
+        assert "cannot be judged" in result.error.message
+    finally:
+        plugin.close()

@@ -552,3 +552,25 @@ def test_the_readme_example_says_that_allow_adds_to_the_defaults():
     example = example[: example.index("```")]
     assert "adds to" in example
     assert "allow_defaults = false" in example
+
+
+@pytest.mark.parametrize("rule", ["mcp__good__echo(*)", "mcp__good__echo(text=secret)"])
+async def test_a_deny_rule_a_tool_cannot_be_judged_by_applies_to_every_call(tmp_path, rule):
+    # A path specifier on a tool with no path argument (a mounted MCP tool) never matched:
+    # under default = "allow", `deny = ["mcp__good__echo(text=secret)"]` let the call run. A
+    # deny or ask rule so written now catches every call of that tool; an allow rule, none.
+    config = {"host": {"workspace": str(tmp_path)}}
+    config["plugin"] = {"permissions": {"default": "allow", "deny": [rule]}}
+    host = make(config)
+    host.registry.register(make_tool("mcp__good__echo"))
+    result = await host.call("mcp__good__echo", {"url": "secret"})
+    assert result.is_error, result
+    assert result.code == "DENIED", result
+    assert rule in (detail_of(result) or ""), result
+    assert "cannot be judged" in result.error.message, result.error.message
+    config["plugin"] = {"permissions": {"default": "ask", "allow": [rule]}}
+    host = make(config)
+    host.registry.register(make_tool("mcp__good__echo"))
+    result = await host.call("mcp__good__echo", {"url": "secret"})
+    assert result.is_error, result
+    assert result.code == "DENIED", result  # asked, nobody to answer
