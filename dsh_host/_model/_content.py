@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Iterable
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final
 
 import attrs
 
 from ._json import freeze, thaw
 
 __all__ = [
+    "IMAGE_TYPES",
     "ContentBlock",
     "HookContext",
     "ImageBlock",
@@ -17,6 +19,7 @@ __all__ = [
     "ToolExecutionResult",
     "ToolFailure",
     "content_text",
+    "image_problem",
     "to_content",
 ]
 
@@ -48,13 +51,43 @@ _set_text = TextBlock.__dict__["text"].__set__
 _set_type = TextBlock.__dict__["type"].__set__
 
 
+IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image types model providers take as image blocks (anything else they refuse, or read
+as a document: a PDF sent as an "image")."""
+
+
+def image_problem(data: object, mime_type: object) -> str | None:
+    """What makes *data* and *mime_type* no image a provider takes, or ``None``."""
+    if not isinstance(mime_type, str) or mime_type not in IMAGE_TYPES:
+        return f"mime_type must be one of {', '.join(sorted(IMAGE_TYPES))}, not {mime_type!r}"
+    if not isinstance(data, str):
+        return f"data must be a str of base64, not {type(data).__name__}"
+    try:
+        binascii.a2b_base64(data, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        return f"data is not strict base64 ({exc})"
+    return None
+
+
+def _image(instance: ImageBlock, attribute: attrs.Attribute[Any], value: str) -> None:
+    problem = image_problem(instance.data, value)
+    if problem is not None:
+        raise ValueError(f"ImageBlock: {problem}")
+
+
 @final
 @attrs.frozen
 class ImageBlock:
-    """An image for the model: base64 ``data`` of a ``mime_type`` such as ``image/png``."""
+    """An image for the model: strict base64 ``data`` of a ``mime_type`` providers take
+    (`IMAGE_TYPES`: ``image/png``, ``image/jpeg``, ``image/gif``, ``image/webp``).
+
+    Raises:
+        ValueError: Another type, or data that is not strict base64 (a provider refuses it,
+            and a refused block would stay in the conversation).
+    """
 
     data: str = attrs.field(validator=attrs.validators.instance_of(str))
-    mime_type: str = attrs.field(validator=attrs.validators.instance_of(str))
+    mime_type: str = attrs.field(validator=[attrs.validators.instance_of(str), _image])
     type: Literal["image"] = attrs.field(default="image", init=False)
 
     def to_json(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._model._content import image_problem
 from .._model._json import freeze
 from .._model._outcomes import failure
 from .._model._values import HookContext, ImageBlock, TextBlock, ToolExecutionResult, ToolFailure
@@ -35,9 +36,10 @@ def _content(content: Any, where: str, out: list[str]) -> None:
     for i, block in enumerate(content):
         if type(block) is TextBlock:
             _string(block.text, f"{where}[{i}].text", out)
-        elif type(block) is ImageBlock:
-            _string(block.data, f"{where}[{i}].data", out)
-            _string(block.mime_type, f"{where}[{i}].mime_type", out)
+        elif type(block) is ImageBlock:  # validated when made, unless set around attrs
+            problem = image_problem(block.data, block.mime_type)
+            if problem is not None:
+                out.append(f"{where}[{i}]: {problem}")
         else:
             out.append(
                 f"{where}[{i}] must be a TextBlock or ImageBlock, not {type(block).__name__}"

@@ -20,7 +20,11 @@ def content_blocks(result: types.CallToolResult, server: str) -> list[TextBlock 
         if isinstance(item, types.TextContent):
             blocks.append(TextBlock(item.text))
         elif isinstance(item, types.ImageContent):
-            blocks.append(ImageBlock(data=item.data, mime_type=item.mime_type))
+            try:
+                blocks.append(ImageBlock(data=item.data, mime_type=item.mime_type))
+            except ValueError as exc:  # no image a provider takes: said, not sent
+                why = str(exc).removeprefix("ImageBlock: ")
+                blocks.append(TextBlock(f"[an image from {server} was left out: {why}]"))
         elif isinstance(item, types.EmbeddedResource):
             resource = item.resource
             text = getattr(resource, "text", None)

@@ -442,3 +442,26 @@ def test_a_rule_on_a_mounted_tool_is_not_said_to_name_a_missing_tool(
         assert "cannot be judged" in result.error.message
     finally:
         plugin.close()
+
+
+def test_a_servers_image_no_provider_takes_is_left_out_with_a_note():
+    # A server's image with invalid base64 crashed a pydantic-ai run; one of another type (a
+    # PDF) went out as an image. It is said instead, as text; a sound one stays an image.
+    import mcp_types as types
+
+    from dsh_host import ImageBlock, TextBlock
+    from dsh_plugins_builtin._mcp._content import content_blocks
+
+    result = types.CallToolResult(
+        content=[
+            types.ImageContent(type="image", data="not base64!", mime_type="image/png"),
+            types.ImageContent(type="image", data="aGk=", mime_type="application/pdf"),
+            types.ImageContent(type="image", data="aGk=", mime_type="image/png"),
+        ]
+    )
+    bad_data, bad_type, good = content_blocks(result, "srv")
+    assert isinstance(bad_data, TextBlock)
+    assert "an image from srv was left out: data is not strict base64" in bad_data.text
+    assert isinstance(bad_type, TextBlock)
+    assert "application/pdf" in bad_type.text
+    assert good == ImageBlock("aGk=", "image/png")

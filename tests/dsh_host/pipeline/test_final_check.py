@@ -9,6 +9,7 @@ import pytest
 from dsh_host import (
     Accept,
     HookContext,
+    ImageBlock,
     TextBlock,
     ToolExecutionResult,
     ToolFailure,
@@ -50,7 +51,17 @@ BAD_RESULTS = {
     "text block holding bytes": lambda: _raw(content=(_bytes_block(),)),
     "decided_by from the body": lambda: ToolExecutionResult(content="x", decided_by="nobody"),
     "decision_detail not a str": lambda: _raw(decision_detail=3),
+    "image of a type no provider takes": lambda: _raw(content=(_image("application/pdf"),)),
+    "image data not base64": lambda: _raw(content=(_image("image/png", "not base64!"),)),
 }
+
+
+def _image(mime_type: str, data: str = "aGk=") -> ImageBlock:
+    """An image block whose fields were set around its validators."""
+    block = ImageBlock("aGk=", "image/png")
+    object.__setattr__(block, "mime_type", mime_type)
+    object.__setattr__(block, "data", data)
+    return block
 
 
 def _bytes_block() -> TextBlock:
@@ -144,3 +155,15 @@ async def test_sound_results_from_bodies_and_wrappers_pass_unchanged(make_host):
 
     tool = define_tool(name="t", description="", parameters={}, execute=body)
     assert await make_host(Sandbox(), tools=[tool]).call("t", {}) is good
+
+
+@pytest.mark.parametrize(
+    ("data", "mime_type"),
+    [("aGk=", "application/pdf"), ("aGk=", "image/svg+xml"), ("not base64!", "image/png"),
+     ("aGk", "image/png"), ("aG\nk=", "image/png")],
+)  # fmt: skip
+def test_an_image_no_provider_takes_is_refused_when_made(data: str, mime_type: str) -> None:
+    # A tool's image with bad base64 crashed a pydantic-ai run; a PDF went out as an "image".
+    with pytest.raises(ValueError, match="ImageBlock"):
+        ImageBlock(data, mime_type)
+    assert ImageBlock("aGk=", "image/webp").mime_type == "image/webp"
