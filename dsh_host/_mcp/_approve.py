@@ -37,6 +37,7 @@ REQUEST: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.
 )
 """The MCP request a tool call serves (set by the service around ``host.call``)."""
 
+
 def _question(request: ApprovalRequest, shown: list[str], full: bool) -> str:
     lines = [f"Allow the tool {printable(request.tool)!r} to run once?"]
     if request.reason:
