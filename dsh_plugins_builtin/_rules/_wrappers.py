@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from ._options import ENV, FLOCK, SUDO, WATCH, XARGS, read_options
+from ._sed import read_sed
 
 __all__ = [
     "DYNAMIC",
@@ -127,6 +128,9 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         return
     if head == "sudo":
         yield from _sudo_command(words)
+        return
+    if head == "sed":  # its e commands (run by sh -c), and s///e (the pattern space)
+        yield from (_code(run) for run in read_sed(words).runs)
         return
     if head in ("flock", "tar"):
         yield from (_flock_command if head == "flock" else _tar_commands)(words)

@@ -1,0 +1,248 @@
+"""Common programs whose own options or script language run another program or write a file
+(a part of `._hidden`): what a prefix allow rule such as ``Bash(sort:*)`` must not admit.
+
+`program_runs` says why a line runs a program of its own naming (hidden code: no rule allows
+it, deny and ask rules ask); `program_writes` gives the files its options write, judged as a
+``Write`` would be (an edit allow rule must reach them, an edit deny rule denies); `CHECKED`
+names the programs whose options are read so (``xargs`` may not append options to them).
+``sed`` and ``awk`` are read in `._sed` and `._awk`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+
+from ._awk import read_awk
+from ._options import Spec, read_permuted
+from ._sed import read_sed
+from ._wrappers import DYNAMIC
+
+__all__ = [
+    "CHECKED",
+    "program_runs",
+    "program_writes",
+    "script_tokens",
+]
+
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+_SSH = frozenset({"ssh", "scp", "sftp"})
+CHECKED = (
+    _AWKS | _SSH | {"sed", "sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync"}
+)
+"""Programs whose options the rules read for what they run or write."""
+_QUIET = frozenset({"-", "/dev/null", "/dev/stdout", "/dev/stderr"})
+
+_SORT = Spec(
+    frozenset("bcCdfghiMmnRrsuVz"),
+    frozenset("kotST"),
+    frozenset(),
+    {
+        "ignore-leading-blanks": ("-b", False), "check": ("-c", None),
+        "dictionary-order": ("-d", False), "ignore-case": ("-f", False),
+        "general-numeric-sort": ("-g", False), "human-numeric-sort": ("-h", False),
+        "ignore-nonprinting": ("-i", False), "key": ("-k", True), "merge": ("-m", False),
+        "month-sort": ("-M", False), "numeric-sort": ("-n", False), "output": ("-o", True),
+        "random-sort": ("-R", False), "random-source": ("--random-source", True),
+        "reverse": ("-r", False), "sort": ("--sort", True), "stable": ("-s", False),
+        "buffer-size": ("-S", True), "field-separator": ("-t", True),
+        "temporary-directory": ("-T", True), "unique": ("-u", False),
+        "version-sort": ("-V", False), "zero-terminated": ("-z", False),
+        "compress-program": ("--compress-program", True), "debug": ("--debug", False),
+        "files0-from": ("--files0-from", True), "parallel": ("--parallel", True),
+        "batch-size": ("--batch-size", True), "help": ("--help", False),
+        "version": ("--version", False),
+    },
+)  # fmt: skip
+"""GNU coreutils ``sort``."""
+
+# long options (any abbreviation) that run a program named by their value
+_RUNS_LONG = {
+    "rg": ("--pre", "--hostname-bin"),
+    "man": ("--pager", "--html"),
+    "zip": ("--unzip-command",),
+    "rsync": ("--rsh", "--rsync-path"),
+}
+# short options (alone or in a cluster) that run one; zip's is the two letters -TT
+_RUNS_SHORT = {"man": "PH", "rsync": "e", "scp": "FS", "sftp": "FS", "ssh": "F"}
+_SSH_VALUES = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+_SSH_KEYS = frozenset(
+    {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match",
+     "pkcs11provider", "securitykeyprovider", "include"}
+)  # fmt: skip
+# curl's and wget's options that write a file (value: the file; None: a name only known at
+# run time, or options read from elsewhere that may name one)
+_CURL_LONG = {
+    "--output": True, "--dump-header": True, "--cookie-jar": True, "--trace": True,
+    "--trace-ascii": True, "--stderr": True, "--libcurl": True, "--etag-save": True,
+    "--hsts": True, "--alt-svc": True, "--output-dir": None, "--config": None,
+    "--remote-name": None, "--remote-name-all": None,
+}  # fmt: skip
+_CURL_SHORT = {"o": True, "D": True, "c": True, "K": None, "O": None}
+_CURL_VALUES = frozenset("AbcCdDeEFHKmoPQrTuUwxXyYz")
+_WGET_LONG = {
+    "--output-document": True, "--output-file": True, "--append-output": True,
+    "--save-cookies": True, "--warc-file": True, "--execute": None, "--config": None,
+    "--directory-prefix": None,
+}  # fmt: skip
+_WGET_SHORT = {"O": True, "o": True, "a": True, "e": None, "P": None}
+_WGET_VALUES = frozenset("aAeDiIloOPQtTUwXR")
+_EXACT_OTHER = frozenset({"--cookie"})  # options whose names begin a writing one's
+
+
+def program_runs(words: Sequence[str]) -> str | None:
+    """Why the line *words* runs a program of its own naming (``None``: it runs none)."""
+    head = posixpath.basename(words[0]) if words else ""
+    if head == "sed":
+        return read_sed(tuple(words)).why
+    if head in _AWKS:
+        return read_awk(tuple(words)).why
+    if head == "sort":
+        read = read_permuted(words, 1, _SORT)
+        if read is None:
+            return "sort with options the rules cannot read"
+        if any(name == "--compress-program" for name, _ in read[0]):
+            return "sort --compress-program, which runs a program it is given"
+        return None
+    for option in _RUNS_LONG.get(head, ()):
+        for word in _options(words):
+            name = word.split("=", 1)[0]
+            if word.startswith("--") and len(name) > 3 and option.startswith(name):
+                return f"{head} {option}, which runs a program it is given"
+    short = _RUNS_SHORT.get(head, "")
+    for word in _options(words):
+        if head == "zip" and word.startswith("-TT"):
+            return "zip -TT, which runs a program it is given"
+        if head in _SSH and (why := _ssh_option(head, word, words)) is not None:
+            return why
+        letter = next((c for c in word[1:] if c in short), None) if word[1:2] != "-" else None
+        if letter is not None:
+            return f"{head} -{letter}, which runs a program it is given"
+    return None
+
+
+def _ssh_option(head: str, word: str, words: Sequence[str]) -> str | None:
+    """Why ssh's (scp's, sftp's) option *word* runs a program: ``-o ProxyCommand=...`` and
+    the other configuration keys that name a command or a file of configuration."""
+    if word[1:2] == "-":
+        return None
+    at = next((k for k, c in enumerate(word[1:], 1) if c in _SSH_VALUES), None)
+    if at is None or word[at] != "o":
+        return None
+    value = word[at + 1 :]
+    if not value:
+        index = list(words).index(word)
+        value = words[index + 1] if index + 1 < len(words) else ""
+    key = value.replace("=", " ").split(" ", 1)[0].strip().lower()
+    if key in _SSH_KEYS or value == DYNAMIC:
+        return f"{head} -o {key}, which runs a program or reads configuration"
+    return None
+
+
+def _options(words: Sequence[str]) -> list[str]:
+    """The option words of *words*: those before ``--`` that start with ``-``."""
+    out = []
+    for word in words[1:]:
+        if word == "--":
+            break
+        if word.startswith("-") and len(word) > 1:
+            out.append(word)
+    return out
+
+
+def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
+    """The files the line *words* writes through its options or script: (option, path) pairs,
+    the path `DYNAMIC` when it is only known at run time."""
+    head = posixpath.basename(words[0]) if words else ""
+    out: list[tuple[str, str]] = []
+    if head == "sed":
+        out = list(read_sed(tuple(words)).writes)
+    elif head in _AWKS:
+        out = list(read_awk(tuple(words)).writes)
+    elif head == "sort":
+        read = read_permuted(words, 1, _SORT)
+        out = [("sort -o", value or "") for name, value in (read or ((), ()))[0] if name == "-o"]
+    elif head == "tee":
+        out = [("tee", word) for word in _operands(words)]
+    elif head == "dd":
+        out = [("dd of=", word[3:]) for word in words[1:] if word.startswith("of=")]
+    elif head == "perl":
+        out = _perl_in_place(words)
+    elif head in ("curl", "wget"):
+        tables = (_CURL_LONG, _CURL_SHORT, _CURL_VALUES) if head == "curl" else (
+            _WGET_LONG, _WGET_SHORT, _WGET_VALUES)  # fmt: skip
+        out = _download_writes(head, words, *tables)
+    return [(option, path) for option, path in out if path not in _QUIET]
+
+
+def _operands(words: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for k, word in enumerate(words[1:], 1):
+        if word == "--":
+            return [*out, *words[k + 1 :]]
+        if not word.startswith("-") or word == "-":
+            out.append(word)
+    return out
+
+
+def _perl_in_place(words: Sequence[str]) -> list[tuple[str, str]]:
+    """``perl -i`` (``-pi``, ``-i.bak``, ``-pi -e ...``): every file it reads, written over."""
+    in_place = code = False
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] not in ("-", "--"):
+        word = words[i]
+        for at, letter in enumerate(word[1:], 2):
+            if letter in "eE":
+                code = True
+                i += 0 if word[at:] else 1
+                break
+            if letter == "i":
+                in_place = True
+                break
+            if letter in "IMmxCdDFl0":
+                i += 0 if word[at:] or letter not in "IM" else 1
+                break
+        i += 1
+    if not in_place:
+        return []
+    i += 1 if i < len(words) and words[i] == "--" else 0
+    files = list(words[i:] if code else words[i + 1 :])
+    return [("perl -i", path) for path in files] or [("perl -i", DYNAMIC)]
+
+
+def _download_writes(
+    head: str,
+    words: Sequence[str],
+    long: dict[str, bool | None],
+    short: dict[str, bool | None],
+    values: frozenset[str],
+) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for i, word in enumerate(words[1:], 1):
+        following = words[i + 1] if i + 1 < len(words) else DYNAMIC
+        name, eq, value = word.partition("=")
+        if word.startswith("--") and len(name) > 3 and name not in _EXACT_OTHER:
+            found = [o for o in long if o.startswith(name)]
+            if found:
+                path = (value if eq else following) if long[found[0]] else DYNAMIC
+                out.append((f"{head} {found[0]}", path))
+        elif word.startswith("-") and not word.startswith("--"):
+            for at, letter in enumerate(word[1:], 2):
+                if letter in short:
+                    path = (word[at:] or following) if short[letter] else DYNAMIC
+                    out.append((f"{head} -{letter}", path))
+                if letter in values:
+                    break
+    return out
+
+
+_NAME_CHARACTERS = re.compile(r"[A-Za-z0-9_.+/-]+")
+_MAX_TOKENS = 256
+
+
+def script_tokens(word: str) -> list[str]:
+    """The words a word may hold as a script another program runs (``awk`` ``system("rm
+    v")``, ``perl -e``, ``python -c`` ``os.system('rm v')``, ``sed '1e rm v'``): the runs of
+    characters a program name, a path or an option may hold (a word's first few hundred)."""
+    return _NAME_CHARACTERS.findall(word, 0, 64 * _MAX_TOKENS)[:_MAX_TOKENS]
