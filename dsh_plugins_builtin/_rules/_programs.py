@@ -10,6 +10,7 @@ names the programs whose options are read so (``xargs`` may not append options t
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Sequence
@@ -26,10 +27,14 @@ __all__ = [
     "script_tokens",
 ]
 
-_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "original-awk", "busybox-awk"})
+_SEDS = frozenset({"sed", "gsed"})
 _SSH = frozenset({"ssh", "scp", "sftp"})
 CHECKED = (
-    _AWKS | _SSH | {"sed", "sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync"}
+    _AWKS
+    | _SEDS
+    | _SSH
+    | {"sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync"}
 )
 """Programs whose options the rules read for what they run or write."""
 _QUIET = frozenset({"-", "/dev/null", "/dev/stdout", "/dev/stderr"})
@@ -64,8 +69,15 @@ _RUNS_LONG = {
     "zip": ("--unzip-command",),
     "rsync": ("--rsh", "--rsync-path"),
 }
-# short options (alone or in a cluster) that run one; zip's is the two letters -TT
-_RUNS_SHORT = {"man": "PH", "rsync": "e", "scp": "FS", "sftp": "FS", "ssh": "F"}
+# short options (alone or in a cluster, up to the first that takes a value) that run one,
+# and the short options that take a value; zip's is the two letters -TT
+_RUNS_SHORT = {
+    "man": ("PH", "CMPSsmLeprREHX"),
+    "rsync": ("e", "eBfTM"),
+    "scp": ("FS", "cDFiJloPS"),
+    "sftp": ("FS", "BbcDFiJloPRS"),
+    "ssh": ("F", "BbcDEeFIiJLlmOopQRSWw"),
+}
 _SSH_VALUES = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 _SSH_KEYS = frozenset(
     {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match",
@@ -94,7 +106,7 @@ _EXACT_OTHER = frozenset({"--cookie"})  # options whose names begin a writing on
 def program_runs(words: Sequence[str]) -> str | None:
     """Why the line *words* runs a program of its own naming (``None``: it runs none)."""
     head = posixpath.basename(words[0]) if words else ""
-    if head == "sed":
+    if head in _SEDS:
         return read_sed(tuple(words)).why
     if head in _AWKS:
         return read_awk(tuple(words)).why
@@ -110,15 +122,17 @@ def program_runs(words: Sequence[str]) -> str | None:
             name = word.split("=", 1)[0]
             if word.startswith("--") and len(name) > 3 and option.startswith(name):
                 return f"{head} {option}, which runs a program it is given"
-    short = _RUNS_SHORT.get(head, "")
+    short, values = _RUNS_SHORT.get(head, ("", ""))
     for word in _options(words):
         if head == "zip" and word.startswith("-TT"):
             return "zip -TT, which runs a program it is given"
         if head in _SSH and (why := _ssh_option(head, word, words)) is not None:
             return why
-        letter = next((c for c in word[1:] if c in short), None) if word[1:2] != "-" else None
-        if letter is not None:
-            return f"{head} -{letter}, which runs a program it is given"
+        for letter in word[1:] if word[1:2] != "-" else "":
+            if letter in short:
+                return f"{head} -{letter}, which runs a program it is given"
+            if letter in values:
+                break
     return None
 
 
@@ -156,7 +170,7 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
     the path `DYNAMIC` when it is only known at run time."""
     head = posixpath.basename(words[0]) if words else ""
     out: list[tuple[str, str]] = []
-    if head == "sed":
+    if head in _SEDS:
         out = list(read_sed(tuple(words)).writes)
     elif head in _AWKS:
         out = list(read_awk(tuple(words)).writes)
@@ -241,8 +255,9 @@ _NAME_CHARACTERS = re.compile(r"[A-Za-z0-9_.+/-]+")
 _MAX_TOKENS = 256
 
 
-def script_tokens(word: str) -> list[str]:
+@functools.lru_cache(maxsize=1024)
+def script_tokens(word: str) -> tuple[str, ...]:
     """The words a word may hold as a script another program runs (``awk`` ``system("rm
     v")``, ``perl -e``, ``python -c`` ``os.system('rm v')``, ``sed '1e rm v'``): the runs of
     characters a program name, a path or an option may hold (a word's first few hundred)."""
-    return _NAME_CHARACTERS.findall(word, 0, 64 * _MAX_TOKENS)[:_MAX_TOKENS]
+    return tuple(_NAME_CHARACTERS.findall(word, 0, 64 * _MAX_TOKENS)[:_MAX_TOKENS])

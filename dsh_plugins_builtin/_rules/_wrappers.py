@@ -129,7 +129,7 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     if head == "sudo":
         yield from _sudo_command(words)
         return
-    if head == "sed":  # its e commands (run by sh -c), and s///e (the pattern space)
+    if head in ("sed", "gsed"):  # its e commands (run by sh -c), and s///e (the pattern space)
         yield from (_code(run) for run in read_sed(words).runs)
         return
     if head in ("flock", "tar"):

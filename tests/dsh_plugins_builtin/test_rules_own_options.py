@@ -61,6 +61,7 @@ OWN_OPTIONS = [
     ("Bash(sed:*)", "sed -f script.sed f", "sed -f"),
     ("Bash(sed:*)", "sed --file=script.sed f", "sed -f"),
     ("Bash(sed:*)", "sed -nf script.sed f", "sed -f"),
+    ("Bash(gsed:*)", "gsed -i s/a/b/ f", "sed -i f writes"),
     # awk: system(), pipes both ways, >/>> in print, program files, gawk's -i/-l/@include
     ("Bash(awk:*)", "awk 'BEGIN{system(\"touch x\")}'", "awk's system()"),
     ("Bash(awk:*)", "awk -F: '{ system ($1) }' f", "awk's system()"),
@@ -214,6 +215,8 @@ SAFE = [
     ("Bash(wget:*)", f"wget -qO- {URL}"),
     ("Bash(man:*)", "man ls"),
     ("Bash(ssh:*)", "ssh -o ConnectTimeout=5 h true"),
+    ("Bash(ssh:*)", "ssh -oForwardAgent=yes -p 22 h true"),  # no -F in -o's value
+    ("Bash(man:*)", "man -S 1:8 -k printf"),
     ("Bash(rsync:*)", "rsync -av a h:b"),
 ]
 
