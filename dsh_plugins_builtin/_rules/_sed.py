@@ -104,8 +104,9 @@ def _script(text: str) -> tuple[list[str | None], list[tuple[str, str]], bool]:
         if command in "aic":  # text to the end of the line, a backslash joins the next
             while i < end and text[i] != "\n":
                 i += 2 if text[i] == "\\" else 1
-        elif command in ":btT":
-            while i < end and text[i] not in ";\n":
+        elif command in ":btTv":  # a label (v: a version) ends at a blank, as GNU sed reads it
+            i = _skip_blanks(text, i)
+            while i < end and text[i] not in " \t;\n":
                 i += 1
         elif command in "rR":
             i = _line_end(text, i)
@@ -117,8 +118,9 @@ def _script(text: str) -> tuple[list[str | None], list[tuple[str, str]], bool]:
             elif argument not in _SPECIAL:
                 writes.append((f"sed {command}", argument))
             i = stop
-        elif command in "qQlLv":
-            while i < end and (text[i] in " \t" or text[i].isalnum() or text[i] == "."):
+        elif command in "qQlL":  # a number: the next command may follow at once
+            i = _skip_blanks(text, i)
+            while i < end and text[i].isdigit():
                 i += 1
         elif command in "sy":
             after = _substitute(text, i, command, runs, writes)

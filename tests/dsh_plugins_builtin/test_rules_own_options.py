@@ -58,6 +58,12 @@ OWN_OPTIONS = [
     ("Bash(sed:*)", "sed 's/.*/date/e' f", "sed's e command or s///e flag"),
     ("Bash(sed:*)", "sed -n '/x/I,+3{s|a|b|ge;p}' f", "s///e flag"),
     ("Bash(sed:*)", "sed 'a text;\nx;e' f", "sed's e command"),
+    # sed: labels and versions end at a blank, a number may run into the next command
+    ("Bash(sed:*)", "sed ':a{ s/a/b/e' f", "s///e flag"),
+    ("Bash(sed -n:*)", "sed -n 'Tl 3W out' f", "sed W out writes"),
+    ("Bash(sed:*)", "sed 'v 4.2l 3e' f", "sed's e command"),
+    ("Bash(sed:*)", "sed 'v 4.2=i\\\n e' f", "sed's e command"),
+    ("Bash(sed:*)", "sed 'Q 2s e x e' f", "s///e flag"),
     ("Bash(sed:*)", "sed -f script.sed f", "sed -f"),
     ("Bash(sed:*)", "sed --file=script.sed f", "sed -f"),
     ("Bash(sed:*)", "sed -nf script.sed f", "sed -f"),
