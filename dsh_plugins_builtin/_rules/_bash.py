@@ -237,7 +237,9 @@ class ShellChecks:
             return "git would run in a repository other than the workspace's own"
         if "git" in heads and heads & {"cd", "pushd", "popd"}:
             return "git would run after a change of directory"
-        if "git" in heads and heads - _READ_ONLY:  # (tee HEAD; cp -r x objects; git status)
+        if "git" in heads and (
+            heads - _READ_ONLY or any(not o.startswith("git ") for o, _ in parsed.writes)
+        ):  # (tee HEAD; cp -r x objects; uniq x HEAD; less -o HEAD x; git status)
             return "git runs on a line whose other commands may write the repository it reads"
         for words in parsed.commands:
             if words[:1] == ("find",) and any(w in _FIND_ELSEWHERE for w in words):

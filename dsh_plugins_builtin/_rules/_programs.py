@@ -34,8 +34,9 @@ CHECKED = (
     _AWKS
     | _SEDS
     | _SSH
-    | {"sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync"}
-)
+    | {"sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync", "uniq", "less",
+       "more"}
+)  # fmt: skip
 """Programs whose options the rules read for what they run or write."""
 _QUIET = frozenset({"-", "/dev/null", "/dev/stdout", "/dev/stderr"})
 
@@ -179,6 +180,10 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         out = [("sort -o", value or "") for name, value in (read or ((), ()))[0] if name == "-o"]
     elif head == "tee":
         out = [("tee", word) for word in _operands(words)]
+    elif head == "uniq":  # uniq [OPTION]... [INPUT [OUTPUT]]
+        out = _uniq_outputs(words)
+    elif head in ("less", "more"):  # -o FILE / -O FILE / --log-file=FILE: a copy of the input
+        out = _less_log(head, words)
     elif head == "dd":
         out = [("dd of=", word[3:]) for word in words[1:] if word.startswith("of=")]
     elif head == "perl":
@@ -188,6 +193,41 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
             _WGET_LONG, _WGET_SHORT, _WGET_VALUES)  # fmt: skip
         out = _download_writes(head, words, *tables)
     return [(option, path) for option, path in out if path not in _QUIET]
+
+
+def _uniq_outputs(words: Sequence[str]) -> list[tuple[str, str]]:
+    """``uniq [OPTION]... [INPUT [OUTPUT]]``: the operand after the first is written over."""
+    operands: list[str] = []
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            operands += words[i + 1 :]
+            break
+        if word in ("-f", "-s", "-w") or (
+            word.startswith("--") and "=" not in word and len(word) > 3
+            and any(o.startswith(word) for o in ("--skip-fields", "--skip-chars", "--check-chars"))
+        ):  # fmt: skip
+            i += 2
+            continue
+        if not word.startswith("-") or word == "-":
+            operands.append(word)
+        i += 1
+    return [("uniq", path) for path in operands[1:]]
+
+
+def _less_log(head: str, words: Sequence[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for i, word in enumerate(words[1:], 1):
+        if word == "--":
+            break
+        following = words[i + 1] if i + 1 < len(words) else DYNAMIC
+        name, eq, value = word.partition("=")
+        if word.startswith("--") and len(name) > 3 and "--log-file".startswith(name.lower()):
+            out.append((f"{head} --log-file", value if eq else following))
+        elif word.startswith("-") and not word.startswith("--") and word[1:2] in ("o", "O"):
+            out.append((f"{head} -{word[1]}", word[2:] or following))
+    return out
 
 
 def _operands(words: Sequence[str]) -> list[str]:

@@ -117,6 +117,11 @@ OWN_OPTIONS = [
     ("Bash(tee:*)", "tee -a x y", "tee x writes"),
     ("Bash(tee:*)", "tee -- -x", "tee -x writes"),
     ("Bash(dd:*)", "dd if=f of=dsh.toml", "dd of= dsh.toml writes"),
+    ("Bash(uniq:*)", "uniq f dsh.toml", "uniq dsh.toml writes"),
+    ("Bash(uniq:*)", "uniq -c -f 1 --skip-chars 2 f dsh.toml", "uniq dsh.toml writes"),
+    ("Bash(less:*)", "less -o dsh.toml f", "less -o dsh.toml writes"),
+    ("Bash(less:*)", "less --log-file=dsh.toml f", "less --log-file dsh.toml writes"),
+    ("Bash(less:*)", "less -Odsh.toml f", "less -O dsh.toml writes"),
     ("Bash(perl:*)", "perl -pi -e 's/x/y/' dsh.toml", "perl -i dsh.toml writes"),
     ("Bash(perl:*)", "perl -i.bak -pe 's/x/y/' f", "perl -i f writes"),
     ("Bash(perl:*)", "perl -p -i -e 's/a/b/' f", "perl -i f writes"),
@@ -215,6 +220,8 @@ SAFE = [
     ("Bash(tee:*)", "tee"),
     ("Bash(tee:*)", "tee /dev/null"),
     ("Bash(dd:*)", "dd if=f of=/dev/null bs=1M"),
+    ("Bash(uniq:*)", "uniq -c -f 1 f"),
+    ("Bash(less:*)", "less -R f"),
     ("Bash(perl:*)", "perl -ne 'print if /x/' f"),
     ("Bash(curl:*)", f"curl -sS {URL}"),
     ("Bash(curl:*)", f"curl -o /dev/null -s --cookie a=b {URL}"),
@@ -231,6 +238,21 @@ SAFE = [
 def test_plain_uses_stay_allowed(tmp_path: Path, allow: str, line: str) -> None:
     found = verdict(ruleset(tmp_path, allow=[allow]), line)
     assert found.effect == "allow", found
+
+
+def test_git_is_not_allowed_on_a_line_that_writes_a_file(tmp_path: Path) -> None:
+    """``uniq`` and ``less`` write no file unless told to: then git would read what they
+    wrote (a nested repository's ``HEAD``), as after ``tee``."""
+    (tmp_path / "src").mkdir()
+    rules = ruleset(
+        tmp_path, allow=["Bash(uniq:*)", "Bash(less:*)", "Bash(git status:*)", "Edit(./**)"]
+    )
+    assert verdict(rules, "uniq f src/out").effect == "allow"  # the write alone: an edit rule
+    assert verdict(rules, "uniq f; git status").effect == "allow"
+    for line in ("uniq f src/HEAD; git status", "less -o src/HEAD f; git status"):
+        found = verdict(rules, line)
+        assert found.effect == "ask", line
+        assert "may write the repository it reads" in (found.note or "")
 
 
 def test_a_write_is_judged_as_a_write_would_be(tmp_path: Path) -> None:
