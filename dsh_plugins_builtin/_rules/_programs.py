@@ -101,6 +101,7 @@ _WGET_LONG = {
 }  # fmt: skip
 _WGET_SHORT = {"O": True, "o": True, "a": True, "e": None, "P": None}
 _WGET_VALUES = frozenset("aAeDiIloOPQtTUwXR")
+_SSH_LOG: tuple[dict[str, bool | None], frozenset[str]] = ({"E": True}, _SSH_VALUES)
 _EXACT_OTHER = frozenset({"--cookie"})  # options whose names begin a writing one's
 
 
@@ -188,6 +189,8 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         out = [("dd of=", word[3:]) for word in words[1:] if word.startswith("of=")]
     elif head == "perl":
         out = _perl_in_place(words)
+    elif head == "ssh":  # -E FILE: its log, appended
+        out = _download_writes(head, words, {}, *_SSH_LOG)
     elif head in ("curl", "wget"):
         tables = (_CURL_LONG, _CURL_SHORT, _CURL_VALUES) if head == "curl" else (
             _WGET_LONG, _WGET_SHORT, _WGET_VALUES)  # fmt: skip
@@ -246,7 +249,10 @@ def _perl_in_place(words: Sequence[str]) -> list[tuple[str, str]]:
     i = 1
     while i < len(words) and words[i].startswith("-") and words[i] not in ("-", "--"):
         word = words[i]
-        for at, letter in enumerate(word[1:], 2):
+        at = 1
+        while at < len(word):
+            letter = word[at]
+            at += 1
             if letter in "eE":
                 code = True
                 i += 0 if word[at:] else 1
@@ -254,7 +260,13 @@ def _perl_in_place(words: Sequence[str]) -> list[tuple[str, str]]:
             if letter == "i":
                 in_place = True
                 break
-            if letter in "IMmxCdDFl0":
+            if letter in "0l":  # optional octal digits (-0xHEX), then more switches (-0pi)
+                digits = "01234567"
+                if letter == "0" and word[at : at + 1] in ("x", "X"):
+                    at, digits = at + 1, "0123456789abcdefABCDEF"
+                while at < len(word) and word[at] in digits:
+                    at += 1
+            elif letter in "IMmxCdDF":
                 i += 0 if word[at:] or letter not in "IM" else 1
                 break
         i += 1

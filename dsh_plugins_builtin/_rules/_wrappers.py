@@ -1,10 +1,8 @@
-"""The programs that run other commands, and the commands they run.
-
-`unwrap` gives the command a wrapper (``env``, ``sudo``, ``timeout``, ``xargs``, ``find -exec``,
-...) runs; `spellings` gives every way a rule may see a command (its path cut to the program
-name, its wrappers taken off); `shell_string` finds the code of ``sh -c`` and ``eval``; and
-`strip_git_globals` reads ``git -C dir push`` as ``git push``.
-"""
+"""The programs that run other commands, and the commands they run: `unwrap` gives what a
+wrapper (``env``, ``sudo``, ``timeout``, ``xargs``, ``find -exec``, sed's ``e`` ...) runs;
+`spellings` every way a rule may see a command (its path cut to the program name, its wrappers
+taken off); `shell_string` the code of ``sh -c`` and ``eval``; `strip_git_globals` reads ``git
+-C dir push`` as ``git push``."""
 
 from __future__ import annotations
 
@@ -355,6 +353,8 @@ def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
             queue.append((base, *current[1:]))
         if base.startswith("git-") and len(base) > 4:  # git's own programs: git-push is git push
             queue.append(("git", base[4:], *current[1:]))
+        if base == "busybox":  # busybox APPLET ...: the applet (busybox sed -i ...)
+            queue.append(current[1:])
         queue.extend(unwrap(current))
         # a shell with -c among the arguments of a program no table knows (``taskset 1 sh -c``,
         # ``strace -f sh -c``): read as run from there
