@@ -34,6 +34,7 @@ _FIND_ELSEWHERE = frozenset({"-execdir", "-okdir"})
 _INERT = frozenset({"echo", "printf", ":", "true", "false", "test", "["})
 _MAX_WRAPPED = 4
 _STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
+_MAX_TRIES = 64  # readings of one script word a rule is matched against (more: caught)
 
 
 def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> Rule | None:
@@ -110,13 +111,18 @@ def _carries(pattern: CommandPattern, words: tuple[str, ...], i: int) -> bool:
     readings = [(words[i],), *glued(words[i])]
     if any(pattern.catches((posixpath.basename(r[0]), *r[1:], *rest)) for r in readings):
         return True
-    tokens = script_tokens(words[i])
-    for k, token in enumerate(tokens):
-        name = posixpath.basename(token)
-        if (pattern.head is None or name == pattern.head) and pattern.catches(
-            (name, *tokens[k + 1 :], *rest)
-        ):
-            return True
+    tokens, where = script_tokens(words[i])
+    literal, tries = pattern.literal, _MAX_TRIES
+    names = where.items() if pattern.head is None else [(pattern.head, where.get(pattern.head, ()))]
+    second = literal[1] if len(literal) > 1 and literal[0] != "git" else None
+    for name, k in ((name, k) for name, at in names for k in at):
+        if second is not None:  # (not for git: its global options may stand between its words)
+            following = tokens[k + 1] if k + 1 < len(tokens) else rest[0] if rest else None
+            if following != second:
+                continue
+        tries -= 1
+        if tries < 0 or pattern.catches((name, *tokens[k + 1 :], *rest)):
+            return True  # (past the bound: taken as caught, an ask)
     return False
 
 

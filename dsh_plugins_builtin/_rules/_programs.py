@@ -304,12 +304,16 @@ def _download_writes(
 
 
 _NAME_CHARACTERS = re.compile(r"[A-Za-z0-9_.+/-]+")
-_MAX_TOKENS = 256
 
 
 @functools.lru_cache(maxsize=1024)
-def script_tokens(word: str) -> tuple[str, ...]:
+def script_tokens(word: str) -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
     """The words a word may hold as a script another program runs (``awk`` ``system("rm
     v")``, ``perl -e``, ``python -c`` ``os.system('rm v')``, ``sed '1e rm v'``): the runs of
-    characters a program name, a path or an option may hold (a word's first few hundred)."""
-    return tuple(_NAME_CHARACTERS.findall(word, 0, 64 * _MAX_TOKENS)[:_MAX_TOKENS])
+    characters a program name, a path or an option may hold; and where each program name
+    (a token with any path cut off) stands among them."""
+    tokens = tuple(_NAME_CHARACTERS.findall(word))
+    where: dict[str, list[int]] = {}
+    for k, token in enumerate(tokens):
+        where.setdefault(posixpath.basename(token), []).append(k)
+    return tokens, {name: tuple(at) for name, at in where.items()}

@@ -292,9 +292,7 @@ def _parse(command: str) -> ParsedCommand:
     arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:]) | {
         posixpath.basename(tokens[0]) for words in unique for w in words[1:] for tokens in glued(w)
     }  # and every word of a script an argument may be (``awk 'BEGIN{system("rm v")}'``)
-    arguments |= {
-        posixpath.basename(t) for words in unique for w in words[1:] for t in script_tokens(w)
-    }
+    arguments |= {name for words in unique for w in words[1:] for name in script_tokens(w)[1]}
     return ParsedCommand(
         None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes,
         arguments,
