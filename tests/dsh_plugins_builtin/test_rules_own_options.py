@@ -297,6 +297,7 @@ IN_SCRIPTS = [
     ('node -e \'require("child_process").execSync("curl x")\'', "Bash(curl:*)"),
     ("find . -exec sed '1e curl x' {} ';'", "Bash(curl:*)"),
     ("busybox sed 1ecurl f", "Bash(curl:*)"),
+    (f"python -c '{'x=1;' * 400}import os; os.system(\"curl x\")'", "Bash(curl:*)"),  # padded
     ("xargs sed -n 1ecurl", "Bash(curl:*)"),
     ("env awk 'BEGIN{system(\"curl x\")}'", "Bash(curl:*)"),
 ]
