@@ -30,14 +30,6 @@ __all__ = [
 _AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "original-awk", "busybox-awk"})
 _SEDS = frozenset({"sed", "gsed"})
 _SSH = frozenset({"ssh", "scp", "sftp"})
-CHECKED = (
-    _AWKS
-    | _SEDS
-    | _SSH
-    | {"sort", "rg", "tee", "dd", "perl", "curl", "wget", "man", "zip", "rsync", "uniq", "less",
-       "more"}
-)  # fmt: skip
-"""Programs whose options the rules read for what they run or write."""
 _QUIET = frozenset({"-", "/dev/null", "/dev/stdout", "/dev/stderr"})
 
 _SORT = Spec(
@@ -69,6 +61,8 @@ _RUNS_LONG = {
     "man": ("--pager", "--html"),
     "zip": ("--unzip-command",),
     "rsync": ("--rsh", "--rsync-path"),
+    "fd": ("--exec", "--exec-batch"),
+    "fdfind": ("--exec", "--exec-batch"),
 }
 # short options (alone or in a cluster, up to the first that takes a value) that run one,
 # and the short options that take a value; zip's is the two letters -TT
@@ -78,6 +72,8 @@ _RUNS_SHORT = {
     "scp": ("FS", "cDFiJloPS"),
     "sftp": ("FS", "BbcDFiJloPRS"),
     "ssh": ("F", "BbcDEeFIiJLlmOopQRSWw"),
+    "fd": ("xX", "etEdjScxXo"),
+    "fdfind": ("xX", "etEdjScxXo"),
 }
 _SSH_VALUES = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 _SSH_KEYS = frozenset(
@@ -101,8 +97,36 @@ _WGET_LONG = {
 }  # fmt: skip
 _WGET_SHORT = {"O": True, "o": True, "a": True, "e": None, "P": None}
 _WGET_VALUES = frozenset("aAeDiIloOPQtTUwXR")
-_SSH_LOG: tuple[dict[str, bool | None], frozenset[str]] = ({"E": True}, _SSH_VALUES)
+# each program's options that name a file it writes: (long ones, short ones, the short ones
+# that take a value, which end a cluster)
+_Table = tuple[dict[str, bool | None], dict[str, bool | None], frozenset[str]]
+_OUTPUTS: dict[str, _Table] = {
+    "curl": (_CURL_LONG, _CURL_SHORT, _CURL_VALUES),
+    "wget": (_WGET_LONG, _WGET_SHORT, _WGET_VALUES),
+    "ssh": ({}, {"E": True}, _SSH_VALUES),  # its log, appended
+    "less": ({"--log-file": True, "--LOG-FILE": True}, {"o": True, "O": True}, frozenset("bhjkoOpPtTxyz#")),
+    "tree": ({}, {"o": True}, frozenset("LPIoHT")),
+    "shuf": ({"--output": True}, {"o": True}, frozenset("ino")),
+    "iconv": ({"--output": True}, {"o": True}, frozenset("fto")),
+    "sdiff": ({"--output": True}, {"o": True}, frozenset("owI")),
+    "xmllint": ({"--output": True}, {}, frozenset()),
+}  # fmt: skip
+# the options that take a value, for the programs that write their second operand
+_SECOND = {
+    "uniq": ("-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"),
+    "xxd": ("-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-groupsize", "-len", "-seek", "-name"),
+}
 _EXACT_OTHER = frozenset({"--cookie"})  # options whose names begin a writing one's
+
+CHECKED = (
+    _AWKS
+    | _SEDS
+    | _SSH
+    | {"sort", "rg", "tee", "dd", "perl", "man", "zip", "rsync", "yq", "fd", "fdfind",
+       "sqlite3"}
+    | set(_OUTPUTS) | set(_SECOND)
+)  # fmt: skip
+"""Programs whose options the rules read for what they run or write."""
 
 
 def program_runs(words: Sequence[str]) -> str | None:
@@ -119,6 +143,8 @@ def program_runs(words: Sequence[str]) -> str | None:
         if any(name == "--compress-program" for name, _ in read[0]):
             return "sort --compress-program, which runs a program it is given"
         return None
+    if head == "sqlite3":
+        return _sqlite_runs(words)
     for option in _RUNS_LONG.get(head, ()):
         for word in _options(words):
             name = word.split("=", 1)[0]
@@ -135,6 +161,39 @@ def program_runs(words: Sequence[str]) -> str | None:
                 return f"{head} -{letter}, which runs a program it is given"
             if letter in values:
                 break
+    return None
+
+
+_SQLITE_CODE = re.compile(
+    r"(?im)^\s*\.|\b(?:attach|vacuum|load_extension|writefile|edit|readfile)\b"
+)  # a dot-command (.shell, .system, .output, .once, .load, .read ...), a file written or read
+
+
+_SQLITE_VALUES = frozenset(
+    {"separator", "nullvalue", "newline", "vfs", "mmap", "lookaside", "maxsize", "pagecache",
+     "heap", "escape"}
+)  # fmt: skip
+
+
+def _sqlite_runs(words: Sequence[str]) -> str | None:
+    """Why ``sqlite3 [OPTIONS] DB [SQL...]`` may run a program or write a file: a dot-command
+    or a file function in its SQL, commands from ``-init``/``-cmd`` or from stdin (no SQL on
+    the line); ``-safe`` turns them all off."""
+    if "-safe" in words or "--safe" in words:
+        return None
+    operands: list[str] = []
+    i = 1
+    while i < len(words):
+        name = words[i].lstrip("-") if words[i].startswith("-") else None
+        if name in ("init", "cmd", "A"):
+            return "sqlite3 -init or -cmd, which run commands (.shell, .system) of their own"
+        if name is None:
+            operands.append(words[i])
+        i += 2 if name in _SQLITE_VALUES else 1
+    if len(operands) < 2:
+        return "sqlite3 reading its commands from stdin, where .shell or .system may run one"
+    if any(_SQLITE_CODE.search(sql) for sql in operands[1:]):
+        return "an sqlite3 dot-command or file function, which may run a program or write a file"
     return None
 
 
@@ -181,25 +240,25 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         out = [("sort -o", value or "") for name, value in (read or ((), ()))[0] if name == "-o"]
     elif head == "tee":
         out = [("tee", word) for word in _operands(words)]
-    elif head == "uniq":  # uniq [OPTION]... [INPUT [OUTPUT]]
-        out = _uniq_outputs(words)
-    elif head in ("less", "more"):  # -o FILE / -O FILE / --log-file=FILE: a copy of the input
-        out = _less_log(head, words)
+    elif head in _SECOND:  # uniq [OPTION]... [INPUT [OUTPUT]], xxd likewise
+        out = _second_operand(head, words)
+    elif head == "yq":  # -i/--inplace: the files it names
+        inplace = any(w in ("-i", "--inplace") or w.startswith("--inplace=") for w in words)
+        files = _operands(words)
+        out = [("yq -i", word) for word in files[len(files) > 1 :]] if inplace else []
     elif head == "dd":
         out = [("dd of=", word[3:]) for word in words[1:] if word.startswith("of=")]
     elif head == "perl":
         out = _perl_in_place(words)
-    elif head == "ssh":  # -E FILE: its log, appended
-        out = _download_writes(head, words, {}, *_SSH_LOG)
-    elif head in ("curl", "wget"):
-        tables = (_CURL_LONG, _CURL_SHORT, _CURL_VALUES) if head == "curl" else (
-            _WGET_LONG, _WGET_SHORT, _WGET_VALUES)  # fmt: skip
-        out = _download_writes(head, words, *tables)
+    elif head in _OUTPUTS:
+        out = _download_writes(head, words, *_OUTPUTS[head])
     return [(option, path) for option, path in out if path not in _QUIET]
 
 
-def _uniq_outputs(words: Sequence[str]) -> list[tuple[str, str]]:
-    """``uniq [OPTION]... [INPUT [OUTPUT]]``: the operand after the first is written over."""
+def _second_operand(head: str, words: Sequence[str]) -> list[tuple[str, str]]:
+    """``uniq [OPTION]... [INPUT [OUTPUT]]`` (``xxd`` likewise): the second operand is written
+    over (an option named in `_SECOND` takes the next word, any abbreviation of a long one)."""
+    valued = _SECOND[head]
     operands: list[str] = []
     i = 1
     while i < len(words):
@@ -207,30 +266,16 @@ def _uniq_outputs(words: Sequence[str]) -> list[tuple[str, str]]:
         if word == "--":
             operands += words[i + 1 :]
             break
-        if word in ("-f", "-s", "-w") or (
+        if word in valued or (
             word.startswith("--") and "=" not in word and len(word) > 3
-            and any(o.startswith(word) for o in ("--skip-fields", "--skip-chars", "--check-chars"))
+            and any(o.startswith(word) for o in valued)
         ):  # fmt: skip
             i += 2
             continue
         if not word.startswith("-") or word == "-":
             operands.append(word)
         i += 1
-    return [("uniq", path) for path in operands[1:]]
-
-
-def _less_log(head: str, words: Sequence[str]) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for i, word in enumerate(words[1:], 1):
-        if word == "--":
-            break
-        following = words[i + 1] if i + 1 < len(words) else DYNAMIC
-        name, eq, value = word.partition("=")
-        if word.startswith("--") and len(name) > 3 and "--log-file".startswith(name.lower()):
-            out.append((f"{head} --log-file", value if eq else following))
-        elif word.startswith("-") and not word.startswith("--") and word[1:2] in ("o", "O"):
-            out.append((f"{head} -{word[1]}", word[2:] or following))
-    return out
+    return [(head, path) for path in operands[1:]]
 
 
 def _operands(words: Sequence[str]) -> list[str]:

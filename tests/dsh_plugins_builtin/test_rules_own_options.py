@@ -154,6 +154,26 @@ OWN_OPTIONS = [
     ("Bash(rsync:*)", "rsync -avze ./x a h:b", "rsync -e"),
     ("Bash(rsync:*)", "rsync --rsh=./x a h:b", "rsync --rsh"),
     ("Bash(rsync:*)", "rsync --rsync-path='touch x' a h:b", "rsync --rsync-path"),
+    # more programs that write an output file named by an option or an operand
+    ("Bash(tree:*)", "tree -a -o dsh.toml", "tree -o dsh.toml writes"),
+    ("Bash(shuf:*)", "shuf --output=dsh.toml f", "shuf --output dsh.toml writes"),
+    ("Bash(shuf:*)", "shuf -n1 -odsh.toml f", "shuf -o dsh.toml writes"),
+    ("Bash(iconv:*)", "iconv -f latin1 -t utf8 -o dsh.toml f", "iconv -o dsh.toml writes"),
+    ("Bash(xxd:*)", "xxd -c 8 f dsh.toml", "xxd dsh.toml writes"),
+    ("Bash(xxd:*)", "xxd -r f dsh.toml", "xxd dsh.toml writes"),
+    ("Bash(yq:*)", "yq -i '.a = 1' dsh.toml", "yq -i dsh.toml writes"),
+    ("Bash(sdiff:*)", "sdiff -o dsh.toml a b", "sdiff -o dsh.toml writes"),
+    ("Bash(xmllint:*)", "xmllint --format --output dsh.toml f", "xmllint --output dsh.toml"),
+    # and that run one: fd -x/-X, sqlite3's dot-commands and file functions
+    ("Bash(fd:*)", "fd -e py -x touch", "fd -x"),
+    ("Bash(fd:*)", "fd --exec-batch=touch", "fd --exec"),
+    ("Bash(fdfind:*)", "fdfind -HX touch", "fdfind -X"),
+    ("Bash(sqlite3:*)", "sqlite3 db '.shell touch x'", "sqlite3 dot-command"),
+    ("Bash(sqlite3:*)", "sqlite3 db 'select 1;' '.system touch x'", "sqlite3 dot-command"),
+    ("Bash(sqlite3:*)", "sqlite3 db \"select writefile('dsh.toml', 'x')\"", "file function"),
+    ("Bash(sqlite3:*)", "sqlite3 db \"ATTACH 'dsh.toml' AS x\"", "file function"),
+    ("Bash(sqlite3:*)", "sqlite3 -cmd '.shell touch x' db 'select 1'", "sqlite3 -init or -cmd"),
+    ("Bash(sqlite3:*)", "sqlite3 -separator , db", "from stdin"),
     # behind a wrapper, and under find -exec (each file found is written)
     ("Bash(sed:*)", "timeout 5 sed -i s/a/b/ f", "sed -i f writes"),
     ("Bash(sed:*)", "find . -name f -exec sed -i s/a/b/ {} +", "sed -i writes a file only"),
@@ -235,6 +255,14 @@ SAFE = [
     ("Bash(ssh:*)", "ssh -oForwardAgent=yes -p 22 h true"),  # no -F in -o's value
     ("Bash(man:*)", "man -S 1:8 -k printf"),
     ("Bash(rsync:*)", "rsync -av a h:b"),
+    ("Bash(tree:*)", "tree -L 2 -I node_modules"),
+    ("Bash(shuf:*)", "shuf -n 3 f"),
+    ("Bash(iconv:*)", "iconv -f latin1 -t utf8 f"),
+    ("Bash(xxd:*)", "xxd -l 64 f"),
+    ("Bash(yq:*)", "yq '.a' f.yaml"),
+    ("Bash(fd:*)", "fd -e py -t f src"),
+    ("Bash(sqlite3:*)", "sqlite3 -readonly db 'select name from sqlite_master;'"),
+    ("Bash(sqlite3:*)", "sqlite3 -safe db"),
 ]
 
 
