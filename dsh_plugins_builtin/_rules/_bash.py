@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._hidden import options_matter, wrapped_write
+from ._programs import script_tokens
 from ._wrappers import DYNAMIC, WRAPPERS, git_globals, glued, unwrap, xargs_replaces
 
 if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
+    from ._grammar import CommandPattern
     from ._rules import Rule
     from ._shell import ParsedCommand
 
@@ -32,6 +34,7 @@ _FIND_ELSEWHERE = frozenset({"-execdir", "-okdir"})
 _INERT = frozenset({"echo", "printf", ":", "true", "false", "test", "["})
 _MAX_WRAPPED = 4
 _STRICT: tuple[Literal["deny", "ask"], ...] = ("deny", "ask")
+_MAX_TRIES = 64  # readings of one script word a rule is matched against (more: caught)
 
 
 def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> Rule | None:
@@ -100,6 +103,35 @@ def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
     return head not in WRAPPERS and head != "find" and not options_matter(words)
 
 
+def _carries(pattern: CommandPattern, words: tuple[str, ...], i: int) -> bool:
+    """Whether the argument ``words[i]`` may carry a command *pattern* catches: as a command
+    itself, glued to an option (``--pre=rm``), or from any word of a script in it on
+    (``system("rm v")``, ``os.system('rm v')``, ``1e rm v``)."""
+    rest = words[i + 1 :]
+    readings = [(words[i],), *glued(words[i])]
+    if any(pattern.catches((posixpath.basename(r[0]), *r[1:], *rest)) for r in readings):
+        return True
+    tokens, where = script_tokens(words[i])
+    literal, tries = pattern.literal, _MAX_TRIES
+    names = where.items() if pattern.head is None else [(pattern.head, where.get(pattern.head, ()))]
+    second = literal[1] if len(literal) > 1 and literal[0] != "git" else None
+    for name, k in ((name, k) for name, at in names for k in at):
+        if second is not None:  # (not for git: its global options may stand between its words)
+            following = tokens[k + 1] if k + 1 < len(tokens) else rest[0] if rest else None
+            if following != second:
+                continue
+        tries -= 1
+        if tries < 0 or pattern.catches((name, *tokens[k + 1 :], *rest)):
+            return True  # (past the bound: taken as caught, an ask)
+    return False
+
+
+def _unknown(path: str) -> bool:
+    """Whether a written path is only known at run time: a word known then, or ``find
+    -exec``'s ``{}`` (each file found)."""
+    return DYNAMIC in path or "{}" in path
+
+
 def _under(cwd: Any, path: str) -> str:
     """*path* as the command sees it: relative to the bash tool's ``cwd`` when one is given."""
     return posixpath.join(cwd, path) if isinstance(cwd, str) and cwd else path
@@ -161,11 +193,7 @@ class ShellChecks:
                     if posixpath.basename(words[0]) in _INERT:
                         continue  # prints or compares its arguments, never runs one
                     for i in range(1, len(words)):
-                        readings = [(words[i],), *glued(words[i])]
-                        if any(
-                            pattern.catches((posixpath.basename(r[0]), *r[1:], *words[i + 1 :]))
-                            for r in readings
-                        ):
+                        if _carries(pattern, words, i):
                             note = (
                                 f"{words[i][:40]!r} is an argument of {words[0][:40]!r}, which may"
                                 f" run it as a command, so {rule.text} applies as an ask"
@@ -186,9 +214,12 @@ class ShellChecks:
     def runner_write_rule(self, parsed: ParsedCommand, cwd: Any) -> Finding | None:
         """The edit deny (or ask) rule a test runner's path option (``--basetemp=DIR``,
         ``--junitxml=FILE`` ...) writes against, as if the runner were a ``Write`` call."""
+        strict: Literal["deny", "ask"] = "deny" if self.default == "deny" else "ask"
         for effect in _STRICT if parsed.writes else ():
             for rule in self.edits.get(effect, ()):
                 for option, path in parsed.writes:
+                    if _unknown(path):  # a file only known at run time: it may be any
+                        return strict, rule, f"{option} writes a file only known at run time"
                     targets = self.resolve(_under(cwd, path))
                     if rule.path and (
                         targets is None or any(rule.path.matches(t) for t in targets)
@@ -212,7 +243,9 @@ class ShellChecks:
             return "git would run in a repository other than the workspace's own"
         if "git" in heads and heads & {"cd", "pushd", "popd"}:
             return "git would run after a change of directory"
-        if "git" in heads and heads - _READ_ONLY:  # (tee HEAD; cp -r x objects; git status)
+        if "git" in heads and (
+            heads - _READ_ONLY or any(not o.startswith("git ") for o, _ in parsed.writes)
+        ):  # (tee HEAD; cp -r x objects; uniq x HEAD; less -o HEAD x; git status)
             return "git runs on a line whose other commands may write the repository it reads"
         for words in parsed.commands:
             if words[:1] == ("find",) and any(w in _FIND_ELSEWHERE for w in words):
@@ -227,6 +260,8 @@ class ShellChecks:
         (when one is known) and be covered by an edit allow rule, as a ``Write`` would."""
         allow = [r for r in self.edits.get("allow", ()) if r.path is not None]
         for option, spelled in parsed.writes:
+            if _unknown(spelled):
+                return f"{option} writes a file only known at run time"
             path = _under(cwd, spelled)
             targets = self.resolve(path)
             if targets is None or not all(self.inside(t) for t in targets):

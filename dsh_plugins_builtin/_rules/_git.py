@@ -17,7 +17,14 @@ GIT_WRITING = frozenset({"log", "diff", "show", "format-patch", "archive", "rang
 # git's subcommands and options that run a program named on the line (any abbreviation of a
 # long option; a short one alone or in a cluster, as git's parse-options reads them)
 GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "grep": ("-O", "--open-files-in-pager"),
+    "grep": ("-O", "--open-files-in-pager", "--textconv"),
+    # an external diff driver or a text conversion filter named in configuration
+    "diff": ("--ext-diff", "--textconv"),
+    "log": ("--ext-diff", "--textconv"),
+    "show": ("--ext-diff", "--textconv"),
+    "whatchanged": ("--ext-diff", "--textconv"),
+    "blame": ("--textconv",),
+    "cat-file": ("--textconv", "--filters"),
     "clone": ("-u", "--upload-pack", "-c", "--config", "--template"),
     "init": ("--template",),
     "fetch": ("--upload-pack",),
@@ -34,6 +41,7 @@ GIT_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
     "instaweb": ("-d", "--httpd", "-b", "--browser"),
     "web--browse": ("-b", "--browser", "-t", "--tool"),
 }
+_EXACT_OTHER = frozenset({"--text"})  # options whose names begin one that runs a program
 _GIT_PROGRAM_SUBCOMMANDS = {"filter-branch": "", "submodule": "foreach", "bisect": "run"}
 
 
@@ -53,7 +61,7 @@ def git_runs(words: Sequence[str]) -> str | None:
         for word in rest[1:]:
             if word == "--":
                 break
-            long = word.startswith("--") and len(word) > 3
+            long = word.startswith("--") and len(word) > 3 and word not in _EXACT_OTHER
             if (option.startswith("--") and long and option.startswith(word.split("=", 1)[0])) or (
                 not option.startswith("--")
                 and word.startswith("-")

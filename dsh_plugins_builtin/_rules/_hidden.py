@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from ._git import GIT_PROGRAM_OPTIONS, GIT_WRITING, git_runs, git_writes
 from ._options import ENV, SUDO, XARGS, read_options
+from ._programs import CHECKED, program_runs, program_writes
 from ._wrappers import DYNAMIC, strip_git_globals
 
 __all__ = [
@@ -148,6 +149,8 @@ def hidden_in_command(words: Sequence[str], assignments: Sequence[str] = ()) -> 
         return f"{head} with a first word known only at run time, which may be -v"
     if head == "git":
         return git_runs(words)
+    if head in CHECKED:  # sed's e, awk's system(), sort --compress-program, rg --pre ...
+        return program_runs(words)
     following = (*words[1:], "")
     if head == "make" and any(map(_make_reads_the_line, words[1:], following[1:])):
         return "make --eval, a makefile from stdin or a variable that runs code at once"
@@ -182,6 +185,8 @@ def options_matter(words: Sequence[str]) -> bool:
     program or write a file the rules check only when they are on the line (git's, a test
     runner's)."""
     head = posixpath.basename(words[0]) if words else ""
+    if head in CHECKED:
+        return True
     if head == "git":
         sub = (strip_git_globals(words) or ("git",))[1:2]
         return not sub or sub[0] in GIT_PROGRAM_OPTIONS or sub[0] in GIT_WRITING
@@ -309,11 +314,13 @@ _PYTHON = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
 
 
 def runner_writes(words: Sequence[str]) -> list[tuple[str, str]]:
-    """The paths a test runner's options make it write or delete: (option, path) pairs; and
-    git's ``--output`` files."""
+    """The paths a test runner's options make it write or delete: (option, path) pairs; git's
+    ``--output`` files; and the files other programs' options or scripts write (`CHECKED`)."""
     head = posixpath.basename(words[0]) if words else ""
     if head == "git":
         return git_writes(words)
+    if head in CHECKED:  # sed -i, sort -o, tee, awk's print > "f", curl -o ...
+        return program_writes(words)
     rest = list(words[1:])
     if _PYTHON.fullmatch(head):
         if rest[:2] != ["-m", "pytest"]:

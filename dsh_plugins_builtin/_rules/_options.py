@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["ENV", "FLOCK", "SUDO", "WATCH", "XARGS", "Spec", "read_options"]
+__all__ = ["ENV", "FLOCK", "SUDO", "WATCH", "XARGS", "Spec", "read_options", "read_permuted"]
 
 
 @attrs.frozen
@@ -185,3 +185,33 @@ def _cluster(word: str, words: Sequence[str], i: int, spec: Spec) -> tuple[Optio
             return None
         out.append((f"-{letter}", None))
     return out, i + 1
+
+
+def read_permuted(words: Sequence[str], start: int, spec: Spec) -> tuple[Options, list[str]] | None:
+    """Options and operands of ``words[start:]`` as GNU getopt reads them by default: options
+    anywhere before ``--`` (it permutes them to the front), a lone ``-`` an operand; ``None``
+    when getopt would refuse a word."""
+    out: Options = []
+    operands: list[str] = []
+    i = start
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            return out, [*operands, *words[i + 1 :]]
+        if word.startswith("-") and len(word) > 1:
+            if word.startswith("--"):
+                one = _long(word[2:], words, i, spec.long)
+                if one is None:
+                    return None
+                out.append(one[0])
+                i = one[1]
+            else:
+                several = _cluster(word, words, i, spec)
+                if several is None:
+                    return None
+                out += several[0]
+                i = several[1]
+            continue
+        operands.append(word)
+        i += 1
+    return out, operands

@@ -51,6 +51,7 @@ from ._hidden import (
     runner_writes,
 )
 from ._plain import NotPlain, Trailing, command_parts, note_trailing, plain
+from ._programs import script_tokens
 from ._words import strict_words
 from ._wrappers import DYNAMIC, glued, shell_string, spellings
 
@@ -290,7 +291,8 @@ def _parse(command: str) -> ParsedCommand:
     writes = tuple(w for words in unique for w in runner_writes(words))
     arguments = frozenset(posixpath.basename(w) for words in unique for w in words[1:]) | {
         posixpath.basename(tokens[0]) for words in unique for w in words[1:] for tokens in glued(w)
-    }
+    }  # and every word of a script an argument may be (``awk 'BEGIN{system("rm v")}'``)
+    arguments |= {name for words in unique for w in words[1:] for name in script_tokens(w)[1]}
     return ParsedCommand(
         None if simple is None else tuple(simple), problem, unique, dynamic, heads, writes,
         arguments,

@@ -1,10 +1,8 @@
-"""The programs that run other commands, and the commands they run.
-
-`unwrap` gives the command a wrapper (``env``, ``sudo``, ``timeout``, ``xargs``, ``find -exec``,
-...) runs; `spellings` gives every way a rule may see a command (its path cut to the program
-name, its wrappers taken off); `shell_string` finds the code of ``sh -c`` and ``eval``; and
-`strip_git_globals` reads ``git -C dir push`` as ``git push``.
-"""
+"""The programs that run other commands, and the commands they run: `unwrap` gives what a
+wrapper (``env``, ``sudo``, ``timeout``, ``xargs``, ``find -exec``, sed's ``e`` ...) runs;
+`spellings` every way a rule may see a command (its path cut to the program name, its wrappers
+taken off); `shell_string` the code of ``sh -c`` and ``eval``; `strip_git_globals` reads ``git
+-C dir push`` as ``git push``."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from ._options import ENV, FLOCK, SUDO, WATCH, XARGS, read_options
+from ._sed import read_sed
 
 __all__ = [
     "DYNAMIC",
@@ -127,6 +126,9 @@ def unwrap(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         return
     if head == "sudo":
         yield from _sudo_command(words)
+        return
+    if head in ("sed", "gsed"):  # its e commands (run by sh -c), and s///e (the pattern space)
+        yield from (_code(run) for run in read_sed(words).runs)
         return
     if head in ("flock", "tar"):
         yield from (_flock_command if head == "flock" else _tar_commands)(words)
@@ -351,6 +353,8 @@ def spellings(words: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
             queue.append((base, *current[1:]))
         if base.startswith("git-") and len(base) > 4:  # git's own programs: git-push is git push
             queue.append(("git", base[4:], *current[1:]))
+        if base == "busybox":  # busybox APPLET ...: the applet (busybox sed -i ...)
+            queue.append(current[1:])
         queue.extend(unwrap(current))
         # a shell with -c among the arguments of a program no table knows (``taskset 1 sh -c``,
         # ``strace -f sh -c``): read as run from there
