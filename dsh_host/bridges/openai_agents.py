@@ -4,8 +4,12 @@
   ``Agent(name=..., tools=function_tools(host))``. Each call runs through dsh's whole pipeline.
   An ``Ask`` is the SDK's approval: ``needs_approval`` previews the call (pre-execute and guards,
   as a dry run) and answers ``True`` when dsh would ask, so the run stops with an interruption;
-  once ``RunState.approve`` let it through, the call runs without asking again for exactly those
-  arguments (a changed argument asks anew).
+  once ``RunState.approve`` let it through, the call runs without asking again only if it is
+  exactly the call dsh deferred (tool, arguments, scope; once): any other call under that
+  approval (another tool or changed arguments for the call id, a replay) is asked about anew,
+  so with no approver it is denied, never run. Its ``approved_by`` is ``openai-agents approval``.
+  A call ``RunState.reject`` rejected is recorded (``DENIED``, decided by
+  ``openai-agents approval``) when the resumed run lists its tools; it never runs.
 * `tool_guardrail` gives a ``ToolInputGuardrail`` that puts the SDK's own function tools to
   dsh's policy under their own names: a denial (or an ``Ask``, which a guardrail cannot turn into
   an approval) rejects the call with dsh's reason, and the model reads it.
@@ -15,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 try:
@@ -35,23 +38,34 @@ from dsh_host import (
     ToolExecutionResult,
     ToolSchema,
     arguments_of,
-    canonical_json,
     define_tool,
     thaw,
 )
 
 from ..aio import AsyncioHost
-from ._common import CURRENT, BridgeCall, PathDeclarations, call, plain_host, text_of
+from ._common import (
+    CURRENT,
+    BridgeCall,
+    PathDeclarations,
+    call,
+    deferral_of,
+    plain_host,
+    record_rejection,
+    text_of,
+)
 
 __all__ = ["function_tools", "tool_guardrail"]
+
+BY = "openai-agents approval"
+"""The `Deferral` of this bridge: approvals and rejections the person gave in the SDK."""
 
 
 async def preview(
     host: AsyncioHost, name: str, arguments: Any, call_id: str, scope: Scope | None
 ) -> tuple[ToolExecutionResult | None, BridgeCall]:
     """What dsh's policy makes of a call without running it (approvers are not asked)."""
-    plain = plain_host(host)
-    state = BridgeCall(preview=True)
+    plain = plain_host(host, BY)
+    state = BridgeCall(by=BY, preview=True)
     arguments = arguments_of(arguments)
     input = ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, scope=scope)
 
@@ -66,12 +80,12 @@ async def preview(
 
 
 class _Tools:
-    """The SDK tools of one host: what was approved, by call id."""
+    """The SDK tools of one host: the calls dsh deferred are remembered by its `Deferral`."""
 
     def __init__(self, host: AsyncioHost, scope: Scope | None) -> None:
         self.host = host
         self.scope = scope
-        self.approved: dict[str, tuple[str, str]] = {}
+        self.deferral = deferral_of(host, BY)
 
     def tool(self, schema: ToolSchema) -> FunctionTool:
         name = schema.name
@@ -81,17 +95,24 @@ class _Tools:
         ) -> bool:
             result, state = await preview(self.host, name, params, call_id, self.scope)
             if result is not None and state.deferred(result):
-                self.approved[call_id] = (name, canonical_json(params))  # if the person agrees
+                self.deferral.remember(call_id, name, params, self.scope)  # if the person agrees
                 return True
-            self.approved.pop(call_id, None)  # a stale approval never carries over
+            self.deferral.take(call_id)  # a stale approval never carries over
             return False
 
+        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            waiting = self.deferral.pending(name, self.scope) if self.deferral.waiting() else []
+            for call_id, deferred in waiting:
+                if ctx.is_tool_approved(name, call_id) is False:  # RunState.reject
+                    self.deferral.take(call_id)
+                    await record_rejection(self.host, call_id, deferred, BY)
+            return True
+
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-            fingerprint = self.approved.pop(ctx.tool_call_id, None)
             result, _ = await call(
                 self.host, name, arguments,
-                call_id=ctx.tool_call_id, scope=self.scope,
-                approved=fingerprint is not None and fingerprint[1] == _canonical(arguments),
+                call_id=ctx.tool_call_id, scope=self.scope, by=BY,
+                approved=self.deferral.take(ctx.tool_call_id),  # once, for exactly that call
             )  # fmt: skip
             return text_of(result)
 
@@ -101,21 +122,15 @@ class _Tools:
             params_json_schema=thaw(schema.parameters),
             on_invoke_tool=invoke,
             strict_json_schema=False,
+            is_enabled=is_enabled,
             needs_approval=needs_approval,
         )
-
-
-def _canonical(arguments: str) -> str | None:
-    try:
-        return canonical_json(json.loads(arguments))
-    except ValueError:
-        return None
 
 
 def function_tools(host: AsyncioHost, *, scope: Scope | None = None) -> list[FunctionTool]:
     """A ``FunctionTool`` for each tool of *host* in *scope*; see the module docstring."""
     tools = _Tools(host, scope)
-    return [tools.tool(schema) for schema in plain_host(host).registry.schemas(scope)]
+    return [tools.tool(schema) for schema in plain_host(host, BY).registry.schemas(scope)]
 
 
 def tool_guardrail(
@@ -130,7 +145,7 @@ def tool_guardrail(
     apply to its calls.
     """
     declared = dict(paths or {})
-    plain = plain_host(host)
+    plain = plain_host(host, BY)
     scope = scope or Scope("openai-agents")
     known: set[str] = set()
 

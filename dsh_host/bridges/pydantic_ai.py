@@ -6,10 +6,13 @@
   under the toolset's own tool names, with the toolset's own call as the body.
 
 *host* is the asyncio host (``dsh_host.aio.open_host``): pydantic-ai runs on asyncio. An ``Ask`` that no approver answers becomes pydantic-ai's
-deferred approval (``ApprovalRequired``: the run ends with ``DeferredToolRequests``); the
-approved retry runs without asking again for exactly those arguments (see
-`dsh_host.bridges._common`). Any other error comes back to the model as the tool's return value,
-``Error: ...``, as dsh words it.
+deferred approval (``ApprovalRequired``: the run ends with ``DeferredToolRequests``). The
+approved retry runs without asking again only if it is exactly the deferred call (tool, arguments,
+scope; once, in the process that deferred it); a retry with other arguments (an altered message
+history, ``override_args``) is deferred anew. Its ``approved_by`` is ``pydantic-ai approval``; a
+call the person denied is recorded (``DENIED``, decided by ``pydantic-ai approval``) when the run
+next lists its tools (see `dsh_host.bridges._common`). Any other error comes back to the model as
+the tool's return value, ``Error: ...``, as dsh words it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 try:
     from pydantic_ai import BinaryContent, RunContext
     from pydantic_ai.exceptions import ApprovalRequired
+    from pydantic_ai.messages import ToolReturnPart
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
     from pydantic_core import SchemaValidator, core_schema
@@ -37,15 +41,20 @@ from ._common import (
     CURRENT,
     AnyHost,
     BridgeCall,
+    Deferral,
     PathDeclarations,
     call,
     check_paths,
-    plain_host,
+    deferral_of,
+    record_rejection,
     run_in_asyncio,
     text_of,
 )
 
 __all__ = ["DshToolset", "guarded"]
+
+BY = "pydantic-ai approval"
+"""The `Deferral` of this bridge: approvals and rejections the person gave in pydantic-ai."""
 
 _ANY_OBJECT = SchemaValidator(
     core_schema.dict_schema(
@@ -53,6 +62,41 @@ _ANY_OBJECT = SchemaValidator(
     )
 )
 """pydantic-ai's own check lets any object through: dsh validates against the tool's schema."""
+
+
+async def _call(
+    host: AnyHost,
+    name: str,
+    tool_args: Any,
+    ctx: RunContext[Any],
+    scope: Scope | None,
+    extra: Any = None,
+) -> tuple[ToolExecutionResult, BridgeCall]:
+    """The call through dsh: approved only if it is exactly the call dsh deferred, once."""
+    deferral = deferral_of(host, BY)
+    deferred = deferral.take(ctx.tool_call_id)  # each approval is used once
+    result, state = await call(
+        host, name, tool_args, call_id=ctx.tool_call_id, scope=scope, extra=extra, by=BY,
+        approved=deferred if ctx.tool_call_approved else None,
+    )  # fmt: skip
+    if ctx.tool_call_id is not None and state.deferred(result):
+        deferral.remember(ctx.tool_call_id, name, tool_args, scope)  # what the person will see
+    return result, state
+
+
+async def _record_denials(host: AnyHost, ctx: RunContext[Any], scope: Scope | None) -> None:
+    """Record, once, each call dsh deferred that the person has since denied (in *ctx*'s history)."""
+    deferral: Deferral = deferral_of(host, BY)
+    if not deferral.waiting():
+        return  # the common case: no history to read
+    for message in ctx.messages:
+        for part in getattr(message, "parts", ()):
+            if not isinstance(part, ToolReturnPart) or getattr(part, "outcome", None) != "denied":
+                continue
+            deferred = deferral.peek(part.tool_call_id)
+            if deferred is not None and (deferred.tool, deferred.scope) == (part.tool_name, scope):
+                deferral.take(part.tool_call_id)
+                await record_rejection(host, part.tool_call_id, deferred, BY)
 
 
 def _output(result: ToolExecutionResult, state: BridgeCall, metadata: dict[str, Any]) -> Any:
@@ -100,7 +144,8 @@ class DshToolset(AbstractToolset[Any]):
         max_retries: int = 1,
     ) -> None:
         self._host = host
-        self._plain = plain_host(host)
+        deferral_of(host, BY)
+        self._plain: Host = host.host
         self._scope = scope
         self._id = id
         self._max_retries = max_retries
@@ -110,6 +155,7 @@ class DshToolset(AbstractToolset[Any]):
         return self._id
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        await _record_denials(self._host, ctx, self._scope)
         return {
             schema.name: ToolsetTool(
                 toolset=self,
@@ -128,10 +174,7 @@ class DshToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        result, state = await call(
-            self._host, name, tool_args,
-            call_id=ctx.tool_call_id, scope=self._scope, approved=ctx.tool_call_approved,
-        )  # fmt: skip
+        result, state = await _call(self._host, name, tool_args, ctx, self._scope)
         return _output(result, state, {"dsh_tool": name})
 
 
@@ -146,9 +189,11 @@ class _Guarded(WrapperToolset[Any]):
 
     @property
     def _plain(self) -> Host:
-        return plain_host(self.host)
+        deferral_of(self.host, BY)
+        return self.host.host  # type: ignore[no-any-return]
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        await _record_denials(self.host, ctx, self.scope)
         tools = await self.wrapped.get_tools(ctx)
         check_paths(self.paths, tools)
         for name, tool in tools.items():
@@ -168,11 +213,7 @@ class _Guarded(WrapperToolset[Any]):
             raw.append(value)
             return value
 
-        result, state = await call(
-            self.host, name, tool_args,
-            call_id=ctx.tool_call_id, scope=self.scope, approved=ctx.tool_call_approved,
-            extra=(self.host, run),
-        )  # fmt: skip
+        result, state = await _call(self.host, name, tool_args, ctx, self.scope, (self.host, run))
         if raw and not result.is_error and result.decided_by is None:
             return raw[0]  # untouched by post-execute: the toolset's own value, not its text
         return _output(result, state, {"dsh_tool": name})
@@ -213,6 +254,6 @@ def guarded(
     rules (``Read(./secrets/**)``) then apply to those calls. A tool it names that the toolset
     does not offer is an error (a rule that silently reached nothing would be worse).
     """
-    plain_host(host)
+    deferral_of(host, BY)
     scope = scope or Scope(f"pydantic-ai:{id(toolset):x}")
     return _Guarded(toolset, host=host, scope=scope, paths=dict(paths or {}))

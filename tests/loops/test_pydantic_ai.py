@@ -132,11 +132,14 @@ def test_approval_is_for_exactly_those_arguments():
         async with dsh_host.aio.open_host(plugins=[policy], entry_points=False) as host:
             toolset = DshToolset(host)
             # A nested call with other arguments during an approved call is asked about anew.
-            from dsh_host.bridges._common import call
+            from dsh_host.bridges._common import Deferred, call
 
-            result, state = await call(host, "echo", {"text": "push"}, approved=True)
+            approved = Deferred("echo", '{"text":"push"}', None)
+            result, state = await call(host, "echo", {"text": "push"}, approved=approved, by="t")
             assert not result.is_error
-            other, state = await call(host, "echo", {"text": "push", "extra": 1}, approved=False)
+            other, state = await call(
+                host, "echo", {"text": "push", "extra": 1}, approved=approved, by="t"
+            )
             assert state.deferred(other)
             assert toolset.id is None
 
