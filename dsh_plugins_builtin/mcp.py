@@ -230,7 +230,8 @@ class McpPlugin:
         with contextlib.suppress(RuntimeError):  # in a trio run: list changes wake it
             self._token = trio.lowlevel.current_trio_token()
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
-        # servers are mounted, applies a server's tools/list_changed before the next call.
+        # servers are mounted, applies a server's tools/list_changed before the next call (a
+        # call to that server's tools waits for its re-listing under way; no other call does).
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
         for link in links:
             if link.status != "running":
@@ -259,28 +260,34 @@ class McpPlugin:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self.apply_list_changes)
 
-    async def _await_relisting(self) -> None:
-        """Wait (without blocking the loop) for re-listings under way, then register them."""
-        assert self._mount is not None
-        for link in self._mount.links.values():
-            done = link.relisting
-            if done is not None and not done.is_set() and link.runner is not None:
-                with contextlib.suppress(Exception):
-                    await link.runner.wait(done)
+    def _link_of(self, name: str) -> Link | None:
+        """The link whose tool *name* is (``mcp__<server>__<tool>``; a server name has no
+        ``__``), or ``None`` (dsh's own tool, another plugin's)."""
+        if self._mount is None or not name.startswith("mcp__"):
+            return None
+        return self._mount.links.get(name[5:].split("__", 1)[0])
+
+    async def _await_relisting(self, link: Link, done: Any) -> None:
+        """Wait (without blocking the loop; at most *link*'s timeout) for its re-listing, then
+        register it."""
+        with trio.move_on_after(link.config.timeout_ms / 1000), contextlib.suppress(Exception):
+            await link.runner.wait(done)
         self.apply_list_changes()
 
-    def before_call(self) -> Awaitable[None] | None:
-        """Pending list changes, before a call: registered now, or awaited if still re-listing."""
+    def before_call(self, name: str) -> Awaitable[None] | None:
+        """Before a call of tool *name*: re-listed tools registered now; a call to a server
+        whose re-listing is under way waits for it (only that server's calls wait)."""
         if self._mount is None:
             return None
         if isinstance(self._mount, Mount):
             with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
                 self._token = trio.lowlevel.current_trio_token()
-        links = self._mount.links.values()
-        if any(link.relisting is not None and not link.relisting.is_set() for link in links):
-            return self._await_relisting()
         self.apply_list_changes()
-        return None
+        link = self._link_of(name)
+        if link is None or link.runner is None:
+            return None
+        done = link.relister.awaited()
+        return None if done is None else self._await_relisting(link, done)
 
     @hookimpl
     def dsh_plugin_status(self) -> list[str]:
@@ -366,4 +373,4 @@ class _ListChanges:
 
     @hookimpl(tryfirst=True)
     def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
-        return self.plugin.before_call()
+        return self.plugin.before_call(execution.name)
