@@ -171,6 +171,9 @@ class McpPlugin:
         self._unregister: dict[str, list[Any]] = {}
         self._mounted: dict[str, list[str]] = {}
         self._token: trio.lowlevel.TrioToken | None = None
+        self._wait_limit = 15.0
+        """The longest a call waits for its server's re-listing: half of ``[host]
+        hook_timeout``, so the call goes on (with the tools listed before) instead of failing."""
 
     @hookimpl
     def dsh_plugin_config(self) -> type[McpConfig]:
@@ -184,6 +187,7 @@ class McpPlugin:
     def dsh_host_started(self, host: Host) -> None:
         config: McpConfig = host.config_for(self) or McpConfig()
         _check(config, host.config.source)
+        self._wait_limit = host.config.host.hook_timeout / 2
         servers = _launchable(config, host)
         links, refused = [], []
         for name, launchable in servers.items():
@@ -268,9 +272,10 @@ class McpPlugin:
         return self._mount.links.get(name[5:].split("__", 1)[0])
 
     async def _await_relisting(self, link: Link, done: Any) -> None:
-        """Wait (without blocking the loop; at most *link*'s timeout) for its re-listing, then
-        register it."""
-        with trio.move_on_after(link.config.timeout_ms / 1000), contextlib.suppress(Exception):
+        """Wait (without blocking the loop; at most *link*'s timeout, and within the hook's
+        bound) for its re-listing, then register it."""
+        limit = min(link.config.timeout_ms / 1000, self._wait_limit)
+        with trio.move_on_after(limit), contextlib.suppress(Exception):
             await link.runner.wait(done)
         self.apply_list_changes()
 

@@ -15,6 +15,7 @@ import mcp_types as types
 import trio
 import trio.testing
 
+import dsh_host
 from dsh_host import Host, define_tool
 from dsh_plugins_builtin._mcp._guard import MAX_ASKED, Guard
 from dsh_plugins_builtin._mcp._mount import Link, McpServerConfig
@@ -129,3 +130,29 @@ def test_notifications_never_reach_the_session_and_requests_are_bounded():
     assert len(guard.check({"jsonrpc": "2.0", "id": "again", "method": "ping"})) == 1
     assert guard.dropped == 2 * 10_000 - MAX_ASKED
     assert len(guard.notes) <= 20
+
+
+def test_under_open_host_a_stuck_re_listing_delays_only_its_own_server():
+    """The sessions in the host's own trio run: the same bounds."""
+    plugin = McpPlugin()
+    servers = {
+        "stuck": raw("stuck", timeout_ms=600_000, sandbox=False),
+        "ok": raw("plain", sandbox=False),
+    }
+
+    async def main():
+        # a call to the stuck server waits for its re-listing within half the hook's bound
+        config = {"host": {"hook_timeout": 2}, "plugin": {"mcp": {"servers": servers}}}
+        async with dsh_host.open_host(config, plugins=[plugin], entry_points=False) as host:
+            changed = await host.call("mcp__stuck__change", {})
+            with trio.fail_after(60):  # a bound on a hang, not a pace
+                other = await host.call("mcp__ok__echo", {"text": "x"})
+                assert other.text == "echo: x"
+                pending = plugin._mount.links["stuck"].relister.awaited()
+                own = await host.call("mcp__stuck__echo", {"text": "y"})
+            return changed, other, pending, own
+
+    changed, other, pending, own = trio.run(main)
+    assert (changed.text, other.text) == ("change", "echo: x")
+    assert pending is not None  # still re-listing: the other server's call did not wait
+    assert own.text == "echo: y"  # waited at most 1 s, then went on with the tools it had
