@@ -171,6 +171,9 @@ class McpPlugin:
         self._unregister: dict[str, list[Any]] = {}
         self._mounted: dict[str, list[str]] = {}
         self._token: trio.lowlevel.TrioToken | None = None
+        self._wait_limit = 15.0
+        """The longest a call waits for its server's re-listing: half of ``[host]
+        hook_timeout``, so the call goes on (with the tools listed before) instead of failing."""
 
     @hookimpl
     def dsh_plugin_config(self) -> type[McpConfig]:
@@ -184,6 +187,7 @@ class McpPlugin:
     def dsh_host_started(self, host: Host) -> None:
         config: McpConfig = host.config_for(self) or McpConfig()
         _check(config, host.config.source)
+        self._wait_limit = host.config.host.hook_timeout / 2
         servers = _launchable(config, host)
         links, refused = [], []
         for name, launchable in servers.items():
@@ -230,7 +234,8 @@ class McpPlugin:
         with contextlib.suppress(RuntimeError):  # in a trio run: list changes wake it
             self._token = trio.lowlevel.current_trio_token()
         # Registry changes happen on the host's thread: a pre-execute hook, present only while
-        # servers are mounted, applies a server's tools/list_changed before the next call.
+        # servers are mounted, applies a server's tools/list_changed before the next call (a
+        # call to that server's tools waits for its re-listing under way; no other call does).
         host.pm.register(_ListChanges(self), name="mcp_list_changes")
         for link in links:
             if link.status != "running":
@@ -259,28 +264,35 @@ class McpPlugin:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self.apply_list_changes)
 
-    async def _await_relisting(self) -> None:
-        """Wait (without blocking the loop) for re-listings under way, then register them."""
-        assert self._mount is not None
-        for link in self._mount.links.values():
-            done = link.relisting
-            if done is not None and not done.is_set() and link.runner is not None:
-                with contextlib.suppress(Exception):
-                    await link.runner.wait(done)
+    def _link_of(self, name: str) -> Link | None:
+        """The link whose tool *name* is (``mcp__<server>__<tool>``; a server name has no
+        ``__``), or ``None`` (dsh's own tool, another plugin's)."""
+        if self._mount is None or not name.startswith("mcp__"):
+            return None
+        return self._mount.links.get(name[5:].split("__", 1)[0])
+
+    async def _await_relisting(self, link: Link, done: Any) -> None:
+        """Wait (without blocking the loop; at most *link*'s timeout, and within the hook's
+        bound) for its re-listing, then register it."""
+        limit = min(link.config.timeout_ms / 1000, self._wait_limit)
+        with trio.move_on_after(limit), contextlib.suppress(Exception):
+            await link.runner.wait(done)
         self.apply_list_changes()
 
-    def before_call(self) -> Awaitable[None] | None:
-        """Pending list changes, before a call: registered now, or awaited if still re-listing."""
+    def before_call(self, name: str) -> Awaitable[None] | None:
+        """Before a call of tool *name*: re-listed tools registered now; a call to a server
+        whose re-listing is under way waits for it (only that server's calls wait)."""
         if self._mount is None:
             return None
         if isinstance(self._mount, Mount):
             with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
                 self._token = trio.lowlevel.current_trio_token()
-        links = self._mount.links.values()
-        if any(link.relisting is not None and not link.relisting.is_set() for link in links):
-            return self._await_relisting()
         self.apply_list_changes()
-        return None
+        link = self._link_of(name)
+        if link is None or link.runner is None:
+            return None
+        done = link.relister.awaited()
+        return None if done is None else self._await_relisting(link, done)
 
     @hookimpl
     def dsh_plugin_status(self) -> list[str]:
@@ -366,4 +378,4 @@ class _ListChanges:
 
     @hookimpl(tryfirst=True)
     def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
-        return self.plugin.before_call()
+        return self.plugin.before_call(execution.name)

@@ -10,7 +10,12 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
 - a ``tools/call`` answer that is not a valid result, a line over the bound (`Oversized`) and
   any other malformed answer become, at once, a JSON-RPC error for that request with code
   `BAD_RESULT`, naming the server and the tool;
-- a line that is not JSON, or a message that answers nothing, is dropped and noted.
+- a line that is not JSON, or a message that answers nothing, is dropped and noted;
+- what the server sends unasked costs a bounded amount, whatever it sends: a notification never
+  reaches the session (the SDK would start a task for each); ``tools/list_changed`` calls
+  `Guard.on_list_changed` (the link's `_relist.Relister`, which folds any number into one
+  re-listing), every other kind (log messages, progress, resources or prompts changed, ...) is
+  dropped; at most `MAX_ASKED` requests of the server are unanswered at once, more are dropped.
 
 From an HTTP server the SDK's transport hands over parsed messages; the bound
 (``max_result_bytes``) is kept while they are read (`_bounded`: a JSON body counted chunk by
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -32,6 +38,7 @@ from pydantic import ValidationError
 
 from ._bounded import MARK
 from ._stdio import Oversized, Raw
+from ._text import printable
 
 __all__ = ["BAD_RESULT", "Guard"]
 
@@ -39,6 +46,8 @@ from ._mount import BAD_RESULT
 
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 _NOTES = 20
+MAX_ASKED = 8
+"""The most requests of a server the session has not answered yet; more are dropped."""
 DETAIL = 2000
 """The longest detail (what the server sent) an error carries for ``--trace``."""
 
@@ -87,13 +96,21 @@ class Guard:
         """The last protocol errors of the server (at most 20)."""
         self._pending: dict[Any, tuple[str, str | None]] = {}
         self._listed: set[str] = set()
+        self._asked: set[int | str] = set()
+        """The ids of the server's requests the session has not answered yet."""
+        self.on_list_changed: Callable[[], None] | None = None
+        """Called for each ``notifications/tools/list_changed`` (nothing else is told of it)."""
+        self.dropped = 0
+        """How many notifications and requests of the server were dropped unseen."""
 
     def note(self, text: str) -> None:
-        self.notes = [*self.notes[-(_NOTES - 1) :], text]
+        self.notes = [*self.notes[-(_NOTES - 1) :], printable(text)]
 
     def sent(self, message: Any) -> None:
         """Note a message the session sends: a request's method (and tool)."""
-        if isinstance(message, types.JSONRPCRequest):
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._asked.discard(message.id)
+        elif isinstance(message, types.JSONRPCRequest):
             params = message.params or {}
             tool = params.get("name") if message.method == "tools/call" else None
             if message.method == "tools/list" and not params.get("cursor"):
@@ -145,6 +162,8 @@ class Guard:
                 detail = f"the HTTP transport said: {_shown(message.error.message)}"
                 return [self._refuse(message.id, self._over(), detail)]
             item = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        if "method" in item and not self._unasked(item):
+            return []
         request_id = item.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
         if pending is not None and "method" not in item and "result" in item:
@@ -170,7 +189,27 @@ class Guard:
             message = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             self._pending.pop(message.id, None)
+        elif isinstance(message, types.JSONRPCRequest):
+            self._asked.add(message.id)
         return [message]
+
+    def _unasked(self, item: dict[str, Any]) -> bool:
+        """Whether to deliver *item*, a notification or request from the server (bounded)."""
+        if "id" not in item:  # a notification: never delivered
+            if item["method"] == "notifications/tools/list_changed" and self.on_list_changed:
+                self.on_list_changed()
+            else:
+                self.dropped += 1
+            return False
+        if len(self._asked) < MAX_ASKED:
+            return True
+        self.dropped += 1
+        if self.dropped % 1000 == 1:  # noted now and then, not per message
+            self.note(
+                f"MCP server {self.server!r} sent more than {MAX_ASKED} requests at once; "
+                f"{self.dropped} messages dropped"
+            )
+        return False
 
     def _over(self, limit: int | None = None) -> str:
         return (

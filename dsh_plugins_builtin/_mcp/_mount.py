@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
+from ._relist import Relister
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -99,9 +101,9 @@ class Link:
         self.error: str | None = None
         self.tools: list[types.Tool] = []
         self.tools_changed = False
-        """A re-listing finished whose tools the host has not registered yet."""
-        self.relisting: anyio.Event | None = None
-        """Set when the re-listing under way after ``tools/list_changed`` has finished."""
+        """A re-listing found new tools, which the host has not registered yet."""
+        self.relister = Relister(self)
+        """Its re-listings after ``tools/list_changed`` (bounded: `_relist`)."""
         self.confinement: Confinement | None = None
         """How a stdio server is confined (``None``: it runs unconfined, ``sandbox = false``)."""
         self.inherited: dict[str, str] | None = None
@@ -137,55 +139,12 @@ class Link:
         ]
 
     def describe_failure(self, what: str) -> str:
-        """*what*, plus the server's stderr tail when there is one."""
+        """*what*, plus the server's stderr tail when there is one (`_text.printable`: both
+        may hold what the server wrote)."""
+        from ._text import printable
+
         tail = self.stderr_tail()
-        return f"{what}; its stderr ends: {tail}" if tail else what
-
-    async def _list(self, session: ClientSession) -> list[types.Tool]:
-        import mcp_types as types
-
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(1000):  # a server whose cursor never ends is cut off
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await session.list_tools(params=params)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        allowed = self.config.tools
-        return [t for t in tools if allowed is None or t.name in allowed]
-
-    async def _on_message(self, message: Any) -> None:
-        import anyio
-        import mcp_types as types
-
-        root = getattr(message, "root", message)
-        if isinstance(root, types.ToolListChangedNotification) and self._tasks is not None:
-            # Re-listed at once, in the session's loop; the host registers the result on its
-            # own thread (`on_relisted`, or before its next call, which waits for the re-listing).
-            previous, self.relisting = self.relisting, anyio.Event()
-            self._tasks.start_soon(self._relist, previous, self.relisting)
-
-    async def _relist(self, previous: anyio.Event | None, done: anyio.Event) -> None:
-        import anyio
-
-        try:
-            try:
-                if previous is not None:
-                    await previous.wait()
-                if self.session is not None:
-                    with anyio.fail_after(self.config.timeout_ms / 1000):
-                        self.tools = await self._list(self.session)
-            except Exception as exc:
-                self.error = (
-                    f"re-listing the tools of MCP server {self.name!r} failed: {_describe(exc)}"
-                )
-            self.tools_changed = True
-            if self.on_relisted is not None:
-                self.on_relisted()
-        finally:
-            done.set()
+        return printable(f"{what}; its stderr ends: {tail}" if tail else what)
 
     async def run(self, ready: anyio.Event) -> None:
         """Connect, initialize, list tools, set *ready*; then hold the session until closed.
@@ -196,10 +155,12 @@ class Link:
         from mcp.client.session import ClientSession
 
         from ._guard import Guard
+        from ._relist import list_tools
         from ._stdio import stdio_transport
 
         self._stop = anyio.Event()
         self.guard = guard = Guard(self.name, limit=self.config.max_result_bytes)
+        guard.on_list_changed = self.relister.notice
         config = self.config
         if self._stopped:  # the host closed before this ran: nothing is started
             self.status, self.error = "failed", f"MCP server {self.name!r}: the host closed"
@@ -214,14 +175,13 @@ class Link:
                 else:
                     read, write = await self._http(stack, guard)
                 self._tasks = await stack.enter_async_context(anyio.create_task_group())
-                session = await stack.enter_async_context(
-                    ClientSession(read, write, message_handler=self._on_message)
-                )
+                session = await stack.enter_async_context(ClientSession(read, write))
                 stack.callback(self._tasks.cancel_scope.cancel)  # re-listings end first
                 with anyio.fail_after(config.timeout_ms / 1000):
                     await session.initialize()
-                    self.tools = await self._list(session)
+                    self.tools = await list_tools(session, config.tools)
                 self.session = session
+                self.relister.listed(self._tasks)
                 self.status = "running"
                 ready.set()
                 await self._stop.wait()

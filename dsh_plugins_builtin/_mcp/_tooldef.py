@@ -9,6 +9,7 @@ from dsh_host import DshError, TextBlock, ToolDefinition, define_tool
 
 from ._content import content_blocks
 from ._mount import BAD_RESULT, Link
+from ._text import printable, printable_schema
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -23,7 +24,8 @@ smuggle control characters, spaces or a very long name to the model, a prompt or
 def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
     """*link*'s *tool* as the dsh tool *name* (``mcp__server__tool``): its arguments checked
     against the server's schema, the call sent through the session's runner, the answer as
-    dsh content; a failure of the server, the guard or the tool as one `DshError`."""
+    dsh content; a failure of the server, the guard or the tool as one `DshError`. What the
+    server wrote that dsh shows (descriptions, schema titles, error messages) is `printable`."""
     server, remote = link.name, tool.name
     if not _TOOL_NAME.fullmatch(remote):
         raise DshError("its name is not 1 to 128 letters, digits, '_', '-' or '.'", "MCP_BAD_TOOL")
@@ -52,7 +54,7 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
             if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
                 detail = getattr(exc, "data", None)  # what the server sent, for --trace
                 detail = detail if isinstance(detail, str) else None
-                raise DshError(str(exc), "MCP_BAD_RESULT", detail=detail) from None
+                raise DshError(printable(str(exc)), "MCP_BAD_RESULT", detail=detail) from None
             what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
             raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
         content = result.content
@@ -61,13 +63,13 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
         blocks = content_blocks(result, server)
         if result.is_error:
             text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-            raise DshError(text or f"{remote} failed", "MCP_TOOL_ERROR")
+            raise DshError(printable(text) or f"{remote} failed", "MCP_TOOL_ERROR")
         return blocks
 
     return define_tool(
         name=name,
-        description=tool.description or f"{remote} (MCP server {server})",
-        parameters=dict(tool.input_schema),
+        description=printable(tool.description or f"{remote} (MCP server {server})"),
+        parameters=printable_schema(dict(tool.input_schema)),
         execute=execute,
         timeout_ms=link.config.timeout_ms,
         is_concurrency_safe=(lambda args: True) if read_only else None,

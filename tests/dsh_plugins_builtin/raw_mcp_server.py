@@ -14,7 +14,13 @@
 - ``children``: at start, forks a child in its own process group that writes its pid to FILE
   (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind;
 - ``env``: ``echo`` answers with the value of the environment variable its ``text`` names
-  (``(unset)`` when it is not set).
+  (``(unset)`` when it is not set);
+- ``flood``: ``flood`` sends 10,000 ``notifications/tools/list_changed`` (the tools stay the
+  same), then answers; ``count`` answers how many ``tools/list`` requests it has received;
+- ``stuck``: ``change`` sends ``notifications/tools/list_changed`` and answers; a
+  ``tools/list`` after the first is never answered;
+- ``hostile``: ``bell``'s title, description and schema hold a bell, terminal escapes, a bidi
+  override and a zero-width space; calling it is answered with an error message holding them.
 """
 
 import json
@@ -24,6 +30,7 @@ import time
 
 MODE = sys.argv[1]
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
+HOSTILE = "ring\x07 \x1b[2Jclear \u202eevil \u200bhidden\nnext\tline"
 
 
 def tool(name, **extra):
@@ -39,7 +46,23 @@ TOOLS = {
         tool("good"),
     ],
     "malformed": [tool("echo"), tool("shout")],
+    "flood": [tool("echo"), tool("flood"), tool("count")],
+    "stuck": [tool("echo"), tool("change")],
+    "hostile": [
+        {
+            "name": "bell",
+            "title": "a title\x1b]0;owned\x07",
+            "description": HOSTILE,
+            "inputSchema": {
+                "type": "object",
+                "title": HOSTILE,
+                "properties": {"text": {"type": "string", "description": HOSTILE}},
+            },
+        }
+    ],
 }.get(MODE, [tool("echo")])
+LISTED = [0]
+CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 
 def send(message):
@@ -58,9 +81,21 @@ def answer(request):
         }
         return send({"jsonrpc": "2.0", "id": rid, "result": result})
     if method == "tools/list":
+        LISTED[0] += 1
+        if MODE == "stuck" and LISTED[0] > 1:
+            return None
         return send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
     if method == "tools/call":
         name = request["params"]["name"]
+        if MODE == "hostile":  # an error message with the same characters
+            error = {"code": -32000, "message": HOSTILE}
+            return send({"jsonrpc": "2.0", "id": rid, "error": error})
+        if name in ("flood", "change", "count"):
+            for _ in range(10_000 if name == "flood" else 1 if name == "change" else 0):
+                sys.stdout.write(json.dumps(CHANGED) + "\n")
+            text = str(LISTED[0]) if name == "count" else name
+            result = {"content": [{"type": "text", "text": text}]}
+            return send({"jsonrpc": "2.0", "id": rid, "result": result})
         if MODE == "malformed" and name == "echo":
             return send({"jsonrpc": "2.0", "id": rid, "result": [1, 2, 3]})
         if MODE == "malformed" and name == "shout":  # a terminal escape, and a long answer
