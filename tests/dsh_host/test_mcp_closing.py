@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import trio
 import trio.testing
 
@@ -70,7 +72,7 @@ async def test_deleting_an_http_session_aborts_its_running_calls(make_host):
     from dsh_host import define_tool
     from dsh_host._mcp._service import serve_http
 
-    from .mcp_support import INIT
+    from .mcp_support import AUTH, INIT, TOKENS
 
     started, ended = threading.Event(), threading.Event()
     codes: list[str] = []
@@ -92,7 +94,7 @@ async def test_deleting_an_http_session_aborts_its_running_calls(make_host):
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
     def client(url):
-        with httpx2.Client(timeout=30) as http:
+        with httpx2.Client(timeout=30, headers=AUTH) as http:
             init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}
             opened = http.post(url, headers=headers, json=init)
             session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
@@ -101,7 +103,7 @@ async def test_deleting_an_http_session_aborts_its_running_calls(make_host):
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hang"}}
 
             def calling():
-                with httpx2.Client(timeout=30) as other:
+                with httpx2.Client(timeout=30, headers=AUTH) as other:
                     other.post(url, headers=session, json=call)
 
             caller = threading.Thread(target=calling, daemon=True)
@@ -111,7 +113,7 @@ async def test_deleting_an_http_session_aborts_its_running_calls(make_host):
             return ended.wait(30)
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(serve_http, host, "127.0.0.1:0")
+        bound = await nursery.start(partial(serve_http, tokens=TOKENS), host, "127.0.0.1:0")
         finished = await trio.to_thread.run_sync(client, bound[0] + "/mcp")
         nursery.cancel_scope.cancel()
     assert finished
