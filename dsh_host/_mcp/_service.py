@@ -23,6 +23,7 @@ from mcp.server.lowlevel import NotificationOptions
 
 from ._auth import TokenFileError, Tokens, read_token_file
 from ._gentoken import generate_token_file
+from ._limits import HttpLimits, SessionCaps
 from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
 from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
@@ -181,13 +182,15 @@ async def serve_http(
     list_all: bool = False,
     max_body: int = DEFAULT_MAX_LINE,
     public: bool = False,
+    limits: HttpLimits | None = None,
     service: McpService | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
 
     Every request must carry one of *tokens* (``Authorization: Bearer``), loopback included:
-    any local user can reach a loopback port. POST bodies are validated first (`ValidatingApp`).
+    any local user can reach a loopback port. POST bodies are validated first (`ValidatingApp`);
+    *limits* caps each token's sessions and calls and the bodies being read (`HttpLimits`).
     ``task_status.started`` receives the bound addresses (port 0 picks a free port). A loopback
     *bind* serves only requests whose Host and Origin name this machine (DNS-rebinding
     protection); any other is refused unless *public* (see `parse_bind`).
@@ -200,7 +203,8 @@ async def serve_http(
     from ._http import ValidatingApp
 
     address, port = parse_bind(bind, public)
-    service = service or McpService(host, list_all=list_all, tokens=tokens)
+    service = service or McpService(host, list_all=list_all, tokens=tokens, limits=limits)
+    limits = service.limits
     spelled = f"[{address}]" if ":" in address else address
     sdk_app = service.server.streamable_http_app(
         host=address,
@@ -211,7 +215,11 @@ async def serve_http(
         ),
         token_verifier=tokens,
     )
-    app = ValidatingApp(sdk_app, max_body=max_body, tokens=tokens)
+    capped = SessionCaps(sdk_app, tokens, limits)
+    app = ValidatingApp(
+        capped, max_body=max_body, tokens=tokens, body_timeout=limits.body_timeout,
+        body_bytes=limits.body_bytes,
+    )  # fmt: skip
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
