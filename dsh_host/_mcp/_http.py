@@ -10,7 +10,9 @@ the SDK cannot echo a fractional id. Any path but ``/mcp`` is ``404``. A request
 bearer token goes straight to the SDK, which answers ``401`` without reading its body. A body
 must arrive within ``body_timeout`` seconds in all (else ``408``), and bodies being read hold
 at most ``body_bytes`` bytes together (beyond: ``503``), so slow clients cannot pile up
-memory (`dsh_host._mcp._limits.HttpLimits`). A lone surrogate (``"\\ud800"``) is valid JSON but the
+memory (`dsh_host._mcp._limits.HttpLimits`). A ``tools/call`` whose connection closes before its
+answer is sent is cancelled, as by the client's ``notifications/cancelled`` (the SDK's transport
+would let it run on for nobody). A lone surrogate (``"\\ud800"``) is valid JSON but the
 SDK's parser refuses it, with a Parse error: over HTTP such text does not reach the tools.
 """
 
@@ -27,7 +29,10 @@ from ._auth import Tokens
 from ._limits import BODY_BYTES, BODY_TIMEOUT
 from ._wire import DEFAULT_MAX_DEPTH, DROP, INVALID_REQUEST, PARSE_ERROR, refusal
 
-__all__ = ["ValidatingApp"]
+__all__ = ["CANCEL_TIMEOUT", "ValidatingApp"]
+
+CANCEL_TIMEOUT = 5.0
+"""Seconds the SDK may take to accept the cancellation of a call whose client left."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -109,24 +114,64 @@ class ValidatingApp:
         return 408, _error(INVALID_REQUEST, text)
 
     async def _pass(self, body: bytes, scope: Scope, receive: Receive, send: Send) -> None:
-        """Check *body*, then hand it to the SDK (or answer it here)."""
-        answer = self._check(body)
+        """Check *body*, then hand it to the SDK (or answer it here). A ``tools/call`` whose
+        client disconnects before its answer is sent is cancelled (`_cancel`)."""
+        answer, message = self._check(body)
         if answer is DROP:
             await _respond(send, 202, None)
             return
         if answer is not None:
             await _respond(send, 400, answer)
             return
-        delivered = False
+        call = isinstance(message, dict) and message.get("method") == "tools/call"
+        delivered = answered = gone = False
 
         async def replay() -> Message:
-            nonlocal delivered
+            nonlocal delivered, gone
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            event = await receive()
+            gone = gone or event["type"] == "http.disconnect"
+            return event
 
-        await self.app(scope, replay, send)
+        async def sending(event: Message) -> None:
+            nonlocal answered
+            if event["type"] == "http.response.body" and not event.get("more_body"):
+                answered = True
+            await send(event)
+
+        await self.app(scope, replay, sending)
+        if call and gone and not answered:
+            assert isinstance(message, dict)
+            await self._cancel(scope, message["id"])
+
+    async def _cancel(self, scope: Scope, request_id: object) -> None:
+        """Send the SDK the ``notifications/cancelled`` of *request_id*, as its client would (same
+        token and session): the connection it was asked on closed before the answer came, and
+        nobody is left to read it. The call's signal is aborted; it ends ``ABORTED``."""
+        keep = (b"host", b"origin", b"authorization", b"accept", b"mcp-session-id")
+        headers = [(k, v) for k, v in scope.get("headers", ()) if bytes(k).lower() in keep]
+        if not any(bytes(k).lower() == b"mcp-session-id" for k, _ in headers):
+            return
+        headers.append((b"content-type", b"application/json"))
+        reason = "the HTTP connection closed before the answer was sent"
+        note = {"requestId": request_id, "reason": reason}
+        body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": note})
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body.encode(), "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def discard(event: Message) -> None:
+            pass
+
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT):
+            await self.app({**scope, "headers": headers}, receive, discard)
 
     def _admitted(self, scope: Scope) -> bool:
         """Whether the request carries a known token (always, without ``--token-file``): the
@@ -138,16 +183,17 @@ class ValidatingApp:
                 return self.tokens.find(value[7:].decode("latin-1")) is not None
         return False
 
-    def _check(self, body: bytes) -> dict[str, Any] | None:
+    def _check(self, body: bytes) -> tuple[dict[str, Any] | None, object]:
+        """The refusal of *body* (``None``: none) and the message it holds."""
         try:
             text = body.decode()
         except UnicodeDecodeError as exc:
-            return _error(PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc})")
+            return _error(PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc})"), None
         try:
             message = parse_json(text, max_depth=self.max_depth)
         except JsonInputError as exc:
-            return _error(PARSE_ERROR, f"Parse error: {exc}")
-        return refusal(message, integer_ids=True)
+            return _error(PARSE_ERROR, f"Parse error: {exc}"), None
+        return refusal(message, integer_ids=True), message
 
 
 async def _respond(send: Send, status: int, payload: dict[str, Any] | None) -> None:

@@ -10,7 +10,8 @@ What this module decides, once per host and tool list rather than per call:
   ``_meta`` ``dsh/code``, ``dsh/decided_by``, ``dsh/decision_detail``. ``UNKNOWN_TOOL`` is the
   protocol's unknown-tool error (JSON-RPC ``-32602``).
 - ``notifications/cancelled`` aborts the call's `AbortSignal`; the call runs to its (aborted)
-  result, is audited, and the SDK sends no response.
+  result, is audited, and the SDK sends no response over stdio (over HTTP its transport answers
+  the request's open stream with ``-32800``).
 - an ``Ask`` is put to the person at the client through elicitation when the client declared
   the capability; otherwise it is ``unavailable``.
 """
