@@ -3,10 +3,11 @@
 Every HTTP client must authenticate, loopback included: any local user can reach a loopback
 port. So without ``--token-file`` a random token (``secrets.token_urlsafe(32)``) is written to
 ``<state>/mcp-http/<port>.token``, where ``<state>`` is dsh's state directory
-(``$XDG_STATE_HOME/dsh`` or ``~/.local/state/dsh``, which the sandbox hides from commands).
-The ``mcp-http`` directory must be the user's own with mode 0700; the file is created with
-``O_EXCL | O_NOFOLLOW`` and mode 0600 under a fresh name, then renamed over the previous
-start's file (atomically), and read back through the same checks as a ``--token-file``.
+(``$XDG_STATE_HOME/dsh`` or ``~/.local/state/dsh``, which the sandbox plugin hides from the
+commands it confines). The ``mcp-http`` directory must be the user's own with mode 0700; the
+file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 under a fresh name, then renamed
+over the previous start's file (atomically), and read back through the same checks as a
+``--token-file``.
 """
 
 from __future__ import annotations
