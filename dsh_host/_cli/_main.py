@@ -182,12 +182,14 @@ def _add_agent_parsers(
                    "(MCP clients often start servers in an arbitrary directory)")  # fmt: skip
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
-                   "(a loopback HOST only, unless --public)")  # fmt: skip
+                   "(a loopback HOST only, unless --public); every client sends a bearer "
+                   "token: --token-file's, or one made at start in a private file named on stderr")  # fmt: skip
     p.add_argument("--public", action="store_true",
                    help="allow a --http HOST that is not a loopback address (needs --token-file)")  # fmt: skip
     p.add_argument("--token-file", metavar="PATH",
-                   help="--http clients must send a bearer token listed in PATH: one a line, "
-                   "optionally followed by a scope name and allow=TOOL,... / deny=TOOL,...")  # fmt: skip
+                   help="--http clients must send a bearer token listed in PATH (mode 0600, not a "
+                   "symlink): one a line, optionally followed by a scope name and "
+                   "allow=TOOL,... / deny=TOOL,...")  # fmt: skip
     p.add_argument("--list-all", action="store_true",
                    help="also list tools the configuration denies outright")  # fmt: skip
     p.add_argument("--max-message-bytes", type=int, metavar="N", default=16 * 1024 * 1024,

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import stat
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -78,13 +80,36 @@ def _parse_line(line: str, where: str, n: int) -> tuple[bytes, Grant]:
     return _digest(token), grant
 
 
-def read_token_file(path: str) -> Tokens:
-    """The tokens of *path*; `TokenFileError` naming the file and line for a bad one."""
+def _read_private(path: str) -> str:
+    """The text of *path*, a regular file only its owner may read or write (never a symlink):
+    a token others can read is no secret, and a link could point anywhere."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as exc:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise TokenFileError(
+                f"--token-file {path}: is a symbolic link; name the file itself"
+            ) from None
         raise TokenFileError(f"--token-file {path}: cannot read it ({exc})") from None
+    with open(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TokenFileError(f"--token-file {path}: is not a regular file")
+        if info.st_mode & 0o077:
+            raise TokenFileError(
+                f"--token-file {path}: others may read or write it (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}); make it private: chmod 600 {path}"
+            )
+        try:
+            return file.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TokenFileError(f"--token-file {path}: cannot read it ({exc})") from None
+
+
+def read_token_file(path: str) -> Tokens:
+    """The tokens of *path*; `TokenFileError` naming the file and line for a bad one, or for a
+    file that is a symbolic link, not a regular file, or open to others (mode beyond 0600)."""
+    text = _read_private(path)
     entries: list[tuple[bytes, Grant]] = []
     restricted: dict[str, ToolRestriction | None] = {}
     for n, raw in enumerate(text.splitlines(), 1):
@@ -113,6 +138,11 @@ class Tokens:
 
     def __init__(self, entries: list[tuple[bytes, Grant]]) -> None:
         self._entries = entries
+
+    @classmethod
+    def single(cls, token: str) -> Tokens:
+        """One token that sees every tool (as a token file of that one line)."""
+        return cls([(_digest(token), Grant(client_id="token-1"))])
 
     def grants(self) -> list[Grant]:
         return [grant for _, grant in self._entries]

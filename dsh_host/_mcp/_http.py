@@ -6,9 +6,13 @@ whose id is an object, a float, ``true``, ``null`` or ``NaN`` is taken for a not
 `dsh_host.parse_json` and checked with the same `refusal` rules as the stdio wire before the SDK
 sees it; a refused message gets its JSON-RPC error with HTTP status 400 (``202`` and no body
 for a malformed notification, as for any notification). Ids must be strings or integers here:
-the SDK cannot echo a fractional id. Any path but ``/mcp`` is ``404``. With ``--token-file``, a
-request without a known bearer token goes straight to the SDK, which answers ``401`` without
-reading its body. A lone surrogate (``"\\ud800"``) is valid JSON but the
+the SDK cannot echo a fractional id. Any path but ``/mcp`` is ``404``. A request without a known
+bearer token goes straight to the SDK, which answers ``401`` without reading its body. A body
+must arrive within ``body_timeout`` seconds in all (else ``408``), and bodies being read hold
+at most ``body_bytes`` bytes together (beyond: ``503``), so slow clients cannot pile up
+memory (`dsh_host._mcp._limits.HttpLimits`). A ``tools/call`` whose connection closes before its
+answer is sent is cancelled, as by the client's ``notifications/cancelled`` (the SDK's transport
+would let it run on for nobody). A lone surrogate (``"\\ud800"``) is valid JSON but the
 SDK's parser refuses it, with a Parse error: over HTTP such text does not reach the tools.
 """
 
@@ -18,11 +22,17 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import trio
+
 from .. import JsonInputError, parse_json
 from ._auth import Tokens
+from ._limits import BODY_BYTES, BODY_TIMEOUT
 from ._wire import DEFAULT_MAX_DEPTH, DROP, INVALID_REQUEST, PARSE_ERROR, refusal
 
-__all__ = ["ValidatingApp"]
+__all__ = ["CANCEL_TIMEOUT", "ValidatingApp"]
+
+CANCEL_TIMEOUT = 5.0
+"""Seconds the SDK may take to accept the cancellation of a call whose client left."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,12 +56,18 @@ class ValidatingApp:
         max_depth: int = DEFAULT_MAX_DEPTH,
         path: str = "/mcp",
         tokens: Tokens | None = None,
+        body_timeout: float = BODY_TIMEOUT,
+        body_bytes: int = BODY_BYTES,
     ) -> None:
         self.app = app
         self.max_body = max_body
         self.max_depth = max_depth
         self.path = path
         self.tokens = tokens
+        self.body_timeout = body_timeout
+        self.body_bytes = body_bytes
+        self.buffered = 0
+        """Bytes of request bodies held now, all requests together."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") != self.path:
@@ -61,34 +77,101 @@ class ValidatingApp:
             await self.app(scope, receive, send)  # the SDK answers (401 for a bad token)
             return
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                text = f"message longer than {self.max_body} bytes"
-                await _respond(send, 413, _error(INVALID_REQUEST, text))
-                return
-            if not message.get("more_body"):
-                break
-        answer = self._check(bytes(body))
+        try:
+            refused = await self._read(receive, body)
+        finally:
+            self.buffered -= len(body)  # read (or given up): no longer counted
+        if refused is not None:
+            if refused:
+                await _respond(send, *refused)
+            return
+        await self._pass(bytes(body), scope, receive, send)
+
+    async def _read(
+        self, receive: Receive, body: bytearray
+    ) -> tuple[int, dict[str, Any]] | tuple[()] | None:
+        """Read the body into *body*: ``None`` when whole, else the refusal to answer (``()``:
+        the client is gone). At most *body_timeout* seconds in all; beyond *max_body* bytes
+        (``413``), or with *body_bytes* bytes of bodies already held (``503``), it stops."""
+        with trio.move_on_after(self.body_timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return ()
+                chunk = message.get("body", b"")
+                if len(body) + len(chunk) > self.max_body:
+                    return 413, _error(
+                        INVALID_REQUEST, f"message longer than {self.max_body} bytes"
+                    )
+                if self.buffered + len(chunk) > self.body_bytes:
+                    text = "too many request bodies are being read at once: try again"
+                    return 503, _error(INVALID_REQUEST, text)
+                body += chunk
+                self.buffered += len(chunk)
+                if not message.get("more_body"):
+                    return None
+        text = f"the request body did not arrive within {self.body_timeout:g} seconds"
+        return 408, _error(INVALID_REQUEST, text)
+
+    async def _pass(self, body: bytes, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check *body*, then hand it to the SDK (or answer it here). A ``tools/call`` whose
+        client disconnects before its answer is sent is cancelled (`_cancel`)."""
+        answer, message = self._check(body)
         if answer is DROP:
             await _respond(send, 202, None)
             return
         if answer is not None:
             await _respond(send, 400, answer)
             return
-        delivered = False
+        call = isinstance(message, dict) and message.get("method") == "tools/call"
+        delivered = answered = gone = False
 
         async def replay() -> Message:
-            nonlocal delivered
+            nonlocal delivered, gone
             if not delivered:
                 delivered = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
+                return {"type": "http.request", "body": body, "more_body": False}
+            event = await receive()
+            gone = gone or event["type"] == "http.disconnect"
+            return event
 
-        await self.app(scope, replay, send)
+        async def sending(event: Message) -> None:
+            nonlocal answered
+            if event["type"] == "http.response.body" and not event.get("more_body"):
+                answered = True
+            await send(event)
+
+        await self.app(scope, replay, sending)
+        if call and gone and not answered:
+            assert isinstance(message, dict)
+            await self._cancel(scope, message["id"])
+
+    async def _cancel(self, scope: Scope, request_id: object) -> None:
+        """Send the SDK the ``notifications/cancelled`` of *request_id*, as its client would (same
+        token and session): the connection it was asked on closed before the answer came, and
+        nobody is left to read it. The call's signal is aborted; it ends ``ABORTED``."""
+        keep = (b"host", b"origin", b"authorization", b"accept", b"mcp-session-id")
+        headers = [(k, v) for k, v in scope.get("headers", ()) if bytes(k).lower() in keep]
+        if not any(bytes(k).lower() == b"mcp-session-id" for k, _ in headers):
+            return
+        headers.append((b"content-type", b"application/json"))
+        reason = "the HTTP connection closed before the answer was sent"
+        note = {"requestId": request_id, "reason": reason}
+        body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": note})
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body.encode(), "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def discard(event: Message) -> None:
+            pass
+
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT):
+            await self.app({**scope, "headers": headers}, receive, discard)
 
     def _admitted(self, scope: Scope) -> bool:
         """Whether the request carries a known token (always, without ``--token-file``): the
@@ -100,16 +183,17 @@ class ValidatingApp:
                 return self.tokens.find(value[7:].decode("latin-1")) is not None
         return False
 
-    def _check(self, body: bytes) -> dict[str, Any] | None:
+    def _check(self, body: bytes) -> tuple[dict[str, Any] | None, object]:
+        """The refusal of *body* (``None``: none) and the message it holds."""
         try:
             text = body.decode()
         except UnicodeDecodeError as exc:
-            return _error(PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc})")
+            return _error(PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc})"), None
         try:
             message = parse_json(text, max_depth=self.max_depth)
         except JsonInputError as exc:
-            return _error(PARSE_ERROR, f"Parse error: {exc}")
-        return refusal(message, integer_ids=True)
+            return _error(PARSE_ERROR, f"Parse error: {exc}"), None
+        return refusal(message, integer_ids=True), message
 
 
 async def _respond(send: Send, status: int, payload: dict[str, Any] | None) -> None:

@@ -10,7 +10,8 @@ What this module decides, once per host and tool list rather than per call:
   ``_meta`` ``dsh/code``, ``dsh/decided_by``, ``dsh/decision_detail``. ``UNKNOWN_TOOL`` is the
   protocol's unknown-tool error (JSON-RPC ``-32602``).
 - ``notifications/cancelled`` aborts the call's `AbortSignal`; the call runs to its (aborted)
-  result, is audited, and the SDK sends no response.
+  result, is audited, and the SDK sends no response over stdio (over HTTP its transport answers
+  the request's open stream with ``-32800``).
 - an ``Ask`` is put to the person at the client through elicitation when the client declared
   the capability; otherwise it is ``unavailable``.
 """
@@ -42,6 +43,7 @@ from .. import (
 )
 from ._approve import APPROVER_NAME, REQUEST, ClientApprover, how_to_allow
 from ._auth import Tokens, grant_of
+from ._limits import CallCaps, HttpLimits
 from ._sessions import HttpSessions
 
 if TYPE_CHECKING:
@@ -193,10 +195,20 @@ class _Server(Server[Any]):
 class McpService:
     """The host's tools as an SDK `Server`; one per ``dsh mcp serve`` process, any number of sessions."""
 
-    def __init__(self, host: Host, *, list_all: bool = False, tokens: Tokens | None = None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        *,
+        list_all: bool = False,
+        tokens: Tokens | None = None,
+        limits: HttpLimits | None = None,
+    ) -> None:
         self.host = host
         self.list_all = list_all
         self.tokens = tokens
+        self.limits = limits or HttpLimits()
+        self.in_flight = CallCaps(self.limits)
+        """The HTTP calls running, per session and per token (capped by *limits*)."""
         self._listed: dict[Scope | None, tuple[tuple[ToolDefinition, ...], list[types.Tool]]] = {}
         self._calls = 0
         self._approver = _approver(host)
@@ -298,9 +310,26 @@ class McpService:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        self._calls += 1
         scope = self._scope(ctx)
         self.http_sessions.remember(ctx)
+        with self.in_flight.admit(*self._caller(ctx)):
+            return await self._run_call(ctx, params, scope)
+
+    def _caller(self, ctx: ServerRequestContext[Any]) -> tuple[str | None, str | None]:
+        """The HTTP session id and token principal of *ctx* (``None`` for each over stdio)."""
+        headers = getattr(ctx.request, "headers", None)
+        session = headers.get("mcp-session-id") if headers is not None else None
+        grant = grant_of(ctx.request, self.tokens)
+        token = grant.client_id if grant is not None else None
+        return (session if isinstance(session, str) else None), token
+
+    async def _run_call(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+        scope: Scope | None,
+    ) -> types.CallToolResult:
+        self._calls += 1
         signal = AbortSignal()
         call_id = f"mcp-{self._calls}"
         group = CALL_GROUP.get()

@@ -22,6 +22,8 @@ import trio
 from mcp.server.lowlevel import NotificationOptions
 
 from ._auth import TokenFileError, Tokens, read_token_file
+from ._gentoken import generate_token_file
+from ._limits import HttpLimits, SessionCaps
 from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
 from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
@@ -115,12 +117,12 @@ async def serve_stdio(
             await serve(host, receive, send, list_all=list_all, max_line=max_line, service=service)
 
 
-def parse_bind(text: str, public: bool = False, *, authenticated: bool = True) -> tuple[str, int]:
+def parse_bind(text: str, public: bool = False, *, token_file: bool = True) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; `ValueError` saying what is wrong.
 
-    A HOST that is not a loopback address is refused unless *public*, and *public* needs
-    *authenticated* (``--token-file``): anyone who reaches the port could otherwise run tools
-    under this host's policy.
+    A HOST that is not a loopback address is refused unless *public*, and *public* needs a
+    *token_file* of the operator's (not a generated token): a server other machines can reach
+    is handed out on purpose.
     """
     where, sep, port = text.rpartition(":")
     if (
@@ -133,15 +135,14 @@ def parse_bind(text: str, public: bool = False, *, authenticated: bool = True) -
     address = where.strip("[]")
     if not public and not _loopback(address):
         raise ValueError(
-            f"--http {text}: {address!r} is not a loopback address, and dsh mcp serve has no "
-            "authentication: anyone who can reach it could run tools under this policy. Bind "
-            "127.0.0.1, [::1] or localhost (put an authenticating proxy in front to serve other "
-            "machines), or pass --public with --token-file to serve it to other machines"
+            f"--http {text}: {address!r} is not a loopback address: anyone who can reach it "
+            "and holds a token could run tools under this policy. Bind 127.0.0.1, [::1] or "
+            "localhost, or pass --public with --token-file to serve it to other machines"
         )
-    if public and not authenticated:
+    if public and not token_file:
         raise ValueError(
-            "--public needs --token-file: a server other machines can reach must authenticate "
-            "its clients (one bearer token a line; see dsh mcp serve --help)"
+            "--public needs --token-file: the tokens of a server other machines can reach are "
+            "the operator's to give out (one bearer token a line; see dsh mcp serve --help)"
         )
     return address, int(port)
 
@@ -177,46 +178,48 @@ async def serve_http(
     host: Host,
     bind: str,
     *,
+    tokens: Tokens,
     list_all: bool = False,
     max_body: int = DEFAULT_MAX_LINE,
     public: bool = False,
-    tokens: Tokens | None = None,
+    limits: HttpLimits | None = None,
     service: McpService | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
 
-    POST bodies are validated first (`ValidatingApp`). ``task_status.started`` receives the
-    bound addresses (port 0 picks a free port). A loopback *bind* serves only requests whose
-    Host and Origin name this machine (DNS-rebinding protection); any other is refused unless
-    *public* (see `parse_bind`).
+    Every request must carry one of *tokens* (``Authorization: Bearer``), loopback included:
+    any local user can reach a loopback port. POST bodies are validated first (`ValidatingApp`);
+    *limits* caps each token's sessions and calls and the bodies being read (`HttpLimits`).
+    ``task_status.started`` receives the bound addresses (port 0 picks a free port). A loopback
+    *bind* serves only requests whose Host and Origin name this machine (DNS-rebinding
+    protection); any other is refused unless *public* (see `parse_bind`).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
+    from mcp.server.auth.settings import AuthSettings
+    from pydantic import AnyHttpUrl
 
     from ._http import ValidatingApp
 
-    address, port = parse_bind(bind, public, authenticated=tokens is not None)
-    service = service or McpService(host, list_all=list_all, tokens=tokens)
-    auth: dict[str, Any] = {}
-    if tokens is not None:
-        from mcp.server.auth.settings import AuthSettings
-        from pydantic import AnyHttpUrl
-
-        spelled = f"[{address}]" if ":" in address else address
-        auth = {
-            "auth": AuthSettings(
-                issuer_url=AnyHttpUrl(f"http://{spelled}:{port or 1}"), resource_server_url=None
-            ),
-            "token_verifier": tokens,
-        }
+    address, port = parse_bind(bind, public)
+    service = service or McpService(host, list_all=list_all, tokens=tokens, limits=limits)
+    limits = service.limits
+    spelled = f"[{address}]" if ":" in address else address
     sdk_app = service.server.streamable_http_app(
         host=address,
         max_request_body_size=max_body,
         transport_security=_transport_security(address),
-        **auth,
+        auth=AuthSettings(
+            issuer_url=AnyHttpUrl(f"http://{spelled}:{port or 1}"), resource_server_url=None
+        ),
+        token_verifier=tokens,
     )
-    app = ValidatingApp(sdk_app, max_body=max_body, tokens=tokens)
+    capped = SessionCaps(sdk_app, tokens, limits)
+    app = ValidatingApp(
+        capped, max_body=max_body, tokens=tokens, body_timeout=limits.body_timeout,
+        body_bytes=limits.body_bytes,
+    )  # fmt: skip
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     config.accesslog = None
@@ -277,28 +280,57 @@ async def _until_interrupt(serving: Callable[[], Awaitable[None]]) -> bool:
     return interrupted
 
 
+def _http_tokens(token_file: str | None, port: int) -> tuple[Tokens, str | None]:
+    """The tokens of *token_file*; without one, a new token written for *port*, and its file."""
+    if token_file is not None:
+        return read_token_file(token_file), None
+    path, tokens = generate_token_file(port)
+    return tokens, path
+
+
+async def _serve_http_telling(
+    host: Host, args: argparse.Namespace, service: McpService, made: str | None
+) -> None:
+    """`serve_http` as ``args`` say; once it listens, one line on stderr says where, and how a
+    client sends the token made in *made* (if one was)."""
+    from functools import partial
+
+    assert service.tokens is not None  # every --http client authenticates
+    serving = partial(
+        serve_http, host, args.http, max_body=args.max_message_bytes, public=args.public,
+        tokens=service.tokens, service=service,
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(serving)
+        how = (
+            f'send "Authorization: Bearer $(cat {made})" (a token made for this run)'
+            if made is not None
+            else f"send a bearer token of {args.token_file}"
+        )
+        sys.stderr.write(f"dsh mcp serve: serving {bound[0]}/mcp; clients {how}\n")
+        sys.stderr.flush()
+
+
 def run_serve_command(
     args: argparse.Namespace,
     build_host: Callable[[argparse.Namespace], Host],
     usage_error: type[Exception],
 ) -> int:
-    """``dsh mcp serve``: 0 when the client closes stdin, 130 (one line on stderr) on Ctrl-C."""
+    """``dsh mcp serve``: 0 when the client closes stdin, 130 (one line on stderr) on Ctrl-C.
+
+    With ``--http`` and no ``--token-file``, a token is made first (`generate_token_file`)."""
     if args.max_message_bytes < 1024:
         raise usage_error(
             f"--max-message-bytes must be at least 1024, not {args.max_message_bytes}"
         )
-    tokens = None
-    if args.token_file is not None:
-        if args.http is None:
-            raise usage_error("--token-file authenticates --http clients: give --http HOST:PORT")
-        try:
-            tokens = read_token_file(args.token_file)
-        except TokenFileError as exc:
-            raise usage_error(str(exc)) from None
+    tokens, made = None, None
+    if args.token_file is not None and args.http is None:
+        raise usage_error("--token-file authenticates --http clients: give --http HOST:PORT")
     if args.http is not None:
         try:
-            parse_bind(args.http, args.public, authenticated=tokens is not None)
-        except ValueError as exc:
+            _, port = parse_bind(args.http, args.public, token_file=args.token_file is not None)
+            tokens, made = _http_tokens(args.token_file, port)
+        except (ValueError, TokenFileError) as exc:
             raise usage_error(str(exc)) from None
     if args.workspace is not None:
         try:
@@ -320,10 +352,7 @@ def run_serve_command(
 
             async def serving() -> None:
                 if args.http is not None:
-                    await serve_http(
-                        host, args.http, max_body=args.max_message_bytes, public=args.public,
-                        tokens=tokens, service=service,
-                    )  # fmt: skip
+                    await _serve_http_telling(host, args, service, made)
                 else:
                     await serve_stdio(host, max_line=args.max_message_bytes, service=service)
 

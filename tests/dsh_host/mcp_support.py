@@ -13,7 +13,14 @@ from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
 
 from dsh_host import define_tool
+from dsh_host._mcp._auth import Tokens
 from dsh_host._mcp._service import serve
+
+TOKEN = "test-token-0123456789abcdef"
+"""The bearer token of the tests' HTTP servers (`serve_http` needs one)."""
+TOKENS = Tokens.single(TOKEN)
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+"""The header an HTTP test client sends."""
 
 INIT = {
     "protocolVersion": "2025-11-25",

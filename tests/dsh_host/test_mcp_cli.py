@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 
 import anyio
 import pytest
 import trio
 
 from dsh_host._cli._main import main
-from tests.dsh_host.mcp_support import INIT, host_with_tools
+from tests.dsh_host.mcp_support import AUTH, INIT, TOKENS, host_with_tools
 
 SERVE = [sys.executable, "-m", "dsh_host", "mcp", "serve"]
 
@@ -137,12 +138,12 @@ def test_bad_options_are_usage_errors(tmp_path, capsys):
 
 @pytest.mark.parametrize("bind", ["0.0.0.0:8765", "[::]:8765", "192.168.1.5:80", "mcp.example:80"])
 def test_http_on_an_address_other_machines_reach_needs_public(bind, capsys):
-    """No authentication: a bind others can reach is refused before anything is served."""
+    """A bind others can reach is refused before anything is served, unless --public."""
     from dsh_host._mcp._service import parse_bind
 
     assert main(["mcp", "serve", "--no-entrypoints", "--http", bind]) == 2
     err = capsys.readouterr().err
-    assert "is not a loopback address, and dsh mcp serve has no authentication" in err
+    assert "is not a loopback address" in err
     assert "--public" in err
     assert parse_bind(bind, public=True)[1] in (80, 8765)  # --public lets it through
     for loopback in ("127.0.0.1:0", "127.0.0.2:0", "[::1]:0", "localhost:0"):
@@ -162,7 +163,7 @@ async def test_http_on_loopback_refuses_other_hosts_and_origins(make_host):
 
     def client(url: str) -> list[int]:
         port = url.rsplit(":", 1)[1].split("/")[0]
-        with httpx2.Client(timeout=30) as http:
+        with httpx2.Client(timeout=30, headers=AUTH) as http:
             return [
                 http.post(url, headers={**headers, **extra}, json=init).status_code
                 for extra in (
@@ -174,7 +175,7 @@ async def test_http_on_loopback_refuses_other_hosts_and_origins(make_host):
             ]
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(serve_http, host, "127.0.0.2:0")
+        bound = await nursery.start(partial(serve_http, tokens=TOKENS), host, "127.0.0.2:0")
         statuses = await trio.to_thread.run_sync(client, bound[0] + "/mcp")
         nursery.cancel_scope.cancel()
     assert statuses == [421, 403, 200, 200]
@@ -182,6 +183,7 @@ async def test_http_on_loopback_refuses_other_hosts_and_origins(make_host):
 
 async def test_streamable_http_serves_the_sdk_client(make_host):
     """The server runs under trio (hypercorn's trio worker); the SDK client on asyncio."""
+    import httpx2
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -191,7 +193,8 @@ async def test_streamable_http_serves_the_sdk_client(make_host):
 
     async def client(url):
         async with (
-            streamable_http_client(url) as (read, write, *_),
+            httpx2.AsyncClient(headers=AUTH) as http,
+            streamable_http_client(url, http_client=http) as (read, write, *_),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -201,7 +204,7 @@ async def test_streamable_http_serves_the_sdk_client(make_host):
             return tools, called, missing
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(serve_http, host, "127.0.0.1:0")
+        bound = await nursery.start(partial(serve_http, tokens=TOKENS), host, "127.0.0.1:0")
         url = bound[0] + "/mcp"
         tools, called, missing = await trio.to_thread.run_sync(anyio.run, client, url)
         nursery.cancel_scope.cancel()
@@ -238,7 +241,7 @@ async def test_hostile_http_bodies_get_json_rpc_errors(make_host):
 
     def client(url):
         statuses = []
-        with httpx2.Client(timeout=30) as http:
+        with httpx2.Client(timeout=30, headers=AUTH) as http:
             opened = http.post(url, headers=headers, json=init)
             assert opened.status_code == 200
             session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
@@ -264,7 +267,7 @@ async def test_hostile_http_bodies_get_json_rpc_errors(make_host):
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
             lambda task_status: serve_http(
-                host, "127.0.0.1:0", max_body=65_536, task_status=task_status
+                host, "127.0.0.1:0", tokens=TOKENS, max_body=65_536, task_status=task_status
             )
         )
         statuses = await trio.to_thread.run_sync(client, bound[0] + "/mcp")

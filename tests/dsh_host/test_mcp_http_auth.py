@@ -25,6 +25,7 @@ OPEN = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}
 def _tokens(tmp_path):
     path = tmp_path / "tokens"
     path.write_text(f"# who may connect\n{FULL}\n{REVIEW}  reviewers  allow=echo\n")
+    path.chmod(0o600)
     return read_token_file(str(path))
 
 
@@ -136,6 +137,7 @@ async def test_a_session_belongs_to_the_token_that_opened_it(make_host, tmp_path
 def test_a_bad_token_file_names_the_file_and_line(tmp_path, text, message):
     path = tmp_path / "tokens"
     path.write_text(text)
+    path.chmod(0o600)
     with pytest.raises(TokenFileError, match=message) as caught:
         read_token_file(str(path))
     assert str(path) in str(caught.value)
@@ -146,6 +148,7 @@ def test_public_needs_a_token_file(tmp_path, capsys):
     assert "--public needs --token-file" in capsys.readouterr().err
     path = tmp_path / "tokens"
     path.write_text(f"{FULL} s allow=no_such_tool\n")
+    path.chmod(0o600)
     argv = ["mcp", "serve", "--no-entrypoints", "--http", "127.0.0.1:0", "--token-file", str(path)]
     assert main(argv) == 2
     assert "no_such_tool" in capsys.readouterr().err

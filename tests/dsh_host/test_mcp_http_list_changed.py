@@ -13,7 +13,7 @@ from dsh_host import define_tool
 from dsh_host._mcp._service import serve_http
 from dsh_host._mcp._sessions import HttpSessions
 
-from .mcp_support import host_with_tools
+from .mcp_support import AUTH, TOKENS, host_with_tools
 
 
 def _tool(name):
@@ -41,7 +41,7 @@ async def test_an_open_http_session_is_told_when_the_tools_change(make_host):
                 streaming.set()  # the standalone stream server-initiated messages go on
 
         async with (
-            httpx2.AsyncClient(event_hooks={"response": [on_response]}) as http,
+            httpx2.AsyncClient(headers=AUTH, event_hooks={"response": [on_response]}) as http,
             streamable_http_client(url, http_client=http) as (read, write, *_),
             ClientSession(read, write, message_handler=on_message) as client,
         ):
@@ -59,7 +59,9 @@ async def test_an_open_http_session_is_told_when_the_tools_change(make_host):
 
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            lambda task_status: serve_http(host, "127.0.0.1:0", task_status=task_status)
+            lambda task_status: serve_http(
+                host, "127.0.0.1:0", tokens=TOKENS, task_status=task_status
+            )
         )
         out = await trio.to_thread.run_sync(anyio.run, session, f"{bound[0]}/mcp")
         nursery.cancel_scope.cancel()

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import trio
 
 from dsh_host import Host, define_tool
+from dsh_host._mcp._auth import Tokens
 from dsh_host._mcp._service import serve_http
 from dsh_plugins_builtin.mcp import McpPlugin
+
+TOKEN = "mount-test-token-0123456789"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+"""What a mount of `_serving`'s server sends (``dsh mcp serve --http`` needs a token)."""
 
 
 def _serving(host, bound, ready, stop):
@@ -16,7 +22,8 @@ def _serving(host, bound, ready, stop):
 
     async def main():
         async with trio.open_nursery() as nursery:
-            bound.append((await nursery.start(serve_http, host, "127.0.0.1:0"))[0])
+            serving = partial(serve_http, tokens=Tokens.single(TOKEN))
+            bound.append((await nursery.start(serving, host, "127.0.0.1:0"))[0])
             ready.set()
             await trio.to_thread.run_sync(stop.wait)
             nursery.cancel_scope.cancel()
@@ -44,7 +51,7 @@ def test_an_http_server_is_mounted_and_its_tools_called():
     plugin = McpPlugin()
     try:
         assert ready.wait(60)  # a bound, not a pace: set as soon as it listens
-        servers = {"remote": {"url": bound[0] + "/mcp"}}
+        servers = {"remote": {"url": bound[0] + "/mcp", "headers": HEADERS}}
         host = Host(
             {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
         )
@@ -86,7 +93,7 @@ def test_an_http_servers_answer_over_max_result_bytes_ends_its_call():
     plugin = McpPlugin()
     try:
         assert ready.wait(60)  # a bound, not a pace: set as soon as it listens
-        servers = {"h": {"url": bound[0] + "/mcp", "max_result_bytes": 10_000}}
+        servers = {"h": {"url": bound[0] + "/mcp", "max_result_bytes": 10_000, "headers": HEADERS}}
         host = Host(
             {"plugin": {"mcp": {"servers": servers}}}, plugins=[plugin], load_entrypoints=False
         )

@@ -121,14 +121,14 @@ def test_http_servers_stay_in_the_mount_thread_beside_native_stdio_sessions(tmp_
     """The SDK's HTTP client leaves async generators to the loop's finalizer (trio warns of
     each): an HTTP server keeps the mount thread, with its bound; stdio ones run natively."""
 
-    from .test_mcp_http_mount import serving_huge_and_small
+    from .test_mcp_http_mount import HEADERS, serving_huge_and_small
 
     bound, ready, stop, thread = serving_huge_and_small()
 
     async def main():
         config = _config(tmp_path)
         servers = config["plugin"]["mcp"]["servers"]
-        servers["h"] = {"url": bound[0] + "/mcp", "max_result_bytes": 10_000}
+        servers["h"] = {"url": bound[0] + "/mcp", "max_result_bytes": 10_000, "headers": HEADERS}
         plugin = McpPlugin()
         async with dsh_host.open_host(config, plugins=[plugin], entry_points=False) as host:
             calls = [
