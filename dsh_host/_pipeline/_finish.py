@@ -32,7 +32,8 @@ from .._model._values import (
 )
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
-from ._contain import genuine, real_interrupt, seconds
+from ._contain import genuine, is_cancellation, real_interrupt, seconds
+from ._follow import _GATE, _POST, shielded_for
 from ._stage import (
     _Budget,
     _Stage,
@@ -71,7 +72,12 @@ class _Finish(_Chains):
         if plan is None:
             plan = self.hooks.plan()
         if post and plan.post:
-            result = await self._post(execution, result, trace, plan)
+            try:
+                result = await self._post(execution, result, trace, plan)
+            except BaseException as exc:
+                if is_cancellation(exc):  # the caller's own (the pipeline contains the rest)
+                    await self.cut_short(execution, _POST, result, trace)
+                raise
         impls = plan.result
         if not impls:
             return result
@@ -95,6 +101,29 @@ class _Finish(_Chains):
                     if stage is not None and stage.expired():
                         break
         return result
+
+    async def cut_short(
+        self,
+        execution: ToolExecution,
+        reached: str,
+        result: ToolExecutionResult | None,
+        trace: Trace | None,
+    ) -> None:
+        """The observer round of a call its caller's cancellation cut short in stage *reached*
+        (`_follow._GATE`, ...), *result* the result it had then, if any: every call has one
+        (CONTRACT §4), and its audit row with it. The call ends ``ABORTED_BEFORE_DISPATCH`` in
+        the gate, else ``ABORTED`` (an error result is kept: cancellation replaces only
+        successes). The round runs shielded from the cancellation, bounded as it always is
+        (each observer by the observer timeout); the caller then re-raises the cancellation."""
+        plan = self.hooks.plan()
+        if not plan.result:
+            return
+        if reached == _GATE:
+            result = aborted(False)
+        elif result is None or not result.is_error:
+            result = aborted(True, () if result is None else result.additional_contexts)
+        with shielded_for(self.observer_timeout * len(plan.result)):
+            await self.finalize(execution, result, False, trace, plan)
 
     def _post_now(
         self, execution: ToolExecution, result: ToolExecutionResult, plan: Plan
