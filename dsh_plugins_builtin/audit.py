@@ -255,19 +255,20 @@ class AuditPlugin:
         writer = self._writer
         if writer is None:
             return None
-        if noted is None:
+        approved_by = None
+        if noted is None:  # ended before pre-execute (A, B): never put to an approver
             duration, rule = None, None
         else:
             clock, started = noted
             duration = (clock.current_time() - started) * 1000
             decision = execution.pre_decision  # the rule that decided (allows too), if any
             rule = None if decision is None else decision.detail
-        # As the pipeline recorded it, never guessed from the result: the approver that allowed
-        # or rejected the call, else the outcome (`unavailable`, `cancelled`); not asked: None.
-        approval = execution.approval
-        approved_by = None if approval is None else approval.value
-        if approval in _NAMED and execution.approver is not None:
-            approved_by = execution.approver
+            if type(decision) is Ask and (approval := execution.approval) is not None:
+                # As stage D recorded it (only an ask reaches it), never guessed from the
+                # result: the approver that allowed or rejected the call, else the outcome.
+                approved_by = approval.value
+                if approval in _NAMED and execution.approver is not None:
+                    approved_by = execution.approver
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
             self._warning = None

@@ -32,7 +32,7 @@ from .._model._values import (
 from .._registry._hooks import Plan
 from ._chain import _Chain, _Pending, _Raised, _Suspend
 from ._contain import genuine, is_cancellation
-from ._follow import Following
+from ._follow import _GATE, Following
 from ._stage import (
     _contained,
     _stage_failed,
@@ -154,6 +154,10 @@ class _Gate(_GateNow):
             return await self._gate(execution, trace, plan) or Prepared(execution)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
+        except BaseException as exc:  # a batch's call: its caller's cancellation (`cut_short`)
+            if is_cancellation(exc) and not dry_run:  # a preview has no observer round
+                await self.cut_short(execution, _GATE, None, trace)
+            raise
 
     async def _gate(
         self,

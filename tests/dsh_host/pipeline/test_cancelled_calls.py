@@ -14,6 +14,7 @@ from dsh_host import (
     AbortSignal,
     ApprovalOutcome,
     Ask,
+    ToolExecutionInput,
     ToolExecutionResult,
     define_tool,
     hookimpl,
@@ -236,3 +237,45 @@ async def test_the_callers_signal_cuts_a_waiting_hook_short(
     assert trio.current_time() == pytest.approx(1)  # not its 30 s (or 900 s) bound
     assert [r.code for r in results] == ["ABORTED_BEFORE_DISPATCH"]
     assert observer.seen == [("c", "ABORTED_BEFORE_DISPATCH", approval, None)]
+
+
+# -- a batch whose trio caller is cancelled ----------------------------------------------------
+
+
+async def waits(args: Any) -> str:
+    if args["n"] == 1:  # settles at once, but after call 0: waits for its turn to be finalised
+        return "done"
+    await trio.sleep_forever()
+    return "never"
+
+
+async def test_every_started_call_of_a_cancelled_batch_gets_its_round(make_host, autojump_clock):
+    class SlowGuard:
+        name = "slow-guard"
+
+        @hookimpl
+        async def dsh_tool_guard(self, execution):
+            if execution.arguments.get("n") == 2:  # its gate holds the batch's turn
+                await trio.sleep_forever()
+
+    pool = define_tool(
+        name="pool",
+        description="",
+        parameters={"n": {"type": "integer"}},
+        execute=waits,
+        is_concurrency_safe=lambda args: True,
+    )
+    observer = Observer()
+    host = make_host(observer, SlowGuard(), tools=[pool])
+    inputs = [
+        ToolExecutionInput(call_id=f"c{n}", name="pool", arguments={"n": n}) for n in range(4)
+    ]
+    with trio.move_on_after(1) as scope:
+        await host.registry.execute_batch(inputs)
+    assert scope.cancelled_caught
+    # c0 in its body, c1 settled but not finalised (c0 is first), c2 in its gate; c3 never began
+    assert sorted(observer.seen) == [
+        ("c0", "ABORTED", None, None),
+        ("c1", "ABORTED", None, None),
+        ("c2", "ABORTED_BEFORE_DISPATCH", None, None),
+    ]
