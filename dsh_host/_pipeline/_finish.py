@@ -33,7 +33,7 @@ from .._model._values import (
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
 from ._contain import genuine, is_cancellation, real_interrupt, seconds
-from ._follow import _GATE, _POST, shielded_for
+from ._follow import _GATE, _POST, Following, shielded_for
 from ._stage import (
     _Budget,
     _Stage,
@@ -171,29 +171,35 @@ class _Finish(_Chains):
         later: _Later | None = None,
     ) -> ToolExecutionResult:
         """Stage K: the post-execute hooks' decision applied to *result*; *later*: on from
-        where `_post_now` stopped."""
+        where `_post_now` stopped. A caller's signal that aborts while a hook waits cuts the
+        stage short (`Following`; one aborted before, as for an ``ABORTED`` call, does not):
+        the result is then kept if an error, else ``ABORTED``."""
         hook = "dsh_tool_post_execute"
         if trace is None and later is None:
             try:
                 return self._post_now(execution, result, plan)
             except _Later as stopped:
                 later = stopped
-        try:
-            if later is not None and later.plain is not None:
-                decision, who = await self._first_plain(
-                    plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
-                )
-            elif later is not None and later.chain is not None and later.slow is not None:
-                decision, who = await later.chain.finish(later.slow)
-            else:
-                kwargs = {"execution": execution, "result": result}
-                decision, who = await self._first(
-                    hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
-                    impls=plan.post,
-                )  # fmt: skip
-        except PluginFailure as exc:
-            return plugin_failed(exc)
-        return self._applied(execution, result, decision, who)
+        signal = execution.__dict__.get("signal")
+        base = None if later is None or later.chain is None else later.chain.base
+        with Following(None if signal is None or signal.aborted else signal, base):
+            try:
+                if later is not None and later.plain is not None:
+                    decision, who = await self._first_plain(
+                        plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
+                    )
+                elif later is not None and later.chain is not None and later.slow is not None:
+                    decision, who = await later.chain.finish(later.slow)
+                else:
+                    kwargs = {"execution": execution, "result": result}
+                    decision, who = await self._first(
+                        hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
+                        impls=plan.post,
+                    )  # fmt: skip
+            except PluginFailure as exc:
+                return plugin_failed(exc)
+            return self._applied(execution, result, decision, who)
+        return result if result.is_error else aborted(True, result.additional_contexts)
 
     def _applied(
         self, execution: ToolExecution, result: ToolExecutionResult, decision: Any, who: str | None

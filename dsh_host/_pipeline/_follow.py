@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from .._model._signal import AbortSignal
+from ._trio_internals import CAN_ENTER_BELOW, cancel_status, enter_below
 
 __all__ = ["_BODY", "_FINALIZED", "_GATE", "_POST", "Following", "shielded_for"]
 
@@ -27,12 +28,18 @@ H-J (the body may have run), in K, or in `_Finish.finalize` (which sees to it it
 class Following:
     """``with Following(signal) as scope``: a cancel scope that *signal*'s abort (or deadline)
     cancels; ``scope.cancelled_caught`` says whether it cut the block short. *signal* ``None``
-    or inert (nobody outside the pipeline holds it): no scope (``None``)."""
+    or inert (nobody outside the pipeline holds it): no scope (``None``).
 
-    __slots__ = ("scope", "signal", "unsubscribe")
+    *base*: the cancel status a hook already started on the caller's frame began in (a chain's
+    link that suspended there); its scopes may still be open, so the scope is entered below them
+    (`enter_below`), as if entered before the hook began. Where that cannot be done, no scope:
+    the stage is bounded by its timeout alone, as before."""
 
-    def __init__(self, signal: AbortSignal | None) -> None:
+    __slots__ = ("base", "scope", "signal", "unsubscribe")
+
+    def __init__(self, signal: AbortSignal | None, base: object = None) -> None:
         self.signal = signal
+        self.base = base
         self.scope: trio.CancelScope | None = None
         self.unsubscribe: Callable[[], None] | None = None
 
@@ -40,8 +47,15 @@ class Following:
         signal = self.signal
         if signal is None or signal._inert:
             return None
-        scope = self.scope = trio.CancelScope(deadline=signal._deadline)
-        scope.__enter__()
+        scope = trio.CancelScope(deadline=signal._deadline)
+        base = self.base
+        if base is None or cancel_status() is base:
+            scope.__enter__()
+        elif CAN_ENTER_BELOW:
+            enter_below(scope, base)
+        else:
+            return None
+        self.scope = scope
         self.unsubscribe = signal._subscribe(lambda _signal: scope.cancel())
         return scope
 

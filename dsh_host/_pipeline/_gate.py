@@ -176,7 +176,8 @@ class _Gate(_GateNow):
         signal = execution.__dict__.get("signal")
         if signal is None or signal._inert:  # nobody outside the pipeline can abort it
             return await self._stages(execution, trace, plan, report, later)
-        with Following(signal):
+        base = None if later is None or later.chain is None else later.chain.base
+        with Following(signal, base):  # below a link that already began, if one did
             return await self._stages(execution, trace, plan, report, later)
         return Prepared(execution, aborted(False))  # the signal's abort cut a stage short
 

@@ -192,6 +192,18 @@ class WaitsInPre:
         await trio.sleep_forever()
 
 
+class WaitsInLink:
+    """A waterfall link that begins on the caller's frame, opens a nursery and waits in it."""
+
+    name = "waits"
+
+    @hookimpl
+    async def dsh_tool_pre_execute(self, execution, call_next):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+        return await call_next()
+
+
 class WaitsInGuard:
     name = "waits"
 
@@ -214,10 +226,11 @@ class WaitsInApproval:
     ("plugins", "approval"),
     [
         ([WaitsInPre()], None),
+        ([WaitsInLink()], None),
         ([WaitsInGuard()], None),
         ([WaitsInApproval(), AskAlways()], ApprovalOutcome.CANCELLED),
     ],
-    ids=["pre-execute", "guard", "approval"],
+    ids=["pre-execute", "waterfall-link", "guard", "approval"],
 )
 async def test_the_callers_signal_cuts_a_waiting_hook_short(
     make_host, autojump_clock, plugins, approval
@@ -237,6 +250,63 @@ async def test_the_callers_signal_cuts_a_waiting_hook_short(
     assert trio.current_time() == pytest.approx(1)  # not its 30 s (or 900 s) bound
     assert [r.code for r in results] == ["ABORTED_BEFORE_DISPATCH"]
     assert observer.seen == [("c", "ABORTED_BEFORE_DISPATCH", approval, None)]
+
+
+class WaitsInPost:
+    name = "waits"
+
+    @hookimpl
+    async def dsh_tool_post_execute(self, execution, result):
+        await trio.sleep_forever()
+
+
+async def test_the_callers_signal_cuts_a_waiting_post_execute_hook_short(make_host, autojump_clock):
+    observer = Observer()
+    host = make_host(observer, WaitsInPost(), tools=[make_echo()])
+    signal = AbortSignal()
+    results: list[ToolExecutionResult] = []
+
+    async def call() -> None:
+        results.append(await host.call("echo", {"text": "x"}, call_id="c", signal=signal))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.sleep(1)
+        signal.abort("the task was cancelled")
+    assert trio.current_time() == pytest.approx(1)  # not its 30 s bound
+    assert [r.code for r in results] == ["ABORTED"]  # the body ran; its success is replaced
+    assert observer.seen == [("c", "ABORTED", None, None)]
+
+
+async def test_post_execute_of_an_aborted_call_still_runs(make_host, autojump_clock):
+    seen = []
+
+    class SlowPost:
+        name = "slow-post"
+
+        @hookimpl
+        async def dsh_tool_post_execute(self, execution, result):
+            await trio.sleep(1)
+            seen.append(result.code)
+
+    signal = AbortSignal()
+    signal.abort()
+    host = make_host(SlowPost(), tools=[FOREVER])
+    result = await host.call("forever", {}, call_id="c", signal=signal)
+    assert (result.code, seen) == ("ABORTED_BEFORE_DISPATCH", [])  # B: FINAL, no post-execute
+    late = AbortSignal()
+
+    class AbortsInBody:
+        name = "aborter"
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            late.abort()  # the call is aborted before post-execute begins
+            return await call_next()
+
+    host = make_host(SlowPost(), AbortsInBody(), tools=[make_echo()])
+    result = await host.call("echo", {"text": "x"}, call_id="d", signal=late)
+    assert seen == ["ABORTED_BEFORE_DISPATCH"]  # an abort before the stage does not cut it
 
 
 # -- a batch whose trio caller is cancelled ----------------------------------------------------
