@@ -49,8 +49,7 @@ from ._bare_batch import bare_calls
 from ._baton import _Baton
 from ._by_hand import resume, sole
 from ._classify import classify
-from ._contain import is_cancellation
-from ._follow import _BODY, _POST
+from ._follow import _BODY, cut_short_settled
 from ._inputs import with_arguments, with_signal
 from ._wrappers import _DispatchState
 
@@ -106,8 +105,7 @@ async def run_batch(
         if failure is None:
             raise
     if failure is not None:
-        if is_cancellation(failure):  # calls that settled, waiting for their turn: their round
-            await batch.cut_short_settled()
+        await cut_short_settled(batch.pipeline, batch.settled, batch.trace, failure)
         # What the machinery raised (a cancellation, a Ctrl-C, an ``on_result`` that failed)
         # comes out as itself, as it would from `execute`, not wrapped in a group.
         raise failure
@@ -229,8 +227,7 @@ class _Batch(_Baton):
                 elif result is None:  # an exclusive call keeps the baton: nothing else starts
                     result, post = await pipeline.dispatch(execution, trace, ready, plan)
             except BaseException as exc:  # the caller's cancellation: the call's observer round
-                if is_cancellation(exc):
-                    await pipeline.cut_short(execution, _BODY, None, trace)
+                await pipeline.cut_short(execution, _BODY, None, trace, exc)
                 raise
             if index != self.committed or self.committing:
                 self.settled[index] = (execution, result, post)  # finalised in its turn
@@ -375,14 +372,6 @@ class _Batch(_Baton):
                     on_result(index - 1, result)
         finally:
             self.committing = False
-
-    async def cut_short_settled(self) -> None:
-        """The observer round of every call that settled but was not finalised when the caller
-        cancelled the batch (`Pipeline.cut_short`: a success becomes ``ABORTED``)."""
-        for index, entry in enumerate(self.settled):
-            if entry is not None and entry[0] is not None:
-                self.settled[index] = None
-                await self.pipeline.cut_short(entry[0], _POST, entry[1], self.trace)
 
     async def _finish(self) -> None:
         """As the holder, with no call left to start: report the unstarted ones, end the batch."""

@@ -33,7 +33,7 @@ from .._model._values import (
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
 from ._contain import genuine, is_cancellation, real_interrupt, seconds
-from ._follow import _GATE, _POST, Following, shielded_for
+from ._follow import _FINALIZED, _GATE, _POST, Following, shielded_for
 from ._stage import (
     _Budget,
     _Stage,
@@ -72,12 +72,7 @@ class _Finish(_Chains):
         if plan is None:
             plan = self.hooks.plan()
         if post and plan.post:
-            try:
-                result = await self._post(execution, result, trace, plan)
-            except BaseException as exc:
-                if is_cancellation(exc):  # the caller's own (the pipeline contains the rest)
-                    await self.cut_short(execution, _POST, result, trace)
-                raise
+            result = await self._post(execution, result, trace, plan)
         impls = plan.result
         if not impls:
             return result
@@ -108,13 +103,18 @@ class _Finish(_Chains):
         reached: str,
         result: ToolExecutionResult | None,
         trace: Trace | None,
+        cause: BaseException | None = None,
     ) -> None:
-        """The observer round of a call its caller's cancellation cut short in stage *reached*
+        """Nothing unless *cause* (if given) is a cancellation (the caller's own: the pipeline
+        contains the rest). Else the observer round of a call its caller's cancellation cut
+        short in stage *reached*
         (`_follow._GATE`, ...), *result* the result it had then, if any: every call has one
         (CONTRACT §4), and its audit row with it. The call ends ``ABORTED_BEFORE_DISPATCH`` in
         the gate, else ``ABORTED`` (an error result is kept: cancellation replaces only
         successes). The round runs shielded from the cancellation, bounded as it always is
         (each observer by the observer timeout); the caller then re-raises the cancellation."""
+        if reached == _FINALIZED or (cause is not None and not is_cancellation(cause)):
+            return  # `finalize` saw to it, or it is no cancellation
         plan = self.hooks.plan()
         if not plan.result:
             return
@@ -182,8 +182,8 @@ class _Finish(_Chains):
                 later = stopped
         signal = execution.__dict__.get("signal")
         base = None if later is None or later.chain is None else later.chain.base
-        with Following(None if signal is None or signal.aborted else signal, base):
-            try:
+        try:
+            with Following(None if signal is None or signal.aborted else signal, base):
                 if later is not None and later.plain is not None:
                     decision, who = await self._first_plain(
                         plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
@@ -196,9 +196,12 @@ class _Finish(_Chains):
                         hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
                         impls=plan.post,
                     )  # fmt: skip
-            except PluginFailure as exc:
-                return plugin_failed(exc)
-            return self._applied(execution, result, decision, who)
+                return self._applied(execution, result, decision, who)
+        except PluginFailure as exc:
+            return plugin_failed(exc)
+        except BaseException as exc:
+            await self.cut_short(execution, _POST, result, trace, exc)
+            raise
         return result if result.is_error else aborted(True, result.additional_contexts)
 
     def _applied(

@@ -18,7 +18,15 @@ import trio
 from .._model._signal import AbortSignal
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status, enter_below
 
-__all__ = ["_BODY", "_FINALIZED", "_GATE", "_POST", "Following", "shielded_for"]
+__all__ = [
+    "_BODY",
+    "_FINALIZED",
+    "_GATE",
+    "_POST",
+    "Following",
+    "cut_short_settled",
+    "shielded_for",
+]
 
 _GATE, _BODY, _POST, _FINALIZED = "gate", "body", "post", "finalized"
 """How far a call got when its caller cancelled it (`_Finish.cut_short`): in stages C-G, in
@@ -66,6 +74,18 @@ class Following:
         if self.unsubscribe is not None:
             self.unsubscribe()
         return bool(scope.__exit__(etype, exc, tb))
+
+
+async def cut_short_settled(
+    pipeline: Any, settled: list[Any], trace: Any, cause: BaseException
+) -> None:
+    """The observer round of every call of a batch that settled but was not finalised in its
+    turn when *cause* ended the batch, if it is the caller's cancellation (`cut_short`: a
+    success becomes ``ABORTED``). *settled*: the batch's ``(execution, result, post)`` entries."""
+    for index, entry in enumerate(settled):
+        if entry is not None and entry[0] is not None:
+            settled[index] = None
+            await pipeline.cut_short(entry[0], _POST, entry[1], trace, cause)
 
 
 def shielded_for(seconds: float) -> trio.CancelScope:

@@ -155,8 +155,8 @@ class _Gate(_GateNow):
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
         except BaseException as exc:  # a batch's call: its caller's cancellation (`cut_short`)
-            if is_cancellation(exc) and not dry_run:  # a preview has no observer round
-                await self.cut_short(execution, _GATE, None, trace)
+            if not dry_run:  # a preview has no observer round
+                await self.cut_short(execution, _GATE, None, trace, exc)
             raise
 
     async def _gate(

@@ -32,8 +32,8 @@ from .._model._values import (
 from .._registry._hooks import HookRelay, Plan
 from ._body import body_raised, followed, normalise
 from ._chain import _Later, _Links
-from ._contain import Watchdog, is_cancellation
-from ._follow import _BODY, _FINALIZED, _GATE, _POST
+from ._contain import Watchdog
+from ._follow import _BODY, _FINALIZED, _GATE
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._wrappers import (
     _Held,
@@ -206,13 +206,12 @@ class Pipeline(_Gate, _Dispatch, _Finish):
         try:
             if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
                 try:
-                    if trace is None:
-                        try:  # `_gate` on this frame, until a hook waits or raises
-                            prepared = self._gate_now(execution, plan)
-                        except _GateLater as later:
-                            prepared = await self._gate(execution, None, plan, False, later)
-                    else:
-                        prepared = await self._gate(execution, trace, plan, report=False)
+                    try:  # `_gate` on this frame (no trace), until a hook waits or raises
+                        if trace is not None:
+                            raise _GateLater
+                        prepared = self._gate_now(execution, plan)
+                    except _GateLater as later:
+                        prepared = await self._gate(execution, trace, plan, False, later)
                 except PluginFailure as exc:
                     prepared = Prepared(execution, plugin_failed(exc), False)
                 if prepared is not None and (early := prepared.result) is not None:
@@ -238,23 +237,16 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                     result = aborted(True, result.additional_contexts)
                 elif result.decided_by is not None and result.decision_detail is None:
                     result = self._attributed(result)
-            if not ((plan.post and post) or plan.result):
-                return result
-            reached = _FINALIZED
+            reached = _FINALIZED  # `_post` and `finalize` see to their own cancellation
             if trace is not None or (plan.result and not plan.plain_result):
                 return await self.finalize(execution, result, post, trace, plan)
             if plan.post and post:  # `finalize`, on this frame until a hook waits or raises
-                reached = _POST
                 try:
                     result = self._post_now(execution, result, plan)
                 except _Later as later:
                     result = await self._post(execution, result, None, plan, later)
-                reached = _FINALIZED
         except BaseException as exc:
-            if reached is not _FINALIZED and is_cancellation(exc):
-                await self.cut_short(
-                    execution, reached, result if reached == _POST else None, trace
-                )
+            await self.cut_short(execution, reached, None, trace, exc)
             raise
         if plan.result:
             slow = self._observe_now(plan.result, execution, result)
