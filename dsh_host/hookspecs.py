@@ -207,7 +207,10 @@ def dsh_tool_approve(
     the approver; when nobody answers, it names the plugin that asked.
 
     An approver has ``[host] approval_timeout`` seconds (default 900) to answer, since it usually
-    waits for a person; past that the call ends ``PLUGIN_FAILED``, naming it.
+    waits for a person; past that the call ends ``PLUGIN_FAILED``, naming it. When the caller's
+    signal aborts (or its caller is cancelled) first, the asking is cut short, whether the
+    approver honours the signal or not: the outcome is ``cancelled`` and the call ends
+    ``ABORTED_BEFORE_DISPATCH``. Observers read the outcome as ``execution.approval``.
 
     Args:
         request: the call (``request.execution``), the asker's ``reason``, and ``asked_by``.
@@ -313,6 +316,16 @@ def dsh_tool_result(
     **Chaining: every observer.** Exactly one notification per call, with the same result object
     the caller receives. An observer that raises, or hangs past the host's observer timeout, is
     logged and stops no other observer; it can never change the result.
+
+    A call whose trio caller is cancelled gets its round too, before the cancellation goes on:
+    ``ABORTED_BEFORE_DISPATCH`` if it was cancelled before dispatch, else ``ABORTED`` (an error
+    result is kept), run shielded from the cancellation and bounded by the observer timeout.
+
+    How the call was approved is on the execution, as the pipeline recorded it (read it there,
+    never from the result's text): ``execution.approval`` is the `ApprovalOutcome` stage D came
+    to (``None`` when the call was not put to an approver, or asking ended without an outcome:
+    an approver raised or timed out), ``execution.approver`` the approver that gave it (``None``
+    when none answered: ``unavailable``, or ``cancelled`` by an abort while asking).
 
     Example::
 

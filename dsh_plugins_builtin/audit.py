@@ -255,15 +255,20 @@ class AuditPlugin:
         writer = self._writer
         if writer is None:
             return None
-        if noted is None:
-            duration, rule, asked = None, None, False
+        approved_by = None
+        if noted is None:  # ended before pre-execute (A, B): never put to an approver
+            duration, rule = None, None
         else:
             clock, started = noted
             duration = (clock.current_time() - started) * 1000
             decision = execution.pre_decision  # the rule that decided (allows too), if any
             rule = None if decision is None else decision.detail
-            asked = type(decision) is Ask
-        approved_by = (execution.approved_by or _approver(result)) if asked else None
+            if type(decision) is Ask and (approval := execution.approval) is not None:
+                # As stage D recorded it (only an ask reaches it), never guessed from the
+                # result: the approver that allowed or rejected the call, else the outcome.
+                approved_by = approval.value
+                if approval in _NAMED and execution.approver is not None:
+                    approved_by = execution.approver
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
             self._warning = None
@@ -279,6 +284,10 @@ class AuditPlugin:
         return writer.enqueue(
             (time.time(), execution, result, duration, rule, approved_by), wait=True
         )
+
+
+_NAMED = (ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.REJECTED)
+"""The outcomes whose approver ``approved_by`` names (the others are recorded as such)."""
 
 
 def _nobody() -> None:
@@ -306,17 +315,6 @@ def _postgres_store(host: Host, config: AuditConfig, host_id: str) -> PostgresSt
             "pip install 'dsh-host[postgres]'",
             path=host.config.source, plugin="audit", key="url",
         ) from None  # fmt: skip
-
-
-def _approver(result: ToolExecutionResult) -> str:
-    """``approved_by`` of an asked call no approver allowed (``execution.approved_by`` names one
-    that did): who refused it, or ``unavailable``."""
-    error = result.error
-    if error is None or error.code != "DENIED" or result.decided_by is None:
-        return ApprovalOutcome.ALLOWED_ONCE.value
-    if "no approval channel is available" in error.message:  # nobody answered
-        return ApprovalOutcome.UNAVAILABLE.value
-    return result.decided_by
 
 
 def _check_location(host: Host, path: Path, *, configured: bool, required: bool) -> str | None:

@@ -77,12 +77,15 @@ class CallToken:
     """The opaque identity of one call (``execution.token``): comparable only by ``is``.
 
     The pipeline notes on it the decision pre-execute came to (stage C), read as
-    `ToolExecution.pre_decision`, and the approver that allowed the call once (stage D), read by
-    guards as `ToolExecution.approved_by`; nothing else is kept on it.
+    `ToolExecution.pre_decision`, and how stage D ended: its outcome and the approver that
+    answered (`ToolExecution.approval`, `ToolExecution.approver`), and the approver that allowed
+    the call once, read by guards as `ToolExecution.approved_by`; nothing else is kept on it.
     """
 
-    __slots__ = ("__weakref__", "_approved_by", "_decision")
+    __slots__ = ("__weakref__", "_approval", "_approved_by", "_approver", "_decision")
     _approved_by: str  # set by stage D only (private: no public name lets a plugin forge it)
+    _approval: ApprovalOutcome  # set by stage D only, likewise
+    _approver: str | None  # likewise
     _decision: Any  # set by stage C only, likewise
 
     def __repr__(self) -> str:
@@ -186,6 +189,22 @@ class ToolExecution:
         put to an approver or not yet. Guards read it: a policy that must hold unless a person
         (or a configured approver) allowed the call checks it, whatever plugin said ``Allow``."""
         return getattr(self.token, "_approved_by", None)
+
+    @property
+    def approval(self) -> ApprovalOutcome | None:
+        """How stage D ended: the `ApprovalOutcome` the approvers came to (``unavailable`` when
+        none answered; ``cancelled`` when the call was aborted or its caller cancelled while
+        asking), as the pipeline acted on it. ``None`` when the call was not put to an approver
+        (no `Ask`, a tool that does not exist, not yet) or asking ended without an outcome (an
+        approver raised or did not answer in time: the call ends ``PLUGIN_FAILED``). Observers
+        (the ``audit`` plugin) read it, with `approver`, instead of guessing from the result."""
+        return getattr(self.token, "_approval", None)
+
+    @property
+    def approver(self) -> str | None:
+        """The approver whose answer is `approval` (whatever it answered), or ``None`` when no
+        approver answered (not asked, ``unavailable``, or cut short by an abort)."""
+        return getattr(self.token, "_approver", None)
 
     @property
     def pre_decision(self) -> Allow | Deny | Ask | None:

@@ -49,6 +49,7 @@ from ._bare_batch import bare_calls
 from ._baton import _Baton
 from ._by_hand import resume, sole
 from ._classify import classify
+from ._follow import _BODY, cut_short_settled
 from ._inputs import with_arguments, with_signal
 from ._wrappers import _DispatchState
 
@@ -104,6 +105,7 @@ async def run_batch(
         if failure is None:
             raise
     if failure is not None:
+        await cut_short_settled(batch.pipeline, batch.settled, batch.trace, failure)
         # What the machinery raised (a cancellation, a Ctrl-C, an ``on_result`` that failed)
         # comes out as itself, as it would from `execute`, not wrapped in a group.
         raise failure
@@ -196,33 +198,37 @@ class _Batch(_Baton):
                 admitted, post = (prepared.execution, prepared.result), prepared.post
                 del prepared
             execution, result = admitted
-            if result is None and parallel:  # wrappers and body run here, by hand (see above)
-                wrapped = bool(plan.execute)
-                plain = not wrapped and ready is not None and ready[1] is ready[2]
-                state = None if wrapped or plain else _DispatchState(ready)
-                if plain:  # the body stage trusts what `classify` froze and accepted
-                    pipeline._accepted = ready[0], ready[1]
-                running: Coroutine[Any, Any, Any] = (
-                    pipeline.dispatch(execution, trace, ready, plan) if wrapped
-                    else pipeline.body_stage(execution, state, trace)
-                )  # fmt: skip
-                try:
-                    trap = running.send(None)
-                except StopIteration as stop:
-                    value = stop.value
-                else:  # it suspends: the baton is handed on (no task, event or wrapper)
-                    self.in_flight += 1  # nothing else ran since the call started
-                    self._hand_on()
-                    del input, ready, frozen, admitted, started  # what a parked call need not hold
+            try:
+                if result is None and parallel:  # wrappers and body run here, by hand (see above)
+                    wrapped = bool(plan.execute)
+                    plain = not wrapped and ready is not None and ready[1] is ready[2]
+                    state = None if wrapped or plain else _DispatchState(ready)
+                    if plain:  # the body stage trusts what `classify` froze and accepted
+                        pipeline._accepted = ready[0], ready[1]
+                    running: Coroutine[Any, Any, Any] = (
+                        pipeline.dispatch(execution, trace, ready, plan) if wrapped
+                        else pipeline.body_stage(execution, state, trace)
+                    )  # fmt: skip
                     try:
-                        value = await resume(running, trap)
-                    finally:
-                        self._landed()
-                result, post = (
-                    value if wrapped else (pipeline.dispatched(execution, state, value), True)
-                )
-            elif result is None:  # an exclusive call keeps the baton: nothing else starts
-                result, post = await pipeline.dispatch(execution, trace, ready, plan)
+                        trap = running.send(None)
+                    except StopIteration as stop:
+                        value = stop.value
+                    else:  # it suspends: the baton is handed on (no task, event or wrapper)
+                        self.in_flight += 1  # nothing else ran since the call started
+                        self._hand_on()
+                        del input, ready, frozen, admitted, started  # a parked call's, not held
+                        try:
+                            value = await resume(running, trap)
+                        finally:
+                            self._landed()
+                    result, post = (
+                        value if wrapped else (pipeline.dispatched(execution, state, value), True)
+                    )
+                elif result is None:  # an exclusive call keeps the baton: nothing else starts
+                    result, post = await pipeline.dispatch(execution, trace, ready, plan)
+            except BaseException as exc:  # the caller's cancellation: the call's observer round
+                await pipeline.cut_short(execution, _BODY, None, trace, exc)
+                raise
             if index != self.committed or self.committing:
                 self.settled[index] = (execution, result, post)  # finalised in its turn
             elif (later := self._settle(me, index, execution, result, post, plan)) is not None:

@@ -59,6 +59,7 @@ class _Calling:
     _global_tools: dict[str, ToolDefinition]  # the table's global tools (`ToolTable.get`, inline)
     _bare_plan: Plan | None  # see `Pipeline.__init__`
     _bare_generation: int
+    cut_short: Callable[..., Awaitable[None]]  # `_Finish.cut_short`, for `_Gate.prepare`
 
     def watched(self, plugin: str, hook: str, tool: str, function: Any, *args: Any) -> Any:
         """``function(*args)``: the synchronous part of a hook, watched for blocking the loop."""

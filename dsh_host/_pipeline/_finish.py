@@ -32,7 +32,8 @@ from .._model._values import (
 )
 from .._registry._hooks import Impl, Plan
 from ._chain import _Chain, _Later, _Pending, _Raised, _Suspend
-from ._contain import genuine, real_interrupt, seconds
+from ._contain import genuine, is_cancellation, real_interrupt, seconds
+from ._follow import _FINALIZED, _GATE, _POST, Following, shielded_for
 from ._stage import (
     _Budget,
     _Stage,
@@ -96,6 +97,34 @@ class _Finish(_Chains):
                         break
         return result
 
+    async def cut_short(
+        self,
+        execution: ToolExecution,
+        reached: str,
+        result: ToolExecutionResult | None,
+        trace: Trace | None,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Nothing unless *cause* (if given) is a cancellation (the caller's own: the pipeline
+        contains the rest). Else the observer round of a call its caller's cancellation cut
+        short in stage *reached*
+        (`_follow._GATE`, ...), *result* the result it had then, if any: every call has one
+        (CONTRACT §4), and its audit row with it. The call ends ``ABORTED_BEFORE_DISPATCH`` in
+        the gate, else ``ABORTED`` (an error result is kept: cancellation replaces only
+        successes). The round runs shielded from the cancellation, bounded as it always is
+        (each observer by the observer timeout); the caller then re-raises the cancellation."""
+        if reached == _FINALIZED or (cause is not None and not is_cancellation(cause)):
+            return  # `finalize` saw to it, or it is no cancellation
+        plan = self.hooks.plan()
+        if not plan.result:
+            return
+        if reached == _GATE:
+            result = aborted(False)
+        elif result is None or not result.is_error:
+            result = aborted(True, () if result is None else result.additional_contexts)
+        with shielded_for(self.observer_timeout * len(plan.result)):
+            await self.finalize(execution, result, False, trace, plan)
+
     def _post_now(
         self, execution: ToolExecution, result: ToolExecutionResult, plan: Plan
     ) -> ToolExecutionResult:
@@ -142,29 +171,38 @@ class _Finish(_Chains):
         later: _Later | None = None,
     ) -> ToolExecutionResult:
         """Stage K: the post-execute hooks' decision applied to *result*; *later*: on from
-        where `_post_now` stopped."""
+        where `_post_now` stopped. A caller's signal that aborts while a hook waits cuts the
+        stage short (`Following`; one aborted before, as for an ``ABORTED`` call, does not):
+        the result is then kept if an error, else ``ABORTED``."""
         hook = "dsh_tool_post_execute"
         if trace is None and later is None:
             try:
                 return self._post_now(execution, result, plan)
             except _Later as stopped:
                 later = stopped
+        signal = execution.__dict__.get("signal")
+        base = None if later is None or later.chain is None else later.chain.base
         try:
-            if later is not None and later.plain is not None:
-                decision, who = await self._first_plain(
-                    plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
-                )
-            elif later is not None and later.chain is not None and later.slow is not None:
-                decision, who = await later.chain.finish(later.slow)
-            else:
-                kwargs = {"execution": execution, "result": result}
-                decision, who = await self._first(
-                    hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
-                    impls=plan.post,
-                )  # fmt: skip
+            with Following(None if signal is None or signal.aborted else signal, base):
+                if later is not None and later.plain is not None:
+                    decision, who = await self._first_plain(
+                        plan.post, hook, (execution, result), _ACCEPT, _check_post, later.plain
+                    )
+                elif later is not None and later.chain is not None and later.slow is not None:
+                    decision, who = await later.chain.finish(later.slow)
+                else:
+                    kwargs = {"execution": execution, "result": result}
+                    decision, who = await self._first(
+                        hook, kwargs, _ACCEPT, _check_post, trace, args=(execution, result),
+                        impls=plan.post,
+                    )  # fmt: skip
+                return self._applied(execution, result, decision, who)
         except PluginFailure as exc:
             return plugin_failed(exc)
-        return self._applied(execution, result, decision, who)
+        except BaseException as exc:
+            await self.cut_short(execution, _POST, result, trace, exc)
+            raise
+        return result if result.is_error else aborted(True, result.additional_contexts)
 
     def _applied(
         self, execution: ToolExecution, result: ToolExecutionResult, decision: Any, who: str | None

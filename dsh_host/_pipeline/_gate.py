@@ -31,7 +31,8 @@ from .._model._values import (
 )
 from .._registry._hooks import Plan
 from ._chain import _Chain, _Pending, _Raised, _Suspend
-from ._contain import genuine
+from ._contain import genuine, is_cancellation
+from ._follow import _GATE, Following
 from ._stage import (
     _contained,
     _stage_failed,
@@ -153,6 +154,10 @@ class _Gate(_GateNow):
             return await self._gate(execution, trace, plan) or Prepared(execution)
         except PluginFailure as exc:
             return Prepared(execution, plugin_failed(exc), False)
+        except BaseException as exc:  # a batch's call: its caller's cancellation (`cut_short`)
+            if not dry_run:  # a preview has no observer round
+                await self.cut_short(execution, _GATE, None, trace, exc)
+            raise
 
     async def _gate(
         self,
@@ -163,7 +168,28 @@ class _Gate(_GateNow):
         later: _GateLater | None = None,
     ) -> Prepared | None:
         """Stages C-G: the `Prepared` the call ends with, or ``None`` to dispatch it (a `Prepared`
-        without a result when *report* asks who allowed it); on from *later*, if given."""
+        without a result when *report* asks who allowed it); on from *later*, if given.
+
+        The stages follow the caller's signal (`Following`): its abort cuts a hook that waits
+        short, and the call ends ``ABORTED_BEFORE_DISPATCH`` (an approval so cut short is
+        ``cancelled``)."""
+        signal = execution.__dict__.get("signal")
+        if signal is None or signal._inert:  # nobody outside the pipeline can abort it
+            return await self._stages(execution, trace, plan, report, later)
+        base = None if later is None or later.chain is None else later.chain.base
+        with Following(signal, base):  # below a link that already began, if one did
+            return await self._stages(execution, trace, plan, report, later)
+        return Prepared(execution, aborted(False))  # the signal's abort cut a stage short
+
+    async def _stages(
+        self,
+        execution: ToolExecution,
+        trace: Trace | None,
+        plan: Plan,
+        report: bool,
+        later: _GateLater | None,
+    ) -> Prepared | None:
+        """`_gate`'s stages C-G, as it says."""
         decision: Any = _ALLOW
         who: str | None = None
         if later is not None and later.decided:
@@ -242,16 +268,24 @@ class _Gate(_GateNow):
             error = ToolNotFoundError(execution.name)
             return Prepared(execution, failure(error.message, error.code, "ToolNotFoundError"))
         request = ApprovalRequest(execution=execution, reason=ask.reason, asked_by=asker)
-        outcome, approver = await self._first(
-            "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE, _check_outcome,
-            trace, bound=self.approval_timeout,
-        )  # fmt: skip
+        token = execution.token
+        try:
+            outcome, approver = await self._first(
+                "dsh_tool_approve", {"request": request}, ApprovalOutcome.UNAVAILABLE,
+                _check_outcome, trace, bound=self.approval_timeout,
+            )  # fmt: skip
+        except BaseException as exc:
+            # Cut short by the caller's cancellation or its signal (`_gate`): cancelled.
+            if is_cancellation(exc) and type(token) is CallToken:
+                token._approval, token._approver = ApprovalOutcome.CANCELLED, None
+            raise
+        if type(token) is CallToken:  # how it ended: `ToolExecution.approval`, `.approver`
+            token._approval, token._approver = outcome, approver
         name = execution.name
         if trace is not None and approver is None:
-            outcome_text = "unavailable: no approver answered"
+            outcome_text = f"{outcome.value}: no approver answered"
             trace(TraceEvent(execution.call_id, "dsh_tool_approve", None, outcome_text, 0.0))
         if outcome is ApprovalOutcome.ALLOWED_ONCE:
-            token = execution.token
             if type(token) is CallToken:  # noted for the guards: `ToolExecution.approved_by`
                 token._approved_by = approver or "an approver"
             return None

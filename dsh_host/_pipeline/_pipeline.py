@@ -33,6 +33,7 @@ from .._registry._hooks import HookRelay, Plan
 from ._body import body_raised, followed, normalise
 from ._chain import _Later, _Links
 from ._contain import Watchdog
+from ._follow import _BODY, _FINALIZED, _GATE
 from ._trio_internals import CAN_ENTER_BELOW, cancel_status
 from ._wrappers import (
     _Held,
@@ -194,61 +195,63 @@ class Pipeline(_Gate, _Dispatch, _Finish):
 
     async def _run(self, input: ToolExecutionInput, trace: Trace | None) -> ToolExecutionResult:
         if (signal := input.signal) is not None:  # only a bare body's caller follows its signal
-            signal._follower = (
-                None  # (`_bare`, `body_raised`): not this call's, nor one its body makes
-            )
+            signal._follower = None  # (`_bare`, `body_raised`): not this call's, nor its body's
         execution, done = self._snapshot(input, False)
         if done is not None:
             return await self.finalize(execution, done, False, trace)
         plan = self.hooks.plan()
         if plan.idle and self._bare_plan is None:
             self.note_idle(plan)
-        if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
-            try:
-                if trace is None:
-                    try:  # `_gate` on this frame, until a hook waits or raises
+        reached = _GATE  # how far it got, for its caller's cancellation (`cut_short`)
+        try:
+            if plan.pre or plan.guard or self.registry.guards_for(execution.scope):
+                try:
+                    try:  # `_gate` on this frame (no trace), until a hook waits or raises
+                        if trace is not None:
+                            raise _GateLater
                         prepared = self._gate_now(execution, plan)
                     except _GateLater as later:
-                        prepared = await self._gate(execution, None, plan, False, later)
-                else:
-                    prepared = await self._gate(execution, trace, plan, report=False)
-            except PluginFailure as exc:
-                return await self.finalize(execution, plugin_failed(exc), False, trace)
-            if prepared is not None and prepared.result is not None:
-                return await self.finalize(execution, prepared.result, prepared.post, trace)
-        handover = None
-        if plan.execute and trace is None and plan.execute[0].is_async:
-            try:
-                result, post = self._wrap_now(execution, plan.execute), True
-            except _Held as held:
-                result, post = await self._wrap_later(execution, held, plan)
-            except PluginFailure as exc:
-                result, post = plugin_failed(exc), False
-        elif plan.execute and (
-            trace is not None
-            or not plan.plain_execute
-            or (handover := self._pass_over(plan.execute, execution)) is not None
-        ):
-            result, post = await self.dispatch(execution, trace, None, plan, handover)
-        else:  # no wrapper, or all passed it on: the body's result, straight (`dispatch` without its layers)
-            result, post = await self.body_stage(execution, None, trace), True
-            if not result.is_error and signal_aborted(execution):
-                result = aborted(True, result.additional_contexts)
-            elif result.decided_by is not None and result.decision_detail is None:
-                result = self._attributed(result)
-        if (plan.post and post) or plan.result:
+                        prepared = await self._gate(execution, trace, plan, False, later)
+                except PluginFailure as exc:
+                    prepared = Prepared(execution, plugin_failed(exc), False)
+                if prepared is not None and (early := prepared.result) is not None:
+                    reached = _FINALIZED  # `finalize` sees to its own cancellation
+                    return await self.finalize(execution, early, prepared.post, trace)
+            reached, handover = _BODY, None
+            if plan.execute and trace is None and plan.execute[0].is_async:
+                try:
+                    result, post = self._wrap_now(execution, plan.execute), True
+                except _Held as held:
+                    result, post = await self._wrap_later(execution, held, plan)
+                except PluginFailure as exc:
+                    result, post = plugin_failed(exc), False
+            elif plan.execute and (
+                trace is not None
+                or not plan.plain_execute
+                or (handover := self._pass_over(plan.execute, execution)) is not None
+            ):
+                result, post = await self.dispatch(execution, trace, None, plan, handover)
+            else:  # no wrapper, or all passed it on: the body's result (`dispatch`, no layers)
+                result, post = await self.body_stage(execution, None, trace), True
+                if not result.is_error and signal_aborted(execution):
+                    result = aborted(True, result.additional_contexts)
+                elif result.decided_by is not None and result.decision_detail is None:
+                    result = self._attributed(result)
+            reached = _FINALIZED  # `_post` and `finalize` see to their own cancellation
             if trace is not None or (plan.result and not plan.plain_result):
                 return await self.finalize(execution, result, post, trace, plan)
-            # `finalize`, on this frame until a hook waits or raises
-            if plan.post and post:
+            if plan.post and post:  # `finalize`, on this frame until a hook waits or raises
                 try:
                     result = self._post_now(execution, result, plan)
                 except _Later as later:
                     result = await self._post(execution, result, None, plan, later)
-            if plan.result:
-                slow = self._observe_now(plan.result, execution, result)
-                if slow is not None:
-                    await self._observe_plain(plan.result, execution, result, slow)
+        except BaseException as exc:
+            await self.cut_short(execution, reached, None, trace, exc)
+            raise
+        if plan.result:
+            slow = self._observe_now(plan.result, execution, result)
+            if slow is not None:
+                await self._observe_plain(plan.result, execution, result, slow)
         return result
 
     async def _nested(self, input: ToolExecutionInput) -> ToolExecutionResult:

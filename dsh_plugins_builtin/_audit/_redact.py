@@ -9,12 +9,21 @@ from __future__ import annotations
 import json
 import re
 import time
+import unicodedata
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .._common._canonical import canonical
 
-__all__ = ["REDACTED", "SECRET_WORDS", "arguments_json", "redact", "safe_text", "timestamp"]
+__all__ = [
+    "REDACTED",
+    "SECRET_WORDS",
+    "arguments_json",
+    "json_safe",
+    "redact",
+    "safe_text",
+    "timestamp",
+]
 
 REDACTED = "[REDACTED]"
 SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
@@ -90,7 +99,8 @@ def arguments_json(arguments: Any) -> str:
 
     Non-ASCII text is kept as it is, unless the value holds a lone surrogate (valid JSON, but not
     encodable as UTF-8): then the whole text is ASCII with ``\\uXXXX`` escapes, which
-    ``json.loads`` turns back into the same value.
+    ``json.loads`` turns back into the same value. Controls and format characters JSON leaves
+    raw (DEL, C1, bidirectional overrides, ...) are escaped likewise (`json_safe`).
 
     Raises:
         ValueError, RecursionError, TypeError: the value cannot be written as JSON.
@@ -102,18 +112,46 @@ def arguments_json(arguments: Any) -> str:
             text.encode()
         except UnicodeEncodeError:
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return text
+    return json_safe(text)
 
 
 def safe_text(text: str | None) -> str | None:
-    """*text* as SQLite can store it: a lone surrogate becomes its ``\\udcff`` escape."""
-    if text is None or text.isascii():
+    """*text* as the short text columns store it (`tool`, `call_id`, `decision`, ...): every
+    character that could act on a terminal or hide text when the column is printed raw (C0 and
+    C1 controls, NUL, DEL, format characters such as bidirectional overrides, line and paragraph
+    separators) becomes its escape, ``\\u001b`` (``\\U000e0041`` above U+FFFF), as does a lone
+    surrogate (which SQLite text cannot hold). Printable text is returned as it is."""
+    if text is None or text.isprintable():
         return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
+    return "".join(_escape(c) if _category(c) in _ESCAPED else c for c in text)
+
+
+_ESCAPED: Final = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+"""The Unicode categories `safe_text` escapes: controls, format, surrogates, separators."""
+_category = unicodedata.category
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _json_escape(char: str) -> str:
+    """*char* as a JSON string escape (a surrogate pair above U+FFFF)."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_safe(text: str) -> str:
+    """JSON *text* with every character `safe_text` escapes written as a JSON escape: still
+    valid JSON, read back (``json.loads``) as the same value. JSON escapes C0 controls itself;
+    DEL, C1 controls and format characters it leaves raw."""
+    if text.isprintable():
+        return text
+    return "".join(_json_escape(c) if _category(c) in _ESCAPED else c for c in text)
 
 
 _seconds: tuple[int, str] = (-1, "")

@@ -44,8 +44,8 @@ def build_row(
     scope = execution.scope.name if execution.scope is not None else None
     texts = (execution.call_id, execution.name, outcome, message, result.decided_by, scope)
     call_id, name, outcome, message, decided_by, scope = texts
-    # `safe_text` of each only when one is not ASCII (one check for all: the common case)
-    if not f"{call_id}{name}{outcome}{message}{decided_by}{scope}{rule}{approved_by}".isascii():
+    # `safe_text` of each only when one is not printable (one check for all: the common case)
+    if not f"{call_id}{name}{outcome}{message}{decided_by}{scope}{rule}{approved_by}".isprintable():
         call_id, name, outcome, message, decided_by, scope = map(safe_text, texts)
         rule, approved_by = safe_text(rule), safe_text(approved_by)
     return (
