@@ -3,11 +3,10 @@
 A plugin is any object (usually a module) with functions marked ``@dsh_host.hookimpl`` whose names
 are the hook names below. An implementation may accept any *subset* of a hook's arguments, by name.
 
-Per-call hooks (``dsh_tool_*``) may be plain functions or ``async def``. The host calls them
-itself, in pluggy's call order: ``tryfirst`` implementations first, then the most recently
-registered first, ``trylast`` ones last. Plugins found through entry points are registered in a
-fixed order (the ``enable`` list, else sorted entry-point names), so that order never depends on
-what pip happened to install first.
+Per-call hooks (``dsh_tool_*``) may be plain functions or ``async def``, called in pluggy's
+order: ``tryfirst`` ones, then the most recently registered first, ``trylast`` ones last. Entry
+points are registered in a fixed order (the ``enable`` list, else sorted names), never in the
+order pip installed them.
 
 Phases, in the order one call meets them::
 
@@ -23,9 +22,9 @@ link, a guard, an execute wrapper or a post-execute link has ``[host] hook_timeo
 their own bounds, below. A synchronous implementation must not block: it cannot be interrupted,
 and one that runs past the bound is reported on stderr and fails its call.
 
-A plugin whose configuration leaves some of its per-call hooks with nothing to do can set
-``self.dsh_idle_hooks = {"dsh_tool_post_execute", ...}`` in `dsh_host_started`: the host then
-never calls them. More in the guides: ``docs/guides/plugin-authors.md`` and ``pipeline.md``.
+A plugin can set ``self.dsh_idle_hooks = {"dsh_tool_post_execute", ...}`` in
+`dsh_host_started` for hooks its configuration leaves idle: the host then never calls them.
+Guides: ``docs/guides/plugin-authors.md``, ``pipeline.md``.
 """
 
 from __future__ import annotations
@@ -76,11 +75,10 @@ def dsh_register_tools(register: Register) -> None:
 def dsh_plugin_config() -> type | None:
     """Return the attrs class this plugin's ``[plugin.<name>]`` TOML table is structured into.
 
-    Optional; stops at the first non-None result, so only implement it on your own plugin
-    object. The host structures the table with its cattrs converter: an unknown key, a wrong type
-    or a missing required value is a `ConfigError` that names the file, the plugin and the key.
-    With no table, the class is built from its defaults. Read the result with
-    ``host.config_for(plugin)`` (usually in `dsh_host_started`).
+    Optional; first non-None result wins: implement it on your own plugin object only. The host
+    structures the table with its cattrs converter (an unknown key, a wrong type or a missing
+    value is a `ConfigError` naming the file, plugin and key; no table: the defaults). Read it
+    with ``host.config_for(plugin)``, usually in `dsh_host_started`.
 
     Example::
 
@@ -207,10 +205,8 @@ def dsh_tool_approve(
     the approver; when nobody answers, it names the plugin that asked.
 
     An approver has ``[host] approval_timeout`` seconds (default 900) to answer, since it usually
-    waits for a person; past that the call ends ``PLUGIN_FAILED``, naming it. When the caller's
-    signal aborts (or its caller is cancelled) first, the asking is cut short, whether the
-    approver honours the signal or not: the outcome is ``cancelled`` and the call ends
-    ``ABORTED_BEFORE_DISPATCH``. Observers read the outcome as ``execution.approval``.
+    waits for a person; past that the call ends ``PLUGIN_FAILED``, naming it. An abort of the
+    call cuts the asking short (``cancelled``, ``ABORTED_BEFORE_DISPATCH``), heeded or not.
 
     Args:
         request: the call (``request.execution``), the asker's ``reason``, and ``asked_by``.
@@ -266,7 +262,6 @@ def dsh_tool_execute(
     lifetime: the body's signal is fused from the caller's and yours, so aborting yours cancels
     the body without aborting the caller. A body stopped by your signal comes back as
     ``ABORTED``; replace it with your own error (the ``timeout`` plugin returns ``TOOL_TIMEOUT``).
-
     Raising here is a pipeline failure: the call ends ``PLUGIN_FAILED`` and post-execute is skipped.
 
     Example::
@@ -313,19 +308,11 @@ def dsh_tool_result(
 ) -> Awaitable[None] | None:
     """Observe the final, frozen result of every call (audit, metrics, logs).
 
-    **Chaining: every observer.** Exactly one notification per call, with the same result object
-    the caller receives. An observer that raises, or hangs past the host's observer timeout, is
-    logged and stops no other observer; it can never change the result.
-
-    A call whose trio caller is cancelled gets its round too, before the cancellation goes on:
-    ``ABORTED_BEFORE_DISPATCH`` if it was cancelled before dispatch, else ``ABORTED`` (an error
-    result is kept), run shielded from the cancellation and bounded by the observer timeout.
-
-    How the call was approved is on the execution, as the pipeline recorded it (read it there,
-    never from the result's text): ``execution.approval`` is the `ApprovalOutcome` stage D came
-    to (``None`` when the call was not put to an approver, or asking ended without an outcome:
-    an approver raised or timed out), ``execution.approver`` the approver that gave it (``None``
-    when none answered: ``unavailable``, or ``cancelled`` by an abort while asking).
+    **Chaining: every observer.** Exactly one notification per call, with the result object the
+    caller receives (a call whose trio caller is cancelled too: ``ABORTED_BEFORE_DISPATCH`` or
+    ``ABORTED``, shielded). An observer that raises, or hangs past the host's observer timeout,
+    is logged and stops no other observer; it can never change the result. How the call was
+    approved is ``execution.approval`` and ``execution.approver``, never guessed from the result.
 
     Example::
 

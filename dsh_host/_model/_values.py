@@ -1,12 +1,12 @@
 """The frozen values of a call: scopes, inputs, executions, the body's context, approval requests.
 
-Content and results (`._content`) and decisions (`._decisions`) are re-exported here, so
-``_values`` stays the one place to import a value from."""
+Content and results (`._content`), decisions (`._decisions`) and scopes (`._scope`) are
+re-exported here, so ``_values`` stays the one place to import a value from."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias, final
 
 import attrs
@@ -20,6 +20,7 @@ from ._content import (
     ToolFailure,
 )
 from ._decisions import Accept, Allow, ApprovalOutcome, Ask, Block, Deny, ExecutionMode
+from ._scope import Scope, ToolRestriction
 from ._signal import AbortSignal, _inert
 
 __all__ = [
@@ -103,46 +104,6 @@ def parent_token(parent: object) -> CallToken | None:
         f"ToolRunContext (ctx), not {type(parent).__name__}; for a nested call from a tool "
         "body, use await ctx.call(name, arguments), which sets it"
     )
-
-
-@final
-@attrs.frozen
-class Scope:
-    """An agent's scope key; a scope sees its ancestors' tools, guards and restrictions."""
-
-    name: str
-    parent: Scope | None = None
-
-    def chain(self) -> tuple[Scope, ...]:
-        """This scope's ancestors, farthest first, then the scope itself."""
-        out: list[Scope] = []
-        scope: Scope | None = self
-        while scope is not None:
-            out.append(scope)
-            scope = scope.parent
-        return tuple(reversed(out))
-
-
-def _optional_names(value: Iterable[str] | None) -> frozenset[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise TypeError("ToolRestriction names must be a list of tool names, not a string")
-    return frozenset(value)
-
-
-@final
-@attrs.frozen
-class ToolRestriction:
-    """A per-scope filter over global tools: ``allow`` keeps only those, ``deny`` removes those."""
-
-    allow: frozenset[str] | None = attrs.field(default=None, converter=_optional_names)
-    deny: frozenset[str] | None = attrs.field(default=None, converter=_optional_names)
-
-    def admits(self, name: str) -> bool:
-        return (self.allow is None or name in self.allow) and (
-            self.deny is None or name not in self.deny
-        )
 
 
 @final

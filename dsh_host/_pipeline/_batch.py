@@ -23,9 +23,8 @@ trio's `CapacityLimiter` and memory channels pass through the scheduler on every
 (a checkpoint each), and an `Event` per call costs a wake-up: here the only trips through the
 scheduler are the ones the calls themselves make.
 
-Cancelling the caller cancels every worker (they share one nursery); a worker woken just as that
-happens starts no further call. What the machinery raises comes out as itself, not wrapped in an
-exception group, as it would from `ToolRegistry.execute`.
+Cancelling the caller cancels every worker (one nursery); a worker woken then starts no call.
+What the machinery raises comes out as itself, not in an exception group (`ToolRegistry.execute`).
 """
 
 from __future__ import annotations
@@ -193,10 +192,8 @@ class _Batch(_Baton):
             self.next = index + 1
             plan = hooks.plan()  # the call's hooks, as `Pipeline.run` reads them
             admitted, post = pipeline.admit(input, frozen, plan), False  # no policy: no coroutine
-            if admitted is None:
-                prepared = await pipeline.prepare(input, trace, frozen=frozen)
-                admitted, post = (prepared.execution, prepared.result), prepared.post
-                del prepared
+            if admitted is None:  # (the `Prepared` not kept in this frame: a parked call's)
+                admitted, post = _unpacked(await pipeline.prepare(input, trace, frozen=frozen))
             execution, result = admitted
             try:
                 if result is None and parallel:  # wrappers and body run here, by hand (see above)
@@ -397,3 +394,7 @@ _DONE: Final[Any] = object()
 
 _ABORTED = AbortSignal()
 _ABORTED.abort("batch aborted before this call started")
+
+
+def _unpacked(prepared: Any) -> tuple[tuple[Any, Any], bool]:  # ((execution, result), post)
+    return (prepared.execution, prepared.result), prepared.post

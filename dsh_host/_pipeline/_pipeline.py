@@ -145,11 +145,8 @@ class Pipeline(_Gate, _Dispatch, _Finish):
                 signal._follower = None  # it from the call's first suspension (`body_raised`)
                 follower.unscoped = True
             try:
-                value = await (
-                    tool.execute(arguments, context)
-                    if tool.takes_context
-                    else tool.execute(arguments)
-                )
+                run = tool.execute
+                value = await (run(arguments, context) if tool.takes_context else run(arguments))
             except BaseException as exc:
                 result = await body_raised(exc, signal, follower)  # or raises it again
             else:
