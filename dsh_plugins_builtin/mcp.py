@@ -264,13 +264,6 @@ class McpPlugin:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self.apply_list_changes)
 
-    def _link_of(self, name: str) -> Link | None:
-        """The link whose tool *name* is (``mcp__<server>__<tool>``; a server name has no
-        ``__``), or ``None`` (dsh's own tool, another plugin's)."""
-        if self._mount is None or not name.startswith("mcp__"):
-            return None
-        return self._mount.links.get(name[5:].split("__", 1)[0])
-
     async def _await_relisting(self, link: Link, done: Any) -> None:
         """Wait (without blocking the loop; at most *link*'s timeout, and within the hook's
         bound) for its re-listing, then register it."""
@@ -288,7 +281,7 @@ class McpPlugin:
             with contextlib.suppress(RuntimeError):  # not in a trio run: nothing to wake later
                 self._token = trio.lowlevel.current_trio_token()
         self.apply_list_changes()
-        link = self._link_of(name)
+        link = _link_of(self._mount, name)
         if link is None or link.runner is None:
             return None
         done = link.relister.awaited()
@@ -379,3 +372,12 @@ class _ListChanges:
     @hookimpl(tryfirst=True)
     def dsh_tool_pre_execute(self, execution: Any) -> Awaitable[None] | None:
         return self.plugin.before_call(execution.name)
+
+
+def _link_of(mount: Any, name: str) -> Link | None:
+    """The link of *mount* whose tool *name* is (``mcp__<server>__<tool>``; a server name has
+    no ``__``), or ``None`` (dsh's own tool, another plugin's)."""
+    if mount is None or not name.startswith("mcp__"):
+        return None
+    link: Link | None = mount.links.get(name[5:].split("__", 1)[0])
+    return link
