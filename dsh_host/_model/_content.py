@@ -63,10 +63,24 @@ def image_problem(data: object, mime_type: object) -> str | None:
     if not isinstance(data, str):
         return f"data must be a str of base64, not {type(data).__name__}"
     try:
+        head = binascii.a2b_base64(data[:64], strict_mode=True)  # the first 48 bytes
         binascii.a2b_base64(data, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         return f"data is not strict base64 ({exc})"
+    if not any(head.startswith(magic) for magic in _MAGIC[mime_type]) or (
+        mime_type == "image/webp" and head[8:12] != b"WEBP"
+    ):
+        return f"data is not a {mime_type.removeprefix('image/')} image (its first bytes say not)"
     return None
+
+
+_MAGIC: Final = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+"""How each type's files begin (a WebP's ``WEBP`` follows at byte 8)."""
 
 
 def _image(instance: ImageBlock, attribute: attrs.Attribute[Any], value: str) -> None:

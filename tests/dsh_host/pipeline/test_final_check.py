@@ -58,7 +58,7 @@ BAD_RESULTS = {
 
 def _image(mime_type: str, data: str = "aGk=") -> ImageBlock:
     """An image block whose fields were set around its validators."""
-    block = ImageBlock("aGk=", "image/png")
+    block = ImageBlock("iVBORw0KGgo=", "image/png")
     object.__setattr__(block, "mime_type", mime_type)
     object.__setattr__(block, "data", data)
     return block
@@ -160,10 +160,12 @@ async def test_sound_results_from_bodies_and_wrappers_pass_unchanged(make_host):
 @pytest.mark.parametrize(
     ("data", "mime_type"),
     [("aGk=", "application/pdf"), ("aGk=", "image/svg+xml"), ("not base64!", "image/png"),
-     ("aGk", "image/png"), ("aG\nk=", "image/png")],
+     ("aGk", "image/png"), ("aG\nk=", "image/png"), ("aGk=", "image/png"),
+     ("iVBORw0KGgo=", "image/jpeg"), ("AAAAAAAAAAAAAAAA", "image/png")],
 )  # fmt: skip
 def test_an_image_no_provider_takes_is_refused_when_made(data: str, mime_type: str) -> None:
-    # A tool's image with bad base64 crashed a pydantic-ai run; a PDF went out as an "image".
+    # A tool's image with bad base64 crashed a pydantic-ai run; a PDF went out as an "image";
+    # bytes that are not of the type they claim (zeros as a PNG) make a provider refuse it.
     with pytest.raises(ValueError, match="ImageBlock"):
         ImageBlock(data, mime_type)
-    assert ImageBlock("aGk=", "image/webp").mime_type == "image/webp"
+    assert ImageBlock("UklGRgAAAABXRUJQVlA4IA==", "image/webp").mime_type == "image/webp"
