@@ -20,6 +20,7 @@ Bash is not judged so: a shell command's paths are not known before it runs. Wit
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -242,6 +243,7 @@ def _pattern_base(tool: str, tool_input: Any, workspace: str) -> list[str]:
     if not isinstance(pattern, str):
         return []
     search = claude_path(place, workspace)[0] if isinstance(place, str) else workspace
+    pattern = re.sub(r"\\(.)", r"\1", pattern)  # a glob escape: `..\/x` climbs as `../x` does
     parts = claude_path(pattern, search)[0].split("/")
     cut = next((i for i, part in enumerate(parts) if set(part) & set("*?[{")), None)
     if cut is None:

@@ -222,6 +222,8 @@ def test_a_url_that_is_not_a_string_is_allowed_by_no_domain_rule(project, capsys
         {"pattern": "*/../../secrets/*", "path": "docs"},  # the `..` after a wildcard
         {"pattern": "**/../secrets/*", "path": "docs"},  # `**` may match no directory
         {"pattern": "../secrets/key", "path": "docs"},
+        {"pattern": "..\\/secrets/*", "path": "docs"},  # a glob escape: `\/` is `/`
+        {"pattern": "\\.\\./secrets/*", "path": "docs"},
     ],
 )
 def test_a_glob_pattern_is_judged_where_it_climbs_to(project, capsys, monkeypatch, tool_input):
