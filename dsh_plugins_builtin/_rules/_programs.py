@@ -63,6 +63,7 @@ _RUNS_LONG = {
     "rsync": ("--rsh", "--rsync-path"),
     "fd": ("--exec", "--exec-batch"),
     "fdfind": ("--exec", "--exec-batch"),
+    "split": ("--filter",),
 }
 # short options (alone or in a cluster, up to the first that takes a value) that run one,
 # and the short options that take a value; zip's is the two letters -TT
@@ -110,9 +111,32 @@ _OUTPUTS: dict[str, _Table] = {
     "iconv": ({"--output": True}, {"o": True}, frozenset("fto")),
     "sdiff": ({"--output": True}, {"o": True}, frozenset("owI")),
     "xmllint": ({"--output": True}, {}, frozenset()),
+    # tar's listing side files and incremental snapshot (its archive, with -c, is not read here)
+    "tar": (
+        {"--index-file": True, "--volno-file": True, "--listed-incremental": True},
+        {"g": True}, frozenset("bCfFgHIKLNTVX"),
+    ),
+    "csplit": ({"--prefix": True}, {"f": True}, frozenset("bfn")),  # PREFIX00, PREFIX01...
+    "file": ({"--compile": None}, {"C": None}, frozenset("efFmP")),  # each magic file's .mgc
 }  # fmt: skip
 # the options that take a value, for the programs that write their second operand
 _SECOND = {
+    "split": (
+        "-a",
+        "-b",
+        "-C",
+        "-l",
+        "-n",
+        "-t",
+        "--suffix-length",
+        "--additional-suffix",
+        "--bytes",
+        "--line-bytes",
+        "--lines",
+        "--number",
+        "--separator",
+        "--filter",
+    ),
     "uniq": ("-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"),
     "xxd": ("-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-groupsize", "-len", "-seek", "-name"),
 }

@@ -174,6 +174,15 @@ OWN_OPTIONS = [
     ("Bash(sqlite3:*)", "sqlite3 db \"ATTACH 'dsh.toml' AS x\"", "file function"),
     ("Bash(sqlite3:*)", "sqlite3 -cmd '.shell touch x' db 'select 1'", "sqlite3 -init or -cmd"),
     ("Bash(sqlite3:*)", "sqlite3 -separator , db", "from stdin"),
+    # tar's side files, split's and csplit's prefixes, file's compiled magic (second review)
+    ("Bash(tar -tf:*)", "tar -tf x.tar --index-file=/elsewhere/dsh.toml", "tar --index-file"),
+    ("Bash(tar -tf:*)", "tar -tf x.tar --index-f=o", "tar --index-file o writes"),
+    ("Bash(tar:*)", "tar -tf x.tar --volno-file vol", "tar --volno-file vol writes"),
+    ("Bash(tar:*)", "tar -cg /elsewhere/snap -f a.tar d", "tar -g /elsewhere/snap"),
+    ("Bash(split:*)", "split -b1 a /elsewhere/pre", "split /elsewhere/pre"),
+    ("Bash(split:*)", "split --filter='touch x' a", "split --filter"),
+    ("Bash(csplit:*)", "csplit -f /elsewhere/p a 1", "csplit -f /elsewhere/p"),
+    ("Bash(file:*)", "file -C -m /elsewhere/magic", "file -C"),
     # behind a wrapper, and under find -exec (each file found is written)
     ("Bash(sed:*)", "timeout 5 sed -i s/a/b/ f", "sed -i f writes"),
     ("Bash(sed:*)", "find . -name f -exec sed -i s/a/b/ {} +", "sed -i writes a file only"),
@@ -263,6 +272,8 @@ SAFE = [
     ("Bash(fd:*)", "fd -e py -t f src"),
     ("Bash(sqlite3:*)", "sqlite3 -readonly db 'select name from sqlite_master;'"),
     ("Bash(sqlite3:*)", "sqlite3 -safe db"),
+    ("Bash(tar -tf:*)", "tar -tf x.tar"),
+    ("Bash(file:*)", "file -b f"),
 ]
 
 
