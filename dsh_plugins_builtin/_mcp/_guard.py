@@ -15,7 +15,9 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
   reaches the session (the SDK would start a task for each); ``tools/list_changed`` calls
   `Guard.on_list_changed` (the link's `_relist.Relister`, which folds any number into one
   re-listing), every other kind (log messages, progress, resources or prompts changed, ...) is
-  dropped; at most `MAX_ASKED` requests of the server are unanswered at once, more are dropped.
+  dropped; at most `MAX_ASKED` requests of the server are unanswered at once, more are dropped,
+  and so is a request whose id is one the session has not answered yet (each delivered
+  request counts until its answer goes out, however its id is spelt again).
 
 From an HTTP server the SDK's transport hands over parsed messages; the bound
 (``max_result_bytes``) is kept while they are read (`_bounded`: a JSON body counted chunk by
@@ -201,13 +203,15 @@ class Guard:
             else:
                 self.dropped += 1
             return False
-        if len(self._asked) < MAX_ASKED:
+        request_id = item["id"]
+        again = isinstance(request_id, int | str) and request_id in self._asked
+        if not again and len(self._asked) < MAX_ASKED:
             return True
         self.dropped += 1
         if self.dropped % 1000 == 1:  # noted now and then, not per message
+            why = "a request id still unanswered" if again else f"more than {MAX_ASKED} requests"
             self.note(
-                f"MCP server {self.server!r} sent more than {MAX_ASKED} requests at once; "
-                f"{self.dropped} messages dropped"
+                f"MCP server {self.server!r} sent {why} at once; {self.dropped} messages dropped"
             )
         return False
 
