@@ -6,7 +6,11 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
 
 - it notes the method (and tool) of every request the session sends;
 - a ``tools/list`` answer is checked tool by tool: a tool that is not a valid MCP tool, or whose
-  name was already listed, is dropped and reported (`Guard.rejected`), the rest go on;
+  name was already listed, whose definition is over `MAX_TOOL_BYTES` or whose input schema
+  holds an unprintable character where it cannot be escaped (`_text.unsafe_in_schema`), is
+  dropped and reported (`Guard.rejected`), the rest go on; one listing (all its pages) reads
+  at most `MAX_TOOLS` tools and `MAX_LIST_BYTES` of definitions: there it stops (the page's
+  cursor dropped), the tools that fit are mounted and the rest reported as not mounted;
 - a ``tools/call`` answer that is not a valid result, a line over the bound (`Oversized`) and
   any other malformed answer become, at once, a JSON-RPC error for that request with code
   `BAD_RESULT`, naming the server and the tool;
@@ -15,7 +19,9 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
   reaches the session (the SDK would start a task for each); ``tools/list_changed`` calls
   `Guard.on_list_changed` (the link's `_relist.Relister`, which folds any number into one
   re-listing), every other kind (log messages, progress, resources or prompts changed, ...) is
-  dropped; at most `MAX_ASKED` requests of the server are unanswered at once, more are dropped.
+  dropped; at most `MAX_ASKED` requests of the server are unanswered at once, more are dropped,
+  and so is a request whose id is one the session has not answered yet (each delivered
+  request counts until its answer goes out, however its id is spelt again).
 
 From an HTTP server the SDK's transport hands over parsed messages; the bound
 (``max_result_bytes``) is kept while they are read (`_bounded`: a JSON body counted chunk by
@@ -38,7 +44,7 @@ from pydantic import ValidationError
 
 from ._bounded import MARK
 from ._stdio import Oversized, Raw
-from ._text import printable
+from ._text import printable, unsafe_in_schema
 
 __all__ = ["BAD_RESULT", "Guard"]
 
@@ -48,6 +54,12 @@ _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 _NOTES = 20
 MAX_ASKED = 8
 """The most requests of a server the session has not answered yet; more are dropped."""
+MAX_TOOLS = 1000
+"""The most tools one listing of a server reads (every page, mounted or not)."""
+MAX_LIST_BYTES = 8 * 1024 * 1024
+"""The most bytes of tool definitions (as JSON) one listing of a server reads."""
+MAX_TOOL_BYTES = 256 * 1024
+"""The longest tool definition (as JSON) mounted."""
 DETAIL = 2000
 """The longest detail (what the server sent) an error carries for ``--trace``."""
 
@@ -96,6 +108,8 @@ class Guard:
         """The last protocol errors of the server (at most 20)."""
         self._pending: dict[Any, tuple[str, str | None]] = {}
         self._listed: set[str] = set()
+        self._read = (0, 0)
+        """How many tools, and bytes of them, the listing under way has read."""
         self._asked: set[int | str] = set()
         """The ids of the server's requests the session has not answered yet."""
         self.on_list_changed: Callable[[], None] | None = None
@@ -114,7 +128,7 @@ class Guard:
             params = message.params or {}
             tool = params.get("name") if message.method == "tools/call" else None
             if message.method == "tools/list" and not params.get("cursor"):
-                self._listed, self.rejected = set(), []
+                self._listed, self.rejected, self._read = set(), [], (0, 0)
             self._pending[message.id] = (message.method, tool)
 
     async def outbound(
@@ -201,13 +215,15 @@ class Guard:
             else:
                 self.dropped += 1
             return False
-        if len(self._asked) < MAX_ASKED:
+        request_id = item["id"]
+        again = isinstance(request_id, int | str) and request_id in self._asked
+        if not again and len(self._asked) < MAX_ASKED:
             return True
         self.dropped += 1
         if self.dropped % 1000 == 1:  # noted now and then, not per message
+            why = "a request id still unanswered" if again else f"more than {MAX_ASKED} requests"
             self.note(
-                f"MCP server {self.server!r} sent more than {MAX_ASKED} requests at once; "
-                f"{self.dropped} messages dropped"
+                f"MCP server {self.server!r} sent {why} at once; {self.dropped} messages dropped"
             )
         return False
 
@@ -253,14 +269,34 @@ class Guard:
             return result
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
             raise TypeError('"tools" must be a list')
-        kept = []
-        for tool in result["tools"]:
+        kept: list[Any] = []
+        for index, tool in enumerate(result["tools"]):
+            count, size = self._read
+            length = _length(tool)
+            if count >= MAX_TOOLS or size + min(length, MAX_TOOL_BYTES + 1) > MAX_LIST_BYTES:
+                self.rejected.append(self._stopped(len(result["tools"]) - index))
+                return {k: v for k, v in result.items() if k not in ("tools", "nextCursor")} | {
+                    "tools": kept
+                }
+            self._read = (count + 1, size + min(length, MAX_TOOL_BYTES + 1))
             name = tool.get("name") if isinstance(tool, dict) else None
             shown = repr(name) if isinstance(name, str) else "without a name"
+            if length > MAX_TOOL_BYTES:
+                self.rejected.append(
+                    f"tool {shown} not mounted: its definition is over {MAX_TOOL_BYTES} bytes"
+                )
+                continue
             try:
                 types.Tool.model_validate(tool, by_name=False)
             except ValidationError as exc:
                 self.rejected.append(f"tool {shown} not mounted: {_first_line(exc)}")
+                continue
+            unsafe = unsafe_in_schema(tool["inputSchema"])
+            if unsafe is not None:
+                self.rejected.append(
+                    f"tool {shown} not mounted: its input schema has an unprintable character "
+                    f"(control, format, private-use or unassigned) in {unsafe}"
+                )
                 continue
             if name in self._listed:
                 self.rejected.append(f"tool {shown} is listed twice: the first is mounted")
@@ -268,6 +304,25 @@ class Guard:
             self._listed.add(str(name))
             kept.append(tool)
         return {**result, "tools": kept}
+
+    def _stopped(self, left: int) -> str:
+        over = (
+            f"{MAX_TOOLS} tools"
+            if self._read[0] >= MAX_TOOLS
+            else f"{MAX_LIST_BYTES} bytes of tools"
+        )
+        return (
+            f"the listing stopped at {over} (the most one server may list): {left} more tools "
+            "on that page, and any later pages, not mounted"
+        )
+
+
+def _length(tool: Any) -> int:
+    """The length of *tool* as compact JSON (a tool too deeply nested to write: no bound)."""
+    try:
+        return len(json.dumps(tool, separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        return MAX_TOOL_BYTES + 1
 
 
 def guarded_pumps(

@@ -6,6 +6,10 @@ character (ESC, BEL, ...), format character (bidi overrides such as U+202E, zero
 such as U+200B), surrogate, private-use, unassigned code point and line or paragraph separator
 as ``\\uXXXX`` (``\\UXXXXXXXX`` beyond the BMP), keeping newlines and tabs; other text is
 unchanged.
+
+What a schema checks arguments against cannot be escaped (a property name escaped is another
+name): `unsafe_in_schema` finds such a character in a key or a checked string (an enum,
+const, default or pattern, a ``required`` entry, ...), and the tool is not mounted.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-__all__ = ["printable", "printable_schema"]
+__all__ = ["printable", "printable_schema", "unsafe_in_schema"]
 
 _UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ANNOTATIONS = frozenset({"title", "description", "$comment"})
@@ -47,3 +51,28 @@ def printable_schema(value: Any) -> Any:
     if isinstance(value, list):
         return [printable_schema(item) for item in value]
     return value
+
+
+def unsafe_in_schema(schema: Any) -> str | None:
+    """Where the JSON schema *schema* holds a character `printable` escapes, other than in the
+    titles, descriptions and comments it escapes: a key (a newline or tab too) or any other
+    string, at any depth, described (escaped) for the server's problems; ``None``: nowhere."""
+    stack = [schema]
+    while stack:  # not recursive: a deeply nested schema costs no stack
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and (printable(key) != key or "\n" in key or "\t" in key):
+                    return f"the key {_excerpt(key)}"
+                if not (key in _ANNOTATIONS and isinstance(item, str)):
+                    stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and printable(value) != value:
+            return f"the string {_excerpt(value)}"
+    return None
+
+
+def _excerpt(text: str) -> str:
+    shown = printable(text).replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{shown[:80]}..."' if len(shown) > 80 else f'"{shown}"'

@@ -20,7 +20,13 @@
 - ``stuck``: ``change`` sends ``notifications/tools/list_changed`` and answers; a
   ``tools/list`` after the first is never answered;
 - ``hostile``: ``bell``'s title, description and schema hold a bell, terminal escapes, a bidi
-  override and a zero-width space; calling it is answered with an error message holding them.
+  override and a zero-width space; calling it is answered with an error message holding them;
+- ``many``: lists 1,800 tools ``t0_0`` ... ``t2_599`` on 3 pages (cursors ``1``, ``2``);
+- ``bigschema``: lists ``huge`` (a 300,000-character enum) and ``fine``, then 10 pages of 5
+  tools ``bP_N`` of 200,000 characters each (10 MB in all);
+- ``badnames``: lists ``esc`` (ESC, BEL and U+202E in a property name), ``zw`` (U+200B in a
+  property name), ``enum`` (ESC and BEL in an enum value), ``bidi`` (U+202E and U+200B in a
+  ``required`` entry) and ``fine`` (the same characters only in a description).
 """
 
 import json
@@ -61,6 +67,31 @@ TOOLS = {
         }
     ],
 }.get(MODE, [tool("echo")])
+
+
+def big(size):
+    return {"type": "object", "properties": {"text": {"type": "string", "enum": ["x" * size]}}}
+
+
+def props(name, **extra):
+    return {"type": "object", "properties": {name: {"type": "string", **extra}}}
+
+
+BAD = "a\x1b]0;PWN\x07\u202eb"
+PAGES = {
+    "many": [[tool(f"t{p}_{n}") for n in range(600)] for p in range(3)],
+    "bigschema": [[tool("huge", inputSchema=big(300_000)), tool("fine")]]
+    + [[tool(f"b{p}_{n}", inputSchema=big(200_000)) for n in range(5)] for p in range(10)],
+    "badnames": [
+        [
+            tool("esc", inputSchema=props(BAD)),
+            tool("zw", inputSchema=props("a\u200bb")),
+            tool("enum", inputSchema=props("text", enum=["ok", "x\x1b[2J\x07"])),
+            tool("bidi", inputSchema={**props("text"), "required": ["te\u202ext\u200b"]}),
+            tool("fine", inputSchema=props("text", description=BAD)),
+        ]
+    ],
+}.get(MODE, [TOOLS])
 LISTED = [0]
 CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
@@ -84,7 +115,11 @@ def answer(request):
         LISTED[0] += 1
         if MODE == "stuck" and LISTED[0] > 1:
             return None
-        return send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+        page = int((request.get("params") or {}).get("cursor") or 0)
+        result = {"tools": PAGES[page]}
+        if page + 1 < len(PAGES):
+            result["nextCursor"] = str(page + 1)
+        return send({"jsonrpc": "2.0", "id": rid, "result": result})
     if method == "tools/call":
         name = request["params"]["name"]
         if MODE == "hostile":  # an error message with the same characters

@@ -156,3 +156,23 @@ def test_under_open_host_a_stuck_re_listing_delays_only_its_own_server():
     assert (changed.text, other.text) == ("change", "echo: x")
     assert pending is not None  # still re-listing: the other server's call did not wait
     assert own.text == "echo: y"  # waited at most 1 s, then went on with the tools it had
+
+
+def test_a_repeated_request_id_is_delivered_once_until_answered():
+    """200,000 copies of one request reach the session once; the cap counts every delivered
+    request, not every distinct id (a set of ids let the copies all through)."""
+    guard = Guard("s")
+    request = {"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {}}
+    delivered = []
+    for _ in range(200_000):
+        delivered += guard.check(dict(request))
+    assert len(delivered) == 1
+    assert guard.dropped == 200_000 - 1
+    assert len(guard.notes) <= 20
+    assert "still unanswered" in guard.notes[-1]
+    guard.sent(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={}))  # answered: may come again
+    assert len(guard.check(dict(request))) == 1
+    for n in range(2, 100):  # other ids and repeats: never more than MAX_ASKED unanswered
+        delivered += guard.check({**request, "id": n})
+        delivered += guard.check({**request, "id": n})
+    assert len(delivered) == MAX_ASKED
