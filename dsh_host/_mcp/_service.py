@@ -218,7 +218,8 @@ async def serve_http(
     capped = SessionCaps(sdk_app, tokens, limits)
     app = ValidatingApp(
         capped, max_body=max_body, tokens=tokens, body_timeout=limits.body_timeout,
-        body_bytes=limits.body_bytes,
+        body_bytes=limits.body_bytes, token_body_bytes=limits.token_body_bytes,
+        token_bodies=limits.token_bodies,
     )  # fmt: skip
     config = Config()
     config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]

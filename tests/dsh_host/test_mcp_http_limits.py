@@ -3,6 +3,7 @@ request body may take (security review #2 and #3). Small caps are injected (`Htt
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 from functools import partial
@@ -230,6 +231,68 @@ async def test_bodies_held_at_once_are_bounded(autojump_clock):
 
     await app(_scope(), whole, sender("third"))
     assert replies["third"] == []  # passed on to the SDK (here: a stub that answers nothing)
+
+
+def _scope_of(token: str):
+    return {**_scope(), "headers": [(b"authorization", f"Bearer {token}".encode())]}
+
+
+async def test_one_token_saturating_its_body_share_does_not_refuse_another(
+    tmp_path, autojump_clock
+):
+    """Each token has its own share of bodies being read (bytes, and bodies at once): a token
+    that fills its share is refused (503); another token's bodies are still read (second
+    security review: one read-only token's five slow bodies made every initialize 503)."""
+    app, seen = _validating(
+        tokens=_tokens(tmp_path), body_bytes=1000, token_body_bytes=100, token_bodies=2
+    )
+    replies: dict[str, list] = collections.defaultdict(list)
+
+    def sender(name):
+        async def send(message):
+            replies[name].append(message)
+
+        return send
+
+    with trio.move_on_after(3600):  # a bound: without the timeout the slow ones wait for ever
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x" * 80), sender("x"))
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x"), sender("y"))
+            await trio.testing.wait_all_tasks_blocked()
+            await app(_scope_of(FULL), await _slow_body(b"x" * 10), sender("big"))
+            nursery.start_soon(app, _scope_of(OTHER), await _slow_body(b"z" * 30), sender("z"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert app.buffered == 111
+            body = json.dumps(PING).encode()
+
+            async def whole():
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await app(_scope_of(OTHER), whole, sender("whole"))
+            assert replies["whole"] == []  # read and passed on to the SDK (a silent stub)
+            assert seen[-1]["body"] == body
+    assert replies["big"][0]["status"] == 503
+    assert b"this token has 2 request bodies being read" in replies["big"][1]["body"]
+    assert app.buffered == 0
+    assert not app.held
+    assert not app.reading
+
+
+async def test_a_token_over_its_share_of_body_bytes_is_refused(tmp_path, autojump_clock):
+    app, _ = _validating(tokens=_tokens(tmp_path), body_bytes=1000, token_body_bytes=100)
+    replies: list = []
+
+    async def send(message):
+        replies.append(message)
+
+    with trio.move_on_after(3600):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x" * 80), send)
+            await trio.testing.wait_all_tasks_blocked()
+            await app(_scope_of(FULL), await _slow_body(b"x" * 80), send)
+            assert replies[0]["status"] == 503
+            assert b"this token's request bodies" in replies[1]["body"]
+            nursery.cancel_scope.cancel()
 
 
 async def test_a_slow_client_on_a_socket_is_cut_off(make_host, tmp_path, autojump_clock):
