@@ -319,3 +319,29 @@ async def test_a_slow_client_on_a_socket_is_cut_off(make_host, tmp_path, autojum
         nursery.cancel_scope.cancel()
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert 30 <= waited < 31
+
+
+async def test_a_body_without_a_known_token_is_never_read(make_host, tmp_path, autojump_clock):
+    """A request with an unknown token that sends 10 bytes of a 1000-byte body and stops is
+    answered 401 at once: its body is not waited for (nor counted in any budget)."""
+    host = make_host()
+    async with trio.open_nursery() as nursery:
+        serving = partial(serve_http, tokens=_tokens(tmp_path), limits=_limits(body_timeout=30))
+        bound = await nursery.start(serving, host, "127.0.0.1:0")
+        port = int(bound[0].rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        head = (
+            "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            "authorization: Bearer not-a-known-token-0123456789\r\ncontent-length: 1000\r\n\r\n"
+        )
+        start = trio.current_time()
+        await stream.send_all(head.encode() + b'{"jsonrpc"')
+        answer = b""
+        with trio.move_on_after(3600):  # a bound: no answer would come if the body were awaited
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive_some(4096)
+        waited = trio.current_time() - start
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    assert answer.startswith(b"HTTP/1.1 401"), answer
+    assert waited < 1
