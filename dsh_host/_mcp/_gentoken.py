@@ -7,7 +7,9 @@ port. So without ``--token-file`` a random token (``secrets.token_urlsafe(32)``)
 commands it confines). The ``mcp-http`` directory must be the user's own with mode 0700; the
 file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 under a fresh name, then renamed
 over the previous start's file (atomically), and read back through the same checks as a
-``--token-file``.
+``--token-file``. It is written only once the port is bound (``<port>`` is the port bound,
+the one picked for port 0), and removed when the server ends if it still holds this run's
+token (`dsh_host._mcp._listen`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from ._auth import TokenFileError, Tokens, read_token_file
 
-__all__ = ["DIRECTORY", "generate_token_file"]
+__all__ = ["DIRECTORY", "generate_token_file", "remove_token_file"]
 
 DIRECTORY = "mcp-http"
 """The private subdirectory of dsh's state directory the generated tokens are written in."""
@@ -78,3 +80,18 @@ def generate_token_file(port: int, state: Path | None = None) -> tuple[str, Toke
         os.close(dir_fd)
     path = str(directory / name)
     return path, read_token_file(path)
+
+
+def remove_token_file(path: str, tokens: Tokens) -> None:
+    """Remove the token file at *path* if it still holds a token of *tokens* (the one this server
+    wrote, not a later start's); a file that is gone, or not a regular file, is left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    with open(fd, encoding="ascii", errors="replace") as file:
+        info = os.fstat(file.fileno())
+        text = file.read(4096).strip() if stat.S_ISREG(info.st_mode) else ""
+    if text and tokens.find(text) is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -8,9 +8,10 @@ sees it; a refused message gets its JSON-RPC error with HTTP status 400 (``202``
 for a malformed notification, as for any notification). Ids must be strings or integers here:
 the SDK cannot echo a fractional id. Any path but ``/mcp`` is ``404``. A request without a known
 bearer token goes straight to the SDK, which answers ``401`` without reading its body. A body
-must arrive within ``body_timeout`` seconds in all (else ``408``), and bodies being read hold
-at most ``body_bytes`` bytes together (beyond: ``503``), so slow clients cannot pile up
-memory (`dsh_host._mcp._limits.HttpLimits`). A ``tools/call`` whose connection closes before its
+must arrive within ``body_timeout`` seconds in all (else ``408``); one token's bodies being read
+hold at most ``token_body_bytes`` bytes and number at most ``token_bodies`` (beyond: ``503`` to
+that token only), all tokens' at most ``body_bytes`` bytes (a backstop), so slow clients cannot
+pile up memory, nor one token lock the others out (`dsh_host._mcp._limits.HttpLimits`). A ``tools/call`` whose connection closes before its
 answer is sent is cancelled, as by the client's ``notifications/cancelled`` (the SDK's transport
 would let it run on for nobody). A lone surrogate (``"\\ud800"``) is valid JSON but the
 SDK's parser refuses it, with a Parse error: over HTTP such text does not reach the tools.
@@ -19,6 +20,7 @@ SDK's parser refuses it, with a Parse error: over HTTP such text does not reach 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -26,7 +28,7 @@ import trio
 
 from .. import JsonInputError, parse_json
 from ._auth import Tokens
-from ._limits import BODY_BYTES, BODY_TIMEOUT
+from ._limits import BODY_BYTES, BODY_TIMEOUT, TOKEN_BODIES, TOKEN_BODY_BYTES
 from ._wire import DEFAULT_MAX_DEPTH, DROP, INVALID_REQUEST, PARSE_ERROR, refusal
 
 __all__ = ["CANCEL_TIMEOUT", "ValidatingApp"]
@@ -58,6 +60,8 @@ class ValidatingApp:
         tokens: Tokens | None = None,
         body_timeout: float = BODY_TIMEOUT,
         body_bytes: int = BODY_BYTES,
+        token_body_bytes: int = TOKEN_BODY_BYTES,
+        token_bodies: int = TOKEN_BODIES,
     ) -> None:
         self.app = app
         self.max_body = max_body
@@ -66,21 +70,33 @@ class ValidatingApp:
         self.tokens = tokens
         self.body_timeout = body_timeout
         self.body_bytes = body_bytes
+        self.token_body_bytes = token_body_bytes
+        self.token_bodies = token_bodies
         self.buffered = 0
         """Bytes of request bodies held now, all requests together."""
+        self.held: Counter[str] = Counter()
+        """Bytes of request bodies held now, per token (its client id)."""
+        self.reading: Counter[str] = Counter()
+        """Request bodies being read now, per token (its client id)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") != self.path:
             await _respond(send, 404, {"error": f"not found: the MCP endpoint is {self.path}"})
             return
-        if scope["type"] != "http" or scope.get("method") != "POST" or not self._admitted(scope):
+        who = self._admitted(scope) if scope["type"] == "http" else None
+        if who is None or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # the SDK answers (401 for a bad token)
             return
         body = bytearray()
+        self.reading[who] += 1
         try:
-            refused = await self._read(receive, body)
-        finally:
-            self.buffered -= len(body)  # read (or given up): no longer counted
+            refused = await self._read(receive, body, who)
+        finally:  # read (or given up): no longer counted
+            self.buffered -= len(body)
+            self.held[who] -= len(body)
+            self.reading[who] -= 1
+            if not self.reading[who]:
+                del self.reading[who], self.held[who]
         if refused is not None:
             if refused:
                 await _respond(send, *refused)
@@ -88,11 +104,15 @@ class ValidatingApp:
         await self._pass(bytes(body), scope, receive, send)
 
     async def _read(
-        self, receive: Receive, body: bytearray
+        self, receive: Receive, body: bytearray, who: str
     ) -> tuple[int, dict[str, Any]] | tuple[()] | None:
-        """Read the body into *body*: ``None`` when whole, else the refusal to answer (``()``:
-        the client is gone). At most *body_timeout* seconds in all; beyond *max_body* bytes
-        (``413``), or with *body_bytes* bytes of bodies already held (``503``), it stops."""
+        """Read the body of token *who* into *body*: ``None`` when whole, else the refusal to
+        answer (``()``: the client is gone). At most *body_timeout* seconds in all; beyond
+        *max_body* bytes (``413``), or beyond *who*'s share or the budget of all (``503``), it
+        stops."""
+        if self.reading[who] > self.token_bodies:
+            text = f"this token has {self.token_bodies} request bodies being read: try again"
+            return 503, _error(INVALID_REQUEST, text)
         with trio.move_on_after(self.body_timeout):
             while True:
                 message = await receive()
@@ -103,11 +123,15 @@ class ValidatingApp:
                     return 413, _error(
                         INVALID_REQUEST, f"message longer than {self.max_body} bytes"
                     )
+                if self.held[who] + len(chunk) > self.token_body_bytes:
+                    text = "this token's request bodies being read are too large: try again"
+                    return 503, _error(INVALID_REQUEST, text)
                 if self.buffered + len(chunk) > self.body_bytes:
                     text = "too many request bodies are being read at once: try again"
                     return 503, _error(INVALID_REQUEST, text)
                 body += chunk
                 self.buffered += len(chunk)
+                self.held[who] += len(chunk)
                 if not message.get("more_body"):
                     return None
         text = f"the request body did not arrive within {self.body_timeout:g} seconds"
@@ -173,15 +197,16 @@ class ValidatingApp:
         with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT):
             await self.app({**scope, "headers": headers}, receive, discard)
 
-    def _admitted(self, scope: Scope) -> bool:
-        """Whether the request carries a known token (always, without ``--token-file``): the
-        body of a request that does not is never read; the SDK refuses it with 401."""
+    def _admitted(self, scope: Scope) -> str | None:
+        """The client id of the known token the request carries (``""`` without *tokens*), or
+        ``None``: the body of a request without one is never read; the SDK refuses it (401)."""
         if self.tokens is None:
-            return True
+            return ""
         for key, value in scope.get("headers", ()):
             if key.lower() == b"authorization" and value[:7].lower() == b"bearer ":
-                return self.tokens.find(value[7:].decode("latin-1")) is not None
-        return False
+                grant = self.tokens.find(value[7:].decode("latin-1"))
+                return None if grant is None else grant.client_id
+        return None
 
     def _check(self, body: bytes) -> tuple[dict[str, Any] | None, object]:
         """The refusal of *body* (``None``: none) and the message it holds."""

@@ -24,7 +24,16 @@ from mcp.shared.exceptions import MCPError
 
 from ._auth import Tokens
 
-__all__ = ["BODY_BYTES", "BODY_TIMEOUT", "TOO_BUSY", "CallCaps", "HttpLimits", "SessionCaps"]
+__all__ = [
+    "BODY_BYTES",
+    "BODY_TIMEOUT",
+    "TOKEN_BODIES",
+    "TOKEN_BODY_BYTES",
+    "TOO_BUSY",
+    "CallCaps",
+    "HttpLimits",
+    "SessionCaps",
+]
 
 TOO_BUSY = -32000
 """The JSON-RPC error code (implementation-defined server error) of a call beyond a cap."""
@@ -32,8 +41,15 @@ TOO_BUSY = -32000
 BODY_TIMEOUT = 30.0
 """Seconds a request body may take to arrive, in total (beyond: ``408``)."""
 
-BODY_BYTES = 64 * 1024 * 1024
-"""Bytes of request bodies being read at once, all requests together (beyond: ``503``)."""
+TOKEN_BODY_BYTES = 16 * 1024 * 1024
+"""Bytes of request bodies being read at once for one token (beyond: ``503`` to that token)."""
+
+TOKEN_BODIES = 4
+"""Request bodies being read at once for one token (beyond: ``503`` to that token)."""
+
+BODY_BYTES = 8 * TOKEN_BODY_BYTES
+"""Bytes of request bodies being read at once, all tokens together (beyond: ``503``): a backstop
+eight tokens' shares wide, so one token's slow bodies cannot lock the others out."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -51,6 +67,8 @@ class HttpLimits:
     calls_per_token: int = 64
     body_timeout: float = BODY_TIMEOUT
     body_bytes: int = BODY_BYTES
+    token_body_bytes: int = TOKEN_BODY_BYTES
+    token_bodies: int = TOKEN_BODIES
 
 
 class CallCaps:

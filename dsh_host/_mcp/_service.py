@@ -22,8 +22,8 @@ import trio
 from mcp.server.lowlevel import NotificationOptions
 
 from ._auth import TokenFileError, Tokens, read_token_file
-from ._gentoken import generate_token_file
 from ._limits import HttpLimits, SessionCaps
+from ._listen import bound_port, hypercorn_config, listen, made_token
 from ._server import CALL_GROUP, CallGroup, McpService, annotations_for, content_to_mcp
 from ._wire import DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LINE, Wire
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+    from hypercorn.config import Sockets
     from mcp.server.transport_security import TransportSecuritySettings
 
     from .. import Host
@@ -184,6 +185,7 @@ async def serve_http(
     public: bool = False,
     limits: HttpLimits | None = None,
     service: McpService | None = None,
+    sockets: Sockets | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MCP over streamable HTTP at *bind* (``HOST:PORT``), path ``/mcp``, until cancelled.
@@ -193,16 +195,21 @@ async def serve_http(
     *limits* caps each token's sessions and calls and the bodies being read (`HttpLimits`).
     ``task_status.started`` receives the bound addresses (port 0 picks a free port). A loopback
     *bind* serves only requests whose Host and Origin name this machine (DNS-rebinding
-    protection); any other is refused unless *public* (see `parse_bind`).
+    protection); any other is refused unless *public* (see `parse_bind`). *sockets* already
+    listening at *bind* (`listen`) are served, else *bind* is bound first (`ValueError` if it
+    cannot be: the address is in use, say).
     """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
     from mcp.server.auth.settings import AuthSettings
     from pydantic import AnyHttpUrl
 
     from ._http import ValidatingApp
 
     address, port = parse_bind(bind, public)
+    config = hypercorn_config(address, port)
+    sockets = sockets if sockets is not None else listen(address, port)
+    port = bound_port(sockets)
     service = service or McpService(host, list_all=list_all, tokens=tokens, limits=limits)
     limits = service.limits
     spelled = f"[{address}]" if ":" in address else address
@@ -218,14 +225,16 @@ async def serve_http(
     capped = SessionCaps(sdk_app, tokens, limits)
     app = ValidatingApp(
         capped, max_body=max_body, tokens=tokens, body_timeout=limits.body_timeout,
-        body_bytes=limits.body_bytes,
+        body_bytes=limits.body_bytes, token_body_bytes=limits.token_body_bytes,
+        token_bodies=limits.token_bodies,
     )  # fmt: skip
-    config = Config()
-    config.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    async with _on_tool_changes(host, service.http_sessions.tools_changed):
-        await hypercorn_serve(app, config, mode="asgi", task_status=task_status)  # type: ignore[arg-type]
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]
+    try:
+        async with _on_tool_changes(host, service.http_sessions.tools_changed):
+            await worker_serve(wrapped, config, sockets=sockets, task_status=task_status)
+    finally:
+        for sock in sockets.insecure_sockets:
+            sock.close()
 
 
 @contextlib.asynccontextmanager
@@ -280,16 +289,8 @@ async def _until_interrupt(serving: Callable[[], Awaitable[None]]) -> bool:
     return interrupted
 
 
-def _http_tokens(token_file: str | None, port: int) -> tuple[Tokens, str | None]:
-    """The tokens of *token_file*; without one, a new token written for *port*, and its file."""
-    if token_file is not None:
-        return read_token_file(token_file), None
-    path, tokens = generate_token_file(port)
-    return tokens, path
-
-
 async def _serve_http_telling(
-    host: Host, args: argparse.Namespace, service: McpService, made: str | None
+    host: Host, args: argparse.Namespace, service: McpService, made: str | None, sockets: Sockets
 ) -> None:
     """`serve_http` as ``args`` say; once it listens, one line on stderr says where, and how a
     client sends the token made in *made* (if one was)."""
@@ -298,7 +299,7 @@ async def _serve_http_telling(
     assert service.tokens is not None  # every --http client authenticates
     serving = partial(
         serve_http, host, args.http, max_body=args.max_message_bytes, public=args.public,
-        tokens=service.tokens, service=service,
+        tokens=service.tokens, service=service, sockets=sockets,
     )  # fmt: skip
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(serving)
@@ -323,13 +324,15 @@ def run_serve_command(
         raise usage_error(
             f"--max-message-bytes must be at least 1024, not {args.max_message_bytes}"
         )
-    tokens, made = None, None
+    tokens: Tokens | None = None
+    bind: tuple[str, int] | None = None
     if args.token_file is not None and args.http is None:
         raise usage_error("--token-file authenticates --http clients: give --http HOST:PORT")
     if args.http is not None:
         try:
-            _, port = parse_bind(args.http, args.public, token_file=args.token_file is not None)
-            tokens, made = _http_tokens(args.token_file, port)
+            bind = parse_bind(args.http, args.public, token_file=args.token_file is not None)
+            if args.token_file is not None:
+                tokens = read_token_file(args.token_file)
         except (ValueError, TokenFileError) as exc:
             raise usage_error(str(exc)) from None
     if args.workspace is not None:
@@ -351,14 +354,43 @@ def run_serve_command(
                 raise usage_error(f"--token-file {args.token_file}: {exc}") from None
 
             async def serving() -> None:
-                if args.http is not None:
-                    await _serve_http_telling(host, args, service, made)
+                if sockets is not None:
+                    await _serve_http_telling(host, args, service, made, sockets)
                 else:
                     await serve_stdio(host, max_line=args.max_message_bytes, service=service)
 
             return await _until_interrupt(serving)
 
-    if trio.run(serve):
-        sys.stderr.write("dsh mcp serve: interrupted\n")
-        return 130
+    with _listening(args, bind, usage_error) as (sockets, made, made_tokens):
+        tokens = tokens or made_tokens
+        if trio.run(serve):
+            sys.stderr.write("dsh mcp serve: interrupted\n")
+            return 130
     return 0
+
+
+@contextmanager
+def _listening(
+    args: argparse.Namespace, bind: tuple[str, int] | None, usage_error: type[Exception]
+) -> Iterator[tuple[Sockets | None, str | None, Tokens | None]]:
+    """With ``--http`` (*bind*): the sockets listening there and, without ``--token-file``, the
+    file and tokens of a token made for the port bound (the file is removed at exit). The port
+    is bound first: a failure is a usage error that touches no token file."""
+    if bind is None:
+        yield None, None, None
+        return
+    try:
+        sockets = listen(*bind)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
+    with contextlib.ExitStack() as stack:
+        for sock in sockets.insecure_sockets:
+            stack.callback(sock.close)
+        if args.token_file is not None:
+            yield sockets, None, None
+            return
+        try:
+            made, tokens = stack.enter_context(made_token(bound_port(sockets)))
+        except TokenFileError as exc:
+            raise usage_error(str(exc)) from None
+        yield sockets, made, tokens

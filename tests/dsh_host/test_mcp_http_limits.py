@@ -3,6 +3,7 @@ request body may take (security review #2 and #3). Small caps are injected (`Htt
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 from functools import partial
@@ -232,6 +233,68 @@ async def test_bodies_held_at_once_are_bounded(autojump_clock):
     assert replies["third"] == []  # passed on to the SDK (here: a stub that answers nothing)
 
 
+def _scope_of(token: str):
+    return {**_scope(), "headers": [(b"authorization", f"Bearer {token}".encode())]}
+
+
+async def test_one_token_saturating_its_body_share_does_not_refuse_another(
+    tmp_path, autojump_clock
+):
+    """Each token has its own share of bodies being read (bytes, and bodies at once): a token
+    that fills its share is refused (503); another token's bodies are still read (second
+    security review: one read-only token's five slow bodies made every initialize 503)."""
+    app, seen = _validating(
+        tokens=_tokens(tmp_path), body_bytes=1000, token_body_bytes=100, token_bodies=2
+    )
+    replies: dict[str, list] = collections.defaultdict(list)
+
+    def sender(name):
+        async def send(message):
+            replies[name].append(message)
+
+        return send
+
+    with trio.move_on_after(3600):  # a bound: without the timeout the slow ones wait for ever
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x" * 80), sender("x"))
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x"), sender("y"))
+            await trio.testing.wait_all_tasks_blocked()
+            await app(_scope_of(FULL), await _slow_body(b"x" * 10), sender("big"))
+            nursery.start_soon(app, _scope_of(OTHER), await _slow_body(b"z" * 30), sender("z"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert app.buffered == 111
+            body = json.dumps(PING).encode()
+
+            async def whole():
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await app(_scope_of(OTHER), whole, sender("whole"))
+            assert replies["whole"] == []  # read and passed on to the SDK (a silent stub)
+            assert seen[-1]["body"] == body
+    assert replies["big"][0]["status"] == 503
+    assert b"this token has 2 request bodies being read" in replies["big"][1]["body"]
+    assert app.buffered == 0
+    assert not app.held
+    assert not app.reading
+
+
+async def test_a_token_over_its_share_of_body_bytes_is_refused(tmp_path, autojump_clock):
+    app, _ = _validating(tokens=_tokens(tmp_path), body_bytes=1000, token_body_bytes=100)
+    replies: list = []
+
+    async def send(message):
+        replies.append(message)
+
+    with trio.move_on_after(3600):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app, _scope_of(FULL), await _slow_body(b"x" * 80), send)
+            await trio.testing.wait_all_tasks_blocked()
+            await app(_scope_of(FULL), await _slow_body(b"x" * 80), send)
+            assert replies[0]["status"] == 503
+            assert b"this token's request bodies" in replies[1]["body"]
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_slow_client_on_a_socket_is_cut_off(make_host, tmp_path, autojump_clock):
     """The whole server, a client socket that sends 10 bytes of a 1000-byte body and stops:
     it is answered 408 when the body timeout passes (time is trio's MockClock)."""
@@ -256,3 +319,29 @@ async def test_a_slow_client_on_a_socket_is_cut_off(make_host, tmp_path, autojum
         nursery.cancel_scope.cancel()
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert 30 <= waited < 31
+
+
+async def test_a_body_without_a_known_token_is_never_read(make_host, tmp_path, autojump_clock):
+    """A request with an unknown token that sends 10 bytes of a 1000-byte body and stops is
+    answered 401 at once: its body is not waited for (nor counted in any budget)."""
+    host = make_host()
+    async with trio.open_nursery() as nursery:
+        serving = partial(serve_http, tokens=_tokens(tmp_path), limits=_limits(body_timeout=30))
+        bound = await nursery.start(serving, host, "127.0.0.1:0")
+        port = int(bound[0].rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        head = (
+            "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            "authorization: Bearer not-a-known-token-0123456789\r\ncontent-length: 1000\r\n\r\n"
+        )
+        start = trio.current_time()
+        await stream.send_all(head.encode() + b'{"jsonrpc"')
+        answer = b""
+        with trio.move_on_after(3600):  # a bound: no answer would come if the body were awaited
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive_some(4096)
+        waited = trio.current_time() - start
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    assert answer.startswith(b"HTTP/1.1 401"), answer
+    assert waited < 1

@@ -4,6 +4,7 @@ a token is made in a private file (security review: any local user could call to
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -41,19 +42,25 @@ async def _serving_line(process: trio.Process) -> str:
     return line
 
 
-async def test_loopback_http_without_a_token_file_needs_the_made_token(tmp_path):
-    """``--http 127.0.0.1:P`` alone: a request without the token is 401; the token is in a new
-    0600 file (in a 0700 directory) that stderr names, and it works."""
-    state = tmp_path / "state"
+async def _start(state, bind: str) -> trio.Process:
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
     argv = [sys.executable, "-m", "dsh_host", "mcp", "serve", "--no-entrypoints"]
-    process = await trio.lowlevel.open_process(
-        [*argv, "--http", "127.0.0.1:0"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    return await trio.lowlevel.open_process(
+        [*argv, "--http", bind], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
     )
+
+
+async def test_loopback_http_without_a_token_file_needs_the_made_token(tmp_path):
+    """``--http 127.0.0.1:0`` alone: a request without the token is 401; the token is in a new
+    0600 file (in a 0700 directory) named for the port bound, that stderr names, and it works."""
+    state = tmp_path / "state"
+    process = await _start(state, "127.0.0.1:0")
     try:
         line = await _serving_line(process)
         url = line.split("serving ", 1)[1].split(";", 1)[0]
-        path = state / "dsh" / "mcp-http" / "0.token"
+        port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+        assert port != 0
+        path = state / "dsh" / "mcp-http" / f"{port}.token"
         assert f'"Authorization: Bearer $(cat {path})"' in line
 
         def client():
@@ -73,6 +80,61 @@ async def test_loopback_http_without_a_token_file_needs_the_made_token(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert len(path.read_text().strip()) >= 43  # secrets.token_urlsafe(32)
+
+
+async def test_a_second_server_on_a_used_port_leaves_the_first_one_s_token(tmp_path):
+    """Second security review: a second ``dsh mcp serve --http`` on a port in use overwrote the
+    running server's token file (its clients then got 401), then failed with "internal error".
+    Now the port is bound first: the second says "address in use" and touches no file; the
+    first's token goes on working; at exit (Ctrl-C) the first removes its file."""
+    state = tmp_path / "state"
+    first = await _start(state, "127.0.0.1:0")
+    try:
+        line = await _serving_line(first)
+        url = line.split("serving ", 1)[1].split(";", 1)[0]
+        port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+        path = state / "dsh" / "mcp-http" / f"{port}.token"
+        token = path.read_text()
+        second = await _start(state, f"127.0.0.1:{port}")
+        assert second.stderr is not None
+        told = b""
+        async for chunk in second.stderr:
+            told += chunk
+        assert await second.wait() == 2, told
+        assert path.read_text() == token
+
+        def client():
+            auth = {**HEADERS, "authorization": f"Bearer {token.strip()}"}
+            with httpx2.Client(timeout=30) as http:
+                return http.post(url, headers=auth, json=OPEN)
+
+        answer = await trio.to_thread.run_sync(client)
+        first.send_signal(signal.SIGINT)
+        assert await first.wait() == 130
+    finally:
+        first.kill()
+        await first.wait()
+    assert b"address in use" in told, told
+    assert b"internal error" not in told
+    assert answer.status_code == 200
+    assert not path.exists()  # removed at exit
+    assert os.listdir(path.parent) == []
+
+
+def test_the_made_token_file_is_removed_only_while_it_is_this_run_s(tmp_path):
+    from dsh_host._mcp._listen import made_token
+
+    with made_token(8765, tmp_path) as (path, _), open(path) as file:
+        assert file.read().strip()
+    assert not os.path.exists(path)
+    first, later = made_token(8765, tmp_path), made_token(8765, tmp_path)
+    path, _ = first.__enter__()
+    again, _ = later.__enter__()
+    assert again == path  # a later start's file replaced the first's
+    first.__exit__(None, None, None)
+    assert os.path.exists(again)  # the later one's: not the first's to remove
+    later.__exit__(None, None, None)
+    assert not os.path.exists(again)
 
 
 def test_the_made_token_is_new_each_start_and_replaces_the_file(tmp_path):
