@@ -39,7 +39,7 @@ from ._stage import (
     _Stage,
 )
 from ._trio_internals import cancel_status
-from ._verify import context_violations, invalid
+from ._verify import content_violations, context_violations, invalid
 
 if TYPE_CHECKING:
     pass
@@ -214,12 +214,17 @@ class _Finish(_Chains):
             ):
                 result = aborted(True, result.additional_contexts)
             return result
+        blocked = type(decision) is Block
+        content = decision.feedback if blocked else decision.content
+        found = (
+            [] if content is None else content_violations(content, ("content", "feedback")[blocked])
+        )
         if decision.additional_contexts:
-            found = context_violations(decision.additional_contexts)
-            if found:
-                producer = f"plugin {who!r} (dsh_tool_post_execute)"
-                return invalid(producer, found, decided_by=who)
-        if type(decision) is Block:
+            found += context_violations(decision.additional_contexts)
+        if found:  # blocks set around their validators (a forged image) never reach the model
+            producer = f"plugin {who!r} (dsh_tool_post_execute)"
+            return invalid(producer, found, decided_by=who)
+        if blocked:
             message = (
                 content_text(decision.feedback) or "tool result blocked by post-execute policy"
             )

@@ -19,7 +19,7 @@ from .._model._json import freeze
 from .._model._outcomes import failure
 from .._model._values import HookContext, ImageBlock, TextBlock, ToolExecutionResult, ToolFailure
 
-__all__ = ["checked", "context_violations", "invalid", "violations"]
+__all__ = ["checked", "content_violations", "context_violations", "invalid", "violations"]
 
 
 def _string(value: Any, where: str, out: list[str], *, optional: bool = False) -> None:
@@ -56,6 +56,13 @@ def _contexts(contexts: Any, where: str, out: list[str]) -> None:
             continue
         _content(context.content, f"{where}[{i}].content", out)
         _string(context.source, f"{where}[{i}].source", out)
+
+
+def content_violations(content: Any, where: str = "content") -> list[str]:
+    """Everything wrong with a tuple of content blocks (empty when it is sound)."""
+    out: list[str] = []
+    _content(content, where, out)
+    return out
 
 
 def context_violations(contexts: Any, where: str = "additional_contexts") -> list[str]:

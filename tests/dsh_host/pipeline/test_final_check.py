@@ -8,6 +8,7 @@ import pytest
 
 from dsh_host import (
     Accept,
+    Block,
     HookContext,
     ImageBlock,
     TextBlock,
@@ -58,7 +59,7 @@ BAD_RESULTS = {
 
 def _image(mime_type: str, data: str = "aGk=") -> ImageBlock:
     """An image block whose fields were set around its validators."""
-    block = ImageBlock("iVBORw0KGgo=", "image/png")
+    block = ImageBlock("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", "image/png")
     object.__setattr__(block, "mime_type", mime_type)
     object.__setattr__(block, "data", data)
     return block
@@ -142,6 +143,27 @@ async def test_a_post_execute_context_with_a_bad_source_names_the_plugin(make_ho
     assert "additional_contexts[0].source" in result.error.message
 
 
+@pytest.mark.parametrize("decision", ["accept", "block"])
+async def test_post_execute_content_set_around_its_validators_is_caught(make_host, decision):
+    # Only a body's and a wrapper's results were checked: an image a post-execute plugin forged
+    # (not base64, a PDF) reached the caller through Accept(content=...) or Block(feedback=...).
+    class Post:
+        name = "post"
+
+        @hookimpl
+        def dsh_tool_post_execute(self, execution, result):
+            forged = [_image("application/pdf", "not base64 !!!")]
+            return Accept(content=forged) if decision == "accept" else Block(feedback=forged)
+
+    async def body(args: Any) -> str:
+        return "fine"
+
+    tool = define_tool(name="t", description="", parameters={}, execute=body)
+    result = await make_host(Post(), tools=[tool]).call("t", {})
+    assert (result.code, result.decided_by) == ("INVALID_TOOL_OUTPUT", "post")
+    assert "mime_type must be one of" in result.error.message
+
+
 async def test_sound_results_from_bodies_and_wrappers_pass_unchanged(make_host):
     good = ToolExecutionResult(
         content="x", additional_contexts=(HookContext("c", "me"),), meta={"k": [1, "\ud800"]}
@@ -161,11 +183,12 @@ async def test_sound_results_from_bodies_and_wrappers_pass_unchanged(make_host):
     ("data", "mime_type"),
     [("aGk=", "application/pdf"), ("aGk=", "image/svg+xml"), ("not base64!", "image/png"),
      ("aGk", "image/png"), ("aG\nk=", "image/png"), ("aGk=", "image/png"),
-     ("iVBORw0KGgo=", "image/jpeg"), ("AAAAAAAAAAAAAAAA", "image/png")],
+     ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", "image/jpeg"), ("AAAAAAAAAAAAAAAA", "image/png"),
+     ("iVBORw0KGgoAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "image/png")],  # a signature, then zeros
 )  # fmt: skip
 def test_an_image_no_provider_takes_is_refused_when_made(data: str, mime_type: str) -> None:
     # A tool's image with bad base64 crashed a pydantic-ai run; a PDF went out as an "image";
     # bytes that are not of the type they claim (zeros as a PNG) make a provider refuse it.
     with pytest.raises(ValueError, match="ImageBlock"):
         ImageBlock(data, mime_type)
-    assert ImageBlock("UklGRgAAAABXRUJQVlA4IA==", "image/webp").mime_type == "image/webp"
+    assert ImageBlock("UklGRgAAAABXRUJQVlA4IAAAAAAAAAAA", "image/webp").mime_type == "image/webp"
