@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
 
 from .._model._errors import PluginFailure, ToolNotFoundError
 from .._model._json import freeze
@@ -54,6 +56,8 @@ from ._answers import (
 from ._gate_now import Prepared, _GateLater, _GateNow, _note, _passed
 
 __all__ = ["Prepared", "_Gate", "_GateLater"]
+
+_CUT: Final = object()  # `_gate`: no answer, the signal's abort cut a stage short
 
 
 class _Gate(_GateNow):
@@ -174,12 +178,21 @@ class _Gate(_GateNow):
         short, and the call ends ``ABORTED_BEFORE_DISPATCH`` (an approval so cut short is
         ``cancelled``)."""
         signal = execution.__dict__.get("signal")
+        prepared: Any = _CUT
         if signal is None or signal._inert:  # nobody outside the pipeline can abort it
-            return await self._stages(execution, trace, plan, report, later)
-        base = None if later is None or later.chain is None else later.chain.base
-        with Following(signal, base):  # below a link that already began, if one did
-            return await self._stages(execution, trace, plan, report, later)
-        return Prepared(execution, aborted(False))  # the signal's abort cut a stage short
+            prepared = await self._stages(execution, trace, plan, report, later)
+        else:
+            base = None if later is None or later.chain is None else later.chain.base
+            with Following(signal, base):  # below a link that already began, if one did
+                prepared = await self._stages(execution, trace, plan, report, later)
+            if prepared is _CUT:
+                return Prepared(execution, aborted(False))  # the signal's abort cut a stage short
+        if prepared is None or prepared.result is None:
+            # A hook waited: its caller may have been cancelled meanwhile, with no checkpoint
+            # since (an approver that answered at once). The body must not start then.
+            await trio.lowlevel.checkpoint_if_cancelled()
+        done: Prepared | None = prepared
+        return done
 
     async def _stages(
         self,

@@ -153,6 +153,40 @@ async def test_a_cancelled_trio_caller_still_gets_its_observer_round(
     assert trio.current_time() == pytest.approx(5)
 
 
+async def test_a_body_never_starts_after_its_caller_was_cancelled_while_it_was_asked(
+    make_host, autojump_clock
+):
+    # The approver cancelled the caller, then allowed at once: nothing checked the cancellation
+    # between the gate and the body, so an async body ran up to its first await.
+    ran: list[str] = []
+    scope = trio.CancelScope()
+
+    class CancelsThenAllows:
+        name = "cancels"
+
+        @hookimpl
+        async def dsh_tool_approve(self, request):
+            await trio.sleep(0)  # a hook that waited
+            scope.cancel()
+            return ApprovalOutcome.ALLOWED_ONCE
+
+    async def body(args: Any) -> str:
+        ran.append("body")  # a side effect before the body's first await
+        await trio.sleep(0)
+        return "done"
+
+    tool = define_tool(name="act", description="", parameters={}, execute=body)
+    observer = Observer()
+    host = make_host(observer, AskAlways(), CancelsThenAllows(), tools=[tool])
+    with scope:
+        await host.call("act", {}, call_id="c")
+    assert scope.cancelled_caught
+    assert ran == []
+    assert observer.seen == [
+        ("c", "ABORTED_BEFORE_DISPATCH", ApprovalOutcome.ALLOWED_ONCE, "cancels")
+    ]
+
+
 async def test_the_round_of_a_cancelled_call_is_bounded(make_host, autojump_clock):
     class Hangs:
         name = "hangs"
