@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import binascii
+import re
 from collections.abc import Iterable
 from typing import Any, Final, Literal, TypeAlias, final
 
@@ -67,20 +68,20 @@ def image_problem(data: object, mime_type: object) -> str | None:
         binascii.a2b_base64(data, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         return f"data is not strict base64 ({exc})"
-    if not any(head.startswith(magic) for magic in _MAGIC[mime_type]) or (
-        mime_type == "image/webp" and head[8:12] != b"WEBP"
-    ):
-        return f"data is not a {mime_type.removeprefix('image/')} image (its first bytes say not)"
+    if _HEADERS[mime_type].match(head) is None:
+        return f"data is not a {mime_type.removeprefix('image/')} image (its header says not)"
     return None
 
 
-_MAGIC: Final = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "image/webp": (b"RIFF",),
+_HEADERS: Final = {
+    "image/png": re.compile(rb"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR.{13}", re.DOTALL),
+    "image/jpeg": re.compile(rb"\xff\xd8\xff[\xc0-\xfe]..", re.DOTALL),
+    "image/gif": re.compile(rb"GIF8[79]a.{7}", re.DOTALL),
+    "image/webp": re.compile(rb"RIFF.{4}WEBPVP8[ LX].{8}", re.DOTALL),
 }
-"""How each type's files begin (a WebP's ``WEBP`` follows at byte 8)."""
+"""How each type's files begin: PNG's signature and its IHDR chunk, JPEG's start of image
+and a first marker, GIF's signature and screen descriptor, WebP's RIFF header and first
+chunk (a body of zeros behind a signature alone is no image)."""
 
 
 def _image(instance: ImageBlock, attribute: attrs.Attribute[Any], value: str) -> None:

@@ -802,13 +802,15 @@ def test_render_generic_call_card_with_kind_locations_and_images():
     view = GenericCallView(
         title="Read a.py",
         kind=ToolCallKind.READ,
-        content=[ImageBlock(data="iVBORw0KGgo=", mime_type="image/png")],
+        content=[
+            ImageBlock(data="iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", mime_type="image/png")
+        ],
         locations=[FileLocation("a.py", 3), FileLocation("b.py")],
         raw_input={"path": "a.py"},
     )
     assert render_call(view, Style(unicode=False)) == [
         "* Read a.py (read)",
-        "  [image: image/png, 12 base64 characters]",
+        "  [image: image/png, 44 base64 characters]",
         "  @ a.py:3",
         "  @ b.py",
         "  {",

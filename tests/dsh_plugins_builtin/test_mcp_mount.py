@@ -456,7 +456,11 @@ def test_a_servers_image_no_provider_takes_is_left_out_with_a_note():
         content=[
             types.ImageContent(type="image", data="not base64!", mime_type="image/png"),
             types.ImageContent(type="image", data="aGk=", mime_type="application/pdf"),
-            types.ImageContent(type="image", data="iVBORw0KGgo=", mime_type="image/png"),
+            types.ImageContent(
+                type="image",
+                data="iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA",
+                mime_type="image/png",
+            ),
         ]
     )
     bad_data, bad_type, good = content_blocks(result, "srv")
@@ -464,4 +468,4 @@ def test_a_servers_image_no_provider_takes_is_left_out_with_a_note():
     assert "an image from srv was left out: data is not strict base64" in bad_data.text
     assert isinstance(bad_type, TextBlock)
     assert "application/pdf" in bad_type.text
-    assert good == ImageBlock("iVBORw0KGgo=", "image/png")
+    assert good == ImageBlock("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", "image/png")

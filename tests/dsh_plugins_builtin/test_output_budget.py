@@ -290,7 +290,7 @@ async def test_a_subclass_of_guards_that_replaces_content_is_still_bounded(make_
 
 
 async def test_images_are_kept_and_text_blocks_are_joined(make_host, tmp_path):
-    image = ImageBlock("iVBORw0KGgo=", "image/png")
+    image = ImageBlock("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", "image/png")
     content = [TextBlock("a" * 3000), image, TextBlock("b" * 3000)]
     host = make_host(OutputBudgetPlugin(), tools=[returns(content)], config=budget(tmp_path))
     result = await host.call("big", {})

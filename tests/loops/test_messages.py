@@ -17,7 +17,11 @@ class Tools:
         register(make_echo())
 
         async def picture(args, ctx):
-            return [ImageBlock(data="iVBORw0KGgo=", mime_type="image/png")]
+            return [
+                ImageBlock(
+                    data="iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA", mime_type="image/png"
+                )
+            ]
 
         register(
             dsh_host.define_tool(
@@ -58,7 +62,7 @@ async def test_anthropic_tool_use_blocks_become_tool_results():
         {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
          "content": [{"type": "text", "text": "Error: no rm"}]},
         {"type": "tool_result", "tool_use_id": "toolu_3", "is_error": False,
-         "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+         "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAAAAAAA"}}]},
     ]  # fmt: skip
     json.dumps(out)  # plain JSON, ready to send
 
