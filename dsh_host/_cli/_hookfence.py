@@ -250,9 +250,57 @@ def _pattern_base(tool: str, tool_input: Any, workspace: str) -> list[str]:
         root = os.path.dirname(os.path.normpath("/".join(parts))) or "/"
     else:
         root = os.path.normpath("/".join(parts[:cut]) or "/")
-        for _ in range(sum(".." in part for part in parts[cut:])):
+        for _ in range(sum(_may_climb(part) for part in parts[cut:])):
             root = os.path.dirname(root)
     return [] if Path(root).is_relative_to(os.path.normpath(search)) else [root]
+
+
+_CLASS = re.compile(r"\[!?\]?[^]]*\]")  # a bracket expression: `[.]`, `[!a]`, `[].]`
+
+
+def _may_climb(segment: str) -> bool:
+    """Whether a segment of a glob may match ``..`` (or hold one): as written, or once its
+    braces are expanded (`.{.,}`, `{..,x}`) and each bracket expression that can match a dot
+    taken as one (`.[.]`). A brace that cannot be expanded within bounds counts as climbing."""
+    if ".." in segment:
+        return True
+    dotted = _CLASS.sub(lambda m: "." if _class_has_dot(m.group()) else "x", segment)
+    return any(".." in one for one in _braces(dotted, 256)) if "{" in dotted else ".." in dotted
+
+
+def _class_has_dot(expression: str) -> bool:
+    """Whether a bracket expression may match ``.`` (a range, ``[+-/]``, is taken to)."""
+    inside = expression[1:-1]
+    if inside[:1] in ("!", "^"):
+        return "." not in inside[1:] or "-" in inside[1:]
+    return "." in inside or "-" in inside
+
+
+def _braces(text: str, budget: int) -> list[str]:
+    """*text* with its braces expanded (a ``..`` where more than *budget* alternatives)."""
+    start = text.find("{")
+    if start == -1:
+        return [text]
+    depth, parts, mark = 0, [], start + 1
+    for at in range(start, len(text)):
+        char = text[at]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                parts.append(text[mark:at])
+                head, tail = text[:start], text[at + 1 :]
+                out: list[str] = []
+                for part in parts:
+                    out += _braces(head + part + tail, budget)
+                    if len(out) > budget:
+                        return [".."]
+                return out
+        elif char == "," and depth == 1:
+            parts.append(text[mark:at])
+            mark = at + 1
+    return [".."]  # an unclosed brace: may be read either way
 
 
 def _entries(root: str) -> Iterator[tuple[str, bool]]:

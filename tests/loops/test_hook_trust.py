@@ -224,6 +224,9 @@ def test_a_url_that_is_not_a_string_is_allowed_by_no_domain_rule(project, capsys
         {"pattern": "../secrets/key", "path": "docs"},
         {"pattern": "..\\/secrets/*", "path": "docs"},  # a glob escape: `\/` is `/`
         {"pattern": "\\.\\./secrets/*", "path": "docs"},
+        {"pattern": ".{.,}/secrets/*", "path": "docs"},  # braces that spell `..`
+        {"pattern": ".[.]/secrets/*", "path": "docs"},  # a bracket expression that does
+        {"pattern": "{..,x}/secrets/*", "path": "docs"},
     ],
 )
 def test_a_glob_pattern_is_judged_where_it_climbs_to(project, capsys, monkeypatch, tool_input):
