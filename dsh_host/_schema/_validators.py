@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 
 from .._model._errors import JsonSchemaError
 from .._model._json import FrozenDict, JsonInputError, parse_json, thaw
+from ._cost import check_cost
 
 __all__ = ["Validator", "compile_accepts", "compile_parameters"]
 
@@ -254,6 +255,7 @@ def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
     except jsonschema.SchemaError as exc:
         what = "parameters" if root == "arguments" else f"the {root} schema"
         raise JsonSchemaError([f"{what} is not a valid JSON Schema: {exc.message}"]) from None
+    check_cost(schema, "parameters" if root == "arguments" else f"the {root} schema")
     checker = cls.TYPE_CHECKER.redefine(
         "array", lambda _checker, value: isinstance(value, list | tuple)
     )

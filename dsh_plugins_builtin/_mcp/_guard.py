@@ -14,7 +14,11 @@ the call waiting for its timeout. `Guard` sits between the transport and the ses
 - a ``tools/call`` answer that is not a valid result, a line over the bound (`Oversized`) and
   any other malformed answer become, at once, a JSON-RPC error for that request with code
   `BAD_RESULT`, naming the server and the tool;
-- a line that is not JSON, or a message that answers nothing, is dropped and noted;
+- a line that is not JSON, or a message that answers nothing, is dropped and noted; an
+  answer whose id is not spelt as dsh sent it (``"7"`` or ``" 7"`` for ``7``, which the SDK
+  would take for ``7``) never reaches the session: it ends that request at once with
+  ``BAD_RESULT`` (`Guard.answered`), so no answer the guard did not check is delivered; a
+  request the session gives up on (``notifications/cancelled``) is forgotten;
 - what the server sends unasked costs a bounded amount, whatever it sends: a notification never
   reaches the session (the SDK would start a task for each); ``tools/list_changed`` calls
   `Guard.on_list_changed` (the link's `_relist.Relister`, which folds any number into one
@@ -39,6 +43,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -121,9 +126,14 @@ class Guard:
         self.notes = [*self.notes[-(_NOTES - 1) :], printable(text)]
 
     def sent(self, message: Any) -> None:
-        """Note a message the session sends: a request's method (and tool)."""
+        """Note a message the session sends: a request's method (and tool); forget a request
+        the session gave up on."""
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-            self._asked.discard(message.id)
+            if message.id is not None:
+                self._asked.discard(coerce_request_id(message.id))
+        elif isinstance(message, types.JSONRPCNotification):
+            if message.method == "notifications/cancelled" and message.params:
+                self._pending.pop(message.params.get("requestId"), None)
         elif isinstance(message, types.JSONRPCRequest):
             params = message.params or {}
             tool = params.get("name") if message.method == "tools/call" else None
@@ -178,8 +188,10 @@ class Guard:
             item = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
         if "method" in item and not self._unasked(item):
             return []
-        request_id = item.get("id")
-        pending = self._pending.get(request_id) if isinstance(request_id, int | str) else None
+        request_id, exact = self.answered(item.get("id"))
+        if "method" not in item and not exact:
+            return self._misspelt(item.get("id"), request_id)
+        pending = self._pending.get(request_id) if "method" not in item else None
         if pending is not None and "method" not in item and "result" in item:
             try:
                 item = {**item, "result": self._result(pending[0], item["result"])}
@@ -204,8 +216,36 @@ class Guard:
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             self._pending.pop(message.id, None)
         elif isinstance(message, types.JSONRPCRequest):
-            self._asked.add(message.id)
+            self._asked.add(coerce_request_id(message.id))
         return [message]
+
+    def answered(self, request_id: Any) -> tuple[Any, bool]:
+        """The pending request an answer with id *request_id* is taken for (by the SDK, which
+        reads ``"7"`` as ``7``), or None; and whether the id is spelt exactly as it was sent."""
+        if type(request_id) is int and request_id in self._pending:
+            return request_id, True
+        key: Any = None
+        if isinstance(request_id, str):
+            try:
+                key = int(request_id)
+            except ValueError:
+                key = None
+        elif isinstance(request_id, bool | float):
+            key = request_id
+        if key is not None and key in self._pending:
+            return int(key), False
+        return None, False
+
+    def _misspelt(self, sent: Any, request_id: Any) -> list[types.JSONRPCMessage]:
+        """For an answer whose id *sent* is not one dsh sent: end *request_id*, the request the
+        SDK would take it for, at once; or drop it (it answers nothing)."""
+        if request_id is None:
+            self.note(
+                f"MCP server {self.server!r} sent an answer to no request (id {_shown(sent)})"
+            )
+            return []
+        what = f"an answer whose id {_shown(sent)} is not spelt as sent ({request_id})"
+        return [self._refuse(request_id, what)]
 
     def _unasked(self, item: dict[str, Any]) -> bool:
         """Whether to deliver *item*, a notification or request from the server (bounded)."""
@@ -216,7 +256,7 @@ class Guard:
                 self.dropped += 1
             return False
         request_id = item["id"]
-        again = isinstance(request_id, int | str) and request_id in self._asked
+        again = isinstance(request_id, int | str) and coerce_request_id(request_id) in self._asked
         if not again and len(self._asked) < MAX_ASKED:
             return True
         self.dropped += 1
@@ -253,7 +293,8 @@ class Guard:
                 ).id  # type: ignore[union-attr]
             except ValidationError:
                 request_id = None
-            if request_id in self._pending:
+            request_id = self.answered(request_id)[0]
+            if request_id is not None:
                 return [self._refuse(request_id, what, detail)]
         calls = [key for key, (method, _) in self._pending.items() if method == "tools/call"]
         return [

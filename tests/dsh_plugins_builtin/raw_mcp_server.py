@@ -26,7 +26,9 @@
   tools ``bP_N`` of 200,000 characters each (10 MB in all);
 - ``badnames``: lists ``esc`` (ESC, BEL and U+202E in a property name), ``zw`` (U+200B in a
   property name), ``enum`` (ESC and BEL in an enum value), ``bidi`` (U+202E and U+200B in a
-  ``required`` entry) and ``fine`` (the same characters only in a description).
+  ``required`` entry) and ``fine`` (the same characters only in a description);
+- ``strlist``: the badnames tools, answered with the id spelt as text (``" 1"`` for ``1``);
+- ``strcall``: ``tools/call`` is answered ``"result": [1, 2, 3]`` with the id spelt as text.
 """
 
 import json
@@ -78,7 +80,7 @@ def props(name, **extra):
 
 
 BAD = "a\x1b]0;PWN\x07\u202eb"
-PAGES = {
+PAGES: dict = {
     "many": [[tool(f"t{p}_{n}") for n in range(600)] for p in range(3)],
     "bigschema": [[tool("huge", inputSchema=big(300_000)), tool("fine")]]
     + [[tool(f"b{p}_{n}", inputSchema=big(200_000)) for n in range(5)] for p in range(10)],
@@ -91,7 +93,9 @@ PAGES = {
             tool("fine", inputSchema=props("text", description=BAD)),
         ]
     ],
-}.get(MODE, [TOOLS])
+}
+PAGES["strlist"] = PAGES["badnames"]
+PAGES = PAGES.get(MODE, [TOOLS])
 LISTED = [0]
 CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
@@ -119,7 +123,9 @@ def answer(request):
         result = {"tools": PAGES[page]}
         if page + 1 < len(PAGES):
             result["nextCursor"] = str(page + 1)
-        return send({"jsonrpc": "2.0", "id": rid, "result": result})
+        return send(
+            {"jsonrpc": "2.0", "id": f" {rid}" if MODE == "strlist" else rid, "result": result}
+        )
     if method == "tools/call":
         name = request["params"]["name"]
         if MODE == "hostile":  # an error message with the same characters
@@ -131,6 +137,8 @@ def answer(request):
             text = str(LISTED[0]) if name == "count" else name
             result = {"content": [{"type": "text", "text": text}]}
             return send({"jsonrpc": "2.0", "id": rid, "result": result})
+        if MODE == "strcall":
+            return send({"jsonrpc": "2.0", "id": str(rid), "result": [1, 2, 3]})
         if MODE == "malformed" and name == "echo":
             return send({"jsonrpc": "2.0", "id": rid, "result": [1, 2, 3]})
         if MODE == "malformed" and name == "shout":  # a terminal escape, and a long answer
