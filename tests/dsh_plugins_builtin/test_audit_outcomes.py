@@ -13,10 +13,11 @@ import pytest
 import trio
 
 import dsh_host.aio
-from dsh_host import AbortSignal, ApprovalOutcome, Ask, define_tool, hookimpl
+from dsh_host import AbortSignal, define_tool, hookimpl
 from dsh_plugins_builtin._audit._redact import arguments_json, safe_text
 from dsh_plugins_builtin.audit import AuditPlugin
 from tests.conftest import make_echo
+from tests.dsh_host.pipeline.test_cancelled_calls import Approver, AskAlways
 
 
 @pytest.fixture(autouse=True)
@@ -50,39 +51,13 @@ def rows(db: Path, *columns: str) -> list[tuple[Any, ...]]:
         connection.close()
 
 
-class AskAlways:
-    name = "asker"
-
-    @hookimpl
-    def dsh_tool_pre_execute(self, execution):
-        return Ask("look")
-
-
-class Approver:
-    """Answers by the call's text (see each case)."""
-
-    name = "approver"
-
-    @hookimpl
-    async def dsh_tool_approve(self, request):
-        text = request.execution.arguments.get("text")
-        if text == "crash":
-            raise ValueError("approver bug")
-        if text == "honour":  # waits for the abort, then says so
-            await request.signal.wait()
-            return ApprovalOutcome.CANCELLED
-        if text == "ignore":  # a person who never answers, and an approver deaf to the signal
-            await trio.sleep_forever()
-        return None if text == "nobody" else ApprovalOutcome(text)
-
-
 async def test_approved_by_is_what_the_approval_stage_recorded(make_host, db, plugin):
     host = make_host(plugin, AskAlways(), Approver(), tools=[make_echo()], config=config(db))
     await host.call("no_such_tool", {}, call_id="unknown")  # never put to an approver
     await host.call("echo", {"text": "crash"}, call_id="crashed")  # asked, no outcome
     await host.call("echo", {"text": "allowed-once"}, call_id="allowed")
     await host.call("echo", {"text": "rejected"}, call_id="rejected")
-    await host.call("echo", {"text": "nobody"}, call_id="nobody")
+    await host.call("echo", {"text": "none"}, call_id="none")
     signal = AbortSignal()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
@@ -95,7 +70,7 @@ async def test_approved_by_is_what_the_approval_stage_recorded(make_host, db, pl
         ("crashed", "PLUGIN_FAILED", "approver", None),
         ("allowed", "ok", None, "approver"),
         ("rejected", "DENIED", "approver", "approver"),
-        ("nobody", "DENIED", "asker", "unavailable"),
+        ("none", "DENIED", "asker", "unavailable"),
         ("aborted", "ABORTED_BEFORE_DISPATCH", None, "cancelled"),
     ]
 

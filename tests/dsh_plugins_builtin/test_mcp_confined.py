@@ -217,21 +217,20 @@ def test_a_confined_server_cannot_reach_a_host_socket_beside_it(
         daemon.close()
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
-def test_a_confined_server_runs_under_the_sandboxs_limits(tmp_path, backend):
-    # A mounted server ran with no rlimit and unsized tmpfs: what a command may not use, a
-    # hostile server could. Its first process now sets [plugin.sandbox.limits] before it starts.
+def _recording_server(tmp_path, backend, record, sandbox, env=None):
+    """A confined ``mcp_server_git`` whose first process runs *record* (in a workspace with a
+    writable ``scratch``) before it starts the server; its host's mcp plugin, started."""
     ws = tmp_path / "ws"
     (ws / "scratch").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    record = "cat /proc/self/limits > scratch/limits; df -B1 --output=size /dev/shm > scratch/shm"
     server = {
         "command": "sh",
         "args": ["-c", f'{record}; exec "$0" "$@"', sys.executable, "-m", "mcp_server_git"],
         "writable_roots": ["scratch"],
         "cwd": str(ws),
+        "env": env or {},
     }
-    sandbox = {"backend": backend, "limits": {"memory_mib": 900, "file_size_mib": 7}}
+    sandbox = {"backend": backend, **sandbox}
     if backend == "landlock":
         sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
     plugin = McpPlugin()
@@ -240,12 +239,22 @@ def test_a_confined_server_runs_under_the_sandboxs_limits(tmp_path, backend):
         "plugin": {"sandbox": sandbox, "mcp": {"servers": {"git": server}}},
     }
     Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    return ws, plugin
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_confined_server_runs_under_the_sandboxs_limits(tmp_path, backend):
+    # A mounted server ran with no rlimit and unsized tmpfs: what a command may not use, a
+    # hostile server could. Its first process now sets [plugin.sandbox.limits] before it starts.
+    record = "cat /proc/self/limits > scratch/limits; df -B1 --output=size /dev/shm > scratch/shm"
+    limits = {"limits": {"memory_mib": 900, "file_size_mib": 7}}
+    ws, plugin = _recording_server(tmp_path, backend, record, limits)
     try:
         status = plugin.status()["git"]
         assert status["status"] == "running", status
-        limits = (ws / "scratch" / "limits").read_text()
-        assert f"Max address space         {900 << 20}" in limits, limits
-        assert f"Max file size             {7 << 20}" in limits, limits
+        limits_seen = (ws / "scratch" / "limits").read_text()
+        assert f"Max address space         {900 << 20}" in limits_seen, limits_seen
+        assert f"Max file size             {7 << 20}" in limits_seen, limits_seen
         if backend == "bwrap":  # (Landlock refuses writes to /dev/shm altogether)
             assert int((ws / "scratch" / "shm").read_text().split()[-1]) <= 900 << 20
     finally:
@@ -259,34 +268,16 @@ def test_a_confined_server_gets_the_environment_a_command_gets(tmp_path, backend
     # named variable reached a server (and any model it runs commands for).
     monkeypatch.setenv("DEPLOY_PASS", "hunter2")
     monkeypatch.setenv("MY_TOOL_HOME", "wanted")
-    ws = tmp_path / "ws"
-    (ws / "scratch").mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    server = {
-        "command": "sh",
-        "args": ["-c", 'env > scratch/env; exec "$0" "$@"', sys.executable, "-m", "mcp_server_git"],
-        "writable_roots": ["scratch"],
-        "cwd": str(ws),
-        "env": {"SERVER_OWN": "given"},
-    }
-    sandbox = {"backend": backend, "env": {"include": ["MY_TOOL_HOME"]}}
-    if backend == "landlock":
-        sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
-    plugin = McpPlugin()
-    config = {
-        "host": {"workspace": str(ws)},
-        "plugin": {"sandbox": sandbox, "mcp": {"servers": {"git": server}}},
-    }
-    Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    env_table = {"env": {"include": ["MY_TOOL_HOME"]}}
+    ws, plugin = _recording_server(
+        tmp_path, backend, "env > scratch/env", env_table, env={"SERVER_OWN": "given"}
+    )
     try:
         assert plugin.status()["git"]["status"] == "running", plugin.status()
-        names = dict(
-            line.split("=", 1)
-            for line in (ws / "scratch" / "env").read_text().splitlines()
-            if "=" in line
-        )
+        text = (ws / "scratch" / "env").read_text()
+        names = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
         assert "DEPLOY_PASS" not in names  # not a core name: never inherited
-        assert "hunter2" not in (ws / "scratch" / "env").read_text()
+        assert "hunter2" not in text
         assert names.get("SERVER_OWN") == "given"  # the server's own env table
         assert names.get("MY_TOOL_HOME") == "wanted"  # [plugin.sandbox.env] include
         assert "PATH" in names
