@@ -244,28 +244,38 @@ def _pattern_base(tool: str, tool_input: Any, workspace: str) -> list[str]:
         return []
     search = claude_path(place, workspace)[0] if isinstance(place, str) else workspace
     pattern = re.sub(r"\\(.)", r"\1", pattern)  # a glob escape: `..\/x` climbs as `../x` does
-    parts = claude_path(pattern, search)[0].split("/")
-    cut = next((i for i, part in enumerate(parts) if set(part) & set("*?[{")), None)
-    if cut is None:
-        root = os.path.dirname(os.path.normpath("/".join(parts))) or "/"
-    else:
-        root = os.path.normpath("/".join(parts[:cut]) or "/")
-        for _ in range(sum(_may_climb(part) for part in parts[cut:])):
-            root = os.path.dirname(root)
-    return [] if Path(root).is_relative_to(os.path.normpath(search)) else [root]
+    expanded = _braces(pattern, [_BRACE_WORK]) if "{" in pattern else [pattern]
+    if expanded is None:
+        return ["/"]  # more than the hook will expand: judged from the top (it asks)
+    roots: list[str] = []
+    for one in expanded:  # braces first, over the whole pattern: `.{./.,}./x` is `../../x`
+        parts = claude_path(one, search)[0].split("/")
+        cut = next((i for i, part in enumerate(parts) if set(part) & set("*?[{(")), None)
+        if cut is None:
+            root = os.path.dirname(os.path.normpath("/".join(parts))) or "/"
+        else:
+            root = os.path.normpath("/".join(parts[:cut]) or "/")
+            for _ in range(sum(_may_climb(part) for part in parts[cut:])):
+                root = os.path.dirname(root)
+        if not Path(root).is_relative_to(os.path.normpath(search)):
+            roots.append(root)
+    return list(dict.fromkeys(roots))
 
 
 _CLASS = re.compile(r"\[!?\]?[^]]*\]")  # a bracket expression: `[.]`, `[!a]`, `[].]`
+_EXTGLOB = re.compile(r"[@+?*!]\(|\[\[:")  # `@(..)`, `+(.)`..., and `[[:punct:]]`
+_BRACE_WORK = 4096
+"""Characters the hook writes out expanding one pattern's braces, at most (past it, the
+pattern is judged from the top: a brace bomb costs the hook nothing more)."""
 
 
 def _may_climb(segment: str) -> bool:
-    """Whether a segment of a glob may match ``..`` (or hold one): as written, or once its
-    braces are expanded (`.{.,}`, `{..,x}`) and each bracket expression that can match a dot
-    taken as one (`.[.]`). A brace that cannot be expanded within bounds counts as climbing."""
-    if ".." in segment:
+    """Whether a segment of a glob (its braces expanded) may match ``..`` or hold one: as
+    written, with each bracket expression that can match a dot taken as one (`.[.]`), or
+    with an extended glob or a character class, which the hook does not read."""
+    if ".." in segment or _EXTGLOB.search(segment):
         return True
-    dotted = _CLASS.sub(lambda m: "." if _class_has_dot(m.group()) else "x", segment)
-    return any(".." in one for one in _braces(dotted, 256)) if "{" in dotted else ".." in dotted
+    return ".." in _CLASS.sub(lambda m: "." if _class_has_dot(m.group()) else "x", segment)
 
 
 def _class_has_dot(expression: str) -> bool:
@@ -276,8 +286,9 @@ def _class_has_dot(expression: str) -> bool:
     return "." in inside or "-" in inside
 
 
-def _braces(text: str, budget: int) -> list[str]:
-    """*text* with its braces expanded (a ``..`` where more than *budget* alternatives)."""
+def _braces(text: str, work: list[int]) -> list[str] | None:
+    """*text* with its braces expanded, or ``None`` once *work* (shared by every level: the
+    characters written out) runs out. An unclosed brace stays as written."""
     start = text.find("{")
     if start == -1:
         return [text]
@@ -293,14 +304,18 @@ def _braces(text: str, budget: int) -> list[str]:
                 head, tail = text[:start], text[at + 1 :]
                 out: list[str] = []
                 for part in parts:
-                    out += _braces(head + part + tail, budget)
-                    if len(out) > budget:
-                        return [".."]
+                    work[0] -= len(head) + len(part) + len(tail)
+                    if work[0] < 0:
+                        return None
+                    found = _braces(head + part + tail, work)
+                    if found is None:
+                        return None
+                    out += found
                 return out
         elif char == "," and depth == 1:
             parts.append(text[mark:at])
             mark = at + 1
-    return [".."]  # an unclosed brace: may be read either way
+    return [text]
 
 
 def _entries(root: str) -> Iterator[tuple[str, bool]]:

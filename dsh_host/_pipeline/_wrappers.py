@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Generator
 from typing import Any, Protocol
 
 import attrs
+import trio
 
 from .._model._signal import AbortSignal, _fuse
 from .._model._trace import Trace
@@ -123,7 +124,7 @@ class _Proceed:
             w = self._live()  # raises: passed over (a tail call)
         if signal is not None and not isinstance(signal, AbortSignal):
             raise TypeError(f"call_next(signal=...) takes an AbortSignal, not {signal!r}")
-        budget = self.budget
+        budget = self.budget  # (made only once the wrapper suspended: `own`)
         if budget is not None:
             budget.close()  # waiting downstream is not the wrapper's own time
             budget.paused = True
@@ -134,6 +135,9 @@ class _Proceed:
             if signal is not None:
                 fused, dispose = _fuse((view.signal, signal))
                 view = attrs.evolve(view, signal=fused)
+            if budget is not None:  # it waited, perhaps where its caller's cancellation could
+                # not reach it (a thread, a shield): no body starts for a caller that is gone
+                yield from trio.lowlevel.checkpoint_if_cancelled().__await__()
             if i == len(w.impls):  # the body next: no `wrap_on` frame held while it runs
                 result = yield from pipeline.body_stage(view, w.state, w.trace).__await__()
             else:

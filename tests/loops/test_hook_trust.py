@@ -227,6 +227,11 @@ def test_a_url_that_is_not_a_string_is_allowed_by_no_domain_rule(project, capsys
         {"pattern": ".{.,}/secrets/*", "path": "docs"},  # braces that spell `..`
         {"pattern": ".[.]/secrets/*", "path": "docs"},  # a bracket expression that does
         {"pattern": "{..,x}/secrets/*", "path": "docs"},
+        {"pattern": ".{./.,}./secrets/*", "path": "docs/sub"},  # braces across a `/`
+        {"pattern": ".{./../.,}./secrets/*", "path": "docs/sub/deeper"},
+        {"pattern": ".[[:punct:]]/secrets/*", "path": "docs"},  # a class the hook does not read
+        {"pattern": "+(.)+(.)/secrets/*", "path": "docs"},  # an extended glob
+        {"pattern": "{a,b}" * 6 + "/../../secrets/*", "path": "docs"},  # past the budget
     ],
 )
 def test_a_glob_pattern_is_judged_where_it_climbs_to(project, capsys, monkeypatch, tool_input):
@@ -240,3 +245,13 @@ def test_a_glob_pattern_that_stays_below_its_path_is_allowed(project, capsys, mo
         capsys, monkeypatch, "PreToolUse", "Glob", {"pattern": "a/../*.md", "path": "docs"}
     )
     assert decision(out) == "allow"
+
+
+def test_a_brace_bomb_costs_the_hook_a_bounded_walk():
+    # 4 groups of 257 alternatives (1.5 KB) took the hook minutes: the budget was per list.
+    from dsh_host._cli._hookfence import _BRACE_WORK, _braces, _pattern_base
+
+    group = "{" + ",".join("a" * 257) + "}"
+    assert _braces(group * 4 + "/*", [_BRACE_WORK]) is None
+    assert _pattern_base("Glob", {"pattern": group * 4 + "/*"}, "/work") == ["/"]
+    assert _braces("x{a,b{c,d}}y", [_BRACE_WORK]) == ["xay", "xbcy", "xbdy"]

@@ -384,3 +384,34 @@ async def test_every_started_call_of_a_cancelled_batch_gets_its_round(make_host,
         ("c1", "ABORTED", None, None),
         ("c2", "ABORTED_BEFORE_DISPATCH", None, None),
     ]
+
+
+async def test_a_body_never_starts_after_a_wrapper_outlived_its_callers_cancellation(
+    make_host, autojump_clock
+):
+    # A wrapper waited where the caller's cancellation could not reach it (shielded, as a
+    # thread is), then called call_next: the body ran and the call returned a success after
+    # its caller's deadline.
+    ran: list[str] = []
+
+    class ShieldedWrapper:
+        name = "shielded"
+
+        @hookimpl
+        async def dsh_tool_execute(self, execution, call_next):
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+            return await call_next()
+
+    async def body(args: Any) -> str:
+        ran.append("body")
+        return "done"
+
+    tool = define_tool(name="act", description="", parameters={}, execute=body)
+    observer = Observer()
+    host = make_host(observer, ShieldedWrapper(), tools=[tool])
+    with trio.move_on_after(0.5) as scope:
+        await host.call("act", {}, call_id="c")
+    assert scope.cancelled_caught
+    assert ran == []
+    assert [row[:2] for row in observer.seen] == [("c", "ABORTED")]
