@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from ._awk import read_awk
 from ._options import Spec, read_permuted
 from ._sed import read_sed
+from ._tar import tar_writes
 from ._wrappers import DYNAMIC
 
 __all__ = [
@@ -111,11 +112,6 @@ _OUTPUTS: dict[str, _Table] = {
     "iconv": ({"--output": True}, {"o": True}, frozenset("fto")),
     "sdiff": ({"--output": True}, {"o": True}, frozenset("owI")),
     "xmllint": ({"--output": True}, {}, frozenset()),
-    # tar's listing side files and incremental snapshot (its archive, with -c, is not read here)
-    "tar": (
-        {"--index-file": True, "--volno-file": True, "--listed-incremental": True},
-        {"g": True}, frozenset("bCfFgHIKLNTVX"),
-    ),
     "csplit": ({"--prefix": True}, {"f": True}, frozenset("bfn")),  # PREFIX00, PREFIX01...
     "file": ({"--compile": None}, {"C": None}, frozenset("efFmP")),  # each magic file's .mgc
 }  # fmt: skip
@@ -147,7 +143,7 @@ CHECKED = (
     | _SEDS
     | _SSH
     | {"sort", "rg", "tee", "dd", "perl", "man", "zip", "rsync", "yq", "fd", "fdfind",
-       "sqlite3"}
+       "sqlite3", "tar"}
     | set(_OUTPUTS) | set(_SECOND)
 )  # fmt: skip
 """Programs whose options the rules read for what they run or write."""
@@ -274,6 +270,8 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
         out = [("dd of=", word[3:]) for word in words[1:] if word.startswith("of=")]
     elif head == "perl":
         out = _perl_in_place(words)
+    elif head == "tar":
+        out = tar_writes(words, _download_writes, _options)
     elif head in _OUTPUTS:
         out = _download_writes(head, words, *_OUTPUTS[head])
     return [(option, path) for option, path in out if path not in _QUIET]

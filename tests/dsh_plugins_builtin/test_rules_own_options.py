@@ -179,6 +179,12 @@ OWN_OPTIONS = [
     ("Bash(tar -tf:*)", "tar -tf x.tar --index-f=o", "tar --index-file o writes"),
     ("Bash(tar:*)", "tar -tf x.tar --volno-file vol", "tar --volno-file vol writes"),
     ("Bash(tar:*)", "tar -cg /elsewhere/snap -f a.tar d", "tar -g /elsewhere/snap"),
+    ("Bash(tar:*)", "tar cgf /elsewhere/snap o.tar src", "tar -g /elsewhere/snap"),  # old style
+    ("Bash(tar:*)", "tar -cf /elsewhere/dsh.toml src", "tar -f (the archive) /elsewhere/dsh.toml"),
+    ("Bash(tar:*)", "tar --create --file=/elsewhere/a.tar src", "tar --file"),
+    ("Bash(tar:*)", "tar rf /elsewhere/a.tar x", "tar -f (the archive) /elsewhere/a.tar"),
+    ("Bash(tar:*)", "tar -xf a.tar", "tar -x (the files its archive names)"),
+    ("Bash(tar:*)", "tar xzf a.tar -C /elsewhere", "tar -x"),
     ("Bash(split:*)", "split -b1 a /elsewhere/pre", "split /elsewhere/pre"),
     ("Bash(split:*)", "split --filter='touch x' a", "split --filter"),
     ("Bash(csplit:*)", "csplit -f /elsewhere/p a 1", "csplit -f /elsewhere/p"),
