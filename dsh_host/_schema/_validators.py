@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .._model._errors import JsonSchemaError
 from .._model._json import FrozenDict, JsonInputError, parse_json, thaw
+from ._bounded import bounded_keywords
 from ._cost import check_cost
 
 __all__ = ["Validator", "compile_accepts", "compile_parameters"]
@@ -255,11 +255,13 @@ def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
     except jsonschema.SchemaError as exc:
         what = "parameters" if root == "arguments" else f"the {root} schema"
         raise JsonSchemaError([f"{what} is not a valid JSON Schema: {exc.message}"]) from None
-    check_cost(schema, "parameters" if root == "arguments" else f"the {root} schema")
+    what = "parameters" if root == "arguments" else f"the {root} schema"
+    check_cost(schema, what)
+    keywords, search = bounded_keywords(schema, what)  # RE2 patterns, linear uniqueItems
     checker = cls.TYPE_CHECKER.redefine(
         "array", lambda _checker, value: isinstance(value, list | tuple)
     )
-    validator = jsonschema.validators.extend(cls, type_checker=checker)(schema)
+    validator = jsonschema.validators.extend(cls, keywords, type_checker=checker)(schema)
 
     def validate(arguments: Any) -> list[str]:
         messages = []
@@ -282,7 +284,7 @@ def _jsonschema_validator(schema: Mapping[str, Any], root: str) -> Validator:
                 declared = frozenset(error.schema.get("properties", {}))
                 patterns = error.schema.get("patternProperties", {})
                 for key in error.instance:
-                    if key not in declared and not any(re.search(p, key) for p in patterns):
+                    if key not in declared and not any(search(p, key) for p in patterns):
                         messages.append(_undeclared(path, key, declared))
             elif error.validator == "enum":
                 messages.append(

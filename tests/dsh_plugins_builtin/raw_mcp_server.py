@@ -28,6 +28,8 @@
   property name), ``enum`` (ESC and BEL in an enum value), ``bidi`` (U+202E and U+200B in a
   ``required`` entry) and ``fine`` (the same characters only in a description);
 - ``strlist``: the badnames tools, answered with the id spelt as text (``" 1"`` for ``1``);
+- ``lookahead``: lists ``ahead`` (a ``pattern`` with a lookahead, which RE2 cannot compile)
+  and ``fine``;
 - ``strcall``: ``tools/call`` is answered ``"result": [1, 2, 3]`` with the id spelt as text.
 """
 
@@ -95,6 +97,7 @@ PAGES: dict = {
     ],
 }
 PAGES["strlist"] = PAGES["badnames"]
+PAGES["lookahead"] = [[tool("ahead", inputSchema=props("s", pattern="^(?=a)a+$")), tool("fine")]]
 PAGES = PAGES.get(MODE, [TOOLS])
 LISTED = [0]
 CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}

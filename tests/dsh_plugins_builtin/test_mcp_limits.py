@@ -61,3 +61,11 @@ def test_unprintable_characters_in_schema_names_and_values_refuse_the_tool(mount
     for problem in problems:
         assert problem.isascii()
         assert problem.isprintable()
+
+
+def test_a_tool_whose_pattern_re2_cannot_compile_is_not_mounted(mounted):  # noqa: F811
+    host, plugin = mounted({"l": raw("lookahead")})
+    assert _mounted(host, "l") == ["fine"]
+    (problem,) = plugin._mount.links["l"].problems()
+    assert problem.startswith("tool 'ahead' of MCP server 'l' not mounted: unsupported JSON")
+    assert "'^(?=a)a+$' cannot be checked in bounded time" in problem
