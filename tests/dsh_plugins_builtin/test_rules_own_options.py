@@ -11,20 +11,11 @@ script is only read conservatively). Plain uses stay allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from dsh_plugins_builtin._rules._rules import Anchors, RuleSet, Verdict, parse_rule
-
-
-def ruleset(ws: Path, **lists: Any) -> RuleSet:
-    anchors = Anchors(workspace=str(ws), project=str(ws), home="/nonexistent")
-    compiled = {
-        effect: [parse_rule(text, effect, anchors, "dsh.toml") for text in lists.get(effect, ())]
-        for effect in ("allow", "ask", "deny")
-    }
-    return RuleSet(**compiled, default=lists.get("default", "ask"), workspace=ws)
+from dsh_plugins_builtin._rules._rules import RuleSet, Verdict
+from tests.dsh_plugins_builtin.test_verdict_rows import ruleset
 
 
 def verdict(rules: RuleSet, line: str) -> Verdict:
