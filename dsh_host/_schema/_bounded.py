@@ -21,25 +21,36 @@ __all__ = ["bounded_keywords", "first_duplicate"]
 
 _VALUES = frozenset({"enum", "const", "default", "examples"})
 """Keywords whose value is data, not a schema: a ``pattern`` key inside is no pattern."""
+_NAMES = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+"""Keywords whose value maps names to schemas: a name there (``enum``) is no keyword."""
+
+
+def _schemas(node: Any) -> Iterator[Mapping[Any, Any]]:
+    """Every schema object in *node*, read by keyword position: the values of a name map
+    (`_NAMES`) are schemas whatever their names, a data keyword's value (`_VALUES`) is none."""
+    todo: list[tuple[Any, bool]] = [(node, False)]
+    while todo:
+        node, names = todo.pop()
+        if isinstance(node, list):
+            todo.extend((item, False) for item in node)
+        elif isinstance(node, Mapping):
+            if names:
+                todo.extend((value, False) for value in node.values())
+                continue
+            yield node
+            todo.extend((value, key in _NAMES) for key, value in node.items() if key not in _VALUES)
 
 
 def _patterns(node: Any) -> Iterator[str]:
     """Every regular expression *node* (a plain schema) uses: ``pattern`` values and
     ``patternProperties`` keys at any depth (``$ref`` is local: the whole document holds them)."""
-    todo = [node]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-        elif isinstance(node, Mapping):
-            for key, value in node.items():
-                if key in _VALUES:
-                    continue
-                if key == "pattern" and isinstance(value, str):
-                    yield value
-                elif key == "patternProperties" and isinstance(value, Mapping):
-                    yield from (k for k in value if isinstance(k, str))
-                todo.append(value)
+    for schema in _schemas(node):
+        value = schema.get("pattern")
+        if isinstance(value, str):
+            yield value
+        names = schema.get("patternProperties")
+        if isinstance(names, Mapping):
+            yield from (k for k in names if isinstance(k, str))
 
 
 def _compile(patterns: set[str], what: str) -> dict[str, Any]:
@@ -144,13 +155,5 @@ def bounded_keywords(schema: Any, what: str) -> tuple[dict[str, Callable[..., An
 
 
 def _has_key(node: Any, name: str) -> bool:
-    todo = [node]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-        elif isinstance(node, Mapping):
-            if name in node:
-                return True
-            todo.extend(v for k, v in node.items() if k not in _VALUES)
-    return False
+    """Whether a schema object in *node* uses the keyword *name* (`_schemas`)."""
+    return any(name in schema for schema in _schemas(node))

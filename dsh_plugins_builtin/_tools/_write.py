@@ -260,6 +260,14 @@ def _edit_locked(
             "add context to make it unique or pass replace_all",
             "EDIT_AMBIGUOUS",
         )
+    times = text.count(old_text) if replace_all else 1
+    if len(text) + times * (len(new_text) - len(old_text)) > MAX_EDIT_BYTES:  # before it is made
+        raise DshError(
+            f"the edit would make {printable(shown)} larger than {MAX_EDIT_BYTES >> 20} MiB "
+            f"({times} replacements of {len(old_text)} characters by {len(new_text)}); edit "
+            "fewer places at once, or write the file with write_file",
+            "EDIT_TOO_LARGE",
+        )
     updated = text.replace(old_text, new_text, -1 if replace_all else 1)
     count = len(lines)
     where = f"line{'s' * (count != 1)} {_listed(lines)}"

@@ -155,6 +155,21 @@ async def test_replace_all(host: Host, ws: Path) -> None:
     assert (ws / "e.txt").read_text() == "c\nb\nc\n"
 
 
+async def test_an_edit_that_would_grow_the_file_past_the_limit_is_refused_first(
+    host: Host, ws: Path
+) -> None:
+    # The input was bounded (16 MiB), the output not: 2 MB of "a", each replaced by 100
+    # characters, wrote 200 MB (and 16 MiB x 1 KB would be 16 GB), made before any check.
+    (ws / "big.txt").write_text("a" * 2_000_000)
+    result = await host.call(
+        "edit_file",
+        {"path": "big.txt", "old_text": "a", "new_text": "b" * 100, "replace_all": True},
+    )
+    assert result.code == "EDIT_TOO_LARGE", result.text
+    assert "2000000 replacements" in result.text
+    assert (ws / "big.txt").stat().st_size == 2_000_000
+
+
 async def test_edit_keeps_crlf_line_endings(host: Host, ws: Path) -> None:
     (ws / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
     result = await host.call(

@@ -62,6 +62,17 @@ def test_a_pattern_in_an_enum_value_is_data_not_a_pattern():
     assert tool.prepare({"s": "x"})[1] != []
 
 
+@pytest.mark.parametrize("name", ["enum", "const", "default", "examples"])
+def test_a_property_named_like_a_data_keyword_still_has_its_pattern_checked(name):
+    # The walk skipped the value of any key named enum/const/default/examples, so a property
+    # so named hid its pattern: validation raised KeyError instead of answering.
+    tool = _define({"type": "object", "properties": {name: {"type": "string", "pattern": "^x$"}}})
+    assert tool.prepare({name: "x"})[1] == []
+    assert tool.prepare({name: "y"})[1] != []
+    with pytest.raises(JsonSchemaError, match="bounded time"):
+        _define({"type": "object", "properties": {name: {"type": "string", "pattern": "(?=a)"}}})
+
+
 def test_unique_items_is_linear_and_uses_json_schema_equality():
     tool = _define({"type": "object", "properties": {"u": {"type": "array", "uniqueItems": True}}})
     many = [{"k": i, "v": [i, str(i)]} for i in range(20_000)]
