@@ -75,19 +75,24 @@ class Session:
     def __init__(self, allow: Allowlist) -> None:
         self.allow = allow
         self.counts: dict[str, int] = {}
+        self.more = 0  # denials past the `MAX_DENIALS` distinct ones kept
         self.active = 0
 
     @property
     def denials(self) -> list[str]:
         """Each distinct denial once (``(N times)`` when repeated), at most `MAX_DENIALS`."""
         lines = [f"{text} ({n} times)" if n > 1 else text for text, n in self.counts.items()]
-        if len(lines) > MAX_DENIALS:
-            rest = len(lines) - MAX_DENIALS
-            lines = [*lines[:MAX_DENIALS], f"network: blocked {rest} more distinct requests"]
+        if self.more:
+            lines.append(f"network: blocked {self.more} more requests")
         return lines
 
     def deny(self, text: str) -> None:
-        self.counts[text] = self.counts.get(text, 0) + 1
+        """Count *text*; past `MAX_DENIALS` distinct texts, only a count is kept (a command
+        making up names for as long as it runs costs the host no memory)."""
+        if text in self.counts or len(self.counts) < MAX_DENIALS:
+            self.counts[text] = self.counts.get(text, 0) + 1
+        else:
+            self.more += 1
 
     async def serve(self, control: trio.socket.SocketType) -> None:
         """Take connections from the relay's control socket until it closes."""

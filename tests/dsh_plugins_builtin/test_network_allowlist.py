@@ -474,3 +474,20 @@ def test_sandbox_check_shows_the_names(
     out = capsys.readouterr().out.splitlines()
     line = '[plugin.sandbox] mode = workspace-write, backend = auto, network = ["api.test", "*.example.test"]'
     assert line in out
+
+
+def test_the_proxy_keeps_a_bounded_record_of_refusals():
+    # Every distinct refusal text was kept: a command making up names for as long as it ran
+    # grew the host's memory without bound. Past MAX_DENIALS distinct texts, only a count.
+    from dsh_plugins_builtin._sandbox._allow import allowlist
+    from dsh_plugins_builtin._sandbox._proxy import MAX_DENIALS, Session
+
+    session = Session(allowlist(("api.test",), (443,), {}))
+    for n in range(MAX_DENIALS + 1000):
+        session.deny(f"network: blocked n{n}.test:443 (name not in network)")
+    session.deny("network: blocked n0.test:443 (name not in network)")  # one already kept
+    assert len(session.counts) == MAX_DENIALS
+    lines = session.denials
+    assert lines[0] == "network: blocked n0.test:443 (name not in network) (2 times)"
+    assert lines[-1] == "network: blocked 1000 more requests"
+    assert len(lines) == MAX_DENIALS + 1
