@@ -28,6 +28,7 @@ from pathlib import Path
 from dsh_host import Host, ToolDefinition, ToolExecution, hookimpl
 from dsh_plugins_builtin._sandbox._fence import config_warning
 from dsh_plugins_builtin._sandbox._plugin import SandboxPlugin
+from dsh_plugins_builtin._sandbox._protected import danger_warning
 from dsh_plugins_builtin._tools._bash import make_bash_tool
 from dsh_plugins_builtin._tools._files import make_file_tools
 from dsh_plugins_builtin._tools._search import make_search_tools
@@ -85,9 +86,10 @@ class ToolsPlugin:
         if not isinstance(plugin, SandboxPlugin):
             return
         # The sandbox plugin may start after this one: its policy is built once, for both.
-        warning = config_warning(plugin.policy_at_start(host))
-        if warning is not None:
-            logger.warning("sandbox: %s", warning)
+        policy = plugin.policy_at_start(host)
+        for warning in (danger_warning(policy), config_warning(policy)):
+            if warning is not None:
+                logger.warning("sandbox: %s", warning)
 
     @contextmanager
     def path_lock(self, key: str) -> Iterator[None]:

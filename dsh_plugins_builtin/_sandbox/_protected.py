@@ -12,7 +12,14 @@ from pathlib import Path
 from dsh_plugins_builtin._sandbox._paths import abs_paths, outermost, resolve_abs, within
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 
-__all__ = ["config_warning", "import_paths", "install_in_roots", "install_paths", "protected_paths"]
+__all__ = [
+    "config_warning",
+    "danger_warning",
+    "import_paths",
+    "install_in_roots",
+    "install_paths",
+    "protected_paths",
+]
 
 
 def protected_paths(policy: SandboxPolicy) -> tuple[Path, ...]:
@@ -172,6 +179,26 @@ def config_warning(policy: SandboxPolicy) -> str | None:
         "[tool.dsh] table to a dsh.toml (protected from every tool), or point DSH_CONFIG at a "
         "file outside the workspace"
     )
+
+
+def danger_warning(policy: SandboxPolicy) -> str | None:
+    """A warning for every start whose policy confines nothing or protects nothing, naming
+    the file that says so: a project's ``dsh.toml`` (one cloned with the code) is read like
+    the user's own, and this is the line that shows it."""
+    where = f" ({policy.config_file})" if policy.config_file is not None else ""
+    if policy.mode == "danger-full-access":
+        return (
+            f"mode = danger-full-access{where}: commands run unconfined, with your user's rights, "
+            "and no path is protected; if you did not choose this (a project's dsh.toml), "
+            "remove it, or pin your own file with --config or DSH_CONFIG"
+        )
+    if writable_roots(policy) == (Path("/"),):
+        return (
+            f"writable_roots holds /{where}: every path is writable to tools and commands and "
+            "none stays protected, the config file in use included, so a tool can rewrite the "
+            "next run's policy; name the directories the agent needs instead"
+        )
+    return None
 
 
 def _read_only_root(policy: SandboxPolicy, roots: tuple[Path, ...]) -> str | None:

@@ -6,6 +6,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -676,3 +677,34 @@ def test_all_of_proc_is_refused_but_a_root_that_lies_in_dev_is_read(ws: Path) ->
     finally:
         (shm / "a.txt").unlink()
         shm.rmdir()
+
+
+def test_a_policy_that_confines_or_protects_nothing_is_said_at_every_start(
+    make_host: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A cloned project's dsh.toml with danger-full-access, or writable_roots = ["/"] (which
+    # left even the config file in use writable), ran with no word about it.
+    from dsh_plugins_builtin._sandbox._protected import danger_warning
+    from dsh_plugins_builtin.sandbox import SandboxPlugin
+    from dsh_plugins_builtin.tools import ToolsPlugin
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = ws / "dsh.toml"
+    danger = SandboxPolicy("danger-full-access", ws, config_file=config)
+    warning = danger_warning(danger)
+    assert warning is not None
+    assert "danger-full-access" in warning
+    assert str(config) in warning
+    everything = SandboxPolicy(
+        "workspace-write", ws, writable_roots=(Path("/"),), config_file=config
+    )
+    assert "writable_roots holds /" in (danger_warning(everything) or "")
+    assert danger_warning(SandboxPolicy("workspace-write", ws, writable_roots=(ws,))) is None
+    with caplog.at_level("WARNING"):
+        host_config = {
+            "host": {"workspace": str(ws)},
+            "plugin": {"sandbox": {"mode": "danger-full-access"}},
+        }
+        make_host(SandboxPlugin(), ToolsPlugin(), config=host_config)
+    assert "mode = danger-full-access" in caplog.text
