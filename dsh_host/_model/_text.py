@@ -10,6 +10,13 @@ from ._json import canonical_json
 __all__ = ["arguments_lines", "printable"]
 
 _SPACES = re.compile(" {16,}")
+_BLANK = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\U000e0100-\U000e01ef]"
+)
+"""Characters Python calls printable that show as nothing (Hangul fillers, a blank braille
+pattern, combining marks that mark nothing, variation selectors): escaped as the invisible
+ones are, so nothing can push a command past what a person reads."""
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -36,10 +43,13 @@ def printable(text: str, *, newlines: bool = False) -> str:
     content such as a file); carriage returns are still escaped, since they overwrite a line.
     What a person reads is then exactly what the model sent, and nothing can hide in it.
     """
-    if text.isprintable():
+    if text.isprintable() and _BLANK.search(text) is None:
         return text
     keep = "\n\t" if newlines else ""
-    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
+    return "".join(
+        c if (c.isprintable() and _BLANK.match(c) is None) or c in keep else _escape(c)
+        for c in text
+    )
 
 
 def _shown(value: object) -> str:
@@ -49,9 +59,14 @@ def _shown(value: object) -> str:
     return printable(canonical_json(value))
 
 
+_ESCAPES = re.compile(r"(\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}))\1{15,}")
+
+
 def _runs(text: str) -> str:
-    """Long runs of spaces made visible (``⟨230 spaces⟩``): nothing can hide past the edge."""
-    return _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", text)
+    """Long runs of spaces, and of one escaped character, counted (``⟨230 spaces⟩``,
+    ``⟨3000 x \\u3164⟩``): nothing can hide past the edge, nor push the rest out of view."""
+    text = _SPACES.sub(lambda m: f"⟨{len(m.group())} spaces⟩", text)
+    return _ESCAPES.sub(lambda m: f"⟨{len(m.group()) // len(m.group(1))} x {m.group(1)}⟩", text)
 
 
 def arguments_lines(arguments: object, width: int = 80) -> list[str]:

@@ -211,6 +211,14 @@ def test_arguments_are_wrapped_never_cut_and_hidden_tails_show():
     assert multi == ["    command: echo a", "      rm -rf /\\x1b[2K"]
 
 
+@pytest.mark.parametrize("blank", ["\u3164", "\u115f", "\uffa0", "\u2800", "\u034f", "\ufe0f"])
+def test_characters_that_show_as_nothing_are_escaped_and_counted(blank):
+    # Printable to Python, blank on a screen: 3,000 Hangul fillers pushed `; rm -rf ~` 44 lines
+    # below `command: ls`, past the 20 the card shows.
+    lines = arguments_lines({"command": "ls" + blank * 3000 + "; rm -rf ~"}, 80)
+    assert lines == [f"    command: ls⟨3000 x \\u{ord(blank):04x}⟩; rm -rf ~"]
+
+
 def test_the_terminal_and_the_mcp_client_are_shown_arguments_by_one_function():
     import dsh_host
     import dsh_host._mcp._approve as mcp_approve
