@@ -56,6 +56,7 @@ from dsh_host import (
     ToolExecution,
     ToolExecutionResult,
     hookimpl,
+    printable,
 )
 from dsh_plugins_builtin._hooks._settings import (
     EVENTS,
@@ -179,7 +180,7 @@ class HookCommandsPlugin:
         )  # fmt: skip
         if verdict.failure is not None:
             action = "fails closed" if self.config.fail_closed else "ignored (fail_closed = false)"
-            log.warning("%s; %s", verdict.failure, action)
+            log.warning("%s; %s", printable(verdict.failure), action)  # (a hook's stderr)
         return verdict
 
     def _matching(

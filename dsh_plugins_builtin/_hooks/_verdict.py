@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import attrs
 
-from dsh_host import AbortSignal, HookContext
+from dsh_host import AbortSignal, HookContext, printable
 
 from ._process import HookRunner, TreeRun
 from ._settings import NAME, HookCommand
@@ -132,7 +132,8 @@ def _text(value: Any) -> str | None:
 
 
 def _summary(text: str) -> str:
-    return text if len(text) <= _SUMMARY_MAX else text[:_SUMMARY_MAX] + "…"
+    """*text* cut to `_SUMMARY_MAX` and escaped: a hook's words can reach a terminal."""
+    return printable(text if len(text) <= _SUMMARY_MAX else text[:_SUMMARY_MAX] + "…")
 
 
 def failed(failure: str, what: str) -> str:

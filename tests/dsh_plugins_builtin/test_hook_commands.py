@@ -712,3 +712,15 @@ async def test_system_message_is_logged_for_the_user(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
         assert (await call(h)).text == "hi"
     assert "says: formatting took 3 s" in caplog.text
+
+
+async def test_a_hooks_words_reach_the_log_escaped(tmp_path, caplog):
+    # A hook's systemMessage (which may echo the model's command or a tool's output) was logged
+    # raw: a clear-screen and a window title reached the operator's terminal.
+    hook = prints(tmp_path, "msg", {"systemMessage": "hi\x1b[2J\x1b]0;pwned\x07\u202e"})
+    h = host(tmp_path, settings(tmp_path, pre=[group(hook)]))
+    with caplog.at_level(logging.WARNING, "dsh_plugins_builtin.hook_commands"):
+        assert (await call(h)).text == "hi"
+    assert "\x1b" not in caplog.text
+    assert "\u202e" not in caplog.text
+    assert "says: hi\\x1b[2J\\x1b]0;pwned\\x07\\u202e" in caplog.text
