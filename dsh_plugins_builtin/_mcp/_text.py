@@ -1,11 +1,11 @@
 """Text a mounted server wrote, made safe to show a client, a model or a terminal.
 
 A server's tool descriptions, the titles and descriptions inside its input schemas, its error
-messages and its stderr reach dsh's clients and terminals. `printable` writes every control
-character (ESC, BEL, ...), format character (bidi overrides such as U+202E, zero-width ones
-such as U+200B), surrogate, private-use, unassigned code point and line or paragraph separator
-as ``\\uXXXX`` (``\\UXXXXXXXX`` beyond the BMP), keeping newlines and tabs; other text is
-unchanged.
+messages and its stderr reach dsh's clients and terminals. `printable` is `dsh_host.printable`
+keeping newlines and tabs: every control character (ESC, BEL, ...), format character (bidi
+overrides such as U+202E, zero-width ones such as U+200B), surrogate, private-use, unassigned
+or blank-looking code point and line or paragraph separator is written as an escape; other
+text is unchanged.
 
 What a schema checks arguments against cannot be escaped (a property name escaped is another
 name): `unsafe_in_schema` finds such a character in a key or a checked string (an enum,
@@ -14,28 +14,19 @@ const, default or pattern, a ``required`` entry, ...), and the tool is not mount
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any
+
+import dsh_host
 
 __all__ = ["printable", "printable_schema", "unsafe_in_schema"]
 
-_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ANNOTATIONS = frozenset({"title", "description", "$comment"})
 """The schema keywords whose string is only shown (never checked against the arguments)."""
 
 
-def _escaped(char: str) -> str:
-    if char in "\n\t" or unicodedata.category(char) not in _UNSAFE:
-        return char
-    code = ord(char)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
 def printable(text: str) -> str:
     """*text* with every unsafe character escaped (module docstring); newlines and tabs kept."""
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(map(_escaped, text))
+    return dsh_host.printable(text, newlines=True)
 
 
 def printable_schema(value: Any) -> Any:

@@ -50,11 +50,11 @@ def test_unprintable_characters_in_schema_names_and_values_refuse_the_tool(mount
     problems = plugin._mount.links["x"].problems()
     assert problems == [
         "tool 'esc' not mounted: its input schema has an unprintable character (control, "
-        r'format, private-use or unassigned) in the key "a\u001b]0;PWN\u0007\u202eb"',
+        r'format, private-use or unassigned) in the key "a\x1b]0;PWN\x07\u202eb"',
         "tool 'zw' not mounted: its input schema has an unprintable character (control, "
         r'format, private-use or unassigned) in the key "a\u200bb"',
         "tool 'enum' not mounted: its input schema has an unprintable character (control, "
-        r'format, private-use or unassigned) in the string "x\u001b[2J\u0007"',
+        r'format, private-use or unassigned) in the string "x\x1b[2J\x07"',
         "tool 'bidi' not mounted: its input schema has an unprintable character (control, "
         r'format, private-use or unassigned) in the string "te\u202ext\u200b"',
     ]

@@ -10,7 +10,7 @@ import trio
 from .test_mcp_isolation import mounted, raw  # noqa: F401 (a fixture)
 
 UNSAFE = ("\x07", "\x1b", "\u202e", "\u200b")
-SHOWN = r"ring\u0007 \u001b[2Jclear \u202eevil \u200bhidden" + "\nnext\tline"
+SHOWN = r"ring\x07 \x1b[2Jclear \u202eevil \u200bhidden" + "\nnext\tline"
 
 
 def test_a_tools_description_and_schema_text_are_escaped(mounted):  # noqa: F811
@@ -28,4 +28,4 @@ def test_a_servers_error_message_is_escaped(mounted):  # noqa: F811
     result = trio.run(host.call, "mcp__h__bell", {"text": "x"})
     assert result.is_error
     assert not any(c in result.text for c in UNSAFE)
-    assert r"\u001b[2Jclear \u202eevil \u200bhidden" in result.text
+    assert r"\x1b[2Jclear \u202eevil \u200bhidden" in result.text
