@@ -16,6 +16,7 @@ from dsh_host import ConfigError, Host, printable
 from ._off import audit_off, configured_store, found_host
 from ._postgres import safe_url, scrub
 from ._query import Filter, health, is_url, parse_time, read
+from ._redact import json_escape
 
 __all__ = ["MAX_LAST", "run"]
 
@@ -176,7 +177,7 @@ def _last(text: str) -> int | None:
     return value if 1 <= value <= MAX_LAST else None
 
 
-def _json_escape(text: str) -> str:
+def _json_printable(text: str) -> str:
     """JSON *text* with every character Python does not call printable as a JSON escape.
 
     For ``--json`` lines, which must stay valid JSON (the table uses `dsh_host.printable`).
@@ -188,19 +189,11 @@ def _json_escape(text: str) -> str:
     """
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else _escape_char(ch) for ch in text)
-
-
-def _escape_char(ch: str) -> str:
-    code = ord(ch)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return "".join(ch if ch.isprintable() else json_escape(ch) for ch in text)
 
 
 def _json_line(row: dict[str, Any]) -> str:
-    return _json_escape(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+    return _json_printable(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:

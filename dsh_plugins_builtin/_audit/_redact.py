@@ -19,6 +19,7 @@ __all__ = [
     "REDACTED",
     "SECRET_WORDS",
     "arguments_json",
+    "json_escape",
     "json_safe",
     "redact",
     "safe_text",
@@ -136,7 +137,7 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def _json_escape(char: str) -> str:
+def json_escape(char: str) -> str:
     """*char* as a JSON string escape (a surrogate pair above U+FFFF)."""
     code = ord(char)
     if code <= 0xFFFF:
@@ -151,7 +152,7 @@ def json_safe(text: str) -> str:
     DEL, C1 controls and format characters it leaves raw."""
     if text.isprintable():
         return text
-    return "".join(_json_escape(c) if _category(c) in _ESCAPED else c for c in text)
+    return "".join(json_escape(c) if _category(c) in _ESCAPED else c for c in text)
 
 
 _seconds: tuple[int, str] = (-1, "")

@@ -27,7 +27,7 @@ from dsh_host import (
 )
 from dsh_host._model._json import freeze
 from dsh_plugins_builtin._audit import _redact
-from dsh_plugins_builtin._audit._command import _json_escape
+from dsh_plugins_builtin._audit._command import _json_printable
 from dsh_plugins_builtin._audit._schema import V1_COLUMNS, V1_SCHEMA
 from dsh_plugins_builtin._audit._writer import arguments_json
 from dsh_plugins_builtin.audit import (
@@ -608,9 +608,9 @@ async def test_dsh_audit_escapes_every_control_character_from_the_model(
 
 
 def test_the_json_escape_leaves_printable_text_alone():
-    assert _json_escape('héllo wörld 日本 "x" \\') == 'héllo wörld 日本 "x" \\'
-    assert _json_escape("a\tb\x00") == "a\\u0009b\\u0000"
-    assert _json_escape("\U0001f600") == "\U0001f600"  # an emoji is printable
+    assert _json_printable('héllo wörld 日本 "x" \\') == 'héllo wörld 日本 "x" \\'
+    assert _json_printable("a\tb\x00") == "a\\u0009b\\u0000"
+    assert _json_printable("\U0001f600") == "\U0001f600"  # an emoji is printable
 
 
 # -- dsh audit and pipes -----------------------------------------------------------------------
