@@ -20,6 +20,7 @@ from ._options import Spec, read_permuted
 from ._sed import read_sed
 from ._tar import tar_writes
 from ._wrappers import DYNAMIC
+from ._writes import option_words, option_writes
 
 __all__ = [
     "CHECKED",
@@ -136,7 +137,6 @@ _SECOND = {
     "uniq": ("-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"),
     "xxd": ("-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-groupsize", "-len", "-seek", "-name"),
 }
-_EXACT_OTHER = frozenset({"--cookie"})  # options whose names begin a writing one's
 
 CHECKED = (
     _AWKS
@@ -166,12 +166,12 @@ def program_runs(words: Sequence[str]) -> str | None:
     if head == "sqlite3":
         return _sqlite_runs(words)
     for option in _RUNS_LONG.get(head, ()):
-        for word in _options(words):
+        for word in option_words(words):
             name = word.split("=", 1)[0]
             if word.startswith("--") and len(name) > 3 and option.startswith(name):
                 return f"{head} {option}, which runs a program it is given"
     short, values = _RUNS_SHORT.get(head, ("", ""))
-    for word in _options(words):
+    for word in option_words(words):
         if head == "zip" and word.startswith("-TT"):
             return "zip -TT, which runs a program it is given"
         if head in _SSH and (why := _ssh_option(head, word, words)) is not None:
@@ -235,17 +235,6 @@ def _ssh_option(head: str, word: str, words: Sequence[str]) -> str | None:
     return None
 
 
-def _options(words: Sequence[str]) -> list[str]:
-    """The option words of *words*: those before ``--`` that start with ``-``."""
-    out = []
-    for word in words[1:]:
-        if word == "--":
-            break
-        if word.startswith("-") and len(word) > 1:
-            out.append(word)
-    return out
-
-
 def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
     """The files the line *words* writes through its options or script: (option, path) pairs,
     the path `DYNAMIC` when it is only known at run time."""
@@ -271,9 +260,9 @@ def program_writes(words: Sequence[str]) -> list[tuple[str, str]]:
     elif head == "perl":
         out = _perl_in_place(words)
     elif head == "tar":
-        out = tar_writes(words, _download_writes, _options)
+        out = tar_writes(words)
     elif head in _OUTPUTS:
-        out = _download_writes(head, words, *_OUTPUTS[head])
+        out = option_writes(head, words, *_OUTPUTS[head])
     return [(option, path) for option, path in out if path not in _QUIET]
 
 
@@ -342,32 +331,6 @@ def _perl_in_place(words: Sequence[str]) -> list[tuple[str, str]]:
     i += 1 if i < len(words) and words[i] == "--" else 0
     files = list(words[i:] if code else words[i + 1 :])
     return [("perl -i", path) for path in files] or [("perl -i", DYNAMIC)]
-
-
-def _download_writes(
-    head: str,
-    words: Sequence[str],
-    long: dict[str, bool | None],
-    short: dict[str, bool | None],
-    values: frozenset[str],
-) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for i, word in enumerate(words[1:], 1):
-        following = words[i + 1] if i + 1 < len(words) else DYNAMIC
-        name, eq, value = word.partition("=")
-        if word.startswith("--") and len(name) > 3 and name not in _EXACT_OTHER:
-            found = [o for o in long if o.startswith(name)]
-            if found:
-                path = (value if eq else following) if long[found[0]] else DYNAMIC
-                out.append((f"{head} {found[0]}", path))
-        elif word.startswith("-") and not word.startswith("--"):
-            for at, letter in enumerate(word[1:], 2):
-                if letter in short:
-                    path = (word[at:] or following) if short[letter] else DYNAMIC
-                    out.append((f"{head} -{letter}", path))
-                if letter in values:
-                    break
-    return out
 
 
 _NAME_CHARACTERS = re.compile(r"[A-Za-z0-9_.+/-]+")
