@@ -141,7 +141,8 @@ class Session:
                 with trio.fail_after(HEAD_TIMEOUT):
                     first = await reader.exactly(1)
                     reader.buf[0:0] = first
-                    upstream = await (self._socks if first == b"\x05" else self._http)(reader)
+                    serve = {b"\x05": self._socks, b"\x04": _socks4}.get(first, self._http)
+                    upstream = await serve(reader)
             except trio.TooSlowError:
                 self.deny(f"network: blocked a request (not complete within {HEAD_TIMEOUT:g} s)")
                 return
@@ -219,6 +220,15 @@ class Session:
             raise Denied(f"{_shown(host)}:{port} ({exc})") from None
         await reader.stream.send_all(b"\x05\x00\x00\x01\0\0\0\0\0\0")
         return upstream
+
+
+async def _socks4(reader: _Reader) -> trio.SocketStream:
+    """SOCKS4 (and 4a) is refused at once, with its own "request rejected" reply: a client
+    waiting for that answer would otherwise wait out `HEAD_TIMEOUT` (it names no port or name
+    worth reporting before the refusal, so none is read)."""
+    with contextlib.suppress(trio.BrokenResourceError):
+        await reader.stream.send_all(b"\x00\x5b" + bytes(6))
+    raise Denied("a request (SOCKS4: only SOCKS5 and HTTP proxying are served)")
 
 
 def _shown(host: str) -> str:

@@ -271,6 +271,21 @@ async def test_a_slow_client_times_out(
     ]
 
 
+async def test_a_socks4_client_is_refused_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """A SOCKS4 request (``curl socks4://``) gets SOCKS4's "rejected" reply right away; it
+    waited for the HTTP head's timeout (10 s) and was then cut without an answer."""
+    session = Session(allowlist(("api.test",), (443,), {}))
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.handle, server)
+        await client.send_all(b"\x04\x01\x01\xbb\x00\x00\x00\x01\x00api.test\x00")
+        assert await client.receive_some(8) == b"\x00\x5b" + bytes(6)
+        assert trio.current_time() < 1
+    assert session.denials == [
+        "network: blocked a request (SOCKS4: only SOCKS5 and HTTP proxying are served)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [
