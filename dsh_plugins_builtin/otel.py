@@ -6,7 +6,8 @@
     enabled = "auto"         # "auto": on when an OpenTelemetry tracer provider is configured
     capture_content = false  # true: arguments (redacted as audit redacts) and results in spans
 
-Each call is a span named ``execute_tool {tool}`` following the GenAI semantic conventions
+Each call is a span named ``execute_tool {tool}`` (a call of a tool that does not exist:
+``execute_tool``, its name escaped and cut to 100 characters in ``gen_ai.tool.name``) following the GenAI semantic conventions
 (``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
 ``gen_ai.tool.type``; ``error.type`` is the outcome code), with ``dsh.decided_by`` and
 ``dsh.decision_detail`` (the rule) when policy stopped or changed the call. Its parent is the
@@ -44,6 +45,7 @@ from dsh_host import (
     ToolExecution,
     ToolExecutionResult,
     hookimpl,
+    printable,
     thaw,
 )
 
@@ -78,6 +80,7 @@ class OtelPlugin:
     def __init__(self, tracer_provider: Any = None) -> None:
         self._provider = tracer_provider
         self._tracer: Any = None
+        self._registry: Any = None
         self._capture = False
         self._calls: dict[object, _Call] = {}
         self._status = "not started"
@@ -113,6 +116,7 @@ class OtelPlugin:
             self._off(_NO_PROVIDER)
             return
         self._status = f"tracing to {type(provider).__name__}"
+        self._registry = host.registry
         self._tracer = provider.get_tracer("dsh_host")
         self._capture = config.capture_content
 
@@ -197,16 +201,22 @@ class OtelPlugin:
     def _start(self, execution: ToolExecution, keep: bool = True) -> _Call:
         from opentelemetry import context, trace
 
+        unknown = self._registry.get(execution.name, execution.scope) is None
+        # A name no tool has is the model's own text: the span is not named after it (a name
+        # per typo, or a 100 KB name, in every trace backend's span list) and it is cut.
+        name = printable(execution.name[:_NAME_KEPT]) if unknown else execution.name
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": execution.name,
+            "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": execution.call_id,
             "gen_ai.tool.type": "function",
         }
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = _json(redact(thaw(execution.arguments)))
         span = self._tracer.start_span(
-            f"execute_tool {execution.name}", kind=trace.SpanKind.INTERNAL, attributes=attributes
+            "execute_tool" if unknown else f"execute_tool {name}",
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attributes,
         )
         call = _Call(span, trace.set_span_in_context(span, context.get_current()))
         if keep and not execution.dry_run:
@@ -224,6 +234,9 @@ class _Call:
         if self.approval is not None:
             self.approval.end()
             self.approval = None
+
+
+_NAME_KEPT = 100  # characters of an unknown tool's name kept in its span
 
 
 def _json(value: Any) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ._text import named
+
 __all__ = [
     "ConfigError",
     "DshError",
@@ -78,8 +80,8 @@ class ToolNotFoundError(DshError):
     code = "UNKNOWN_TOOL"
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f'unknown tool "{name}"')
+        self.name = name  # whole; the message shows it escaped and cut (`named`)
+        super().__init__(f'unknown tool "{named(name)}"')
 
 
 class ToolOutputError(_ViolationsError):

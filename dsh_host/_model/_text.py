@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from ._json import canonical_json
 
-__all__ = ["arguments_lines", "printable"]
+__all__ = ["arguments_lines", "named", "printable"]
 
 _SPACES = re.compile(" {16,}")
 _BLANK = re.compile(
@@ -50,6 +50,19 @@ def printable(text: str, *, newlines: bool = False) -> str:
         c if (c.isprintable() and _BLANK.match(c) is None) or c in keep else _escape(c)
         for c in text
     )
+
+
+NAME_SHOWN = 100
+"""How many characters of a name the model chose (a tool it called) a message repeats."""
+
+
+def named(name: str) -> str:
+    """A name the model chose, as a message repeats it: `printable`, and at most `NAME_SHOWN`
+    characters of it, the rest counted (``xxxx… (100,027 characters)``): a call naming a
+    100 KB tool once came back as a 100 KB error."""
+    if len(name) <= NAME_SHOWN:
+        return printable(name)
+    return f"{printable(name[:NAME_SHOWN])}… ({len(name):,} characters)"
 
 
 def _shown(value: object) -> str:

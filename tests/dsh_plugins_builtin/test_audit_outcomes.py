@@ -168,7 +168,7 @@ async def test_control_characters_are_stored_escaped_in_the_text_columns(make_ho
             "\\u202e\\u007f\\u009b\\u2028\\U000e0041"
         )
     )  # a NUL cuts nothing off
-    assert decision == f'unknown tool "{tool}"'
+    assert decision == f'unknown tool "{dsh_host.printable(FORGED)}"'  # escaped by the message
     assert json.loads(arguments) == {"text": FORGED}  # JSON, escaped, read back exactly
 
 

@@ -92,6 +92,20 @@ async def test_one_span_per_call_with_the_genai_attributes_under_the_callers_spa
     assert denied.events[0].attributes["dsh.decision"] == "deny"
 
 
+async def test_a_tool_that_does_not_exist_names_no_span(traced):
+    """The model's name for a tool nobody has is neither a span name (one per typo in every
+    trace backend's list) nor kept whole: it once made a 100 KB span name."""
+    provider, exporter = traced
+    async with dsh_host.open_host(
+        config(), plugins=[OtelPlugin(provider)], entry_points=False
+    ) as host:
+        await host.call("x" * 100_000 + "\x1b[2J", {}, call_id="call-9")
+    [span] = [s for s in exporter.get_finished_spans() if s.name != "dsh.execute"]
+    assert span.name == "execute_tool"
+    assert span.attributes["gen_ai.tool.name"] == "x" * 100
+    assert span.attributes["error.type"] == "UNKNOWN_TOOL"
+
+
 async def test_capture_content_records_redacted_arguments_and_the_result(traced):
     provider, exporter = traced
     plugins = [OtelPlugin(provider), Policy()]

@@ -928,3 +928,16 @@ async def test_the_body_context_exposes_the_calls_identity(make_host):
     await make_host(tools=[tool]).call("t", {})
     assert seen["token"] is seen["execution"].token
     assert seen["parent"] is None
+
+
+async def test_an_unknown_tools_name_is_repeated_escaped_and_cut(make_host) -> None:
+    """A model's name for a tool nobody has comes back escaped and at most 100 characters long,
+    the rest counted: a 100 KB name once came back as a 100 KB error."""
+    host = make_host()
+    result = await host.call("x" * 100_000 + "\x1b[2J", {})
+    assert result.error is not None
+    assert result.error.code == "UNKNOWN_TOOL"
+    assert result.error.message == 'unknown tool "' + "x" * 100 + '… (100,004 characters)"'
+    short = await host.call("no\x1bpe", {})
+    assert short.error is not None
+    assert short.error.message == 'unknown tool "no\\x1bpe"'
