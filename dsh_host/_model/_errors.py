@@ -58,13 +58,23 @@ class DshError(Exception):
         return str(self.args[0]) if self.args else ""
 
 
+_VIOLATION_SHOWN = 500  # characters of one violation (it repeats the model's keys)
+_VIOLATIONS_LISTED = 20  # violations the message lists; the rest are counted
+
+
 class _ViolationsError(DshError):
+    """Each violation is escaped and cut (`named`): it repeats what the model sent (a key of
+    90 KB, an escape sequence in a key); the message lists the first 20 and counts the rest
+    (5,000 undeclared keys made a 340 KB message). ``violations`` keeps every one."""
+
     _prefix = ""
 
     def __init__(self, violations: Iterable[str], *, prefix: str | None = None) -> None:
-        self.violations: tuple[str, ...] = tuple(violations)
+        self.violations: tuple[str, ...] = tuple(named(v, _VIOLATION_SHOWN) for v in violations)
         head = self._prefix if prefix is None else prefix
-        super().__init__(f"{head}{'; '.join(self.violations)}")
+        listed = "; ".join(self.violations[:_VIOLATIONS_LISTED])
+        more = len(self.violations) - _VIOLATIONS_LISTED
+        super().__init__(f"{head}{listed}" + (f"; and {more:,} more" if more > 0 else ""))
 
 
 class ToolArgsError(_ViolationsError):

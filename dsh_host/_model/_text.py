@@ -56,13 +56,13 @@ NAME_SHOWN = 100
 """How many characters of a name the model chose (a tool it called) a message repeats."""
 
 
-def named(name: str) -> str:
-    """A name the model chose, as a message repeats it: `printable`, and at most `NAME_SHOWN`
+def named(name: str, limit: int = NAME_SHOWN) -> str:
+    """A name the model chose, as a message repeats it: `printable`, and at most *limit*
     characters of it, the rest counted (``xxxx… (100,027 characters)``): a call naming a
     100 KB tool once came back as a 100 KB error."""
-    if len(name) <= NAME_SHOWN:
+    if len(name) <= limit:
         return printable(name)
-    return f"{printable(name[:NAME_SHOWN])}… ({len(name):,} characters)"
+    return f"{printable(name[:limit])}… ({len(name):,} characters)"
 
 
 def _shown(value: object) -> str:

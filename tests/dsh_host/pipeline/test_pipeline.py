@@ -941,3 +941,20 @@ async def test_an_unknown_tools_name_is_repeated_escaped_and_cut(make_host) -> N
     short = await host.call("no\x1bpe", {})
     assert short.error is not None
     assert short.error.message == 'unknown tool "no\\x1bpe"'
+
+
+async def test_invalid_arguments_are_reported_escaped_cut_and_counted(make_host) -> None:
+    """Violations repeat the model's keys: each is escaped and cut, and the message lists 20 and
+    counts the rest (5,000 undeclared keys made a 340 KB message; a key's escape sequence
+    reached the result raw)."""
+    host = make_host(tools=(make_echo(strict_arguments=True),))
+    many = await host.call("echo", {"text": "a", **{f"k{i}": 1 for i in range(5000)}})
+    assert many.error is not None
+    assert many.error.code == "INVALID_ARGS"
+    assert len(many.error.message) < 3000
+    assert many.error.message.endswith("; and 4,980 more")
+    odd = await host.call("echo", {"text": "a", "z\x1b[2J" + "y" * 1000: 1})
+    assert odd.error is not None
+    assert odd.error.message.startswith('invalid arguments: "z\\x1b[2Jyyy')
+    assert "(1,0" in odd.error.message
+    assert odd.error.message.isprintable()
