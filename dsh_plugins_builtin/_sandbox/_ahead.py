@@ -116,7 +116,11 @@ def parse(data: bytes, ruleset: int) -> tuple[list[str], dict[str, str], _landlo
     env = {str(k): str(v) for k, v in request["env"].items()}
     plan = tuple(tuple(step) for step in request.get("plan", ()))
     program = bytes.fromhex(request["program"])
-    prepared = _landlock.Prepared(ruleset, program, request["abi"], plan)
+    abi = int(request["abi"])
+    if abi < 1 and not _landlock.VIEW:  # only a view's server confines by its mounts alone
+        raise ValueError("a request without Landlock reached the host's fork server")
+    limits = [(int(which), int(value)) for which, value in request.get("limits", ())]
+    prepared = _landlock.Prepared(ruleset, program, abi, plan, limits)
     return argv, env, prepared, str(request["cwd"])
 
 

@@ -83,6 +83,7 @@ from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, Sink, resul
 from dsh_plugins_builtin._sandbox._run import runner_failure as _runner_failure
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 from dsh_plugins_builtin._sandbox._tmpway import ready
+from dsh_plugins_builtin._sandbox._views import in_view, interpreter
 
 __all__ = [
     "BACKENDS",
@@ -331,6 +332,19 @@ async def _bwrap_once(
         raise SandboxUnavailable(str(exc.strerror), mode=policy.mode) from None
     try:
         root_fds = open_roots(policy, fds)
+        if control is None:  # a kept view, where one can be used
+            layout = layout_of(policy)
+            line = bwrap_argv(
+                ["true"], policy, spawn.cwd, path, root_fds=root_fds, missing=taken.over,
+                tmpfs_bytes=_memory(spawn.limits), ways=spawn.ways,
+            )  # fmt: skip
+            done = await in_view(
+                line, taken.over, argv=spawn.argv, env=spawn.env, timeout=spawn.timeout,
+                cap=spawn.cap, sink=spawn.sink, limits=spawn.limits, network=policy.network,
+                python=interpreter(layout.rw, layout.protected),
+            )  # fmt: skip
+            if done is not None:
+                return done
         seccomp_fd = seccomp_pipe(filter_bpf(not policy.network, inet=control is not None))
         fds.append(seccomp_fd)
         wrapped = confine_argv(

@@ -36,7 +36,8 @@ ENABLED = True  # Landlock commands start from the fork server when it works (te
 _HANDSHAKE_TIMEOUT: Final = 10.0
 _BOOT: Final = (  # the package's directory goes last: nothing there can shadow the stdlib
     "import sys; sys.path.append(sys.argv[1]); "
-    "from dsh_plugins_builtin._sandbox._forkserver import serve; serve(int(sys.argv[2]))"
+    "from dsh_plugins_builtin._sandbox._forkserver import serve; "
+    "serve(int(sys.argv[2]), *(int(a) for a in sys.argv[3:5]))"
 )
 _RECORD = _forkserver.RECORD
 
@@ -100,15 +101,27 @@ async def _read_record(sock: trio.socket.SocketType) -> tuple[int, int] | None:
 class ForkServer:
     """One fork server process, and the host's end of its control socket."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        view: tuple[int, int] | None = None,
+        executable: str | None = None,
+    ) -> None:
         """*root*: the directory holding the ``dsh_plugins_builtin`` package (default: this
-        one's)."""
+        one's). *view*: a server for a bwrap view (`dsh_plugins_builtin._sandbox._views`): the
+        namespaces each command gets there (`_landlock.VIEW`) and a pidfd of the process
+        holding the view, whose namespaces the server enters (`_forkserver.serve`).
+        *executable*: the interpreter to start (default: ``sys.executable``)."""
         self.root = Path(_forkserver.__file__).resolve().parents[2] if root is None else root
+        self.view = view
+        self.executable = executable
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
         self._owner = 0
         self.broken: str | None = None  # why the server is not used (the host forks instead)
+        self.stale = False  # a view's server: its mounts changed (`_forkserver.STALE`)
 
     def start(self) -> bool:
         """Start the server unless it runs (for this process); whether it can be used."""
@@ -118,17 +131,23 @@ class ForkServer:
             if self._ctl is not None:
                 if self._owner == os.getpid():
                     return True
+                if self.view is not None:  # a view is this process's, not a copy's
+                    return False
                 self._ctl.close()  # a forked copy of the host starts a server of its own
                 self._ctl = self._proc = None
-            executable = sys.executable
+            executable = self.executable or sys.executable
             if not executable:
                 self.broken = "sys.executable is unknown"
                 return False
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
+                view = () if self.view is None else tuple(str(n) for n in self.view)
+                boot = [executable, "-I", "-S", "-c", _BOOT, str(self.root), str(theirs.fileno())]
                 self._proc = subprocess.Popen(
-                    [executable, "-I", "-S", "-c", _BOOT, str(self.root), str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
+                    [*boot, *view],
+                    pass_fds=(theirs.fileno(), *self.view[1:2])
+                    if self.view
+                    else (theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     start_new_session=True,
@@ -194,7 +213,8 @@ class ForkServer:
         assert ctl is not None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            fds = array.array("i", (theirs.fileno(), stdout, prepared.ruleset_fd))
+            ruleset = prepared.ruleset_fd if prepared.ruleset_fd >= 0 else stdout  # a view's: none
+            fds = array.array("i", (theirs.fileno(), stdout, ruleset))
             ctl.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as exc:  # a full queue, a bad descriptor: this one forks instead
             ours.close()
@@ -243,6 +263,7 @@ class ForkServer:
                 os.close(fd)
             if kind == _forkserver.FAILED_CHDIR:
                 raise OSError(value, os.strerror(value), cwd)
+            self.stale = self.stale or kind == _forkserver.STALE
             return None
         launched = Launched(value, received[0], sock)
         try:
@@ -294,5 +315,6 @@ def _request(
         "program": prepared.program_hex,
         "abi": prepared.abi,
         "plan": [list(step) for step in prepared.plan],
+        "limits": [list(limit) for limit in prepared.limits],
     }
     return json.dumps(request).encode()

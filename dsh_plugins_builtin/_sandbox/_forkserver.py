@@ -31,6 +31,7 @@ a failure, then `STATUS`.
 from __future__ import annotations
 
 import array
+import codecs
 import contextlib
 import ctypes
 import os
@@ -40,7 +41,7 @@ import socket
 from collections.abc import Sequence
 from typing import Final, NoReturn
 
-from dsh_plugins_builtin._sandbox import _landlock, _ruleset, _supervisor
+from dsh_plugins_builtin._sandbox import _beneath, _landlock, _ruleset, _supervisor
 from dsh_plugins_builtin._sandbox._ahead import (
     GO,
     MAX_REQUEST,
@@ -59,6 +60,7 @@ __all__ = [
     "HELLO",
     "MAX_REQUEST",
     "RECORD",
+    "STALE",
     "STARTED",
     "STATUS",
 ]
@@ -71,6 +73,7 @@ STATUS: Final = _supervisor.REPORT_STATUS
 FAILED_CHDIR: Final = 4  # value: errno
 FAILED_EXEC: Final = 5  # value: errno
 FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
+STALE: Final = 7  # a view's mounts changed since it was made: nothing ran, nothing will
 
 
 def _subreaper() -> None:
@@ -87,6 +90,26 @@ class _Server:
         self.launchers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
+        self.mounts: select.poll | None = None  # in a view: its mount table's changes
+        self.stale = False
+
+    def watch_mounts(self) -> None:
+        """In a bwrap view: watch the view's mount table. It changes only when the host's
+        does: a mount the host makes propagates here (bwrap's root is a slave of the host's,
+        and that mount was never made read-only), and a mask is detached when the host
+        removes or renames what it covers (``rename`` over ``/etc/shadow``, ``rmdir`` of
+        ``~/.aws``). Either way the view no longer is the one a new bwrap would build: from
+        then on every request is answered `STALE` and the host builds another."""
+        # The server has no pid in the view's /proc; its first process (bwrap's command, that
+        # the server joined) shares its mount namespace.
+        fd = os.open("/proc/1/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        self.mounts = select.poll()
+        self.mounts.register(fd, select.POLLPRI | select.POLLERR)
+
+    def changed(self) -> bool:
+        if self.mounts is not None and not self.stale and self.mounts.poll(0):
+            self.stale = True
+        return self.stale
 
     def prefork(self) -> None:
         """Fork the next request's launcher now, off the request's path: the fork (and the
@@ -157,6 +180,10 @@ class _Server:
         if not data and not fds:
             return False
         valid = data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
+        if valid and self.changed():
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fds[0])) as rep:
+                _send(rep, STALE, 0)
+            valid = False
         if valid and not self.hand_over(data, fds):
             try:
                 pid = os.fork()
@@ -201,6 +228,38 @@ def _ready(server_fds: tuple[int, ...]) -> None:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
+
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
+
+
+def _enter(holder: int) -> None:
+    """Join every namespace of the process holding a bwrap view (*holder*, a pidfd) in one
+    ``setns``: its user namespace (where this server then holds every capability, and nothing
+    outside it), its mounts (the view: ``/`` is the view's root from here on), network, IPC,
+    UTS and cgroup namespaces, and, for the launchers it forks, its PID namespace (each still
+    makes one of its own for its command). The server's code is all loaded already: nothing is read from the
+    view's files (its interpreter may lie where the view hides it). The descriptor of ``/`` that
+    `_beneath` opened at import is pointed at the view's root too, so no walk starts outside."""
+    codecs.lookup("ascii")  # what the launchers' reading of /proc would import from the view
+    libc = _ruleset._libc()
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
+    flags |= _CLONE_NEWPID  # for its children: the launchers live in the view's PID namespace
+    ctypes.set_errno(0)
+    if libc.setns(ctypes.c_int(holder), ctypes.c_int(flags | _CLONE_NEWCGROUP)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns into the view: {os.strerror(err)}")
+    os.close(holder)
+    os.chdir("/")
+    slash = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    os.dup2(slash, _beneath._SLASH_FD, inheritable=False)
+    os.close(slash)
 
 
 _SERVER = [0]  # the server's pid (`serve`), which each launcher it forks checks it still has
@@ -285,14 +344,23 @@ def _fork_command(
     return child, errors_r
 
 
-def serve(ctl_fd: int) -> None:
-    """The server's main loop, on the inherited control socket *ctl_fd*."""
+def serve(ctl_fd: int, view: int | None = None, holder: int | None = None) -> None:
+    """The server's main loop, on the inherited control socket *ctl_fd*. With *view* and
+    *holder* (a pidfd): the server of a bwrap view (`dsh_plugins_builtin._sandbox._views`): it
+    enters the holder's namespaces first (`_enter`), and *view* are the namespaces each command
+    gets there besides its PID and IPC ones (`_landlock.VIEW`)."""
+    _landlock._cap_last()  # read once here, not in every launcher
+    _SERVER[0] = os.getpid()
+    if view is not None and holder is not None:
+        _enter(holder)
+        _landlock.VIEW.append(view)
+        _SERVER[0] = 0  # what a launcher in the view's PID namespace sees of its parent
     os.set_inheritable(ctl_fd, False)
     os.chdir("/")
-    _SERVER[0] = os.getpid()
     _subreaper()
-    _landlock._cap_last()  # read once here, not in every launcher
     ctl = socket.socket(fileno=ctl_fd)
     server = _Server(ctl)
+    if view is not None:
+        server.watch_mounts()
     server.prefork()
     server.serve()

@@ -27,9 +27,13 @@ TCP rules) is refused in `prepare`: the backend never confines partly.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import functools
 import os
+import resource
 import signal
+import socket
+import struct
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -72,6 +76,7 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SECCOMP_MODE_FILTER = 2
 _CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWUSER = 0x10000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -106,17 +111,27 @@ def _cap_last() -> int:
 class Prepared:
     """A ruleset and a seccomp program built once, applied in each child by `preexec`."""
 
-    def __init__(self, ruleset_fd: int, program: bytes, abi: int, plan: _mountns.Plan = ()) -> None:
+    def __init__(
+        self,
+        ruleset_fd: int,
+        program: bytes,
+        abi: int,
+        plan: _mountns.Plan = (),
+        limits: Sequence[tuple[int, int]] = (),
+    ) -> None:
         """Keep the ruleset descriptor and the filter; nothing is applied yet.
 
         Args:
             ruleset_fd: The Landlock ruleset (close-on-exec; lives as long as the host).
             program: The raw seccomp BPF program.
-            abi: The kernel's Landlock ABI.
+            abi: The kernel's Landlock ABI; ``0`` only in a bwrap view (`_views`), whose
+                mounts confine the files: no Landlock ruleset is applied then.
             plan: The command's mount namespace (`dsh_plugins_builtin._sandbox._mountns`);
                 empty: the host's view, no namespace (probes).
+            limits: ``(RLIMIT_*, value)`` set, soft and hard, just before the filter.
         """
         self.plan = plan
+        self.limits = tuple(limits)
         self.host_pid = os.getpid()  # `preexec`'s parent: the host that made it
         self.ruleset_fd = ruleset_fd
         self.abi = abi
@@ -134,7 +149,7 @@ class Prepared:
 
     def with_plan(self, plan: _mountns.Plan) -> Prepared:
         """The same ruleset and filter with another mount plan (no rule is built again)."""
-        return Prepared(self.ruleset_fd, self.program, self.abi, plan)
+        return Prepared(self.ruleset_fd, self.program, self.abi, plan, self.limits)
 
     @functools.cached_property
     def program_hex(self) -> str:
@@ -182,7 +197,7 @@ class Prepared:
         self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         ctypes.set_errno(0)
-        if (
+        if self.abi and (
             libc.syscall(
                 ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(self.ruleset_fd), ctypes.c_uint32(0)
             )
@@ -211,6 +226,11 @@ class Prepared:
             < 0
         ):
             self._fail("capset")
+        for which, value in self.limits:
+            try:
+                resource.setrlimit(which, (value, value))
+            except (OSError, ValueError):
+                self._fail(f"setting resource limit {which}")
         ctypes.set_errno(0)
         if (
             libc.prctl(
@@ -226,6 +246,8 @@ class Prepared:
 
     def preexec(self) -> None:
         """The ``preexec_fn``: fork a supervisor, confine the grandchild, which then execs."""
+        if not self.abi:  # a view's request (no Landlock): never run by forking the host
+            self._fail("confining without Landlock outside a bwrap view")
         blocked = {signal.SIGTERM, signal.SIGCHLD}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         self._prctl("prctl(PR_SET_CHILD_SUBREAPER)", _PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -245,16 +267,29 @@ class Prepared:
         supervise(pid)
 
 
+VIEW: list[int] = []
+"""Set once in a fork server inside a bwrap view (`_forkserver.serve`): the extra namespaces
+each command gets there (``CLONE_NEWNET`` unless the view shares the host's network). The
+server holds ``CAP_SYS_ADMIN`` in the view's user namespace, so it unshares them directly."""
+
+
 def unshare_namespaces() -> None:
     """`Prepared.unshare`'s namespaces for the caller's next child (PID, IPC; through a user
-    namespace mapping only the caller's uid and gid for an ordinary user).
+    namespace mapping only the caller's uid and gid for an ordinary user; in a bwrap view,
+    directly, with a network namespace of its own unless the view shares the host's).
 
     Raises:
         OSError: They cannot be made; its ``strerror`` names the step (`Prepared._fail`).
     """
     libc = _libc()
-    flags = _CLONE_NEWPID | _CLONE_NEWIPC
+    flags = _CLONE_NEWPID | _CLONE_NEWIPC | (VIEW[0] if VIEW else 0)
     ctypes.set_errno(0)
+    if VIEW:
+        if libc.unshare(ctypes.c_int(flags)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC) in the view")
+        if flags & _CLONE_NEWNET:
+            _loopback_up()
+        return
     if os.geteuid() == 0:
         if libc.unshare(ctypes.c_int(flags)) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC)")
@@ -277,6 +312,15 @@ def unshare_namespaces() -> None:
         except OSError as exc:
             what = f"writing /proc/self/{name} in the new user namespace"
             raise OSError(exc.errno, what) from None
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in the network namespace just made (as bwrap's ``--unshare-net`` does):
+    the command's own servers on 127.0.0.1 work; nothing else is there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, 0x8913, request))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS, UP
 
 
 def prepare(writable: Sequence[str], *, block_network: bool, plan: _mountns.Plan = ()) -> Prepared:

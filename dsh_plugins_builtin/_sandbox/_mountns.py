@@ -14,8 +14,10 @@ no shared memory) and mounts a ``/proc`` of the command's own PID namespace (no 
 is visible).
 
 Each step is a list: ``["tmpfs", path, read_only]``, ``["bind", source, target, writable]``,
-``["null", path]``, ``["symlink", target, path]``, ``["proc"]``. Bind sources are opened
-before the first step hides them.
+``["null", path]``, ``["symlink", target, path]``, ``["proc"]``, ``["proc-ro", path]`` (an
+entry of the ``/proc`` just mounted bound read-only onto itself), ``["seal", path]`` (a
+protected path that does not exist: its directory made, an empty read-only tmpfs over it).
+Bind sources are opened before the first step hides them.
 """
 
 from __future__ import annotations
@@ -105,8 +107,9 @@ def _reach(step: Sequence[Any], source: str, fail: Callable[[str], NoReturn]) ->
     kind = step[0]
     path = step[2] if kind == "bind" else step[1]
     hides = kind == "null" or (kind == "tmpfs" and step[2])
+    directory = kind in ("tmpfs", "seal") or os.path.isdir(source)
     try:
-        return _target(path, directory=kind == "tmpfs" or os.path.isdir(source), make=not hides)
+        return _target(path, directory=directory, make=not hides)
     except OSError as exc:
         if hides and isinstance(exc, FileNotFoundError):
             return None
@@ -152,6 +155,27 @@ def _read_only(
         mount(None, at, None, _read_only_flags(at), f"making {path} read-only:")
     finally:
         os.close(target)
+
+
+def _proc_read_only(
+    mount: Callable[[str | None, str, str | None, int, str], None],
+    path: str,
+    fail: Callable[[str], NoReturn],
+) -> None:
+    """Bind *path* of the ``/proc`` just mounted onto itself, read-only (as bwrap's
+    ``--ro-bind-try``): nothing to do where this kernel has no such entry."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError:
+        fail(f"reaching {path}")
+    at = f"/proc/self/fd/{fd}"
+    try:
+        mount(at, at, None, _MS_BIND, f"binding {path} onto itself:")
+    finally:
+        os.close(fd)
+    _read_only(mount, path, os.path.isdir(path), fail)
 
 
 def _symlink(target: str, path: str, fail: Callable[[str], NoReturn]) -> None:
@@ -205,6 +229,9 @@ def apply(
         if kind == "proc":
             mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
             continue
+        if kind == "proc-ro":
+            _proc_read_only(mount, step[1], fail)
+            continue
         if kind == "symlink":
             _symlink(step[1], step[2], fail)
             continue
@@ -214,8 +241,8 @@ def apply(
         if target is None:
             continue  # what it would hide is gone since the plan was made
         at = f"/proc/self/fd/{target}"
-        if kind == "tmpfs":
-            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if step[2] else 0)
+        if kind in ("tmpfs", "seal"):
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if kind == "seal" or step[2] else 0)
             mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:")
         else:
             mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")

@@ -24,7 +24,9 @@ from dsh_plugins_builtin._sandbox import _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._output import Output, Sink
 from dsh_plugins_builtin._sandbox._pidns import SUPERVISOR_GRACE, Block, Namespace
 
-__all__ = ["Block", "Output", "ProcessResult", "Sink", "result", "run", "runner_failure"]
+__all__ = [
+    "Block", "Output", "ProcessResult", "Sink", "Unstarted", "result", "run", "runner_failure",
+]  # fmt: skip
 
 _DRAIN_GRACE: Final = 1.0
 _READ_CHUNK: Final = 65536
@@ -87,6 +89,10 @@ async def _pump(
         done.set()
 
 
+class Unstarted(Exception):
+    """A view's server could not start the command (nothing ran): start it another way."""
+
+
 def runner_failure(output: str, exit_code: int | None, backend: str) -> str | None:
     """Return the runner's own failure line if the wrapper (not the command) failed."""
     if exit_code is None or exit_code == 0:
@@ -95,8 +101,9 @@ def runner_failure(output: str, exit_code: int | None, backend: str) -> str | No
     first = lines[0] if lines else ""
     if backend == "landlock" and exit_code == _landlock.EXIT_RUNNER_FAILURE:
         return first if first.startswith(_landlock.PREFIX) else None
-    if backend == "bwrap":
-        return first if first.startswith("bwrap: ") else None
+    if backend == "bwrap":  # bwrap's own line, or a view's launcher's (`_views`)
+        view = exit_code == _landlock.EXIT_RUNNER_FAILURE and first.startswith(_landlock.PREFIX)
+        return first if first.startswith("bwrap: ") or view else None
     return None
 
 
@@ -194,6 +201,7 @@ async def run(
     info: tuple[int, int] | None = None,
     block: Block | None = None,
     sink: Sink | None = None,
+    server: _forkclient.ForkServer | None = None,
     **spawn: Any,
 ) -> tuple[Output, int | None, bool]:
     """Start *argv*, keep a head and a tail of its output, wait (up to *timeout*), then kill
@@ -204,10 +212,12 @@ async def run(
     bwrap's ``--block-fd`` and the resource limits (``(RLIMIT_*, value)``) to set on the first
     process of its namespace before it goes on (`Namespace`); *sink*: stream the output
     (at most *cap* bytes); once it says enough, the command is stopped as at a timeout.
+    *server*: start it from that fork server (a bwrap view's) and nowhere else: `Unstarted`
+    when it cannot.
     """
     read_fd, write_fd = os.pipe()
     try:
-        proc = await _start(argv, cwd, env, landlock, write_fd, spawn)
+        proc = await _start(argv, cwd, env, landlock, write_fd, spawn, server)
     except BaseException:
         os.close(read_fd)
         if info is not None:
@@ -246,7 +256,16 @@ async def _start(
     landlock: _landlock.Prepared | None,
     write_fd: int,
     spawn: dict[str, Any],
+    server: _forkclient.ForkServer | None,
 ) -> _Local | _forkclient.Launched:
+    if server is not None:  # a view's request: that server, or nothing
+        assert landlock is not None
+        started = await server.spawn(
+            argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd
+        )
+        if started is None:
+            raise Unstarted
+        return started
     if landlock is not None and _forkclient.ENABLED:
         launched = await _forkclient.shared().spawn(
             argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd

@@ -12,7 +12,7 @@ import trio
 
 from dsh_host import Host
 from dsh_plugins_builtin import sandbox as sandbox_module
-from dsh_plugins_builtin._sandbox import _forkclient, _starting
+from dsh_plugins_builtin._sandbox import _forkclient, _starting, _views
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin.sandbox import SandboxPlugin
 from dsh_plugins_builtin.tools import ToolsPlugin
@@ -26,12 +26,19 @@ def ws(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(params=["bwrap", "landlock", "landlock-forking-the-host"])
+@pytest.fixture(params=["bwrap", "bwrap-in-a-view", "landlock", "landlock-forking-the-host"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each confinement backend, Landlock both ways: commands started by the fork server (the
-    usual way) and by forking the host (its fallback). On CI (``CI=true``) one that does not work
-    here fails the test loudly; elsewhere it is skipped with the probe's reason."""
+    """Each confinement backend, bwrap both ways (a fresh bwrap per command, and every command
+    started in a kept view, `_views`), Landlock both ways: commands started by the fork server
+    (the usual way) and by forking the host (its fallback). On CI (``CI=true``) one that does not
+    work here fails the test loudly; elsewhere it is skipped with the probe's reason."""
     name: str = request.param
+    views = _views.shared()
+    monkeypatch.setattr(_views, "ENABLED", name == "bwrap-in-a-view")
+    monkeypatch.setattr(_views, "EAGER", name == "bwrap-in-a-view")
+    asked, used = views.asked, views.used
+    if name == "bwrap-in-a-view":
+        name = "bwrap"
     if name == "landlock-forking-the-host":
         name = "landlock"
         monkeypatch.setattr(_forkclient, "ENABLED", False)
@@ -46,6 +53,9 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     yield name
     if name == "landlock" and _forkclient.ENABLED:  # it did not fall back meanwhile
         assert _forkclient.shared().broken is None
+    if _views.ENABLED:  # commands ran in a view (all but one that met a view being made)
+        assert views.broken is None
+        assert views.used - used >= min(views.asked - asked, 1)
 
 
 def tools_host(make_host: Any, ws: Path, **sandbox: Any) -> Host:

@@ -1,0 +1,407 @@
+"""bwrap views kept alive: one sandbox per view, and each command started inside it.
+
+Every bwrap call used to build the command's whole view afresh: the namespaces, then about
+forty mounts (the private tmp, the host's socket directories hidden, the roots, the protected
+paths, ``deny_read``, the parts of ``/proc`` made read-only), then tear it all down, for
+``bash -c true`` as for anything else: about 2.3 times a raw ``bwrap ... true`` (issue 27).
+Most of that does not change from one command to the next.
+
+So the first command of a view starts bwrap once, with that view and, as its command, the fork
+server (`dsh_plugins_builtin._sandbox._forkserver`, a ``python -I -S`` of the standard
+library); later commands of the same view are started by it (`_forkclient.ForkServer`). Each
+command still gets, in its own process, everything that was per command (`split`): its own
+PID, IPC and network namespaces (loopback only, brought up; the host's network where the view
+shares it), its own mount namespace with a fresh ``/proc`` of its PID namespace whose kernel
+settings are bound read-only over themselves, an empty read-only tmpfs over each protected
+path that does not exist yet (the host takes and gives back those mount points as before),
+its working directory, environment and resource limits, every capability dropped, the seccomp
+filter, a session of its own, and a supervisor (the server's launcher) that kills every
+descendant when it ends. The server holds ``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` (and
+``CAP_NET_ADMIN`` for the loopback) in the view's user namespace only, never the command.
+
+A view is keyed by the bwrap command line a fresh call would run (without its working
+directory and the protected paths that are missing, which each command mounts itself), with
+each pinned root as the directory it is (device, inode), not a descriptor number: whatever
+changes what a command would see (a ``deny_read`` match appearing, a protected path created,
+a root replaced, the memory limit) makes another key, and so another view. What changes under
+a view without changing its key (the host mounting something, which propagates into it, or
+removing or renaming what a mask covers, which detaches the mask) changes the view's mount
+table: its server watches it and from then on answers `_forkserver.STALE`; the command is
+started the old way and the next call builds a new view. Idle views other than the newest
+are closed; at most `MAX_VIEWS` live at once (more busy ones: a command starts the old way).
+Nothing here is needed for a command to run: a view that cannot be used is skipped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from dsh_plugins_builtin._sandbox import _forkserver
+from dsh_plugins_builtin._sandbox._forkclient import ForkServer
+from dsh_plugins_builtin._sandbox._landlock import _CLONE_NEWNET, Prepared
+from dsh_plugins_builtin._sandbox._run import Output, Sink, Unstarted, run
+from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
+
+__all__ = ["ENABLED", "MAX_VIEWS", "Lease", "Views", "in_view", "shared", "split"]
+
+ENABLED = True  # bwrap commands start in a kept view when one can be used (tests turn it off)
+EAGER = False  # a view at a key's first command, not its second (tests: every command in one)
+MAX_VIEWS: Final = 4
+_FAILURES: Final = 3  # views that would not start before the process stops trying
+_SEEN: Final = 64  # keys remembered as met once
+
+_ARITY: Final = {
+    "--unshare-all": 0, "--unshare-user-try": 0, "--as-pid-1": 0, "--share-net": 0,
+    "--die-with-parent": 0, "--new-session": 0,
+    "--dev": 1, "--proc": 1, "--tmpfs": 1, "--remount-ro": 1, "--size": 1, "--chdir": 1,
+    "--cap-drop": 1,
+    "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--dev-bind": 2, "--bind-fd": 2,
+}  # fmt: skip
+"""The words bwrap_argv writes, and how many operands each takes (any other: no view)."""
+
+
+class Split:
+    """A bwrap command line taken apart: the view (`head`), what each command does in it
+    (`plan`, `cwd`), and the view's `key`."""
+
+    def __init__(self, head: list[str], plan: tuple[tuple[Any, ...], ...], cwd: str) -> None:
+        self.head = head
+        self.plan = plan
+        self.cwd = cwd
+        self.fds: tuple[int, ...] = ()
+        self.key: tuple[Any, ...] = ()
+
+
+def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> Split | None:
+    """*argv* (a `_bwrap.bwrap_argv` line: bwrap, then its options up to ``--``) as a view
+    and a per-command plan;
+    ``None`` when it holds a word this does not know (then no view is used)."""
+    gone = {str(path) for path in missing}
+    head: list[str] = []
+    plan: list[tuple[Any, ...]] = [("proc",)]
+    seals: list[tuple[Any, ...]] = []
+    fds: list[int] = []
+    key: list[Any] = []
+    cwd = "/"
+    head.append(argv[0])  # bwrap itself
+    key.append(argv[0])
+    i = 1
+    while i < len(argv) and argv[i] != "--":
+        word = argv[i]
+        arity = _ARITY.get(word)
+        if arity is None or i + arity >= len(argv):
+            return None
+        operands = list(argv[i + 1 : i + 1 + arity])
+        step = [word, *operands]
+        if word == "--chdir":
+            cwd, step = operands[0], []
+        elif word == "--ro-bind-try" and operands[0].startswith("/proc/"):
+            plan.append(("proc-ro", operands[0]))  # over each command's own /proc
+            step = []
+        elif word == "--tmpfs" and operands[0] in gone:
+            if argv[i + 2 : i + 4] != ["--remount-ro", operands[0]]:
+                return None
+            seals.append(("seal", operands[0]))
+            step, arity = [], 3
+        elif word == "--bind-fd":
+            st = os.fstat(int(operands[0]))
+            fds.append(int(operands[0]))
+            key += ["--bind-fd", (st.st_dev, st.st_ino), operands[1]]
+            head += step
+            i += 1 + arity
+            continue
+        key += step
+        head += step
+        i += 1 + arity
+    out = Split(head, (*plan, *seals), cwd)
+    out.fds = tuple(fds)
+    out.key = (*key, network, tuple(sorted(gone)))  # (the interpreter is the lease's, below)
+    return out
+
+
+_INFO_TIMEOUT: Final = 10.0  # seconds for bwrap to build a view and say its pid
+
+
+class _View:
+    """A view: bwrap holding it (its command, ``cat``, waits on a pipe of ours) and the fork
+    server that entered it."""
+
+    def __init__(self, holder: subprocess.Popen[bytes], server: ForkServer) -> None:
+        self.holder = holder
+        self.server = server
+        self.busy = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.server.broken is None and not self.server.stale
+
+    def close(self) -> None:
+        """End the view: its first process first (the kernel kills what is left in the view's
+        PID namespace, the server's launchers, which the server, still there, reaps at once;
+        orphaned, they would wait for the machine's init), then the server."""
+        if self.holder.stdin is not None:
+            self.holder.stdin.close()  # cat ends, and bwrap with it
+        try:
+            self.holder.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.holder.kill()
+            self.holder.wait()
+        self.server.close()
+
+
+def _hold(parts: Split) -> tuple[subprocess.Popen[bytes], int] | None:
+    """Start bwrap with the view and ``cat`` as its command; it and a pidfd of ``cat`` (the
+    view's first process, which `_forkserver._enter` joins), or ``None``."""
+    cat = shutil.which("cat")
+    if cat is None:
+        return None
+    info_r, info_w = os.pipe()
+    try:
+        holder = subprocess.Popen(
+            [*parts.head, "--info-fd", str(info_w), "--", cat],
+            pass_fds=(info_w, *parts.fds), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
+        )  # fmt: skip
+    except OSError:
+        os.close(info_r)
+        return None
+    finally:
+        os.close(info_w)
+    try:
+        info = _read_info(info_r)
+        pid = info.get("child-pid") if isinstance(info, dict) else None
+        if not isinstance(pid, int):
+            raise ProcessLookupError
+        return holder, os.pidfd_open(pid)
+    except (OSError, ValueError):
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.kill()
+        holder.wait()
+        return None
+    finally:
+        os.close(info_r)
+
+
+def _read_info(fd: int) -> Any:
+    """bwrap's ``--info-fd`` JSON (it closes its end once written, or on failure)."""
+    data = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], _INFO_TIMEOUT)
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            return json.loads(data)  # ValueError when bwrap failed before writing it
+        data += chunk
+
+
+class Lease:
+    """One command's use of a view: its `server`, the `plan` and `cwd` it runs with."""
+
+    def __init__(self, views: Views, view: _View, split: Split) -> None:
+        self.server = view.server
+        self.plan = split.plan
+        self.cwd = split.cwd
+        self._views = views
+        self._view = view
+
+    def release(self) -> None:
+        self._views.release(self._view)
+
+
+class Views:
+    """The views of one host process (`shared`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[tuple[Any, ...], _View] = {}
+        self._seen: dict[tuple[Any, ...], None] = {}  # keys met once (the last `_SEEN`)
+        self._starting: set[tuple[Any, ...]] = set()
+        self._owner = os.getpid()
+        self._failures = 0
+        self.broken: str | None = None
+        self.asked = 0  # commands that could have run in a view (`in_view`)
+        self.used = 0  # of those, the ones that did
+
+    async def lease(
+        self, argv: Sequence[str], missing: Collection[Path], *, network: bool, python: str
+    ) -> Lease | None:
+        """A view for a command whose fresh bwrap line would be *argv* (its pinned roots
+        open: they are bound from these descriptors if the view starts now); ``None``: start
+        it the old way. A view is made the second time its key is met (a one-off command, as
+        ``dsh call`` runs, does not pay for one), in a worker thread (the host goes on)."""
+        parts = split(argv, missing, network=network)
+        if parts is None:
+            return None
+        key = parts.key
+        with self._lock:
+            if os.getpid() != self._owner:  # a forked copy of the host: its views are not its
+                self._views, self._seen, self._starting = {}, {}, set()
+                self._owner = os.getpid()
+            view = self._views.get(key)
+            if view is not None and view.usable:
+                view.busy += 1
+                return Lease(self, view, parts)
+            if view is not None:
+                self._drop(key, view)
+            if self.broken is not None or key in self._starting:
+                return None
+            if not self._again(key) and not EAGER:
+                return None
+            if sum(1 for v in self._views.values() if v.busy) >= MAX_VIEWS:
+                return None
+            self._starting.add(key)
+        try:
+            view = await trio.to_thread.run_sync(self._start, parts, python)
+        finally:
+            with self._lock:
+                self._starting.discard(key)
+        if view is None:
+            return None
+        with self._lock:
+            self._views[key] = view
+            view.busy += 1
+            for other_key, other in list(self._views.items()):  # it replaces idle ones
+                if other is not view and other.busy == 0:
+                    self._drop(other_key, other)
+        return Lease(self, view, parts)
+
+    def _again(self, key: tuple[Any, ...]) -> bool:
+        """Whether *key* was met before (and remember it)."""
+        if key in self._seen:
+            return True
+        self._seen[key] = None
+        while len(self._seen) > _SEEN:
+            del self._seen[next(iter(self._seen))]
+        return False
+
+    def _start(self, parts: Split, python: str) -> _View | None:
+        held = _hold(parts)
+        if held is None:
+            self._failed("bwrap would not hold the view")
+            return None
+        holder, pidfd = held
+        flags = 0 if "--share-net" in parts.head else _CLONE_NEWNET
+        server = ForkServer(view=(flags, pidfd), executable=python)
+        try:
+            started = server.start()
+        finally:
+            os.close(pidfd)  # the server has its own copy
+        view = _View(holder, server)
+        if not started:
+            view.close()
+            self._failed(f"the view's server would not start: {server.broken}")
+            return None
+        return view
+
+    def _failed(self, why: str) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._failures >= _FAILURES:
+                self.broken = why
+
+    def _drop(self, key: tuple[Any, ...], view: _View) -> None:
+        """Forget *view* (under the lock); close it now if idle, else when released."""
+        if self._views.get(key) is view:
+            del self._views[key]
+        if view.busy == 0:
+            _close_later(view)
+
+    def release(self, view: _View) -> None:
+        with self._lock:
+            view.busy -= 1
+            broken = view.server.broken
+            if view.busy == 0 and (not view.usable or view not in self._views.values()):
+                for key, kept in list(self._views.items()):
+                    if kept is view:
+                        del self._views[key]
+                _close_later(view)
+        if broken is not None:  # it died, or would not answer
+            self._failed(f"a view's server failed: {broken}")
+
+    def close(self) -> None:
+        with self._lock:
+            views, self._views = list(self._views.values()), {}
+        if os.getpid() == self._owner:
+            for view in views:
+                view.close()
+
+
+def _close_later(view: _View) -> None:
+    """Close *view* off the caller's thread (ending bwrap and the server takes milliseconds)."""
+    threading.Thread(target=view.close, name="dsh-view-close", daemon=True).start()
+
+
+_shared = Views()
+atexit.register(_shared.close)
+
+
+def shared() -> Views:
+    """The process's views."""
+    return _shared
+
+
+def interpreter(writable: Collection[Path], protected: Collection[Path]) -> str | None:
+    """The interpreter a view's server is started with (its real path: no virtual
+    environment's ``pyvenv.cfg`` is read), or ``None`` when it, the standard library or
+    dsh's package directory lies where a command can write (in a writable root and not in a
+    protected path): the server runs on the host, unconfined, before it enters the view, and a
+    command must not have planted what it runs."""
+    python = os.path.realpath(sys.executable or "/")
+    places = (
+        Path(python), Path(os.path.realpath(sys.base_prefix)),
+        Path(os.path.realpath(_forkserver.__file__)).parents[2],
+    )  # fmt: skip
+    for place in places:
+        if any(place == root or root in place.parents for root in writable) and not any(
+            place == guard or guard in place.parents for guard in protected
+        ):
+            return None
+    return python if os.access(python, os.X_OK) else None
+
+
+async def in_view(
+    line: Sequence[str],
+    missing: Collection[Path],
+    *,
+    argv: list[str],
+    env: dict[str, str],
+    timeout: float | None,
+    cap: int,
+    sink: Sink | None,
+    limits: Sequence[tuple[int, int]],
+    network: bool,
+    python: str | None,
+) -> tuple[Output, int | None, bool] | None:
+    """Run *argv* in the view of the fresh bwrap *line* (`_bwrap.bwrap_argv`, the pinned roots
+    open), its server started with *python* (`interpreter`); ``None`` when no view could start
+    it (nothing ran: start it the old way)."""
+    if not ENABLED or python is None:
+        return None
+    views = shared()
+    views.asked += 1
+    lease = await views.lease(line, missing, network=network, python=python)
+    if lease is None:
+        return None
+    views.used += 1
+    try:
+        prepared = Prepared(-1, filter_bpf(not network), 0, lease.plan, limits)
+        return await run(
+            argv, cwd=Path(lease.cwd), env=env, timeout=timeout, cap=cap, landlock=prepared,
+            sink=sink, server=lease.server,
+        )  # fmt: skip
+    except Unstarted:
+        return None
+    finally:
+        lease.release()
