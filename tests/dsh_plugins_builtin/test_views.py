@@ -1,0 +1,186 @@
+"""Kept bwrap views (`_views`): a command started in one sees what a fresh bwrap would show it,
+and nothing of the commands beside it. What a view could make stale (the host mounting, or
+replacing what a mask covers, or creating a protected path) is tried here; the escape tests run
+in a view too (the ``bwrap-in-a-view`` backend). As root here and as ``nobody`` through
+`test_escapes_unprivileged.py` (those that need root to set up skip there)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_plugins_builtin._sandbox import _views
+from dsh_plugins_builtin._sandbox._confine import probe_backends
+from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
+from tests.dsh_plugins_builtin.test_escapes_boundary import bash, boundary_host
+
+
+@pytest.fixture(autouse=True)
+def views(monkeypatch: pytest.MonkeyPatch) -> Iterator[_views.Views]:
+    reason = probe_backends()["bwrap"]
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"bwrap must work on CI but does not: {reason}")
+        pytest.skip(f"bwrap does not work here: {reason}")
+    monkeypatch.setattr(_views, "ENABLED", True)
+    monkeypatch.setattr(_views, "EAGER", True)
+    shared = _views.shared()
+    yield shared
+    assert shared.broken is None
+
+
+def view_host(make_host: Any, ws: Path, **sandbox: Any) -> Any:
+    return boundary_host(make_host, ws, "bwrap", **sandbox)
+
+
+async def test_commands_of_one_view_share_it_and_nothing_else(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """Two commands at once in one view: each is PID 1 of its own namespace, sees no process of
+    the other, and its loopback is its own (a server of one is not reachable from the other)."""
+    host = view_host(make_host, ws)
+    await bash(host, "true")  # the view is made
+    used = views.used
+    serve = (
+        "python3 -c 'import socket, time; s = socket.socket(); "
+        's.bind(("127.0.0.1", 8765)); s.listen(); open("ready", "w"); time.sleep(3)\''
+    )
+    probe = (
+        "for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done; echo pid $$; "
+        "ls -d /proc/[0-9]* | wc -l; "
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765), 1)' "
+        "2>/dev/null && echo REACHED || echo refused"
+    )
+    results: dict[str, Any] = {}
+
+    async def run(name: str, command: str) -> None:
+        results[name] = await bash(host, command)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "server", serve)
+        nursery.start_soon(run, "probe", probe)
+    text = results["probe"].text
+    assert "pid 1" in text
+    assert "refused" in text
+    assert "REACHED" not in text
+    assert int(text.split("\n")[1]) <= 4  # its shell, ls, wc, and the subshell: not the server
+    assert views.used - used == 2
+    assert len(views._views) == 1
+
+
+async def test_a_mask_the_host_replaces_is_not_trusted(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """Replacing a ``deny_read`` file by a rename, or a denied directory by a new one, detaches
+    the view's mask over it (in a writable root the new one would even be writable): the view's
+    server sees its mount table change and is not used again; the next command gets a view
+    that hides the new ones too."""
+    secret, keys = ws / "secret", ws / "keys"
+    secret.write_text("SECRET-1\n")
+    keys.mkdir()
+    (keys / "key").write_text("SECRET-1\n")
+    host = view_host(make_host, ws, deny_read=["secret", "keys"])
+    read = "cat secret keys/key 2>&1; echo x >> secret 2>&1; echo done"
+    assert "SECRET" not in (await bash(host, read)).text
+    fresh = ws / "fresh"
+    fresh.write_text("SECRET-2\n")
+    os.replace(fresh, secret)  # as an editor or passwd saves a file
+    (keys / "key").unlink()
+    keys.rmdir()
+    keys.mkdir()
+    (keys / "key").write_text("SECRET-2\n")
+    for _ in range(3):
+        text = (await bash(host, read)).text
+        assert "SECRET" not in text
+        assert "done" in text
+    assert secret.read_text() == "SECRET-2\n"
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory of the test's own outside ``/tmp`` (which a command sees privately)."""
+    base = Path("/var/lib") if os.access("/var/lib", os.W_OK) else None
+    if base is None:
+        pytest.skip("no writable place outside /tmp")
+    path = Path(tempfile.mkdtemp(prefix="dsh-views-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can mount on the host")
+async def test_a_mount_the_host_makes_later_is_not_writable(
+    make_host: Any, ws: Path, outside_tmp: Path
+) -> None:
+    """A host mount made after the view propagates into it, writable (bwrap made read-only only
+    what was mounted when it started): the view is then not used again."""
+    place = outside_tmp / "later"
+    place.mkdir()
+    # A shared mount, as / is on a systemd host: what is mounted below it propagates.
+    subprocess.run(["mount", "--bind", str(outside_tmp), str(outside_tmp)], check=True)
+    try:
+        subprocess.run(["mount", "--make-shared", str(outside_tmp)], check=True)
+        host = view_host(make_host, ws)
+        await bash(host, "true")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(place)], check=True)
+        for _ in range(2):
+            text = (await bash(host, f"touch {place}/x 2>&1; echo done")).text
+            assert "Read-only file system" in text
+        assert not (place / "x").exists()
+    finally:
+        subprocess.run(["umount", "-R", "-l", str(outside_tmp)], check=False)
+
+
+async def test_a_protected_path_the_host_creates_later_stays_read_only(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """``dsh.toml`` missing when the view was made (each command seals it), then created on the
+    host: the next command cannot write it (another view: the line a fresh bwrap would run
+    changed)."""
+    host = view_host(make_host, ws)
+    text = (await bash(host, "echo x > dsh.toml 2>&1; echo done")).text
+    assert "done" in text
+    assert not (ws / "dsh.toml").is_file()
+    MOUNT_POINTS.settle()  # its empty mount point is removed after the call
+    (ws / "dsh.toml").write_text("# mine\n")
+    for _ in range(2):
+        await bash(host, "echo '[plugin.sandbox]' >> dsh.toml 2>/dev/null; true")
+    assert (ws / "dsh.toml").read_text() == "# mine\n"
+    assert len(views._views) == 1  # the old view was closed, idle
+
+
+async def test_a_one_off_command_makes_no_view(
+    make_host: Any, ws: Path, views: _views.Views, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view is made the second time a command would use it: ``dsh call bash`` (one command,
+    then exit) pays for no view it would never use again."""
+    monkeypatch.setattr(_views, "EAGER", False)
+    host = view_host(make_host, ws, limits={"processes": 77})  # a key met nowhere else
+    used = views.used
+    await bash(host, "true")
+    assert views.used == used
+    await bash(host, "true")
+    assert views.used == used + 1
+
+
+async def test_a_view_ends_its_commands_and_itself_with_it(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """Closing the views (the host's exit) ends their bwrap and servers; a later command
+    starts a new one."""
+    host = view_host(make_host, ws)
+    await bash(host, "true")
+    kept = list(views._views.values())
+    assert kept
+    views.close()
+    for view in kept:
+        assert view.holder.poll() is not None
+        assert view.server._proc is None
+    assert "pid 1" in (await bash(host, "echo pid $$")).text
