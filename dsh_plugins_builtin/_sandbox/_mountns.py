@@ -13,7 +13,7 @@ links, and empty ``pts`` and ``shm``: no disk, input device, console or terminal
 no shared memory) and mounts a ``/proc`` of the command's own PID namespace (no host process
 is visible).
 
-Each step is a list: ``["tmpfs", path, read_only]``, ``["bind", source, target, writable]``,
+Each step is a list: ``["tmpfs", path, read_only]`` (``[..., size]``: at most that many bytes), ``["bind", source, target, writable]``,
 ``["null", path]``, ``["symlink", target, path]``, ``["proc"]``, ``["proc-ro", path]`` (an
 entry of the ``/proc`` just mounted bound read-only onto itself), ``["seal", path]`` (a
 protected path that does not exist: its directory made, an empty read-only tmpfs over it).
@@ -198,9 +198,11 @@ def apply(
 ) -> None:
     """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``)."""
 
-    def mount(source: str | None, target: str, kind: str | None, flags: int, what: str) -> None:
+    def mount(
+        source: str | None, target: str, kind: str | None, flags: int, what: str, size: int = 0
+    ) -> None:
         ctypes.set_errno(0)
-        data = b"mode=0755" if kind == "tmpfs" else None
+        data = None if kind != "tmpfs" else b"mode=0755" + (b",size=%d" % size if size else b"")
         if (
             libc.mount(
                 None if source is None else source.encode(),
@@ -243,7 +245,8 @@ def apply(
         at = f"/proc/self/fd/{target}"
         if kind in ("tmpfs", "seal"):
             flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if kind == "seal" or step[2] else 0)
-            mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:")
+            size = step[3] if kind == "tmpfs" and len(step) > 3 else 0
+            mount("tmpfs", at, "tmpfs", flags, f"mounting a tmpfs on {path}:", size)
         else:
             mount(source, at, None, _MS_BIND | _MS_REC, f"binding {path}:")
             if kind == "bind" and not step[3]:

@@ -53,83 +53,15 @@ from dsh_plugins_builtin._sandbox._forkclient import ForkServer
 from dsh_plugins_builtin._sandbox._landlock import _CLONE_NEWNET, Prepared
 from dsh_plugins_builtin._sandbox._run import Output, Sink, Unstarted, run
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
+from dsh_plugins_builtin._sandbox._viewline import Split, split
 
-__all__ = ["ENABLED", "MAX_VIEWS", "Lease", "Views", "in_view", "shared", "split"]
+__all__ = ["EAGER", "ENABLED", "MAX_VIEWS", "Lease", "Views", "in_view", "interpreter", "shared"]
 
 ENABLED = True  # bwrap commands start in a kept view when one can be used (tests turn it off)
 EAGER = False  # a view at a key's first command, not its second (tests: every command in one)
 MAX_VIEWS: Final = 4
 _FAILURES: Final = 3  # views that would not start before the process stops trying
 _SEEN: Final = 64  # keys remembered as met once
-
-_ARITY: Final = {
-    "--unshare-all": 0, "--unshare-user-try": 0, "--as-pid-1": 0, "--share-net": 0,
-    "--die-with-parent": 0, "--new-session": 0,
-    "--dev": 1, "--proc": 1, "--tmpfs": 1, "--remount-ro": 1, "--size": 1, "--chdir": 1,
-    "--cap-drop": 1,
-    "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--dev-bind": 2, "--bind-fd": 2,
-}  # fmt: skip
-"""The words bwrap_argv writes, and how many operands each takes (any other: no view)."""
-
-
-class Split:
-    """A bwrap command line taken apart: the view (`head`), what each command does in it
-    (`plan`, `cwd`), and the view's `key`."""
-
-    def __init__(self, head: list[str], plan: tuple[tuple[Any, ...], ...], cwd: str) -> None:
-        self.head = head
-        self.plan = plan
-        self.cwd = cwd
-        self.fds: tuple[int, ...] = ()
-        self.key: tuple[Any, ...] = ()
-
-
-def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> Split | None:
-    """*argv* (a `_bwrap.bwrap_argv` line: bwrap, then its options up to ``--``) as a view
-    and a per-command plan;
-    ``None`` when it holds a word this does not know (then no view is used)."""
-    gone = {str(path) for path in missing}
-    head: list[str] = []
-    plan: list[tuple[Any, ...]] = [("proc",)]
-    seals: list[tuple[Any, ...]] = []
-    fds: list[int] = []
-    key: list[Any] = []
-    cwd = "/"
-    head.append(argv[0])  # bwrap itself
-    key.append(argv[0])
-    i = 1
-    while i < len(argv) and argv[i] != "--":
-        word = argv[i]
-        arity = _ARITY.get(word)
-        if arity is None or i + arity >= len(argv):
-            return None
-        operands = list(argv[i + 1 : i + 1 + arity])
-        step = [word, *operands]
-        if word == "--chdir":
-            cwd, step = operands[0], []
-        elif word == "--ro-bind-try" and operands[0].startswith("/proc/"):
-            plan.append(("proc-ro", operands[0]))  # over each command's own /proc
-            step = []
-        elif word == "--tmpfs" and operands[0] in gone:
-            if argv[i + 2 : i + 4] != ["--remount-ro", operands[0]]:
-                return None
-            seals.append(("seal", operands[0]))
-            step, arity = [], 3
-        elif word == "--bind-fd":
-            st = os.fstat(int(operands[0]))
-            fds.append(int(operands[0]))
-            key += ["--bind-fd", (st.st_dev, st.st_ino), operands[1]]
-            head += step
-            i += 1 + arity
-            continue
-        key += step
-        head += step
-        i += 1 + arity
-    out = Split(head, (*plan, *seals), cwd)
-    out.fds = tuple(fds)
-    out.key = (*key, network, tuple(sorted(gone)))  # (the interpreter is the lease's, below)
-    return out
-
 
 _INFO_TIMEOUT: Final = 10.0  # seconds for bwrap to build a view and say its pid
 

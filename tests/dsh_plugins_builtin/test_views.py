@@ -184,3 +184,16 @@ async def test_a_view_ends_its_commands_and_itself_with_it(
         assert view.holder.poll() is not None
         assert view.server._proc is None
     assert "pid 1" in (await bash(host, "echo pid $$")).text
+
+
+async def test_what_a_command_leaves_in_ram_is_gone_with_it(make_host: Any, ws: Path) -> None:
+    """``/dev/shm`` and the fresh directories over the host's socket directories are each
+    command's own, sized as in a fresh bwrap: a file (memory) one leaves there is not held for
+    the view's life, nor seen by the next."""
+    host = view_host(make_host, ws, limits={"memory_mib": 64})
+    first = "for d in /dev/shm /run /var/tmp; do echo kept > $d/left; done; echo done"
+    assert "done" in (await bash(host, first)).text
+    text = (await bash(host, "cat /dev/shm/left /run/left /var/tmp/left 2>&1; df -k /dev/shm")).text
+    assert "kept" not in text
+    size = int(text.splitlines()[-1].split()[1])  # KiB: a third of 64 MiB each
+    assert size <= 64 * 1024 // 3 + 4
