@@ -27,8 +27,9 @@ a root replaced, the memory limit) makes another key, and so another view. What 
 a view without changing its key (the host mounting something, which propagates into it, or
 removing or renaming what a mask covers, which detaches the mask) changes the view's mount
 table: its server watches it and from then on answers `_forkserver.STALE`; the command is
-started the old way and the next call builds a new view. Idle views other than the newest
-are closed; at most `MAX_VIEWS` live at once (more busy ones: a command starts the old way).
+started the old way and the next call builds a new view. At most `MAX_VIEWS` live at once,
+the least recently used idle one closed for a new one (none idle: a command starts the old
+way).
 Nothing here is needed for a command to run: a view that cannot be used is skipped.
 """
 
@@ -181,18 +182,23 @@ class Views:
             if os.getpid() != self._owner:  # a forked copy of the host: its views are not its
                 self._views, self._seen, self._starting = {}, {}, set()
                 self._owner = os.getpid()
-            view = self._views.get(key)
+            view = self._views.pop(key, None)
             if view is not None and view.usable:
+                self._views[key] = view  # the most recently used last
                 view.busy += 1
                 return Lease(self, view, parts)
             if view is not None:
+                self._views[key] = view
                 self._drop(key, view)
             if self.broken is not None or key in self._starting:
                 return None
             if not self._again(key) and not EAGER:
                 return None
-            if sum(1 for v in self._views.values() if v.busy) >= MAX_VIEWS:
-                return None
+            idle = [k for k, v in self._views.items() if not v.busy]
+            if len(self._views) + len(self._starting) >= MAX_VIEWS:
+                if not idle:
+                    return None
+                self._drop(idle[0], self._views[idle[0]])  # the least recently used idle one
             self._starting.add(key)
         try:
             view = await trio.to_thread.run_sync(self._start, parts, python)
@@ -202,11 +208,11 @@ class Views:
         if view is None:
             return None
         with self._lock:
+            old = self._views.pop(key, None)
+            if old is not None:  # made meanwhile by a command in another thread
+                self._drop(key, old)
             self._views[key] = view
             view.busy += 1
-            for other_key, other in list(self._views.items()):  # it replaces idle ones
-                if other is not view and other.busy == 0:
-                    self._drop(other_key, other)
         return Lease(self, view, parts)
 
     def _again(self, key: tuple[Any, ...]) -> bool:

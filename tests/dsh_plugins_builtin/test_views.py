@@ -33,6 +33,7 @@ def views(monkeypatch: pytest.MonkeyPatch) -> Iterator[_views.Views]:
     monkeypatch.setattr(_views, "ENABLED", True)
     monkeypatch.setattr(_views, "EAGER", True)
     shared = _views.shared()
+    shared.close()  # each test starts with no view
     yield shared
     assert shared.broken is None
 
@@ -153,7 +154,7 @@ async def test_a_protected_path_the_host_creates_later_stays_read_only(
     for _ in range(2):
         await bash(host, "echo '[plugin.sandbox]' >> dsh.toml 2>/dev/null; true")
     assert (ws / "dsh.toml").read_text() == "# mine\n"
-    assert len(views._views) == 1  # the old view was closed, idle
+    assert len(views._views) == 2  # another view: the old one is kept, idle
 
 
 async def test_a_one_off_command_makes_no_view(
@@ -168,6 +169,24 @@ async def test_a_one_off_command_makes_no_view(
     assert views.used == used
     await bash(host, "true")
     assert views.used == used + 1
+
+
+async def test_views_are_kept_up_to_a_bound_the_least_recently_used_idle_one_closed(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """Six views one after another (six ``deny_read`` lists), then the first and the last
+    again: the four most recently used are kept, the others closed."""
+    for n in range(6):
+        (ws / f"d{n}").write_text("x")
+    hosts = [view_host(make_host, ws, deny_read=[f"d{n}"]) for n in range(6)]
+    for host in (*hosts, hosts[0], hosts[5]):
+        await bash(host, "true")
+    assert len(views._views) == _views.MAX_VIEWS
+
+    def shown(n: int) -> bool:
+        return any(str(ws / f"d{n}") in key for key in views._views)
+
+    assert [n for n in range(6) if shown(n)] == [0, 3, 4, 5]
 
 
 async def test_a_view_ends_its_commands_and_itself_with_it(
