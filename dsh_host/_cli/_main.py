@@ -23,7 +23,6 @@ from ._common import (
     debugging,
     warn,
 )
-from ._completion import add_completion_parser, autocomplete, plugin_names
 
 if TYPE_CHECKING:  # argparse loads with a parser: `dsh hook claude` needs none (`_plain_hook`)
     import argparse
@@ -57,6 +56,8 @@ def _version_action() -> type[argparse.Action]:
 def _common(prefix: str) -> argparse.ArgumentParser:
     """Host options, accepted before the command and after it."""
     import argparse
+
+    from ._completion import plugin_names  # with a parser: a plain `dsh hook claude` has none
 
     common = argparse.ArgumentParser(add_help=False)
     unset = argparse.SUPPRESS if prefix else None
@@ -128,6 +129,8 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser, which parses its command line as the whole parser would (help listing every
     command, an unknown command's error and shell completion use the whole parser)."""
     import argparse
+
+    from ._completion import add_completion_parser
 
     parser = argparse.ArgumentParser(
         prog="dsh", parents=[_common("")],
@@ -356,6 +359,8 @@ def _main(argv: list[str]) -> int:
     args = None if completing else _plain_hook(argv)
     if args is None:
         parser = make_parser(None if completing else command_of(argv))
+        from ._completion import autocomplete
+
         autocomplete(parser)  # answers and exits when the shell asks for completions
         try:
             args = parser.parse_args(argv)

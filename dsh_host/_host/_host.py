@@ -20,7 +20,6 @@ from .._registry._hooks import HookRelay, make_plugin_manager
 from ._config import Config, config_converter, find_config, load_config
 from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
 from ._plugins import PluginInfo
-from ._present import present_call, present_result
 from ._registry import ToolRegistry
 from ._roster import Roster
 from ._services import HostServices, opening_services
@@ -237,6 +236,8 @@ class Host:
 
     def present_call(self, name: str, args: Any, scope: Scope | None = None) -> CallView:
         """A card for a pending call: plugin presenters, then the tool's own, then a generic card."""
+        from ._present import present_call  # cards: not for a start that shows none (issue 27)
+
         return present_call(self.registry, self.hooks, name, args, scope)
 
     def present_result(
@@ -247,6 +248,8 @@ class Host:
         The last fallback, a generic card, keeps the title of the call's own card and shows the
         result's raw content.
         """
+        from ._present import present_result
+
         return present_result(self.registry, self.hooks, name, args, result, scope)
 
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .._model._values import ExecutionMode, ToolExecution, ToolExecutionInput, ToolExecutionResult
-from .._pipeline._batch import run_batch
 from .._pipeline._classify import classify
 from .._pipeline._pipeline import Pipeline
 from .._registry._hooks import HookRelay
@@ -126,5 +125,7 @@ class ToolRegistry(ToolTable):
         """
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
+        from .._pipeline._batch import run_batch  # a batch's scheduler: not for one call (issue 27)
+
         batch: list[ToolExecutionInput] = list(inputs)
         return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace, on_result)

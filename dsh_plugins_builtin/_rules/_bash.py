@@ -14,9 +14,11 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from ._hidden import options_matter, wrapped_write
-from ._programs import script_tokens
 from ._wrappers import DYNAMIC, WRAPPERS, git_globals, glued, unwrap, xargs_replaces
+
+# The readings of what programs run and write (`._hidden`, `._programs`) are imported where a
+# command is first matched against rules: a rule set with no command or path rule for bash, or
+# a start that judges no bash call, loads neither (issue 27).
 
 if TYPE_CHECKING:  # the shell parser is imported by the first bash call (issue 27)
     from ._grammar import CommandPattern
@@ -45,6 +47,8 @@ def covering(words: tuple[str, ...], allow: Sequence[Rule], depth: int = 0) -> R
     found = next((r for r in allow if r.command is not None and r.command.fits(words)), None)
     if found is None or found.command is None:
         return None
+    from ._hidden import wrapped_write
+
     inners = list(unwrap(words))
     head = posixpath.basename(words[0])
     # the wrapper's own words: up to where the latest reading of its command starts
@@ -97,6 +101,8 @@ def _takes_arguments_safely(words: tuple[str, ...]) -> bool:
     """Whether words read from stdin, appended to *words*, stay arguments of the same command:
     not options of ``git`` before its subcommand, nor a command run by a wrapper, nor options
     that run a program or write a file the rules check only on the line (`options_matter`)."""
+    from ._hidden import options_matter
+
     head = posixpath.basename(words[0])
     if head == "git" and (len(words) < 2 or words[1].startswith("-")):
         return False
@@ -107,6 +113,8 @@ def _carries(pattern: CommandPattern, words: tuple[str, ...], i: int) -> bool:
     """Whether the argument ``words[i]`` may carry a command *pattern* catches: as a command
     itself, glued to an option (``--pre=rm``), or from any word of a script in it on
     (``system("rm v")``, ``os.system('rm v')``, ``1e rm v``)."""
+    from ._programs import script_tokens
+
     rest = words[i + 1 :]
     readings = [(words[i],), *glued(words[i])]
     if any(pattern.catches((posixpath.basename(r[0]), *r[1:], *rest)) for r in readings):

@@ -19,13 +19,13 @@ def find_rg() -> str | None:
         in-process with RE2).
     """
     scripts = sysconfig.get_path("scripts")
-    candidates: list[str] = []
     if scripts:
-        candidates.append(os.path.join(scripts, "rg"))
-    found = shutil.which("rg")
-    if found:
-        candidates.append(found)
-    for candidate in candidates:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        candidate = os.path.join(scripts, "rg")
+        if _runnable(candidate):
             return os.path.abspath(candidate)
-    return None
+    found = shutil.which("rg")  # $PATH is searched only without the wheel's (issue 27)
+    return os.path.abspath(found) if found and _runnable(found) else None
+
+
+def _runnable(candidate: str) -> bool:
+    return os.path.isfile(candidate) and os.access(candidate, os.X_OK)

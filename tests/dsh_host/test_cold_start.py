@@ -182,6 +182,13 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
         "dsh_plugins_builtin._audit._postgres",  # an audit `url` only
         "dsh_plugins_builtin._sandbox._bwrap",  # bwrap's argument vector: a command only
         "dsh_plugins_builtin._sandbox._mountpoints",  # made by commands, settled by file tools
+        "dsh_host._cli._completion",  # shell completion: with a parser only
+        "dsh_host._host._present",  # cards: `Host.present_call` and `present_result` only
+        "dsh_host._pipeline._batch",  # a batch's scheduler: `ToolRegistry.execute_batch` only
+        # what programs run and write, read from a command line: once one is matched against
+        # rules (no config: no rule)
+        "dsh_plugins_builtin._rules._hidden",
+        "dsh_plugins_builtin._rules._programs",
     )
     assert loaded(modules, not_needed) == []
     # Claude Code runs the tool (no execute wrapper nor post-execute link sees a hook's call)
