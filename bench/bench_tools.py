@@ -5,13 +5,15 @@ Run with ``python bench/bench_tools.py [--calls 30] [--runs 5] [--root DIR] [--j
 1. **Sandbox spawn.** ``bash -c true`` through ``host.call`` with the default stack (private
    tmp, protected paths, ``deny_read``, environment allowlist, limits, seccomp), once per
    configuration per round, rounds interleaved so drift hits every configuration alike, garbage
-   collection paused during a sample: unconfined (``danger-full-access``), ``bwrap``,
-   ``landlock`` (started by the fork server; no protected paths, which it refuses), ``landlock``
-   forking the host (its fallback), and a raw ``bwrap ... true`` spawn (``--ro-bind / / --dev
+   collection paused during a sample: unconfined (``danger-full-access``), ``bwrap`` (started
+   in a kept view, `_views`, as from a host's second command on), ``bwrap`` with a fresh bwrap
+   per command (its fallback), ``landlock`` (started by the fork server; no protected paths,
+   which it refuses), ``landlock`` forking the host (its fallback), and a raw ``bwrap ... true`` spawn (``--ro-bind / / --dev
    /dev --proc /proc --unshare-all --cap-drop ALL --new-session --die-with-parent``, no dsh, a
    blocking ``subprocess.run``). Reported: min and median per configuration, ratios of mins and
    of medians to the raw spawn, and landlock / bwrap.
-2. **Where the time goes** (``--phases N`` calls per backend, after the timed rounds; the
+2. **Where the time goes** (``--phases N`` calls per backend, after the timed rounds, bwrap's
+   with a fresh bwrap per command; the
    instrumented functions cost a little themselves): the median per call of each step between
    ``host.call`` and the result: the cwd fence, pins + backend choice + environment, the
    protected mount points taken and given back (bwrap ``mkdir``\s them; their ``rmdir`` is
@@ -60,7 +62,7 @@ from spawn_phases import (  # bench/, beside this script
 )
 
 from dsh_host import Host
-from dsh_plugins_builtin._sandbox import _forkclient
+from dsh_plugins_builtin._sandbox import _forkclient, _views
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin._tools._walk import walk_files
 from dsh_plugins_builtin.sandbox import SandboxPlugin
@@ -68,6 +70,8 @@ from dsh_plugins_builtin.tools import ToolsPlugin
 
 NO_MATCH = "zq_no_such_token_[0-9]{40}"
 HOST_FORK = "landlock (forking the host)"
+FRESH = "bwrap (a fresh bwrap each)"
+_VIEWLESS = (FRESH, "ladder", "phases")  # samples that run the old way: no kept view
 RAW = "raw bwrap ... true"
 TARGETS = {"bwrap": 1.2, "landlock / bwrap": 1.0}
 
@@ -105,6 +109,8 @@ def bash_configs(workspace: Path) -> tuple[dict[str, Host], dict[str, str]]:
         configs[backend] = make_host(workspace, backend=backend, **extra)
         if backend == "landlock":  # the fallback: the host forks the supervisor itself
             configs[HOST_FORK] = configs[backend]
+        else:  # the fallback: a fresh bwrap per command, no kept view
+            configs[FRESH] = configs[backend]
     return configs, skipped
 
 
@@ -119,6 +125,7 @@ def raw_bwrap() -> list[str] | None:
 async def bash_sample(name: str, host: Host | None, raw: list[str] | None) -> float:
     """One timed ``bash -c true`` (or the raw spawn), gc paused."""
     _forkclient.ENABLED = name != HOST_FORK
+    _views.ENABLED = name not in _VIEWLESS
     gc.collect()
     gc.disable()
     try:
@@ -131,6 +138,7 @@ async def bash_sample(name: str, host: Host | None, raw: list[str] | None) -> fl
     finally:
         gc.enable()
         _forkclient.ENABLED = True
+        _views.ENABLED = True
 
 
 def ratio(samples: dict[str, list[float]], over: str, under: str) -> dict[str, float] | None:
@@ -153,9 +161,14 @@ async def bench_bash(workspace: Path, calls: int, phases: int) -> dict[str, Any]
         for name, host in order.items():
             samples[name].append(await bash_sample(name, host, raw))
     ratios = {name: ratio(samples, name, RAW) for name in configs}
-    per_step = {
-        name: await breakdown(functools.partial(bash_sample, name, configs[name], None), phases)
-        for name in ("bwrap", "landlock")
+    per_step = {  # bwrap's steps are those of a fresh bwrap (a kept view's are the server's)
+        name: await breakdown(
+            functools.partial(
+                bash_sample, "phases" if name == FRESH else name, configs[name], None
+            ),
+            phases,
+        )
+        for name in (FRESH, "landlock")
         if name in configs and phases
     }
     steps = costs = None

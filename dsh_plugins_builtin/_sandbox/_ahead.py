@@ -11,12 +11,17 @@ import signal
 import socket
 from typing import Any, Final, NoReturn
 
-from dsh_plugins_builtin._sandbox import _landlock
+from dsh_plugins_builtin._sandbox import _landlock, _mountns, _ruleset
 
-__all__ = ["GO", "MAX_REQUEST", "Ahead", "command", "parse", "receive", "stdio"]
+__all__ = ["EARLY", "GO", "MAX_REQUEST", "Ahead", "command", "parse", "receive", "stdio"]
 
 MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
 GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
+EARLY: list[tuple[tuple[Any, ...], ...]] = []
+"""Set once in a kept view's server (`_forkserver.serve`): the first steps of every command's
+mount plan there, which need nothing of the request (its ``/proc``, the parts of it made
+read-only, its fresh directories in RAM): a command forked ahead carries them out while it
+waits (`waiting`), and of a request's plan, which must begin with them, only the rest after."""
 
 
 def receive(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
@@ -84,11 +89,19 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
     try:
         for fd in close:
             os.close(fd)
+        early = EARLY[0] if EARLY else ()
+        if early:  # nothing of the request is needed for these (a failure: exit 125)
+            _mountns.apply(_ruleset._libc(), early, _landlock.Prepared.fail_early)
         data, fds = receive(sock, 3)
         if not data or len(fds) != 3:
             os._exit(0)
         out, ruleset, here = fds
         argv, env, prepared, _cwd = parse(data, ruleset)
+        if early:
+            if prepared.plan[: len(early)] != early:
+                os._exit(_landlock.EXIT_RUNNER_FAILURE)  # not this view's request
+            prepared = prepared.with_plan(prepared.plan[len(early) :])
+            prepared.fresh = False
         stdio(out)
         os.fchdir(here)  # the launcher's: a directory swapped for a link since does not count
         os.close(here)

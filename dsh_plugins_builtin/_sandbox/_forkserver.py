@@ -34,14 +34,16 @@ import array
 import codecs
 import contextlib
 import ctypes
+import json
 import os
 import select
 import signal
 import socket
+import time
 from collections.abc import Sequence
 from typing import Final, NoReturn
 
-from dsh_plugins_builtin._sandbox import _beneath, _landlock, _ruleset, _supervisor
+from dsh_plugins_builtin._sandbox import _ahead, _beneath, _landlock, _ruleset, _supervisor
 from dsh_plugins_builtin._sandbox._ahead import (
     GO,
     MAX_REQUEST,
@@ -65,6 +67,7 @@ __all__ = [
     "STATUS",
 ]
 
+PREFORK_DELAY: Final = 0.005  # seconds after a request before the next spare is forked
 RECORD: Final = _supervisor.REPORT
 HELLO: Final = 1  # value: the launcher's pid; carries its pidfd
 STARTED: Final = 2  # the command was exec'd
@@ -91,6 +94,7 @@ class _Server:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
         self.mounts: select.poll | None = None  # in a view: its mount table's changes
+        self.due: float | None = None  # when to fork the next spare launcher
         self.stale = False
 
     def watch_mounts(self) -> None:
@@ -150,10 +154,15 @@ class _Server:
         poller.register(self.ctl.fileno(), select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
         while True:
+            wait = None if self.due is None else max(0, int((self.due - time.monotonic()) * 1000))
             try:
-                events = poller.poll()
+                events = poller.poll(wait)
             except InterruptedError:  # pragma: no cover - PEP 475 retries
                 continue
+            if not events and self.due is not None:
+                self.due = None
+                if self.spare is None:
+                    self.prefork()
             for fd, _ in events:
                 if fd == self.wake_r:
                     with contextlib.suppress(OSError):
@@ -195,8 +204,10 @@ class _Server:
                 self.launchers.add(pid)
         for fd in fds:
             os.close(fd)
-        if self.spare is None:
-            self.prefork()
+        if self.spare is None and self.due is None:
+            # The next spare a little later: forking it (and its command's namespaces and
+            # mounts) now would take the CPU the command just handed over needs to start.
+            self.due = time.monotonic() + PREFORK_DELAY
         return True
 
     def reap(self) -> None:
@@ -344,16 +355,18 @@ def _fork_command(
     return child, errors_r
 
 
-def serve(ctl_fd: int, view: int | None = None, holder: int | None = None) -> None:
+def serve(ctl_fd: int, view: int | None = None, holder: int | None = None, early: str = "") -> None:
     """The server's main loop, on the inherited control socket *ctl_fd*. With *view* and
     *holder* (a pidfd): the server of a bwrap view (`dsh_plugins_builtin._sandbox._views`): it
     enters the holder's namespaces first (`_enter`), and *view* are the namespaces each command
-    gets there besides its PID and IPC ones (`_landlock.VIEW`)."""
+    gets there besides its PID and IPC ones (`_landlock.VIEW`), *early* (JSON) the first steps
+    of each command's mount plan there (`_ahead.EARLY`)."""
     _landlock._cap_last()  # read once here, not in every launcher
     _SERVER[0] = os.getpid()
     if view is not None and holder is not None:
         _enter(holder)
         _landlock.VIEW.append(view)
+        _ahead.EARLY.append(tuple(tuple(step) for step in json.loads(early or "[]")))
         _SERVER[0] = 0  # what a launcher in the view's PID namespace sees of its parent
     os.set_inheritable(ctl_fd, False)
     os.chdir("/")

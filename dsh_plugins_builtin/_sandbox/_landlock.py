@@ -132,6 +132,7 @@ class Prepared:
         """
         self.plan = plan
         self.limits = tuple(limits)
+        self.fresh = True  # the plan's mount namespace is still to make (`_ahead.EARLY`)
         self.host_pid = os.getpid()  # `preexec`'s parent: the host that made it
         self.ruleset_fd = ruleset_fd
         self.abi = abi
@@ -155,6 +156,12 @@ class Prepared:
     def program_hex(self) -> str:
         """The seccomp program as hex text (the fork server's request carries it), made once."""
         return self.program.hex()
+
+    @staticmethod
+    def fail_early(what: str) -> NoReturn:
+        """A command forked ahead failed before its request (no output to say it on yet): it
+        exits, its launcher cannot hand it the request, and the host starts it another way."""
+        os._exit(EXIT_RUNNER_FAILURE)
 
     def _fail(self, what: str) -> NoReturn:
         err = ctypes.get_errno()
@@ -193,7 +200,7 @@ class Prepared:
         """Confine the calling process for good (no way back). Call only in a forked child."""
         libc = self._libc
         if self.plan:
-            _mountns.apply(libc, self.plan, self._fail)
+            _mountns.apply(libc, self.plan, self._fail, fresh=self.fresh)
         self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         ctypes.set_errno(0)

@@ -194,9 +194,14 @@ def _symlink(target: str, path: str, fail: Callable[[str], NoReturn]) -> None:
 
 
 def apply(
-    libc: ctypes.CDLL, plan: Sequence[Sequence[Any]], fail: Callable[[str], NoReturn]
+    libc: ctypes.CDLL,
+    plan: Sequence[Sequence[Any]],
+    fail: Callable[[str], NoReturn],
+    *,
+    fresh: bool = True,
 ) -> None:
-    """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``)."""
+    """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``);
+    with *fresh* false, in the one the caller made already (a kept view's early steps)."""
 
     def mount(
         source: str | None, target: str, kind: str | None, flags: int, what: str, size: int = 0
@@ -219,9 +224,10 @@ def apply(
         cwd = os.getcwd()
     except OSError:
         fail("finding the working directory")
-    if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
-        fail("unshare(CLONE_NEWNS)")
-    mount(None, "/", None, _MS_REC | _MS_PRIVATE, "making private")
+    if fresh:
+        if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
+            fail("unshare(CLONE_NEWNS)")
+        mount(None, "/", None, _MS_REC | _MS_PRIVATE, "making private")
     sources: dict[int, int] = {}
     for i, step in enumerate(plan):  # in the new namespace, before anything is hidden
         if step[0] == "bind":

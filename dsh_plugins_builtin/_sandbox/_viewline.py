@@ -29,10 +29,19 @@ _PLACED: Final = frozenset(
 
 class Split:
     """A bwrap command line taken apart: the view (`head`, with the descriptors it binds,
-    `fds`), what each command does in it (`plan`, `cwd`), and the view's `key`."""
+    `fds`), what each command does in it (`plan`, `cwd`; the first steps of the plan, `early`,
+    need nothing of the command, and a command forked ahead does them while it waits), and the
+    view's `key`."""
 
-    def __init__(self, head: list[str], plan: tuple[tuple[Any, ...], ...], cwd: str) -> None:
+    def __init__(
+        self,
+        head: list[str],
+        early: tuple[tuple[Any, ...], ...],
+        plan: tuple[tuple[Any, ...], ...],
+        cwd: str,
+    ) -> None:
         self.head = head
+        self.early = early
         self.plan = plan
         self.cwd = cwd
         self.fds: tuple[int, ...] = ()
@@ -78,8 +87,8 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
     read_only = {operands[0] for word, operands in options if word == "--remount-ro"}
     head: list[str] = [argv[0]]
     key: list[Any] = [argv[0]]
-    plan: list[tuple[Any, ...]] = [("proc",)]
-    later: list[tuple[Any, ...]] = []
+    early: list[tuple[Any, ...]] = [("proc",)]
+    seals: list[tuple[Any, ...]] = []  # after the host has taken their mount points
     fds: list[int] = []
     cwd = "/"
     for i, (word, operands) in enumerate(options):
@@ -88,13 +97,13 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
         if word == "--chdir":
             cwd = place
         elif word == "--ro-bind-try" and place.startswith("/proc/"):
-            plan.append(("proc-ro", place))  # over each command's own /proc
+            early.append(("proc-ro", place))  # over each command's own /proc
         elif word == "--size" and options[i + 1 : i + 2] and options[i + 1][1][0] in scratch:
             pass  # the size of a scratch directory (`bwrap_argv` writes it before its --tmpfs)
         elif word == "--tmpfs" and place in scratch:
-            later.append(("tmpfs", place, place in read_only, scratch[place]))
+            early.append(("tmpfs", place, place in read_only, scratch[place]))
         elif word == "--tmpfs" and place in gone:
-            later.append(("seal", place))  # its --remount-ro is dropped below
+            seals.append(("seal", place))  # its --remount-ro is dropped below
         elif word == "--remount-ro" and (place in gone or place in scratch):
             pass
         elif word == "--bind-fd":
@@ -105,7 +114,7 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
         else:
             key += step
             head += step
-    out = Split(head, (*plan, *later), cwd)
+    out = Split(head, tuple(early), (*early, *seals), cwd)
     out.fds = tuple(fds)
-    out.key = (*key, network, tuple(sorted(gone)))
+    out.key = (*key, network, tuple(sorted(gone)), out.early)
     return out

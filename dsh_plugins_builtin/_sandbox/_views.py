@@ -36,6 +36,7 @@ Nothing here is needed for a command to run: a view that cannot be used is skipp
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import select
@@ -231,7 +232,8 @@ class Views:
             return None
         holder, pidfd = held
         flags = 0 if "--share-net" in parts.head else _CLONE_NEWNET
-        server = ForkServer(view=(flags, pidfd), executable=python)
+        early = json.dumps([list(step) for step in parts.early])
+        server = ForkServer(view=(flags, pidfd, early), executable=python)
         try:
             started = server.start()
         finally:
@@ -291,12 +293,20 @@ def shared() -> Views:
 
 
 def interpreter(writable: Collection[Path], protected: Collection[Path]) -> str | None:
+    """`_interpreter`, worked out once per set of roots and protected paths and interpreter."""
+    return _interpreter(tuple(writable), tuple(protected), sys.executable or "/")
+
+
+@functools.lru_cache(maxsize=16)
+def _interpreter(
+    writable: tuple[Path, ...], protected: tuple[Path, ...], executable: str
+) -> str | None:
     """The interpreter a view's server is started with (its real path: no virtual
     environment's ``pyvenv.cfg`` is read), or ``None`` when it, the standard library or
     dsh's package directory lies where a command can write (in a writable root and not in a
     protected path): the server runs on the host, unconfined, before it enters the view, and a
     command must not have planted what it runs."""
-    python = os.path.realpath(sys.executable or "/")
+    python = os.path.realpath(executable)
     places = (
         Path(python), Path(os.path.realpath(sys.base_prefix)),
         Path(os.path.realpath(_forkserver.__file__)).parents[2],
