@@ -82,7 +82,8 @@ class _GateNow(_Chains):
         base = cancel_status()
         if base is None:
             raise _GateLater  # nothing ran: `_gate` finds the way
-        links = self._links(plan)[0]
+        made = self._plan_links  # `_links`, inline: made once per plan
+        links = made[1] if made is not None and made[0] is plan else self._links(plan)[0]
         if links.tail:  # plain functions only: no chain made unless needed
             try:
                 return resolve_tail(links, (execution,), base, execution.name)
