@@ -151,7 +151,9 @@ class _GateNow(_Chains):
                 raise _GateLater.after(decision, who, slow) from None
             if reason is not None:
                 return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        return _passed(execution, decision, who, report)
+        if report or "signal" in execution.__dict__:  # else `_passed` answers ``None``
+            return _passed(execution, decision, who, report)
+        return None
 
 
 def _passed(
