@@ -54,6 +54,7 @@ from dsh_host import (
 )
 
 from ._audit._writer import AuditWriter, redact
+from ._common._canonical import remembered
 from ._common._dirs import audit_path_in, user_data_path, user_state_path
 
 if TYPE_CHECKING:  # loaded with a `url` only (`_postgres_store`)
@@ -272,6 +273,7 @@ class AuditPlugin:
         if self._warning is not None:  # once, when there is something to record
             logger.warning("%s", self._warning)
             self._warning = None
+        known = remembered(execution.arguments)  # encoded already (guards): not again
         if self._async:
             # Queued, not awaited: the row is built and committed by the writer thread.
             root = trio.lowlevel.current_root_task()
@@ -279,10 +281,10 @@ class AuditPlugin:
                 self._flushing = weakref.ref(root)
                 writer.flush_when_run_ends()
             return writer.enqueue(
-                (time.time(), execution, result, duration, rule, approved_by), wait=False
+                (time.time(), execution, result, duration, rule, approved_by, known), wait=False
             )
         return writer.enqueue(
-            (time.time(), execution, result, duration, rule, approved_by), wait=True
+            (time.time(), execution, result, duration, rule, approved_by, known), wait=True
         )
 
 

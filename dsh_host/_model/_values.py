@@ -189,7 +189,7 @@ class ToolExecution:
         """``ToolExecution(...)`` with a fresh token, positionally (the pipeline's hot path).
 
         The token, and the signal when *signal* is ``None`` (the caller passed none), are made
-        on first read (`__getattr__`): most calls never read them. Until then no one can hold
+        on first read (`_OnFirstRead`): most calls never read them. Until then no one can hold
         them, so a signal not made yet is not aborted (`signal_aborted`)."""
         self = _new(cls)
         fields = self.__dict__
@@ -203,18 +203,30 @@ class ToolExecution:
         fields["dry_run"] = dry_run
         return self
 
-    def __getattr__(self, name: str) -> Any:
-        """The token, or the signal nobody passed, made on first read (see `_make`); once
-        (``setdefault``: two threads reading it first get the same one)."""
-        if name == "signal":
-            return self.__dict__.setdefault("signal", _inert())
-        if name == "token":
-            return self.__dict__.setdefault("token", CallToken())
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def __copy__(self) -> ToolExecution:
         """A copy sharing the token and signal, as attrs' copy would (made now if not yet)."""
         return attrs.evolve(self)
+
+
+class _OnFirstRead:
+    """A field of `ToolExecution` made on first read (see `ToolExecution._make`), once
+    (``setdefault``: two threads reading it first get the same one). A non-data descriptor:
+    once made, the instance's own value is read, with no call (a ``__getattr__`` cost a failed
+    lookup and its `AttributeError` on every first read)."""
+
+    __slots__ = ("make", "name")
+
+    def __init__(self, name: str, make: Callable[[], object]) -> None:
+        self.name, self.make = name, make
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        if instance is None:
+            return self
+        return instance.__dict__.setdefault(self.name, self.make())
+
+
+type.__setattr__(ToolExecution, "signal", _OnFirstRead("signal", _inert))
+type.__setattr__(ToolExecution, "token", _OnFirstRead("token", CallToken))
 
 
 def signal_aborted(execution: ToolExecution) -> bool:

@@ -144,7 +144,8 @@ class _Finish(_Chains):
                 base = cancel_status()
                 if base is None:  # an eager stage: the whole of `_post`
                     raise _Later(None)
-                links = self._links(plan)[1]
+                made = self._plan_links  # `_links`, inline: made once per plan
+                links = made[2] if made is not None and made[0] is plan else self._links(plan)[1]
                 if links.tail:  # plain functions only: no chain made unless needed
                     try:
                         decision, who = resolve_tail(links, args, base, execution.name)

@@ -82,7 +82,8 @@ class _GateNow(_Chains):
         base = cancel_status()
         if base is None:
             raise _GateLater  # nothing ran: `_gate` finds the way
-        links = self._links(plan)[0]
+        made = self._plan_links  # `_links`, inline: made once per plan
+        links = made[1] if made is not None and made[0] is plan else self._links(plan)[0]
         if links.tail:  # plain functions only: no chain made unless needed
             try:
                 return resolve_tail(links, (execution,), base, execution.name)
@@ -150,7 +151,9 @@ class _GateNow(_Chains):
                 raise _GateLater.after(decision, who, slow) from None
             if reason is not None:
                 return Prepared(execution, failure(reason, "DENIED", decided_by=guard))
-        return _passed(execution, decision, who, report)
+        if report or "signal" in execution.__dict__:  # else `_passed` answers ``None``
+            return _passed(execution, decision, who, report)
+        return None
 
 
 def _passed(

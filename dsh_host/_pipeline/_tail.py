@@ -57,12 +57,13 @@ def resolve_tail(
     """``_Chain(links, args, base).resolve(0)`` for a chain with `_Links.tail`, with no chain
     made unless needed (see the module docstring); raises `_Handed` where it would raise."""
     hook, watchdog = links.hook, links.pipeline.watchdog
+    now = None  # when the last link answered: the next one's start (one clock read per link)
     for i, impl in enumerate(links.impls):
         nxt = _Lazy(links, args, base, i + 1) if impl.waterfall else None
         try:  # `Pipeline.watched`, inline, as in `_Chain.resolve`
             if watchdog.registered:
                 watchdog.hook, watchdog.tool = hook, tool
-                watchdog.started = _clock()
+                watchdog.started = _clock() if now is None else now
                 watchdog.plugin = impl.plugin  # last: the watching thread reads it first
             else:
                 watchdog.enter(impl.plugin, hook, tool)
@@ -71,7 +72,8 @@ def resolve_tail(
                 value = plain(*args) if nxt is None else impl.function(*args, nxt)  # type: ignore[misc]
             finally:
                 watchdog.plugin = None
-                ran = _clock() - watchdog.started
+                now = _clock()
+                ran = now - watchdog.started
                 if ran > watchdog.bound:  # it answered late, so it fails closed
                     raise watchdog.overran(impl.plugin, hook, ran)
         except BaseException as exc:

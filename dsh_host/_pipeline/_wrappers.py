@@ -83,7 +83,7 @@ class _Proceed:
         self.w = w  # set by `wrap_on` before the wrapper can await it, unless it passed the call on
         self.budget: _Budget | None = None
         self.waiting = False  # awaited now, with no budget made yet
-        self.delegated: list[ToolExecutionResult] = []
+        self.delegated: tuple[ToolExecutionResult, ...] = ()  # none yet: no list per call
 
     def __call__(self, signal: AbortSignal | None = None) -> Awaitable[ToolExecutionResult]:
         if signal is None:
@@ -150,7 +150,7 @@ class _Proceed:
             self.waiting = False
             if (budget := self.budget) is not None:
                 budget.paused = False
-        self.delegated.append(result)
+        self.delegated = (*self.delegated, result)
         return result
 
     __await__ = downstream  # ``await call_next()``: `downstream` itself, no call in between

@@ -95,8 +95,9 @@ def _is_mapping(value: Any) -> bool:
     return True
 
 
-def arguments_json(arguments: Any) -> str:
-    """Canonical JSON of the redacted *arguments*, storable as SQLite text, losslessly.
+def arguments_json(arguments: Any, known: str | None = None) -> str:
+    """Canonical JSON of the redacted *arguments*, storable as SQLite text, losslessly; *known*:
+    the canonical JSON of *arguments* themselves, if made already (used when none is secret).
 
     Non-ASCII text is kept as it is, unless the value holds a lone surrogate (valid JSON, but not
     encodable as UTF-8): then the whole text is ASCII with ``\\uXXXX`` escapes, which
@@ -107,7 +108,7 @@ def arguments_json(arguments: Any) -> str:
         ValueError, RecursionError, TypeError: the value cannot be written as JSON.
     """
     value = _redacted(arguments)
-    text = canonical(value)
+    text = known if known is not None and value is arguments else canonical(value)
     if not text.isascii():
         try:
             text.encode()

@@ -13,20 +13,21 @@ __all__ = ["Entry", "build_row"]
 
 logger = logging.getLogger("dsh_plugins_builtin.audit")
 
-Entry = tuple[float, Any, Any, "float | None", "str | None", "str | None"]
+Entry = tuple[float, Any, Any, "float | None", "str | None", "str | None", "str | None"]
 """What a call queues: (wall-clock end time, `ToolExecution`, `ToolExecutionResult`, duration ms,
-the rule that allowed it or ``None``, who approved it or ``None``)."""
+the rule that allowed it or ``None``, who approved it or ``None``, the canonical JSON of its
+arguments if it was made already (`_canonical.remembered`) or ``None``)."""
 
 
 def build_row(
     entry: Entry, workspace: str | None, host_id: str, reported: set[str]
 ) -> tuple[Any, ...]:
     """The audit row of *entry*; arguments that cannot be JSON are reported once (*reported*)."""
-    wall, execution, result, duration, rule, approved_by = entry
+    wall, execution, result, duration, rule, approved_by, known = entry
     if rule is None:
         rule = result.decision_detail
     try:
-        arguments = arguments_json(execution.arguments)
+        arguments = arguments_json(execution.arguments, known)
     except (ValueError, TypeError, RecursionError) as exc:
         if "encode" not in reported:
             reported.add("encode")

@@ -12,6 +12,12 @@ One difference, on purpose: no cycle check. The values encoded here are the pipe
 deep-frozen snapshots (tuples and frozen mappings built from JSON), which cannot contain
 themselves. Where the C encoder is not available (another Python implementation), `canonical`
 is `dsh_host.canonical_json`.
+
+The text of the last frozen mapping encoded is remembered (`remembered`): the ``guards`` plugin
+encodes every call's arguments at its guard, and ``audit`` records the same text for that call
+without encoding the arguments a second time in its writer thread. A `FrozenDict` only: what
+the pipeline freezes cannot change, so the same object always has the same text (a plain dict
+could be changed between two calls).
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ import json.encoder
 from collections.abc import Callable
 from typing import Any
 
-from dsh_host import canonical_json
+from dsh_host import FrozenDict, canonical_json
 
-__all__ = ["canonical"]
+__all__ = ["canonical", "remembered"]
 
 
 def _unserialisable(value: Any) -> Any:
@@ -41,11 +47,29 @@ def _make() -> Callable[[Any], str]:
 
     def canonical(value: Any) -> str:
         """Canonical JSON of the frozen *value*: the same text as `dsh_host.canonical_json`."""
+        global _last
+        if type(value) is FrozenDict:
+            last = _last
+            if value is last[0]:
+                return last[1]
+            text = "".join(encode(value, 0))
+            _last = (value, text)  # one tuple, read whole: any thread sees a matching pair
+            return text
         if type(value) is str:  # what json.dumps does for a bare string
             return str(encode_string(value))
         return "".join(encode(value, 0))
 
     return canonical
+
+
+_last: tuple[object, str] = (None, "null")
+"""The last `FrozenDict` `canonical` encoded, and its text."""
+
+
+def remembered(value: object) -> str | None:
+    """`canonical` of *value* if it is the frozen mapping encoded last, else ``None``."""
+    last = _last
+    return last[1] if value is last[0] and value is not None else None
 
 
 canonical: Callable[[Any], str] = _make()

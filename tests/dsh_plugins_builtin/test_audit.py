@@ -674,11 +674,11 @@ def test_a_row_escapes_a_lone_surrogate_in_any_text_field_alone():
 
     execution = ToolExecution(call_id="c1", name="echo", arguments={})
     result = ToolExecutionResult(content="ok")
-    entry = (0.0, execution, result, 1.0, "rule \udcff", "person \ud800")
+    entry = (0.0, execution, result, 1.0, "rule \udcff", "person \ud800", None)
     row = build_row(entry, "/ws", "host", set())
     assert row[1:3] == ("c1", "echo")
     assert row[-2:] == ("rule \\udcff", "person \\ud800")
-    plain = build_row((0.0, execution, result, 1.0, "rule", None), "/ws", "host", set())
+    plain = build_row((0.0, execution, result, 1.0, "rule", None, None), "/ws", "host", set())
     assert plain[-2:] == ("rule", None)
 
 

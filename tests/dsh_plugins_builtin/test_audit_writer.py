@@ -641,7 +641,7 @@ def test_a_row_that_cannot_be_encoded_keeps_a_placeholder(db, caplog):
 
     async def main() -> None:
         for _ in range(2):
-            waiter = writer.submit((0.0, execution, result, None, None, None), wait=True)
+            waiter = writer.submit((0.0, execution, result, None, None, None, None), wait=True)
             assert waiter is not None
             await waiter
 

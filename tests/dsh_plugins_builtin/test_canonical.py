@@ -73,3 +73,19 @@ def test_random_values_agree():
     for _ in range(soak_size(2_000, 50_000)):
         frozen = freeze(value(0), "v")
         assert canonical(frozen) == canonical_json(frozen)
+
+
+def test_the_last_frozen_mapping_is_remembered_and_nothing_that_can_change():
+    frozen = freeze({"b": 1, "a": "x"}, "v")
+    text = canonical(frozen)
+    assert text == canonical_json(frozen)
+    assert _canonical.remembered(frozen) == text
+    assert canonical(frozen) is text  # from memory
+    plain = {"a": 1}
+    assert canonical(plain) == '{"a":1}'
+    assert _canonical.remembered(plain) is None  # a plain dict may change: never remembered
+    assert _canonical.remembered(frozen) == text  # still the last frozen one
+    other = freeze({"a": 2}, "v")
+    canonical(other)
+    assert _canonical.remembered(frozen) is None
+    assert _canonical.remembered(None) is None
