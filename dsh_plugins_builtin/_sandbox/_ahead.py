@@ -17,6 +17,7 @@ __all__ = ["EARLY", "GO", "MAX_REQUEST", "Ahead", "command", "parse", "receive",
 
 MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
 GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
+READY: Final = b"r"  # a command forked ahead in a view: its early steps are done
 EARLY: list[tuple[tuple[Any, ...], ...]] = []
 """Set once in a kept view's server (`_forkserver.serve`): the first steps of every command's
 mount plan there, which need nothing of the request (its ``/proc``, the parts of it made
@@ -69,6 +70,12 @@ class Ahead:
             waiting(theirs, errors_w, mask, (ours.fileno(), errors_r, spare_fd))
         theirs.close()
         os.close(errors_w)
+        if EARLY and ours.recv(1) != READY:  # its early steps failed: it has exited
+            os.waitpid(pid, 0)
+            ours.close()
+            os.close(errors_r)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            return None  # the request goes the usual way, its whole plan in the command
         return cls(pid, ours, errors_r)
 
     def start(self, data: bytes, ruleset: int) -> None:
@@ -90,8 +97,9 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
         for fd in close:
             os.close(fd)
         early = EARLY[0] if EARLY else ()
-        if early:  # nothing of the request is needed for these (a failure: exit 125)
+        if early:  # nothing of the request is needed for these (a failure: it just exits)
             _mountns.apply(_ruleset._libc(), early, _landlock.Prepared.fail_early)
+            sock.send(READY)
         data, fds = receive(sock, 3)
         if not data or len(fds) != 3:
             os._exit(0)

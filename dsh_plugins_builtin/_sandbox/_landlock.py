@@ -159,8 +159,10 @@ class Prepared:
 
     @staticmethod
     def fail_early(what: str) -> NoReturn:
-        """A command forked ahead failed before its request (no output to say it on yet): it
-        exits, its launcher cannot hand it the request, and the host starts it another way."""
+        """A command forked ahead failed its early steps (no output to say it on yet): it exits,
+        and its launcher starts the command the usual way, with the whole plan (`Ahead.fork`)."""
+        if os.environ.get("DSH_DEBUG_VIEWS"):
+            os.write(2, f"{PREFIX}{what} failed: {os.strerror(ctypes.get_errno())}\n".encode())
         os._exit(EXIT_RUNNER_FAILURE)
 
     def _fail(self, what: str) -> NoReturn:
@@ -282,8 +284,8 @@ server holds ``CAP_SYS_ADMIN`` in the view's user namespace, so it unshares them
 
 def unshare_namespaces() -> None:
     """`Prepared.unshare`'s namespaces for the caller's next child (PID, IPC; through a user
-    namespace mapping only the caller's uid and gid for an ordinary user; in a bwrap view,
-    directly, with a network namespace of its own unless the view shares the host's).
+    namespace mapping only the caller's uid and gid for an ordinary user, in a bwrap view too,
+    where a network namespace of its own is made as well unless the view shares the host's).
 
     Raises:
         OSError: They cannot be made; its ``strerror`` names the step (`Prepared._fail`).
@@ -291,16 +293,15 @@ def unshare_namespaces() -> None:
     libc = _libc()
     flags = _CLONE_NEWPID | _CLONE_NEWIPC | (VIEW[0] if VIEW else 0)
     ctypes.set_errno(0)
-    if VIEW:
+    if os.geteuid() == 0:  # (root: no process limit to share with the view's other commands)
         if libc.unshare(ctypes.c_int(flags)) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC) in the view")
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC)")
         if flags & _CLONE_NEWNET:
             _loopback_up()
         return
-    if os.geteuid() == 0:
-        if libc.unshare(ctypes.c_int(flags)) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWIPC)")
-        return
+    # In a view too, an ordinary user's command gets a user namespace of its own (the same
+    # ids): the kernel counts processes per user and user namespace, and commands sharing the
+    # view's would share one `processes` limit.
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(ctypes.c_int(_CLONE_NEWUSER | flags)) != 0:
         what = "unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC): user namespaces"
@@ -319,6 +320,8 @@ def unshare_namespaces() -> None:
         except OSError as exc:
             what = f"writing /proc/self/{name} in the new user namespace"
             raise OSError(exc.errno, what) from None
+    if flags & _CLONE_NEWNET:
+        _loopback_up()
 
 
 def _loopback_up() -> None:

@@ -15,7 +15,8 @@ is visible).
 
 Each step is a list: ``["tmpfs", path, read_only]`` (``[..., size]``: at most that many bytes), ``["bind", source, target, writable]``,
 ``["null", path]``, ``["symlink", target, path]``, ``["proc"]``, ``["proc-ro", path]`` (an
-entry of the ``/proc`` just mounted bound read-only onto itself), ``["seal", path]`` (a
+entry of the ``/proc`` just mounted bound read-only onto itself), ``["devpts"]`` (a fresh
+instance on ``/dev/pts``), ``["seal", path]`` (a
 protected path that does not exist: its directory made, an empty read-only tmpfs over it).
 Bind sources are opened before the first step hides them.
 """
@@ -208,6 +209,8 @@ def apply(
     ) -> None:
         ctypes.set_errno(0)
         data = None if kind != "tmpfs" else b"mode=0755" + (b",size=%d" % size if size else b"")
+        if kind == "devpts":  # as bwrap's --dev mounts one: its own, no terminal of the host's
+            data = b"newinstance,ptmxmode=0666,mode=620"
         if (
             libc.mount(
                 None if source is None else source.encode(),
@@ -239,6 +242,9 @@ def apply(
             continue
         if kind == "proc-ro":
             _proc_read_only(mount, step[1], fail)
+            continue
+        if kind == "devpts":
+            mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "mounting")
             continue
         if kind == "symlink":
             _symlink(step[1], step[2], fail)

@@ -61,18 +61,21 @@ def _options(argv: Sequence[str]) -> list[tuple[str, list[str]]] | None:
     return out
 
 
-def _scratch(options: list[tuple[str, list[str]]], gone: set[str]) -> dict[str, int]:
-    """The sized tmpfs directories in RAM (``/dev/shm``, the host's socket directories) with
-    nothing mounted below them: each command gets fresh ones (what one wrote there is gone
-    with it, as the memory it took), so they are not part of the view."""
+def _scratch(options: list[tuple[str, list[str]]], gone: set[str]) -> dict[str, int] | None:
+    """The sized tmpfs directories in RAM (``/dev/shm``, the host's socket directories): each
+    command gets fresh ones (what one wrote there is gone with it, as the memory it took), so
+    they are not part of the view; ``None`` when something is mounted below one (a root in
+    ``/var/tmp``, a working directory in a hidden one): no view then, as that directory would
+    be the view's, shared by its commands."""
     places = [operands[-1] for word, operands in options if word in _PLACED]
     out: dict[str, int] = {}
     for (word, operands), (after, where) in itertools.pairwise(options):
         if word != "--size" or after != "--tmpfs" or where[0] in gone:
             continue
         below = where[0].rstrip("/") + "/"
-        if not any(place.startswith(below) for place in places):
-            out[where[0]] = int(operands[0])
+        if any(place.startswith(below) for place in places):
+            return None
+        out[where[0]] = int(operands[0])
     return out
 
 
@@ -84,10 +87,12 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
         return None
     gone = {str(path) for path in missing}
     scratch = _scratch(options, gone)
+    if scratch is None:
+        return None
     read_only = {operands[0] for word, operands in options if word == "--remount-ro"}
     head: list[str] = [argv[0]]
     key: list[Any] = [argv[0]]
-    early: list[tuple[Any, ...]] = [("proc",)]
+    early: list[tuple[Any, ...]] = [("proc",), ("devpts",)]  # its own, as under --dev
     seals: list[tuple[Any, ...]] = []  # after the host has taken their mount points
     fds: list[int] = []
     cwd = "/"

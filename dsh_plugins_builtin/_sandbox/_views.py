@@ -79,7 +79,8 @@ class _View:
 
     @property
     def usable(self) -> bool:
-        return self.server.broken is None and not self.server.stale
+        """Its server works, its mounts are as made, and its holder still holds it."""
+        return self.server.broken is None and not self.server.stale and self.holder.poll() is None
 
     def close(self) -> None:
         """End the view: its first process first (the kernel kills what is left in the view's
@@ -165,8 +166,10 @@ class Views:
         self._owner = os.getpid()
         self._failures = 0
         self.broken: str | None = None
-        self.asked = 0  # commands that could have run in a view (`in_view`)
+        self.asked = 0  # commands that could have run in a view (their line has one)
         self.used = 0  # of those, the ones that did
+        self._mounts: select.poll | None = None  # the host's mount table's changes
+        self._mounts_fd = -1
 
     async def lease(
         self, argv: Sequence[str], missing: Collection[Path], *, network: bool, python: str
@@ -179,18 +182,22 @@ class Views:
         if parts is None:
             return None
         key = parts.key
+        self.asked += 1
         with self._lock:
             if os.getpid() != self._owner:  # a forked copy of the host: its views are not its
                 self._views, self._seen, self._starting = {}, {}, set()
-                self._owner = os.getpid()
-            view = self._views.pop(key, None)
-            if view is not None and view.usable:
-                self._views[key] = view  # the most recently used last
-                view.busy += 1
-                return Lease(self, view, parts)
-            if view is not None:
-                self._views[key] = view
-                self._drop(key, view)
+                self._owner, self._mounts = os.getpid(), None
+            if self._host_mounts_changed():
+                for each in self._views.values():
+                    each.server.stale = True
+            kept: _View | None = self._views.pop(key, None)
+            if kept is not None and kept.usable:
+                self._views[key] = kept  # the most recently used last
+                kept.busy += 1
+                return Lease(self, kept, parts)
+            if kept is not None:
+                self._views[key] = kept
+                self._drop(key, kept)
             if self.broken is not None or key in self._starting:
                 return None
             if not self._again(key) and not EAGER:
@@ -202,7 +209,7 @@ class Views:
                 self._drop(idle[0], self._views[idle[0]])  # the least recently used idle one
             self._starting.add(key)
         try:
-            view = await trio.to_thread.run_sync(self._start, parts, python)
+            view: _View | None = await trio.to_thread.run_sync(self._start, parts, python)
         finally:
             with self._lock:
                 self._starting.discard(key)
@@ -215,6 +222,26 @@ class Views:
             self._views[key] = view
             view.busy += 1
         return Lease(self, view, parts)
+
+    def _host_mounts_changed(self) -> bool:
+        """Whether the host's mount table changed since the last look (under the lock). A
+        view's own watch sees what propagates into it and the masks detached in it; where the
+        host's ``/`` does not propagate (a private root, as in many containers), a host mount
+        or unmount changes nothing there, and a view would keep showing what the host took
+        away: every view is stale then."""
+        if self._mounts is None:
+            try:
+                fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False
+            if self._mounts_fd >= 0:
+                os.close(self._mounts_fd)
+            self._mounts_fd = fd
+            self._mounts = select.poll()
+            self._mounts.register(fd, select.POLLPRI | select.POLLERR)
+            self._mounts.poll(0)  # each change is reported once: this one is the table as it is
+            return True
+        return bool(self._mounts.poll(0))
 
     def _again(self, key: tuple[Any, ...]) -> bool:
         """Whether *key* was met before (and remember it)."""
@@ -302,20 +329,24 @@ def _interpreter(
     writable: tuple[Path, ...], protected: tuple[Path, ...], executable: str
 ) -> str | None:
     """The interpreter a view's server is started with (its real path: no virtual
-    environment's ``pyvenv.cfg`` is read), or ``None`` when it, the standard library or
-    dsh's package directory lies where a command can write (in a writable root and not in a
-    protected path): the server runs on the host, unconfined, before it enters the view, and a
-    command must not have planted what it runs."""
+    environment's ``pyvenv.cfg`` is read), or ``None`` when a command could write what the
+    server runs: the interpreter, the standard library or the ``dsh_plugins_builtin`` package
+    lie in a writable root (and not in a protected path), or a writable root lies in one of
+    them (a workspace inside the package, with ``protect_install = false``). The server runs
+    on the host, unconfined, before it enters the view."""
     python = os.path.realpath(executable)
     places = (
         Path(python), Path(os.path.realpath(sys.base_prefix)),
-        Path(os.path.realpath(_forkserver.__file__)).parents[2],
+        Path(os.path.realpath(_forkserver.__file__)).parents[1],
     )  # fmt: skip
     for place in places:
-        if any(place == root or root in place.parents for root in writable) and not any(
-            place == guard or guard in place.parents for guard in protected
-        ):
-            return None
+        for root in writable:
+            if root == place or place in root.parents:  # a root in it: nothing protects it all
+                return None
+            if root in place.parents and not any(
+                place == guard or guard in place.parents for guard in protected
+            ):
+                return None
     return python if os.access(python, os.X_OK) else None
 
 
@@ -338,7 +369,6 @@ async def in_view(
     if not ENABLED or python is None:
         return None
     views = shared()
-    views.asked += 1
     lease = await views.lease(line, missing, network=network, python=python)
     if lease is None:
         return None
@@ -349,7 +379,8 @@ async def in_view(
             argv, cwd=Path(lease.cwd), env=env, timeout=timeout, cap=cap, landlock=prepared,
             sink=sink, server=lease.server,
         )  # fmt: skip
-    except Unstarted:
+    except Unstarted:  # its holder or server is gone, or it is stale: not used again
+        lease.server.stale = True
         return None
     finally:
         lease.release()

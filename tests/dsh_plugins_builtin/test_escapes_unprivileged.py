@@ -26,17 +26,21 @@ MODULES = (
     "tests/dsh_plugins_builtin/test_network_allowlist.py",  # issue 22.9: the relay's python
     "tests/dsh_plugins_builtin/test_escapes_locks.py",  # issue 22: dsh's locks out of reach
     "tests/dsh_plugins_builtin/test_escapes_machine.py",  # kernel settings, every init's limits
+    "tests/dsh_plugins_builtin/test_views.py",  # kept bwrap views
     # path rules resolve links as os.path.realpath does, unreadable directories included
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
 )
 USER = "nobody"
 
 
-@pytest.fixture
-def user_dir() -> Iterator[tuple[pwd.struct_passwd, Path]]:
-    """A directory under /tmp owned by the throwaway user (pytest's own tmp dir is 0700)."""
+@pytest.fixture(params=["/tmp", "/var/lib"])
+def user_dir(request: pytest.FixtureRequest) -> Iterator[tuple[pwd.struct_passwd, Path]]:
+    """A directory owned by the throwaway user (pytest's own tmp dir is 0700), its home and
+    temporary directory: under the host's ``/tmp`` (then commands get a fresh ``/tmp`` each,
+    the workspace bound into it, and no kept view), or outside it, as a user's home is (a
+    private tmp, and kept views)."""
     entry = pwd.getpwnam(USER)
-    path = Path(tempfile.mkdtemp(prefix="dsh-unprivileged-"))
+    path = Path(tempfile.mkdtemp(prefix="dsh-unprivileged-", dir=request.param))
     os.chown(path, entry.pw_uid, entry.pw_gid)
     try:
         yield entry, path

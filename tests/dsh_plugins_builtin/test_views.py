@@ -216,3 +216,110 @@ async def test_what_a_command_leaves_in_ram_is_gone_with_it(make_host: Any, ws: 
     assert "kept" not in text
     size = int(text.splitlines()[-1].split()[1])  # KiB: a third of 64 MiB each
     assert size <= 64 * 1024 // 3 + 4
+
+
+async def test_a_terminal_one_command_opens_is_not_another_ones(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """Each command mounts a ``/dev/pts`` of its own (bwrap's ``--dev`` made one per command):
+    a pseudo-terminal one opens is not in the other's, to write to or read from."""
+    host = view_host(make_host, ws)
+    await bash(host, "true")
+    opener = (
+        "python3 -c 'import os, pty, time; m, s = pty.openpty(); print(os.ttyname(s)); "
+        'open("ready", "w"); time.sleep(2)\''
+    )
+    lister = "for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done; ls /dev/pts"
+    results: dict[str, Any] = {}
+
+    async def run(name: str, command: str) -> None:
+        results[name] = await bash(host, command)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "opener", opener)
+        nursery.start_soon(run, "lister", lister)
+    assert "/dev/pts/" in results["opener"].text
+    assert results["lister"].text.split() == ["ptmx"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root's processes are not counted")
+async def test_each_command_has_the_process_limit_to_itself(make_host: Any, ws: Path) -> None:
+    """The kernel counts processes per user and user namespace: each command of a view gets a
+    user namespace of its own, so one holding most of ``processes`` leaves the next its own."""
+    host = view_host(make_host, ws, limits={"processes": 60})
+    await bash(host, "true")
+    holder = "for i in $(seq 45); do sleep 3 & done; touch ready; wait"
+    forker = (
+        "for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done; n=0; "
+        "for i in $(seq 40); do (sleep 1) 2>/dev/null & n=$((n+1)); done; wait; echo forked $n"
+    )
+    results: dict[str, Any] = {}
+
+    async def run(name: str, command: str) -> None:
+        results[name] = await host.call("bash", {"command": command, "timeout_ms": 20_000})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "holder", holder)
+        nursery.start_soon(run, "forker", forker)
+    assert "forked 40" in results["forker"].text
+    assert "Resource temporarily unavailable" not in results["forker"].text
+
+
+async def test_no_view_where_a_directory_in_ram_would_be_the_views(
+    make_host: Any, views: _views.Views
+) -> None:
+    """A workspace in ``/dev/shm``: that directory in RAM, with the workspace mounted below it,
+    would be the view's (shared by its commands, holding what they left): no view then."""
+    shm = Path(tempfile.mkdtemp(prefix="dsh-views-", dir="/dev/shm"))
+    try:
+        host = view_host(make_host, shm)
+        asked, used = views.asked, views.used
+        await bash(host, "echo kept > /dev/shm/left; true")
+        text = (await bash(host, "cat /dev/shm/left 2>&1; echo done")).text
+        assert "kept" not in text
+        assert (views.asked - asked, views.used - used) == (0, 0)  # not even asked for
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def test_no_view_server_from_code_a_command_could_write(tmp_path: Path) -> None:
+    """The server runs on the host before it enters the view: its interpreter, standard library
+    and package must not lie in a writable root (unless protected), nor a root in them."""
+    package = Path(os.path.realpath(_views._forkserver.__file__)).parents[1]
+    _views._interpreter.cache_clear()
+    assert _views.interpreter([tmp_path], []) is not None
+    assert _views.interpreter([package / "_sandbox"], []) is None  # a root inside the package
+    assert _views.interpreter([package.parent], []) is None  # the package in a root
+    assert _views.interpreter([package.parent], [package]) is not None  # ... protected
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can mount on the host")
+async def test_what_the_host_unmounts_is_gone_from_the_next_command(
+    make_host: Any, ws: Path, outside_tmp: Path
+) -> None:
+    """The host's ``/`` need not propagate (a private root, as here): a volume the host
+    unmounts after the view was made must not stay readable in it."""
+    volume = outside_tmp / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
+    try:
+        (volume / "secret").write_text("ON-THE-VOLUME\n")
+        host = view_host(make_host, ws)
+        assert "ON-THE-VOLUME" in (await bash(host, f"cat {volume}/secret")).text
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=True)
+    for _ in range(2):
+        assert "ON-THE-VOLUME" not in (await bash(host, f"cat {volume}/secret 2>&1; true")).text
+
+
+async def test_a_view_whose_holder_died_is_dropped(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    host = view_host(make_host, ws)
+    await bash(host, "true")
+    [view] = views._views.values()
+    view.holder.kill()
+    view.holder.wait()
+    for _ in range(2):
+        assert "pid 1" in (await bash(host, "echo pid $$")).text
+    assert view not in views._views.values()
