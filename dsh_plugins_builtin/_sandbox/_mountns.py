@@ -194,15 +194,8 @@ def _symlink(target: str, path: str, fail: Callable[[str], NoReturn]) -> None:
         os.close(directory)
 
 
-def apply(
-    libc: ctypes.CDLL,
-    plan: Sequence[Sequence[Any]],
-    fail: Callable[[str], NoReturn],
-    *,
-    fresh: bool = True,
-) -> None:
-    """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``);
-    with *fresh* false, in the one the caller made already (a kept view's early steps)."""
+def _mounter(libc: ctypes.CDLL, fail: Callable[[str], NoReturn]) -> Callable[..., None]:
+    """``mount(source, target, kind, flags, what, size=0)``: one ``mount(2)``, or *fail*."""
 
     def mount(
         source: str | None, target: str, kind: str | None, flags: int, what: str, size: int = 0
@@ -223,6 +216,40 @@ def apply(
         ):
             fail(f"{what} {target}")
 
+    return mount
+
+
+_WHOLE = frozenset(("proc", "proc-ro", "devpts", "symlink"))
+"""The steps with no mount point to reach first (`_whole`)."""
+
+
+def _whole(
+    mount: Callable[..., None], step: Sequence[Any], fail: Callable[[str], NoReturn]
+) -> None:
+    """A step of `_WHOLE`: a fresh ``/proc`` or ``/dev/pts``, a part of ``/proc`` read-only, a
+    link."""
+    kind = step[0]
+    if kind == "proc":
+        mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
+    elif kind == "proc-ro":
+        _proc_read_only(mount, step[1], fail)
+    elif kind == "devpts":
+        mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "mounting")
+    else:
+        _symlink(step[1], step[2], fail)
+
+
+def apply(
+    libc: ctypes.CDLL,
+    plan: Sequence[Sequence[Any]],
+    fail: Callable[[str], NoReturn],
+    *,
+    fresh: bool = True,
+) -> None:
+    """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``);
+    with *fresh* false, in the one the caller made already (a kept view's early steps)."""
+
+    mount = _mounter(libc, fail)
     try:
         cwd = os.getcwd()
     except OSError:
@@ -237,17 +264,8 @@ def apply(
             sources[i] = _open_source(step, fail)
     for i, step in enumerate(plan):
         kind = step[0]
-        if kind == "proc":
-            mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mounting")
-            continue
-        if kind == "proc-ro":
-            _proc_read_only(mount, step[1], fail)
-            continue
-        if kind == "devpts":
-            mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "mounting")
-            continue
-        if kind == "symlink":
-            _symlink(step[1], step[2], fail)
+        if kind in _WHOLE:
+            _whole(mount, step, fail)
             continue
         source = f"/proc/self/fd/{sources[i]}" if kind == "bind" else "/dev/null"
         path = step[2] if kind == "bind" else step[1]
