@@ -42,6 +42,19 @@ def view_host(make_host: Any, ws: Path, **sandbox: Any) -> Any:
     return boundary_host(make_host, ws, "bwrap", **sandbox)
 
 
+async def together(host: Any, **commands: str) -> dict[str, Any]:
+    """Run each of *commands* at once (20 s each at most); their results by name."""
+    results: dict[str, Any] = {}
+
+    async def run(name: str, command: str) -> None:
+        results[name] = await host.call("bash", {"command": command, "timeout_ms": 20_000})
+
+    async with trio.open_nursery() as nursery:
+        for name, command in commands.items():
+            nursery.start_soon(run, name, command)
+    return results
+
+
 async def test_commands_of_one_view_share_it_and_nothing_else(
     make_host: Any, ws: Path, views: _views.Views
 ) -> None:
@@ -60,14 +73,7 @@ async def test_commands_of_one_view_share_it_and_nothing_else(
         "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765), 1)' "
         "2>/dev/null && echo REACHED || echo refused"
     )
-    results: dict[str, Any] = {}
-
-    async def run(name: str, command: str) -> None:
-        results[name] = await bash(host, command)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, "server", serve)
-        nursery.start_soon(run, "probe", probe)
+    results = await together(host, server=serve, probe=probe)
     text = results["probe"].text
     assert "pid 1" in text
     assert "refused" in text
@@ -230,14 +236,7 @@ async def test_a_terminal_one_command_opens_is_not_another_ones(
         'open("ready", "w"); time.sleep(2)\''
     )
     lister = "for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done; ls /dev/pts"
-    results: dict[str, Any] = {}
-
-    async def run(name: str, command: str) -> None:
-        results[name] = await bash(host, command)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, "opener", opener)
-        nursery.start_soon(run, "lister", lister)
+    results = await together(host, opener=opener, lister=lister)
     assert "/dev/pts/" in results["opener"].text
     assert results["lister"].text.split() == ["ptmx"]
 
@@ -253,14 +252,7 @@ async def test_each_command_has_the_process_limit_to_itself(make_host: Any, ws: 
         "for i in $(seq 100); do [ -e ready ] && break; sleep 0.05; done; n=0; "
         "for i in $(seq 40); do (sleep 1) 2>/dev/null & n=$((n+1)); done; wait; echo forked $n"
     )
-    results: dict[str, Any] = {}
-
-    async def run(name: str, command: str) -> None:
-        results[name] = await host.call("bash", {"command": command, "timeout_ms": 20_000})
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, "holder", holder)
-        nursery.start_soon(run, "forker", forker)
+    results = await together(host, holder=holder, forker=forker)
     assert "forked 40" in results["forker"].text
     assert "Resource temporarily unavailable" not in results["forker"].text
 
