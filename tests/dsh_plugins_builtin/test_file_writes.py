@@ -219,11 +219,28 @@ async def test_a_write_committed_as_the_deadline_passes_reports_the_commit(
 
 
 async def test_a_write_cancelled_before_it_began_does_nothing(
-    make_host: Any, ws: Path, autojump_clock: Any
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
 ) -> None:
+    """The deadline passes before the worker thread has begun to write (held there: left to
+    itself, a fast thread sometimes committed first, and the call then rightly succeeded)."""
     host = _timed_host(make_host, ws)
-    result = await host.call("write_file", {"path": "f.txt", "content": "x\n"})
+    reached, release, finished = threading.Event(), threading.Event(), threading.Event()
+    original = SandboxPlugin.write_text
+
+    @functools.wraps(original)
+    def write_text(self: SandboxPlugin, *args: Any, **kwargs: Any) -> None:
+        reached.set()
+        release.wait(10)
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(SandboxPlugin, "write_text", write_text)
+    result = await _call_when(host, reached, {"path": "f.txt", "content": "x\n"})
     assert result.error.code == "TOOL_TIMEOUT"
+    release.set()  # the abandoned thread begins now, too late to commit
+    assert finished.wait(10)
     assert not (ws / "f.txt").exists()
 
 
