@@ -13,7 +13,16 @@ from typing import Any, Final, NoReturn
 
 from dsh_plugins_builtin._sandbox import _landlock, _mountns, _ruleset
 
-__all__ = ["EARLY", "GO", "MAX_REQUEST", "Ahead", "command", "parse", "receive", "stdio"]
+__all__ = [
+    "EARLY", "GO", "MAX_REQUEST", "Ahead", "EarlyFailed", "command", "parse", "receive", "stdio",
+]  # fmt: skip
+
+
+class EarlyFailed(Exception):
+    """A command forked ahead could not carry out its early steps (`EARLY`). Its launcher has
+    made the command's namespaces already, and cannot make them again: it must not take a
+    request (the server then forks a fresh launcher for it)."""
+
 
 MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
 GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
@@ -54,7 +63,11 @@ class Ahead:
     @classmethod
     def fork(cls, spare_fd: int) -> Ahead | None:
         """``None`` when the namespaces cannot be made: the request then goes the usual way,
-        which says why (exit 125) when it needs them."""
+        which says why (exit 125) when it needs them.
+
+        Raises:
+            EarlyFailed: They were made, but the early steps failed (`EARLY`).
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
@@ -74,8 +87,7 @@ class Ahead:
             os.waitpid(pid, 0)
             ours.close()
             os.close(errors_r)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            return None  # the request goes the usual way, its whole plan in the command
+            raise EarlyFailed
         return cls(pid, ours, errors_r)
 
     def start(self, data: bytes, ruleset: int) -> None:

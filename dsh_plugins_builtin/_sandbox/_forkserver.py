@@ -281,8 +281,8 @@ def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
     *sock*, and launch it; the socket closed (the server gone) ends it."""
     try:
         _ready(server_fds)
-        ahead = Ahead.fork(sock.fileno())
-        data, fds = receive(sock, 3)
+        ahead = Ahead.fork(sock.fileno())  # EarlyFailed: it takes no request (the server
+        data, fds = receive(sock, 3)  # finds its socket closed and forks a fresh launcher)
         sock.close()
     except BaseException:
         os._exit(0)

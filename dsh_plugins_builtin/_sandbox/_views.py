@@ -170,6 +170,7 @@ class Views:
         self.used = 0  # of those, the ones that did
         self._mounts: select.poll | None = None  # the host's mount table's changes
         self._mounts_fd = -1
+        self._generation = 0  # how many changes of the host's mount table were seen
 
     async def lease(
         self, argv: Sequence[str], missing: Collection[Path], *, network: bool, python: str
@@ -187,9 +188,7 @@ class Views:
             if os.getpid() != self._owner:  # a forked copy of the host: its views are not its
                 self._views, self._seen, self._starting = {}, {}, set()
                 self._owner, self._mounts = os.getpid(), None
-            if self._host_mounts_changed():
-                for each in self._views.values():
-                    each.server.stale = True
+            self._notice_host_mounts()
             kept: _View | None = self._views.pop(key, None)
             if kept is not None and kept.usable:
                 self._views[key] = kept  # the most recently used last
@@ -208,6 +207,7 @@ class Views:
                     return None
                 self._drop(idle[0], self._views[idle[0]])  # the least recently used idle one
             self._starting.add(key)
+            born = self._generation  # the host's mounts as the view's bwrap will copy them
         try:
             view: _View | None = await trio.to_thread.run_sync(self._start, parts, python)
         finally:
@@ -216,12 +216,24 @@ class Views:
         if view is None:
             return None
         with self._lock:
+            self._notice_host_mounts()
+            if born != self._generation:  # the host's mounts changed while it was made: it may
+                _close_later(view)  # hold what they no longer do (a command meanwhile saw it)
+                return None
             old = self._views.pop(key, None)
             if old is not None:  # made meanwhile by a command in another thread
                 self._drop(key, old)
             self._views[key] = view
             view.busy += 1
         return Lease(self, view, parts)
+
+    def _notice_host_mounts(self) -> None:
+        """A change of the host's mount table makes every view stale, the ones being made too
+        (their `_generation` is older: `lease`)."""
+        if self._host_mounts_changed():
+            self._generation += 1
+            for each in self._views.values():
+                each.server.stale = True
 
     def _host_mounts_changed(self) -> bool:
         """Whether the host's mount table changed since the last look (under the lock). A

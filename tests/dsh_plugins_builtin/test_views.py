@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -315,3 +317,61 @@ async def test_a_view_whose_holder_died_is_dropped(
     for _ in range(2):
         assert "pid 1" in (await bash(host, "echo pid $$")).text
     assert view not in views._views.values()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can mount on the host")
+async def test_a_host_unmount_while_a_view_is_made_is_not_missed(
+    make_host: Any, ws: Path, outside_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host unmounts a volume just after the view's bwrap copied its mounts, and another
+    command's look at the host's mount table takes that change meanwhile: the new view is
+    still not used (it was kept, and showed the volume after the unmount)."""
+    volume = outside_tmp / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
+    (volume / "secret").write_text("ON-THE-VOLUME\n")
+    held = _views._hold
+    started, unmounted = threading.Event(), threading.Event()
+
+    def hold(parts: Any) -> Any:
+        out = held(parts)
+        if not started.is_set():  # the first view only
+            subprocess.run(["umount", "-l", str(volume)], check=True)
+            started.set()
+            unmounted.wait(10)  # while another command looks at the host's mounts
+        return out
+
+    monkeypatch.setattr(_views, "_hold", hold)
+    host = view_host(make_host, ws)
+
+    async def other() -> None:
+        await trio.to_thread.run_sync(started.wait, 10)
+        await bash(host, "echo other")  # (this command's line is the same: no view for it)
+        unmounted.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await bash(host, "true")
+    for _ in range(2):
+        assert "ON-THE-VOLUME" not in (await bash(host, f"cat {volume}/secret 2>&1; true")).text
+
+
+def test_a_command_forked_ahead_whose_early_steps_fail_takes_no_request() -> None:
+    """Its launcher made the command's namespaces already and could not make them again: the
+    fork of a command ahead says so (`EarlyFailed`), and the launcher takes no request (the
+    server forks a fresh one). It used to fall back in place, and the command always failed."""
+    code = (
+        "import os, sys\n"
+        "from dsh_plugins_builtin._sandbox import _ahead, _landlock\n"
+        "_landlock.VIEW.append(0)\n"
+        '_ahead.EARLY.append((("tmpfs", "/proc/1/dsh-no-such-dir", False, 4096),))\n'
+        "spare = os.open('/dev/null', os.O_RDONLY)\n"
+        "try:\n"
+        "    print('forked', _ahead.Ahead.fork(spare))\n"
+        "except _ahead.EarlyFailed:\n"
+        "    print('early failed')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "early failed", done.stdout + done.stderr
