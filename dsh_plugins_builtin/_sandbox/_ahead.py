@@ -120,8 +120,7 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
         if early:
             if prepared.plan[: len(early)] != early:
                 os._exit(_landlock.EXIT_RUNNER_FAILURE)  # not this view's request
-            prepared = prepared.with_plan(prepared.plan[len(early) :])
-            prepared.fresh = False
+            prepared = prepared.with_plan(prepared.plan[len(early) :], fresh=False)
         stdio(out)
         os.fchdir(here)  # the launcher's: a directory swapped for a link since does not count
         os.close(here)

@@ -83,7 +83,7 @@ from dsh_plugins_builtin._sandbox._run import Output, ProcessResult, Sink, resul
 from dsh_plugins_builtin._sandbox._run import runner_failure as _runner_failure
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 from dsh_plugins_builtin._sandbox._tmpway import ready
-from dsh_plugins_builtin._sandbox._views import in_view, interpreter
+from dsh_plugins_builtin._sandbox._views import in_view, programs
 
 __all__ = [
     "BACKENDS",
@@ -341,7 +341,7 @@ async def _bwrap_once(
             done = await in_view(
                 line, taken.over, argv=spawn.argv, env=spawn.env, timeout=spawn.timeout,
                 cap=spawn.cap, sink=spawn.sink, limits=spawn.limits, network=policy.network,
-                python=interpreter(layout.rw, layout.protected),
+                using=programs(layout.rw, layout.protected),
             )  # fmt: skip
             if done is not None:
                 return done

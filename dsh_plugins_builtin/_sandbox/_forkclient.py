@@ -146,9 +146,7 @@ class ForkServer:
                 boot = [executable, "-I", "-S", "-c", _BOOT, str(self.root), str(theirs.fileno())]
                 self._proc = subprocess.Popen(
                     [*boot, *view],
-                    pass_fds=(theirs.fileno(), *self.view[1:2])
-                    if self.view
-                    else (theirs.fileno(),),
+                    pass_fds=(theirs.fileno(), *(self.view[1:2] if self.view else ())),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     start_new_session=True,

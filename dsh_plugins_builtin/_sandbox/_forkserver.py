@@ -43,7 +43,14 @@ import time
 from collections.abc import Sequence
 from typing import Final, NoReturn
 
-from dsh_plugins_builtin._sandbox import _ahead, _beneath, _landlock, _ruleset, _supervisor
+from dsh_plugins_builtin._sandbox import (
+    _ahead,
+    _beneath,
+    _landlock,
+    _mountns,
+    _ruleset,
+    _supervisor,
+)
 from dsh_plugins_builtin._sandbox._ahead import (
     GO,
     MAX_REQUEST,
@@ -241,13 +248,14 @@ def _ready(server_fds: tuple[int, ...]) -> None:
     os.setsid()
 
 
-_CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWUTS = 0x04000000
-_CLONE_NEWIPC = 0x08000000
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWPID = 0x20000000
+_JOINED = (
+    _landlock._CLONE_NEWUSER | _mountns._CLONE_NEWNS | _landlock._CLONE_NEWNET
+    | _landlock._CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWCGROUP
+    | _landlock._CLONE_NEWPID  # for its children: the launchers live in the view's
+)  # fmt: skip
+"""The namespaces of a view its server joins (`_enter`)."""
 
 
 def _enter(holder: int) -> None:
@@ -255,15 +263,14 @@ def _enter(holder: int) -> None:
     ``setns``: its user namespace (where this server then holds every capability, and nothing
     outside it), its mounts (the view: ``/`` is the view's root from here on), network, IPC,
     UTS and cgroup namespaces, and, for the launchers it forks, its PID namespace (each still
-    makes one of its own for its command). The server's code is all loaded already: nothing is read from the
-    view's files (its interpreter may lie where the view hides it). The descriptor of ``/`` that
-    `_beneath` opened at import is pointed at the view's root too, so no walk starts outside."""
+    makes one of its own for its command). The server's code is all loaded already: nothing
+    is read from the view's files (its interpreter may lie where the view hides it). The
+    descriptor of ``/`` that `_beneath` opened at import is pointed at the view's root too, so
+    no walk starts outside."""
     codecs.lookup("ascii")  # what the launchers' reading of /proc would import from the view
     libc = _ruleset._libc()
-    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
-    flags |= _CLONE_NEWPID  # for its children: the launchers live in the view's PID namespace
     ctypes.set_errno(0)
-    if libc.setns(ctypes.c_int(holder), ctypes.c_int(flags | _CLONE_NEWCGROUP)) != 0:
+    if libc.setns(ctypes.c_int(holder), ctypes.c_int(_JOINED)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns into the view: {os.strerror(err)}")
     os.close(holder)

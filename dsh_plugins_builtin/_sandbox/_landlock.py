@@ -148,9 +148,12 @@ class Prepared:
         self._cap_header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
         self._cap_data = (_CapData * 2)()
 
-    def with_plan(self, plan: _mountns.Plan) -> Prepared:
-        """The same ruleset and filter with another mount plan (no rule is built again)."""
-        return Prepared(self.ruleset_fd, self.program, self.abi, plan, self.limits)
+    def with_plan(self, plan: _mountns.Plan, *, fresh: bool = True) -> Prepared:
+        """The same ruleset and filter with another mount plan (no rule is built again); with
+        *fresh* false, one to carry out in the mount namespace the caller made already."""
+        prepared = Prepared(self.ruleset_fd, self.program, self.abi, plan, self.limits)
+        prepared.fresh = fresh
+        return prepared
 
     @functools.cached_property
     def program_hex(self) -> str:
@@ -160,9 +163,7 @@ class Prepared:
     @staticmethod
     def fail_early(what: str) -> NoReturn:
         """A command forked ahead failed its early steps (no output to say it on yet): it exits,
-        and its launcher starts the command the usual way, with the whole plan (`Ahead.fork`)."""
-        if os.environ.get("DSH_DEBUG_VIEWS"):
-            os.write(2, f"{PREFIX}{what} failed: {os.strerror(ctypes.get_errno())}\n".encode())
+        and its launcher takes no request (`_ahead.EarlyFailed`)."""
         os._exit(EXIT_RUNNER_FAILURE)
 
     def _fail(self, what: str) -> NoReturn:
@@ -277,9 +278,8 @@ class Prepared:
 
 
 VIEW: list[int] = []
-"""Set once in a fork server inside a bwrap view (`_forkserver.serve`): the extra namespaces
-each command gets there (``CLONE_NEWNET`` unless the view shares the host's network). The
-server holds ``CAP_SYS_ADMIN`` in the view's user namespace, so it unshares them directly."""
+"""Set once in a kept bwrap view's fork server (`_forkserver.serve`): the extra namespaces each
+command gets there (``CLONE_NEWNET`` unless the view shares the host's network)."""
 
 
 def unshare_namespaces() -> None:

@@ -13,11 +13,11 @@ links, and empty ``pts`` and ``shm``: no disk, input device, console or terminal
 no shared memory) and mounts a ``/proc`` of the command's own PID namespace (no host process
 is visible).
 
-Each step is a list: ``["tmpfs", path, read_only]`` (``[..., size]``: at most that many bytes), ``["bind", source, target, writable]``,
-``["null", path]``, ``["symlink", target, path]``, ``["proc"]``, ``["proc-ro", path]`` (an
-entry of the ``/proc`` just mounted bound read-only onto itself), ``["devpts"]`` (a fresh
-instance on ``/dev/pts``), ``["seal", path]`` (a
-protected path that does not exist: its directory made, an empty read-only tmpfs over it).
+Each step is a list: ``["tmpfs", path, read_only]`` (``[..., size]``: at most that many
+bytes), ``["bind", source, target, writable]``, ``["null", path]``, ``["symlink", target,
+path]``, ``["proc"]``, ``["proc-ro", path]`` (an entry of the ``/proc`` just mounted, bound
+read-only onto itself), ``["devpts"]`` (a fresh instance on ``/dev/pts``), ``["seal", path]``
+(a protected path that does not exist: its directory made, an empty read-only tmpfs over it).
 Bind sources are opened before the first step hides them.
 """
 

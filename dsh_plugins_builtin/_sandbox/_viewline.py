@@ -9,6 +9,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 __all__ = ["Split", "split"]
 
 _ARITY: Final = {
@@ -27,25 +29,19 @@ _PLACED: Final = frozenset(
 """The words whose last operand is a place in the view."""
 
 
+@attrs.frozen
 class Split:
     """A bwrap command line taken apart: the view (`head`, with the descriptors it binds,
     `fds`), what each command does in it (`plan`, `cwd`; the first steps of the plan, `early`,
     need nothing of the command, and a command forked ahead does them while it waits), and the
     view's `key`."""
 
-    def __init__(
-        self,
-        head: list[str],
-        early: tuple[tuple[Any, ...], ...],
-        plan: tuple[tuple[Any, ...], ...],
-        cwd: str,
-    ) -> None:
-        self.head = head
-        self.early = early
-        self.plan = plan
-        self.cwd = cwd
-        self.fds: tuple[int, ...] = ()
-        self.key: tuple[Any, ...] = ()
+    head: tuple[str, ...]
+    fds: tuple[int, ...]
+    early: tuple[tuple[Any, ...], ...]
+    plan: tuple[tuple[Any, ...], ...]
+    cwd: str
+    key: tuple[Any, ...]
 
 
 def _options(argv: Sequence[str]) -> list[tuple[str, list[str]]] | None:
@@ -119,7 +115,7 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
         else:
             key += step
             head += step
-    out = Split(head, tuple(early), (*early, *seals), cwd)
-    out.fds = tuple(fds)
-    out.key = (*key, network, tuple(sorted(gone)), out.early)
-    return out
+    return Split(
+        head=tuple(head), fds=tuple(fds), early=tuple(early), plan=(*early, *seals), cwd=cwd,
+        key=(*key, network, tuple(sorted(gone)), tuple(early)),
+    )  # fmt: skip

@@ -6,18 +6,20 @@ paths, ``deny_read``, the parts of ``/proc`` made read-only), then tear it all d
 ``bash -c true`` as for anything else: about 2.3 times a raw ``bwrap ... true`` (issue 27).
 Most of that does not change from one command to the next.
 
-So the first command of a view starts bwrap once, with that view and, as its command, the fork
-server (`dsh_plugins_builtin._sandbox._forkserver`, a ``python -I -S`` of the standard
-library); later commands of the same view are started by it (`_forkclient.ForkServer`). Each
-command still gets, in its own process, everything that was per command (`split`): its own
-PID, IPC and network namespaces (loopback only, brought up; the host's network where the view
-shares it), its own mount namespace with a fresh ``/proc`` of its PID namespace whose kernel
-settings are bound read-only over themselves, an empty read-only tmpfs over each protected
-path that does not exist yet (the host takes and gives back those mount points as before),
-its working directory, environment and resource limits, every capability dropped, the seccomp
-filter, a session of its own, and a supervisor (the server's launcher) that kills every
-descendant when it ends. The server holds ``CAP_SYS_ADMIN``, ``CAP_SETPCAP`` (and
-``CAP_NET_ADMIN`` for the loopback) in the view's user namespace only, never the command.
+So a view's first command starts bwrap once with that view, holding it: its command is
+``cat`` (found outside every writable root, under the seccomp filter), waiting on a pipe of
+the host's. A fork server (`dsh_plugins_builtin._sandbox._forkserver`, a ``python -I -S`` of
+the standard library, started on the host) enters its namespaces (``setns``) and starts that
+view's commands (`_forkclient.ForkServer`). Each command still gets, in its own process,
+everything that was per command (`split`): its own PID, IPC and network namespaces
+(loopback only, brought up; the host's network where the view shares it), for an ordinary
+user its own user namespace, its own mount namespace with a fresh ``/proc`` whose kernel
+settings are bound read-only over themselves, a ``/dev/pts`` and sized directories in RAM of
+its own, an empty read-only tmpfs over each protected path that does not exist yet (the host
+takes and gives back those mount points as before), its working directory, environment and
+resource limits, every capability dropped, the seccomp filter, a session of its own, and a
+supervisor (the server's launcher) that kills every descendant when it ends. The server holds
+every capability in the view's user namespace, and none outside it; the command holds none.
 
 A view is keyed by the bwrap command line a fresh call would run (without its working
 directory and the protected paths that are missing, which each command mounts itself), with
@@ -27,7 +29,8 @@ a root replaced, the memory limit) makes another key, and so another view. What 
 a view without changing its key (the host mounting something, which propagates into it, or
 removing or renaming what a mask covers, which detaches the mask) changes the view's mount
 table: its server watches it and from then on answers `_forkserver.STALE`; the command is
-started the old way and the next call builds a new view. At most `MAX_VIEWS` live at once,
+started the old way and the next call builds a new view. The host watches its own mount
+table too (a private ``/`` propagates nothing): a change there makes every view stale. At most `MAX_VIEWS` live at once,
 the least recently used idle one closed for a new one (none idle: a command starts the old
 way).
 Nothing here is needed for a command to run: a view that cannot be used is skipped.
@@ -40,7 +43,6 @@ import functools
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import threading
@@ -48,16 +50,29 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
 import trio
 
 from dsh_plugins_builtin._sandbox import _forkserver
+from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
 from dsh_plugins_builtin._sandbox._forkclient import ForkServer
 from dsh_plugins_builtin._sandbox._landlock import _CLONE_NEWNET, Prepared
 from dsh_plugins_builtin._sandbox._run import Output, Sink, Unstarted, run
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
 from dsh_plugins_builtin._sandbox._viewline import Split, split
+from dsh_plugins_builtin._sandbox._which import on_path_outside
 
-__all__ = ["EAGER", "ENABLED", "MAX_VIEWS", "Lease", "Views", "in_view", "interpreter", "shared"]
+__all__ = [
+    "EAGER",
+    "ENABLED",
+    "MAX_VIEWS",
+    "Lease",
+    "Programs",
+    "Views",
+    "in_view",
+    "programs",
+    "shared",
+]
 
 ENABLED = True  # bwrap commands start in a kept view when one can be used (tests turn it off)
 EAGER = False  # a view at a key's first command, not its second (tests: every command in one)
@@ -96,24 +111,24 @@ class _View:
         self.server.close()
 
 
-def _hold(parts: Split) -> tuple[subprocess.Popen[bytes], int] | None:
-    """Start bwrap with the view and ``cat`` as its command; it and a pidfd of ``cat`` (the
-    view's first process, which `_forkserver._enter` joins), or ``None``."""
-    cat = shutil.which("cat")
-    if cat is None:
-        return None
+def _hold(parts: Split, cat: str) -> tuple[subprocess.Popen[bytes], int] | None:
+    """Start bwrap with the view and *cat* as its command, under the commands' seccomp filter;
+    it and a pidfd of ``cat`` (the view's first process, which `_forkserver._enter` joins), or
+    ``None``."""
     info_r, info_w = os.pipe()
+    seccomp = seccomp_pipe(filter_bpf("--share-net" not in parts.head))
     try:
         holder = subprocess.Popen(
-            [*parts.head, "--info-fd", str(info_w), "--", cat],
-            pass_fds=(info_w, *parts.fds), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
+            [*parts.head, "--seccomp", str(seccomp), "--info-fd", str(info_w), "--", cat],
+            pass_fds=(info_w, seccomp, *parts.fds), stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
         )  # fmt: skip
     except OSError:
         os.close(info_r)
         return None
     finally:
         os.close(info_w)
+        os.close(seccomp)
     try:
         info = _read_info(info_r)
         pid = info.get("child-pid") if isinstance(info, dict) else None
@@ -144,10 +159,10 @@ def _read_info(fd: int) -> Any:
 class Lease:
     """One command's use of a view: its `server`, the `plan` and `cwd` it runs with."""
 
-    def __init__(self, views: Views, view: _View, split: Split) -> None:
+    def __init__(self, views: Views, view: _View, parts: Split) -> None:
         self.server = view.server
-        self.plan = split.plan
-        self.cwd = split.cwd
+        self.plan = parts.plan
+        self.cwd = parts.cwd
         self._views = views
         self._view = view
 
@@ -173,7 +188,7 @@ class Views:
         self._generation = 0  # how many changes of the host's mount table were seen
 
     async def lease(
-        self, argv: Sequence[str], missing: Collection[Path], *, network: bool, python: str
+        self, argv: Sequence[str], missing: Collection[Path], *, network: bool, using: Programs
     ) -> Lease | None:
         """A view for a command whose fresh bwrap line would be *argv* (its pinned roots
         open: they are bound from these descriptors if the view starts now); ``None``: start
@@ -183,8 +198,8 @@ class Views:
         if parts is None:
             return None
         key = parts.key
-        self.asked += 1
         with self._lock:
+            self.asked += 1
             if os.getpid() != self._owner:  # a forked copy of the host: its views are not its
                 self._views, self._seen, self._starting = {}, {}, set()
                 self._owner, self._mounts = os.getpid(), None
@@ -209,7 +224,7 @@ class Views:
             self._starting.add(key)
             born = self._generation  # the host's mounts as the view's bwrap will copy them
         try:
-            view: _View | None = await trio.to_thread.run_sync(self._start, parts, python)
+            view: _View | None = await trio.to_thread.run_sync(self._start, parts, using)
         finally:
             with self._lock:
                 self._starting.discard(key)
@@ -264,15 +279,15 @@ class Views:
             del self._seen[next(iter(self._seen))]
         return False
 
-    def _start(self, parts: Split, python: str) -> _View | None:
-        held = _hold(parts)
+    def _start(self, parts: Split, using: Programs) -> _View | None:
+        held = _hold(parts, using.cat)
         if held is None:
             self._failed("bwrap would not hold the view")
             return None
         holder, pidfd = held
         flags = 0 if "--share-net" in parts.head else _CLONE_NEWNET
         early = json.dumps([list(step) for step in parts.early])
-        server = ForkServer(view=(flags, pidfd, early), executable=python)
+        server = ForkServer(view=(flags, pidfd, early), executable=using.python)
         try:
             started = server.start()
         finally:
@@ -331,21 +346,33 @@ def shared() -> Views:
     return _shared
 
 
-def interpreter(writable: Collection[Path], protected: Collection[Path]) -> str | None:
-    """`_interpreter`, worked out once per set of roots and protected paths and interpreter."""
-    return _interpreter(tuple(writable), tuple(protected), sys.executable or "/")
+@attrs.frozen
+class Programs:
+    """What a view runs on the host's word: the `python` its server is started with, and the
+    `cat` that holds it."""
+
+    python: str
+    cat: str
+
+
+def programs(writable: Collection[Path], protected: Collection[Path]) -> Programs | None:
+    """`_programs`, worked out once per set of roots, protected paths and interpreter."""
+    return _programs(tuple(writable), tuple(protected), sys.executable or "/")
 
 
 @functools.lru_cache(maxsize=16)
-def _interpreter(
+def _programs(
     writable: tuple[Path, ...], protected: tuple[Path, ...], executable: str
-) -> str | None:
-    """The interpreter a view's server is started with (its real path: no virtual
-    environment's ``pyvenv.cfg`` is read), or ``None`` when a command could write what the
-    server runs: the interpreter, the standard library or the ``dsh_plugins_builtin`` package
-    lie in a writable root (and not in a protected path), or a writable root lies in one of
-    them (a workspace inside the package, with ``protect_install = false``). The server runs
-    on the host, unconfined, before it enters the view."""
+) -> Programs | None:
+    """The programs a view runs, or ``None`` (no view) when a command could have written them.
+
+    The interpreter (its real path: no virtual environment's ``pyvenv.cfg`` is read), the
+    standard library and the ``dsh_plugins_builtin`` package must not lie in a writable root
+    (unless in a protected path), nor a writable root in them (a workspace inside the package,
+    with ``protect_install = false``): the server runs on the host, unconfined, until it enters
+    the view. ``cat`` is the first on ``PATH`` outside every writable root (a project's
+    ``.venv/bin`` on ``PATH`` may hold one a command planted): it holds the view as long as
+    the view lives."""
     python = os.path.realpath(executable)
     places = (
         Path(python), Path(os.path.realpath(sys.base_prefix)),
@@ -359,7 +386,10 @@ def _interpreter(
                 place == guard or guard in place.parents for guard in protected
             ):
                 return None
-    return python if os.access(python, os.X_OK) else None
+    cat, _ = on_path_outside("cat", writable)
+    if cat is None or not os.access(python, os.X_OK):
+        return None
+    return Programs(python, str(cat[0]))
 
 
 async def in_view(
@@ -371,22 +401,22 @@ async def in_view(
     timeout: float | None,
     cap: int,
     sink: Sink | None,
-    limits: Sequence[tuple[int, int]],
+    limits: tuple[tuple[int, int], ...],
     network: bool,
-    python: str | None,
+    using: Programs | None,
 ) -> tuple[Output, int | None, bool] | None:
     """Run *argv* in the view of the fresh bwrap *line* (`_bwrap.bwrap_argv`, the pinned roots
-    open), its server started with *python* (`interpreter`); ``None`` when no view could start
-    it (nothing ran: start it the old way)."""
-    if not ENABLED or python is None:
+    open), with *using* (`programs`); ``None`` when no view could start it (nothing ran: start
+    it the old way)."""
+    if not ENABLED or using is None:
         return None
     views = shared()
-    lease = await views.lease(line, missing, network=network, python=python)
+    lease = await views.lease(line, missing, network=network, using=using)
     if lease is None:
         return None
     views.used += 1
     try:
-        prepared = Prepared(-1, filter_bpf(not network), 0, lease.plan, limits)
+        prepared = _prepared(network, lease.plan, limits)
         return await run(
             argv, cwd=Path(lease.cwd), env=env, timeout=timeout, cap=cap, landlock=prepared,
             sink=sink, server=lease.server,
@@ -396,3 +426,11 @@ async def in_view(
         return None
     finally:
         lease.release()
+
+
+@functools.lru_cache(maxsize=64)
+def _prepared(
+    network: bool, plan: tuple[tuple[Any, ...], ...], limits: tuple[tuple[int, int], ...]
+) -> Prepared:
+    """A view's request: its plan, the limits and the filter, no Landlock (made once each)."""
+    return Prepared(-1, filter_bpf(not network), 0, plan, limits)

@@ -5,12 +5,32 @@ with the first command (issue 27: a start that runs no command never imports the
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from dsh_plugins_builtin._sandbox._paths import canonical, inside_any
 from dsh_plugins_builtin._sandbox._policy import SandboxPolicy, writable_roots
 
-__all__ = ["resolve_bwrap"]
+__all__ = ["on_path_outside", "resolve_bwrap"]
+
+
+def on_path_outside(name: str, roots: Sequence[Path]) -> tuple[tuple[Path, Path] | None, list[str]]:
+    """The first executable *name* on ``PATH`` (absolute entries only) whose real path lies in
+    none of *roots*, where a command could have planted it, as ``(real path, as found)``; and
+    the ones skipped for that."""
+    skipped: list[str] = []
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue  # a relative PATH entry depends on the working directory
+        candidate = Path(entry) / name
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue  # (os.path.isfile: an unreadable PATH entry is no error)
+        real = canonical(candidate)
+        if inside_any(real, roots):
+            skipped.append(str(candidate))
+            continue
+        return (real, candidate), skipped
+    return None, skipped
 
 
 def resolve_bwrap(
@@ -39,19 +59,10 @@ def resolve_bwrap(
         if not (os.path.isfile(real) and os.access(real, os.X_OK)):
             return None, f'[plugin.sandbox] bwrap = "{configured}" is not an executable file'
         return str(real), f'configured: [plugin.sandbox] bwrap = "{configured}"'
-    skipped: list[str] = []
-    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        if not os.path.isabs(entry):
-            continue  # a relative PATH entry depends on the working directory
-        candidate = Path(entry) / "bwrap"
-        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
-            continue  # (os.path.isfile: an unreadable PATH entry is no error)
-        real = canonical(candidate)
-        if inside_any(real, roots):
-            skipped.append(str(candidate))
-            continue
+    found, skipped = on_path_outside("bwrap", roots)
+    if found is not None:
         note = f" (skipped {', '.join(skipped)}: inside a writable root)" if skipped else ""
-        return str(real), f"found on PATH as {candidate}{note}"
+        return str(found[0]), f"found on PATH as {found[1]}{note}"
     if skipped:
         return None, (
             f"the only bwrap on PATH ({', '.join(skipped)}) lies in a writable root, where a "

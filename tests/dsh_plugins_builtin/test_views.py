@@ -280,11 +280,33 @@ def test_no_view_server_from_code_a_command_could_write(tmp_path: Path) -> None:
     """The server runs on the host before it enters the view: its interpreter, standard library
     and package must not lie in a writable root (unless protected), nor a root in them."""
     package = Path(os.path.realpath(_views._forkserver.__file__)).parents[1]
-    _views._interpreter.cache_clear()
-    assert _views.interpreter([tmp_path], []) is not None
-    assert _views.interpreter([package / "_sandbox"], []) is None  # a root inside the package
-    assert _views.interpreter([package.parent], []) is None  # the package in a root
-    assert _views.interpreter([package.parent], [package]) is not None  # ... protected
+    _views._programs.cache_clear()
+    assert _views.programs([tmp_path], []) is not None
+    assert _views.programs([package / "_sandbox"], []) is None  # a root inside the package
+    assert _views.programs([package.parent], []) is None  # the package in a root
+    assert _views.programs([package.parent], [package]) is not None  # ... protected
+
+
+async def test_a_cat_planted_on_path_does_not_hold_a_view(
+    make_host: Any, ws: Path, views: _views.Views, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program that holds a view lives as long as the view: one found first on ``PATH`` in
+    a writable root (a project's ``.venv/bin``, where a command can write) is never it."""
+    marker = ws / "cat-ran"  # where it can write, run inside the view
+    planted = ws / "bin"
+    planted.mkdir()
+    (planted / "cat").write_text(f'#!/bin/sh\necho ran > "{marker}"\nexec /bin/cat "$@"\n')
+    (planted / "cat").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}{os.pathsep}{os.environ['PATH']}")
+    _views._programs.cache_clear()
+    host = view_host(make_host, ws)
+    used = views.used
+    for _ in range(2):
+        await bash(host, "true")
+    assert views.used - used == 2
+    assert not marker.exists()
+    subprocess.run([str(planted / "cat"), "/dev/null"], check=True)  # control: the plant runs
+    assert marker.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can mount on the host")
@@ -333,8 +355,8 @@ async def test_a_host_unmount_while_a_view_is_made_is_not_missed(
     held = _views._hold
     started, unmounted = threading.Event(), threading.Event()
 
-    def hold(parts: Any) -> Any:
-        out = held(parts)
+    def hold(parts: Any, cat: str) -> Any:
+        out = held(parts, cat)
         if not started.is_set():  # the first view only
             subprocess.run(["umount", "-l", str(volume)], check=True)
             started.set()
@@ -375,3 +397,20 @@ def test_a_command_forked_ahead_whose_early_steps_fail_takes_no_request() -> Non
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "early failed", done.stdout + done.stderr
+
+
+async def test_the_program_holding_a_view_runs_under_the_seccomp_filter(
+    make_host: Any, ws: Path, views: _views.Views
+) -> None:
+    """It outlives every command of its view: it gets the commands' filter too (and no
+    capability, as they do)."""
+    host = view_host(make_host, ws)
+    await bash(host, "true")
+    [view] = views._views.values()
+    bwrap = view.holder.pid
+    [cat] = Path(f"/proc/{bwrap}/task/{bwrap}/children").read_text().split()
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{cat}/status").read_text().splitlines()
+    )
+    assert status["Seccomp"].strip() == "2"
+    assert int(status["CapEff"].strip(), 16) == 0
