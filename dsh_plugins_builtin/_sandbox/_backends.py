@@ -14,6 +14,7 @@ import trio
 from dsh_plugins_builtin._sandbox import _forkclient, _landlock
 from dsh_plugins_builtin._sandbox._bwrap import (
     canonical,
+    layout_of,
     mount_plan,
     rw_roots,
     seccomp_pipe,
@@ -304,5 +305,7 @@ def prepare_landlock(policy: SandboxPolicy) -> None:
         landlock_prepared(roots, not policy.network, mount_plan(policy))
     except _landlock.LandlockUnavailable as exc:
         raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
-    if _forkclient.ENABLED:
-        _forkclient.shared().start()  # now, so that no command waits for its interpreter
+    layout = layout_of(policy)
+    python = _forkclient.trusted_interpreter(layout.rw, layout.protected)
+    if _forkclient.ENABLED and python is not None:  # (none: commands fork the host)
+        _forkclient.shared().start(python)  # now, so that no command waits for its interpreter

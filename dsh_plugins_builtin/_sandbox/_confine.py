@@ -73,6 +73,7 @@ from dsh_plugins_builtin._sandbox._bwrap import (
 )
 from dsh_plugins_builtin._sandbox._env import EnvConfig, command_env, scrub_env
 from dsh_plugins_builtin._sandbox._errors import SandboxUnavailable
+from dsh_plugins_builtin._sandbox._forkclient import trusted_interpreter
 from dsh_plugins_builtin._sandbox._limits import LimitsConfig, explain, rlimits, ulimit_prefix
 from dsh_plugins_builtin._sandbox._mountpoints import MountPointBusy
 from dsh_plugins_builtin._sandbox._mountpoints import _MountPoints as _MountPoints
@@ -295,6 +296,7 @@ async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, i
         prepared = _landlock_prepared(roots, not policy.network, mount_plan(policy))
     except _landlock.LandlockUnavailable as exc:
         raise SandboxUnavailable(f"landlock: {exc}", mode=policy.mode) from None
+    layout = layout_of(policy)
     return await run(
         spawn.argv,
         cwd=spawn.cwd,
@@ -303,6 +305,7 @@ async def _run_landlock(spawn: _Spawn, policy: SandboxPolicy) -> tuple[Output, i
         cap=spawn.cap,
         landlock=prepared,
         sink=spawn.sink,
+        python=trusted_interpreter(layout.rw, layout.protected),
     )
 
 

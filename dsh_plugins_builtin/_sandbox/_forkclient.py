@@ -15,6 +15,7 @@ import array
 import atexit
 import contextlib
 import errno
+import functools
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +31,7 @@ import trio
 
 from dsh_plugins_builtin._sandbox import _forkserver, _landlock
 
-__all__ = ["ForkServer", "Launched", "shared"]
+__all__ = ["ForkServer", "Launched", "shared", "trusted_interpreter"]
 
 ENABLED = True  # Landlock commands start from the fork server when it works (tests turn it off)
 _HANDSHAKE_TIMEOUT: Final = 10.0
@@ -124,8 +125,10 @@ class ForkServer:
         self.broken: str | None = None  # why the server is not used (the host forks instead)
         self.stale = False  # a view's server: its mounts changed (`_forkserver.STALE`)
 
-    def start(self) -> bool:
-        """Start the server unless it runs (for this process); whether it can be used."""
+    def start(self, python: str | None = None) -> bool:
+        """Start the server unless it runs (for this process); whether it can be used. It is
+        started with `executable`, else *python* (`trusted_interpreter`), else
+        ``sys.executable``."""
         with self._lock:
             if self.broken is not None:
                 return False
@@ -136,7 +139,7 @@ class ForkServer:
                     return False
                 self._ctl.close()  # a forked copy of the host starts a server of its own
                 self._ctl = self._proc = None
-            executable = self.executable or sys.executable
+            executable = self.executable or python or sys.executable
             if not executable:
                 self.broken = "sys.executable is unknown"
                 return False
@@ -197,6 +200,7 @@ class ForkServer:
         cwd: str,
         prepared: _landlock.Prepared,
         stdout: int,
+        python: str | None = None,
     ) -> Launched | None:
         """Start ``argv`` confined by *prepared*; ``None`` if the server cannot (fork instead).
 
@@ -206,7 +210,7 @@ class ForkServer:
             UnicodeEncodeError: One that cannot be encoded for ``exec`` (as a spawn would).
         """
         body = _request(argv, env, cwd, prepared)
-        if len(body) > _forkserver.MAX_REQUEST or not self.start():
+        if len(body) > _forkserver.MAX_REQUEST or not self.start(python):
             return None
         ctl = self._ctl
         assert ctl is not None
@@ -287,6 +291,39 @@ class ForkServer:
             code = record[1] or errno.ENOEXEC
             raise OSError(code, os.strerror(code), argv[0])
         raise OSError(errno.EIO, "the Landlock launcher ended before reporting the command")
+
+
+def trusted_interpreter(writable: Collection[Path], protected: Collection[Path]) -> str | None:
+    """`_trusted`, worked out once per set of roots, protected paths and interpreter."""
+    if not sys.executable:
+        return None  # no interpreter known: none to trust
+    return _trusted(tuple(writable), tuple(protected), sys.executable)
+
+
+@functools.lru_cache(maxsize=16)
+def _trusted(
+    writable: tuple[Path, ...], protected: tuple[Path, ...], executable: str
+) -> str | None:
+    """The interpreter a fork server is started with (its real path: no virtual environment's
+    ``pyvenv.cfg`` is read), or ``None`` when a command could have written what a server runs:
+    the interpreter, the standard library or the ``dsh_plugins_builtin`` package lie in a
+    writable root (and not in a protected path), or a writable root lies in one of them (a
+    workspace inside the package, with ``protect_install = false``). A server runs on the
+    host, unconfined; commands then start from a fork of the host instead."""
+    python = os.path.realpath(executable)
+    places = (
+        Path(python), Path(os.path.realpath(sys.base_prefix)),
+        Path(os.path.realpath(_forkserver.__file__)).parents[1],
+    )  # fmt: skip
+    for place in places:
+        for root in writable:
+            if root == place or place in root.parents:  # a root in it: nothing protects it all
+                return None
+            if root in place.parents and not any(
+                place == guard or guard in place.parents for guard in protected
+            ):
+                return None
+    return python if os.access(python, os.X_OK) else None
 
 
 _shared = ForkServer()

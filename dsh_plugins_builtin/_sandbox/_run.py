@@ -202,6 +202,7 @@ async def run(
     block: Block | None = None,
     sink: Sink | None = None,
     server: _forkclient.ForkServer | None = None,
+    python: str | None = None,
     **spawn: Any,
 ) -> tuple[Output, int | None, bool]:
     """Start *argv*, keep a head and a tail of its output, wait (up to *timeout*), then kill
@@ -213,11 +214,12 @@ async def run(
     process of its namespace before it goes on (`Namespace`); *sink*: stream the output
     (at most *cap* bytes); once it says enough, the command is stopped as at a timeout.
     *server*: start it from that fork server (a bwrap view's) and nowhere else: `Unstarted`
-    when it cannot.
+    when it cannot. *python*: the interpreter the Landlock fork server may be started with
+    (`_forkclient.trusted_interpreter`); none: that server is not used, the host forks.
     """
     read_fd, write_fd = os.pipe()
     try:
-        proc = await _start(argv, cwd, env, landlock, write_fd, spawn, server)
+        proc = await _start(argv, cwd, env, landlock, write_fd, spawn, server, python)
     except BaseException:
         os.close(read_fd)
         if info is not None:
@@ -257,6 +259,7 @@ async def _start(
     write_fd: int,
     spawn: dict[str, Any],
     server: _forkclient.ForkServer | None,
+    python: str | None,
 ) -> _Local | _forkclient.Launched:
     if server is not None:  # a view's request: that server, or nothing
         assert landlock is not None
@@ -266,9 +269,9 @@ async def _start(
         if started is None:
             raise Unstarted
         return started
-    if landlock is not None and _forkclient.ENABLED:
+    if landlock is not None and _forkclient.ENABLED and python is not None:
         launched = await _forkclient.shared().spawn(
-            argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd
+            argv, env=env, cwd=str(cwd), prepared=landlock, stdout=write_fd, python=python
         )
         if launched is not None:
             return launched

@@ -44,7 +44,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -53,9 +52,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from dsh_plugins_builtin._sandbox import _forkserver
 from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
-from dsh_plugins_builtin._sandbox._forkclient import ForkServer
+from dsh_plugins_builtin._sandbox._forkclient import ForkServer, trusted_interpreter
 from dsh_plugins_builtin._sandbox._landlock import _CLONE_NEWNET, Prepared
 from dsh_plugins_builtin._sandbox._run import Output, Sink, Unstarted, run
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
@@ -356,40 +354,21 @@ class Programs:
 
 
 def programs(writable: Collection[Path], protected: Collection[Path]) -> Programs | None:
-    """`_programs`, worked out once per set of roots, protected paths and interpreter."""
-    return _programs(tuple(writable), tuple(protected), sys.executable or "/")
+    """The programs a view runs (`Programs`), or ``None`` (no view) where a command could have
+    written one of them: the server's interpreter (`_forkclient.trusted_interpreter`), and
+    ``cat``, the first on ``PATH`` outside every writable root (a project's ``.venv/bin`` on
+    ``PATH`` may hold one a command planted), which holds the view as long as it lives."""
+    python = trusted_interpreter(writable, protected)
+    if python is None:
+        return None
+    cat = _cat(tuple(writable), os.environ.get("PATH", os.defpath))
+    return None if cat is None else Programs(python, cat)
 
 
 @functools.lru_cache(maxsize=16)
-def _programs(
-    writable: tuple[Path, ...], protected: tuple[Path, ...], executable: str
-) -> Programs | None:
-    """The programs a view runs, or ``None`` (no view) when a command could have written them.
-
-    The interpreter (its real path: no virtual environment's ``pyvenv.cfg`` is read), the
-    standard library and the ``dsh_plugins_builtin`` package must not lie in a writable root
-    (unless in a protected path), nor a writable root in them (a workspace inside the package,
-    with ``protect_install = false``): the server runs on the host, unconfined, until it enters
-    the view. ``cat`` is the first on ``PATH`` outside every writable root (a project's
-    ``.venv/bin`` on ``PATH`` may hold one a command planted): it holds the view as long as
-    the view lives."""
-    python = os.path.realpath(executable)
-    places = (
-        Path(python), Path(os.path.realpath(sys.base_prefix)),
-        Path(os.path.realpath(_forkserver.__file__)).parents[1],
-    )  # fmt: skip
-    for place in places:
-        for root in writable:
-            if root == place or place in root.parents:  # a root in it: nothing protects it all
-                return None
-            if root in place.parents and not any(
-                place == guard or guard in place.parents for guard in protected
-            ):
-                return None
-    cat, _ = on_path_outside("cat", writable)
-    if cat is None or not os.access(python, os.X_OK):
-        return None
-    return Programs(python, str(cat[0]))
+def _cat(writable: tuple[Path, ...], path: str) -> str | None:
+    found, _ = on_path_outside("cat", writable)
+    return None if found is None else str(found[0])
 
 
 async def in_view(

@@ -108,7 +108,7 @@ async def test_without_the_server_the_host_forks(
 ) -> None:
     monkeypatch.setattr(_forkclient.sys, "executable", "")
     _supervisor, grandparent = await _supervisor_of_a_command(ws, policy)
-    assert server.broken == "sys.executable is unknown"
+    assert server._proc is None  # no interpreter known, none trusted: never started
     assert grandparent == os.getpid()  # the supervisor is the host's own child
     touched = await run_confined(
         "touch /etc/dsh-must-not-exist 2>&1; echo $?",
@@ -118,6 +118,26 @@ async def test_without_the_server_the_host_forks(
         timeout=30,
     )
     assert touched.output.splitlines()[-1] == "1"  # still confined
+
+
+async def test_no_server_is_started_from_an_interpreter_a_command_could_write(
+    ws: Path,
+    policy: SandboxPolicy,
+    server: _forkclient.ForkServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server runs on the host, unconfined: one started from an interpreter in a writable
+    root (a command could have replaced it) would run the command's code. The host forks
+    instead (the server used to be started from it at the first command)."""
+    marker = ws.parent / "interpreter-ran"
+    fake = ws / "python"
+    fake.write_text(f'#!/bin/sh\necho ran > "{marker}"\nexec "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(_forkclient.sys, "executable", str(fake))
+    _supervisor, grandparent = await _supervisor_of_a_command(ws, policy)
+    assert not marker.exists()
+    assert server._proc is None
+    assert grandparent == os.getpid()  # the supervisor is the host's own child
 
 
 async def test_a_server_killed_between_commands_is_not_started_again(

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin._sandbox import _views
+from dsh_plugins_builtin._sandbox import _forkclient, _views
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from tests.dsh_plugins_builtin.test_escapes_boundary import bash, boundary_host
@@ -279,8 +279,9 @@ async def test_no_view_where_a_directory_in_ram_would_be_the_views(
 def test_no_view_server_from_code_a_command_could_write(tmp_path: Path) -> None:
     """The server runs on the host before it enters the view: its interpreter, standard library
     and package must not lie in a writable root (unless protected), nor a root in them."""
-    package = Path(os.path.realpath(_views._forkserver.__file__)).parents[1]
-    _views._programs.cache_clear()
+    package = Path(os.path.realpath(_forkclient._forkserver.__file__)).parents[1]
+    _forkclient._trusted.cache_clear()
+    _views._cat.cache_clear()
     assert _views.programs([tmp_path], []) is not None
     assert _views.programs([package / "_sandbox"], []) is None  # a root inside the package
     assert _views.programs([package.parent], []) is None  # the package in a root
@@ -298,7 +299,8 @@ async def test_a_cat_planted_on_path_does_not_hold_a_view(
     (planted / "cat").write_text(f'#!/bin/sh\necho ran > "{marker}"\nexec /bin/cat "$@"\n')
     (planted / "cat").chmod(0o755)
     monkeypatch.setenv("PATH", f"{planted}{os.pathsep}{os.environ['PATH']}")
-    _views._programs.cache_clear()
+    _forkclient._trusted.cache_clear()
+    _views._cat.cache_clear()
     host = view_host(make_host, ws)
     used = views.used
     for _ in range(2):
