@@ -203,6 +203,21 @@ def mkdir_beneath(dirfd: int, rel: str, mode: int = 0o777, *, walk: bool = False
     Each level is created with ``mkdirat`` in its held parent and opened ``O_NOFOLLOW``, so a
     symlink raced in at any level fails (``ELOOP`` / ``ENOTDIR``) instead of being followed.
     """
+    for attempt in range(_RETRIES):
+        try:
+            return _mkdir_walk(dirfd, rel, mode, walk)
+        except FileNotFoundError:  # a level held was removed meanwhile: walk again from the top
+            if attempt == _RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+_RETRIES: Final = 3
+"""Walks `mkdir_beneath` makes when a level it holds is removed meanwhile (an empty mount point
+the sandbox made and removes after a command, where the host makes its spill directory)."""
+
+
+def _mkdir_walk(dirfd: int, rel: str, mode: int, walk: bool) -> int:
     fd = os.dup(dirfd)
     try:
         for name in _split(rel):

@@ -673,8 +673,10 @@ async def test_a_command_starts_without_a_thread_hop(
 ) -> None:
     """Issue 27: a bwrap or unconfined command is spawned on the event loop's thread (``vfork``
     returns at ``exec``), a Landlock one through the fork server; only the fallback that forks
-    the host with a preexec hook goes to a worker thread."""
-    policy = SandboxPolicy(mode, ws, protected=())
+    the host with a preexec hook goes to a worker thread. (The workspace its only writable
+    root: with the host's /tmp writable, a checkout there would not be trusted to start the
+    fork server from.)"""
+    policy = SandboxPolicy(mode, ws, protected=(), writable_roots=(ws,))
     await run_confined("true", cwd=ws, policy=policy, backend=backend, timeout=30)  # probed
     forking_host = (
         backend == "landlock" and not _forkclient.ENABLED and mode != "danger-full-access"

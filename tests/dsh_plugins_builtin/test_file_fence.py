@@ -309,6 +309,29 @@ def test_open_beneath_refuses_symlinks_and_escapes_either_way(
         os.close(fd)
 
 
+def test_a_level_removed_while_directories_are_made_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty directory the sandbox made as a mount point (``.dsh``) is removed after the
+    command, while the host makes its spill directory in it: the walk is made again rather than
+    failing (the spill once failed with ``No such file or directory: 'spill'``)."""
+    (tmp_path / ".dsh").mkdir()
+    real = os.mkdir
+    removed: list[str] = []
+
+    def mkdir(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        if name == "spill" and not removed:  # the sandbox's removal, just before this mkdir
+            removed.append(name)
+            (tmp_path / ".dsh").rmdir()
+        real(name, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(_beneath.os, "mkdir", mkdir)
+    made = _beneath.makedirs_nofollow(str(tmp_path / ".dsh" / "spill"))
+    os.close(made)
+    assert removed
+    assert (tmp_path / ".dsh" / "spill").is_dir()
+
+
 # -- row 13: a directory and a symlink swapped while read_file runs -------------------------
 
 

@@ -34,7 +34,9 @@ from tests.dsh_plugins_builtin.conftest import processes_with, tools_host, wait_
 def policy(ws: Path) -> SandboxPolicy:
     if probe_backends()["landlock-net"] is not None:
         pytest.skip("landlock unusable here")
-    return SandboxPolicy("workspace-write", ws, protected=())
+    # The workspace its only writable root: with the host's /tmp writable too, a checkout there
+    # (a CI clone in /tmp) would not be trusted to start the fork server from, rightly.
+    return SandboxPolicy("workspace-write", ws, protected=(), writable_roots=(ws,))
 
 
 @pytest.fixture
