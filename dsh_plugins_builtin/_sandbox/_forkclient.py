@@ -55,20 +55,28 @@ class Launched:
         self.pidfd = pidfd
         self.returncode: int | None = None
         self._sock = sock
+        self._record = b""  # what has come of the status record (a cancelled read keeps it)
 
     async def exited(self) -> None:
-        """Wait until the launcher has exited (it reports first)."""
-        await trio.lowlevel.wait_readable(self.pidfd)
+        """Wait until the command and every process under it have ended: the launcher reports
+        the command's status only once it has killed and reaped all of them
+        (`_supervisor.supervise`), before it exits itself, which this does not wait for (its
+        own teardown is no part of the command's). A launcher that ends without a report
+        (killed outright) is waited for until it has exited."""
+        await self.wait()
 
     async def wait(self) -> int:
         """The command's exit code (negative: a signal), once the launcher has reported it."""
-        if self.returncode is None:
-            record = await _read_record(self._sock)
-            if record is not None and record[0] == _forkserver.STATUS:
-                self.returncode = record[1]
-            else:  # the launcher died without a report: killed outright
-                await self.exited()
-                self.returncode = -signal.SIGKILL
+        while self.returncode is None:
+            chunk = await self._sock.recv(_RECORD.size - len(self._record))
+            self._record += chunk
+            if chunk and len(self._record) < _RECORD.size:
+                continue
+            kind, code = _RECORD.unpack(self._record) if chunk else (0, 0)
+            if kind != _forkserver.STATUS:  # the launcher died without a report
+                await trio.lowlevel.wait_readable(self.pidfd)
+                code = -signal.SIGKILL
+            self.returncode = code
         return self.returncode
 
     def send_signal(self, number: int) -> None:

@@ -200,6 +200,8 @@ class _Server:
             with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fds[0])) as rep:
                 _send(rep, STALE, 0)
             valid = False
+        if valid:
+            _ahead.LAST[:] = [data]
         if valid and not self.hand_over(data, fds):
             try:
                 pid = os.fork()
@@ -289,7 +291,8 @@ def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
     try:
         _ready(server_fds)
         ahead = Ahead.fork(sock.fileno())  # EarlyFailed: it takes no request (the server
-        data, fds = receive(sock, 3)  # finds its socket closed and forks a fresh launcher)
+        _ahead.warm()  # finds its socket closed and forks a fresh launcher)
+        data, fds = receive(sock, 3)
         sock.close()
     except BaseException:
         os._exit(0)

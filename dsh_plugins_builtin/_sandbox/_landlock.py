@@ -133,6 +133,7 @@ class Prepared:
         self.plan = plan
         self.limits = tuple(limits)
         self.fresh = True  # the plan's mount namespace is still to make (`_ahead.EARLY`)
+        self.cwd: str | None = None  # the working directory to enter in it (default: the one)
         self.host_pid = os.getpid()  # `preexec`'s parent: the host that made it
         self.ruleset_fd = ruleset_fd
         self.abi = abi
@@ -148,11 +149,15 @@ class Prepared:
         self._cap_header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
         self._cap_data = (_CapData * 2)()
 
-    def with_plan(self, plan: _mountns.Plan, *, fresh: bool = True) -> Prepared:
+    def with_plan(
+        self, plan: _mountns.Plan, *, fresh: bool = True, cwd: str | None = None
+    ) -> Prepared:
         """The same ruleset and filter with another mount plan (no rule is built again); with
-        *fresh* false, one to carry out in the mount namespace the caller made already."""
+        *fresh* false, one to carry out in the mount namespace the caller made already; with
+        *cwd*, the working directory to enter after it (default: the caller's, by its path)."""
         prepared = Prepared(self.ruleset_fd, self.program, self.abi, plan, self.limits)
         prepared.fresh = fresh
+        prepared.cwd = cwd
         return prepared
 
     @functools.cached_property
@@ -203,7 +208,7 @@ class Prepared:
         """Confine the calling process for good (no way back). Call only in a forked child."""
         libc = self._libc
         if self.plan:
-            _mountns.apply(libc, self.plan, self._fail, fresh=self.fresh)
+            _mountns.apply(libc, self.plan, self._fail, fresh=self.fresh, cwd=self.cwd)
         self._prctl("prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         self._prctl("prctl(PR_SET_NO_NEW_PRIVS)", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         ctypes.set_errno(0)
@@ -214,14 +219,12 @@ class Prepared:
             < 0
         ):
             self._fail("landlock_restrict_self")
-        privileged = os.geteuid() == 0
-        for cap in range(self._cap_last + 1):
-            ctypes.set_errno(0)
-            dropped = libc.prctl(ctypes.c_ulong(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), 0, 0, 0)
+        if not _BOUNDED:
+            failed = drop_bounding_set(libc, self._cap_last)
             # Without CAP_SETPCAP (an ordinary user) the bounding set cannot shrink; with no
             # capabilities and no_new_privs it can never be used either.
-            if dropped < 0 and privileged:
-                self._fail(f"dropping capability {cap} from the bounding set")
+            if failed is not None and os.geteuid() == 0:
+                self._fail(f"dropping capability {failed} from the bounding set")
         ctypes.set_errno(0)
         libc.prctl(
             ctypes.c_ulong(_PR_CAP_AMBIENT), ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0
@@ -280,6 +283,31 @@ class Prepared:
 VIEW: list[int] = []
 """Set once in a kept bwrap view's fork server (`_forkserver.serve`): the extra namespaces each
 command gets there (``CLONE_NEWNET`` unless the view shares the host's network)."""
+
+
+_BOUNDED: list[bool] = []
+"""Set in a command's process forked ahead once its bounding set is empty (`drop_early`)."""
+
+
+def drop_bounding_set(libc: ctypes.CDLL, cap_last: int) -> int | None:
+    """Drop every capability from the calling thread's bounding set (the ones it holds stay
+    in use: a mount still can be made, and what is dropped can never be gained again); the
+    first capability that could not be dropped, or ``None``."""
+    failed = None
+    for cap in range(cap_last + 1):
+        ctypes.set_errno(0)
+        if libc.prctl(ctypes.c_ulong(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), 0, 0, 0) < 0:
+            failed = cap if failed is None else failed
+    return failed
+
+
+def drop_early() -> None:
+    """In a command's process forked ahead, while it waits for its request: empty the
+    bounding set now (41 system calls off the command's path), which `Prepared.confine_self`
+    then skips. Where that fails nothing is marked, and `confine_self` tries again and says
+    why."""
+    if drop_bounding_set(_libc(), _cap_last()) is None:
+        _BOUNDED.append(True)
 
 
 def unshare_namespaces() -> None:

@@ -245,13 +245,15 @@ def apply(
     fail: Callable[[str], NoReturn],
     *,
     fresh: bool = True,
+    cwd: str | None = None,
 ) -> None:
     """Carry out *plan* in a new mount namespace (in the forked command, before ``exec``);
-    with *fresh* false, in the one the caller made already (a kept view's early steps)."""
+    with *fresh* false, in the one the caller made already (a kept view's early steps). Then
+    enter *cwd* (default: the working directory, by its path) in the new view."""
 
     mount = _mounter(libc, fail)
     try:
-        cwd = os.getcwd()
+        cwd = os.getcwd() if cwd is None else cwd
     except OSError:
         fail("finding the working directory")
     if fresh:

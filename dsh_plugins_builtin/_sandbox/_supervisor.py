@@ -65,8 +65,10 @@ def _kill_descendants() -> None:
 def supervise(child: int, report: int = -1) -> NoReturn:
     """Wait for the command, then kill every descendant; exit as the command did.
 
-    *report*: a socket kept open, on which the command's exit code is sent before exiting
-    (the fork server's launcher; see `dsh_plugins_builtin._sandbox._forkserver`).
+    *report*: a socket kept open, on which the command's exit code is sent once every
+    descendant has been killed and reaped, before exiting: the host takes it for the end of
+    them all (the fork server's launcher; see `dsh_plugins_builtin._sandbox._forkserver`).
+    Nothing is sent when that fails: the host then waits for this process's exit.
     """
     status: int | None = None
     try:
@@ -90,11 +92,11 @@ def supervise(child: int, report: int = -1) -> NoReturn:
                     status = st
                     break
         _kill_descendants()
-    finally:
-        if report >= 0:
+        if report >= 0:  # only now: the host takes the report for the end of all of them
             code = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
             with contextlib.suppress(OSError):
                 os.write(report, REPORT.pack(REPORT_STATUS, code))
+    finally:
         if status is None or os.WIFSIGNALED(status):
             sig = signal.SIGKILL if status is None else os.WTERMSIG(status)
             if sig != signal.SIGKILL:

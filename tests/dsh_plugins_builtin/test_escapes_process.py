@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import tty
 import uuid
 from collections.abc import Iterator
@@ -81,6 +83,34 @@ async def test_row1_remount_root_rw(
     assert f"CapEff:\t{ZERO_CAPS}" in result.text
     assert not (outside / "x").exists()
     assert (ws / "control").exists() == (mode == "workspace-write")  # the control
+
+
+@pytest.fixture
+def ws_outside_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A workspace outside ``/tmp`` where one can be made (``/var/lib``), else in *tmp_path*:
+    a kept view is made for a workspace outside the ``/tmp`` commands see privately."""
+    base = Path("/var/lib") if os.access("/var/lib", os.W_OK) else tmp_path
+    path = Path(tempfile.mkdtemp(prefix="dsh-escapes-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_row1_no_capability_in_any_set(
+    make_host: Any, ws_outside_tmp: Path, backend: str
+) -> None:
+    """Every capability set of the command is empty, the bounding set too, whichever way it was
+    started (a command forked ahead empties its bounding set before its request comes): none
+    can be used, nor gained by an ``exec``. Run twice, so that the second command is one forked
+    ahead, in a kept view too. (An ordinary user's bounding set cannot shrink outside a user
+    namespace of its own, and needs not: no capability can be gained with no_new_privs.)"""
+    host = escape_host(make_host, ws_outside_tmp, backend)
+    for _ in range(2):
+        text = (await bash(host, "grep ^Cap /proc/self/status")).text
+        sets = dict(line.split(":\t") for line in text.splitlines() if line.startswith("Cap"))
+        assert sets.keys() == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}, text
+        for name, value in sets.items():
+            if name != "CapBnd" or os.geteuid() == 0:
+                assert value.strip() == ZERO_CAPS, text
 
 
 # -- row 2: unmount /proc, enter the host's namespaces, read a host process's environment -------

@@ -1,0 +1,133 @@
+"""What the fork server keeps off a command's path, and what that must not change.
+
+A command's end is its launcher's report, not the launcher's own exit (its interpreter's
+teardown is no part of the command's), and a launcher that ends without one is still waited for.
+The processes forked ahead read the last request while they wait (`_ahead.warm`), which uses,
+closes and keeps no descriptor, and survives a request it cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from dsh_plugins_builtin._sandbox import _ahead, _forkclient, _forkserver
+
+
+@pytest.fixture
+def launcher() -> Iterator[subprocess.Popen[bytes]]:
+    """A process standing for a launcher: alive until its standard input is closed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdin is not None
+        proc.stdin.close()
+
+
+def _launched(proc: subprocess.Popen[bytes]) -> tuple[_forkclient.Launched, socket.socket]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    launched = _forkclient.Launched(
+        proc.pid, os.pidfd_open(proc.pid), trio.socket.from_stdlib_socket(ours)
+    )
+    return launched, theirs
+
+
+async def test_a_command_has_ended_once_its_launcher_reports(
+    launcher: subprocess.Popen[bytes], autojump_clock: trio.testing.MockClock
+) -> None:
+    """The launcher reports only once every descendant is killed and reaped: the host goes on
+    then, while the launcher itself is still exiting."""
+    launched, theirs = _launched(launcher)
+    with theirs:
+        theirs.sendall(_forkserver.RECORD.pack(_forkserver.STATUS, 3))
+        with trio.fail_after(30):
+            await launched.exited()
+        assert launched.returncode == 3
+        assert launcher.poll() is None  # the launcher was not waited for
+        assert await launched.wait() == 3
+    launched.close()
+
+
+async def test_a_report_read_in_pieces_across_a_cancellation_is_whole(
+    launcher: subprocess.Popen[bytes], autojump_clock: trio.testing.MockClock
+) -> None:
+    """A read cancelled halfway (a timeout while the report comes) keeps what came: the next
+    wait reads the rest, not a record shifted by the part lost."""
+    launched, theirs = _launched(launcher)
+    record = _forkserver.RECORD.pack(_forkserver.STATUS, -signal.SIGTERM)
+    with theirs:
+        theirs.sendall(record[:3])
+        with trio.move_on_after(1) as scope:  # the mock clock's second: no real wait
+            await launched.wait()
+        assert scope.cancelled_caught
+        theirs.sendall(record[3:])
+        with trio.fail_after(30):
+            assert await launched.wait() == -signal.SIGTERM
+    launched.close()
+
+
+async def test_a_launcher_gone_without_a_report_is_waited_for(
+    launcher: subprocess.Popen[bytes],
+) -> None:
+    """No report (the launcher was killed outright): the command is taken for killed only once
+    the launcher has exited, as before."""
+    launched, theirs = _launched(launcher)
+    theirs.close()  # its end of the socket gone, the launcher still alive
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(launched.exited)
+        await trio.testing.wait_all_tasks_blocked()
+        assert launched.returncode is None  # still waiting for the launcher's exit
+        assert launcher.stdin is not None
+        launcher.stdin.close()
+    assert launched.returncode == -signal.SIGKILL
+    launched.close()
+
+
+def _open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        json.dumps(
+            {
+                "argv": ["bash", "-c", "true"],
+                "env": {"PATH": "/usr/bin"},
+                "cwd": "/",
+                "program": (b"\x06\x00\x00\x00\x00\x00\xff\x7f").hex(),
+                "abi": 4,
+                "plan": [["proc"], ["devpts"], ["seal", "/nowhere/.git"]],
+                "limits": [[4, 0]],
+            }
+        ).encode(),
+        b"{not json",
+        b'{"argv": 1}',
+    ],
+    ids=["a request", "torn", "malformed"],
+)
+def test_warming_reads_the_last_request_and_keeps_nothing(
+    monkeypatch: pytest.MonkeyPatch, last: bytes
+) -> None:
+    """`warm` parses the server's last request as the next will be, early steps split off too,
+    and drops it: no descriptor is opened, used or closed, nothing is raised."""
+    monkeypatch.setattr(_ahead, "LAST", [last])
+    before = _open_fds()
+    _ahead.warm((("proc",), ("devpts",)))
+    _ahead.warm()
+    assert _open_fds() == before
