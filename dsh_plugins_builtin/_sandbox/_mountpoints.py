@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Final
 
 import attrs
 
 from dsh_plugins_builtin._sandbox._beneath import open_dir_nofollow
 from dsh_plugins_builtin._sandbox._locks import FileLock, LockDirUnsafe, lock_key, release
 
-__all__ = ["MOUNT_POINTS", "MountPointBusy", "Taken"]
+__all__ = ["LINGER", "MOUNT_POINTS", "MountPointBusy", "Taken"]
 
 _LOCK_WAIT = 0.1  # seconds: at most this long for another process's lock on a protected path
 
@@ -105,20 +106,29 @@ class _MountPoints:
 
     The removal is off the command's path: `give_back` hands it to a worker thread, so the
     result does not wait for the ``rmdir``\\s (a few tenths of a millisecond each, several
-    milliseconds when the disk is busy). The worker removes a path only while no command holds
+    milliseconds when the disk is busy). The worker first lets them linger until no command
+    has taken any for *linger* seconds (`LINGER`): commands that follow each other closely (a
+    batch, an agent's burst) find them there, with no ``mkdir`` and no ``rmdir`` each, and no
+    removal running beside them. The worker removes a path only while no command holds
     it, under the lock `take` counts uses under: a command that takes a path still waiting for
     its removal keeps it (and mounts over it, with no ``mkdir``); its own `give_back` queues it
-    again. `settle` waits until every removal owed is done: the host's file tools do (so they
-    never see a finished command's mount points), and so does the process at exit. A command
-    nothing gives back (a mounted server's) `hold`\\s the ones it mounts over for good.
+    again. `settle` waits until every removal owed is done, lingering no more: the host's file
+    tools do (so they never see a finished command's mount points), and so does the process at
+    exit. A command nothing gives back (a mounted server's) `hold`\\s the ones it mounts over
+    for good.
     """
 
-    def __init__(self, start: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def __init__(
+        self, start: Callable[[Callable[[], None]], None] | None = None, linger: float = 0.0
+    ) -> None:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._users: dict[Path, tuple[int, tuple[Path, ...]]] = {}  # uses, parents bwrap makes
         self._owed: list[Path] = []  # given back by their last user: to remove
         self._working = False
+        self._linger = linger
+        self._taken_at = 0.0  # when a command last took any (`time.monotonic`)
+        self._hurry = False  # `settle` waits: no more lingering
         self._held: list[FileLock] = []  # `hold`'s locks: kept while the process lives
         worker = _Worker()  # tests hand the jobs to themselves (`start`) instead
         self._worker = worker if start is None else None
@@ -133,6 +143,7 @@ class _MountPoints:
         """
         with self._lock:
             over, locks = self._count(paths, register=True)
+            self._taken_at = time.monotonic()
         return Taken(frozenset(over), tuple(locks))
 
     def hold(self, paths: Iterable[Path]) -> frozenset[Path]:
@@ -204,7 +215,7 @@ class _MountPoints:
         """In a forked child: no worker thread there (the next `give_back` starts one)."""
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
-        self._working = False
+        self._working = self._hurry = False
         if self._worker is not None:
             self._worker.forget_thread()
 
@@ -213,11 +224,14 @@ class _MountPoints:
         if not self._working:  # the usual case, no lock (a `give_back` before this set it)
             return True
         with self._done:
+            self._hurry = True
+            self._done.notify_all()
             return self._done.wait_for(lambda: not self._working, timeout)
 
     def _remove_owed(self) -> None:
         idle = False
         try:
+            self._lingering()
             while not idle:
                 idle = self._remove_one()
         finally:
@@ -225,8 +239,18 @@ class _MountPoints:
                 with self._lock:
                     self._idle()
 
+    def _lingering(self) -> None:
+        """Wait until no command has taken a path for `_linger` seconds, or `settle` waits."""
+        with self._done:
+            while not self._hurry:
+                left = self._taken_at + self._linger - time.monotonic()
+                if left <= 0:
+                    return
+                self._done.wait(left)
+
     def _idle(self) -> None:
         self._working = False
+        self._hurry = False
         self._done.notify_all()
 
     def _remove_one(self) -> bool:
@@ -346,6 +370,9 @@ def _remove_empty(directory: Path) -> bool:
     return True
 
 
-MOUNT_POINTS = _MountPoints()
+LINGER: Final = 0.05
+"""Seconds without a command taking them before the empty mount points are removed."""
+
+MOUNT_POINTS = _MountPoints(linger=LINGER)
 atexit.register(MOUNT_POINTS.settle, 30.0)
 os.register_at_fork(after_in_child=MOUNT_POINTS.after_fork)

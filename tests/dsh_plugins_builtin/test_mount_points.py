@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,10 @@ def owed_globally(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Work]]:
     assert _mountpoints.MOUNT_POINTS.settle(timeout=0)
 
 
-def held() -> tuple[_MountPoints, list[Work]]:
+def held(linger: float = 0.0) -> tuple[_MountPoints, list[Work]]:
     """Mount points whose removals wait until the test runs them."""
     owed: list[Work] = []
-    return _MountPoints(start=owed.append), owed
+    return _MountPoints(start=owed.append, linger=linger), owed
 
 
 def test_the_removal_is_not_on_the_commands_path(tmp_path: Path) -> None:
@@ -384,3 +385,54 @@ def test_a_removal_that_fails_does_not_stop_the_worker(
     points.give_back(taken)
     assert points.settle(timeout=30)  # hung without the fix: the worker thread had died
     assert not other.exists()
+
+
+def test_mount_points_linger_while_commands_follow_closely(tmp_path: Path) -> None:
+    """A command that follows within the lingering time finds its mount points there (no
+    ``mkdir``, no ``rmdir`` between the two, no removal beside it); `settle` lingers no more."""
+    points = _MountPoints(linger=3600.0)
+    path = tmp_path / ".git"
+    first = points.take([path])
+    path.mkdir()  # what bwrap makes
+    points.give_back(first)
+    assert path.is_dir()
+    again = points.take([path])
+    assert again.over == {path}  # still ours, not the user's: mounted over again
+    points.give_back(again)
+    assert path.is_dir()
+    started = time.monotonic()
+    assert points.settle(timeout=60)
+    assert time.monotonic() - started < 30  # it did not wait the hour out
+    assert not path.exists()
+
+
+def test_the_process_mount_points_linger() -> None:
+    assert _mountpoints.MOUNT_POINTS._linger == _mountpoints.LINGER > 0
+
+
+def test_the_removal_waits_until_none_was_taken_for_the_lingering_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker removes them only once no command has taken any for `linger` seconds: a take
+    while it waits starts the wait again (from that take)."""
+    now = [1000.0]
+    monkeypatch.setattr(_mountpoints.time, "monotonic", lambda: now[0])
+    points, owed = held(linger=5.0)
+    path = tmp_path / ".git"
+    taken = points.take([path])
+    path.mkdir()  # what bwrap makes
+    points.give_back(taken)
+    waited: list[float] = []
+
+    def wait(timeout: float) -> bool:  # what passes while the worker waits (its lock held)
+        waited.append(timeout)
+        now[0] += timeout
+        if len(waited) == 1:
+            points._taken_at = now[0] - 2.0  # a command took one 2 s before this wait ended
+        assert path.is_dir()
+        return False
+
+    monkeypatch.setattr(points._done, "wait", wait)
+    owed.pop()()
+    assert waited == [5.0, 3.0]
+    assert not path.exists()
