@@ -217,15 +217,16 @@ def _hiding(
     # deny_read entry, a host socket) is bound onto itself: a mount point, which the command
     # cannot rename away with the hidden thing in it and remake in its place (`anchors`).
     hidden = (*(path for path, _ in denied), *sockets)
+    below = tuple(f"{gone}/" for gone in missing)  # what lies below one of them (absolute)
     for path in (*layout.anchors, *anchors(hidden, layout.rw, layout.anchors)):
-        if any(under(path, gone) for gone in missing if gone != path):
+        if str(path).startswith(below):
             continue  # below a directory that is not there: covered by its empty tmpfs
         if path in missing:  # not there: nothing below it can be made either
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             out += ["--bind", str(path), str(path)]
     for path in layout.protected:  # each one inside a writable root
-        if any(under(path, gone) for gone in missing if gone != path):
+        if str(path).startswith(below):
             continue  # below a directory that is not there: covered by its empty tmpfs
         if path in missing:
             # Not there yet: an empty read-only tmpfs is mounted there, so the command cannot

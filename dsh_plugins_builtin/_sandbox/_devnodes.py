@@ -24,7 +24,7 @@ __all__ = ["NAMES", "host_nodes", "nodes"]
 
 NAMES: Final = ("null", "zero", "full", "random", "urandom", "tty")
 _MODE: Final = 0o666
-_ready: dict[Path, tuple[tuple[str, int], ...] | None] = {}  # directory -> (name, rdev) or None
+_ready: dict[Path, tuple[tuple[str, int], ...] | None] = {}  # directory -> (path, rdev) or None
 
 
 def nodes(directory: Path | None = None) -> Path | None:
@@ -40,8 +40,8 @@ def nodes(directory: Path | None = None) -> Path | None:
     if made is None:
         return None
     try:
-        for name, rdev in made:
-            _ensure(directory / name, rdev)
+        for path, rdev in made:
+            _ensure(path, rdev)
     except OSError:  # the directory went away meanwhile: made again, or none
         _ready[directory] = _set_up(directory)
         return directory if _ready[directory] is not None else None
@@ -55,13 +55,15 @@ def host_nodes() -> tuple[str, ...]:
 
 
 def _set_up(directory: Path) -> tuple[tuple[str, int], ...] | None:
-    """The nodes the host has (``(name, rdev)``), made in *directory*; ``None`` where they
+    """The nodes the host has (``(path, rdev)``), made in *directory*; ``None`` where they
     cannot serve (no ``mknod``; a ``nodev`` file system refuses the write tried here)."""
     try:
-        made = tuple((name, os.stat(f"/dev/{name}").st_rdev) for name in host_nodes())
+        made = tuple(
+            (str(directory / name), os.stat(f"/dev/{name}").st_rdev) for name in host_nodes()
+        )
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        for name, rdev in made:
-            _ensure(directory / name, rdev)
+        for path, rdev in made:
+            _ensure(path, rdev)
         with open(directory / "null", "wb") as null:
             null.write(b"")
     except OSError:
@@ -69,7 +71,7 @@ def _set_up(directory: Path) -> tuple[tuple[str, int], ...] | None:
     return made
 
 
-def _ensure(path: Path, want: int) -> None:
+def _ensure(path: str, want: int) -> None:
     try:
         st = os.lstat(path)
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and st.st_uid == 0:

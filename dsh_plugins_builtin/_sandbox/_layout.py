@@ -117,6 +117,8 @@ class Layout:
         out = []
         shown = [p for p in self.masked_denied if any(under(p, m) for m, _ in mounts)]
         for path in (*self.denied, *shown):  # one lstat each (and a stat for a symlink)
+            if not os.access(path, os.F_OK, follow_symlinks=False):
+                continue  # missing, as most are: said without an exception raised for each
             try:
                 mode = os.lstat(path).st_mode
                 if stat.S_ISLNK(mode):
