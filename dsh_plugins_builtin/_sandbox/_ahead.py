@@ -57,8 +57,9 @@ def receive(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
 
 class Ahead:
     """The command's process, forked by a spare launcher ahead, in the command's own PID and IPC
-    namespaces (`Prepared.unshare`); it gets its request (`waiting`) before `HELLO` and confines
-    itself, then ``exec``\\s once told `GO`. A request without a mount plan runs there too."""
+    namespaces (`Prepared.unshare`); it gets its request (`waiting`) while the host is told
+    `HELLO`, confines itself, and ``exec``\\s once the host's `GO` comes, which it reads on the
+    host's socket itself. A request without a mount plan runs there too."""
 
     def __init__(self, pid: int, sock: socket.socket, errors: int) -> None:
         self.pid = pid
@@ -95,12 +96,13 @@ class Ahead:
             raise EarlyFailed
         return cls(pid, ours, errors_r)
 
-    def start(self, data: bytes, ruleset: int) -> None:
-        """Hand it the request, with the command's output (``1``), the ruleset and the
-        launcher's working directory (the one it entered, never its name looked up again)."""
+    def start(self, data: bytes, ruleset: int, host: int) -> None:
+        """Hand it the request, with the command's output (``1``), the ruleset, the
+        launcher's working directory (the one it entered, never its name looked up again) and
+        the host's socket, on which it waits for `GO`."""
         here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fds = array.array("i", (1, ruleset, here))
+            fds = array.array("i", (1, ruleset, here, host))
             self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         finally:
             os.close(here)
@@ -134,10 +136,11 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
             sock.send(READY)
         _landlock.drop_early()
         warm(early)
-        data, fds = receive(sock, 3)
-        if not data or len(fds) != 3:
+        data, fds = receive(sock, 4)
+        if not data or len(fds) != 4:
             os._exit(0)
-        out, ruleset, here = fds
+        out, ruleset, here, host = fds
+        go = socket.socket(fileno=host)
         argv, env, prepared, cwd = parse(data, ruleset)
         if early:
             if prepared.plan[: len(early)] != early:
@@ -152,7 +155,7 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
         os.close(here)
     except BaseException:
         os._exit(_landlock.EXIT_RUNNER_FAILURE)
-    command(prepared, argv, env, mask, errors, (), go=sock)
+    command(prepared, argv, env, mask, errors, (), go=go)
 
 
 def stdio(out: int) -> None:

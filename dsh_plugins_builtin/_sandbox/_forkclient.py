@@ -278,7 +278,9 @@ class ForkServer:
             return None
         launched = Launched(value, received[0], sock)
         try:
-            # From "go" on the command may run: this call never falls back to forking the host.
+            # From "go" on the command may run: this call falls back to forking the host only
+            # when the launcher says nothing ran (FAILED_SETUP: a spare, announced by the
+            # server, may fail after HELLO; so may its working directory).
             await sock.send(_forkserver.GO)
             record = await _read_record(sock)
         except trio.Cancelled:  # our own deadline (the caller's cannot reach us here)
@@ -295,9 +297,14 @@ class ForkServer:
             return launched
         launched.send_signal(signal.SIGKILL)
         os.close(launched.pidfd)
-        if record is not None and record[0] == _forkserver.FAILED_EXEC:
-            code = record[1] or errno.ENOEXEC
+        kind, value = record if record is not None else (0, 0)
+        if kind == _forkserver.FAILED_EXEC:
+            code = value or errno.ENOEXEC
             raise OSError(code, os.strerror(code), argv[0])
+        if kind == _forkserver.FAILED_CHDIR:
+            raise OSError(value, os.strerror(value), cwd)
+        if kind == _forkserver.FAILED_SETUP:
+            return None
         raise OSError(errno.EIO, "the Landlock launcher ended before reporting the command")
 
 

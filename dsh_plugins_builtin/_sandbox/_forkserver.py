@@ -100,6 +100,7 @@ class _Server:
         self.launchers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
+        self.spare_pid = 0
         self.mounts: select.poll | None = None  # in a view: its mount table's changes
         self.due: float | None = None  # when to fork the next spare launcher
         self.stale = False
@@ -139,10 +140,12 @@ class _Server:
             ours.close()
             return
         self.launchers.add(pid)
-        self.spare = ours
+        self.spare, self.spare_pid = ours, pid
 
     def hand_over(self, data: bytes, fds: Sequence[int]) -> bool:
-        """Give a request to the spare launcher; whether it took it (then fork the next)."""
+        """Give a request to the spare launcher; whether it took it (then fork the next). The
+        host is then sent `HELLO` with a pidfd of the launcher from here, at once: its `GO`
+        is on its way while the launcher and the command forked ahead read the request."""
         spare, self.spare = self.spare, None
         if spare is None:
             return False
@@ -152,6 +155,13 @@ class _Server:
             return False
         finally:
             spare.close()
+        with contextlib.suppress(OSError):  # gone: the host finds its socket closed, and forks
+            pidfd = os.pidfd_open(self.spare_pid)
+            try:
+                with socket.socket(fileno=os.dup(fds[0])) as rep:
+                    _send(rep, HELLO, self.spare_pid, (pidfd,))
+            finally:
+                os.close(pidfd)
         return True
 
     def serve(self) -> None:
@@ -290,8 +300,9 @@ def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
     *sock*, and launch it; the socket closed (the server gone) ends it."""
     try:
         _ready(server_fds)
-        ahead = Ahead.fork(sock.fileno())  # EarlyFailed: it takes no request (the server
-        _ahead.warm()  # finds its socket closed and forks a fresh launcher)
+        _subreaper()  # failing, it takes no request (the server finds its socket closed and
+        ahead = Ahead.fork(sock.fileno())  # forks a fresh launcher); so on EarlyFailed
+        _ahead.warm()
         data, fds = receive(sock, 3)
         sock.close()
     except BaseException:
@@ -308,14 +319,19 @@ def _launch(
     ahead: Ahead | None = None,
 ) -> NoReturn:
     """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
-    up, fork the command (or start the one forked *ahead*), supervise it."""
+    up, fork the command (or start the one forked *ahead*), supervise it.
+
+    A spare was announced to the host by the server (`_Server.hand_over`): it sends no
+    `HELLO`, and its command forked ahead takes the host's `GO` itself. `FAILED_SETUP` is
+    sent only while nothing can have run: the host may then start the command another way."""
     rep = None
+    handed = False  # whether a command may run from here on
     rep_fd, out, ruleset = fds
     try:
         if server_fds is not None:
             _ready(server_fds)
+            _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
         rep = socket.socket(fileno=rep_fd)
-        _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
         argv, env, prepared, cwd = parse(data, ruleset)
         stdio(out)
         try:
@@ -323,18 +339,18 @@ def _launch(
         except OSError as exc:
             _send(rep, FAILED_CHDIR, exc.errno or 0)
             os._exit(0)
-        if ahead is not None:  # it confines itself meanwhile, and waits for the GO
-            ahead.start(data, ruleset)
-        pidfd = os.pidfd_open(os.getpid())
-        _send(rep, HELLO, os.getpid(), (pidfd,))
-        os.close(pidfd)
-        if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
-            os._exit(0)  # (one forked ahead is not told GO, and exits too)
-        if ahead is not None:
-            with contextlib.suppress(OSError):  # gone: it failed to confine (its status says)
-                ahead.sock.send(GO)
+        if server_fds is not None:
+            pidfd = os.pidfd_open(os.getpid())
+            _send(rep, HELLO, os.getpid(), (pidfd,))
+            os.close(pidfd)
+        if ahead is not None:  # it confines itself, waits for the host's GO, and runs
+            handed = True
+            ahead.start(data, ruleset, rep.fileno())
             child, errors_r = ahead.pid, ahead.errors
         else:
+            if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
+                os._exit(0)
+            handed = True
             child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
         with os.fdopen(errors_r, "rb") as errors:
             failed = errors.read()
@@ -344,7 +360,7 @@ def _launch(
             os._exit(0)
         _send(rep, STARTED, 0)
     except BaseException as exc:  # a command forked already dies with us (PDEATHSIG)
-        if rep is not None:
+        if rep is not None and not handed:
             with contextlib.suppress(BaseException):
                 _send(rep, FAILED_SETUP, (exc.errno or 0) if isinstance(exc, OSError) else 0)
         os._exit(_landlock.EXIT_RUNNER_FAILURE)
