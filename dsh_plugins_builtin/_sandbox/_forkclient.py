@@ -38,7 +38,7 @@ _HANDSHAKE_TIMEOUT: Final = 10.0
 _BOOT: Final = (  # the package's directory goes last: nothing there can shadow the stdlib
     "import sys; sys.path.append(sys.argv[1]); "
     "from dsh_plugins_builtin._sandbox._forkserver import serve; "
-    "serve(int(sys.argv[2]), *(int(a) for a in sys.argv[3:5]), *sys.argv[5:6])"
+    "serve(int(sys.argv[2]), *(int(a) for a in sys.argv[3:5]), *sys.argv[5:7])"
 )
 _RECORD = _forkserver.RECORD
 
@@ -114,14 +114,14 @@ class ForkServer:
         self,
         root: Path | None = None,
         *,
-        view: tuple[int, int, str] | None = None,
+        view: tuple[int, int, str, str] | None = None,
         executable: str | None = None,
     ) -> None:
         """*root*: the directory holding the ``dsh_plugins_builtin`` package (default: this
         one's). *view*: a server for a bwrap view (`dsh_plugins_builtin._sandbox._views`): the
         namespaces each command gets there (`_landlock.VIEW`), a pidfd of the process holding
-        the view, whose namespaces the server enters, and (JSON) the first steps of each
-        command's mount plan there (`_forkserver.serve`).
+        the view, whose namespaces the server enters, (JSON) the first steps of each
+        command's mount plan there, and the digest of its mount table (`_forkserver.serve`).
         *executable*: the interpreter to start (default: ``sys.executable``)."""
         self.root = Path(_forkserver.__file__).resolve().parents[2] if root is None else root
         self.view = view

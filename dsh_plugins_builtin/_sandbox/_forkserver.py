@@ -41,24 +41,28 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from typing import Final, NoReturn
+from typing import Final
 
 from dsh_plugins_builtin._sandbox import (
     _ahead,
     _beneath,
     _landlock,
+    _launcher,
     _mountns,
     _ruleset,
     _supervisor,
+    _viewtable,
 )
-from dsh_plugins_builtin._sandbox._ahead import (
-    GO,
-    MAX_REQUEST,
-    Ahead,
-    command,
-    parse,
-    receive,
-    stdio,
+from dsh_plugins_builtin._sandbox._ahead import GO, MAX_REQUEST
+from dsh_plugins_builtin._sandbox._launcher import (
+    FAILED_CHDIR,
+    FAILED_EXEC,
+    FAILED_SETUP,
+    HELLO,
+    RECORD,
+    STALE,
+    STARTED,
+    STATUS,
 )
 
 __all__ = [
@@ -75,28 +79,13 @@ __all__ = [
 ]
 
 PREFORK_DELAY: Final = 0.005  # seconds after a request before the next spare is forked
-RECORD: Final = _supervisor.REPORT
-HELLO: Final = 1  # value: the launcher's pid; carries its pidfd
-STARTED: Final = 2  # the command was exec'd
-# value: the command's exit code (negative: the signal that ended it)
-STATUS: Final = _supervisor.REPORT_STATUS
-FAILED_CHDIR: Final = 4  # value: errno
-FAILED_EXEC: Final = 5  # value: errno
-FAILED_SETUP: Final = 6  # value: errno (0: not an OSError); nothing ran
-STALE: Final = 7  # a view's mounts changed since it was made: nothing ran, nothing will
-
-
-def _subreaper() -> None:
-    """Become a child subreaper, or raise `OSError` (nothing here goes on without it)."""
-    ctypes.set_errno(0)
-    if _ruleset._libc().prctl(_landlock._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
 class _Server:
-    def __init__(self, ctl: socket.socket) -> None:
+    def __init__(self, ctl: socket.socket, table: str | None = None) -> None:
         self.ctl = ctl
+        self.table = table  # in a view: the digest of its mount table as the host checked it
+        self.mounts_fd = -1
         self.launchers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.spare: socket.socket | None = None  # the next launcher's socket (`prefork`)
@@ -114,9 +103,22 @@ class _Server:
         then on every request is answered `STALE` and the host builds another."""
         # The server has no pid in the view's /proc; its first process (bwrap's command, that
         # the server joined) shares its mount namespace.
-        fd = os.open("/proc/1/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        self.mounts_fd = os.open("/proc/1/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self.mounts = select.poll()
-        self.mounts.register(fd, select.POLLPRI | select.POLLERR)
+        self.mounts.register(self.mounts_fd, select.POLLPRI | select.POLLERR)
+
+    def moved(self) -> bool:
+        """In a view: whether its mount table differs from the one the host checked. A rename
+        on the host moves a mask with what it covered, and makes no mount event (`_viewtable`);
+        read after each request is handed over, while the launcher reads it: no command can
+        start before the `HELLO` that follows (`hand_over`)."""
+        if self.table is None or self.stale:
+            return self.stale
+        try:
+            self.stale = _viewtable.digest(_viewtable.read(self.mounts_fd)) != self.table
+        except OSError:
+            self.stale = True
+        return self.stale
 
     def changed(self) -> bool:
         if self.mounts is not None and not self.stale and self.mounts.poll(0):
@@ -126,7 +128,7 @@ class _Server:
     def prefork(self) -> None:
         """Fork the next request's launcher now, off the request's path: the fork (and the
         child's start) costs about a millisecond. It waits on its own socket for the request
-        (`_spare`); the server closing that socket (its exit) ends it."""
+        (`_launcher.spare`); the server closing that socket (its exit) ends it."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -134,7 +136,7 @@ class _Server:
             pid = -1  # none spare: the next request forks its launcher
         if pid == 0:
             ours.close()
-            _spare(theirs, (self.ctl.fileno(), self.wake_r, self.wake_w))
+            _launcher.spare(theirs, (self.ctl.fileno(), self.wake_r, self.wake_w))
         theirs.close()
         if pid < 0:
             ours.close()
@@ -155,11 +157,16 @@ class _Server:
             return False
         finally:
             spare.close()
+        if self.moved():  # the host is told STALE instead; its launcher and command end here
+            with contextlib.suppress(OSError):
+                os.kill(self.spare_pid, signal.SIGKILL)  # a child not reaped yet: no reuse
+            _stale(fds[0])
+            return True
         with contextlib.suppress(OSError):  # gone: the host finds its socket closed, and forks
             pidfd = os.pidfd_open(self.spare_pid)
             try:
                 with socket.socket(fileno=os.dup(fds[0])) as rep:
-                    _send(rep, HELLO, self.spare_pid, (pidfd,))
+                    _launcher.send(rep, HELLO, self.spare_pid, (pidfd,))
             finally:
                 os.close(pidfd)
         return True
@@ -207,20 +214,15 @@ class _Server:
             return False
         valid = data and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
         if valid and self.changed():
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fds[0])) as rep:
-                _send(rep, STALE, 0)
+            _stale(fds[0])
             valid = False
         if valid:
             _ahead.LAST[:] = [data]
-        if valid and not self.hand_over(data, fds):
-            try:
-                pid = os.fork()
-            except OSError:
-                pid = -1  # the host sees the launcher's socket close, and fails the command
-            if pid == 0:
-                _launch(data, fds, (self.ctl.fileno(), self.wake_r, self.wake_w))
-            if pid > 0:
-                self.launchers.add(pid)
+            if not self.hand_over(data, fds):  # no spare: the table is read before the fork
+                if self.moved():
+                    _stale(fds[0])
+                else:
+                    self.launch(data, fds)
         for fd in fds:
             os.close(fd)
         if self.spare is None and self.due is None:
@@ -228,6 +230,16 @@ class _Server:
             # mounts) now would take the CPU the command just handed over needs to start.
             self.due = time.monotonic() + PREFORK_DELAY
         return True
+
+    def launch(self, data: bytes, fds: Sequence[int]) -> None:
+        """Fork a launcher for a request no spare took."""
+        try:
+            pid = os.fork()
+        except OSError:
+            return  # the host sees the launcher's socket close, and fails the command
+        if pid == 0:
+            _launcher.launch(data, fds, (self.ctl.fileno(), self.wake_r, self.wake_w))
+        self.launchers.add(pid)
 
     def reap(self) -> None:
         for pid, _ in _supervisor.exited():
@@ -238,28 +250,6 @@ class _Server:
                     os.kill(pid, signal.SIGKILL)
 
 
-def _send(sock: socket.socket, kind: int, value: int, fds: tuple[int, ...] = ()) -> None:
-    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([RECORD.pack(kind, value)], ancillary)
-
-
-def _ready(server_fds: tuple[int, ...]) -> None:
-    """A launcher's first steps (in the forked server), before its request is known: none of
-    the server's descriptors or signal handling, a session of its own, and ``SIGTERM`` when the
-    server ends (``PR_SET_PDEATHSIG``): it ends when the host does (its control socket closes),
-    and a launcher left supervising would otherwise keep its command running under init; on
-    ``SIGTERM`` it kills the command and everything under it, as when the host asks."""
-    if _ruleset._libc().prctl(_landlock._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        os._exit(_landlock.EXIT_RUNNER_FAILURE)
-    if os.getppid() != _SERVER[0]:  # the server ended before that took: end with it
-        os._exit(0)
-    for fd in server_fds:
-        os.close(fd)
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
-
-
 _CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWUTS = 0x04000000
 _JOINED = (
@@ -268,6 +258,12 @@ _JOINED = (
     | _landlock._CLONE_NEWPID  # for its children: the launchers live in the view's
 )  # fmt: skip
 """The namespaces of a view its server joins (`_enter`)."""
+
+
+def _stale(rep_fd: int) -> None:
+    """Tell the host its request is refused: the view no longer is the one it was made as."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(rep_fd)) as rep:
+        _launcher.send(rep, STALE, 0)
 
 
 def _enter(holder: int) -> None:
@@ -292,114 +288,33 @@ def _enter(holder: int) -> None:
     os.close(slash)
 
 
-_SERVER = [0]  # the server's pid (`serve`), which each launcher it forks checks it still has
-
-
-def _spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
-    """A launcher forked ahead (`_Server.prefork`): wait for the request the server hands over on
-    *sock*, and launch it; the socket closed (the server gone) ends it."""
-    try:
-        _ready(server_fds)
-        _subreaper()  # failing, it takes no request (the server finds its socket closed and
-        ahead = Ahead.fork(sock.fileno())  # forks a fresh launcher); so on EarlyFailed
-        _ahead.warm()
-        data, fds = receive(sock, 3)
-        sock.close()
-    except BaseException:
-        os._exit(0)
-    if not data or len(fds) != 3:
-        os._exit(0)  # the server is gone (or sent it torn): nothing to answer on
-    _launch(data, fds, None, ahead)
-
-
-def _launch(
-    data: bytes,
-    fds: Sequence[int],
-    server_fds: tuple[int, ...] | None,
-    ahead: Ahead | None = None,
-) -> NoReturn:
-    """The launcher (in the forked server; *server_fds*: not `_ready` yet, a spare is): set
-    up, fork the command (or start the one forked *ahead*), supervise it.
-
-    A spare was announced to the host by the server (`_Server.hand_over`): it sends no
-    `HELLO`, and its command forked ahead takes the host's `GO` itself. `FAILED_SETUP` is
-    sent only while nothing can have run: the host may then start the command another way."""
-    rep = None
-    handed = False  # whether a command may run from here on
-    rep_fd, out, ruleset = fds
-    try:
-        if server_fds is not None:
-            _ready(server_fds)
-            _subreaper()  # before HELLO: if it fails, the host forks instead (FAILED_SETUP)
-        rep = socket.socket(fileno=rep_fd)
-        argv, env, prepared, cwd = parse(data, ruleset)
-        stdio(out)
-        try:
-            os.chdir(cwd)
-        except OSError as exc:
-            _send(rep, FAILED_CHDIR, exc.errno or 0)
-            os._exit(0)
-        if server_fds is not None:
-            pidfd = os.pidfd_open(os.getpid())
-            _send(rep, HELLO, os.getpid(), (pidfd,))
-            os.close(pidfd)
-        if ahead is not None:  # it confines itself, waits for the host's GO, and runs
-            handed = True
-            ahead.start(data, ruleset, rep.fileno())
-            child, errors_r = ahead.pid, ahead.errors
-        else:
-            if rep.recv(len(GO)) != GO:  # the host gave up before it knew of us: run nothing
-                os._exit(0)
-            handed = True
-            child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
-        with os.fdopen(errors_r, "rb") as errors:
-            failed = errors.read()
-        if failed:
-            os.waitpid(child, 0)
-            _send(rep, FAILED_EXEC, int(failed))
-            os._exit(0)
-        _send(rep, STARTED, 0)
-    except BaseException as exc:  # a command forked already dies with us (PDEATHSIG)
-        if rep is not None and not handed:
-            with contextlib.suppress(BaseException):
-                _send(rep, FAILED_SETUP, (exc.errno or 0) if isinstance(exc, OSError) else 0)
-        os._exit(_landlock.EXIT_RUNNER_FAILURE)
-    _supervisor.supervise(child, rep.fileno())
-
-
-def _fork_command(
-    prepared: _landlock.Prepared, argv: list[str], env: dict[str, str], rep: int
-) -> tuple[int, int]:
-    """Fork the command the usual way: its pid, and the read end of its exec failure."""
-    errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGCHLD})
-    prepared.unshare()  # the command's PID namespace (a failure: exit 125, a message)
-    child = os.fork()
-    if child == 0:
-        command(prepared, argv, env, old, errors_w, (rep, errors_r))
-    os.close(errors_w)
-    return child, errors_r
-
-
-def serve(ctl_fd: int, view: int | None = None, holder: int | None = None, early: str = "") -> None:
+def serve(
+    ctl_fd: int,
+    view: int | None = None,
+    holder: int | None = None,
+    early: str = "",
+    table: str | None = None,
+) -> None:
     """The server's main loop, on the inherited control socket *ctl_fd*. With *view* and
     *holder* (a pidfd): the server of a bwrap view (`dsh_plugins_builtin._sandbox._views`): it
     enters the holder's namespaces first (`_enter`), and *view* are the namespaces each command
     gets there besides its PID and IPC ones (`_landlock.VIEW`), *early* (JSON) the first steps
-    of each command's mount plan there (`_ahead.EARLY`)."""
+    of each command's mount plan there (`_ahead.EARLY`), *table* the digest of its mount table
+    as the host checked it (`_viewtable`)."""
     _landlock._cap_last()  # read once here, not in every launcher
-    _SERVER[0] = os.getpid()
+    _launcher.SERVER[0] = os.getpid()
     if view is not None and holder is not None:
         _enter(holder)
         _landlock.VIEW.append(view)
         _ahead.EARLY.append(tuple(tuple(step) for step in json.loads(early or "[]")))
-        _SERVER[0] = 0  # what a launcher in the view's PID namespace sees of its parent
+        _launcher.SERVER[0] = 0  # what a launcher in the view's PID namespace sees of its parent
     os.set_inheritable(ctl_fd, False)
     os.chdir("/")
-    _subreaper()
+    _launcher.subreaper()
     ctl = socket.socket(fileno=ctl_fd)
-    server = _Server(ctl)
+    server = _Server(ctl, table if view is not None else None)
     if view is not None:
         server.watch_mounts()
+        server.stale = not table  # no table to compare with: no command runs here
     server.prefork()
     server.serve()

@@ -28,6 +28,12 @@ _PLACED: Final = frozenset(
 )  # fmt: skip
 """The words whose last operand is a place in the view."""
 
+_MOUNTING: Final = frozenset(
+    ("--dev", "--proc", "--tmpfs", "--ro-bind", "--bind", "--dev-bind", "--bind-fd")
+)
+"""The words that always mount on their place (``--ro-bind-try`` may not; ``--remount-ro``
+changes a mount that is there)."""
+
 
 @attrs.frozen
 class Split:
@@ -42,6 +48,7 @@ class Split:
     plan: tuple[tuple[Any, ...], ...]
     cwd: str
     key: tuple[Any, ...]
+    mounted: frozenset[str] = frozenset()  # the places the view mounts on (`_viewtable.shows`)
 
 
 def _options(argv: Sequence[str]) -> list[tuple[str, list[str]]] | None:
@@ -91,6 +98,7 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
     early: list[tuple[Any, ...]] = [("proc",), ("devpts",)]  # its own, as under --dev
     seals: list[tuple[Any, ...]] = []  # after the host has taken their mount points
     fds: list[int] = []
+    mounted: set[str] = set()
     cwd = "/"
     for i, (word, operands) in enumerate(options):
         step = [word, *operands]
@@ -112,10 +120,13 @@ def split(argv: Sequence[str], missing: Collection[Path], *, network: bool) -> S
             fds.append(int(operands[0]))
             key += ["--bind-fd", (st.st_dev, st.st_ino), place]
             head += step
+            mounted.add(place)
         else:
             key += step
             head += step
+            if word in _MOUNTING:
+                mounted.add(place)
     return Split(
         head=tuple(head), fds=tuple(fds), early=tuple(early), plan=(*early, *seals), cwd=cwd,
-        key=(*key, network, tuple(sorted(gone)), tuple(early)),
+        key=(*key, network, tuple(sorted(gone)), tuple(early)), mounted=frozenset(mounted),
     )  # fmt: skip

@@ -43,7 +43,6 @@ import functools
 import json
 import os
 import select
-import subprocess
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -52,11 +51,12 @@ from typing import Any, Final
 import attrs
 import trio
 
-from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
 from dsh_plugins_builtin._sandbox._forkclient import ForkServer, trusted_interpreter
 from dsh_plugins_builtin._sandbox._landlock import _CLONE_NEWNET, Prepared
 from dsh_plugins_builtin._sandbox._run import Output, Sink, Unstarted, run
 from dsh_plugins_builtin._sandbox._seccomp import filter_bpf
+from dsh_plugins_builtin._sandbox._viewhold import View as _View
+from dsh_plugins_builtin._sandbox._viewhold import hold as _hold
 from dsh_plugins_builtin._sandbox._viewline import Split, split
 from dsh_plugins_builtin._sandbox._which import on_path_outside
 
@@ -77,81 +77,6 @@ EAGER = False  # a view at a key's first command, not its second (tests: every c
 MAX_VIEWS: Final = 4
 _FAILURES: Final = 3  # views that would not start before the process stops trying
 _SEEN: Final = 64  # keys remembered as met once
-
-_INFO_TIMEOUT: Final = 10.0  # seconds for bwrap to build a view and say its pid
-
-
-class _View:
-    """A view: bwrap holding it (its command, ``cat``, waits on a pipe of ours) and the fork
-    server that entered it."""
-
-    def __init__(self, holder: subprocess.Popen[bytes], server: ForkServer) -> None:
-        self.holder = holder
-        self.server = server
-        self.busy = 0
-
-    @property
-    def usable(self) -> bool:
-        """Its server works, its mounts are as made, and its holder still holds it."""
-        return self.server.broken is None and not self.server.stale and self.holder.poll() is None
-
-    def close(self) -> None:
-        """End the view: its first process first (the kernel kills what is left in the view's
-        PID namespace, the server's launchers, which the server, still there, reaps at once;
-        orphaned, they would wait for the machine's init), then the server."""
-        if self.holder.stdin is not None:
-            self.holder.stdin.close()  # cat ends, and bwrap with it
-        try:
-            self.holder.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.holder.kill()
-            self.holder.wait()
-        self.server.close()
-
-
-def _hold(parts: Split, cat: str) -> tuple[subprocess.Popen[bytes], int] | None:
-    """Start bwrap with the view and *cat* as its command, under the commands' seccomp filter;
-    it and a pidfd of ``cat`` (the view's first process, which `_forkserver._enter` joins), or
-    ``None``."""
-    info_r, info_w = os.pipe()
-    seccomp = seccomp_pipe(filter_bpf("--share-net" not in parts.head))
-    try:
-        holder = subprocess.Popen(
-            [*parts.head, "--seccomp", str(seccomp), "--info-fd", str(info_w), "--", cat],
-            pass_fds=(info_w, seccomp, *parts.fds), stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
-        )  # fmt: skip
-    except OSError:
-        os.close(info_r)
-        return None
-    finally:
-        os.close(info_w)
-        os.close(seccomp)
-    try:
-        info = _read_info(info_r)
-        pid = info.get("child-pid") if isinstance(info, dict) else None
-        if not isinstance(pid, int):
-            raise ProcessLookupError
-        return holder, os.pidfd_open(pid)
-    except (OSError, ValueError):
-        if holder.stdin is not None:
-            holder.stdin.close()
-        holder.kill()
-        holder.wait()
-        return None
-    finally:
-        os.close(info_r)
-
-
-def _read_info(fd: int) -> Any:
-    """bwrap's ``--info-fd`` JSON (it closes its end once written, or on failure)."""
-    data = b""
-    while True:
-        ready, _, _ = select.select([fd], [], [], _INFO_TIMEOUT)
-        chunk = os.read(fd, 4096) if ready else b""
-        if not chunk:
-            return json.loads(data)  # ValueError when bwrap failed before writing it
-        data += chunk
 
 
 class Lease:
@@ -282,10 +207,10 @@ class Views:
         if held is None:
             self._failed("bwrap would not hold the view")
             return None
-        holder, pidfd = held
+        holder, pidfd, table = held
         flags = 0 if "--share-net" in parts.head else _CLONE_NEWNET
         early = json.dumps([list(step) for step in parts.early])
-        server = ForkServer(view=(flags, pidfd, early), executable=using.python)
+        server = ForkServer(view=(flags, pidfd, early, table), executable=using.python)
         try:
             started = server.start()
         finally:

@@ -8,6 +8,7 @@ closes and keeps no descriptor, and survives a request it cannot read.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import signal
@@ -15,12 +16,13 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from dsh_plugins_builtin._sandbox import _ahead, _forkclient, _forkserver
+from dsh_plugins_builtin._sandbox import _ahead, _forkclient, _forkserver, _viewtable
 
 
 @pytest.fixture
@@ -131,3 +133,39 @@ def test_warming_reads_the_last_request_and_keeps_nothing(
     _ahead.warm((("proc",), ("devpts",)))
     _ahead.warm()
     assert _open_fds() == before
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["moved", "as checked"])
+def test_a_view_request_no_spare_takes_is_checked_against_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moved: bool
+) -> None:
+    """In a view, a request that comes while no spare launcher is ready (within moments of the
+    last) is checked against the view's mount table too, before a launcher is forked: moved,
+    the host is told STALE and nothing is forked."""
+    table = tmp_path / "mountinfo"
+    table.write_bytes(b"21 1 0:40 / /home/secret ro - tmpfs tmpfs rw\n")
+    ctl, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server = _forkserver._Server(server_end, _viewtable.digest(table.read_bytes()))
+    server.mounts_fd = os.open(table, os.O_RDONLY)
+    if moved:  # the host renamed the masked directory away
+        table.write_bytes(b"21 1 0:40 / /home/moved ro - tmpfs tmpfs rw\n")
+    forked: list[bytes] = []
+    monkeypatch.setattr(server, "launch", lambda data, fds: forked.append(data))
+    host, launcher = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    out_r, out_w = os.pipe()
+    try:
+        fds = array.array("i", (launcher.fileno(), out_w, out_w))
+        ctl.sendmsg([b'{"cwd": "/"}'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        assert server.accept()
+        launcher.close()
+        if moved:
+            assert _forkserver.RECORD.unpack(host.recv(8)) == (_forkserver.STALE, 0)
+            assert forked == []
+        else:
+            assert host.recv(8) == b""  # nothing said: the launcher (not forked here) would
+            assert forked == [b'{"cwd": "/"}']
+    finally:
+        for each in (ctl, server_end, host):
+            each.close()
+        for fd in (out_r, out_w, server.mounts_fd):
+            os.close(fd)

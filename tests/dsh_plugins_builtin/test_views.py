@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_plugins_builtin._sandbox import _forkclient, _views
+from dsh_plugins_builtin._sandbox import _forkclient, _viewhold, _views, _viewtable
 from dsh_plugins_builtin._sandbox._confine import probe_backends
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from tests.dsh_plugins_builtin.test_escapes_boundary import bash, boundary_host
@@ -416,3 +416,89 @@ async def test_the_program_holding_a_view_runs_under_the_seccomp_filter(
     )
     assert status["Seccomp"].strip() == "2"
     assert int(status["CapEff"].strip(), 16) == 0
+
+
+@pytest.mark.parametrize("how", ["a directory", "a file, linked back", "its parent"])
+async def test_a_mask_whose_entry_the_host_renames_away_is_not_trusted(
+    make_host: Any, ws: Path, outside_tmp: Path, views: _views.Views, how: str
+) -> None:
+    """A mask sits on a directory entry: renamed away on the host (``mv``), the entry takes the
+    view's mask with it, no mount event comes of that, and what the host puts at the path
+    after (another directory, the same file linked back, a new parent) would be in view. The
+    view's mount table then shows the mount at the new path: its server compares it before
+    each command, and the view is not used again."""
+    parent = outside_tmp / "home"
+    secret = parent / "secret"
+    secret.mkdir(parents=True)
+    (secret / "key").write_text("SECRET-1\n")
+    denied = secret / "key" if how == "a file, linked back" else secret
+    host = view_host(make_host, ws, deny_read=[str(denied)])
+    read = f"cat {secret}/key 2>&1; echo done"
+    for _ in range(2):
+        assert "SECRET" not in (await bash(host, read)).text
+    used = views.used
+    if how == "a directory":
+        secret.rename(outside_tmp / "moved")
+        secret.mkdir()
+        (secret / "key").write_text("SECRET-2\n")
+    elif how == "a file, linked back":
+        (secret / "key").rename(secret / "moved")
+        os.link(secret / "moved", secret / "key")
+    else:
+        parent.rename(outside_tmp / "moved")
+        secret.mkdir(parents=True)
+        (secret / "key").write_text("SECRET-2\n")
+    for _ in range(20):  # until a new view is made (in a thread) and used
+        text = (await bash(host, read)).text
+        assert "SECRET" not in text
+        assert "done" in text
+        if views.used > used + 1:
+            break
+    assert views.used > used + 1  # in views still: new ones, made as the host is now
+
+
+async def test_a_view_whose_places_moved_while_it_was_made_is_not_used(
+    make_host: Any,
+    ws: Path,
+    outside_tmp: Path,
+    views: _views.Views,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host renames a masked entry away and remakes it after bwrap mounted over it, before
+    the view's table is first read: the table no longer shows the mount where the line puts
+    it, and that view is not used (the command starts the old way; the next view is right)."""
+    secret = outside_tmp / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("SECRET\n")
+    before = _viewhold._table_once_running
+    refused: list[bool] = []
+
+    def moved_first(holder: Any, pid: int) -> bytes:
+        table = before(holder, pid)  # bwrap has built the view
+        if refused:
+            return table
+        secret.rename(outside_tmp / "moved")
+        secret.mkdir()
+        (secret / "key").write_text("SECRET\n")
+        table = _read(pid)
+        refused.append(not _viewtable.shows(table, [str(secret)]))
+        return table
+
+    monkeypatch.setattr(_viewhold, "_table_once_running", moved_first)
+    host = view_host(make_host, ws, deny_read=[str(secret)])
+    used = views.used
+    for _ in range(3):
+        text = (await bash(host, f"cat {secret}/key 2>&1; echo done")).text
+        assert "SECRET" not in text
+        assert "done" in text
+    assert refused == [True]
+    assert views.used - used == 2  # the first view refused: its command ran the old way
+    views._failures = 0  # (views that would not start count toward giving up on them)
+
+
+def _read(pid: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/mountinfo", os.O_RDONLY)
+    try:
+        return _viewtable.read(fd)
+    finally:
+        os.close(fd)
