@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from .. import _attrs_code
 from .._gc import pause
-from . import _pthread
+from . import _deferred, _pthread
 
 __all__ = ["command"]
 
@@ -35,7 +35,8 @@ def command() -> NoReturn:
     pause()  # resumed once the host is built (`dsh_host._gc`)
     _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
     atexit.register(_attrs_code.save)  # runs before `_exit_now`
-    with _pthread.answered():  # trio asks it when imported: no ``ldconfig -p`` process
+    # trio asks it when imported: no ``ldconfig -p`` process; its TLS modules run on first use
+    with _pthread.answered(), _deferred.deferred():
         import trio  # noqa: F401  (what `dsh_host` imports first; only it is answered so)
     from ._main import main
 

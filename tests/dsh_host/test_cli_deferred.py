@@ -1,0 +1,221 @@
+"""trio's TLS and DTLS modules, run on first use (`dsh_host._cli._deferred`, issue 27)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from dsh_host._cli import _deferred
+
+from .test_cold_start import PAYLOAD, modules_after
+
+
+@pytest.fixture
+def place(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A directory on the import path for modules of the test's own; they are forgotten after."""
+    sys.path.insert(0, str(tmp_path))
+    before = set(sys.modules)
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def test_a_deferred_module_runs_on_the_first_use_of_a_name(place):
+    (place / "counted.py").write_text(
+        "import builtins\nbuiltins.RUNS = getattr(builtins, 'RUNS', 0) + 1\nVALUE = 1\n"
+    )
+    import builtins
+
+    assert _deferred.defer("counted")
+    import counted  # the import machinery reads its spec: nothing runs
+
+    assert getattr(builtins, "RUNS", 0) == 0
+    assert counted.__name__ == "counted"
+    assert counted.__spec__.name == "counted"
+    assert getattr(builtins, "RUNS", 0) == 0
+    assert counted.VALUE == 1
+    assert builtins.RUNS == 1
+    assert type(counted) is types.ModuleType  # a plain module from then on
+    assert sys.modules["counted"] is counted
+    from counted import VALUE  # the same module, not run again
+
+    assert (VALUE, builtins.RUNS) == (1, 1)
+    del builtins.RUNS
+
+
+def test_an_imported_module_a_package_or_a_missing_one_is_not_deferred(place):
+    (place / "pkg").mkdir()
+    (place / "pkg" / "__init__.py").write_text("")
+    assert not _deferred.defer("pkg")
+    assert not _deferred.defer("no_such_module_here")
+    assert not _deferred.defer("os")
+    assert "pkg" not in sys.modules
+    assert "no_such_module_here" not in sys.modules
+
+
+def test_setting_deleting_or_listing_a_name_runs_it_first(place):
+    for name in ("set_first", "del_first", "dir_first"):
+        (place / f"{name}.py").write_text("VALUE = 1\n")
+        assert _deferred.defer(name)
+    import del_first
+    import dir_first
+    import set_first
+
+    set_first.OTHER = 2
+    assert (set_first.VALUE, set_first.OTHER) == (1, 2)
+    del del_first.VALUE
+    assert not hasattr(del_first, "VALUE")
+    assert "VALUE" in dir(dir_first)
+
+
+def test_a_module_that_fails_is_taken_out_and_its_error_raised(place):
+    (place / "broken.py").write_text("raise RuntimeError('broken at import')\n")
+    assert _deferred.defer("broken")
+    import broken
+
+    with pytest.raises(RuntimeError, match="broken at import"):
+        broken.anything  # noqa: B018
+    assert "broken" not in sys.modules  # as a failed import leaves it
+    with pytest.raises(RuntimeError, match="broken at import"):
+        import broken  # imported again: runs again, fails again
+
+
+def test_the_thread_running_a_module_sees_it_as_an_import_in_progress(place):
+    """Code the module's own run calls (here: a module it imports, using a name bound so far)."""
+    (place / "outer.py").write_text("FIRST = 1\nimport inner\nSECOND = inner.SEEN\n")
+    (place / "inner.py").write_text("import outer\nSEEN = outer.FIRST\n")
+    assert _deferred.defer("outer")
+    import outer
+
+    assert outer.SECOND == 1
+
+
+class _NotedLock:
+    """A deferred module's lock, noting each thread that asks for it (before it waits)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.asked: list[threading.Event] = []
+
+    def __enter__(self) -> None:
+        for event in self.asked:
+            if not event.is_set():
+                event.set()
+                break
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_thread_using_a_module_another_runs_waits_for_it(place, monkeypatch):
+    """The first use runs it; another thread's use meanwhile waits and sees the whole module."""
+    (place / "slow.py").write_text(
+        "import builtins\nbuiltins.STARTED.set()\nassert builtins.GO.wait(10)\nLAST = 'done'\n"
+    )
+    import builtins
+
+    started, go = threading.Event(), threading.Event()
+    monkeypatch.setattr(builtins, "STARTED", started, raising=False)
+    monkeypatch.setattr(builtins, "GO", go, raising=False)
+    lock = _NotedLock()
+    first_asked, second_asked = threading.Event(), threading.Event()
+    lock.asked = [first_asked, second_asked]
+    assert _deferred.defer("slow")
+    import slow
+
+    monkeypatch.setitem(_deferred._locks, id(slow), lock)
+
+    seen: dict[str, object] = {}
+
+    def use(key: str) -> None:
+        try:
+            seen[key] = slow.LAST
+        except AttributeError as exc:  # the module half-run: what the lock keeps from happening
+            seen[key] = exc
+
+    first = threading.Thread(target=use, args=("first",))
+    first.start()
+    assert started.wait(10)  # the first thread runs the module
+    second = threading.Thread(target=use, args=("second",))
+    second.start()
+    assert second_asked.wait(10)  # the second thread waits for the lock
+    go.set()
+    for thread in (first, second):
+        thread.join(10)
+    assert seen == {"first": "done", "second": "done"}
+
+
+REFUSE_TLS = (
+    "import importlib.machinery, os\n"
+    "real = importlib.machinery.SourceFileLoader.exec_module\n"
+    "def refuse(loader, module):\n"
+    "    if module.__name__ in ('ssl', 'hmac'):\n"
+    "        os.write(2, f'{module.__name__} ran'.encode())\n"
+    "        os._exit(3)\n"
+    "    real(loader, module)\n"
+    "importlib.machinery.SourceFileLoader.exec_module = refuse\n"
+)
+
+
+def test_the_hook_of_the_console_script_runs_neither_ssl_nor_hmac(tmp_path):
+    """trio imports both (TLS streams, DTLS cookies): a hook uses neither."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    code = REFUSE_TLS + (
+        "import sys\n"
+        "sys.argv = ['dsh', 'hook', 'claude']\n"
+        "from dsh_host._cli._entry import command\n"
+        "command()\n"
+    )
+    done = subprocess.run(  # -P: the workspace is not on the import path (no warning)
+        [sys.executable, "-P", "-c", code], input=PAYLOAD, capture_output=True, text=True,
+        cwd=tmp_path, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert '"permissionDecision": "ask"' in done.stdout
+
+
+def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():
+    code = (
+        "import types\n"
+        "from dsh_host._cli import _deferred\n"
+        "with _deferred.deferred() as deferred:\n"
+        "    import trio\n"
+        "assert deferred == ['ssl', 'hmac'], deferred\n"
+        "import hmac, ssl, sys\n"
+        "assert type(ssl) is not types.ModuleType and type(hmac) is not types.ModuleType\n"
+        "assert trio._ssl._stdlib_ssl is ssl is sys.modules['ssl']\n"
+        "assert trio._dtls.hmac is hmac is sys.modules['hmac']\n"
+        "context = ssl.create_default_context()\n"
+        "assert isinstance(context, trio._ssl._stdlib_ssl.SSLContext)\n"
+        "assert type(ssl) is types.ModuleType\n"
+        "assert len(trio._dtls._make_cookie(b'k' * 32, b's' * 8, 0, ('a', 1), b'x')) == 32\n"
+        "assert type(hmac) is types.ModuleType\n"
+        "from ssl import SSLContext\n"
+        "assert SSLContext is ssl.SSLContext\n"
+    )
+    modules_after(code)
+
+
+def test_only_modules_not_imported_yet_are_deferred():
+    code = (
+        "import ssl, types\n"
+        "from dsh_host._cli import _deferred\n"
+        "with _deferred.deferred() as deferred:\n"
+        "    import trio\n"
+        "assert deferred == ['hmac'], deferred\n"
+        "assert type(ssl) is types.ModuleType and trio._ssl._stdlib_ssl is ssl\n"
+    )
+    modules_after(code)
