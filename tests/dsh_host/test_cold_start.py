@@ -64,6 +64,19 @@ def test_import_dsh_host_imports_no_optional_module():
     modules = modules_after("import dsh_host")
     assert loaded(modules, OPTIONAL) == []
     assert not [m for m in modules if m.startswith(("dsh_host._host", "dsh_host._pipeline"))]
+    assert "dsh_host._model._views" not in modules  # the cards: with a presenter's first one
+
+
+def test_the_cards_load_with_their_first_use():
+    code = (
+        "import sys, dsh_host\n"
+        "assert 'dsh_host._model._views' not in sys.modules\n"
+        "from dsh_host import FileLocation, ToolCallKind, view_to_json\n"
+        "assert dsh_host.GenericCallView.__module__ == 'dsh_host._model._views'\n"
+        "assert view_to_json(dsh_host.GenericCallView(title='t', kind=ToolCallKind.READ, "
+        "locations=(FileLocation('a'),)))['card'] == 'generic'\n"
+    )
+    assert "dsh_host._model._views" in modules_after(code)
 
 
 def test_a_tool_defined_and_validated_needs_neither_trio_nor_the_host():
@@ -184,6 +197,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
         "dsh_plugins_builtin._sandbox._mountpoints",  # made by commands, settled by file tools
         "dsh_host._cli._completion",  # shell completion: with a parser only
         "dsh_host._host._present",  # cards: `Host.present_call` and `present_result` only
+        "dsh_host._model._views",  # the cards themselves: a presenter's first one
         "dsh_host._pipeline._batch",  # a batch's scheduler: `ToolRegistry.execute_batch` only
         # what programs run and write, read from a command line: once one is matched against
         # rules (no config: no rule)
