@@ -1,22 +1,24 @@
-"""The standard modules trio imports for TLS and DTLS, run on their first use (issue 27).
+"""Standard modules trio's import brings for what no dsh start uses, run on first use (issue 27).
 
 trio's ``__init__`` imports all of trio: ``trio.SSLStream`` (with `ssl`, and OpenSSL's
-initialisation behind it) and ``trio.DTLSEndpoint`` (with `hmac`, for its cookies, and
-`hashlib`), about a twentieth of a cold ``dsh`` start, for what no dsh command uses at its
-start. While the console script imports trio (`deferred`), each of `DEFERRED` not imported yet
-is put in `sys.modules` as a module whose code runs on the first use of any of its names, by
-whichever code uses it first; the module is then what the import would have made, the same
-object for every importer (trio's, and any later ``import ssl``). What the import machinery
-reads of a module (`MACHINERY`: its spec, its name...) is answered without running it.
+initialisation behind it), ``trio.DTLSEndpoint`` (with `hmac`, for its cookies, and `hashlib`)
+and ``trio.run_process`` (with `subprocess`, which `ctypes.util` imports too, for
+``find_library``'s fallbacks), about a twentieth of a cold ``dsh`` start. No start uses them: a
+command's process is started by a tool, later, and a hook or a read starts none. While the
+console script imports trio (`deferred`), each of `DEFERRED` not imported yet is put in
+`sys.modules` as a module whose code runs on the first use of any of its names, by whichever
+code uses it first; the module is then what the import would have made, the same object for
+every importer (trio's, and any later ``import ssl``). What the import machinery reads of a
+module (`MACHINERY`: its spec, its name...) is answered without running it.
 
 A thread that uses a name while another runs the module waits for it to finish (each module
 has a lock of its own); the thread running it sees the module as an import in progress shows
-it (the names it has bound so far).
-A module that fails to run is taken out of `sys.modules`, as a failed import is, and the
-error is raised to the code that used it. Only a plain module is deferred, never a package
-(importing a submodule would use it); and none of `DEFERRED` imports a module that uses it
-(they import the standard library's own, and C), so a first use never waits on an import
-that waits for it.
+it (the names it has bound so far). A module that fails to run is taken out of `sys.modules`,
+as a failed import is, and the error is raised to the code that used it. Only a plain module
+is deferred, never a package (importing a submodule would use it); and none of `DEFERRED`
+imports a module that uses it (they import the standard library's own, and C), so a first use
+never waits on an import that waits for it. In a forked child, a module another thread was
+running is run again by its first user there (`_after_fork`).
 
 Only the console script defers them (as it answers trio's question about ``pthread``,
 `dsh_host._cli._pthread`); ``dsh_host`` imported as a library never does.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 import threading
 import types
@@ -34,10 +37,11 @@ from typing import Any, Final
 
 __all__ = ["DEFERRED", "MACHINERY", "defer", "deferred"]
 
-DEFERRED: Final = ("ssl", "hmac")
-"""trio's TLS (``trio._ssl``, ``trio._highlevel_ssl_helpers``) and DTLS (``trio._dtls``)
-imports: modules trio binds at its import and uses only when a TLS stream or a DTLS endpoint is
-made."""
+DEFERRED: Final = ("ssl", "hmac", "subprocess")
+"""trio's TLS (``trio._ssl``, ``trio._highlevel_ssl_helpers``), DTLS (``trio._dtls``) and child
+process (``trio._subprocess``, `ctypes.util`) imports: modules bound at trio's import and used
+only when a TLS stream, a DTLS endpoint or a process is made (or ``find_library`` asks
+``ldconfig``)."""
 
 MACHINERY: Final = frozenset(
     ("__name__", "__loader__", "__package__", "__spec__", "__path__", "__file__", "__cached__")
@@ -93,6 +97,17 @@ def _run(module: types.ModuleType) -> None:
             del _locks[key]
         finally:
             del _running[key]
+
+
+def _after_fork() -> None:
+    """In a forked child, where only the forking thread lives on: a lock another thread held
+    is made anew, and a module it was running is run again by its next user."""
+    for key in _locks:
+        _locks[key] = threading.RLock()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def defer(name: str) -> bool:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -156,11 +158,55 @@ def test_a_thread_using_a_module_another_runs_waits_for_it(place, monkeypatch):
     assert seen == {"first": "done", "second": "done"}
 
 
+def test_a_child_forked_while_another_thread_runs_a_module_runs_it_again(place, monkeypatch):
+    """The thread holding the module's lock does not live on in a forked child: the child
+    runs the module itself (it would wait for that lock for ever)."""
+    (place / "forked.py").write_text(
+        "import builtins, os\n"
+        "if os.getpid() == builtins.PARENT:\n"
+        "    builtins.STARTED.set()\n"
+        "    assert builtins.GO.wait(10)\n"
+        "LAST = os.getpid()\n"
+    )
+    import builtins
+
+    started, go = threading.Event(), threading.Event()
+    monkeypatch.setattr(builtins, "PARENT", os.getpid(), raising=False)
+    monkeypatch.setattr(builtins, "STARTED", started, raising=False)
+    monkeypatch.setattr(builtins, "GO", go, raising=False)
+    assert _deferred.defer("forked")
+    import forked
+
+    runner = threading.Thread(target=lambda: forked.LAST)
+    runner.start()
+    try:
+        assert started.wait(10)  # the module runs in that thread, holding its lock
+        read, write = os.pipe()
+        with warnings.catch_warnings():  # Python 3.12+: a fork beside a thread is what is tested
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: only this thread
+            try:
+                signal.alarm(10)  # waiting for the lock for ever: killed, nothing written
+                os.write(write, str(forked.LAST).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            told = pipe.read()
+        assert os.waitpid(pid, 0)[1] == 0
+        assert told == str(pid).encode()  # run again in the child, by the child
+    finally:
+        go.set()
+        runner.join(10)
+    assert os.getpid() == forked.LAST
+
+
 REFUSE_TLS = (
     "import importlib.machinery, os\n"
     "real = importlib.machinery.SourceFileLoader.exec_module\n"
     "def refuse(loader, module):\n"
-    "    if module.__name__ in ('ssl', 'hmac'):\n"
+    "    if module.__name__ in ('ssl', 'hmac', 'subprocess'):\n"
     "        os.write(2, f'{module.__name__} ran'.encode())\n"
     "        os._exit(3)\n"
     "    real(loader, module)\n"
@@ -168,8 +214,9 @@ REFUSE_TLS = (
 )
 
 
-def test_the_hook_of_the_console_script_runs_neither_ssl_nor_hmac(tmp_path):
-    """trio imports both (TLS streams, DTLS cookies): a hook uses neither."""
+def test_the_hook_of_the_console_script_runs_no_tls_nor_process_module(tmp_path):
+    """trio imports ssl, hmac and subprocess (TLS streams, DTLS cookies, processes): a hook
+    uses none of them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
@@ -193,7 +240,7 @@ def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():
         "from dsh_host._cli import _deferred\n"
         "with _deferred.deferred() as deferred:\n"
         "    import trio\n"
-        "assert deferred == ['ssl', 'hmac'], deferred\n"
+        "assert deferred == ['ssl', 'hmac', 'subprocess'], deferred\n"
         "import hmac, ssl, sys\n"
         "assert type(ssl) is not types.ModuleType and type(hmac) is not types.ModuleType\n"
         "assert trio._ssl._stdlib_ssl is ssl is sys.modules['ssl']\n"
@@ -205,6 +252,10 @@ def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():
         "assert type(hmac) is types.ModuleType\n"
         "from ssl import SSLContext\n"
         "assert SSLContext is ssl.SSLContext\n"
+        "import ctypes.util, subprocess\n"
+        "assert trio._subprocess.subprocess is subprocess is ctypes.util.subprocess\n"
+        "assert subprocess.run(['true'], check=False).returncode == 0\n"
+        "assert type(subprocess) is types.ModuleType\n"
     )
     modules_after(code)
 
@@ -215,7 +266,7 @@ def test_only_modules_not_imported_yet_are_deferred():
         "from dsh_host._cli import _deferred\n"
         "with _deferred.deferred() as deferred:\n"
         "    import trio\n"
-        "assert deferred == ['hmac'], deferred\n"
+        "assert deferred == ['hmac', 'subprocess'], deferred\n"
         "assert type(ssl) is types.ModuleType and trio._ssl._stdlib_ssl is ssl\n"
     )
     modules_after(code)
