@@ -3,8 +3,9 @@
 trio's ``__init__`` imports all of trio: ``trio.SSLStream`` (with `ssl`, and OpenSSL's
 initialisation behind it), ``trio.DTLSEndpoint`` (with `hmac`, for its cookies, and `hashlib`)
 and ``trio.run_process`` (with `subprocess`, which `ctypes.util` imports too, for
-``find_library``'s fallbacks), about a twentieth of a cold ``dsh`` start. No start uses them: a
-command's process is started by a tool, later, and a hook or a read starts none. While the
+``find_library``'s fallbacks, with `shutil` and its compression modules), about a fifteenth of
+a cold ``dsh`` start. No start uses them: a command's process is started by a tool, later, and
+a hook or a read starts none. While the
 console script imports trio (`deferred`), each of `DEFERRED` not imported yet is put in
 `sys.modules` as a module whose code runs on the first use of any of its names, by whichever
 code uses it first; the module is then what the import would have made, the same object for
@@ -32,16 +33,25 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 __all__ = ["DEFERRED", "MACHINERY", "defer", "deferred"]
 
-DEFERRED: Final = ("ssl", "hmac", "subprocess")
-"""trio's TLS (``trio._ssl``, ``trio._highlevel_ssl_helpers``), DTLS (``trio._dtls``) and child
-process (``trio._subprocess``, `ctypes.util`) imports: modules bound at trio's import and used
-only when a TLS stream, a DTLS endpoint or a process is made (or ``find_library`` asks
-``ldconfig``)."""
+DEFERRED: Final = {
+    "ssl": "_ssl",
+    "hmac": None,
+    "subprocess": "_posixsubprocess",
+    "selectors": "select",
+    "bz2": "_bz2",
+    "lzma": "_lzma",
+}
+"""Each deferred module, with the C module it needs (deferred only where that one is found, so
+that ``try: import bz2`` still fails where it would). trio's TLS (``trio._ssl``) and DTLS
+(``trio._dtls``) imports; its child processes' (``trio._subprocess``, and `ctypes.util`'s, for
+``find_library``'s fallbacks); `socket`'s, for ``sendfile`` (and `subprocess`'s); and the
+compression modules `shutil` (imported by `ctypes.util`) looks for, for its archives: used
+only when a TLS stream, a DTLS endpoint, a process or an archive is made."""
 
 MACHINERY: Final = frozenset(
     ("__name__", "__loader__", "__package__", "__spec__", "__path__", "__file__", "__cached__")
@@ -110,11 +120,11 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def defer(name: str) -> bool:
+def defer(name: str, needs: str | None = None) -> bool:
     """Put module *name* in `sys.modules`, to run on first use; ``False`` if it is imported
-    already, or is not a plain module (a package, a loader's own kind of module): then it is
-    left to be imported as usual."""
-    if name in sys.modules:
+    already, or is not a plain module (a package, a loader's own kind of module), or the C
+    module it *needs* is not found: then it is left to be imported as usual."""
+    if name in sys.modules or (needs is not None and importlib.util.find_spec(needs) is None):
         return False
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None or spec.submodule_search_locations is not None:
@@ -129,7 +139,8 @@ def defer(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def deferred(names: tuple[str, ...] = DEFERRED) -> Iterator[list[str]]:
-    """While in the block (trio's import), *names* not imported yet are deferred (`defer`);
-    the value: those that were. They stay deferred after it, until their first use."""
-    yield [name for name in names if defer(name)]
+def deferred(names: Mapping[str, str | None] = DEFERRED) -> Iterator[list[str]]:
+    """While in the block (trio's import), *names* not imported yet are deferred (`defer`,
+    each with the C module it needs); the value: those that were. They stay deferred after
+    it, until their first use."""
+    yield [name for name, needs in names.items() if defer(name, needs)]

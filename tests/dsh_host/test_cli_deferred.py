@@ -65,6 +65,15 @@ def test_an_imported_module_a_package_or_a_missing_one_is_not_deferred(place):
     assert "no_such_module_here" not in sys.modules
 
 
+def test_a_module_whose_c_module_is_missing_is_imported_as_usual(place):
+    """``try: import bz2`` (shutil's probe) fails where it would: not deferred."""
+    (place / "needy.py").write_text("import no_such_c_module_here\n")
+    assert not _deferred.defer("needy", needs="no_such_c_module_here")
+    assert "needy" not in sys.modules
+    with pytest.raises(ImportError):
+        import needy  # noqa: F401
+
+
 def test_setting_deleting_or_listing_a_name_runs_it_first(place):
     for name in ("set_first", "del_first", "dir_first"):
         (place / f"{name}.py").write_text("VALUE = 1\n")
@@ -202,11 +211,11 @@ def test_a_child_forked_while_another_thread_runs_a_module_runs_it_again(place, 
     assert os.getpid() == forked.LAST
 
 
-REFUSE_TLS = (
+REFUSE_DEFERRED = (
     "import importlib.machinery, os\n"
     "real = importlib.machinery.SourceFileLoader.exec_module\n"
     "def refuse(loader, module):\n"
-    "    if module.__name__ in ('ssl', 'hmac', 'subprocess'):\n"
+    f"    if module.__name__ in {tuple(_deferred.DEFERRED)!r}:\n"
     "        os.write(2, f'{module.__name__} ran'.encode())\n"
     "        os._exit(3)\n"
     "    real(loader, module)\n"
@@ -214,13 +223,13 @@ REFUSE_TLS = (
 )
 
 
-def test_the_hook_of_the_console_script_runs_no_tls_nor_process_module(tmp_path):
-    """trio imports ssl, hmac and subprocess (TLS streams, DTLS cookies, processes): a hook
-    uses none of them."""
+def test_the_hook_of_the_console_script_runs_none_of_the_deferred_modules(tmp_path):
+    """trio's import brings ssl, hmac, subprocess, selectors, bz2 and lzma (TLS streams, DTLS
+    cookies, processes, archives): a hook uses none of them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    code = REFUSE_TLS + (
+    code = REFUSE_DEFERRED + (
         "import sys\n"
         "sys.argv = ['dsh', 'hook', 'claude']\n"
         "from dsh_host._cli._entry import command\n"
@@ -240,7 +249,7 @@ def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():
         "from dsh_host._cli import _deferred\n"
         "with _deferred.deferred() as deferred:\n"
         "    import trio\n"
-        "assert deferred == ['ssl', 'hmac', 'subprocess'], deferred\n"
+        "assert deferred == list(_deferred.DEFERRED), deferred\n"
         "import hmac, ssl, sys\n"
         "assert type(ssl) is not types.ModuleType and type(hmac) is not types.ModuleType\n"
         "assert trio._ssl._stdlib_ssl is ssl is sys.modules['ssl']\n"
@@ -256,17 +265,25 @@ def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():
         "assert trio._subprocess.subprocess is subprocess is ctypes.util.subprocess\n"
         "assert subprocess.run(['true'], check=False).returncode == 0\n"
         "assert type(subprocess) is types.ModuleType\n"
+        "import bz2, lzma, selectors, shutil, socket\n"
+        "assert socket.selectors is selectors\n"
+        "assert bz2.decompress(bz2.compress(b'x')) == b'x' == lzma.decompress(lzma.compress(b'x'))\n"
+        "assert 'bztar' in dict(shutil.get_archive_formats())\n"
+        "with selectors.DefaultSelector() as chosen:\n"
+        "    assert chosen.get_map() is not None\n"
     )
     modules_after(code)
 
 
 def test_only_modules_not_imported_yet_are_deferred():
     code = (
-        "import ssl, types\n"
+        "import ssl, sys, types\n"
         "from dsh_host._cli import _deferred\n"
+        "imported = set(sys.modules)  # ssl, and what it imports (socket, selectors)\n"
         "with _deferred.deferred() as deferred:\n"
         "    import trio\n"
-        "assert deferred == ['hmac', 'subprocess'], deferred\n"
+        "assert deferred == [n for n in _deferred.DEFERRED if n not in imported], deferred\n"
+        "assert 'ssl' not in deferred and 'selectors' not in deferred\n"
         "assert type(ssl) is types.ModuleType and trio._ssl._stdlib_ssl is ssl\n"
     )
     modules_after(code)
