@@ -256,6 +256,18 @@ def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(wor
     assert strict_words("git status && ls -la") == (("git", "status"), ("ls", "-la"))
 
 
+def test_a_read_and_a_hook_judging_no_url_compile_no_url_pattern(workspace):
+    """The plain-URL, numeric-label and dotted-quad patterns of domain rules cost a cold start
+    about half a millisecond: compiled for the first URL judged."""
+    probe = "from dsh_plugins_builtin._rules import _view\nassert _view._url_patterns.cache_info().misses == 0\n"
+    _read_and_hook_then(workspace, probe)
+    from dsh_plugins_builtin._rules._view import url_host
+
+    assert url_host("https://API.example.com:443/x") == "api.example.com"
+    assert url_host("http://127.1/") is None
+    assert url_host("http://10.0.0.255/") == "10.0.0.255"
+
+
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
     """`dsh_modules`, with the sandbox's probe of the machine refused (the process ends)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
