@@ -5,12 +5,12 @@ initialisation behind it), ``trio.DTLSEndpoint`` (with `hmac`, for its cookies, 
 and ``trio.run_process`` (with `subprocess`, which `ctypes.util` imports too, for
 ``find_library``'s fallbacks, with `shutil` and its compression modules), about a fifteenth of
 a cold ``dsh`` start. No start uses them: a command's process is started by a tool, later, and
-a hook or a read starts none. While the
-console script imports trio (`deferred`), each of `DEFERRED` not imported yet is put in
-`sys.modules` as a module whose code runs on the first use of any of its names, by whichever
-code uses it first; the module is then what the import would have made, the same object for
-every importer (trio's, and any later ``import ssl``). What the import machinery reads of a
-module (`MACHINERY`: its spec, its name...) is answered without running it.
+a hook or a read starts none. While the console script imports trio (`deferred`), each of
+`DEFERRED` not imported yet is put in `sys.modules` as a module whose code runs on the first
+use of any of its names, by whichever code uses it first; the module is then what the import
+would have made, the same object for every importer (trio's, and any later ``import ssl``).
+What the import machinery reads of a module (`MACHINERY`: its spec, its name...) is answered
+without running it.
 
 A thread that uses a name while another runs the module waits for it to finish (each module
 has a lock of its own); the thread running it sees the module as an import in progress shows
