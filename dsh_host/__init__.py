@@ -49,20 +49,6 @@ from ._model._values import (
     ToolRestriction,
     ToolRunContext,
 )
-from ._model._views import (
-    DiffCallView,
-    DiffResultView,
-    FileDiff,
-    FileLocation,
-    GenericCallView,
-    GenericResultView,
-    ReadResultView,
-    SearchResultView,
-    TerminalCallView,
-    TerminalResultView,
-    ToolCallKind,
-    view_to_json,
-)
 from ._registry._hooks import hookimpl, hookspec
 from ._schema._dsl import Prop, to_json_schema
 from ._schema._jsonsubset import assert_supported_json_schema, validate_json_schema_value
@@ -76,11 +62,32 @@ if _typing.TYPE_CHECKING:
     from ._host._plugins import PluginInfo, PluginStatus
     from ._host._registry import DryRun, ToolRegistry
     from ._host._services import HostServices
+    from ._model._views import (
+        DiffCallView,
+        DiffResultView,
+        FileDiff,
+        FileLocation,
+        GenericCallView,
+        GenericResultView,
+        ReadResultView,
+        SearchResultView,
+        TerminalCallView,
+        TerminalResultView,
+        ToolCallKind,
+        view_to_json,
+    )
     from ._pipeline._pipeline import new_call_id
 
 # The host and the pipeline are imported on first use (issue 27): `import dsh_host` for a plugin
-# or a tool definition starts neither trio nor the entry-point machinery.
+# or a tool definition starts neither trio nor the entry-point machinery. So are the cards
+# (views) a presenter returns: a host that shows none (``dsh hook claude``) makes none.
+_VIEWS = (
+    "DiffCallView", "DiffResultView", "FileDiff", "FileLocation", "GenericCallView",
+    "GenericResultView", "ReadResultView", "SearchResultView", "TerminalCallView",
+    "TerminalResultView", "ToolCallKind", "view_to_json",
+)  # fmt: skip
 _LAZY = {
+    **dict.fromkeys(_VIEWS, "._model._views"),
     "DryRun": "._host._registry",
     "Host": "._host._host",
     "HostServices": "._host._services",
@@ -166,7 +173,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> _typing.Any:
-    """The public names of the host and the pipeline, imported when first asked for."""
+    """The public names of the host, the pipeline and the cards, imported when first asked for."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

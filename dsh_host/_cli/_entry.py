@@ -11,7 +11,9 @@ the usual way. `main` itself, called in-process (tests, embedding), never exits 
 
 The garbage collector is paused while the process starts (see `dsh_host._gc`), and the methods attrs
 generates for each class are compiled once, not at every start (see `dsh_host._attrs_code`);
-trio is imported without the ``ldconfig -p`` process it starts (see `dsh_host._cli._pthread`).
+trio is imported without the ``ldconfig -p`` process it starts (see `dsh_host._cli._pthread`), and
+the modules it imports for TLS, DTLS and child processes run on their first use (see
+`dsh_host._cli._deferred`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import NoReturn
 
 from .. import _attrs_code
 from .._gc import pause
-from . import _pthread
+from . import _deferred, _pthread
 
 __all__ = ["command"]
 
@@ -35,7 +37,9 @@ def command() -> NoReturn:
     pause()  # resumed once the host is built (`dsh_host._gc`)
     _attrs_code.install()  # if `dsh_host` did not already (`_attrs_code.console`)
     atexit.register(_attrs_code.save)  # runs before `_exit_now`
-    with _pthread.answered():  # trio asks it when imported: no ``ldconfig -p`` process
+    # trio's TLS and process modules run on first use; trio asks `_pthread` when imported: no
+    # ``ldconfig -p`` process
+    with _deferred.deferred(), _pthread.answered():
         import trio  # noqa: F401  (what `dsh_host` imports first; only it is answered so)
     from ._main import main
 

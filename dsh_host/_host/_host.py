@@ -13,7 +13,6 @@ from .. import hookspecs
 from .._model._signal import AbortSignal
 from .._model._trace import Trace
 from .._model._values import Scope, ToolExecution, ToolExecutionInput, ToolExecutionResult
-from .._model._views import CallView, ResultView
 from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
@@ -24,7 +23,8 @@ from ._registry import ToolRegistry
 from ._roster import Roster
 from ._services import HostServices, opening_services
 
-if TYPE_CHECKING:  # provider messages load with their first use (a cold start, issue 27)
+if TYPE_CHECKING:  # provider messages and cards load with their first use (issue 27)
+    from .._model._views import CallView, ResultView
     from ._messages import Format
 
 __all__ = ["Host"]

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -237,7 +236,7 @@ def _write_temp(dir_fd: int, name: str, data: bytes) -> str:
             old_mode = stat.S_IMODE(st.st_mode)
     except FileNotFoundError:
         pass
-    tmp_name = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+    tmp_name = f".{name[:200]}.{os.urandom(6).hex()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp_name, flags, 0o666, dir_fd=dir_fd)
     try:

@@ -12,22 +12,21 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dsh_host import (
-    DiffCallView,
-    DiffResultView,
-    FileDiff,
-    FileLocation,
-    GenericCallView,
-    GenericResultView,
-    ReadResultView,
-    SearchResultView,
-    TerminalCallView,
-    TerminalResultView,
-    ToolCallKind,
-    printable,
-)
+from dsh_host import printable
+
+if TYPE_CHECKING:  # the cards load when a presenter first makes one (a hook makes none)
+    from dsh_host import (
+        DiffCallView,
+        DiffResultView,
+        GenericCallView,
+        GenericResultView,
+        ReadResultView,
+        SearchResultView,
+        TerminalCallView,
+        TerminalResultView,
+    )
 
 __all__ = [
     "NO_OUTPUT",
@@ -116,6 +115,8 @@ def _raw(args: Mapping[str, Any]) -> dict[str, Any]:
 @_pure
 def read_call(args: Any) -> GenericCallView | None:
     """``Read <path> (a - b)`` with the file's location."""
+    from dsh_host import FileLocation, GenericCallView, ToolCallKind
+
     path = _str(args, "path")
     offset, limit = _int(args, "offset"), _int(args, "limit")
     if path is None or (offset is None and args.get("offset") is not None):
@@ -140,6 +141,8 @@ def read_call(args: Any) -> GenericCallView | None:
 @_pure
 def read_result(args: Any, result: Any) -> ReadResultView | None:
     """The numbered lines that were read."""
+    from dsh_host import ReadResultView
+
     meta = _meta(result)
     path, offset = _str(meta, "path"), _int(meta, "offset")
     total, count = _int(meta, "total_lines"), _int(meta, "count")
@@ -165,6 +168,8 @@ def read_result(args: Any, result: Any) -> ReadResultView | None:
 @_pure
 def write_call(args: Any) -> DiffCallView | None:
     """``Write <path>`` with the whole new content."""
+    from dsh_host import DiffCallView, FileDiff, FileLocation
+
     path, content = _str(args, "path"), _str(args, "content")
     if path is None or content is None:
         return None
@@ -178,6 +183,8 @@ def write_call(args: Any) -> DiffCallView | None:
 @_pure
 def edit_call(args: Any) -> DiffCallView | None:
     """``Edit <path>`` with the text to replace and its replacement."""
+    from dsh_host import DiffCallView, FileDiff, FileLocation
+
     path, old, new = _str(args, "path"), _str(args, "old_text"), _str(args, "new_text")
     if path is None or old is None or new is None:
         return None
@@ -191,6 +198,8 @@ def edit_call(args: Any) -> DiffCallView | None:
 @_pure
 def diff_result(args: Any, result: Any) -> DiffResultView | None:
     """The applied hunks (3 lines of context), or the whole file when it was created."""
+    from dsh_host import DiffResultView, FileDiff
+
     meta = _meta(result)
     path, hunks = _str(meta, "path"), meta.get("diffs") if meta is not None else None
     if path is None or not isinstance(hunks, tuple | list):
@@ -220,6 +229,8 @@ def diff_result(args: Any, result: Any) -> DiffResultView | None:
 @_pure
 def list_call(args: Any) -> GenericCallView | None:
     """``List <path>``."""
+    from dsh_host import FileLocation, GenericCallView, ToolCallKind
+
     if not isinstance(args, Mapping):
         return None
     path = args.get("path", ".")
@@ -234,6 +245,8 @@ def list_call(args: Any) -> GenericCallView | None:
 @_pure
 def list_result(args: Any, result: Any) -> GenericResultView | None:
     """The listing, titled with the directory."""
+    from dsh_host import GenericResultView
+
     meta = _meta(result)
     path, count, total = _str(meta, "path"), _int(meta, "count"), _int(meta, "total")
     if path is None or count is None or total is None:
@@ -254,6 +267,8 @@ def _search_title(verb: str, args: Any, key: str) -> str | None:
 @_pure
 def glob_call(args: Any) -> GenericCallView | None:
     """``Glob <pattern> in <path>``."""
+    from dsh_host import GenericCallView, ToolCallKind
+
     title = _search_title("Glob", args, "pattern")
     if title is None:
         return None
@@ -263,6 +278,8 @@ def glob_call(args: Any) -> GenericCallView | None:
 @_pure
 def glob_result(args: Any, result: Any) -> SearchResultView | None:
     """The matching paths."""
+    from dsh_host import SearchResultView
+
     meta = _meta(result)
     count, total = _int(meta, "count"), _int(meta, "total")
     paths = _first_lines(result, count)
@@ -276,6 +293,8 @@ def glob_result(args: Any, result: Any) -> SearchResultView | None:
 @_pure
 def grep_call(args: Any) -> GenericCallView | None:
     """``Grep <pattern> in <path>``."""
+    from dsh_host import GenericCallView, ToolCallKind
+
     title = _search_title("Grep", args, "pattern")
     if title is None:
         return None
@@ -285,6 +304,8 @@ def grep_call(args: Any) -> GenericCallView | None:
 @_pure
 def grep_result(args: Any, result: Any) -> SearchResultView | None:
     """The matching lines as ``(path, line, text)``."""
+    from dsh_host import SearchResultView
+
     meta = _meta(result)
     lines = _first_lines(result, _int(meta, "count"))
     if lines is None or meta is None:
@@ -306,6 +327,8 @@ def grep_result(args: Any, result: Any) -> SearchResultView | None:
 @_pure
 def bash_call(args: Any) -> TerminalCallView | None:
     """The command as the title, and its ``cwd`` when one was given."""
+    from dsh_host import TerminalCallView
+
     command = _str(args, "command")
     cwd = args.get("cwd") if isinstance(args, Mapping) else None
     if command is None or not (cwd is None or isinstance(cwd, str)):
@@ -316,6 +339,8 @@ def bash_call(args: Any) -> TerminalCallView | None:
 @_pure
 def bash_result(args: Any, result: Any) -> TerminalResultView | None:
     """The output (without the tool's marker lines), the exit code or the killing signal."""
+    from dsh_host import TerminalResultView
+
     meta = _meta(result)
     text = _text(result)
     if meta is None or text is None:

@@ -64,6 +64,19 @@ def test_import_dsh_host_imports_no_optional_module():
     modules = modules_after("import dsh_host")
     assert loaded(modules, OPTIONAL) == []
     assert not [m for m in modules if m.startswith(("dsh_host._host", "dsh_host._pipeline"))]
+    assert "dsh_host._model._views" not in modules  # the cards: with a presenter's first one
+
+
+def test_the_cards_load_with_their_first_use():
+    code = (
+        "import sys, dsh_host\n"
+        "assert 'dsh_host._model._views' not in sys.modules\n"
+        "from dsh_host import FileLocation, ToolCallKind, view_to_json\n"
+        "assert dsh_host.GenericCallView.__module__ == 'dsh_host._model._views'\n"
+        "assert view_to_json(dsh_host.GenericCallView(title='t', kind=ToolCallKind.READ, "
+        "locations=(FileLocation('a'),)))['card'] == 'generic'\n"
+    )
+    assert "dsh_host._model._views" in modules_after(code)
 
 
 def test_a_tool_defined_and_validated_needs_neither_trio_nor_the_host():
@@ -184,6 +197,7 @@ def test_dsh_hook_claude_imports_no_optional_module(workspace):
         "dsh_plugins_builtin._sandbox._mountpoints",  # made by commands, settled by file tools
         "dsh_host._cli._completion",  # shell completion: with a parser only
         "dsh_host._host._present",  # cards: `Host.present_call` and `present_result` only
+        "dsh_host._model._views",  # the cards themselves: a presenter's first one
         "dsh_host._pipeline._batch",  # a batch's scheduler: `ToolRegistry.execute_batch` only
         # what programs run and write, read from a command line: once one is matched against
         # rules (no config: no rule)
@@ -240,6 +254,18 @@ def test_a_read_and_a_hook_no_rule_allows_compile_not_the_strict_word_reader(wor
     from dsh_plugins_builtin._rules._words import strict_words
 
     assert strict_words("git status && ls -la") == (("git", "status"), ("ls", "-la"))
+
+
+def test_a_read_and_a_hook_judging_no_url_compile_no_url_pattern(workspace):
+    """The plain-URL, numeric-label and dotted-quad patterns of domain rules cost a cold start
+    about half a millisecond: compiled for the first URL judged."""
+    probe = "from dsh_plugins_builtin._rules import _view\nassert _view._url_patterns.cache_info().misses == 0\n"
+    _read_and_hook_then(workspace, probe)
+    from dsh_plugins_builtin._rules._view import url_host
+
+    assert url_host("https://API.example.com:443/x") == "api.example.com"
+    assert url_host("http://127.1/") is None
+    assert url_host("http://10.0.0.255/") == "10.0.0.255"
 
 
 def dsh_without_probe(workspace: pathlib.Path, argv: list[str], stdin: str = "") -> set[str]:
