@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_host import Accept, Host, ToolExecutionInput, ToolRegistry, hookimpl
+from dsh_host import Accept, Deny, Host, ToolExecutionInput, ToolRegistry, hookimpl
 from tests.conftest import make_echo
 
 CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
@@ -174,6 +174,53 @@ def test_a_plugin_may_turn_its_per_call_hooks_off():
     relay = host.registry._pipeline.hooks
     assert [i.plugin for i in relay.impls("dsh_tool_pre_execute")] == ["off"]
     assert relay.impls("dsh_tool_post_execute") == ()
+
+
+class LastLink:
+    """A pre-execute link that offers a plain function for when it is the last (both log)."""
+
+    name = "linked"
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+        self.dsh_last_links = {"dsh_tool_pre_execute": self.alone}
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution, call_next):
+        self.called.append("link")
+        return call_next()
+
+    def alone(self, execution):
+        self.called.append("alone")
+        return None
+
+
+class Later:
+    name = "later"
+
+    @hookimpl(trylast=True)
+    def dsh_tool_pre_execute(self, execution):
+        return Deny("later says no")
+
+
+async def test_a_last_link_is_called_as_the_plain_function_its_plugin_offers():
+    """``dsh_last_links``: with nothing after the link, the host calls the plain function (no
+    ``call_next``); with an implementation after it, the link itself, as it always did."""
+    linked = LastLink()
+    host = _host(linked)
+    relay = host.registry._pipeline.hooks
+    assert [i.waterfall for i in relay.impls("dsh_tool_pre_execute")] == [False]
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert linked.called == ["alone"]
+    later = Later()
+    host.pm.register(later, name="later")
+    assert [i.waterfall for i in relay.impls("dsh_tool_pre_execute")] == [True, False]
+    denied = await host.call("echo", {"text": "x"})
+    assert (denied.code, denied.decided_by) == ("DENIED", "later")
+    assert linked.called == ["alone", "link"]
+    host.pm.unregister(later)
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert linked.called == ["alone", "link", "alone"]
 
 
 def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
