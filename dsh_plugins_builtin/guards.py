@@ -109,8 +109,10 @@ class GuardsPlugin:
         self._limit = self._config.max_argument_bytes
         self._most: Mapping[str, int] = self._config.max_calls_per_tool
         # With no post-execute implementation after ours, the host calls `_alone` instead of
-        # our link: the downstream decision is then the default accept.
-        self.dsh_last_links = {"dsh_tool_post_execute": self._alone}
+        # our link: the downstream decision is then the default accept. Not for a subclass that
+        # overrides the link: `_alone` would answer for it.
+        own = type(self).dsh_tool_post_execute is GuardsPlugin.dsh_tool_post_execute
+        self.dsh_last_links = {"dsh_tool_post_execute": self._alone} if own else {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:

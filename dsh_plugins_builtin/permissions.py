@@ -131,9 +131,10 @@ class PermissionsPlugin:
         self._made: dict[int, tuple[Verdict, str, PreDecision]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
-        # With no pre-execute implementation after ours, the host calls `_alone` instead of our
-        # link: the downstream decision is then the default (allow), never stricter.
-        self.dsh_last_links = {"dsh_tool_pre_execute": self._alone}
+        # The host calls `_alone` instead of our link when nothing follows it (the default
+        # allow is never stricter); not for a subclass's own link, which `_alone` is not.
+        own = type(self).dsh_tool_pre_execute is PermissionsPlugin.dsh_tool_pre_execute
+        self.dsh_last_links = {"dsh_tool_pre_execute": self._alone} if own else {}
         # Whether a pre-execute link comes after ours, for the plugin set of this generation.
         self._after: tuple[object, bool] | None = None
 
@@ -288,8 +289,7 @@ class PermissionsPlugin:
         # A plain function: a denial is returned as it is (no coroutine, nobody after us is
         # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
         # With no link after ours, the downstream decision is the host's default (allow), which
-        # is never stricter: our own is returned as it is then too (as `_alone` does, which the
-        # host calls instead of this link when it knows nothing comes after: `dsh_last_links`).
+        # is never stricter: our own is returned as it is then too (as `_alone` does).
         own = self._alone(execution)
         if type(own) is Deny:
             return own

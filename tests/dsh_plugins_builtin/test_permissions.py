@@ -442,6 +442,25 @@ async def test_the_plain_decision_when_last_is_the_links(rules, tool, arguments)
     assert seen[0] == seen[1]
 
 
+async def test_a_subclass_that_overrides_the_link_is_called_when_last():
+    """Only the plugin's own link has `_alone` for its last-link form: a subclass overriding
+    the hook is called as it is, last or not."""
+
+    class Stricter(PermissionsPlugin):
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution, call_next):
+            return Deny("not today")
+
+    host = Host(
+        config={"plugin": {"permissions": {"allow": ["bash"]}}},
+        plugins=[Stricter()],
+        load_entrypoints=False,
+    )
+    host.registry.register(make_tool("bash"))
+    result = await host.call("bash", {"command": "ls"})
+    assert (result.code, result.text) == ("DENIED", "Error: not today")
+
+
 def _attributed(result):
     """``decided_by: decision_detail``, the way these tests spell who decided and why."""
     detail = result.decision_detail
