@@ -316,10 +316,11 @@ class HookRelay:
 
 def _last_link(plugin: object, hook: str) -> Callable[..., Any] | None:
     """The plain function *plugin* offers for its *hook* link when it is the last (`LAST_LINKS`)."""
-    offered = getattr(plugin, LAST_LINKS, None)
-    if not isinstance(offered, Mapping):
+    try:  # plugin code (a property, a mapping of its own): what fails offers nothing
+        offered = getattr(plugin, LAST_LINKS, None)
+        function = offered.get(hook) if isinstance(offered, Mapping) else None
+    except Exception:
         return None
-    function = offered.get(hook)
     if not callable(function) or inspect.iscoroutinefunction(function):
         return None
     return function  # type: ignore[no-any-return]

@@ -223,6 +223,22 @@ async def test_a_last_link_is_called_as_the_plain_function_its_plugin_offers():
     assert linked.called == ["alone", "link", "alone"]
 
 
+async def test_a_last_link_offer_that_raises_leaves_the_link():
+    class Odd(LastLink):
+        @property
+        def dsh_last_links(self):
+            raise RuntimeError("no")
+
+        @dsh_last_links.setter
+        def dsh_last_links(self, value):
+            pass
+
+    odd = Odd()
+    host = _host(odd)
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert odd.called == ["link"]
+
+
 def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
     """hook_commands with no hooks configured, guards with no reminders: nothing per call."""
     ws = tmp_path / "ws"
