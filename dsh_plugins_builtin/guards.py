@@ -108,6 +108,11 @@ class GuardsPlugin:
         self._thresholds: frozenset[int] = frozenset(self._config.repeat_thresholds)
         self._limit = self._config.max_argument_bytes
         self._most: Mapping[str, int] = self._config.max_calls_per_tool
+        # With no post-execute implementation after ours, the host calls `_alone` instead of
+        # our link: the downstream decision is then the default accept. Not for a subclass that
+        # overrides the link: `_alone` would answer for it.
+        own = type(self).dsh_tool_post_execute is GuardsPlugin.dsh_tool_post_execute
+        self.dsh_last_links = {"dsh_tool_post_execute": self._alone} if own else {}
 
     @hookimpl
     def dsh_plugin_config(self) -> type[GuardsConfig]:
@@ -179,19 +184,29 @@ class GuardsPlugin:
             return call_next()
         return self._remind(execution.name, count, call_next)
 
+    def _alone(self, execution: ToolExecution, result: ToolExecutionResult) -> Accept | None:
+        """What the link answers when no post-execute implementation is called after it (the
+        downstream decision is the default accept): ``None`` (handed on) or the reminder."""
+        count = self._count(execution)
+        if count not in self._thresholds:
+            return None
+        return Accept(additional_contexts=(self._reminder(execution.name, count),))
+
     async def _remind(
         self, name: str, count: int, call_next: Callable[[], Awaitable[Accept | Block]]
     ) -> Accept | Block:
         decision = await call_next()
-        reminder = HookContext(
+        contexts = (self._reminder(name, count), *decision.additional_contexts)
+        return attrs.evolve(decision, additional_contexts=contexts)
+
+    def _reminder(self, name: str, count: int) -> HookContext:
+        return HookContext(
             f'You have called "{name}" with the same arguments {count} times in a '
             "row. Repeating it will not give a different result: read the last result "
             "carefully and change your approach (different arguments, another tool, or finish "
             "if you have what you need).",
             self.name,
         )
-        contexts = (reminder, *decision.additional_contexts)
-        return attrs.evolve(decision, additional_contexts=contexts)
 
     def _canonical(self, arguments: object) -> str:
         """`dsh_host.canonical_json` of *arguments* (by `canonical`), once per call.

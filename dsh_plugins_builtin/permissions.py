@@ -131,6 +131,10 @@ class PermissionsPlugin:
         self._made: dict[int, tuple[Verdict, str, PreDecision]] = {}
         self.dsh_idle_hooks: frozenset[str] = frozenset()
         self._last: tuple[object, PreDecision] | None = None  # (token, decision): for the guard
+        # The host calls `_alone` instead of our link when nothing follows it (the default
+        # allow is never stricter); not for a subclass's own link, which `_alone` is not.
+        own = type(self).dsh_tool_pre_execute is PermissionsPlugin.dsh_tool_pre_execute
+        self.dsh_last_links = {"dsh_tool_pre_execute": self._alone} if own else {}
         # Whether a pre-execute link comes after ours, for the plugin set of this generation.
         self._after: tuple[object, bool] | None = None
 
@@ -285,7 +289,15 @@ class PermissionsPlugin:
         # A plain function: a denial is returned as it is (no coroutine, nobody after us is
         # asked); an allow or an ask waits for the downstream decision, and the stricter wins.
         # With no link after ours, the downstream decision is the host's default (allow), which
-        # is never stricter: our own is returned as it is then too.
+        # is never stricter: our own is returned as it is then too (as `_alone` does).
+        own = self._alone(execution)
+        if type(own) is Deny:
+            return own
+        return _stricter(own, call_next) if self._downstream() else own
+
+    def _alone(self, execution: ToolExecution) -> PreDecision:
+        """Our own decision on *execution*, noted for the guard unless it denies: what the link
+        answers when no pre-execute implementation is called after it."""
         host = self._host
         own: PreDecision | None = None
         if host is not None:  # `decide`'s lookup of a fixed decision, inline
@@ -297,10 +309,9 @@ class PermissionsPlugin:
                     own = self._by_arguments(execution, tool)
         if own is None:
             own = self.decide(execution)
-        if type(own) is Deny:
-            return own
-        self._last = (execution.token, own)
-        return _stricter(own, call_next) if self._downstream() else own
+        if type(own) is not Deny:
+            self._last = (execution.token, own)
+        return own
 
     def _downstream(self) -> bool:
         """Whether any pre-execute implementation is called after ours (worked out once per

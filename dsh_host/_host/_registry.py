@@ -19,6 +19,20 @@ if TYPE_CHECKING:
 __all__ = ["DryRun", "ToolRegistry"]
 
 
+_run_batch: Callable[..., Coroutine[Any, Any, list[ToolExecutionResult]]] | None = None
+"""`run_batch`, once `_scheduler` imported it."""
+
+
+def _scheduler() -> Callable[..., Coroutine[Any, Any, list[ToolExecutionResult]]]:
+    """`run_batch`, imported on the first batch (a batch's scheduler is not for one call: issue
+    27) and kept: an ``import`` statement run on every batch cost 40% of a one-call batch."""
+    global _run_batch
+    from .._pipeline._batch import run_batch
+
+    _run_batch = run_batch
+    return run_batch
+
+
 @attrs.frozen
 class DryRun:
     """What policy made of a call without running it: the answer of `ToolRegistry.dry_run`.
@@ -125,7 +139,6 @@ class ToolRegistry(ToolTable):
         """
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, not {max_parallel!r}")
-        from .._pipeline._batch import run_batch  # a batch's scheduler: not for one call (issue 27)
-
+        run_batch = _run_batch if _run_batch is not None else _scheduler()
         batch: list[ToolExecutionInput] = list(inputs)
         return await run_batch(self, self._pipeline, batch, max_parallel, signal, trace, on_result)

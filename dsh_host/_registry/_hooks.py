@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 import attrs
 import pluggy
 
-from ._markers import ENTRY_POINT_GROUP, IDLE_HOOKS, PROJECT, hookimpl, hookspec
+from ._markers import ENTRY_POINT_GROUP, IDLE_HOOKS, LAST_LINKS, PROJECT, hookimpl, hookspec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "IDLE_HOOKS",
+    "LAST_LINKS",
     "PROJECT",
     "HookRelay",
     "Impl",
@@ -283,6 +284,7 @@ class HookRelay:
         declared = caller.spec.argnames if caller.spec is not None else ()
         spec = tuple(name for name in declared if name != "call_next")
         out = []
+        last: object = None  # the plugin of the last implementation in call order
         for impl in reversed(caller.get_hookimpls()):
             idle = getattr(impl.plugin, IDLE_HOOKS, None)
             if isinstance(idle, frozenset | set | tuple | list) and hook in idle:
@@ -294,6 +296,7 @@ class HookRelay:
                 )
             argnames = tuple(impl.argnames)
             waterfall = "call_next" in argnames
+            last = impl.plugin
             out.append(
                 Impl(
                     function=impl.function,
@@ -304,7 +307,23 @@ class HookRelay:
                     positional=None if waterfall else _positional(impl.function, argnames, spec),
                 )
             )
+        if out and out[-1].waterfall:
+            alone = _last_link(last, hook)
+            if alone is not None:  # nothing after it: the plain function it offers instead
+                out[-1] = Impl(alone, out[-1].plugin, spec, False, False, alone)
         return tuple(out)
+
+
+def _last_link(plugin: object, hook: str) -> Callable[..., Any] | None:
+    """The plain function *plugin* offers for its *hook* link when it is the last (`LAST_LINKS`)."""
+    try:  # plugin code (a property, a mapping of its own): what fails offers nothing
+        offered = getattr(plugin, LAST_LINKS, None)
+        function = offered.get(hook) if isinstance(offered, Mapping) else None
+    except Exception:
+        return None
+    if not callable(function) or inspect.iscoroutinefunction(function):
+        return None
+    return function  # type: ignore[no-any-return]
 
 
 def _positional(

@@ -682,6 +682,45 @@ def test_a_row_escapes_a_lone_surrogate_in_any_text_field_alone():
     assert plain[-2:] == ("rule", None)
 
 
+_ROW_TEXT_FIELDS = {  # row column -> (its index in the row, the entry that sets it alone)
+    "call_id": 1, "tool": 2, "outcome": 5, "message": 6, "decided_by": 7, "scope": 9,
+    "decision": 12, "approved_by": 13,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("field", sorted(_ROW_TEXT_FIELDS))
+def test_a_row_escapes_a_control_character_in_any_text_field_alone(field):
+    """Each text column is checked on its own: a control character in any one of them (the
+    others printable, some ``None``) is escaped, and the other fields are kept as they are."""
+    from dsh_host import Scope, ToolExecution, ToolExecutionResult, ToolFailure
+    from dsh_plugins_builtin._audit._row import build_row
+
+    bad = "x\x1b[2Jy"
+    text = {name: bad if name == field else name for name in _ROW_TEXT_FIELDS}
+    execution = ToolExecution(
+        call_id=text["call_id"], name=text["tool"], arguments={}, scope=Scope(text["scope"])
+    )
+    failure = ToolFailure(text["message"], text["outcome"], "Error")
+    result = ToolExecutionResult(
+        content="Error: no", is_error=True, error=failure, decided_by=text["decided_by"]
+    )
+    entry = (0.0, execution, result, 1.0, text["decision"], text["approved_by"], None)
+    row = build_row(entry, "/ws", "host", set())
+    assert {name: row[i] for name, i in _ROW_TEXT_FIELDS.items()} == {
+        name: "x\\u001b[2Jy" if name == field else name for name in _ROW_TEXT_FIELDS
+    }
+
+
+@pytest.mark.parametrize(
+    "wall", [0.0, 0.0009, 0.001, 0.5, 0.9999, 1_778_312_125.123, 1_778_312_125.9995, 1e9 + 0.0415]
+)
+def test_a_row_time_is_utc_to_the_millisecond_truncated(wall):
+    second = int(wall)
+    expected = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    expected += f".{int((wall - second) * 1000):03d}Z"
+    assert _redact.timestamp(wall) == expected
+
+
 async def _closed_offloading(host, monkeypatch) -> list:
     offloaded: list = []
     real = trio.to_thread.run_sync

@@ -267,6 +267,33 @@ async def test_guards_see_every_call_even_when_a_plain_plugin_decides():
     assert reminders(result)
 
 
+class _After(Post):
+    """A plain post-execute plugin called after guards (``trylast``)."""
+
+    @hookimpl(trylast=True)
+    def dsh_tool_post_execute(self, execution, result):
+        return self.decision
+
+
+@pytest.mark.parametrize("limits", [{}, {"echo": 2}])
+async def test_the_plain_reminder_when_last_is_the_links(limits):
+    """With no post-execute implementation after it, the host calls `_alone` (no
+    ``call_next``): every call ends exactly as through the link, which an abstaining plugin
+    after it makes the host call (denied calls included)."""
+    config = guards(repeat_thresholds=[2, 3], max_calls_per_tool=limits)
+    alone, linked = make(config=config), make(config=config)
+    linked.pm.register(_After(None), name="after")
+    kinds = [
+        [(i.plugin, i.waterfall) for i in h.registry._pipeline.hooks.impls("dsh_tool_post_execute")]
+        for h in (alone, linked)
+    ]
+    assert kinds == [[("guards", False)], [("guards", True), ("after", False)]]
+    texts = ["a", "a", "a", "b", "b", "a"]
+    ends = [[await h.call("echo", {"text": t}) for t in texts] for h in (alone, linked)]
+    assert ends[0] == ends[1]
+    assert [bool(reminders(r)) for r in ends[0]] == [False, True, True, False, True, False]
+
+
 # -- the hot path ------------------------------------------------------------------------------
 
 

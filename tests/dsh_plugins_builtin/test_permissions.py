@@ -407,6 +407,60 @@ async def test_with_no_link_after_it_the_decision_is_plain_and_later_links_are_s
     assert (result.code, result.decided_by, odd.calls, idle.calls) == ("DENIED", "odd", 1, 0)
 
 
+@pytest.mark.parametrize(
+    ("rules", "tool", "arguments"),
+    [
+        ({"allow": ["bash"]}, "bash", {"command": "ls"}),
+        ({"deny": ["bash"]}, "bash", {"command": "ls"}),
+        ({"ask": ["bash"]}, "bash", {"command": "ls"}),
+        ({"allow": ["bash(ls:*)"], "deny": ["bash(rm:*)"]}, "bash", {"command": "ls -l"}),
+        ({"allow": ["bash(ls:*)"], "deny": ["bash(rm:*)"]}, "bash", {"command": "rm x"}),
+        ({"allow": ["bash(ls:*)"], "default": "deny"}, "bash", {"command": "cat x"}),
+        ({"default": "ask"}, "web_fetch", {"url": "https://example.com"}),
+        ({"allow": ["bash"]}, "nonesuch", {}),
+    ],
+)
+async def test_the_plain_decision_when_last_is_the_links(rules, tool, arguments):
+    """With no pre-execute implementation after it, the host calls `_alone` (no
+    ``call_next``); a call ends exactly as through the link, which an abstaining plugin after
+    it makes the host call."""
+    config = {"plugin": {"permissions": rules}}
+    alone = make(config)
+    linked = make(config)
+    linked.pm.register(_Last(None), name="after")
+    kinds = [
+        [
+            (i.plugin, i.waterfall)
+            for i in host.registry._pipeline.hooks.impls("dsh_tool_pre_execute")
+        ]
+        for host in (alone, linked)
+    ]
+    assert kinds == [[("permissions", False)], [("permissions", True), ("after", False)]]
+    ends = [await host.call(tool, arguments) for host in (alone, linked)]
+    assert ends[0] == ends[1]
+    seen = [(r.code, r.text, r.decided_by, r.decision_detail) for r in ends]
+    assert seen[0] == seen[1]
+
+
+async def test_a_subclass_that_overrides_the_link_is_called_when_last():
+    """Only the plugin's own link has `_alone` for its last-link form: a subclass overriding
+    the hook is called as it is, last or not."""
+
+    class Stricter(PermissionsPlugin):
+        @hookimpl
+        def dsh_tool_pre_execute(self, execution, call_next):
+            return Deny("not today")
+
+    host = Host(
+        config={"plugin": {"permissions": {"allow": ["bash"]}}},
+        plugins=[Stricter()],
+        load_entrypoints=False,
+    )
+    host.registry.register(make_tool("bash"))
+    result = await host.call("bash", {"command": "ls"})
+    assert (result.code, result.text) == ("DENIED", "Error: not today")
+
+
 def _attributed(result):
     """``decided_by: decision_detail``, the way these tests spell who decided and why."""
     detail = result.decision_detail

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_host import Accept, Host, ToolExecutionInput, ToolRegistry, hookimpl
+from dsh_host import Accept, Deny, Host, ToolExecutionInput, ToolRegistry, hookimpl
 from tests.conftest import make_echo
 
 CALL = ToolExecutionInput(call_id="c", name="echo", arguments={"text": "x"})
@@ -176,6 +176,69 @@ def test_a_plugin_may_turn_its_per_call_hooks_off():
     assert relay.impls("dsh_tool_post_execute") == ()
 
 
+class LastLink:
+    """A pre-execute link that offers a plain function for when it is the last (both log)."""
+
+    name = "linked"
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+        self.dsh_last_links = {"dsh_tool_pre_execute": self.alone}
+
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution, call_next):
+        self.called.append("link")
+        return call_next()
+
+    def alone(self, execution):
+        self.called.append("alone")
+        return None
+
+
+class Later:
+    name = "later"
+
+    @hookimpl(trylast=True)
+    def dsh_tool_pre_execute(self, execution):
+        return Deny("later says no")
+
+
+async def test_a_last_link_is_called_as_the_plain_function_its_plugin_offers():
+    """``dsh_last_links``: with nothing after the link, the host calls the plain function (no
+    ``call_next``); with an implementation after it, the link itself, as it always did."""
+    linked = LastLink()
+    host = _host(linked)
+    relay = host.registry._pipeline.hooks
+    assert [i.waterfall for i in relay.impls("dsh_tool_pre_execute")] == [False]
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert linked.called == ["alone"]
+    later = Later()
+    host.pm.register(later, name="later")
+    assert [i.waterfall for i in relay.impls("dsh_tool_pre_execute")] == [True, False]
+    denied = await host.call("echo", {"text": "x"})
+    assert (denied.code, denied.decided_by) == ("DENIED", "later")
+    assert linked.called == ["alone", "link"]
+    host.pm.unregister(later)
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert linked.called == ["alone", "link", "alone"]
+
+
+async def test_a_last_link_offer_that_raises_leaves_the_link():
+    class Odd(LastLink):
+        @property
+        def dsh_last_links(self):
+            raise RuntimeError("no")
+
+        @dsh_last_links.setter
+        def dsh_last_links(self, value):
+            pass
+
+    odd = Odd()
+    host = _host(odd)
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert odd.called == ["link"]
+
+
 def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
     """hook_commands with no hooks configured, guards with no reminders: nothing per call."""
     ws = tmp_path / "ws"
@@ -263,6 +326,26 @@ async def test_a_batch_of_one_opens_no_nursery(monkeypatch):
     results = await host.registry.execute_batch([CALL], on_result=lambda i, r: seen.append(i))
     assert [r.text for r in results] == ["x"]
     assert (opened, seen) == ([], [0])
+
+
+async def test_a_batch_imports_nothing_once_one_ran(monkeypatch):
+    """The batch scheduler is imported on the first batch, not by every batch again (an
+    ``import`` statement cost a one-call batch 40% more than `execute`)."""
+    import builtins
+
+    host = _host()
+    await host.registry.execute_batch([CALL])
+    imported: list[str] = []
+    real = builtins.__import__
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+        imported.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counting)
+    results = await host.registry.execute_batch([CALL])
+    results += await host.registry.execute_batch([CALL, CALL])
+    assert ([r.text for r in results], imported) == (["x", "x", "x"], [])
 
 
 async def test_a_batch_of_one_whose_batch_signal_aborted_does_not_start():
