@@ -213,8 +213,19 @@ async def _run(
 
 
 def takes_read_only(run: Callable[..., object]) -> bool:
-    """Whether a sandbox plugin's ``run`` accepts ``read_only`` (by name or ``**kwargs``);
-    a few microseconds beside a process start."""
+    """Whether a sandbox plugin's ``run`` accepts ``read_only`` (by name or ``**kwargs``).
+
+    Read once per function (a method's, for each bound ``run``): `inspect.signature` costs
+    tens of microseconds, on every search."""
+    func = getattr(run, "__func__", run)
+    try:
+        return _takes_read_only(func)
+    except TypeError:  # not hashable: read it each time
+        return _takes_read_only.__wrapped__(func)
+
+
+@functools.lru_cache(maxsize=16)
+def _takes_read_only(run: Callable[..., object]) -> bool:
     try:
         params = inspect.signature(run).parameters.values()
     except (TypeError, ValueError):  # no signature to read: call it as the protocol was
