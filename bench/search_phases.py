@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import trio
-from bench_search import PATTERN, build_tree, default_host, time_grep
+from bench_search import PATTERN, build_tree, default_host, time_grep, tree_parent
 from spawn_phases import captured
 
 from dsh_plugins_builtin._sandbox._bwrap import seccomp_pipe
@@ -116,7 +116,7 @@ def cpu_ms(printed: str) -> float:
 
 
 async def bisect(mb: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    tmp = Path(tempfile.mkdtemp(prefix="dsh-search-phases-"))
+    tmp = Path(tempfile.mkdtemp(prefix="dsh-search-phases-", dir=tree_parent()))
     try:
         tree = tmp / "tree"
         tree.mkdir()

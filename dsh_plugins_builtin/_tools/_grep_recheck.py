@@ -1,12 +1,22 @@
-"""Whether a file ripgrep reported is still one the fence and the policy let grep show."""
+"""Whether a file ripgrep reported is still one the fence and the policy let grep show.
+
+`Recheck` answers for one file; `Early` puts the files of a large output to it in a worker
+thread while ripgrep still runs, so that little is left to check once it has ended.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import trio
+
 from dsh_plugins_builtin._sandbox._errors import SandboxError
+from dsh_plugins_builtin._tools._ripgrep import RgMatch
 from dsh_plugins_builtin._tools._search_support import (
     Policy,
 )
@@ -106,3 +116,76 @@ class Recheck:
         # Not counted: ripgrep reports only files that matched, so a count here would tell
         # whether a withheld file holds the pattern (no sandbox hides it under full access).
         return real in self._allowed or not self._policy.denied(real, count=False)
+
+
+class Early:
+    """`Recheck` of the files ripgrep reports, in a worker thread while it still runs.
+
+    ``grep``'s re-check (`._grep_rg`) used to begin once ripgrep had ended; for an output of
+    many files it was most of what followed ripgrep. `take` (the output's ``seen``, on the
+    event loop, `._ripgrep.RgStream`) hands each batch's new files to a thread started at the
+    first batch, which asks `Recheck.readable` about each; `answers` waits for it and gives
+    what it found. Each answer is still given after ripgrep reported that file (so after it
+    read it), as the re-check at the end was; a file is asked about once either way. A name
+    with bytes that are not UTF-8 (U+FFFD), or one whose question raised, is left to the
+    re-check at the end, as is whatever `take` is not given (the output's last, small batch).
+    Only for a search with no ``dsh_path_denied`` plugin: a plugin's walk decides first what
+    is withheld, and what it let through is not asked again (`Recheck`'s ``allowed``).
+    """
+
+    def __init__(self, check: Recheck) -> None:
+        self._check = check
+        self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        self._asked: set[str] = set()
+        self._answers: dict[str, bool] = {}
+        self._ended: trio.Event | None = None  # set once the thread has ended (it started)
+        self._token = trio.lowlevel.current_trio_token()
+        self._forgotten = False
+        self.check = check
+
+    def take(self, matches: Sequence[RgMatch]) -> None:
+        """Queue the files of ``matches`` not asked about yet (on the event loop)."""
+        new = []
+        for match in matches:
+            rel = match.path
+            if rel not in self._asked and "\ufffd" not in rel:
+                self._asked.add(rel)
+                new.append(rel)
+        if not new:
+            return
+        self._queue.put(new)
+        if self._ended is None:
+            self._ended = trio.Event()
+            trio.lowlevel.start_thread_soon(self._work, self._deliver)
+
+    def stop(self) -> None:
+        """No more files: the thread ends once it has asked about those queued."""
+        self._queue.put(None)
+
+    def forget(self) -> None:
+        """The output taken is not the one shown (ripgrep runs again): `answers` is empty."""
+        self._forgotten = True
+
+    async def answers(self) -> Mapping[str, bool]:
+        """`stop`, wait for the thread, and give its answers (file -> readable); after it,
+        `check` is the event loop's again."""
+        self.stop()
+        if self._ended is None:
+            return {}
+        await self._ended.wait()
+        return {} if self._forgotten else self._answers
+
+    def _work(self) -> None:
+        readable, answers = self._check.readable, self._answers
+        while (batch := self._queue.get()) is not None:
+            for rel in batch:
+                try:
+                    answers[rel] = readable(rel)
+                except Exception:  # asked again at the end, where it is raised
+                    continue
+
+    def _deliver(self, _: object) -> None:  # the thread's outcome: nothing it raises
+        ended = self._ended
+        assert ended is not None
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(ended.set)

@@ -11,14 +11,16 @@ directory; its answer is used only when the walk withheld nothing. The first wit
 cancels it (what it printed is dropped) and ripgrep runs again, told to skip every withheld
 file (``--glob !/path``). So the walk costs no time when nothing is withheld, and ripgrep's
 output never holds a withheld file's lines when something is. Whatever ripgrep reports is
-checked again by its real path (`._grep_recheck`).
+checked again by its real path (`._grep_recheck`); without a path policy, the files of a large
+output are checked in a worker thread as it arrives (`._grep_recheck.Early`), not all after
+ripgrep has ended.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -33,7 +35,7 @@ from dsh_plugins_builtin._tools._grep_local import (
     Search,
     bad_regex,
 )
-from dsh_plugins_builtin._tools._grep_recheck import Recheck
+from dsh_plugins_builtin._tools._grep_recheck import Early, Recheck
 from dsh_plugins_builtin._tools._open import display_path
 from dsh_plugins_builtin._tools._ripgrep import (
     RgOutput,
@@ -89,8 +91,10 @@ async def search_with_rg(
         glob=search.glob if is_dir else None,
         target=None if is_dir else root.name,
     )
+    check: Recheck | None = None
+    known: Mapping[str, bool] = {}
     if is_dir and not policy.asks_plugins:  # deny_read: the sandbox hides it from ripgrep
-        listing, result = Listing(), await _run(sandbox, command, (), cwd)
+        listing, (result, check, known) = Listing(), await _run_early(sandbox, command, cwd, policy)
     elif is_dir:
         listing, result = await _beside_walk(sandbox, command, cwd, policy, walk)
     else:
@@ -98,20 +102,33 @@ async def search_with_rg(
         if not listing.files:
             return Found(), listing  # the one file named is withheld
         result = await _run(sandbox, command, listing.denied, cwd)
+    if check is None:
+        check = Recheck(sandbox, cwd, policy, {real for _, real in listing.files})
     output = None if result is None else _checked(env, search, root, *result)
     if output is None:
         return None, listing
+    keep = (env, root, output, listing, check, known)
     if (
         not policy.asks_plugins
-        and len({match.path for match in output.matches}) <= _INLINE_RECHECKS
+        and len({match.path for match in output.matches} - known.keys()) <= _INLINE_RECHECKS
     ):
-        # A few files and no path policy to ask (dsh_path_denied is called from worker
-        # threads): a couple of lstat calls each cost less than a worker-thread hop.
-        return _keep_allowed(env, sandbox, root, cwd, output, listing, policy), listing
-    found = await trio.to_thread.run_sync(
-        _keep_allowed, env, sandbox, root, cwd, output, listing, policy
-    )
-    return found, listing
+        # A few files left to check and no path policy to ask (dsh_path_denied is called from
+        # worker threads): a couple of lstat calls each cost less than a worker-thread hop.
+        return _keep_allowed(*keep), listing
+    return await trio.to_thread.run_sync(_keep_allowed, *keep), listing
+
+
+async def _run_early(
+    sandbox: Sandbox, command: Command, cwd: Path, policy: Policy
+) -> tuple[Ran | None, Recheck, Mapping[str, bool]]:
+    """`_run`, the files of a large output re-checked while ripgrep runs (`Early`): its
+    result, the `Recheck` to finish with, and what was found meanwhile."""
+    early = Early(Recheck(sandbox, cwd, policy))
+    try:
+        result = await _run(sandbox, command, (), cwd, early)
+    finally:
+        early.stop()
+    return result, early.check, await early.answers()
 
 
 async def _beside_walk(
@@ -160,9 +177,16 @@ async def _beside_walk(
     return listing, early[0]
 
 
-async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: Path) -> Ran | None:
+async def _run(
+    sandbox: Sandbox,
+    command: Command,
+    exclude: Sequence[str],
+    cwd: Path,
+    early: Early | None = None,
+) -> Ran | None:
     """Run ripgrep in the sandbox, reading its output as it comes; ``None`` when the command
-    line is too long or the sandbox cannot run commands.
+    line is too long or the sandbox cannot run commands. *early* takes the files of the first
+    run's output as it is read.
 
     Output over the sandbox's limit stops ripgrep there, and it searches again in path order,
     stopped as soon as what can be shown has been read."""
@@ -175,9 +199,11 @@ async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: 
     if takes_read_only(sandbox.run):
         run = functools.partial(run, read_only=True)
     try:
-        stream = RgStream()
+        stream = RgStream(seen=None if early is None else early.take)
         result = await run(first, sink=stream.feed)
         if result.truncated and not result.timed_out:
+            if early is not None:
+                early.forget()
             stream = RgStream(limit=MAX_GREP_MATCHES + 1)
             again = command(exclude=exclude, sort=True)
             result = await run(again, sink=stream.feed)
@@ -187,8 +213,19 @@ async def _run(sandbox: Sandbox, command: Command, exclude: Sequence[str], cwd: 
 
 
 def takes_read_only(run: Callable[..., object]) -> bool:
-    """Whether a sandbox plugin's ``run`` accepts ``read_only`` (by name or ``**kwargs``);
-    a few microseconds beside a process start."""
+    """Whether a sandbox plugin's ``run`` accepts ``read_only`` (by name or ``**kwargs``).
+
+    Read once per function (a method's, for each bound ``run``): `inspect.signature` costs
+    tens of microseconds, on every search."""
+    func = getattr(run, "__func__", run)
+    try:
+        return _takes_read_only(func)
+    except TypeError:  # not hashable: read it each time
+        return _takes_read_only.__wrapped__(func)
+
+
+@functools.lru_cache(maxsize=16)
+def _takes_read_only(run: Callable[..., object]) -> bool:
     try:
         params = inspect.signature(run).parameters.values()
     except (TypeError, ValueError):  # no signature to read: call it as the protocol was
@@ -232,27 +269,26 @@ def _checked(
 
 def _keep_allowed(
     env: ToolEnv,
-    sandbox: Sandbox,
     root: Path,
-    cwd: Path,
     output: RgOutput,
     listing: Listing,
-    policy: Policy,
+    check: Recheck,
+    known: Mapping[str, bool],
 ) -> Found:
     """ripgrep's matches from files the fence and the policy still allow, sorted (a thread).
 
-    Each reported file is checked again by its real path: ripgrep's walk may differ from ours,
-    or a file may have been swapped for a symlink (to a withheld file, or outside the fence)
-    since we looked. Policy is not asked again about a real path our walk already put to it
-    (``dsh_path_denied`` is pure: the same path gets the same answer).
+    Each reported file is checked again by its real path (`check`), after ripgrep reported it:
+    ripgrep's walk may differ from ours, or a file may have been swapped for a symlink (to a
+    withheld file, or outside the fence) since we looked. Policy is not asked again about a
+    real path our walk already put to it (``dsh_path_denied`` is pure: the same path gets the
+    same answer). ``known``: the answers for files checked while ripgrep ran (`Early`).
     """
     is_dir = root.is_dir()
     where = display_path(root, env)
     found = Found(cut_short=not output.complete)
     prefix = shown_prefix(root, env) if is_dir else ""
     withheld = set(listing.denied)
-    check = Recheck(sandbox, cwd, policy, {real for _, real in listing.files})
-    allowed: dict[str, bool] = {}
+    allowed = dict(known) if not withheld else {}  # (nothing is withheld where any is known)
     exact: dict[str, str | None] = {}
     for match in output.matches:
         rel = match.path if is_dir else root.name  # ripgrep read only the file named

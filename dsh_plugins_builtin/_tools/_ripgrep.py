@@ -19,13 +19,15 @@ UTF-8 are decoded as U+FFFD; the re-check finds such a name's real spelling
 `RgStream` reads the output as the sandbox streams it: whole records are parsed in batches as
 they arrive (a record split between two pieces waits for its end), so parsing a large output
 overlaps ripgrep's search, and it says when it has enough records (the sandbox then stops
-ripgrep). A small output is parsed once at its end: each parse has a fixed cost.
+ripgrep). A small output is parsed once at its end: each parse has a fixed cost. Given ``seen``,
+it parses in smaller batches (`SEEN_BATCH_BYTES`) and hands each batch's matches to ``seen``
+while ripgrep runs (``grep`` re-checks their files meanwhile, `._grep_recheck.Early`).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 
@@ -34,6 +36,7 @@ from dsh_plugins_builtin._tools._rg_path import find_rg
 __all__ = [
     "BATCH_BYTES",
     "LONG_LINE_BYTES",
+    "SEEN_BATCH_BYTES",
     "RgMatch",
     "RgOutput",
     "RgStream",
@@ -49,6 +52,7 @@ LONG_LINE_BYTES = 2000  # rg prints at most this many bytes of one line (then a 
 _PREVIEW_MARK = " [... omitted end of long line]"
 _TRUNCATION_MARK = "\n[... output truncated: "
 BATCH_BYTES = 65536  # `RgStream` parses whole records in batches of about this many bytes
+SEEN_BATCH_BYTES = 2048  # ... or this many, when each batch's matches are handed on (``seen``)
 _GLOB_SPECIAL = frozenset("\\*?[]{}!")
 
 
@@ -180,11 +184,17 @@ class RgStream:
     with a ``limit``, once enough records may have: a record ends at the first line break after
     its NUL, so the text up to there reads exactly as if the output had been read at once.
     ``limit``: `feed` answers true (stop ripgrep) once this many matches were read; those first
-    ones are kept.
+    ones are kept. ``seen``: given the matches of each batch `feed` parses (batches of
+    `SEEN_BATCH_BYTES`), not those `finish` parses: what is read as the output arrives.
     """
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        limit: int | None = None,
+        seen: Callable[[Sequence[RgMatch]], object] | None = None,
+    ) -> None:
         self.limit = limit
+        self.seen = seen
         self.enough = False
         self._pending = bytearray()
         self._scanned = 0  # bytes of ``_pending`` already searched for the end of a record
@@ -197,12 +207,13 @@ class RgStream:
         """Take the next piece of output; whether enough matches were read."""
         pending = self._pending
         pending += data
+        batch = BATCH_BYTES if self.seen is None else min(BATCH_BYTES, SEEN_BATCH_BYTES)
         if self.limit is None:
-            if len(pending) < BATCH_BYTES:
+            if len(pending) < batch:
                 return False
         else:
             self._nuls += data.count(b"\0")
-            if len(pending) < BATCH_BYTES and len(self._matches) + self._nuls < self.limit:
+            if len(pending) < batch and len(self._matches) + self._nuls < self.limit:
                 return False
         self._read_whole()
         return self.enough
@@ -239,6 +250,8 @@ class RgStream:
         parsed = parse_output(data.decode("utf-8", "replace"), False)
         self._matches.extend(parsed.matches)
         self._messages.extend(parsed.messages)
+        if self.seen is not None and parsed.matches:
+            self.seen(parsed.matches)
         if self.limit is not None and len(self._matches) >= self.limit:
             del self._matches[self.limit :]
             self.enough = True
@@ -246,6 +259,7 @@ class RgStream:
     def finish(self, complete: bool) -> RgOutput:
         """What was read. ``complete``: the output ended (a last record without a line break
         counts); else it was cut, and an unfinished record is dropped."""
+        self.seen = None  # the output has ended: nothing more is read as it arrives
         if not self.enough:
             self._read_whole()
         if complete and self._pending and not self.enough:

@@ -8,6 +8,7 @@ can no longer write anything; ``bash`` commands still run with the configured mo
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,26 @@ async def test_a_read_only_run_keeps_deny_read_and_the_configured_mode_otherwise
     again = await sandbox.run("touch new.txt")
     assert again.exit_code == 0
     assert (ws / "new.txt").exists()
+
+
+async def test_whether_the_sandbox_run_takes_read_only_is_read_once(
+    make_host: Any, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`inspect.signature` costs tens of microseconds: the sandbox plugin's ``run`` is read at
+    the first search (of the process), not at every one."""
+    put(ws, {"f.txt": "needle\n"})
+    host = tools_host(make_host, ws)
+    read: list[object] = []
+    real = inspect.signature
+
+    def signature(obj: Any, *args: Any, **kwargs: Any) -> inspect.Signature:
+        read.append(obj)
+        return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(inspect, "signature", signature)
+    for _ in range(3):
+        assert (await host.call("grep", {"pattern": "needle"})).text == "f.txt:1:needle"
+    assert [obj for obj in read if getattr(obj, "__func__", obj) is SandboxPlugin.run] in (
+        [],
+        [SandboxPlugin.run],
+    )
