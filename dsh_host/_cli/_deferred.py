@@ -21,6 +21,9 @@ imports a module that uses it (they import the standard library's own, and C), s
 never waits on an import that waits for it. In a forked child, a module another thread was
 running is run again by its first user there (`_after_fork`).
 
+The standard library's `importlib.util.LazyLoader` is made for this, but before Python 3.12.3
+two threads using a module it defers may both run it (and 3.11 is supported): hence this.
+
 Only the console script defers them (as it answers trio's question about ``pthread``,
 `dsh_host._cli._pthread`); ``dsh_host`` imported as a library never does.
 """
