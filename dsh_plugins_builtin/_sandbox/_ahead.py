@@ -8,6 +8,7 @@ import array
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 from typing import Any, Final, NoReturn
@@ -15,8 +16,8 @@ from typing import Any, Final, NoReturn
 from dsh_plugins_builtin._sandbox import _landlock, _mountns, _ruleset
 
 __all__ = [
-    "EARLY", "GO", "LAST", "MAX_REQUEST", "Ahead", "EarlyFailed", "command", "parse", "receive",
-    "stdio", "warm",
+    "EARLY", "GO", "LAST", "MAX_REQUEST", "STALE_MOUNTS", "Ahead", "EarlyFailed", "command",
+    "parse", "receive", "stdio", "warm",
 ]  # fmt: skip
 
 
@@ -28,12 +29,17 @@ class EarlyFailed(Exception):
 
 MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
 GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
-READY: Final = b"r"  # a command forked ahead in a view: its early steps are done
+READY: Final = (
+    b"r"  # a command forked ahead: its early steps (a view's, or its speculation) are done
+)
 EARLY: list[tuple[tuple[Any, ...], ...]] = []
 """Set once in a kept view's server (`_forkserver.serve`): the first steps of every command's
 mount plan there, which need nothing of the request (its ``/proc``, the parts of it made
 read-only, its fresh directories in RAM): a command forked ahead carries them out while it
 waits (`waiting`), and of a request's plan, which must begin with them, only the rest after."""
+STALE_MOUNTS: Final = b"s"
+"""What a command forked ahead writes on its exec-failure pipe when the mounts it made while it
+waited (`Speculation`) no longer fit its request: nothing ran (the host starts it another way)."""
 LAST: list[bytes] = []
 """In the fork server: the request it handed over last (`_forkserver`), which the processes it
 forks ahead read while they wait (`warm`)."""
@@ -89,7 +95,7 @@ class Ahead:
             waiting(theirs, errors_w, mask, (ours.fileno(), errors_r, spare_fd))
         theirs.close()
         os.close(errors_w)
-        if EARLY and ours.recv(1) != READY:  # its early steps failed: it has exited
+        if ours.recv(1) != READY:  # its early steps failed: it has exited
             os.waitpid(pid, 0)
             ours.close()
             os.close(errors_r)
@@ -123,6 +129,65 @@ def warm(early: tuple[tuple[Any, ...], ...] = ()) -> None:
             prepared.with_plan(prepared.plan[len(early) :], fresh=False, cwd="/")
 
 
+class Speculation:
+    """Outside a view: what a command forked ahead makes of its mount namespace while it waits,
+    from the server's last request (`LAST`): the namespace itself (a copy of the host's) and the
+    steps its plan begins with that make the command's ``/dev`` (a fresh tmpfs, the device nodes
+    bound into it, its links), the same for every request of one host. At its request it
+    checks they still fit (`fits`), else it runs nothing (`STALE_MOUNTS`)."""
+
+    def __init__(self, steps: tuple[tuple[Any, ...], ...]) -> None:
+        self.steps = steps
+        # The host's mount table, opened before the copy: any change since is an event on it.
+        self.host = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        self.sources = [(step[1], _identity(step[1])) for step in steps if step[0] == "bind"]
+        _mountns.apply(_ruleset._libc(), steps, _landlock.Prepared.fail_early)
+
+    @staticmethod
+    def of_last() -> tuple[tuple[Any, ...], ...]:
+        """The ``/dev`` steps the last request's plan began with (none in a view, or without one)."""
+        if EARLY or not LAST:
+            return ()
+        with contextlib.suppress(Exception):
+            plan = tuple(tuple(step) for step in json.loads(LAST[0]).get("plan", ()))
+            count = 0
+            for step in plan:
+                place = str(step[2] if step[0] in ("bind", "symlink") else step[1])
+                if not _in_dev(place):
+                    break
+                count += 1
+            return () if _binds_from_dev(plan[count:]) else plan[:count]
+        return ()
+
+    def fits(self, plan: tuple[tuple[Any, ...], ...]) -> bool:
+        """Whether *plan* begins with these steps and binds nothing from the host's ``/dev``
+        after them, the host's mounts have not changed since the copy (its namespace would show
+        what the host has mounted or unmounted since), and each node bound is still the one the
+        host has there."""
+        if plan[: len(self.steps)] != self.steps or _binds_from_dev(plan[len(self.steps) :]):
+            return False
+        watch = select.poll()
+        watch.register(self.host, select.POLLPRI | select.POLLERR)
+        if watch.poll(0):
+            return False
+        return all(_identity(source) == seen for source, seen in self.sources)
+
+
+def _in_dev(path: str) -> bool:
+    return path == "/dev" or path.startswith("/dev/")
+
+
+def _binds_from_dev(steps: tuple[tuple[Any, ...], ...]) -> bool:
+    """Whether a bind of *steps* comes from the host's ``/dev`` (a workspace in ``/dev/shm``):
+    the command's own ``/dev``, made first, would hide it."""
+    return any(step[0] == "bind" and _in_dev(str(step[1])) for step in steps)
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...]) -> NoReturn:
     """The command's process forked ahead: wait for the request, take the launcher's view
     (output, working directory), confine itself and wait for `GO` (`command`). Nothing comes
@@ -131,11 +196,14 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
         for fd in close:
             os.close(fd)
         early = EARLY[0] if EARLY else ()
+        speculation = None
         if early:  # nothing of the request is needed for these (a failure: it just exits)
             _mountns.apply(_ruleset._libc(), early, _landlock.Prepared.fail_early)
-            sock.send(READY)
+        elif steps := Speculation.of_last():
+            speculation = Speculation(steps)
+        sock.send(READY)
         _landlock.drop_early()
-        warm(early)
+        warm(early or (() if speculation is None else speculation.steps))
         data, fds = receive(sock, 4)
         if not data or len(fds) != 4:
             os._exit(0)
@@ -150,6 +218,12 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
             # each directory on the way. It is the request's, which the launcher entered.
             rest = prepared.plan[len(early) :]
             prepared = prepared.with_plan(rest, fresh=False, cwd=cwd)
+        elif speculation is not None:
+            if not speculation.fits(prepared.plan):
+                os.write(errors, STALE_MOUNTS)
+                os._exit(0)
+            rest = prepared.plan[len(speculation.steps) :]
+            prepared = prepared.with_plan(rest, fresh=False, cwd=cwd)  # (as in a view)
         stdio(out)
         os.fchdir(here)  # the launcher's: a directory swapped for a link since does not count
         os.close(here)

@@ -124,6 +124,10 @@ def launch(
             child, errors_r = _fork_command(prepared, argv, env, rep.fileno())
         with os.fdopen(errors_r, "rb") as errors:
             failed = errors.read()
+        if failed == _ahead.STALE_MOUNTS:  # it ran nothing: the host starts it another way
+            os.waitpid(child, 0)
+            send(rep, FAILED_SETUP, 0)
+            os._exit(0)
         if failed:
             os.waitpid(child, 0)
             send(rep, FAILED_EXEC, int(failed))

@@ -11,10 +11,12 @@ from __future__ import annotations
 import array
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,8 @@ import trio
 import trio.testing
 
 from dsh_plugins_builtin._sandbox import _ahead, _forkclient, _forkserver, _viewtable
+from dsh_plugins_builtin._sandbox._confine import probe_backends, run_confined
+from dsh_plugins_builtin._sandbox._fence import SandboxPolicy
 
 
 @pytest.fixture
@@ -169,3 +173,54 @@ def test_a_view_request_no_spare_takes_is_checked_against_the_table(
             each.close()
         for fd in (out_r, out_w, server.mounts_fd):
             os.close(fd)
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+def _mount_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/mnt")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can mount on the host")
+async def test_a_host_mount_made_while_a_command_waits_ahead_is_seen(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a view, the command forked ahead copies the host's mount namespace (and makes
+    its /dev) while it waits. A mount the host makes after that copy (here, a tmpfs over a
+    directory it hides) is not in it: that command then runs nothing, and the command starts
+    another way, seeing the host as it is."""
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    server = _forkclient.ForkServer()
+    monkeypatch.setattr(_forkclient, "_shared", server)
+    policy = SandboxPolicy("workspace-write", ws, protected=(), writable_roots=(ws,))
+    base = Path(tempfile.mkdtemp(prefix="dsh-ahead-", dir="/var/lib"))
+    place = base / "place"
+    place.mkdir()
+    (place / "key").write_text("UNDER\n")
+    try:
+        read = f"cat {place}/key 2>&1; echo done"
+        first = await run_confined(read, cwd=ws, policy=policy, backend="landlock", timeout=30)
+        assert "UNDER" in first.output  # (the control: the host shows it)
+        assert server._proc is not None
+        serving = _mount_namespace(server._proc.pid)
+        with trio.fail_after(30):  # the next command forked ahead, in a copy of the host's
+            while not any(
+                _mount_namespace(ahead) != serving
+                for spare in _children(server._proc.pid)
+                for ahead in _children(spare)
+            ):
+                await trio.sleep(0.01)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(place)], check=True)
+        try:
+            second = await run_confined(read, cwd=ws, policy=policy, backend="landlock", timeout=30)
+            assert "UNDER" not in second.output
+            assert "done" in second.output
+        finally:
+            subprocess.run(["umount", "-l", str(place)], check=True)
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
