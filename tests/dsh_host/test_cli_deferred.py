@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import threading
 import types
@@ -16,7 +15,7 @@ import pytest
 
 from dsh_host._cli import _deferred
 
-from .test_cold_start import PAYLOAD, modules_after
+from .test_cold_start import hook_after, modules_after
 
 
 @pytest.fixture
@@ -226,21 +225,9 @@ REFUSE_DEFERRED = (
 def test_the_hook_of_the_console_script_runs_none_of_the_deferred_modules(tmp_path):
     """trio's import brings ssl, hmac, subprocess, selectors, bz2 and lzma (TLS streams, DTLS
     cookies, processes, archives): a hook uses none of them."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    code = REFUSE_DEFERRED + (
-        "import sys\n"
-        "sys.argv = ['dsh', 'hook', 'claude']\n"
-        "from dsh_host._cli._entry import command\n"
-        "command()\n"
-    )
-    done = subprocess.run(  # -P: the workspace is not on the import path (no warning)
-        [sys.executable, "-P", "-c", code], input=PAYLOAD, capture_output=True, text=True,
-        cwd=tmp_path, env=env, check=False,
-    )  # fmt: skip
-    assert (done.returncode, done.stderr) == (0, "")
-    assert '"permissionDecision": "ask"' in done.stdout
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    hook_after(REFUSE_DEFERRED, workspace)
 
 
 def test_trio_and_any_later_importer_share_the_deferred_modules_which_work():

@@ -507,6 +507,27 @@ def _lookups(monkeypatch, kind: type) -> collections.Counter[str]:
     return asked
 
 
+def hook_after(prelude: str, workspace: pathlib.Path) -> None:
+    """Run the console script's ``dsh hook claude`` on `PAYLOAD` in *workspace* after the code
+    *prelude* (which refuses what the start must not do), in a fresh interpreter with its state
+    beside *workspace*; it must answer ``ask`` and print nothing on stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
+    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
+    env["XDG_CACHE_HOME"] = str(workspace.parent / "cache")
+    code = prelude + (
+        "import sys\n"
+        "sys.argv = ['dsh', 'hook', 'claude']\n"
+        "from dsh_host._cli._entry import command\n"
+        "command()\n"
+    )
+    done = subprocess.run(  # -P: the workspace is not on the import path (no warning)
+        [sys.executable, "-P", "-c", code], input=PAYLOAD, capture_output=True, text=True,
+        cwd=workspace, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert '"permissionDecision": "ask"' in done.stdout
+
+
 REFUSE_LDCONFIG = (
     "import ctypes.util, os\n"
     "def refuse(name):\n"
@@ -522,21 +543,7 @@ def test_the_console_script_starts_trio_without_running_ldconfig(workspace):
 
     if not _pthread.pthread_in_libc(os.confstr("CS_GNU_LIBC_VERSION")):
         pytest.skip("glibc 2.34 or later only (elsewhere ldconfig is asked as usual)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "OTEL_"))}
-    env["XDG_STATE_HOME"] = str(workspace.parent / "state")
-    env["XDG_CACHE_HOME"] = str(workspace.parent / "cache")
-    code = REFUSE_LDCONFIG + (
-        "import sys\n"
-        "sys.argv = ['dsh', 'hook', 'claude']\n"
-        "from dsh_host._cli._entry import command\n"
-        "command()\n"
-    )
-    done = subprocess.run(  # -P: the workspace is not on the import path (no warning)
-        [sys.executable, "-P", "-c", code], input=PAYLOAD, capture_output=True, text=True,
-        cwd=workspace, env=env, check=False,
-    )  # fmt: skip
-    assert (done.returncode, done.stderr) == (0, "")
-    assert '"permissionDecision": "ask"' in done.stdout
+    hook_after(REFUSE_LDCONFIG, workspace)
     # trio still names its threads: pthread_setname_np is found in libc.so.6
     code = REFUSE_LDCONFIG + (
         "import ctypes.util\n"
