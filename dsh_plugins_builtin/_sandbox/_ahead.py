@@ -16,22 +16,20 @@ from typing import Any, Final, NoReturn
 from dsh_plugins_builtin._sandbox import _landlock, _mountns, _ruleset
 
 __all__ = [
-    "EARLY", "GO", "LAST", "MAX_REQUEST", "STALE_MOUNTS", "Ahead", "EarlyFailed", "command",
-    "parse", "receive", "stdio", "warm",
+    "EARLY", "GO", "LAST", "MAX_REQUEST", "STALE_MOUNTS", "Ahead", "Early", "EarlyFailed",
+    "command", "parse", "receive", "stdio", "warm",
 ]  # fmt: skip
 
 
 class EarlyFailed(Exception):
-    """A command forked ahead could not carry out its early steps (`EARLY`). Its launcher has
+    """A command forked ahead could not make its early mounts (`Early`). Its launcher has
     made the command's namespaces already, and cannot make them again: it must not take a
     request (the server then forks a fresh launcher for it)."""
 
 
 MAX_REQUEST: Final = 60_000  # bytes of JSON in one request (larger ones fork the host)
 GO: Final = b"g"  # the host's answer to HELLO: it holds the pidfd, the command may start
-READY: Final = (
-    b"r"  # a command forked ahead: its early steps (a view's, or its speculation) are done
-)
+READY: Final = b"r"  # a command forked ahead: its early mounts (`Early`) are made
 EARLY: list[tuple[tuple[Any, ...], ...]] = []
 """Set once in a kept view's server (`_forkserver.serve`): the first steps of every command's
 mount plan there, which need nothing of the request (its ``/proc``, the parts of it made
@@ -39,7 +37,7 @@ read-only, its fresh directories in RAM): a command forked ahead carries them ou
 waits (`waiting`), and of a request's plan, which must begin with them, only the rest after."""
 STALE_MOUNTS: Final = b"s"
 """What a command forked ahead writes on its exec-failure pipe when the mounts it made while it
-waited (`Speculation`) no longer fit its request: nothing ran (the host starts it another way)."""
+waited (`Early`) no longer fit its request: nothing ran (the host starts it another way)."""
 LAST: list[bytes] = []
 """In the fork server: the request it handed over last (`_forkserver`), which the processes it
 forks ahead read while they wait (`warm`)."""
@@ -78,7 +76,7 @@ class Ahead:
         which says why (exit 125) when it needs them.
 
         Raises:
-            EarlyFailed: They were made, but the early steps failed (`EARLY`).
+            EarlyFailed: They were made, but its early mounts failed (`Early`).
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
@@ -129,48 +127,54 @@ def warm(early: tuple[tuple[Any, ...], ...] = ()) -> None:
             prepared.with_plan(prepared.plan[len(early) :], fresh=False, cwd="/")
 
 
-class Speculation:
-    """Outside a view: what a command forked ahead makes of its mount namespace while it waits,
-    from the server's last request (`LAST`): the namespace itself (a copy of the host's) and the
-    steps its plan begins with that make the command's ``/dev`` (a fresh tmpfs, the device nodes
-    bound into it, its links), the same for every request of one host. At its request it
-    checks they still fit (`fits`), else it runs nothing (`STALE_MOUNTS`)."""
+class Early:
+    """The mounts a command forked ahead makes while it waits, before its request: in a kept
+    view, its fixed first steps (`EARLY`); elsewhere, its mount namespace (a copy of the host's)
+    and the steps the server's last request's plan began with that make its ``/dev`` (a fresh
+    tmpfs, the device nodes bound into it, its links; `LAST`), the same for every request of
+    one host. At its request it checks they still fit (`fits`), else it runs nothing
+    (`STALE_MOUNTS`: the host starts the command another way)."""
 
     def __init__(self, steps: tuple[tuple[Any, ...], ...]) -> None:
         self.steps = steps
-        # The host's mount table, opened before the copy: any change since is an event on it.
-        self.host = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        # The mount table it copies, opened before the copy: any change since is an event.
+        self.table = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self.sources = [(step[1], _identity(step[1])) for step in steps if step[0] == "bind"]
         _mountns.apply(_ruleset._libc(), steps, _landlock.Prepared.fail_early)
 
-    @staticmethod
-    def of_last() -> tuple[tuple[Any, ...], ...]:
-        """The ``/dev`` steps the last request's plan began with (none in a view, or without one)."""
-        if EARLY or not LAST:
-            return ()
-        with contextlib.suppress(Exception):
-            plan = tuple(tuple(step) for step in json.loads(LAST[0]).get("plan", ()))
-            count = 0
-            for step in plan:
-                place = str(step[2] if step[0] in ("bind", "symlink") else step[1])
-                if not _in_dev(place):
-                    break
-                count += 1
-            return () if _binds_from_dev(plan[count:]) else plan[:count]
-        return ()
+    @classmethod
+    def here(cls) -> Early | None:
+        """This server's early mounts, made now; ``None`` when it has none."""
+        steps = EARLY[0] if EARLY else _dev_steps_of_last()
+        return cls(steps) if steps else None
 
     def fits(self, plan: tuple[tuple[Any, ...], ...]) -> bool:
         """Whether *plan* begins with these steps and binds nothing from the host's ``/dev``
-        after them, the host's mounts have not changed since the copy (its namespace would show
-        what the host has mounted or unmounted since), and each node bound is still the one the
-        host has there."""
+        after them, the table copied has not changed since (the copy would not show what was
+        mounted or unmounted since), and each node bound is still the one there."""
         if plan[: len(self.steps)] != self.steps or _binds_from_dev(plan[len(self.steps) :]):
             return False
         watch = select.poll()
-        watch.register(self.host, select.POLLPRI | select.POLLERR)
+        watch.register(self.table, select.POLLPRI | select.POLLERR)
         if watch.poll(0):
             return False
         return all(_identity(source) == seen for source, seen in self.sources)
+
+
+def _dev_steps_of_last() -> tuple[tuple[Any, ...], ...]:
+    """The ``/dev`` steps the last request's plan began with (none without one, or when a bind
+    after them comes from the host's ``/dev``)."""
+    if not LAST:
+        return ()
+    with contextlib.suppress(Exception):
+        plan = tuple(tuple(step) for step in json.loads(LAST[0]).get("plan", ()))
+        count = 0
+        for step in plan:
+            if not _in_dev(str(step[2] if step[0] in ("bind", "symlink") else step[1])):
+                break
+            count += 1
+        return () if _binds_from_dev(plan[count:]) else plan[:count]
+    return ()
 
 
 def _in_dev(path: str) -> bool:
@@ -195,35 +199,25 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
     try:
         for fd in close:
             os.close(fd)
-        early = EARLY[0] if EARLY else ()
-        speculation = None
-        if early:  # nothing of the request is needed for these (a failure: it just exits)
-            _mountns.apply(_ruleset._libc(), early, _landlock.Prepared.fail_early)
-        elif steps := Speculation.of_last():
-            speculation = Speculation(steps)
+        early = Early.here()  # a failure: it exits (its launcher takes no request)
         sock.send(READY)
         _landlock.drop_early()
-        warm(early or (() if speculation is None else speculation.steps))
+        warm(() if early is None else early.steps)
         data, fds = receive(sock, 4)
         if not data or len(fds) != 4:
             os._exit(0)
         out, ruleset, here, host = fds
         go = socket.socket(fileno=host)
         argv, env, prepared, cwd = parse(data, ruleset)
-        if early:
-            if prepared.plan[: len(early)] != early:
-                os._exit(_landlock.EXIT_RUNNER_FAILURE)  # not this view's request
-            # The launcher's directory lies in another mount namespace than this one (made
-            # for the early steps): its path would be found by walking up from it, reading
-            # each directory on the way. It is the request's, which the launcher entered.
-            rest = prepared.plan[len(early) :]
-            prepared = prepared.with_plan(rest, fresh=False, cwd=cwd)
-        elif speculation is not None:
-            if not speculation.fits(prepared.plan):
+        if early is not None:
+            if not early.fits(prepared.plan):
                 os.write(errors, STALE_MOUNTS)
                 os._exit(0)
-            rest = prepared.plan[len(speculation.steps) :]
-            prepared = prepared.with_plan(rest, fresh=False, cwd=cwd)  # (as in a view)
+            # The launcher's directory lies in another mount namespace than this one: its
+            # path would be found by walking up from it, reading each directory on the way.
+            # It is the request's, which the launcher entered.
+            rest = prepared.plan[len(early.steps) :]
+            prepared = prepared.with_plan(rest, fresh=False, cwd=cwd)
         stdio(out)
         os.fchdir(here)  # the launcher's: a directory swapped for a link since does not count
         os.close(here)

@@ -66,8 +66,8 @@ SERVER = [0]  # the server's pid (`serve`), which each launcher it forks checks 
 
 
 def spare(sock: socket.socket, server_fds: tuple[int, ...]) -> NoReturn:
-    """A launcher forked ahead (`_forkserver._Server.prefork`): wait for the request the server hands over on
-    *sock*, and launch it; the socket closed (the server gone) ends it."""
+    """A launcher forked ahead (`_forkserver._Server.prefork`): wait for the request the server
+    hands over on *sock*, and launch it; the socket closed (the server gone) ends it."""
     try:
         ready(server_fds)
         subreaper()  # failing, it takes no request (the server finds its socket closed and
@@ -91,8 +91,8 @@ def launch(
     """The launcher (in the forked server; *server_fds*: not `ready` yet, a spare is): set
     up, fork the command (or start the one forked *ahead*), supervise it.
 
-    A spare was announced to the host by the server (`_forkserver._Server.hand_over`): it sends no
-    `HELLO`, and its command forked ahead takes the host's `GO` itself. `FAILED_SETUP` is
+    A spare was announced to the host by the server (`_forkserver._Server.hand_over`): it sends
+    no `HELLO`, and its command forked ahead takes the host's `GO` itself. `FAILED_SETUP` is
     sent only while nothing can have run: the host may then start the command another way."""
     rep = None
     handed = False  # whether a command may run from here on
