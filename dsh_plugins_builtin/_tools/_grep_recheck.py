@@ -39,6 +39,11 @@ class Recheck:
     directory, each level once (one ``lstat``; a symlink is resolved in full); each file costs
     one ``lstat``. Policy is asked about each real path unless it is in ``allowed`` (real paths
     policy already let through during this call: ``dsh_path_denied`` is pure).
+
+    The directories resolved are valid only for files ripgrep had reported (so read) before
+    they were resolved: a directory swapped for a symlink afterwards would lead a later file
+    through the old answer. Whoever asks about files ripgrep reports later calls `renew`
+    first (`Early` before each batch, `._grep_rg` before the check at the end).
     """
 
     def __init__(
@@ -53,6 +58,11 @@ class Recheck:
         self._policy = policy
         self._allowed = allowed
         self._dirs: dict[str, str | None] = {"": self._base}  # relative dir -> real (None: gone)
+
+    def renew(self) -> Recheck:
+        """Forget the directories resolved so far (see the class); itself."""
+        self._dirs = {"": self._base}
+        return self
 
     def _real_dir(self, rel: str) -> str | None:
         """The real path of the directory ``rel`` below the search directory (cached)."""
@@ -168,16 +178,18 @@ class Early:
 
     async def answers(self) -> Mapping[str, bool]:
         """`stop`, wait for the thread, and give its answers (file -> readable); after it,
-        `check` is the event loop's again."""
+        `check` is the event loop's again, its directories resolved anew (`Recheck.renew`)."""
         self.stop()
         if self._ended is None:
             return {}
         await self._ended.wait()
+        self._check.renew()
         return {} if self._forgotten else self._answers
 
     def _work(self) -> None:
         readable, answers = self._check.readable, self._answers
         while (batch := self._queue.get()) is not None:
+            self._check.renew()  # each batch's files were reported before it was handed on
             for rel in batch:
                 try:
                     answers[rel] = readable(rel)

@@ -9,6 +9,7 @@ symlink out of the fence is still dropped, and only the output shown is vouched 
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,36 @@ async def test_an_output_searched_again_is_vouched_for_as_shown(
     assert result.meta["truncated"]
     shown = {line.split(":")[0] for line in result.text.split("\n")[:500]}
     assert shown <= set(asked[ran[1] :])  # each one shown asked about after the second run
+
+
+async def test_a_directory_swapped_after_its_first_files_were_rechecked_is_resolved_again(
+    make_host: Any, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory resolved while ripgrep runs holds only for the files it had reported then: a
+    file it reports after the directory was swapped for a symlink leading out of the fence
+    (here by another process, between two of ripgrep's lines) is checked through the symlink,
+    not through the directory's earlier answer."""
+    put(tmp_path, {"out/zz.txt": "outside secret\n"})
+    put(ws, {f"sub/f{n:03}.txt": "fine\n" for n in range(MANY)})
+    put(ws, {"sub/zz.txt": "fine\n"})
+    gate = ws / "gate"
+    os.mkfifo(gate)
+    script = "".join(f"printf './sub/f{n:03}.txt\\0001:fine\\n'\n" for n in range(MANY))
+    script += f"read line < {gate}\nprintf './sub/zz.txt\\0001:outside secret\\n'\n"
+    monkeypatch.setattr(_search_tools, "find_rg", lambda: fake_rg(ws / ".venv" / "bin", script))
+    _, first = _asked_about(monkeypatch)
+    host = tools_host(make_host, ws, writable_roots=["."])
+
+    async def swap_then_go_on() -> None:
+        assert await trio.to_thread.run_sync(first.wait, CEILING_S)  # sub/ resolved early
+        (ws / "sub").rename(ws / "sub.real")
+        (ws / "sub").symlink_to(tmp_path / "out")
+        await trio.to_thread.run_sync(gate.write_text, "go\n")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(swap_then_go_on)
+        result = await host.call("grep", {"pattern": "e"})
+    # (the files checked after the swap lead nowhere now, and are dropped as gone)
+    assert 0 < result.meta["count"] <= MANY
+    assert "outside secret" not in result.text
+    assert "zz.txt" not in result.text
