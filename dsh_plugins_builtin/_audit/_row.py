@@ -45,20 +45,21 @@ def build_row(
     scope = execution.scope.name if execution.scope is not None else None
     texts = (execution.call_id, execution.name, outcome, message, result.decided_by, scope)
     call_id, name, outcome, message, decided_by, scope = texts
-    # `safe_text` of each only when one is not printable (the common case: all are). Each is
-    # checked in turn: formatting them into one text (``None`` as "None") cost twice as much.
+    # `safe_text` of each only when one is not printable text (the common case: all are). Each
+    # is checked in turn: formatting them into one text (``None`` as "None") cost twice as much.
+    # A value that is not text (a caller's call id of another type) is stored as its text.
     if not (
-        call_id.isprintable()
-        and name.isprintable()
-        and outcome.isprintable()
-        and (message is None or message.isprintable())
-        and (decided_by is None or decided_by.isprintable())
-        and (scope is None or scope.isprintable())
-        and (rule is None or rule.isprintable())
-        and (approved_by is None or approved_by.isprintable())
+        _plain(call_id)
+        and _plain(name)
+        and _plain(outcome)
+        and _plain(message)
+        and _plain(decided_by)
+        and _plain(scope)
+        and _plain(rule)
+        and _plain(approved_by)
     ):
-        call_id, name, outcome, message, decided_by, scope = map(safe_text, texts)
-        rule, approved_by = safe_text(rule), safe_text(approved_by)
+        call_id, name, outcome, message, decided_by, scope = map(_text, texts)
+        rule, approved_by = _text(rule), _text(approved_by)
     return (
         _timestamp(wall),
         call_id,
@@ -75,3 +76,12 @@ def build_row(
         rule,
         approved_by,
     )
+
+
+def _plain(value: object) -> bool:
+    return value is None or (type(value) is str and value.isprintable())
+
+
+def _text(value: object) -> str | None:
+    """*value* as a text column holds it (`safe_text`; a value that is not text, as its text)."""
+    return None if value is None else safe_text(value if isinstance(value, str) else str(value))

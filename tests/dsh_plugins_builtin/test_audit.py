@@ -749,3 +749,14 @@ async def test_a_writer_with_rows_closes_in_a_worker_thread(make_host, db, plugi
     assert await _closed_offloading(host, monkeypatch) == [plugin.close]
     assert plugin._writer.idle
     assert count(db) == 1
+
+
+@pytest.mark.parametrize(("call_id", "recorded"), [(123, "123"), (1.5, "1.5")])
+async def test_a_call_id_that_is_not_text_loses_no_row(make_host, db, plugin, call_id, recorded):
+    """A caller's call id of another type (the pipeline takes it as given) is recorded as its
+    text: neither its row nor the next call's, written in the same batch, is lost."""
+    host = make_host(plugin, tools=[make_echo()], config=audited(db))
+    await host.call("echo", {"text": "a"}, call_id=call_id)
+    await host.call("echo", {"text": "b"}, call_id="ok")
+    plugin.close()
+    assert [row["call_id"] for row in rows(db)] == [recorded, "ok"]
