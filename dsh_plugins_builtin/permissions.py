@@ -324,7 +324,8 @@ class PermissionsPlugin:
             return after[1]
         # pluggy lists implementations in reverse call order: those before ours run after it
         impls = pm.hook.dsh_tool_pre_execute.get_hookimpls()
-        mine = next((i for i, impl in enumerate(impls) if impl.plugin is self), len(impls))
+        link = self.dsh_tool_pre_execute  # ours: another link of ours (specname) runs after it
+        mine = next((i for i, impl in enumerate(impls) if impl.function == link), len(impls))
         found = any(not _idle(impl.plugin) for impl in impls[:mine])
         self._after = (generation, found)
         return found

@@ -308,22 +308,30 @@ class HookRelay:
                 )
             )
         if out and out[-1].waterfall:
-            alone = _last_link(last, hook)
+            alone = _last_link(last, hook, out[-1], spec)
             if alone is not None:  # nothing after it: the plain function it offers instead
-                out[-1] = Impl(alone, out[-1].plugin, spec, False, False, alone)
+                out[-1] = alone
         return tuple(out)
 
 
-def _last_link(plugin: object, hook: str) -> Callable[..., Any] | None:
-    """The plain function *plugin* offers for its *hook* link when it is the last (`LAST_LINKS`)."""
+def _last_link(plugin: object, hook: str, link: Impl, spec: tuple[str, ...]) -> Impl | None:
+    """The plain function *plugin* offers for its *hook* link when it is the last (`LAST_LINKS`),
+    as an implementation; only for the plugin's own *hook* method (not another link of it, as
+    ``specname`` makes), and only one taking some of the hook's arguments by name."""
     try:  # plugin code (a property, a mapping of its own): what fails offers nothing
+        if link.function != getattr(plugin, hook, None):
+            return None
         offered = getattr(plugin, LAST_LINKS, None)
         function = offered.get(hook) if isinstance(offered, Mapping) else None
+        if not callable(function) or inspect.iscoroutinefunction(function):
+            return None
+        argnames = tuple(inspect.signature(function).parameters)
     except Exception:
         return None
-    if not callable(function) or inspect.iscoroutinefunction(function):
+    positional = _positional(function, argnames, spec)
+    if positional is None:
         return None
-    return function  # type: ignore[no-any-return]
+    return Impl(function, link.plugin, argnames, False, False, positional)
 
 
 def _positional(

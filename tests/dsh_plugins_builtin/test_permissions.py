@@ -461,6 +461,25 @@ async def test_a_subclass_that_overrides_the_link_is_called_when_last():
     assert (result.code, result.text) == ("DENIED", "Error: not today")
 
 
+async def test_a_second_link_of_a_subclass_after_ours_is_downstream():
+    """A subclass that adds a link of its own (pluggy's ``specname``), called after permissions'
+    link, is what follows it: its Deny stands over an allow rule, as another plugin's would."""
+
+    class BusinessHours(PermissionsPlugin):
+        @hookimpl(specname="dsh_tool_pre_execute", trylast=True)
+        def business_hours(self, execution, call_next):
+            return Deny("not today")
+
+    host = Host(
+        config={"plugin": {"permissions": {"allow": ["bash"]}}},
+        plugins=[BusinessHours()],
+        load_entrypoints=False,
+    )
+    host.registry.register(make_tool("bash"))
+    result = await host.call("bash", {"command": "ls"})
+    assert (result.code, result.text) == ("DENIED", "Error: not today")
+
+
 def _attributed(result):
     """``decided_by: decision_detail``, the way these tests spell who decided and why."""
     detail = result.decision_detail

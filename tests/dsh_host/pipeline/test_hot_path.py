@@ -239,6 +239,38 @@ async def test_a_last_link_offer_that_raises_leaves_the_link():
     assert odd.called == ["link"]
 
 
+async def test_a_last_link_offer_stands_only_for_the_plugins_own_hook_method():
+    """A second link of the same plugin (pluggy's ``specname``), called last, is not the one the
+    offer stands for: it is called, and its Deny stands."""
+
+    class TwoLinks(LastLink):
+        @hookimpl(specname="dsh_tool_pre_execute", trylast=True)
+        def closing_time(self, execution, call_next):
+            self.called.append("closing")
+            return Deny("closed")
+
+    two = TwoLinks()
+    host = _host(two)
+    denied = await host.call("echo", {"text": "x"})
+    assert denied.code == "DENIED"
+    assert two.called == ["link", "closing"]
+
+
+@pytest.mark.parametrize(
+    ("alone", "taken"),
+    [
+        (lambda execution: None, True),  # some of the hook's arguments, by name
+        (lambda execution, extra: None, False),  # one the hook does not give: not taken
+    ],
+)
+async def test_a_last_link_offer_takes_the_hooks_arguments_by_name(alone, taken):
+    linked = LastLink()
+    linked.dsh_last_links = {"dsh_tool_pre_execute": alone}
+    host = _host(linked)
+    assert (await host.call("echo", {"text": "x"})).text == "x"
+    assert linked.called == ([] if taken else ["link"])
+
+
 def test_the_default_stack_registers_no_per_call_hook_for_plugins_configured_off(tmp_path):
     """hook_commands with no hooks configured, guards with no reminders: nothing per call."""
     ws = tmp_path / "ws"
