@@ -139,7 +139,14 @@ class Early:
         self.steps = steps
         # The mount table it copies, opened before the copy: any change since is an event.
         self.table = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
-        self.sources = [(step[1], _identity(step[1])) for step in steps if step[0] == "bind"]
+        # Nodes bound from dsh's own copies (a root host's, `_devnodes`): still those at the
+        # request? One bound from the host's /dev cannot be looked up again here (the new
+        # /dev covers it); only root can replace one, and the one bound is the host's own.
+        self.sources = [
+            (step[1], _identity(step[1]))
+            for step in steps
+            if step[0] == "bind" and not _in_dev(str(step[1]))
+        ]
         _mountns.apply(_ruleset._libc(), steps, _landlock.Prepared.fail_early)
 
     @classmethod
@@ -151,7 +158,7 @@ class Early:
     def fits(self, plan: tuple[tuple[Any, ...], ...]) -> bool:
         """Whether *plan* begins with these steps and binds nothing from the host's ``/dev``
         after them, the table copied has not changed since (the copy would not show what was
-        mounted or unmounted since), and each node bound is still the one there."""
+        mounted or unmounted since), and each node bound from dsh's own is still the one there."""
         if plan[: len(self.steps)] != self.steps or _binds_from_dev(plan[len(self.steps) :]):
             return False
         watch = select.poll()
@@ -197,6 +204,10 @@ def waiting(sock: socket.socket, errors: int, mask: Any, close: tuple[int, ...])
     (output, working directory), confine itself and wait for `GO` (`command`). Nothing comes
     (the launcher gave up, or is gone): it exits having run nothing."""
     try:
+        # Dies with its launcher from here on: in a view, an orphan goes to the view's first
+        # process, not to the server, and nothing would stop it. Its launcher waits for READY,
+        # so it cannot have died before this.
+        _landlock.die_with_parent()
         for fd in close:
             os.close(fd)
         early = Early.here()  # a failure: it exits (its launcher takes no request)
@@ -265,6 +276,7 @@ def command(
     """The command (forked by the launcher): confine, ``exec`` (once *go* says `GO`, when
     forked ahead); report an ``exec`` failure."""
     try:
+        _landlock.die_with_parent()  # (again, forked ahead; at once, forked after GO)
         for fd in close:
             os.close(fd)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

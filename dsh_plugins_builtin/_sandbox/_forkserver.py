@@ -15,7 +15,9 @@ host a pidfd of itself on its own socket, starts the command, which confines its
 from the host) it ``SIGKILL``\\s every descendant still alive and reports the exit status.
 
 The server is itself a child subreaper: were a launcher killed outright, its orphans come to the
-server, which kills every child of its own that is not a launcher. It exits when the host's end
+server, which kills every child of its own that is not a launcher (in a view they go to the
+view's first process instead, which is why a command dies with its launcher from its start,
+``PR_SET_PDEATHSIG``). It exits when the host's end
 of the control socket closes (the host exited, or closed it). It never runs anything the host did
 not ask for, and it is confined by nothing: the command's Landlock domain (signal scope, ABI 6)
 keeps the command from signalling or tracing it, as it does for the in-process supervisor.

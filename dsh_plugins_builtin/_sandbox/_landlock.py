@@ -56,6 +56,7 @@ __all__ = [
     "REPORT_STATUS",
     "LandlockUnavailable",
     "Prepared",
+    "die_with_parent",
     "exited",
     "landlock_abi",
     "prepare",
@@ -287,6 +288,14 @@ command gets there (``CLONE_NEWNET`` unless the view shares the host's network).
 
 _BOUNDED: list[bool] = []
 """Set in a command's process forked ahead once its bounding set is empty (`drop_early`)."""
+
+
+def die_with_parent() -> None:
+    """``SIGKILL`` when the calling thread's parent ends (``PR_SET_PDEATHSIG``); `OSError` if
+    that cannot be set."""
+    ctypes.set_errno(0)
+    if _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def drop_bounding_set(libc: ctypes.CDLL, cap_last: int) -> int | None:

@@ -9,8 +9,10 @@ closes and keeps no descriptor, and survives a request it cannot read.
 from __future__ import annotations
 
 import array
+import ctypes
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -224,3 +226,53 @@ async def test_a_host_mount_made_while_a_command_waits_ahead_is_seen(
     finally:
         server.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def test_a_command_forked_ahead_dies_with_its_launcher_before_its_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command forked ahead is killed when its launcher ends, from the moment it told it
+    READY: in a view its orphan would go to the view's first process, not to the server, and
+    run a request it already holds with nothing to stop it. Here the launcher ends at once
+    after READY; the command (an orphan that comes to this process, made a subreaper) must
+    end by SIGKILL, not wait for a request on a socket still open."""
+    if probe_backends()["landlock-net"] is not None:
+        pytest.skip("landlock unusable here")
+    monkeypatch.setattr(_ahead, "LAST", [])
+    monkeypatch.setattr(_ahead, "EARLY", [])
+    libc = ctypes.CDLL(None, use_errno=True)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    assert libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    try:
+        launcher = os.fork()
+        if launcher == 0:  # the launcher: forks the command ahead, hands on its socket, ends
+            try:
+                ahead = _ahead.Ahead.fork(os.dup(0))
+                assert ahead is not None
+                fds = array.array("i", (ahead.sock.fileno(),))
+                theirs.sendmsg(
+                    [str(ahead.pid).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                )
+            finally:
+                os._exit(0)
+        theirs.close()
+        data, fds = _ahead.receive(ours, 1)  # the command's socket, kept open: no EOF for it
+        os.waitpid(launcher, 0)
+        command = int(data)
+        pidfd = os.pidfd_open(command)
+        ended = select.select([pidfd], [], [], 30)[0]  # a ceiling: it ends at once, or never
+        os.close(pidfd)
+        if not ended:
+            os.kill(command, signal.SIGKILL)
+        _, status = os.waitpid(command, 0)  # orphaned to us
+        for fd in fds:
+            os.close(fd)
+        assert ended
+        assert os.WIFSIGNALED(status)
+        assert os.WTERMSIG(status) == signal.SIGKILL
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        ours.close()
