@@ -442,37 +442,29 @@ async def test_the_plain_decision_when_last_is_the_links(rules, tool, arguments)
     assert seen[0] == seen[1]
 
 
-async def test_a_subclass_that_overrides_the_link_is_called_when_last():
-    """Only the plugin's own link has `_alone` for its last-link form: a subclass overriding
-    the hook is called as it is, last or not."""
+class _Stricter(PermissionsPlugin):
+    """Overrides the hook: its link is called as it is, last or not (`_alone` is not it)."""
 
-    class Stricter(PermissionsPlugin):
-        @hookimpl
-        def dsh_tool_pre_execute(self, execution, call_next):
-            return Deny("not today")
+    @hookimpl
+    def dsh_tool_pre_execute(self, execution, call_next):
+        return Deny("not today")
 
+
+class _BusinessHours(PermissionsPlugin):
+    """Adds a link of its own (pluggy's ``specname``), called after permissions' link: that is
+    what follows it, and its Deny stands over an allow rule, as another plugin's would."""
+
+    @hookimpl(specname="dsh_tool_pre_execute", trylast=True)
+    def business_hours(self, execution, call_next):
+        return Deny("not today")
+
+
+@pytest.mark.parametrize("subclass", [_Stricter, _BusinessHours])
+async def test_a_subclasss_own_link_is_called_whichever_is_last(subclass):
+    """Only permissions' own link has `_alone` for its last-link form."""
     host = Host(
         config={"plugin": {"permissions": {"allow": ["bash"]}}},
-        plugins=[Stricter()],
-        load_entrypoints=False,
-    )
-    host.registry.register(make_tool("bash"))
-    result = await host.call("bash", {"command": "ls"})
-    assert (result.code, result.text) == ("DENIED", "Error: not today")
-
-
-async def test_a_second_link_of_a_subclass_after_ours_is_downstream():
-    """A subclass that adds a link of its own (pluggy's ``specname``), called after permissions'
-    link, is what follows it: its Deny stands over an allow rule, as another plugin's would."""
-
-    class BusinessHours(PermissionsPlugin):
-        @hookimpl(specname="dsh_tool_pre_execute", trylast=True)
-        def business_hours(self, execution, call_next):
-            return Deny("not today")
-
-    host = Host(
-        config={"plugin": {"permissions": {"allow": ["bash"]}}},
-        plugins=[BusinessHours()],
+        plugins=[subclass()],
         load_entrypoints=False,
     )
     host.registry.register(make_tool("bash"))
