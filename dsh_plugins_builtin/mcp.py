@@ -46,7 +46,8 @@ from dsh_host import (
     hookimpl,
 )
 
-from ._mcp._mount import Link, McpServerConfig, Mount
+from ._mcp._mount import Link, McpServerConfig
+from ._mcp._mountloop import Mount
 
 if TYPE_CHECKING:  # imported when a server is configured (no server: a cold start skips them)
     from ._mcp._confine import Confinement

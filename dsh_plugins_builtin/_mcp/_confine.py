@@ -29,17 +29,21 @@ import attrs
 from dsh_host import Host
 
 from .._hooks._launch import sandbox_policy
+from .._sandbox import _viewline
 from .._sandbox._backends import landlock_prepared
 from .._sandbox._bwrap import mount_plan, rw_roots
 from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap
 from .._sandbox._env import EnvConfig, command_env
 from .._sandbox._fence import SandboxPolicy
 from .._sandbox._landlock import LandlockUnavailable, Prepared
+from .._sandbox._layout import layout_of
 from .._sandbox._limits import LimitsConfig, ulimit_prefix
+from .._sandbox._mountns import places
 from .._sandbox._paths import inside_any
 from .._sandbox._protected import protected_paths
 from .._sandbox._seccomp import filter_bpf
 from ._landlock_exec import command
+from ._watch import Hiding, absent
 
 __all__ = ["Confinement", "confinement_for"]
 
@@ -60,16 +64,22 @@ class Confinement:
     def backend(self) -> str:
         return "bwrap" if self.bwrap is not None else "landlock"
 
-    def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
-        """*argv* wrapped in bubblewrap (or the Landlock launcher); the descriptors the child
-        must inherit (close them after the start)."""
+    def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int], Hiding]:
+        """*argv* wrapped in bubblewrap (or the Landlock launcher), made now from what exists
+        now; the descriptors the child must inherit (close them after the start); and what
+        its sandbox hides, for `_watch.Watch` to check while it runs."""
         prefix = ulimit_prefix(self.limits)
         if prefix:  # the server's first process sets them, before it execs the server
             argv = ["bash", "-c", prefix + 'exec "$@"', "dsh-mcp-server", *argv]
+        layout = layout_of(self.policy)
+        # Before the line is made: one made meanwhile is hidden and listed (a needless restart).
+        missing = absent(tuple(str(p) for p in (*layout.denied, *layout.masked_denied)))
         if self.bwrap is None:
             assert self.prepared is not None
-            ruleset = os.dup(self.prepared.ruleset_fd)  # the sandbox keeps its own
-            return command(self.prepared, argv, ruleset), [ruleset]
+            plan = mount_plan(self.policy)  # what exists now, not at the host's start
+            prepared = self.prepared.with_plan(plan)
+            ruleset = os.dup(prepared.ruleset_fd)  # the sandbox keeps its own
+            return command(prepared, argv, ruleset), [ruleset], Hiding(places(plan), missing)
         read_fd, write_fd = os.pipe()
         try:
             os.write(write_fd, filter_bpf(not self.policy.network))  # a few KiB: never blocks
@@ -80,7 +90,11 @@ class Confinement:
             argv, self.policy, "bwrap", cwd=Path(cwd), bwrap=self.bwrap, seccomp_fd=read_fd,
             tmpfs_bytes=None if memory is None else memory << 20,
         )  # fmt: skip
-        return wrapped, [read_fd]
+        mounted = _viewline.places(wrapped)
+        if mounted is None:  # a word of bwrap's this does not know: nothing could be checked
+            os.close(read_fd)
+            raise RuntimeError(f"cannot tell where the sandbox of {argv[0]!r} mounts")
+        return wrapped, [read_fd], Hiding(mounted, missing)
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
         """The environment a command gets (the sandbox's ``[plugin.sandbox.env]`` allowlist,

@@ -1,4 +1,5 @@
-"""The connections of the ``mcp`` plugin: `Link` (one server's session) and `Mount` (a thread).
+"""The connections of the ``mcp`` plugin: `Link`, one server's session (`Mount`, the thread
+that holds links where no trio run does, is `_mountloop`).
 
 A `Link` runs on anyio, so under trio or asyncio. Where a trio run owns the host
 (``open_host``, ``own_host``), its stdio links are tasks of that run (`_native`). Elsewhere
@@ -13,19 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
-import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import trio
 
 from ._relist import Relister
 
 if TYPE_CHECKING:
-    import asyncio
-
     import anyio
     import anyio.abc
     import mcp_types as types
@@ -33,11 +31,12 @@ if TYPE_CHECKING:
 
     from ._confine import Confinement
     from ._guard import Guard
+    from ._watch import Hiding, Watch
 
 # The SDK (pydantic models: about a second to import) and asyncio are imported only when a
 # server is mounted, so a host with no [plugin.mcp] servers starts without them (issue 27).
 
-__all__ = ["BAD_RESULT", "Link", "McpServerConfig", "Mount"]
+__all__ = ["BAD_RESULT", "Link", "McpServerConfig"]
 
 T = TypeVar("T")
 
@@ -114,6 +113,12 @@ class Link:
         self.runner: Any = None
         """The mount running the session (`Mount`, `_native.NativeMount`): calls go through it."""
         self.tool_problems: list[str] = []
+        self.watch: Watch | None = None
+        """A confined stdio server's mount table, checked around each call (`_watch`)."""
+        self._hiding: Hiding | None = None
+        self._pid = 0
+        self._restart: anyio.Event | None = None
+        """Set when the restart asked for (`restart`) has ended."""
         self._stop: anyio.Event | None = None
         self._stopped = False
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -147,10 +152,27 @@ class Link:
         return printable(f"{what}; its stderr ends: {tail}" if tail else what)
 
     async def run(self, ready: anyio.Event) -> None:
-        """Connect, initialize, list tools, set *ready*; then hold the session until closed.
+        """Connect, initialize, list tools, set *ready*; then hold the session until closed,
+        starting the server again whenever `restart` asks.
 
         Runs under asyncio (the mount thread) or trio (a host's services: `_native`), by anyio.
         """
+        import anyio
+
+        self._stop = anyio.Event()
+        if self._stopped:  # the host closed before this ran: nothing is started
+            self.status, self.error = "failed", f"MCP server {self.name!r}: the host closed"
+            ready.set()
+            return
+        try:
+            while await self._session(ready):
+                self._stop = anyio.Event()
+        finally:
+            ready.set()
+            self._restarted()
+
+    async def _session(self, ready: anyio.Event) -> bool:
+        """One session of the server, from its start to its end; whether `restart` ended it."""
         import anyio
         from mcp.client.session import ClientSession
 
@@ -158,14 +180,13 @@ class Link:
         from ._relist import list_tools
         from ._stdio import stdio_transport
 
-        self._stop = anyio.Event()
+        if self._stopped:  # closed between two sessions: nothing is started again
+            return False
         self.guard = guard = Guard(self.name, limit=self.config.max_result_bytes)
         guard.on_list_changed = self.relister.notice
-        config = self.config
-        if self._stopped:  # the host closed before this ran: nothing is started
-            self.status, self.error = "failed", f"MCP server {self.name!r}: the host closed"
-            ready.set()
-            return
+        config, before = self.config, (self.tools if self._restart is not None else None)
+        stop = self._stop
+        assert stop is not None  # `run` made it for this session
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if config.command is not None:
@@ -180,11 +201,16 @@ class Link:
                 with anyio.fail_after(config.timeout_ms / 1000):
                     await session.initialize()
                     self.tools = await list_tools(session, config.tools)
+                self._watch()
                 self.session = session
                 self.relister.listed(self._tasks)
                 self.status = "running"
+                if before is not None and self.tools != before and self.on_relisted is not None:
+                    self.tools_changed = True  # registered as a re-listing's are
+                    self.on_relisted()
+                self._restarted()
                 ready.set()
-                await self._stop.wait()
+                await stop.wait()
         except Exception as exc:
             what = "did not start in time" if isinstance(exc, TimeoutError) else _describe(exc)
             self.error = self.describe_failure(
@@ -193,9 +219,51 @@ class Link:
                 + what
             )
             self.status = "failed"
+            return False
         finally:
             self.session = self._tasks = None
-            ready.set()
+            watch, self.watch = self.watch, None
+            if watch is not None:
+                watch.close()
+        return self._restart is not None and not self._stopped
+
+    def _watch(self) -> None:
+        """Hold a confined server's mount table, checked against what its sandbox was made
+        to hide (`_watch`), now that the server answers (its sandbox is all made)."""
+        if self._hiding is None:
+            return
+        from ._watch import Watch, first_child
+
+        try:
+            self.watch = Watch(first_child(self._pid), self._hiding)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"its sandbox could not be checked: {exc}") from None
+
+    async def restart(self, why: str | None) -> None:
+        """End the server and start it again in a sandbox made anew (in the session's loop),
+        because *why*; return once it runs again, or failed. Callers at once share one; with
+        *why* ``None``, only wait for the restart under way, if any."""
+        import anyio
+
+        if self._restart is None:
+            if why is None or self.status != "running" or self._stop is None:
+                return
+            self._restart = anyio.Event()
+            sys.stderr.write(f"dsh: mcp: MCP server {self.name!r} restarted: {why}\n")
+            self.status, self.session = "restarting", None
+            self._stop.set()
+        await self._restart.wait()
+
+    @property
+    def restarting(self) -> bool:
+        """A restart was asked for and has not ended."""
+        return self._restart is not None
+
+    def _restarted(self) -> None:
+        """Wake those waiting for a restart (the server runs again, or failed)."""
+        restart, self._restart = self._restart, None
+        if restart is not None:
+            restart.set()
 
     async def _http(self, stack: contextlib.AsyncExitStack, guard: Guard) -> tuple[Any, Any]:
         """The streams of this server's HTTP transport, bounded by ``max_result_bytes``."""
@@ -235,12 +303,16 @@ class Link:
         argv, env = [config.command, *config.args], {**(self.inherited or {}), **config.env}
         fds: list[int] = []
         if confinement is not None:
-            argv, fds = confinement.wrap(argv, config.cwd or os.getcwd())
+            argv, fds, self._hiding = confinement.wrap(argv, config.cwd or os.getcwd())
             env = confinement.environment(dict(config.env))
         return transport(
             argv, env=env, cwd=config.cwd, errlog=self._errlog,
             max_line=config.max_result_bytes, pass_fds=fds, check=guard,
+            started=self._started,
         )  # fmt: skip
+
+    def _started(self, pid: int) -> None:
+        self._pid = pid
 
     def close(self) -> None:
         """Release the stderr file (after the session has ended)."""
@@ -253,108 +325,7 @@ class Link:
             self._stop.set()
 
 
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """Mark the outcome of a task nobody waits for any more as seen (no "never retrieved")."""
-    if not task.cancelled():
-        task.exception()
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
     return f"{type(exc).__name__}: {exc}"
-
-
-class Mount:
-    """The mount loop: a daemon thread running asyncio, and the links it holds."""
-
-    def __init__(self) -> None:
-        import asyncio
-
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-mcp", daemon=True)
-        self._thread.start()
-        self.links: dict[str, Link] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self, links: list[Link], timeout: float) -> None:
-        """Start *links* concurrently; return once each is running or failed (or *timeout*)."""
-        import asyncio
-        import concurrent.futures
-
-        async def start_all() -> None:
-            import anyio
-
-            loop = asyncio.get_running_loop()
-            readies = []
-            for link in links:
-                ready = anyio.Event()
-                self._tasks.append(loop.create_task(link.run(ready)))
-                readies.append(ready)
-            for ready in readies:
-                await ready.wait()
-
-        self.links.update({link.name: link for link in links})
-        for link in links:
-            link.runner = self
-        future = asyncio.run_coroutine_threadsafe(start_all(), self._loop)
-        with contextlib.suppress(concurrent.futures.TimeoutError):
-            future.result(timeout)
-
-    async def wait(self, event: anyio.Event) -> None:
-        """Wait from a trio task for *event* (a re-listing's, set in the mount loop)."""
-        await self.run(event.wait)
-
-    async def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run *coroutine()* in the mount loop from a trio task; cancelling this cancels it.
-
-        One wake-up each way and nothing in between (no `concurrent.futures.Future` chained to
-        the task, as `asyncio.run_coroutine_threadsafe` makes): the task is made in the loop,
-        and its end wakes this trio task. Callbacks given to the loop run in order, so a
-        cancellation always finds the task made.
-        """
-        loop, token, done = self._loop, trio.lowlevel.current_trio_token(), trio.Event()
-        made: list[asyncio.Task[T]] = []
-
-        def wake(_: object) -> None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
-
-        def start() -> None:
-            task = loop.create_task(coroutine())
-            task.add_done_callback(wake)
-            made.append(task)
-
-        def cancel() -> None:
-            task = made[0]
-            task.cancel()
-            task.add_done_callback(_retrieved)
-
-        loop.call_soon_threadsafe(start)
-        try:
-            await done.wait()
-        except trio.Cancelled:
-            loop.call_soon_threadsafe(cancel)
-            raise
-        return made[0].result()
-
-    def close(self) -> None:
-        """Close every session and stop the loop (stdio servers see end of input and exit)."""
-        if not self._thread.is_alive():
-            return
-        import asyncio
-
-        async def stop_all() -> None:
-            for link in self.links.values():
-                link.stop()
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=5)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
-        for link in self.links.values():
-            link.close()

@@ -5,7 +5,7 @@ it) lives in one trio run, and offers that run for long-lived tasks (`dsh_host.H
 There the ``mcp`` plugin runs every client session as a task (the SDK runs on anyio, so on
 trio too), and a tool call awaits the session directly in the calling task: no hop to a thread
 and back. Cancelling the call cancels the request (the SDK sends ``notifications/cancelled``),
-as in the mount thread. The links are the same `Link` objects as `_mount.Mount`'s, with the same
+as in the mount thread. The links are the same `Link` objects as `_mountloop.Mount`'s, with the same
 transport, bounds, guard, confinement and reaping; `Mount` stays for hosts no trio run owns
 (``Host(...)`` made directly: the CLI, tests), and for HTTP servers: the SDK's HTTP client
 leaves async generators for the loop to finalize, which trio reports as a `ResourceWarning`.
@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from ._mount import Link, Mount
+from ._mount import Link
+from ._mountloop import Mount
 
 __all__ = ["STOP_WAIT", "NativeMount", "virtual_time"]
 

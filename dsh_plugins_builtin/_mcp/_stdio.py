@@ -23,7 +23,7 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import IO, Any, Protocol
 
 import anyio
@@ -60,12 +60,14 @@ async def stdio_transport(
     max_line: int,
     pass_fds: list[int] | None = None,
     check: Checker | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[Any]]]:
     """Start *argv*; yield (messages from it, `SessionMessage` stream to it); reap it at exit.
 
     *pass_fds* are inherited by the child, and closed here once it has started. With *check*
     (the `_guard.Guard`), each message read is checked in the reading task and delivered as
     the `SessionMessage` it becomes, and each sent one noted, with no task in between.
+    *started* is called with the process's pid once it runs.
     """
     try:
         process = await anyio.open_process(
@@ -75,6 +77,8 @@ async def stdio_transport(
     finally:
         for fd in pass_fds or ():
             os.close(fd)
+    if started is not None:
+        started(process.pid)
     to_session, from_server = anyio.create_memory_object_stream[Any](0)
     to_server, from_session = anyio.create_memory_object_stream[Any](0)
     try:

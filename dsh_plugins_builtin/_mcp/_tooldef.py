@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,14 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
     from mcp_types import TextContent
 
     async def execute(args: Any) -> Any:
-        session, runner = link.session, link.runner
+        watch, runner = link.watch, link.runner
+        why = watch.moved() if watch is not None else None
+        if runner is not None and (why is not None or link.restarting):
+            # Before anything is sent: the call goes to the server started anew (one restart
+            # for the calls that find it needed at once).
+            await runner.run(functools.partial(link.restart, why))
+            watch = link.watch
+        session = link.session
         if session is None or runner is None:
             raise DshError(
                 link.describe_failure(f"MCP server {server!r} is not running: {link.error}"),
@@ -57,6 +65,14 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
                 raise DshError(printable(str(exc)), "MCP_BAD_RESULT", detail=detail) from None
             what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
             raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
+        if watch is not None and (why := watch.moved()) is not None:
+            await runner.run(functools.partial(link.restart, why))
+            raise DshError(
+                f"MCP server {server!r} was restarted in a new sandbox while it answered "
+                f"{remote!r} ({why}), so its answer was withheld: it could hold what the "
+                "sandbox hides. Call the tool again.",
+                "MCP_SERVER_RESTARTED",
+            )
         content = result.content
         if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
             return content[0].text  # one text block: the pipeline's quickest result

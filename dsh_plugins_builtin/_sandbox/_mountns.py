@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from dsh_plugins_builtin._sandbox._beneath import DIR_FLAGS, mkdir_beneath, open_beneath
 
-__all__ = ["Plan", "apply", "dev_plan"]
+__all__ = ["Plan", "apply", "dev_plan", "places"]
 
 Plan = tuple[tuple[Any, ...], ...]
 
@@ -237,6 +237,22 @@ def _whole(
         mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "mounting")
     else:
         _symlink(step[1], step[2], fail)
+
+
+def places(plan: Sequence[Sequence[Any]]) -> frozenset[str]:
+    """Where *plan*'s steps mount, for `_viewtable.shows`: not a link, nor a part of ``/proc``
+    this kernel may not have (bwrap's ``--ro-bind-try``). A step that only hides what is gone
+    by the time it runs mounts nothing either (`_reach`)."""
+    out = set()
+    for step in plan:
+        kind = step[0]
+        if kind in ("symlink", "proc-ro"):
+            continue
+        out.add(
+            {"proc": "/proc", "devpts": "/dev/pts"}.get(kind)
+            or (step[2] if kind == "bind" else step[1])
+        )
+    return frozenset(out)
 
 
 def apply(

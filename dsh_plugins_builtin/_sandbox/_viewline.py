@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["Split", "split"]
+__all__ = ["Split", "places", "split"]
 
 _ARITY: Final = {
     "--unshare-all": 0, "--unshare-user-try": 0, "--as-pid-1": 0, "--share-net": 0,
@@ -21,6 +21,8 @@ _ARITY: Final = {
     "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--dev-bind": 2, "--bind-fd": 2,
 }  # fmt: skip
 """The words `_bwrap.bwrap_argv` writes, and how many operands each takes (any other: no view)."""
+_SPAWN_ARITY: Final = {**_ARITY, "--seccomp": 1, "--info-fd": 1, "--block-fd": 1}
+"""With the words `_confine.confine_argv` adds for a process of its own (`places`)."""
 
 _PLACED: Final = frozenset(
     ("--dev", "--proc", "--tmpfs", "--remount-ro", "--ro-bind", "--bind", "--ro-bind-try",
@@ -51,17 +53,28 @@ class Split:
     mounted: frozenset[str] = frozenset()  # the places the view mounts on (`_viewtable.shows`)
 
 
-def _options(argv: Sequence[str]) -> list[tuple[str, list[str]]] | None:
+def _options(
+    argv: Sequence[str], known: dict[str, int] = _ARITY
+) -> list[tuple[str, list[str]]] | None:
     """The options of *argv* (after bwrap itself, up to ``--``), each with its operands."""
     out: list[tuple[str, list[str]]] = []
     i = 1
     while i < len(argv) and argv[i] != "--":
-        arity = _ARITY.get(argv[i])
+        arity = known.get(argv[i])
         if arity is None or i + arity >= len(argv):
             return None
         out.append((argv[i], list(argv[i + 1 : i + 1 + arity])))
         i += 1 + arity
     return out
+
+
+def places(argv: Sequence[str]) -> frozenset[str] | None:
+    """The places a whole bwrap command line (`_confine.confine_argv`) always mounts on, for
+    `_viewtable.shows`; ``None`` when it holds a word this does not know."""
+    options = _options(argv, _SPAWN_ARITY)
+    if options is None:
+        return None
+    return frozenset(operands[-1] for word, operands in options if word in _MOUNTING)
 
 
 def _scratch(options: list[tuple[str, list[str]]], gone: set[str]) -> dict[str, int] | None:

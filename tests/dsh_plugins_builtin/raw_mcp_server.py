@@ -15,6 +15,10 @@
   (a FIFO) and sleeps; the server exits as soon as its stdin closes, leaving the child behind;
 - ``env``: ``echo`` answers with the value of the environment variable its ``text`` names
   (``(unset)`` when it is not set);
+- ``cat``: ``echo`` answers with the contents of the file its ``text`` names (``(error:
+  ...)`` when it cannot be read); a ``text`` of two lines reads the first (a FIFO) to its end
+  before it reads the file the second names; with FILE, a start at which FILE exists (a
+  FIFO) reads it to its end first;
 - ``flood``: ``flood`` sends 10,000 ``notifications/tools/list_changed`` (the tools stay the
   same), then answers; ``count`` answers how many ``tools/list`` requests it has received;
 - ``stuck``: ``change`` sends ``notifications/tools/list_changed`` and answers; a
@@ -161,12 +165,26 @@ def answer(request):
         text = "echo: " + request["params"].get("arguments", {}).get("text", "")
         if MODE == "env":
             text = os.environ.get(text.removeprefix("echo: "), "(unset)")
+        if MODE == "cat":
+            try:
+                *fifo, path = text.removeprefix("echo: ").split("\n")
+                for name in fifo:
+                    with open(name) as file:
+                        file.read()
+                with open(path) as file:
+                    text = file.read()
+            except OSError as exc:
+                text = f"(error: {exc.strerror})"
         result = {"content": [{"type": "text", "text": text}]}
         return send({"jsonrpc": "2.0", "id": rid, "result": result})
     if rid is not None:
         return send({"jsonrpc": "2.0", "id": rid, "result": {}})
     return None
 
+
+if MODE == "cat" and len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
+    with open(sys.argv[2]) as gate:
+        gate.read()
 
 if MODE == "children" and os.fork() == 0:
     with open(sys.argv[2], "w") as file:  # a FIFO the test reads

@@ -6,15 +6,19 @@ whose ``core.fsmonitor`` names a command, then has ``mcp-server-git`` run ``git 
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from dsh_host import Host
 from dsh_plugins_builtin.mcp import McpPlugin
@@ -283,3 +287,326 @@ def test_a_confined_server_gets_the_environment_a_command_gets(tmp_path, backend
         assert "PATH" in names
     finally:
         plugin.close()
+
+
+RAW = str(Path(__file__).with_name("raw_mcp_server.py"))
+# The raw server needs only the standard library: the system's interpreter runs it where there
+# is one, since dsh's may lie in a home the sandbox hides from another user (/root's pyenv).
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
+def _moved_dir(ws: Path) -> Path:
+    """``mv secrets old; mkdir secrets``: the mask goes with the renamed directory."""
+    (ws / "secrets").rename(ws / "old")
+    (ws / "secrets").mkdir()
+    return ws / "secrets" / "key"
+
+
+def _moved_above(ws: Path) -> Path:
+    """A directory above the hidden one renamed, and the path made again."""
+    (ws / "conf").rename(ws / "conf-old")
+    (ws / "conf" / "keys").mkdir(parents=True)
+    return ws / "conf" / "keys" / "key"
+
+
+def _replaced_file(ws: Path) -> Path:
+    """A hidden file rewritten the way editors and credential tools do: a new file renamed
+    over it (the mask on the old file is detached)."""
+    (ws / ".env.new").write_text("old")
+    (ws / ".env.new").replace(ws / ".env")
+    return ws / ".env"
+
+
+def _made_later(ws: Path) -> Path:
+    """A ``deny_read`` entry that did not exist when the server started (``aws configure``)."""
+    (ws / "later").mkdir()
+    return ws / "later" / "key"
+
+
+MOVES = {
+    "the hidden directory renamed": _moved_dir,
+    "a directory above it renamed": _moved_above,
+    "the hidden file replaced": _replaced_file,
+    "the hidden path made after the start": _made_later,
+}
+
+
+def _hidden_workspace(tmp_path: Path) -> tuple[Path, list[str]]:
+    ws = tmp_path / "ws"
+    (ws / "secrets").mkdir(parents=True)
+    (ws / "secrets" / "key").write_text("SECRET-1")
+    (ws / "conf" / "keys").mkdir(parents=True)
+    (ws / "conf" / "keys" / "key").write_text("SECRET-1")
+    (ws / ".env").write_text("SECRET-1")
+    (ws / "plain.txt").write_text("in view")
+    deny = [str(ws / name) for name in ("secrets", "conf/keys", ".env", "later")]
+    return ws, deny
+
+
+def _cat_host(ws: Path, deny: list[str], backend: str, *args: str) -> tuple[Host, McpPlugin]:
+    sandbox: dict = {"deny_read": deny, "backend": backend}
+    if backend == "landlock":
+        sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {
+            "sandbox": sandbox,
+            "mcp": {"servers": {"s": {"command": PYTHON, "args": [RAW, "cat", *args]}}},
+        },
+    }
+    host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+    assert plugin.status()["s"]["status"] == "running", plugin.status()
+    return host, plugin
+
+
+def _cat(host: Host, path: Path):
+    return trio.run(host.call, "mcp__s__echo", {"text": str(path)})
+
+
+@pytest.mark.parametrize("move", list(MOVES))
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_confined_server_never_reads_what_the_host_put_where_a_hidden_path_was(
+    tmp_path, backend, move, request
+):
+    """A server lives long, and its sandbox hides paths as they were when it started. When
+    the host renames what is hidden (or a directory above it), rewrites a hidden file by
+    renaming a new one over it, or makes a ``deny_read`` entry that was missing, the mask no
+    longer covers the path: the server's next call would read the new secret there. dsh
+    checks before each call and restarts the server in a fresh sandbox, transparently."""
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, backend)
+    try:
+        path = MOVES[move](ws)
+        path.write_text("SECRET-2")
+        first, second = _cat(host, path), _cat(host, path)
+        assert "SECRET" not in first.text, first
+        assert not first.is_error, first  # restarted before the call: it went to the new one
+        assert "SECRET" not in second.text, second
+        assert plugin.status()["s"]["status"] == "running"
+        assert _cat(host, ws / "plain.txt").text == "in view"
+    finally:
+        plugin.close()
+
+
+def _call_while_moving(host: Host, ws: Path, call: Any) -> Any:
+    """*call* (a tool call whose server first reads the FIFO ``ws/go``), with the hidden
+    directory moved and its new key written while the server waits on the FIFO."""
+    fifo = ws / "go"
+
+    def release() -> None:
+        with open(fifo, "w") as file:  # opens once the server has the call and reads
+            (_moved_dir(ws)).write_text("SECRET-2")
+            file.write("go")
+
+    async def main() -> Any:
+        done = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: call(done))
+            await trio.to_thread.run_sync(release)
+        return done[0]
+
+    os.mkfifo(fifo)
+    return main
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_an_answer_read_after_the_hidden_path_moved_is_withheld(tmp_path, backend, request):
+    """The host moves a hidden directory while the server handles a call: what it answers
+    may hold the new secret, so the answer is withheld, with a code saying why, and the
+    server is restarted for the next call."""
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, backend)
+    text = f"{ws / 'go'}\n{ws / 'secrets' / 'key'}"
+
+    async def call(done: list[Any]) -> None:
+        done.append(await host.call("mcp__s__echo", {"text": text}))
+
+    try:
+        result = trio.run(_call_while_moving(host, ws, call))
+        assert result.is_error, result
+        assert result.error.code == "MCP_SERVER_RESTARTED", result
+        assert "SECRET" not in result.text
+        assert "Call the tool again" in result.text
+        after = _cat(host, ws / "secrets" / "key")
+        assert "SECRET" not in after.text, after
+        assert plugin.status()["s"]["status"] == "running"
+    finally:
+        plugin.close()
+
+
+def test_under_open_host_a_moved_hidden_path_restarts_the_server_in_the_run(tmp_path, capfd):
+    """The same check where the sessions are tasks of the host's own trio run (`_native`)."""
+    import dsh_host
+
+    ws, deny = _hidden_workspace(tmp_path)
+    plugin = McpPlugin()
+    config = {
+        "host": {"workspace": str(ws)},
+        "plugin": {
+            "sandbox": {"deny_read": deny},
+            "mcp": {"servers": {"s": {"command": PYTHON, "args": [RAW, "cat"]}}},
+        },
+    }
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with dsh_host.open_host(
+            config, plugins=[SandboxPlugin(), plugin], entry_points=False
+        ) as host:
+            assert plugin.status()["s"]["confined"] == "bwrap", plugin.status()
+            before = await host.call("mcp__s__echo", {"text": str(ws / ".env")})
+            _replaced_file(ws).write_text("SECRET-2")
+            after = await host.call("mcp__s__echo", {"text": str(ws / ".env")})
+            return before, after, plugin.status()["s"]
+
+    before, after, status = trio.run(main)
+    assert "SECRET" not in before.text + after.text, (before, after)
+    assert after.text == before.text, (before, after)
+    assert not after.is_error, after
+    assert status["status"] == "running"
+    assert "MCP server 's' restarted" in capfd.readouterr().err
+
+
+def test_calls_that_find_the_hidden_path_moved_at_once_share_one_restart(tmp_path, capfd):
+    """Three calls at once after a move: one restart, and each call goes to the new server
+    (none is refused as the old session ends and the new one starts)."""
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, "bwrap")
+    try:
+        _moved_dir(ws).write_text("SECRET-2")
+
+        async def main() -> list[Any]:
+            done: list[Any] = []
+
+            async def one() -> None:
+                done.append(await host.call("mcp__s__echo", {"text": str(ws / "secrets/key")}))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(one)
+            return done
+
+        results = trio.run(main)
+        assert [r.is_error for r in results] == [False] * 3, results
+        assert all("SECRET" not in r.text for r in results), results
+        assert capfd.readouterr().err.count("MCP server 's' restarted") == 1
+    finally:
+        plugin.close()
+
+
+def test_a_call_made_while_the_server_restarts_waits_for_it(tmp_path):
+    """A call that starts after the old server has ended and before the new one answers goes
+    to the new one, instead of failing as "not running"."""
+    ws, deny = _hidden_workspace(tmp_path)
+    gate = ws / "gate"
+    host, plugin = _cat_host(ws, deny, "bwrap", str(gate))
+    key = {"text": str(ws / "secrets/key")}
+    try:
+        _moved_dir(ws).write_text("SECRET-2")
+        os.mkfifo(gate)  # the server started anew waits on it
+
+        async def main() -> list[Any]:
+            done: list[Any] = []
+
+            async def one() -> None:
+                done.append(await host.call("mcp__s__echo", key))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(one)  # finds the move, and restarts the server
+                opened = await trio.to_thread.run_sync(open, gate, "w")  # the new one starts
+                assert plugin.status()["s"]["status"] == "restarting"
+                nursery.start_soon(one)
+                await trio.testing.wait_all_tasks_blocked()
+                opened.close()
+            return done
+
+        results = trio.run(main)
+        assert [r.is_error for r in results] == [False, False], results
+        assert all("SECRET" not in r.text for r in results), results
+    finally:
+        plugin.close()
+
+
+_REALTIME_COARSE = 5  # Linux's CLOCK_REALTIME_COARSE (the time module does not name it)
+
+
+def _next_tick() -> None:
+    """Return once the file system's clock (the coarse real-time clock) has passed now: a
+    change made after this gets a change time later than any a directory had before."""
+    now = time.time_ns()
+    while time.clock_gettime_ns(_REALTIME_COARSE) <= now:
+        pass  # at most one tick of the kernel's clock (a few milliseconds)
+
+
+@pytest.mark.parametrize("move", list(MOVES))
+def test_in_the_steady_state_a_move_is_found_without_reading_the_mount_table(
+    tmp_path, move, monkeypatch
+):
+    """The check reads the server's mount table only when a mount event came or a directory
+    on the way to a hidden path changed (`_watch`). With every directory old enough to trust
+    (the slack set to nothing), each move is still found before the call is sent."""
+    from dsh_plugins_builtin._mcp import _watch
+
+    monkeypatch.setattr(_watch, "SLACK_NS", 0)
+    ws, deny = _hidden_workspace(tmp_path)
+    # The missing entry apart (its directory is not the one the others move in), so that each
+    # move is found through the directories of its own place.
+    later = tmp_path / "apart" / "later"
+    later.parent.mkdir()
+    deny[-1] = str(later)
+    host, plugin = _cat_host(ws, deny, "bwrap")
+    try:
+        watch = plugin._mount.links["s"].watch
+        assert watch is not None
+        assert watch._dirs, "the directories are trusted: the table is not read"
+        assert watch.moved() is None
+        _next_tick()
+        if move == "the hidden path made after the start":
+            later.mkdir()  # (in /tmp, which the server does not see anyway: no call made)
+            assert watch.moved() is not None
+            return
+        path = MOVES[move](ws)
+        path.write_text("SECRET-2")
+        assert watch.moved() is not None
+        first = _cat(host, path)
+        assert "SECRET" not in first.text, first
+        assert not first.is_error, first
+    finally:
+        plugin.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting on the host takes root")
+def test_a_file_system_the_host_mounts_over_a_hidden_paths_directory_is_found(
+    tmp_path, monkeypatch
+):
+    """A mount on the host above a hidden path propagates into the server's view (where the
+    host's mounts propagate) and covers the mask there: a mount event, which is checked."""
+    from dsh_plugins_builtin._mcp import _watch
+
+    monkeypatch.setattr(_watch, "SLACK_NS", 0)
+    ws, deny = _hidden_workspace(tmp_path)
+    # The workspace a shared mount of its own, as on a host whose mounts propagate (systemd
+    # makes / shared); a container's / is often private, and then nothing would propagate.
+    subprocess.run(["mount", "--bind", str(ws), str(ws)], check=True)
+    subprocess.run(["mount", "--make-shared", str(ws)], check=True)
+    mounted = False
+    try:
+        host, plugin = _cat_host(ws, deny, "bwrap")
+        try:
+            subprocess.run(["mount", "-t", "tmpfs", "dsh-test", str(ws / "conf")], check=True)
+            mounted = True
+            (ws / "conf" / "keys").mkdir()
+            (ws / "conf" / "keys" / "key").write_text("SECRET-2")
+            result = _cat(host, ws / "conf" / "keys" / "key")
+            assert "SECRET" not in result.text, result
+            assert not result.is_error, result
+        finally:
+            plugin.close()
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(ws / "conf")], check=True)
+        subprocess.run(["umount", "-l", str(ws)], check=True)
