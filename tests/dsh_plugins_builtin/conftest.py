@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,26 @@ from dsh_plugins_builtin.tools import ToolsPlugin
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    """An empty workspace directory (under the test's tmp_path, which stays outside it)."""
-    path = tmp_path / "ws"
+def ws(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """An empty workspace directory (under the test's tmp_path, which stays outside it).
+
+    For the ``bwrap-in-a-view`` backend, in ``/var/lib`` where it can be made (as root; the
+    unprivileged re-run has a ``$TMPDIR`` outside ``/tmp`` too): a workspace under ``/tmp``
+    gets no kept view (`_viewline`), and the test would not run in one."""
+    callspec = getattr(request.node, "callspec", None)
+    in_a_view = callspec is not None and callspec.params.get("backend") == "bwrap-in-a-view"
+    if not in_a_view or not os.access("/var/lib", os.W_OK):
+        path = tmp_path / "ws"
+        path.mkdir()
+        yield path
+        return
+    parent = Path(tempfile.mkdtemp(prefix="dsh-view-", dir="/var/lib"))
+    path = parent / "ws"
     path.mkdir()
-    return path
+    try:
+        yield path
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture(params=["bwrap", "bwrap-in-a-view", "landlock", "landlock-forking-the-host"])
