@@ -15,29 +15,43 @@ What that sandbox hides was decided then, and the host may change it under a run
 `Hiding` is what a server's sandbox was planned to hide: where its mounts go (`places`: the
 bwrap line's, or the Landlock mount plan's) and the ``deny_read`` entries missing when it was
 planned (`absent`). `Watch` holds the server's mount table (``/proc/PID/mountinfo`` of the
-server's first process, in its mount namespace) and says, in a few microseconds, whether each
-place is still a mount point there and each absent entry still absent (`Watch.moved`). The
-``mcp`` plugin asks before a call is sent and after its answer came
+server's first process, in its mount namespace) and says whether each place is still a mount
+point there, no mount came over one, and each absent entry is still absent (`Watch.moved`).
+The ``mcp`` plugin asks before a call is sent and after its answer came
 (`dsh_plugins_builtin._mcp._tooldef`), and restarts the server in a fresh sandbox when the
 answer is no.
+
+Reading the table (tens of microseconds for a few dozen mounts) and looking up every absent
+entry is the exact check. It runs only when something it looks at may have changed: a mount
+event (``POLLPRI`` on the table) or an inotify event on a directory that holds a place, an
+absent entry or one of their directories up to ``/`` (an entry made, removed or renamed there,
+or the directory itself renamed or removed). The directories are watched before the exact
+check that arms them, so nothing can change unseen in between; otherwise a check is one
+``poll`` of two descriptors. Where inotify cannot be had (no instance or watch left for the
+user), every check is exact.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import os
 import select
 import threading
-import time
 
 import attrs
 
 from .._sandbox import _viewtable
 
-__all__ = ["SLACK_NS", "Hiding", "Watch", "absent", "first_child"]
+__all__ = ["Hiding", "Watch", "absent", "first_child"]
 
-SLACK_NS = 1_000_000_000
-"""A directory whose times are newer than this at a check is not trusted to show a change."""
-_PRIVATE = ("/dev/", "/proc/")
+_PRIVATE = ("/dev/", "/proc/")  # the sandbox's own /dev and /proc: the host has no names there
+# inotify(7): an entry made, removed or moved in or out of a directory; the directory itself
+# removed or moved; a directory only, never through a link.
+_IN_EVENTS = 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+_IN_ONLYDIR, _IN_DONT_FOLLOW = 0x01000000, 0x02000000
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 
 
 @attrs.frozen
@@ -51,6 +65,21 @@ class Hiding:
 
     places: frozenset[str]
     absent: tuple[str, ...]
+
+    def directories(self) -> list[str]:
+        """The existing directories that hold a place or an absent entry, and theirs up to
+        ``/`` (one that is missing is made in one of them)."""
+        out: dict[str, None] = {}
+        for path in (*self.places, *self.absent):
+            if path.startswith(_PRIVATE):
+                continue
+            while path != "/":
+                path = os.path.dirname(path)
+                if path in out:
+                    break
+                if os.path.isdir(path):
+                    out[path] = None
+        return list(out)
 
 
 def absent(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -69,49 +98,57 @@ def first_child(pid: int) -> int:
 
 
 class Watch:
-    """A running server's mount table, checked against its `Hiding` (`moved`).
-
-    Reading the table (tens of microseconds for a few dozen mounts) and looking up every
-    absent entry is the exact check. It is skipped while nothing it looks at can have
-    changed: no mount event came (``POLLPRI`` on the table), and no directory that holds a
-    hidden place, an absent entry or one of their ancestors changed (a rename, a new or
-    replaced entry changes its directory's times; no program can set a change time back). A
-    directory changed within `SLACK_NS` of a check may change again within the same tick of
-    the file system's clock with the same times: until it is older, every check is exact.
-    """
+    """A running server's mount table, checked against its `Hiding` (`moved`)."""
 
     def __init__(self, pid: int, hiding: Hiding) -> None:
         """Open the table of process *pid* (in the server's mount namespace); raise `OSError`
         when it cannot be read, and `ValueError` when it does not show every place already."""
         self._lock = threading.Lock()  # `moved` may run in two threads, `close` in a third
-        self._fd = os.open(f"/proc/{pid}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self.hiding = hiding
+        self._fd = os.open(f"/proc/{pid}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        self._notify = -1
         try:
             self._table = _viewtable.read(self._fd)
             self._points = _viewtable.mount_points(self._table)
             self._events = select.poll()
             self._events.register(self._fd, select.POLLPRI | select.POLLERR)
             self._events.poll(0)  # (reading it again reports only changes after this)
+            self._notify = _inotify()
+            if self._notify >= 0:
+                self._events.register(self._notify, select.POLLIN)
         except BaseException:
-            os.close(self._fd)
+            self.close()
             raise
         if not hiding.places <= self._points:
             self.close()
             raise ValueError("its sandbox is not as planned (a hidden path moved as it started)")
-        self._dirs: tuple[tuple[str, tuple[int, int]], ...] = ()  # () : check exactly
-        self._stamp()
+        self._armed = False
+        self._arm()
 
     def moved(self) -> str | None:
         """``None`` while the sandbox hides what it did at the start; else what changed."""
         with self._lock:
             if self._fd < 0:
                 return "it was restarted meanwhile"
-            if self._dirs and not self._events.poll(0) and _same(self._dirs):
+            if self._armed and not self._events.poll(0):
                 return None
-            why = self._exact()
-            if why is None:
-                self._stamp()
-            return why
+            if self._notify < 0:
+                return self._exact()
+            return self._arm()
+
+    def _arm(self) -> str | None:
+        """Watch the directories anew (what came before is read and dropped), then check
+        exactly: the answer stands until the next event."""
+        self._armed = False
+        if self._notify >= 0:
+            _drain(self._notify)
+            if not _watch_all(self._notify, self.hiding.directories()):
+                os.close(self._notify)  # no watch left for this user: exact checks from now
+                self._events.unregister(self._notify)
+                self._notify = -1
+        why = self._exact()
+        self._armed = why is None and self._notify >= 0
+        return why
 
     def _exact(self) -> str | None:
         try:
@@ -132,47 +169,46 @@ class Watch:
                 return f"{path}, hidden by deny_read, was made since it started"
         return None
 
-    def _stamp(self) -> None:
-        """Stamp the directories that hold the places and absent entries, and theirs up to
-        ``/`` (a missing one's making changes the one that holds it); trusted only when none
-        changed within `SLACK_NS`."""
-        now = time.time_ns()
-        dirs: dict[str, tuple[int, int]] = {}
-        for path in (*self.hiding.places, *self.hiding.absent):
-            if path.startswith(_PRIVATE):
-                continue  # in the sandbox's own /dev or /proc: the host has no name there
-            while path != "/":
-                path = os.path.dirname(path)
-                if path in dirs:
-                    break
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if now - st.st_ctime_ns < SLACK_NS:  # (a change time is never set back)
-                    self._dirs = ()
-                    return
-                dirs[path] = (st.st_ino, st.st_ctime_ns)
-        self._dirs = tuple(dirs.items())
-
     def close(self) -> None:
         with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            for fd in (self._fd, self._notify):
+                if fd >= 0:
+                    os.close(fd)
+            self._fd = self._notify = -1
 
 
-def _same(dirs: tuple[tuple[str, tuple[int, int]], ...]) -> bool:
-    """Whether each of *dirs* is the same directory, with the same change time."""
-    lstat = os.lstat
-    try:
-        for path, (ino, ctime) in dirs:
-            st = lstat(path)
-            if st.st_ctime_ns != ctime or st.st_ino != ino:
-                return False
-    except OSError:
-        return False
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _inotify() -> int:
+    """A new inotify descriptor (non-blocking), or -1 where there is none to be had."""
+    fd: int = _libc().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+    return fd if fd >= 0 else -1
+
+
+def _watch_all(fd: int, directories: list[str]) -> bool:
+    """Watch each of *directories*; false when the user has no watch left (one that went
+    meanwhile needs none: its making or removal is seen in the directory that holds it)."""
+    libc = _libc()
+    flags = _IN_EVENTS | _IN_ONLYDIR | _IN_DONT_FOLLOW
+    for path in directories:
+        watched = libc.inotify_add_watch(fd, os.fsencode(path), flags)
+        if watched < 0 and ctypes.get_errno() == errno.ENOSPC:  # max_user_watches reached
+            return False
     return True
+
+
+def _drain(fd: int) -> None:
+    """Read and drop every event queued on *fd*."""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:  # (events are not looked at: any one means "check")
+            return
 
 
 def _covering(new: set[str], places: frozenset[str]) -> bool:

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -531,27 +530,11 @@ def test_a_call_made_while_the_server_restarts_waits_for_it(tmp_path):
         plugin.close()
 
 
-_REALTIME_COARSE = 5  # Linux's CLOCK_REALTIME_COARSE (the time module does not name it)
-
-
-def _next_tick() -> None:
-    """Return once the file system's clock (the coarse real-time clock) has passed now: a
-    change made after this gets a change time later than any a directory had before."""
-    now = time.time_ns()
-    while time.clock_gettime_ns(_REALTIME_COARSE) <= now:
-        pass  # at most one tick of the kernel's clock (a few milliseconds)
-
-
 @pytest.mark.parametrize("move", list(MOVES))
-def test_in_the_steady_state_a_move_is_found_without_reading_the_mount_table(
-    tmp_path, move, monkeypatch
-):
-    """The check reads the server's mount table only when a mount event came or a directory
-    on the way to a hidden path changed (`_watch`). With every directory old enough to trust
-    (the slack set to nothing), each move is still found before the call is sent."""
-    from dsh_plugins_builtin._mcp import _watch
-
-    monkeypatch.setattr(_watch, "SLACK_NS", 0)
+def test_a_move_is_found_by_the_directories_watched_without_reading_the_mount_table(tmp_path, move):
+    """A check reads the server's mount table only after a mount event or an inotify event on
+    a directory on the way to a hidden path or a missing entry (`_watch`): armed, it reads
+    nothing, and each move is still found before the call is sent."""
     ws, deny = _hidden_workspace(tmp_path)
     # The missing entry apart (its directory is not the one the others move in), so that each
     # move is found through the directories of its own place.
@@ -562,9 +545,8 @@ def test_in_the_steady_state_a_move_is_found_without_reading_the_mount_table(
     try:
         watch = plugin._mount.links["s"].watch
         assert watch is not None
-        assert watch._dirs, "the directories are trusted: the table is not read"
         assert watch.moved() is None
-        _next_tick()
+        assert watch._armed, "the directories are watched: the table is not read"
         if move == "the hidden path made after the start":
             later.mkdir()  # (in /tmp, which the server does not see anyway: no call made)
             assert watch.moved() is not None
@@ -580,14 +562,9 @@ def test_in_the_steady_state_a_move_is_found_without_reading_the_mount_table(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting on the host takes root")
-def test_a_file_system_the_host_mounts_over_a_hidden_paths_directory_is_found(
-    tmp_path, monkeypatch
-):
+def test_a_file_system_the_host_mounts_over_a_hidden_paths_directory_is_found(tmp_path):
     """A mount on the host above a hidden path propagates into the server's view (where the
     host's mounts propagate) and covers the mask there: a mount event, which is checked."""
-    from dsh_plugins_builtin._mcp import _watch
-
-    monkeypatch.setattr(_watch, "SLACK_NS", 0)
     ws, deny = _hidden_workspace(tmp_path)
     # The workspace a shared mount of its own, as on a host whose mounts propagate (systemd
     # makes / shared); a container's / is often private, and then nothing would propagate.
@@ -610,3 +587,25 @@ def test_a_file_system_the_host_mounts_over_a_hidden_paths_directory_is_found(
         if mounted:
             subprocess.run(["umount", "-l", str(ws / "conf")], check=True)
         subprocess.run(["umount", "-l", str(ws)], check=True)
+
+
+def test_without_inotify_every_check_is_exact(tmp_path, monkeypatch):
+    """Where the user has no inotify instance left, each check reads the table and looks up
+    the missing entries: slower, never blind."""
+    from dsh_plugins_builtin._mcp import _watch
+
+    monkeypatch.setattr(_watch, "_inotify", lambda: -1)
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, "bwrap")
+    try:
+        watch = plugin._mount.links["s"].watch
+        assert watch is not None
+        assert watch.moved() is None
+        assert not watch._armed
+        for move in MOVES.values():
+            path = move(ws)
+            path.write_text("SECRET-2")
+            result = _cat(host, path)
+            assert "SECRET" not in result.text, (move, result)
+    finally:
+        plugin.close()
