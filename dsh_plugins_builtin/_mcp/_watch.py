@@ -68,7 +68,9 @@ class Hiding:
 
     def directories(self) -> list[str]:
         """The existing directories that hold a place or an absent entry, and theirs up to
-        ``/`` (one that is missing is made in one of them)."""
+        ``/`` (one that is missing is made in one of them), each after the one that holds it:
+        watched in this order, a directory replaced after its parent is watched makes an
+        event there, and one replaced before is watched as it is now."""
         out: dict[str, None] = {}
         for path in (*self.places, *self.absent):
             if path.startswith(_PRIVATE):
@@ -79,7 +81,7 @@ class Hiding:
                     break
                 if os.path.isdir(path):
                     out[path] = None
-        return list(out)
+        return sorted(out, key=lambda path: (path != "/", path.count("/")))
 
 
 def absent(paths: tuple[str, ...]) -> tuple[str, ...]:

@@ -609,3 +609,21 @@ def test_without_inotify_every_check_is_exact(tmp_path, monkeypatch):
             assert "SECRET" not in result.text, (move, result)
     finally:
         plugin.close()
+
+
+def test_the_directories_are_watched_each_after_the_one_that_holds_it(tmp_path):
+    """Watched top down, a directory replaced after its parent is watched makes an event in
+    the parent; watched bottom up, one replaced in between would be watched in its old self,
+    and what is made in the new one never seen."""
+    from dsh_plugins_builtin._mcp._watch import Hiding
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    hiding = Hiding(frozenset({str(tmp_path / "a/b/hidden")}), (str(tmp_path / "c/d/absent"),))
+    dirs = hiding.directories()
+    assert dirs[0] == "/"
+    assert str(tmp_path / "a" / "b") in dirs
+    assert str(tmp_path / "c") in dirs
+    assert str(tmp_path / "c" / "d") not in dirs  # missing: its making is seen in c
+    for i, path in enumerate(dirs):
+        assert all(other not in dirs[i + 1 :] for other in Path(path).parents), dirs
