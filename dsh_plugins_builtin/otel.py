@@ -4,7 +4,7 @@
 
     [plugin.otel]
     enabled = "auto"         # "auto": on when an OpenTelemetry tracer provider is configured
-    capture_content = false  # true: arguments (redacted as audit redacts) and results in spans
+    capture_content = false  # true: arguments and results in spans (redacted as audit redacts)
 
 Each call is a span named ``execute_tool {tool}`` (a call of a tool that does not exist:
 ``execute_tool``, its name escaped and cut to 100 characters in ``gen_ai.tool.name``) following the GenAI semantic conventions
@@ -49,7 +49,7 @@ from dsh_host import (
     thaw,
 )
 
-from ._audit._writer import redact
+from ._audit._writer import redact, scrub
 
 __all__ = ["OtelConfig", "OtelPlugin"]
 
@@ -140,7 +140,7 @@ class OtelPlugin:
         reason = getattr(decision, "reason", None)
         attributes = {"dsh.decision": kind}
         if reason and self._capture:
-            attributes["dsh.reason"] = str(reason)
+            attributes["dsh.reason"] = scrub(str(reason))
         call.span.add_event("dsh.policy", attributes)
         return decision
 
@@ -240,7 +240,8 @@ _NAME_KEPT = 100  # characters of an unknown tool's name kept in its span
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=repr)
+    """*value* as JSON, with each credential found in it by its shape redacted (`scrub`)."""
+    return scrub(json.dumps(value, ensure_ascii=False, default=repr))
 
 
 _NOT_INSTALLED = "OpenTelemetry is not installed (pip install 'dsh-host[otel]')"

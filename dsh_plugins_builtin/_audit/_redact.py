@@ -1,7 +1,13 @@
 """Redaction and the text forms of a row: what the audit writer stores, and how.
 
 Secrets in the arguments are redacted before anything is written: the value of every key whose
-name contains one of `SECRET_WORDS` (any case, at any depth) becomes `REDACTED`.
+name contains one of `SECRET_WORDS` (any case, at any depth) becomes `REDACTED`, and so does
+any credential found *in* a text by its shape (`scrub`), whatever its key: the password of a
+URL (``https://user:PASSWORD@host``), a token with a known prefix (``ghp_``, ``github_pat_``,
+``glpat-``, ``xoxb-``, ``sk-``, ``sk_live_``, ``npm_``, ``pypi-``, ``hf_``), an AWS access key
+id, a Google API key, a JSON Web Token, a private key block. A ``bash`` command that passes a
+token (``curl -H "Authorization: Bearer ghp_..."``) or a ``write_file`` of a ``.env`` file keeps
+its shape in the log without the credential.
 """
 
 from __future__ import annotations
@@ -23,11 +29,35 @@ __all__ = [
     "json_safe",
     "redact",
     "safe_text",
+    "scrub",
     "timestamp",
 ]
 
 REDACTED = "[REDACTED]"
 SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+
+
+# Each credential body is made of characters JSON writes as they are (no quote, no backslash
+# but a PEM block's escaped newlines), so a match never crosses from one string of a JSON text
+# into the next, and the text stays valid JSON with `REDACTED` in its place.
+_EDGE = r"(?<![A-Za-z0-9_-])"  # a token starts a word: not the "sk-" of "task-list-2024"
+_CREDENTIALS: Final = re.compile(
+    r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"\\]*:)[^/\s@\"\\]+(?=@)"
+    rf"|{_EDGE}(?:gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-|sk_live_|rk_live_|npm_|pypi-|hf_)"
+    r"[A-Za-z0-9_-]{16,}"
+    rf"|{_EDGE}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"
+    rf"|{_EDGE}AIza[0-9A-Za-z_-]{{35}}"
+    rf"|{_EDGE}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]+"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[A-Za-z0-9+/=\s\\]*?-----END [A-Z ]*PRIVATE KEY-----"
+)
+
+
+def scrub(text: str) -> str:
+    """*text* with each credential found by its shape replaced by `REDACTED` (a URL keeps its
+    user name and host, and loses its password)."""
+    if not _CREDENTIALS.search(text):
+        return text
+    return _CREDENTIALS.sub(lambda m: (m.group("url") or "") + REDACTED, text)
 
 
 def redact(value: Any) -> Any:
@@ -109,6 +139,7 @@ def arguments_json(arguments: Any, known: str | None = None) -> str:
     """
     value = _redacted(arguments)
     text = known if known is not None and value is arguments else canonical(value)
+    text = scrub(text)
     if not text.isascii():
         try:
             text.encode()

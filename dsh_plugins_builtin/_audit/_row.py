@@ -6,7 +6,7 @@ import json
 import logging
 from typing import Any
 
-from ._redact import arguments_json, safe_text
+from ._redact import arguments_json, safe_text, scrub
 from ._redact import timestamp as _timestamp
 
 __all__ = ["Entry", "build_row"]
@@ -42,6 +42,8 @@ def build_row(
     ok = "error" if result.is_error else "ok"
     outcome = (error.code or "error") if error is not None else ok
     message = error.message if error is not None else None
+    if type(message) is str:  # it may quote what the call was given (a URL with its password)
+        message = scrub(message)
     scope = execution.scope.name if execution.scope is not None else None
     texts = (execution.call_id, execution.name, outcome, message, result.decided_by, scope)
     call_id, name, outcome, message, decided_by, scope = texts

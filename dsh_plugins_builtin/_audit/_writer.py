@@ -28,7 +28,7 @@ from ._committed import Committed
 from ._faults import Replaced, write_errors
 from ._losses import Losses
 from ._queue import RowQueue
-from ._redact import arguments_json, redact, safe_text
+from ._redact import arguments_json, redact, safe_text, scrub
 from ._row import Entry, build_row
 from ._schema import COLUMNS
 from ._sqlite import DatabaseFile
@@ -41,6 +41,7 @@ __all__ = [
     "arguments_json",
     "redact",
     "safe_text",
+    "scrub",
 ]
 
 

@@ -20,6 +20,7 @@ import trio
 from dsh_host import (
     ConfigError,
     Deny,
+    DshError,
     Scope,
     ToolExecutionInput,
     define_tool,
@@ -760,3 +761,48 @@ async def test_a_call_id_that_is_not_text_loses_no_row(make_host, db, plugin, ca
     await host.call("echo", {"text": "b"}, call_id="ok")
     plugin.close()
     assert [row["call_id"] for row in rows(db)] == [recorded, "ok"]
+
+
+CREDENTIALS = {
+    "a token in a command": (
+        'curl -H "Authorization: Bearer ghp_0123456789abcdefABCDEF0123456789abcd" api',
+        'curl -H "Authorization: Bearer [REDACTED]" api',
+    ),
+    "a URL's password": (
+        "git clone https://bob:hunter2@github.com/o/r",
+        "git clone https://bob:[REDACTED]@github.com/o/r",
+    ),
+    "an AWS key id": ("AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "AWS_ACCESS_KEY_ID=[REDACTED]"),
+    "a JWT": ("t=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "t=[REDACTED]"),
+    "a private key": (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK=\n-----END RSA PRIVATE KEY-----\nok",
+        "[REDACTED]\nok",
+    ),
+    "nothing (a word that ends in sk-)": (
+        "task-list-abcdefghijklmnopqrstuvwxyz and https://example.com/a:b@c",
+        "task-list-abcdefghijklmnopqrstuvwxyz and https://example.com/a:b@c",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CREDENTIALS))
+async def test_a_credential_in_a_text_is_redacted_whatever_its_key(make_host, db, plugin, case):
+    """Redaction by key missed what a text holds: a ``bash`` command's token, a ``write_file``
+    of a ``.env``, a URL's password. The row keeps the text's shape, and stays JSON."""
+    given, kept = CREDENTIALS[case]
+    tool = define_tool(name="t", description="", parameters={}, execute=lambda args: "ok")
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    await host.call("t", {"command": given, "nested": [{"content": given}]})
+    [row] = rows(db)
+    assert json.loads(row["arguments"]) == {"command": kept, "nested": [{"content": kept}]}
+
+
+async def test_an_error_message_loses_the_credentials_it_quotes(make_host, db, plugin):
+    def fail(args: object) -> str:
+        raise DshError("fatal: could not read from https://bob:hunter2@example.com/r", "GIT")
+
+    tool = define_tool(name="t", description="", parameters={}, execute=fail)
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    await host.call("t", {})
+    [row] = rows(db)
+    assert row["decision"] == "fatal: could not read from https://bob:[REDACTED]@example.com/r"

@@ -177,3 +177,23 @@ async def test_under_asyncio_the_span_nests_under_the_asyncio_callers_span(trace
     await trio.to_thread.run_sync(asyncio.run, main())
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert spans["execute_tool echo"].parent.span_id == spans["invoke_agent"].context.span_id
+
+
+async def test_captured_content_loses_credentials_found_by_their_shape(traced):
+    """Redacting by key missed a token inside a text: a command's ``Authorization`` header,
+    the password of a URL. The echo tool returns its text, so the result is checked too."""
+    provider, exporter = traced
+    token = "ghp_" + "a1B2c3D4" * 5
+    text = f'curl -H "Authorization: Bearer {token}" https://bob:hunter2@example.com/x'
+    async with dsh_host.open_host(
+        config(capture=True), plugins=[OtelPlugin(provider), Policy()], entry_points=False
+    ) as host:
+        await host.call("echo", {"text": text})
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    arguments = span.attributes["gen_ai.tool.call.arguments"]
+    result = span.attributes["gen_ai.tool.call.result"]
+    for captured in (arguments, result):
+        assert token not in captured
+        assert "hunter2" not in captured
+        assert "Bearer [REDACTED]" in captured
+        assert "https://bob:[REDACTED]@example.com/x" in captured
