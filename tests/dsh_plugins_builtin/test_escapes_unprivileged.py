@@ -33,7 +33,7 @@ MODULES = (
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_an_answer_read_after_the_hidden_path_moved_is_withheld",
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
-    "test_in_the_steady_state_a_move_is_found_without_reading_the_mount_table",
+    "test_a_move_is_found_by_the_directories_watched_without_reading_the_mount_table",
     # path rules resolve links as os.path.realpath does, unreadable directories included
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
 )
