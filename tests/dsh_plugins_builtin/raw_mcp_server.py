@@ -18,7 +18,8 @@
 - ``cat``: ``echo`` answers with the contents of the file its ``text`` names (``(error:
   ...)`` when it cannot be read); a ``text`` of two lines reads the first (a FIFO) to its end
   before it reads the file the second names; with FILE, a start at which FILE exists (a
-  FIFO) reads it to its end first;
+  FIFO) reads it to its end first; with FILE2 too, one at which FILE2 exists also lists
+  ``extra``;
 - ``flood``: ``flood`` sends 10,000 ``notifications/tools/list_changed`` (the tools stay the
   same), then answers; ``count`` answers how many ``tools/list`` requests it has received;
 - ``stuck``: ``change`` sends ``notifications/tools/list_changed`` and answers; a
@@ -75,6 +76,8 @@ TOOLS = {
         }
     ],
 }.get(MODE, [tool("echo")])
+if MODE == "cat" and len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
+    TOOLS = [*TOOLS, tool("extra")]  # listed by a server started once FILE2 exists
 
 
 def big(size):

@@ -627,3 +627,21 @@ def test_the_directories_are_watched_each_after_the_one_that_holds_it(tmp_path):
     assert str(tmp_path / "c" / "d") not in dirs  # missing: its making is seen in c
     for i, path in enumerate(dirs):
         assert all(other not in dirs[i + 1 :] for other in Path(path).parents), dirs
+
+
+def test_a_server_restarted_with_other_tools_has_them_mounted(tmp_path):
+    """The server started anew lists its tools again; a tool it lists now is mounted, as after
+    ``tools/list_changed``, and calls to it reach it."""
+    ws, deny = _hidden_workspace(tmp_path)
+    flag = ws / "more-tools"
+    host, plugin = _cat_host(ws, deny, "bwrap", str(ws / "no-gate"), str(flag))
+    try:
+        assert plugin.status()["s"]["tools"] == ["mcp__s__echo"]
+        flag.write_text("")
+        _moved_dir(ws).write_text("SECRET-2")
+        assert not _cat(host, ws / "plain.txt").is_error  # found the move: restarted
+        assert plugin.status()["s"]["tools"] == ["mcp__s__echo", "mcp__s__extra"]
+        extra = trio.run(host.call, "mcp__s__extra", {"text": str(ws / "plain.txt")})
+        assert extra.text == "in view", extra
+    finally:
+        plugin.close()
