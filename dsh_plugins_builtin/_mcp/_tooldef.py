@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dsh_host import DshError, TextBlock, ToolDefinition, define_tool
 
@@ -14,6 +14,8 @@ from ._text import printable, printable_schema
 
 if TYPE_CHECKING:
     import mcp_types as types
+
+    from ._watch import Watch
 
 __all__ = ["mounted_tool"]
 
@@ -37,13 +39,8 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
     from mcp_types import TextContent
 
     async def execute(args: Any) -> Any:
-        watch, runner = link.watch, link.runner
-        why = watch.moved() if watch is not None else None
-        if runner is not None and (why is not None or link.restarting):
-            # Before anything is sent: the call goes to the server started anew (one restart
-            # for the calls that find it needed at once).
-            await runner.run(functools.partial(link.restart, why))
-            watch = link.watch
+        runner = link.runner
+        watch = await _checked(link)
         session = link.session
         if session is None or runner is None:
             raise DshError(
@@ -66,13 +63,7 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
             what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
             raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
         if watch is not None and (why := watch.moved()) is not None:
-            await runner.run(functools.partial(link.restart, why))
-            raise DshError(
-                f"MCP server {server!r} was restarted in a new sandbox while it answered "
-                f"{remote!r} ({why}), so its answer was withheld: it could hold what the "
-                "sandbox hides. Call the tool again.",
-                "MCP_SERVER_RESTARTED",
-            )
+            await _withheld(link, remote, why)
         content = result.content
         if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
             return content[0].text  # one text block: the pipeline's quickest result
@@ -89,4 +80,28 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
         execute=execute,
         timeout_ms=link.config.timeout_ms,
         is_concurrency_safe=(lambda args: True) if read_only else None,
+    )
+
+
+async def _checked(link: Link) -> Watch | None:
+    """Before anything is sent: the sandbox of *link*'s server checked (`_watch`), the server
+    restarted when it moved (one restart for the calls that find it so at once; a call made
+    meanwhile waits for it); the watch the call is sent under."""
+    watch, runner = link.watch, link.runner
+    why = watch.moved() if watch is not None else None
+    if runner is not None and (why is not None or link.restarting):
+        await runner.run(functools.partial(link.restart, why))
+        watch = link.watch
+    return watch
+
+
+async def _withheld(link: Link, remote: str, why: str) -> NoReturn:
+    """The answer to a call of *remote* came after *link*'s sandbox moved (*why*): restart
+    the server, and withhold the answer."""
+    await link.runner.run(functools.partial(link.restart, why))
+    raise DshError(
+        f"MCP server {link.name!r} was restarted in a new sandbox while it answered "
+        f"{remote!r} ({why}), so its answer was withheld: it could hold what the sandbox "
+        "hides. Call the tool again.",
+        "MCP_SERVER_RESTARTED",
     )
