@@ -299,6 +299,9 @@ class McpPlugin:
                 line += ", UNCONFINED (sandbox = false: it runs with dsh's user, files and env)"
             elif state["confined"] and state["status"] == "running":
                 line += f", confined ({state['confined']})"
+            if restarts := state["restarts"]:
+                times = f"{len(restarts)} time{'s' * (len(restarts) != 1)}"
+                line += f", restarted {times} (last: {restarts[-1]})"
             if state["error"]:
                 line = f"{line}; {state['error']}"
             lines.append(line)
@@ -306,8 +309,9 @@ class McpPlugin:
         return lines
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Each server's status (``running``/``failed``/``starting``), error and tools, and the
-        backend confining it (``bwrap``, ``landlock``; ``None``: unconfined or HTTP)."""
+        """Each server's status (``running``/``failed``/``starting``/``restarting``), error
+        and tools, the backend confining it (``bwrap``, ``landlock``; ``None``: unconfined or
+        HTTP), and why it was restarted, each time (its sandbox moved: `_mcp._watch`)."""
         links = self._mount.links.values() if self._mount is not None else ()
         return {
             link.name: {
@@ -317,6 +321,7 @@ class McpPlugin:
                 "problems": link.problems(),
                 "unconfined": link.config.command is not None and not link.config.sandbox,
                 "confined": link.confinement.backend if link.confinement is not None else None,
+                "restarts": list(link.restarts),
             }
             for link in links
         }

@@ -113,6 +113,8 @@ class Link:
         self.runner: Any = None
         """The mount running the session (`Mount`, `_native.NativeMount`): calls go through it."""
         self.tool_problems: list[str] = []
+        self.restarts: list[str] = []
+        """Why the server was restarted, each time (`restart`)."""
         self.watch: Watch | None = None
         """A confined stdio server's mount table, checked around each call (`_watch`)."""
         self._hiding: Hiding | None = None
@@ -249,6 +251,7 @@ class Link:
             if why is None or self.status != "running" or self._stop is None:
                 return
             self._restart = anyio.Event()
+            self.restarts.append(why)
             sys.stderr.write(f"dsh: mcp: MCP server {self.name!r} restarted: {why}\n")
             self.status, self.session = "restarting", None
             self._stop.set()

@@ -384,7 +384,11 @@ def test_a_confined_server_never_reads_what_the_host_put_where_a_hidden_path_was
         assert "SECRET" not in first.text, first
         assert not first.is_error, first  # restarted before the call: it went to the new one
         assert "SECRET" not in second.text, second
-        assert plugin.status()["s"]["status"] == "running"
+        status = plugin.status()["s"]
+        assert status["status"] == "running"
+        assert len(status["restarts"]) == 1, status
+        [line] = [line for line in plugin.dsh_plugin_status() if line.startswith("server s:")]
+        assert "restarted 1 time (last: " in line, line
         assert _cat(host, ws / "plain.txt").text == "in view"
     finally:
         plugin.close()
