@@ -28,7 +28,7 @@ absent entry or one of their directories up to ``/`` (an entry made, removed or 
 or the directory itself renamed or removed). The directories are watched before the exact
 check that arms them, so nothing can change unseen in between; otherwise a check is one
 ``poll`` of two descriptors. Where inotify cannot be had (no instance or watch left for the
-user), every check is exact.
+user, a directory on the way it may pass through but not read), every check is exact.
 """
 
 from __future__ import annotations
@@ -191,13 +191,15 @@ def _inotify() -> int:
 
 
 def _watch_all(fd: int, directories: list[str]) -> bool:
-    """Watch each of *directories*; false when the user has no watch left (one that went
-    meanwhile needs none: its making or removal is seen in the directory that holds it)."""
+    """Watch each of *directories*; false when one cannot be (no watch left for the user, a
+    directory it may pass through but not read): every check is exact then. One that went
+    meanwhile needs no watch: its removal was seen in the directory that holds it, watched
+    before it."""
     libc = _libc()
     flags = _IN_EVENTS | _IN_ONLYDIR | _IN_DONT_FOLLOW
     for path in directories:
-        watched = libc.inotify_add_watch(fd, os.fsencode(path), flags)
-        if watched < 0 and ctypes.get_errno() == errno.ENOSPC:  # max_user_watches reached
+        failed = libc.inotify_add_watch(fd, os.fsencode(path), flags) < 0
+        if failed and ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):
             return False
     return True
 

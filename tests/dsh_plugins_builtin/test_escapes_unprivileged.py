@@ -34,6 +34,8 @@ MODULES = (
     "test_an_answer_read_after_the_hidden_path_moved_is_withheld",
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_a_move_is_found_by_the_directories_watched_without_reading_the_mount_table",
+    "tests/dsh_plugins_builtin/test_mcp_confined.py::"
+    "test_a_directory_that_cannot_be_watched_makes_every_check_exact",
     # path rules resolve links as os.path.realpath does, unreadable directories included
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
 )

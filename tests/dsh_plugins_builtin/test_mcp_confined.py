@@ -649,3 +649,26 @@ def test_a_server_restarted_with_other_tools_has_them_mounted(tmp_path):
         assert extra.text == "in view", extra
     finally:
         plugin.close()
+
+
+def test_a_directory_that_cannot_be_watched_makes_every_check_exact(tmp_path):
+    """inotify must read a directory to watch it. One on the way that cannot be watched (a
+    home of mode 711 seen by another user; no watch left) must not go unwatched while the
+    checks trust the others: every check is exact then. One that is gone needs no watch."""
+    import errno
+
+    from dsh_plugins_builtin._mcp import _watch
+
+    fd = _watch._inotify()
+    assert fd >= 0
+    try:
+        assert _watch._watch_all(fd, [str(tmp_path / "gone")])  # ENOENT: seen where it was
+        (tmp_path / "file").write_text("")
+        assert _watch._watch_all(fd, [str(tmp_path / "file")])  # ENOTDIR, likewise
+        if os.geteuid() != 0:  # root reads any directory
+            locked = tmp_path / "locked"
+            locked.mkdir(mode=0o311)
+            assert not os.access(locked, os.R_OK)
+            assert _watch._watch_all(fd, [str(locked)]) is False, errno.EACCES
+    finally:
+        os.close(fd)
