@@ -192,14 +192,14 @@ def _inotify() -> int:
 
 def _watch_all(fd: int, directories: list[str]) -> bool:
     """Watch each of *directories*; false when one cannot be (no watch left for the user, a
-    directory it may pass through but not read): every check is exact then. One that went
-    meanwhile needs no watch: its removal was seen in the directory that holds it, watched
-    before it."""
+    directory it may pass through but not read, a link to one): every check is exact then.
+    One that went meanwhile needs no watch: its removal was seen in the directory that holds
+    it, watched before it."""
     libc = _libc()
     flags = _IN_EVENTS | _IN_ONLYDIR | _IN_DONT_FOLLOW
     for path in directories:
         failed = libc.inotify_add_watch(fd, os.fsencode(path), flags) < 0
-        if failed and ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):
+        if failed and ctypes.get_errno() != errno.ENOENT:
             return False
     return True
 

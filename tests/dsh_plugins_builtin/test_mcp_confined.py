@@ -653,8 +653,9 @@ def test_a_server_restarted_with_other_tools_has_them_mounted(tmp_path):
 
 def test_a_directory_that_cannot_be_watched_makes_every_check_exact(tmp_path):
     """inotify must read a directory to watch it. One on the way that cannot be watched (a
-    home of mode 711 seen by another user; no watch left) must not go unwatched while the
-    checks trust the others: every check is exact then. One that is gone needs no watch."""
+    home of mode 711 seen by another user; a link to one; no watch left) must not go
+    unwatched while the checks trust the others: every check is exact then. One that is gone
+    needs no watch."""
     import errno
 
     from dsh_plugins_builtin._mcp import _watch
@@ -663,8 +664,9 @@ def test_a_directory_that_cannot_be_watched_makes_every_check_exact(tmp_path):
     assert fd >= 0
     try:
         assert _watch._watch_all(fd, [str(tmp_path / "gone")])  # ENOENT: seen where it was
-        (tmp_path / "file").write_text("")
-        assert _watch._watch_all(fd, [str(tmp_path / "file")])  # ENOTDIR, likewise
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        assert _watch._watch_all(fd, [str(tmp_path / "link")]) is False  # not followed
         if os.geteuid() != 0:  # root reads any directory
             locked = tmp_path / "locked"
             locked.mkdir(mode=0o311)
