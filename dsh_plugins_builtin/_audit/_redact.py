@@ -39,10 +39,14 @@ SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credent
 
 # Each credential body is made of characters JSON writes as they are (no quote, no backslash
 # but a PEM block's escaped newlines), so a match never crosses from one string of a JSON text
-# into the next, and the text stays valid JSON with `REDACTED` in its place.
+# into the next, and the text stays valid JSON with `REDACTED` in its place. The search is
+# linear in the text (a model writes it): each alternative starts at a fixed marker ("://", a
+# prefix at the start of a word, "-----BEGIN") and runs over characters the next start of the
+# same alternative cannot be among (a URL's user stops at "/", a PEM body at "-"); a URL is
+# found by its "://", not by its scheme (a run of letters would be tried from each letter).
 _EDGE = r"(?<![A-Za-z0-9_-])"  # a token starts a word: not the "sk-" of "task-list-2024"
 _CREDENTIALS: Final = re.compile(
-    r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"\\]*:)[^/\s@\"\\]+(?=@)"
+    r"(?P<url>://[^/\s:@\"\\]*:)[^/\s@\"\\]+(?=@)"
     rf"|{_EDGE}(?:gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-|sk_live_|rk_live_|npm_|pypi-|hf_)"
     r"[A-Za-z0-9_-]{16,}"
     rf"|{_EDGE}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"

@@ -806,3 +806,27 @@ async def test_an_error_message_loses_the_credentials_it_quotes(make_host, db, p
     await host.call("t", {})
     [row] = rows(db)
     assert row["decision"] == "fatal: could not read from https://bob:[REDACTED]@example.com/r"
+
+
+ADVERSARIAL = {
+    "a run of letters, then ://": "'a' * 1_000_000 + '://'",
+    "a URL's user, no @": "'://u:' + 'p' * 1_000_000",
+    "prefixes in a row": "' ghp_abc' * 150_000",
+    "JWT starts in a row": "' eyJaaaaaaaaa.eyJ' * 60_000",
+    "key block starts in a row": "'-----BEGIN RSA PRIVATE KEY-----' * 40_000",
+}
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL))
+def test_finding_credentials_is_linear_in_what_the_model_wrote(case):
+    """The model writes the texts searched (a 1 MB write_file): a pattern tried from every
+    letter of a run made the search quadratic (a MB of letters and a "://" took about a
+    quarter of an hour, in the writer thread, and on the call's path for otel). Linear, each
+    of these takes a fraction of a second; the bound only tells finished from stuck."""
+    code = (
+        "from dsh_plugins_builtin._audit._redact import scrub\n"
+        f"text = {ADVERSARIAL[case]}\n"
+        "assert scrub(text) == text or '[REDACTED]' in scrub(text)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=120, check=False)
+    assert done.returncode == 0
