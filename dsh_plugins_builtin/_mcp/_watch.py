@@ -92,11 +92,31 @@ def absent(paths: tuple[str, ...]) -> tuple[str, ...]:
 def first_child(pid: int) -> int:
     """The first child of process *pid* (bwrap's, or the Landlock launcher's: the process that
     made the server's mount namespace); `ProcessLookupError` when it has none."""
-    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as file:
-        children = file.read().split()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as file:
+            children = [int(child) for child in file.read().split()]
+    except FileNotFoundError:  # a kernel built without CONFIG_PROC_CHILDREN: ask every process
+        children = sorted(_children(pid))
     if not children:
         raise ProcessLookupError(f"process {pid} has no child")
-    return int(children[0])
+    return children[0]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is *pid*, from each one's ``/proc/PID/stat``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after the name, which may hold spaces
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            found.append(int(entry))
+    return found
 
 
 class Watch:

@@ -674,3 +674,40 @@ def test_a_directory_that_cannot_be_watched_makes_every_check_exact(tmp_path):
             assert _watch._watch_all(fd, [str(locked)]) is False, errno.EACCES
     finally:
         os.close(fd)
+
+
+def test_a_servers_first_process_is_found_without_the_kernels_children_list(monkeypatch):
+    """Without ``/proc/PID/task/PID/children`` (a kernel built without it), the process in
+    the server's namespace is found from every process's parent, not left unchecked or
+    refused."""
+    from dsh_plugins_builtin._mcp import _watch
+
+    script = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],"
+        " stdin=subprocess.PIPE)\n"
+        "print(child.pid, flush=True)\n"
+        "sys.stdin.read()\n"
+        "child.stdin.close()\n"
+        "child.wait()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = int(parent.stdout.readline())
+        assert _watch.first_child(parent.pid) == child
+        real_open = open
+
+        def no_children_list(path, *args, **kwargs):
+            if str(path).endswith("/children"):
+                raise FileNotFoundError(path)
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", no_children_list)
+        assert _watch.first_child(parent.pid) == child
+    finally:
+        monkeypatch.undo()
+        parent.stdin.close()
+        parent.wait()
+        parent.stdout.close()
