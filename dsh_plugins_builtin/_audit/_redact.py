@@ -44,7 +44,9 @@ SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credent
 # prefix at the start of a word, "-----BEGIN") and runs over characters the next start of the
 # same alternative cannot be among (a URL's user stops at "/", a PEM body at "-"); a URL is
 # found by its "://", not by its scheme (a run of letters would be tried from each letter).
-_EDGE = r"(?<![A-Za-z0-9_-])"  # a token starts a word: not the "sk-" of "task-list-2024"
+# A token starts a word: not the "sk-" of "task-list-2024". In JSON text a newline or a tab
+# before it is written "\n" or "\t", whose letter would look like the word going on.
+_EDGE = r"(?:(?<![A-Za-z0-9_-])|(?<=\\[nrtbf]))"
 _CREDENTIALS: Final = re.compile(
     r"(?P<url>://[^/\s:@\"\\]*:)[^/\s@\"\\]+(?=@)"
     rf"|{_EDGE}(?:gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-|sk_live_|rk_live_|npm_|pypi-|hf_)"

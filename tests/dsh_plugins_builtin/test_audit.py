@@ -778,6 +778,10 @@ CREDENTIALS = {
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK=\n-----END RSA PRIVATE KEY-----\nok",
         "[REDACTED]\nok",
     ),
+    "a token starting a line of a .env": (
+        "A=1\nghp_0123456789abcdefABCDEF0123456789abcd\n\tsk-0123456789abcdef0123",
+        "A=1\n[REDACTED]\n\t[REDACTED]",
+    ),
     "nothing (a word that ends in sk-)": (
         "task-list-abcdefghijklmnopqrstuvwxyz and https://example.com/a:b@c",
         "task-list-abcdefghijklmnopqrstuvwxyz and https://example.com/a:b@c",
