@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,22 @@ def _asked_about(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], threading.
     return asked, first
 
 
+def _after_each_run(
+    monkeypatch: pytest.MonkeyPatch, host: Any, ended: Callable[[], Awaitable[None]]
+) -> None:
+    """Await *ended* each time the sandbox plugin's ``run`` (ripgrep) has ended, before grep
+    goes on."""
+    sandbox: Any = host.pm.get_plugin("sandbox")
+    real = sandbox.run
+
+    async def run(command: str, **kwargs: Any) -> Any:
+        result = await real(command, **kwargs)
+        await ended()
+        return result
+
+    monkeypatch.setattr(sandbox, "run", run)
+
+
 def test_the_stream_hands_on_what_it_reads_as_the_output_arrives() -> None:
     data = b"".join(b"./d/f%03d.txt\x001:needle\n" % n for n in range(MANY))
     seen: list[RgMatch] = []
@@ -62,17 +79,13 @@ async def test_the_files_of_a_large_output_are_rechecked_while_ripgrep_runs(
     put(ws, {f"d/f{n:03}.txt": "needle\n" for n in range(MANY)})
     host = tools_host(make_host, ws)
     asked, first = _asked_about(monkeypatch)
-    sandbox: Any = host.pm.get_plugin("sandbox")
-    real = sandbox.run
     early: list[bool] = []
 
-    async def run(command: str, **kwargs: Any) -> Any:
-        result = await real(command, **kwargs)
+    async def ended() -> None:
         # ripgrep has ended and grep has not gone on yet: some file was asked about already.
         early.append(await trio.to_thread.run_sync(first.wait, CEILING_S))
-        return result
 
-    monkeypatch.setattr(sandbox, "run", run)
+    _after_each_run(monkeypatch, host, ended)
     result = await host.call("grep", {"pattern": "needle"})
     assert early == [True]
     assert result.meta["count"] == MANY
@@ -108,16 +121,12 @@ async def test_an_output_searched_again_is_vouched_for_as_shown(
     put(ws, {f"d/f{n:03}.txt": "needle\n" * 20 for n in range(MANY)})
     host = tools_host(make_host, ws, max_output_bytes=16_000)
     asked, _ = _asked_about(monkeypatch)
-    sandbox: Any = host.pm.get_plugin("sandbox")
-    real = sandbox.run
     ran: list[int] = []
 
-    async def run(command: str, **kwargs: Any) -> Any:
-        result = await real(command, **kwargs)
+    async def ended() -> None:
         ran.append(len(asked))  # asked about so far, when each run has ended
-        return result
 
-    monkeypatch.setattr(sandbox, "run", run)
+    _after_each_run(monkeypatch, host, ended)
     result = await host.call("grep", {"pattern": "needle"})
     assert len(ran) == 2
     assert result.meta["count"] == 500
