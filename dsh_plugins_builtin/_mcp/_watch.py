@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import select
 import threading
 
 import attrs
 
-from .._sandbox import _viewtable
+from .._sandbox import _ruleset, _viewtable
 
 __all__ = ["Hiding", "Watch", "absent", "first_child"]
 
@@ -199,14 +198,9 @@ class Watch:
             self._fd = self._notify = -1
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _inotify() -> int:
     """A new inotify descriptor (non-blocking), or -1 where there is none to be had."""
-    fd: int = _libc().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+    fd: int = _ruleset._libc().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
     return fd if fd >= 0 else -1
 
 
@@ -215,7 +209,7 @@ def _watch_all(fd: int, directories: list[str]) -> bool:
     directory it may pass through but not read, a link to one): every check is exact then.
     One that went meanwhile needs no watch: its removal was seen in the directory that holds
     it, watched before it."""
-    libc = _libc()
+    libc = _ruleset._libc()
     flags = _IN_EVENTS | _IN_ONLYDIR | _IN_DONT_FOLLOW
     for path in directories:
         failed = libc.inotify_add_watch(fd, os.fsencode(path), flags) < 0
