@@ -45,10 +45,12 @@ SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credent
 # same alternative cannot be among (a URL's user stops at "/", a PEM body at "-"); a URL is
 # found by its "://", not by its scheme (a run of letters would be tried from each letter).
 # A token starts a word: not the "sk-" of "task-list-2024". In JSON text a newline or a tab
-# before it is written "\n" or "\t", whose letter would look like the word going on.
-_EDGE = r"(?:(?<![A-Za-z0-9_-])|(?<=\\[nrtbf]))"
+# before it is written "\n" or "\t", and a character written escaped (in ASCII, or a format
+# character) "\u00e9": their last letter or digit would look like the word going on.
+_EDGE = r"(?:(?<![A-Za-z0-9_-])|(?<=\\[nrtbf])|(?<=\\u[0-9A-Fa-f]{4}))"
+_UNICODE_ESCAPE = r"\\u[0-9A-Fa-f]{4}"  # a character of a URL's user or password, escaped
 _CREDENTIALS: Final = re.compile(
-    r"(?P<url>://[^/\s:@\"\\]*:)[^/\s@\"\\]+(?=@)"
+    rf"(?P<url>://(?:[^/\s:@\"\\]|{_UNICODE_ESCAPE})*:)(?:[^/\s@\"\\]|{_UNICODE_ESCAPE})+(?=@)"
     rf"|{_EDGE}(?:gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-|sk_live_|rk_live_|npm_|pypi-|hf_)"
     r"[A-Za-z0-9_-]{16,}"
     rf"|{_EDGE}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"
@@ -153,13 +155,12 @@ def arguments_json(arguments: Any, known: str | None = None) -> str:
     """
     value = _redacted(arguments)
     text = known if known is not None and value is arguments else canonical(value)
-    text = scrub(text)
     if not text.isascii():
         try:
             text.encode()
         except UnicodeEncodeError:
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return json_safe(text)
+    return scrub(json_safe(text))  # the text as written: a way of writing it keeps nothing
 
 
 def safe_text(text: str | None) -> str | None:

@@ -834,3 +834,36 @@ def test_finding_credentials_is_linear_in_what_the_model_wrote(case):
     )
     done = subprocess.run([sys.executable, "-c", code], timeout=120, check=False)
     assert done.returncode == 0
+
+
+TOKEN = "ghp_0123456789abcdefABCDEF0123456789abcd"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"command": f"Bearer {TOKEN}", "pad": "\udcff"},  # a lone surrogate: written as ASCII
+        {"command": f"\u00e9{TOKEN}", "pad": "\udcff"},  # é before it, written \u00e9
+        {"command": f"\u202e{TOKEN}"},  # a bidi override before it, written \u202e
+    ],
+)
+async def test_no_way_of_writing_the_text_keeps_a_credential(make_host, db, plugin, arguments):
+    """The credential search ran before the text was written again as ASCII (arguments with a
+    lone surrogate, which a model can always add) or its format characters escaped: that text
+    came from the value as it was, credentials included."""
+    tool = define_tool(name="t", description="", parameters={}, execute=lambda args: "ok")
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    await host.call("t", arguments)
+    [row] = rows(db)
+    assert TOKEN not in row["arguments"]
+    assert "[REDACTED]" in json.loads(row["arguments"])["command"]
+
+
+async def test_a_urls_password_written_escaped_is_redacted(make_host, db, plugin):
+    """In ASCII (arguments with a lone surrogate) a user or password with a non-ASCII letter
+    is written with \\u escapes, which the URL's password search stopped at."""
+    tool = define_tool(name="t", description="", parameters={}, execute=lambda args: "ok")
+    host = make_host(plugin, tools=[tool], config=audited(db))
+    await host.call("t", {"command": "git clone https://b\u00f6b:p\u00e4ss@h/r", "pad": "\udcff"})
+    [row] = rows(db)
+    assert json.loads(row["arguments"])["command"] == "git clone https://b\u00f6b:[REDACTED]@h/r"
