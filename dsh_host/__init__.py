@@ -56,12 +56,14 @@ from ._schema._tool import ToolDefinition, ToolSchema, define_tool, tool
 from ._schema._validate import validate_args
 
 if _typing.TYPE_CHECKING:
+    from ._host._config import find_config
     from ._host._host import Host
     from ._host._messages import arguments_of
     from ._host._open import open_host, own_host
     from ._host._plugins import PluginInfo, PluginStatus
     from ._host._registry import DryRun, ToolRegistry
     from ._host._services import HostServices
+    from ._host._trust import TrustedConfigs
     from ._model._views import (
         DiffCallView,
         DiffResultView,
@@ -94,10 +96,12 @@ _LAZY = {
     "PluginInfo": "._host._plugins",
     "PluginStatus": "._host._plugins",
     "ToolRegistry": "._host._registry",
+    "TrustedConfigs": "._host._trust",
     "arguments_of": "._host._messages",
     "new_call_id": "._pipeline._pipeline",
     "open_host": "._host._open",
     "own_host": "._host._open",
+    "find_config": "._host._config",
 }
 
 __all__ = [
@@ -150,11 +154,13 @@ __all__ = [
     "ToolRunContext",
     "ToolSchema",
     "TraceEvent",
+    "TrustedConfigs",
     "arguments_lines",
     "arguments_of",
     "assert_supported_json_schema",
     "canonical_json",
     "define_tool",
+    "find_config",
     "hookimpl",
     "hookspec",
     "hookspecs",

@@ -39,7 +39,9 @@ import trio
 from dsh_host import (
     ApprovalOutcome,
     ApprovalRequest,
+    ConfigError,
     Host,
+    TrustedConfigs,
     arguments_lines,
     canonical_json,
     hookimpl,
@@ -345,11 +347,21 @@ class ApprovalPlugin:
 
     def _always(self, rules: tuple[str, ...], out: TextSink) -> bool:
         """Write *rules* to the config file; say what was done, or why not (then ``False``)."""
+        trust = TrustedConfigs()
+        try:
+            trusted = self._source is not None and trust.state(self._source) == "trusted"
+        except ConfigError:
+            trusted = False
         try:
             added = add_allow_rules(self._source, rules)
         except (RuleFileError, OSError) as exc:
             out.write(f"  cannot always allow: {printable(str(exc))}\n")
             return False
+        if trusted and added:  # the rule is the user's own answer: the file stays trusted
+            try:
+                trust.trust(str(self._source))
+            except ConfigError as exc:
+                out.write(f"  the file changed and is no longer trusted: {printable(str(exc))}\n")
         shown = ", ".join(printable(rule) for rule in added) or "nothing new"
         out.write(
             f"dsh: allowed once; added {shown} to [plugin.permissions] allow in "

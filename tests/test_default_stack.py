@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from dsh_host._cli._main import main
+from tests.trusted import write_config
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 BUILTINS = '["tools", "sandbox", "permissions", "approval", "timeout", "guards", "output_budget", "audit", "hook_commands"]'
@@ -77,7 +78,7 @@ def configure(ws: pathlib.Path, **overrides: str) -> None:
     }
     tables.update(overrides)
     body = "".join(f"[plugin.{name}]\n{text}\n" for name, text in tables.items())
-    (ws / "dsh.toml").write_text(f"[plugins]\nenable = {BUILTINS}\n\n{body}")
+    write_config(ws / "dsh.toml", f"[plugins]\nenable = {BUILTINS}\n\n{body}")
 
 
 def dsh(capsys, *argv: str) -> tuple[int, str, str]:

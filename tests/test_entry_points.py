@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.trusted import write_config
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 HELLO = '"hello", "hello-policy"'
 BROKEN = '"broken-import", "broken-misspelt", "broken-args", "broken-fine", "broken-twin"'
@@ -70,7 +72,7 @@ def clean_env() -> dict[str, str]:
 
 
 def dsh(cwd: pathlib.Path, *argv: str, config: str) -> subprocess.CompletedProcess[str]:
-    (cwd / "dsh.toml").write_text(config)
+    write_config(cwd / "dsh.toml", config)
     env = clean_env()
     done = subprocess.run(
         [sys.executable, "-m", "dsh_host", *argv],

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 API = (
     ("Plugins and hooks", ("hookimpl", "hookspec", "open_host", "own_host", "Host",
                            "HostServices", "PluginInfo", "PluginStatus")),
+    ("Configuration files", ("find_config", "TrustedConfigs")),
     ("Defining tools", ("define_tool", "tool", "ToolDefinition", "ToolSchema", "Prop",
                         "ToolRunContext")),
     ("Calls and results", ("ToolRegistry", "DryRun", "ToolExecutionInput", "ToolExecution",

@@ -36,6 +36,7 @@ from ._render import (
     trace_line,
 )
 from ._toml import dump_toml
+from ._trustcmd import add_trust_parser
 
 __all__ = ["add_inspect_parsers"]
 
@@ -221,3 +222,4 @@ def add_inspect_parsers(
     p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: as found)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_cmd_config)
+    add_trust_parser(config_sub)

@@ -100,7 +100,11 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
     disable = [*args.disable, *getattr(args, "sub_disable", [])]
     host = Host.from_config(
-        path or None, plugins=objects, load_entrypoints=entrypoints, disable=disable
+        path or None,
+        plugins=objects,
+        load_entrypoints=entrypoints,
+        disable=disable,
+        require_trust=getattr(args, "require_trust", False) and not path,
     )
     resume_gc()  # the start is over: collect what the command itself leaves
     for line in host.warnings if not quiet else ():

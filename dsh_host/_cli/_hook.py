@@ -341,6 +341,7 @@ def cmd_hook_claude(args: argparse.Namespace, build_host: Callable[..., Host]) -
         ]
         args.sub_disable = [*(getattr(args, "sub_disable", None) or []), *LEFT_OUT]
         args.plugin_objects = [asks]
+        args.require_trust = True  # a project's settings can set DSH_CONFIG: trusted files only
         host = build_host(args, quiet=True)
 
         async def run() -> dict[str, Any] | None:

@@ -48,9 +48,11 @@ __all__ = [
     "HostSettings",
     "PluginSelection",
     "config_converter",
+    "config_from",
     "describe_type",
     "find_config",
     "load_config",
+    "read_table",
     "structure_plugin_config",
 ]
 
@@ -170,7 +172,13 @@ def _beside(path: pathlib.Path) -> str:
     )
 
 
-def _read(path: pathlib.Path) -> Mapping[str, Any]:
+def read_table(path: pathlib.Path) -> Mapping[str, Any]:
+    """The table dsh reads from the config file *path*: the whole file, or a ``pyproject.toml``'s
+    ``[tool.dsh]``.
+
+    Raises:
+        ConfigError: the file cannot be read, is not valid TOML, or its table is not a table.
+    """
     import tomllib  # only when there is a file to read (issue 27)
 
     try:
@@ -211,10 +219,17 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Co
     if source is None:
         return Config()
     if isinstance(source, Mapping):
-        data, where = source, None
-    else:
-        path = pathlib.Path(source)
-        data, where = _read(path), str(path)
+        return config_from(source, None)
+    path = pathlib.Path(source)
+    return config_from(read_table(path), str(path))
+
+
+def config_from(data: Mapping[str, Any], where: str | None) -> Config:
+    """The configuration *data* holds, read from the file *where* (``None``: given as a dict).
+
+    Raises:
+        ConfigError: naming the file, the table and the key, and what was expected.
+    """
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
         hint = did_you_mean(unknown[0], _TOP_KEYS)

@@ -16,7 +16,7 @@ from .._model._values import Scope, ToolExecution, ToolExecutionInput, ToolExecu
 from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
-from ._config import Config, config_converter, find_config, load_config
+from ._config import Config, config_converter, config_from, find_config, load_config, read_table
 from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
 from ._plugins import PluginInfo
 from ._registry import ToolRegistry
@@ -104,12 +104,44 @@ class Host:
         cwd: pathlib.Path | None = None,
         environ: Mapping[str, str] | None = None,
         disable: Iterable[str] = (),
+        require_trust: bool = False,
     ) -> Host:
-        """A host configured from *path*, or from the config file found in *cwd* (see `find_config`)."""
+        """A host configured from *path*, or from the config file found in *cwd* (see
+        `find_config`).
+
+        A file found in *cwd* (``dsh.toml``, or ``[tool.dsh]`` in ``pyproject.toml``) is read
+        only while the user trusts what it holds (`TrustedConfigs`, ``dsh config trust``):
+        whoever made the directory wrote it. A file the caller names (*path*, or
+        ``$DSH_CONFIG``) is the caller's own, unless *require_trust*: then it must be trusted
+        too (for a process whose environment someone else may set, as a project's settings
+        set a Claude Code hook's).
+
+        Raises:
+            ConfigError: the file is wrong, missing or not trusted; the message names it and
+                says what to do.
+        """
         environ = os.environ if environ is None else environ
-        found = pathlib.Path(path) if path is not None else find_config(cwd, environ)
+        found: pathlib.Path | None
+        if path is not None:
+            found, how = pathlib.Path(path), "named by the caller, who asked for a trusted one"
+        else:
+            found = find_config(cwd, environ)
+            how = (
+                "named by DSH_CONFIG, which this command does not take on trust"
+                if environ.get("DSH_CONFIG")
+                else "found in the working directory"
+            )
+        config: Config | None = None
+        if found is not None and (
+            require_trust or (path is None and not environ.get("DSH_CONFIG"))
+        ):
+            from ._trust import require_trust as require_trust_of  # a found file's start only
+
+            table = read_table(found)
+            require_trust_of(found, table, how)
+            config = config_from(table, str(found))
         return cls(
-            found,
+            config if config is not None else found,
             plugins=plugins,
             load_entrypoints=load_entrypoints,
             environ=environ,

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dsh_host._cli._main import main
+from tests.trusted import write_config
 
 HELPERS = '''
 """Plugins for the dsh CLI tests."""
@@ -30,6 +31,7 @@ from dsh_host import (
     Ask, Deny, DiffCallView, DiffResultView, FileDiff, TerminalCallView, TerminalResultView,
     define_tool, hookimpl,
 )
+from tests.trusted import write_config
 
 RAN: list[str] = []
 
@@ -192,7 +194,7 @@ def ran() -> list[str]:
 
 
 def config(workdir: Any, text: str) -> None:
-    (workdir / "dsh.toml").write_text(textwrap.dedent(text))
+    write_config(workdir / "dsh.toml", textwrap.dedent(text))
 
 
 # -- dsh plugins -----------------------------------------------------------------------------

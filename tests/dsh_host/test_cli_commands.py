@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.trusted import write_config
+
 
 def dsh(*argv: str, cwd, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -20,8 +22,8 @@ def dsh(*argv: str, cwd, stdin: str = "") -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def ws(tmp_path):
     (tmp_path / "notes.txt").write_text("one\ntwo\n")
-    (tmp_path / "dsh.toml").write_text(
-        f'[plugin.audit]\npath = "{tmp_path / ".dsh" / "audit.db"}"\n'
+    write_config(
+        tmp_path / "dsh.toml", f'[plugin.audit]\npath = "{tmp_path / ".dsh" / "audit.db"}"\n'
     )
     return tmp_path
 

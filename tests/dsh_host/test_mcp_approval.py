@@ -19,14 +19,16 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from dsh_host._mcp._approve import APPROVER_NAME
 from dsh_plugins_builtin.approval import MCP_CLIENT
+from tests.trusted import write_config
 
 DSH = str(Path(sys.executable).parent / "dsh")
 HIDDEN = "x" * 40 + " " * 300 + "; and then the tail nobody saw"
 
 
 def _workspace(tmp_path: Path, approval: str = "") -> Path:
-    (tmp_path / "dsh.toml").write_text(
-        '[plugin.permissions]\nask = ["write_file"]\n' + approval, encoding="utf-8"
+    write_config(
+        tmp_path / "dsh.toml",
+        '[plugin.permissions]\nask = ["write_file"]\n' + approval,
     )
     return tmp_path
 

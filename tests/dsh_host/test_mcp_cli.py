@@ -15,6 +15,7 @@ import trio
 
 from dsh_host._cli._main import main
 from tests.dsh_host.mcp_support import AUTH, INIT, TOKENS, host_with_tools
+from tests.trusted import write_config
 
 SERVE = [sys.executable, "-m", "dsh_host", "mcp", "serve"]
 
@@ -68,7 +69,7 @@ def config_dir(tmp_path):
     """A directory whose dsh.toml turns the built-in tools off (visible in tools/list)."""
     where = tmp_path / "project"
     where.mkdir()
-    (where / "dsh.toml").write_text('[plugins]\ndisable = ["tools"]\n')
+    write_config(where / "dsh.toml", '[plugins]\ndisable = ["tools"]\n')
     return where
 
 

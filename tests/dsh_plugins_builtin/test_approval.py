@@ -507,6 +507,22 @@ async def test_always_allows_once_and_appends_the_narrowest_rule(tmp_path):
     assert not (await again.call("bash", {"text": "x", "command": "git status"})).is_error
 
 
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_always_keeps_a_trusted_file_trusted_and_trusts_no_other(
+    tmp_path, tmp_path_factory, monkeypatch, trusted
+):
+    from dsh_host import TrustedConfigs
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    config = _configured(tmp_path)
+    if trusted:  # found in the working directory and trusted (`dsh config trust`)
+        TrustedConfigs().trust(config)
+    host = _bash_host(config, FakeInput("a\n"), io.StringIO())
+    assert not (await host.call("bash", {"text": "x", "command": "git status"})).is_error
+    assert TrustedConfigs().state(config) == ("trusted" if trusted else "untrusted")
+    assert "git status" in config.read_text(encoding="utf-8")
+
+
 async def test_always_is_refused_without_a_config_file(tmp_path):
     out = io.StringIO()
     host = Host(config={}, plugins=[PermissionsPlugin(), terminal(FakeInput("a\n", "d\n"), out)],

@@ -17,6 +17,7 @@ from dsh_host import Allow, ApprovalOutcome, Ask, Deny, ToolExecution, hookimpl
 from dsh_plugins_builtin._audit._query import parse_time
 from dsh_plugins_builtin.audit import AuditPlugin, audit_command
 from tests.conftest import make_echo
+from tests.trusted import write_config
 
 
 @pytest.fixture(autouse=True)
@@ -193,7 +194,7 @@ async def test_dsh_audit_finding_nothing_says_when_the_audit_plugin_is_off_here(
 ):
     here = two_workspaces[0].parent / "off"
     here.mkdir()
-    (here / "dsh.toml").write_text(toml)
+    write_config(here / "dsh.toml", toml)
     monkeypatch.chdir(here)
     for name in ("DSH_CONFIG", "DSH_PLUGINS", "DSH_DISABLE_PLUGINS", "DSH_DISABLE_PLUGIN_AUTOLOAD"):
         monkeypatch.delenv(name, raising=False)
@@ -206,7 +207,7 @@ async def test_dsh_audit_finding_nothing_says_when_the_audit_plugin_is_off_here(
     assert "no call made under this configuration is recorded; turn it on" in err
     assert audit_command(["--db", str(here / "none.sqlite3")]) == 1  # no database: said too
     assert "the audit plugin is off here" in capsys.readouterr().err
-    (here / "dsh.toml").write_text("")
+    write_config(here / "dsh.toml", "")
     for name in env:
         monkeypatch.delenv(name)
     assert audit_command(["--db", str(db)]) == 0
@@ -219,12 +220,12 @@ async def test_dsh_audit_reads_the_database_the_configuration_records_into(
     here, _ = two_workspaces
     monkeypatch.delenv("DSH_CONFIG", raising=False)
     monkeypatch.delenv("DSH_AUDIT_URL", raising=False)
-    (here / "dsh.toml").write_text(f'[plugin.audit]\npath = "{db}"\n')
+    write_config(here / "dsh.toml", f'[plugin.audit]\npath = "{db}"\n')
     assert audit_command(["--json"]) == 0  # the configured path, not the default one
     out, err = capsys.readouterr()
     assert [json.loads(line)["arguments"]["text"] for line in out.splitlines()] == ["a", "no", "b"]
     assert f"dsh audit: reading {db} ([plugin.audit] in {here / 'dsh.toml'})" in err  # whose
-    (here / "dsh.toml").write_text("")
+    write_config(here / "dsh.toml", "")
     assert audit_command([]) == 1  # the default database: none there
     assert "cannot read" in capsys.readouterr().err
     elsewhere = tmp_path / "elsewhere.toml"  # named by --config, as `dsh --config X audit` does

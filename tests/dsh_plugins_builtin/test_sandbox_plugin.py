@@ -27,6 +27,7 @@ from dsh_plugins_builtin.sandbox import (
 )
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import patch_probes
+from tests.trusted import trust
 
 
 def started(make_host: Any, ws: Path, **table: Any) -> SandboxPlugin:
@@ -209,7 +210,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def write_config(project: Path, table: str) -> Path:
     path = project / "dsh.toml"
     path.write_text(f'[host]\nworkspace = "."\n\n[plugin.sandbox]\n{table}\n')
-    return path
+    return trust(path)
 
 
 def test_check_reports_backends_and_choice(
@@ -410,6 +411,7 @@ def test_check_when_the_plugin_is_installed_but_blocked(
     installed(monkeypatch, "sandbox")
     patch_probes(monkeypatch, lambda bwrap=None: dict(PROBES_OK))
     (project / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n')
+    trust(project / "dsh.toml")
     assert sandbox_check_command(["--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["enabled"] is False

@@ -13,6 +13,7 @@ from dsh_plugins_builtin._sandbox import _confine, _starting
 from dsh_plugins_builtin.sandbox import SandboxPlugin, sandbox_check_command
 from dsh_plugins_builtin.tools import ToolsPlugin
 from tests.dsh_plugins_builtin.conftest import patch_probes
+from tests.trusted import write_config
 
 PROBES_OK = {"bwrap": None, "landlock": None, "landlock-net": None}
 
@@ -95,8 +96,9 @@ def test_sandbox_check_still_reports_what_cannot_be_enforced(
     probes = {"bwrap": "the probe exited 1", "landlock": None, "landlock-net": "ABI 3"}
     patch_probes(monkeypatch, Recorder(probes))
     monkeypatch.chdir(ws)
-    (ws / "dsh.toml").write_text(
-        '[host]\nworkspace = "."\n[plugin.sandbox]\nprotected = []\nprotect_config = false\n'
+    write_config(
+        ws / "dsh.toml",
+        '[host]\nworkspace = "."\n[plugin.sandbox]\nprotected = []\nprotect_config = false\n',
     )
     assert sandbox_check_command([]) == 2
     assert "key 'network'" in capsys.readouterr().err

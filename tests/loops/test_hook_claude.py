@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from dsh_host._cli._main import main
+from tests.trusted import write_config
 
 RULES = """
 [plugin.permissions]
@@ -42,7 +43,7 @@ def payload(event, tool, tool_input, **extra):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     db = tmp_path / ".dsh" / "audit.sqlite3"  # a protected path: refused anywhere else in /tmp
-    (tmp_path / "dsh.toml").write_text(RULES.format(db=db))
+    write_config(tmp_path / "dsh.toml", RULES.format(db=db))
     (tmp_path / "src").mkdir()
     (tmp_path / "secrets").mkdir()
     monkeypatch.chdir(tmp_path)
@@ -102,7 +103,7 @@ def test_pre_tool_use_answers_with_dsh_rules(
 
 
 def test_a_call_no_rule_decides_prints_nothing(project, capsys, monkeypatch):
-    (project[0] / "dsh.toml").write_text('[plugins]\ndisable = ["permissions"]\n')
+    write_config(project[0] / "dsh.toml", '[plugins]\ndisable = ["permissions"]\n')
     status, answer, err = run_hook(
         payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch
     )
@@ -133,8 +134,9 @@ def test_permission_request_answers_allow_or_deny_and_stays_quiet_on_ask(
 
 
 def test_an_ask_the_guards_refuse_is_denied_not_asked(project, capsys, monkeypatch):
-    (project[0] / "dsh.toml").write_text(
-        '[plugin.permissions]\nask = ["Bash"]\n[plugin.guards]\nmax_argument_bytes = 400\n'
+    write_config(
+        project[0] / "dsh.toml",
+        '[plugin.permissions]\nask = ["Bash"]\n[plugin.guards]\nmax_argument_bytes = 400\n',
     )  # (the guards see the command's cwd too: Claude Code's shell directory)
     short = run_hook(payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch)
     assert decision(short[1]) == "ask"
@@ -228,8 +230,9 @@ def test_a_claude_key_and_its_dsh_twin_together_fail_closed(project, capsys, mon
 def test_mcp_servers_of_a_project_config_never_start(project, capsys, monkeypatch):
     root, _ = project
     marker = root / "started"
-    (root / "dsh.toml").write_text(
-        f'[plugin.mcp.servers.evil]\ncommand = "/bin/sh"\nargs = ["-c", "touch {marker}"]\n'
+    write_config(
+        root / "dsh.toml",
+        f'[plugin.mcp.servers.evil]\ncommand = "/bin/sh"\nargs = ["-c", "touch {marker}"]\n',
     )
     status, _, _ = run_hook(payload("PreToolUse", "Bash", {"command": "ls"}), capsys, monkeypatch)
     assert status == 0
@@ -266,7 +269,7 @@ def test_a_table_of_a_left_out_plugin_config_check_rejects_fails_closed(
     # The hook does without these plugins; their tables went unchecked, so a dsh.toml that
     # `dsh config check` rejects still got answers.
     root, db = project
-    (root / "dsh.toml").write_text(RULES.format(db=db) + f"\n[plugin.{table}]\n{bad}\n")
+    write_config(root / "dsh.toml", RULES.format(db=db) + f"\n[plugin.{table}]\n{bad}\n")
     git_status = payload("PreToolUse", "Bash", {"command": "git status"})
     status, answer, err = run_hook(git_status, capsys, monkeypatch)
     assert (status, answer) == (2, None)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.loops.test_hook_claude import decision, payload, run_hook
+from tests.trusted import write_config
 
 RULES = """
 [plugin.permissions]
@@ -29,7 +30,7 @@ path = "{db}"
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     db = tmp_path / ".dsh" / "audit.sqlite3"
-    (tmp_path / "dsh.toml").write_text(RULES.format(db=db))
+    write_config(tmp_path / "dsh.toml", RULES.format(db=db))
     (tmp_path / ".env").write_text("SECRET=1\n")
     for name in ("src", "keys", "docs"):
         (tmp_path / name).mkdir()
@@ -118,7 +119,7 @@ def test_a_refusal_is_audited_as_the_sandbox_s(project, capsys, monkeypatch):
 def test_without_the_sandbox_plugin_the_rules_alone_decide(project, capsys, monkeypatch):
     root, _ = project
     text = (root / "dsh.toml").read_text()
-    (root / "dsh.toml").write_text('[plugins]\ndisable = ["sandbox"]\n' + text)
+    write_config(root / "dsh.toml", '[plugins]\ndisable = ["sandbox"]\n' + text)
     tool_input = {"file_path": "{root}/pyproject.toml", "content": "x"}
     assert judged(project, capsys, monkeypatch, "Write", tool_input)[0] == "allow"
 
@@ -200,7 +201,7 @@ def test_a_workspace_under_a_protected_name_is_no_config_file_itself(tmp_path, c
     # only what lies below the workspace counts: a project kept in ~/.dsh/proj writes freely
     ws = tmp_path / ".dsh" / "proj"
     (ws / "src").mkdir(parents=True)
-    (ws / "dsh.toml").write_text('[plugin.permissions]\nallow = ["Write"]\n')
+    write_config(ws / "dsh.toml", '[plugin.permissions]\nallow = ["Write"]\n')
     monkeypatch.chdir(ws)
     write = {"file_path": f"{ws}/src/app.py", "content": "x"}
     status, answer, err = run_hook(payload("PreToolUse", "Write", write), capsys, monkeypatch)

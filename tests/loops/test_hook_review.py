@@ -11,6 +11,7 @@ import pytest
 
 from dsh_host._cli._main import main
 from tests.loops.test_hook_claude import decision, payload, run_hook
+from tests.trusted import write_config
 
 RULES = """
 [plugin.permissions]
@@ -29,7 +30,7 @@ def project(tmp_path, monkeypatch):
     db = root / ".dsh" / "audit.sqlite3"
     for name in ("src", "secrets", "docs"):
         (root / name).mkdir(parents=True)
-    (root / "dsh.toml").write_text(RULES.format(db=db))
+    write_config(root / "dsh.toml", RULES.format(db=db))
     (root / "secrets" / "key").write_text("KEY\n")
     (root / "src" / "credentials.json").write_text("{}\n")
     (root / "docs" / "a.md").write_text("# a\n")
@@ -125,7 +126,7 @@ def test_a_search_beside_what_rules_withhold_is_allowed(project, capsys, monkeyp
     root, _ = project
     answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "a", "path": "docs"})
     assert decision(answer) == "allow"
-    (root / "dsh.toml").write_text('[plugin.permissions]\nallow = ["Grep"]\n')  # nothing withheld
+    write_config(root / "dsh.toml", '[plugin.permissions]\nallow = ["Grep"]\n')  # nothing withheld
     answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "K"})
     assert decision(answer) == "allow"
 
@@ -239,7 +240,7 @@ def test_an_absolute_glob_is_judged_where_claude_code_searches_it(
     root, _ = project
     (root / ".env").write_text("SECRET=1\n")
     text = (root / "dsh.toml").read_text()
-    (root / "dsh.toml").write_text(text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
+    write_config(root / "dsh.toml", text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
     tool_input = {
         "pattern": pattern.replace("{root}", str(root)).replace("{{", "{").replace("}}", "}"),
         "path": "docs",
@@ -258,7 +259,7 @@ def test_a_link_in_a_searched_tree_to_what_deny_read_hides_is_asked(project, cap
     root, _ = project
     (root / ".env").write_text("SECRET=1\n")
     text = (root / "dsh.toml").read_text()
-    (root / "dsh.toml").write_text(text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
+    write_config(root / "dsh.toml", text + '\n[plugin.sandbox]\ndeny_read = [".env"]\n')
     (root / "docs" / "e").symlink_to(root / ".env")
     answer = answer_of(capsys, monkeypatch, "PreToolUse", "Grep", {"pattern": "S", "path": "docs"})
     assert decision(answer) == "ask", answer

@@ -19,6 +19,7 @@ from dsh_host._host._config import (
     load_config,
     structure_plugin_config,
 )
+from tests.trusted import write_config
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +86,7 @@ def test_no_config_anywhere_is_fine(tmp_path):
 def test_dsh_toml_beats_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.dsh.host]\nobserver_timeout = 1\n")
     assert find_config(tmp_path, {}) == tmp_path / "pyproject.toml"
-    (tmp_path / "dsh.toml").write_text("")
+    write_config(tmp_path / "dsh.toml", "")
     assert find_config(tmp_path, {}) == tmp_path / "dsh.toml"
 
 
@@ -114,7 +115,7 @@ def test_a_pyproject_dsh_cannot_read_stops_it_rather_than_dropping_its_rules(tmp
 
 
 def test_dsh_config_beats_dsh_toml(tmp_path):
-    (tmp_path / "dsh.toml").write_text("")
+    write_config(tmp_path / "dsh.toml", "")
     other = tmp_path / "elsewhere.toml"
     other.write_text("")
     assert find_config(tmp_path, {"DSH_CONFIG": str(other)}) == other
@@ -127,7 +128,7 @@ def test_dsh_config_naming_a_missing_file_says_so(tmp_path):
 
 
 def test_explicit_path_beats_dsh_config_and_dsh_toml(tmp_path):
-    (tmp_path / "dsh.toml").write_text("[host]\nobserver_timeout = 1\n")
+    write_config(tmp_path / "dsh.toml", "[host]\nobserver_timeout = 1\n")
     env = tmp_path / "env.toml"
     env.write_text("[host]\nobserver_timeout = 2\n")
     explicit = tmp_path / "explicit.toml"

@@ -9,6 +9,7 @@ import pytest
 from dsh_host import ConfigError, Host
 from dsh_host._cli._main import main
 from dsh_host._host._plugins import PluginStatus
+from tests.trusted import write_config
 
 from .test_plugins import ep, installed, rows
 
@@ -97,7 +98,7 @@ def test_dsh_plugins_shows_the_warnings_too(installed, capsys, monkeypatch, tmp_
     installed(ep("hello"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DSH_DISABLE_PLUGINS", raising=False)
-    (tmp_path / "dsh.toml").write_text('[plugins]\ndisable = ["timing"]\n')
+    write_config(tmp_path / "dsh.toml", '[plugins]\ndisable = ["timing"]\n')
     assert main(["plugins", "--check"]) == 0
     captured = capsys.readouterr()
     assert captured.err == (
