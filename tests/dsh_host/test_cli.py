@@ -462,7 +462,7 @@ def test_a_config_error_is_one_message_naming_file_plugin_and_key(dsh, workdir):
 
 
 def test_a_toml_syntax_error_names_line_and_column(dsh, workdir):
-    config(workdir, '[plugin.policy]\ndeny = ["a" "b"]\n')
+    (workdir / "dsh.toml").write_text('[plugin.policy]\ndeny = ["a" "b"]\n')  # nothing to trust
     status, _, err = dsh("tools")
     assert status == 2
     assert "is not valid TOML" in err

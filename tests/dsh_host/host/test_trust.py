@@ -281,3 +281,13 @@ def test_a_config_in_the_home_directory_is_vouched_for_by_records_below_it(tmp_p
     (home / "dsh.toml").write_text(WIDENING)
     TrustedConfigs().trust(home / "dsh.toml")
     start(home)
+
+
+def test_an_mcp_server_started_in_an_untrusted_project_does_not_serve(
+    records, project, monkeypatch, capsys
+):
+    # MCP clients start `dsh mcp serve` wherever they like: the project's file is not read.
+    monkeypatch.delenv("DSH_CONFIG", raising=False)
+    status, out, err = run(capsys, "mcp", "serve", "--workspace", str(project))
+    assert (status, out) == (2, "")
+    assert f"{project / 'dsh.toml'}: not trusted" in err
