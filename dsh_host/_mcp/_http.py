@@ -81,11 +81,16 @@ class ValidatingApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") != self.path:
-            await _respond(send, 404, {"error": f"not found: the MCP endpoint is {self.path}"})
+            await _respond(
+                _closing(send), 404, {"error": f"not found: the MCP endpoint is {self.path}"}
+            )
             return
         who = self._admitted(scope) if scope["type"] == "http" else None
+        if who is None and scope["type"] == "http":
+            await self.app(scope, receive, _closing(send))  # the SDK answers 401, body unread
+            return
         if who is None or scope.get("method") != "POST":
-            await self.app(scope, receive, send)  # the SDK answers (401 for a bad token)
+            await self.app(scope, receive, send)
             return
         body = bytearray()
         self.reading[who] += 1
@@ -98,8 +103,8 @@ class ValidatingApp:
             if not self.reading[who]:
                 del self.reading[who], self.held[who]
         if refused is not None:
-            if refused:
-                await _respond(send, *refused)
+            if refused:  # the body was not read to its end
+                await _respond(_closing(send), *refused)
             return
         await self._pass(bytes(body), scope, receive, send)
 
@@ -219,6 +224,20 @@ class ValidatingApp:
         except JsonInputError as exc:
             return _error(PARSE_ERROR, f"Parse error: {exc}"), None
         return refusal(message, integer_ids=True), message
+
+
+def _closing(send: Send) -> Send:
+    """*send*, its response saying ``connection: close``. The request's body is left unread,
+    so the connection cannot carry another request, and the server closes it once the response
+    is sent; told so, a client does not send its next request on it (which would be lost)."""
+
+    async def closing(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", ()), (b"connection", b"close")]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return closing
 
 
 async def _respond(send: Send, status: int, payload: dict[str, Any] | None) -> None:

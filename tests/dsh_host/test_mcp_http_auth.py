@@ -65,6 +65,10 @@ async def test_a_request_without_a_known_token_is_401_and_its_body_unread(make_h
     assert all(a.headers["www-authenticate"].startswith("Bearer") for a in answers)
     assert bad_body.status_code == 401  # authentication comes before anything is parsed
     assert good.status_code == 200
+    # Each refused body is left unread, so its connection closes after the answer: said in
+    # the answer, or a client sends its next request on the closing connection, and loses it.
+    assert [a.headers.get("connection") for a in [*answers, bad_body]] == ["close"] * 5
+    assert good.headers.get("connection") != "close"
 
 
 async def test_unknown_paths_are_404(make_host, tmp_path):

@@ -196,6 +196,7 @@ async def test_a_body_that_does_not_arrive_in_time_is_408(autojump_clock):
     with trio.move_on_after(3600):  # a bound: without the timeout it would wait for ever
         await app(_scope(), await _slow_body(b'{"jsonrpc":'), send)
     assert replies[0]["status"] == 408
+    assert (b"connection", b"close") in replies[0]["headers"]  # the rest of the body is unread
     assert b"did not arrive within 30 seconds" in replies[1]["body"]
     assert trio.current_time() == 30.0
     assert seen == []  # the SDK never saw it
