@@ -36,9 +36,22 @@ TrustState = Literal["trusted", "changed", "untrusted"]
 
 def digest(table: Mapping[str, Any]) -> str:
     """The SHA-256 of *table* written canonically: keys sorted, each value with its type."""
-    import hashlib  # a found config's start only
+    text = repr(_canonical(table)).encode("utf-8", "backslashreplace")
+    hexdigest: str = _sha256()(text).hexdigest()
+    return hexdigest
 
-    return hashlib.sha256(repr(_canonical(table)).encode("utf-8", "backslashreplace")).hexdigest()
+
+def _sha256() -> Any:
+    """CPython's own SHA-256 (``_sha2``, ``_sha256`` before 3.12): importing `hashlib` loads
+    OpenSSL, 2.5 ms of the start of a ``dsh hook claude`` that finds its config (issue 27)."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
+        except ImportError:  # another implementation, or a build without them
+            from hashlib import sha256
+    return sha256
 
 
 def _canonical(value: Any) -> Any:

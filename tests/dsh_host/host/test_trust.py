@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 import types
 
 import pytest
@@ -291,3 +293,11 @@ def test_an_mcp_server_started_in_an_untrusted_project_does_not_serve(
     status, out, err = run(capsys, "mcp", "serve", "--workspace", str(project))
     assert (status, out) == (2, "")
     assert f"{project / 'dsh.toml'}: not trusted" in err
+
+
+def test_the_digest_does_not_load_openssl():
+    # `hashlib` loads OpenSSL: 2.5 ms of each `dsh hook claude` that finds its config (issue 27)
+    code = "import sys; from dsh_host._host._trust import digest; digest({}); print(sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "hashlib" not in done.stdout
+    assert "_hashlib" not in done.stdout
