@@ -150,13 +150,15 @@ class TrustedConfigs:
         except OSError as exc:
             return {}, f"{self.records} cannot be read ({exc.strerror or exc})"
         with open(fd, encoding="utf-8") as file:
-            unsafe = _unsafe(os.fstat(file.fileno()), self.records) or _unsafe(
-                os.stat(self.records.parent), self.records.parent
-            )
-            if unsafe is not None:
-                return {}, unsafe
             try:
+                unsafe = _unsafe(os.fstat(file.fileno()), self.records) or _unsafe(
+                    os.stat(self.records.parent), self.records.parent
+                )
+                if unsafe is not None:
+                    return {}, unsafe
                 data = json.load(file)
+            except OSError as exc:
+                return {}, f"{self.records} cannot be read ({exc.strerror or exc})"
             except (ValueError, UnicodeDecodeError):
                 return {}, f"{self.records} is not valid JSON"
         configs = data.get("configs") if isinstance(data, dict) else None
@@ -222,7 +224,8 @@ def _unsafe(st: os.stat_result, path: Path) -> str | None:
     if st.st_uid not in (os.geteuid(), 0):
         return f"{path} belongs to another user (uid {st.st_uid}), so it is not read"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}), so it is not read"
+        mode = stat.S_IMODE(st.st_mode)
+        return f"{path} may be written by other users (mode {mode:o}; chmod go-w it), so it is not read"
     return None
 
 
