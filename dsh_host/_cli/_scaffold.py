@@ -295,7 +295,8 @@ $ python -m pytest
 $ dsh plugins            # lists `{name}`
 ```
 
-Configure it in `dsh.toml`:
+Configure it in `dsh.toml`, then trust the file (`dsh config trust`: dsh reads a `dsh.toml` it
+finds only as you trusted it):
 
 ```toml
 [plugin.{name}]
