@@ -290,6 +290,7 @@ def test_an_mcp_server_started_in_an_untrusted_project_does_not_serve(
 ):
     # MCP clients start `dsh mcp serve` wherever they like: the project's file is not read.
     monkeypatch.delenv("DSH_CONFIG", raising=False)
+    monkeypatch.chdir(project.parent)  # --workspace enters the project: back after the test
     status, out, err = run(capsys, "mcp", "serve", "--workspace", str(project))
     assert (status, out) == (2, "")
     assert f"{project / 'dsh.toml'}: not trusted" in err
