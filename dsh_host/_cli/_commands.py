@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from .. import PluginStatus, TraceEvent, printable
+from .. import PluginStatus, TraceEvent, TrustedConfigs, printable
 from ._common import (
     UsageError,
     build_host,
@@ -173,6 +173,9 @@ def _cmd_call(args: argparse.Namespace) -> int:
     hint = approval_hint(
         args.name, result, host.config.source, allowed, _narrowest(args.name, arguments), covered
     )
+    source = host.config.source
+    if hint and source is not None and os.path.realpath(source) in TrustedConfigs().items():
+        hint.append("      Then trust the file again (`dsh config trust`): dsh reads it only as you trusted it.")  # fmt: skip
     for line in hint:
         warn(line)
     return 1 if result.is_error else 0

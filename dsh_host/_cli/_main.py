@@ -64,7 +64,8 @@ def _common(prefix: str) -> argparse.ArgumentParser:
     group = common.add_argument_group("host options")
     group.add_argument("--config", metavar="PATH", dest=f"{prefix}config", default=unset,
                        help="config file (default: $DSH_CONFIG, ./dsh.toml, or [tool.dsh] in "
-                       "./pyproject.toml)")  # fmt: skip
+                       "./pyproject.toml; a file found here is read once trusted: dsh config "
+                       "trust)")  # fmt: skip
     group.add_argument("--plugin", metavar="MODULE[:ATTR]", action="append",
                        dest=f"{prefix}plugin", default=unset if prefix else [],
                        help="also register this plugin, after the entry points (repeatable)")  # fmt: skip

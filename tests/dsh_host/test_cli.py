@@ -319,7 +319,13 @@ def test_an_unanswered_ask_is_denied_with_a_hint(dsh, workdir):
     assert "[plugin.permissions]" in err
     assert 'allow = ["sh"]' in err
     assert str(workdir / "dsh.toml") in err
+    assert "trust the file again (`dsh config trust`)" in err  # found here: trusted as it was
     assert ran() == []
+    named = workdir / "mine.toml"  # named, never trusted: read whatever it holds
+    named.write_text('[plugin.policy]\nask = ["sh"]\n')
+    status, _, err = dsh("--config", str(named), "call", "sh", '{"command": "ls"}')
+    assert "hint: plugin 'policy' asked for approval" in err
+    assert "dsh config trust" not in err
 
 
 def test_a_failing_tool_shows_its_error_code(dsh):
