@@ -319,7 +319,7 @@ def test_an_unanswered_ask_is_denied_with_a_hint(dsh, workdir):
     assert "[plugin.permissions]" in err
     assert 'allow = ["sh"]' in err
     assert str(workdir / "dsh.toml") in err
-    assert "trust the file again (`dsh config trust`)" in err  # found here: trusted as it was
+    assert "After a change, trust the file again (`dsh config trust`)" in err  # found here
     assert ran() == []
     named = workdir / "mine.toml"  # named, never trusted: read whatever it holds
     named.write_text('[plugin.policy]\nask = ["sh"]\n')
