@@ -175,7 +175,7 @@ def _cmd_call(args: argparse.Namespace) -> int:
     )
     source = host.config.source
     if hint and source is not None and os.path.realpath(source) in TrustedConfigs().items():
-        hint.append("      After a change, trust the file again (`dsh config trust`): dsh reads it as trusted.")  # fmt: skip
+        hint.append("      After a change, trust the file again (`dsh config trust`): dsh reads it only as you trusted it.")  # fmt: skip
     for line in hint:
         warn(line)
     return 1 if result.is_error else 0
