@@ -56,7 +56,7 @@ from ._schema._tool import ToolDefinition, ToolSchema, define_tool, tool
 from ._schema._validate import validate_args
 
 if _typing.TYPE_CHECKING:
-    from ._host._config import find_config
+    from ._host._configfile import find_config
     from ._host._host import Host
     from ._host._messages import arguments_of
     from ._host._open import open_host, own_host
@@ -101,7 +101,7 @@ _LAZY = {
     "new_call_id": "._pipeline._pipeline",
     "open_host": "._host._open",
     "own_host": "._host._open",
-    "find_config": "._host._config",
+    "find_config": "._host._configfile",
 }
 
 __all__ = [

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # imported on the first table to structure: an empty one need
     import cattrs
 from .._schema._convert import is_structure_error, shared_converter
 from ._checking import check_value, describe_type, did_you_mean, got, table_at, typed_fields
+from ._configfile import read_table
 
 __all__ = [
     "Config",
@@ -50,9 +51,7 @@ __all__ = [
     "config_converter",
     "config_from",
     "describe_type",
-    "find_config",
     "load_config",
-    "read_table",
     "structure_plugin_config",
 ]
 
@@ -121,93 +120,7 @@ def config_converter() -> cattrs.Converter:
     return shared_converter()
 
 
-# -- finding and reading ---------------------------------------------------------------------
-
-
-def find_config(
-    cwd: pathlib.Path | None = None, environ: Mapping[str, str] | None = None
-) -> pathlib.Path | None:
-    """The config file that applies in *cwd*: ``$DSH_CONFIG``, ``dsh.toml``, or a
-    ``pyproject.toml`` with a ``[tool.dsh]`` table, or one that cannot be read (it may hold
-    one: loading it says what is wrong); ``None`` if there is none.
-
-    Raises:
-        ConfigError: ``$DSH_CONFIG`` names a file that does not exist.
-    """
-    environ = os.environ if environ is None else environ
-    cwd = pathlib.Path.cwd() if cwd is None else cwd
-    if environ.get("DSH_CONFIG"):
-        named = pathlib.Path(environ["DSH_CONFIG"])
-        if not named.is_file():
-            raise ConfigError(
-                "no such config file; it is named by the DSH_CONFIG environment variable "
-                "(unset it or point it at a TOML file)",
-                path=str(named),
-            )
-        return named
-    candidate = cwd / "dsh.toml"
-    if candidate.is_file():
-        return candidate
-    pyproject = cwd / "pyproject.toml"
-    if pyproject.is_file():
-        import tomllib  # only when there is a file to read (issue 27)
-
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
-            # It may hold [tool.dsh] (deny rules, say): reading it says what is wrong, rather
-            # than starting silently with the built-in defaults.
-            return pyproject
-        if isinstance(data.get("tool"), dict) and "dsh" in data["tool"]:
-            return pyproject
-    return None
-
-
-def _beside(path: pathlib.Path) -> str:
-    if path.name != "pyproject.toml":
-        return ""
-    return (
-        "; dsh reads its [tool.dsh] table, so it will not start without it: fix the file, or "
-        "put dsh's config in a dsh.toml beside it (read first)"
-    )
-
-
-def read_table(path: pathlib.Path) -> Mapping[str, Any]:
-    """The table dsh reads from the config file *path*: the whole file, or a ``pyproject.toml``'s
-    ``[tool.dsh]``.
-
-    Raises:
-        ConfigError: the file cannot be read, is not valid TOML, or its table is not a table.
-    """
-    import tomllib  # only when there is a file to read (issue 27)
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            "no such config file; check the path given by --config or DSH_CONFIG", path=str(path)
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the config file: {exc}{_beside(path)}", path=str(path)
-        ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"is not valid TOML: {exc}{_beside(path)}", path=str(path)) from None
-    except RecursionError:
-        raise ConfigError(
-            "is nested too deeply (arrays or tables inside one another hundreds of levels "
-            "deep); a dsh config needs a few levels at most",
-            path=str(path),
-        ) from None
-    if path.name == "pyproject.toml":
-        tool = data.get("tool", {})
-        dsh = tool.get("dsh", {}) if isinstance(tool, dict) else {}
-        if not isinstance(dsh, dict):
-            raise ConfigError("[tool.dsh] must be a table", path=str(path), key="tool.dsh")
-        return dsh
-    return data
+# -- reading ---------------------------------------------------------------------------------
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Config:

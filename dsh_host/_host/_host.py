@@ -16,7 +16,8 @@ from .._model._values import Scope, ToolExecution, ToolExecutionInput, ToolExecu
 from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
-from ._config import Config, config_converter, config_from, find_config, load_config, read_table
+from ._config import Config, config_converter, config_from, load_config
+from ._configfile import find_config, read_table
 from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
 from ._plugins import PluginInfo
 from ._registry import ToolRegistry

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, final
 
 from .._model._errors import ConfigError
-from ._config import read_table
+from ._configfile import read_table
 from ._statedir import state_dir
 
 __all__ = ["TrustedConfigs", "digest", "require_trust"]

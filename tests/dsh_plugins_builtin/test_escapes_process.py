@@ -30,8 +30,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_host import ConfigError, Host
-from dsh_host._host._config import find_config
+from dsh_host import ConfigError, Host, find_config
 from dsh_plugins_builtin._sandbox import _starting
 from dsh_plugins_builtin._sandbox._mountpoints import MOUNT_POINTS
 from dsh_plugins_builtin.sandbox import SandboxPlugin

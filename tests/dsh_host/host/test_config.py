@@ -10,12 +10,11 @@ from typing import Any, Literal
 import attrs
 import pytest
 
-from dsh_host import ConfigError, Host, hookimpl
+from dsh_host import ConfigError, Host, find_config, hookimpl
 from dsh_host._host._config import (
     HostSettings,
     PluginSelection,
     describe_type,
-    find_config,
     load_config,
     structure_plugin_config,
 )
