@@ -18,7 +18,7 @@ uses. dsh validates the arguments against the server's input schema before sendi
 content blocks; an ``isError`` result is an error result (code ``MCP_TOOL_ERROR``); a malformed
 or oversized answer (``max_result_bytes``) ends its call at once (``MCP_BAD_RESULT``); an
 aborted call sends ``notifications/cancelled``. A stdio server runs confined (``sandbox``,
-``writable_roots``, ``read_roots``, ``network``: `_mcp._confine`). A server that fails to start,
+``writable_roots``, ``read_roots``, ``network``, ``unix_sockets``: `_mcp._confine`). A server that fails to start,
 is refused or lists a tool badly affects only itself or that tool: it is reported on stderr and
 by `McpPlugin.status` (``dsh plugins``), and the rest is mounted.
 """
@@ -138,6 +138,7 @@ def _confined(
     confinement = confinement_for(
         name, host, writable_roots=server.writable_roots,
         read_roots=(*server.read_roots, *seen), network=server.network,
+        unix_sockets=server.unix_sockets,
     )  # fmt: skip
     return confinement if isinstance(confinement, str) else (server, confinement, None)
 

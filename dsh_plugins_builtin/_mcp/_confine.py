@@ -41,7 +41,7 @@ from .._sandbox._limits import LimitsConfig, ulimit_prefix
 from .._sandbox._mountns import places
 from .._sandbox._paths import inside_any
 from .._sandbox._protected import protected_paths
-from .._sandbox._seccomp import filter_bpf
+from .._sandbox._seccomp import SeccompUnavailable, filter_bpf
 from ._landlock_exec import command
 from ._watch import Hiding, absent
 
@@ -59,6 +59,7 @@ class Confinement:
     prepared: Prepared | None = None
     limits: LimitsConfig | None = None  # the sandbox's [plugin.sandbox.limits], as a command's
     env: EnvConfig | None = None  # the sandbox's [plugin.sandbox.env], as a command's
+    unix_sockets: bool = False  # socket(AF_UNIX) allowed (`_seccomp`: refused by default)
 
     @property
     def backend(self) -> str:
@@ -77,12 +78,13 @@ class Confinement:
         if self.bwrap is None:
             assert self.prepared is not None
             plan = mount_plan(self.policy)  # what exists now, not at the host's start
-            prepared = self.prepared.with_plan(plan)
+            prepared = self.prepared.with_plan(plan)  # its filter: `_landlock` below
             ruleset = os.dup(prepared.ruleset_fd)  # the sandbox keeps its own
             return command(prepared, argv, ruleset), [ruleset], Hiding(places(plan), missing)
         read_fd, write_fd = os.pipe()
         try:
-            os.write(write_fd, filter_bpf(not self.policy.network))  # a few KiB: never blocks
+            program = filter_bpf(not self.policy.network, unix=self.unix_sockets)
+            os.write(write_fd, program)  # a few KiB: never blocks
         finally:
             os.close(write_fd)
         memory = self.limits.memory_mib if self.limits is not None else None
@@ -113,8 +115,12 @@ def confinement_for(
     writable_roots: tuple[str, ...],
     read_roots: tuple[str, ...],
     network: bool,
+    unix_sockets: bool = False,
 ) -> Confinement | str:
-    """The confinement of server *name*, or why it cannot be confined (a message to show)."""
+    """The confinement of server *name*, or why it cannot be confined (a message to show).
+
+    Unix sockets are refused to it (`_seccomp`) unless *unix_sockets*, or the sandbox lets
+    commands reach some host sockets (``allow_unix_sockets``)."""
     workspace = Path(host.workspace)
     base = sandbox_policy(host) or SandboxPolicy("read-only", workspace)
     writable = _roots(writable_roots, workspace)
@@ -132,13 +138,14 @@ def confinement_for(
     limits = limits if isinstance(limits, LimitsConfig) else None
     env = getattr(getattr(sandbox, "config", None), "env", None)
     env = env if isinstance(env, EnvConfig) else None
+    unix = unix_sockets or bool(policy.unix_sockets)
     bwrap, why = resolve_bwrap(policy)
     problem = probe_backends((bwrap, why)).get("bwrap") if bwrap is not None else why
     if bwrap is not None and problem is None:
-        return Confinement(policy, bwrap, env_allow, None, limits, env)
-    prepared = _landlock(policy)
+        return Confinement(policy, bwrap, env_allow, None, limits, env, unix)
+    prepared = _landlock(policy, unix)
     if not isinstance(prepared, str):
-        return Confinement(policy, None, env_allow, prepared, limits, env)
+        return Confinement(policy, None, env_allow, prepared, limits, env, unix)
     return (
         f"MCP server {name!r} cannot be confined: bubblewrap is not usable here ({problem}), "
         f"nor Landlock ({prepared}); install bubblewrap, or set [plugin.mcp.servers.{name}] "
@@ -146,8 +153,9 @@ def confinement_for(
     )
 
 
-def _landlock(policy: SandboxPolicy) -> Prepared | str:
-    """The sandbox's prepared Landlock confinement of *policy*, or why there is none."""
+def _landlock(policy: SandboxPolicy, unix: bool) -> Prepared | str:
+    """The sandbox's prepared Landlock confinement of *policy* (its seccomp filter refusing
+    Unix sockets unless *unix*), or why there is none."""
     rw = rw_roots(policy)
     inside = [str(path) for path in protected_paths(policy) if inside_any(path, rw)]
     if inside:
@@ -159,6 +167,10 @@ def _landlock(policy: SandboxPolicy) -> Prepared | str:
     if policy.network_allow is not None:
         return "it cannot put a server behind the proxy of a network list"
     try:
-        return landlock_prepared(tuple(str(r) for r in rw), not policy.network, mount_plan(policy))
-    except LandlockUnavailable as exc:
+        prepared = landlock_prepared(
+            tuple(str(r) for r in rw), not policy.network, mount_plan(policy)
+        )
+        program = filter_bpf(not policy.network, unix=unix)
+    except (LandlockUnavailable, SeccompUnavailable) as exc:
         return str(exc)
+    return Prepared(prepared.ruleset_fd, program, prepared.abi, prepared.plan, prepared.limits)

@@ -71,6 +71,12 @@ class McpServerConfig:
         read_roots: more roots to keep visible to it (what lies under ``/tmp`` is hidden by
             its private ``/tmp`` otherwise).
         network: whether a confined server may use the network (default: no).
+        unix_sockets: whether a confined server may make Unix sockets (``socket(AF_UNIX)``:
+            to connect to a named or abstract one, or to listen; default: no, unless the
+            sandbox's ``allow_unix_sockets`` names some). A host socket that starts listening
+            after the server started would be in its view: each command's sandbox covers the
+            sockets listening when it starts, and a server's runs on. Pipes between its own
+            processes (``socketpair``) work either way.
     """
 
     command: str | None = None
@@ -87,6 +93,7 @@ class McpServerConfig:
     writable_roots: tuple[str, ...] = ()
     read_roots: tuple[str, ...] = ()
     network: bool = False
+    unix_sockets: bool = False
 
 
 class Link:

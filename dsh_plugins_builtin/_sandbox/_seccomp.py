@@ -32,7 +32,11 @@ action is *allow*, and these calls fail with ``EPERM`` (``EAFNOSUPPORT`` for soc
   other rules);
 * with ``network = false``: ``socket()`` of every family but ``AF_UNIX``; with a ``network``
   list (a private network namespace whose loopback leads only to the proxy relay), of every
-  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6``.
+  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6``;
+* without *unix* (a mounted MCP server, which runs as long as dsh does): ``socket(AF_UNIX)``
+  too, with ``EACCES``. A host socket that starts listening after the server started is not
+  covered in its view (`_hostsockets` covers those of each start), and ``connect`` needs a
+  socket to connect; ``socketpair`` (pipes between the server's own processes) stays allowed.
 
 A system call of a foreign architecture (32-bit calls on a 64-bit host) kills the process.
 """
@@ -118,7 +122,7 @@ class SeccompUnavailable(Exception):
     """libseccomp (or the ``pyseccomp`` binding) is missing, or it refused the filter."""
 
 
-def _build(block_network: bool, inet: bool) -> bytes:
+def _build(block_network: bool, inet: bool, unix: bool) -> bytes:
     try:
         import pyseccomp as sc  # type: ignore[import-untyped]  # loads libseccomp.so.2
     except Exception as exc:  # ImportError, OSError, or AttributeError without the library
@@ -154,6 +158,8 @@ def _build(block_network: bool, inet: bool) -> bytes:
         flt.add_rule(refuse, "socket", sc.Arg(0, sc.GT, _AF_INET6))
     elif block_network:
         flt.add_rule(refuse, "socket", sc.Arg(0, sc.NE, _AF_UNIX))
+    if not unix:
+        flt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, _AF_UNIX))
     with tempfile.TemporaryFile() as out:
         flt.export_bpf(out)
         out.seek(0)
@@ -179,13 +185,14 @@ def _flag_bits(mask: int) -> list[int]:
 
 
 @functools.cache
-def filter_bpf(block_network: bool, *, inet: bool = False) -> bytes:
+def filter_bpf(block_network: bool, *, inet: bool = False, unix: bool = True) -> bytes:
     """The filter as raw classic-BPF instructions (8 bytes each), built once per setting.
 
     Args:
         block_network: Also refuse ``socket()`` for every family but ``AF_UNIX``.
         inet: With *block_network*, let ``AF_INET`` and ``AF_INET6`` through too (a command
             in its own network namespace, whose loopback only leads to the proxy relay).
+        unix: Let ``socket(AF_UNIX)`` through (``False``: a mounted MCP server's filter).
 
     Returns:
         The program, as ``bwrap --seccomp`` and ``PR_SET_SECCOMP`` take it.
@@ -194,7 +201,7 @@ def filter_bpf(block_network: bool, *, inet: bool = False) -> bytes:
         SeccompUnavailable: libseccomp cannot be loaded or refused a rule.
     """
     try:
-        return _build(block_network, inet)
+        return _build(block_network, inet, unix)
     except OSError as exc:
         raise SeccompUnavailable(
             f"libseccomp refused the filter: {os.strerror(exc.errno or 0)}"

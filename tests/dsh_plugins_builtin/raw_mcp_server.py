@@ -35,11 +35,14 @@
 - ``strlist``: the badnames tools, answered with the id spelt as text (``" 1"`` for ``1``);
 - ``lookahead``: lists ``ahead`` (a ``pattern`` with a lookahead, which RE2 cannot compile)
   and ``fine``;
-- ``strcall``: ``tools/call`` is answered ``"result": [1, 2, 3]`` with the id spelt as text.
+- ``strcall``: ``tools/call`` is answered ``"result": [1, 2, 3]`` with the id spelt as text;
+- ``connect``: ``echo`` connects to the Unix socket its ``text`` names and answers
+  ``CONNECTED`` or ``refused [Errno N]``, then `` pair x`` when a ``socketpair`` carries a byte.
 """
 
 import json
 import os
+import socket
 import sys
 import time
 
@@ -168,6 +171,17 @@ def answer(request):
         text = "echo: " + request["params"].get("arguments", {}).get("text", "")
         if MODE == "env":
             text = os.environ.get(text.removeprefix("echo: "), "(unset)")
+        if MODE == "connect":
+            try:
+                with socket.socket(socket.AF_UNIX) as client:
+                    client.connect(text.removeprefix("echo: "))
+                text = "CONNECTED"
+            except OSError as exc:
+                text = f"refused [Errno {exc.errno}]"
+            mine, theirs = socket.socketpair()
+            with mine, theirs:
+                mine.send(b"x")
+                text += " pair " + theirs.recv(1).decode()
         if MODE == "cat":
             try:
                 *fifo, path = text.removeprefix("echo: ").split("\n")

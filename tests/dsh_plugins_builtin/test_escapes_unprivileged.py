@@ -36,6 +36,8 @@ MODULES = (
     "test_a_move_is_found_by_the_directories_watched_without_reading_the_mount_table",
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_a_directory_that_cannot_be_watched_makes_every_check_exact",
+    "tests/dsh_plugins_builtin/test_mcp_confined.py::"
+    "test_a_host_socket_that_starts_listening_after_the_server_is_out_of_its_reach",
     # path rules resolve links as os.path.realpath does, unreadable directories included
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
     # a config found in the working directory is read only as its user trusted it

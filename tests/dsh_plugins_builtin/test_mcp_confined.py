@@ -200,22 +200,22 @@ def test_a_confined_server_cannot_reach_a_host_socket_beside_it(
     daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     daemon.bind(str(ws / "daemon.sock"))
     daemon.listen(8)
-    probe = (
-        "import socket\ns = socket.socket(socket.AF_UNIX)\n"
-        f"try:\n    s.connect({str(ws / 'daemon.sock')!r}); print('CONNECTED')\n"
+    probe = (  # (refused at socket() since a server makes no Unix socket, but for this:)
+        "import socket\ntry:\n    s = socket.socket(socket.AF_UNIX)\n"
+        f"    s.connect({str(ws / 'daemon.sock')!r}); print('CONNECTED')\n"
         "except OSError as e:\n    print('refused', e)\n"
     )
     (ws / "probe.py").write_text(probe)
     (ws / "sub" / "monitor.sh").write_text(
         f"#!/bin/sh\n{sys.executable} {ws / 'probe.py'} > {ws / 'scratch' / 'ran'}\n"
     )
-    writable = {"writable_roots": ["scratch"]}
+    writable = {"writable_roots": ["scratch"], "unix_sockets": True}  # covered, not refused
     sandbox = {"protected": []} if backend == "landlock" else None
     try:
         _git_status(ws, {"sandbox": False})
         assert (ws / "scratch" / "ran").read_text() == "CONNECTED\n"  # the control
         _git_status(ws, writable, backend=backend, sandbox=sandbox)
-        assert (ws / "scratch" / "ran").read_text().startswith("refused")
+        assert (ws / "scratch" / "ran").read_text().startswith("refused [Errno 111]")
     finally:
         daemon.close()
 
@@ -361,6 +361,46 @@ def _cat_host(ws: Path, deny: list[str], backend: str, *args: str) -> tuple[Host
 
 def _cat(host: Host, path: Path):
     return trio.run(host.call, "mcp__s__echo", {"text": str(path)})
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_host_socket_that_starts_listening_after_the_server_is_out_of_its_reach(
+    tmp_path, backend, request
+):
+    """Each command's sandbox covers the host sockets listening when it starts; a server's
+    sandbox runs on, so a daemon started later (Docker Desktop's socket in the home directory)
+    was in its view. A confined server makes no Unix socket now, unless its table says
+    ``unix_sockets = true``: the second server shows that is what it takes."""
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sandbox: dict = {"backend": backend}
+    if backend == "landlock":
+        sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
+    daemons: list[socket.socket] = []
+    try:
+        for allowed, expected in ((False, "refused [Errno 13] pair x"), (True, "CONNECTED pair x")):
+            plugin = McpPlugin()
+            server = {"command": PYTHON, "args": [RAW, "connect"], "unix_sockets": allowed}
+            config = {
+                "host": {"workspace": str(ws)},
+                "plugin": {"sandbox": sandbox, "mcp": {"servers": {"s": server}}},
+            }
+            host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
+            try:
+                assert plugin.status()["s"]["confined"] == backend, plugin.status()
+                late = ws / f"late-{allowed}.sock"  # listening after the server started
+                daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                daemons.append(daemon)
+                daemon.bind(str(late))
+                daemon.listen(8)
+                assert _cat(host, late).text == expected
+            finally:
+                plugin.close()
+    finally:
+        for daemon in daemons:
+            daemon.close()
 
 
 @pytest.mark.parametrize("move", list(MOVES))
