@@ -361,7 +361,9 @@ class ApprovalPlugin:
             try:
                 trust.trust(str(self._source))
             except ConfigError as exc:
-                out.write(f"  the file changed and is no longer trusted: {printable(str(exc))}\n")
+                out.write(
+                    f"  the rule is added, but the file is no longer trusted: {printable(str(exc))}\n"
+                )
         shown = ", ".join(printable(rule) for rule in added) or "nothing new"
         out.write(
             f"dsh: allowed once; added {shown} to [plugin.permissions] allow in "
