@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, final
 
@@ -110,15 +110,17 @@ class TrustedConfigs:
                 written (no state directory, or it is not the user's own).
         """
         key, value = _key(Path(path)), digest(_table(Path(path)))
-        self._write({**self._read_or_fail(), key: value})
+        with self._locked():
+            self._write({**self._read_or_fail(), key: value})
         return value
 
     def revoke(self, path: str | os.PathLike[str]) -> bool:
         """Forget the record of *path*; ``False`` when there was none."""
-        records = self._read_or_fail()
-        if records.pop(_key(Path(path)), None) is None:
-            return False
-        self._write(records)
+        with self._locked():
+            records = self._read_or_fail()
+            if records.pop(_key(Path(path)), None) is None:
+                return False
+            self._write(records)
         return True
 
     def items(self) -> dict[str, str]:
@@ -172,13 +174,38 @@ class TrustedConfigs:
             raise ConfigError(f"cannot record which config files you trust: {problem}")
         return records  # an unreadable JSON file is replaced: losing records trusts less
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold ``trusted-configs.lock`` beside the records while they are read and written
+        again: two ``dsh config trust`` at once would otherwise keep only one record."""
+        import fcntl
+
+        if self.records is None:
+            raise ConfigError(f"cannot record which config files you trust: {self._read()[1]}")
+        try:
+            self.records.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(
+                self.records.with_suffix(".lock"),
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot record which config files you trust: {exc.strerror or exc}",
+                path=str(self.records),
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # the lock goes with it
+
     def _write(self, records: Mapping[str, str]) -> None:
         import tempfile  # `dsh config trust` only
 
         assert self.records is not None  # `_read_or_fail` refused otherwise
         directory = self.records.parent
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, temporary = tempfile.mkstemp(prefix=".trusted-", dir=directory)
             try:
                 with open(fd, "w", encoding="utf-8") as file:

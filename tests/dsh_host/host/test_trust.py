@@ -156,7 +156,8 @@ def test_records_are_private_and_written_whole(records, project):
             str(project / "dsh.toml"): digest({"plugin": {"permissions": {"allow": ["bash(*)"]}}})
         },
     }
-    assert [p.name for p in records.parent.iterdir()] == [records.name]  # no temporary left
+    names = sorted(p.name for p in records.parent.iterdir())
+    assert names == ["trusted-configs.json", "trusted-configs.lock"]  # no temporary left
 
 
 @pytest.mark.parametrize("what", ["file", "directory"])
@@ -302,3 +303,25 @@ def test_the_digest_does_not_load_openssl():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "hashlib" not in done.stdout
     assert "_hashlib" not in done.stdout
+
+
+def test_records_made_at_once_are_all_kept(records, tmp_path):
+    # Each `dsh config trust` reads the records and writes them again: without a lock, two at
+    # once keep only one of their records.
+    paths = []
+    for n in range(24):
+        path = tmp_path / f"p{n}" / "dsh.toml"
+        path.parent.mkdir()
+        path.write_text(f"[host]\nhook_timeout = {n + 1}\n")
+        paths.append(path)
+    code = (
+        "import sys\nfrom dsh_host import TrustedConfigs\n"
+        "for path in sys.argv[1:]:\n    TrustedConfigs().trust(path)\n"
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(records.parent.parent)}
+    running = [
+        subprocess.Popen([sys.executable, "-c", code, *map(str, paths[n::6])], env=env)
+        for n in range(6)
+    ]
+    assert [process.wait(timeout=60) for process in running] == [0] * 6
+    assert sorted(TrustedConfigs().items()) == sorted(map(str, paths))
