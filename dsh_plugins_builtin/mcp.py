@@ -299,7 +299,8 @@ class McpPlugin:
             if state["unconfined"]:
                 line += ", UNCONFINED (sandbox = false: it runs with dsh's user, files and env)"
             elif state["confined"] and state["status"] == "running":
-                line += f", confined ({state['confined']})"
+                sockets = "; Unix sockets allowed" if state["unix_sockets"] else ""
+                line += f", confined ({state['confined']}{sockets})"
             if restarts := state["restarts"]:
                 times = f"{len(restarts)} time{'s' * (len(restarts) != 1)}"
                 line += f", restarted {times} (last: {restarts[-1]})"
@@ -312,7 +313,8 @@ class McpPlugin:
     def status(self) -> dict[str, dict[str, Any]]:
         """Each server's status (``running``/``failed``/``starting``/``restarting``), error
         and tools, the backend confining it (``bwrap``, ``landlock``; ``None``: unconfined or
-        HTTP), and why it was restarted, each time (its sandbox moved: `_mcp._watch`)."""
+        HTTP), whether that sandbox lets it make Unix sockets, and why it was restarted, each
+        time (its sandbox moved: `_mcp._watch`)."""
         links = self._mount.links.values() if self._mount is not None else ()
         return {
             link.name: {
@@ -322,6 +324,7 @@ class McpPlugin:
                 "problems": link.problems(),
                 "unconfined": link.config.command is not None and not link.config.sandbox,
                 "confined": link.confinement.backend if link.confinement is not None else None,
+                "unix_sockets": link.confinement is not None and link.confinement.unix_sockets,
                 "restarts": list(link.restarts),
             }
             for link in links

@@ -390,6 +390,8 @@ def test_a_host_socket_that_starts_listening_after_the_server_is_out_of_its_reac
             host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
             try:
                 assert plugin.status()["s"]["confined"] == backend, plugin.status()
+                shown = "; Unix sockets allowed" if allowed else ""
+                assert f"confined ({backend}{shown})" in plugin.dsh_plugin_status()[0]
                 late = ws / f"late-{allowed}.sock"  # listening after the server started
                 daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 daemons.append(daemon)
