@@ -33,6 +33,7 @@ from .._sandbox import _viewline
 from .._sandbox._backends import landlock_prepared
 from .._sandbox._bwrap import mount_plan, rw_roots
 from .._sandbox._confine import confine_argv, probe_backends, resolve_bwrap
+from .._sandbox._denyglob import matching
 from .._sandbox._env import EnvConfig, command_env
 from .._sandbox._fence import SandboxPolicy
 from .._sandbox._landlock import LandlockUnavailable, Prepared
@@ -75,12 +76,16 @@ class Confinement:
         layout = layout_of(self.policy)
         # Before the line is made: one made meanwhile is hidden and listed (a needless restart).
         missing = absent(tuple(str(p) for p in (*layout.denied, *layout.masked_denied)))
+        keep = tuple(str(root) for root in layout.rw)
+        matched = frozenset(str(path) for path, _ in matching(layout.patterns, layout.rw))
+        globs = (layout.patterns, keep, matched)  # what `Hiding.new_match` checks again
         if self.bwrap is None:
             assert self.prepared is not None
             plan = mount_plan(self.policy)  # what exists now, not at the host's start
             prepared = self.prepared.with_plan(plan)  # its filter: `_landlock` below
             ruleset = os.dup(prepared.ruleset_fd)  # the sandbox keeps its own
-            return command(prepared, argv, ruleset), [ruleset], Hiding(places(plan), missing)
+            hiding = Hiding(places(plan), missing, *globs)
+            return command(prepared, argv, ruleset), [ruleset], hiding
         read_fd, write_fd = os.pipe()
         try:
             program = filter_bpf(not self.policy.network, unix=self.unix_sockets)
@@ -96,7 +101,7 @@ class Confinement:
         if mounted is None:  # a word of bwrap's this does not know: nothing could be checked
             os.close(read_fd)
             raise RuntimeError(f"cannot tell where the sandbox of {argv[0]!r} mounts")
-        return wrapped, [read_fd], Hiding(mounted, missing)
+        return wrapped, [read_fd], Hiding(mounted, missing, *globs)
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
         """The environment a command gets (the sandbox's ``[plugin.sandbox.env]`` allowlist,

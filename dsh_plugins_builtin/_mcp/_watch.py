@@ -38,10 +38,13 @@ import errno
 import os
 import select
 import threading
+from pathlib import Path
 
 import attrs
 
 from .._sandbox import _ruleset, _viewtable
+from .._sandbox._denyglob import matching
+from .._sandbox._errors import SandboxUnavailable
 
 __all__ = ["Hiding", "Watch", "absent", "first_child"]
 
@@ -60,10 +63,32 @@ class Hiding:
     Attributes:
         places: Where its mounts are (each one must be a mount point in its table).
         absent: The ``deny_read`` entries that did not exist then (nothing covers them).
+        patterns: The ``deny_read`` globs (`_sandbox._denyglob`), matched again at each check:
+            what one covers may be made anywhere under its literal directory, which no event
+            of a few watched directories tells.
+        keep: The roots a glob never hides (the server's writable roots).
+        matched: What the globs covered then (each hidden by its sandbox).
     """
 
     places: frozenset[str]
     absent: tuple[str, ...]
+    patterns: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    matched: frozenset[str] = frozenset()
+
+    def new_match(self) -> str | None:
+        """Why the sandbox no longer hides what the globs cover: a path one covers now that
+        it did not then; ``None`` when there is none (or no glob)."""
+        if not self.patterns:
+            return None
+        try:
+            now = matching(self.patterns, [Path(root) for root in self.keep])
+        except SandboxUnavailable as exc:
+            return f"what its deny_read globs cover cannot be checked ({exc})"
+        for path, _ in now:
+            if str(path) not in self.matched:
+                return f"{path}, covered by a deny_read glob, was made since it started"
+        return None
 
     def directories(self) -> list[str]:
         """The existing directories that hold a place or an absent entry, and theirs up to
@@ -152,10 +177,12 @@ class Watch:
             if self._fd < 0:
                 return "it was restarted meanwhile"
             if self._armed and not self._events.poll(0):
-                return None
-            if self._notify < 0:
-                return self._exact()
-            return self._arm()
+                why = None
+            elif self._notify < 0:
+                why = self._exact()
+            else:
+                why = self._arm()
+            return why if why is not None else self.hiding.new_match()
 
     def _arm(self) -> str | None:
         """Watch the directories anew (what came before is read and dropped), then check

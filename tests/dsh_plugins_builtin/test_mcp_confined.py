@@ -436,6 +436,32 @@ def test_a_confined_server_never_reads_what_the_host_put_where_a_hidden_path_was
         plugin.close()
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_file_a_deny_read_glob_covers_made_after_the_start_is_never_read(
+    tmp_path, backend, request
+):
+    # A command's sandbox matches the deny_read globs again when it starts; a server's was
+    # matched once, so a key made later where a glob covers it was in its view.
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    ws = tmp_path / "ws"
+    (ws / "keys").mkdir(parents=True)
+    (ws / "keys" / "old.pem").write_text("SECRET-1")
+    (ws / "plain.txt").write_text("in view")
+    host, plugin = _cat_host(ws, [str(ws / "keys" / "*.pem")], backend)
+    try:
+        assert _cat(host, ws / "plain.txt").text == "in view"
+        assert "SECRET" not in _cat(host, ws / "keys" / "old.pem").text  # covered at the start
+        (ws / "keys" / "new.pem").write_text("SECRET-2")  # `openssl genrsa`, say
+        assert "SECRET-2" not in _cat(host, ws / "keys" / "new.pem").text
+        (restart,) = plugin.status()["s"]["restarts"]
+        assert "new.pem, covered by a deny_read glob, was made since it started" in restart
+        assert _cat(host, ws / "plain.txt").text == "in view"  # no restart for nothing new
+        assert len(plugin.status()["s"]["restarts"]) == 1
+    finally:
+        plugin.close()
+
+
 def _call_while_moving(host: Host, ws: Path, call: Any) -> Any:
     """*call* (a tool call whose server first reads the FIFO ``ws/go``), with the hidden
     directory moved and its new key written while the server waits on the FIFO."""
