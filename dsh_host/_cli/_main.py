@@ -210,17 +210,28 @@ def _add_agent_parsers(
 
 
 def _plain_hook(argv: Sequence[str]) -> Any:
-    """The arguments the parser makes of ``dsh hook claude`` with no option, the command line
-    Claude Code runs for every tool call, or ``None`` for any other: made here, so that hook
-    imports no argparse and builds no parser (about 3 ms of its cold start, issue 27).
+    """The arguments the parser makes of ``dsh hook claude``, alone or with the config pinned
+    (``--config PATH``, as the docs advise), the command lines Claude Code runs for every tool
+    call; ``None`` for any other. Made here, so that the hook imports no argparse and builds
+    no parser (about 3 ms of its cold start, issue 27).
     ``test_the_plain_hook_command_line_is_parsed_as_the_parser_does`` holds them equal."""
-    if list(argv) != ["hook", "claude"]:
+    words = list(argv)
+    if words[:2] != ["hook", "claude"]:
+        return None
+    pinned: dict[str, str] = {}
+    rest = words[2:]
+    if len(rest) == 2 and rest[0] == "--config" and rest[1] and not rest[1].startswith("-"):
+        pinned = {"sub_config": rest[1]}
+    elif len(rest) == 1 and rest[0].startswith("--config=") and len(rest[0]) > len("--config="):
+        pinned = {"sub_config": rest[0].removeprefix("--config=")}
+    elif rest:
         return None
     from types import SimpleNamespace
 
     return SimpleNamespace(
         config=None, plugin=[], no_entrypoints=False, disable=[], version=None, debug=False,
         command="hook", hook_command="claude", max_bytes=HOOK_MAX_BYTES, handler=_cmd_hook,
+        **pinned,
     )  # fmt: skip
 
 

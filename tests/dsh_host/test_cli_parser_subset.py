@@ -72,10 +72,26 @@ def test_dsh_builds_only_the_parser_of_its_command(
 def test_the_plain_hook_command_line_is_parsed_as_the_parser_does() -> None:
     """``dsh hook claude`` (what Claude Code runs for every tool call) skips argparse: its
     arguments are exactly the parser's; any other command line goes to the parser."""
-    plain = _main._plain_hook(["hook", "claude"])
-    assert vars(plain) == vars(make_parser().parse_args(["hook", "claude"]))
-    for argv in (["hook", "claude", "--max-bytes", "9"], ["--debug", "hook", "claude"], ["hook"]):
-        assert _main._plain_hook(argv) is None
+    for argv in (
+        ["hook", "claude"],
+        ["hook", "claude", "--config", "/home/me/.config/dsh/claude.toml"],  # pinned, as advised
+        ["hook", "claude", "--config=/home/me/.config/dsh/claude.toml"],
+        ["hook", "claude", "--config", "a=b.toml"],
+    ):
+        plain = _main._plain_hook(argv)
+        assert vars(plain) == vars(make_parser().parse_args(argv)), argv
+    for argv in (
+        ["hook", "claude", "--max-bytes", "9"],
+        ["--debug", "hook", "claude"],
+        ["hook"],
+        ["hook", "claude", "--config"],
+        ["hook", "claude", "--config", "-x"],
+        ["hook", "claude", "--config="],
+        ["hook", "claude", "--conf", "x.toml"],
+        ["hook", "claude", "--config", "x.toml", "--config", "y.toml"],
+        ["--config", "x.toml", "hook", "claude"],
+    ):
+        assert _main._plain_hook(argv) is None, argv
 
 
 def test_the_plain_hook_answers_as_the_parsed_one(

@@ -179,6 +179,18 @@ def test_dsh_call_read_file_imports_only_what_a_read_needs(workspace):
     assert loaded(dsh_modules(workspace, argv), NOT_FOR_A_READ) == []
 
 
+def test_dsh_hook_claude_with_its_config_pinned_builds_no_parser(workspace):
+    # The docs advise pinning the hook's policy (`dsh hook claude --config PATH`): that command
+    # line too is what Claude Code runs for every tool call.
+    pinned = workspace.parent / "claude.toml"
+    pinned.write_text('[plugin.permissions]\nallow = ["Read"]\n')
+    for argv in (
+        ["hook", "claude", "--config", str(pinned)],
+        ["hook", "claude", f"--config={pinned}"],
+    ):
+        assert "argparse" not in dsh_modules(workspace, argv, PAYLOAD)
+
+
 def test_dsh_hook_claude_imports_no_optional_module(workspace):
     argv = ["hook", "claude"]
     dsh_modules(workspace, argv, PAYLOAD)
