@@ -30,15 +30,18 @@ MANY = 300  # files whose output passes SEEN_BATCH_BYTES several times over
 
 
 def _asked_about(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], threading.Event]:
-    """Record every file `Recheck.readable` is asked about; the event is set at the first."""
+    """Record every file `Recheck.readable` is asked about; the event is set once the first
+    has been answered (set before, a test's swap could come ahead of that answer)."""
     asked: list[str] = []
     first = threading.Event()
     real = _grep_recheck.Recheck.readable
 
     def readable(self: _grep_recheck.Recheck, rel: str) -> bool:
         asked.append(rel)
-        first.set()
-        return real(self, rel)
+        try:
+            return real(self, rel)
+        finally:
+            first.set()
 
     monkeypatch.setattr(_grep_recheck.Recheck, "readable", readable)
     return asked, first
