@@ -62,7 +62,7 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
                 raise DshError(printable(str(exc)), "MCP_BAD_RESULT", detail=detail) from None
             what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
             raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
-        if watch is not None and (why := watch.moved()) is not None:
+        if watch is not None and (why := await _moved(watch)) is not None:
             await _withheld(link, remote, why)
         content = result.content
         if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
@@ -88,11 +88,23 @@ async def _checked(link: Link) -> Watch | None:
     restarted when it moved (one restart for the calls that find it so at once; a call made
     meanwhile waits for it); the watch the call is sent under."""
     watch, runner = link.watch, link.runner
-    why = watch.moved() if watch is not None else None
+    why = await _moved(watch) if watch is not None else None
     if runner is not None and (why is not None or link.restarting):
         await runner.run(functools.partial(link.restart, why))
         watch = link.watch
     return watch
+
+
+async def _moved(watch: Watch) -> str | None:
+    """What moved in the sandbox `watch` holds: its mount table and missing entries (a poll,
+    here), then what the ``deny_read`` globs cover (a walk, in a worker thread: never on the
+    host's event loop, which every other call shares)."""
+    why = watch.moved()
+    if why is None and watch.hiding.patterns:
+        import trio
+
+        why = await trio.to_thread.run_sync(watch.hiding.new_match)
+    return why
 
 
 async def _withheld(link: Link, remote: str, why: str) -> NoReturn:

@@ -78,7 +78,8 @@ class Hiding:
 
     def new_match(self) -> str | None:
         """Why the sandbox no longer hides what the globs cover: a path one covers now that
-        it did not then; ``None`` when there is none (or no glob)."""
+        it did not then; ``None`` when there is none (or no glob). A walk of each glob's
+        directory: blocking, so it is not part of `Watch.moved` (`_tooldef._moved` runs it in a worker thread)."""
         if not self.patterns:
             return None
         try:
@@ -177,12 +178,10 @@ class Watch:
             if self._fd < 0:
                 return "it was restarted meanwhile"
             if self._armed and not self._events.poll(0):
-                why = None
-            elif self._notify < 0:
-                why = self._exact()
-            else:
-                why = self._arm()
-            return why if why is not None else self.hiding.new_match()
+                return None
+            if self._notify < 0:
+                return self._exact()
+            return self._arm()
 
     def _arm(self) -> str | None:
         """Watch the directories anew (what came before is read and dropped), then check

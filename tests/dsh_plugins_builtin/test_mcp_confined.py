@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -438,12 +439,22 @@ def test_a_confined_server_never_reads_what_the_host_put_where_a_hidden_path_was
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 def test_a_file_a_deny_read_glob_covers_made_after_the_start_is_never_read(
-    tmp_path, backend, request
+    tmp_path, backend, request, monkeypatch
 ):
     # A command's sandbox matches the deny_read globs again when it starts; a server's was
     # matched once, so a key made later where a glob covers it was in its view.
     if backend == "landlock":
         request.getfixturevalue("landlock_only")
+    from dsh_plugins_builtin._mcp._watch import Hiding
+
+    walked_in: list[threading.Thread] = []
+    real = Hiding.new_match
+
+    def new_match(self: Hiding) -> str | None:
+        walked_in.append(threading.current_thread())
+        return real(self)
+
+    monkeypatch.setattr(Hiding, "new_match", new_match)
     ws = tmp_path / "ws"
     (ws / "keys").mkdir(parents=True)
     (ws / "keys" / "old.pem").write_text("SECRET-1")
@@ -458,6 +469,9 @@ def test_a_file_a_deny_read_glob_covers_made_after_the_start_is_never_read(
         assert "new.pem, covered by a deny_read glob, was made since it started" in restart
         assert _cat(host, ws / "plain.txt").text == "in view"  # no restart for nothing new
         assert len(plugin.status()["s"]["restarts"]) == 1
+        # the walks (before each call and after its answer) block: never on the event loop
+        assert len(walked_in) >= 8
+        assert threading.main_thread() not in walked_in
     finally:
         plugin.close()
 
