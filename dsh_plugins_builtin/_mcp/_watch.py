@@ -79,7 +79,8 @@ class Hiding:
     def new_match(self) -> str | None:
         """Why the sandbox no longer hides what the globs cover: a path one covers now that
         it did not then; ``None`` when there is none (or no glob). A walk of each glob's
-        directory: blocking, so it is not part of `Watch.moved` (`_tooldef._moved` runs it in a worker thread)."""
+        directory: blocking, so not part of `Watch.moved` (`_tooldef._moved` runs it in a
+        worker thread)."""
         if not self.patterns:
             return None
         try:
