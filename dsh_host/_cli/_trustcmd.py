@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import TrustedConfigs, find_config, printable
+from .. import ConfigError, TrustedConfigs, find_config, printable
 from ._common import UsageError, out
 
 __all__ = ["add_trust_parser"]
@@ -65,5 +65,5 @@ def _state(trust: TrustedConfigs, path: str) -> str:
         return "missing"
     try:
         return trust.state(path)
-    except Exception:  # unreadable or no longer TOML: not what was trusted
+    except ConfigError:  # unreadable or no longer TOML: not what was trusted
         return "changed"

@@ -130,7 +130,8 @@ class TrustedConfigs:
     # -- internals ------------------------------------------------------------------------
 
     def _state(self, path: Path, table: Mapping[str, Any]) -> TrustState:
-        recorded = self._read(_key(path))[0].get(_key(path))
+        key = _key(path)
+        recorded = self._read(key)[0].get(key)
         if recorded is None:
             return "untrusted"
         return "trusted" if recorded == digest(table) else "changed"

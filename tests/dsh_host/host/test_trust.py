@@ -250,6 +250,12 @@ def test_dsh_config_trust_records_lists_and_revokes(records, project, monkeypatc
     status, out, _ = run(capsys, "config", "trust", "--list")
     assert out == f"changed   {project / 'dsh.toml'}\n"
     assert "changed since you trusted it" in run(capsys, "tools")[2]
+    (project / "dsh.toml").write_text("[plugin.permissions\n")  # no longer TOML
+    assert run(capsys, "config", "trust", "--list")[1] == f"changed   {project / 'dsh.toml'}\n"
+    text = WIDENING + "deny = []\n"
+    (project / "dsh.toml").unlink()
+    assert run(capsys, "config", "trust", "--list")[1] == f"missing   {project / 'dsh.toml'}\n"
+    (project / "dsh.toml").write_text(text)
     assert run(capsys, "config", "trust", "--revoke")[1] == f"revoked {project / 'dsh.toml'}\n"
     assert run(capsys, "config", "trust", "--list")[1] == ""
 
