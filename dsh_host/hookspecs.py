@@ -29,7 +29,8 @@ Guides: ``docs/guides/plugin-authors.md``, ``pipeline.md``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._registry._markers import hookspec
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     Register = Callable[[ToolDefinition, Scope | None], Callable[[], None]]
 
 __all__ = [
-    "dsh_host_started", "dsh_host_stopping", "dsh_path_denied", "dsh_plugin_config",
+    "dsh_config_files", "dsh_host_started", "dsh_host_stopping", "dsh_path_denied", "dsh_plugin_config",
     "dsh_plugin_status", "dsh_present_call", "dsh_present_result", "dsh_register_tools",
     "dsh_tool_approve", "dsh_tool_execute", "dsh_tool_guard", "dsh_tool_post_execute",
     "dsh_tool_pre_execute", "dsh_tool_result",
@@ -89,6 +90,34 @@ def dsh_plugin_config() -> type | None:
         @hookimpl
         def dsh_plugin_config():
             return Config
+    """
+
+
+@hookspec
+def dsh_config_files(host: Host) -> Iterable[str | os.PathLike[str]] | None:
+    """Name the files this plugin reads because its configuration names them.
+
+    **Chaining: each plugin's own files**, asked of each plugin once, after every plugin is
+    configured and before any `dsh_host_started`. Return paths (absolute, or relative to
+    ``host.workspace``), missing ones included, or ``None``. Name every file whose content
+    decides what your plugin allows or runs: a policy file it imports, a settings file whose
+    hooks it runs. What a config file refers to is part of the config:
+
+    - when dsh found the config in the working directory, it starts only while each named
+      file holds what it held when the user trusted the config (``dsh config trust`` records
+      them, and prints them);
+    - the sandbox keeps them read-only to every tool and command (``protect_config``).
+
+    Read them with ``host.read_config_file(path)``, which gives the bytes the trust check
+    read, not whatever the file holds a moment later. ``host.config_files`` lists what every
+    plugin named. Must not raise (a `ConfigError` stops the host; another exception takes
+    the plugin out).
+
+    Example::
+
+        @hookimpl
+        def dsh_config_files(self, host):
+            return [host.workspace / name for name in host.config_for(self).policy_files]
     """
 
 

@@ -347,23 +347,18 @@ class ApprovalPlugin:
 
     def _always(self, rules: tuple[str, ...], out: TextSink) -> bool:
         """Write *rules* to the config file; say what was done, or why not (then ``False``)."""
-        trust = TrustedConfigs()
+        source = self._source
         try:
-            trusted = self._source is not None and trust.state(self._source) == "trusted"
-        except ConfigError:
-            trusted = False
-        try:
-            added = add_allow_rules(self._source, rules)
+            if source is None:
+                added = add_allow_rules(source, rules)
+            else:  # the rule is the user's own answer: a trusted file stays trusted
+                added, _ = TrustedConfigs().retrust(source, lambda: add_allow_rules(source, rules))
         except (RuleFileError, OSError) as exc:
             out.write(f"  cannot always allow: {printable(str(exc))}\n")
             return False
-        if trusted and added:  # the rule is the user's own answer: the file stays trusted
-            try:
-                trust.trust(str(self._source))
-            except ConfigError as exc:
-                out.write(
-                    f"  the rule is added, but the file is no longer trusted: {printable(str(exc))}\n"
-                )
+        except ConfigError as exc:
+            out.write(f"  cannot always allow: {printable(str(exc))}\n")
+            return False
         shown = ", ".join(printable(rule) for rule in added) or "nothing new"
         out.write(
             f"dsh: allowed once; added {shown} to [plugin.permissions] allow in "

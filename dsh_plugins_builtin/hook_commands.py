@@ -126,6 +126,11 @@ class HookCommandsPlugin:
         return HookCommandsConfig
 
     @hookimpl
+    def dsh_config_files(self, host: Host) -> list[Path]:
+        """The settings files: their hooks run, so they are part of the config (its trust)."""
+        return [host.workspace / source for source in host.config_for(self).settings]
+
+    @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         """Read the settings files; resolve and check every hook's executable and scripts."""
         self.config = host.config_for(self)
@@ -134,7 +139,7 @@ class HookCommandsPlugin:
         found: list[HookCommand] = []
         for source in self.config.settings:
             try:
-                found.extend(load_settings(self.workspace / source, source))
+                found.extend(load_settings(self.workspace / source, source, host.read_config_file))
             except SettingsError as exc:
                 raise ConfigError(
                     f"settings file {source!r}: {exc}; fix it or remove it from the list",

@@ -71,7 +71,7 @@ from ._rules._rules import (
     Verdict,
     parse_rule,
 )
-from ._rules._settings import project_of, read_settings
+from ._rules._settings import imported_rules
 
 __all__ = ["DEFAULT_ALLOW", "PermissionsConfig", "PermissionsPlugin"]
 
@@ -143,6 +143,12 @@ class PermissionsPlugin:
         return PermissionsConfig
 
     @hookimpl
+    def dsh_config_files(self, host: Host) -> list[pathlib.Path]:
+        """The ``import`` files: their rules decide as the table's do (part of its trust)."""
+        config: PermissionsConfig = host.config_for(self)
+        return [pathlib.Path(host.workspace, os.path.expanduser(s)) for s in config.imports]
+
+    @hookimpl
     def dsh_host_started(self, host: Host) -> None:
         """Compile the rules (and imported settings files) once; fail closed on a bad one.
 
@@ -175,19 +181,8 @@ class PermissionsPlugin:
         self._check_mounted(host, compiled)
         for spelled in config.imports:
             path = pathlib.Path(workspace, os.path.expanduser(spelled))
-            if not path.exists():
-                log.warning(
-                    "permissions: the settings file %s (import in %s) does not exist; "
-                    "no rules were read from it", path, where,
-                )  # fmt: skip
-                continue
-            anchors = Anchors(workspace=workspace, project=project_of(path), home=home)
-            for effect, rules in read_settings(path).items():
-                for key, text in rules:
-                    try:
-                        compiled[effect].append(parse_rule(text, effect, anchors, str(path)))
-                    except RuleError as exc:
-                        raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
+            for effect, rules in imported_rules(path, workspace, home, where, host).items():
+                compiled[effect].extend(rules)
         self._rules = RuleSet(**compiled, default=config.default, workspace=workspace)
         self._rules.fence = sandbox_fence(host)
         # with no deny or ask rule nothing is final: the guard (and its note) is never called;

@@ -82,8 +82,9 @@ def stdout_style() -> Style:
 _OFF = (PluginStatus.DISABLED, PluginStatus.BLOCKED)
 
 
-def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
-    """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
+def plugin_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``--plugin``, ``--no-entrypoints`` and ``--disable`` ask of the plugins, as the
+    keyword arguments of `Host.from_config` (and of `TrustedConfigs`)."""
     objects = []
     specs = [*args.plugin, *getattr(args, "sub_plugin", [])]
     if specs and os.getcwd() not in sys.path and "" not in sys.path:
@@ -96,14 +97,18 @@ def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bo
         except PluginLoadError as exc:
             raise UsageError(f"--plugin {exc.message.removeprefix('plugin ')}") from None
     objects.extend(getattr(args, "plugin_objects", ()))  # a command's own, last (`dsh hook`)
-    path = config or getattr(args, "sub_config", None) or args.config
     entrypoints = not (args.no_entrypoints or getattr(args, "sub_no_entrypoints", False))
     disable = [*args.disable, *getattr(args, "sub_disable", [])]
+    return {"plugins": objects, "load_entrypoints": entrypoints, "disable": disable}
+
+
+def build_host(args: argparse.Namespace, *, config: str | None = None, quiet: bool = False) -> Host:
+    """The host ``--config``, ``--plugin`` and ``--no-entrypoints`` ask for."""
+    options = plugin_options(args)
+    path = config or getattr(args, "sub_config", None) or args.config
     host = Host.from_config(
         path or None,
-        plugins=objects,
-        load_entrypoints=entrypoints,
-        disable=disable,
+        **options,
         require_trust=getattr(args, "require_trust", False) and not path,
     )
     resume_gc()  # the start is over: collect what the command itself leaves

@@ -1,17 +1,21 @@
 """``dsh config trust``: say which config file dsh may read when it finds one.
 
 A ``dsh.toml`` (or ``[tool.dsh]``) found in the working directory is read only while what it
-holds is what the user trusted (`dsh_host.TrustedConfigs`); this command records it, forgets
-it (``--revoke``) or lists the records and whether each file still holds what was trusted.
+holds is what the user trusted (`dsh_host.TrustedConfigs`), and so are the files its plugins
+name (a permissions ``import``, ``hook_commands`` settings); this command records them, forgets
+them (``--revoke``) or lists the records and whether each still holds what was trusted. It loads
+the plugins (``--plugin``, ``--no-entrypoints`` and ``--disable`` as for any command) to ask
+which files they name, and starts none.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from .. import ConfigError, TrustedConfigs, find_config, printable
-from ._common import UsageError, out
+from ._common import UsageError, out, plugin_options
 
 __all__ = ["add_trust_parser"]
 
@@ -38,11 +42,14 @@ def add_trust_parser(config_sub: argparse._SubParsersAction[argparse.ArgumentPar
 
 def _cmd_trust(args: argparse.Namespace) -> int:
     trust = TrustedConfigs()
+    options = plugin_options(args)
     if args.list:
         if args.path:
             raise UsageError("dsh config trust --list takes no PATH")
         for recorded in trust.items():
-            out(f"{_state(trust, recorded):<9} {printable(recorded)}")
+            out(f"{_state(trust, recorded, options):<9} {printable(recorded)}")
+            for named in trust.files(recorded):
+                out(f"{'':<9}   names {printable(named)}")
         return 0
     path = args.path or find_config()
     if path is None:
@@ -55,15 +62,18 @@ def _cmd_trust(args: argparse.Namespace) -> int:
         forgot = trust.revoke(path)
         out(f"revoked {shown}" if forgot else f"{shown} was not trusted; nothing to revoke")
         return 0
-    trust.trust(path)
+    files = trust.trust(path, **options)
     out(f"trusted {shown} as it is now; trust it again after it changes")
+    for file, held in files.items():
+        absent = " (absent: trusted not to exist)" if held is None else ""
+        out(f"  with {printable(file)}{absent}, which it names")
     return 0
 
 
-def _state(trust: TrustedConfigs, path: str) -> str:
+def _state(trust: TrustedConfigs, path: str, options: dict[str, Any]) -> str:
     if not os.path.exists(path):
         return "missing"
     try:
-        return trust.state(path)
+        return trust.state(path, **options)
     except ConfigError:  # unreadable or no longer TOML: not what was trusted
         return "changed"

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 from collections.abc import Mapping
 from typing import Any
 
 from .._model._errors import ConfigError
 
-__all__ = ["find_config", "read_table"]
+__all__ = ["find_config", "read_named", "read_table"]
+
+NAMED_LIMIT = 16 * 1024 * 1024
+"""The largest file a plugin's configuration may name (`read_named`): settings are small."""
 
 
 def find_config(
@@ -101,4 +105,36 @@ def read_table(path: pathlib.Path) -> Mapping[str, Any]:
         if not isinstance(dsh, dict):
             raise ConfigError("[tool.dsh] must be a table", path=str(path), key="tool.dsh")
         return dsh
+    return data
+
+
+def read_named(path: str) -> bytes | None:
+    """The bytes of *path*, a file a plugin's configuration names (``dsh_config_files``);
+    ``None`` when there is no such file.
+
+    Only a regular file is read (a FIFO or a device named by a config would block or never
+    end), and at most `NAMED_LIMIT` bytes.
+
+    Raises:
+        ConfigError: the path is not a regular file, cannot be read, or is too large.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read it: {exc.strerror or exc}", path=path) from None
+    with open(fd, "rb") as file:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("is not a regular file; name a file here", path=path)
+        if st.st_size > NAMED_LIMIT:
+            raise ConfigError(f"is larger than {NAMED_LIMIT} bytes; name a smaller file", path=path)
+        try:
+            data = file.read(NAMED_LIMIT + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read it: {exc.strerror or exc}", path=path) from None
+    if len(data) > NAMED_LIMIT:
+        raise ConfigError(f"is larger than {NAMED_LIMIT} bytes; name a smaller file", path=path)
     return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 from collections.abc import Coroutine, Iterable, Mapping
@@ -17,7 +18,7 @@ from .._pipeline._contain import real_interrupt
 from .._pipeline._pipeline import new_call_id
 from .._registry._hooks import HookRelay, make_plugin_manager
 from ._config import Config, config_converter, config_from, load_config
-from ._configfile import find_config, read_table
+from ._configfile import find_config, read_named, read_table
 from ._lifecycle import SchemaFormat, close_host, closed_error, export_schemas
 from ._plugins import PluginInfo
 from ._registry import ToolRegistry
@@ -72,6 +73,18 @@ class Host:
         environ: Mapping[str, str] | None = None,
         disable: Iterable[str] = (),
     ) -> None:
+        registered = self._load(config, plugins, load_entrypoints, environ, disable)
+        self._start(registered)
+
+    def _load(
+        self,
+        config: str | os.PathLike[str] | Mapping[str, Any] | Config | None,
+        plugins: Iterable[object],
+        load_entrypoints: bool,
+        environ: Mapping[str, str] | None,
+        disable: Iterable[str],
+    ) -> list[tuple[str, object]]:
+        """Load and configure the plugins, without starting them; those registered, in order."""
         self.config = config if isinstance(config, Config) else load_config(config)
         self.pm: pluggy.PluginManager = make_plugin_manager(hookspecs)
         self.hooks = HookRelay(self.pm)
@@ -93,7 +106,22 @@ class Host:
             disable=disable,
         )
         roster.warn_unknown_tables()
-        roster.start(registered, self)
+        self._named = roster.named_files(registered, self, self.workspace)
+        self._read: dict[str, bytes | None] = {}  # real path -> what the trust check read
+        return registered
+
+    def _start(
+        self,
+        registered: list[tuple[str, object]],
+        trusted: tuple[pathlib.Path, Mapping[str, str | None], str] | None = None,
+    ) -> None:
+        """Start the plugins; first, with *trusted* (the config file, the files its record
+        holds, how it was found), check that each named file holds what was trusted."""
+        if trusted is not None:
+            from ._trustfile import check_named
+
+            self._read = check_named(*trusted, self._named)
+        self._roster.start(registered, self)
 
     @classmethod
     def from_config(
@@ -132,22 +160,21 @@ class Host:
                 if environ.get("DSH_CONFIG")
                 else "found in the working directory"
             )
-        config: Config | None = None
-        if found is not None and (
-            require_trust or (path is None and not environ.get("DSH_CONFIG"))
-        ):
-            from ._trust import require_trust as require_trust_of  # a found file's start only
+        if found is None or not (require_trust or (path is None and not environ.get("DSH_CONFIG"))):
+            return cls(
+                found, plugins=plugins, load_entrypoints=load_entrypoints, environ=environ,
+                disable=disable,
+            )  # fmt: skip
+        from ._trustfile import require_trust as require_trust_of  # a found file's start only
 
-            table = read_table(found)
-            require_trust_of(found, table, how)
-            config = config_from(table, str(found))
-        return cls(
-            config if config is not None else found,
-            plugins=plugins,
-            load_entrypoints=load_entrypoints,
-            environ=environ,
-            disable=disable,
+        table = read_table(found)
+        files = require_trust_of(found, table, how)
+        host = cls.__new__(cls)
+        registered = host._load(
+            config_from(table, str(found)), plugins, load_entrypoints, environ, disable
         )
+        host._start(registered, (found, files, how))
+        return host
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin the host knows of, sorted by name: enabled, disabled, blocked or failed.
@@ -173,6 +200,27 @@ class Host:
         }
         host, plugins = plain(self.config.host), plain(self.config.plugins)
         return {"host": host, "plugins": plugins, "plugin": tables}
+
+    @property
+    def config_files(self) -> dict[pathlib.Path, str]:
+        """The files the plugins' configuration names (``dsh_config_files``): each absolute
+        path, to the name of the plugin that named it."""
+        return dict(self._named)
+
+    def read_config_file(self, path: str | os.PathLike[str]) -> bytes:
+        """The bytes of *path* (relative to the workspace), a file a plugin's configuration
+        names: for a config the user had to trust, those the trust check read and compared
+        (a file named in ``dsh_config_files``), so that what a plugin reads is what was trusted.
+
+        Raises:
+            FileNotFoundError: there is no such file (or there was none at the check).
+            ConfigError: it is not a regular file, cannot be read, or is too large.
+        """
+        real = os.path.realpath(os.path.join(self.workspace, os.path.expanduser(path)))
+        data = self._read[real] if real in self._read else read_named(real)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path))
+        return data
 
     @property
     def workspace(self) -> pathlib.Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pathlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
@@ -183,6 +184,29 @@ class Roster:
                 f"installed{did_you_mean}; the table is ignored. Installed: "
                 f"{', '.join(known) or '(none)'}"
             )
+
+    def named_files(
+        self, registered: list[tuple[str, object]], host: object, workspace: pathlib.Path
+    ) -> dict[pathlib.Path, str]:
+        """Each plugin's ``dsh_config_files``: every file named (absolute, normalised), to the
+        name of the first plugin that named it. A plugin whose hook fails is taken out."""
+        named: dict[pathlib.Path, str] = {}
+        for name, plugin in registered:
+            if (hook := self.impl_of(plugin, "dsh_config_files")) is None:
+                continue
+            try:
+                paths = [os.fspath(path) for path in hook(host=host) or ()]
+            except ConfigError:
+                raise
+            except BaseException as exc:
+                if real_interrupt(exc):
+                    raise
+                self.drop(plugin, name, f"dsh_config_files failed: {_describe(exc)}", exc)
+                continue
+            for path in paths:
+                full = os.path.normpath(os.path.join(workspace, os.path.expanduser(path)))
+                named.setdefault(pathlib.Path(full), name)
+        return named
 
     def start(self, registered: list[tuple[str, object]], host: object) -> None:
         """Each plugin's ``dsh_register_tools``, then each one's ``dsh_host_started``; a plugin

@@ -6,7 +6,9 @@ it. It can run commands of its own (``hook_commands``, an unconfined MCP server)
 what the model may do (allow rules, ``danger-full-access``). So a found file is read only
 while what it holds now is what the user trusted, as direnv reads an ``.envrc`` only after
 ``direnv allow``: a record of the file's real path and a SHA-256 digest of the table dsh reads
-from it (comments, layout and a ``pyproject.toml``'s other tables are not part of it).
+from it (comments, layout and a ``pyproject.toml``'s other tables are not part of it), and of
+each file its plugins name (``dsh_config_files``: an imported policy, a settings file whose
+hooks run), since what a config refers to decides as much as what it says.
 
 The records live in ``trusted-configs.json`` in dsh's state directory, which the sandbox hides
 from every command. A record file (or its directory) that another user owns, or that others
@@ -15,56 +17,19 @@ may write, is not read at all: nothing is trusted then. Every write replaces the
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, final
+from typing import Any, Literal, TypeVar, final
 
 from .._model._errors import ConfigError
-from ._configfile import read_table
-from ._statedir import state_dir
+from ._configfile import read_named, read_table
+from ._trustfile import Files, RecordFile, default_records, digest, file_digest, real_key
 
-__all__ = ["TrustedConfigs", "digest", "require_trust"]
+__all__ = ["TrustState", "TrustedConfigs"]
 
-RECORDS = "trusted-configs.json"
-
+T = TypeVar("T")
 TrustState = Literal["trusted", "changed", "untrusted"]
-
-
-def digest(table: Mapping[str, Any]) -> str:
-    """The SHA-256 of *table* written canonically: keys sorted, each value with its type."""
-    text = repr(_canonical(table)).encode("utf-8", "backslashreplace")
-    hexdigest: str = _sha256()(text).hexdigest()
-    return hexdigest
-
-
-def _sha256() -> Any:
-    """CPython's own SHA-256 (``_sha2``, ``_sha256`` before 3.12): importing `hashlib` loads
-    OpenSSL, 2.5 ms of the start of a ``dsh hook claude`` that finds its config (issue 27)."""
-    try:
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
-        except ImportError:  # another implementation, or a build without them
-            from hashlib import sha256
-    return sha256
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(key): _canonical(value[key]) for key in sorted(value, key=str)}
-    if isinstance(value, list | tuple):
-        return [_canonical(item) for item in value]
-    return value  # str, int, float, bool, a date or time: repr says which
-
-
-def _default_records() -> Path | None:
-    state = state_dir()
-    return Path(state, RECORDS) if state is not None and os.path.isabs(state) else None
 
 
 @final
@@ -75,6 +40,11 @@ class TrustedConfigs:
     state directory (``$XDG_STATE_HOME/dsh``). A file named by the user (``--config``,
     ``DSH_CONFIG``, ``Host.from_config(path)``) needs no record; one found in the working
     directory does (see ``Host.from_config``).
+
+    A record holds the file's table and each file its plugins name (``dsh_config_files``):
+    `state` and `trust` load the plugins to ask (without starting them), as
+    ``Host.from_config`` would with the same *plugins*, *load_entrypoints*, *environ* and
+    *disable*.
 
     Example::
 
@@ -87,198 +57,144 @@ class TrustedConfigs:
     __slots__ = ("records",)
 
     def __init__(self, records: str | os.PathLike[str] | None = None) -> None:
-        self.records: Path | None = Path(records) if records is not None else _default_records()
+        self.records: Path | None = Path(records) if records is not None else default_records()
         """The record file; ``None`` when there is no state directory (nothing is trusted)."""
+
+    @property
+    def _file(self) -> RecordFile:
+        return RecordFile(self.records)
 
     def __repr__(self) -> str:
         return f"TrustedConfigs(records={self.records!r})"
 
-    def state(self, path: str | os.PathLike[str]) -> TrustState:
-        """``"trusted"``, ``"changed"`` (trusted once, holding something else now) or
-        ``"untrusted"``.
+    def state(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        plugins: Iterable[object] = (),
+        load_entrypoints: bool = True,
+        environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
+    ) -> TrustState:
+        """``"trusted"``, ``"changed"`` (trusted once; the file, or a file its plugins name,
+        holds something else now) or ``"untrusted"``.
 
         Raises:
-            ConfigError: the file cannot be read or is not valid TOML.
+            ConfigError: the file cannot be read, is not valid TOML, or its configuration is
+                wrong (its plugins cannot be asked which files it names).
         """
-        return self._state(Path(path), _table(Path(path)))
+        key, table = real_key(Path(path)), _table(Path(path))
+        records = self._file.read(key)[0]
+        if key not in records.configs:
+            return "untrusted"
+        if records.configs[key] != digest(table):
+            return "changed"
+        named = _named_now(Path(path), table, plugins, load_entrypoints, environ, disable)
+        recorded = records.files.get(key, {})
+        same = all(real in recorded and recorded[real] == d for real, d in named.items())
+        return "trusted" if same else "changed"
 
-    def trust(self, path: str | os.PathLike[str]) -> str:
-        """Trust what the config file at *path* holds now; returns the digest recorded.
+    def trust(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        plugins: Iterable[object] = (),
+        load_entrypoints: bool = True,
+        environ: Mapping[str, str] | None = None,
+        disable: Iterable[str] = (),
+    ) -> dict[str, str | None]:
+        """Trust what the config file at *path*, and each file its plugins name, hold now;
+        returns those files (real path to SHA-256, ``None`` for one that does not exist).
 
         Raises:
-            ConfigError: the file cannot be read or is not valid TOML, or the record cannot be
-                written (no state directory, or it is not the user's own).
+            ConfigError: the file cannot be read or is not valid TOML, its configuration is
+                wrong, a file it names cannot be read, or the record cannot be written (no
+                state directory, or it is not the user's own).
         """
-        key, value = _key(Path(path)), digest(_table(Path(path)))
-        with self._locked():
-            self._write({**self._read_or_fail(), key: value})
-        return value
+        key, table = real_key(Path(path)), _table(Path(path))
+        named = _named_now(Path(path), table, plugins, load_entrypoints, environ, disable)
+        with self._file.locked():
+            records = self._file.read_or_fail()
+            self._file.write({**records.configs, key: digest(table)}, {**records.files, key: named})
+        return named
+
+    def retrust(self, path: str | os.PathLike[str], change: Callable[[], T]) -> tuple[T, bool]:
+        """Run *change*, which rewrites the config file at *path* (an ``allow`` rule the user
+        just gave), and trust the result if the file was trusted before: the files its plugins
+        name keep their record. Returns what *change* returned, and whether the file is
+        trusted now. Nothing else can record the file in between (the records stay locked).
+
+        Raises:
+            ConfigError: the records cannot be locked or written (*change* did not run, or
+                its file is not trusted).
+        """
+        key = real_key(Path(path))
+        records, problem = self._file.read(key)
+        if problem is not None or key not in records.configs:
+            return change(), False
+        with self._file.locked():
+            records = self._file.read_or_fail()
+            try:
+                before = digest(_table(Path(path)))
+            except ConfigError:
+                before = None
+            outcome = change()
+            if before is None or records.configs.get(key) != before:
+                return outcome, False
+            try:
+                after = digest(_table(Path(path)))
+            except ConfigError:  # *change* left it unreadable: not what anyone trusted
+                return outcome, False
+            self._file.write({**records.configs, key: after}, records.files)
+        return outcome, True
 
     def revoke(self, path: str | os.PathLike[str]) -> bool:
         """Forget the record of *path*; ``False`` when there was none."""
-        with self._locked():
-            records = self._read_or_fail()
-            if records.pop(_key(Path(path)), None) is None:
+        key = real_key(Path(path))
+        with self._file.locked():
+            records = self._file.read_or_fail()
+            if records.configs.pop(key, None) is None:
                 return False
-            self._write(records)
+            records.files.pop(key, None)
+            self._file.write(records.configs, records.files)
         return True
 
     def items(self) -> dict[str, str]:
-        """Every record: real path to digest (empty when there is no record file)."""
-        return self._read()[0]
+        """Every record: real path to the digest of its table (empty when there is no record
+        file)."""
+        return self._file.read()[0].configs
 
-    # -- internals ------------------------------------------------------------------------
-
-    def _state(self, path: Path, table: Mapping[str, Any]) -> TrustState:
-        key = _key(path)
-        recorded = self._read(key)[0].get(key)
-        if recorded is None:
-            return "untrusted"
-        return "trusted" if recorded == digest(table) else "changed"
-
-    def _read(self, vouching_for: str | None = None) -> tuple[dict[str, str], str | None]:
-        """The records, and why none were read (``None``: read, or there are none yet).
-
-        Records kept in the directory of the file *vouching_for* (a real path), or below it,
-        are not believed: a project would ship its own (``XDG_STATE_HOME`` is set by a
-        project's Claude Code settings for its hooks)."""
-        if self.records is None:
-            return {}, "dsh has no state directory here (set XDG_STATE_HOME or HOME)"
-        if vouching_for is not None and _inside(self.records, os.path.dirname(vouching_for)):
-            return {}, f"{self.records} lies inside the directory of the file it would vouch for"
-        try:
-            fd = os.open(self.records, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return {}, None
-        except OSError as exc:
-            return {}, f"{self.records} cannot be read ({exc.strerror or exc})"
-        with open(fd, encoding="utf-8") as file:
-            try:
-                unsafe = _unsafe(os.fstat(file.fileno()), self.records) or _unsafe(
-                    os.stat(self.records.parent), self.records.parent
-                )
-                if unsafe is not None:
-                    return {}, unsafe
-                data = json.load(file)
-            except OSError as exc:
-                return {}, f"{self.records} cannot be read ({exc.strerror or exc})"
-            except (ValueError, UnicodeDecodeError):
-                return {}, f"{self.records} is not valid JSON"
-        configs = data.get("configs") if isinstance(data, dict) else None
-        if not isinstance(configs, dict):
-            return {}, f'{self.records} holds no "configs" object'
-        return {k: v for k, v in configs.items() if isinstance(v, str)}, None
-
-    def _read_or_fail(self) -> dict[str, str]:
-        records, problem = self._read()
-        if problem is not None and (self.records is None or "valid JSON" not in problem):
-            raise ConfigError(f"cannot record which config files you trust: {problem}")
-        return records  # an unreadable JSON file is replaced: losing records trusts less
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold ``trusted-configs.lock`` beside the records while they are read and written
-        again: two ``dsh config trust`` at once would otherwise keep only one record."""
-        import fcntl
-
-        if self.records is None:
-            raise ConfigError(f"cannot record which config files you trust: {self._read()[1]}")
-        try:
-            self.records.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(
-                self.records.with_suffix(".lock"),
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-            )
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot record which config files you trust: {exc.strerror or exc}",
-                path=str(self.records),
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # the lock goes with it
-
-    def _write(self, records: Mapping[str, str]) -> None:
-        import tempfile  # `dsh config trust` only
-
-        assert self.records is not None  # `_read_or_fail` refused otherwise
-        directory = self.records.parent
-        try:
-            fd, temporary = tempfile.mkstemp(prefix=".trusted-", dir=directory)
-            try:
-                with open(fd, "w", encoding="utf-8") as file:
-                    json.dump({"version": 1, "configs": dict(sorted(records.items()))}, file,
-                              indent=1, ensure_ascii=True)  # fmt: skip
-                    file.write("\n")
-                os.replace(temporary, self.records)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot record which config files you trust: {exc.strerror or exc}",
-                path=str(self.records),
-            ) from None
+    def files(self, path: str | os.PathLike[str]) -> dict[str, str | None]:
+        """The files recorded with the config file at *path* (real path to SHA-256, ``None``
+        for one that did not exist); empty when there is no record."""
+        return self._file.read()[0].files.get(real_key(Path(path)), {})
 
 
-def _inside(records: Path, directory: str) -> bool:
-    """Whether *records* lies in *directory* or below it, *directory* not being the user's
-    home (as the password database has it: a project's settings can set ``HOME``), where
-    ``~/dsh.toml`` and ``~/.local/state/dsh`` both are."""
-    import pwd
+def _named_now(
+    path: Path,
+    table: Mapping[str, Any],
+    plugins: Iterable[object],
+    load_entrypoints: bool,
+    environ: Mapping[str, str] | None,
+    disable: Iterable[str],
+) -> Files:
+    """The files the plugins of *table* name, each with the SHA-256 of what it holds now:
+    the plugins are loaded and configured, not started (no server, no command runs).
 
+    A configuration that cannot be loaded here (a plugin it enables is not installed in this
+    environment, a workspace that does not exist) names nothing: its start fails on that
+    error, or on a file it names there that was not recorded, which is never trusted."""
+    from ._config import config_from
+    from ._host import Host
+
+    host = Host.__new__(Host)
     try:
-        home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)
-    except KeyError:  # a user the password database does not know
-        home = None
-    real = os.path.realpath(directory)
-    return real != home and os.path.realpath(records).startswith(real.rstrip("/") + "/")
-
-
-def _key(path: Path) -> str:
-    return os.path.realpath(path)
+        host._load(config_from(table, str(path)), plugins, load_entrypoints, environ, disable)
+    except ConfigError:
+        return {}
+    reals = {os.path.realpath(named) for named in host.config_files}
+    return {real: file_digest(read_named(real)) for real in sorted(reals)}
 
 
 def _table(path: Path) -> Mapping[str, Any]:
     return read_table(path)
-
-
-def _unsafe(st: os.stat_result, path: Path) -> str | None:
-    """Why a record file or its directory may not be believed: another user could write it."""
-    if st.st_uid not in (os.geteuid(), 0):
-        return f"{path} belongs to another user (uid {st.st_uid}), so it is not read"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        mode = stat.S_IMODE(st.st_mode)
-        return f"{path} may be written by other users (mode {mode:o}; chmod go-w it), so it is not read"
-    return None
-
-
-def require_trust(path: Path, table: Mapping[str, Any], how: str) -> None:
-    """Refuse *path*, found *how*, unless the user trusts what it holds now.
-
-    Raises:
-        ConfigError: naming the file and saying what to do.
-    """
-    trust = TrustedConfigs()
-    state = trust._state(path, table)
-    if state == "trusted":
-        return
-    named = os.path.realpath(path)
-    if state == "changed":
-        message = (
-            f"changed since you trusted it ({how}); dsh reads a config it finds only as you "
-            f"trusted it. Read the change, then run `dsh config trust {named}` again"
-        )
-    else:
-        problem = trust._read(named)[1]
-        because = f" (no record could be read: {problem})" if problem else ""
-        message = (
-            f"not trusted{because}: {how}, it holds what whoever made this directory wrote, "
-            "and it may run commands and widen what the model may do. Read it, then run "
-            f"`dsh config trust {named}`, or pass a config of your own with --config"
-        )
-    raise ConfigError(message, path=str(path))

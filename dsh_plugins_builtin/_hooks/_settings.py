@@ -12,10 +12,13 @@ import json
 import logging
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
+
+from dsh_host import ConfigError
 
 if TYPE_CHECKING:  # `_launch` and the fence it needs: only once a settings file has hooks
     from ._launch import Launch
@@ -56,8 +59,11 @@ class SettingsError(Exception):
     """A settings file is missing or malformed; the message says where and what."""
 
 
-def load_settings(path: Path, source: str) -> list[HookCommand]:
-    """Read the ``PreToolUse`` and ``PostToolUse`` command hooks of one settings file.
+def load_settings(
+    path: Path, source: str, read: Callable[[Path], bytes] = Path.read_bytes
+) -> list[HookCommand]:
+    """Read the ``PreToolUse`` and ``PostToolUse`` command hooks of one settings file, its
+    bytes given by *read* (the plugin passes ``host.read_config_file``: what was trusted).
 
     A file without a ``hooks`` key may be a bare event map (``{"PreToolUse": [...]}``). Other
     events are ignored; hooks of another ``type`` than ``command`` are skipped with a warning.
@@ -66,9 +72,11 @@ def load_settings(path: Path, source: str) -> list[HookCommand]:
         SettingsError: the file is missing, unreadable, not JSON, or not shaped like settings.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read(path).decode("utf-8"))
     except FileNotFoundError:
         raise SettingsError(f"no such file ({path})") from None
+    except ConfigError as exc:
+        raise SettingsError(exc.message) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"cannot read it: {exc}") from None
     except json.JSONDecodeError as exc:

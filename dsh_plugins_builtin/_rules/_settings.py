@@ -4,15 +4,19 @@ for the permissions plugin's ``import`` key."""
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from dsh_host import ConfigError
+from dsh_host import ConfigError, Host
 
 from ._grammar import Effect
+from ._rules import Anchors, Rule, RuleError, parse_rule
 
-__all__ = ["project_of", "read_settings"]
+__all__ = ["imported_rules", "project_of", "read_settings"]
+
+log = logging.getLogger("dsh_plugins_builtin.permissions")
 
 _EFFECTS: tuple[Effect, ...] = ("allow", "ask", "deny")
 _MAX_SETTINGS = 4 * 1024 * 1024
@@ -23,8 +27,11 @@ def project_of(settings: pathlib.Path) -> str:
     return str(folder.parent if folder.name == ".claude" else folder)
 
 
-def read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
-    """The ``permissions`` lists of one Claude Code settings file: effect -> (key, rule)."""
+def read_settings(
+    path: pathlib.Path, read: Callable[[pathlib.Path], bytes] = pathlib.Path.read_bytes
+) -> dict[Effect, list[tuple[str, str]]]:
+    """The ``permissions`` lists of one Claude Code settings file: effect -> (key, rule); its
+    bytes given by *read* (the plugin passes ``host.read_config_file``: what was trusted)."""
 
     def bad(message: str, key: str | None = None) -> ConfigError:
         return ConfigError(message, path=str(path), key=key)
@@ -40,7 +47,10 @@ def read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
     try:
         if path.stat().st_size > _MAX_SETTINGS:
             raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
+        text = read(path)
+        if len(text) > _MAX_SETTINGS:
+            raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
+        data = json.loads(text.decode("utf-8"), object_pairs_hook=no_duplicates)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise bad(f"cannot be read as a Claude Code settings file (JSON): {exc}") from None
     if not isinstance(data, Mapping):
@@ -57,4 +67,31 @@ def read_settings(path: pathlib.Path) -> dict[Effect, list[tuple[str, str]]]:
             if not isinstance(rule, str):
                 raise bad(f"must be a rule string, not {rule!r}", f"permissions.{effect}[{i}]")
             out.setdefault(effect, []).append((f"permissions.{effect}[{i}]", rule))
+    return out
+
+
+def imported_rules(
+    path: pathlib.Path, workspace: str, home: str, where: str, host: Host
+) -> dict[Effect, list[Rule]]:
+    """The rules of the settings file *path* (an ``import`` entry of the config *where*),
+    parsed, read through ``host.read_config_file`` (what the trust check compared); none, with
+    a warning, when the file does not exist.
+
+    Raises:
+        ConfigError: the file or one of its rules is malformed, naming the file and the key.
+    """
+    if not path.exists():
+        log.warning(
+            "permissions: the settings file %s (import in %s) does not exist; "
+            "no rules were read from it", path, where,
+        )  # fmt: skip
+        return {}
+    anchors = Anchors(workspace=workspace, project=project_of(path), home=home)
+    out: dict[Effect, list[Rule]] = {}
+    for effect, rules in read_settings(path, host.read_config_file).items():
+        for key, text in rules:
+            try:
+                out.setdefault(effect, []).append(parse_rule(text, effect, anchors, str(path)))
+            except RuleError as exc:
+                raise ConfigError(f"rule {text!r} {exc}", path=str(path), key=key) from None
     return out

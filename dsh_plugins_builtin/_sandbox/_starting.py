@@ -70,6 +70,7 @@ def start_policy(
         tmp = _make_private_tmp(owner)
     roots = [Path(host.workspace, os.path.expanduser(r)) for r in config.writable_roots or ()]
     files = config_files(Path(host.workspace), roots, host.config.tables, os.environ)
+    files += tuple(host.config_files)  # what any plugin's config names (`dsh_config_files`)
     hidden = dsh_state(Path(host.workspace), host.config.tables)
     try:
         return build_policy(

@@ -44,6 +44,7 @@ MODULES = (
     "tests/dsh_plugins_builtin/test_rules.py::test_path_targets_resolve_as_realpath_does",
     # a config found in the working directory is read only as its user trusted it
     "tests/dsh_host/host/test_trust.py",
+    "tests/dsh_host/host/test_trust_files.py",
 )
 USER = "nobody"
 

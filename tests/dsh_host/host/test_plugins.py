@@ -165,7 +165,7 @@ def test_unknown_hook_far_from_any_name_lists_the_hooks():
             return None
 
     host = Host(plugins=[Odd()], load_entrypoints=False)
-    assert "dsh's hooks are: dsh_host_started" in rows(host)["odd"].error
+    assert "dsh's hooks are: dsh_config_files, dsh_host_started" in rows(host)["odd"].error
 
 
 def test_wrong_argument_names_fail_naming_the_argument_and_the_hook(installed):

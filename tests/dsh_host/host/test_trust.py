@@ -19,7 +19,7 @@ import pytest
 
 from dsh_host import ConfigError, Host, TrustedConfigs
 from dsh_host._cli._main import main
-from dsh_host._host._trust import digest
+from dsh_host._host._trustfile import digest
 
 WIDENING = '[plugin.permissions]\nallow = ["bash(*)"]\n'
 
@@ -155,8 +155,9 @@ def test_records_are_private_and_written_whole(records, project):
         "configs": {
             str(project / "dsh.toml"): digest({"plugin": {"permissions": {"allow": ["bash(*)"]}}})
         },
+        "files": {str(project / "dsh.toml"): {}},  # its plugins name no file
     }
-    names = sorted(p.name for p in records.parent.iterdir())
+    names = sorted(p.name for p in records.parent.iterdir() if "trusted" in p.name)
     assert names == ["trusted-configs.json", "trusted-configs.lock"]  # no temporary left
 
 
@@ -192,9 +193,9 @@ def test_a_record_file_that_is_a_link_is_not_followed(records, project, tmp_path
 
 @pytest.mark.parametrize("state", [None, "relative/state"])
 def test_without_a_state_directory_nothing_is_trusted(project, monkeypatch, state):
-    import dsh_host._host._trust
+    import dsh_host._host._trustfile
 
-    monkeypatch.setattr(dsh_host._host._trust, "state_dir", lambda: state)
+    monkeypatch.setattr(dsh_host._host._trustfile, "state_dir", lambda: state)
     monkeypatch.chdir(project)
     with pytest.raises(ConfigError, match="no state directory"):
         start(project)
@@ -305,7 +306,7 @@ def test_an_mcp_server_started_in_an_untrusted_project_does_not_serve(
 
 def test_the_digest_does_not_load_openssl():
     # `hashlib` loads OpenSSL: 2.5 ms of each `dsh hook claude` that finds its config (issue 27)
-    code = "import sys; from dsh_host._host._trust import digest; digest({}); print(sorted(sys.modules))"
+    code = "import sys; from dsh_host._host._trustfile import digest; digest({}); print(sorted(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "hashlib" not in done.stdout
     assert "_hashlib" not in done.stdout
