@@ -13,7 +13,9 @@ which sends ``notifications/cancelled`` to the server, either way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -221,6 +223,8 @@ class Link:
                 ready.set()
                 await stop.wait()
         except Exception as exc:
+            if self._restart is not None and not self._stopped:
+                return True  # the end of the server killed for a restart: start it again
             what = "did not start in time" if isinstance(exc, TimeoutError) else _describe(exc)
             self.error = self.describe_failure(
                 f"MCP server {self.name!r} "
@@ -245,6 +249,7 @@ class Link:
 
         try:
             self.watch = Watch(first_child(self._pid), self._hiding)
+            self.watch.sentinel(functools.partial(_soon(), self._restart_now))
         except (OSError, ValueError) as exc:
             raise RuntimeError(f"its sandbox could not be checked: {exc}") from None
 
@@ -252,17 +257,28 @@ class Link:
         """End the server and start it again in a sandbox made anew (in the session's loop),
         because *why*; return once it runs again, or failed. Callers at once share one; with
         *why* ``None``, only wait for the restart under way, if any."""
+        from ._watch import RESTARTED
+
+        if why is not None and why != RESTARTED:  # (a watch of the server before: just wait)
+            self._restart_now(why)
+        if self._restart is not None:
+            await self._restart.wait()
+
+    def _restart_now(self, why: str) -> None:
+        """Kill the server at once (a sandbox that moved may show it what it should not: no
+        grace), and have its session start it again (`restart`; in the session's loop)."""
         import anyio
 
-        if self._restart is None:
-            if why is None or self.status != "running" or self._stop is None:
-                return
-            self._restart = anyio.Event()
-            self.restarts.append(why)
-            sys.stderr.write(f"dsh: mcp: MCP server {self.name!r} restarted: {why}\n")
-            self.status, self.session = "restarting", None
-            self._stop.set()
-        await self._restart.wait()
+        if self._restart is not None or self.status != "running" or self._stop is None:
+            return
+        self._restart = anyio.Event()
+        self.restarts.append(why)
+        sys.stderr.write(f"dsh: mcp: MCP server {self.name!r} restarted: {why}\n")
+        self.status, self.session = "restarting", None
+        if self.confinement is not None and self._pid > 0:  # not reaped yet: still its group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pid, signal.SIGKILL)
+        self._stop.set()
 
     @property
     def restarting(self) -> bool:
@@ -333,6 +349,35 @@ class Link:
         self._stopped = True
         if self._stop is not None:
             self._stop.set()
+
+
+def _soon() -> Callable[[Callable[..., object], Any], object]:
+    """How another thread has a function run in this (the session's) loop, soon: asyncio's
+    ``call_soon_threadsafe`` or trio's ``run_sync_soon``. One that comes after the loop ended
+    is dropped: there is no server left to restart."""
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+
+        def soon(function: Callable[..., object], argument: Any) -> object:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(function, argument)
+            return None
+
+        return soon
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def soon_asyncio(function: Callable[..., object], argument: Any) -> object:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(function, argument)
+        return None
+
+    return soon_asyncio
 
 
 def _describe(exc: BaseException) -> str:

@@ -51,11 +51,14 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
         async def call() -> types.CallToolResult:
             return await session.call_tool(remote, args, read_timeout_seconds=timeout)
 
+        restarts = len(link.restarts)
         try:
             result = await runner.run(call)
         except DshError:
             raise
         except Exception as exc:
+            if len(link.restarts) > restarts:  # killed meanwhile: its sandbox moved
+                _cut_off(link, remote)
             if getattr(exc, "code", None) == BAD_RESULT:  # refused by the guard: one line
                 detail = getattr(exc, "data", None)  # what the server sent, for --trace
                 detail = detail if isinstance(detail, str) else None
@@ -86,13 +89,16 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
 async def _checked(link: Link) -> Watch | None:
     """Before anything is sent: the sandbox of *link*'s server checked (`_watch`), the server
     restarted when it moved (one restart for the calls that find it so at once; a call made
-    meanwhile waits for it); the watch the call is sent under."""
-    watch, runner = link.watch, link.runner
-    why = await _moved(watch) if watch is not None else None
-    if runner is not None and (why is not None or link.restarting):
+    meanwhile waits for it, as for one the watch's sentinel began); the watch the call is sent
+    under, checked in turn (a new server's sandbox may have moved too: the answer's own check
+    then withholds it)."""
+    for _ in range(3):
+        watch, runner = link.watch, link.runner
+        why = await _moved(watch) if watch is not None else None
+        if runner is None or (why is None and not link.restarting):
+            return watch
         await runner.run(functools.partial(link.restart, why))
-        watch = link.watch
-    return watch
+    return link.watch
 
 
 async def _moved(watch: Watch) -> str | None:
@@ -105,6 +111,17 @@ async def _moved(watch: Watch) -> str | None:
 
         why = await trio.to_thread.run_sync(watch.hiding.new_match)
     return why
+
+
+def _cut_off(link: Link, remote: str) -> NoReturn:
+    """*link*'s server was killed while it worked on a call of *remote*: its sandbox moved
+    (`_mount.Link.restart`)."""
+    raise DshError(
+        f"MCP server {link.name!r} was stopped while it worked on {remote!r} "
+        f"({link.restarts[-1]}), and is started again in a new sandbox: the call may have run "
+        "in part. Call the tool again.",
+        "MCP_SERVER_RESTARTED",
+    )
 
 
 async def _withheld(link: Link, remote: str, why: str) -> NoReturn:

@@ -19,7 +19,10 @@ server's first process, in its mount namespace) and says whether each place is s
 point there, no mount came over one, and each absent entry is still absent (`Watch.moved`).
 The ``mcp`` plugin asks before a call is sent and after its answer came
 (`dsh_plugins_builtin._mcp._tooldef`), and restarts the server in a fresh sandbox when the
-answer is no.
+answer is no. A server also reads when no call is under way (a background task, a poll of
+its own), so `Watch.sentinel` asks as soon as something happens: a thread blocks on the same
+events and, when the sandbox moved, has the server killed and restarted at once rather than
+at the next call (what a ``deny_read`` glob covers has no event: that stays at calls).
 
 Reading the table (tens of microseconds for a few dozen mounts) and looking up every absent
 entry is the exact check. It runs only when something it looks at may have changed: a mount
@@ -38,6 +41,8 @@ import errno
 import os
 import select
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -46,7 +51,12 @@ from .._sandbox import _ruleset, _viewtable
 from .._sandbox._denyglob import matching
 from .._sandbox._errors import SandboxUnavailable
 
-__all__ = ["Hiding", "Watch", "absent", "first_child"]
+__all__ = ["ENDED", "PACE", "RESTARTED", "Hiding", "Watch", "absent", "first_child"]
+
+PACE = 0.002
+"""Seconds between two checks of the sentinel, at least: events that come meanwhile are one."""
+ENDED = "it ended"
+RESTARTED = "it was restarted meanwhile"
 
 _PRIVATE = ("/dev/", "/proc/")  # the sandbox's own /dev and /proc: the host has no names there
 # inotify(7): an entry made, removed or moved in or out of a directory; the directory itself
@@ -153,6 +163,8 @@ class Watch:
         when it cannot be read, and `ValueError` when it does not show every place already."""
         self._lock = threading.Lock()  # `moved` may run in two threads, `close` in a third
         self.hiding = hiding
+        self._pid = pid
+        self._stop = -1  # the write end of the sentinel's pipe: closed, the sentinel ends
         self._fd = os.open(f"/proc/{pid}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self._notify = -1
         try:
@@ -177,7 +189,7 @@ class Watch:
         """``None`` while the sandbox hides what it did at the start; else what changed."""
         with self._lock:
             if self._fd < 0:
-                return "it was restarted meanwhile"
+                return RESTARTED
             if self._armed and not self._events.poll(0):
                 return None
             if self._notify < 0:
@@ -202,9 +214,9 @@ class Watch:
         try:
             table = _viewtable.read(self._fd)
         except OSError:
-            return "it ended"
+            return ENDED
         if not table:
-            return "it ended"
+            return ENDED
         if table != self._table:
             points = _viewtable.mount_points(table)
             if not self.hiding.places <= points:
@@ -217,12 +229,68 @@ class Watch:
                 return f"{path}, hidden by deny_read, was made since it started"
         return None
 
-    def close(self) -> None:
-        with self._lock:
-            for fd in (self._fd, self._notify):
+    def sentinel(self, on_moved: Callable[[str], object]) -> None:
+        """Check in a thread of its own each time something happens that could move the
+        sandbox (a mount event, an entry made, removed or renamed in a watched directory),
+        not only when a call asks; call *on_moved* with what moved, once, from that thread.
+        It ends then, when the server ends, or at `close`.
+
+        Raises:
+            OSError: the server's mount table cannot be opened again.
+        """
+        # Its own descriptor of the table: each open file keeps its own "changed since" mark,
+        # so the sentinel's poll does not take the event from the calls' check (nor theirs).
+        table = os.open(f"/proc/{self._pid}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with self._lock:
+                notify = os.dup(self._notify) if self._notify >= 0 else -1
+                wake, self._stop = os.pipe2(os.O_CLOEXEC)
+        except BaseException:
+            os.close(table)
+            raise
+        threading.Thread(
+            target=self._sentinel, args=(table, notify, wake, on_moved), daemon=True,
+            name=f"dsh-mcp-watch-{self._pid}",
+        ).start()  # fmt: skip
+
+    def _sentinel(
+        self, table: int, notify: int, wake: int, on_moved: Callable[[str], object]
+    ) -> None:
+        try:
+            events = select.poll()
+            events.register(table, select.POLLPRI | select.POLLERR)
+            events.poll(0)  # (only changes after this are reported)
+            events.register(wake, select.POLLIN)
+            if notify >= 0:
+                events.register(notify, select.POLLIN)
+            while True:
+                why = self.moved()  # first at once: what came before the table was opened
+                checked = time.monotonic()
+                if why is not None:
+                    if why not in (ENDED, RESTARTED):
+                        on_moved(why)
+                    return
+                if notify >= 0 and self._notify < 0:  # checks are exact from now: no events
+                    events.unregister(notify)
+                    os.close(notify)
+                    notify = -1
+                ready = dict(events.poll())
+                if wake in ready or ready.get(table, 0) & (select.POLLHUP | select.POLLNVAL):
+                    return
+                # A directory on the way that changes all the time (a build's files in /tmp)
+                # costs one exact check per PACE, not one per event.
+                time.sleep(max(0.0, checked + PACE - time.monotonic()))
+        finally:
+            for fd in (table, notify, wake):
                 if fd >= 0:
                     os.close(fd)
-            self._fd = self._notify = -1
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in (self._fd, self._notify, self._stop):
+                if fd >= 0:
+                    os.close(fd)  # (the sentinel's pipe closed: it wakes and ends)
+            self._fd = self._notify = self._stop = -1
 
 
 def _inotify() -> int:

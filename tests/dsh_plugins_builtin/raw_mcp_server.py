@@ -36,6 +36,8 @@
 - ``lookahead``: lists ``ahead`` (a ``pattern`` with a lookahead, which RE2 cannot compile)
   and ``fine``;
 - ``strcall``: ``tools/call`` is answered ``"result": [1, 2, 3]`` with the id spelt as text;
+- with ``RAW_LINGER`` set in its environment, any mode: once its stdin closes, it ignores
+  ``SIGTERM`` and waits for ever (only ``SIGKILL`` ends it);
 - ``connect``: ``echo`` connects to the Unix socket its ``text`` names and answers
   ``CONNECTED`` or ``refused [Errno N]``, then `` pair x`` when a ``socketpair`` carries a byte.
 """
@@ -220,3 +222,10 @@ if MODE == "escape" and os.fork() == 0:
 for line in sys.stdin:
     if line.strip():
         answer(json.loads(line))
+
+if os.environ.get("RAW_LINGER"):  # stdin closed, SIGTERM ignored: only SIGKILL ends it
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        signal.pause()

@@ -33,6 +33,8 @@ MODULES = (
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_an_answer_read_after_the_hidden_path_moved_is_withheld",
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
+    "test_a_server_is_stopped_when_a_hidden_path_moves_with_no_call_under_way",
+    "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_a_move_is_found_by_the_directories_watched_without_reading_the_mount_table",
     "tests/dsh_plugins_builtin/test_mcp_confined.py::"
     "test_a_directory_that_cannot_be_watched_makes_every_check_exact",

@@ -7,6 +7,7 @@ whose ``core.fsmonitor`` names a command, then has ``mcp-server-git`` run ``git 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -343,17 +344,17 @@ def _hidden_workspace(tmp_path: Path) -> tuple[Path, list[str]]:
     return ws, deny
 
 
-def _cat_host(ws: Path, deny: list[str], backend: str, *args: str) -> tuple[Host, McpPlugin]:
+def _cat_host(
+    ws: Path, deny: list[str], backend: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[Host, McpPlugin]:
     sandbox: dict = {"deny_read": deny, "backend": backend}
     if backend == "landlock":
         sandbox |= {"protected": [], "protect_install": False, "protect_config": False}
     plugin = McpPlugin()
+    server = {"command": PYTHON, "args": [RAW, "cat", *args], "env": env or {}}
     config = {
         "host": {"workspace": str(ws)},
-        "plugin": {
-            "sandbox": sandbox,
-            "mcp": {"servers": {"s": {"command": PYTHON, "args": [RAW, "cat", *args]}}},
-        },
+        "plugin": {"sandbox": sandbox, "mcp": {"servers": {"s": server}}},
     }
     host = Host(config, plugins=[SandboxPlugin(), plugin], load_entrypoints=False)
     assert plugin.status()["s"]["status"] == "running", plugin.status()
@@ -474,6 +475,53 @@ def test_a_file_a_deny_read_glob_covers_made_after_the_start_is_never_read(
         assert threading.main_thread() not in walked_in
     finally:
         plugin.close()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_server_is_stopped_when_a_hidden_path_moves_with_no_call_under_way(
+    tmp_path, backend, request
+):
+    """A server reads when it likes, not only during a call (a background task, a poll of
+    its own): checking at calls left it the time until the next one with the moved path in
+    view. The watch's sentinel sees the move itself, and the server is killed at once (no
+    grace) and started again in a new sandbox, with no call made."""
+    if backend == "landlock":
+        request.getfixturevalue("landlock_only")
+    from dsh_plugins_builtin._mcp import _stdio
+    from dsh_plugins_builtin._mcp._watch import first_child
+
+    # A grace of an hour, and a server that outlives its stdin and SIGTERM: only a kill at
+    # once ends it within the wait below.
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(_stdio, "GRACE", 3600.0)
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, backend, env={"RAW_LINGER": "1"})
+    link = plugin._mount.links["s"]
+    try:
+        old = link._pid
+        ends = [os.pidfd_open(pid) for pid in (old, first_child(old))]  # the sandbox, the server
+        try:
+            _moved_dir(ws)
+            for pidfd in ends:  # (readable once the process has ended: an event, not a timer)
+                assert select.select([pidfd], [], [], 30)[0], "it still runs after the move"
+        finally:
+            for pidfd in ends:
+                os.close(pidfd)
+        assert link.restarts == [
+            "a path its sandbox hides was renamed, replaced or removed on the host"
+        ]
+        assert _cat(host, ws / "plain.txt").text == "in view"  # (after the restart under way)
+        assert link._pid != old
+        assert plugin.status()["s"]["status"] == "running"
+    finally:
+        monkeypatch.setattr(_stdio, "GRACE", 0.2)  # the new one ends with the host as usual
+        plugin.close()
+    sentinels = [t for t in threading.enumerate() if t.name.startswith("dsh-mcp-watch-")]
+    for thread in sentinels:
+        thread.join(10)
+    assert not [thread for thread in sentinels if thread.is_alive()], (
+        "a sentinel outlived its watch"
+    )
 
 
 def _call_while_moving(host: Host, ws: Path, call: Any) -> Any:
