@@ -277,11 +277,15 @@ class ForkServer:
             self.stale = self.stale or kind == _forkserver.STALE
             return None
         launched = Launched(value, received[0], sock)
+        delivered = True
         try:
             # From "go" on the command may run: this call falls back to forking the host only
             # when the launcher says nothing ran (FAILED_SETUP: a spare, announced by the
-            # server, may fail after HELLO; so may its working directory).
-            await sock.send(_forkserver.GO)
+            # server, may fail after HELLO; so may its working directory), or never got GO.
+            try:
+                await sock.send(_forkserver.GO)
+            except (BrokenPipeError, ConnectionResetError):
+                delivered = False  # it ended first (FAILED_SETUP, read below): nothing ran
             record = await _read_record(sock)
         except trio.Cancelled:  # our own deadline (the caller's cannot reach us here)
             launched.send_signal(signal.SIGKILL)
@@ -303,7 +307,7 @@ class ForkServer:
             raise OSError(code, os.strerror(code), argv[0])
         if kind == _forkserver.FAILED_CHDIR:
             raise OSError(value, os.strerror(value), cwd)
-        if kind == _forkserver.FAILED_SETUP:
+        if kind == _forkserver.FAILED_SETUP or not delivered:
             return None
         raise OSError(errno.EIO, "the Landlock launcher ended before reporting the command")
 

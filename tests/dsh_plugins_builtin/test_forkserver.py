@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -417,6 +418,34 @@ async def test_a_launcher_that_cannot_set_up_says_so_and_runs_nothing(
         assert kinds in ([_forkserver.FAILED_SETUP], [_forkserver.HELLO, _forkserver.FAILED_SETUP])
         assert os.read(read_fd, 64) == b""  # it wrote nothing where the command's output goes
     assert server.broken is None
+
+
+@pytest.mark.parametrize("says", ["FAILED_SETUP", "nothing"])
+async def test_a_launcher_that_ends_before_go_is_a_fork_not_a_failed_call(
+    server: _forkclient.ForkServer, says: str
+) -> None:
+    """A spare launcher the server announced (HELLO) may fail its setup and exit before the
+    host's GO reaches it: the GO then meets a closed socket (EPIPE). Nothing ran, so the call
+    forks the command itself, instead of failing with ``BrokenPipeError`` (seen once in CI,
+    a workspace in /dev/shm under Landlock, as nobody)."""
+    stand_in = subprocess.Popen(["sleep", "60"])  # the launcher HELLO names (it is killed)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pidfd = os.pidfd_open(stand_in.pid)
+    try:
+        hello = _forkserver.RECORD.pack(_forkserver.HELLO, stand_in.pid)
+        theirs.sendmsg([hello], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))])
+        if says == "FAILED_SETUP":
+            theirs.sendall(_forkserver.RECORD.pack(_forkserver.FAILED_SETUP, 0))
+        theirs.close()  # gone before GO
+        sock = trio.socket.from_stdlib_socket(ours)
+        assert await server._handshake(sock, ["true"], "/") is None
+        assert stand_in.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        os.close(pidfd)
+        ours.close()
+        if stand_in.poll() is None:
+            stand_in.kill()
+            stand_in.wait()
 
 
 def _children(pid: int) -> list[int]:
