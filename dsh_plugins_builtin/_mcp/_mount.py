@@ -205,7 +205,7 @@ class Link:
                         self._stdio(stdio_transport, guard)
                     )
                 else:
-                    read, write = await self._http(stack, guard)
+                    read, write = await _http(config, stack, guard)
                 self._tasks = await stack.enter_async_context(anyio.create_task_group())
                 session = await stack.enter_async_context(ClientSession(read, write))
                 stack.callback(self._tasks.cancel_scope.cancel)  # re-listings end first
@@ -291,31 +291,6 @@ class Link:
         if restart is not None:
             restart.set()
 
-    async def _http(self, stack: contextlib.AsyncExitStack, guard: Guard) -> tuple[Any, Any]:
-        """The streams of this server's HTTP transport, bounded by ``max_result_bytes``."""
-        import anyio
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        from ._bounded import BoundedTransport
-        from ._guard import guarded_pumps
-
-        config = self.config
-        assert config.url is not None
-        limit = config.max_result_bytes
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(
-                headers={"Accept-Encoding": "identity", **config.headers},
-                transport=BoundedTransport(limit),
-            )
-        )
-        streams: Any = await stack.enter_async_context(
-            streamable_http_client(config.url, http_client=http, max_sse_event_size=limit)
-        )
-        pumps = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
-        return guarded_pumps(guard, streams[0], streams[1], pumps)
-
     def _stdio(self, transport: Any, guard: Guard) -> Any:
         """The stdio transport of this server, confined unless ``sandbox = false``."""
         config = self.config
@@ -349,6 +324,34 @@ class Link:
         self._stopped = True
         if self._stop is not None:
             self._stop.set()
+
+
+async def _http(
+    config: McpServerConfig, stack: contextlib.AsyncExitStack, guard: Guard
+) -> tuple[Any, Any]:
+    """The streams of the HTTP transport of the server *config* names, bounded by
+    ``max_result_bytes``."""
+    import anyio
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from ._bounded import BoundedTransport
+    from ._guard import guarded_pumps
+
+    assert config.url is not None
+    limit = config.max_result_bytes
+    http = await stack.enter_async_context(
+        httpx2.AsyncClient(
+            headers={"Accept-Encoding": "identity", **config.headers},
+            transport=BoundedTransport(limit),
+        )
+    )
+    streams: Any = await stack.enter_async_context(
+        streamable_http_client(config.url, http_client=http, max_sse_event_size=limit)
+    )
+    pumps = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(pumps.cancel_scope.cancel)  # before the group is awaited
+    return guarded_pumps(guard, streams[0], streams[1], pumps)
 
 
 def _soon() -> Callable[[Callable[..., object], Any], object]:
