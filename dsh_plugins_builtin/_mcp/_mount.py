@@ -248,28 +248,33 @@ class Link:
         from ._watch import Watch, first_child
 
         try:
-            self.watch = Watch(first_child(self._pid), self._hiding)
-            self.watch.sentinel(functools.partial(_soon(), self._restart_now))
+            self.watch = watch = Watch(first_child(self._pid), self._hiding)
+            restart = functools.partial(self._restart_now, watch=watch)
+            watch.sentinel(functools.partial(_soon(), restart))
         except (OSError, ValueError) as exc:
             raise RuntimeError(f"its sandbox could not be checked: {exc}") from None
 
-    async def restart(self, why: str | None) -> None:
+    async def restart(self, why: str | None, watch: Watch | None = None) -> None:
         """End the server and start it again in a sandbox made anew (in the session's loop),
-        because *why*; return once it runs again, or failed. Callers at once share one; with
-        *why* ``None``, only wait for the restart under way, if any."""
+        because *why* (what *watch* found, when given); return once it runs again, or failed.
+        Callers at once share one; with *why* ``None``, only wait for the restart under way,
+        if any."""
         from ._watch import RESTARTED
 
         if why is not None and why != RESTARTED:  # (a watch of the server before: just wait)
-            self._restart_now(why)
+            self._restart_now(why, watch)
         if self._restart is not None:
             await self._restart.wait()
 
-    def _restart_now(self, why: str) -> None:
+    def _restart_now(self, why: str, watch: Watch | None = None) -> None:
         """Kill the server at once (a sandbox that moved may show it what it should not: no
-        grace), and have its session start it again (`restart`; in the session's loop)."""
+        grace), and have its session start it again (`restart`; in the session's loop). What
+        the *watch* of a server already restarted found is old news: nothing is done."""
         import anyio
 
         if self._restart is not None or self.status != "running" or self._stop is None:
+            return
+        if watch is not None and watch is not self.watch:
             return
         self._restart = anyio.Event()
         self.restarts.append(why)

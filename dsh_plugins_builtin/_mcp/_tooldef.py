@@ -66,7 +66,7 @@ def mounted_tool(link: Link, tool: types.Tool, name: str) -> ToolDefinition:
             what = f"MCP server {server!r} failed on {remote!r}: {type(exc).__name__}: {exc}"
             raise DshError(link.describe_failure(what), "MCP_SERVER_FAILED") from None
         if watch is not None and (why := await _moved(watch)) is not None:
-            await _withheld(link, remote, why)
+            await _withheld(link, remote, why, watch)
         content = result.content
         if len(content) == 1 and type(content[0]) is TextContent and not result.is_error:
             return content[0].text  # one text block: the pipeline's quickest result
@@ -97,7 +97,7 @@ async def _checked(link: Link) -> Watch | None:
         why = await _moved(watch) if watch is not None else None
         if runner is None or (why is None and not link.restarting):
             return watch
-        await runner.run(functools.partial(link.restart, why))
+        await runner.run(functools.partial(link.restart, why, watch))
     return link.watch
 
 
@@ -124,10 +124,10 @@ def _cut_off(link: Link, remote: str) -> NoReturn:
     )
 
 
-async def _withheld(link: Link, remote: str, why: str) -> NoReturn:
-    """The answer to a call of *remote* came after *link*'s sandbox moved (*why*): restart
-    the server, and withhold the answer."""
-    await link.runner.run(functools.partial(link.restart, why))
+async def _withheld(link: Link, remote: str, why: str, watch: Watch) -> NoReturn:
+    """The answer to a call of *remote* came after *link*'s sandbox moved (*why*, as *watch*
+    found): restart the server, and withhold the answer."""
+    await link.runner.run(functools.partial(link.restart, why, watch))
     raise DshError(
         f"MCP server {link.name!r} was restarted in a new sandbox while it answered "
         f"{remote!r} ({why}), so its answer was withheld: it could hold what the sandbox "

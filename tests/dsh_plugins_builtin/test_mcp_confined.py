@@ -6,6 +6,7 @@ whose ``core.fsmonitor`` names a command, then has ``mcp-server-git`` run ``git 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -530,9 +531,14 @@ def _call_while_moving(host: Host, ws: Path, call: Any) -> Any:
     fifo = ws / "go"
 
     def release() -> None:
-        with open(fifo, "w") as file:  # opens once the server has the call and reads
+        file = open(fifo, "w")  # noqa: SIM115  # opens once the server has the call and reads
+        try:
             (_moved_dir(ws)).write_text("SECRET-2")
             file.write("go")
+            file.close()
+        except BrokenPipeError:  # the watch's sentinel saw the move and killed it first
+            with contextlib.suppress(BrokenPipeError):
+                file.close()
 
     async def main() -> Any:
         done = []
@@ -545,13 +551,22 @@ def _call_while_moving(host: Host, ws: Path, call: Any) -> Any:
     return main
 
 
+@pytest.mark.parametrize("sentinel", ["sentinel", "no sentinel"])
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
-def test_an_answer_read_after_the_hidden_path_moved_is_withheld(tmp_path, backend, request):
+def test_an_answer_read_after_the_hidden_path_moved_is_withheld(
+    tmp_path, backend, request, sentinel
+):
     """The host moves a hidden directory while the server handles a call: what it answers
     may hold the new secret, so the answer is withheld, with a code saying why, and the
-    server is restarted for the next call."""
+    server is restarted for the next call. With the watch's sentinel the server is usually
+    killed at the move itself (the call is cut off, with the same code); without it (the
+    check after the answer alone, as where the sentinel is slower) the answer is withheld."""
     if backend == "landlock":
         request.getfixturevalue("landlock_only")
+    if sentinel == "no sentinel":
+        from dsh_plugins_builtin._mcp._watch import Watch
+
+        request.getfixturevalue("monkeypatch").setattr(Watch, "sentinel", lambda *_: None)
     ws, deny = _hidden_workspace(tmp_path)
     host, plugin = _cat_host(ws, deny, backend)
     text = f"{ws / 'go'}\n{ws / 'secrets' / 'key'}"
@@ -565,6 +580,8 @@ def test_an_answer_read_after_the_hidden_path_moved_is_withheld(tmp_path, backen
         assert result.error.code == "MCP_SERVER_RESTARTED", result
         assert "SECRET" not in result.text
         assert "Call the tool again" in result.text
+        if sentinel == "no sentinel":
+            assert "so its answer was withheld" in result.text, result.text
         after = _cat(host, ws / "secrets" / "key")
         assert "SECRET" not in after.text, after
         assert plugin.status()["s"]["status"] == "running"
@@ -631,9 +648,34 @@ def test_calls_that_find_the_hidden_path_moved_at_once_share_one_restart(tmp_pat
         plugin.close()
 
 
-def test_a_call_made_while_the_server_restarts_waits_for_it(tmp_path):
+def test_what_the_watch_of_a_server_already_restarted_found_restarts_nothing(tmp_path):
+    """The sentinel and a call can both find one move; whichever comes second, after the
+    restart, holds the old server's watch: asking with it must not restart the new server."""
+    import functools
+
+    ws, deny = _hidden_workspace(tmp_path)
+    host, plugin = _cat_host(ws, deny, "bwrap")
+    link = plugin._mount.links["s"]
+    try:
+        old = link.watch
+        _moved_dir(ws)
+        assert _cat(host, ws / "plain.txt").text == "in view"  # restarted (by either)
+        assert len(link.restarts) == 1
+        assert link.watch is not old
+        why = "a path its sandbox hides was renamed, replaced or removed on the host"
+        trio.run(link.runner.run, functools.partial(link.restart, why, old))
+        assert len(link.restarts) == 1, link.restarts
+        assert plugin.status()["s"]["status"] == "running"
+    finally:
+        plugin.close()
+
+
+def test_a_call_made_while_the_server_restarts_waits_for_it(tmp_path, monkeypatch):
     """A call that starts after the old server has ended and before the new one answers goes
     to the new one, instead of failing as "not running"."""
+    from dsh_plugins_builtin._mcp._watch import Watch
+
+    monkeypatch.setattr(Watch, "sentinel", lambda *_: None)  # the call finds the move here
     ws, deny = _hidden_workspace(tmp_path)
     gate = ws / "gate"
     host, plugin = _cat_host(ws, deny, "bwrap", str(gate))
