@@ -48,8 +48,10 @@ def _cmd_trust(args: argparse.Namespace) -> int:
             raise UsageError("dsh config trust --list takes no PATH")
         for recorded in trust.items():
             out(f"{_state(trust, recorded, options):<9} {printable(recorded)}")
+            changed = trust.changed_files(recorded)
             for named in trust.files(recorded):
-                out(f"{'':<9}   names {printable(named)}")
+                mark = " (changed)" if named in changed else ""
+                out(f"{'':<9}   names {printable(named)}{mark}")
         return 0
     path = args.path or find_config()
     if path is None:

@@ -169,6 +169,19 @@ class TrustedConfigs:
         for one that did not exist); empty when there is no record."""
         return self._file.read()[0].files.get(real_key(Path(path)), {})
 
+    def changed_files(self, path: str | os.PathLike[str]) -> list[str]:
+        """The files recorded with the config file at *path* that hold something else now:
+        made, gone, rewritten, or no longer a regular file that can be read."""
+        changed = []
+        for named, held in self.files(path).items():
+            try:
+                now = file_digest(read_named(named))
+            except ConfigError:
+                now = ""  # (no digest is empty)
+            if now != held:
+                changed.append(named)
+        return changed
+
 
 def _named_now(
     path: Path,

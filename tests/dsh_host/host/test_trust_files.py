@@ -234,6 +234,11 @@ def test_dsh_config_trust_shows_the_files_it_trusts_with_the_config(
     assert capsys.readouterr().out == (
         f"trusted   {project / 'dsh.toml'}\n            names {project / 'policy.json'}\n"
     )
+    (project / "policy.json").write_text(json.dumps(WIDE))
+    main(["config", "trust", "--list"])  # which of them changed
+    assert capsys.readouterr().out == (
+        f"changed   {project / 'dsh.toml'}\n            names {project / 'policy.json'} (changed)\n"
+    )
 
 
 def test_an_always_answer_keeps_the_named_files_record(records, project):
