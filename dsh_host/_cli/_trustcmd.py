@@ -64,7 +64,8 @@ def _cmd_trust(args: argparse.Namespace) -> int:
         forgot = trust.revoke(path)
         out(f"revoked {shown}" if forgot else f"{shown} was not trusted; nothing to revoke")
         return 0
-    files = trust.trust(path, **options)
+    here = None if args.path else os.getcwd()  # found here: its files as a start here reads
+    files = trust.trust(path, **options, cwd=here)
     out(f"trusted {shown} as it is now; trust it again after it changes")
     for file, held in files.items():
         absent = " (absent: trusted not to exist)" if held is None else ""

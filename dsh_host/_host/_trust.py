@@ -75,9 +75,10 @@ class TrustedConfigs:
         load_entrypoints: bool = True,
         environ: Mapping[str, str] | None = None,
         disable: Iterable[str] = (),
+        cwd: str | os.PathLike[str] | None = None,
     ) -> TrustState:
-        """``"trusted"``, ``"changed"`` (trusted once; the file, or a file its plugins name,
-        holds something else now) or ``"untrusted"``.
+        """``"trusted"``, ``"changed"`` (trusted once; the file, or a file its plugins name
+        in *cwd* as in `trust`, holds something else now) or ``"untrusted"``.
 
         Raises:
             ConfigError: the file cannot be read, is not valid TOML, or its configuration is
@@ -89,7 +90,7 @@ class TrustedConfigs:
             return "untrusted"
         if records.configs[key] != digest(table):
             return "changed"
-        named = _named_now(Path(path), table, plugins, load_entrypoints, environ, disable)
+        named = _named_now(Path(path), table, (plugins, load_entrypoints, environ, disable), cwd)
         recorded = records.files.get(key, {})
         same = all(real in recorded and recorded[real] == d for real, d in named.items())
         return "trusted" if same else "changed"
@@ -102,9 +103,16 @@ class TrustedConfigs:
         load_entrypoints: bool = True,
         environ: Mapping[str, str] | None = None,
         disable: Iterable[str] = (),
+        cwd: str | os.PathLike[str] | None = None,
     ) -> dict[str, str | None]:
         """Trust what the config file at *path*, and each file its plugins name, hold now;
         returns those files (real path to SHA-256, ``None`` for one that does not exist).
+
+        The files are those a start in *cwd* would read (default: the file's own directory,
+        where it is found; a config without ``[host] workspace`` takes the directory dsh
+        starts in). A config trusted again with the same table keeps the files it named in
+        other directories (one ``DSH_CONFIG`` for several projects, each with its own
+        ``.claude/settings.json``).
 
         Raises:
             ConfigError: the file cannot be read or is not valid TOML, its configuration is
@@ -112,10 +120,13 @@ class TrustedConfigs:
                 state directory, or it is not the user's own).
         """
         key, table = real_key(Path(path)), _table(Path(path))
-        named = _named_now(Path(path), table, plugins, load_entrypoints, environ, disable)
+        named = _named_now(Path(path), table, (plugins, load_entrypoints, environ, disable), cwd)
         with self._file.locked():
             records = self._file.read_or_fail()
-            self._file.write({**records.configs, key: digest(table)}, {**records.files, key: named})
+            files = named
+            if records.configs.get(key) == digest(table):  # trusted from another directory
+                files = {**records.files.get(key, {}), **named}
+            self._file.write({**records.configs, key: digest(table)}, {**records.files, key: files})
         return named
 
     def retrust(self, path: str | os.PathLike[str], change: Callable[[], T]) -> tuple[T, bool]:
@@ -186,13 +197,13 @@ class TrustedConfigs:
 def _named_now(
     path: Path,
     table: Mapping[str, Any],
-    plugins: Iterable[object],
-    load_entrypoints: bool,
-    environ: Mapping[str, str] | None,
-    disable: Iterable[str],
+    loading: tuple[Iterable[object], bool, Mapping[str, str] | None, Iterable[str]],
+    cwd: str | os.PathLike[str] | None,
 ) -> Files:
-    """The files the plugins of *table* name, each with the SHA-256 of what it holds now:
-    the plugins are loaded and configured, not started (no server, no command runs).
+    """The files the plugins of *table* name in a start in *cwd* (default: the directory of
+    *path*), each with the SHA-256 of what it holds now; *loading* is `Host.from_config`'s
+    plugins, load_entrypoints, environ and disable. The plugins are loaded and configured,
+    not started (no server, no command runs).
 
     A configuration that cannot be loaded here (a plugin it enables is not installed in this
     environment, a workspace that does not exist) names nothing: its start fails on that
@@ -200,9 +211,14 @@ def _named_now(
     from ._config import config_from
     from ._host import Host
 
+    host_table = table.get("host")
+    if not isinstance(host_table, Mapping) or "workspace" not in host_table:
+        start = os.path.abspath(cwd if cwd is not None else os.path.dirname(os.path.abspath(path)))
+        given = host_table if isinstance(host_table, Mapping) else {}
+        table = {**table, "host": {**given, "workspace": start}}  # as a start there would
     host = Host.__new__(Host)
     try:
-        host._load(config_from(table, str(path)), plugins, load_entrypoints, environ, disable)
+        host._load(config_from(table, str(path)), *loading)
     except ConfigError:
         return {}
     reals = {os.path.realpath(named) for named in host.config_files}

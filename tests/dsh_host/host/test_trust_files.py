@@ -131,6 +131,47 @@ def test_a_hook_commands_settings_file_is_trusted_with_the_config(records, proje
     assert info.value.plugin == "hook_commands"
 
 
+def test_a_config_trusted_from_another_directory_names_its_own_projects_files(
+    records, project, tmp_path, monkeypatch
+):
+    # `dsh config trust PATH` run elsewhere: the files are those a start where the file is
+    # found reads, not those of the directory the command ran in.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "policy.json").write_text(json.dumps(WIDE))  # same name, not the project's
+    monkeypatch.chdir(elsewhere)
+    assert list(trust(project)) == [str(project / "policy.json")]
+    monkeypatch.chdir(project)
+    assert rules(start(project)) == {"deny": ["Bash(*)"]}
+
+
+def test_one_config_for_several_projects_keeps_each_projects_files(records, tmp_path, monkeypatch):
+    # One DSH_CONFIG (which `dsh hook claude` reads only as trusted) importing each project's
+    # own settings: trusting it in the second project must not forget the first one's file.
+    shared = tmp_path / "configs" / "shared.toml"  # (not where the records are: see test_trust)
+    shared.parent.mkdir()
+    shared.write_text(IMPORTING)
+    projects = [tmp_path / "a", tmp_path / "b"]
+    for root in projects:
+        root.mkdir()
+        (root / "policy.json").write_text(json.dumps(STRICT))
+        TrustedConfigs().trust(shared, plugins=plugins(), load_entrypoints=False, cwd=root)
+    for root in projects:
+        monkeypatch.chdir(root)
+        host = Host.from_config(
+            None, plugins=plugins(), load_entrypoints=False, cwd=root,
+            environ={"DSH_CONFIG": str(shared)}, require_trust=True,
+        )  # fmt: skip
+        assert rules(host) == {"deny": ["Bash(*)"]}
+    (projects[0] / "policy.json").write_text(json.dumps(WIDE))
+    monkeypatch.chdir(projects[0])
+    with pytest.raises(ConfigError, match="changed since"):
+        Host.from_config(
+            None, plugins=plugins(), load_entrypoints=False, cwd=projects[0],
+            environ={"DSH_CONFIG": str(shared)}, require_trust=True,
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize("when", ["trust", "start"])
 def test_a_named_file_that_is_not_a_regular_file_is_refused_not_read(records, project, when):
     # A FIFO would block the start forever (nothing writes it), a device would never end.
