@@ -8,6 +8,7 @@ as is; anything else (NaN, a set, bytes, a cycle, an object) raises `NotJsonErro
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections.abc import Mapping
@@ -341,6 +342,13 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+def _brackets(text: str | bytes) -> int:
+    """How many arrays and objects *text* could open (an upper bound: strings count too)."""
+    if isinstance(text, str):
+        return text.count("[") + text.count("{")
+    return text.count(b"[") + text.count(b"{")
+
+
 def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """Parse JSON from a model or a client, strictly.
 
@@ -352,6 +360,13 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     Raises:
         JsonInputError: the text is not JSON, or is refused; the message says which and where.
     """
+    # Text that may nest deeper than allowed is parsed with the collector paused: `json.loads`
+    # recurses to the interpreter's limit before it gives up, and a collection there would
+    # run other code's finalizers (a sandbox's private tmp removed) with no stack left to run
+    # them on. Short text cannot nest that deep, and its bracket count says so at C speed.
+    paused = len(text) > max_depth and _brackets(text) > max_depth and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
         value = json.loads(
             text,
@@ -368,6 +383,9 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonInputError(f"not valid JSON: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:  # bytes that are not UTF-8
         raise JsonInputError(f"not valid JSON: {exc}") from None
+    finally:
+        if paused:
+            gc.enable()
     if _depth_exceeds(value, max_depth):
         raise JsonInputError(f"JSON nested more than {max_depth} levels deep")
     return value

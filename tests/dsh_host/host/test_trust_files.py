@@ -17,6 +17,7 @@ import pathlib
 from typing import Any
 
 import pytest
+import trio
 
 from dsh_host import ConfigError, Host, PluginStatus, TrustedConfigs, hookimpl
 from dsh_host._cli._main import main
@@ -254,9 +255,12 @@ def test_the_sandbox_keeps_every_named_file_read_only(records, project):
     sandbox = SandboxPlugin()
     config = {"host": {"workspace": str(project)}}
     host = Host(config, plugins=[Naming("sub/extra.toml"), sandbox], load_entrypoints=False)
-    assert host.config_files == {project / "sub" / "extra.toml": "naming"}
-    policy: Any = sandbox.policy_at_start(host)
-    assert project / "sub" / "extra.toml" in protected_paths(policy)
+    try:
+        assert host.config_files == {project / "sub" / "extra.toml": "naming"}
+        policy: Any = sandbox.policy_at_start(host)
+        assert project / "sub" / "extra.toml" in protected_paths(policy)
+    finally:
+        trio.run(host.aclose)
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -107,3 +107,49 @@ async def test_a_caller_built_frozen_dict_is_the_snapshot_policy_and_body_both_s
     items.append("injected after the snapshot")
     await registry.execute(ToolExecutionInput(call_id="c", name="t", arguments=arguments))
     assert seen == [("x",)]
+
+
+def test_a_deep_text_runs_no_finalizer_with_no_stack_left(monkeypatch):
+    # `json.loads` recurses to the interpreter's limit before it refuses "[" * 100_000; a
+    # collection in there ran other code's finalizers (a sandbox's private tmp removed) with
+    # no stack left: RecursionError, reported as unraisable (seen once in CI). The garbage is
+    # put where the collection that frees it comes after a chosen number of allocations, for
+    # a range of numbers: one of them lands within a few levels of the limit.
+    import gc
+    import sys
+    import weakref
+
+    class Owner:
+        cycle: object = None
+
+    ran: list[int] = []
+
+    def cleanup(depth: int = 40) -> None:  # a finalizer that needs some stack, as rmtree does
+        if depth:
+            cleanup(depth - 1)
+        else:
+            ran.append(1)
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    threshold = gc.get_threshold()
+    tries = range(200, 520, 4)
+    try:
+        for after in tries:
+            gc.collect()
+            holder = [Owner()]
+            holder[0].cycle = holder[0]  # garbage only a collection frees, once dropped
+            weakref.finalize(holder[0], cleanup)
+            gc.collect(0)  # into the middle generation, collected every *after* young ones
+            holder.clear()
+            gc.set_threshold(1, after, 1_000_000)
+            try:
+                with pytest.raises(JsonInputError, match="nested more than 512 levels"):
+                    parse_json("[" * 5_000)
+            finally:
+                gc.set_threshold(*threshold)
+            gc.collect()
+    finally:
+        gc.set_threshold(*threshold)
+    assert unraisable == []
+    assert len(ran) == len(tries)  # each finalizer ran, afterwards, with a stack
