@@ -112,29 +112,33 @@ def read_named(path: str) -> bytes | None:
     """The bytes of *path*, a file a plugin's configuration names (``dsh_config_files``);
     ``None`` when there is no such file.
 
-    Only a regular file is read (a FIFO or a device named by a config would block or never
-    end), and at most `NAMED_LIMIT` bytes.
+    Only a regular file is opened for reading, and at most `NAMED_LIMIT` bytes are read. The
+    path is first opened without reading (``O_PATH``: no FIFO or device is opened, so none
+    blocks, starts or rewinds, even through a link a project committed), then the very file
+    it found is opened again through ``/proc/self/fd``.
 
     Raises:
         ConfigError: the path is not a regular file, cannot be read, or is too large.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        where = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError(f"cannot read it: {exc.strerror or exc}", path=path) from None
-    with open(fd, "rb") as file:
-        st = os.fstat(fd)
+    try:
+        st = os.fstat(where)
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError("is not a regular file; name a file here", path=path)
         if st.st_size > NAMED_LIMIT:
             raise ConfigError(f"is larger than {NAMED_LIMIT} bytes; name a smaller file", path=path)
         try:
-            data = file.read(NAMED_LIMIT + 1)
+            with open(f"/proc/self/fd/{where}", "rb") as file:  # the same file, now readable
+                data = file.read(NAMED_LIMIT + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read it: {exc.strerror or exc}", path=path) from None
+    finally:
+        os.close(where)
     if len(data) > NAMED_LIMIT:
         raise ConfigError(f"is larger than {NAMED_LIMIT} bytes; name a smaller file", path=path)
     return data

@@ -185,6 +185,32 @@ def test_a_named_file_that_is_not_a_regular_file_is_refused_not_read(records, pr
     assert info.value.path == str(project / "policy.json")
 
 
+@pytest.mark.parametrize("when", ["trust", "start"])
+def test_a_named_file_linked_to_a_fifo_or_device_is_never_opened(records, project, when):
+    # git commits links: `.claude/settings.json -> /dev/watchdog` would be opened by a read
+    # that looks at the file only once open (opening some devices acts: a watchdog starts, a
+    # tape rewinds). A FIFO made by the test stands in: inotify reports every open of it.
+    import ctypes
+    import select as select_module
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if when == "start":
+        trust(project)
+    fifo = project / "fifo"
+    os.mkfifo(fifo)
+    (project / "policy.json").unlink()
+    (project / "policy.json").symlink_to("fifo")
+    notify = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert notify >= 0
+    try:
+        assert libc.inotify_add_watch(notify, os.fsencode(fifo), 0x20) >= 0  # IN_OPEN
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            trust(project) if when == "trust" else start(project)
+        assert select_module.select([notify], [], [], 0)[0] == [], "the FIFO was opened"
+    finally:
+        os.close(notify)
+
+
 def test_a_plugin_reads_the_bytes_that_were_compared_not_what_came_after(records, project):
     # Between the check and the plugin's own read, the file can change: the host hands the
     # plugin what it compared. Here a plugin started first plays the writer in between.
