@@ -8,7 +8,6 @@ name, which its errors and contexts carry.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from dsh_host import ConfigError
+from dsh_host import ConfigError, JsonInputError, parse_json
 
 if TYPE_CHECKING:  # `_launch` and the fence it needs: only once a settings file has hooks
     from ._launch import Launch
@@ -72,15 +71,20 @@ def load_settings(
         SettingsError: the file is missing, unreadable, not JSON, or not shaped like settings.
     """
     try:
-        data = json.loads(read(path).decode("utf-8"))
+        data = parse_json(read(path))  # strict: no duplicate key, no nesting past its bound
+    except JsonInputError as exc:
+        problem = str(exc)
+        raise SettingsError(
+            f"is {problem}"
+            if problem.startswith("not valid JSON")
+            else f"is not valid JSON: {problem}"
+        ) from None
     except FileNotFoundError:
         raise SettingsError(f"no such file ({path})") from None
     except ConfigError as exc:
         raise SettingsError(exc.message) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise SettingsError(f"cannot read it: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"must hold a JSON object, not {_kind(data)}")
     events = data.get("hooks") if "hooks" in data else {e: data[e] for e in EVENTS if e in data}

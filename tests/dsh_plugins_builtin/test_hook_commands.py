@@ -640,6 +640,10 @@ def test_missing_settings_file_stops_the_host(tmp_path):
     ("text", "problem"),
     [
         ("{not json", "is not valid JSON"),
+        # refused, not a RecursionError that took the plugin out (and its hooks with it)
+        ('{"hooks": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested more than 512 levels"),
+        ('{"hooks": {}, "hooks": {"PreToolUse": []}}', 'duplicate object key "hooks"'),
+        (b"\xff{}", "is not valid JSON"),
         ("[]", "must hold a JSON object"),
         ('{"hooks": []}', "'hooks' must be an object"),
         ('{"hooks": {"PreToolUse": {}}}', "hooks.PreToolUse must be a list"),
@@ -656,7 +660,7 @@ def test_missing_settings_file_stops_the_host(tmp_path):
     ],
 )
 def test_malformed_settings_stop_the_host(tmp_path, text, problem):
-    (tmp_path / "s.json").write_text(text)
+    (tmp_path / "s.json").write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigError) as info:
         host(tmp_path, "s.json")
     assert "[plugin.hook_commands], key 'settings': settings file 's.json'" in str(info.value)
