@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from dsh_host import ConfigError, Host
@@ -27,11 +27,9 @@ def project_of(settings: pathlib.Path) -> str:
     return str(folder.parent if folder.name == ".claude" else folder)
 
 
-def read_settings(
-    path: pathlib.Path, read: Callable[[pathlib.Path], bytes] = pathlib.Path.read_bytes
-) -> dict[Effect, list[tuple[str, str]]]:
-    """The ``permissions`` lists of one Claude Code settings file: effect -> (key, rule); its
-    bytes given by *read* (the plugin passes ``host.read_config_file``: what was trusted)."""
+def read_settings(path: pathlib.Path, text: bytes) -> dict[Effect, list[tuple[str, str]]]:
+    """The ``permissions`` lists of one Claude Code settings file *path*, which holds *text*:
+    effect -> (key, rule)."""
 
     def bad(message: str, key: str | None = None) -> ConfigError:
         return ConfigError(message, path=str(path), key=key)
@@ -42,16 +40,11 @@ def read_settings(
             raise bad(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
         return dict(pairs)
 
-    if not path.is_file():  # a FIFO or a device would hang or flood the read
-        raise bad("is not a regular file; point import at a Claude Code settings.json")
+    if len(text) > _MAX_SETTINGS:
+        raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
     try:
-        if path.stat().st_size > _MAX_SETTINGS:
-            raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
-        text = read(path)
-        if len(text) > _MAX_SETTINGS:
-            raise bad(f"the settings file is larger than {_MAX_SETTINGS} bytes")
         data = json.loads(text.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise bad(f"cannot be read as a Claude Code settings file (JSON): {exc}") from None
     if not isinstance(data, Mapping):
         raise bad("must hold a JSON object")
@@ -80,15 +73,25 @@ def imported_rules(
     Raises:
         ConfigError: the file or one of its rules is malformed, naming the file and the key.
     """
-    if not path.exists():
+    try:  # what the trust check read, whatever the path holds now (a FIFO would hang)
+        held = host.read_config_file(path)
+    except FileNotFoundError:
         log.warning(
             "permissions: the settings file %s (import in %s) does not exist; "
             "no rules were read from it", path, where,
         )  # fmt: skip
         return {}
+    except ConfigError as exc:  # not a regular file, or too large
+        raise ConfigError(
+            f"{exc.message}; point import at a Claude Code settings.json", path=str(path)
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot be read as a Claude Code settings file (JSON): {exc}", path=str(path)
+        ) from None
     anchors = Anchors(workspace=workspace, project=project_of(path), home=home)
     out: dict[Effect, list[Rule]] = {}
-    for effect, rules in read_settings(path, host.read_config_file).items():
+    for effect, rules in read_settings(path, held).items():
         for key, text in rules:
             try:
                 out.setdefault(effect, []).append(parse_rule(text, effect, anchors, str(path)))

@@ -211,15 +211,23 @@ def test_a_named_file_linked_to_a_fifo_or_device_is_never_opened(records, projec
         os.close(notify)
 
 
-def test_a_plugin_reads_the_bytes_that_were_compared_not_what_came_after(records, project):
+@pytest.mark.parametrize("change", ["rewritten", "removed", "made a FIFO"])
+def test_a_plugin_reads_the_bytes_that_were_compared_not_what_came_after(records, project, change):
     # Between the check and the plugin's own read, the file can change: the host hands the
-    # plugin what it compared. Here a plugin started first plays the writer in between.
+    # plugin what it compared. Here a plugin started first plays the writer in between; the
+    # deny rule stays, whatever it did (none is dropped as "the file does not exist").
     class Writer:
         name = "writer"
 
         @hookimpl
         def dsh_host_started(self, host: Host) -> None:
-            (project / "policy.json").write_text(json.dumps(WIDE))
+            policy = project / "policy.json"
+            if change == "rewritten":
+                policy.write_text(json.dumps(WIDE))
+            else:
+                policy.unlink()
+                if change == "made a FIFO":
+                    os.mkfifo(policy)
 
     trust(project)
     host = start(project, Writer())
